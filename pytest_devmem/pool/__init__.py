@@ -1,0 +1,37 @@
+"""Device-memory pools under the four regimes, with statistics and traces. Nothing here imports pytest."""
+
+from __future__ import annotations
+
+from ..device import Device
+from .base import STAT_KEYS, Pool
+from .bfc import BFCPool, bin_for_size, rounded_bytes
+from .ondemand import OnDemandPool
+from .policy import DEFAULT_PREALLOC_FRACTION, Mode, Policy, parse_fraction, parse_mode
+from .trace import Trace, TraceEvent, TracingPool, ReplayResult, replay
+
+__all__ = [
+    "STAT_KEYS",
+    "BFCPool",
+    "DEFAULT_PREALLOC_FRACTION",
+    "Mode",
+    "OnDemandPool",
+    "Policy",
+    "Pool",
+    "ReplayResult",
+    "Trace",
+    "TraceEvent",
+    "TracingPool",
+    "bin_for_size",
+    "make_pool",
+    "parse_fraction",
+    "parse_mode",
+    "replay",
+    "rounded_bytes",
+]
+
+
+def make_pool(device: Device, policy: Policy, *, release_free_regions: bool = False, dump_on_oom: bool = False) -> Pool:
+    """The pool that implements `policy` on `device`."""
+    if policy.mode is Mode.ONDEMAND:
+        return OnDemandPool(device, policy, dump_on_oom=dump_on_oom)
+    return BFCPool(device, policy, release_free_regions=release_free_regions, dump_on_oom=dump_on_oom)

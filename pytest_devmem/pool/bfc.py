@@ -1,0 +1,426 @@
+"""A best-fit-with-coalescing pool that follows the rules of XLA's BFC allocator.
+
+The rules (xla/tsl/framework/bfc_allocator.cc), re-implemented here:
+  * requests round up to 256 bytes; a chunk of size s lives in bin min(floor(log2(s / 256)), 20);
+  * best fit: the smallest free chunk that is large enough, the lowest address among equals;
+  * a chunk is split when it is at least twice the request or would waste at least
+    `max_internal_fragmentation` bytes (128 MiB by default), else handed out whole;
+  * a freed chunk merges at once with its next neighbour, then its previous one, within its region;
+  * regions come from the device: the whole limit at once when preallocating, else 2 MiB doubling
+    (a request bigger than the next region size doubles it until it fits, for that region only),
+    capped by what the limit leaves, backing off by x0.9 when the device refuses;
+  * optionally, wholly free regions go back to the device before an allocation fails.
+
+Data layout, chosen for replay speed in pure Python: chunks are addresses with `dict`s for size and
+neighbours; free chunks of one size share a heap of addresses (lazy deletion), and each bin keeps the
+sorted distinct free sizes it holds. Best fit is then a dict hit for an exact size, else a bisect in
+one bin, else the first chunk of the next non-empty bin, found through a bitmask.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, insort
+
+from ..device import Device
+from ..errors import InvalidFreeError, InvalidSettingError, OutOfMemoryError
+from ..units import format_size
+from .base import PoolCounters, checked_size
+from .policy import Policy
+
+MIN_ALLOCATION_BITS = 8
+MIN_ALLOCATION_SIZE = 1 << MIN_ALLOCATION_BITS  # 256 bytes
+NUM_BINS = 21
+INITIAL_GROWTH_REGION = 2 * 2**20  # 2 MiB, as XLA with allow_growth
+DEFAULT_MAX_INTERNAL_FRAGMENTATION = 128 * 2**20
+BACKOFF_FACTOR = 0.9
+
+
+def rounded_bytes(nbytes: int) -> int:
+    """The chunk size a request of `nbytes` needs: the next multiple of 256."""
+    return (nbytes + MIN_ALLOCATION_SIZE - 1) & ~(MIN_ALLOCATION_SIZE - 1)
+
+
+def bin_for_size(size: int) -> int:
+    """The bin a chunk of `size` bytes belongs to: bin b holds [256*2^b, 256*2^(b+1)), bin 20 the rest."""
+    b = (size >> MIN_ALLOCATION_BITS).bit_length() - 1
+    return b if b < NUM_BINS - 1 else NUM_BINS - 1
+
+
+def bin_lower_bound(b: int) -> int:
+    """Smallest chunk size bin `b` holds."""
+    return MIN_ALLOCATION_SIZE << b
+
+
+class BFCPool(PoolCounters):
+    """BFC sub-allocator over regions taken from a device, under a prealloc, fraction or growth policy.
+
+    Not thread-safe: one pool serves one framework or test thread, as in XLA each device has its own.
+    """
+
+    def __init__(
+        self,
+        device: Device,
+        policy: Policy,
+        *,
+        release_free_regions: bool = False,
+        max_internal_fragmentation: int = DEFAULT_MAX_INTERNAL_FRAGMENTATION,
+        dump_on_oom: bool = False,
+    ) -> None:
+        if max_internal_fragmentation <= 0:
+            raise InvalidSettingError(
+                f"invalid max_internal_fragmentation {max_internal_fragmentation}: must be a positive number of bytes"
+            )
+        limit = int(device.capacity * policy.fraction) & ~(MIN_ALLOCATION_SIZE - 1)
+        super().__init__(device, policy, limit)
+        self.release_free_regions = release_free_regions
+        self.max_internal_fragmentation = max_internal_fragmentation
+        self.dump_on_oom = dump_on_oom
+        self._clear_chunks()
+
+    def _clear_chunks(self) -> None:
+        """Empty chunk structures, as at construction: no region held yet."""
+        limit = self.bytes_limit
+        self._next_region_size = limit if self.policy.preallocates else min(limit, INITIAL_GROWTH_REGION)
+        self._regions: dict[int, int] = {}  # start address -> size, in creation order
+        self._size: dict[int, int] = {}  # every chunk: address -> size
+        self._prev: dict[int, int] = {}  # address -> previous chunk in its region, 0 for none
+        self._next: dict[int, int] = {}  # address -> next chunk in its region, 0 for none
+        self._requested: dict[int, int] = {}  # chunks in use: address -> bytes the caller asked for
+        self._free_size: dict[int, int] = {}  # free chunks: address -> size
+        self._heaps: dict[int, list[int]] = {}  # size -> heap of addresses; entries may be stale
+        self._count: dict[int, int] = {}  # size -> number of free chunks of that size
+        self._bin_sizes: list[list[int]] = [[] for _ in range(NUM_BINS)]  # distinct free sizes, sorted
+        self._bin_mask = 0  # bit b set while bin b holds a free chunk
+
+    # -- public interface ------------------------------------------------------------------
+
+    def alloc(self, nbytes: int) -> int:
+        if type(nbytes) is not int or nbytes <= 0:
+            nbytes = checked_size(nbytes)
+        rounded = (nbytes + 255) & ~255
+        address = self._find_chunk(rounded, nbytes)
+        if address:
+            return address
+        if self._extend(rounded):
+            return self._find_chunk(rounded, nbytes)
+        if self.release_free_regions and self._release_free_regions() and self._extend(rounded):
+            return self._find_chunk(rounded, nbytes)
+        raise self._oom(nbytes, rounded)
+
+    def free(self, handle: int) -> None:
+        requested = self._requested.pop(handle, None)
+        if requested is None:
+            raise self._invalid_free(handle)
+        size = self._size[handle]
+        self.num_frees += 1
+        self.bytes_in_use -= size
+        self.requested_bytes_in_use -= requested
+        address = handle
+        free_size = self._free_size
+        neighbour = self._next[address]
+        if neighbour and neighbour in free_size:
+            self._unlink_free(neighbour)
+            size = self._absorb_next(address)
+        neighbour = self._prev[address]
+        if neighbour and neighbour in free_size:
+            self._unlink_free(neighbour)
+            address = neighbour
+            size = self._absorb_next(address)
+        self._link_free(address, size)
+
+    def preallocate(self) -> int:
+        """Reserve the policy's first region now (JAX preallocates at start-up); return pool bytes."""
+        if not self._regions and self.policy.preallocates and self.bytes_limit >= MIN_ALLOCATION_SIZE:
+            self._extend(MIN_ALLOCATION_SIZE)
+        return self.pool_bytes
+
+    def trim(self) -> int:
+        """Return wholly free regions to the device; the number of bytes given back."""
+        before = self.pool_bytes
+        self._release_free_regions()
+        return before - self.pool_bytes
+
+    def close(self) -> None:
+        """Give every region back to the device. The pool is empty and reusable afterwards."""
+        for start in list(self._regions):
+            self.device.free(start)
+        self._clear_chunks()
+        self.bytes_in_use = self.requested_bytes_in_use = 0
+        self.pool_bytes = self.bytes_reserved = 0
+
+    def size_of(self, handle: int) -> int:
+        """Bytes the caller asked for when `handle` was allocated."""
+        try:
+            return self._requested[handle]
+        except KeyError:
+            raise self._invalid_free(handle) from None
+
+    # -- allocation ------------------------------------------------------------------------
+
+    def _find_chunk(self, rounded: int, requested: int) -> int:
+        """Take the best-fitting free chunk for `rounded` bytes, split it if worth it; 0 if none."""
+        if rounded in self._count:
+            size = rounded
+        else:
+            b = bin_for_size(rounded)
+            sizes = self._bin_sizes[b]
+            i = bisect_left(sizes, rounded)
+            if i < len(sizes):
+                size = sizes[i]
+            else:
+                higher = self._bin_mask >> (b + 1)
+                if not higher:
+                    return 0
+                size = self._bin_sizes[b + (higher & -higher).bit_length()][0]
+        address = self._pop_lowest(size)
+        if size >= 2 * rounded or size - rounded >= self.max_internal_fragmentation:
+            self._split(address, rounded)
+            size = rounded
+        self._requested[address] = requested
+        self.num_allocs += 1
+        in_use = self.bytes_in_use + size
+        self.bytes_in_use = in_use
+        if in_use > self.peak_bytes_in_use:
+            self.peak_bytes_in_use = in_use
+        asked = self.requested_bytes_in_use + requested
+        self.requested_bytes_in_use = asked
+        if asked > self.peak_requested_bytes_in_use:
+            self.peak_requested_bytes_in_use = asked
+        if size > self.largest_alloc_size:
+            self.largest_alloc_size = size
+        return address
+
+    def _split(self, address: int, size: int) -> None:
+        remainder = address + size
+        after = self._next[address]
+        self._size[remainder] = self._size[address] - size
+        self._size[address] = size
+        self._prev[remainder] = address
+        self._next[remainder] = after
+        self._next[address] = remainder
+        if after:
+            self._prev[after] = remainder
+        self._link_free(remainder, self._size[remainder])
+
+    def _extend(self, rounded: int) -> bool:
+        """Take a new region from the device big enough for `rounded`; False if the limit or device refuses."""
+        available = (self.bytes_limit - self.pool_bytes) & ~(MIN_ALLOCATION_SIZE - 1)
+        if rounded > available:
+            return False
+        region_size = self._next_region_size
+        increased = False
+        while rounded > region_size:
+            region_size *= 2
+            increased = True
+        region_size = min(region_size, available)
+        start = self.device.try_allocate(region_size)
+        while start is None:
+            region_size = rounded_bytes(int(region_size * BACKOFF_FACTOR))
+            if region_size < rounded:
+                return False
+            start = self.device.try_allocate(region_size)
+        if not increased:
+            self._next_region_size *= 2
+        self._regions[start] = region_size
+        self._size[start] = region_size
+        self._prev[start] = 0
+        self._next[start] = 0
+        self._link_free(start, region_size)
+        self.pool_bytes += region_size
+        self.bytes_reserved = self.pool_bytes
+        if self.pool_bytes > self.peak_pool_bytes:
+            self.peak_pool_bytes = self.pool_bytes
+            self.peak_bytes_reserved = self.pool_bytes
+        return True
+
+    def _release_free_regions(self) -> bool:
+        """Give back every region that is one free chunk; True if any was released."""
+        released = False
+        for start, size in list(self._regions.items()):
+            if self._free_size.get(start) == size:
+                self._unlink_free(start)
+                del self._size[start], self._prev[start], self._next[start], self._regions[start]
+                self.device.free(start)
+                self.pool_bytes -= size
+                self.bytes_reserved = self.pool_bytes
+                released = True
+        return released
+
+    # -- free-chunk bookkeeping ------------------------------------------------------------
+
+    def _link_free(self, address: int, size: int) -> None:
+        self._free_size[address] = size
+        count = self._count.get(size)
+        if count:
+            self._count[size] = count + 1
+            heap = self._heaps[size]
+            heapq.heappush(heap, address)
+            if len(heap) > 2 * count + 64:
+                self._compact_heap(size)
+        else:
+            self._count[size] = 1
+            self._heaps[size] = [address]
+            b = bin_for_size(size)
+            insort(self._bin_sizes[b], size)
+            self._bin_mask |= 1 << b
+
+    def _unlink_free(self, address: int) -> None:
+        """Remove a free chunk from the free structures; its heap entry goes stale."""
+        self._forget_free_size(self._free_size.pop(address))
+
+    def _pop_lowest(self, size: int) -> int:
+        """Remove and return the lowest-addressed free chunk of exactly `size` bytes (one must exist)."""
+        heap = self._heaps[size]
+        free_size = self._free_size
+        while True:
+            address = heapq.heappop(heap)
+            if free_size.get(address) == size:
+                del free_size[address]
+                self._forget_free_size(size)
+                return address
+
+    def _forget_free_size(self, size: int) -> None:
+        count = self._count[size] - 1
+        if count:
+            self._count[size] = count
+            return
+        del self._count[size], self._heaps[size]
+        b = bin_for_size(size)
+        sizes = self._bin_sizes[b]
+        del sizes[bisect_left(sizes, size)]
+        if not sizes:
+            self._bin_mask &= ~(1 << b)
+
+    def _compact_heap(self, size: int) -> None:
+        free_size = self._free_size
+        live = {address for address in self._heaps[size] if free_size.get(address) == size}
+        heap = list(live)
+        heapq.heapify(heap)
+        self._heaps[size] = heap
+
+    def _absorb_next(self, address: int) -> int:
+        """Merge the (already unlinked) next chunk into `address`; return the merged size."""
+        following = self._next[address]
+        size = self._size[address] + self._size.pop(following)
+        self._size[address] = size
+        after = self._next.pop(following)
+        del self._prev[following]
+        self._next[address] = after
+        if after:
+            self._prev[after] = address
+        return size
+
+    # -- errors and introspection ----------------------------------------------------------
+
+    def _largest_free_block(self) -> int:
+        mask = self._bin_mask
+        return self._bin_sizes[mask.bit_length() - 1][-1] if mask else 0
+
+    def _num_regions(self) -> int:
+        return len(self._regions)
+
+    def _oom(self, requested: int, rounded: int) -> OutOfMemoryError:
+        return self._out_of_memory(requested, rounded, self.memory_map() if self.dump_on_oom else None)
+
+    def _invalid_free(self, handle: object) -> InvalidFreeError:
+        if isinstance(handle, int) and handle in self._free_size:
+            return InvalidFreeError(f"double free of {handle:#x}: that chunk is already free in this pool")
+        if isinstance(handle, int) and any(start <= handle < start + size for start, size in self._regions.items()):
+            return InvalidFreeError(f"invalid free of {handle:#x}: it lies inside a chunk but is not the start of one in use")
+        shown = f"{handle:#x}" if isinstance(handle, int) else repr(handle)
+        return InvalidFreeError(f"invalid free of {shown}: this pool never allocated it (foreign pointer or double free)")
+
+    def chunks(self) -> list[tuple[int, int, int, bool, int]]:
+        """Every chunk as (region start, address, size, in use, requested bytes), by address within region."""
+        result = []
+        for start in self._regions:
+            address = start
+            while address:
+                requested = self._requested.get(address, 0)
+                result.append((start, address, self._size[address], address in self._requested, requested))
+                address = self._next[address]
+        return result
+
+    def memory_map(self, max_chunks_per_region: int = 200) -> str:
+        """Bins with their free chunks, then each region's chunks in address order (XLA's DumpMemoryLog)."""
+        s = self.stats()
+        lines = [
+            f"memory map of {self.policy.label} pool on {self.device.name}: in use {format_size(s['bytes_in_use'])}, "
+            f"pool {format_size(s['pool_bytes'])}, limit {format_size(s['bytes_limit'])}, "
+            f"fragmentation {s['fragmentation']:.3f}",
+            "bins (free chunks):",
+        ]
+        for b in range(NUM_BINS):
+            if not self._bin_sizes[b]:
+                continue
+            count = sum(self._count[size] for size in self._bin_sizes[b])
+            total = sum(size * self._count[size] for size in self._bin_sizes[b])
+            lines.append(f"  bin {b:2d} (>= {format_size(bin_lower_bound(b))}): {count} chunk(s), {format_size(total)}")
+        by_region: dict[int, list[tuple[int, int, int, bool, int]]] = {}
+        for chunk in self.chunks():
+            by_region.setdefault(chunk[0], []).append(chunk)
+        for index, (start, region_chunks) in enumerate(by_region.items()):
+            lines.append(f"region {index} at {start:#x}, {format_size(self._regions[start])}, {len(region_chunks)} chunk(s):")
+            for _, address, size, in_use, requested in region_chunks[:max_chunks_per_region]:
+                state = f"in use (asked {requested} B)" if in_use else "free"
+                lines.append(f"  {address:#x} +{address - start:#x} {size:>12d} B  {state}")
+            if len(region_chunks) > max_chunks_per_region:
+                lines.append(f"  ... {len(region_chunks) - max_chunks_per_region} more chunk(s)")
+        return "\n".join(lines)
+
+    def check_invariants(self) -> list[str]:
+        """Every broken invariant, described; an empty list for a healthy pool.
+
+        Chunks tile each region exactly, neighbours agree, no two free chunks touch, the free
+        structures hold exactly the free chunks, and the counters equal a recount.
+        """
+        problems: list[str] = []
+        in_use = requested = free_count = 0
+        for start, region_size in self._regions.items():
+            address, previous, end = start, 0, start + region_size
+            while address:
+                size = self._size.get(address)
+                if size is None or size <= 0 or size % MIN_ALLOCATION_SIZE:
+                    problems.append(f"chunk {address:#x} has bad size {size}")
+                    break
+                if self._prev.get(address) != previous:
+                    problems.append(f"chunk {address:#x} prev is {self._prev.get(address)}, expected {previous}")
+                is_free = address in self._free_size
+                if is_free == (address in self._requested):
+                    problems.append(f"chunk {address:#x} is both or neither free and in use")
+                if is_free:
+                    free_count += 1
+                    if self._free_size[address] != size:
+                        problems.append(f"free chunk {address:#x} recorded as {self._free_size[address]} not {size}")
+                    if previous and previous in self._free_size:
+                        problems.append(f"free chunks {previous:#x} and {address:#x} touch but were not merged")
+                else:
+                    in_use += size
+                    requested += self._requested[address]
+                nxt = self._next.get(address)
+                if nxt and nxt != address + size:
+                    problems.append(f"chunk {address:#x}+{size} is followed by {nxt:#x}: gap or overlap")
+                if not nxt and address + size != end:
+                    problems.append(f"region {start:#x} ends at {end:#x} but its last chunk ends at {address + size:#x}")
+                previous, address = address, nxt
+        if len(self._size) != len(self._free_size) + len(self._requested):
+            problems.append("chunk table holds chunks that belong to no region")
+        if free_count != len(self._free_size) or sum(self._count.values()) != free_count:
+            problems.append(f"free structures count {sum(self._count.values())}, chunks free {free_count}")
+        for b, sizes in enumerate(self._bin_sizes):
+            if sizes != sorted(set(sizes)) or any(bin_for_size(s) != b or s not in self._count for s in sizes):
+                problems.append(f"bin {b} holds wrong sizes {sizes}")
+            if bool(sizes) != bool(self._bin_mask >> b & 1):
+                problems.append(f"bin mask disagrees with bin {b}")
+        for size, count in self._count.items():
+            live = {a for a in self._heaps[size] if self._free_size.get(a) == size}
+            if len(live) != count:
+                problems.append(f"size {size}: heap reaches {len(live)} free chunks, count says {count}")
+        if in_use != self.bytes_in_use or requested != self.requested_bytes_in_use:
+            problems.append(f"bytes_in_use {self.bytes_in_use} / requested {self.requested_bytes_in_use}, recount {in_use} / {requested}")
+        if sum(self._regions.values()) != self.pool_bytes:
+            problems.append(f"pool_bytes {self.pool_bytes} but regions sum to {sum(self._regions.values())}")
+        if self.pool_bytes > self.bytes_limit:
+            problems.append(f"pool_bytes {self.pool_bytes} exceeds the limit {self.bytes_limit}")
+        return problems

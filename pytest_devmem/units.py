@@ -1,0 +1,77 @@
+"""Byte sizes: parse what users type, format what they read.
+
+Binary (KiB, MiB, GiB, TiB) and decimal (kB, MB, GB, TB) units are both accepted and never confused:
+`1.5GB` is 1,500,000,000 bytes, `1.5GiB` is 1,610,612,736. A bare `16G` is refused because it is
+ambiguous; the error says which two spellings were probably meant.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+_UNITS: dict[str, int] = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_AMBIGUOUS = {"k", "m", "g", "t"}
+_SIZE_RE = re.compile(r"^\s*(?P<number>[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(?P<unit>[A-Za-z]*)\s*$")
+
+ALLOWED_UNITS = "B, kB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024)"
+
+
+def parse_size(text: str | int) -> int:
+    """Return the number of bytes `text` names; raise ValueError naming the text and the allowed units.
+
+    Fractional results are rounded down to whole bytes (`0.5KiB` is 512, `1.0000001B` is 1).
+    """
+    if isinstance(text, bool):
+        raise ValueError(f"invalid size {text!r}: expected a number of bytes or a string such as '16GiB'")
+    if isinstance(text, int):
+        if text < 0:
+            raise ValueError(f"invalid size {text!r}: a size cannot be negative")
+        return text
+    if not isinstance(text, str):
+        raise ValueError(f"invalid size {text!r}: expected a number of bytes or a string such as '16GiB'")
+    match = _SIZE_RE.match(text)
+    if match is None:
+        raise ValueError(f"invalid size {text!r}: expected a number and a unit, such as '16GiB' or '1.5GB'")
+    unit = match.group("unit").lower()
+    if unit in _AMBIGUOUS:
+        number = match.group("number")
+        raise ValueError(
+            f"ambiguous size {text!r}: write {number}{unit.upper()}iB (powers of 1024) "
+            f"or {number}{unit.upper()}B (powers of 1000)"
+        )
+    if unit not in _UNITS:
+        raise ValueError(f"invalid size {text!r}: unknown unit {match.group('unit')!r}; allowed: {ALLOWED_UNITS}")
+    value = float(match.group("number")) * _UNITS[unit]
+    if not math.isfinite(value):
+        raise ValueError(f"invalid size {text!r}: too large")
+    return int(value)
+
+
+def format_size(nbytes: float) -> str:
+    """Human-readable binary size, e.g. `1.50 GiB`; exact bytes below 1 KiB."""
+    sign = "-" if nbytes < 0 else ""
+    magnitude = abs(nbytes)
+    if magnitude < 1024:
+        return f"{sign}{int(magnitude)} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        magnitude /= 1024
+        if magnitude < 1024 or unit == "TiB":
+            return f"{sign}{magnitude:.2f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def round_up(nbytes: int, multiple: int) -> int:
+    """Smallest multiple of `multiple` that is >= nbytes."""
+    return -(-nbytes // multiple) * multiple
