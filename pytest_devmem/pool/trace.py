@@ -178,11 +178,12 @@ def replay(trace: Trace | Iterable[TraceEvent], pool: Pool, *, stop_on_oom: bool
     first_error: OutOfMemoryError | None = None
     failed_at: int | None = None
     index = -1
+    alloc, free = pool.alloc, pool.free
     for index, event in enumerate(trace):
         action = event.action
         if action == ALLOCATE:
             try:
-                mapping[event.pointer] = pool.alloc(event.size)
+                mapping[event.pointer] = alloc(event.size)
             except OutOfMemoryError as exc:
                 if first_error is None:
                     first_error, failed_at = exc, index
@@ -201,7 +202,7 @@ def replay(trace: Trace | Iterable[TraceEvent], pool: Pool, *, stop_on_oom: bool
                     dropped.discard(event.pointer)
                     continue
                 raise InvalidFreeError(f"trace event {index}: free of {event.pointer:#x}, which the trace never allocated")
-            pool.free(handle)
+            free(handle)
             live -= sizes.pop(event.pointer)
     return ReplayResult(
         ok=first_error is None,

@@ -1,0 +1,1 @@
+"""Benchmarks of pytest-devmem; run `python -m benchmarks` from the repository root."""

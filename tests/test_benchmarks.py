@@ -1,0 +1,35 @@
+"""The benchmark command runs and prints its table (timings are not asserted: they live in the benchmark)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.reference import FirstFitPool
+from benchmarks.workloads import training_loop
+from pytest_devmem.pool import replay
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_pool_benchmark_runs_in_quick_mode() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    lines = result.stdout.splitlines()
+    assert "ops/s" in lines[1] and "held/live" in lines[1]
+    for trace in ("many-small", "mixed-small-huge", "training-loop"):
+        policies = [line.split()[2] for line in lines if line.startswith(trace)]
+        assert policies == ["first-fit", "prealloc", "growth", "ondemand"]
+
+
+def test_first_fit_reference_is_a_correct_allocator() -> None:
+    trace = training_loop(steps=2, layers=6)
+    pool = FirstFitPool(2**34)
+    result = replay(trace, pool)  # type: ignore[arg-type]
+    assert result.ok
+    assert pool.peak_live >= trace.peak_live_bytes()
+    for offset in list(pool._sizes):  # the weights stay live in the trace; free them here
+        pool.free(offset + 1)
+    assert pool._free == [[0, 2**34]]  # every free merged back into one block

@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_devmem.device import SimulatedDevice
+from pytest_devmem.errors import InvalidFreeError, OutOfMemoryError
+from pytest_devmem.pool import Policy, Trace, TraceEvent, TracingPool, make_pool, replay
+from pytest_devmem.pool.trace import ALLOCATE, ALLOCATE_FAILURE, FREE, TraceFormatError
+
+KiB, MiB, GiB = 2**10, 2**20, 2**30
+
+
+def record_workload(mode: str = "growth", fraction: float | None = None, capacity: int = GiB) -> TracingPool:
+    pool = TracingPool(make_pool(SimulatedDevice(capacity), Policy.of(mode, fraction)))
+    weights = pool.alloc(64 * MiB)
+    for _ in range(3):
+        activations = [pool.alloc(size) for size in (4 * MiB, 8 * MiB, 1000)]
+        for handle in reversed(activations):
+            pool.free(handle)
+    pool.free(weights)
+    return pool
+
+
+def test_tracing_pool_records_allocs_and_frees_in_order() -> None:
+    pool = record_workload()
+    actions = [event.action for event in pool.trace]
+    assert actions[0] == ALLOCATE and actions[-1] == FREE
+    assert actions.count(ALLOCATE) == actions.count(FREE) == 10
+    assert pool.trace.events[1].size == 4 * MiB
+    assert pool.trace.peak_live_bytes() == 76 * MiB + 1000
+    assert pool.stats()["num_allocs"] == 10  # the adaptor forwards to the pool
+
+
+def test_tracing_pool_records_failures() -> None:
+    pool = TracingPool(make_pool(SimulatedDevice(GiB), Policy.of("fraction", 0.1)))
+    with pytest.raises(OutOfMemoryError):
+        pool.alloc(GiB)
+    assert pool.trace.events == [TraceEvent(ALLOCATE_FAILURE, 0, GiB, pool.trace.events[0].time, pool.trace.events[0].thread)]
+
+
+def test_trace_round_trips_through_rmm_csv(tmp_path: Path) -> None:
+    trace = record_workload().trace
+    path = tmp_path / "trace.csv"
+    trace.write_csv(path)
+    assert path.read_text().splitlines()[0] == "Thread,Time,Action,Pointer,Size,Stream"
+    again = Trace.read_csv(path)
+    assert [(e.action, e.pointer, e.size) for e in again] == [(e.action, e.pointer, e.size) for e in trace]
+    assert [e.time for e in again] == pytest.approx([e.time for e in trace], abs=1e-6)
+
+
+def test_reads_rmm_logs_with_deallocate_and_clock_times(tmp_path: Path) -> None:
+    path = tmp_path / "rmm.csv"
+    path.write_text(
+        "Thread,Time,Action,Pointer,Size,Stream\n"
+        "140573312345856,1634567890.123456,allocate,0x7f8a40000000,1024,0x7f8a38001020\n"
+        "140573312345856,13:39:51:124000,allocate,0x7f8a40000400,2048,0x0\n"
+        "140573312345856,13:39:51:125000,deallocate,0x7f8a40000000,1024,0x0\n"
+    )
+    trace = Trace.read_csv(path)
+    assert [e.action for e in trace] == [ALLOCATE, ALLOCATE, FREE]
+    assert trace.events[1].time == pytest.approx(13 * 3600 + 39 * 60 + 51.124)
+    assert trace.events[0].stream == 0x7F8A38001020
+    result = replay(trace, make_pool(SimulatedDevice(GiB), Policy.of("ondemand")))
+    assert result.ok and result.peak_live_bytes == 3072
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", "trace.csv:1: not a memory-event log"),
+        ("a,b\n", "trace.csv:1: not a memory-event log"),
+        ("Thread,Time,Action,Pointer,Size,Stream\n1,0.0,allocate,0x10\n", "trace.csv:2: expected 6 columns, got 4"),
+        ("Thread,Time,Action,Pointer,Size,Stream\n1,0.0,allocate,0x10,5,0\n1,0.0,grab,0x10,5,0\n", "trace.csv:3: unknown action 'grab'"),
+        ("Thread,Time,Action,Pointer,Size,Stream\n1,0.0,allocate,zz,5,0\n", "trace.csv:2: invalid literal"),
+    ],
+)
+def test_malformed_trace_names_file_and_line(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "trace.csv"
+    path.write_text(content)
+    with pytest.raises(TraceFormatError) as info:
+        Trace.read_csv(path)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize("mode", ["prealloc", "growth", "ondemand"])
+def test_replay_reproduces_the_recorded_statistics(mode: str) -> None:
+    recorded = record_workload(mode)
+    fresh = make_pool(SimulatedDevice(GiB), Policy.of(mode))
+    result = replay(recorded.trace, fresh)
+    assert result.ok and result.events_replayed == len(recorded.trace)
+    assert result.stats == recorded.stats()
+    assert result.peak_live_bytes == recorded.trace.peak_live_bytes()
+
+
+def test_replay_into_another_regime_changes_the_footprint_not_the_live_peak() -> None:
+    trace = record_workload("growth").trace
+    ondemand = replay(trace, make_pool(SimulatedDevice(GiB), Policy.of("ondemand")))
+    prealloc = replay(trace, make_pool(SimulatedDevice(GiB), Policy.of("prealloc")))
+    assert ondemand.peak_live_bytes == prealloc.peak_live_bytes
+    assert ondemand.stats["peak_bytes_reserved"] < 80 * MiB < prealloc.stats["peak_bytes_reserved"] == 768 * MiB
+
+
+def test_replay_stops_at_the_first_oom_or_carries_on() -> None:
+    trace = record_workload().trace
+    small = replay(trace, make_pool(SimulatedDevice(GiB), Policy.of("fraction", 0.07)))  # 71.68 MiB
+    assert not small.ok
+    # the 64 MiB weights get the whole 71.68 MiB region (less than twice the request: no split),
+    # so the very next 4 MiB activation cannot be served
+    assert small.failed_at == small.events_replayed == 1
+    assert small.stats["bytes_in_use"] == small.stats["pool_bytes"]
+    assert isinstance(small.error, OutOfMemoryError)
+    carried = replay(trace, make_pool(SimulatedDevice(GiB), Policy.of("fraction", 0.07)), stop_on_oom=False)
+    assert carried.events_replayed == len(trace)
+    assert carried.failed_at == 1
+    assert carried.stats["num_ooms"] == 9
+
+
+def test_replay_refuses_a_free_the_trace_never_allocated() -> None:
+    trace = Trace([TraceEvent(ALLOCATE, 1, 100), TraceEvent(FREE, 2, 100)])
+    with pytest.raises(InvalidFreeError, match="trace event 1: free of 0x2"):
+        replay(trace, make_pool(SimulatedDevice(GiB), Policy.of("growth")))
+
+
+def test_write_is_atomic_and_leaves_no_temporary(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("precious")
+    Trace([TraceEvent(ALLOCATE, 1, 100)]).write_csv(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
+    assert "allocate" in path.read_text()
