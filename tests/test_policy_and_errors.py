@@ -17,7 +17,8 @@ KiB, MiB, GiB = 2**10, 2**20, 2**30
     ("mode", "fraction", "expected"),
     [
         ("prealloc", None, Policy(Mode.PREALLOC, 0.75)),
-        ("PREALLOC", ".5", Policy(Mode.PREALLOC, 0.5)),
+        ("PREALLOC", ".5", Policy(Mode.FRACTION, 0.5)),
+        ("prealloc", 0.75, Policy(Mode.PREALLOC, 0.75)),
         ("fraction", 0.3, Policy(Mode.FRACTION, 0.3)),
         ("growth", None, Policy(Mode.GROWTH, 1.0)),
         ("ondemand", None, Policy(Mode.ONDEMAND, 1.0)),

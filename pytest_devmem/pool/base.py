@@ -22,6 +22,7 @@ STAT_KEYS = (
     "pool_bytes",
     "peak_pool_bytes",
     "fragmentation",
+    "fragmentation_at_peak",
     "requested_bytes_in_use",
     "peak_requested_bytes_in_use",
     "internal_fragmentation_bytes",
@@ -77,6 +78,7 @@ class PoolCounters:
         self.peak_pool_bytes = 0
         self.bytes_reserved = 0
         self.peak_bytes_reserved = 0
+        self.fragmentation_at_peak = 0.0
 
     def _largest_free_block(self) -> int:
         return 0
@@ -84,9 +86,13 @@ class PoolCounters:
     def _num_regions(self) -> int:
         return 0
 
+    def _fragmentation(self) -> float:
+        """(free - largest free block) / free, XLA's measure; 0 when nothing is free."""
+        free = self.pool_bytes - self.bytes_in_use
+        return (free - self._largest_free_block()) / free if free > 0 else 0.0
+
     def stats(self) -> dict[str, int | float]:
         largest_free = self._largest_free_block()
-        free = self.pool_bytes - self.bytes_in_use
         return {
             "num_allocs": self.num_allocs,
             "bytes_in_use": self.bytes_in_use,
@@ -98,7 +104,8 @@ class PoolCounters:
             "largest_free_block_bytes": largest_free,
             "pool_bytes": self.pool_bytes,
             "peak_pool_bytes": self.peak_pool_bytes,
-            "fragmentation": (free - largest_free) / free if free > 0 else 0.0,
+            "fragmentation": self._fragmentation(),
+            "fragmentation_at_peak": self.fragmentation_at_peak,
             "requested_bytes_in_use": self.requested_bytes_in_use,
             "peak_requested_bytes_in_use": self.peak_requested_bytes_in_use,
             "internal_fragmentation_bytes": self.bytes_in_use - self.requested_bytes_in_use,
@@ -116,6 +123,7 @@ class PoolCounters:
         self.peak_requested_bytes_in_use = self.requested_bytes_in_use
         self.peak_pool_bytes = self.pool_bytes
         self.peak_bytes_reserved = self.bytes_reserved
+        self.fragmentation_at_peak = self._fragmentation()
 
     def _out_of_memory(self, requested: int, rounded: int, memory_map: str | None = None) -> OutOfMemoryError:
         self.num_ooms += 1

@@ -204,6 +204,7 @@ class BFCPool(PoolCounters):
         self.bytes_in_use = in_use
         if in_use > self.peak_bytes_in_use:
             self.peak_bytes_in_use = in_use
+            self.fragmentation_at_peak = self._fragmentation()
         asked = self.requested_bytes_in_use + requested
         self.requested_bytes_in_use = asked
         if asked > self.peak_requested_bytes_in_use:

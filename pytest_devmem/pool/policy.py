@@ -72,13 +72,17 @@ class Policy:
 
         `fraction` mode needs a fraction; the others take their documented default when none is given
         (prealloc .75, growth and ondemand the whole device) and use a given one as their limit.
+        `prealloc` with a fraction other than .75 is the `fraction` mode, so the two compare equal.
         """
         parsed = parse_mode(mode)
         if fraction is None:
             if parsed is Mode.FRACTION:
                 raise InvalidSettingError("devmem mode 'fraction' needs a fraction in (0, 1], e.g. fraction=0.5")
             return cls(parsed, _DEFAULT_FRACTION[parsed])
-        return cls(parsed, parse_fraction(fraction))
+        value = parse_fraction(fraction)
+        if parsed is Mode.PREALLOC and value != DEFAULT_PREALLOC_FRACTION:
+            parsed = Mode.FRACTION  # preallocating another fraction is what 'fraction' means
+        return cls(parsed, value)
 
     @property
     def preallocates(self) -> bool:
@@ -89,7 +93,7 @@ class Policy:
     def label(self) -> str:
         """Short text for reports: `prealloc`, `fraction=0.5`, `growth`, `growth(fraction=0.5)`, `ondemand`."""
         if self.mode is Mode.FRACTION:
-            return f"fraction={self.fraction:g}"
+            return f"fraction={self.fraction:g}"  # also prealloc with a non-default fraction
         if self.fraction != _DEFAULT_FRACTION[self.mode]:
             return f"{self.mode.value}(fraction={self.fraction:g})"
         return self.mode.value

@@ -8,15 +8,15 @@ recorded here replays in RMM's REPLAY_BENCHMARK and an RMM log replays here. Act
 from __future__ import annotations
 
 import csv
+import io
 import os
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from ..errors import DevmemError, InvalidFreeError, OutOfMemoryError
+from ..files import write_atomic
 from .base import Pool
 
 HEADER = ("Thread", "Time", "Action", "Pointer", "Size", "Stream")
@@ -67,18 +67,12 @@ class Trace:
 
     def write_csv(self, path: str | os.PathLike[str]) -> None:
         """Write the trace atomically in RMM's log format."""
-        target = Path(path)
-        fd, temporary = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", newline="") as handle:
-                writer = csv.writer(handle)
-                writer.writerow(HEADER)
-                for e in self.events:
-                    writer.writerow((e.thread, f"{e.time:.6f}", e.action, f"{e.pointer:#x}", e.size, f"{e.stream:#x}"))
-            os.replace(temporary, target)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(HEADER)
+        for e in self.events:
+            writer.writerow((e.thread, f"{e.time:.6f}", e.action, f"{e.pointer:#x}", e.size, f"{e.stream:#x}"))
+        write_atomic(path, out.getvalue())
 
     @classmethod
     def read_csv(cls, path: str | os.PathLike[str]) -> Trace:

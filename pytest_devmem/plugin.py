@@ -1,0 +1,350 @@
+"""The pytest plugin: options, the `devmem` marker and fixture, and one manager that glues regime,
+pool, sources, records and reports together. Module-level hooks only register the manager."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import Any, Generator
+
+import pytest
+
+from . import __version__
+from .device import Device, open_device
+from .errors import DevmemError, OutOfMemoryError
+from .files import write_atomic
+from .isolation import ChildEventWriter, ChildOutcome, run_in_children
+from .marks import MARK_NAME, MARKER_HELP, MarkSpec, limit_verdict, parse_mark
+from .pool import Policy, make_pool
+from .pool.base import Pool
+from .record import TestRecord
+from .regime import Regime, configure_tensorflow_gpus, jax_backend_started, restore
+from .report import render, terminal_table
+from .settings import Settings, add_options, load_settings
+from .sources import Reading, Sampler, Source
+from .sources.jax import JaxSource
+from .sources.nvml import NvmlSource
+from .sources.pool import PoolSource
+from .sources.tensorflow import TensorFlowSource
+
+PLUGIN_NAME = "devmem-manager"
+DEFAULT_FIXTURE_POLICY = Policy.of("prealloc")
+
+mark_key = pytest.StashKey["MarkSpec | str | None"]()
+regime_key = pytest.StashKey["Regime | None"]()
+measured_key = pytest.StashKey[bool]()
+readings_key = pytest.StashKey["list[Reading]"]()
+oom_key = pytest.StashKey[bool]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """Set the session regime's JAX/TensorFlow variables before any conftest can import a framework."""
+    try:
+        settings = load_settings(early_config)
+    except pytest.UsageError:
+        return  # pytest_configure reports it properly
+    if settings.regime is not None:
+        early_config.stash[_early_env_key] = settings.regime.apply()
+
+
+_early_env_key = pytest.StashKey["dict[str, str | None]"]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", MARKER_HELP)
+    settings = load_settings(config)
+    try:
+        device = open_device(settings.device_spec)
+    except DevmemError as exc:
+        raise pytest.UsageError(f"{exc} (from --devmem-device)") from None
+    manager = DevmemManager(config, settings, device)
+    config.pluginmanager.register(manager, PLUGIN_NAME)
+
+
+@dataclass
+class DevmemFixture:
+    """What the `devmem` fixture gives a test: its regime, its pool on the session's device."""
+
+    regime: Regime | None
+    pool: Pool
+    device: Device
+
+
+class DevmemManager:
+    """All per-session state: the device, the sources, the records, the child processes."""
+
+    def __init__(self, config: pytest.Config, settings: Settings, device: Device) -> None:
+        self.config = config
+        self.settings = settings
+        self.device = device
+        self.records: list[TestRecord] = []
+        self.isolated: dict[Regime, list[pytest.Item]] = {}
+        self.child_outcomes: dict[Regime, ChildOutcome] = {}
+        self.sampler = Sampler()
+        self.pool_source = PoolSource()
+        self.sources: list[Source] = [self.pool_source, JaxSource(self.sampler), TensorFlowSource()]
+        index = getattr(device, "index", None)
+        if index is not None:
+            self.sources.insert(0, NvmlSource(self.sampler, index))
+        self._previous_env: dict[str, str | None] | None = config.stash.get(_early_env_key, None)
+        self._tensorflow_configured = False
+        self.child_writer: ChildEventWriter | None = None
+        child_output = config.getoption("devmem_child_output")
+        if child_output:
+            self.child_writer = ChildEventWriter(config, child_output)
+        if settings.regime is not None:
+            if jax_backend_started():
+                warnings.warn(
+                    pytest.PytestWarning(f"JAX had already started before pytest-devmem could apply regime {settings.regime.label}; its settings do not apply in this process"),
+                    stacklevel=1,
+                )
+            previous = settings.regime.apply()
+            if self._previous_env is None:
+                self._previous_env = previous
+
+    # -- session ------------------------------------------------------------------------
+
+    @property
+    def is_child(self) -> bool:
+        return self.child_writer is not None
+
+    @property
+    def is_xdist_worker(self) -> bool:
+        return hasattr(self.config, "workerinput")
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        for source in self.sources:
+            source.close()
+        self.sampler.close()
+        if self._previous_env is not None:
+            restore(self._previous_env)
+        if self.child_writer is not None:
+            self.child_writer.close()
+        close = getattr(self.device, "close", None)
+        if close is not None:
+            close()
+
+    def pytest_report_header(self, config: pytest.Config) -> str:
+        regime = self.settings.regime.label if self.settings.regime else "none (marked tests only)"
+        return f"devmem: device {self.device.name}, regime {regime}"
+
+    # -- collection ---------------------------------------------------------------------
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if self.is_child:
+            self._keep_child_nodes(config, items)
+        session_regime = self.settings.regime
+        for item in items:
+            marker = item.get_closest_marker(MARK_NAME)
+            spec = parse_mark(marker.args, dict(marker.kwargs)) if marker is not None else None
+            item.stash[mark_key] = spec
+            item.stash[measured_key] = session_regime is not None or marker is not None
+            regime = spec.regime(session_regime) if isinstance(spec, MarkSpec) else session_regime
+            item.stash[regime_key] = regime
+            if regime is not None and regime != session_regime and not self.is_child:
+                self.isolated.setdefault(regime, []).append(item)
+
+    def _keep_child_nodes(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        with open(config.getoption("devmem_child_nodes"), encoding="utf-8") as handle:
+            wanted = {line.strip() for line in handle if line.strip()}
+        keep = [item for item in items if item.nodeid in wanted]
+        dropped = [item for item in items if item.nodeid not in wanted]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+    # -- running ------------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+        """Tests under another regime: run their regime's group in a child, then replay the reports."""
+        regime = item.stash.get(regime_key, None)
+        if regime is None or regime == self.settings.regime or self.is_child:
+            return None
+        outcome = self.child_outcomes.get(regime)
+        if outcome is None or item.nodeid not in outcome.reports:
+            group = [item] if self.is_xdist_worker else self.isolated.get(regime, [item])
+            fresh = run_in_children(self.config, regime, self.settings.device_spec, group)
+            if outcome is None:
+                self.child_outcomes[regime] = fresh
+            else:
+                outcome.reports.update(fresh.reports)
+                outcome.children_started += fresh.children_started
+            outcome = self.child_outcomes[regime]
+        ihook = item.ihook
+        ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        for report in outcome.reports.pop(item.nodeid, []):
+            ihook.pytest_runtest_logreport(report=report)
+        self._teardown_for(item, nextitem)
+        ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        return True
+
+    @staticmethod
+    def _teardown_for(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        """Tear down the in-process fixtures that `nextitem` does not share, as pytest's runner would
+        have done after this item; a failing finalizer is reported as this item's teardown error."""
+        setup_state = getattr(item.session, "_setupstate", None)
+        if setup_state is None:
+            return
+        call = pytest.CallInfo.from_call(lambda: setup_state.teardown_exact(nextitem), when="teardown")
+        if call.excinfo is not None:
+            report = item.ihook.pytest_runtest_makereport(item=item, call=call)
+            item.ihook.pytest_runtest_logreport(report=report)
+
+    def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
+        if self.child_writer is not None:
+            self.child_writer.start(nodeid)
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
+        if self.child_writer is not None:
+            self.child_writer.finish(nodeid)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, None, None]:
+        __tracebackhide__ = True
+        spec = item.stash.get(mark_key, None)
+        if isinstance(spec, str):
+            raise pytest.UsageError(spec)
+        if item.stash.get(measured_key, False):
+            self._configure_tensorflow_once()
+            item.stash[oom_key] = False
+            for source in self.sources:
+                source.start()
+            self.sampler.resume()
+        return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        if not item.stash.get(measured_key, False):
+            return (yield)
+        try:
+            return (yield)
+        except BaseException as exc:
+            item.stash[oom_key] = _is_out_of_memory(exc)
+            raise
+        finally:
+            self.sampler.pause()
+            item.stash[readings_key] = [source.stop() for source in self.sources]
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        if call.when != "call" or not item.stash.get(measured_key, False):
+            return report
+        readings = item.stash.get(readings_key, [])
+        spec = item.stash.get(mark_key, None)
+        limit = spec.limit if isinstance(spec, MarkSpec) else None
+        regime = item.stash.get(regime_key, None)
+        record = TestRecord.from_readings(
+            item.nodeid,
+            regime.label if regime is not None else "default",
+            self.device.name,
+            self.device.device_class,
+            readings,
+            oom=item.stash.get(oom_key, False),
+            outcome=report.outcome,
+            limit_bytes=limit,
+            duration_s=call.duration,
+        )
+        failure = limit_verdict(record.peak_bytes_in_use, limit)
+        if failure is not None and report.outcome == "passed":
+            report.outcome = "failed"
+            report.longrepr = failure
+            record.outcome = "failed"
+        report.devmem_record = record.to_json()  # type: ignore[attr-defined]
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.child_writer is not None:
+            self.child_writer.report(report)
+        data = getattr(report, "devmem_record", None)
+        if data is not None and report.when == "call":
+            self.records.append(TestRecord.from_json(data))
+
+    def _configure_tensorflow_once(self) -> None:
+        if self._tensorflow_configured or "tensorflow" not in sys.modules or self.settings.regime is None:
+            return
+        self._tensorflow_configured = True
+        problem = configure_tensorflow_gpus(self.settings.regime, self.device.capacity)
+        if problem:
+            warnings.warn(pytest.PytestWarning(problem), stacklevel=1)
+
+    # -- fixture ------------------------------------------------------------------------
+
+    def make_fixture(self, item: pytest.Item) -> DevmemFixture:
+        regime = item.stash.get(regime_key, None)
+        policy = regime.policy if regime is not None else DEFAULT_FIXTURE_POLICY
+        pool = make_pool(self.device, policy)
+        if item.stash.get(measured_key, False):
+            self.pool_source.attach(pool)
+        return DevmemFixture(regime, pool, self.device)
+
+    # -- reporting ----------------------------------------------------------------------
+
+    def session_info(self) -> dict[str, object]:
+        versions = {"pytest-devmem": __version__}
+        for package in ("jax", "jaxlib", "tensorflow", "tensorflow-cpu", "nvidia-ml-py"):
+            try:
+                versions[package] = importlib.metadata.version(package)
+            except importlib.metadata.PackageNotFoundError:
+                pass
+        return {
+            "device": self.device.name,
+            "device_class": self.device.device_class,
+            "device_capacity_bytes": self.device.capacity,
+            "regime": self.settings.regime.label if self.settings.regime else None,
+            "versions": versions,
+        }
+
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        if not self.records or self.is_child:
+            return
+        write = terminalreporter.write_line
+        terminalreporter.section("device memory (pytest-devmem)")
+        write(f"device {self.device.name}; {len(self.records)} measured test(s)")
+        for line in terminal_table(sorted(self.records, key=lambda r: r.test_id)):
+            write(line)
+        notes = sorted({f"{name}: {reading.note}" for r in self.records for name, reading in r.sources.items() if not reading.available and not reading.unused and reading.note})
+        if getattr(self.device, "index", None) is None:
+            notes.append("nvml: not used, the device is simulated")
+        write("sources not measuring here: " + "; ".join(notes))
+        if self.child_outcomes:
+            started = sum(outcome.children_started for outcome in self.child_outcomes.values())
+            labels = ", ".join(regime.label for regime in self.child_outcomes)
+            write(f"isolated regimes: {labels} ({started} child process(es))")
+        if self.settings.report_path is not None:
+            write(f"report written to {self.settings.report_path}")
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.settings.report_path is None or self.is_child or self.is_xdist_worker:
+            return
+        records = sorted(self.records, key=lambda r: r.test_id)
+        write_atomic(self.settings.report_path, render(self.settings.report_path, records, self.session_info()))
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    """Our pool's OOM, or a framework's (XLA's RESOURCE_EXHAUSTED, TensorFlow's ResourceExhaustedError)."""
+    if isinstance(exc, (OutOfMemoryError, MemoryError)):
+        return True
+    text = f"{type(exc).__name__}: {exc}"
+    return "RESOURCE_EXHAUSTED" in text or "ResourceExhausted" in text or "out of memory" in text.lower()
+
+
+@pytest.fixture
+def devmem(request: pytest.FixtureRequest) -> Generator[DevmemFixture, None, None]:
+    """The test's regime and a pool under it on the session's device; the pool is closed afterwards."""
+    manager: DevmemManager = request.config.pluginmanager.get_plugin(PLUGIN_NAME)
+    fixture = manager.make_fixture(request.node)
+    try:
+        yield fixture
+    finally:
+        fixture.pool.close()

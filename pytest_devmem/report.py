@@ -1,0 +1,90 @@
+"""Rendering records: the terminal table, and report files in JSON, CSV or Markdown by extension."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from .record import TestRecord
+from .units import format_size
+
+REPORT_FORMATS = (".json", ".csv", ".md")
+COLUMNS = ("test", "regime", "peak in use", "peak reserved", "fragmentation", "oom", "outcome", "sources")
+
+
+def _size(value: int | None) -> str:
+    return "n/a" if value is None else format_size(value)
+
+
+def _fraction(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def table_rows(records: Iterable[TestRecord]) -> list[tuple[str, ...]]:
+    """One row of human-readable cells per record, in COLUMNS order."""
+    return [
+        (
+            r.test_id,
+            r.regime,
+            _size(r.peak_bytes_in_use),
+            _size(r.peak_bytes_reserved),
+            _fraction(r.fragmentation),
+            "yes" if r.oom else "no",
+            r.outcome,
+            ", ".join(r.measured_by) or "none",
+        )
+        for r in records
+    ]
+
+
+def terminal_table(records: Sequence[TestRecord]) -> list[str]:
+    """Aligned text lines for the terminal summary."""
+    rows = [COLUMNS, *table_rows(records)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+
+
+def markdown_table(records: Sequence[TestRecord]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for row in table_rows(records):
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def csv_text(records: Sequence[TestRecord]) -> str:
+    """One line per record with raw numbers (bytes, not human units) for spreadsheets and pandas."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["test_id", "regime", "device", "device_class", "peak_bytes_in_use", "peak_bytes_reserved", "fragmentation", "oom", "outcome", "limit_bytes", "duration_s", "sources"])
+    for r in records:
+        writer.writerow([
+            r.test_id, r.regime, r.device, r.device_class,
+            "" if r.peak_bytes_in_use is None else r.peak_bytes_in_use,
+            "" if r.peak_bytes_reserved is None else r.peak_bytes_reserved,
+            "" if r.fragmentation is None else f"{r.fragmentation:.6f}",
+            int(r.oom), r.outcome,
+            "" if r.limit_bytes is None else r.limit_bytes,
+            f"{r.duration_s:.6f}", ";".join(r.measured_by),
+        ])
+    return out.getvalue()
+
+
+def json_text(records: Sequence[TestRecord], session: dict[str, object]) -> str:
+    return json.dumps({"session": session, "records": [r.to_json() for r in records]}, indent=2) + "\n"
+
+
+def render(path: str | os.PathLike[str], records: Sequence[TestRecord], session: dict[str, object]) -> str:
+    """The report text for `path`'s extension; ValueError for an extension not in REPORT_FORMATS."""
+    suffix = Path(path).suffix.lower()
+    if suffix == ".json":
+        return json_text(records, session)
+    if suffix == ".csv":
+        return csv_text(records)
+    if suffix == ".md":
+        header = f"# Device memory report\n\nDevice: {session.get('device', 'n/a')}. Measured tests: {len(records)}.\n\n"
+        return header + markdown_table(records)
+    raise ValueError(f"unknown report format {suffix or '(none)'!r} for {path}: use one of {', '.join(REPORT_FORMATS)}")

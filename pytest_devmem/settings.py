@@ -1,0 +1,130 @@
+"""Session settings: each read once, from the command line, then the environment, then the ini file,
+then the default. A bad value stops the run with a pytest.UsageError naming the value, where it came
+from and what is allowed."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from .device import DEFAULT_SIM_CAPACITY, DEVICE_SPEC_HELP
+from .errors import DevmemError
+from .pool.policy import ALLOWED_MODES, parse_fraction, parse_mode
+from .regime import Regime
+from .report import REPORT_FORMATS
+from .units import format_size
+
+
+@dataclass(frozen=True)
+class Option:
+    """One user setting: its command-line option, ini key and environment variable."""
+
+    name: str
+    help: str
+    metavar: str = ""
+    flag: bool = False
+
+    @property
+    def option(self) -> str:
+        return f"--devmem-{self.name}"
+
+    @property
+    def dest(self) -> str:
+        return f"devmem_{self.name.replace('-', '_')}"
+
+    @property
+    def ini(self) -> str:
+        return self.dest
+
+    @property
+    def env(self) -> str:
+        return f"DEVMEM_{self.name.replace('-', '_').upper()}"
+
+
+OPTIONS = (
+    Option("mode", f"Measure every test under this allocation regime: {ALLOWED_MODES}.", "MODE"),
+    Option("fraction", "Fraction of device memory for the 'fraction' regime (or the limit of another), in (0, 1]. Implies --devmem-mode=fraction when no mode is given.", "F"),
+    Option("device", f"Device to measure on: {DEVICE_SPEC_HELP}. Default: auto (GPU 0 when one is present, else a simulated {format_size(DEFAULT_SIM_CAPACITY)} device).", "SPEC"),
+    Option("report", f"Write the per-test records to FILE; the format follows the extension: {', '.join(REPORT_FORMATS)}.", "FILE"),
+)
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("devmem", "device memory (pytest-devmem)")
+    for option in OPTIONS:
+        if option.flag:
+            group.addoption(option.option, action="store_true", default=None, dest=option.dest, help=option.help)
+        else:
+            group.addoption(option.option, default=None, dest=option.dest, metavar=option.metavar, help=option.help)
+        parser.addini(option.ini, f"{option.help} (ini form of {option.option})", default=None)
+    group.addoption("--devmem-child-output", default=None, help="(internal) where a child process writes its reports")
+    group.addoption("--devmem-child-nodes", default=None, help="(internal) file listing the tests a child process runs")
+
+
+def raw_value(config: pytest.Config, option: Option) -> tuple[str | None, str]:
+    """The setting's raw value and where it came from: command line, environment, ini, or unset."""
+    value = config.getoption(option.dest, default=None)
+    if value is None:  # before option parsing ends (pytest_load_initial_conftests) only these are known
+        value = getattr(getattr(config, "known_args_namespace", None), option.dest, None)
+    if value is not None:
+        return str(value), option.option
+    value = os.environ.get(option.env)
+    if value:
+        return value, f"environment variable {option.env}"
+    value = config.getini(option.ini)
+    if value:
+        return str(value), f"ini key {option.ini}"
+    return None, "default"
+
+
+def _checked(config: pytest.Config, option: Option, parse: Callable[[str], object]) -> object:
+    value, where = raw_value(config, option)
+    if value is None:
+        return None
+    try:
+        return parse(value)
+    except (DevmemError, ValueError) as exc:
+        raise pytest.UsageError(f"{exc} (from {where})") from None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the session needs to know from the user, validated."""
+
+    regime: Regime | None
+    device_spec: str
+    report_path: Path | None
+
+    @property
+    def measures_everything(self) -> bool:
+        return self.regime is not None
+
+
+def load_settings(config: pytest.Config) -> Settings:
+    """Read and validate every setting; pytest.UsageError on the first bad one."""
+    options = {option.name: option for option in OPTIONS}
+    mode = _checked(config, options["mode"], parse_mode)
+    fraction = _checked(config, options["fraction"], parse_fraction)
+    regime = None
+    if mode is not None or fraction is not None:
+        try:
+            regime = Regime.of(mode or "fraction", fraction)  # type: ignore[arg-type]
+        except DevmemError as exc:
+            raise pytest.UsageError(f"{exc} (from {options['mode'].option} and {options['fraction'].option})") from None
+    device_spec, where = raw_value(config, options["device"])
+    device_spec = device_spec or "auto"
+    report, report_where = raw_value(config, options["report"])
+    report_path = None
+    if report:
+        report_path = Path(report)
+        if report_path.suffix.lower() not in REPORT_FORMATS:
+            raise pytest.UsageError(
+                f"invalid devmem report file {report!r} (from {report_where}): the extension must be one of {', '.join(REPORT_FORMATS)}"
+            )
+        if not report_path.is_absolute():
+            report_path = config.invocation_params.dir / report_path
+    return Settings(regime=regime, device_spec=device_spec, report_path=report_path)
