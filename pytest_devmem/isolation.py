@@ -110,7 +110,6 @@ def _run_child(config: pytest.Config, regime: Regime, device_spec: str, items: S
     command = child_command(config, regime, device_spec, events_path, nodes, paths)
     environment = dict(os.environ)
     regime.apply(environment)
-    environment.pop("PYTEST_ADDOPTS", None)
     environment.pop("PYTEST_XDIST_WORKER", None)
     with open(log_path, "w", encoding="utf-8") as log:
         completed = subprocess.run(command, cwd=config.invocation_params.dir, env=environment, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -135,6 +134,8 @@ def _apply_events(config: pytest.Config, events: list[dict[str, Any]], outcome: 
             outcome.reports[nodeid] = []
         elif event["event"] == "report":
             report = config.hook.pytest_report_from_serializable(config=config, data=event["data"])
+            if isinstance(report.longrepr, list):  # a skip's (path, line, reason): JSON made the tuple a list
+                report.longrepr = tuple(report.longrepr)
             outcome.reports.setdefault(nodeid, []).append(report)
         elif event["event"] == "finish":
             finished.add(nodeid)

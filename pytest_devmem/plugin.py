@@ -59,11 +59,17 @@ _early_env_key = pytest.StashKey["dict[str, str | None]"]()
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
-    settings = load_settings(config)
     try:
-        device = open_device(settings.device_spec)
-    except DevmemError as exc:
-        raise pytest.UsageError(f"{exc} (from --devmem-device)") from None
+        settings = load_settings(config)
+        try:
+            device = open_device(settings.device_spec)
+        except DevmemError as exc:
+            raise pytest.UsageError(f"{exc} (from --devmem-device)") from None
+    except pytest.UsageError:
+        early = config.stash.get(_early_env_key, None)
+        if early is not None:  # undo what pytest_load_initial_conftests set
+            restore(early)
+        raise
     manager = DevmemManager(config, settings, device)
     config.pluginmanager.register(manager, PLUGIN_NAME)
 

@@ -7,6 +7,27 @@ from pytest_devmem.device import cuda_device_count
 pytest_plugins = ["pytester"]
 
 
+@pytest.fixture(autouse=True)
+def _lean_inner_runs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inner pytest runs (pytester) skip hypothesis's plugin, which costs ~0.5 s a run to import."""
+    if "pytester" in request.fixturenames:
+        request.getfixturevalue("pytester")  # it clears PYTEST_ADDOPTS when it starts
+        monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:hypothesispytest")
+
+
+@pytest.fixture(scope="session")
+def jax_loaded() -> object:
+    """JAX imported before any pytester snapshot of sys.modules: pytester drops modules imported
+    during a test, and importing jaxlib twice in one process aborts it."""
+    return pytest.importorskip("jax")
+
+
+@pytest.fixture(scope="session")
+def tensorflow_loaded() -> object:
+    """TensorFlow imported once for the session, for the same reason as `jax_loaded`."""
+    return pytest.importorskip("tensorflow")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip GPU-marked tests, with the reason, where the CUDA driver sees no GPU."""
     if not any(item.get_closest_marker("gpu") for item in items):

@@ -1,0 +1,154 @@
+"""Real JAX and TensorFlow on CPU: the recorded peak follows what the test allocates."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def records_by_test(pytester: pytest.Pytester, name: str = "r.json") -> dict[str, dict]:
+    data = json.loads((pytester.path / name).read_text())
+    return {record["test_id"].split("::")[-1]: record for record in data["records"]}
+
+
+def test_jax_peak_doubles_when_the_test_allocates_twice_as_much(jax_loaded: object, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        import jax.numpy as jnp
+
+        @pytest.mark.parametrize("n", [1, 2])
+        def test_alloc(n):
+            x = jnp.ones((n * 2_000_000,), dtype=jnp.float32)
+            y = (x * 2).block_until_ready()
+            assert float(y[0]) == 2.0
+        """
+    )
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-report=r.json")
+    result.assert_outcomes(passed=2)
+    records = records_by_test(pytester)
+    one, two = records["test_alloc[1]"], records["test_alloc[2]"]
+    assert one["sources"]["jax"]["available"] and one["sources"]["jax"]["figures"]["backend"] == "cpu"
+    assert one["sources"]["jax"]["peak_bytes_in_use"] >= 16_000_000  # x and y, 8 MB each
+    assert 1.8 < two["sources"]["jax"]["peak_bytes_in_use"] / one["sources"]["jax"]["peak_bytes_in_use"] < 2.2
+    assert two["peak_bytes_in_use"] > one["peak_bytes_in_use"]
+
+
+def test_jax_compiled_memory_analysis_is_recorded(jax_loaded: object, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import jax, jax.numpy as jnp
+
+        def test_jit():
+            f = jax.jit(lambda a: jnp.tanh(a @ a.T) @ a)
+            f(jnp.ones((700, 700))).block_until_ready()
+        """
+    )
+    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-report=r.json").assert_outcomes(passed=1)
+    figures = records_by_test(pytester)["test_jit"]["sources"]["jax"]["figures"]
+    assert figures["compiled_functions"] >= 1
+    assert figures["compiled_peak_bytes"] >= 3 * 700 * 700 * 4  # argument, temporary, output
+
+
+def test_tensorflow_peak_doubles_when_the_test_allocates_twice_as_much(tensorflow_loaded: object, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        import tensorflow as tf
+
+        @pytest.mark.parametrize("n", [1, 2])
+        def test_alloc(n):
+            x = tf.ones((n * 2_000_000,), dtype=tf.float32)
+            y = x * 2.0
+            assert float(tf.reduce_sum(y)) > 0
+        """
+    )
+    result = pytester.runpytest_inprocess("--devmem-mode=growth", "--devmem-report=r.json")
+    result.assert_outcomes(passed=2)
+    records = records_by_test(pytester)
+    one, two = records["test_alloc[1]"]["sources"]["tensorflow"], records["test_alloc[2]"]["sources"]["tensorflow"]
+    assert one["available"] and one["figures"]["device"] == "CPU:0"
+    assert one["peak_bytes_in_use"] >= 16_000_000
+    assert 1.8 < two["peak_bytes_in_use"] / one["peak_bytes_in_use"] < 2.2
+
+
+@pytest.mark.parametrize("suffix", [".json", ".csv", ".md"])
+def test_report_formats(pytester: pytest.Pytester, suffix: str) -> None:
+    pytester.makepyfile(
+        """
+        def test_pool(devmem):
+            devmem.pool.alloc(3 * 2**20)
+        def test_nothing():
+            pass
+        """
+    )
+    report = pytester.path / "out" / f"devmem{suffix}"
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", f"--devmem-report={report}")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([f"*report written to {report}*"])
+    text = report.read_text()
+    if suffix == ".json":
+        data = json.loads(text)
+        assert data["session"]["device"] == "sim:16GiB" and data["session"]["regime"] == "prealloc"
+        assert "pytest-devmem" in data["session"]["versions"]
+        pool = next(r for r in data["records"] if r["test_id"].endswith("test_pool"))
+        assert pool["peak_bytes_in_use"] == 3 * 2**20
+        assert pool["sources"]["pool"]["figures"]["peak_pool_bytes"] == 12 * 2**30
+        nothing = next(r for r in data["records"] if r["test_id"].endswith("test_nothing"))
+        assert nothing["sources"]["pool"] == {"available": False, "unused": True, "note": "the test did not use the devmem fixture"}
+    elif suffix == ".csv":
+        rows = list(csv.DictReader(text.splitlines()))
+        assert [row["test_id"].split("::")[-1] for row in rows] == ["test_nothing", "test_pool"]
+        assert rows[1]["peak_bytes_in_use"] == str(3 * 2**20)
+        pandas = pytest.importorskip("pandas")
+        frame = pandas.read_csv(report)
+        assert frame["peak_bytes_reserved"].max() == 12 * 2**30
+    else:
+        assert text.startswith("# Device memory report")
+        assert "| test | regime | peak in use | peak reserved | fragmentation | oom | outcome | sources |" in text
+        assert "| 3.00 MiB | 12.00 GiB |" in text
+
+
+def test_xdist_workers_send_every_record_to_the_controller(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        @pytest.mark.parametrize("n", range(10))
+        def test_many(devmem, n):
+            devmem.pool.alloc((n + 1) * 2**20)
+        """
+    )
+    result = pytester.runpytest_inprocess("--devmem-mode=ondemand", "-n", "2", "--devmem-report=r.json")
+    result.assert_outcomes(passed=10)
+    result.stdout.fnmatch_lines(["*10 measured test(s)*"])
+    records = records_by_test(pytester)
+    assert len(records) == 10
+    assert records["test_many[9]"]["sources"]["pool"]["peak_bytes_in_use"] == 10 * 2**20
+
+
+def test_a_run_that_uses_no_framework_imports_none(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        """
+        import sys
+        def pytest_sessionfinish(session):
+            heavy = sorted({"jax", "tensorflow", "pynvml", "pandas"} & set(sys.modules))
+            with open("imported.txt", "w") as f:
+                f.write(",".join(heavy))
+        """
+    )
+    pytester.makepyfile("def test_pool(devmem):\n    devmem.pool.alloc(1024)\ndef test_nothing():\n    pass\n")
+    result = pytester.runpytest_subprocess("--devmem-mode=prealloc", "--devmem-report=r.json")
+    result.assert_outcomes(passed=2)
+    assert (pytester.path / "imported.txt").read_text() == ""
+    nothing = records_by_test(pytester)["test_nothing"]
+    assert nothing["peak_bytes_in_use"] is None  # no source measured it: no number, never a zero
+    assert nothing["sources"]["jax"] == {"available": False, "unused": True, "note": "JAX was not imported by this test"}
+
+
+def test_plugin_loads_through_its_entry_point() -> None:
+    output = subprocess.run([sys.executable, "-m", "pytest", "--version", "--version"], capture_output=True, text=True).stdout
+    assert "pytest-devmem" in output or "devmem" in output

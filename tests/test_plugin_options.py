@@ -1,0 +1,205 @@
+"""Options, ini keys, environment variables and marker arguments, good and bad, through the real plugin."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+PASSING = """
+def test_one():
+    pass
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--devmem-mode=turbo"], "unknown devmem mode 'turbo': allowed are prealloc, fraction, ondemand, growth, platform (= ondemand) (from --devmem-mode)"),
+        (["--devmem-fraction=1.5"], "invalid devmem fraction '1.5': must be in (0, 1], e.g. 0.5 (from --devmem-fraction)"),
+        (["--devmem-fraction=0"], "invalid devmem fraction '0'"),
+        (["--devmem-fraction=half"], "invalid devmem fraction 'half': must be a number in (0, 1]"),
+        (["--devmem-device=tpu:0"], "invalid device 'tpu:0': allowed are auto, sim, sim:SIZE (e.g. sim:16GiB), cuda or cuda:N (from --devmem-device)"),
+        (["--devmem-device=sim:16G"], "ambiguous size '16G': write 16GiB (powers of 1024) or 16GB (powers of 1000)"),
+        (["--devmem-report=out.xml"], "invalid devmem report file 'out.xml' (from --devmem-report): the extension must be one of .json, .csv, .md"),
+    ],
+)
+def test_bad_option_is_a_usage_error_naming_value_and_rule(pytester: pytest.Pytester, args: list[str], message: str) -> None:
+    pytester.makepyfile(PASSING)
+    result = pytester.runpytest_inprocess(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
+    assert "INTERNALERROR" not in result.stderr.str() + result.stdout.str()
+
+
+def test_bad_ini_value_says_where_it_came_from(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\ndevmem_mode = fast\n")
+    pytester.makepyfile(PASSING)
+    result = pytester.runpytest_inprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "unknown devmem mode 'fast'" in result.stderr.str() and "(from ini key devmem_mode)" in result.stderr.str()
+
+
+def test_bad_environment_value_says_where_it_came_from(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEVMEM_FRACTION", "2")
+    pytester.makepyfile(PASSING)
+    result = pytester.runpytest_inprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "(from environment variable DEVMEM_FRACTION)" in result.stderr.str()
+
+
+def test_failed_configure_leaves_no_framework_variable_behind(pytester: pytest.Pytester) -> None:
+    before = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
+    pytester.makepyfile(PASSING)
+    result = pytester.runpytest_inprocess("--devmem-mode=fraction", "--devmem-fraction=.3", "--devmem-device=bogus")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION") == before
+
+
+@pytest.mark.parametrize(
+    ("source", "args"),
+    [("cli", ["--devmem-mode=growth"]), ("ini", []), ("env", [])],
+)
+def test_mode_from_cli_ini_or_environment_measures_every_test(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, source: str, args: list[str]) -> None:
+    if source == "ini":
+        pytester.makeini("[pytest]\ndevmem_mode = growth\n")
+    if source == "env":
+        monkeypatch.setenv("DEVMEM_MODE", "growth")
+    pytester.makepyfile(
+        """
+        import os
+        def test_sees_growth_settings(devmem):
+            assert devmem.regime.label == "growth"
+            assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+            assert os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
+        def test_unmarked():
+            pass
+        """
+    )
+    result = pytester.runpytest_inprocess(*args)
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*device memory (pytest-devmem)*", "*2 measured test(s)*", "*test_sees_growth_settings*growth*"])
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in os.environ or os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE") != "false"
+
+
+def test_cli_beats_environment_beats_ini(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makeini("[pytest]\ndevmem_mode = growth\n")
+    monkeypatch.setenv("DEVMEM_MODE", "ondemand")
+    pytester.makepyfile("def test_regime(devmem):\n    print('REGIME', devmem.regime.label)\n")
+    pytester.runpytest_inprocess("-s").stdout.fnmatch_lines(["*REGIME ondemand*"])
+    pytester.runpytest_inprocess("-s", "--devmem-mode=prealloc").stdout.fnmatch_lines(["*REGIME prealloc*"])
+
+
+def test_without_mode_only_marked_tests_are_measured(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        @pytest.mark.devmem
+        def test_marked(devmem):
+            devmem.pool.alloc(1024)
+        def test_plain():
+            pass
+        """
+    )
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*1 measured test(s)*", "*test_marked*default*"])
+    result.stdout.no_fnmatch_line("*test_plain*default*")
+
+
+def test_no_mode_and_no_marker_prints_nothing(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(PASSING)
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("*device memory (pytest-devmem)*")
+
+
+def test_header_names_device_and_regime(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(PASSING)
+    result = pytester.runpytest_inprocess("--devmem-mode=fraction", "--devmem-fraction=.25", "--devmem-device=sim:8GiB")
+    result.stdout.fnmatch_lines(["devmem: device sim:8GiB, regime fraction=0.25"])
+
+
+def test_help_documents_options_and_default_device(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_inprocess("--help")
+    result.stdout.fnmatch_lines(["*--devmem-mode=MODE*", "*--devmem-fraction=F*", "*--devmem-device=SPEC*", "*simulated 16.00 GiB device*", "*--devmem-report=FILE*"])
+
+
+@pytest.mark.parametrize(
+    ("marker", "message"),
+    [
+        ("devmem(mode='warp')", "@pytest.mark.devmem: unknown devmem mode 'warp'"),
+        ("devmem(fraction=2)", "@pytest.mark.devmem: invalid devmem fraction 2: must be in (0, 1]"),
+        ("devmem(mode='fraction')", "@pytest.mark.devmem(mode='fraction') needs a fraction in (0, 1]"),
+        ("devmem(limit='lots')", "@pytest.mark.devmem: invalid size 'lots'"),
+        ("devmem(limit=0)", "limit=0: must be more than 0 bytes"),
+        ("devmem(tolerance=5)", "tolerance=5: must be a string such as '5%'"),
+        ("devmem(frameworks=('jax', 'torch'))", "unknown framework 'torch'"),
+        ("devmem(colour='red')", "unknown argument(s) colour; allowed: mode, fraction, limit, tolerance, frameworks"),
+        ("devmem('prealloc')", "takes keyword arguments only"),
+    ],
+)
+def test_bad_marker_errors_that_test_only(pytester: pytest.Pytester, marker: str, message: str) -> None:
+    pytester.makepyfile(
+        f"""
+        import pytest
+        @pytest.mark.{marker}
+        def test_bad():
+            pass
+        def test_good():
+            pass
+        """
+    )
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc")
+    result.assert_outcomes(passed=1, errors=1)
+    assert message in result.stdout.str()
+    result.stdout.fnmatch_lines(["*UsageError*"])
+    assert "INTERNALERROR" not in result.stdout.str()
+
+
+def test_limit_fails_the_test_with_the_numbers(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        @pytest.mark.devmem(limit="1MiB")
+        def test_over(devmem):
+            devmem.pool.alloc(3 * 2**20)
+        @pytest.mark.devmem(limit="4MiB")
+        def test_under(devmem):
+            devmem.pool.alloc(3 * 2**20)
+        """
+    )
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc")  # a big region: chunks are split to size
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*device memory limit exceeded: peak 3.00 MiB (3145728 bytes) > limit 1.00 MiB (1048576 bytes), over by 2.00 MiB (200.0%)*"])
+
+
+def test_fixture_gives_regime_pool_and_device(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        def test_fixture(devmem):
+            assert devmem.regime.label == "fraction=0.5"
+            assert devmem.device.name == "sim:4GiB"
+            handle = devmem.pool.alloc(1000)
+            assert devmem.pool.stats()["bytes_limit"] == 2 * 2**30
+            devmem.pool.free(handle)
+            assert devmem.pool.stats()["bytes_in_use"] == 0
+        """
+    )
+    result = pytester.runpytest_inprocess("--devmem-fraction=.5", "--devmem-device=sim:4GiB")
+    result.assert_outcomes(passed=1)
+
+
+def test_pool_oom_in_a_test_is_recorded(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        def test_too_big(devmem):
+            devmem.pool.alloc(15 * 2**30)
+        """
+    )
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-report=r.json")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*OutOfMemoryError: out of device memory: asked 15.00 GiB*", "*fix: raise the fraction to at least 0.94*"])
+    import json
+    record = json.loads((pytester.path / "r.json").read_text())["records"][0]
+    assert record["oom"] is True and record["outcome"] == "failed"

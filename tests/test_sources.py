@@ -1,0 +1,181 @@
+"""Measurement sources. NVML cannot run without a GPU, so it is faked here behind pynvml's functions;
+the GPU-marked test at the end runs the real one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from pytest_devmem.record import TestRecord
+from pytest_devmem.sources import Reading, Sampler
+from pytest_devmem.sources.nvml import NvmlSource
+from pytest_devmem.sources.pool import PoolSource
+from pytest_devmem.sources.tensorflow import TensorFlowSource
+
+GiB, MiB = 2**30, 2**20
+
+
+class FakeNvml:
+    """pynvml's functions, over a device whose used memory the test sets."""
+
+    def __init__(self, total: int = 80 * GiB, per_process: bool = True, fail_init: bool = False) -> None:
+        self.total = total
+        self.used = 1 * GiB  # the driver and other tenants
+        self.mine = 0
+        self.per_process = per_process
+        self.fail_init = fail_init
+        self.shut_down = False
+
+    def nvmlInit(self) -> None:
+        if self.fail_init:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    def nvmlShutdown(self) -> None:
+        self.shut_down = True
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
+        return f"gpu{index}"
+
+    def nvmlDeviceGetMemoryInfo(self, handle: str) -> SimpleNamespace:
+        return SimpleNamespace(total=self.total, used=self.used + self.mine, free=self.total - self.used - self.mine)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: str) -> list[SimpleNamespace]:
+        if not self.per_process:
+            raise RuntimeError("Insufficient Permissions")
+        return [SimpleNamespace(pid=12345, usedGpuMemory=5 * GiB), SimpleNamespace(pid=os.getpid(), usedGpuMemory=self.mine)]
+
+
+def test_nvml_sampler_catches_a_short_peak() -> None:
+    sampler = Sampler(interval=0.001)
+    nvml = FakeNvml()
+    source = NvmlSource(sampler, 0, nvml=nvml)
+    source.start()
+    sampler.resume()
+    nvml.mine = 6 * GiB  # a burst that is gone before the test ends
+    time.sleep(0.05)
+    nvml.mine = 1 * GiB
+    time.sleep(0.01)
+    sampler.pause()
+    reading = source.stop()
+    assert reading.available and reading.note == ""
+    assert reading.peak_bytes_in_use == 6 * GiB
+    assert reading.figures["process_used_peak_bytes"] == 6 * GiB
+    assert reading.figures["device_used_peak_bytes"] == 7 * GiB
+    assert reading.figures["device_total_bytes"] == 80 * GiB
+    source.close()
+    sampler.close()
+    assert nvml.shut_down
+
+
+def test_nvml_falls_back_to_device_figures_without_per_process_data() -> None:
+    sampler = Sampler(interval=0.001)
+    nvml = FakeNvml(per_process=False)
+    source = NvmlSource(sampler, 0, nvml=nvml)
+    source.start()
+    nvml.mine = 2 * GiB
+    reading = source.stop()
+    assert reading.peak_bytes_in_use == 2 * GiB
+    assert "no per-process figure" in reading.note
+    sampler.close()
+
+
+def test_nvml_that_cannot_start_says_why_and_reports_no_number() -> None:
+    source = NvmlSource(Sampler(), 0, nvml=FakeNvml(fail_init=True))
+    source.start()
+    reading = source.stop()
+    assert not reading.available
+    assert reading.peak_bytes_in_use is None
+    assert "NVML is not usable here: NVML Shared Library Not Found" in reading.note
+
+
+def test_nvml_without_the_package_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` fail
+    reading = NvmlSource(Sampler(), 0).stop()
+    assert not reading.available and "pip install nvidia-ml-py" in reading.note
+
+
+def test_sampler_drops_a_probe_that_raises() -> None:
+    sampler = Sampler(interval=0.001)
+    calls: list[int] = []
+
+    def broken() -> None:
+        calls.append(1)
+        raise RuntimeError("boom")
+
+    sampler.add(broken)
+    sampler.resume()
+    time.sleep(0.02)
+    sampler.pause()
+    sampler.close()
+    assert len(calls) == 1
+
+
+def test_pool_source_reads_the_fixture_pool() -> None:
+    from pytest_devmem.device import SimulatedDevice
+    from pytest_devmem.pool import Policy, make_pool
+
+    source = PoolSource()
+    source.start()
+    assert source.stop().unused
+    pool = make_pool(SimulatedDevice(GiB), Policy.of("growth"))
+    keep = pool.alloc(MiB)
+    source.start()
+    source.attach(pool)
+    pool.free(pool.alloc(3 * MiB))
+    reading = source.stop()
+    # the test's own peak above the 1 MiB it found in use: the 3 MiB request got a whole 4 MiB region
+    # (less than twice the request, so BFC does not split it)
+    assert reading.peak_bytes_in_use == 4 * MiB
+    assert reading.figures["peak_pool_bytes"] == 6 * MiB
+    pool.free(keep)
+
+
+def test_tensorflow_source_is_unused_when_tensorflow_is_not_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
+    source = TensorFlowSource()
+    source.start()
+    reading = source.stop()
+    assert reading.unused and not reading.available
+
+
+def test_record_prefers_nvml_then_sums_allocators() -> None:
+    pool = Reading("pool", True, peak_bytes_in_use=10, peak_bytes_reserved=100, fragmentation=0.25)
+    jax = Reading("jax", True, peak_bytes_in_use=5, peak_bytes_reserved=5)
+    tf = Reading("tensorflow", False, "TensorFlow was not imported by this test", unused=True)
+    nvml = Reading("nvml", True, peak_bytes_in_use=64, peak_bytes_reserved=64)
+    on_cpu = TestRecord.from_readings("t", "prealloc", "sim:1GiB", "sim-1GiB", [pool, jax, tf], oom=False, outcome="passed")
+    assert (on_cpu.peak_bytes_in_use, on_cpu.peak_bytes_reserved, on_cpu.fragmentation) == (15, 105, 0.25)
+    assert on_cpu.measured_by == ["pool", "jax"]
+    on_gpu = TestRecord.from_readings("t", "prealloc", "cuda:0", "cuda-H100", [nvml, pool, jax], oom=False, outcome="passed")
+    assert on_gpu.peak_bytes_in_use == 64
+    nothing = TestRecord.from_readings("t", "prealloc", "sim:1GiB", "sim-1GiB", [tf], oom=False, outcome="passed")
+    assert nothing.peak_bytes_in_use is None and nothing.fragmentation is None
+    assert TestRecord.from_json(on_cpu.to_json()).to_json() == on_cpu.to_json()
+
+
+@pytest.mark.gpu
+def test_real_nvml_sees_jax_preallocate_75_percent(tmp_path) -> None:
+    """On a GPU: NVML's figure for a JAX process under prealloc is about 75% of the GPU."""
+    script = tmp_path / "probe.py"
+    script.write_text(
+        "import jax, jax.numpy as jnp\n"
+        "from pytest_devmem.sources import Sampler\n"
+        "from pytest_devmem.sources.nvml import NvmlSource\n"
+        "source = NvmlSource(Sampler(), 0)\n"
+        "source.start()\n"
+        "jnp.ones(1).block_until_ready()\n"
+        "reading = source.stop()\n"
+        "print(reading.figures['device_total_bytes'], reading.figures.get('process_used_peak_bytes', reading.figures['device_used_peak_bytes']))\n"
+    )
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="true", XLA_PYTHON_CLIENT_MEM_FRACTION=".75")
+    output = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, check=True).stdout.split()
+    total, used = int(output[-2]), int(output[-1])
+    assert 0.70 * total < used < 0.80 * total
