@@ -1,10 +1,17 @@
-"""`python -m benchmarks`: run every benchmark with its defaults."""
+"""`python -m benchmarks`: the pool benchmark, then the plugin-overhead benchmark.
+
+Flags go to the pool benchmark; `--quick` also shortens the overhead benchmark.
+"""
 
 from __future__ import annotations
 
 import sys
 
-from .bench_pool import main
+from . import bench_plugin, bench_pool
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    arguments = sys.argv[1:]
+    status = bench_pool.main(arguments)
+    print()
+    quick = ["--tests", "20", "--repeat", "1"] if "--quick" in arguments else []
+    raise SystemExit(status or bench_plugin.main(quick))

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 
-try:
-    __version__ = version("pytest-devmem")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+unknown"
+def __getattr__(name: str) -> str:
+    """`__version__`, looked up on first use: reading distribution metadata costs milliseconds."""
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("pytest-devmem")
+        except PackageNotFoundError:  # a source tree that was never installed
+            return "0.0.0+unknown"
+    raise AttributeError(f"module 'pytest_devmem' has no attribute {name!r}")

@@ -7,15 +7,13 @@ import importlib.metadata
 import sys
 import warnings
 from dataclasses import dataclass
-from typing import Any, Generator
+from typing import TYPE_CHECKING, Any, Generator
 
 import pytest
 
-from . import __version__
 from .device import Device, open_device
 from .errors import DevmemError, OutOfMemoryError
 from .files import write_atomic
-from .isolation import ChildEventWriter, ChildOutcome, run_in_children
 from .marks import MARK_NAME, MARKER_HELP, MarkSpec, limit_verdict, parse_mark
 from .pool import Policy, make_pool
 from .pool.base import Pool
@@ -28,6 +26,9 @@ from .sources.jax import JaxSource
 from .sources.nvml import NvmlSource
 from .sources.pool import PoolSource
 from .sources.tensorflow import TensorFlowSource
+
+if TYPE_CHECKING:  # isolation pulls in subprocess and json: imported only when a test needs a child
+    from .isolation import ChildEventWriter, ChildOutcome
 
 PLUGIN_NAME = "devmem-manager"
 DEFAULT_FIXTURE_POLICY = Policy.of("prealloc")
@@ -102,8 +103,11 @@ class DevmemManager:
         self._previous_env: dict[str, str | None] | None = config.stash.get(_early_env_key, None)
         self._tensorflow_configured = False
         self.child_writer: ChildEventWriter | None = None
+        self._local_records: dict[str, TestRecord] = {}  # made in this process: no JSON round trip
         child_output = config.getoption("devmem_child_output")
         if child_output:
+            from .isolation import ChildEventWriter
+
             self.child_writer = ChildEventWriter(config, child_output)
         if settings.regime is not None:
             if jax_backend_started():
@@ -177,6 +181,8 @@ class DevmemManager:
             return None
         outcome = self.child_outcomes.get(regime)
         if outcome is None or item.nodeid not in outcome.reports:
+            from .isolation import run_in_children
+
             group = [item] if self.is_xdist_worker else self.isolated.get(regime, [item])
             fresh = run_in_children(self.config, regime, self.settings.device_spec, group)
             if outcome is None:
@@ -265,14 +271,23 @@ class DevmemManager:
             report.outcome = "failed"
             report.longrepr = failure
             record.outcome = "failed"
-        report.devmem_record = record.to_json()  # type: ignore[attr-defined]
+        if self.is_child or self.is_xdist_worker:  # the record travels to another process with the report
+            report.devmem_record = record.to_json()  # type: ignore[attr-defined]
+        else:
+            self._local_records[item.nodeid] = record
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.child_writer is not None:
             self.child_writer.report(report)
+        if report.when != "call":
+            return
+        local = self._local_records.pop(report.nodeid, None)
+        if local is not None:
+            self.records.append(local)
+            return
         data = getattr(report, "devmem_record", None)
-        if data is not None and report.when == "call":
+        if data is not None:
             self.records.append(TestRecord.from_json(data))
 
     def _configure_tensorflow_once(self) -> None:
@@ -296,6 +311,8 @@ class DevmemManager:
     # -- reporting ----------------------------------------------------------------------
 
     def session_info(self) -> dict[str, object]:
+        from . import __version__
+
         versions = {"pytest-devmem": __version__}
         for package in ("jax", "jaxlib", "tensorflow", "tensorflow-cpu", "nvidia-ml-py"):
             try:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..device import Device
 from .base import STAT_KEYS, Pool
 from .bfc import BFCPool, bin_for_size, rounded_bytes
 from .ondemand import OnDemandPool
 from .policy import DEFAULT_PREALLOC_FRACTION, Mode, Policy, parse_fraction, parse_mode
-from .trace import Trace, TraceEvent, TracingPool, ReplayResult, replay
 
 __all__ = [
     "STAT_KEYS",
@@ -28,6 +29,21 @@ __all__ = [
     "replay",
     "rounded_bytes",
 ]
+
+
+if TYPE_CHECKING:
+    from .trace import ReplayResult, Trace, TraceEvent, TracingPool, replay
+
+_TRACE_NAMES = {"Trace", "TraceEvent", "TracingPool", "ReplayResult", "replay"}
+
+
+def __getattr__(name: str) -> object:
+    """Trace classes, imported on first use: the plugin's start-up does not need csv and friends."""
+    if name in _TRACE_NAMES:
+        from . import trace
+
+        return getattr(trace, name)
+    raise AttributeError(f"module 'pytest_devmem.pool' has no attribute {name!r}")
 
 
 def make_pool(device: Device, policy: Policy, *, release_free_regions: bool = False, dump_on_oom: bool = False) -> Pool:
