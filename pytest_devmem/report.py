@@ -24,6 +24,12 @@ def _fraction(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
+def _saw_memory(record: TestRecord) -> str:
+    """The sources that saw this test use memory (those that measured zero are left out of the table)."""
+    names = [name for name, reading in record.sources.items() if reading.available and (reading.peak_bytes_in_use or 0) > 0]
+    return ", ".join(names) or ("none" if not record.measured_by else "(all zero)")
+
+
 def table_rows(records: Iterable[TestRecord]) -> list[tuple[str, ...]]:
     """One row of human-readable cells per record, in COLUMNS order."""
     return [
@@ -35,7 +41,7 @@ def table_rows(records: Iterable[TestRecord]) -> list[tuple[str, ...]]:
             _fraction(r.fragmentation),
             "yes" if r.oom else "no",
             r.outcome,
-            ", ".join(r.measured_by) or "none",
+            _saw_memory(r),
         )
         for r in records
     ]

@@ -4,6 +4,7 @@ from and what is allowed."""
 
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,8 +62,9 @@ def add_options(parser: pytest.Parser) -> None:
         else:
             group.addoption(option.option, default=None, dest=option.dest, metavar=option.metavar, help=option.help)
         parser.addini(option.ini, f"{option.help} (ini form of {option.option})", default=None)
-    group.addoption("--devmem-child-output", default=None, help="(internal) where a child process writes its reports")
-    group.addoption("--devmem-child-nodes", default=None, help="(internal) file listing the tests a child process runs")
+    # internal: how a parent hands tests to a child process (isolation.py); hidden from --help
+    group.addoption("--devmem-child-output", default=None, help=argparse.SUPPRESS)
+    group.addoption("--devmem-child-nodes", default=None, help=argparse.SUPPRESS)
 
 
 def raw_value(config: pytest.Config, option: Option) -> tuple[str | None, str]:
