@@ -23,6 +23,7 @@ from typing import IO, Any, Sequence
 import pytest
 
 from .regime import Regime
+from .settings import Settings
 
 OUTPUT_TAIL_CHARS = 3000
 
@@ -60,7 +61,7 @@ class ChildEventWriter:
         self._file.close()
 
 
-def child_command(config: pytest.Config, regime: Regime, device_spec: str, output: Path, nodes: Path, paths: Sequence[str]) -> list[str]:
+def child_command(config: pytest.Config, regime: Regime, settings: Settings, output: Path, nodes: Path, paths: Sequence[str]) -> list[str]:
     """The pytest command line of a child running `regime`."""
     command = [sys.executable, "-m", "pytest", *paths]
     command += ["--rootdir", str(config.rootpath), "-p", "no:cacheprovider", "-q"]
@@ -74,14 +75,20 @@ def child_command(config: pytest.Config, regime: Regime, device_spec: str, outpu
     command += [
         "--devmem-mode", regime.mode.value,
         "--devmem-fraction", repr(regime.fraction),
-        "--devmem-device", device_spec,
+        "--devmem-device", settings.device_spec,
         "--devmem-child-output", str(output),
         "--devmem-child-nodes", str(nodes),
+        "--devmem-baselines", str(settings.baselines),
+        "--devmem-tolerance", settings.tolerance.spec,
     ]
+    if settings.update:
+        command.append("--devmem-update")  # the child compares without failing; only the parent writes
+    if settings.strict:
+        command.append("--devmem-strict")
     return command
 
 
-def run_in_children(config: pytest.Config, regime: Regime, device_spec: str, items: Sequence[pytest.Item]) -> ChildOutcome:
+def run_in_children(config: pytest.Config, regime: Regime, settings: Settings, items: Sequence[pytest.Item]) -> ChildOutcome:
     """Run `items` under `regime` in child processes until each has a result."""
     outcome = ChildOutcome()
     remaining = list(items)
@@ -89,7 +96,7 @@ def run_in_children(config: pytest.Config, regime: Regime, device_spec: str, ite
         while remaining:
             outcome.children_started += 1
             attempt = Path(scratch) / f"child{outcome.children_started}"
-            events, returncode, output = _run_child(config, regime, device_spec, remaining, attempt)
+            events, returncode, output = _run_child(config, regime, settings, remaining, attempt)
             started, finished = _apply_events(config, events, outcome)
             crashed = [item for item in remaining if item.nodeid in started and item.nodeid not in finished]
             for item in crashed:
@@ -103,11 +110,11 @@ def run_in_children(config: pytest.Config, regime: Regime, device_spec: str, ite
     return outcome
 
 
-def _run_child(config: pytest.Config, regime: Regime, device_spec: str, items: Sequence[pytest.Item], stem: Path) -> tuple[list[dict[str, Any]], int, str]:
+def _run_child(config: pytest.Config, regime: Regime, settings: Settings, items: Sequence[pytest.Item], stem: Path) -> tuple[list[dict[str, Any]], int, str]:
     nodes, events_path, log_path = stem.with_suffix(".nodes"), stem.with_suffix(".jsonl"), stem.with_suffix(".log")
     nodes.write_text("\n".join(item.nodeid for item in items) + "\n", encoding="utf-8")
     paths = sorted({os.path.relpath(item.path, config.invocation_params.dir) for item in items})
-    command = child_command(config, regime, device_spec, events_path, nodes, paths)
+    command = child_command(config, regime, settings, events_path, nodes, paths)
     environment = dict(os.environ)
     regime.apply(environment)
     environment.pop("PYTEST_XDIST_WORKER", None)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from .errors import DevmemError
 from .pool.policy import Mode, parse_fraction, parse_mode
 from .regime import Regime
+from .tolerance import parse_tolerance
 from .units import format_size, parse_size
 
 MARK_NAME = "devmem"
@@ -64,6 +65,8 @@ def parse_mark(args: tuple[object, ...], kwargs: dict[str, object]) -> MarkSpec 
         tolerance = kwargs.get("tolerance")
         if tolerance is not None and not isinstance(tolerance, str):
             return f"@pytest.mark.devmem tolerance={tolerance!r}: must be a string such as '5%' or '64MiB'"
+        if tolerance is not None:
+            parse_tolerance(tolerance)
         frameworks = _frameworks(kwargs.get("frameworks", ()))
     except (DevmemError, ValueError) as exc:
         return f"@pytest.mark.devmem: {exc}"

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Generator
 
 import pytest
 
+from .baseline import BaselineFormatError, BaselineStore, compare, metrics_of, module_of
 from .device import Device, open_device
 from .errors import DevmemError, OutOfMemoryError
 from .files import write_atomic
@@ -21,6 +22,7 @@ from .record import TestRecord
 from .regime import Regime, configure_tensorflow_gpus, jax_backend_started, restore
 from .report import render, terminal_table
 from .settings import Settings, add_options, load_settings
+from .tolerance import parse_tolerance
 from .sources import Reading, Sampler, Source
 from .sources.jax import JaxSource
 from .sources.nvml import NvmlSource
@@ -66,12 +68,16 @@ def pytest_configure(config: pytest.Config) -> None:
             device = open_device(settings.device_spec)
         except DevmemError as exc:
             raise pytest.UsageError(f"{exc} (from --devmem-device)") from None
+        try:
+            store = BaselineStore(settings.baselines, device.device_class).load()
+        except BaselineFormatError as exc:
+            raise pytest.UsageError(f"corrupt or foreign baseline file: {exc}") from None
     except pytest.UsageError:
         early = config.stash.get(_early_env_key, None)
         if early is not None:  # undo what pytest_load_initial_conftests set
             restore(early)
         raise
-    manager = DevmemManager(config, settings, device)
+    manager = DevmemManager(config, settings, device, store)
     config.pluginmanager.register(manager, PLUGIN_NAME)
 
 
@@ -87,10 +93,14 @@ class DevmemFixture:
 class DevmemManager:
     """All per-session state: the device, the sources, the records, the child processes."""
 
-    def __init__(self, config: pytest.Config, settings: Settings, device: Device) -> None:
+    def __init__(self, config: pytest.Config, settings: Settings, device: Device, store: BaselineStore) -> None:
         self.config = config
         self.settings = settings
         self.device = device
+        self.store = store
+        self.collected_ids: set[str] = set()
+        self.stale: list[str] = []
+        self.baselines_written: list[str] = []
         self.records: list[TestRecord] = []
         self.isolated: dict[Regime, list[pytest.Item]] = {}
         self.child_outcomes: dict[Regime, ChildOutcome] = {}
@@ -152,6 +162,7 @@ class DevmemManager:
         if self.is_child:
             self._keep_child_nodes(config, items)
         session_regime = self.settings.regime
+        self.collected_ids.update(item.nodeid for item in items)
         for item in items:
             marker = item.get_closest_marker(MARK_NAME)
             spec = parse_mark(marker.args, dict(marker.kwargs)) if marker is not None else None
@@ -161,6 +172,9 @@ class DevmemManager:
             item.stash[regime_key] = regime
             if regime is not None and regime != session_regime and not self.is_child:
                 self.isolated.setdefault(regime, []).append(item)
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.collected_ids.update(item.nodeid for item in items)
 
     def _keep_child_nodes(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         with open(config.getoption("devmem_child_nodes"), encoding="utf-8") as handle:
@@ -184,7 +198,7 @@ class DevmemManager:
             from .isolation import run_in_children
 
             group = [item] if self.is_xdist_worker else self.isolated.get(regime, [item])
-            fresh = run_in_children(self.config, regime, self.settings.device_spec, group)
+            fresh = run_in_children(self.config, regime, self.settings, group)
             if outcome is None:
                 self.child_outcomes[regime] = fresh
             else:
@@ -267,6 +281,8 @@ class DevmemManager:
             duration_s=call.duration,
         )
         failure = limit_verdict(record.peak_bytes_in_use, limit)
+        if failure is None:
+            failure = self._baseline_verdict(record, spec)
         if failure is not None and report.outcome == "passed":
             report.outcome = "failed"
             report.longrepr = failure
@@ -276,6 +292,27 @@ class DevmemManager:
         else:
             self._local_records[item.nodeid] = record
         return report
+
+    def _baseline_verdict(self, record: TestRecord, spec: MarkSpec | str | None) -> str | None:
+        """Compare a measured record with its baseline; the failure text, or None where it may pass."""
+        if record.peak_bytes_in_use is None:
+            return None  # nothing measured this test: nothing to compare
+        tolerance = self.settings.tolerance
+        if isinstance(spec, MarkSpec) and spec.tolerance is not None:
+            tolerance = parse_tolerance(spec.tolerance)
+        entry = self.store.get(record.test_id, record.regime)
+        comparison = compare(entry, record.test_id, record.regime, metrics_of(record), tolerance)
+        record.baseline = comparison.to_json()
+        if self.settings.update:
+            return None
+        if comparison.status == "regressed":
+            return comparison.failure_message()
+        if comparison.status == "new" and self.settings.strict:
+            return (
+                f"no baseline for {record.test_id} under regime {record.regime} on {self.device.device_class} "
+                f"(--devmem-strict); record one with --devmem-update"
+            )
+        return None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.child_writer is not None:
@@ -343,15 +380,51 @@ class DevmemManager:
             started = sum(outcome.children_started for outcome in self.child_outcomes.values())
             labels = ", ".join(regime.label for regime in self.child_outcomes)
             write(f"isolated regimes: {labels} ({started} child process(es))")
+        self._summarize_baselines(write)
         if self.settings.report_path is not None:
             write(f"report written to {self.settings.report_path}")
 
+    def _summarize_baselines(self, write: Any) -> None:
+        statuses: dict[str, list[str]] = {}
+        for record in self.records:
+            if record.baseline is not None:
+                statuses.setdefault(str(record.baseline["status"]), []).append(f"{record.test_id} [{record.regime}]")
+        counts = ", ".join(f"{len(ids)} {status}" for status, ids in sorted(statuses.items()))
+        write(f"baselines ({self.store.directory}): {counts or 'none compared'}")
+        if statuses.get("improved") and not self.settings.update:
+            write("improved beyond tolerance (refresh with --devmem-update): " + ", ".join(sorted(statuses["improved"])))
+        if statuses.get("new") and not self.settings.update:
+            write("new, no baseline yet (record with --devmem-update): " + ", ".join(sorted(statuses["new"])))
+        if self.baselines_written:
+            write(f"baselines written: {len(self.baselines_written)} file(s): " + ", ".join(self.baselines_written))
+        if self.stale:
+            verdict = "failing the session (--devmem-strict)" if self.settings.strict else "delete them or run with --devmem-strict to fail"
+            write(f"stale baselines, for tests that no longer exist ({verdict}): " + ", ".join(self.stale))
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.settings.report_path is None or self.is_child or self.is_xdist_worker:
-            return
-        records = sorted(self.records, key=lambda r: r.test_id)
-        write_atomic(self.settings.report_path, render(self.settings.report_path, records, self.session_info()))
+        if self.is_child or self.is_xdist_worker:
+            return  # only the controller writes: every record reaches it
+        if self.settings.update:
+            keep = [r for r in self.records if r.outcome == "passed" and r.peak_bytes_in_use is not None]
+            versions = self.session_info()["versions"]
+            written = self.store.write(keep, versions)  # type: ignore[arg-type]
+            self.baselines_written = [str(path) for path in written]
+        self.stale = self._stale_baselines()
+        if self.stale and self.settings.strict and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if self.settings.report_path is not None:
+            records = sorted(self.records, key=lambda r: r.test_id)
+            write_atomic(self.settings.report_path, render(self.settings.report_path, records, self.session_info()))
+
+    def _stale_baselines(self) -> list[str]:
+        """Baselined tests that no longer exist: in a module this session collected, but not collected."""
+        modules = {module_of(nodeid) for nodeid in self.collected_ids}
+        return sorted(
+            f"{entry.test_id} [{entry.regime}]"
+            for entry in self.store.entries()
+            if module_of(entry.test_id) in modules and entry.test_id not in self.collected_ids
+        )
 
 
 def _is_out_of_memory(exc: BaseException) -> bool:

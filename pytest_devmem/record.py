@@ -33,6 +33,7 @@ class TestRecord:
     sources: dict[str, Reading] = field(default_factory=dict)
     limit_bytes: int | None = None
     duration_s: float = 0.0
+    baseline: dict[str, object] | None = None  # the comparison with the stored baseline, when made
 
     @classmethod
     def from_readings(
@@ -93,6 +94,7 @@ class TestRecord:
             "outcome": self.outcome,
             "limit_bytes": self.limit_bytes,
             "duration_s": round(self.duration_s, 6),
+            "baseline": self.baseline,
             "sources": {name: reading.to_json() for name, reading in sorted(self.sources.items())},
         }
 
@@ -112,4 +114,5 @@ class TestRecord:
             sources={name: Reading.from_json(name, reading) for name, reading in sources.items()},  # type: ignore[union-attr]
             limit_bytes=data.get("limit_bytes"),  # type: ignore[arg-type]
             duration_s=float(data.get("duration_s", 0.0)),  # type: ignore[arg-type]
+            baseline=data.get("baseline"),  # type: ignore[arg-type]
         )

@@ -17,6 +17,7 @@ from .errors import DevmemError
 from .pool.policy import ALLOWED_MODES, parse_fraction, parse_mode
 from .regime import Regime
 from .report import REPORT_FORMATS
+from .tolerance import DEFAULT_TOLERANCE, TOLERANCE_HELP, Tolerance, parse_tolerance
 from .units import format_size
 
 
@@ -51,16 +52,21 @@ OPTIONS = (
     Option("fraction", "Fraction of device memory for the 'fraction' regime (or the limit of another), in (0, 1]. Implies --devmem-mode=fraction when no mode is given.", "F"),
     Option("device", f"Device to measure on: {DEVICE_SPEC_HELP}. Default: auto (GPU 0 when one is present, else a simulated {format_size(DEFAULT_SIM_CAPACITY)} device).", "SPEC"),
     Option("report", f"Write the per-test records to FILE; the format follows the extension: {', '.join(REPORT_FORMATS)}.", "FILE"),
+    Option("baselines", "Directory of stored baselines. Default: baselines/ at the rootdir.", "DIR"),
+    Option("update", "Write or refresh the baselines of the tests that ran (and only those); no test fails for a change.", flag=True),
+    Option("tolerance", f"How far a metric may move from its baseline: {TOLERANCE_HELP}. Default: {DEFAULT_TOLERANCE} on peak_bytes_in_use.", "SPEC"),
+    Option("strict", "Fail tests that have no baseline, and the session when baselines exist for tests that no longer exist.", flag=True),
 )
 
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("devmem", "device memory (pytest-devmem)")
     for option in OPTIONS:
+        text = option.help.replace("%", "%%")  # argparse formats help strings with %
         if option.flag:
-            group.addoption(option.option, action="store_true", default=None, dest=option.dest, help=option.help)
+            group.addoption(option.option, action="store_true", default=None, dest=option.dest, help=text)
         else:
-            group.addoption(option.option, default=None, dest=option.dest, metavar=option.metavar, help=option.help)
+            group.addoption(option.option, default=None, dest=option.dest, metavar=option.metavar, help=text)
         parser.addini(option.ini, f"{option.help} (ini form of {option.option})", default=None)
     # internal: how a parent hands tests to a child process (isolation.py); hidden from --help
     group.addoption("--devmem-child-output", default=None, help=argparse.SUPPRESS)
@@ -93,6 +99,18 @@ def _checked(config: pytest.Config, option: Option, parse: Callable[[str], objec
         raise pytest.UsageError(f"{exc} (from {where})") from None
 
 
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
+
+
+def parse_flag(value: str) -> bool:
+    text = value.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(f"invalid switch value {value!r}: use true/false, yes/no, on/off or 1/0")
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the session needs to know from the user, validated."""
@@ -100,6 +118,10 @@ class Settings:
     regime: Regime | None
     device_spec: str
     report_path: Path | None
+    baselines: Path
+    update: bool
+    tolerance: Tolerance
+    strict: bool
 
     @property
     def measures_everything(self) -> bool:
@@ -129,4 +151,17 @@ def load_settings(config: pytest.Config) -> Settings:
             )
         if not report_path.is_absolute():
             report_path = config.invocation_params.dir / report_path
-    return Settings(regime=regime, device_spec=device_spec, report_path=report_path)
+    baselines_text, _ = raw_value(config, options["baselines"])
+    baselines = Path(baselines_text) if baselines_text else config.rootpath / "baselines"
+    if not baselines.is_absolute():
+        baselines = config.invocation_params.dir / baselines
+    tolerance = _checked(config, options["tolerance"], parse_tolerance) or parse_tolerance(DEFAULT_TOLERANCE)
+    return Settings(
+        regime=regime,
+        device_spec=device_spec,
+        report_path=report_path,
+        baselines=baselines,
+        update=bool(_checked(config, options["update"], parse_flag)),
+        tolerance=tolerance,  # type: ignore[arg-type]
+        strict=bool(_checked(config, options["strict"], parse_flag)),
+    )

@@ -1,0 +1,253 @@
+"""Stored per-test memory figures and the comparison of a new measurement against them. No pytest here.
+
+Layout: `<root>/<device class>/<test module path>.json`, one file per test module, holding one record
+per (test id, regime). Files are JSON with sorted keys and one key per line, so they diff well in
+review. They are data only: nothing in them is executed. A file that is not valid JSON, is cut
+short, or is not a pytest-devmem baseline raises BaselineFormatError naming the file and line, and
+is never overwritten. Writes merge into what is stored under an exclusive lock and replace the file
+atomically, so concurrent sessions lose nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from .errors import DevmemError
+from .files import write_atomic
+from .record import TestRecord
+from .tolerance import BYTE_METRICS, METRICS, Tolerance
+from .units import format_size
+
+FORMAT = "pytest-devmem-baseline"
+VERSION = 1
+
+
+class BaselineFormatError(DevmemError, ValueError):
+    """A baseline file that cannot be trusted; the message names the file, the line and the problem."""
+
+
+@dataclass(frozen=True)
+class BaselineEntry:
+    """One stored record: the metrics of one test under one regime on one device class."""
+
+    test_id: str
+    regime: str
+    metrics: dict[str, float | int | None]
+    device: str
+    versions: dict[str, str]
+    path: Path
+
+
+@dataclass(frozen=True)
+class MetricChange:
+    metric: str
+    baseline: float | None
+    now: float | None
+    allowed: str
+    verdict: str  # "regressed", "improved", "ok" or "unmeasured"
+
+    @property
+    def delta(self) -> float | None:
+        return None if self.baseline is None or self.now is None else self.now - self.baseline
+
+    @property
+    def percent(self) -> float | None:
+        if self.delta is None or not self.baseline:
+            return None
+        return self.delta / self.baseline * 100
+
+    def describe(self) -> str:
+        def show(value: float | None) -> str:
+            if value is None:
+                return "n/a"
+            return format_size(value) if self.metric in BYTE_METRICS else f"{value:.4f}"
+
+        delta = self.delta
+        sign = "+" if delta is not None and delta >= 0 else "-"
+        magnitude = "n/a" if delta is None else sign + show(abs(delta)).lstrip("-")
+        percent = "" if self.percent is None else f" ({self.percent:+.1f}%)"
+        return f"{self.metric}: baseline {show(self.baseline)}, now {show(self.now)}, delta {magnitude}{percent}, allowed ±{self.allowed}"
+
+
+@dataclass
+class Comparison:
+    """A record set against its baseline."""
+
+    test_id: str
+    regime: str
+    status: str  # "new", "ok", "regressed", "improved", "unmeasured"
+    changes: list[MetricChange] = field(default_factory=list)
+    baseline_file: str | None = None
+
+    def failure_message(self) -> str:
+        broken = [change for change in self.changes if change.verdict == "regressed"]
+        lines = [f"device memory regression against {self.baseline_file} (regime {self.regime}):"]
+        lines += [f"  {change.describe()}" for change in broken]
+        lines.append("  if the increase is intended, refresh the baseline with --devmem-update")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "status": self.status,
+            "file": self.baseline_file,
+            "metrics": {
+                c.metric: {"baseline": c.baseline, "now": c.now, "delta": c.delta, "percent": c.percent, "allowed": c.allowed, "verdict": c.verdict}
+                for c in self.changes
+            },
+        }
+
+
+def metrics_of(record: TestRecord) -> dict[str, float | int | None]:
+    return {"peak_bytes_in_use": record.peak_bytes_in_use, "peak_bytes_reserved": record.peak_bytes_reserved, "fragmentation": record.fragmentation}
+
+
+def compare(entry: BaselineEntry | None, test_id: str, regime: str, now: dict[str, float | int | None], tolerance: Tolerance) -> Comparison:
+    """Set `now` against `entry` under `tolerance`: each gated metric is ok, regressed or improved."""
+    if entry is None:
+        return Comparison(test_id, regime, "new")
+    changes = []
+    for metric, allowance in tolerance.allowances.items():
+        baseline, current = entry.metrics.get(metric), now.get(metric)
+        if baseline is None or current is None:
+            changes.append(MetricChange(metric, baseline, current, allowance.describe(metric), "unmeasured"))
+            continue
+        room = allowance.allowed(baseline)
+        verdict = "regressed" if current - baseline > room else "improved" if baseline - current > room else "ok"
+        changes.append(MetricChange(metric, baseline, current, allowance.describe(metric), verdict))
+    verdicts = {change.verdict for change in changes}
+    if "regressed" in verdicts:
+        status = "regressed"
+    elif "improved" in verdicts:
+        status = "improved"
+    elif verdicts <= {"unmeasured"}:
+        status = "unmeasured"
+    else:
+        status = "ok"
+    return Comparison(test_id, regime, status, changes, str(entry.path))
+
+
+def module_of(test_id: str) -> str:
+    """The test module part of a node id (`tests/test_x.py` of `tests/test_x.py::Class::test[1]`)."""
+    return test_id.split("::", 1)[0]
+
+
+class BaselineStore:
+    """The baselines of one device class under `root`."""
+
+    def __init__(self, root: Path, device_class: str) -> None:
+        self.root = Path(root)
+        self.device_class = device_class
+        self.directory = self.root / device_class
+        self._entries: dict[tuple[str, str], BaselineEntry] = {}
+
+    def load(self) -> BaselineStore:
+        """Read every baseline file of this device class; BaselineFormatError on the first bad one."""
+        self._entries.clear()
+        if self.directory.is_dir():
+            for path in sorted(self.directory.rglob("*.json")):
+                for entry in read_file(path, self.device_class):
+                    self._entries[(entry.test_id, entry.regime)] = entry
+        return self
+
+    def get(self, test_id: str, regime: str) -> BaselineEntry | None:
+        return self._entries.get((test_id, regime))
+
+    def entries(self) -> list[BaselineEntry]:
+        return [self._entries[key] for key in sorted(self._entries)]
+
+    def path_for(self, test_id: str) -> Path:
+        parts = [part if part not in ("..", ".") else "__up__" for part in module_of(test_id).split("/") if part]
+        return self.directory.joinpath(*parts).with_name(parts[-1] + ".json")
+
+    def write(self, records: Iterable[TestRecord], versions: dict[str, str]) -> list[Path]:
+        """Store these records, merged into what each file holds; returns the files written."""
+        by_file: dict[Path, list[TestRecord]] = {}
+        for record in records:
+            by_file.setdefault(self.path_for(record.test_id), []).append(record)
+        for path, group in sorted(by_file.items()):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with _locked(path):
+                stored = {(e.test_id, e.regime): _entry_json(e) for e in read_file(path, self.device_class)} if path.exists() else {}
+                for record in group:
+                    stored[(record.test_id, record.regime)] = {"device": record.device, "metrics": metrics_of(record), "versions": versions}
+                write_atomic(path, render_file(self.device_class, stored))
+        self.load()
+        return sorted(by_file)
+
+
+def _entry_json(entry: BaselineEntry) -> dict[str, object]:
+    return {"device": entry.device, "metrics": entry.metrics, "versions": entry.versions}
+
+
+def render_file(device_class: str, stored: dict[tuple[str, str], dict[str, object]]) -> str:
+    records: dict[str, dict[str, object]] = {}
+    for (test_id, regime), data in sorted(stored.items()):
+        records.setdefault(test_id, {})[regime] = data
+    document = {"format": FORMAT, "version": VERSION, "device_class": device_class, "records": records}
+    return json.dumps(document, indent=2, sort_keys=True) + "\n"
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock beside `path`, held while it is read, merged and replaced."""
+    lock_path = path.with_name(f".{path.name}.lock")
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry]:
+    """The entries of one baseline file; BaselineFormatError (file, line, problem) if it is not one."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        truncated = " (the file looks cut short)" if exc.pos >= len(text.rstrip()) else ""
+        raise BaselineFormatError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}{truncated}; fix or delete the file (it is never overwritten)") from None
+
+    def fail(problem: str, needle: str | None = None) -> BaselineFormatError:
+        line = _line_of(text, needle) if needle else 1
+        return BaselineFormatError(f"{path}:{line}: {problem}; fix or delete the file (it is never overwritten)")
+
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise fail(f"not a pytest-devmem baseline (expected \"format\": \"{FORMAT}\")", '"format"')
+    if document.get("version") != VERSION:
+        raise fail(f"baseline format version {document.get('version')!r} is not supported (this pytest-devmem reads version {VERSION})", '"version"')
+    if device_class is not None and document.get("device_class") != device_class:
+        raise fail(f"holds device class {document.get('device_class')!r} but sits in the directory of {device_class!r}", '"device_class"')
+    records = document.get("records")
+    if not isinstance(records, dict):
+        raise fail('"records" must be an object of test ids', '"records"')
+    entries = []
+    for test_id, regimes in records.items():
+        if not isinstance(regimes, dict):
+            raise fail(f"record {test_id!r} must be an object of regimes", json.dumps(test_id))
+        for regime, data in regimes.items():
+            needle = json.dumps(test_id)
+            if not isinstance(data, dict) or not isinstance(data.get("metrics"), dict):
+                raise fail(f"record {test_id!r} regime {regime!r} has no \"metrics\" object", needle)
+            metrics = data["metrics"]
+            for name, value in metrics.items():
+                if name not in METRICS:
+                    raise fail(f"record {test_id!r} has unknown metric {name!r}; known: {', '.join(METRICS)}", json.dumps(name))
+                if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
+                    raise fail(f"record {test_id!r} metric {name} is {value!r}, not a number", json.dumps(name))
+            versions = data.get("versions", {})
+            if not isinstance(versions, dict):
+                raise fail(f"record {test_id!r} \"versions\" must be an object", needle)
+            entries.append(BaselineEntry(test_id, regime, dict(metrics), str(data.get("device", "")), dict(versions), path))
+    return entries
+
+
+def _line_of(text: str, needle: str) -> int:
+    index = text.find(needle)
+    return text.count("\n", 0, index) + 1 if index >= 0 else 1

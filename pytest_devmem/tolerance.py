@@ -1,0 +1,93 @@
+"""Tolerance specs: how far a metric may move from its baseline before it counts as a change.
+
+A spec is a comma-separated list of `[metric:]amount` items. An amount is relative (`10%`), a byte
+size (`64MiB`, only for byte metrics) or a plain number (absolute, e.g. `fragmentation:0.05`). An
+item without a metric applies to `peak_bytes_in_use`. Only the metrics a spec names are gated.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from .units import format_size, parse_size
+
+BYTE_METRICS = ("peak_bytes_in_use", "peak_bytes_reserved")
+METRICS = (*BYTE_METRICS, "fragmentation")
+DEFAULT_TOLERANCE = "10%"
+TOLERANCE_HELP = "e.g. '10%', 'peak_bytes_in_use:5%,fragmentation:0.05', '64MiB'; metrics: " + ", ".join(METRICS)
+
+_UNIT_RE = re.compile(r"[A-Za-z]")
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """How much one metric may move: `relative` as a fraction of the baseline, or `absolute`."""
+
+    relative: float | None = None
+    absolute: float | None = None
+
+    def allowed(self, baseline: float) -> float:
+        if self.relative is not None:
+            return abs(baseline) * self.relative
+        return float(self.absolute or 0.0)
+
+    def describe(self, metric: str) -> str:
+        if self.relative is not None:
+            return f"{self.relative:.0%}" if (self.relative * 100).is_integer() else f"{self.relative:.2%}"
+        if metric in BYTE_METRICS:
+            return format_size(self.absolute or 0)
+        return f"{self.absolute:g}"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """The allowances of a parsed spec, by metric."""
+
+    spec: str
+    allowances: dict[str, Allowance]
+
+
+def parse_tolerance(spec: str) -> Tolerance:
+    """Parse a spec; ValueError naming the bad part and what is allowed."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"invalid devmem tolerance {spec!r}: expected {TOLERANCE_HELP}")
+    allowances: dict[str, Allowance] = {}
+    for item in spec.split(","):
+        item = item.strip()
+        metric, _, amount = item.rpartition(":")
+        metric = metric.strip() or "peak_bytes_in_use"
+        amount = amount.strip()
+        if metric not in METRICS:
+            raise ValueError(f"invalid devmem tolerance {spec!r}: unknown metric {metric!r}; metrics: {', '.join(METRICS)}")
+        if metric in allowances:
+            raise ValueError(f"invalid devmem tolerance {spec!r}: {metric} is given twice")
+        allowances[metric] = _parse_amount(spec, metric, amount)
+    return Tolerance(spec, allowances)
+
+
+def _parse_amount(spec: str, metric: str, amount: str) -> Allowance:
+    problem = f"invalid devmem tolerance {spec!r}: {amount!r} for {metric}"
+    if amount.endswith("%"):
+        try:
+            value = float(amount[:-1])
+        except ValueError:
+            raise ValueError(f"{problem} is not a percentage such as '10%'") from None
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"{problem}: a percentage must be 0 or more")
+        return Allowance(relative=value / 100)
+    if _UNIT_RE.search(amount):
+        if metric not in BYTE_METRICS:
+            raise ValueError(f"{problem}: a byte size only fits {', '.join(BYTE_METRICS)}; use a number or a percentage")
+        try:
+            return Allowance(absolute=float(parse_size(amount)))
+        except ValueError as exc:
+            raise ValueError(f"{problem}: {exc}") from None
+    try:
+        value = float(amount)
+    except ValueError:
+        raise ValueError(f"{problem}: expected a percentage, a size or a number ({TOLERANCE_HELP})") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{problem}: must be 0 or more")
+    return Allowance(absolute=value)
