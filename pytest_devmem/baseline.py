@@ -4,8 +4,8 @@ Layout: `<root>/<device class>/<test module path>.json`, one file per test modul
 per (test id, regime). Files are JSON with sorted keys and one key per line, so they diff well in
 review. They are data only: nothing in them is executed. A file that is not valid JSON, is cut
 short, or is not a pytest-devmem baseline raises BaselineFormatError naming the file and line, and
-is never overwritten. Writes merge into what is stored under an exclusive lock and replace the file
-atomically, so concurrent sessions lose nothing.
+is never overwritten. Writes merge into what is stored under an exclusive lock on the directory and
+replace the file atomically, so concurrent sessions lose nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -42,6 +43,7 @@ class BaselineEntry:
     device: str
     versions: dict[str, str]
     path: Path
+    device_class: str = ""
 
 
 @dataclass(frozen=True)
@@ -172,7 +174,7 @@ class BaselineStore:
             by_file.setdefault(self.path_for(record.test_id), []).append(record)
         for path, group in sorted(by_file.items()):
             path.parent.mkdir(parents=True, exist_ok=True)
-            with _locked(path):
+            with _locked(path.parent):
                 stored = {(e.test_id, e.regime): _entry_json(e) for e in read_file(path, self.device_class)} if path.exists() else {}
                 for record in group:
                     stored[(record.test_id, record.regime)] = {"device": record.device, "metrics": metrics_of(record), "versions": versions}
@@ -194,15 +196,15 @@ def render_file(device_class: str, stored: dict[tuple[str, str], dict[str, objec
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock beside `path`, held while it is read, merged and replaced."""
-    lock_path = path.with_name(f".{path.name}.lock")
-    with open(lock_path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+def _locked(directory: Path) -> Iterator[None]:
+    """An exclusive lock on `directory` itself (flock works on a directory's descriptor), held while a
+    file in it is read, merged and replaced; it leaves no lock file behind in the user's tree."""
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # closing releases the lock
 
 
 def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry]:
@@ -244,7 +246,7 @@ def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry
             versions = data.get("versions", {})
             if not isinstance(versions, dict):
                 raise fail(f"record {test_id!r} \"versions\" must be an object", needle)
-            entries.append(BaselineEntry(test_id, regime, dict(metrics), str(data.get("device", "")), dict(versions), path))
+            entries.append(BaselineEntry(test_id, regime, dict(metrics), str(data.get("device", "")), dict(versions), path, str(document.get("device_class", ""))))
     return entries
 
 

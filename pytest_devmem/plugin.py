@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
+from pathlib import Path
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generator
@@ -382,7 +383,14 @@ class DevmemManager:
             write(f"isolated regimes: {labels} ({started} child process(es))")
         self._summarize_baselines(write)
         if self.settings.report_path is not None:
-            write(f"report written to {self.settings.report_path}")
+            write(f"report written to {self._shown(self.settings.report_path)}")
+
+    def _shown(self, path: object) -> str:
+        """A path relative to where pytest was started, when it lies below it."""
+        try:
+            return str(Path(str(path)).relative_to(self.config.invocation_params.dir))
+        except ValueError:
+            return str(path)
 
     def _summarize_baselines(self, write: Any) -> None:
         statuses: dict[str, list[str]] = {}
@@ -390,13 +398,13 @@ class DevmemManager:
             if record.baseline is not None:
                 statuses.setdefault(str(record.baseline["status"]), []).append(f"{record.test_id} [{record.regime}]")
         counts = ", ".join(f"{len(ids)} {status}" for status, ids in sorted(statuses.items()))
-        write(f"baselines ({self.store.directory}): {counts or 'none compared'}")
+        write(f"baselines ({self._shown(self.store.directory)}): {counts or 'none compared'}")
         if statuses.get("improved") and not self.settings.update:
             write("improved beyond tolerance (refresh with --devmem-update): " + ", ".join(sorted(statuses["improved"])))
         if statuses.get("new") and not self.settings.update:
             write("new, no baseline yet (record with --devmem-update): " + ", ".join(sorted(statuses["new"])))
         if self.baselines_written:
-            write(f"baselines written: {len(self.baselines_written)} file(s): " + ", ".join(self.baselines_written))
+            write(f"baselines written: {len(self.baselines_written)} file(s): " + ", ".join(self._shown(p) for p in self.baselines_written))
         if self.stale:
             verdict = "failing the session (--devmem-strict)" if self.settings.strict else "delete them or run with --devmem-strict to fail"
             write(f"stale baselines, for tests that no longer exist ({verdict}): " + ", ".join(self.stale))

@@ -1,0 +1,158 @@
+"""The `devmem` command: compare two sets of measurements, or list baselines, as Markdown tables.
+
+    devmem compare BASE NEW [--tolerance SPEC] [--all]   exit 1 when anything regressed
+    devmem show [DIR]
+
+BASE and NEW are each a JSON report (`--devmem-report=FILE.json`), a baseline directory, or one
+baseline file. Measurements are matched by (test id, regime, device class); a simulated device,
+a GPU model and a CPU backend are different classes and never compared. Exit status: 0 no
+regression, 1 regression, 2 bad input. This module never imports pytest or the plugin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from .baseline import BaselineEntry, Comparison, compare, read_file
+from .errors import DevmemError
+from .tolerance import BYTE_METRICS, DEFAULT_TOLERANCE, TOLERANCE_HELP, parse_tolerance
+from .units import format_size
+
+Key = tuple[str, str, str]  # test id, regime, device class
+
+
+class InputError(DevmemError, ValueError):
+    """An input path that is neither a report nor baselines."""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    metrics: dict[str, float | int | None]
+    versions: dict[str, str]
+
+
+def load(path: Path) -> dict[Key, Measurement]:
+    """Measurements from a JSON report, a baseline file, or a directory of baseline files."""
+    if path.is_dir():
+        found: dict[Key, Measurement] = {}
+        for file in sorted(path.rglob("*.json")):
+            found.update(_from_baseline(read_file(file)))
+        return found
+    if not path.is_file():
+        raise InputError(f"{path}: no such file or directory")
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+    if isinstance(document, dict) and "records" in document and "session" in document:
+        return _from_report(path, document)
+    return _from_baseline(read_file(path))
+
+
+def _from_baseline(entries: list[BaselineEntry]) -> dict[Key, Measurement]:
+    return {(e.test_id, e.regime, e.device_class): Measurement(e.metrics, e.versions) for e in entries}
+
+
+def _from_report(path: Path, document: dict) -> dict[Key, Measurement]:
+    records = document.get("records")
+    if not isinstance(records, list):
+        raise InputError(f"{path}: a pytest-devmem report needs a list of \"records\"")
+    versions = (document.get("session") or {}).get("versions", {})
+    found = {}
+    for index, record in enumerate(records):
+        try:
+            key = (str(record["test_id"]), str(record["regime"]), str(record["device_class"]))
+        except (KeyError, TypeError):
+            raise InputError(f"{path}: record {index} lacks test_id, regime or device_class") from None
+        if record.get("peak_bytes_in_use") is None:
+            continue  # nothing measured it; a failed test that was measured counts (the gate may be why it failed)
+        metrics = {name: record.get(name) for name in ("peak_bytes_in_use", "peak_bytes_reserved", "fragmentation")}
+        found[key] = Measurement(metrics, versions)
+    return found
+
+
+def _show(metric: str, value: float | int | None) -> str:
+    if value is None:
+        return "n/a"
+    return format_size(value) if metric in BYTE_METRICS else f"{value:.4f}"
+
+
+VERDICT_MARK = {"regressed": "❌ regressed", "improved": "✅ improved", "ok": "ok", "unmeasured": "n/a", "new": "🆕 new", "missing": "⚠️ not run"}
+
+
+def compare_tables(base: dict[Key, Measurement], new: dict[Key, Measurement], tolerance_spec: str, show_all: bool) -> tuple[str, bool]:
+    """The Markdown report of NEW against BASE, and whether anything regressed."""
+    tolerance = parse_tolerance(tolerance_spec)
+    rows: list[tuple[str, ...]] = []
+    counts: dict[str, int] = {}
+    for key in sorted(set(base) | set(new)):
+        test_id, regime, device_class = key
+        if key not in base:
+            counts["new"] = counts.get("new", 0) + 1
+            rows.append((test_id, regime, device_class, "peak_bytes_in_use", "—", _show("peak_bytes_in_use", new[key].metrics.get("peak_bytes_in_use")), "—", VERDICT_MARK["new"]))
+            continue
+        if key not in new:
+            counts["missing"] = counts.get("missing", 0) + 1
+            rows.append((test_id, regime, device_class, "peak_bytes_in_use", _show("peak_bytes_in_use", base[key].metrics.get("peak_bytes_in_use")), "—", "—", VERDICT_MARK["missing"]))
+            continue
+        entry = BaselineEntry(test_id, regime, base[key].metrics, "", base[key].versions, Path("BASE"))
+        comparison: Comparison = compare(entry, test_id, regime, new[key].metrics, tolerance)
+        counts[comparison.status] = counts.get(comparison.status, 0) + 1
+        for change in comparison.changes:
+            if change.verdict == "ok" and not show_all:
+                continue
+            delta = "n/a" if change.delta is None else ("+" if change.delta >= 0 else "-") + _show(change.metric, abs(change.delta))
+            if change.percent is not None:
+                delta += f" ({change.percent:+.1f}%)"
+            rows.append((test_id, regime, device_class, change.metric, _show(change.metric, change.baseline), _show(change.metric, change.now), delta, VERDICT_MARK[change.verdict]))
+    summary = ", ".join(f"{counts[status]} {status}" for status in ("regressed", "improved", "ok", "unmeasured", "new", "missing") if counts.get(status))
+    lines = [f"### Device memory: {summary or 'nothing to compare'}", "", f"Tolerance: `{tolerance_spec}`.", ""]
+    if rows:
+        lines += ["| test | regime | device | metric | baseline | now | Δ | verdict |", "|---|---|---|---|---|---|---|---|"]
+        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    elif counts:
+        lines.append("Every compared test is within tolerance.")
+    return "\n".join(lines) + "\n", bool(counts.get("regressed"))
+
+
+def show_table(measurements: dict[Key, Measurement]) -> str:
+    lines = ["| test | regime | device | peak in use | peak reserved | fragmentation | versions |", "|---|---|---|---|---|---|---|"]
+    for (test_id, regime, device_class), m in sorted(measurements.items()):
+        versions = ", ".join(f"{name} {version}" for name, version in sorted(m.versions.items()) if name in ("jax", "tensorflow", "tensorflow-cpu", "pytest-devmem"))
+        lines.append(
+            f"| {test_id} | {regime} | {device_class} | {_show('peak_bytes_in_use', m.metrics.get('peak_bytes_in_use'))} | "
+            f"{_show('peak_bytes_reserved', m.metrics.get('peak_bytes_reserved'))} | {_show('fragmentation', m.metrics.get('fragmentation'))} | {versions} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="devmem", description="Compare and list pytest-devmem measurements.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    compare_parser = commands.add_parser("compare", help="Compare NEW against BASE; exit 1 on regression")
+    compare_parser.add_argument("base", type=Path, help="Baseline directory, baseline file or JSON report")
+    compare_parser.add_argument("new", type=Path, help="Baseline directory, baseline file or JSON report")
+    compare_parser.add_argument("--tolerance", default=DEFAULT_TOLERANCE, help=f"Allowed change ({TOLERANCE_HELP.replace('%', '%%')}); default {DEFAULT_TOLERANCE.replace('%', '%%')}")
+    compare_parser.add_argument("--all", action="store_true", help="Also list metrics within tolerance")
+    show_parser = commands.add_parser("show", help="List stored baselines")
+    show_parser.add_argument("directory", type=Path, nargs="?", default=Path("baselines"), help="Baseline directory (default: baselines)")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "compare":
+            text, regressed = compare_tables(load(args.base), load(args.new), args.tolerance, args.all)
+            sys.stdout.write(text)
+            return 1 if regressed else 0
+        sys.stdout.write(show_table(load(args.directory)))
+        return 0
+    except (DevmemError, ValueError) as exc:
+        print(f"devmem: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,224 @@
+"""Baselines through the real plugin: save, rerun, regress, tolerate, refuse bad files, strict, xdist."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_devmem.baseline import BaselineStore, compare, read_file
+from pytest_devmem.record import TestRecord
+from pytest_devmem.tolerance import parse_tolerance
+
+MiB = 2**20
+
+WORKLOAD = """
+import os
+import pytest
+
+SIZE = int(os.environ.get("WORKLOAD_MIB", "8")) * 2**20
+
+def test_model(devmem):
+    devmem.pool.alloc(SIZE)
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_layers(devmem, n):
+    devmem.pool.alloc(n * 2**20)
+"""
+
+
+def baseline_file(pytester: pytest.Pytester) -> Path:
+    return pytester.path / "baselines" / "sim-16GiB" / "test_workload.py.json"
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_inprocess("--devmem-mode=prealloc", *args)
+
+
+def test_save_then_rerun_passes(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_workload=WORKLOAD)
+    saved = run(pytester, "--devmem-update")
+    saved.assert_outcomes(passed=3)
+    saved.stdout.fnmatch_lines(["*baselines written: 1 file(s)*test_workload.py.json*"])
+    document = json.loads(baseline_file(pytester).read_text())
+    assert document["format"] == "pytest-devmem-baseline" and document["device_class"] == "sim-16GiB"
+    model = document["records"]["test_workload.py::test_model"]["prealloc"]
+    assert model["metrics"]["peak_bytes_in_use"] == 8 * MiB
+    assert model["device"] == "sim:16GiB" and "pytest-devmem" in model["versions"]
+    again = run(pytester)
+    again.assert_outcomes(passed=3)
+    again.stdout.fnmatch_lines(["*baselines (*sim-16GiB): 3 ok*"])
+
+
+def test_twice_the_memory_fails_the_test_with_the_numbers(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_workload=WORKLOAD)
+    run(pytester, "--devmem-update").assert_outcomes(passed=3)
+    monkeypatch.setenv("WORKLOAD_MIB", "16")
+    result = run(pytester)
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines([
+        "*device memory regression against *test_workload.py.json (regime prealloc):*",
+        "*peak_bytes_in_use: baseline 8.00 MiB, now 16.00 MiB, delta +8.00 MiB (+100.0%), allowed ±10%*",
+        "*refresh the baseline with --devmem-update*",
+        "FAILED test_workload.py::test_model*",
+    ])
+
+
+def test_improvement_is_reported_for_a_refresh(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_workload=WORKLOAD)
+    run(pytester, "--devmem-update")
+    monkeypatch.setenv("WORKLOAD_MIB", "4")
+    result = run(pytester)
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*1 improved, 2 ok*", "*improved beyond tolerance (refresh with --devmem-update): test_workload.py::test_model ?prealloc?*"])
+
+
+def test_update_refreshes_only_the_tests_that_ran_and_keeps_the_rest(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_workload=WORKLOAD)
+    run(pytester, "--devmem-update")
+    monkeypatch.setenv("WORKLOAD_MIB", "12")
+    run(pytester, "--devmem-update", "-k", "test_model").assert_outcomes(passed=1)
+    records = json.loads(baseline_file(pytester).read_text())["records"]
+    assert records["test_workload.py::test_model"]["prealloc"]["metrics"]["peak_bytes_in_use"] == 12 * MiB
+    assert set(records) == {"test_workload.py::test_model", "test_workload.py::test_layers[1]", "test_workload.py::test_layers[2]"}
+
+
+@pytest.mark.parametrize(
+    ("spec", "env_mib", "outcome"),
+    [("25%", "9", "passed"), ("5%", "9", "failed"), ("2MiB", "9", "passed"), ("512KiB", "9", "failed"), ("peak_bytes_reserved:1%", "9", "passed")],
+)
+def test_tolerance_specs(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, spec: str, env_mib: str, outcome: str) -> None:
+    pytester.makepyfile(test_workload=WORKLOAD)
+    run(pytester, "--devmem-update")
+    monkeypatch.setenv("WORKLOAD_MIB", env_mib)
+    result = run(pytester, f"--devmem-tolerance={spec}", "-k", "test_model")
+    result.assert_outcomes(**{outcome: 1})
+
+
+def test_marker_tolerance_overrides_the_session(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(
+        test_workload="""
+        import os, pytest
+        @pytest.mark.devmem(tolerance="50%")
+        def test_loose(devmem):
+            devmem.pool.alloc(int(os.environ.get("WORKLOAD_MIB", "8")) * 2**20)
+        def test_tight(devmem):
+            devmem.pool.alloc(int(os.environ.get("WORKLOAD_MIB", "8")) * 2**20)
+        """
+    )
+    run(pytester, "--devmem-update")
+    monkeypatch.setenv("WORKLOAD_MIB", "10")
+    result = run(pytester)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["FAILED test_workload.py::test_tight*"])
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("ten percent", "invalid devmem tolerance 'ten percent'"),
+        ("speed:5%", "unknown metric 'speed'; metrics: peak_bytes_in_use, peak_bytes_reserved, fragmentation"),
+        ("fragmentation:64MiB", "a byte size only fits peak_bytes_in_use, peak_bytes_reserved"),
+        ("-5%", "a percentage must be 0 or more"),
+        ("5%,peak_bytes_in_use:6%", "peak_bytes_in_use is given twice"),
+        ("16G", "ambiguous size '16G'"),
+    ],
+)
+def test_bad_tolerance_is_a_usage_error(pytester: pytest.Pytester, spec: str, message: str) -> None:
+    pytester.makepyfile(test_workload=WORKLOAD)
+    result = run(pytester, f"--devmem-tolerance={spec}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str() and "(from --devmem-tolerance)" in result.stderr.str()
+
+
+def test_bad_marker_tolerance_errors_that_test(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("import pytest\n@pytest.mark.devmem(tolerance='lots')\ndef test_x():\n    pass\n")
+    result = run(pytester)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*invalid devmem tolerance 'lots'*"])
+
+
+CORRUPT = {
+    "not json": ("{\n  \"format\": \"pytest-devmem-baseline\",\n  oops\n}\n", ":3: not valid JSON"),
+    "truncated": ("{\n  \"format\": \"pytest-devmem-baseline\",\n  \"records\": {\n", "(the file looks cut short)"),
+    "foreign": ("{\n  \"name\": \"some other tool\"\n}\n", ":1: not a pytest-devmem baseline"),
+    "future version": ('{\n  "format": "pytest-devmem-baseline",\n  "version": 7,\n  "device_class": "sim-16GiB",\n  "records": {}\n}\n', ":3: baseline format version 7 is not supported"),
+    "wrong device": ('{\n  "format": "pytest-devmem-baseline",\n  "version": 1,\n  "device_class": "cuda-H100",\n  "records": {}\n}\n', ":4: holds device class 'cuda-H100'"),
+    "bad metric": (
+        '{\n  "format": "pytest-devmem-baseline",\n  "version": 1,\n  "device_class": "sim-16GiB",\n  "records": {\n'
+        '    "test_workload.py::test_model": {"prealloc": {"metrics": {\n      "peak_bytes_in_use": "big"}}}\n  }\n}\n',
+        ":7: record 'test_workload.py::test_model' metric peak_bytes_in_use is 'big', not a number",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CORRUPT))
+def test_corrupt_or_foreign_baseline_stops_the_run_and_is_never_overwritten(pytester: pytest.Pytester, case: str) -> None:
+    content, message = CORRUPT[case]
+    pytester.makepyfile(test_workload=WORKLOAD)
+    path = baseline_file(pytester)
+    path.parent.mkdir(parents=True)
+    path.write_text(content)
+    for args in ((), ("--devmem-update",)):
+        result = run(pytester, *args)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        error = result.stderr.str()
+        assert "corrupt or foreign baseline file" in error and str(path) in error and message in error
+        assert path.read_text() == content
+
+
+def test_strict_fails_new_tests_and_stale_baselines(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_workload=WORKLOAD)
+    first = run(pytester, "--devmem-strict")
+    first.assert_outcomes(failed=3)
+    first.stdout.fnmatch_lines(["*no baseline for test_workload.py::test_model under regime prealloc on sim-16GiB (--devmem-strict); record one with --devmem-update*"])
+    run(pytester, "--devmem-update").assert_outcomes(passed=3)
+    pytester.makepyfile(test_workload=WORKLOAD.replace("def test_model", "def test_renamed"))
+    result = run(pytester, "--devmem-strict", "-k", "layers")
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*stale baselines, for tests that no longer exist (failing the session (--devmem-strict)): test_workload.py::test_model ?prealloc?*"])
+    lenient = run(pytester, "-k", "layers")
+    assert lenient.ret == pytest.ExitCode.OK
+    lenient.stdout.fnmatch_lines(["*stale baselines*delete them or run with --devmem-strict*"])
+
+
+def test_xdist_writes_every_baseline_once_and_loses_nothing(pytester: pytest.Pytester) -> None:
+    other = baseline_file(pytester).with_name("test_other.py.json")
+    other.parent.mkdir(parents=True)
+    store = BaselineStore(pytester.path / "baselines", "sim-16GiB")
+    keep = TestRecord("test_other.py::test_kept", "prealloc", "sim:16GiB", "sim-16GiB", 123, 456, 0.0, False, "passed")
+    store.write([keep], {"pytest-devmem": "test"})
+    pytester.makepyfile(
+        test_workload="""
+        import pytest
+        @pytest.mark.parametrize("n", range(20))
+        def test_many(devmem, n):
+            devmem.pool.alloc((n + 1) * 2**20)
+        """
+    )
+    result = run(pytester, "-n", "2", "--devmem-update")
+    result.assert_outcomes(passed=20)
+    records = json.loads(baseline_file(pytester).read_text())["records"]
+    assert len(records) == 20
+    assert records["test_workload.py::test_many[19]"]["prealloc"]["metrics"]["peak_bytes_in_use"] == 20 * MiB
+    assert [e.test_id for e in read_file(other)] == ["test_other.py::test_kept"]
+    rerun = run(pytester, "-n", "2")
+    rerun.assert_outcomes(passed=20)
+    rerun.stdout.fnmatch_lines(["*baselines (*): 20 ok*"])
+
+
+def test_device_classes_are_never_compared(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_workload=WORKLOAD)
+    run(pytester, "--devmem-update")
+    monkeypatch.setenv("WORKLOAD_MIB", "64")
+    result = run(pytester, "--devmem-device=sim:80GiB")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*baselines (*sim-80GiB): 3 new*"])
+
+
+def test_compare_unit() -> None:
+    tolerance = parse_tolerance("peak_bytes_in_use:10%,fragmentation:0.05")
+    store_entry = None
+    assert compare(store_entry, "t", "prealloc", {"peak_bytes_in_use": 1}, tolerance).status == "new"

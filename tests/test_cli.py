@@ -1,0 +1,110 @@
+"""The `devmem` command: compare tables and exit codes, show, bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pytest_devmem.baseline import BaselineStore
+from pytest_devmem.cli import main
+from pytest_devmem.record import TestRecord
+
+MiB = 2**20
+
+
+def record(test: str, peak: int, regime: str = "prealloc", device_class: str = "sim-16GiB", fragmentation: float = 0.0) -> TestRecord:
+    return TestRecord(f"tests/test_m.py::{test}", regime, "sim:16GiB", device_class, peak, 12 * 1024 * MiB, fragmentation, False, "passed")
+
+
+def write_baselines(root: Path, records: list[TestRecord]) -> Path:
+    for device_class in {r.device_class for r in records}:
+        BaselineStore(root, device_class).write([r for r in records if r.device_class == device_class], {"pytest-devmem": "0.1.0"})
+    return root
+
+
+def write_report(path: Path, records: list[TestRecord]) -> Path:
+    path.write_text(json.dumps({"session": {"versions": {}}, "records": [r.to_json() for r in records]}))
+    return path
+
+
+def test_compare_regression_exits_1_with_a_markdown_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = write_baselines(tmp_path / "baselines", [record("test_a", 10 * MiB), record("test_b", 10 * MiB), record("test_gone", MiB)])
+    new = write_report(tmp_path / "new.json", [record("test_a", 20 * MiB), record("test_b", 5 * MiB), record("test_added", MiB)])
+    assert main(["compare", str(base), str(new)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("### Device memory: 1 regressed, 1 improved, 1 new, 1 missing")
+    assert "| test | regime | device | metric | baseline | now | Δ | verdict |" in out
+    assert "| tests/test_m.py::test_a | prealloc | sim-16GiB | peak_bytes_in_use | 10.00 MiB | 20.00 MiB | +10.00 MiB (+100.0%) | ❌ regressed |" in out
+    assert "| tests/test_m.py::test_b | prealloc | sim-16GiB | peak_bytes_in_use | 10.00 MiB | 5.00 MiB | -5.00 MiB (-50.0%) | ✅ improved |" in out
+    assert "test_added | prealloc | sim-16GiB | peak_bytes_in_use | — | 1.00 MiB | — | 🆕 new |" in out
+    assert "test_gone | prealloc | sim-16GiB | peak_bytes_in_use | 1.00 MiB | — | — | ⚠️ not run |" in out
+
+
+def test_compare_within_tolerance_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = write_report(tmp_path / "base.json", [record("test_a", 10 * MiB)])
+    new = write_report(tmp_path / "new.json", [record("test_a", 11 * MiB)])
+    assert main(["compare", str(base), str(new), "--tolerance", "15%"]) == 0
+    assert "Every compared test is within tolerance." in capsys.readouterr().out
+    assert main(["compare", str(base), str(new), "--tolerance", "15%", "--all"]) == 0
+    assert "| ok |" in capsys.readouterr().out
+    assert main(["compare", str(base), str(new), "--tolerance", "5%"]) == 1
+
+
+def test_compare_never_matches_different_device_classes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = write_report(tmp_path / "base.json", [record("test_a", 10 * MiB, device_class="cuda-NVIDIA-H100")])
+    new = write_report(tmp_path / "new.json", [record("test_a", 99 * MiB)])
+    assert main(["compare", str(base), str(new)]) == 0
+    assert "1 new, 1 missing" in capsys.readouterr().out
+
+
+def test_compare_counts_measured_failures_and_skips_unmeasured_tests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    failed = record("test_a", 99 * MiB)  # failed by the gate itself: its measurement is what matters
+    failed.outcome = "failed"
+    unmeasured = record("test_b", 0)
+    unmeasured.peak_bytes_in_use = None
+    base = write_report(tmp_path / "base.json", [record("test_a", MiB), record("test_b", MiB)])
+    new = write_report(tmp_path / "new.json", [failed, unmeasured])
+    assert main(["compare", str(base), str(new)]) == 1
+    assert "1 regressed, 1 missing" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["compare", "nowhere", "nowhere.json"], "devmem: error: nowhere: no such file or directory"),
+        (["compare", "bad.json", "bad.json"], "bad.json:1: not valid JSON"),
+        (["compare", "foreign.json", "foreign.json"], "foreign.json:1: not a pytest-devmem baseline"),
+        (["compare", "empty", "empty", "--tolerance", "fast"], "invalid devmem tolerance 'fast'"),
+    ],
+)
+def test_bad_input_exits_2_with_the_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.json").write_text("{nope")
+    (tmp_path / "foreign.json").write_text('{"hello": 1}')
+    (tmp_path / "empty").mkdir()
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_show_lists_baselines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = write_baselines(tmp_path / "baselines", [record("test_a", 3 * MiB, fragmentation=0.25), record("test_a", 4 * MiB, regime="growth")])
+    assert main(["show", str(base)]) == 0
+    out = capsys.readouterr().out
+    assert "| tests/test_m.py::test_a | growth | sim-16GiB | 4.00 MiB | 12.00 GiB | 0.0000 | pytest-devmem 0.1.0 |" in out
+    assert "| tests/test_m.py::test_a | prealloc | sim-16GiB | 3.00 MiB | 12.00 GiB | 0.2500 | pytest-devmem 0.1.0 |" in out
+
+
+def test_console_script_is_installed(tmp_path: Path) -> None:
+    executable = shutil.which("devmem") or str(Path(__import__("sys").executable).with_name("devmem"))
+    result = subprocess.run([executable, "compare", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0 and "Compare NEW against BASE" not in result.stderr
+    assert "--tolerance" in result.stdout
+
+
+def test_project_examples_have_baselines() -> None:
+    root = Path(__file__).resolve().parents[1] / "baselines" / "sim-16GiB" / "examples"
+    assert sorted(p.name for p in root.glob("*.json")) == ["test_jax_mlp.py.json", "test_pool_workload.py.json", "test_tf_conv.py.json", "test_tf_data.py.json"]
