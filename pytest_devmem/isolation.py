@@ -85,6 +85,12 @@ def child_command(config: pytest.Config, regime: Regime, settings: Settings, out
         command.append("--devmem-update")  # the child compares without failing; only the parent writes
     if settings.strict:
         command.append("--devmem-strict")
+    if settings.frameworks:
+        command += ["--devmem-frameworks", ",".join(settings.frameworks)]
+    if settings.find_min_fraction:
+        command.append("--devmem-find-min-fraction")
+    if settings.what_if is not None:
+        command += ["--devmem-what-if", str(settings.what_if)]
     return command
 
 
@@ -117,7 +123,8 @@ def _run_child(config: pytest.Config, regime: Regime, settings: Settings, items:
     command = child_command(config, regime, settings, events_path, nodes, paths)
     environment = dict(os.environ)
     regime.apply(environment)
-    environment.pop("PYTEST_XDIST_WORKER", None)
+    environment.pop("PYTEST_XDIST_WORKER", None)  # the child is no xdist worker: no second split
+    environment.pop("PYTEST_XDIST_WORKER_COUNT", None)
     with open(log_path, "w", encoding="utf-8") as log:
         completed = subprocess.run(command, cwd=config.invocation_params.dir, env=environment, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     output = log_path.read_text(encoding="utf-8", errors="replace")[-OUTPUT_TAIL_CHARS:]

@@ -67,13 +67,14 @@ def parse_mark(args: tuple[object, ...], kwargs: dict[str, object]) -> MarkSpec 
             return f"@pytest.mark.devmem tolerance={tolerance!r}: must be a string such as '5%' or '64MiB'"
         if tolerance is not None:
             parse_tolerance(tolerance)
-        frameworks = _frameworks(kwargs.get("frameworks", ()))
+        frameworks = normalize_frameworks(kwargs.get("frameworks", ()))
     except (DevmemError, ValueError) as exc:
         return f"@pytest.mark.devmem: {exc}"
     return MarkSpec(mode, fraction, limit, tolerance, frameworks)
 
 
-def _frameworks(value: object) -> tuple[str, ...]:
+def normalize_frameworks(value: object) -> tuple[str, ...]:
+    """('jax', 'tf') -> ('jax', 'tensorflow'); ValueError naming an unknown framework."""
     names = (value,) if isinstance(value, str) else value
     if not isinstance(names, (tuple, list)):
         raise ValueError(f"frameworks={value!r}: must be a tuple of names from {', '.join(FRAMEWORKS)}")

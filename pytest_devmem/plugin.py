@@ -4,6 +4,7 @@ pool, sources, records and reports together. Module-level hooks only register th
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import sys
 from pathlib import Path
 import warnings
@@ -24,6 +25,7 @@ from .regime import Regime, configure_tensorflow_gpus, jax_backend_started, rest
 from .report import render, terminal_table
 from .settings import Settings, add_options, load_settings
 from .tolerance import parse_tolerance
+from .units import format_size
 from .sources import Reading, Sampler, Source
 from .sources.jax import JaxSource
 from .sources.nvml import NvmlSource
@@ -41,6 +43,7 @@ regime_key = pytest.StashKey["Regime | None"]()
 measured_key = pytest.StashKey[bool]()
 readings_key = pytest.StashKey["list[Reading]"]()
 oom_key = pytest.StashKey[bool]()
+trace_key = pytest.StashKey[list]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -54,11 +57,22 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
         settings = load_settings(early_config)
     except pytest.UsageError:
         return  # pytest_configure reports it properly
-    if settings.regime is not None:
-        early_config.stash[_early_env_key] = settings.regime.apply()
+    if settings.effective_regime is not None:
+        early_config.stash[_early_env_key] = settings.effective_regime.apply()
+    _apply_worker_gpu(early_config, settings)
+
+
+def _apply_worker_gpu(config: pytest.Config, settings: Settings) -> None:
+    """Give this xdist worker its own GPU, before any framework initialises CUDA."""
+    plan = settings.worker_plan
+    if plan is None or plan.cuda_visible_devices is None or _gpu_env_key in config.stash:
+        return
+    config.stash[_gpu_env_key] = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = plan.cuda_visible_devices
 
 
 _early_env_key = pytest.StashKey["dict[str, str | None]"]()
+_gpu_env_key = pytest.StashKey["str | None"]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -78,6 +92,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if early is not None:  # undo what pytest_load_initial_conftests set
             restore(early)
         raise
+    _apply_worker_gpu(config, settings)
     manager = DevmemManager(config, settings, device, store)
     config.pluginmanager.register(manager, PLUGIN_NAME)
 
@@ -100,6 +115,7 @@ class DevmemManager:
         self.device = device
         self.store = store
         self.collected_ids: set[str] = set()
+        self.xdist_note = ""
         self.stale: list[str] = []
         self.baselines_written: list[str] = []
         self.records: list[TestRecord] = []
@@ -120,15 +136,32 @@ class DevmemManager:
             from .isolation import ChildEventWriter
 
             self.child_writer = ChildEventWriter(config, child_output)
-        if settings.regime is not None:
+        if settings.effective_regime is not None:
             if jax_backend_started():
                 warnings.warn(
                     pytest.PytestWarning(f"JAX had already started before pytest-devmem could apply regime {settings.regime.label}; its settings do not apply in this process"),
                     stacklevel=1,
                 )
-            previous = settings.regime.apply()
+            previous = settings.effective_regime.apply()
             if self._previous_env is None:
                 self._previous_env = previous
+        self._plan_controller_workers()
+
+    def _plan_controller_workers(self) -> None:
+        """On the xdist controller: say how workers will share the device, warn if they cannot."""
+        if self.is_xdist_worker or self.is_child or self.settings.regime is None:
+            return
+        try:
+            count = int(self.config.getoption("numprocesses", default=0) or 0)
+        except (TypeError, ValueError):
+            count = 0
+        uses_gpu = getattr(self.device, "index", None) is not None
+        from .workers import gpu_count, plan_workers
+
+        plan = plan_workers(self.settings.regime, self.settings.fraction_chosen, 0, count, gpu_count() if uses_gpu else 0, uses_gpu)
+        self.xdist_note = plan.warning or plan.note
+        if plan.warning:
+            self.config.issue_config_time_warning(pytest.PytestWarning(plan.warning), stacklevel=2)
 
     # -- session ------------------------------------------------------------------------
 
@@ -146,6 +179,8 @@ class DevmemManager:
         self.sampler.close()
         if self._previous_env is not None:
             restore(self._previous_env)
+        if _gpu_env_key in config.stash:
+            restore({"CUDA_VISIBLE_DEVICES": config.stash[_gpu_env_key]})
         if self.child_writer is not None:
             self.child_writer.close()
         close = getattr(self.device, "close", None)
@@ -281,7 +316,10 @@ class DevmemManager:
             limit_bytes=limit,
             duration_s=call.duration,
         )
+        self._analyse_trace(item, record, regime)
         failure = limit_verdict(record.peak_bytes_in_use, limit)
+        if failure is None:
+            failure = self._sharing_verdict(record, spec)
         if failure is None:
             failure = self._baseline_verdict(record, spec)
         if failure is not None and report.outcome == "passed":
@@ -293,6 +331,51 @@ class DevmemManager:
         else:
             self._local_records[item.nodeid] = record
         return report
+
+    def _sharing_verdict(self, record: TestRecord, spec: MarkSpec | str | None) -> str | None:
+        """Model the frameworks this test names (or the session's) on one device with what each used."""
+        frameworks = spec.frameworks if isinstance(spec, MarkSpec) and spec.frameworks else self.settings.frameworks
+        if not frameworks:
+            return None
+        from .shared import check_sharing, jax_setup_from_env, tensorflow_setup_from_env
+
+        setups = []
+        for name in frameworks:
+            reading = record.sources.get(name)
+            peak = reading.peak_bytes_in_use if reading is not None and reading.available and reading.peak_bytes_in_use else 0
+            setup = jax_setup_from_env(os.environ) if name == "jax" else tensorflow_setup_from_env(os.environ)
+            setups.append((setup, peak))
+        verdict = check_sharing(self.device.capacity, setups, self.device.name, environ=os.environ)
+        record.sharing = verdict.to_json()
+        on_gpu = getattr(self.device, "index", None) is not None
+        if on_gpu:  # the frameworks really ran together: only a real OOM fails, with the model's advice
+            return verdict.message() if record.oom else None
+        return None if verdict.fits else verdict.message()
+
+    def _analyse_trace(self, item: pytest.Item, record: TestRecord, regime: Regime | None) -> None:
+        """Replay the test's trace: the smallest prealloc fraction it needs, and how a device of another size fares."""
+        if not self.settings.traces_needed:
+            return
+        from .pool.trace import ALLOCATE, Trace, TraceEvent
+        from .whatif import find_min_fraction, what_if
+
+        events = [
+            TraceEvent(ALLOCATE, -index, int(reading.peak_bytes_in_use))  # a framework's peak, live throughout
+            for index, reading in enumerate((record.sources.get(n) for n in ("jax", "tensorflow")), start=1)
+            if reading is not None and reading.available and reading.peak_bytes_in_use
+        ]
+        events += item.stash.get(trace_key, [])
+        if not events:
+            return
+        trace = Trace(events)
+        analysis: dict[str, object] = {"trace_events": len(events), "peak_live_bytes": trace.peak_live_bytes()}
+        if self.settings.find_min_fraction:
+            analysis["min_fraction"] = find_min_fraction(trace, self.device.capacity)
+        if self.settings.what_if is not None:
+            policy = regime.policy if regime is not None else DEFAULT_FIXTURE_POLICY
+            answer = what_if(trace, policy, self.settings.what_if)
+            analysis["what_if"] = {"capacity": answer.capacity, "ok": answer.ok, "message": answer.message}
+        record.analysis = analysis
 
     def _baseline_verdict(self, record: TestRecord, spec: MarkSpec | str | None) -> str | None:
         """Compare a measured record with its baseline; the failure text, or None where it may pass."""
@@ -332,7 +415,7 @@ class DevmemManager:
         if self._tensorflow_configured or "tensorflow" not in sys.modules or self.settings.regime is None:
             return
         self._tensorflow_configured = True
-        problem = configure_tensorflow_gpus(self.settings.regime, self.device.capacity)
+        problem = configure_tensorflow_gpus(self.settings.effective_regime, self.device.capacity)  # type: ignore[arg-type]
         if problem:
             warnings.warn(pytest.PytestWarning(problem), stacklevel=1)
 
@@ -340,10 +423,18 @@ class DevmemManager:
 
     def make_fixture(self, item: pytest.Item) -> DevmemFixture:
         regime = item.stash.get(regime_key, None)
+        if regime is not None and regime == self.settings.regime:
+            regime = self.settings.effective_regime  # this xdist worker's share of the session regime
         policy = regime.policy if regime is not None else DEFAULT_FIXTURE_POLICY
-        pool = make_pool(self.device, policy)
+        pool: Pool = make_pool(self.device, policy)
         if item.stash.get(measured_key, False):
             self.pool_source.attach(pool)
+            if self.settings.traces_needed:
+                from .pool.trace import TracingPool
+
+                tracing = TracingPool(pool)
+                item.stash[trace_key] = tracing.trace.events
+                pool = tracing  # type: ignore[assignment]
         return DevmemFixture(regime, pool, self.device)
 
     # -- reporting ----------------------------------------------------------------------
@@ -381,6 +472,9 @@ class DevmemManager:
             started = sum(outcome.children_started for outcome in self.child_outcomes.values())
             labels = ", ".join(regime.label for regime in self.child_outcomes)
             write(f"isolated regimes: {labels} ({started} child process(es))")
+        self._summarize_analysis(write)
+        if self.xdist_note:
+            write(f"xdist: {self.xdist_note}")
         self._summarize_baselines(write)
         if self.settings.report_path is not None:
             write(f"report written to {self._shown(self.settings.report_path)}")
@@ -391,6 +485,25 @@ class DevmemManager:
             return str(Path(str(path)).relative_to(self.config.invocation_params.dir))
         except ValueError:
             return str(path)
+
+    def _summarize_analysis(self, write: Any) -> None:
+        records = sorted(self.records, key=lambda r: r.test_id)
+        shared = [r for r in records if r.sharing is not None and not r.sharing.get("fits")]
+        if shared:
+            write(f"frameworks that cannot share the device: {len(shared)} test(s): " + ", ".join(r.test_id for r in shared))
+        if self.settings.find_min_fraction:
+            write(f"smallest prealloc fraction that passes (traces replayed on {self.device.name}):")
+            for r in records:
+                if r.analysis is not None and "min_fraction" in r.analysis:
+                    value = r.analysis["min_fraction"]
+                    write(f"  {r.test_id} [{r.regime}]: " + (f"{value:.2f}" if value is not None else "does not fit even at 1.00"))
+        if self.settings.what_if is not None:
+            size = format_size(self.settings.what_if)
+            failing = [r for r in records if r.analysis is not None and not r.analysis.get("what_if", {}).get("ok", True)]  # type: ignore[union-attr]
+            replayed = sum(1 for r in records if r.analysis is not None and "what_if" in r.analysis)
+            write(f"what if the device had {size}: {len(failing)} of {replayed} replayed test(s) would run out of memory")
+            for r in failing:
+                write(f"  {r.test_id} [{r.regime}]: {r.analysis['what_if']['message']}")  # type: ignore[index]
 
     def _summarize_baselines(self, write: Any) -> None:
         statuses: dict[str, list[str]] = {}

@@ -34,6 +34,8 @@ class TestRecord:
     limit_bytes: int | None = None
     duration_s: float = 0.0
     baseline: dict[str, object] | None = None  # the comparison with the stored baseline, when made
+    sharing: dict[str, object] | None = None  # frameworks on one device (shared.SharingVerdict), when modelled
+    analysis: dict[str, object] | None = None  # min_fraction / what_if from the test's trace, when asked
 
     @classmethod
     def from_readings(
@@ -95,6 +97,8 @@ class TestRecord:
             "limit_bytes": self.limit_bytes,
             "duration_s": round(self.duration_s, 6),
             "baseline": self.baseline,
+            "sharing": self.sharing,
+            "analysis": self.analysis,
             "sources": {name: reading.to_json() for name, reading in sorted(self.sources.items())},
         }
 
@@ -115,4 +119,6 @@ class TestRecord:
             limit_bytes=data.get("limit_bytes"),  # type: ignore[arg-type]
             duration_s=float(data.get("duration_s", 0.0)),  # type: ignore[arg-type]
             baseline=data.get("baseline"),  # type: ignore[arg-type]
+            sharing=data.get("sharing"),  # type: ignore[arg-type]
+            analysis=data.get("analysis"),  # type: ignore[arg-type]
         )

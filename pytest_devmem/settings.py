@@ -18,7 +18,9 @@ from .pool.policy import ALLOWED_MODES, parse_fraction, parse_mode
 from .regime import Regime
 from .report import REPORT_FORMATS
 from .tolerance import DEFAULT_TOLERANCE, TOLERANCE_HELP, Tolerance, parse_tolerance
-from .units import format_size
+from .marks import normalize_frameworks
+from .units import format_size, parse_size
+from .workers import WorkerPlan, gpu_count, plan_workers, worker_index
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,9 @@ OPTIONS = (
     Option("update", "Write or refresh the baselines of the tests that ran (and only those); no test fails for a change.", flag=True),
     Option("tolerance", f"How far a metric may move from its baseline: {TOLERANCE_HELP}. Default: {DEFAULT_TOLERANCE} on peak_bytes_in_use.", "SPEC"),
     Option("strict", "Fail tests that have no baseline, and the session when baselines exist for tests that no longer exist.", flag=True),
+    Option("frameworks", "Model these frameworks sharing the device in every measured test, e.g. jax,tf: fail a test whose reservations and peaks cannot fit together.", "LIST"),
+    Option("find-min-fraction", "Report for each measured test the smallest fraction at which it passes under prealloc (replaying its trace).", flag=True),
+    Option("what-if", "Report which measured tests would run out of memory on a device of SIZE (e.g. 16GiB), replaying their traces.", "SIZE"),
 )
 
 
@@ -122,6 +127,21 @@ class Settings:
     update: bool
     tolerance: Tolerance
     strict: bool
+    frameworks: tuple[str, ...] = ()
+    find_min_fraction: bool = False
+    what_if: int | None = None
+    fraction_chosen: bool = False
+    worker_plan: WorkerPlan | None = None
+
+    @property
+    def effective_regime(self) -> Regime | None:
+        """What this process applies: the session's regime, or this xdist worker's share of it.
+        Records keep the session regime's label, so baselines do not depend on -n."""
+        return self.worker_plan.regime if self.worker_plan is not None else self.regime
+
+    @property
+    def traces_needed(self) -> bool:
+        return self.find_min_fraction or self.what_if is not None
 
     @property
     def measures_everything(self) -> bool:
@@ -156,6 +176,14 @@ def load_settings(config: pytest.Config) -> Settings:
     if not baselines.is_absolute():
         baselines = config.invocation_params.dir / baselines
     tolerance = _checked(config, options["tolerance"], parse_tolerance) or parse_tolerance(DEFAULT_TOLERANCE)
+    frameworks = _checked(config, options["frameworks"], parse_frameworks) or ()
+    what_if = _checked(config, options["what-if"], _positive_size)
+    plan = None
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and not config.getoption("devmem_child_output", default=None):
+        count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+        uses_gpu = not device_spec.startswith("sim")
+        plan = plan_workers(regime, fraction is not None, worker_index(worker), count, gpu_count() if uses_gpu else 0, uses_gpu)
     return Settings(
         regime=regime,
         device_spec=device_spec,
@@ -164,4 +192,20 @@ def load_settings(config: pytest.Config) -> Settings:
         update=bool(_checked(config, options["update"], parse_flag)),
         tolerance=tolerance,  # type: ignore[arg-type]
         strict=bool(_checked(config, options["strict"], parse_flag)),
+        frameworks=frameworks,  # type: ignore[arg-type]
+        find_min_fraction=bool(_checked(config, options["find-min-fraction"], parse_flag)),
+        what_if=what_if,  # type: ignore[arg-type]
+        fraction_chosen=fraction is not None,
+        worker_plan=plan,
     )
+
+
+def parse_frameworks(value: str) -> tuple[str, ...]:
+    return normalize_frameworks(tuple(name.strip() for name in value.split(",") if name.strip()))
+
+
+def _positive_size(value: str) -> int:
+    size = parse_size(value)
+    if size <= 0:
+        raise ValueError(f"invalid size {value!r}: must be more than 0 bytes")
+    return size

@@ -140,6 +140,15 @@ def test_growth_backs_off_by_0_9_when_the_device_refuses() -> None:
     assert device.free_bytes() == 2 * MiB - expected
 
 
+def test_backoff_ends_when_the_device_is_full() -> None:
+    device = SimulatedDevice(MiB)
+    device.try_allocate(MiB)  # nothing left, not even 256 bytes
+    pool = BFCPool(device, Policy.of("prealloc"))
+    assert pool.preallocate() == 0
+    with pytest.raises(OutOfMemoryError, match="other users of this device hold 1.00 MiB"):
+        pool.alloc(256)
+
+
 def test_prealloc_reserves_three_quarters_on_first_use_and_never_returns_it() -> None:
     device = SimulatedDevice(GiB)
     pool = BFCPool(device, Policy.of("prealloc"))

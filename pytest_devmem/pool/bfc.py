@@ -66,12 +66,16 @@ class BFCPool(PoolCounters):
         release_free_regions: bool = False,
         max_internal_fragmentation: int = DEFAULT_MAX_INTERNAL_FRAGMENTATION,
         dump_on_oom: bool = False,
+        bytes_limit: int | None = None,
     ) -> None:
+        """`bytes_limit`, when given, replaces fraction x capacity (TensorFlow states its limit in bytes)."""
         if max_internal_fragmentation <= 0:
             raise InvalidSettingError(
                 f"invalid max_internal_fragmentation {max_internal_fragmentation}: must be a positive number of bytes"
             )
-        limit = int(device.capacity * policy.fraction) & ~(MIN_ALLOCATION_SIZE - 1)
+        if bytes_limit is None:
+            bytes_limit = int(device.capacity * policy.fraction)
+        limit = max(0, bytes_limit) & ~(MIN_ALLOCATION_SIZE - 1)
         super().__init__(device, policy, limit)
         self.release_free_regions = release_free_regions
         self.max_internal_fragmentation = max_internal_fragmentation
@@ -238,9 +242,10 @@ class BFCPool(PoolCounters):
         region_size = min(region_size, available)
         start = self.device.try_allocate(region_size)
         while start is None:
-            region_size = rounded_bytes(int(region_size * BACKOFF_FACTOR))
-            if region_size < rounded:
+            smaller = rounded_bytes(int(region_size * BACKOFF_FACTOR))
+            if smaller < rounded or smaller >= region_size:  # at 256 bytes x0.9 rounds back up: stop
                 return False
+            region_size = smaller
             start = self.device.try_allocate(region_size)
         if not increased:
             self._next_region_size *= 2
