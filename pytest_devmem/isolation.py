@@ -22,7 +22,7 @@ from typing import IO, Any, Sequence
 
 import pytest
 
-from .regime import Regime
+from .regime import Regime, restore
 from .settings import Settings
 
 OUTPUT_TAIL_CHARS = 3000
@@ -94,15 +94,18 @@ def child_command(config: pytest.Config, regime: Regime, settings: Settings, out
     return command
 
 
-def run_in_children(config: pytest.Config, regime: Regime, settings: Settings, items: Sequence[pytest.Item]) -> ChildOutcome:
-    """Run `items` under `regime` in child processes until each has a result."""
+def run_in_children(config: pytest.Config, regime: Regime, settings: Settings, items: Sequence[pytest.Item], original_environment: dict[str, str | None] | None = None) -> ChildOutcome:
+    """Run `items` under `regime` in child processes until each has a result.
+
+    `original_environment` holds the framework variables as the user set them, before this process
+    applied its own regime; the child starts from those."""
     outcome = ChildOutcome()
     remaining = list(items)
     with tempfile.TemporaryDirectory(prefix="devmem-child-") as scratch:
         while remaining:
             outcome.children_started += 1
             attempt = Path(scratch) / f"child{outcome.children_started}"
-            events, returncode, output = _run_child(config, regime, settings, remaining, attempt)
+            events, returncode, output = _run_child(config, regime, settings, remaining, attempt, original_environment)
             started, finished = _apply_events(config, events, outcome)
             crashed = [item for item in remaining if item.nodeid in started and item.nodeid not in finished]
             for item in crashed:
@@ -116,12 +119,13 @@ def run_in_children(config: pytest.Config, regime: Regime, settings: Settings, i
     return outcome
 
 
-def _run_child(config: pytest.Config, regime: Regime, settings: Settings, items: Sequence[pytest.Item], stem: Path) -> tuple[list[dict[str, Any]], int, str]:
+def _run_child(config: pytest.Config, regime: Regime, settings: Settings, items: Sequence[pytest.Item], stem: Path, original_environment: dict[str, str | None] | None) -> tuple[list[dict[str, Any]], int, str]:
     nodes, events_path, log_path = stem.with_suffix(".nodes"), stem.with_suffix(".jsonl"), stem.with_suffix(".log")
     nodes.write_text("\n".join(item.nodeid for item in items) + "\n", encoding="utf-8")
     paths = sorted({os.path.relpath(item.path, config.invocation_params.dir) for item in items})
     command = child_command(config, regime, settings, events_path, nodes, paths)
     environment = dict(os.environ)
+    restore(original_environment or {}, environment)  # the user's own values, not this process's regime
     regime.apply(environment)
     environment.pop("PYTEST_XDIST_WORKER", None)  # the child is no xdist worker: no second split
     environment.pop("PYTEST_XDIST_WORKER_COUNT", None)

@@ -234,7 +234,7 @@ class DevmemManager:
             from .isolation import run_in_children
 
             group = [item] if self.is_xdist_worker else self.isolated.get(regime, [item])
-            fresh = run_in_children(self.config, regime, self.settings, group)
+            fresh = run_in_children(self.config, regime, self.settings, group, self._previous_env)
             if outcome is None:
                 self.child_outcomes[regime] = fresh
             else:
@@ -349,7 +349,7 @@ class DevmemManager:
         record.sharing = verdict.to_json()
         on_gpu = getattr(self.device, "index", None) is not None
         if on_gpu:  # the frameworks really ran together: only a real OOM fails, with the model's advice
-            return verdict.message() if record.oom else None
+            return verdict.real_oom_message() if record.oom else None
         return None if verdict.fits else verdict.message()
 
     def _analyse_trace(self, item: pytest.Item, record: TestRecord, regime: Regime | None) -> None:

@@ -70,15 +70,20 @@ class Regime:
         return variables
 
     def apply(self, environ: MutableMapping[str, str] | None = None) -> dict[str, str | None]:
-        """Set this regime's variables in `environ` (os.environ by default), clearing the others.
+        """Set this regime's variables in `environ` (os.environ by default), clearing the other JAX ones.
 
-        Returns the previous values so `restore` can undo it.
+        TensorFlow variables the user set are kept: TensorFlow's regime comes from its own variables
+        (so JAX at a fraction beside TensorFlow with TF_FORCE_GPU_ALLOW_GROWTH=true can be tested);
+        the regime's TensorFlow values apply where the user set none. Returns the previous values so
+        `restore` can undo it.
         """
         target = os.environ if environ is None else environ
         previous = {name: target.get(name) for name in FRAMEWORK_VARIABLES}
+        user_tensorflow = {name: value for name, value in previous.items() if name.startswith("TF_") and value is not None}
         for name in FRAMEWORK_VARIABLES:
             target.pop(name, None)
         target.update(self.environment())
+        target.update(user_tensorflow)
         return previous
 
     def tensorflow_memory_limit(self, capacity: int) -> int | None:

@@ -137,6 +137,21 @@ class SharingVerdict:
             lines.append("  fix: " + (", or ".join(self.fixes) if self.fixes else "no setting makes them fit: use a larger device, smaller batches, or run them one after the other"))
         return "\n".join(lines)
 
+    def real_oom_message(self) -> str:
+        """For a real out-of-memory error on a GPU: the peaks measured were cut short by the failure, so
+        the model's reservations are shown with every setting that gives the frameworks more room."""
+        lines = self.message().splitlines()[1:]
+        unique = list(dict.fromkeys(o.setup.name for o in self.outcomes))
+        names = " and ".join(unique) if len(unique) <= 2 else ", ".join(unique[:-1]) + " and " + unique[-1]
+        head = f"{names} cannot share {self.device} ({format_size(self.capacity)}): a real out-of-memory error while both held memory"
+        fixes = self.fixes or [
+            "lower XLA_PYTHON_CLIENT_MEM_FRACTION (its reservation above is what TensorFlow cannot use)",
+            "set XLA_PYTHON_CLIENT_PREALLOCATE=false",
+            "set TF_FORCE_GPU_ALLOW_GROWTH=true",
+            'hide the GPU from TensorFlow (tf.config.set_visible_devices([], "GPU"))',
+        ]
+        return "\n".join([head, *[line for line in lines if not line.startswith("  fix:")], "  fix: " + ", or ".join(fixes)])
+
     def to_json(self) -> dict[str, object]:
         return {
             "fits": self.fits,

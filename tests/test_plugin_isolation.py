@@ -164,3 +164,20 @@ def test_marked_tests_run_in_children_under_xdist(pytester: pytest.Pytester) -> 
     )
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "-n", "2")
     result.assert_outcomes(passed=2)
+
+
+def test_a_child_starts_from_the_users_variables_not_the_parents_regime(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)
+    pytester.makepyfile(
+        """
+        import os, pytest
+        def test_parent():
+            assert os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"  # the session's growth regime
+        @pytest.mark.devmem(mode="fraction", fraction=.5)
+        def test_child():
+            assert os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] == "false"  # the child's own regime, not the parent's
+            assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
+        """
+    )
+    result = pytester.runpytest_inprocess("--devmem-mode=growth")
+    result.assert_outcomes(passed=2)

@@ -1,0 +1,159 @@
+"""JAX and TensorFlow together in one test (real, on CPU), xdist workers on one device, and the
+answers replayed from traces: the smallest fraction and what a smaller device would do."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_devmem.device import SimulatedDevice
+from pytest_devmem.pool import Policy, TracingPool, make_pool, replay
+
+MiB = 2**20
+
+BOTH_FRAMEWORKS = """
+import pytest
+import jax.numpy as jnp
+import tensorflow as tf
+
+@pytest.mark.devmem(frameworks=("jax", "tf"))
+def test_both():
+    x = jnp.ones((2 * 2**20,), dtype=jnp.float32).block_until_ready()   # 8 MiB in JAX
+    y = tf.ones((16 * 2**20,), dtype=tf.float32)                          # 64 MiB in TensorFlow
+    assert float(x[0]) + float(y[0]) == 2.0
+"""
+
+
+def test_jax_prealloc_beside_tensorflow_default_fails_with_numbers_and_fix(jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)
+    pytester.makepyfile(BOTH_FRAMEWORKS)
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:1GiB", "--devmem-report=r.json")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*JAX and TensorFlow cannot share sim:1GiB (1.00 GiB): out of memory at peak*",
+        "*JAX (prealloc, XLA_PYTHON_CLIENT_MEM_FRACTION=0.75): reserves 768.00 MiB at start-up, peak 8.00 MiB*",
+        "*TensorFlow (default: all free memory but the system reserve): reserves 31.00 MiB at start-up, peak 64.00 MiB -- out of memory at its peak*",
+        "*fix: set XLA_PYTHON_CLIENT_MEM_FRACTION=0.71, or set XLA_PYTHON_CLIENT_PREALLOCATE=false*",
+        "*frameworks that cannot share the device: 1 test(s)*",
+    ])
+    record = json.loads((pytester.path / "r.json").read_text())["records"][0]
+    assert record["sharing"]["fits"] is False and record["sharing"]["phase"] == "peak"
+
+
+def test_jax_at_point_four_beside_tensorflow_growth_passes(jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TF_FORCE_GPU_ALLOW_GROWTH", "true")  # TensorFlow's own variable: the regime keeps it
+    pytester.makepyfile(BOTH_FRAMEWORKS.replace('@pytest.mark.devmem(frameworks=("jax", "tf"))\n', ""))
+    result = pytester.runpytest_inprocess("--devmem-fraction=.4", "--devmem-frameworks=jax,tf", "--devmem-device=sim:1GiB", "--devmem-report=r.json")
+    result.assert_outcomes(passed=1)
+    sharing = json.loads((pytester.path / "r.json").read_text())["records"][0]["sharing"]
+    assert sharing["fits"] is True
+    assert [f["setup"] for f in sharing["frameworks"]] == ["prealloc, XLA_PYTHON_CLIENT_MEM_FRACTION=0.4", "TF_FORCE_GPU_ALLOW_GROWTH=true"]
+
+
+def test_bad_frameworks_option_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest_inprocess("--devmem-frameworks=jax,torch")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "unknown framework 'torch'" in result.stderr.str() and "(from --devmem-frameworks)" in result.stderr.str()
+
+
+WORKER_TEST = """
+import os
+import pytest
+
+@pytest.mark.parametrize("n", range(6))
+def test_share(devmem, n):
+    print("FRACTION", os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"])
+    assert devmem.pool.stats()["bytes_limit"] <= 16 * 2**30 * float(os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"])
+"""
+
+
+def test_three_xdist_workers_split_the_fraction_by_default(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(WORKER_TEST + "\n    assert os.environ['XLA_PYTHON_CLIENT_MEM_FRACTION'] == '0.25'\n")
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "-n", "3", "--devmem-report=r.json")
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines(["*xdist: 3 workers share one device: each gets fraction 0.25 (prealloc's 0.75 split 3 ways)*"])
+    records = json.loads((pytester.path / "r.json").read_text())["records"]
+    assert {r["regime"] for r in records} == {"prealloc"}  # baselines keep the session regime's name
+
+
+def test_three_xdist_workers_at_a_chosen_point_75_are_warned(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(WORKER_TEST)
+    result = pytester.runpytest_inprocess("--devmem-mode=fraction", "--devmem-fraction=.75", "-n", "3")
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines(["*3 pytest-xdist workers x fraction 0.75 = 2.25 of one device: they cannot all fit; use --devmem-fraction=0.33 or less*"])
+
+
+TRACE_TEST = """
+def workload(pool):
+    keep = [pool.alloc(size) for size in (96 * 2**20, 40 * 2**20, 3 * 2**20)]
+    for step in range(3):
+        temporary = pool.alloc((20 + step) * 2**20)
+        pool.free(temporary)
+    pool.free(keep[1])
+    pool.alloc(50 * 2**20)
+
+def test_small(devmem):
+    devmem.pool.alloc(2**20)
+
+def test_workload(devmem):
+    workload(devmem.pool)
+"""
+
+
+def replay_workload(fraction: float | None, capacity: int, mode: str = "fraction") -> bool:
+    namespace: dict[str, object] = {}
+    exec(TRACE_TEST, namespace)
+    recorder = TracingPool(make_pool(SimulatedDevice(16 * 2**30), Policy.of("ondemand")))
+    namespace["workload"](recorder)  # type: ignore[operator]
+    return replay(recorder.trace, make_pool(SimulatedDevice(capacity), Policy.of(mode, fraction))).ok
+
+
+def test_min_fraction_and_what_if_are_confirmed_by_replay(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(TRACE_TEST)
+    result = pytester.runpytest_inprocess(
+        "--devmem-mode=prealloc", "--devmem-device=sim:1GiB", "--devmem-find-min-fraction", "--devmem-what-if=160MiB", "--devmem-report=r.json"
+    )
+    result.assert_outcomes(passed=2)
+    records = {r["test_id"].split("::")[-1]: r for r in json.loads((pytester.path / "r.json").read_text())["records"]}
+    answer = records["test_workload"]["analysis"]["min_fraction"]
+    result.stdout.fnmatch_lines(["*smallest prealloc fraction that passes (traces replayed on sim:1GiB):*", f"*test_workload ?prealloc?: {answer:.2f}*"])
+    assert replay_workload(answer, 2**30)  # passes at the answer
+    assert not replay_workload(round(answer - 0.01, 2), 2**30)  # and not one hundredth below
+    assert records["test_small"]["analysis"]["min_fraction"] == 0.01
+    result.stdout.fnmatch_lines(["*what if the device had 160.00 MiB: 1 of 2 replayed test(s) would run out of memory*", "*test_workload ?prealloc?: event *out of device memory*"])
+    assert records["test_workload"]["analysis"]["what_if"]["ok"] is False
+    assert records["test_small"]["analysis"]["what_if"]["ok"] is True
+    assert not replay_workload(None, 160 * MiB, "prealloc")
+    assert replay_workload(None, 256 * MiB, "prealloc")
+
+
+def test_bad_what_if_size_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest_inprocess("--devmem-what-if=16G")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "ambiguous size '16G'" in result.stderr.str() and "(from --devmem-what-if)" in result.stderr.str()
+
+
+@pytest.mark.gpu
+def test_real_jax_and_tensorflow_oom_on_a_gpu_is_reported_with_the_fix(pytester: pytest.Pytester) -> None:
+    """On a GPU: JAX preallocates 75%, TensorFlow takes the rest, and a TensorFlow tensor bigger than
+    what is left raises a real ResourceExhaustedError, which the plugin reports with the model's fix."""
+    pytester.makepyfile(
+        """
+        import pytest
+        import jax.numpy as jnp
+        import tensorflow as tf
+
+        @pytest.mark.devmem(frameworks=("jax", "tf"))
+        def test_both():
+            jnp.ones(8).block_until_ready()
+            free = tf.config.experimental.get_memory_info("GPU:0")
+            big = tf.ones((int(0.3 * 80 * 2**30 / 4),), dtype=tf.float32)  # 30% of an 80 GiB card
+            assert big.shape[0] > 0
+        """
+    )
+    result = pytester.runpytest_subprocess("--devmem-mode=prealloc", "--devmem-device=cuda:0")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*JAX and TensorFlow cannot share cuda:0*", "*fix:*"])
