@@ -107,4 +107,4 @@ def test_console_script_is_installed(tmp_path: Path) -> None:
 
 def test_project_examples_have_baselines() -> None:
     root = Path(__file__).resolve().parents[1] / "baselines" / "sim-16GiB" / "examples"
-    assert sorted(p.name for p in root.glob("*.json")) == ["test_jax_mlp.py.json", "test_pool_workload.py.json", "test_tf_conv.py.json", "test_tf_data.py.json"]
+    assert sorted(p.name for p in root.glob("*.json")) == ["test_jax_and_tf_together.py.json", "test_jax_mlp.py.json", "test_pool_workload.py.json", "test_tf_conv.py.json", "test_tf_data.py.json"]
