@@ -6,9 +6,9 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import sys
-from pathlib import Path
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generator
 
 import pytest
@@ -24,13 +24,13 @@ from .record import TestRecord
 from .regime import Regime, configure_tensorflow_gpus, jax_backend_started, restore
 from .report import render, terminal_table
 from .settings import Settings, add_options, load_settings
-from .tolerance import parse_tolerance
-from .units import format_size
 from .sources import Reading, Sampler, Source
 from .sources.jax import JaxSource
 from .sources.nvml import NvmlSource
 from .sources.pool import PoolSource
 from .sources.tensorflow import TensorFlowSource
+from .tolerance import parse_tolerance
+from .units import format_size
 
 if TYPE_CHECKING:  # isolation pulls in subprocess and json: imported only when a test needs a child
     from .isolation import ChildEventWriter, ChildOutcome
@@ -44,6 +44,8 @@ measured_key = pytest.StashKey[bool]()
 readings_key = pytest.StashKey["list[Reading]"]()
 oom_key = pytest.StashKey[bool]()
 trace_key = pytest.StashKey[list]()
+_early_env_key = pytest.StashKey["dict[str, str | None]"]()  # framework variables before this session's regime
+_gpu_env_key = pytest.StashKey["str | None"]()  # CUDA_VISIBLE_DEVICES before this worker's GPU was chosen
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -70,9 +72,6 @@ def _apply_worker_gpu(config: pytest.Config, settings: Settings) -> None:
     config.stash[_gpu_env_key] = os.environ.get("CUDA_VISIBLE_DEVICES")
     os.environ["CUDA_VISIBLE_DEVICES"] = plan.cuda_visible_devices
 
-
-_early_env_key = pytest.StashKey["dict[str, str | None]"]()
-_gpu_env_key = pytest.StashKey["str | None"]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -275,13 +274,20 @@ class DevmemManager:
         spec = item.stash.get(mark_key, None)
         if isinstance(spec, str):
             raise pytest.UsageError(spec)
-        if item.stash.get(measured_key, False):
-            self._configure_tensorflow_once()
-            item.stash[oom_key] = False
+        if not item.stash.get(measured_key, False):
+            return (yield)
+        self._configure_tensorflow_once()
+        item.stash[oom_key] = False
+        for source in self.sources:
+            source.start()
+        self.sampler.resume()
+        try:
+            return (yield)
+        except BaseException:  # no call phase will stop the measurement: stop it here
+            self.sampler.pause()
             for source in self.sources:
-                source.start()
-            self.sampler.resume()
-        return (yield)
+                source.stop()
+            raise
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
@@ -326,6 +332,8 @@ class DevmemManager:
             report.outcome = "failed"
             report.longrepr = failure
             record.outcome = "failed"
+        elif failure is not None:  # failed already (a real OOM, say): add what pytest-devmem found
+            report.sections.append(("pytest-devmem", failure))
         if self.is_child or self.is_xdist_worker:  # the record travels to another process with the report
             report.devmem_record = record.to_json()  # type: ignore[attr-defined]
         else:

@@ -157,3 +157,11 @@ def test_real_jax_and_tensorflow_oom_on_a_gpu_is_reported_with_the_fix(pytester:
     result = pytester.runpytest_subprocess("--devmem-mode=prealloc", "--devmem-device=cuda:0")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*JAX and TensorFlow cannot share cuda:0*", "*fix:*"])
+
+
+def test_a_test_that_fails_anyway_gets_the_sharing_verdict_as_a_section(jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)
+    pytester.makepyfile(BOTH_FRAMEWORKS.replace("== 2.0", "== 3.0"))
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:1GiB")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*AssertionError*", "*pytest-devmem*", "*JAX and TensorFlow cannot share sim:1GiB*"])
