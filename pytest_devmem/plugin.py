@@ -34,6 +34,7 @@ from .units import format_size
 
 if TYPE_CHECKING:  # isolation pulls in subprocess and json: imported only when a test needs a child
     from .isolation import ChildEventWriter, ChildOutcome
+    from .pool.trace import TraceEvent
 
 PLUGIN_NAME = "devmem-manager"
 DEFAULT_FIXTURE_POLICY = Policy.of("prealloc")
@@ -43,7 +44,7 @@ regime_key = pytest.StashKey["Regime | None"]()
 measured_key = pytest.StashKey[bool]()
 readings_key = pytest.StashKey["list[Reading]"]()
 oom_key = pytest.StashKey[bool]()
-trace_key = pytest.StashKey[list]()
+trace_key = pytest.StashKey["list[TraceEvent]"]()  # the devmem fixture's pool calls, when traces are needed
 _early_env_key = pytest.StashKey["dict[str, str | None]"]()  # framework variables before this session's regime
 _gpu_env_key = pytest.StashKey["str | None"]()  # CUDA_VISIBLE_DEVICES before this worker's GPU was chosen
 
@@ -138,7 +139,7 @@ class DevmemManager:
         if settings.effective_regime is not None:
             if jax_backend_started():
                 warnings.warn(
-                    pytest.PytestWarning(f"JAX had already started before pytest-devmem could apply regime {settings.regime.label}; its settings do not apply in this process"),
+                    pytest.PytestWarning(f"JAX had already started before pytest-devmem could apply regime {settings.effective_regime.label}; its settings do not apply in this process"),
                     stacklevel=1,
                 )
             previous = settings.effective_regime.apply()
@@ -367,12 +368,14 @@ class DevmemManager:
         from .pool.trace import ALLOCATE, Trace, TraceEvent
         from .whatif import find_min_fraction, what_if
 
-        events = [
+        events: list[TraceEvent] = [
             TraceEvent(ALLOCATE, -index, int(reading.peak_bytes_in_use))  # a framework's peak, live throughout
             for index, reading in enumerate((record.sources.get(n) for n in ("jax", "tensorflow")), start=1)
             if reading is not None and reading.available and reading.peak_bytes_in_use
         ]
-        events += item.stash.get(trace_key, [])
+        recorded = item.stash.get(trace_key, None)
+        if recorded:
+            events.extend(recorded)
         if not events:
             return
         trace = Trace(events)
@@ -507,11 +510,11 @@ class DevmemManager:
                     write(f"  {r.test_id} [{r.regime}]: " + (f"{value:.2f}" if value is not None else "does not fit even at 1.00"))
         if self.settings.what_if is not None:
             size = format_size(self.settings.what_if)
-            failing = [r for r in records if r.analysis is not None and not r.analysis.get("what_if", {}).get("ok", True)]  # type: ignore[union-attr]
-            replayed = sum(1 for r in records if r.analysis is not None and "what_if" in r.analysis)
-            write(f"what if the device had {size}: {len(failing)} of {replayed} replayed test(s) would run out of memory")
-            for r in failing:
-                write(f"  {r.test_id} [{r.regime}]: {r.analysis['what_if']['message']}")  # type: ignore[index]
+            answers = [(r, r.analysis["what_if"]) for r in records if r.analysis is not None and "what_if" in r.analysis]
+            failing = [(r, answer) for r, answer in answers if isinstance(answer, dict) and not answer.get("ok", True)]
+            write(f"what if the device had {size}: {len(failing)} of {len(answers)} replayed test(s) would run out of memory")
+            for r, answer in failing:
+                write(f"  {r.test_id} [{r.regime}]: {answer['message']}")
 
     def _summarize_baselines(self, write: Any) -> None:
         statuses: dict[str, list[str]] = {}
@@ -567,7 +570,9 @@ def _is_out_of_memory(exc: BaseException) -> bool:
 @pytest.fixture
 def devmem(request: pytest.FixtureRequest) -> Generator[DevmemFixture, None, None]:
     """The test's regime and a pool under it on the session's device; the pool is closed afterwards."""
-    manager: DevmemManager = request.config.pluginmanager.get_plugin(PLUGIN_NAME)
+    manager = request.config.pluginmanager.get_plugin(PLUGIN_NAME)
+    if not isinstance(manager, DevmemManager):
+        raise pytest.UsageError("the devmem fixture needs the pytest-devmem plugin, which is disabled here (-p no:devmem?)")
     fixture = manager.make_fixture(request.node)
     try:
         yield fixture

@@ -104,7 +104,7 @@ class TestRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> TestRecord:
-        sources = data.get("sources") or {}
+        sources: dict[str, dict[str, object]] = dict(data.get("sources") or {})  # type: ignore[call-overload]
         return cls(
             test_id=str(data["test_id"]),
             regime=str(data["regime"]),
@@ -115,7 +115,7 @@ class TestRecord:
             fragmentation=data.get("fragmentation"),  # type: ignore[arg-type]
             oom=bool(data.get("oom")),
             outcome=str(data.get("outcome", "")),
-            sources={name: Reading.from_json(name, reading) for name, reading in sources.items()},  # type: ignore[union-attr]
+            sources={name: Reading.from_json(name, reading) for name, reading in sources.items()},
             limit_bytes=data.get("limit_bytes"),  # type: ignore[arg-type]
             duration_s=float(data.get("duration_s", 0.0)),  # type: ignore[arg-type]
             baseline=data.get("baseline"),  # type: ignore[arg-type]

@@ -147,7 +147,7 @@ def checked_size(nbytes: object) -> int:
     if isinstance(nbytes, bool):
         raise InvalidRequestError(f"invalid allocation size {nbytes!r}: must be a positive int, got bool")
     try:
-        size = operator.index(nbytes)  # type: ignore[call-overload]
+        size = operator.index(nbytes)  # type: ignore[arg-type]
     except TypeError:
         raise InvalidRequestError(
             f"invalid allocation size {nbytes!r}: must be a positive int, got {type(nbytes).__name__}"

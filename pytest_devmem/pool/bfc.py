@@ -364,10 +364,11 @@ class BFCPool(PoolCounters):
         for start, region_size in self._regions.items():
             address, previous, end = start, 0, start + region_size
             while address:
-                size = self._size.get(address)
-                if size is None or size <= 0 or size % MIN_ALLOCATION_SIZE:
-                    problems.append(f"chunk {address:#x} has bad size {size}")
+                recorded = self._size.get(address)
+                if recorded is None or recorded <= 0 or recorded % MIN_ALLOCATION_SIZE:
+                    problems.append(f"chunk {address:#x} has bad size {recorded}")
                     break
+                size = recorded
                 if self._prev.get(address) != previous:
                     problems.append(f"chunk {address:#x} prev is {self._prev.get(address)}, expected {previous}")
                 is_free = address in self._free_size
@@ -387,7 +388,7 @@ class BFCPool(PoolCounters):
                     problems.append(f"chunk {address:#x}+{size} is followed by {nxt:#x}: gap or overlap")
                 if not nxt and address + size != end:
                     problems.append(f"region {start:#x} ends at {end:#x} but its last chunk ends at {address + size:#x}")
-                previous, address = address, nxt
+                previous, address = address, nxt or 0
         if len(self._size) != len(self._free_size) + len(self._requested):
             problems.append("chunk table holds chunks that belong to no region")
         binned = sorted((address, size) for chunks in self._bins for size, address in chunks)

@@ -133,7 +133,7 @@ class JaxSource:
         if pool and largest_free is not None:
             free = int(pool) - int(stats.get("bytes_in_use", 0))
             fragmentation = (free - int(largest_free)) / free if free > 0 else 0.0
-        figures = {key: value for key, value in stats.items() if isinstance(value, (int, float))}
+        figures: dict[str, int | float | str] = {key: value for key, value in stats.items() if isinstance(value, (int, float))}
         figures["backend"] = self._jax.default_backend()
         return Reading(
             self.name,
