@@ -9,10 +9,14 @@ pytest_plugins = ["pytester"]
 
 @pytest.fixture(autouse=True)
 def _lean_inner_runs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Inner pytest runs (pytester) skip hypothesis's plugin, which costs ~0.5 s a run to import."""
+    """Inner pytest runs (pytester) skip hypothesis's plugin, which costs ~0.5 s a run to import,
+    and never take this process's xdist worker variables for their own."""
     if "pytester" in request.fixturenames:
         request.getfixturevalue("pytester")  # it clears PYTEST_ADDOPTS when it starts
         monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:hypothesispytest")
+        # when this suite itself runs under xdist, inner runs are not workers of it
+        monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+        monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
 
 
 @pytest.fixture(scope="session")
