@@ -22,8 +22,7 @@ from typing import Iterable, Iterator
 from .errors import DevmemError
 from .files import write_atomic
 from .record import TestRecord
-from .tolerance import BYTE_METRICS, METRICS, Tolerance
-from .units import format_size
+from .tolerance import METRICS, Tolerance, format_metric
 
 FORMAT = "pytest-devmem-baseline"
 VERSION = 1
@@ -64,17 +63,18 @@ class MetricChange:
             return None
         return self.delta / self.baseline * 100
 
-    def describe(self) -> str:
-        def show(value: float | None) -> str:
-            if value is None:
-                return "n/a"
-            return format_size(value) if self.metric in BYTE_METRICS else f"{value:.4f}"
-
+    @property
+    def delta_text(self) -> str:
+        """`+8.00 MiB (+100.0%)`, `-0.0500`, or `n/a`."""
         delta = self.delta
-        sign = "+" if delta is not None and delta >= 0 else "-"
-        magnitude = "n/a" if delta is None else sign + show(abs(delta)).lstrip("-")
+        if delta is None:
+            return "n/a"
         percent = "" if self.percent is None else f" ({self.percent:+.1f}%)"
-        return f"{self.metric}: baseline {show(self.baseline)}, now {show(self.now)}, delta {magnitude}{percent}, allowed ±{self.allowed}"
+        return ("+" if delta >= 0 else "-") + format_metric(self.metric, abs(delta)) + percent
+
+    def describe(self) -> str:
+        show = format_metric
+        return f"{self.metric}: baseline {show(self.metric, self.baseline)}, now {show(self.metric, self.now)}, delta {self.delta_text}, allowed ±{self.allowed}"
 
 
 @dataclass

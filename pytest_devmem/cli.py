@@ -20,8 +20,7 @@ from typing import Sequence
 
 from .baseline import BaselineEntry, Comparison, compare, read_file
 from .errors import DevmemError
-from .tolerance import BYTE_METRICS, DEFAULT_TOLERANCE, TOLERANCE_HELP, parse_tolerance
-from .units import format_size
+from .tolerance import DEFAULT_TOLERANCE, TOLERANCE_HELP, format_metric, parse_tolerance
 
 Key = tuple[str, str, str]  # test id, regime, device class
 
@@ -76,12 +75,6 @@ def _from_report(path: Path, document: dict) -> dict[Key, Measurement]:
     return found
 
 
-def _show(metric: str, value: float | int | None) -> str:
-    if value is None:
-        return "n/a"
-    return format_size(value) if metric in BYTE_METRICS else f"{value:.4f}"
-
-
 VERDICT_MARK = {"regressed": "❌ regressed", "improved": "✅ improved", "ok": "ok", "unmeasured": "n/a", "new": "🆕 new", "missing": "⚠️ not run"}
 
 
@@ -94,11 +87,11 @@ def compare_tables(base: dict[Key, Measurement], new: dict[Key, Measurement], to
         test_id, regime, device_class = key
         if key not in base:
             counts["new"] = counts.get("new", 0) + 1
-            rows.append((test_id, regime, device_class, "peak_bytes_in_use", "—", _show("peak_bytes_in_use", new[key].metrics.get("peak_bytes_in_use")), "—", VERDICT_MARK["new"]))
+            rows.append((test_id, regime, device_class, "peak_bytes_in_use", "—", format_metric("peak_bytes_in_use", new[key].metrics.get("peak_bytes_in_use")), "—", VERDICT_MARK["new"]))
             continue
         if key not in new:
             counts["missing"] = counts.get("missing", 0) + 1
-            rows.append((test_id, regime, device_class, "peak_bytes_in_use", _show("peak_bytes_in_use", base[key].metrics.get("peak_bytes_in_use")), "—", "—", VERDICT_MARK["missing"]))
+            rows.append((test_id, regime, device_class, "peak_bytes_in_use", format_metric("peak_bytes_in_use", base[key].metrics.get("peak_bytes_in_use")), "—", "—", VERDICT_MARK["missing"]))
             continue
         entry = BaselineEntry(test_id, regime, base[key].metrics, "", base[key].versions, Path("BASE"))
         comparison: Comparison = compare(entry, test_id, regime, new[key].metrics, tolerance)
@@ -106,10 +99,7 @@ def compare_tables(base: dict[Key, Measurement], new: dict[Key, Measurement], to
         for change in comparison.changes:
             if change.verdict == "ok" and not show_all:
                 continue
-            delta = "n/a" if change.delta is None else ("+" if change.delta >= 0 else "-") + _show(change.metric, abs(change.delta))
-            if change.percent is not None:
-                delta += f" ({change.percent:+.1f}%)"
-            rows.append((test_id, regime, device_class, change.metric, _show(change.metric, change.baseline), _show(change.metric, change.now), delta, VERDICT_MARK[change.verdict]))
+            rows.append((test_id, regime, device_class, change.metric, format_metric(change.metric, change.baseline), format_metric(change.metric, change.now), change.delta_text, VERDICT_MARK[change.verdict]))
     summary = ", ".join(f"{counts[status]} {status}" for status in ("regressed", "improved", "ok", "unmeasured", "new", "missing") if counts.get(status))
     lines = [f"### Device memory: {summary or 'nothing to compare'}", "", f"Tolerance: `{tolerance_spec}`.", ""]
     if rows:
@@ -125,8 +115,8 @@ def show_table(measurements: dict[Key, Measurement]) -> str:
     for (test_id, regime, device_class), m in sorted(measurements.items()):
         versions = ", ".join(f"{name} {version}" for name, version in sorted(m.versions.items()) if name in ("jax", "tensorflow", "tensorflow-cpu", "pytest-devmem"))
         lines.append(
-            f"| {test_id} | {regime} | {device_class} | {_show('peak_bytes_in_use', m.metrics.get('peak_bytes_in_use'))} | "
-            f"{_show('peak_bytes_reserved', m.metrics.get('peak_bytes_reserved'))} | {_show('fragmentation', m.metrics.get('fragmentation'))} | {versions} |"
+            f"| {test_id} | {regime} | {device_class} | {format_metric('peak_bytes_in_use', m.metrics.get('peak_bytes_in_use'))} | "
+            f"{format_metric('peak_bytes_reserved', m.metrics.get('peak_bytes_reserved'))} | {format_metric('fragmentation', m.metrics.get('fragmentation'))} | {versions} |"
         )
     return "\n".join(lines) + "\n"
 

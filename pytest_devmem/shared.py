@@ -118,14 +118,13 @@ class SharingVerdict:
     def fits(self) -> bool:
         return self.phase is None
 
-    def message(self) -> str:
+    def _names(self) -> str:
+        """'JAX and TensorFlow', or 'A, B and C' for more than two."""
         unique = list(dict.fromkeys(o.setup.name for o in self.outcomes))
-        names = " and ".join(unique) if len(unique) <= 2 else ", ".join(unique[:-1]) + " and " + unique[-1]
-        if self.fits:
-            head = f"{names} fit together on {self.device} ({format_size(self.capacity)})"
-        else:
-            head = f"{names} cannot share {self.device} ({format_size(self.capacity)}): out of memory at {self.phase}"
-        lines = [head]
+        return " and ".join(unique) if len(unique) <= 2 else ", ".join(unique[:-1]) + " and " + unique[-1]
+
+    def _framework_lines(self) -> list[str]:
+        lines = []
         for o in self.outcomes:
             line = (
                 f"  {o.setup.name} ({o.setup.describe(self.capacity)}): reserves {format_size(o.reserved)} at start-up"
@@ -133,24 +132,27 @@ class SharingVerdict:
                 + f", peak {format_size(o.peak)}"
             )
             lines.append(line + (f" -- {o.problem}" if o.problem else ""))
-        if not self.fits:
-            lines.append("  fix: " + (", or ".join(self.fixes) if self.fixes else "no setting makes them fit: use a larger device, smaller batches, or run them one after the other"))
-        return "\n".join(lines)
+        return lines
+
+    def message(self) -> str:
+        device = f"{self.device} ({format_size(self.capacity)})"
+        if self.fits:
+            return "\n".join([f"{self._names()} fit together on {device}", *self._framework_lines()])
+        fix = ", or ".join(self.fixes) if self.fixes else "no setting makes them fit: use a larger device, smaller batches, or run them one after the other"
+        head = f"{self._names()} cannot share {device}: out of memory at {self.phase}"
+        return "\n".join([head, *self._framework_lines(), "  fix: " + fix])
 
     def real_oom_message(self) -> str:
         """For a real out-of-memory error on a GPU: the peaks measured were cut short by the failure, so
         the model's reservations are shown with every setting that gives the frameworks more room."""
-        lines = self.message().splitlines()[1:]
-        unique = list(dict.fromkeys(o.setup.name for o in self.outcomes))
-        names = " and ".join(unique) if len(unique) <= 2 else ", ".join(unique[:-1]) + " and " + unique[-1]
-        head = f"{names} cannot share {self.device} ({format_size(self.capacity)}): a real out-of-memory error while both held memory"
+        head = f"{self._names()} cannot share {self.device} ({format_size(self.capacity)}): a real out-of-memory error while both held memory"
         fixes = self.fixes or [
             "lower XLA_PYTHON_CLIENT_MEM_FRACTION (its reservation above is what TensorFlow cannot use)",
             "set XLA_PYTHON_CLIENT_PREALLOCATE=false",
             "set TF_FORCE_GPU_ALLOW_GROWTH=true",
             'hide the GPU from TensorFlow (tf.config.set_visible_devices([], "GPU"))',
         ]
-        return "\n".join([head, *[line for line in lines if not line.startswith("  fix:")], "  fix: " + ", or ".join(fixes)])
+        return "\n".join([head, *self._framework_lines(), "  fix: " + ", or ".join(fixes)])
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -234,27 +236,32 @@ def check_sharing(capacity: int, frameworks: Sequence[tuple[FrameworkSetup, int]
     return verdict
 
 
-def _alternatives(frameworks: Sequence[tuple[FrameworkSetup, int]], fits: Callable[[Sequence[tuple[FrameworkSetup, int]]], bool]) -> list[tuple[str, list[tuple[FrameworkSetup, int]]]]:
+Frameworks = list[tuple[FrameworkSetup, int]]
+
+
+def _changed(items: Frameworks, indices: list[int], **changes: object) -> Frameworks:
+    """`items` with the setups at `indices` changed as given."""
+    return [(replace(setup, **changes), peak) if i in indices else (setup, peak) for i, (setup, peak) in enumerate(items)]  # type: ignore[arg-type]
+
+
+def _alternatives(frameworks: Sequence[tuple[FrameworkSetup, int]], fits: Callable[[Sequence[tuple[FrameworkSetup, int]]], bool]) -> list[tuple[str, Frameworks]]:
     """Each setting a user could change, as (what to set, the frameworks with it set)."""
-    options: list[tuple[str, list[tuple[FrameworkSetup, int]]]] = []
+    options: list[tuple[str, Frameworks]] = []
     items = list(frameworks)
     jax_prealloc = [i for i, (s, _) in enumerate(items) if s.kind == "jax" and s.mode == "prealloc"]
     tf_fixed = [i for i, (s, _) in enumerate(items) if s.kind == "tensorflow" and s.mode != "growth"]
-    has_tf = any(s.kind == "tensorflow" for s, _ in items)
     if jax_prealloc:
         top = max(items[i][0].fraction for i in jax_prealloc)
         for hundredths in range(math.floor(top * 100) - 1, 0, -1):  # the largest fraction that fits
-            fraction = hundredths / 100
-            candidate = [(replace(s, fraction=fraction), p) if i in jax_prealloc else (s, p) for i, (s, p) in enumerate(items)]
+            candidate = _changed(items, jax_prealloc, fraction=hundredths / 100)
             if fits(candidate):
-                count = len(jax_prealloc)
-                per = " in each of the JAX processes" if count > 1 else ""
-                options.append((f"set XLA_PYTHON_CLIENT_MEM_FRACTION={fraction:.2f}{per}", candidate))
+                per = " in each of the JAX processes" if len(jax_prealloc) > 1 else ""
+                options.append((f"set XLA_PYTHON_CLIENT_MEM_FRACTION={hundredths / 100:.2f}{per}", candidate))
                 break
-        options.append(("set XLA_PYTHON_CLIENT_PREALLOCATE=false", [(replace(s, mode="growth", fraction=1.0), p) if i in jax_prealloc else (s, p) for i, (s, p) in enumerate(items)]))
-        options.append(("set XLA_PYTHON_CLIENT_ALLOCATOR=platform", [(replace(s, mode="ondemand"), p) if i in jax_prealloc else (s, p) for i, (s, p) in enumerate(items)]))
+        options.append(("set XLA_PYTHON_CLIENT_PREALLOCATE=false", _changed(items, jax_prealloc, mode="growth", fraction=1.0)))
+        options.append(("set XLA_PYTHON_CLIENT_ALLOCATOR=platform", _changed(items, jax_prealloc, mode="ondemand")))
     if tf_fixed:
-        options.append(("set TF_FORCE_GPU_ALLOW_GROWTH=true", [(replace(s, mode="growth"), p) if i in tf_fixed else (s, p) for i, (s, p) in enumerate(items)]))
-    if has_tf:
+        options.append(("set TF_FORCE_GPU_ALLOW_GROWTH=true", _changed(items, tf_fixed, mode="growth")))
+    if any(s.kind == "tensorflow" for s, _ in items):
         options.append(('hide the GPU from TensorFlow (tf.config.set_visible_devices([], "GPU"))', [(s, p) for s, p in items if s.kind != "tensorflow"]))
     return options

@@ -21,6 +21,13 @@ TOLERANCE_HELP = "e.g. '10%', 'peak_bytes_in_use:5%,fragmentation:0.05', '64MiB'
 _UNIT_RE = re.compile(r"[A-Za-z]")
 
 
+def format_metric(metric: str, value: float | None) -> str:
+    """A metric's value for people: sizes for byte metrics, four decimals otherwise, n/a when missing."""
+    if value is None:
+        return "n/a"
+    return format_size(value) if metric in BYTE_METRICS else f"{value:.4f}"
+
+
 @dataclass(frozen=True)
 class Allowance:
     """How much one metric may move: `relative` as a fraction of the baseline, or `absolute`."""

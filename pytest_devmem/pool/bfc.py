@@ -278,18 +278,14 @@ class BFCPool(PoolCounters):
 
     def _link_free(self, address: int, size: int) -> None:
         self._free_size[address] = size
-        b = (size >> 8).bit_length() - 1
-        if b > 20:
-            b = 20
+        b = bin_for_size(size)
         insort(self._bins[b], (size, address))
         self._bin_mask |= 1 << b
 
     def _unlink_free(self, address: int) -> None:
         """Remove a free chunk from its bin."""
         size = self._free_size.pop(address)
-        b = (size >> 8).bit_length() - 1
-        if b > 20:
-            b = 20
+        b = bin_for_size(size)
         chunks = self._bins[b]
         del chunks[bisect_left(chunks, (size, address))]
         if not chunks:
