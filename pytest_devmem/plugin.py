@@ -82,7 +82,7 @@ def pytest_configure(config: pytest.Config) -> None:
         try:
             device = open_device(settings.device_spec)
         except DevmemError as exc:
-            raise pytest.UsageError(f"{exc} (from --devmem-device)") from None
+            raise pytest.UsageError(f"{exc} (from {settings.device_from})") from None
         try:
             store = BaselineStore(settings.baselines, device.device_class).load()
         except BaselineFormatError as exc:
@@ -473,12 +473,13 @@ class DevmemManager:
         write = terminalreporter.write_line
         terminalreporter.section("device memory (pytest-devmem)")
         write(f"device {self.device.name}; {len(self.records)} measured test(s)")
-        for line in terminal_table(sorted(self.records, key=lambda r: r.test_id)):
+        for line in terminal_table(self.records):
             write(line)
         notes = sorted({f"{name}: {reading.note}" for r in self.records for name, reading in r.sources.items() if not reading.available and not reading.unused and reading.note})
         if getattr(self.device, "index", None) is None:
             notes.append("nvml: not used, the device is simulated")
-        write("sources not measuring here: " + "; ".join(notes))
+        if notes:
+            write("sources not measuring here: " + "; ".join(notes))
         if self.child_outcomes:
             started = sum(outcome.children_started for outcome in self.child_outcomes.values())
             labels = ", ".join(regime.label for regime in self.child_outcomes)
@@ -498,7 +499,7 @@ class DevmemManager:
             return str(path)
 
     def _summarize_analysis(self, write: Any) -> None:
-        records = sorted(self.records, key=lambda r: r.test_id)
+        records = self.records
         shared = [r for r in records if r.sharing is not None and not r.sharing.get("fits")]
         if shared:
             write(f"frameworks that cannot share the device: {len(shared)} test(s): " + ", ".join(r.test_id for r in shared))
@@ -535,19 +536,19 @@ class DevmemManager:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        self.records.sort(key=lambda r: r.test_id)  # once, for the summary and the report
         if self.is_child or self.is_xdist_worker:
             return  # only the controller writes: every record reaches it
+        info = self.session_info()
         if self.settings.update:
             keep = [r for r in self.records if r.outcome == "passed" and r.peak_bytes_in_use is not None]
-            versions = self.session_info()["versions"]
-            written = self.store.write(keep, versions)  # type: ignore[arg-type]
+            written = self.store.write(keep, info["versions"])  # type: ignore[arg-type]
             self.baselines_written = [str(path) for path in written]
         self.stale = self._stale_baselines()
         if self.stale and self.settings.strict and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if self.settings.report_path is not None:
-            records = sorted(self.records, key=lambda r: r.test_id)
-            write_atomic(self.settings.report_path, render(self.settings.report_path, records, self.session_info()))
+            write_atomic(self.settings.report_path, render(self.settings.report_path, self.records, info))
 
     def _stale_baselines(self) -> list[str]:
         """Baselined tests that no longer exist: in a module this session collected, but not collected."""

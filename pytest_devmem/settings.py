@@ -17,8 +17,8 @@ from .errors import DevmemError
 from .pool.policy import ALLOWED_MODES, parse_fraction, parse_mode
 from .regime import Regime
 from .report import REPORT_FORMATS
-from .tolerance import DEFAULT_TOLERANCE, TOLERANCE_HELP, Tolerance, parse_tolerance
 from .marks import normalize_frameworks
+from .tolerance import DEFAULT_TOLERANCE, TOLERANCE_HELP, Tolerance, parse_tolerance
 from .units import format_size, parse_size
 from .workers import WorkerPlan, gpu_count, plan_workers, worker_index
 
@@ -122,6 +122,7 @@ class Settings:
 
     regime: Regime | None
     device_spec: str
+    device_from: str  # where device_spec came from, for the message when the device cannot be opened
     report_path: Path | None
     baselines: Path
     update: bool
@@ -143,10 +144,6 @@ class Settings:
     def traces_needed(self) -> bool:
         return self.find_min_fraction or self.what_if is not None
 
-    @property
-    def measures_everything(self) -> bool:
-        return self.regime is not None
-
 
 def load_settings(config: pytest.Config) -> Settings:
     """Read and validate every setting; pytest.UsageError on the first bad one."""
@@ -159,7 +156,7 @@ def load_settings(config: pytest.Config) -> Settings:
             regime = Regime.of(mode or "fraction", fraction)  # type: ignore[arg-type]
         except DevmemError as exc:
             raise pytest.UsageError(f"{exc} (from {options['mode'].option} and {options['fraction'].option})") from None
-    device_spec, where = raw_value(config, options["device"])
+    device_spec, device_from = raw_value(config, options["device"])
     device_spec = device_spec or "auto"
     report, report_where = raw_value(config, options["report"])
     report_path = None
@@ -187,6 +184,7 @@ def load_settings(config: pytest.Config) -> Settings:
     return Settings(
         regime=regime,
         device_spec=device_spec,
+        device_from=device_from,
         report_path=report_path,
         baselines=baselines,
         update=bool(_checked(config, options["update"], parse_flag)),

@@ -48,6 +48,14 @@ def test_bad_environment_value_says_where_it_came_from(pytester: pytest.Pytester
     assert "(from environment variable DEVMEM_FRACTION)" in result.stderr.str()
 
 
+def test_bad_device_from_the_environment_says_so(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEVMEM_DEVICE", "tpu")
+    pytester.makepyfile(PASSING)
+    result = pytester.runpytest_inprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "invalid device 'tpu'" in result.stderr.str() and "(from environment variable DEVMEM_DEVICE)" in result.stderr.str()
+
+
 def test_failed_configure_leaves_no_framework_variable_behind(pytester: pytest.Pytester) -> None:
     before = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
     pytester.makepyfile(PASSING)
