@@ -56,6 +56,15 @@ def test_bad_device_from_the_environment_says_so(pytester: pytest.Pytester, monk
     assert "invalid device 'tpu'" in result.stderr.str() and "(from environment variable DEVMEM_DEVICE)" in result.stderr.str()
 
 
+@pytest.mark.parametrize("variable", ["DEVMEM_UPDATE", "DEVMEM_STRICT", "DEVMEM_FIND_MIN_FRACTION"])
+def test_bad_switch_value_is_a_usage_error(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+    monkeypatch.setenv(variable, "maybe")
+    pytester.makepyfile(PASSING)
+    result = pytester.runpytest_inprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"invalid switch value 'maybe': use true/false, yes/no, on/off or 1/0 (from environment variable {variable})" in result.stderr.str()
+
+
 def test_failed_configure_leaves_no_framework_variable_behind(pytester: pytest.Pytester) -> None:
     before = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
     pytester.makepyfile(PASSING)
