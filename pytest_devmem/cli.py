@@ -2,6 +2,7 @@
 
     devmem compare BASE NEW [--tolerance SPEC] [--all]   exit 1 when anything regressed
     devmem show [DIR]
+    devmem replay TRACE --mode M [--fraction F] [--device D]   exit 1 when the trace does not fit
 
 BASE and NEW are each a JSON report (`--devmem-report=FILE.json`), a baseline directory, or one
 baseline file. Measurements are matched by (test id, regime, device class); a simulated device,
@@ -121,6 +122,43 @@ def show_table(measurements: dict[Key, Measurement]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def replay_table(path: Path, mode: str, fraction: str | None, device_spec: str) -> tuple[str, bool]:
+    """What a regime makes of a recorded trace (RMM-style CSV), as Markdown; and whether it fitted."""
+    from .device import open_device
+    from .pool import Policy
+    from .pool.trace import Trace
+    from .replay import replay_figures
+    from .units import format_size
+
+    policy = Policy.of(mode, fraction)
+    device = open_device(device_spec)
+    try:
+        capacity, name = device.capacity, device.name
+    finally:
+        close = getattr(device, "close", None)
+        if close is not None:
+            close()
+    try:
+        trace = Trace.read_csv(path)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the trace: {exc.strerror or exc}") from None
+    figures = replay_figures(trace, policy, capacity)
+    rows = [
+        ("events", str(figures.events), ""),
+        ("peak_live_bytes (asked)", str(trace.peak_live_bytes()), format_size(trace.peak_live_bytes())),
+        ("peak_bytes_in_use", str(figures.peak_bytes_in_use), format_size(figures.peak_bytes_in_use)),
+        ("peak_bytes_reserved", str(figures.peak_bytes_reserved), format_size(figures.peak_bytes_reserved)),
+        ("fragmentation", "n/a" if figures.fragmentation is None else f"{figures.fragmentation:.4f}", ""),
+    ]
+    for source, share in sorted(figures.by_source.items()):
+        rows.append((f"{source}: peak live", str(share.peak_live_bytes), format_size(share.peak_live_bytes)))
+    lines = [f"### Trace {path} replayed under regime {policy.label} on {name}", "", "| figure | value | readable |", "|---|---|---|"]
+    lines += [f"| {figure} | {value} | {readable} |" for figure, value, readable in rows]
+    if figures.out_of_memory:
+        lines += ["", "Out of memory: " + figures.out_of_memory.splitlines()[0]]
+    return "\n".join(lines) + "\n", figures.out_of_memory is None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="devmem", description="Compare and list pytest-devmem measurements.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -131,8 +169,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     compare_parser.add_argument("--all", action="store_true", help="Also list metrics within tolerance")
     show_parser = commands.add_parser("show", help="List stored baselines")
     show_parser.add_argument("directory", type=Path, nargs="?", default=Path("baselines"), help="Baseline directory (default: baselines)")
+    replay_parser = commands.add_parser("replay", help="Replay a recorded trace (--devmem-traces) under a regime; exit 1 if it does not fit")
+    replay_parser.add_argument("trace", type=Path, help="Trace file (RMM-style CSV)")
+    replay_parser.add_argument("--mode", required=True, help="prealloc, fraction, ondemand (platform) or growth")
+    replay_parser.add_argument("--fraction", default=None, help="Fraction of the device, in (0, 1]")
+    replay_parser.add_argument("--device", default="sim", help="Device whose capacity to use: sim, sim:SIZE, cuda:N (default: sim, 16 GiB)")
     args = parser.parse_args(argv)
     try:
+        if args.command == "replay":
+            text, fitted = replay_table(args.trace, args.mode, args.fraction, args.device)
+            sys.stdout.write(text)
+            return 0 if fitted else 1
         if args.command == "compare":
             text, regressed = compare_tables(load(args.base), load(args.new), args.tolerance, args.all)
             sys.stdout.write(text)

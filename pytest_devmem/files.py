@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -19,3 +21,18 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._\-\[\]=]+")
+MAX_FILE_STEM = 150
+"""Leaves room below the common 255-byte name limit for a suffix and the digest."""
+
+
+def safe_file_name(text: str) -> str:
+    """A file name for `text` (a test id, say) on any OS: unsafe characters become '_', and a long
+    name is cut and ends with a digest of the whole text, so two tests never share a file."""
+    name = _UNSAFE.sub("_", text).strip("._") or "test"
+    if len(name) > MAX_FILE_STEM:
+        digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        name = f"{name[: MAX_FILE_STEM - 13]}-{digest}"
+    return name

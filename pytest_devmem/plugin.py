@@ -20,21 +20,17 @@ from .files import write_atomic
 from .marks import MARK_NAME, MARKER_HELP, MarkSpec, limit_verdict, parse_mark
 from .pool import Policy, make_pool
 from .pool.base import Pool
+from .measurement import Captured, Measurement
 from .record import TestRecord
 from .regime import Regime, configure_tensorflow_gpus, jax_backend_started, restore
 from .report import render, terminal_table
 from .settings import Settings, add_options, load_settings
-from .sources import Reading, Sampler, Source
-from .sources.jax import JaxSource
-from .sources.nvml import NvmlSource
-from .sources.pool import PoolSource
-from .sources.tensorflow import TensorFlowSource
 from .tolerance import parse_tolerance
+from .trace.pool import RecordingPool
 from .units import format_size
 
 if TYPE_CHECKING:  # isolation pulls in subprocess and json: imported only when a test needs a child
     from .isolation import ChildEventWriter, ChildOutcome
-    from .pool.trace import TraceEvent
 
 PLUGIN_NAME = "devmem-manager"
 DEFAULT_FIXTURE_POLICY = Policy.of("prealloc")
@@ -42,10 +38,10 @@ DEFAULT_FIXTURE_POLICY = Policy.of("prealloc")
 mark_key = pytest.StashKey["MarkSpec | str | None"]()
 regime_key = pytest.StashKey["Regime | None"]()
 measured_key = pytest.StashKey[bool]()
-readings_key = pytest.StashKey["list[Reading]"]()
+captured_key = pytest.StashKey[Captured]()
 oom_key = pytest.StashKey[bool]()
-trace_key = pytest.StashKey["list[TraceEvent]"]()  # the devmem fixture's pool calls, when traces are needed
 _early_env_key = pytest.StashKey["dict[str, str | None]"]()  # framework variables before this session's regime
+_conflicts_key = pytest.StashKey["list[str]"]()  # the user's JAX variables that contradict the session regime
 _gpu_env_key = pytest.StashKey["str | None"]()  # CUDA_VISIBLE_DEVICES before this worker's GPU was chosen
 
 
@@ -60,6 +56,11 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
         settings = load_settings(early_config)
     except pytest.UsageError:
         return  # pytest_configure reports it properly
+    if settings.regime is not None:
+        conflicts = settings.regime.conflicts(os.environ)
+        early_config.stash[_conflicts_key] = conflicts
+        if conflicts:
+            return  # pytest_configure stops the run with them
     if settings.effective_regime is not None:
         early_config.stash[_early_env_key] = settings.effective_regime.apply()
     _apply_worker_gpu(early_config, settings)
@@ -79,6 +80,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
     try:
         settings = load_settings(config)
+        if settings.regime is not None:
+            conflicts = config.stash.get(_conflicts_key, None)
+            if conflicts is None:  # the plugin came too late for the early check: the environment is still the user's
+                conflicts = settings.regime.conflicts(os.environ)
+            if conflicts:
+                raise pytest.UsageError("; ".join(conflicts))
         try:
             device = open_device(settings.device_spec)
         except DevmemError as exc:
@@ -121,12 +128,9 @@ class DevmemManager:
         self.records: list[TestRecord] = []
         self.isolated: dict[Regime, list[pytest.Item]] = {}
         self.child_outcomes: dict[Regime, ChildOutcome] = {}
-        self.sampler = Sampler()
-        self.pool_source = PoolSource()
-        self.sources: list[Source] = [self.pool_source, JaxSource(self.sampler), TensorFlowSource()]
-        index = getattr(device, "index", None)
-        if index is not None:
-            self.sources.insert(0, NvmlSource(self.sampler, index))
+        self.measurement = Measurement(device)
+        if settings.regime is not None:
+            self.measurement.watch_frameworks()  # every test is measured: hook JAX before it runs anything
         self._previous_env: dict[str, str | None] | None = config.stash.get(_early_env_key, None)
         self._tensorflow_configured = False
         self.child_writer: ChildEventWriter | None = None
@@ -174,9 +178,7 @@ class DevmemManager:
         return hasattr(self.config, "workerinput")
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        for source in self.sources:
-            source.close()
-        self.sampler.close()
+        self.measurement.close()
         if self._previous_env is not None:
             restore(self._previous_env)
         if _gpu_env_key in config.stash:
@@ -279,16 +281,21 @@ class DevmemManager:
             return (yield)
         self._configure_tensorflow_once()
         item.stash[oom_key] = False
-        for source in self.sources:
-            source.start()
-        self.sampler.resume()
+        self.measurement.start()  # before fixtures: what a function-scoped fixture allocates counts
         try:
             return (yield)
         except BaseException:  # no call phase will stop the measurement: stop it here
-            self.sampler.pause()
-            for source in self.sources:
-                source.stop()
+            self.measurement.stop()
             raise
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> Generator[None, object, object]:
+        """A fixture shared by several tests is set up by whichever runs first: its memory belongs to
+        none of them, so it stays out of the trace (test order must not change a test's figures)."""
+        if fixturedef.scope == "function" or not self.measurement.recorder.recording:
+            return (yield)
+        with self.measurement.recorder.paused():
+            return (yield)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
@@ -300,31 +307,33 @@ class DevmemManager:
             item.stash[oom_key] = _is_out_of_memory(exc)
             raise
         finally:
-            self.sampler.pause()
-            item.stash[readings_key] = [source.stop() for source in self.sources]
+            item.stash[captured_key] = self.measurement.stop()
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
         if call.when != "call" or not item.stash.get(measured_key, False):
             return report
-        readings = item.stash.get(readings_key, [])
+        captured = item.stash.get(captured_key, None) or Captured([], [])
         spec = item.stash.get(mark_key, None)
         limit = spec.limit if isinstance(spec, MarkSpec) else None
         regime = item.stash.get(regime_key, None)
-        record = TestRecord.from_readings(
+        policy = regime.policy if regime is not None else DEFAULT_FIXTURE_POLICY
+        record = self.measurement.record(
             item.nodeid,
             regime.label if regime is not None else "default",
-            self.device.name,
-            self.device.device_class,
-            readings,
+            policy,
+            captured,
             oom=item.stash.get(oom_key, False),
             outcome=report.outcome,
             limit_bytes=limit,
             duration_s=call.duration,
         )
-        self._analyse_trace(item, record, regime)
+        self._write_trace(record)
+        self._analyse_trace(record, policy)
         failure = limit_verdict(record.peak_bytes_in_use, limit)
+        if failure is None:
+            failure = self._replay_oom_verdict(record)
         if failure is None:
             failure = self._sharing_verdict(record, spec)
         if failure is None:
@@ -348,10 +357,11 @@ class DevmemManager:
             return None
         from .shared import check_sharing, jax_setup_from_env, tensorflow_setup_from_env
 
+        by_source = (record.trace or {}).get("by_source") or {}
         setups = []
         for name in frameworks:
-            reading = record.sources.get(name)
-            peak = reading.peak_bytes_in_use if reading is not None and reading.available and reading.peak_bytes_in_use else 0
+            figures = by_source.get(name) if isinstance(by_source, dict) else None
+            peak = int(figures["peak_live_bytes"]) if isinstance(figures, dict) else 0
             setup = jax_setup_from_env(os.environ) if name == "jax" else tensorflow_setup_from_env(os.environ)
             setups.append((setup, peak))
         verdict = check_sharing(self.device.capacity, setups, self.device.name, environ=os.environ)
@@ -361,29 +371,37 @@ class DevmemManager:
             return verdict.real_oom_message() if record.oom else None
         return None if verdict.fits else verdict.message()
 
-    def _analyse_trace(self, item: pytest.Item, record: TestRecord, regime: Regime | None) -> None:
-        """Replay the test's trace: the smallest prealloc fraction it needs, and how a device of another size fares."""
-        if not self.settings.traces_needed:
+    def _replay_oom_verdict(self, record: TestRecord) -> str | None:
+        """The failure when the test's trace does not fit its regime's pool on the session's device."""
+        message = (record.trace or {}).get("out_of_memory")
+        if not message:
+            return None
+        return f"would run out of device memory under regime {record.regime} on {self.device.name} (its trace replayed):\n{message}"
+
+    def _write_trace(self, record: TestRecord) -> None:
+        """With --devmem-traces=DIR: the test's trace as an RMM-style CSV, named after the test and regime."""
+        directory = self.settings.traces_dir
+        if directory is None or record.trace_events is None:
             return
-        from .pool.trace import ALLOCATE, Trace, TraceEvent
+        from .files import safe_file_name
+
+        path = directory / (safe_file_name(f"{record.test_id}[{record.regime}]") + ".csv")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        record.trace_events.write_csv(path)
+        if record.trace is not None:
+            record.trace["file"] = str(path)
+
+    def _analyse_trace(self, record: TestRecord, policy: Policy) -> None:
+        """Replay the test's trace: the smallest prealloc fraction it needs, and how a device of another size fares."""
+        if not self.settings.traces_needed or record.trace_events is None or not len(record.trace_events):
+            return
         from .whatif import find_min_fraction, what_if
 
-        events: list[TraceEvent] = [
-            TraceEvent(ALLOCATE, -index, int(reading.peak_bytes_in_use))  # a framework's peak, live throughout
-            for index, reading in enumerate((record.sources.get(n) for n in ("jax", "tensorflow")), start=1)
-            if reading is not None and reading.available and reading.peak_bytes_in_use
-        ]
-        recorded = item.stash.get(trace_key, None)
-        if recorded:
-            events.extend(recorded)
-        if not events:
-            return
-        trace = Trace(events)
-        analysis: dict[str, object] = {"trace_events": len(events), "peak_live_bytes": trace.peak_live_bytes()}
+        trace = record.trace_events
+        analysis: dict[str, object] = {"trace_events": len(trace), "peak_live_bytes": trace.peak_live_bytes()}
         if self.settings.find_min_fraction:
             analysis["min_fraction"] = find_min_fraction(trace, self.device.capacity)
         if self.settings.what_if is not None:
-            policy = regime.policy if regime is not None else DEFAULT_FIXTURE_POLICY
             answer = what_if(trace, policy, self.settings.what_if)
             analysis["what_if"] = {"capacity": answer.capacity, "ok": answer.ok, "message": answer.message}
         record.analysis = analysis
@@ -439,13 +457,8 @@ class DevmemManager:
         policy = regime.policy if regime is not None else DEFAULT_FIXTURE_POLICY
         pool: Pool = make_pool(self.device, policy)
         if item.stash.get(measured_key, False):
-            self.pool_source.attach(pool)
-            if self.settings.traces_needed:
-                from .pool.trace import TracingPool
-
-                tracing = TracingPool(pool)
-                item.stash[trace_key] = tracing.trace.events
-                pool = tracing  # type: ignore[assignment]
+            self.measurement.pool_source.attach(pool)
+            pool = RecordingPool(pool, self.measurement.recorder)  # type: ignore[assignment]
         return DevmemFixture(regime, pool, self.device)
 
     # -- reporting ----------------------------------------------------------------------

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .pool.trace import Trace
+from .replay import ReplayFigures
 from .sources.base import Reading
-
-ALLOCATOR_SOURCES = ("pool", "jax", "tensorflow")
-"""Sources that each see one allocator's memory; their peaks add up to the test's device use."""
 
 
 @dataclass
 class TestRecord:
     """What one test used under one regime on one device.
 
-    `peak_bytes_in_use` is NVML's process figure where a GPU is present (it sees every allocator);
-    elsewhere the sum of the allocator sources' peaks (pool, JAX, TensorFlow), an upper bound of the
-    test's combined peak. `fragmentation` is the pool's at its peak, else JAX's where it reports one.
+    The three figures come from the test's allocation trace replayed under its regime
+    (`replay.py`): `peak_bytes_in_use` is the pool's peak of chunks in use, `peak_bytes_reserved`
+    what the pool held from the device at most, `fragmentation` XLA's measure at the peak. They
+    are None only when nothing could be traced (`trace` then says why). `sources` keep what each
+    raw source measured beside them (NVML and the frameworks' counters), to validate the replay.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -36,45 +37,42 @@ class TestRecord:
     baseline: dict[str, object] | None = None  # the comparison with the stored baseline, when made
     sharing: dict[str, object] | None = None  # frameworks on one device (shared.SharingVerdict), when modelled
     analysis: dict[str, object] | None = None  # min_fraction / what_if from the test's trace, when asked
+    trace: dict[str, object] | None = None  # the replay: events, per-source figures, notes
+    trace_events: Trace | None = field(default=None, repr=False, compare=False)  # in memory only
 
     @classmethod
-    def from_readings(
+    def from_replay(
         cls,
         test_id: str,
         regime: str,
         device: str,
         device_class: str,
+        figures: ReplayFigures | None,
         readings: list[Reading],
         *,
+        notes: list[str],
         oom: bool,
         outcome: str,
         limit_bytes: int | None = None,
         duration_s: float = 0.0,
     ) -> TestRecord:
-        by_name = {reading.source: reading for reading in readings}
-        nvml = by_name.get("nvml")
-        allocators = [by_name[name] for name in ALLOCATOR_SOURCES if name in by_name and by_name[name].available]
-        if nvml is not None and nvml.available:
-            peak, reserved = nvml.peak_bytes_in_use, nvml.peak_bytes_reserved
-        elif allocators:
-            peak = sum(r.peak_bytes_in_use or 0 for r in allocators)
-            reserved = sum((r.peak_bytes_reserved if r.peak_bytes_reserved is not None else r.peak_bytes_in_use) or 0 for r in allocators)
-        else:
-            peak = reserved = None
-        fragmentation = next((r.fragmentation for r in allocators if r.fragmentation is not None), None)
+        """A record whose figures are the replay's; with `figures` None (nothing traced) they are None too."""
+        trace: dict[str, object] = figures.to_json() if figures is not None else {"events": None}
+        trace["notes"] = notes
         return cls(
             test_id=test_id,
             regime=regime,
             device=device,
             device_class=device_class,
-            peak_bytes_in_use=peak,
-            peak_bytes_reserved=reserved,
-            fragmentation=fragmentation,
+            peak_bytes_in_use=figures.peak_bytes_in_use if figures is not None else None,
+            peak_bytes_reserved=figures.peak_bytes_reserved if figures is not None else None,
+            fragmentation=figures.fragmentation if figures is not None else None,
             oom=oom,
             outcome=outcome,
-            sources=by_name,
+            sources={reading.source: reading for reading in readings},
             limit_bytes=limit_bytes,
             duration_s=duration_s,
+            trace=trace,
         )
 
     @property
@@ -99,6 +97,7 @@ class TestRecord:
             "baseline": self.baseline,
             "sharing": self.sharing,
             "analysis": self.analysis,
+            "trace": self.trace,
             "sources": {name: reading.to_json() for name, reading in sorted(self.sources.items())},
         }
 
@@ -121,4 +120,5 @@ class TestRecord:
             baseline=data.get("baseline"),  # type: ignore[arg-type]
             sharing=data.get("sharing"),  # type: ignore[arg-type]
             analysis=data.get("analysis"),  # type: ignore[arg-type]
+            trace=data.get("trace"),  # type: ignore[arg-type]
         )

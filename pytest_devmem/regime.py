@@ -12,17 +12,48 @@ import sys
 from dataclasses import dataclass
 from typing import Mapping, MutableMapping
 
-from .pool.policy import Mode, Policy
+from .pool.policy import DEFAULT_PREALLOC_FRACTION, Mode, Policy
 
-FRAMEWORK_VARIABLES = (
+FRACTION_VARIABLE = "XLA_CLIENT_MEM_FRACTION"
+DEPRECATED_FRACTION_VARIABLE = "XLA_PYTHON_CLIENT_MEM_FRACTION"
+JAX_VARIABLES = (
     "XLA_PYTHON_CLIENT_PREALLOCATE",
-    "XLA_PYTHON_CLIENT_MEM_FRACTION",
-    "XLA_CLIENT_MEM_FRACTION",
+    DEPRECATED_FRACTION_VARIABLE,
+    FRACTION_VARIABLE,
     "XLA_PYTHON_CLIENT_ALLOCATOR",
+)
+TENSORFLOW_VARIABLES = (
     "TF_FORCE_GPU_ALLOW_GROWTH",
+    "TF_GPU_ALLOCATOR",
     "TF_ENABLE_GPU_GARBAGE_COLLECTION",
 )
-"""Every variable a regime may set; the others are removed so no stale setting leaks in."""
+FRAMEWORK_VARIABLES = (*JAX_VARIABLES, *TENSORFLOW_VARIABLES)
+"""Every variable a regime may set; the JAX ones it does not set are removed so no stale setting leaks in."""
+
+
+def jax_fraction_variable() -> str:
+    """The one memory-fraction variable the installed jaxlib reads.
+
+    jaxlib 0.10's `xla_client.generate_pjrt_gpu_plugin_options` reads XLA_CLIENT_MEM_FRACTION,
+    falls back to the deprecated XLA_PYTHON_CLIENT_MEM_FRACTION, and raises ValueError when both
+    are set (JAX then quietly runs on CPU). Older jaxlibs read only the deprecated name. The
+    installed option builder's source says which it reads; it is looked at, not imported.
+    """
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("jaxlib")
+    except (ImportError, ValueError):
+        spec = None
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for location in locations:
+        try:
+            with open(os.path.join(location, "xla_client.py"), encoding="utf-8") as handle:
+                if FRACTION_VARIABLE in handle.read():
+                    return FRACTION_VARIABLE
+        except OSError:
+            continue
+    return DEPRECATED_FRACTION_VARIABLE
 
 
 @dataclass(frozen=True)
@@ -47,27 +78,54 @@ class Regime:
     def fraction(self) -> float:
         return self.policy.fraction
 
-    def environment(self) -> dict[str, str]:
-        """The JAX and TensorFlow variables this regime sets (the table in DESIGN.md)."""
+    def environment(self, fraction_variable: str | None = None) -> dict[str, str]:
+        """The JAX and TensorFlow variables this regime sets (the table in DESIGN.md).
+
+        JAX gets exactly one fraction variable, the one its jaxlib reads. TensorFlow: `prealloc`
+        leaves it its default (all free memory but the system reserve, no limit), `fraction` adds a
+        memory limit through tf.config (see configure_tensorflow_gpus), `growth` is allow_growth
+        (`TF_FORCE_GPU_ALLOW_GROWTH`, which TensorFlow matches exactly: `true` or `false`), and
+        `ondemand` is TensorFlow's on-demand allocator, `TF_GPU_ALLOCATOR=cuda_malloc_async`.
+        """
+        name = fraction_variable or jax_fraction_variable()
         fraction = f"{self.fraction:.4g}"
         if self.mode in (Mode.PREALLOC, Mode.FRACTION):
-            return {
-                "XLA_PYTHON_CLIENT_PREALLOCATE": "true",
-                "XLA_PYTHON_CLIENT_MEM_FRACTION": fraction,
-                "XLA_CLIENT_MEM_FRACTION": fraction,
-                "TF_FORCE_GPU_ALLOW_GROWTH": "false",
-            }
+            return {"XLA_PYTHON_CLIENT_PREALLOCATE": "true", name: fraction, "TF_FORCE_GPU_ALLOW_GROWTH": "false"}
         if self.mode is Mode.ONDEMAND:
-            return {
-                "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
-                "XLA_PYTHON_CLIENT_ALLOCATOR": "platform",
-                "TF_FORCE_GPU_ALLOW_GROWTH": "true",
-                "TF_ENABLE_GPU_GARBAGE_COLLECTION": "true",
-            }
+            return {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_PYTHON_CLIENT_ALLOCATOR": "platform", "TF_GPU_ALLOCATOR": "cuda_malloc_async"}
         variables = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
-        if self.fraction < 1.0:
-            variables["XLA_PYTHON_CLIENT_MEM_FRACTION"] = variables["XLA_CLIENT_MEM_FRACTION"] = fraction
+        if self.fraction != DEFAULT_PREALLOC_FRACTION:  # JAX caps growth at .75 by itself
+            variables[name] = fraction
         return variables
+
+    def conflicts(self, environ: Mapping[str, str]) -> list[str]:
+        """The JAX variables a user set that contradict this regime (or each other), as text.
+
+        Both fraction variables at once is an error jaxlib raises itself; a preallocation,
+        fraction or allocator that differs from the regime's would silently change what is measured.
+        """
+        problems = []
+        if environ.get(FRACTION_VARIABLE) and environ.get(DEPRECATED_FRACTION_VARIABLE):
+            problems.append(
+                f"{FRACTION_VARIABLE}={environ[FRACTION_VARIABLE]} and {DEPRECATED_FRACTION_VARIABLE}={environ[DEPRECATED_FRACTION_VARIABLE]} "
+                "are both set, which jaxlib refuses (JAX then runs on CPU); unset one"
+            )
+        wanted = self.environment(FRACTION_VARIABLE)
+        for name in JAX_VARIABLES:
+            value = environ.get(name)
+            if not value:
+                continue
+            regime_value = wanted.get(FRACTION_VARIABLE if name == DEPRECATED_FRACTION_VARIABLE else name)
+            if not _same_setting(name, value, regime_value, self):
+                sets = f"sets {regime_value}" if regime_value is not None else "leaves it unset"
+                problems.append(f"{name}={value} in the environment contradicts regime {self.label}, which {sets}; unset it or choose the regime that matches it")
+        return problems
+
+    def tensorflow_memory_limit(self, capacity: int) -> int | None:
+        """Bytes TensorFlow's GPU memory should be limited to: only under `fraction`; else None."""
+        if self.mode is Mode.FRACTION:
+            return int(capacity * self.fraction)
+        return None
 
     def apply(self, environ: MutableMapping[str, str] | None = None) -> dict[str, str | None]:
         """Set this regime's variables in `environ` (os.environ by default), clearing the other JAX ones.
@@ -79,21 +137,27 @@ class Regime:
         """
         target = os.environ if environ is None else environ
         previous = {name: target.get(name) for name in FRAMEWORK_VARIABLES}
-        user_tensorflow = {name: value for name, value in previous.items() if name.startswith("TF_") and value is not None}
+        user_tensorflow = {name: value for name, value in previous.items() if name in TENSORFLOW_VARIABLES and value is not None}
         for name in FRAMEWORK_VARIABLES:
             target.pop(name, None)
         target.update(self.environment())
         target.update(user_tensorflow)
         return previous
 
-    def tensorflow_memory_limit(self, capacity: int) -> int | None:
-        """Bytes TensorFlow's GPU memory should be limited to, or None where it grows freely."""
-        if self.mode in (Mode.PREALLOC, Mode.FRACTION):
-            return int(capacity * self.fraction)
-        return None
-
     def __str__(self) -> str:
         return self.label
+
+
+def _same_setting(name: str, value: str, regime_value: str | None, regime: Regime) -> bool:
+    """Whether a user's value says what the regime's value says (as jaxlib parses both)."""
+    if name.endswith("MEM_FRACTION"):  # JAX's fraction applies whether or not the regime spells it out
+        try:
+            return abs(float(value) - regime.fraction) < 1e-9
+        except ValueError:
+            return False
+    if name == "XLA_PYTHON_CLIENT_PREALLOCATE":
+        return (value not in ("false", "False", "0")) == (regime_value not in ("false", None))
+    return regime_value is not None and value.lower() == regime_value.lower()
 
 
 def restore(previous: Mapping[str, str | None], environ: MutableMapping[str, str] | None = None) -> None:
@@ -127,9 +191,9 @@ def configure_tensorflow_gpus(regime: Regime, capacity: int) -> str | None:
     gpus = tf.config.list_physical_devices("GPU")
     try:
         for gpu in gpus:
-            if regime.mode in (Mode.GROWTH, Mode.ONDEMAND):
+            if regime.mode is Mode.GROWTH:
                 tf.config.experimental.set_memory_growth(gpu, True)
-            else:
+            elif regime.mode is Mode.FRACTION:
                 limit = regime.tensorflow_memory_limit(capacity)
                 if limit:
                     tf.config.set_logical_device_configuration(

@@ -25,9 +25,12 @@ def _fraction(value: float | None) -> str:
 
 
 def _saw_memory(record: TestRecord) -> str:
-    """The sources that saw this test use memory (those that measured zero are left out of the table)."""
-    names = [name for name, reading in record.sources.items() if reading.available and (reading.peak_bytes_in_use or 0) > 0]
-    return ", ".join(names) or ("none" if not record.measured_by else "(all zero)")
+    """Whose allocations the test's trace holds (jax, tensorflow, pool), or why there are none."""
+    trace = record.trace or {}
+    by_source = trace.get("by_source")
+    if isinstance(by_source, dict) and by_source:
+        return ", ".join(sorted(by_source))
+    return "not traced" if trace.get("events") is None else "none"
 
 
 def table_rows(records: Iterable[TestRecord]) -> list[tuple[str, ...]]:

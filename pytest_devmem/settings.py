@@ -60,6 +60,7 @@ OPTIONS = (
     Option("strict", "Fail tests that have no baseline, and the session when baselines exist for tests that no longer exist.", flag=True),
     Option("frameworks", "Model these frameworks sharing the device in every measured test, e.g. jax,tf: fail a test whose reservations and peaks cannot fit together.", "LIST"),
     Option("find-min-fraction", "Report for each measured test the smallest fraction at which it passes under prealloc (replaying its trace).", flag=True),
+    Option("traces", "Write each measured test's device-allocation trace to DIR, one RMM-style CSV per test and regime (columns Thread,Time,Action,Pointer,Size,Stream,Source,Label).", "DIR"),
     Option("what-if", "Report which measured tests would run out of memory on a device of SIZE (e.g. 16GiB), replaying their traces.", "SIZE"),
 )
 
@@ -131,6 +132,7 @@ class Settings:
     frameworks: tuple[str, ...] = ()
     find_min_fraction: bool = False
     what_if: int | None = None
+    traces_dir: Path | None = None
     fraction_chosen: bool = False
     worker_plan: WorkerPlan | None = None
 
@@ -175,6 +177,12 @@ def load_settings(config: pytest.Config) -> Settings:
     tolerance = _checked(config, options["tolerance"], parse_tolerance) or parse_tolerance(DEFAULT_TOLERANCE)
     frameworks = _checked(config, options["frameworks"], parse_frameworks) or ()
     what_if = _checked(config, options["what-if"], _positive_size)
+    traces_text, _ = raw_value(config, options["traces"])
+    traces_dir = None
+    if traces_text:
+        traces_dir = Path(traces_text)
+        if not traces_dir.is_absolute():
+            traces_dir = config.invocation_params.dir / traces_dir
     plan = None
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker and not config.getoption("devmem_child_output", default=None):
@@ -193,6 +201,7 @@ def load_settings(config: pytest.Config) -> Settings:
         frameworks=frameworks,  # type: ignore[arg-type]
         find_min_fraction=bool(_checked(config, options["find-min-fraction"], parse_flag)),
         what_if=what_if,  # type: ignore[arg-type]
+        traces_dir=traces_dir,
         fraction_chosen=fraction is not None,
         worker_plan=plan,
     )

@@ -77,18 +77,18 @@ class FrameworkSetup:
 
 def jax_setup_from_env(environ: Mapping[str, str], label: str = "") -> FrameworkSetup:
     """JAX's setup as its XLA_PYTHON_CLIENT_* variables make it (defaults: preallocate 75%)."""
-    fraction_text = environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION") or environ.get("XLA_CLIENT_MEM_FRACTION")
+    fraction_text = environ.get("XLA_CLIENT_MEM_FRACTION") or environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
     fraction = float(fraction_text) if fraction_text else DEFAULT_PREALLOC_FRACTION
     if environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "").lower() == "platform":
         return FrameworkSetup("jax", "ondemand", 1.0, label=label)
     if environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true").lower() in ("false", "0"):
-        return FrameworkSetup("jax", "growth", fraction if fraction_text else 1.0, label=label)
+        return FrameworkSetup("jax", "growth", fraction, label=label)  # still capped at the fraction (gpu_helpers.cc)
     return FrameworkSetup("jax", "prealloc", fraction, label=label)
 
 
 def tensorflow_setup_from_env(environ: Mapping[str, str], limit: int | None = None, label: str = "") -> FrameworkSetup:
     """TensorFlow's setup: growth when TF_FORCE_GPU_ALLOW_GROWTH=true, a set limit when given, else default."""
-    if environ.get("TF_FORCE_GPU_ALLOW_GROWTH", "").lower() == "true":
+    if environ.get("TF_FORCE_GPU_ALLOW_GROWTH") == "true":  # gpu_device.cc matches "true" exactly
         return FrameworkSetup("tensorflow", "growth", label=label)
     if limit is not None:
         return FrameworkSetup("tensorflow", "limit", limit=limit, label=label)
@@ -258,7 +258,7 @@ def _alternatives(frameworks: Sequence[tuple[FrameworkSetup, int]], fits: Callab
                 per = " in each of the JAX processes" if len(jax_prealloc) > 1 else ""
                 options.append((f"set XLA_PYTHON_CLIENT_MEM_FRACTION={hundredths / 100:.2f}{per}", candidate))
                 break
-        options.append(("set XLA_PYTHON_CLIENT_PREALLOCATE=false", _changed(items, jax_prealloc, mode="growth", fraction=1.0)))
+        options.append(("set XLA_PYTHON_CLIENT_PREALLOCATE=false", _changed(items, jax_prealloc, mode="growth")))
         options.append(("set XLA_PYTHON_CLIENT_ALLOCATOR=platform", _changed(items, jax_prealloc, mode="ondemand")))
     if tf_fixed:
         options.append(("set TF_FORCE_GPU_ALLOW_GROWTH=true", _changed(items, tf_fixed, mode="growth")))

@@ -106,17 +106,29 @@ def test_freeing_everything_leaves_each_region_one_free_chunk() -> None:
     assert [(size, in_use) for _, _, size, in_use, _ in pool.chunks()] == [(2 * MiB, False)]
 
 
-def test_growth_regions_start_at_2mib_and_double() -> None:
+def test_growth_regions_start_at_2mib_and_double_and_the_doubling_persists() -> None:
+    """bfc_allocator.cc Extend: curr_region_allocation_bytes_ is doubled in place until a request
+    fits, so a large request's doubling sticks for later regions; a region that needed no
+    doubling doubles the next one."""
     pool = bfc()
     pool.alloc(3 * MiB // 2)  # region 0: 2 MiB
     pool.alloc(3 * MiB // 2)  # does not fit the 0.5 MiB left: region 1, 4 MiB
     pool.alloc(3 * MiB)  # 2.5 MiB left in region 1 is too small: region 2, 8 MiB
-    pool.alloc(20 * MiB)  # bigger than the next 16 MiB: doubled to 32 MiB for this region only
-    pool.alloc(13 * MiB)  # the next region is still 16 MiB, then 32 MiB
-    pool.alloc(30 * MiB)
-    assert [size // MiB for _, size in pool.regions()] == [2, 4, 8, 32, 16, 32]
-    assert pool.stats()["pool_bytes"] == 94 * MiB
+    pool.alloc(20 * MiB)  # bigger than the next 16 MiB: doubled to 32 MiB, and 32 MiB it stays
+    pool.alloc(13 * MiB)  # 12 MiB left in region 3: region 4 of 32 MiB, the next will be 64 MiB
+    pool.alloc(30 * MiB)  # 19 MiB left in region 4: region 5 of 64 MiB
+    assert [size // MiB for _, size in pool.regions()] == [2, 4, 8, 32, 32, 64]
+    assert pool.stats()["pool_bytes"] == 142 * MiB
     assert pool.check_invariants() == []
+
+
+def test_growth_is_capped_at_three_quarters_of_the_device_by_default() -> None:
+    """gpu_helpers.cc: allocator_memory = total_memory * memory_fraction, preallocating or not."""
+    pool = bfc("growth", capacity=64 * MiB)
+    assert pool.stats()["bytes_limit"] == 48 * MiB
+    pool.alloc(40 * MiB)
+    with pytest.raises(OutOfMemoryError):
+        pool.alloc(10 * MiB)
 
 
 def test_growth_region_is_capped_by_what_the_limit_leaves() -> None:
@@ -138,6 +150,16 @@ def test_growth_backs_off_by_0_9_when_the_device_refuses() -> None:
         expected = rounded_bytes(int(expected * BACKOFF_FACTOR))
     assert [size for _, size in pool.regions()] == [2 * MiB, expected]
     assert device.free_bytes() == 2 * MiB - expected
+
+
+def test_backoff_of_a_tiny_region_steps_down_by_256_bytes_until_the_device_gives() -> None:
+    """bfc_allocator.cc Extend: below 10 x 256 bytes, x0.9 rounds back up, so XLA forces a 256-byte step."""
+    device = SimulatedDevice(4 * KiB)
+    device.try_allocate(3 * KiB + 512)  # another tenant leaves 512 bytes
+    pool = BFCPool(device, Policy.of("growth"))  # limit 3 KiB: the first region asks 3 KiB
+    pool.alloc(300)
+    assert [size for _, size in pool.regions()] == [512]
+    assert device.free_bytes() == 0
 
 
 def test_backoff_ends_when_the_device_is_full() -> None:
@@ -168,7 +190,7 @@ def test_prealloc_reserves_three_quarters_on_first_use_and_never_returns_it() ->
     [
         ("prealloc", None, [700 * MiB], 100 * MiB),  # 768 MiB limit
         ("fraction", 0.5, [500 * MiB], 30 * MiB),  # 512 MiB limit
-        ("growth", None, [900 * MiB], 200 * MiB),  # the whole 1 GiB device
+        ("growth", None, [700 * MiB], 100 * MiB),  # capped at 768 MiB too, as XLA caps growth
     ],
 )
 def test_out_of_memory_at_the_right_moment(mode: str, fraction: float | None, fits: list[int], fails: int) -> None:
@@ -217,8 +239,20 @@ def test_release_free_regions_before_failing() -> None:
     with pytest.raises(OutOfMemoryError):
         scenario(release=False)
     pool = scenario(release=True)
-    assert [size // MiB for _, size in pool.regions()] == [8]
+    assert [size // MiB for _, size in pool.regions()] == [6]  # the whole 6 MiB limit, as one region
     assert pool.check_invariants() == []
+
+
+def test_free_regions_are_released_only_when_that_can_make_room() -> None:
+    """bfc_allocator.cc DeallocateFreeRegions: nothing is released unless the free regions plus
+    what the limit leaves could hold the request."""
+    pool = bfc("growth", capacity=8 * MiB, release_free_regions=True)  # limit 6 MiB
+    spare = pool.alloc(MiB)  # region 0: 2 MiB
+    pool.alloc(3 * MiB)  # region 1: 4 MiB
+    pool.free(spare)  # region 0 is free again; 2 MiB free, 0 left under the limit
+    with pytest.raises(OutOfMemoryError):
+        pool.alloc(3 * MiB)  # even with region 0 released, 2 MiB could not hold it
+    assert [size // MiB for _, size in pool.regions()] == [2, 4]
 
 
 def test_reset_peak_stats_keeps_current_usage() -> None:
@@ -248,8 +282,9 @@ def test_stats_use_xla_names_and_track_peaks() -> None:
     assert stats["num_allocs"] == 2
     assert stats["bytes_in_use"] == 512 * KiB
     assert stats["peak_bytes_in_use"] == MiB + 512 * KiB
-    assert stats["bytes_limit"] == GiB
-    assert stats["pool_bytes"] == stats["bytes_reserved"] == 2 * MiB
+    assert stats["bytes_limit"] == 3 * GiB // 4
+    assert stats["pool_bytes"] == 2 * MiB
+    assert stats["bytes_reserved"] == stats["peak_bytes_reserved"] == 0  # XLA's BFC allocator never sets it
     assert stats["largest_free_block_bytes"] == MiB  # b sits between the freed MiB and the 512 KiB tail
     pool.free(b)
     assert pool.stats()["largest_free_block_bytes"] == 2 * MiB

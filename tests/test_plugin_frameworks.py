@@ -64,13 +64,13 @@ import pytest
 
 @pytest.mark.parametrize("n", range(6))
 def test_share(devmem, n):
-    print("FRACTION", os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"])
-    assert devmem.pool.stats()["bytes_limit"] <= 16 * 2**30 * float(os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"])
+    print("FRACTION", os.environ["XLA_CLIENT_MEM_FRACTION"])
+    assert devmem.pool.stats()["bytes_limit"] <= 16 * 2**30 * float(os.environ["XLA_CLIENT_MEM_FRACTION"])
 """
 
 
 def test_three_xdist_workers_split_the_fraction_by_default(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(WORKER_TEST + "\n    assert os.environ['XLA_PYTHON_CLIENT_MEM_FRACTION'] == '0.25'\n")
+    pytester.makepyfile(WORKER_TEST + "\n    assert os.environ['XLA_CLIENT_MEM_FRACTION'] == '0.25'\n")
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "-n", "3", "--devmem-report=r.json")
     result.assert_outcomes(passed=6)
     result.stdout.fnmatch_lines(["*xdist: 3 workers share one device: each gets fraction 0.25 (prealloc's 0.75 split 3 ways)*"])

@@ -66,11 +66,11 @@ def test_bad_switch_value_is_a_usage_error(pytester: pytest.Pytester, monkeypatc
 
 
 def test_failed_configure_leaves_no_framework_variable_behind(pytester: pytest.Pytester) -> None:
-    before = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
+    before = os.environ.get("XLA_CLIENT_MEM_FRACTION")
     pytester.makepyfile(PASSING)
     result = pytester.runpytest_inprocess("--devmem-mode=fraction", "--devmem-fraction=.3", "--devmem-device=bogus")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION") == before
+    assert os.environ.get("XLA_CLIENT_MEM_FRACTION") == before
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ KiB, MiB, GiB = 2**10, 2**20, 2**30
         ("PREALLOC", ".5", Policy(Mode.FRACTION, 0.5)),
         ("prealloc", 0.75, Policy(Mode.PREALLOC, 0.75)),
         ("fraction", 0.3, Policy(Mode.FRACTION, 0.3)),
-        ("growth", None, Policy(Mode.GROWTH, 1.0)),
+        ("growth", None, Policy(Mode.GROWTH, 0.75)),
         ("ondemand", None, Policy(Mode.ONDEMAND, 1.0)),
         ("platform", None, Policy(Mode.ONDEMAND, 1.0)),
         ("fraction", 1, Policy(Mode.FRACTION, 1.0)),

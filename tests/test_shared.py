@@ -79,7 +79,7 @@ def test_tensorflow_system_reserve(available: int, capability: int, environ: dic
 @pytest.mark.parametrize(
     ("environ", "mode", "fraction"),
     [({}, "prealloc", 0.75), ({"XLA_PYTHON_CLIENT_MEM_FRACTION": ".5"}, "prealloc", 0.5), ({"XLA_CLIENT_MEM_FRACTION": ".3"}, "prealloc", 0.3),
-     ({"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, "growth", 1.0), ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}, "ondemand", 1.0)],
+     ({"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, "growth", 0.75), ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}, "ondemand", 1.0)],
 )
 def test_jax_setup_from_its_variables(environ: dict[str, str], mode: str, fraction: float) -> None:
     setup = jax_setup_from_env(environ)

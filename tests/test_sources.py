@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from pytest_devmem.pool import Policy
 from pytest_devmem.record import TestRecord
 from pytest_devmem.sources import Reading, Sampler
 from pytest_devmem.sources.nvml import NvmlSource
@@ -146,19 +147,20 @@ def test_tensorflow_source_is_unused_when_tensorflow_is_not_loaded(monkeypatch: 
     assert reading.unused and not reading.available
 
 
-def test_record_prefers_nvml_then_sums_allocators() -> None:
-    pool = Reading("pool", True, peak_bytes_in_use=10, peak_bytes_reserved=100, fragmentation=0.25)
-    jax = Reading("jax", True, peak_bytes_in_use=5, peak_bytes_reserved=5)
-    tf = Reading("tensorflow", False, "TensorFlow was not imported by this test", unused=True)
-    nvml = Reading("nvml", True, peak_bytes_in_use=64, peak_bytes_reserved=64)
-    on_cpu = TestRecord.from_readings("t", "prealloc", "sim:1GiB", "sim-1GiB", [pool, jax, tf], oom=False, outcome="passed")
-    assert (on_cpu.peak_bytes_in_use, on_cpu.peak_bytes_reserved, on_cpu.fragmentation) == (15, 105, 0.25)
-    assert on_cpu.measured_by == ["pool", "jax"]
-    on_gpu = TestRecord.from_readings("t", "prealloc", "cuda:0", "cuda-H100", [nvml, pool, jax], oom=False, outcome="passed")
-    assert on_gpu.peak_bytes_in_use == 64
-    nothing = TestRecord.from_readings("t", "prealloc", "sim:1GiB", "sim-1GiB", [tf], oom=False, outcome="passed")
-    assert nothing.peak_bytes_in_use is None and nothing.fragmentation is None
-    assert TestRecord.from_json(on_cpu.to_json()).to_json() == on_cpu.to_json()
+def test_record_figures_come_from_the_replay_and_the_raw_sources_stay_beside() -> None:
+    from pytest_devmem.pool.trace import Trace, TraceEvent
+    from pytest_devmem.replay import replay_figures
+
+    trace = Trace([TraceEvent("allocate", 1, 3 * 2**20, source="jax"), TraceEvent("allocate", 2, 1000, source="pool"), TraceEvent("free", 1, 3 * 2**20, source="jax")])
+    figures = replay_figures(trace, Policy.of("growth"), 2**30)
+    nvml = Reading("nvml", True, peak_bytes_in_use=64 * 2**20, peak_bytes_reserved=64 * 2**20)
+    record = TestRecord.from_replay("t", "growth", "sim:1GiB", "sim-1GiB", figures, [nvml], notes=[], oom=False, outcome="passed")
+    assert (record.peak_bytes_in_use, record.peak_bytes_reserved) == (4 * 2**20 + 1024, 8 * 2**20)  # 3 MiB takes a whole 4 MiB region (not twice the request: no split); 1000 B a second
+    assert record.sources["nvml"].peak_bytes_in_use == 64 * 2**20  # raw, for validating the replay
+    assert record.trace is not None and record.trace["by_source"] == {"jax": {"allocations": 1, "peak_live_bytes": 3 * 2**20}, "pool": {"allocations": 1, "peak_live_bytes": 1000}}
+    untraced = TestRecord.from_replay("t", "growth", "sim:1GiB", "sim-1GiB", None, [], notes=["JAX 0.1 lacks its hooks"], oom=False, outcome="passed")
+    assert untraced.peak_bytes_in_use is None and untraced.fragmentation is None  # never a zero in place of a measurement
+    assert TestRecord.from_json(record.to_json()).to_json() == record.to_json()
 
 
 @pytest.mark.gpu

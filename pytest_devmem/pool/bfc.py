@@ -6,10 +6,16 @@ The rules (xla/tsl/framework/bfc_allocator.cc), re-implemented here:
   * a chunk is split when it is at least twice the request or would waste at least
     `max_internal_fragmentation` bytes (128 MiB by default), else handed out whole;
   * a freed chunk merges at once with its next neighbour, then its previous one, within its region;
-  * regions come from the device: the whole limit at once when preallocating, else 2 MiB doubling
-    (a request bigger than the next region size doubles it until it fits, for that region only),
-    capped by what the limit leaves, backing off by x0.9 when the device refuses;
-  * optionally, wholly free regions go back to the device before an allocation fails.
+  * regions come from the device (`Extend`): the whole limit at once when preallocating, else
+    2 MiB doubling; the region size persists (`curr_region_allocation_bytes_`): a request bigger
+    than it doubles it until it fits, and that doubling sticks for later regions; a region that
+    needed no doubling doubles the size of the next one; a region is capped by what the limit
+    leaves and backs off by x0.9 (at least 256 bytes a step) while the device refuses;
+  * with garbage collection on (TensorFlow's default, never XLA's), wholly free regions go back
+    to the device before an allocation fails, and only when that can make room
+    (`DeallocateFreeRegions`).
+  * XLA's BFC allocator never sets `bytes_reserved` (it counts memory reserved outside the pool,
+    as cudaMallocAsync does): it stays 0 here too, and `pool_bytes` is what the pool holds.
 
 Data layout, chosen for replay speed in pure Python: chunks are addresses with `dict`s for size and
 neighbours; each bin is a list of free (size, address) pairs kept sorted, which is XLA's order, so
@@ -106,7 +112,7 @@ class BFCPool(PoolCounters):
             return address
         if self._extend(rounded):
             return self._find_chunk(rounded, nbytes)
-        if self.release_free_regions and self._release_free_regions() and self._extend(rounded):
+        if self.release_free_regions and self._release_free_regions(rounded) and self._extend(rounded):
             return self._find_chunk(rounded, nbytes)
         raise self._oom(nbytes, rounded)
 
@@ -161,7 +167,7 @@ class BFCPool(PoolCounters):
             self.device.free(start)
         self._clear_chunks()
         self.bytes_in_use = self.requested_bytes_in_use = 0
-        self.pool_bytes = self.bytes_reserved = 0
+        self.pool_bytes = 0
 
     def regions(self) -> list[tuple[int, int]]:
         """(start address, size) of each region held, in the order they were taken."""
@@ -230,20 +236,25 @@ class BFCPool(PoolCounters):
         self._link_free(remainder, self._size[remainder])
 
     def _extend(self, rounded: int) -> bool:
-        """Take a new region from the device big enough for `rounded`; False if the limit or device refuses."""
+        """Take a new region from the device big enough for `rounded`; False if the limit or device refuses.
+
+        XLA's `BFCAllocator::Extend` (xla/tsl/framework/bfc_allocator.cc): the region size doubles
+        in place until the request fits, so the increase persists for later regions.
+        """
         available = (self.bytes_limit - self.pool_bytes) & ~(MIN_ALLOCATION_SIZE - 1)
         if rounded > available:
             return False
-        region_size = self._next_region_size
         increased = False
-        while rounded > region_size:
-            region_size *= 2
+        while rounded > self._next_region_size:
+            self._next_region_size *= 2
             increased = True
-        region_size = min(region_size, available)
+        region_size = min(self._next_region_size, available)
         start = self.device.try_allocate(region_size)
         while start is None:
             smaller = rounded_bytes(int(region_size * BACKOFF_FACTOR))
-            if smaller < rounded or smaller >= region_size:  # at 256 bytes x0.9 rounds back up: stop
+            if smaller >= region_size:  # small sizes round back up: XLA forces a 256-byte step
+                smaller = region_size - MIN_ALLOCATION_SIZE
+            if smaller < rounded:
                 return False
             region_size = smaller
             start = self.device.try_allocate(region_size)
@@ -255,24 +266,33 @@ class BFCPool(PoolCounters):
         self._next[start] = 0
         self._link_free(start, region_size)
         self.pool_bytes += region_size
-        self.bytes_reserved = self.pool_bytes
         if self.pool_bytes > self.peak_pool_bytes:
             self.peak_pool_bytes = self.pool_bytes
-            self.peak_bytes_reserved = self.pool_bytes
         return True
 
-    def _release_free_regions(self) -> bool:
-        """Give back every region that is one free chunk; True if any was released."""
-        released = False
-        for start, size in list(self._regions.items()):
-            if self._free_size.get(start) == size:
-                self._unlink_free(start)
-                del self._size[start], self._prev[start], self._next[start], self._regions[start]
-                self.device.free(start)
-                self.pool_bytes -= size
-                self.bytes_reserved = self.pool_bytes
-                released = True
-        return released
+    def _free_regions(self) -> list[tuple[int, int]]:
+        """(start, size) of every region that is one free chunk."""
+        return [(start, size) for start, size in self._regions.items() if self._free_size.get(start) == size]
+
+    def _release_free_regions(self, rounded: int | None = None) -> bool:
+        """Give back every wholly free region; True if any was released.
+
+        With `rounded` (an allocation about to fail), only when that can help: XLA's
+        `DeallocateFreeRegions` releases nothing unless the freed regions plus what the limit
+        still leaves could hold the request.
+        """
+        free_regions = self._free_regions()
+        total_free = sum(size for _, size in free_regions)
+        if not total_free:
+            return False
+        if rounded is not None and rounded > self.bytes_limit - self.pool_bytes + total_free:
+            return False
+        for start, size in free_regions:
+            self._unlink_free(start)
+            del self._size[start], self._prev[start], self._next[start], self._regions[start]
+            self.device.free(start)
+            self.pool_bytes -= size
+        return True
 
     # -- free-chunk bookkeeping ------------------------------------------------------------
 

@@ -19,7 +19,8 @@ class Mode(str, enum.Enum):
     ONDEMAND = "ondemand"
     """Every request goes to the device exactly and is freed at once (JAX's `platform` allocator)."""
     GROWTH = "growth"
-    """Regions reserved as needed, 2 MiB then doubling, and kept (TensorFlow's allow_growth)."""
+    """Regions reserved as needed, 2 MiB then doubling, and kept (TensorFlow's allow_growth; JAX
+    without preallocation), capped at the fraction x capacity (0.75 by default)."""
 
 
 MODE_ALIASES = {"platform": Mode.ONDEMAND}
@@ -30,7 +31,9 @@ DEFAULT_PREALLOC_FRACTION = 0.75
 
 _DEFAULT_FRACTION = {
     Mode.PREALLOC: DEFAULT_PREALLOC_FRACTION,
-    Mode.GROWTH: 1.0,  # TensorFlow's allow_growth may take the whole device
+    # XLA sizes its allocator as total memory x fraction whether it preallocates or grows
+    # (xla/pjrt/gpu/gpu_helpers.cc: allocator_memory = total_memory * memory_fraction)
+    Mode.GROWTH: DEFAULT_PREALLOC_FRACTION,
     Mode.ONDEMAND: 1.0,  # the platform allocator has no cap of its own
 }
 
@@ -71,7 +74,7 @@ class Policy:
         """Validate and complete a mode and optional fraction.
 
         `fraction` mode needs a fraction; the others take their documented default when none is given
-        (prealloc .75, growth and ondemand the whole device) and use a given one as their limit.
+        (prealloc and growth .75, ondemand the whole device) and use a given one as their limit.
         `prealloc` with a fraction other than .75 is the `fraction` mode, so the two compare equal.
         """
         parsed = parse_mode(mode)

@@ -3,6 +3,9 @@
 The text form is RMM's memory-event log (`Thread,Time,Action,Pointer,Size,Stream`), so a trace
 recorded here replays in RMM's REPLAY_BENCHMARK and an RMM log replays here. Actions are
 `allocate`, `free` (RMM's older spelling; `deallocate` is read too) and `allocate failure`.
+Two more columns, which RMM's reader does not look at, say who made each event: `Source` (the
+allocator's owner, e.g. `jax`, `tensorflow`, `pool`) and `Label` (e.g. the executable's name).
+A log with only RMM's six columns reads too.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from ..errors import DevmemError, InvalidFreeError, OutOfMemoryError
 from ..files import write_atomic
 from .base import Pool
 
-HEADER = ("Thread", "Time", "Action", "Pointer", "Size", "Stream")
+RMM_HEADER = ("Thread", "Time", "Action", "Pointer", "Size", "Stream")
+HEADER = (*RMM_HEADER, "Source", "Label")
 ALLOCATE, FREE, ALLOCATE_FAILURE = "allocate", "free", "allocate failure"
 _ACTIONS = {"allocate": ALLOCATE, "free": FREE, "deallocate": FREE, "allocate failure": ALLOCATE_FAILURE}
 
@@ -30,7 +34,9 @@ class TraceFormatError(DevmemError, ValueError):
 
 @dataclass(frozen=True)
 class TraceEvent:
-    """One allocator call. `pointer` is the address the recording pool returned (0 for a failure)."""
+    """One allocator call. `pointer` is the address the recording pool returned (0 for a failure),
+    or any id that is unique among the buffers live at once. `source` says whose allocator made
+    the call, `label` what for (both free text, for people and reports)."""
 
     action: str
     pointer: int
@@ -38,6 +44,8 @@ class TraceEvent:
     time: float = 0.0
     thread: int = 0
     stream: int = 0
+    source: str = ""
+    label: str = ""
 
 
 @dataclass
@@ -71,7 +79,7 @@ class Trace:
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(HEADER)
         for e in self.events:
-            writer.writerow((e.thread, f"{e.time:.6f}", e.action, f"{e.pointer:#x}", e.size, f"{e.stream:#x}"))
+            writer.writerow((e.thread, f"{e.time:.6f}", e.action, f"{e.pointer:#x}", e.size, f"{e.stream:#x}", e.source, e.label))
         write_atomic(path, out.getvalue())
 
     @classmethod
@@ -81,19 +89,21 @@ class Trace:
         with open(path, newline="") as handle:
             rows = csv.reader(handle)
             header = next(rows, None)
-            if header is None or tuple(column.strip() for column in header) != HEADER:
-                raise TraceFormatError(f"{path}:1: not a memory-event log: expected the header {','.join(HEADER)}, got {header}")
+            columns = tuple(column.strip() for column in header) if header is not None else ()
+            if columns not in (HEADER, RMM_HEADER):
+                raise TraceFormatError(f"{path}:1: not a memory-event log: expected the header {','.join(RMM_HEADER)} (optionally ,Source,Label), got {header}")
             for line, row in enumerate(rows, start=2):
                 if not row:
                     continue
-                events.append(_parse_row(path, line, row))
+                events.append(_parse_row(path, line, row, len(columns)))
         return cls(events)
 
 
-def _parse_row(path: object, line: int, row: list[str]) -> TraceEvent:
-    if len(row) != len(HEADER):
-        raise TraceFormatError(f"{path}:{line}: expected {len(HEADER)} columns, got {len(row)}: {row}")
-    thread, stamp, action, pointer, size, stream = (cell.strip() for cell in row)
+def _parse_row(path: object, line: int, row: list[str], width: int) -> TraceEvent:
+    if len(row) != width:
+        raise TraceFormatError(f"{path}:{line}: expected {width} columns, got {len(row)}: {row}")
+    thread, stamp, action, pointer, size, stream = (cell.strip() for cell in row[:6])
+    source, label = (row[6].strip(), row[7].strip()) if width == len(HEADER) else ("", "")
     if action not in _ACTIONS:
         raise TraceFormatError(f"{path}:{line}: unknown action {action!r}; allowed: {', '.join(_ACTIONS)}")
     try:
@@ -104,6 +114,8 @@ def _parse_row(path: object, line: int, row: list[str]) -> TraceEvent:
             time=_parse_time(stamp),
             thread=int(thread),
             stream=int(stream, 0),
+            source=source,
+            label=label,
         )
     except ValueError as exc:
         raise TraceFormatError(f"{path}:{line}: {exc}: {row}") from None

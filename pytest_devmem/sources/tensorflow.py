@@ -50,7 +50,12 @@ class TensorFlowSource:
             info = tf.config.experimental.get_memory_info(device)
         except (ValueError, RuntimeError) as exc:
             return unavailable(self.name, f"TensorFlow keeps no memory statistics for {device}: {exc}")
-        note = "" if self._reset else "TensorFlow was first imported during this test; its peak counts from process start"
+        notes = []
+        if device.startswith("CPU"):
+            notes.append("on CPU these are TensorFlow's host-allocator bytes")
+        if not self._reset:
+            notes.append("TensorFlow was first imported during this test; its peak counts from process start")
+        note = "; ".join(notes)
         peak = max(0, int(info["peak"]) - self._start)
         return Reading(
             self.name,

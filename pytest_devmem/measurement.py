@@ -1,0 +1,113 @@
+"""Measuring one test at a time: the trace recorder, the framework captures and the raw sources,
+bracketed around the test, then the record made from the replayed trace. No pytest here."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+from .device import Device
+from .pool import Policy
+from .pool.trace import TraceEvent
+from .record import TestRecord
+from .replay import replay_figures
+from .sources import Reading, Sampler, Source
+from .sources.jax import JaxSource
+from .sources.nvml import NvmlSource
+from .sources.pool import PoolSource
+from .sources.tensorflow import TensorFlowSource
+from .trace import TraceRecorder
+from .trace.imports import on_import
+from .trace.jax import JaxCapture
+from .trace.merge import merge
+from .trace.tensorflow import NOTE as TENSORFLOW_NOTE
+from .trace.tensorflow import tensorflow_events
+
+
+@dataclass
+class Captured:
+    """What one test left: its recorded events and each raw source's reading."""
+
+    events: list[TraceEvent]
+    readings: list[Reading]
+    notes: list[str] = field(default_factory=list)
+
+
+class Measurement:
+    """The session's measuring kit. `start()` before a test's setup, `stop()` after its call."""
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self.recorder = TraceRecorder()
+        self.jax_capture = JaxCapture(self.recorder)
+        self.sampler = Sampler()
+        self.pool_source = PoolSource()
+        self.sources: list[Source] = [self.pool_source, JaxSource(), TensorFlowSource()]
+        index = getattr(device, "index", None)
+        if index is not None:
+            self.sources.insert(0, NvmlSource(self.sampler, index))
+        self._watching = False
+
+    def watch_frameworks(self) -> None:
+        """Hook JAX now if it is imported, else the moment it is (a test body may import it)."""
+        if not self._watching:
+            self._watching = True
+            on_import("jax", self._install_jax)
+
+    def _install_jax(self, module: object) -> None:
+        self.jax_capture.install()
+
+    def start(self) -> None:
+        self.watch_frameworks()
+        self.recorder.begin()
+        self.jax_capture.begin()
+        for source in self.sources:
+            source.start()
+        self.sampler.resume()
+
+    def stop(self) -> Captured:
+        self.sampler.pause()
+        events = self.recorder.end()
+        readings = [source.stop() for source in self.sources]
+        notes = []
+        if "jax" in sys.modules and not self.jax_capture.installed:
+            notes.append(self.jax_capture.note or "JAX is imported but its allocations could not be traced")
+        if self.jax_capture.window.failure:
+            notes.append(self.jax_capture.window.failure)
+        unknown = sorted(self.jax_capture.window.temp_unknown)
+        if unknown:
+            notes.append("no memory analysis for " + ", ".join(unknown) + ": their temp buffers are not in the trace")
+        return Captured(events, readings, notes)
+
+    def record(self, test_id: str, regime: str, policy: Policy, captured: Captured, *, oom: bool, outcome: str, limit_bytes: int | None, duration_s: float) -> TestRecord:
+        """The test's record: its trace (with TensorFlow's peak merged in) replayed under `policy`."""
+        notes = list(captured.notes)
+        by_name = {reading.source: reading for reading in captured.readings}
+        tensorflow = by_name.get("tensorflow")
+        extra = tensorflow_events(tensorflow) if tensorflow is not None else []
+        if extra:
+            notes.append(TENSORFLOW_NOTE)
+        trace = merge(captured.events, extra)
+        traced_nothing = not len(trace) and bool(captured.notes)  # a framework ran, but untraced
+        figures = None if traced_nothing else replay_figures(trace, policy, self.device.capacity)
+        record = TestRecord.from_replay(
+            test_id,
+            regime,
+            self.device.name,
+            self.device.device_class,
+            figures,
+            captured.readings,
+            notes=notes,
+            oom=oom,
+            outcome=outcome,
+            limit_bytes=limit_bytes,
+            duration_s=duration_s,
+        )
+        record.trace_events = trace  # kept in memory for --devmem-traces and trace analyses
+        return record
+
+    def close(self) -> None:
+        for source in self.sources:
+            source.close()
+        self.sampler.close()
+        self.jax_capture.uninstall()

@@ -1,0 +1,14 @@
+"""Capturing each test's device-allocation trace: one recorder, one small capture per framework.
+
+`TraceRecorder` collects the events of one test in the order they happen; the captures feed it:
+`jax.JaxCapture` (executable runs, transfers, deletions), `tensorflow.tensorflow_events` (its
+allocator's peak), `pool.RecordingPool` (the `devmem` fixture's calls). `imports.on_import` runs a
+capture's install as soon as its framework is imported, even inside a test. Each capture imports
+its framework lazily; nothing here imports pytest.
+"""
+
+from __future__ import annotations
+
+from .recorder import TraceRecorder
+
+__all__ = ["TraceRecorder"]

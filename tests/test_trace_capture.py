@@ -1,0 +1,258 @@
+"""Trace-first measurement with real JAX and TensorFlow on CPU: hand-made programs give exactly the
+trace XLA's allocations imply, and the same work gives the same figures in any order or process."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+
+import pytest
+
+from pytest_devmem.pool.trace import Trace
+from pytest_devmem.trace import TraceRecorder
+from pytest_devmem.trace.jax import JaxCapture
+from pytest_devmem.trace.merge import merge
+
+
+@pytest.fixture
+def capture(jax_loaded: object) -> Iterator[tuple[TraceRecorder, JaxCapture]]:
+    recorder = TraceRecorder()
+    jax_capture = JaxCapture(recorder)
+    assert jax_capture.install(), jax_capture.note
+    try:
+        yield recorder, jax_capture
+    finally:
+        jax_capture.uninstall()
+
+
+def shape(events: Any) -> list[tuple[str, int, int, str]]:
+    return [(e.action, e.pointer, e.size, e.label) for e in events]
+
+
+def test_installed_jax_is_hooked_not_left_to_a_fallback(capture: tuple[TraceRecorder, JaxCapture]) -> None:
+    _, jax_capture = capture
+    assert jax_capture.installed and jax_capture.note == ""
+
+
+def test_a_jitted_matmul_gives_exactly_its_outputs_temp_donation_and_deletions(capture: tuple[TraceRecorder, JaxCapture]) -> None:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    recorder, _ = capture
+    layer = jax.jit(lambda a, b: jnp.tanh(a @ b) @ b)
+    step = jax.jit(lambda x: x + 1, donate_argnums=0)
+    host = np.ones((256, 256), np.float32)
+    temp = layer.lower(host, host).compile().memory_analysis().temp_size_in_bytes  # the package's own answer
+    assert temp > 0
+    recorder.begin()
+    a = jax.device_put(host)
+    b = jax.device_put(host)
+    out = layer(a, b)
+    stepped = step(out)  # `out` is donated: its buffer becomes the output, no new allocation
+    a.delete()
+    del b
+    events = recorder.end()
+    assert out.is_deleted() and not stepped.is_deleted()
+    assert shape(events) == [
+        ("allocate", 1, 262144, "device_put"),
+        ("allocate", 2, 262144, "device_put"),
+        ("allocate", 3, 262144, "jit(<lambda>)"),
+        ("allocate", 4, temp, "jit(<lambda>) temp"),
+        ("free", 4, temp, "jit(<lambda>) temp"),
+        ("free", 1, 262144, ""),
+        ("free", 2, 262144, ""),
+    ]
+
+
+def test_a_cache_hit_gives_the_same_trace_as_the_compile(capture: tuple[TraceRecorder, JaxCapture]) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    recorder, _ = capture
+    layer = jax.jit(lambda a: jnp.tanh(a @ a.T) @ a)
+    traces = []
+    for _ in range(2):  # first run compiles, second hits the cache
+        recorder.begin()
+        layer(jnp.ones((300, 300))).block_until_ready()
+        traces.append(shape(recorder.end()))
+    assert traces[0] == traces[1]
+    assert any(label == "jit(<lambda>) temp" for _, _, _, label in traces[0])
+
+
+def test_memory_that_existed_before_the_window_stays_out_of_the_trace(capture: tuple[TraceRecorder, JaxCapture]) -> None:
+    import jax.numpy as jnp
+
+    recorder, _ = capture
+    before = jnp.ones((512, 512))
+    recorder.begin()
+    doubled = before * 2
+    del before  # a free of memory the window never saw: ignored
+    events = recorder.end()
+    assert [(e.action, e.size) for e in events] == [("allocate", 512 * 512 * 4)]
+    del doubled
+
+
+def test_host_arguments_are_transferred_for_the_run_only(capture: tuple[TraceRecorder, JaxCapture]) -> None:
+    import jax
+    import numpy as np
+
+    recorder, _ = capture
+    double = jax.jit(lambda x: x * 2)
+    recorder.begin()
+    result = double(np.ones((128, 128), np.float32))
+    events = recorder.end()
+    assert shape(events) == [
+        ("allocate", 1, 65536, "jit(<lambda>) argument"),
+        ("allocate", 2, 65536, "jit(<lambda>)"),
+        ("free", 1, 65536, "jit(<lambda>) argument"),
+    ]
+    del result
+
+
+def test_merge_keeps_time_order_and_separate_ids() -> None:
+    from pytest_devmem.pool.trace import TraceEvent
+
+    jax_events = [TraceEvent("allocate", 1, 10, 0.5, source="jax"), TraceEvent("free", 1, 10, 0.7, source="jax")]
+    tf_events = [TraceEvent("allocate", 1, 99, 0.0, source="tensorflow")]
+    merged = merge(jax_events, tf_events)
+    assert [(e.action, e.pointer, e.source) for e in merged] == [("allocate", 1, "tensorflow"), ("allocate", 2, "jax"), ("free", 2, "jax")]
+
+
+SAME_WORK = """
+import jax, jax.numpy as jnp
+
+layer = jax.jit(lambda a, w: jnp.tanh(a @ w) @ w.T)
+
+def work():
+    a = jnp.ones((256, 512))
+    w = jnp.ones((512, 1024))
+    layer(a, w).block_until_ready()
+
+def test_first():
+    work()
+
+def test_second():
+    work()
+
+def test_third():
+    work()
+"""
+
+REVERSE_CONFTEST = """
+import os
+def pytest_collection_modifyitems(items):
+    if os.environ.get("REVERSE_ORDER"):
+        items.reverse()
+"""
+
+
+def peaks(pytester: pytest.Pytester, name: str = "r.json") -> dict[str, tuple[int, int, float]]:
+    records = json.loads((pytester.path / name).read_text())["records"]
+    return {r["test_id"].split("::")[-1]: (r["peak_bytes_in_use"], r["peak_bytes_reserved"], r["fragmentation"]) for r in records}
+
+
+def test_same_work_same_figures_compiled_cached_reversed_in_a_child_and_under_xdist(jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_work=SAME_WORK)
+    pytester.makeconftest(REVERSE_CONFTEST)
+    pytester.runpytest_inprocess("--devmem-mode=growth", "--devmem-report=r.json").assert_outcomes(passed=3)
+    in_order = peaks(pytester)
+    assert len(set(in_order.values())) == 1, in_order  # compiled in the first test, cache hits after
+    assert in_order["test_first"][0] > 0
+    monkeypatch.setenv("REVERSE_ORDER", "1")
+    pytester.runpytest_inprocess("--devmem-mode=growth", "--devmem-report=reversed.json").assert_outcomes(passed=3)
+    assert peaks(pytester, "reversed.json") == in_order
+    monkeypatch.delenv("REVERSE_ORDER")
+    pytester.runpytest_inprocess("--devmem-mode=growth", "-n", "2", "--devmem-report=xdist.json").assert_outcomes(passed=3)
+    assert peaks(pytester, "xdist.json") == in_order
+    pytester.makepyfile(test_work="import pytest\npytestmark = pytest.mark.devmem(mode='growth')\n" + SAME_WORK)
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-report=child.json")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*isolated regimes: growth (1 child process(es))*"])
+    assert peaks(pytester, "child.json") == in_order
+
+
+def test_growth_and_prealloc_reserve_differently_for_the_same_jax_test(jax_loaded: object, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_work=SAME_WORK)
+    pytester.runpytest_inprocess("--devmem-mode=growth", "--devmem-report=growth.json").assert_outcomes(passed=3)
+    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-report=prealloc.json").assert_outcomes(passed=3)
+    growth, prealloc = peaks(pytester, "growth.json")["test_first"], peaks(pytester, "prealloc.json")["test_first"]
+    assert growth[0] == prealloc[0]  # the same chunks in use
+    assert prealloc[1] == 12 * 2**30  # 75% of the simulated 16 GiB, reserved at the first allocation
+    assert growth[1] < 64 * 2**20  # growth took regions of 2 MiB, doubling
+    assert growth[2] is not None and prealloc[2] is not None  # fragmentation, measured for framework code
+
+
+def test_jax_imported_inside_the_test_body_is_measured(jax_loaded: object, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        def test_late_import():
+            import jax.numpy as jnp
+            big = jnp.zeros((64, 2**20), dtype=jnp.float32)  # 256 MiB
+            big.block_until_ready()
+        """
+    )
+    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-report=r.json").assert_outcomes(passed=1)
+    record = json.loads((pytester.path / "r.json").read_text())["records"][0]
+    assert record["peak_bytes_in_use"] >= 256 * 2**20
+    assert record["trace"]["by_source"]["jax"]["peak_live_bytes"] >= 256 * 2**20
+
+
+def test_a_module_scoped_fixture_is_nobodys_memory(jax_loaded: object, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        import jax.numpy as jnp
+
+        @pytest.fixture(scope="module")
+        def weights():
+            return jnp.ones((1024, 1024))
+
+        @pytest.fixture
+        def batch():
+            return jnp.ones((256, 1024))
+
+        def test_a(weights, batch):
+            (batch @ weights).block_until_ready()
+
+        def test_b(weights, batch):
+            (batch @ weights).block_until_ready()
+        """
+    )
+    pytester.runpytest_inprocess("--devmem-mode=growth", "--devmem-report=r.json").assert_outcomes(passed=2)
+    figures = peaks(pytester)
+    assert figures["test_a"] == figures["test_b"]
+    assert 2 * 2**20 <= figures["test_a"][0] < 4 * 2**20  # the 1 MiB batch and product; never the 4 MiB weights
+
+
+def test_tensorflow_peak_enters_the_trace_with_a_note(tensorflow_loaded: object, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import tensorflow as tf
+
+        def test_tf():
+            x = tf.ones((4_000_000,), dtype=tf.float32)
+            assert float(tf.reduce_sum(x * 2.0)) > 0
+        """
+    )
+    pytester.runpytest_inprocess("--devmem-mode=growth", "--devmem-report=r.json").assert_outcomes(passed=1)
+    record = json.loads((pytester.path / "r.json").read_text())["records"][0]
+    assert record["trace"]["by_source"]["tensorflow"]["peak_live_bytes"] == record["sources"]["tensorflow"]["peak_bytes_in_use"] >= 16_000_000
+    assert any("TensorFlow reports only its peak" in note for note in record["trace"]["notes"])
+    assert "host-allocator bytes" in record["sources"]["tensorflow"]["note"]
+
+
+def test_traces_are_written_as_rmm_csv_and_replay_with_the_devmem_command(jax_loaded: object, pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
+    pytester.makepyfile(test_work=SAME_WORK)
+    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-traces=traces", "--devmem-report=r.json").assert_outcomes(passed=3)
+    files = sorted((pytester.path / "traces").glob("*.csv"))
+    assert [f.name for f in files] == ["test_work.py_test_first[prealloc].csv", "test_work.py_test_second[prealloc].csv", "test_work.py_test_third[prealloc].csv"]
+    trace = Trace.read_csv(files[0])
+    assert {e.source for e in trace} == {"jax"}
+    from pytest_devmem.cli import main
+
+    assert main(["replay", str(files[0]), "--mode", "growth", "--device", "sim:16GiB"]) == 0
+    growth = capsys.readouterr().out
+    assert "regime growth on sim:16GiB" in growth and "peak_bytes_in_use" in growth
+    record = json.loads((pytester.path / "r.json").read_text())["records"][0]
+    assert f"| peak_bytes_in_use | {record['peak_bytes_in_use']} |" in growth
