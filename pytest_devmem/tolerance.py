@@ -2,7 +2,14 @@
 
 A spec is a comma-separated list of `[metric:]amount` items. An amount is relative (`10%`), a byte
 size (`64MiB`, only for byte metrics) or a plain number (absolute, e.g. `fragmentation:0.05`). An
-item without a metric applies to `peak_bytes_in_use`. Only the metrics a spec names are gated.
+item without a metric applies to `peak_bytes_in_use`. Only the metrics a spec names are gated. A
+metric may have one relative and one absolute amount: a change then fails only beyond both.
+
+The default, `10%,1MiB`, allows a peak to move by 10% or 1 MiB, whichever is larger. Figures come
+from a BFC pool, which rounds every buffer to 256 bytes and grows in regions of 2 MiB and more, and
+small tests move by a few scalars or a constant: without the floor, `4 B -> 8 B` reads as +100%.
+A percentage of a zero baseline is never a failure (nothing to take a percentage of); the floor
+still catches a test that went from nothing to a lot.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from .units import format_size, parse_size
 
 BYTE_METRICS = ("peak_bytes_in_use", "peak_bytes_reserved")
 METRICS = (*BYTE_METRICS, "fragmentation")
-DEFAULT_TOLERANCE = "10%"
+DEFAULT_TOLERANCE = "10%,1MiB"
 TOLERANCE_HELP = "e.g. '10%', 'peak_bytes_in_use:5%,fragmentation:0.05', '64MiB'; metrics: " + ", ".join(METRICS)
 
 _UNIT_RE = re.compile(r"[A-Za-z]")
@@ -36,16 +43,19 @@ class Allowance:
     absolute: float | None = None
 
     def allowed(self, baseline: float) -> float:
-        if self.relative is not None:
-            return abs(baseline) * self.relative
-        return float(self.absolute or 0.0)
+        """How far the metric may move from `baseline`; infinite for a percentage of zero alone."""
+        relative = abs(baseline) * self.relative if self.relative is not None else 0.0
+        if self.relative is not None and baseline == 0 and self.absolute is None:
+            return math.inf
+        return max(relative, float(self.absolute or 0.0))
 
     def describe(self, metric: str) -> str:
+        parts = []
         if self.relative is not None:
-            return f"{self.relative:.0%}" if (self.relative * 100).is_integer() else f"{self.relative:.2%}"
-        if metric in BYTE_METRICS:
-            return format_size(self.absolute or 0)
-        return f"{self.absolute:g}"
+            parts.append(f"{self.relative:.0%}" if (self.relative * 100).is_integer() else f"{self.relative:.2%}")
+        if self.absolute is not None:
+            parts.append(format_size(self.absolute) if metric in BYTE_METRICS else f"{self.absolute:g}")
+        return " or ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -68,9 +78,14 @@ def parse_tolerance(spec: str) -> Tolerance:
         amount = amount.strip()
         if metric not in METRICS:
             raise ValueError(f"invalid devmem tolerance {spec!r}: unknown metric {metric!r}; metrics: {', '.join(METRICS)}")
-        if metric in allowances:
-            raise ValueError(f"invalid devmem tolerance {spec!r}: {metric} is given twice")
-        allowances[metric] = _parse_amount(spec, metric, amount)
+        allowance = _parse_amount(spec, metric, amount)
+        known = allowances.get(metric)
+        if known is not None:
+            kinds = {"relative" if a.relative is not None else "absolute" for a in (known, allowance)}
+            if len(kinds) == 1:
+                raise ValueError(f"invalid devmem tolerance {spec!r}: {metric} is given two {kinds.pop()} amounts; give at most one percentage and one absolute amount")
+            allowance = Allowance(relative=known.relative if known.relative is not None else allowance.relative, absolute=known.absolute if known.absolute is not None else allowance.absolute)
+        allowances[metric] = allowance
     return Tolerance(spec, allowances)
 
 

@@ -59,7 +59,7 @@ def test_twice_the_memory_fails_the_test_with_the_numbers(pytester: pytest.Pytes
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines([
         "*device memory regression against *test_workload.py.json (regime prealloc):*",
-        "*peak_bytes_in_use: baseline 8.00 MiB, now 16.00 MiB, delta +8.00 MiB (+100.0%), allowed ±10%*",
+        "*peak_bytes_in_use: baseline 8.00 MiB, now 16.00 MiB, delta +8.00 MiB (+100.0%), allowed ±10% or 1.00 MiB*",
         "*refresh the baseline with --devmem-update*",
         "FAILED test_workload.py::test_model*",
     ])
@@ -121,7 +121,7 @@ def test_marker_tolerance_overrides_the_session(pytester: pytest.Pytester, monke
         ("speed:5%", "unknown metric 'speed'; metrics: peak_bytes_in_use, peak_bytes_reserved, fragmentation"),
         ("fragmentation:64MiB", "a byte size only fits peak_bytes_in_use, peak_bytes_reserved"),
         ("-5%", "a percentage must be 0 or more"),
-        ("5%,peak_bytes_in_use:6%", "peak_bytes_in_use is given twice"),
+        ("5%,peak_bytes_in_use:6%", "peak_bytes_in_use is given two relative amounts"),
         ("16G", "ambiguous size '16G'"),
     ],
 )
@@ -222,3 +222,30 @@ def test_compare_unit() -> None:
     tolerance = parse_tolerance("peak_bytes_in_use:10%,fragmentation:0.05")
     store_entry = None
     assert compare(store_entry, "t", "prealloc", {"peak_bytes_in_use": 1}, tolerance).status == "new"
+
+
+@pytest.mark.parametrize(
+    ("spec", "baseline", "now", "status"),
+    [
+        ("10%,1MiB", 4, 8, "ok"),  # +100% of 4 bytes: within the 1 MiB floor, not a regression
+        ("10%,1MiB", 0, 280, "ok"),  # from nothing to a few bytes: within the floor
+        ("10%,1MiB", 0, 64 * MiB, "regressed"),  # from nothing to 64 MiB: the floor catches it
+        ("10%,1MiB", 100 * MiB, 109 * MiB, "ok"),
+        ("10%,1MiB", 100 * MiB, 111 * MiB, "regressed"),  # beyond both: 10% is the larger here
+        ("10%", 0, 280, "ok"),  # a percentage of zero never fails
+        ("10%", 4, 8, "regressed"),  # without a floor, as asked
+    ],
+)
+def test_default_tolerance_has_a_floor_and_never_fails_a_percentage_of_zero(spec: str, baseline: int, now: int, status: str) -> None:
+    from pytest_devmem.baseline import BaselineEntry
+
+    entry = BaselineEntry("t", "prealloc", {"peak_bytes_in_use": baseline}, "sim:16GiB", {}, Path("b.json"))
+    assert compare(entry, "t", "prealloc", {"peak_bytes_in_use": now}, parse_tolerance(spec)).status == status
+
+
+def test_default_tolerance_is_ten_percent_or_one_mebibyte() -> None:
+    from pytest_devmem.tolerance import DEFAULT_TOLERANCE
+
+    allowance = parse_tolerance(DEFAULT_TOLERANCE).allowances["peak_bytes_in_use"]
+    assert (allowance.relative, allowance.absolute) == (0.1, MiB)
+    assert allowance.describe("peak_bytes_in_use") == "10% or 1.00 MiB"
