@@ -314,7 +314,10 @@ class DevmemManager:
         report = yield
         if call.when != "call" or not item.stash.get(measured_key, False):
             return report
-        captured = item.stash.get(captured_key, None) or Captured([], [])
+        captured = item.stash.get(captured_key, None)
+        if captured is None:  # a subtest's report, made while the test still runs: one test, one record
+            return report
+        del item.stash[captured_key]
         spec = item.stash.get(mark_key, None)
         limit = spec.limit if isinstance(spec, MarkSpec) else None
         regime = item.stash.get(regime_key, None)

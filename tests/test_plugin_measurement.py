@@ -136,3 +136,28 @@ def test_a_run_that_uses_no_framework_imports_none(pytester: pytest.Pytester) ->
 def test_plugin_loads_through_its_entry_point() -> None:
     output = subprocess.run([sys.executable, "-m", "pytest", "--version", "--version"], capture_output=True, text=True).stdout
     assert "pytest-devmem" in output or "devmem" in output
+
+
+def test_subtests_do_not_add_records_one_test_one_record(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import unittest
+
+        class Steps(unittest.TestCase):
+            def test_steps(self):
+                for n in range(3):
+                    with self.subTest(n=n):
+                        self.assertGreaterEqual(n, 0)
+
+        def test_pool_steps(devmem, subtests):
+            for n in range(3):
+                with subtests.test(n=n):
+                    devmem.pool.free(devmem.pool.alloc((n + 1) * 2**20))
+        """
+    )
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-report=r.json")
+    assert result.ret == 0
+    records = json.loads((pytester.path / "r.json").read_text())["records"]
+    assert sorted(r["test_id"].split("::")[-1] for r in records) == ["test_pool_steps", "test_steps"]
+    pool = next(r for r in records if r["test_id"].endswith("test_pool_steps"))
+    assert pool["peak_bytes_in_use"] == 3 * 2**20

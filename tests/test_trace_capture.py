@@ -256,3 +256,33 @@ def test_traces_are_written_as_rmm_csv_and_replay_with_the_devmem_command(jax_lo
     assert "regime growth on sim:16GiB" in growth and "peak_bytes_in_use" in growth
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
     assert f"| peak_bytes_in_use | {record['peak_bytes_in_use']} |" in growth
+
+
+@pytest.mark.gpu
+def test_real_gpu_regime_leaves_jax_on_the_gpu() -> None:
+    """Under every regime's variables JAX must start on the GPU, not fall back to CPU (which jaxlib
+    does, after logging it, when it refuses its GPU options)."""
+    import os
+    import subprocess
+    import sys
+
+    from pytest_devmem.regime import Regime
+
+    for regime in (Regime.of("prealloc"), Regime.of("fraction", 0.5), Regime.of("growth"), Regime.of("ondemand")):
+        environment = dict(os.environ)
+        regime.apply(environment)
+        backend = subprocess.run([sys.executable, "-c", "import jax; print(jax.default_backend())"], env=environment, capture_output=True, text=True, check=True).stdout.strip()
+        assert backend == "gpu", (regime.label, backend)
+
+
+@pytest.mark.gpu
+def test_real_gpu_replayed_peak_matches_jax_memory_stats(pytester: pytest.Pytester) -> None:
+    """The replayed trace against JAX's own BFC allocator: its memory_stats() peak over the test."""
+    pytester.makepyfile(test_work=SAME_WORK)
+    result = pytester.runpytest_subprocess("--devmem-mode=prealloc", "--devmem-device=cuda:0", "--devmem-report=r.json")
+    result.assert_outcomes(passed=3)
+    for record in json.loads((pytester.path / "r.json").read_text())["records"]:
+        jax_stats = record["sources"]["jax"]
+        assert jax_stats["available"], jax_stats
+        replayed, measured = record["peak_bytes_in_use"], jax_stats["peak_bytes_in_use"]
+        assert abs(replayed - measured) <= max(0.1 * measured, 2**20), (record["test_id"], replayed, measured)
