@@ -57,6 +57,15 @@ class LibCuda:
         self._check(self._lib.cuDeviceGetName(buffer, 256, device), "cuDeviceGetName")
         return buffer.value.decode()
 
+    def compute_capability(self, index: int) -> tuple[int, int]:
+        """(major, minor): CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR (75) and _MINOR (76)."""
+        device = ctypes.c_int()
+        self._check(self._lib.cuDeviceGet(ctypes.byref(device), index), "cuDeviceGet")
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        self._check(self._lib.cuDeviceGetAttribute(ctypes.byref(major), 75, device), "cuDeviceGetAttribute")
+        self._check(self._lib.cuDeviceGetAttribute(ctypes.byref(minor), 76, device), "cuDeviceGetAttribute")
+        return major.value, minor.value
+
     def mem_get_info(self, index: int) -> tuple[int, int]:
         self._use(index)
         free, total = ctypes.c_size_t(), ctypes.c_size_t()

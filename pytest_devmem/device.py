@@ -22,6 +22,24 @@ DEFAULT_SIM_CAPACITY = 16 * 2**30
 DEVICE_ALIGNMENT = 256
 """Allocation granularity the devices honour; cudaMalloc guarantees 256-byte alignment."""
 
+DEFAULT_COMPUTE_CAPABILITY = (8, 0)
+"""A simulated device's CUDA compute capability when no preset names one: an A100's. TensorFlow's
+system reserve depends on it (gpu_device.cc MinSystemMemory)."""
+
+MiB_ = 2**20
+PRESETS: dict[str, tuple[int, tuple[int, int]]] = {
+    # name: (total memory as the driver reports it, compute capability), from the vendors' data sheets
+    "H100-80GB": (81559 * MiB_, (9, 0)),
+    "H200": (143771 * MiB_, (9, 0)),
+    "A100-40GB": (40960 * MiB_, (8, 0)),
+    "A100-80GB": (81920 * MiB_, (8, 0)),
+    "L4": (23034 * MiB_, (8, 9)),
+    "A10G": (23028 * MiB_, (8, 6)),
+    "V100-16GB": (16384 * MiB_, (7, 0)),
+    "T4": (15360 * MiB_, (7, 5)),
+}
+"""Simulated GPUs a user would name: `sim:H100-80GB`, `sim:T4`..."""
+
 
 @runtime_checkable
 class Device(Protocol):
@@ -53,11 +71,13 @@ class SimulatedDevice:
 
     BASE_ADDRESS = 0x7F00_0000_0000
 
-    def __init__(self, capacity: int = DEFAULT_SIM_CAPACITY, name: str | None = None) -> None:
+    def __init__(self, capacity: int = DEFAULT_SIM_CAPACITY, name: str | None = None, compute_capability: tuple[int, int] = DEFAULT_COMPUTE_CAPABILITY, preset: str | None = None) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
             raise InvalidSettingError(f"invalid simulated device capacity {capacity!r}: must be a positive number of bytes")
         self.capacity = capacity
-        self.name = name or f"sim:{_compact_size(capacity)}"
+        self.compute_capability = compute_capability
+        self.preset = preset
+        self.name = name or (f"sim:{preset}" if preset else f"sim:{_compact_size(capacity)}")
         self._lock = threading.Lock()
         self._next_address = self.BASE_ADDRESS
         self._ranges: dict[int, int] = {}
@@ -66,7 +86,7 @@ class SimulatedDevice:
 
     @property
     def device_class(self) -> str:
-        return f"sim-{_compact_size(self.capacity)}"
+        return f"sim-{self.preset}" if self.preset else f"sim-{_compact_size(self.capacity)}"
 
     def try_allocate(self, nbytes: int) -> int | None:
         size = round_up(nbytes, DEVICE_ALIGNMENT)
@@ -124,6 +144,8 @@ class CudaDevice:
         self.index = index
         self.model = self.driver.device_name(index)
         self.capacity = self.driver.mem_get_info(index)[1]
+        capability = getattr(self.driver, "compute_capability", None)
+        self.compute_capability: tuple[int, int] = capability(index) if capability is not None else DEFAULT_COMPUTE_CAPABILITY
         self.name = f"cuda:{index} ({self.model})"
         self._held: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -181,7 +203,7 @@ def cuda_device_count() -> int:
         return 0
 
 
-DEVICE_SPEC_HELP = "auto, sim, sim:SIZE (e.g. sim:16GiB), cuda or cuda:N"
+DEVICE_SPEC_HELP = f"auto, sim, sim:SIZE (e.g. sim:16GiB), sim:PRESET ({', '.join(PRESETS)}), cuda or cuda:N"
 
 
 def open_device(spec: str = "auto") -> Device:
@@ -195,10 +217,15 @@ def open_device(spec: str = "auto") -> Device:
     if text == "sim":
         return SimulatedDevice()
     if text.startswith("sim:"):
+        presets = {name.lower(): name for name in PRESETS}
+        if text[4:] in presets:
+            name = presets[text[4:]]
+            capacity, capability = PRESETS[name]
+            return SimulatedDevice(capacity, compute_capability=capability, preset=name)
         try:
             capacity = parse_size(spec.strip()[4:])
         except ValueError as exc:
-            raise InvalidSettingError(f"invalid device {spec!r}: {exc}") from None
+            raise InvalidSettingError(f"invalid device {spec!r}: {exc}; or name a preset: {', '.join(PRESETS)}") from None
         if capacity <= 0:
             raise InvalidSettingError(f"invalid device {spec!r}: the capacity must be more than 0 bytes")
         return SimulatedDevice(capacity)

@@ -4,12 +4,14 @@ bracketed around the test, then the record made from the replayed trace. No pyte
 from __future__ import annotations
 
 import sys
+import warnings
 from dataclasses import dataclass, field
 
 from .device import Device
 from .pool import Policy
 from .pool.trace import TraceEvent
 from .record import TestRecord
+from .regime import jax_backend_started
 from .replay import replay_figures
 from .sources import Reading, Sampler, Source
 from .sources.jax import JaxSource
@@ -21,7 +23,7 @@ from .trace.imports import on_import
 from .trace.jax import JaxCapture
 from .trace.merge import merge
 from .trace.tensorflow import NOTE as TENSORFLOW_NOTE
-from .trace.tensorflow import tensorflow_events
+from .trace.tensorflow import TensorFlowCapture, tensorflow_events
 
 
 @dataclass
@@ -31,6 +33,7 @@ class Captured:
     events: list[TraceEvent]
     readings: list[Reading]
     notes: list[str] = field(default_factory=list)
+    tensorflow_first_activity: float | None = None
 
 
 class Measurement:
@@ -40,6 +43,7 @@ class Measurement:
         self.device = device
         self.recorder = TraceRecorder()
         self.jax_capture = JaxCapture(self.recorder)
+        self.tensorflow_capture = TensorFlowCapture(self.recorder)
         self.sampler = Sampler()
         self.pool_source = PoolSource()
         self.sources: list[Source] = [self.pool_source, JaxSource(), TensorFlowSource()]
@@ -47,29 +51,42 @@ class Measurement:
         if index is not None:
             self.sources.insert(0, NvmlSource(self.sampler, index))
         self._watching = False
+        self._warned_platform = False
 
     def watch_frameworks(self) -> None:
         """Hook JAX now if it is imported, else the moment it is (a test body may import it)."""
         if not self._watching:
             self._watching = True
             on_import("jax", self._install_jax)
+            on_import("tensorflow", self._install_tensorflow)
 
     def _install_jax(self, module: object) -> None:
         self.jax_capture.install()
 
+    def _install_tensorflow(self, module: object) -> None:
+        self.tensorflow_capture.install()
+
     def start(self) -> None:
         self.watch_frameworks()
+        for source in self.sources:  # first: what they ask the frameworks is no activity of the test's
+            source.start()
         self.recorder.begin()
         self.jax_capture.begin()
-        for source in self.sources:
-            source.start()
+        self.tensorflow_capture.begin()
         self.sampler.resume()
 
     def stop(self) -> Captured:
         self.sampler.pause()
+        first_activity = self.tensorflow_capture.first_activity
         events = self.recorder.end()
         readings = [source.stop() for source in self.sources]
         notes = []
+        platform_problem = self.jax_platform_problem()
+        if platform_problem:
+            notes.append(platform_problem)
+            if not self._warned_platform:
+                self._warned_platform = True
+                warnings.warn(RuntimeWarning(platform_problem), stacklevel=1)
         if "jax" in sys.modules and not self.jax_capture.installed:
             notes.append(self.jax_capture.note or "JAX is imported but its allocations could not be traced")
         if self.jax_capture.window.failure:
@@ -77,16 +94,33 @@ class Measurement:
         unknown = sorted(self.jax_capture.window.temp_unknown)
         if unknown:
             notes.append("no memory analysis for " + ", ".join(unknown) + ": their temp buffers are not in the trace")
-        return Captured(events, readings, notes)
+        return Captured(events, readings, notes, first_activity)
+
+    def jax_platform_problem(self) -> str | None:
+        """On a GPU session, JAX must run on the GPU: jaxlib falls back to CPU, with only a log line,
+        when it cannot load its CUDA plugin or refuses its options. Never take that for the GPU."""
+        if getattr(self.device, "index", None) is None or not jax_backend_started():
+            return None
+        try:
+            backend = str(sys.modules["jax"].default_backend())
+        except Exception:
+            return None
+        if backend == "gpu":
+            return None
+        return (
+            f"JAX runs on {backend}, not on {self.device.name}: jaxlib did not take the GPU (no CUDA jaxlib installed, "
+            "or options it refuses, such as XLA_CLIENT_MEM_FRACTION and XLA_PYTHON_CLIENT_MEM_FRACTION both set); "
+            "its memory here is not the GPU's"
+        )
 
     def record(self, test_id: str, regime: str, policy: Policy, captured: Captured, *, oom: bool, outcome: str, limit_bytes: int | None, duration_s: float) -> TestRecord:
         """The test's record: its trace (with TensorFlow's peak merged in) replayed under `policy`."""
         notes = list(captured.notes)
         by_name = {reading.source: reading for reading in captured.readings}
         tensorflow = by_name.get("tensorflow")
-        extra = tensorflow_events(tensorflow) if tensorflow is not None else []
+        extra = tensorflow_events(tensorflow, captured.tensorflow_first_activity) if tensorflow is not None else []
         if extra:
-            notes.append(TENSORFLOW_NOTE)
+            notes.append(TENSORFLOW_NOTE if self.tensorflow_capture.installed else self.tensorflow_capture.note or TENSORFLOW_NOTE)
         trace = merge(captured.events, extra)
         traced_nothing = not len(trace) and bool(captured.notes)  # a framework ran, but untraced
         figures = None if traced_nothing else replay_figures(trace, policy, self.device.capacity)
@@ -111,3 +145,4 @@ class Measurement:
             source.close()
         self.sampler.close()
         self.jax_capture.uninstall()
+        self.tensorflow_capture.uninstall()

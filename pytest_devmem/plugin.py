@@ -338,7 +338,7 @@ class DevmemManager:
         if failure is None:
             failure = self._replay_oom_verdict(record)
         if failure is None:
-            failure = self._sharing_verdict(record, spec)
+            failure = self._sharing_verdict(record, spec, regime)
         if failure is None:
             failure = self._baseline_verdict(record, spec)
         if failure is not None and report.outcome == "passed":
@@ -353,21 +353,23 @@ class DevmemManager:
             self._local_records[item.nodeid] = record
         return report
 
-    def _sharing_verdict(self, record: TestRecord, spec: MarkSpec | str | None) -> str | None:
-        """Model the frameworks this test names (or the session's) on one device with what each used."""
+    def _sharing_verdict(self, record: TestRecord, spec: MarkSpec | str | None, regime: Regime | None) -> str | None:
+        """Simulate the frameworks this test names (or the session's) on one device, each with its
+        own events from the test's trace, started in the order they first allocated."""
         frameworks = spec.frameworks if isinstance(spec, MarkSpec) and spec.frameworks else self.settings.frameworks
         if not frameworks:
             return None
-        from .shared import check_sharing, jax_setup_from_env, tensorflow_setup_from_env
+        from .device import DEFAULT_COMPUTE_CAPABILITY
+        from .shared import Participant, check_sharing, jax_setup_from_env, tensorflow_setup_from_env
 
-        by_source = (record.trace or {}).get("by_source") or {}
-        setups = []
+        events = list(record.trace_events or [])
+        tensorflow_limit = regime.tensorflow_memory_limit(self.device.capacity) if regime is not None else None
+        participants = []
         for name in frameworks:
-            figures = by_source.get(name) if isinstance(by_source, dict) else None
-            peak = int(figures["peak_live_bytes"]) if isinstance(figures, dict) else 0
-            setup = jax_setup_from_env(os.environ) if name == "jax" else tensorflow_setup_from_env(os.environ)
-            setups.append((setup, peak))
-        verdict = check_sharing(self.device.capacity, setups, self.device.name, environ=os.environ)
+            setup = jax_setup_from_env(os.environ) if name == "jax" else tensorflow_setup_from_env(os.environ, tensorflow_limit)
+            participants.append(Participant(setup, tuple(e for e in events if e.source == name)))
+        capability = getattr(self.device, "compute_capability", DEFAULT_COMPUTE_CAPABILITY)[0]
+        verdict = check_sharing(self.device.capacity, participants, self.device.name, capability, self.settings.cuda_context_bytes, os.environ)
         record.sharing = verdict.to_json()
         on_gpu = getattr(self.device, "index", None) is not None
         if on_gpu:  # the frameworks really ran together: only a real OOM fails, with the model's advice

@@ -18,6 +18,7 @@ from .pool.policy import ALLOWED_MODES, parse_fraction, parse_mode
 from .regime import Regime
 from .report import REPORT_FORMATS
 from .marks import normalize_frameworks
+from .shared import DEFAULT_CUDA_CONTEXT_BYTES
 from .tolerance import DEFAULT_TOLERANCE, TOLERANCE_HELP, Tolerance, parse_tolerance
 from .units import format_size, parse_size
 from .workers import WorkerPlan, gpu_count, plan_workers, worker_index
@@ -59,6 +60,7 @@ OPTIONS = (
     Option("tolerance", f"How far a metric may move from its baseline: {TOLERANCE_HELP}. Default: {DEFAULT_TOLERANCE} on peak_bytes_in_use.", "SPEC"),
     Option("strict", "Fail tests that have no baseline, and the session when baselines exist for tests that no longer exist.", flag=True),
     Option("frameworks", "Model these frameworks sharing the device in every measured test, e.g. jax,tf: fail a test whose reservations and peaks cannot fit together.", "LIST"),
+    Option("cuda-context", "Device memory one process's CUDA context holds, in the model of frameworks sharing a device (--devmem-frameworks, marker frameworks=). Default: 512MiB.", "SIZE"),
     Option("find-min-fraction", "Report for each measured test the smallest fraction at which it passes under prealloc (replaying its trace).", flag=True),
     Option("traces", "Write each measured test's device-allocation trace to DIR, one RMM-style CSV per test and regime (columns Thread,Time,Action,Pointer,Size,Stream,Source,Label).", "DIR"),
     Option("what-if", "Report which measured tests would run out of memory on a device of SIZE (e.g. 16GiB), replaying their traces.", "SIZE"),
@@ -133,6 +135,7 @@ class Settings:
     find_min_fraction: bool = False
     what_if: int | None = None
     traces_dir: Path | None = None
+    cuda_context_bytes: int = DEFAULT_CUDA_CONTEXT_BYTES
     fraction_chosen: bool = False
     worker_plan: WorkerPlan | None = None
 
@@ -177,6 +180,7 @@ def load_settings(config: pytest.Config) -> Settings:
     tolerance = _checked(config, options["tolerance"], parse_tolerance) or parse_tolerance(DEFAULT_TOLERANCE)
     frameworks = _checked(config, options["frameworks"], parse_frameworks) or ()
     what_if = _checked(config, options["what-if"], _positive_size)
+    cuda_context = _checked(config, options["cuda-context"], _size_or_zero)
     traces_text, _ = raw_value(config, options["traces"])
     traces_dir = None
     if traces_text:
@@ -202,6 +206,7 @@ def load_settings(config: pytest.Config) -> Settings:
         find_min_fraction=bool(_checked(config, options["find-min-fraction"], parse_flag)),
         what_if=what_if,  # type: ignore[arg-type]
         traces_dir=traces_dir,
+        cuda_context_bytes=DEFAULT_CUDA_CONTEXT_BYTES if cuda_context is None else cuda_context,  # type: ignore[arg-type]
         fraction_chosen=fraction is not None,
         worker_plan=plan,
     )
@@ -209,6 +214,13 @@ def load_settings(config: pytest.Config) -> Settings:
 
 def parse_frameworks(value: str) -> tuple[str, ...]:
     return normalize_frameworks(tuple(name.strip() for name in value.split(",") if name.strip()))
+
+
+def _size_or_zero(value: str) -> int:
+    size = parse_size(value)
+    if size < 0:
+        raise ValueError(f"invalid size {value!r}: must be 0 bytes or more")
+    return size
 
 
 def _positive_size(value: str) -> int:

@@ -56,9 +56,20 @@ def test_open_device_parses_simulated_specs(spec: str, capacity: int) -> None:
 
 
 @pytest.mark.parametrize(
+    ("spec", "capacity", "capability", "device_class"),
+    [("sim:H100-80GB", 81559 * MiB, (9, 0), "sim-H100-80GB"), ("sim:a100-40gb", 40 * GiB, (8, 0), "sim-A100-40GB"), ("sim:T4", 15 * GiB, (7, 5), "sim-T4"), ("sim:16GiB", 16 * GiB, (8, 0), "sim-16GiB")],
+)
+def test_simulated_presets_know_their_capacity_and_compute_capability(spec: str, capacity: int, capability: tuple[int, int], device_class: str) -> None:
+    device = open_device(spec)
+    assert isinstance(device, SimulatedDevice)
+    assert (device.capacity, device.compute_capability, device.device_class) == (capacity, capability, device_class)
+
+
+@pytest.mark.parametrize(
     ("spec", "message"),
     [
         ("tpu", "invalid device 'tpu': allowed are auto, sim, sim:SIZE"),
+        ("sim:H100", "invalid device 'sim:H100'"),
         ("sim:lots", "invalid device 'sim:lots': invalid size 'lots'"),
         ("sim:0B", "the capacity must be more than 0 bytes"),
         ("sim:16G", "ambiguous size '16G'"),

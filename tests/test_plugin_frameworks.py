@@ -12,43 +12,68 @@ from pytest_devmem.pool import Policy, TracingPool, make_pool, replay
 
 MiB = 2**20
 
-BOTH_FRAMEWORKS = """
+TF_FIRST = """
 import pytest
 import jax.numpy as jnp
 import tensorflow as tf
 
 @pytest.mark.devmem(frameworks=("jax", "tf"))
-def test_both():
-    x = jnp.ones((2 * 2**20,), dtype=jnp.float32).block_until_ready()   # 8 MiB in JAX
-    y = tf.ones((16 * 2**20,), dtype=tf.float32)                          # 64 MiB in TensorFlow
+def test_tf_first():
+    y = tf.ones((16 * 2**20,), dtype=tf.float32)                          # 64 MiB in TensorFlow, first
+    x = jnp.ones((64 * 2**20,), dtype=jnp.float32).block_until_ready()   # then 256 MiB in JAX
+    assert float(x[0]) + float(y[0]) == 2.0
+"""
+
+JAX_FIRST = """
+import pytest
+import jax.numpy as jnp
+import tensorflow as tf
+
+@pytest.mark.devmem(frameworks=("jax", "tf"))
+def test_jax_first():
+    x = jnp.ones((2 * 2**20,), dtype=jnp.float32).block_until_ready()   # 8 MiB in JAX, first
+    y = tf.ones((4 * 2**20,), dtype=tf.float32)                           # then a small TensorFlow step
     assert float(x[0]) + float(y[0]) == 2.0
 """
 
 
-def test_jax_prealloc_beside_tensorflow_default_fails_with_numbers_and_fix(jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tensorflow_first_starves_jax_and_the_fix_is_proven(jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)
-    pytester.makepyfile(BOTH_FRAMEWORKS)
-    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:1GiB", "--devmem-report=r.json")
+    pytester.makepyfile(TF_FIRST)
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:2GiB", "--devmem-report=r.json")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*JAX and TensorFlow cannot share sim:1GiB (1.00 GiB): out of memory at peak*",
-        "*JAX (prealloc, XLA_PYTHON_CLIENT_MEM_FRACTION=0.75): reserves 768.00 MiB at start-up, peak 8.00 MiB*",
-        "*TensorFlow (default: all free memory but the system reserve): reserves 31.00 MiB at start-up, peak 64.00 MiB -- out of memory at its peak*",
-        "*fix: set XLA_PYTHON_CLIENT_MEM_FRACTION=0.71, or set XLA_PYTHON_CLIENT_PREALLOCATE=false*",
+        "*TensorFlow and JAX cannot share sim:2GiB (2.00 GiB): JAX ran out of memory*",
+        "*started in this order: TensorFlow, then JAX; each process's CUDA context holds 512.00 MiB (1 process(es))*",
+        "*TensorFlow (default: all free memory but the system reserve): limit 1.28 GiB, took 1.28 GiB at its first allocation*",
+        "*JAX (prealloc, XLA_CLIENT_MEM_FRACTION=0.75): limit 1.50 GiB, took * at its first allocation (asked 1.50 GiB, backed off: the device had no more)*out of memory allocating 256.00 MiB (jit(broadcast_in_dim))*",
+        "*fix: set TF_FORCE_GPU_ALLOW_GROWTH=true, or hide the GPU from TensorFlow*",
         "*frameworks that cannot share the device: 1 test(s)*",
     ])
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
-    assert record["sharing"]["fits"] is False and record["sharing"]["phase"] == "peak"
+    assert record["sharing"]["fits"] is False and record["sharing"]["order"] == ["TensorFlow", "JAX"]
+    monkeypatch.setenv("TF_FORCE_GPU_ALLOW_GROWTH", "true")  # the proven fix; TensorFlow's own variable, which the regime keeps
+    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:2GiB").assert_outcomes(passed=1)
 
 
-def test_jax_at_point_four_beside_tensorflow_growth_passes(jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TF_FORCE_GPU_ALLOW_GROWTH", "true")  # TensorFlow's own variable: the regime keeps it
-    pytester.makepyfile(BOTH_FRAMEWORKS.replace('@pytest.mark.devmem(frameworks=("jax", "tf"))\n', ""))
-    result = pytester.runpytest_inprocess("--devmem-fraction=.4", "--devmem-frameworks=jax,tf", "--devmem-device=sim:1GiB", "--devmem-report=r.json")
+def test_jax_first_with_a_small_tensorflow_step_passes(jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)
+    pytester.makepyfile(JAX_FIRST)
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:4GiB", "--devmem-report=r.json")
     result.assert_outcomes(passed=1)
     sharing = json.loads((pytester.path / "r.json").read_text())["records"][0]["sharing"]
-    assert sharing["fits"] is True
-    assert [f["setup"] for f in sharing["frameworks"]] == ["prealloc, XLA_PYTHON_CLIENT_MEM_FRACTION=0.4", "TF_FORCE_GPU_ALLOW_GROWTH=true"]
+    assert sharing["fits"] is True and sharing["order"] == ["JAX", "TensorFlow"]
+    assert [f["setup"] for f in sharing["frameworks"]] == ["prealloc, XLA_CLIENT_MEM_FRACTION=0.75", "default: all free memory but the system reserve"]
+
+
+def test_the_cuda_context_size_is_the_users_to_set(jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)
+    pytester.makepyfile(JAX_FIRST)
+    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:4GiB", "--devmem-cuda-context=300MiB", "--devmem-report=r.json").assert_outcomes(passed=1)
+    sharing = json.loads((pytester.path / "r.json").read_text())["records"][0]["sharing"]
+    assert sharing["context_bytes"] == 300 * MiB
+    result = pytester.runpytest_inprocess("--devmem-cuda-context=-1MiB")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and "--devmem-cuda-context" in result.stderr.str()
 
 
 def test_bad_frameworks_option_is_a_usage_error(pytester: pytest.Pytester) -> None:
@@ -137,31 +162,31 @@ def test_bad_what_if_size_is_a_usage_error(pytester: pytest.Pytester) -> None:
 
 
 @pytest.mark.gpu
-def test_real_jax_and_tensorflow_oom_on_a_gpu_is_reported_with_the_fix(pytester: pytest.Pytester) -> None:
-    """On a GPU: JAX preallocates 75%, TensorFlow takes the rest, and a TensorFlow tensor bigger than
-    what is left raises a real ResourceExhaustedError, which the plugin reports with the model's fix."""
+def test_real_tensorflow_first_jax_oom_on_a_gpu_is_reported_with_the_fix(pytester: pytest.Pytester) -> None:
+    """On a GPU: a TensorFlow op first takes all free memory but TensorFlow's system reserve; JAX's
+    75% preallocation then backs off to what is left, and a 16 GiB JAX array raises a real
+    RESOURCE_EXHAUSTED, which the plugin reports with the model's order and fixes."""
     pytester.makepyfile(
         """
         import pytest
-        import jax.numpy as jnp
         import tensorflow as tf
+        import jax.numpy as jnp
 
         @pytest.mark.devmem(frameworks=("jax", "tf"))
-        def test_both():
-            jnp.ones(8).block_until_ready()
-            free = tf.config.experimental.get_memory_info("GPU:0")
-            big = tf.ones((int(0.3 * 80 * 2**30 / 4),), dtype=tf.float32)  # 30% of an 80 GiB card
+        def test_tf_first():
+            assert float(tf.reduce_sum(tf.ones((1024,)))) == 1024.0  # TensorFlow's device and its allocation first
+            big = jnp.ones((4 * 2**30,), dtype=jnp.float32).block_until_ready()  # then 16 GiB in JAX
             assert big.shape[0] > 0
         """
     )
     result = pytester.runpytest_subprocess("--devmem-mode=prealloc", "--devmem-device=cuda:0")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*JAX and TensorFlow cannot share cuda:0*", "*fix:*"])
+    result.stdout.fnmatch_lines(["*RESOURCE_EXHAUSTED*", "*TensorFlow and JAX cannot share cuda:0*", "*started in this order: TensorFlow, then JAX*", "*fix:*"])
 
 
 def test_a_test_that_fails_anyway_gets_the_sharing_verdict_as_a_section(jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)
-    pytester.makepyfile(BOTH_FRAMEWORKS.replace("== 2.0", "== 3.0"))
-    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:1GiB")
+    pytester.makepyfile(TF_FIRST.replace("== 2.0", "== 3.0"))
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:2GiB")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*AssertionError*", "*pytest-devmem*", "*JAX and TensorFlow cannot share sim:1GiB*"])
+    result.stdout.fnmatch_lines(["*AssertionError*", "*pytest-devmem*", "*TensorFlow and JAX cannot share sim:2GiB*"])

@@ -19,7 +19,7 @@ def test_one():
         (["--devmem-fraction=1.5"], "invalid devmem fraction '1.5': must be in (0, 1], e.g. 0.5 (from --devmem-fraction)"),
         (["--devmem-fraction=0"], "invalid devmem fraction '0'"),
         (["--devmem-fraction=half"], "invalid devmem fraction 'half': must be a number in (0, 1]"),
-        (["--devmem-device=tpu:0"], "invalid device 'tpu:0': allowed are auto, sim, sim:SIZE (e.g. sim:16GiB), cuda or cuda:N (from --devmem-device)"),
+        (["--devmem-device=tpu:0"], "invalid device 'tpu:0': allowed are auto, sim, sim:SIZE (e.g. sim:16GiB), sim:PRESET (H100-80GB, H200, A100-40GB, A100-80GB, L4, A10G, V100-16GB, T4), cuda or cuda:N (from --devmem-device)"),
         (["--devmem-device=sim:16G"], "ambiguous size '16G': write 16GiB (powers of 1024) or 16GB (powers of 1000)"),
         (["--devmem-report=out.xml"], "invalid devmem report file 'out.xml' (from --devmem-report): the extension must be one of .json, .csv, .md"),
     ],
@@ -220,3 +220,20 @@ def test_pool_oom_in_a_test_is_recorded(pytester: pytest.Pytester) -> None:
     import json
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
     assert record["oom"] is True and record["outcome"] == "failed"
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"XLA_PYTHON_CLIENT_MEM_FRACTION": ".5"}, "XLA_PYTHON_CLIENT_MEM_FRACTION=.5 in the environment contradicts regime prealloc, which sets 0.75"),
+        ({"XLA_CLIENT_MEM_FRACTION": ".75", "XLA_PYTHON_CLIENT_MEM_FRACTION": ".75"}, "XLA_CLIENT_MEM_FRACTION=.75 and XLA_PYTHON_CLIENT_MEM_FRACTION=.75 are both set, which jaxlib refuses"),
+    ],
+)
+def test_a_jax_variable_that_contradicts_the_regime_is_a_usage_error(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], message: str) -> None:
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    pytester.makepyfile(PASSING)
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
+    assert {name: os.environ.get(name) for name in environ} == environ  # nothing of the user's was touched

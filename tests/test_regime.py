@@ -6,7 +6,6 @@ import pytest
 
 from pytest_devmem.pool.policy import Mode
 from pytest_devmem.regime import FRAMEWORK_VARIABLES, Regime, jax_fraction_variable, restore
-from pytest_devmem.shared import SharingVerdict, check_sharing, jax_setup_from_env, tensorflow_setup_from_env
 
 
 FRACTION = "XLA_CLIENT_MEM_FRACTION"  # the variable jaxlib 0.10 reads (XLA_PYTHON_CLIENT_MEM_FRACTION is deprecated)
@@ -89,11 +88,3 @@ def test_tensorflow_gets_a_memory_limit_only_under_fraction() -> None:
     assert Regime.of("fraction", 0.5).tensorflow_memory_limit(16 * 2**30) == 8 * 2**30
     assert Regime.of("prealloc").tensorflow_memory_limit(16 * 2**30) is None
     assert Regime.of("growth").tensorflow_memory_limit(16 * 2**30) is None
-
-
-def test_real_oom_message_offers_the_settings_even_when_the_model_fitted() -> None:
-    verdict: SharingVerdict = check_sharing(80 * 2**30, [(jax_setup_from_env({}), 2**20), (tensorflow_setup_from_env({}), 2**20)], "cuda:0 (NVIDIA H100)")
-    assert verdict.fits
-    text = verdict.real_oom_message()
-    assert text.startswith("JAX and TensorFlow cannot share cuda:0 (NVIDIA H100) (80.00 GiB): a real out-of-memory error")
-    assert "set TF_FORCE_GPU_ALLOW_GROWTH=true" in text and "XLA_PYTHON_CLIENT_PREALLOCATE=false" in text

@@ -286,3 +286,25 @@ def test_real_gpu_replayed_peak_matches_jax_memory_stats(pytester: pytest.Pytest
         assert jax_stats["available"], jax_stats
         replayed, measured = record["peak_bytes_in_use"], jax_stats["peak_bytes_in_use"]
         assert abs(replayed - measured) <= max(0.1 * measured, 2**20), (record["test_id"], replayed, measured)
+
+
+def test_a_gpu_session_where_jax_fell_back_to_cpu_says_so_loudly(jax_loaded: object) -> None:
+    import jax.numpy as jnp
+
+    from pytest_devmem.device import SimulatedDevice
+    from pytest_devmem.measurement import Measurement
+
+    class CudaLike(SimulatedDevice):
+        """Stands for a CUDA device (it has an index); JAX, on this machine, runs on CPU."""
+
+        index = 0
+
+    jnp.ones(4).block_until_ready()  # JAX's backend has started
+    measurement = Measurement(CudaLike(2**30, name="cuda:0 (test)"))
+    try:
+        measurement.start()
+        with pytest.warns(RuntimeWarning, match=r"JAX runs on cpu, not on cuda:0 \(test\): jaxlib did not take the GPU"):
+            captured = measurement.stop()
+    finally:
+        measurement.close()
+    assert any(note.startswith("JAX runs on cpu, not on cuda:0") for note in captured.notes)

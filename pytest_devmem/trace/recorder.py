@@ -59,6 +59,12 @@ class TraceRecorder:
             renumbered.append(TraceEvent(event.action, numbers[event.pointer], event.size, event.time, thread, event.stream, event.source, event.label))
         return renumbered
 
+    def elapsed(self) -> float | None:
+        """Seconds since the window opened, on the events' clock; None outside a window or while paused."""
+        if self._events is None or self._paused:
+            return None
+        return self._clock() - self._started
+
     @contextmanager
     def paused(self) -> Iterator[None]:
         """Record nothing inside (a fixture shared with other tests is set up here, say)."""
