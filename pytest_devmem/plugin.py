@@ -163,9 +163,23 @@ class DevmemManager:
         from .workers import gpu_count, plan_workers
 
         plan = plan_workers(self.settings.regime, self.settings.fraction_chosen, 0, count, gpu_count() if uses_gpu else 0, uses_gpu)
-        self.xdist_note = plan.warning or plan.note
         if plan.warning:
-            self.config.issue_config_time_warning(pytest.PytestWarning(plan.warning), stacklevel=2)
+            plan_warning = plan.warning + self._crowding(count)
+            self.xdist_note = plan_warning
+            self.config.issue_config_time_warning(pytest.PytestWarning(plan_warning), stacklevel=2)
+        else:
+            self.xdist_note = plan.note
+
+    def _crowding(self, count: int) -> str:
+        """What each worker's JAX would really hold on this device, started one after the other."""
+        from .shared import FrameworkSetup, process_shares
+
+        regime = self.settings.regime
+        if regime is None or not regime.policy.preallocates:
+            return ""
+        shares = process_shares(self.device.capacity, FrameworkSetup("jax", "prealloc", regime.fraction), count, self.settings.cuda_context_bytes)
+        held = ", ".join(f"worker {i + 1} {format_size(share)}" for i, share in enumerate(shares))
+        return f"; on {self.device.name}, started one after the other, each JAX preallocation backs off to what is left: {held}"
 
     # -- session ------------------------------------------------------------------------
 

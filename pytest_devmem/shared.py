@@ -414,3 +414,12 @@ def _alternatives(participants: Sequence[Participant], fits: Callable[[Sequence[
     if any(p.setup.kind == "tensorflow" for p in items):
         options.append(('hide the GPU from TensorFlow (tf.config.set_visible_devices([], "GPU"))', [p for p in items if p.setup.kind != "tensorflow"]))
     return options
+
+
+def process_shares(capacity: int, setup: FrameworkSetup, count: int, context_bytes: int = DEFAULT_CUDA_CONTEXT_BYTES) -> list[int]:
+    """What each of `count` processes with the same setup holds once all have started, in start
+    order (the worst case for the last): the later ones back off to what the earlier ones left."""
+    participants = [Participant.holding(setup, 256, process=i, at=float(i)) for i in range(count)]
+    simulation = _Simulation(capacity, participants, DEFAULT_COMPUTE_CAPABILITY[0], context_bytes, {})
+    simulation.run()
+    return [outcome.reserved for outcome in simulation.outcomes]
