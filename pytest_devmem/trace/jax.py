@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
 
+from .patches import Patches
 from .recorder import TraceRecorder
 
 SOURCE = "jax"
@@ -66,7 +67,7 @@ class JaxCapture:
         self._live: dict[int, _Buffer] = {}  # device pointer -> buffer
         self._owner_of: dict[int, _Owner] = {}  # id(array) -> its owner reference
         self._temp_bytes: weakref.WeakKeyDictionary[Any, int | None] = weakref.WeakKeyDictionary()
-        self._restore: list[Callable[[], None]] = []
+        self._patches = Patches()
         self._array_type: type = type(None)  # jaxlib's ArrayImpl, once installed
         self.installed = False
         self.note = ""
@@ -106,10 +107,10 @@ class JaxCapture:
             )
             return False
         self._array_type = array_type  # type: ignore[assignment]
-        self._hook(pjit, "_get_fastpath_data", lambda original: _no_fastpath)
-        self._hook(pxla.ExecuteReplicated, "__call__", self._wrap_execute)
-        self._hook(dispatch, "_batched_device_put_impl", self._wrap_device_put)
-        self._hook(array_type, "delete", self._wrap_delete)
+        self._patches.replace(pjit, "_get_fastpath_data", lambda original: _no_fastpath)
+        self._patches.replace(pxla.ExecuteReplicated, "__call__", self._wrap_execute)
+        self._patches.replace(dispatch, "_batched_device_put_impl", self._wrap_device_put)
+        self._patches.replace(array_type, "delete", self._wrap_delete)
         for cache_name in ("_cpp_pjit_cache_fun_only", "_cpp_pjit_cache_explicit_attributes"):
             cache = getattr(pjit, cache_name, None)
             if cache is not None and hasattr(cache, "clear"):
@@ -117,15 +118,9 @@ class JaxCapture:
         self.installed = True
         return True
 
-    def _hook(self, owner: Any, attribute: str, make: Callable[[Any], Any]) -> None:
-        original = getattr(owner, attribute)
-        setattr(owner, attribute, make(original))
-        self._restore.append(lambda: setattr(owner, attribute, original))
-
     def uninstall(self) -> None:
         """Put JAX's own functions back (the fast path returns for executables compiled afterwards)."""
-        while self._restore:
-            self._restore.pop()()
+        self._patches.restore()
         self.installed = False
 
     # -- window -------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from ..pool.trace import ALLOCATE, TraceEvent
 from ..sources.base import Reading
+from .patches import Patches
 from .recorder import TraceRecorder
 
 SOURCE = "tensorflow"
@@ -30,7 +31,7 @@ class TensorFlowCapture:
 
     def __init__(self, recorder: TraceRecorder) -> None:
         self._recorder = recorder
-        self._restore: list[Callable[[], None]] = []
+        self._patches = Patches()
         self.installed = False
         self.note = ""
         self.first_activity: float | None = None
@@ -50,12 +51,11 @@ class TensorFlowCapture:
             self.note = f"this TensorFlow lacks {', '.join(missing)}: its peak is placed at the start of the test"
             return False
         for owner, name in targets:
-            self._hook(owner, name)
+            self._patches.replace(owner, name, self._noting)
         self.installed = True
         return True
 
-    def _hook(self, owner: Any, attribute: str) -> None:
-        original = getattr(owner, attribute)
+    def _noting(self, original: Callable[..., Any]) -> Callable[..., Any]:
         capture = self
 
         def noted(*args: Any, **kwargs: Any) -> Any:
@@ -63,12 +63,10 @@ class TensorFlowCapture:
                 capture.first_activity = capture._recorder.elapsed()
             return original(*args, **kwargs)
 
-        setattr(owner, attribute, noted)
-        self._restore.append(lambda: setattr(owner, attribute, original))
+        return noted
 
     def uninstall(self) -> None:
-        while self._restore:
-            self._restore.pop()()
+        self._patches.restore()
         self.installed = False
 
     def begin(self) -> None:
