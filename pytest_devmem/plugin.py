@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Generator
 
 import pytest
 
-from .baseline import BaselineFormatError, BaselineStore, compare, metrics_of, module_of
+from .baseline import BaselineFormatError, BaselineStore, module_of
 from .device import Device, open_device
 from .errors import DevmemError, OutOfMemoryError
 from .files import write_atomic
@@ -27,6 +27,7 @@ from .report import render, terminal_table
 from .settings import Settings, add_options, load_settings
 from .tolerance import parse_tolerance
 from .trace.pool import RecordingPool
+from .verdicts import baseline_verdict, replay_oom_verdict, sharing_verdict
 from .units import format_size
 
 if TYPE_CHECKING:  # isolation pulls in subprocess and json: imported only when a test needs a child
@@ -348,13 +349,13 @@ class DevmemManager:
         )
         self._write_trace(record)
         self._analyse_trace(record, policy)
-        failure = limit_verdict(record.peak_bytes_in_use, limit)
+        failure = limit_verdict(record.peak_bytes_in_use, limit) or replay_oom_verdict(record, self.device)
         if failure is None:
-            failure = self._replay_oom_verdict(record)
+            frameworks = spec.frameworks if isinstance(spec, MarkSpec) and spec.frameworks else self.settings.frameworks
+            failure = sharing_verdict(record, frameworks, regime, self.device, self.settings.cuda_context_bytes, os.environ)
         if failure is None:
-            failure = self._sharing_verdict(record, spec, regime)
-        if failure is None:
-            failure = self._baseline_verdict(record, spec)
+            tolerance = parse_tolerance(spec.tolerance) if isinstance(spec, MarkSpec) and spec.tolerance is not None else self.settings.tolerance
+            failure = baseline_verdict(record, self.store, tolerance, update=self.settings.update, strict=self.settings.strict)
         if failure is not None and report.outcome == "passed":
             report.outcome = "failed"
             report.longrepr = failure
@@ -366,36 +367,6 @@ class DevmemManager:
         else:
             self._local_records[item.nodeid] = record
         return report
-
-    def _sharing_verdict(self, record: TestRecord, spec: MarkSpec | str | None, regime: Regime | None) -> str | None:
-        """Simulate the frameworks this test names (or the session's) on one device, each with its
-        own events from the test's trace, started in the order they first allocated."""
-        frameworks = spec.frameworks if isinstance(spec, MarkSpec) and spec.frameworks else self.settings.frameworks
-        if not frameworks:
-            return None
-        from .device import DEFAULT_COMPUTE_CAPABILITY
-        from .shared import Participant, check_sharing, jax_setup_from_env, tensorflow_setup_from_env
-
-        events = list(record.trace_events or [])
-        tensorflow_limit = regime.tensorflow_memory_limit(self.device.capacity) if regime is not None else None
-        participants = []
-        for name in frameworks:
-            setup = jax_setup_from_env(os.environ) if name == "jax" else tensorflow_setup_from_env(os.environ, tensorflow_limit)
-            participants.append(Participant(setup, tuple(e for e in events if e.source == name)))
-        capability = getattr(self.device, "compute_capability", DEFAULT_COMPUTE_CAPABILITY)[0]
-        verdict = check_sharing(self.device.capacity, participants, self.device.name, capability, self.settings.cuda_context_bytes, os.environ)
-        record.sharing = verdict.to_json()
-        on_gpu = getattr(self.device, "index", None) is not None
-        if on_gpu:  # the frameworks really ran together: only a real OOM fails, with the model's advice
-            return verdict.real_oom_message() if record.oom else None
-        return None if verdict.fits else verdict.message()
-
-    def _replay_oom_verdict(self, record: TestRecord) -> str | None:
-        """The failure when the test's trace does not fit its regime's pool on the session's device."""
-        message = (record.trace or {}).get("out_of_memory")
-        if not message:
-            return None
-        return f"would run out of device memory under regime {record.regime} on {self.device.name} (its trace replayed):\n{message}"
 
     def _write_trace(self, record: TestRecord) -> None:
         """With --devmem-traces=DIR: the test's trace as an RMM-style CSV, named after the test and regime."""
@@ -424,27 +395,6 @@ class DevmemManager:
             answer = what_if(trace, policy, self.settings.what_if)
             analysis["what_if"] = {"capacity": answer.capacity, "ok": answer.ok, "message": answer.message}
         record.analysis = analysis
-
-    def _baseline_verdict(self, record: TestRecord, spec: MarkSpec | str | None) -> str | None:
-        """Compare a measured record with its baseline; the failure text, or None where it may pass."""
-        if record.peak_bytes_in_use is None:
-            return None  # nothing measured this test: nothing to compare
-        tolerance = self.settings.tolerance
-        if isinstance(spec, MarkSpec) and spec.tolerance is not None:
-            tolerance = parse_tolerance(spec.tolerance)
-        entry = self.store.get(record.test_id, record.regime)
-        comparison = compare(entry, record.test_id, record.regime, metrics_of(record), tolerance)
-        record.baseline = comparison.to_json()
-        if self.settings.update:
-            return None
-        if comparison.status == "regressed":
-            return comparison.failure_message()
-        if comparison.status == "new" and self.settings.strict:
-            return (
-                f"no baseline for {record.test_id} under regime {record.regime} on {self.device.device_class} "
-                f"(--devmem-strict); record one with --devmem-update"
-            )
-        return None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.child_writer is not None:
