@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import tempfile
@@ -33,6 +32,8 @@ def safe_file_name(text: str) -> str:
     name is cut and ends with a digest of the whole text, so two tests never share a file."""
     name = _UNSAFE.sub("_", text).strip("._") or "test"
     if len(name) > MAX_FILE_STEM:
+        import hashlib  # only for long names: its import costs start-up time
+
         digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
         name = f"{name[: MAX_FILE_STEM - 13]}-{digest}"
     return name

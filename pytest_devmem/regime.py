@@ -7,6 +7,7 @@ which is why a test under another regime runs in a child process (see isolation.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ FRAMEWORK_VARIABLES = (*JAX_VARIABLES, *TENSORFLOW_VARIABLES)
 """Every variable a regime may set; the JAX ones it does not set are removed so no stale setting leaks in."""
 
 
+@functools.lru_cache(maxsize=None)
 def jax_fraction_variable() -> str:
     """The one memory-fraction variable the installed jaxlib reads.
 

@@ -56,6 +56,8 @@ class ReplayFigures:
 
 def replay_figures(trace: Trace, policy: Policy, capacity: int) -> ReplayFigures:
     """Replay `trace` under `policy` on a fresh simulated device of `capacity` bytes."""
+    if not len(trace):  # nothing allocated: nothing reserved, no pool to speak of
+        return ReplayFigures(events=0, peak_bytes_in_use=0, peak_bytes_reserved=0, fragmentation=None)
     pool = make_pool(SimulatedDevice(capacity), policy)
     try:
         result = replay(trace, pool, stop_on_oom=False)

@@ -30,8 +30,20 @@ def shape(events: Any) -> list[tuple[str, int, int, str]]:
 
 
 def test_installed_jax_is_hooked_not_left_to_a_fallback(capture: tuple[TraceRecorder, JaxCapture]) -> None:
+    from pytest_devmem.trace.jax import TESTED_JAX
+
     _, jax_capture = capture
     assert jax_capture.installed and jax_capture.note == ""
+    assert jax_capture.version.startswith(TESTED_JAX + ".")  # the supported range, pinned in the test extra
+
+
+def test_a_jax_without_a_hook_is_not_traced_and_says_so(jax_loaded: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jax._src import dispatch
+
+    monkeypatch.delattr(dispatch, "_batched_device_put_impl")
+    jax_capture = JaxCapture(TraceRecorder())
+    assert not jax_capture.install()
+    assert "lacks dispatch._batched_device_put_impl" in jax_capture.note and "JAX allocations are not traced" in jax_capture.note
 
 
 def test_a_jitted_matmul_gives_exactly_its_outputs_temp_donation_and_deletions(capture: tuple[TraceRecorder, JaxCapture]) -> None:
@@ -308,3 +320,14 @@ def test_a_gpu_session_where_jax_fell_back_to_cpu_says_so_loudly(jax_loaded: obj
     finally:
         measurement.close()
     assert any(note.startswith("JAX runs on cpu, not on cuda:0") for note in captured.notes)
+
+
+def test_an_untraceable_jax_gives_no_figures_never_a_zero(jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jax._src import dispatch
+
+    monkeypatch.delattr(dispatch, "_batched_device_put_impl")
+    pytester.makepyfile("import jax.numpy as jnp\n\ndef test_jax():\n    jnp.ones((1024, 1024)).block_until_ready()\n")
+    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-report=r.json").assert_outcomes(passed=1)
+    record = json.loads((pytester.path / "r.json").read_text())["records"][0]
+    assert record["peak_bytes_in_use"] is None and record["peak_bytes_reserved"] is None
+    assert any("JAX allocations are not traced" in note for note in record["trace"]["notes"])

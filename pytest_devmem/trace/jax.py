@@ -21,7 +21,6 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any, Callable
 
 from .patches import Patches
@@ -76,7 +75,7 @@ class JaxCapture:
 
     # -- installing ---------------------------------------------------------------------
 
-    def install(self, jax: ModuleType | None = None) -> bool:
+    def install(self) -> bool:
         """Hook JAX (imported already); False, with `note` saying why, where this JAX offers no hook."""
         if self.installed:
             return True
@@ -94,7 +93,7 @@ class JaxCapture:
             name
             for name, present in (
                 ("pjit._get_fastpath_data", hasattr(pjit, "_get_fastpath_data")),
-                ("pxla.ExecuteReplicated.__call__", hasattr(getattr(pxla, "ExecuteReplicated", None), "__call__")),
+                ("pxla.ExecuteReplicated.__call__", "__call__" in vars(getattr(pxla, "ExecuteReplicated", object))),
                 ("dispatch._batched_device_put_impl", hasattr(dispatch, "_batched_device_put_impl")),
                 ("ArrayImpl.delete", hasattr(array_type, "delete")),
             )
