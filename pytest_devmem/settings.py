@@ -181,12 +181,14 @@ def load_settings(config: pytest.Config) -> Settings:
     frameworks = _checked(config, options["frameworks"], parse_frameworks) or ()
     what_if = _checked(config, options["what-if"], _positive_size)
     cuda_context = _checked(config, options["cuda-context"], _size_or_zero)
-    traces_text, _ = raw_value(config, options["traces"])
+    traces_text, traces_where = raw_value(config, options["traces"])
     traces_dir = None
     if traces_text:
         traces_dir = Path(traces_text)
         if not traces_dir.is_absolute():
             traces_dir = config.invocation_params.dir / traces_dir
+        if traces_dir.exists() and not traces_dir.is_dir():
+            raise pytest.UsageError(f"invalid devmem traces directory {traces_text!r} (from {traces_where}): it exists and is not a directory")
     plan = None
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker and not config.getoption("devmem_child_output", default=None):

@@ -237,3 +237,11 @@ def test_a_jax_variable_that_contradicts_the_regime_is_a_usage_error(pytester: p
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert message in result.stderr.str()
     assert {name: os.environ.get(name) for name in environ} == environ  # nothing of the user's was touched
+
+
+def test_a_traces_directory_that_is_a_file_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(PASSING)
+    (pytester.path / "traces").write_text("not a directory")
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-traces=traces")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "invalid devmem traces directory 'traces' (from --devmem-traces): it exists and is not a directory" in result.stderr.str()
