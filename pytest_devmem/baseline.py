@@ -11,7 +11,6 @@ replace the file atomically, so concurrent sessions lose nothing.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import math
 import os
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from .errors import DevmemError
-from .files import write_atomic
+from .files import TEMPORARY_SUFFIX, temporary_prefix, write_atomic
 from .record import TestRecord
 from .tolerance import METRICS, Tolerance, format_metric
 
@@ -175,6 +174,8 @@ class BaselineStore:
         for path, group in sorted(by_file.items()):
             path.parent.mkdir(parents=True, exist_ok=True)
             with _locked(path.parent):
+                for stale in path.parent.glob(temporary_prefix(path) + "*" + TEMPORARY_SUFFIX):
+                    stale.unlink(missing_ok=True)  # left by a writer that was killed: no writer holds the lock now
                 stored = {(e.test_id, e.regime): _entry_json(e) for e in read_file(path, self.device_class)} if path.exists() else {}
                 for record in group:
                     stored[(record.test_id, record.regime)] = {"device": record.device, "metrics": metrics_of(record), "versions": versions}
@@ -198,7 +199,16 @@ def render_file(device_class: str, stored: dict[tuple[str, str], dict[str, objec
 @contextlib.contextmanager
 def _locked(directory: Path) -> Iterator[None]:
     """An exclusive lock on `directory` itself (flock works on a directory's descriptor), held while a
-    file in it is read, merged and replaced; it leaves no lock file behind in the user's tree."""
+    file in it is read, merged and replaced; it leaves no lock file behind in the user's tree.
+    Where there is no fcntl (Windows), a lock file from filelock stands in."""
+    try:
+        import fcntl
+    except ImportError:
+        from filelock import FileLock  # type: ignore[import-not-found]
+
+        with FileLock(str(directory / ".devmem-baselines.lock")):
+            yield
+        return
     descriptor = os.open(directory, os.O_RDONLY)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX)

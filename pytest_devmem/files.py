@@ -8,18 +8,40 @@ import tempfile
 from pathlib import Path
 
 
+TEMPORARY_SUFFIX = ".tmp"
+
+
+def temporary_prefix(target: Path) -> str:
+    """How write_atomic names its temporary files for `target` (so a stale one can be found)."""
+    return f".{target.name}."
+
+
 def write_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write `text` to `path` through a temporary file and a rename, so readers never see half a file."""
+    """Write `text` to `path` through a temporary file and a rename, so readers never see half a
+    file. The file gets the mode it had, or a new file's mode under the user's umask (a temporary
+    file is created 0600, which would otherwise stick)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        mode = target.stat().st_mode & 0o7777
+    except OSError:
+        mode = 0o666 & ~_umask()
+    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=temporary_prefix(target), suffix=TEMPORARY_SUFFIX)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
+        os.chmod(temporary, mode)
         os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it, so put straight back)."""
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._\-\[\]=]+")

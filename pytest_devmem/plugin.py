@@ -431,8 +431,8 @@ class DevmemManager:
         pool: Pool = make_pool(self.device, policy)
         if item.stash.get(measured_key, False):
             self.measurement.pool_source.attach(pool)
-            pool = RecordingPool(pool, self.measurement.recorder)  # type: ignore[assignment]
-        return DevmemFixture(regime, pool, self.device)
+        # records only while the test is measured, and refuses to be used once the test has ended
+        return DevmemFixture(regime, RecordingPool(pool, self.measurement.recorder), self.device)  # type: ignore[arg-type]
 
     # -- reporting ----------------------------------------------------------------------
 

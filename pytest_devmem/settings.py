@@ -192,7 +192,11 @@ def load_settings(config: pytest.Config) -> Settings:
     plan = None
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker and not config.getoption("devmem_child_output", default=None):
-        count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+        count_text = os.environ.get("PYTEST_XDIST_WORKER_COUNT") or "0"
+        try:
+            count = int(count_text)
+        except ValueError:
+            raise pytest.UsageError(f"invalid PYTEST_XDIST_WORKER_COUNT={count_text!r}: pytest-xdist sets it to the number of workers, a whole number") from None
         uses_gpu = not device_spec.startswith("sim")
         plan = plan_workers(regime, fraction is not None, worker_index(worker), count, gpu_count() if uses_gpu else 0, uses_gpu)
     return Settings(

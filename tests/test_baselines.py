@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -249,3 +250,36 @@ def test_default_tolerance_is_ten_percent_or_one_mebibyte() -> None:
     allowance = parse_tolerance(DEFAULT_TOLERANCE).allowances["peak_bytes_in_use"]
     assert (allowance.relative, allowance.absolute) == (0.1, MiB)
     assert allowance.describe("peak_bytes_in_use") == "10% or 1.00 MiB"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file modes and umask")
+def test_baselines_follow_the_umask_keep_a_files_mode_and_clear_a_killed_writers_leftovers(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    from pytest_devmem.record import TestRecord
+
+    def record(peak: int) -> TestRecord:
+        return TestRecord("tests/test_m.py::test_a", "prealloc", "sim:16GiB", "sim-16GiB", peak, peak, 0.0, False, "passed")
+
+    store = BaselineStore(tmp_path, "sim-16GiB")
+    previous = os.umask(0o022)
+    try:
+        (path,) = store.write([record(MiB)], {})
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644
+        path.chmod(0o664)
+        leftover = path.parent / f".{path.name}.abc123.tmp"
+        leftover.write_text("half a file")
+        store.write([record(2 * MiB)], {})
+        assert stat.S_IMODE(path.stat().st_mode) == 0o664  # the user's mode is kept
+        assert not leftover.exists()
+    finally:
+        os.umask(previous)
+
+
+def test_the_plugin_imports_where_there_is_no_fcntl() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys; sys.modules['fcntl'] = None; import pytest_devmem.plugin, pytest_devmem.baseline; print('ok')"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "ok"

@@ -245,3 +245,32 @@ def test_a_traces_directory_that_is_a_file_is_a_usage_error(pytester: pytest.Pyt
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-traces=traces")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "invalid devmem traces directory 'traces' (from --devmem-traces): it exists and is not a directory" in result.stderr.str()
+
+
+def test_a_pool_kept_after_its_test_refuses_to_allocate(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        from pytest_devmem.errors import InvalidRequestError
+
+        kept = []
+
+        def test_keeps(devmem):
+            kept.append(devmem.pool)
+            devmem.pool.alloc(2**20)
+
+        def test_uses_it_later():
+            with pytest.raises(InvalidRequestError, match="after its test ended"):
+                kept[0].alloc(2**20)
+        """
+    )
+    pytester.runpytest_inprocess("--devmem-mode=prealloc").assert_outcomes(passed=2)
+
+
+def test_a_bad_xdist_worker_count_is_a_usage_error(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "abc")
+    pytester.makepyfile(PASSING)
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "invalid PYTEST_XDIST_WORKER_COUNT='abc'" in result.stderr.str()

@@ -173,3 +173,16 @@ def test_ondemand_respects_a_fraction_limit() -> None:
     pool.alloc(400 * MiB)
     with pytest.raises(OutOfMemoryError, match="raise the limit to at least fraction=0.59"):
         pool.alloc(200 * MiB)
+
+
+@pytest.mark.parametrize("mode", ["prealloc", "growth", "ondemand"])
+@pytest.mark.parametrize("handle", [[1], {}, "0x10", None, 1.5])
+def test_a_foreign_handle_of_any_type_is_an_invalid_free(mode: str, handle: object) -> None:
+    from pytest_devmem.pool import make_pool
+
+    pool = make_pool(SimulatedDevice(GiB), Policy.of(mode))
+    kept = pool.alloc(MiB)
+    with pytest.raises(InvalidFreeError, match="invalid free of"):
+        pool.free(handle)  # type: ignore[arg-type]
+    pool.free(kept)
+    assert pool.stats()["bytes_in_use"] == 0

@@ -117,7 +117,10 @@ class BFCPool(PoolCounters):
         raise self._oom(nbytes, rounded)
 
     def free(self, handle: int) -> None:
-        requested = self._requested.pop(handle, None)
+        try:
+            requested = self._requested.pop(handle, None)
+        except TypeError:  # an unhashable handle ([1], {}): never one of ours
+            requested = None
         if requested is None:
             raise self._invalid_free(handle)
         chunk_size, next_of, prev_of, free_size = self._size, self._next, self._prev, self._free_size

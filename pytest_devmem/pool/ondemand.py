@@ -42,7 +42,10 @@ class OnDemandPool(PoolCounters):
         return address
 
     def free(self, handle: int) -> None:
-        entry = self._held.pop(handle, None)
+        try:
+            entry = self._held.pop(handle, None)
+        except TypeError:  # an unhashable handle ([1], {}): never one of ours
+            entry = None
         if entry is None:
             shown = f"{handle:#x}" if isinstance(handle, int) else repr(handle)
             raise InvalidFreeError(f"invalid free of {shown}: this pool never allocated it, or it was already freed")
