@@ -14,12 +14,13 @@ import contextlib
 import json
 import math
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from .errors import DevmemError
-from .files import TEMPORARY_SUFFIX, temporary_prefix, write_atomic
+from .files import TEMPORARY_SUFFIX, shortened, temporary_prefix, write_atomic
 from .record import TestRecord
 from .tolerance import METRICS, Tolerance, format_metric
 
@@ -151,7 +152,7 @@ class BaselineStore:
         """Read every baseline file of this device class; BaselineFormatError on the first bad one."""
         self._entries.clear()
         if self.directory.is_dir():
-            for path in sorted(self.directory.rglob("*.json")):
+            for path in json_files(self.directory):
                 for entry in read_file(path, self.device_class):
                     self._entries[(entry.test_id, entry.regime)] = entry
         return self
@@ -163,25 +164,45 @@ class BaselineStore:
         return [self._entries[key] for key in sorted(self._entries)]
 
     def path_for(self, test_id: str) -> Path:
-        parts = [part if part not in ("..", ".") else "__up__" for part in module_of(test_id).split("/") if part]
+        """`<directory>/<module path>.json`; each part made a safe file name (`..` and overlong
+        parts included); a test with no module part (outside the rootdir) gets its own file."""
+        parts = [shortened(part) if part not in ("..", ".") else "__up__" for part in module_of(test_id).split("/") if part]
+        if not parts:
+            parts = ["__outside_rootdir__"]
         return self.directory.joinpath(*parts).with_name(parts[-1] + ".json")
 
-    def write(self, records: Iterable[TestRecord], versions: dict[str, str]) -> list[Path]:
-        """Store these records, merged into what each file holds; returns the files written."""
+    def write(self, records: Iterable[TestRecord], versions: dict[str, str]) -> tuple[list[Path], list[str]]:
+        """Store these records, merged into what each file holds: the files written, and a line for
+        each file that could not be (full disk, read-only mount, a damaged file it will not
+        overwrite). One file's failure never stops the others."""
         by_file: dict[Path, list[TestRecord]] = {}
         for record in records:
             by_file.setdefault(self.path_for(record.test_id), []).append(record)
+        written, problems = [], []
         for path, group in sorted(by_file.items()):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with _locked(path.parent):
-                for stale in path.parent.glob(temporary_prefix(path) + "*" + TEMPORARY_SUFFIX):
-                    stale.unlink(missing_ok=True)  # left by a writer that was killed: no writer holds the lock now
-                stored = {(e.test_id, e.regime): _entry_json(e) for e in read_file(path, self.device_class)} if path.exists() else {}
-                for record in group:
-                    stored[(record.test_id, record.regime)] = {"device": record.device, "metrics": metrics_of(record), "versions": versions}
-                write_atomic(path, render_file(self.device_class, stored))
-        self.load()
-        return sorted(by_file)
+            try:
+                self._write_file(path, group, versions)
+            except BaselineFormatError as exc:
+                problems.append(str(exc))
+            except OSError as exc:
+                problems.append(f"{path}: {exc.strerror or exc}")
+            else:
+                written.append(path)
+        try:
+            self.load()
+        except (BaselineFormatError, OSError):
+            pass  # reported above, or by the next session's load
+        return written, problems
+
+    def _write_file(self, path: Path, group: list[TestRecord], versions: dict[str, str]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(path.parent):
+            for stale in path.parent.glob(temporary_prefix(path) + "*" + TEMPORARY_SUFFIX):
+                stale.unlink(missing_ok=True)  # left by a writer that was killed: no writer holds the lock now
+            stored = {(e.test_id, e.regime): _entry_json(e) for e in read_file(path, self.device_class)} if os.path.lexists(path) else {}
+            for record in group:
+                stored[(record.test_id, record.regime)] = {"device": record.device, "metrics": metrics_of(record), "versions": versions}
+            write_atomic(path, render_file(self.device_class, stored))
 
 
 def _entry_json(entry: BaselineEntry) -> dict[str, object]:
@@ -217,18 +238,73 @@ def _locked(directory: Path) -> Iterator[None]:
         os.close(descriptor)  # closing releases the lock
 
 
-def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry]:
-    """The entries of one baseline file; BaselineFormatError (file, line, problem) if it is not one."""
-    text = path.read_text(encoding="utf-8")
+NEVER_OVERWRITTEN = "fix or delete the file (it is never overwritten)"
+LARGEST_FIGURE = 2**63
+"""No byte count or fraction in a baseline or report is this large: a bigger number is damage."""
+
+
+def json_files(directory: Path) -> list[Path]:
+    """The `*.json` files under `directory`, sorted. A directory that happens to be named `*.json`
+    is searched like any other; something that is not a regular file (a FIFO, which would hang a
+    read; a dangling link or a link loop) is an error naming it, never a hang or a traceback."""
+    found = []
+    for path in sorted(directory.rglob("*.json")):
+        try:
+            mode = path.stat().st_mode  # follows links
+        except OSError as exc:
+            raise BaselineFormatError(f"{path}: cannot be read ({exc.strerror or exc}): a dangling or looping link? remove it") from None
+        if stat.S_ISDIR(mode):
+            continue
+        if not stat.S_ISREG(mode):
+            raise BaselineFormatError(f"{path}: not a regular file (a FIFO, socket or device): remove it or give it another name")
+        found.append(path)
+    return found
+
+
+def load_json(path: Path) -> tuple[str, object]:
+    """The text of a JSON file and what it holds; BaselineFormatError naming the file, and the line
+    where there is one, for anything that is not UTF-8 JSON."""
     try:
-        document = json.loads(text)
+        data = path.read_bytes()
+    except OSError as exc:
+        raise BaselineFormatError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BaselineFormatError(f"{path}: not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x}); {NEVER_OVERWRITTEN}") from None
+    try:
+        return text, json.loads(text)
     except json.JSONDecodeError as exc:
         truncated = " (the file looks cut short)" if exc.pos >= len(text.rstrip()) else ""
-        raise BaselineFormatError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}{truncated}; fix or delete the file (it is never overwritten)") from None
+        raise BaselineFormatError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}{truncated}; {NEVER_OVERWRITTEN}") from None
+    except (ValueError, RecursionError) as exc:  # an integer of thousands of digits, nesting too deep
+        raise BaselineFormatError(f"{path}: not usable JSON: {str(exc).splitlines()[0]}; {NEVER_OVERWRITTEN}") from None
+
+
+def figure_problem(name: str, value: object) -> str | None:
+    """Why `value` cannot be a stored figure (a byte count, or a fraction for fragmentation), or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{name} is {value!r}, not a number"
+    if isinstance(value, int) and abs(value) >= LARGEST_FIGURE:
+        return f"{name} is a {len(str(abs(value)))}-digit number, far beyond any device"
+    if not math.isfinite(value):
+        return f"{name} is {value!r}, not a finite number"
+    if value < 0:
+        return f"{name} is {value!r}: figures are never negative"
+    if name == "fragmentation" and value > 1:
+        return f"fragmentation is {value!r}: it lies between 0 and 1"
+    return None
+
+
+def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry]:
+    """The entries of one baseline file; BaselineFormatError (file, line, problem) if it is not one."""
+    text, document = load_json(path)
 
     def fail(problem: str, needle: str | None = None) -> BaselineFormatError:
         line = _line_of(text, needle) if needle else 1
-        return BaselineFormatError(f"{path}:{line}: {problem}; fix or delete the file (it is never overwritten)")
+        return BaselineFormatError(f"{path}:{line}: {problem}; {NEVER_OVERWRITTEN}")
 
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise fail(f"not a pytest-devmem baseline (expected \"format\": \"{FORMAT}\")", '"format"')
@@ -251,8 +327,9 @@ def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry
             for name, value in metrics.items():
                 if name not in METRICS:
                     raise fail(f"record {test_id!r} has unknown metric {name!r}; known: {', '.join(METRICS)}", json.dumps(name))
-                if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
-                    raise fail(f"record {test_id!r} metric {name} is {value!r}, not a number", json.dumps(name))
+                problem = figure_problem(name, value)
+                if problem:
+                    raise fail(f"record {test_id!r} metric {problem}", json.dumps(name))
             versions = data.get("versions", {})
             if not isinstance(versions, dict):
                 raise fail(f"record {test_id!r} \"versions\" must be an object", needle)

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .baseline import BaselineEntry, Comparison, compare, read_file
+from .baseline import BaselineEntry, Comparison, compare, figure_problem, json_files, load_json, read_file
 from .errors import DevmemError
-from .tolerance import DEFAULT_TOLERANCE, TOLERANCE_HELP, format_metric, parse_tolerance
+from .report import markdown_cell
+from .tolerance import DEFAULT_TOLERANCE, METRICS, TOLERANCE_HELP, format_metric, parse_tolerance
 
 Key = tuple[str, str, str]  # test id, regime, device class
 
@@ -39,16 +40,18 @@ class Measurement:
 def load(path: Path) -> dict[Key, Measurement]:
     """Measurements from a JSON report, a baseline file, or a directory of baseline files."""
     if path.is_dir():
+        files = json_files(path)
+        if not files:
+            raise InputError(f"{path}: a directory with no baseline files (*.json) in it: nothing to compare against")
         found: dict[Key, Measurement] = {}
-        for file in sorted(path.rglob("*.json")):
+        for file in files:
             found.update(_from_baseline(read_file(file)))
         return found
-    if not path.is_file():
+    if not path.exists():
         raise InputError(f"{path}: no such file or directory")
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+    if not path.is_file():
+        raise InputError(f"{path}: not a regular file")
+    _, document = load_json(path)
     if isinstance(document, dict) and "records" in document and "session" in document:
         return _from_report(path, document)
     return _from_baseline(read_file(path))
@@ -62,17 +65,25 @@ def _from_report(path: Path, document: dict) -> dict[Key, Measurement]:
     records = document.get("records")
     if not isinstance(records, list):
         raise InputError(f"{path}: a pytest-devmem report needs a list of \"records\"")
-    versions = (document.get("session") or {}).get("versions", {})
+    session = document.get("session")
+    if not isinstance(session, dict):
+        raise InputError(f"{path}: \"session\" must be an object, not {type(session).__name__}")
+    versions = session.get("versions", {})
+    if not isinstance(versions, dict):
+        raise InputError(f"{path}: \"session\".\"versions\" must be an object")
     found = {}
     for index, record in enumerate(records):
-        try:
-            key = (str(record["test_id"]), str(record["regime"]), str(record["device_class"]))
-        except (KeyError, TypeError):
-            raise InputError(f"{path}: record {index} lacks test_id, regime or device_class") from None
+        if not isinstance(record, dict) or not all(isinstance(record.get(name), str) for name in ("test_id", "regime", "device_class")):
+            raise InputError(f"{path}: record {index} lacks test_id, regime or device_class (as text)")
+        key = (record["test_id"], record["regime"], record["device_class"])
         if record.get("peak_bytes_in_use") is None:
             continue  # nothing measured it; a failed test that was measured counts (the gate may be why it failed)
-        metrics = {name: record.get(name) for name in ("peak_bytes_in_use", "peak_bytes_reserved", "fragmentation")}
-        found[key] = Measurement(metrics, versions)
+        metrics = {name: record.get(name) for name in METRICS}
+        for name, value in metrics.items():
+            problem = figure_problem(name, value)
+            if problem:
+                raise InputError(f"{path}: record {index} ({record['test_id']}): {problem}")
+        found[key] = Measurement(metrics, {str(k): str(v) for k, v in versions.items()})
     return found
 
 
@@ -105,7 +116,7 @@ def compare_tables(base: dict[Key, Measurement], new: dict[Key, Measurement], to
     lines = [f"### Device memory: {summary or 'nothing to compare'}", "", f"Tolerance: `{tolerance_spec}`.", ""]
     if rows:
         lines += ["| test | regime | device | metric | baseline | now | Δ | verdict |", "|---|---|---|---|---|---|---|---|"]
-        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+        lines += ["| " + " | ".join(markdown_cell(cell) for cell in row) + " |" for row in rows]
     elif counts:
         lines.append("Every compared test is within tolerance.")
     return "\n".join(lines) + "\n", bool(counts.get("regressed"))
@@ -116,7 +127,7 @@ def show_table(measurements: dict[Key, Measurement]) -> str:
     for (test_id, regime, device_class), m in sorted(measurements.items()):
         versions = ", ".join(f"{name} {version}" for name, version in sorted(m.versions.items()) if name in ("jax", "tensorflow", "tensorflow-cpu", "pytest-devmem"))
         lines.append(
-            f"| {test_id} | {regime} | {device_class} | {format_metric('peak_bytes_in_use', m.metrics.get('peak_bytes_in_use'))} | "
+            f"| {markdown_cell(test_id)} | {markdown_cell(regime)} | {markdown_cell(device_class)} | {format_metric('peak_bytes_in_use', m.metrics.get('peak_bytes_in_use'))} | "
             f"{format_metric('peak_bytes_reserved', m.metrics.get('peak_bytes_reserved'))} | {format_metric('fragmentation', m.metrics.get('fragmentation'))} | {versions} |"
         )
     return "\n".join(lines) + "\n"
@@ -181,6 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.write(text)
             return 0 if fitted else 1
         if args.command == "compare":
+            parse_tolerance(args.tolerance)  # a bad tolerance is reported before any file is read
             text, regressed = compare_tables(load(args.base), load(args.new), args.tolerance, args.all)
             sys.stdout.write(text)
             return 1 if regressed else 0

@@ -49,13 +49,19 @@ MAX_FILE_STEM = 150
 """Leaves room below the common 255-byte name limit for a suffix and the digest."""
 
 
+def shortened(name: str) -> str:
+    """`name` as it is, or, when too long for a file name on common file systems (255 bytes, less
+    room for a suffix), cut and ended with a digest of the whole, so two long names never collide."""
+    if len(name.encode("utf-8", "surrogatepass")) <= MAX_FILE_STEM:
+        return name
+    import hashlib
+
+    digest = hashlib.sha1(name.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{name[: MAX_FILE_STEM // 4 * 2]}-{digest}"
+
+
 def safe_file_name(text: str) -> str:
     """A file name for `text` (a test id, say) on any OS: unsafe characters become '_', and a long
     name is cut and ends with a digest of the whole text, so two tests never share a file."""
     name = _UNSAFE.sub("_", text).strip("._") or "test"
-    if len(name) > MAX_FILE_STEM:
-        import hashlib  # only for long names: its import costs start-up time
-
-        digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-        name = f"{name[: MAX_FILE_STEM - 13]}-{digest}"
-    return name
+    return name if len(name) <= MAX_FILE_STEM else shortened(text)

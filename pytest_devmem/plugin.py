@@ -126,6 +126,7 @@ class DevmemManager:
         self.xdist_note = ""
         self.stale: list[str] = []
         self.baselines_written: list[str] = []
+        self.write_problems: list[str] = []  # baselines or the report that could not be written
         self.records: list[TestRecord] = []
         self.isolated: dict[Regime, list[pytest.Item]] = {}
         self.child_outcomes: dict[Regime, ChildOutcome] = {}
@@ -474,7 +475,9 @@ class DevmemManager:
         if self.xdist_note:
             write(f"xdist: {self.xdist_note}")
         self._summarize_baselines(write)
-        if self.settings.report_path is not None:
+        for problem in self.write_problems:
+            terminalreporter.write_line(f"pytest-devmem: {problem}", red=True, bold=True)
+        if self.settings.report_path is not None and not any(p.startswith("report not written") for p in self.write_problems):
             write(f"report written to {self._shown(self.settings.report_path)}")
 
     def _shown(self, path: object) -> str:
@@ -528,13 +531,19 @@ class DevmemManager:
         info = self.session_info()
         if self.settings.update:
             keep = [r for r in self.records if r.outcome == "passed" and r.peak_bytes_in_use is not None]
-            written = self.store.write(keep, info["versions"])  # type: ignore[arg-type]
+            written, problems = self.store.write(keep, info["versions"])  # type: ignore[arg-type]
             self.baselines_written = [str(path) for path in written]
+            self.write_problems += [f"baseline not written: {problem}" for problem in problems]
         self.stale = self._stale_baselines()
         if self.stale and self.settings.strict and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if self.settings.report_path is not None:
-            write_atomic(self.settings.report_path, render(self.settings.report_path, self.records, info))
+            try:
+                write_atomic(self.settings.report_path, render(self.settings.report_path, self.records, info))
+            except OSError as exc:
+                self.write_problems.append(f"report not written: {self.settings.report_path}: {exc.strerror or exc}")
+        if self.write_problems and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # what the user asked to be stored is not: CI must see it
 
     def _stale_baselines(self) -> list[str]:
         """Baselined tests that no longer exist: in a module this session collected, but not collected."""

@@ -57,10 +57,16 @@ def terminal_table(records: Sequence[TestRecord]) -> list[str]:
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
 
 
+def markdown_cell(text: str) -> str:
+    """Text for one Markdown table cell: a pipe cannot split the row, nor a line break in a test id
+    end it (and start, say, a heading of its own in a pull-request comment)."""
+    return text.replace("|", "\\|").replace("\r", "\\r").replace("\n", "\\n")
+
+
 def markdown_table(records: Sequence[TestRecord]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for row in table_rows(records):
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
+        lines.append("| " + " | ".join(markdown_cell(cell) for cell in row) + " |")
     return "\n".join(lines) + "\n"
 
 

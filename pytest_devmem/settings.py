@@ -173,10 +173,14 @@ def load_settings(config: pytest.Config) -> Settings:
             )
         if not report_path.is_absolute():
             report_path = config.invocation_params.dir / report_path
-    baselines_text, _ = raw_value(config, options["baselines"])
+        if report_path.is_dir():
+            raise pytest.UsageError(f"invalid devmem report file {report!r} (from {report_where}): it is a directory")
+    baselines_text, baselines_where = raw_value(config, options["baselines"])
     baselines = Path(baselines_text) if baselines_text else config.rootpath / "baselines"
     if not baselines.is_absolute():
         baselines = config.invocation_params.dir / baselines
+    if baselines.exists() and not baselines.is_dir():
+        raise pytest.UsageError(f"invalid devmem baselines directory {str(baselines_text or baselines)!r} (from {baselines_where}): it exists and is not a directory")
     tolerance = _checked(config, options["tolerance"], parse_tolerance) or parse_tolerance(DEFAULT_TOLERANCE)
     frameworks = _checked(config, options["frameworks"], parse_frameworks) or ()
     what_if = _checked(config, options["what-if"], _positive_size)

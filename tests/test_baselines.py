@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -140,6 +141,7 @@ def test_bad_marker_tolerance_errors_that_test(pytester: pytest.Pytester) -> Non
     result.stdout.fnmatch_lines(["*invalid devmem tolerance 'lots'*"])
 
 
+CORRUPT_HEAD = '{\n  "format": "pytest-devmem-baseline",\n  "version": 1,\n  "device_class": "sim-16GiB",\n  "records": {\n'
 CORRUPT = {
     "not json": ("{\n  \"format\": \"pytest-devmem-baseline\",\n  oops\n}\n", ":3: not valid JSON"),
     "truncated": ("{\n  \"format\": \"pytest-devmem-baseline\",\n  \"records\": {\n", "(the file looks cut short)"),
@@ -151,7 +153,95 @@ CORRUPT = {
         '    "test_workload.py::test_model": {"prealloc": {"metrics": {\n      "peak_bytes_in_use": "big"}}}\n  }\n}\n',
         ":7: record 'test_workload.py::test_model' metric peak_bytes_in_use is 'big', not a number",
     ),
+    "400-digit peak": (
+        CORRUPT_HEAD + '    "test_workload.py::test_model": {"prealloc": {"metrics": {\n      "peak_bytes_in_use": ' + "9" * 400 + '}}}\n  }\n}\n',
+        "metric peak_bytes_in_use is a 400-digit number, far beyond any device",
+    ),
+    "5000-digit peak": (
+        CORRUPT_HEAD + '    "test_workload.py::test_model": {"prealloc": {"metrics": {\n      "peak_bytes_in_use": ' + "9" * 5000 + '}}}\n  }\n}\n',
+        "not usable JSON: Exceeds the limit",
+    ),
+    "negative peak": (
+        CORRUPT_HEAD + '    "test_workload.py::test_model": {"prealloc": {"metrics": {\n      "peak_bytes_in_use": -20971620}}}\n  }\n}\n',
+        "metric peak_bytes_in_use is -20971620: figures are never negative",
+    ),
 }
+HEAD_BYTES = CORRUPT_HEAD.encode()
+
+
+@pytest.mark.parametrize("content", [HEAD_BYTES + b"\xff\xfe not utf-8", bytes(range(256)) * 4], ids=["non-utf8", "binary"])
+def test_a_baseline_that_is_not_utf8_text_names_its_file(pytester: pytest.Pytester, content: bytes) -> None:
+    pytester.makepyfile(test_workload=WORKLOAD)
+    path = baseline_file(pytester)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    result = run(pytester, "--devmem-update")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"{path}: not UTF-8 text" in result.stderr.str()
+    assert path.read_bytes() == content
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="symlinks and FIFOs")
+@pytest.mark.parametrize("kind", ["directory", "dangling link", "link loop", "fifo"])
+def test_odd_things_named_json_in_the_baselines_never_hang_or_crash(pytester: pytest.Pytester, kind: str) -> None:
+    import os
+
+    pytester.makepyfile(test_workload=WORKLOAD)
+    odd = pytester.path / "baselines" / "sim-16GiB" / "x.json"
+    odd.parent.mkdir(parents=True)
+    if kind == "directory":
+        odd.mkdir()
+    elif kind == "dangling link":
+        odd.symlink_to(odd.parent / "nowhere.json")
+    elif kind == "link loop":
+        odd.symlink_to(odd)
+    else:
+        os.mkfifo(odd)
+    result = run(pytester)
+    if kind == "directory":  # a directory is searched like any other: nothing wrong
+        result.assert_outcomes(passed=3)
+        return
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert str(odd) in result.stderr.str()
+
+
+@pytest.mark.parametrize(
+    ("option", "make", "message"),
+    [
+        ("--devmem-baselines=taken", "file", "invalid devmem baselines directory 'taken' (from --devmem-baselines): it exists and is not a directory"),
+        ("--devmem-report=taken.json", "dir", "invalid devmem report file 'taken.json' (from --devmem-report): it is a directory"),
+    ],
+)
+def test_output_paths_of_the_wrong_kind_are_usage_errors(pytester: pytest.Pytester, option: str, make: str, message: str) -> None:
+    pytester.makepyfile(test_workload=WORKLOAD)
+    target = pytester.path / option.split("=")[1]
+    target.mkdir() if make == "dir" else target.write_text("mine")
+    result = run(pytester, option)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
+
+
+def test_a_baseline_that_cannot_be_written_fails_the_session_and_others_are_still_written(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_workload=WORKLOAD, test_other="def test_other(devmem):\n    devmem.pool.alloc(2**20)\n")
+    locked = pytester.path / "baselines" / "sim-16GiB"
+    locked.mkdir(parents=True)
+    (locked / "test_workload.py.json").mkdir()  # something in the way of one file
+    result = run(pytester, "--devmem-update")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*pytest-devmem: baseline not written: *test_workload.py.json*"])
+    assert (locked / "test_other.py.json").is_file()
+
+
+def test_a_test_outside_the_rootdir_gets_a_baseline_file_too(tmp_path: Path) -> None:
+    from pytest_devmem.record import TestRecord
+
+    store = BaselineStore(tmp_path, "sim-16GiB")
+    outside = TestRecord("::test_o", "prealloc", "sim:16GiB", "sim-16GiB", MiB, MiB, 0.0, False, "passed")
+    long_module = TestRecord("tests/" + "m" * 240 + ".py::test_long", "prealloc", "sim:16GiB", "sim-16GiB", MiB, MiB, 0.0, False, "passed")
+    written, problems = store.write([outside, long_module], {})
+    assert problems == [] and len(written) == 2
+    assert store.load().get("::test_o", "prealloc") is not None
+    assert store.get(long_module.test_id, "prealloc") is not None
 
 
 @pytest.mark.parametrize("case", sorted(CORRUPT))
@@ -265,7 +355,8 @@ def test_baselines_follow_the_umask_keep_a_files_mode_and_clear_a_killed_writers
     store = BaselineStore(tmp_path, "sim-16GiB")
     previous = os.umask(0o022)
     try:
-        (path,) = store.write([record(MiB)], {})
+        (path,), problems = store.write([record(MiB)], {})
+        assert problems == []
         assert stat.S_IMODE(path.stat().st_mode) == 0o644
         path.chmod(0o664)
         leftover = path.parent / f".{path.name}.abc123.tmp"

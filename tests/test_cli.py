@@ -108,3 +108,69 @@ def test_console_script_is_installed(tmp_path: Path) -> None:
 def test_project_examples_have_baselines() -> None:
     root = Path(__file__).resolve().parents[1] / "baselines" / "sim-16GiB" / "examples"
     assert sorted(p.name for p in root.glob("*.json")) == ["test_jax_and_tf_together.py.json", "test_jax_mlp.py.json", "test_pool_workload.py.json", "test_tf_conv.py.json", "test_tf_data.py.json"]
+
+
+def report_with(path: Path, session: object = None, peak: object = MiB, test_id: str = "tests/test_m.py::test_a") -> Path:
+    data = {"session": {"versions": {}} if session is None else session, "records": [dict(record("test_a", MiB).to_json(), peak_bytes_in_use=peak, test_id=test_id)]}
+    path.write_text(json.dumps(data).replace('"PEAK"', str(peak)) if isinstance(peak, str) and peak.startswith("1e") else json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("session", "peak", "message"),
+    [
+        ("text", MiB, '"session" must be an object, not str'),
+        ([1], MiB, '"session" must be an object, not list'),
+        (None, "abc", "peak_bytes_in_use is 'abc', not a number"),
+        (None, [1], "peak_bytes_in_use is [1], not a number"),
+        (None, 10**400, "peak_bytes_in_use is a 401-digit number, far beyond any device"),
+        (None, -5, "peak_bytes_in_use is -5: figures are never negative"),
+    ],
+)
+def test_compare_rejects_a_bad_report_naming_it_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], session: object, peak: object, message: str) -> None:
+    base = report_with(tmp_path / "base.json")
+    bad = report_with(tmp_path / "bad.json", session, peak)
+    assert main(["compare", str(base), str(bad)]) == 2
+    error = capsys.readouterr().err
+    assert str(bad) in error and message in error
+
+
+def test_a_nan_peak_is_a_bad_input_never_ok(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = report_with(tmp_path / "base.json")
+    bad = tmp_path / "nan.json"
+    bad.write_text(report_with(tmp_path / "tmp.json").read_text().replace(f'"peak_bytes_in_use": {MiB}', '"peak_bytes_in_use": NaN'))
+    assert main(["compare", str(base), str(bad)]) == 2
+    assert "peak_bytes_in_use is nan, not a finite number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe\x00garbage", bytes(range(256))], ids=["non-utf8", "binary"])
+def test_compare_names_a_binary_input(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes) -> None:
+    base = report_with(tmp_path / "base.json")
+    bad = tmp_path / "binary.json"
+    bad.write_bytes(content)
+    assert main(["compare", str(base), str(bad)]) == 2
+    assert f"{bad}: not UTF-8 text" in capsys.readouterr().err
+
+
+def test_an_empty_baseline_directory_is_an_error_not_all_new(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "empty").mkdir()
+    assert main(["compare", str(tmp_path / "empty"), str(report_with(tmp_path / "new.json"))]) == 2
+    assert "no baseline files (*.json) in it" in capsys.readouterr().err
+
+
+def test_a_subdirectory_named_json_is_searched_and_a_dangling_link_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = write_baselines(tmp_path / "baselines", [record("test_a", MiB)])
+    (base / "sim-16GiB" / "more.json").mkdir()
+    assert main(["show", str(base)]) == 0
+    capsys.readouterr()
+    (base / "sim-16GiB" / "gone.json").symlink_to(base / "nowhere")
+    assert main(["show", str(base)]) == 2
+    assert "gone.json: cannot be read" in capsys.readouterr().err
+
+
+def test_a_line_break_in_a_test_id_cannot_inject_markdown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = report_with(tmp_path / "base.json", test_id="tests/test_m.py::test_a[x\n### fake heading]")
+    new = report_with(tmp_path / "new.json", peak=64 * MiB, test_id="tests/test_m.py::test_a[x\n### fake heading]")
+    assert main(["compare", str(base), str(new)]) == 1
+    out = capsys.readouterr().out
+    assert "\n### fake heading" not in out and "test_a[x\\n### fake heading]" in out
