@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -173,13 +174,13 @@ def load_settings(config: pytest.Config) -> Settings:
             )
         if not report_path.is_absolute():
             report_path = config.invocation_params.dir / report_path
-        if report_path.is_dir():
+        if _kind_of(report_path, "report file", report_where) == "directory":
             raise pytest.UsageError(f"invalid devmem report file {report!r} (from {report_where}): it is a directory")
     baselines_text, baselines_where = raw_value(config, options["baselines"])
     baselines = Path(baselines_text) if baselines_text else config.rootpath / "baselines"
     if not baselines.is_absolute():
         baselines = config.invocation_params.dir / baselines
-    if baselines.exists() and not baselines.is_dir():
+    if _kind_of(baselines, "baselines directory", baselines_where) == "other":
         raise pytest.UsageError(f"invalid devmem baselines directory {str(baselines_text or baselines)!r} (from {baselines_where}): it exists and is not a directory")
     tolerance = _checked(config, options["tolerance"], parse_tolerance) or parse_tolerance(DEFAULT_TOLERANCE)
     frameworks = _checked(config, options["frameworks"], parse_frameworks) or ()
@@ -191,7 +192,7 @@ def load_settings(config: pytest.Config) -> Settings:
         traces_dir = Path(traces_text)
         if not traces_dir.is_absolute():
             traces_dir = config.invocation_params.dir / traces_dir
-        if traces_dir.exists() and not traces_dir.is_dir():
+        if _kind_of(traces_dir, "traces directory", traces_where) == "other":
             raise pytest.UsageError(f"invalid devmem traces directory {traces_text!r} (from {traces_where}): it exists and is not a directory")
     plan = None
     worker = os.environ.get("PYTEST_XDIST_WORKER")
@@ -224,6 +225,18 @@ def load_settings(config: pytest.Config) -> Settings:
 
 def parse_frameworks(value: str) -> tuple[str, ...]:
     return normalize_frameworks(tuple(name.strip() for name in value.split(",") if name.strip()))
+
+
+def _kind_of(path: Path, what: str, where: str) -> str:
+    """"directory", "other" (a file, say) or "missing"; a path the OS refuses (a name too long, a
+    component that is a file) is a usage error naming it."""
+    try:
+        return "directory" if stat.S_ISDIR(os.stat(path).st_mode) else "other"
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        shown = str(path) if len(str(path)) <= 120 else str(path)[:100] + f"... ({len(str(path))} characters)"
+        raise pytest.UsageError(f"invalid devmem {what} {shown!r} (from {where}): {exc.strerror or exc}") from None
 
 
 def _size_or_zero(value: str) -> int:

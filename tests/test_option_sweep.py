@@ -1,0 +1,38 @@
+"""Every pytest-devmem setting, given on the command line, as an ini key or as an environment
+variable, with hostile values: the run stops with a usage error or runs, never an INTERNALERROR or
+a traceback from inside the plugin."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_devmem.settings import OPTIONS
+
+BAD_VALUES = ["", "-1", "0", "nan", "inf", "1e309", "ünïcødé☃", "x" * 5000]
+
+
+def value_settings() -> list[str]:
+    return [option.name for option in OPTIONS]
+
+
+@pytest.mark.parametrize("where", ["cli", "ini", "env"])
+@pytest.mark.parametrize("name", value_settings())
+def test_hostile_values_never_crash_the_plugin(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, name: str, where: str) -> None:
+    option = next(o for o in OPTIONS if o.name == name)
+    pytester.makepyfile("def test_one(devmem):\n    devmem.pool.alloc(1024)\n")
+    for value in BAD_VALUES:
+        args = ["-p", "no:cacheprovider"]
+        monkeypatch.delenv(option.env, raising=False)
+        (pytester.path / "tox.ini").unlink(missing_ok=True)
+        if where == "cli":
+            args.append(f"{option.option}={value}" if not option.flag else option.option)
+        elif where == "ini":
+            pytester.makeini(f"[pytest]\n{option.ini} = {value}\n")
+        else:
+            monkeypatch.setenv(option.env, value)
+        result = pytester.runpytest_inprocess(*args)
+        output = result.stdout.str() + result.stderr.str()
+        assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.USAGE_ERROR), (value[:40], output[-2000:])
+        assert "INTERNALERROR" not in output and "Traceback" not in output, (value[:40], output[-2000:])
+        if result.ret == pytest.ExitCode.USAGE_ERROR:
+            assert "(from " in output, (value[:40], output[-2000:])  # the error says where the value came from
