@@ -66,6 +66,16 @@ class LibCuda:
         self._check(self._lib.cuDeviceGetAttribute(ctypes.byref(minor), 76, device), "cuDeviceGetAttribute")
         return major.value, minor.value
 
+    def device_uuid(self, index: int) -> str:
+        """The GPU's UUID as NVML and nvidia-smi write it (`GPU-xxxxxxxx-xxxx-...`): unlike the
+        CUDA ordinal, it names the same physical GPU under any CUDA_VISIBLE_DEVICES."""
+        device = ctypes.c_int()
+        self._check(self._lib.cuDeviceGet(ctypes.byref(device), index), "cuDeviceGet")
+        raw = (ctypes.c_ubyte * 16)()
+        self._check(self._lib.cuDeviceGetUuid(ctypes.byref(raw), device), "cuDeviceGetUuid")
+        text = bytes(raw).hex()
+        return f"GPU-{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
     def mem_get_info(self, index: int) -> tuple[int, int]:
         self._use(index)
         free, total = ctypes.c_size_t(), ctypes.c_size_t()

@@ -146,6 +146,8 @@ class CudaDevice:
         self.capacity = self.driver.mem_get_info(index)[1]
         capability = getattr(self.driver, "compute_capability", None)
         self.compute_capability: tuple[int, int] = capability(index) if capability is not None else DEFAULT_COMPUTE_CAPABILITY
+        uuid = getattr(self.driver, "device_uuid", None)
+        self.uuid: str | None = uuid(index) if uuid is not None else None
         self.name = f"cuda:{index} ({self.model})"
         self._held: dict[int, int] = {}
         self._lock = threading.Lock()

@@ -49,7 +49,7 @@ class Measurement:
         self.sources: list[Source] = [self.pool_source, JaxSource(), TensorFlowSource()]
         index = getattr(device, "index", None)
         if index is not None:
-            self.sources.insert(0, NvmlSource(self.sampler, index))
+            self.sources.insert(0, NvmlSource(self.sampler, index, uuid=getattr(device, "uuid", None)))
         self._watching = False
         self._warned_platform = False
 

@@ -118,6 +118,19 @@ class FakeDriver:
         del self.held[address]
 
 
+def test_cuda_device_asks_the_driver_for_its_compute_capability_and_uuid() -> None:
+    class DriverWithDetails(FakeDriver):
+        def compute_capability(self, index: int) -> tuple[int, int]:
+            return (9, 0)
+
+        def device_uuid(self, index: int) -> str:
+            return "GPU-12345678-abcd-ef01-2345-6789abcdef01"
+
+    device = CudaDevice(0, driver=DriverWithDetails())
+    assert device.compute_capability == (9, 0) and device.uuid == "GPU-12345678-abcd-ef01-2345-6789abcdef01"
+    assert CudaDevice(0, driver=FakeDriver()).uuid is None  # a driver that cannot say: NVML goes by index
+
+
 def test_cuda_device_through_a_fake_driver() -> None:
     driver = FakeDriver(total=GiB)
     device = CudaDevice(0, driver=driver)

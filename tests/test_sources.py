@@ -45,7 +45,12 @@ class FakeNvml:
     def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
         return f"gpu{index}"
 
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:
+        return {"GPU-aaaa": "gpu0", "GPU-dddd": "gpu3"}[uuid]
+
     def nvmlDeviceGetMemoryInfo(self, handle: str) -> SimpleNamespace:
+        if handle != "gpu0":  # only physical GPU 0 is busy in these tests
+            return SimpleNamespace(total=self.total, used=0, free=self.total)
         return SimpleNamespace(total=self.total, used=self.used + self.mine, free=self.total - self.used - self.mine)
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: str) -> list[SimpleNamespace]:
@@ -74,6 +79,18 @@ def test_nvml_sampler_catches_a_short_peak() -> None:
     source.close()
     sampler.close()
     assert nvml.shut_down
+
+
+def test_nvml_finds_the_gpu_by_uuid_not_by_cuda_ordinal() -> None:
+    """Under CUDA_VISIBLE_DEVICES=3, CUDA's device 0 is NVML's device 3: the UUID says which."""
+    nvml = FakeNvml(per_process=False)
+    visible_three = NvmlSource(Sampler(), 0, nvml=nvml, uuid="GPU-dddd")
+    by_ordinal = NvmlSource(Sampler(), 0, nvml=nvml)
+    for source in (visible_three, by_ordinal):
+        source.start()
+    nvml.mine = 2 * GiB  # the work happens on physical GPU 0
+    assert visible_three.stop().peak_bytes_in_use == 0  # physical GPU 3, rightly idle
+    assert by_ordinal.stop().peak_bytes_in_use == 2 * GiB
 
 
 def test_nvml_falls_back_to_device_figures_without_per_process_data() -> None:

@@ -14,14 +14,18 @@ from .sampler import Sampler
 class NvmlSource:
     """Peak bytes used on GPU `index` during a test, per process where NVML can tell, else per device.
 
+    NVML numbers the physical GPUs, CUDA only the visible ones: under CUDA_VISIBLE_DEVICES (which
+    pytest-devmem itself sets for xdist workers) CUDA's device 0 may be NVML's device 3. So the GPU
+    is found by its `uuid` where the CUDA device gives one, and by index only otherwise.
     `nvml` is the pynvml module or anything with the same functions (unit tests pass a fake); by
     default pynvml is imported when the source opens.
     """
 
     name = "nvml"
 
-    def __init__(self, sampler: Sampler, index: int = 0, nvml: ModuleType | Any = None) -> None:
+    def __init__(self, sampler: Sampler, index: int = 0, nvml: ModuleType | Any = None, uuid: str | None = None) -> None:
         self.index = index
+        self.uuid = uuid
         self.available = False
         self.note = ""
         self._sampler = sampler
@@ -44,11 +48,14 @@ class NvmlSource:
             self._nvml = pynvml
         try:
             self._nvml.nvmlInit()
-            count = self._nvml.nvmlDeviceGetCount()
-            if self.index >= count:
-                self.note = f"NVML sees {count} GPU(s), none with index {self.index}"
-                return
-            self._handle = self._nvml.nvmlDeviceGetHandleByIndex(self.index)
+            if self.uuid is not None:
+                self._handle = self._nvml.nvmlDeviceGetHandleByUUID(self.uuid)
+            else:
+                count = self._nvml.nvmlDeviceGetCount()
+                if self.index >= count:
+                    self.note = f"NVML sees {count} GPU(s), none with index {self.index}"
+                    return
+                self._handle = self._nvml.nvmlDeviceGetHandleByIndex(self.index)
             self.total = int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle).total)
         except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
             self.note = f"NVML is not usable here: {exc}"
