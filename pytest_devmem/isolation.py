@@ -61,10 +61,44 @@ class ChildEventWriter:
         self._file.close()
 
 
+NOT_FOR_CHILDREN = (
+    "--junitxml", "--junit-xml", "--junitprefix", "--html", "--report-log", "--resultlog", "--result-log",
+    "--basetemp", "--cov", "--cov-report", "--cov-config", "--cov-append", "--json-report-file",
+)
+"""Options whose output a child would write over the parent's (reports, coverage data, the base
+temporary directory the parent owns); all take a value."""
+NOT_FOR_CHILDREN_FLAGS = ("--self-contained-html", "--json-report", "--cov-append")
+
+
+def parent_arguments(config: pytest.Config) -> list[str]:
+    """The parent's own command line, less the test paths (the child gets its own) and the options
+    that write files the parent owns: so a conftest's option (`--dataset=small`), `-o` overrides,
+    `--timeout` and the like mean the same in the child."""
+    positional = list(getattr(config.option, "file_or_dir", None) or [])
+    arguments: list[str] = []
+    skip_value = False
+    for argument in config.invocation_params.args:
+        if skip_value:
+            skip_value = False
+            continue
+        if argument in positional:
+            positional.remove(argument)
+            continue
+        name = argument.split("=", 1)[0]
+        if name in NOT_FOR_CHILDREN_FLAGS or (name in NOT_FOR_CHILDREN and "=" in argument):
+            continue
+        if name in NOT_FOR_CHILDREN:
+            skip_value = True
+            continue
+        arguments.append(argument)
+    return arguments
+
+
 def child_command(config: pytest.Config, regime: Regime, settings: Settings, output: Path, nodes: Path, paths: Sequence[str]) -> list[str]:
-    """The pytest command line of a child running `regime`."""
-    command = [sys.executable, "-m", "pytest", *paths]
-    command += ["--rootdir", str(config.rootpath), "-p", "no:cacheprovider", "-q"]
+    """The pytest command line of a child running `regime`: the parent's options, then the child's
+    own (later options win), with a cache of its own so the parent's last-failed state is untouched."""
+    command = [sys.executable, "-m", "pytest", *paths, *parent_arguments(config)]
+    command += ["--rootdir", str(config.rootpath), "-o", f"cache_dir={output.parent / 'cache'}", "-q"]
     if config.inipath is not None:
         command += ["-c", str(config.inipath)]
     if config.pluginmanager.hasplugin("xdist"):

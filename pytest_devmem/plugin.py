@@ -216,6 +216,7 @@ class DevmemManager:
         if self.is_child:
             self._keep_child_nodes(config, items)
         session_regime = self.settings.regime
+        timeouts = config.pluginmanager.hasplugin("timeout")  # pytest-timeout
         self.collected_ids.update(item.nodeid for item in items)
         for item in items:
             marker = item.get_closest_marker(MARK_NAME)
@@ -226,6 +227,8 @@ class DevmemManager:
             item.stash[regime_key] = regime
             if regime is not None and regime != session_regime and not self.is_child:
                 self.isolated.setdefault(regime, []).append(item)
+                if timeouts:  # the child gets --timeout and times each test itself; here one timer
+                    item.add_marker(pytest.mark.timeout(0))  # would fire while waiting for the child
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self.collected_ids.update(item.nodeid for item in items)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -182,3 +183,55 @@ def test_a_child_starts_from_the_users_variables_not_the_parents_regime(pytester
     )
     result = pytester.runpytest_inprocess("--devmem-mode=growth")
     result.assert_outcomes(passed=2)
+
+
+def test_a_child_sees_the_parents_command_line_options(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        """
+        def pytest_addoption(parser):
+            parser.addoption("--dataset", default=None)
+        """
+    )
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.devmem(mode="growth")
+        def test_isolated(request):
+            assert request.config.getoption("dataset") == "small"
+
+        def test_in_place(request):
+            assert request.config.getoption("dataset") == "small"
+        """
+    )
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--dataset=small", "--junitxml=parent.xml")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*isolated regimes: growth (1 child process(es))*"])
+    assert "test_isolated" in (pytester.path / "parent.xml").read_text()  # the child did not write over it
+
+
+def test_an_isolated_test_that_hangs_fails_alone_under_pytest_timeout(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("pytest_timeout")
+    pytester.makepyfile(
+        """
+        import time
+        import pytest
+
+        @pytest.mark.devmem(mode="growth")
+        def test_hangs():
+            time.sleep(60)
+
+        @pytest.mark.devmem(mode="growth")
+        def test_after_it():
+            pass
+
+        def test_in_place():
+            pass
+        """
+    )
+    started = time.perf_counter()
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--timeout=3")
+    assert time.perf_counter() - started < 40
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*Timeout*"])
+    assert "INTERNALERROR" not in result.stdout.str()
