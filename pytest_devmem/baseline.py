@@ -43,6 +43,7 @@ class BaselineEntry:
     versions: dict[str, str]
     path: Path
     device_class: str = ""
+    reason: str = ""  # why it holds no figures: the test failed or was skipped when baselines were updated
 
 
 @dataclass(frozen=True)
@@ -83,9 +84,10 @@ class Comparison:
 
     test_id: str
     regime: str
-    status: str  # "new", "ok", "regressed", "improved", "unmeasured"
+    status: str  # "new", "not baselined", "ok", "regressed", "improved", "unmeasured"
     changes: list[MetricChange] = field(default_factory=list)
     baseline_file: str | None = None
+    reason: str = ""  # with "not baselined": why the stored entry holds no figures
 
     def failure_message(self) -> str:
         broken = [change for change in self.changes if change.verdict == "regressed"]
@@ -98,6 +100,7 @@ class Comparison:
         return {
             "status": self.status,
             "file": self.baseline_file,
+            **({"reason": self.reason} if self.reason else {}),
             "metrics": {
                 c.metric: {"baseline": c.baseline, "now": c.now, "delta": c.delta, "percent": c.percent, "allowed": c.allowed, "verdict": c.verdict}
                 for c in self.changes
@@ -113,6 +116,8 @@ def compare(entry: BaselineEntry | None, test_id: str, regime: str, now: dict[st
     """Set `now` against `entry` under `tolerance`: each gated metric is ok, regressed or improved."""
     if entry is None:
         return Comparison(test_id, regime, "new")
+    if entry.reason and all(value is None for value in entry.metrics.values()):
+        return Comparison(test_id, regime, "not baselined", baseline_file=str(entry.path), reason=entry.reason)
     changes = []
     for metric, allowance in tolerance.allowances.items():
         baseline, current = entry.metrics.get(metric), now.get(metric)
@@ -171,13 +176,20 @@ class BaselineStore:
             parts = ["__outside_rootdir__"]
         return self.directory.joinpath(*parts).with_name(parts[-1] + ".json")
 
-    def write(self, records: Iterable[TestRecord], versions: dict[str, str]) -> tuple[list[Path], list[str]]:
+    def write(self, records: Iterable[TestRecord], versions: dict[str, str], unrecorded: dict[tuple[str, str], tuple[str, str]] | None = None) -> tuple[list[Path], list[str]]:
         """Store these records, merged into what each file holds: the files written, and a line for
         each file that could not be (full disk, read-only mount, a damaged file it will not
-        overwrite). One file's failure never stops the others."""
-        by_file: dict[Path, list[TestRecord]] = {}
+        overwrite). One file's failure never stops the others.
+
+        `unrecorded` maps (test id, regime) to (device, why it has no figures: it failed or was
+        skipped): stored as an entry without figures, so a later comparison says why there is no
+        baseline, unless a baseline with figures is already stored, which is kept.
+        """
+        by_file: dict[Path, list[TestRecord | tuple[str, str, str, str]]] = {}
         for record in records:
             by_file.setdefault(self.path_for(record.test_id), []).append(record)
+        for (test_id, regime), (device, reason) in sorted((unrecorded or {}).items()):
+            by_file.setdefault(self.path_for(test_id), []).append((test_id, regime, device, reason))
         written, problems = [], []
         for path, group in sorted(by_file.items()):
             try:
@@ -194,19 +206,28 @@ class BaselineStore:
             pass  # reported above, or by the next session's load
         return written, problems
 
-    def _write_file(self, path: Path, group: list[TestRecord], versions: dict[str, str]) -> None:
+    def _write_file(self, path: Path, group: list[TestRecord | tuple[str, str, str, str]], versions: dict[str, str]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with _locked(path.parent):
             for stale in path.parent.glob(temporary_prefix(path) + "*" + TEMPORARY_SUFFIX):
                 stale.unlink(missing_ok=True)  # left by a writer that was killed: no writer holds the lock now
             stored = {(e.test_id, e.regime): _entry_json(e) for e in read_file(path, self.device_class)} if os.path.lexists(path) else {}
-            for record in group:
-                stored[(record.test_id, record.regime)] = {"device": record.device, "metrics": metrics_of(record), "versions": versions}
+            for item in group:
+                if isinstance(item, TestRecord):
+                    stored[(item.test_id, item.regime)] = {"device": item.device, "metrics": metrics_of(item), "versions": versions}
+                    continue
+                test_id, regime, device, reason = item
+                known = stored.get((test_id, regime))
+                if known is None or not any(value is not None for value in known["metrics"].values()):  # type: ignore[attr-defined]
+                    stored[(test_id, regime)] = {"device": device, "metrics": {name: None for name in METRICS}, "reason": reason, "versions": versions}
             write_atomic(path, render_file(self.device_class, stored))
 
 
 def _entry_json(entry: BaselineEntry) -> dict[str, object]:
-    return {"device": entry.device, "metrics": entry.metrics, "versions": entry.versions}
+    data: dict[str, object] = {"device": entry.device, "metrics": entry.metrics, "versions": entry.versions}
+    if entry.reason:
+        data["reason"] = entry.reason
+    return data
 
 
 def render_file(device_class: str, stored: dict[tuple[str, str], dict[str, object]]) -> str:
@@ -333,7 +354,10 @@ def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry
             versions = data.get("versions", {})
             if not isinstance(versions, dict):
                 raise fail(f"record {test_id!r} \"versions\" must be an object", needle)
-            entries.append(BaselineEntry(test_id, regime, dict(metrics), str(data.get("device", "")), dict(versions), path, str(document.get("device_class", ""))))
+            reason = data.get("reason", "")
+            if not isinstance(reason, str):
+                raise fail(f"record {test_id!r} \"reason\" must be text", needle)
+            entries.append(BaselineEntry(test_id, regime, dict(metrics), str(data.get("device", "")), dict(versions), path, str(document.get("device_class", "")), reason))
     return entries
 
 

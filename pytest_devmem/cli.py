@@ -35,6 +35,7 @@ class InputError(DevmemError, ValueError):
 class Measurement:
     metrics: dict[str, float | int | None]
     versions: dict[str, str]
+    reason: str = ""  # a baseline entry without figures: why (the test failed or was skipped at update)
 
 
 def load(path: Path) -> dict[Key, Measurement]:
@@ -58,7 +59,7 @@ def load(path: Path) -> dict[Key, Measurement]:
 
 
 def _from_baseline(entries: list[BaselineEntry]) -> dict[Key, Measurement]:
-    return {(e.test_id, e.regime, e.device_class): Measurement(e.metrics, e.versions) for e in entries}
+    return {(e.test_id, e.regime, e.device_class): Measurement(e.metrics, e.versions, e.reason) for e in entries}
 
 
 def _from_report(path: Path, document: dict) -> dict[Key, Measurement]:
@@ -105,14 +106,18 @@ def compare_tables(base: dict[Key, Measurement], new: dict[Key, Measurement], to
             counts["missing"] = counts.get("missing", 0) + 1
             rows.append((test_id, regime, device_class, "peak_bytes_in_use", format_metric("peak_bytes_in_use", base[key].metrics.get("peak_bytes_in_use")), "—", "—", VERDICT_MARK["missing"]))
             continue
-        entry = BaselineEntry(test_id, regime, base[key].metrics, "", base[key].versions, Path("BASE"))
+        entry = BaselineEntry(test_id, regime, base[key].metrics, "", base[key].versions, Path("BASE"), reason=base[key].reason)
         comparison: Comparison = compare(entry, test_id, regime, new[key].metrics, tolerance)
         counts[comparison.status] = counts.get(comparison.status, 0) + 1
+        if comparison.status == "not baselined":
+            now = format_metric("peak_bytes_in_use", new[key].metrics.get("peak_bytes_in_use"))
+            rows.append((test_id, regime, device_class, "peak_bytes_in_use", "—", now, "—", f"⚠️ not baselined: {comparison.reason}"))
+            continue
         for change in comparison.changes:
             if change.verdict == "ok" and not show_all:
                 continue
             rows.append((test_id, regime, device_class, change.metric, format_metric(change.metric, change.baseline), format_metric(change.metric, change.now), change.delta_text, VERDICT_MARK[change.verdict]))
-    summary = ", ".join(f"{counts[status]} {status}" for status in ("regressed", "improved", "ok", "unmeasured", "new", "missing") if counts.get(status))
+    summary = ", ".join(f"{counts[status]} {status}" for status in ("regressed", "improved", "ok", "unmeasured", "new", "not baselined", "missing") if counts.get(status))
     lines = [f"### Device memory: {summary or 'nothing to compare'}", "", f"Tolerance: `{tolerance_spec}`.", ""]
     if rows:
         lines += ["| test | regime | device | metric | baseline | now | Δ | verdict |", "|---|---|---|---|---|---|---|---|"]

@@ -127,6 +127,7 @@ class DevmemManager:
         self.stale: list[str] = []
         self.baselines_written: list[str] = []
         self.write_problems: list[str] = []  # baselines or the report that could not be written
+        self.unrecorded: dict[tuple[str, str], tuple[str, str]] = {}  # skipped at setup: (test, regime) -> (device, why)
         self.records: list[TestRecord] = []
         self.isolated: dict[Regime, list[pytest.Item]] = {}
         self.child_outcomes: dict[Regime, ChildOutcome] = {}
@@ -331,6 +332,10 @@ class DevmemManager:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
+        if call.when == "setup" and report.skipped and item.stash.get(measured_key, False):
+            regime = item.stash.get(regime_key, None)
+            why = str(report.longrepr[2]).removeprefix("Skipped: ") if isinstance(report.longrepr, tuple) else "skipped"
+            report.devmem_unrecorded = [regime.label if regime is not None else "default", f"skipped: {why}"]  # type: ignore[attr-defined]
         if call.when != "call" or not item.stash.get(measured_key, False):
             return report
         captured = item.stash.get(captured_key, None)
@@ -407,6 +412,9 @@ class DevmemManager:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.child_writer is not None:
             self.child_writer.report(report)
+        unrecorded = getattr(report, "devmem_unrecorded", None)
+        if isinstance(unrecorded, list) and len(unrecorded) == 2:  # from here, a worker or a child
+            self.unrecorded[(report.nodeid, str(unrecorded[0]))] = (self.device.name, str(unrecorded[1]))
         if report.when != "call":
             return
         local = self._local_records.pop(report.nodeid, None)
@@ -520,6 +528,9 @@ class DevmemManager:
             write("improved beyond tolerance (refresh with --devmem-update): " + ", ".join(sorted(statuses["improved"])))
         if statuses.get("new") and not self.settings.update:
             write("new, no baseline yet (record with --devmem-update): " + ", ".join(sorted(statuses["new"])))
+        reasons = [f"{r.test_id} [{r.regime}]: {r.baseline.get('reason')}" for r in self.records if r.baseline is not None and r.baseline.get("status") == "not baselined"]
+        if reasons and not self.settings.update:
+            write("not baselined, and why (record with --devmem-update once they pass): " + "; ".join(sorted(reasons)))
         if self.baselines_written:
             write(f"baselines written: {len(self.baselines_written)} file(s): " + ", ".join(self._shown(p) for p in self.baselines_written))
         if self.stale:
@@ -534,7 +545,11 @@ class DevmemManager:
         info = self.session_info()
         if self.settings.update:
             keep = [r for r in self.records if r.outcome == "passed" and r.peak_bytes_in_use is not None]
-            written, problems = self.store.write(keep, info["versions"])  # type: ignore[arg-type]
+            unrecorded = dict(self.unrecorded)
+            for r in self.records:
+                if r.outcome != "passed":
+                    unrecorded[(r.test_id, r.regime)] = (r.device, f"{r.outcome} when the baselines were updated")
+            written, problems = self.store.write(keep, info["versions"], unrecorded)  # type: ignore[arg-type]
             self.baselines_written = [str(path) for path in written]
             self.write_problems += [f"baseline not written: {problem}" for problem in problems]
         self.stale = self._stale_baselines()

@@ -55,6 +55,7 @@ def baseline_verdict(record: TestRecord, store: BaselineStore, tolerance: Tolera
         return None
     if comparison.status == "regressed":
         return comparison.failure_message()
-    if comparison.status == "new" and strict:
-        return f"no baseline for {record.test_id} under regime {record.regime} on {store.device_class} (--devmem-strict); record one with --devmem-update"
+    if comparison.status in ("new", "not baselined") and strict:
+        why = f" ({comparison.reason})" if comparison.reason else ""
+        return f"no baseline for {record.test_id} under regime {record.regime} on {store.device_class}{why} (--devmem-strict); record one with --devmem-update"
     return None

@@ -374,3 +374,37 @@ def test_the_plugin_imports_where_there_is_no_fcntl() -> None:
 
     code = "import sys; sys.modules['fcntl'] = None; import pytest_devmem.plugin, pytest_devmem.baseline; print('ok')"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "ok"
+
+
+def test_a_test_that_failed_or_was_skipped_at_update_says_why_later(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    pytester.makepyfile(
+        test_flaky="""
+        import os
+        import pytest
+
+        def test_flaky(devmem):
+            devmem.pool.alloc(2**20)
+            assert os.environ.get("FLAKY_PASSES") == "1"
+
+        @pytest.mark.skipif(os.environ.get("FLAKY_PASSES") != "1", reason="needs the dataset")
+        def test_skipped(devmem):
+            devmem.pool.alloc(2**20)
+        """
+    )
+    run(pytester, "--devmem-update").assert_outcomes(failed=1, skipped=1)
+    stored = json.loads((pytester.path / "baselines" / "sim-16GiB" / "test_flaky.py.json").read_text())["records"]
+    assert stored["test_flaky.py::test_flaky"]["prealloc"]["reason"] == "failed when the baselines were updated"
+    assert stored["test_flaky.py::test_skipped"]["prealloc"]["reason"] == "skipped: needs the dataset"
+    monkeypatch.setenv("FLAKY_PASSES", "1")
+    result = run(pytester, "--devmem-report=now.json")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*baselines (*): 2 not baselined*", "*not baselined, and why*test_flaky.py::test_flaky ?prealloc?: failed when the baselines were updated*"])
+    from pytest_devmem.cli import main
+
+    assert main(["compare", str(pytester.path / "baselines"), str(pytester.path / "now.json")]) == 0
+    out = capsys.readouterr().out
+    assert "⚠️ not baselined: failed when the baselines were updated" in out and "⚠️ not baselined: skipped: needs the dataset" in out
+    assert "new" not in out.splitlines()[0]
+    run(pytester, "--devmem-update").assert_outcomes(passed=2)  # once they pass, real baselines replace the reasons
+    stored = json.loads((pytester.path / "baselines" / "sim-16GiB" / "test_flaky.py.json").read_text())["records"]
+    assert "reason" not in stored["test_flaky.py::test_flaky"]["prealloc"]
