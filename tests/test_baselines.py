@@ -408,3 +408,19 @@ def test_a_test_that_failed_or_was_skipped_at_update_says_why_later(pytester: py
     run(pytester, "--devmem-update").assert_outcomes(passed=2)  # once they pass, real baselines replace the reasons
     stored = json.loads((pytester.path / "baselines" / "sim-16GiB" / "test_flaky.py.json").read_text())["records"]
     assert "reason" not in stored["test_flaky.py::test_flaky"]["prealloc"]
+
+
+def test_a_report_name_the_file_system_refuses_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_workload=WORKLOAD)
+    name = "r" * 300 + ".json"  # longer than any file system allows
+    result = run(pytester, f"--devmem-report={name}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "invalid devmem report file" in result.stderr.str() and "File name too long" in result.stderr.str()
+
+
+def test_a_report_that_cannot_be_written_is_said_and_fails_the_session(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_workload=WORKLOAD, test_in_the_way="def test_in_the_way():\n    open('out', 'w').write('a file where the report directory will be needed')\n")
+    result = run(pytester, "--devmem-report=out/r.json")  # fine when the session starts
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*pytest-devmem: report not written: *out/r.json*"])
+    assert "INTERNALERROR" not in result.stdout.str() and "Traceback" not in result.stdout.str()
