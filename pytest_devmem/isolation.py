@@ -63,10 +63,13 @@ class ChildEventWriter:
 
 NOT_FOR_CHILDREN = (
     "--junitxml", "--junit-xml", "--junitprefix", "--html", "--report-log", "--resultlog", "--result-log",
-    "--basetemp", "--cov", "--cov-report", "--cov-config", "--cov-append", "--json-report-file",
+    "--basetemp", "--cov-report", "--cov-config", "--json-report-file",
 )
 """Options whose output a child would write over the parent's (reports, coverage data, the base
-temporary directory the parent owns); all take a value."""
+temporary directory the parent owns); each takes a value."""
+NOT_FOR_CHILDREN_OPTIONAL_VALUE = ("--cov",)
+"""Such options whose value may be left out (argparse's nargs='?': the next word is the value
+unless it is an option)."""
 NOT_FOR_CHILDREN_FLAGS = ("--self-contained-html", "--json-report", "--cov-append")
 
 
@@ -76,19 +79,23 @@ def parent_arguments(config: pytest.Config) -> list[str]:
     `--timeout` and the like mean the same in the child."""
     positional = list(getattr(config.option, "file_or_dir", None) or [])
     arguments: list[str] = []
-    skip_value = False
-    for argument in config.invocation_params.args:
-        if skip_value:
-            skip_value = False
+    words = list(config.invocation_params.args)
+    index = 0
+    while index < len(words):
+        argument = words[index]
+        index += 1
+        name, has_value = argument.split("=", 1)[0], "=" in argument
+        if name in NOT_FOR_CHILDREN_FLAGS or (has_value and name in (*NOT_FOR_CHILDREN, *NOT_FOR_CHILDREN_OPTIONAL_VALUE)):
+            continue
+        if name in NOT_FOR_CHILDREN:
+            index += 1  # and its value
+            continue
+        if name in NOT_FOR_CHILDREN_OPTIONAL_VALUE:
+            if index < len(words) and not words[index].startswith("-"):
+                index += 1
             continue
         if argument in positional:
             positional.remove(argument)
-            continue
-        name = argument.split("=", 1)[0]
-        if name in NOT_FOR_CHILDREN_FLAGS or (name in NOT_FOR_CHILDREN and "=" in argument):
-            continue
-        if name in NOT_FOR_CHILDREN:
-            skip_value = True
             continue
         arguments.append(argument)
     return arguments

@@ -235,3 +235,22 @@ def test_an_isolated_test_that_hangs_fails_alone_under_pytest_timeout(pytester: 
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*Timeout*"])
     assert "INTERNALERROR" not in result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["tests", "--dataset=small", "-k", "model"], ["--dataset=small", "-k", "model"]),
+        (["--junitxml", "out.xml", "tests", "-x"], ["-x"]),
+        (["--junitxml=out.xml", "--basetemp=/tmp/b", "-o", "x=1"], ["-o", "x=1"]),
+        (["--cov", "pkg", "--cov-report=term", "tests"], []),
+        (["--cov", "--timeout=5", "tests"], ["--timeout=5"]),
+    ],
+)
+def test_parent_arguments_keep_options_and_drop_paths_and_the_parents_files(args: list[str], expected: list[str]) -> None:
+    from types import SimpleNamespace
+
+    from pytest_devmem.isolation import parent_arguments
+
+    config = SimpleNamespace(option=SimpleNamespace(file_or_dir=["tests"]), invocation_params=SimpleNamespace(args=tuple(args)))
+    assert parent_arguments(config) == expected  # type: ignore[arg-type]
