@@ -133,6 +133,8 @@ def child_command(config: pytest.Config, regime: Regime, settings: Settings, out
     if settings.what_if is not None:
         command += ["--devmem-what-if", str(settings.what_if)]
     command += ["--devmem-cuda-context", str(settings.cuda_context_bytes)]
+    if settings.limit is not None:
+        command += ["--devmem-limit", str(settings.limit)]
     if settings.traces_dir is not None:
         command += ["--devmem-traces", str(settings.traces_dir)]
     return command

@@ -343,7 +343,7 @@ class DevmemManager:
             return report
         del item.stash[captured_key]
         spec = item.stash.get(mark_key, None)
-        limit = spec.limit if isinstance(spec, MarkSpec) else None
+        limit = spec.limit if isinstance(spec, MarkSpec) and spec.limit is not None else self.settings.limit
         regime = item.stash.get(regime_key, None)
         policy = regime.policy if regime is not None else DEFAULT_FIXTURE_POLICY
         record = self.measurement.record(

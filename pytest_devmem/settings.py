@@ -61,6 +61,7 @@ OPTIONS = (
     Option("tolerance", f"How far a metric may move from its baseline: {TOLERANCE_HELP}. Default: {DEFAULT_TOLERANCE} on peak_bytes_in_use.", "SPEC"),
     Option("strict", "Fail tests that have no baseline, and the session when baselines exist for tests that no longer exist.", flag=True),
     Option("frameworks", "Model these frameworks sharing the device in every measured test, e.g. jax,tf: fail a test whose reservations and peaks cannot fit together.", "LIST"),
+    Option("limit", "Fail every measured test whose peak device memory is above SIZE (e.g. 2GiB); the marker's limit= overrides it for one test.", "SIZE"),
     Option("cuda-context", "Device memory one process's CUDA context holds, in the model of frameworks sharing a device (--devmem-frameworks, marker frameworks=). Default: 512MiB.", "SIZE"),
     Option("find-min-fraction", "Report for each measured test the smallest fraction at which it passes under prealloc (replaying its trace).", flag=True),
     Option("traces", "Write each measured test's device-allocation trace to DIR, one RMM-style CSV per test and regime (columns Thread,Time,Action,Pointer,Size,Stream,Source,Label).", "DIR"),
@@ -136,6 +137,7 @@ class Settings:
     find_min_fraction: bool = False
     what_if: int | None = None
     traces_dir: Path | None = None
+    limit: int | None = None
     cuda_context_bytes: int = DEFAULT_CUDA_CONTEXT_BYTES
     fraction_chosen: bool = False
     worker_plan: WorkerPlan | None = None
@@ -186,6 +188,7 @@ def load_settings(config: pytest.Config) -> Settings:
     frameworks = _checked(config, options["frameworks"], parse_frameworks) or ()
     what_if = _checked(config, options["what-if"], _positive_size)
     cuda_context = _checked(config, options["cuda-context"], _size_or_zero)
+    limit = _checked(config, options["limit"], _positive_size)
     traces_text, traces_where = raw_value(config, options["traces"])
     traces_dir = None
     if traces_text:
@@ -217,6 +220,7 @@ def load_settings(config: pytest.Config) -> Settings:
         find_min_fraction=bool(_checked(config, options["find-min-fraction"], parse_flag)),
         what_if=what_if,  # type: ignore[arg-type]
         traces_dir=traces_dir,
+        limit=limit,  # type: ignore[arg-type]
         cuda_context_bytes=DEFAULT_CUDA_CONTEXT_BYTES if cuda_context is None else cuda_context,  # type: ignore[arg-type]
         fraction_chosen=fraction is not None,
         worker_plan=plan,

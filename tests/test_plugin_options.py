@@ -274,3 +274,24 @@ def test_a_bad_xdist_worker_count_is_a_usage_error(pytester: pytest.Pytester, mo
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "invalid PYTEST_XDIST_WORKER_COUNT='abc'" in result.stderr.str()
+
+
+def test_a_session_limit_fails_tests_above_it_and_the_marker_overrides_it(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        def test_big(devmem):
+            devmem.pool.alloc(3 * 2**20)
+
+        def test_small(devmem):
+            devmem.pool.alloc(2**19)
+
+        @pytest.mark.devmem(limit="4MiB")
+        def test_allowed_more(devmem):
+            devmem.pool.alloc(3 * 2**20)
+        """
+    )
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-limit=1MiB")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*device memory limit exceeded: peak 3.00 MiB (3145728 bytes) > limit 1.00 MiB (1048576 bytes)*"])
