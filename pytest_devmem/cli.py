@@ -21,6 +21,8 @@ from typing import Sequence
 
 from .baseline import BaselineEntry, Comparison, compare, figure_problem, json_files, load_json, read_file
 from .errors import DevmemError
+from .report import FORMAT as REPORT_FORMAT
+from .report import VERSION as REPORT_VERSION
 from .report import markdown_cell
 from .tolerance import DEFAULT_TOLERANCE, METRICS, TOLERANCE_HELP, format_metric, parse_tolerance
 
@@ -63,6 +65,8 @@ def _from_baseline(entries: list[BaselineEntry]) -> dict[Key, Measurement]:
 
 
 def _from_report(path: Path, document: dict) -> dict[Key, Measurement]:
+    if "format" in document and (document.get("format") != REPORT_FORMAT or document.get("version") != REPORT_VERSION):
+        raise InputError(f"{path}: a {document.get('format')!r} version {document.get('version')!r} report; this devmem reads {REPORT_FORMAT!r} version {REPORT_VERSION}")
     records = document.get("records")
     if not isinstance(records, list):
         raise InputError(f"{path}: a pytest-devmem report needs a list of \"records\"")

@@ -13,6 +13,9 @@ from .record import TestRecord
 from .units import format_size
 
 REPORT_FORMATS = (".json", ".csv", ".md")
+FORMAT = "pytest-devmem-report"
+VERSION = 1
+"""A JSON report's `format` and `version` (docs/report.schema.json). Fields are added, never removed."""
 COLUMNS = ("test", "regime", "peak in use", "peak reserved", "fragmentation", "oom", "outcome", "sources")
 
 
@@ -89,7 +92,7 @@ def csv_text(records: Sequence[TestRecord]) -> str:
 
 
 def json_text(records: Sequence[TestRecord], session: dict[str, object]) -> str:
-    return json.dumps({"session": session, "records": [r.to_json() for r in records]}, indent=2) + "\n"
+    return json.dumps({"format": FORMAT, "version": VERSION, "session": session, "records": [r.to_json() for r in records]}, indent=2) + "\n"
 
 
 def render(path: str | os.PathLike[str], records: Sequence[TestRecord], session: dict[str, object]) -> str:
