@@ -23,7 +23,7 @@ from .pool.base import Pool
 from .measurement import Captured, Measurement
 from .record import TestRecord
 from .regime import Regime, configure_tensorflow_gpus, jax_backend_started, restore
-from .report import render, terminal_table
+from .report import benchmark_json, render, terminal_table
 from .settings import Settings, add_options, load_settings
 from .tolerance import parse_tolerance
 from .trace.pool import RecordingPool
@@ -560,6 +560,11 @@ class DevmemManager:
                 write_atomic(self.settings.report_path, render(self.settings.report_path, self.records, info))
             except OSError as exc:
                 self.write_problems.append(f"report not written: {self.settings.report_path}: {exc.strerror or exc}")
+        if self.settings.benchmark_json is not None:
+            try:
+                write_atomic(self.settings.benchmark_json, benchmark_json(self.records))
+            except OSError as exc:
+                self.write_problems.append(f"benchmark JSON not written: {self.settings.benchmark_json}: {exc.strerror or exc}")
         if self.write_problems and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # what the user asked to be stored is not: CI must see it
 

@@ -95,6 +95,17 @@ def json_text(records: Sequence[TestRecord], session: dict[str, object]) -> str:
     return json.dumps({"format": FORMAT, "version": VERSION, "session": session, "records": [r.to_json() for r in records]}, indent=2) + "\n"
 
 
+def benchmark_json(records: Sequence[TestRecord]) -> str:
+    """github-action-benchmark's `customSmallerIsBetter` input: one entry per measured test, its peak
+    in bytes, so a repository gets hosted history charts and alerts from that action."""
+    entries = [
+        {"name": f"{r.test_id} [{r.regime}]", "unit": "bytes", "value": r.peak_bytes_in_use, "extra": f"peak reserved {_size(r.peak_bytes_reserved)}; device {r.device}"}
+        for r in records
+        if r.peak_bytes_in_use is not None
+    ]
+    return json.dumps(entries, indent=2) + "\n"
+
+
 def render(path: str | os.PathLike[str], records: Sequence[TestRecord], session: dict[str, object]) -> str:
     """The report text for `path`'s extension; ValueError for an extension not in REPORT_FORMATS."""
     suffix = Path(path).suffix.lower()

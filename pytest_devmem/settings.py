@@ -61,6 +61,7 @@ OPTIONS = (
     Option("tolerance", f"How far a metric may move from its baseline: {TOLERANCE_HELP}. Default: {DEFAULT_TOLERANCE} on peak_bytes_in_use.", "SPEC"),
     Option("strict", "Fail tests that have no baseline, and the session when baselines exist for tests that no longer exist.", flag=True),
     Option("frameworks", "Model these frameworks sharing the device in every measured test, e.g. jax,tf: fail a test whose reservations and peaks cannot fit together.", "LIST"),
+    Option("benchmark-json", "Write each measured test's peak as github-action-benchmark's customSmallerIsBetter JSON to FILE.", "FILE"),
     Option("limit", "Fail every measured test whose peak device memory is above SIZE (e.g. 2GiB); the marker's limit= overrides it for one test.", "SIZE"),
     Option("cuda-context", "Device memory one process's CUDA context holds, in the model of frameworks sharing a device (--devmem-frameworks, marker frameworks=). Default: 512MiB.", "SIZE"),
     Option("find-min-fraction", "Report for each measured test the smallest fraction at which it passes under prealloc (replaying its trace).", flag=True),
@@ -138,6 +139,7 @@ class Settings:
     what_if: int | None = None
     traces_dir: Path | None = None
     limit: int | None = None
+    benchmark_json: Path | None = None
     cuda_context_bytes: int = DEFAULT_CUDA_CONTEXT_BYTES
     fraction_chosen: bool = False
     worker_plan: WorkerPlan | None = None
@@ -189,6 +191,14 @@ def load_settings(config: pytest.Config) -> Settings:
     what_if = _checked(config, options["what-if"], _positive_size)
     cuda_context = _checked(config, options["cuda-context"], _size_or_zero)
     limit = _checked(config, options["limit"], _positive_size)
+    benchmark_text, benchmark_where = raw_value(config, options["benchmark-json"])
+    benchmark_path = None
+    if benchmark_text:
+        benchmark_path = Path(benchmark_text)
+        if not benchmark_path.is_absolute():
+            benchmark_path = config.invocation_params.dir / benchmark_path
+        if _kind_of(benchmark_path, "benchmark JSON file", benchmark_where) == "directory":
+            raise pytest.UsageError(f"invalid devmem benchmark JSON file {benchmark_text!r} (from {benchmark_where}): it is a directory")
     traces_text, traces_where = raw_value(config, options["traces"])
     traces_dir = None
     if traces_text:
@@ -221,6 +231,7 @@ def load_settings(config: pytest.Config) -> Settings:
         what_if=what_if,  # type: ignore[arg-type]
         traces_dir=traces_dir,
         limit=limit,  # type: ignore[arg-type]
+        benchmark_json=benchmark_path,
         cuda_context_bytes=DEFAULT_CUDA_CONTEXT_BYTES if cuda_context is None else cuda_context,  # type: ignore[arg-type]
         fraction_chosen=fraction is not None,
         worker_plan=plan,

@@ -161,3 +161,10 @@ def test_subtests_do_not_add_records_one_test_one_record(pytester: pytest.Pytest
     assert sorted(r["test_id"].split("::")[-1] for r in records) == ["test_pool_steps", "test_steps"]
     pool = next(r for r in records if r["test_id"].endswith("test_pool_steps"))
     assert pool["peak_bytes_in_use"] == 3 * 2**20
+
+
+def test_benchmark_json_is_github_action_benchmarks_format(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_pool(devmem):\n    devmem.pool.alloc(3 * 2**20)\n")
+    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-benchmark-json=bench.json").assert_outcomes(passed=1)
+    entries = json.loads((pytester.path / "bench.json").read_text())
+    assert entries == [{"name": "test_benchmark_json_is_github_action_benchmarks_format.py::test_pool [prealloc]", "unit": "bytes", "value": 3 * 2**20, "extra": "peak reserved 12.00 GiB; device sim:16GiB"}]
