@@ -283,6 +283,12 @@ class DevmemManager:
             report = item.ihook.pytest_runtest_makereport(item=item, call=call)
             item.ihook.pytest_runtest_logreport(report=report)
 
+    def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
+        """A test failed by pytest-devmem alone shows `M` and MEMORY PROBLEMS, as pytest-memray's do."""
+        if report.when == "call" and getattr(report, "devmem_failure", False):
+            return "failed", "M", ("MEMORY PROBLEMS", {"red": True})
+        return None
+
     def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
         if self.child_writer is not None:
             self.child_writer.start(nodeid)
@@ -368,7 +374,9 @@ class DevmemManager:
         if failure is not None and report.outcome == "passed":
             report.outcome = "failed"
             report.longrepr = failure
+            report.devmem_failure = True  # type: ignore[attr-defined]  # its own status letter, M
             record.outcome = "failed"
+            record.failed_by_devmem = True
         elif failure is not None:  # failed already (a real OOM, say): add what pytest-devmem found
             report.sections.append(("pytest-devmem", failure))
         if self.is_child or self.is_xdist_worker:  # the record travels to another process with the report
@@ -486,6 +494,9 @@ class DevmemManager:
         if self.xdist_note:
             write(f"xdist: {self.xdist_note}")
         self._summarize_baselines(write)
+        memory = [r.test_id for r in self.records if r.failed_by_devmem]
+        if memory:
+            terminalreporter.write_line(f"MEMORY PROBLEMS: {len(memory)} test(s) failed for their device memory alone: " + ", ".join(memory), red=True, bold=True)
         for problem in self.write_problems:
             terminalreporter.write_line(f"pytest-devmem: {problem}", red=True, bold=True)
         if self.settings.report_path is not None and not any(p.startswith("report not written") for p in self.write_problems):

@@ -38,6 +38,7 @@ class TestRecord:
     sharing: dict[str, object] | None = None  # frameworks on one device (shared.SharingVerdict), when modelled
     analysis: dict[str, object] | None = None  # min_fraction / what_if from the test's trace, when asked
     trace: dict[str, object] | None = None  # the replay: events, per-source figures, notes
+    failed_by_devmem: bool = False  # the test passed, and pytest-devmem's checks failed it
     trace_events: Trace | None = field(default=None, repr=False, compare=False)  # in memory only
 
     @classmethod
@@ -98,6 +99,7 @@ class TestRecord:
             "sharing": self.sharing,
             "analysis": self.analysis,
             "trace": self.trace,
+            "failed_by_devmem": self.failed_by_devmem,
             "sources": {name: reading.to_json() for name, reading in sorted(self.sources.items())},
         }
 
@@ -121,4 +123,5 @@ class TestRecord:
             sharing=data.get("sharing"),  # type: ignore[arg-type]
             analysis=data.get("analysis"),  # type: ignore[arg-type]
             trace=data.get("trace"),  # type: ignore[arg-type]
+            failed_by_devmem=bool(data.get("failed_by_devmem", False)),
         )

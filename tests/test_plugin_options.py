@@ -295,3 +295,20 @@ def test_a_session_limit_fails_tests_above_it_and_the_marker_overrides_it(pytest
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-limit=1MiB")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*device memory limit exceeded: peak 3.00 MiB (3145728 bytes) > limit 1.00 MiB (1048576 bytes)*"])
+
+
+def test_a_memory_failure_has_its_own_letter_and_summary_line(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        def test_big(devmem):
+            devmem.pool.alloc(3 * 2**20)
+
+        def test_plain():
+            assert True
+        """
+    )
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-limit=1MiB")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*.py M.*", "*MEMORY PROBLEMS: 1 test(s) failed for their device memory alone: *test_big*"])
+    verbose = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-limit=1MiB", "-v")
+    verbose.stdout.fnmatch_lines(["*::test_big MEMORY PROBLEMS*"])
