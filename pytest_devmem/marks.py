@@ -15,12 +15,12 @@ from .tolerance import parse_tolerance
 from .units import format_size, parse_size
 
 MARK_NAME = "devmem"
-MARK_KEYS = ("mode", "fraction", "limit", "tolerance", "frameworks")
+MARK_KEYS = ("mode", "fraction", "limit", "tolerance", "frameworks", "max_compiles")
 FRAMEWORKS = {"jax": "jax", "tf": "tensorflow", "tensorflow": "tensorflow"}
 MARKER_HELP = (
-    "devmem(mode=None, fraction=None, limit=None, tolerance=None, frameworks=()): measure this test's "
+    "devmem(mode=None, fraction=None, limit=None, tolerance=None, frameworks=(), max_compiles=None): measure this test's "
     "device memory, under the given regime (a child process when it differs from the session's); "
-    "fail it above `limit` bytes (e.g. '2GiB')."
+    "fail it above `limit` bytes (e.g. '2GiB'), or when JAX compiles one function more than `max_compiles` times in it."
 )
 
 
@@ -33,6 +33,7 @@ class MarkSpec:
     limit: int | None = None
     tolerance: str | None = None
     frameworks: tuple[str, ...] = ()
+    max_compiles: int | None = None
 
     def regime(self, session: Regime | None) -> Regime | None:
         """The regime this test runs under: the marker's where it names one, else the session's.
@@ -68,9 +69,12 @@ def parse_mark(args: tuple[object, ...], kwargs: dict[str, object]) -> MarkSpec 
         if tolerance is not None:
             parse_tolerance(tolerance)
         frameworks = normalize_frameworks(kwargs.get("frameworks", ()))
+        max_compiles = kwargs.get("max_compiles")
+        if max_compiles is not None and (isinstance(max_compiles, bool) or not isinstance(max_compiles, int) or max_compiles < 0):
+            return f"@pytest.mark.devmem max_compiles={max_compiles!r}: must be a whole number, 0 or more, e.g. max_compiles=1"
     except (DevmemError, ValueError) as exc:
         return f"@pytest.mark.devmem: {exc}"
-    return MarkSpec(mode, fraction, limit, tolerance, frameworks)
+    return MarkSpec(mode, fraction, limit, tolerance, frameworks, max_compiles)  # type: ignore[arg-type]
 
 
 def normalize_frameworks(value: object) -> tuple[str, ...]:
@@ -84,6 +88,22 @@ def normalize_frameworks(value: object) -> tuple[str, ...]:
             raise ValueError(f"unknown framework {name!r} in frameworks={value!r}; allowed: {', '.join(FRAMEWORKS)}")
         result.append(FRAMEWORKS[name.lower()])
     return tuple(dict.fromkeys(result))
+
+
+def compiles_verdict(compiled: list[str] | None, max_compiles: int | None) -> str | None:
+    """The failure when JAX compiled one function more often in the test than its marker allows: a
+    function retraced on every call. Counted per function, so the small executables JAX compiles
+    for its own operations (`jnp.ones` and the like) do not add up against the user's."""
+    if max_compiles is None or compiled is None:
+        return None
+    counts: dict[str, int] = {}
+    for name in compiled:
+        counts[name] = counts.get(name, 0) + 1
+    over = sorted(((name, count) for name, count in counts.items() if count > max_compiles), key=lambda item: (-item[1], item[0]))
+    if not over:
+        return None
+    named = ", ".join(f"{name} compiled {count} times" for name, count in over)
+    return f"JAX compiled a function more than max_compiles={max_compiles} times in this test: {named} (retraced on every call? shapes, dtypes or static arguments that change)"
 
 
 def limit_verdict(peak_bytes: int | None, limit: int | None) -> str | None:

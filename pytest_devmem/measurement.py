@@ -34,6 +34,7 @@ class Captured:
     readings: list[Reading]
     notes: list[str] = field(default_factory=list)
     tensorflow_first_activity: float | None = None
+    compiled: list[str] | None = None  # executables JAX compiled during the test; None where JAX is not traced
 
 
 class Measurement:
@@ -94,7 +95,8 @@ class Measurement:
         unknown = sorted(self.jax_capture.window.temp_unknown)
         if unknown:
             notes.append("no memory analysis for " + ", ".join(unknown) + ": their temp buffers are not in the trace")
-        return Captured(events, readings, notes, first_activity)
+        compiled = list(self.jax_capture.window.compiled) if self.jax_capture.installed else None
+        return Captured(events, readings, notes, first_activity, compiled)
 
     def jax_platform_problem(self) -> str | None:
         """On a GPU session, JAX must run on the GPU: jaxlib falls back to CPU, with only a log line,
@@ -138,6 +140,10 @@ class Measurement:
             duration_s=duration_s,
         )
         record.trace_events = trace  # kept in memory for --devmem-traces and trace analyses
+        if captured.compiled is not None:
+            record.compiles = len(captured.compiled)
+            if record.trace is not None:
+                record.trace["compiled"] = captured.compiled
         return record
 
     def close(self) -> None:

@@ -17,7 +17,7 @@ from .baseline import BaselineFormatError, BaselineStore, module_of
 from .device import Device, open_device
 from .errors import DevmemError, OutOfMemoryError
 from .files import write_atomic
-from .marks import MARK_NAME, MARKER_HELP, MarkSpec, limit_verdict, parse_mark
+from .marks import MARK_NAME, MARKER_HELP, MarkSpec, compiles_verdict, limit_verdict, parse_mark
 from .pool import Policy, make_pool
 from .pool.base import Pool
 from .measurement import Captured, Measurement
@@ -365,6 +365,8 @@ class DevmemManager:
         self._write_trace(record)
         self._analyse_trace(record, policy)
         failure = limit_verdict(record.peak_bytes_in_use, limit) or replay_oom_verdict(record, self.device)
+        if failure is None and isinstance(spec, MarkSpec):
+            failure = compiles_verdict(captured.compiled, spec.max_compiles)
         if failure is None:
             frameworks = spec.frameworks if isinstance(spec, MarkSpec) and spec.frameworks else self.settings.frameworks
             failure = sharing_verdict(record, frameworks, regime, self.device, self.settings.cuda_context_bytes, os.environ)
@@ -496,7 +498,7 @@ class DevmemManager:
         self._summarize_baselines(write)
         memory = [r.test_id for r in self.records if r.failed_by_devmem]
         if memory:
-            terminalreporter.write_line(f"MEMORY PROBLEMS: {len(memory)} test(s) failed for their device memory alone: " + ", ".join(memory), red=True, bold=True)
+            terminalreporter.write_line(f"MEMORY PROBLEMS: {len(memory)} test(s) failed by pytest-devmem's checks alone: " + ", ".join(memory), red=True, bold=True)
         for problem in self.write_problems:
             terminalreporter.write_line(f"pytest-devmem: {problem}", red=True, bold=True)
         if self.settings.report_path is not None and not any(p.startswith("report not written") for p in self.write_problems):

@@ -39,6 +39,7 @@ class TestRecord:
     analysis: dict[str, object] | None = None  # min_fraction / what_if from the test's trace, when asked
     trace: dict[str, object] | None = None  # the replay: events, per-source figures, notes
     failed_by_devmem: bool = False  # the test passed, and pytest-devmem's checks failed it
+    compiles: int | None = None  # executables JAX compiled during the test (None: JAX not traced)
     trace_events: Trace | None = field(default=None, repr=False, compare=False)  # in memory only
 
     @classmethod
@@ -100,6 +101,7 @@ class TestRecord:
             "analysis": self.analysis,
             "trace": self.trace,
             "failed_by_devmem": self.failed_by_devmem,
+            "compiles": self.compiles,
             "sources": {name: reading.to_json() for name, reading in sorted(self.sources.items())},
         }
 
@@ -124,4 +126,5 @@ class TestRecord:
             analysis=data.get("analysis"),  # type: ignore[arg-type]
             trace=data.get("trace"),  # type: ignore[arg-type]
             failed_by_devmem=bool(data.get("failed_by_devmem", False)),
+            compiles=data.get("compiles"),  # type: ignore[arg-type]
         )

@@ -63,7 +63,7 @@ def test_twice_the_memory_fails_the_test_with_the_numbers(pytester: pytest.Pytes
         "*device memory regression against *test_workload.py.json (regime prealloc):*",
         "*peak_bytes_in_use: baseline 8.00 MiB, now 16.00 MiB, delta +8.00 MiB (+100.0%), allowed ±10% or 1.00 MiB*",
         "*refresh the baseline with --devmem-update*",
-        "FAILED test_workload.py::test_model*",
+        "MEMORY PROBLEMS test_workload.py::test_model*",
     ])
 
 
@@ -113,7 +113,7 @@ def test_marker_tolerance_overrides_the_session(pytester: pytest.Pytester, monke
     monkeypatch.setenv("WORKLOAD_MIB", "10")
     result = run(pytester)
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["FAILED test_workload.py::test_tight*"])
+    result.stdout.fnmatch_lines(["MEMORY PROBLEMS test_workload.py::test_tight*"])
 
 
 @pytest.mark.parametrize(

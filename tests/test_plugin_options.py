@@ -309,6 +309,6 @@ def test_a_memory_failure_has_its_own_letter_and_summary_line(pytester: pytest.P
     )
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-limit=1MiB")
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*.py M.*", "*MEMORY PROBLEMS: 1 test(s) failed for their device memory alone: *test_big*"])
+    result.stdout.fnmatch_lines(["*.py M.*", "*MEMORY PROBLEMS: 1 test(s) failed by pytest-devmem's checks alone: *test_big*"])
     verbose = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-limit=1MiB", "-v")
     verbose.stdout.fnmatch_lines(["*::test_big MEMORY PROBLEMS*"])

@@ -331,3 +331,33 @@ def test_an_untraceable_jax_gives_no_figures_never_a_zero(jax_loaded: object, py
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
     assert record["peak_bytes_in_use"] is None and record["peak_bytes_reserved"] is None
     assert any("JAX allocations are not traced" in note for note in record["trace"]["notes"])
+
+
+def test_a_function_retraced_on_every_call_is_caught_by_max_compiles(jax_loaded: object, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import jax
+        import jax.numpy as jnp
+        import pytest
+
+        @jax.jit
+        def scale(x):
+            return x * 2
+
+        @pytest.mark.devmem(max_compiles=1)
+        def test_retraces():
+            for n in range(1, 5):
+                scale(jnp.ones(n * 8)).block_until_ready()  # a new shape each call: a new executable
+
+        @pytest.mark.devmem(max_compiles=1)
+        def test_stable():
+            for _ in range(4):
+                scale(jnp.ones(1000)).block_until_ready()
+        """
+    )
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-report=r.json")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*JAX compiled a function more than max_compiles=1 times in this test: *jit(scale) compiled 4 times*"])
+    records = {r["test_id"].split("::")[-1]: r for r in json.loads((pytester.path / "r.json").read_text())["records"]}
+    assert records["test_stable"]["trace"]["compiled"].count("jit(scale)") <= 1 and records["test_stable"]["compiles"] >= 0
+    assert records["test_retraces"]["trace"]["compiled"].count("jit(scale)") == 4

@@ -28,6 +28,8 @@ from .recorder import TraceRecorder
 
 SOURCE = "jax"
 TESTED_JAX = "0.10"
+BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+"""The monitoring event JAX records once per executable XLA compiles (jax._src.dispatch)."""
 """The JAX minor version these hooks were written against and are tested with."""
 
 
@@ -52,6 +54,7 @@ class JaxWindow:
 
     executables: dict[str, int] = field(default_factory=dict)  # name -> runs
     temp_unknown: set[str] = field(default_factory=set)  # executables whose memory analysis failed
+    compiled: list[str] = field(default_factory=list)  # executables XLA compiled in the window, by name
     failure: str = ""  # the capture's own error, if one stopped it: the trace is then incomplete
 
 
@@ -68,6 +71,7 @@ class JaxCapture:
         self._temp_bytes: weakref.WeakKeyDictionary[Any, int | None] = weakref.WeakKeyDictionary()
         self._patches = Patches()
         self._array_type: type = type(None)  # jaxlib's ArrayImpl, once installed
+        self._compile_listener: Callable[..., None] | None = None
         self.installed = False
         self.note = ""
         self.version = ""
@@ -110,6 +114,7 @@ class JaxCapture:
         self._patches.replace(pxla.ExecuteReplicated, "__call__", self._wrap_execute)
         self._patches.replace(dispatch, "_batched_device_put_impl", self._wrap_device_put)
         self._patches.replace(array_type, "delete", self._wrap_delete)
+        self._listen_to_compiles()
         for cache_name in ("_cpp_pjit_cache_fun_only", "_cpp_pjit_cache_explicit_attributes"):
             cache = getattr(pjit, cache_name, None)
             if cache is not None and hasattr(cache, "clear"):
@@ -120,7 +125,31 @@ class JaxCapture:
     def uninstall(self) -> None:
         """Put JAX's own functions back (the fast path returns for executables compiled afterwards)."""
         self._patches.restore()
+        if self._compile_listener is not None:
+            try:
+                from jax._src import monitoring  # type: ignore[import-not-found]
+
+                monitoring.unregister_event_duration_listener(self._compile_listener)
+            except (ImportError, AttributeError, AssertionError, ValueError):
+                pass
+            self._compile_listener = None
         self.installed = False
+
+    def _listen_to_compiles(self) -> None:
+        """Count XLA compilations through JAX's public monitoring events: one backend-compile event per
+        executable compiled (a compile-cache hit sends none)."""
+        try:
+            import jax.monitoring  # type: ignore[import-not-found]
+        except ImportError:
+            return
+        capture = self
+
+        def on_event(event: str, duration_secs: float, **details: str | int) -> None:
+            if event == BACKEND_COMPILE_EVENT and capture._recorder.recording:
+                capture.window.compiled.append(str(details.get("fun_name", "executable")))
+
+        jax.monitoring.register_event_duration_secs_listener(on_event)
+        self._compile_listener = on_event
 
     # -- window -------------------------------------------------------------------------
 
