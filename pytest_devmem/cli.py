@@ -121,6 +121,7 @@ def compare_tables(base: dict[Key, Measurement], new: dict[Key, Measurement], to
             if change.verdict == "ok" and not show_all:
                 continue
             rows.append((test_id, regime, device_class, change.metric, format_metric(change.metric, change.baseline), format_metric(change.metric, change.now), change.delta_text, VERDICT_MARK[change.verdict]))
+    rows.sort(key=lambda row: row[-1] != VERDICT_MARK["regressed"])  # regressions first, then as sorted
     summary = ", ".join(f"{counts[status]} {status}" for status in ("regressed", "improved", "ok", "unmeasured", "new", "not baselined", "missing") if counts.get(status))
     lines = [f"### Device memory: {summary or 'nothing to compare'}", "", f"Tolerance: `{tolerance_spec}`.", ""]
     if rows:

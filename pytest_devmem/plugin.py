@@ -23,7 +23,7 @@ from .pool.base import Pool
 from .measurement import Captured, Measurement
 from .record import TestRecord
 from .regime import Regime, configure_tensorflow_gpus, jax_backend_started, restore
-from .report import benchmark_json, render, terminal_table
+from .report import benchmark_json, capped, render, rows_for_review, terminal_table
 from .settings import Settings, add_options, load_settings
 from .tolerance import parse_tolerance
 from .trace.pool import RecordingPool
@@ -480,9 +480,13 @@ class DevmemManager:
             return
         write = terminalreporter.write_line
         terminalreporter.section("device memory (pytest-devmem)")
+        everything = config.getoption("verbose", 0) > 0
         write(f"device {self.device.name}; {len(self.records)} measured test(s)")
-        for line in terminal_table(self.records):
+        shown, hidden = rows_for_review(self.records, everything)
+        for line in terminal_table(shown):
             write(line)
+        if hidden:
+            write(f"... and {hidden} more measured test(s), none failed, regressed or improved (-v or the report lists them all)")
         notes = sorted({f"{name}: {reading.note}" for r in self.records for name, reading in r.sources.items() if not reading.available and not reading.unused and reading.note})
         if getattr(self.device, "index", None) is None:
             notes.append("nvml: not used, the device is simulated")
@@ -495,7 +499,7 @@ class DevmemManager:
         self._summarize_analysis(write)
         if self.xdist_note:
             write(f"xdist: {self.xdist_note}")
-        self._summarize_baselines(write)
+        self._summarize_baselines(write, everything)
         memory = [r.test_id for r in self.records if r.failed_by_devmem]
         if memory:
             terminalreporter.write_line(f"MEMORY PROBLEMS: {len(memory)} test(s) failed by pytest-devmem's checks alone: " + ", ".join(memory), red=True, bold=True)
@@ -530,7 +534,7 @@ class DevmemManager:
             for r, answer in failing:
                 write(f"  {r.test_id} [{r.regime}]: {answer['message']}")
 
-    def _summarize_baselines(self, write: Any) -> None:
+    def _summarize_baselines(self, write: Any, everything: bool) -> None:
         statuses: dict[str, list[str]] = {}
         for record in self.records:
             if record.baseline is not None:
@@ -538,12 +542,12 @@ class DevmemManager:
         counts = ", ".join(f"{len(ids)} {status}" for status, ids in sorted(statuses.items()))
         write(f"baselines ({self._shown(self.store.directory)}): {counts or 'none compared'}")
         if statuses.get("improved") and not self.settings.update:
-            write("improved beyond tolerance (refresh with --devmem-update): " + ", ".join(sorted(statuses["improved"])))
+            write("improved beyond tolerance (refresh with --devmem-update): " + capped(sorted(statuses["improved"]), everything))
         if statuses.get("new") and not self.settings.update:
-            write("new, no baseline yet (record with --devmem-update): " + ", ".join(sorted(statuses["new"])))
+            write("new, no baseline yet (record with --devmem-update): " + capped(sorted(statuses["new"]), everything))
         reasons = [f"{r.test_id} [{r.regime}]: {r.baseline.get('reason')}" for r in self.records if r.baseline is not None and r.baseline.get("status") == "not baselined"]
         if reasons and not self.settings.update:
-            write("not baselined, and why (record with --devmem-update once they pass): " + "; ".join(sorted(reasons)))
+            write("not baselined, and why (record with --devmem-update once they pass): " + capped(sorted(reasons), everything, separator="; "))
         if self.baselines_written:
             write(f"baselines written: {len(self.baselines_written)} file(s): " + ", ".join(self._shown(p) for p in self.baselines_written))
         if self.stale:

@@ -53,6 +53,33 @@ def table_rows(records: Iterable[TestRecord]) -> list[tuple[str, ...]]:
     ]
 
 
+SUMMARY_ROWS = 20
+"""Rows the terminal summary shows without -v: enough for a reviewer, not a 500-row wall."""
+
+
+def rows_for_review(records: Sequence[TestRecord], everything: bool) -> tuple[list[TestRecord], int]:
+    """The records a reviewer needs first (those pytest-devmem failed, regressed or improved against
+    their baselines, then the largest), and how many more there are. All of them with `everything`."""
+    if everything or len(records) <= SUMMARY_ROWS:
+        return list(records), 0
+
+    def notable(record: TestRecord) -> bool:
+        status = (record.baseline or {}).get("status")
+        return record.failed_by_devmem or record.oom or status in ("regressed", "improved")
+
+    first = [r for r in records if notable(r)]
+    rest = sorted((r for r in records if not notable(r)), key=lambda r: -(r.peak_bytes_in_use or 0))
+    shown = (first + rest)[: max(SUMMARY_ROWS, len(first))]
+    return sorted(shown, key=lambda r: r.test_id), len(records) - len(shown)
+
+
+def capped(items: Sequence[str], everything: bool, limit: int = 10, separator: str = ", ") -> str:
+    """`a, b, c` for a few items; the first `limit` and how many more otherwise."""
+    if everything or len(items) <= limit:
+        return separator.join(items)
+    return separator.join(items[:limit]) + f"{separator}and {len(items) - limit} more (-v lists them all)"
+
+
 def terminal_table(records: Sequence[TestRecord]) -> list[str]:
     """Aligned text lines for the terminal summary."""
     rows = [COLUMNS, *table_rows(records)]

@@ -174,3 +174,11 @@ def test_a_line_break_in_a_test_id_cannot_inject_markdown(tmp_path: Path, capsys
     assert main(["compare", str(base), str(new)]) == 1
     out = capsys.readouterr().out
     assert "\n### fake heading" not in out and "test_a[x\\n### fake heading]" in out
+
+
+def test_compare_lists_regressions_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = write_report(tmp_path / "base.json", [record("test_a", 10 * MiB), record("test_z", 10 * MiB)])
+    new = write_report(tmp_path / "new.json", [record("test_a", 5 * MiB), record("test_z", 30 * MiB)])
+    assert main(["compare", str(base), str(new)]) == 1
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| tests/")]
+    assert "test_z" in rows[0] and "regressed" in rows[0] and "test_a" in rows[1]

@@ -168,3 +168,27 @@ def test_benchmark_json_is_github_action_benchmarks_format(pytester: pytest.Pyte
     pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-benchmark-json=bench.json").assert_outcomes(passed=1)
     entries = json.loads((pytester.path / "bench.json").read_text())
     assert entries == [{"name": "test_benchmark_json_is_github_action_benchmarks_format.py::test_pool [prealloc]", "unit": "bytes", "value": 3 * 2**20, "extra": "peak reserved 12.00 GiB; device sim:16GiB"}]
+
+
+def test_a_large_suite_summary_shows_what_a_reviewer_needs_and_v_shows_all(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("n", range(60))
+        def test_many(devmem, n):
+            devmem.pool.alloc((n + 1) * 2**16)
+
+        def test_over_the_limit(devmem):
+            devmem.pool.alloc(2**30)
+        """
+    )
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-limit=512MiB")
+    result.assert_outcomes(passed=60, failed=1)
+    out = result.stdout.str()
+    assert "test_over_the_limit" in out.split("device memory (pytest-devmem)")[1]
+    table_rows = [line for line in out.splitlines() if "  prealloc  " in line]
+    assert any("test_many[59]" in line for line in table_rows) and not any("test_many[0] " in line for line in table_rows)  # the largest, not the smallest
+    result.stdout.fnmatch_lines(["*... and 41 more measured test(s), none failed, regressed or improved*", "*new, no baseline yet*and 50 more (-v lists them all)*"])
+    verbose = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-limit=512MiB", "-v")
+    assert any("test_many[0] " in line and "  prealloc  " in line for line in verbose.stdout.lines) and "more measured test(s)" not in verbose.stdout.str()
