@@ -23,6 +23,7 @@ from .errors import DevmemError
 from .files import TEMPORARY_SUFFIX, shortened, temporary_prefix, write_atomic
 from .record import TestRecord
 from .tolerance import METRICS, Tolerance, format_metric
+from .units import format_size
 
 FORMAT = "pytest-devmem-baseline"
 VERSION = 1
@@ -44,6 +45,7 @@ class BaselineEntry:
     path: Path
     device_class: str = ""
     reason: str = ""  # why it holds no figures: the test failed or was skipped when baselines were updated
+    contributors: dict[str, int] = field(default_factory=dict)  # who held the memory at the peak
 
 
 @dataclass(frozen=True)
@@ -88,11 +90,18 @@ class Comparison:
     changes: list[MetricChange] = field(default_factory=list)
     baseline_file: str | None = None
     reason: str = ""  # with "not baselined": why the stored entry holds no figures
+    grew: list[tuple[str, int | None, int]] = field(default_factory=list)  # (who, bytes at the baseline's peak, now)
+
+    def growth_text(self) -> str:
+        """`jit(layer) temp 2.00 MiB -> 32.00 MiB, ...`: what held more at the peak than at the baseline's."""
+        return ", ".join(f"{name} {format_size(before) if before is not None else '(none)'} → {format_size(now)}" for name, before, now in self.grew)
 
     def failure_message(self) -> str:
         broken = [change for change in self.changes if change.verdict == "regressed"]
         lines = [f"device memory regression against {self.baseline_file} (regime {self.regime}):"]
         lines += [f"  {change.describe()}" for change in broken]
+        if self.grew:
+            lines.append(f"  what grew at the peak: {self.growth_text()}")
         lines.append("  if the increase is intended, refresh the baseline with --devmem-update")
         return "\n".join(lines)
 
@@ -101,6 +110,7 @@ class Comparison:
             "status": self.status,
             "file": self.baseline_file,
             **({"reason": self.reason} if self.reason else {}),
+            **({"grew": [{"name": name, "baseline": before, "now": now} for name, before, now in self.grew]} if self.grew else {}),
             "metrics": {
                 c.metric: {"baseline": c.baseline, "now": c.now, "delta": c.delta, "percent": c.percent, "allowed": c.allowed, "verdict": c.verdict}
                 for c in self.changes
@@ -112,8 +122,9 @@ def metrics_of(record: TestRecord) -> dict[str, float | int | None]:
     return {"peak_bytes_in_use": record.peak_bytes_in_use, "peak_bytes_reserved": record.peak_bytes_reserved, "fragmentation": record.fragmentation}
 
 
-def compare(entry: BaselineEntry | None, test_id: str, regime: str, now: dict[str, float | int | None], tolerance: Tolerance) -> Comparison:
-    """Set `now` against `entry` under `tolerance`: each gated metric is ok, regressed or improved."""
+def compare(entry: BaselineEntry | None, test_id: str, regime: str, now: dict[str, float | int | None], tolerance: Tolerance, contributors: dict[str, int] | None = None) -> Comparison:
+    """Set `now` against `entry` under `tolerance`: each gated metric is ok, regressed or improved.
+    With `contributors` (who held the memory at the peak now), a regression says what grew."""
     if entry is None:
         return Comparison(test_id, regime, "new")
     if entry.reason and all(value is None for value in entry.metrics.values()):
@@ -136,7 +147,15 @@ def compare(entry: BaselineEntry | None, test_id: str, regime: str, now: dict[st
         status = "unmeasured"
     else:
         status = "ok"
-    return Comparison(test_id, regime, status, changes, str(entry.path))
+    grew = what_grew(entry.contributors, contributors or {}) if status == "regressed" else []
+    return Comparison(test_id, regime, status, changes, str(entry.path), grew=grew)
+
+
+def what_grew(before: dict[str, int], now: dict[str, int], top: int = 3) -> list[tuple[str, int | None, int]]:
+    """The contributors at the peak that hold more now than at the baseline's peak, most growth first."""
+    grown = [(name, before.get(name), size) for name, size in now.items() if size > before.get(name, 0)]
+    grown.sort(key=lambda item: (-(item[2] - (item[1] or 0)), item[0]))
+    return grown[:top]
 
 
 def module_of(test_id: str) -> str:
@@ -215,6 +234,8 @@ class BaselineStore:
             for item in group:
                 if isinstance(item, TestRecord):
                     stored[(item.test_id, item.regime)] = {"device": item.device, "metrics": metrics_of(item), "versions": versions}
+                    if contributors_of(item):
+                        stored[(item.test_id, item.regime)]["contributors"] = contributors_of(item)
                     continue
                 test_id, regime, device, reason = item
                 known = stored.get((test_id, regime))
@@ -227,7 +248,15 @@ def _entry_json(entry: BaselineEntry) -> dict[str, object]:
     data: dict[str, object] = {"device": entry.device, "metrics": entry.metrics, "versions": entry.versions}
     if entry.reason:
         data["reason"] = entry.reason
+    if entry.contributors:
+        data["contributors"] = entry.contributors
     return data
+
+
+def contributors_of(record: TestRecord) -> dict[str, int]:
+    """Who held the memory at the record's peak (from its replayed trace)."""
+    at_peak = (record.trace or {}).get("at_peak")
+    return {str(name): int(size) for name, size in at_peak.items()} if isinstance(at_peak, dict) else {}
 
 
 def render_file(device_class: str, stored: dict[tuple[str, str], dict[str, object]]) -> str:
@@ -357,7 +386,10 @@ def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry
             reason = data.get("reason", "")
             if not isinstance(reason, str):
                 raise fail(f"record {test_id!r} \"reason\" must be text", needle)
-            entries.append(BaselineEntry(test_id, regime, dict(metrics), str(data.get("device", "")), dict(versions), path, str(document.get("device_class", "")), reason))
+            contributors = data.get("contributors", {})
+            if not isinstance(contributors, dict) or any(not isinstance(name, str) or figure_problem("bytes", size) or size is None for name, size in contributors.items()):
+                raise fail(f"record {test_id!r} \"contributors\" must map names to byte counts", needle)
+            entries.append(BaselineEntry(test_id, regime, dict(metrics), str(data.get("device", "")), dict(versions), path, str(document.get("device_class", "")), reason, dict(contributors)))
     return entries
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -38,6 +38,7 @@ class Measurement:
     metrics: dict[str, float | int | None]
     versions: dict[str, str]
     reason: str = ""  # a baseline entry without figures: why (the test failed or was skipped at update)
+    contributors: dict[str, int] = field(default_factory=dict)  # who held the memory at the peak
 
 
 def load(path: Path) -> dict[Key, Measurement]:
@@ -61,7 +62,7 @@ def load(path: Path) -> dict[Key, Measurement]:
 
 
 def _from_baseline(entries: list[BaselineEntry]) -> dict[Key, Measurement]:
-    return {(e.test_id, e.regime, e.device_class): Measurement(e.metrics, e.versions, e.reason) for e in entries}
+    return {(e.test_id, e.regime, e.device_class): Measurement(e.metrics, e.versions, e.reason, e.contributors) for e in entries}
 
 
 def _from_report(path: Path, document: dict) -> dict[Key, Measurement]:
@@ -88,7 +89,9 @@ def _from_report(path: Path, document: dict) -> dict[Key, Measurement]:
             problem = figure_problem(name, value)
             if problem:
                 raise InputError(f"{path}: record {index} ({record['test_id']}): {problem}")
-        found[key] = Measurement(metrics, {str(k): str(v) for k, v in versions.items()})
+        at_peak = (record.get("trace") or {}).get("at_peak") if isinstance(record.get("trace"), dict) else None
+        contributors = {str(name): size for name, size in at_peak.items() if isinstance(size, int) and not figure_problem("bytes", size)} if isinstance(at_peak, dict) else {}
+        found[key] = Measurement(metrics, {str(k): str(v) for k, v in versions.items()}, contributors=contributors)
     return found
 
 
@@ -100,6 +103,7 @@ def compare_tables(base: dict[Key, Measurement], new: dict[Key, Measurement], to
     tolerance = parse_tolerance(tolerance_spec)
     rows: list[tuple[str, ...]] = []
     counts: dict[str, int] = {}
+    growth: list[str] = []
     for key in sorted(set(base) | set(new)):
         test_id, regime, device_class = key
         if key not in base:
@@ -110,8 +114,10 @@ def compare_tables(base: dict[Key, Measurement], new: dict[Key, Measurement], to
             counts["missing"] = counts.get("missing", 0) + 1
             rows.append((test_id, regime, device_class, "peak_bytes_in_use", format_metric("peak_bytes_in_use", base[key].metrics.get("peak_bytes_in_use")), "—", "—", VERDICT_MARK["missing"]))
             continue
-        entry = BaselineEntry(test_id, regime, base[key].metrics, "", base[key].versions, Path("BASE"), reason=base[key].reason)
-        comparison: Comparison = compare(entry, test_id, regime, new[key].metrics, tolerance)
+        entry = BaselineEntry(test_id, regime, base[key].metrics, "", base[key].versions, Path("BASE"), reason=base[key].reason, contributors=base[key].contributors)
+        comparison: Comparison = compare(entry, test_id, regime, new[key].metrics, tolerance, new[key].contributors)
+        if comparison.grew:
+            growth.append(f"- `{markdown_cell(test_id)}` [{regime}]: {comparison.growth_text()}")
         counts[comparison.status] = counts.get(comparison.status, 0) + 1
         if comparison.status == "not baselined":
             now = format_metric("peak_bytes_in_use", new[key].metrics.get("peak_bytes_in_use"))
@@ -129,6 +135,8 @@ def compare_tables(base: dict[Key, Measurement], new: dict[Key, Measurement], to
         lines += ["| " + " | ".join(markdown_cell(cell) for cell in row) + " |" for row in rows]
     elif counts:
         lines.append("Every compared test is within tolerance.")
+    if growth:
+        lines += ["", "What grew at the peak:", *growth]
     return "\n".join(lines) + "\n", bool(counts.get("regressed"))
 
 

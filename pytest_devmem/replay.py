@@ -42,6 +42,7 @@ class ReplayFigures:
     fragmentation: float | None
     by_source: dict[str, SourceFigures] = field(default_factory=dict)
     out_of_memory: str | None = None
+    at_peak: dict[str, int] = field(default_factory=dict)  # who held the memory at the peak, largest first
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -51,6 +52,7 @@ class ReplayFigures:
             "fragmentation": self.fragmentation,
             "by_source": {name: figures.to_json() for name, figures in sorted(self.by_source.items())},
             "out_of_memory": self.out_of_memory,
+            "at_peak": self.at_peak,
         }
 
 
@@ -72,7 +74,46 @@ def replay_figures(trace: Trace, policy: Policy, capacity: int) -> ReplayFigures
         fragmentation=float(stats["fragmentation_at_peak"]) if len(trace) else None,
         by_source=source_figures(trace),
         out_of_memory=str(result.error) if result.error is not None else None,
+        at_peak=contributors_at_peak(trace),
     )
+
+
+TOP_CONTRIBUTORS = 5
+
+
+def contributor(source: str, label: str) -> str:
+    """Who an allocation belongs to, for people: the executable and what for (`jit(layer) temp`),
+    or the source where nothing more is known (`pool`, `tensorflow`)."""
+    if source == "jax" and label:
+        return label
+    return source or "unknown"
+
+
+def contributors_at_peak(trace: Trace, top: int = TOP_CONTRIBUTORS) -> dict[str, int]:
+    """The bytes each contributor held live at the moment the trace held most, the `top` largest,
+    largest first: what to look at when a test grows. Two passes: find the moment, then sum."""
+    sizes: dict[int, int] = {}
+    current = peak = 0
+    peak_index = -1
+    for index, event in enumerate(trace):
+        if event.action == ALLOCATE:
+            sizes[event.pointer] = event.size
+            current += event.size
+            if current > peak:
+                peak, peak_index = current, index
+        elif event.action == FREE and event.pointer in sizes:
+            current -= sizes.pop(event.pointer)
+    live: dict[int, tuple[str, int]] = {}
+    for event in trace.events[: peak_index + 1]:
+        if event.action == ALLOCATE:
+            live[event.pointer] = (contributor(event.source, event.label), event.size)
+        elif event.action == FREE:
+            live.pop(event.pointer, None)
+    held: dict[str, int] = {}
+    for name, size in live.values():
+        held[name] = held.get(name, 0) + size
+    ranked = sorted(held.items(), key=lambda item: (-item[1], item[0]))
+    return dict(ranked[:top])
 
 
 def source_figures(trace: Trace) -> dict[str, SourceFigures]:

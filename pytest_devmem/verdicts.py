@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from .baseline import BaselineStore, compare, metrics_of
+from .baseline import BaselineStore, compare, contributors_of, metrics_of
 from .device import DEFAULT_COMPUTE_CAPABILITY, Device
 from .record import TestRecord
 from .regime import Regime
@@ -49,7 +49,7 @@ def baseline_verdict(record: TestRecord, store: BaselineStore, tolerance: Tolera
     if record.peak_bytes_in_use is None:
         return None  # nothing measured this test: nothing to compare
     entry = store.get(record.test_id, record.regime)
-    comparison = compare(entry, record.test_id, record.regime, metrics_of(record), tolerance)
+    comparison = compare(entry, record.test_id, record.regime, metrics_of(record), tolerance, contributors_of(record))
     record.baseline = comparison.to_json()
     if update:
         return None

@@ -361,3 +361,35 @@ def test_a_function_retraced_on_every_call_is_caught_by_max_compiles(jax_loaded:
     records = {r["test_id"].split("::")[-1]: r for r in json.loads((pytester.path / "r.json").read_text())["records"]}
     assert records["test_stable"]["trace"]["compiled"].count("jit(scale)") <= 1 and records["test_stable"]["compiles"] >= 0
     assert records["test_retraces"]["trace"]["compiled"].count("jit(scale)") == 4
+
+
+LAYER = """
+import os
+import jax
+import jax.numpy as jnp
+
+WIDTH = int(os.environ.get("LAYER_WIDTH", "256"))
+
+@jax.jit
+def forward_layer(x, w):
+    return jnp.tanh(x @ w) @ w.T
+
+def test_layer():
+    x = jnp.ones((512, 512))
+    w = jnp.ones((512, WIDTH))
+    forward_layer(x, w).block_until_ready()
+"""
+
+
+def test_a_layer_made_four_times_wider_fails_with_its_function_named(jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    pytester.makepyfile(test_layer=LAYER)
+    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-update", "--devmem-report=base.json").assert_outcomes(passed=1)
+    monkeypatch.setenv("LAYER_WIDTH", "1024")
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-report=now.json")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*device memory regression against*", "*what grew at the peak: *jit(forward_layer) temp 512.00 KiB → 2.00 MiB*"])
+    from pytest_devmem.cli import main
+
+    assert main(["compare", str(pytester.path / "baselines"), str(pytester.path / "now.json")]) == 1
+    out = capsys.readouterr().out
+    assert "What grew at the peak:" in out and "jit(forward_layer) temp 512.00 KiB → 2.00 MiB" in out
