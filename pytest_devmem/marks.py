@@ -15,12 +15,13 @@ from .tolerance import parse_tolerance
 from .units import format_size, parse_size
 
 MARK_NAME = "devmem"
-MARK_KEYS = ("mode", "fraction", "limit", "tolerance", "frameworks", "max_compiles")
+MARK_KEYS = ("mode", "fraction", "limit", "tolerance", "frameworks", "max_compiles", "max_leak")
 FRAMEWORKS = {"jax": "jax", "tf": "tensorflow", "tensorflow": "tensorflow"}
 MARKER_HELP = (
-    "devmem(mode=None, fraction=None, limit=None, tolerance=None, frameworks=(), max_compiles=None): measure this test's "
+    "devmem(mode=None, fraction=None, limit=None, tolerance=None, frameworks=(), max_compiles=None, max_leak=None): measure this test's "
     "device memory, under the given regime (a child process when it differs from the session's); "
-    "fail it above `limit` bytes (e.g. '2GiB'), or when JAX compiles one function more than `max_compiles` times in it."
+    "fail it above `limit` bytes (e.g. '2GiB'), when JAX compiles one function more than `max_compiles` times in it, "
+    "or when the frameworks still hold more than `max_leak` of its memory after it (e.g. '1MiB')."
 )
 
 
@@ -34,6 +35,7 @@ class MarkSpec:
     tolerance: str | None = None
     frameworks: tuple[str, ...] = ()
     max_compiles: int | None = None
+    max_leak: int | None = None
 
     def regime(self, session: Regime | None) -> Regime | None:
         """The regime this test runs under: the marker's where it names one, else the session's.
@@ -69,12 +71,15 @@ def parse_mark(args: tuple[object, ...], kwargs: dict[str, object]) -> MarkSpec 
         if tolerance is not None:
             parse_tolerance(tolerance)
         frameworks = normalize_frameworks(kwargs.get("frameworks", ()))
+        max_leak = parse_size(kwargs["max_leak"]) if kwargs.get("max_leak") is not None else None  # type: ignore[arg-type]
+        if max_leak is not None and max_leak < 0:
+            return f"@pytest.mark.devmem max_leak={kwargs['max_leak']!r}: must be 0 bytes or more, e.g. max_leak='1MiB'"
         max_compiles = kwargs.get("max_compiles")
         if max_compiles is not None and (isinstance(max_compiles, bool) or not isinstance(max_compiles, int) or max_compiles < 0):
             return f"@pytest.mark.devmem max_compiles={max_compiles!r}: must be a whole number, 0 or more, e.g. max_compiles=1"
     except (DevmemError, ValueError) as exc:
         return f"@pytest.mark.devmem: {exc}"
-    return MarkSpec(mode, fraction, limit, tolerance, frameworks, max_compiles)  # type: ignore[arg-type]
+    return MarkSpec(mode, fraction, limit, tolerance, frameworks, max_compiles, max_leak)  # type: ignore[arg-type]
 
 
 def normalize_frameworks(value: object) -> tuple[str, ...]:
@@ -104,6 +109,21 @@ def compiles_verdict(compiled: list[str] | None, max_compiles: int | None) -> st
         return None
     named = ", ".join(f"{name} compiled {count} times" for name, count in over)
     return f"JAX compiled a function more than max_compiles={max_compiles} times in this test: {named} (retraced on every call? shapes, dtypes or static arguments that change)"
+
+
+def leak_verdict(kept: dict[str, int] | None, max_leak: int | None) -> str | None:
+    """The failure when the frameworks still hold more of the test's own memory than `max_leak`
+    after it (and after a garbage collection), naming who allocated what is kept."""
+    if max_leak is None or kept is None:
+        return None
+    leaked = sum(kept.values())
+    if leaked <= max_leak:
+        return None
+    held = ", ".join(f"{name} {format_size(size)}" for name, size in sorted(kept.items(), key=lambda item: (-item[1], item[0])))
+    return (
+        f"device memory leaked: {format_size(leaked)} ({leaked} bytes) that the test allocated is still held after it, "
+        f"more than max_leak {format_size(max_leak)}: {held} (kept in a global, a cache or a closure?)"
+    )
 
 
 def limit_verdict(peak_bytes: int | None, limit: int | None) -> str | None:

@@ -3,6 +3,7 @@ bracketed around the test, then the record made from the replayed trace. No pyte
 
 from __future__ import annotations
 
+import gc
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -26,6 +27,15 @@ from .trace.tensorflow import NOTE as TENSORFLOW_NOTE
 from .trace.tensorflow import TensorFlowCapture, tensorflow_events
 
 
+def _tensorflow_kept(readings: list[Reading]) -> dict[str, int]:
+    """TensorFlow's allocator holding more after the test than before it (its current bytes)."""
+    for reading in readings:
+        if reading.source == "tensorflow" and reading.available:
+            kept = int(reading.figures.get("current_bytes", 0)) - int(reading.figures.get("start_bytes", 0))
+            return {"tensorflow": kept} if kept > 0 else {}
+    return {}
+
+
 @dataclass
 class Captured:
     """What one test left: its recorded events and each raw source's reading."""
@@ -35,6 +45,7 @@ class Captured:
     notes: list[str] = field(default_factory=list)
     tensorflow_first_activity: float | None = None
     compiled: list[str] | None = None  # executables JAX compiled during the test; None where JAX is not traced
+    kept: dict[str, int] | None = None  # what the frameworks still hold that the test allocated; None: not checked
 
 
 class Measurement:
@@ -76,11 +87,19 @@ class Measurement:
         self.tensorflow_capture.begin()
         self.sampler.resume()
 
-    def stop(self) -> Captured:
+    def stop(self, check_leaks: bool = False) -> Captured:
+        """Close the test's window. With `check_leaks`, first collect garbage, then note what the
+        frameworks still hold of what the test itself allocated (its leak), by who allocated it."""
         self.sampler.pause()
+        kept: dict[str, int] | None = None
+        if check_leaks:
+            gc.collect()
+            kept = self.recorder.held_since_mark("jax")
         first_activity = self.tensorflow_capture.first_activity
         events = self.recorder.end()
         readings = [source.stop() for source in self.sources]
+        if kept is not None:
+            kept.update(_tensorflow_kept(readings))
         notes = []
         platform_problem = self.jax_platform_problem()
         if platform_problem:
@@ -96,7 +115,7 @@ class Measurement:
         if unknown:
             notes.append("no memory analysis for " + ", ".join(unknown) + ": their temp buffers are not in the trace")
         compiled = list(self.jax_capture.window.compiled) if self.jax_capture.installed else None
-        return Captured(events, readings, notes, first_activity, compiled)
+        return Captured(events, readings, notes, first_activity, compiled, kept)
 
     def jax_platform_problem(self) -> str | None:
         """On a GPU session, JAX must run on the GPU: jaxlib falls back to CPU, with only a log line,
@@ -140,6 +159,10 @@ class Measurement:
             duration_s=duration_s,
         )
         record.trace_events = trace  # kept in memory for --devmem-traces and trace analyses
+        if captured.kept is not None:
+            record.leaked_bytes = sum(captured.kept.values())
+            if record.trace is not None:
+                record.trace["kept"] = captured.kept
         if captured.compiled is not None:
             record.compiles = len(captured.compiled)
             if record.trace is not None:

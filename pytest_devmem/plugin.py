@@ -17,7 +17,7 @@ from .baseline import BaselineFormatError, BaselineStore, module_of
 from .device import Device, open_device
 from .errors import DevmemError, OutOfMemoryError
 from .files import write_atomic
-from .marks import MARK_NAME, MARKER_HELP, MarkSpec, compiles_verdict, limit_verdict, parse_mark
+from .marks import MARK_NAME, MARKER_HELP, MarkSpec, compiles_verdict, leak_verdict, limit_verdict, parse_mark
 from .pool import Policy, make_pool
 from .pool.base import Pool
 from .measurement import Captured, Measurement
@@ -327,13 +327,18 @@ class DevmemManager:
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
         if not item.stash.get(measured_key, False):
             return (yield)
+        self.measurement.recorder.mark()  # what the test itself allocates, after its fixtures
         try:
             return (yield)
         except BaseException as exc:
             item.stash[oom_key] = _is_out_of_memory(exc)
             raise
         finally:
-            item.stash[captured_key] = self.measurement.stop()
+            item.stash[captured_key] = self.measurement.stop(check_leaks=self._max_leak(item) is not None)
+
+    def _max_leak(self, item: pytest.Item) -> int | None:
+        spec = item.stash.get(mark_key, None)
+        return spec.max_leak if isinstance(spec, MarkSpec) and spec.max_leak is not None else self.settings.max_leak
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
@@ -367,6 +372,8 @@ class DevmemManager:
         failure = limit_verdict(record.peak_bytes_in_use, limit) or replay_oom_verdict(record, self.device)
         if failure is None and isinstance(spec, MarkSpec):
             failure = compiles_verdict(captured.compiled, spec.max_compiles)
+        if failure is None:
+            failure = leak_verdict(captured.kept, self._max_leak(item))
         if failure is None:
             frameworks = spec.frameworks if isinstance(spec, MarkSpec) and spec.frameworks else self.settings.frameworks
             failure = sharing_verdict(record, frameworks, regime, self.device, self.settings.cuda_context_bytes, os.environ)

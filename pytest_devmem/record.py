@@ -40,6 +40,7 @@ class TestRecord:
     trace: dict[str, object] | None = None  # the replay: events, per-source figures, notes
     failed_by_devmem: bool = False  # the test passed, and pytest-devmem's checks failed it
     compiles: int | None = None  # executables JAX compiled during the test (None: JAX not traced)
+    leaked_bytes: int | None = None  # what the frameworks still hold of the test's own memory (None: not checked)
     trace_events: Trace | None = field(default=None, repr=False, compare=False)  # in memory only
 
     @classmethod
@@ -102,6 +103,7 @@ class TestRecord:
             "trace": self.trace,
             "failed_by_devmem": self.failed_by_devmem,
             "compiles": self.compiles,
+            "leaked_bytes": self.leaked_bytes,
             "sources": {name: reading.to_json() for name, reading in sorted(self.sources.items())},
         }
 
@@ -127,4 +129,5 @@ class TestRecord:
             trace=data.get("trace"),  # type: ignore[arg-type]
             failed_by_devmem=bool(data.get("failed_by_devmem", False)),
             compiles=data.get("compiles"),  # type: ignore[arg-type]
+            leaked_bytes=data.get("leaked_bytes"),  # type: ignore[arg-type]
         )

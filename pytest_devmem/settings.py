@@ -62,6 +62,7 @@ OPTIONS = (
     Option("strict", "Fail tests that have no baseline, and the session when baselines exist for tests that no longer exist.", flag=True),
     Option("frameworks", "Model these frameworks sharing the device in every measured test, e.g. jax,tf: fail a test whose reservations and peaks cannot fit together.", "LIST"),
     Option("benchmark-json", "Write each measured test's peak as github-action-benchmark's customSmallerIsBetter JSON to FILE.", "FILE"),
+    Option("max-leak", "Fail every measured test after which the frameworks still hold more than SIZE of the memory it allocated (e.g. 1MiB); the marker's max_leak= overrides it.", "SIZE"),
     Option("limit", "Fail every measured test whose peak device memory is above SIZE (e.g. 2GiB); the marker's limit= overrides it for one test.", "SIZE"),
     Option("cuda-context", "Device memory one process's CUDA context holds, in the model of frameworks sharing a device (--devmem-frameworks, marker frameworks=). Default: 512MiB.", "SIZE"),
     Option("find-min-fraction", "Report for each measured test the smallest fraction at which it passes under prealloc (replaying its trace).", flag=True),
@@ -139,6 +140,7 @@ class Settings:
     what_if: int | None = None
     traces_dir: Path | None = None
     limit: int | None = None
+    max_leak: int | None = None
     benchmark_json: Path | None = None
     cuda_context_bytes: int = DEFAULT_CUDA_CONTEXT_BYTES
     fraction_chosen: bool = False
@@ -191,6 +193,7 @@ def load_settings(config: pytest.Config) -> Settings:
     what_if = _checked(config, options["what-if"], _positive_size)
     cuda_context = _checked(config, options["cuda-context"], _size_or_zero)
     limit = _checked(config, options["limit"], _positive_size)
+    max_leak = _checked(config, options["max-leak"], _size_or_zero)
     benchmark_text, benchmark_where = raw_value(config, options["benchmark-json"])
     benchmark_path = None
     if benchmark_text:
@@ -231,6 +234,7 @@ def load_settings(config: pytest.Config) -> Settings:
         what_if=what_if,  # type: ignore[arg-type]
         traces_dir=traces_dir,
         limit=limit,  # type: ignore[arg-type]
+        max_leak=max_leak,  # type: ignore[arg-type]
         benchmark_json=benchmark_path,
         cuda_context_bytes=DEFAULT_CUDA_CONTEXT_BYTES if cuda_context is None else cuda_context,  # type: ignore[arg-type]
         fraction_chosen=fraction is not None,

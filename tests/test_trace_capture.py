@@ -393,3 +393,29 @@ def test_a_layer_made_four_times_wider_fails_with_its_function_named(jax_loaded:
     assert main(["compare", str(pytester.path / "baselines"), str(pytester.path / "now.json")]) == 1
     out = capsys.readouterr().out
     assert "What grew at the peak:" in out and "jit(forward_layer) temp 512.00 KiB → 2.00 MiB" in out
+
+
+def test_a_test_that_keeps_an_array_in_a_module_list_leaks_and_a_clean_one_does_not(jax_loaded: object, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import jax.numpy as jnp
+        import pytest
+
+        kept = []
+
+        @pytest.fixture
+        def inputs():
+            return jnp.ones((1024, 1024))  # 4 MiB, freed when the fixture is torn down: no leak
+
+        def test_keeps(inputs):
+            kept.append(jnp.zeros((1024, 1024)) + 1)  # 4 MiB that outlives the test
+
+        def test_clean(inputs):
+            (jnp.zeros((1024, 1024)) + inputs).block_until_ready()
+        """
+    )
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-max-leak=1MiB", "--devmem-report=r.json")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*device memory leaked: 4.00 MiB (4194304 bytes) that the test allocated is still held after it, more than max_leak 1.00 MiB: jit(add) 4.00 MiB*"])
+    records = {r["test_id"].split("::")[-1]: r for r in json.loads((pytester.path / "r.json").read_text())["records"]}
+    assert records["test_keeps"]["leaked_bytes"] == 4 * 2**20 and records["test_clean"]["leaked_bytes"] == 0

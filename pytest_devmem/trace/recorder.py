@@ -28,7 +28,8 @@ class TraceRecorder:
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._events: list[TraceEvent] | None = None
-        self._live: set[int] = set()
+        self._live: dict[int, tuple[int, str, str]] = {}  # id -> (bytes, source, label), allocated in this window
+        self._mark = 0  # ids above this were allocated after mark()
         self._paused = 0
         self._started = 0.0
 
@@ -40,7 +41,8 @@ class TraceRecorder:
         """Open a window; events from before are forgotten."""
         with self._lock:
             self._events = []
-            self._live = set()
+            self._live = {}
+            self._mark = 0
             self._paused = 0
             self._started = self._clock()
 
@@ -48,7 +50,7 @@ class TraceRecorder:
         """Close the window and return its events, with buffers numbered in allocation order."""
         with self._lock:
             events, self._events = self._events or [], None
-            self._live = set()
+            self._live = {}
         numbers: dict[int, int] = {}
         threads: dict[int, int] = {}
         renumbered = []
@@ -58,6 +60,20 @@ class TraceRecorder:
             thread = threads.setdefault(event.thread, len(threads))
             renumbered.append(TraceEvent(event.action, numbers[event.pointer], event.size, event.time, thread, event.stream, event.source, event.label))
         return renumbered
+
+    def mark(self) -> None:
+        """From now on allocations count as the test's own (its call, after its fixtures' setup)."""
+        with self._lock:
+            self._mark = next(self._ids)
+
+    def held_since_mark(self, source: str) -> dict[str, int]:
+        """Bytes still live that `source` allocated after mark(), by label: what a test kept."""
+        held: dict[str, int] = {}
+        with self._lock:
+            for buffer_id, (size, owner, label) in self._live.items():
+                if buffer_id > self._mark and owner == source:
+                    held[label or owner] = held.get(label or owner, 0) + size
+        return held
 
     def elapsed(self) -> float | None:
         """Seconds since the window opened, on the events' clock; None outside a window or while paused."""
@@ -82,7 +98,7 @@ class TraceRecorder:
             if self._events is None or self._paused or size <= 0:
                 return 0
             buffer_id = next(self._ids)
-            self._live.add(buffer_id)
+            self._live[buffer_id] = (int(size), source, label)
             self._events.append(TraceEvent(ALLOCATE, buffer_id, int(size), self._clock() - self._started, threading.get_ident(), 0, source, label))
             return buffer_id
 
@@ -93,5 +109,5 @@ class TraceRecorder:
         with self._lock:
             if self._events is None or buffer_id not in self._live:
                 return
-            self._live.discard(buffer_id)
+            del self._live[buffer_id]
             self._events.append(TraceEvent(FREE, buffer_id, int(size), self._clock() - self._started, threading.get_ident(), 0, source, label))
