@@ -1,8 +1,9 @@
-"""The `devmem` command: compare two sets of measurements, or list baselines, as Markdown tables.
+"""The `devmem` command: compare two sets of measurements, list baselines, replay and draw traces.
 
     devmem compare BASE NEW [--tolerance SPEC] [--all]   exit 1 when anything regressed
     devmem show [DIR]
     devmem replay TRACE --mode M [--fraction F] [--device D]   exit 1 when the trace does not fit
+    devmem plot REPORT|TRACE -o FILE.png|FILE.html [--test ID]
 
 BASE and NEW are each a JSON report (`--devmem-report=FILE.json`), a baseline directory, or one
 baseline file. Measurements are matched by (test id, regime, device class); a simulated device,
@@ -17,7 +18,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from .baseline import BaselineEntry, Comparison, compare, figure_problem, json_files, load_json, read_file
 from .errors import DevmemError
@@ -25,6 +26,9 @@ from .report import FORMAT as REPORT_FORMAT
 from .report import VERSION as REPORT_VERSION
 from .report import markdown_cell
 from .tolerance import DEFAULT_TOLERANCE, METRICS, TOLERANCE_HELP, format_metric, parse_tolerance
+
+if TYPE_CHECKING:
+    from .pool.trace import Trace
 
 Key = tuple[str, str, str]  # test id, regime, device class
 
@@ -188,6 +192,55 @@ def replay_table(path: Path, mode: str, fraction: str | None, device_spec: str) 
     return "\n".join(lines) + "\n", figures.out_of_memory is None
 
 
+def plot_input(path: Path, test: str | None, mode: str | None, fraction: str | None, device_spec: str | None) -> tuple[object, str]:
+    """The timeline to draw and its title: from a trace file (with the regime and device given), or
+    from a JSON report's record (its regime and device; its trace written by --devmem-traces)."""
+    from .pool import Policy
+    from .timeline import build_timeline
+
+    if path.suffix.lower() == ".csv":
+        from .device import open_device
+
+        policy = Policy.of(mode or "prealloc", fraction)
+        device = open_device(device_spec or "sim")
+        try:
+            capacity, name = device.capacity, device.name
+        finally:
+            close = getattr(device, "close", None)
+            if close is not None:
+                close()
+        trace = _read_trace(path)
+        return build_timeline(trace, policy, capacity, name), f"{path.name} under {policy.label} on {name}"
+    _, document = load_json(path)
+    if not isinstance(document, dict) or not isinstance(document.get("records"), list) or not isinstance(document.get("session"), dict):
+        raise InputError(f"{path}: not a pytest-devmem JSON report (--devmem-report=FILE.json) nor a trace (.csv)")
+    records = [r for r in document["records"] if isinstance(r, dict) and isinstance(r.get("test_id"), str)]
+    if test:
+        records = [r for r in records if test in r["test_id"]]
+    traced = [r for r in records if isinstance(r.get("trace"), dict) and isinstance(r["trace"].get("file"), str)]
+    if not traced:
+        which = f" matching {test!r}" if test else ""
+        raise InputError(f"{path}: no record{which} has a trace file: run pytest with --devmem-traces=DIR and --devmem-report")
+    record = max(traced, key=lambda r: r.get("peak_bytes_in_use") or 0)
+    session = document["session"]
+    capacity = session.get("device_capacity_bytes")
+    if not isinstance(capacity, int) or capacity <= 0:
+        raise InputError(f"{path}: the session's device_capacity_bytes is missing or not a positive number")
+    trace = _read_trace(Path(record["trace"]["file"]))
+    policy = Policy.from_label(str(record.get("regime", "prealloc")))
+    device_name = str(session.get("device", "device"))
+    return build_timeline(trace, policy, capacity, device_name), f"{record['test_id']} under {policy.label} on {device_name}"
+
+
+def _read_trace(path: Path) -> Trace:
+    from .pool.trace import Trace
+
+    try:
+        return Trace.read_csv(path)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the trace: {exc.strerror or exc}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="devmem", description="Compare and list pytest-devmem measurements.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -203,8 +256,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     replay_parser.add_argument("--mode", required=True, help="prealloc, fraction, ondemand (platform) or growth")
     replay_parser.add_argument("--fraction", default=None, help="Fraction of the device, in (0, 1]")
     replay_parser.add_argument("--device", default="sim", help="Device whose capacity to use: sim, sim:SIZE, cuda:N (default: sim, 16 GiB)")
+    plot_parser = commands.add_parser("plot", help="Draw a test's memory over its events and the pool's map at its peak, as PNG or HTML")
+    plot_parser.add_argument("input", type=Path, help="A JSON report with traces (--devmem-report and --devmem-traces), or one trace (.csv)")
+    plot_parser.add_argument("-o", "--output", type=Path, required=True, help="FILE.png (needs matplotlib) or FILE.html (self-contained)")
+    plot_parser.add_argument("--test", default=None, help="Part of the test id to draw (default: the record with the largest peak)")
+    plot_parser.add_argument("--mode", default=None, help="For a trace: the regime (default prealloc)")
+    plot_parser.add_argument("--fraction", default=None, help="For a trace: the fraction, in (0, 1]")
+    plot_parser.add_argument("--device", default=None, help="For a trace: the device whose capacity to use (default sim, 16 GiB)")
     args = parser.parse_args(argv)
     try:
+        if args.command == "plot":
+            from .plot import write_plot
+
+            timeline, title = plot_input(args.input, args.test, args.mode, args.fraction, args.device)
+            write_plot(timeline, args.output, title)  # type: ignore[arg-type]
+            print(f"wrote {args.output}")
+            return 0
         if args.command == "replay":
             text, fitted = replay_table(args.trace, args.mode, args.fraction, args.device)
             sys.stdout.write(text)

@@ -135,6 +135,8 @@ def child_command(config: pytest.Config, regime: Regime, settings: Settings, out
     command += ["--devmem-cuda-context", str(settings.cuda_context_bytes)]
     if settings.limit is not None:
         command += ["--devmem-limit", str(settings.limit)]
+    if settings.artifacts_dir is not None:
+        command += ["--devmem-artifacts", str(settings.artifacts_dir)]
     if settings.max_leak is not None:
         command += ["--devmem-max-leak", str(settings.max_leak)]
     if settings.traces_dir is not None:

@@ -381,6 +381,7 @@ class DevmemManager:
             tolerance = parse_tolerance(spec.tolerance) if isinstance(spec, MarkSpec) and spec.tolerance is not None else self.settings.tolerance
             failure = baseline_verdict(record, self.store, tolerance, update=self.settings.update, strict=self.settings.strict)
         if failure is not None and report.outcome == "passed":
+            failure += self._leave_artifacts(record, policy)
             report.outcome = "failed"
             report.longrepr = failure
             report.devmem_failure = True  # type: ignore[attr-defined]  # its own status letter, M
@@ -410,6 +411,25 @@ class DevmemManager:
             return
         if record.trace is not None:
             record.trace["file"] = str(path)
+
+    def _leave_artifacts(self, record: TestRecord, policy: Policy) -> str:
+        """With --devmem-artifacts=DIR: the failing test's trace and its picture there; the lines that say where."""
+        directory = self.settings.artifacts_dir
+        if directory is None or record.trace_events is None:
+            return ""
+        from .files import safe_file_name
+        from .plot import write_plot
+        from .timeline import build_timeline
+
+        stem = directory / safe_file_name(f"{record.test_id}[{record.regime}]")
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            record.trace_events.write_csv(stem.with_name(stem.name + ".csv"))
+            timeline = build_timeline(record.trace_events, policy, self.device.capacity, self.device.name)
+            write_plot(timeline, stem.with_name(stem.name + ".html"), f"{record.test_id} under {policy.label} on {self.device.name}")
+        except OSError as exc:
+            return f"\n  artifacts not written to {directory}: {exc.strerror or exc}"
+        return f"\n  artifacts: {self._shown(stem)}.html (timeline and memory map), {self._shown(stem)}.csv (trace)"
 
     def _analyse_trace(self, record: TestRecord, policy: Policy) -> None:
         """Replay the test's trace: the smallest prealloc fraction it needs, and how a device of another size fares."""

@@ -61,6 +61,7 @@ OPTIONS = (
     Option("tolerance", f"How far a metric may move from its baseline: {TOLERANCE_HELP}. Default: {DEFAULT_TOLERANCE} on peak_bytes_in_use.", "SPEC"),
     Option("strict", "Fail tests that have no baseline, and the session when baselines exist for tests that no longer exist.", flag=True),
     Option("frameworks", "Model these frameworks sharing the device in every measured test, e.g. jax,tf: fail a test whose reservations and peaks cannot fit together.", "LIST"),
+    Option("artifacts", "For each test that fails pytest-devmem's checks, leave its trace (.csv) and a self-contained picture of it (.html) in DIR; the failure says where.", "DIR"),
     Option("benchmark-json", "Write each measured test's peak as github-action-benchmark's customSmallerIsBetter JSON to FILE.", "FILE"),
     Option("max-leak", "Fail every measured test after which the frameworks still hold more than SIZE of the memory it allocated (e.g. 1MiB); the marker's max_leak= overrides it.", "SIZE"),
     Option("limit", "Fail every measured test whose peak device memory is above SIZE (e.g. 2GiB); the marker's limit= overrides it for one test.", "SIZE"),
@@ -142,6 +143,7 @@ class Settings:
     limit: int | None = None
     max_leak: int | None = None
     benchmark_json: Path | None = None
+    artifacts_dir: Path | None = None
     cuda_context_bytes: int = DEFAULT_CUDA_CONTEXT_BYTES
     fraction_chosen: bool = False
     worker_plan: WorkerPlan | None = None
@@ -194,6 +196,14 @@ def load_settings(config: pytest.Config) -> Settings:
     cuda_context = _checked(config, options["cuda-context"], _size_or_zero)
     limit = _checked(config, options["limit"], _positive_size)
     max_leak = _checked(config, options["max-leak"], _size_or_zero)
+    artifacts_text, artifacts_where = raw_value(config, options["artifacts"])
+    artifacts_dir = None
+    if artifacts_text:
+        artifacts_dir = Path(artifacts_text)
+        if not artifacts_dir.is_absolute():
+            artifacts_dir = config.invocation_params.dir / artifacts_dir
+        if _kind_of(artifacts_dir, "artifacts directory", artifacts_where) == "other":
+            raise pytest.UsageError(f"invalid devmem artifacts directory {artifacts_text!r} (from {artifacts_where}): it exists and is not a directory")
     benchmark_text, benchmark_where = raw_value(config, options["benchmark-json"])
     benchmark_path = None
     if benchmark_text:
@@ -236,6 +246,7 @@ def load_settings(config: pytest.Config) -> Settings:
         limit=limit,  # type: ignore[arg-type]
         max_leak=max_leak,  # type: ignore[arg-type]
         benchmark_json=benchmark_path,
+        artifacts_dir=artifacts_dir,
         cuda_context_bytes=DEFAULT_CUDA_CONTEXT_BYTES if cuda_context is None else cuda_context,  # type: ignore[arg-type]
         fraction_chosen=fraction is not None,
         worker_plan=plan,

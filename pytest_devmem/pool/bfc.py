@@ -176,6 +176,12 @@ class BFCPool(PoolCounters):
         """(start address, size) of each region held, in the order they were taken."""
         return list(self._regions.items())
 
+    def allocated_size(self, handle: int) -> int:
+        """Bytes the chunk at `handle` takes in the pool (the request rounded, or more when not split)."""
+        if handle not in self._requested:
+            raise self._invalid_free(handle)
+        return self._size[handle]
+
     def size_of(self, handle: int) -> int:
         """Bytes the caller asked for when `handle` was allocated."""
         try:

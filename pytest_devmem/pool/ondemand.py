@@ -56,6 +56,13 @@ class OnDemandPool(PoolCounters):
         self.requested_bytes_in_use -= requested
         self.bytes_reserved = self.bytes_in_use
 
+    def allocated_size(self, handle: int) -> int:
+        """Bytes the device holds for `handle` (the request rounded to the device's alignment)."""
+        try:
+            return self._held[handle][0]
+        except KeyError:
+            raise InvalidFreeError(f"unknown handle {handle!r}: this pool never allocated it") from None
+
     def size_of(self, handle: int) -> int:
         """Bytes the caller asked for when `handle` was allocated."""
         try:

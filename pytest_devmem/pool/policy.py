@@ -103,3 +103,17 @@ class Policy:
 
     def __str__(self) -> str:
         return self.label
+
+    @classmethod
+    def from_label(cls, label: str) -> Policy:
+        """The policy a `label` names (`prealloc`, `fraction=0.5`, `growth(fraction=0.5)`,
+        `ondemand`; a record's `default` is the prealloc the fixture uses)."""
+        text = label.strip()
+        if text == "default":
+            return cls.of("prealloc")
+        if text.startswith("fraction="):
+            return cls.of("fraction", text.split("=", 1)[1])
+        if text.endswith(")") and "(fraction=" in text:
+            mode, fraction = text[:-1].split("(fraction=", 1)
+            return cls.of(mode, fraction)
+        return cls.of(text)
