@@ -4,6 +4,7 @@
     devmem show [DIR]
     devmem replay TRACE --mode M [--fraction F] [--device D]   exit 1 when the trace does not fit
     devmem plot REPORT|TRACE -o FILE.png|FILE.html [--test ID]
+    devmem history REPORT...|DIR [--tolerance SPEC] [-o trend.png]   exit 1 when a test moved
 
 BASE and NEW are each a JSON report (`--devmem-report=FILE.json`), a baseline directory, or one
 baseline file. Measurements are matched by (test id, regime, device class); a simulated device,
@@ -241,6 +242,20 @@ def _read_trace(path: Path) -> Trace:
         raise InputError(f"{path}: cannot read the trace: {exc.strerror or exc}") from None
 
 
+def history_command(inputs: Sequence[Path], tolerance_spec: str, output: Path | None) -> int:
+    from . import history
+
+    tolerance = parse_tolerance(tolerance_spec)
+    frame = history.load_frame(history.report_files(inputs))
+    table = history.pivot(frame)
+    moved = history.steps(table, tolerance)
+    sys.stdout.write(history.markdown(table, moved, tolerance))
+    if output is not None:
+        history.draw_trend(table, moved, output)
+        print(f"\nwrote {output}")
+    return 1 if moved else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="devmem", description="Compare and list pytest-devmem measurements.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -263,8 +278,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     plot_parser.add_argument("--mode", default=None, help="For a trace: the regime (default prealloc)")
     plot_parser.add_argument("--fraction", default=None, help="For a trace: the fraction, in (0, 1]")
     plot_parser.add_argument("--device", default=None, help="For a trace: the device whose capacity to use (default sim, 16 GiB)")
+    history_parser = commands.add_parser("history", help="Line up reports of many commits: tests x commits, and the steps where a peak moved")
+    history_parser.add_argument("inputs", type=Path, nargs="+", help="JSON reports, or directories holding them")
+    history_parser.add_argument("--tolerance", default=DEFAULT_TOLERANCE, help=f"What counts as a move ({TOLERANCE_HELP.replace('%', '%%')}); default {DEFAULT_TOLERANCE.replace('%', '%%')}")
+    history_parser.add_argument("-o", "--output", type=Path, default=None, help="Also draw the tests that moved to FILE.png (needs matplotlib)")
     args = parser.parse_args(argv)
     try:
+        if args.command == "history":
+            return history_command(args.inputs, args.tolerance, args.output)
         if args.command == "plot":
             from .plot import write_plot
 

@@ -494,12 +494,15 @@ class DevmemManager:
                 versions[package] = importlib.metadata.version(package)
             except importlib.metadata.PackageNotFoundError:
                 pass
+        from .provenance import provenance
+
         return {
             "device": self.device.name,
             "device_class": self.device.device_class,
             "device_capacity_bytes": self.device.capacity,
             "regime": self.settings.regime.label if self.settings.regime else None,
             "versions": versions,
+            **provenance(self.config.rootpath, versions, self.device.device_class),
         }
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

@@ -42,3 +42,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("gpu"):
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def pandas_loaded() -> object:
+    """pandas (and numpy under it) imported once for the session, for the same reason as `jax_loaded`."""
+    return pytest.importorskip("pandas")
+
+
+@pytest.fixture(scope="session")
+def matplotlib_loaded() -> object:
+    """matplotlib imported once for the session, for the same reason as `jax_loaded`."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401
+
+    return matplotlib

@@ -30,8 +30,7 @@ def test_the_timeline_follows_the_replay_and_names_the_holders_at_the_peak() -> 
     assert sum(timeline.region_sizes) == timeline.reserved[1]
 
 
-def test_devmem_plot_draws_a_real_jax_test_as_png_and_html(jax_loaded: object, pytester: pytest.Pytester) -> None:
-    pytest.importorskip("matplotlib")
+def test_devmem_plot_draws_a_real_jax_test_as_png_and_html(jax_loaded: object, matplotlib_loaded: object, pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
         import jax

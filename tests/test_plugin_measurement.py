@@ -60,7 +60,7 @@ def test_tensorflow_peak_doubles_when_the_test_allocates_twice_as_much(tensorflo
 
 
 @pytest.mark.parametrize("suffix", [".json", ".csv", ".md"])
-def test_report_formats(pytester: pytest.Pytester, suffix: str) -> None:
+def test_report_formats(pandas_loaded: object, pytester: pytest.Pytester, suffix: str) -> None:
     pytester.makepyfile(
         """
         def test_pool(devmem):
