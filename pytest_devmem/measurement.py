@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from .device import Device
 from .pool import Policy
-from .pool.trace import TraceEvent
+from .pool.trace import ALLOCATE, Trace, TraceEvent
 from .record import TestRecord
 from .regime import jax_backend_started
 from .replay import replay_figures
@@ -36,6 +36,24 @@ def _tensorflow_kept(readings: list[Reading]) -> dict[str, int]:
     return {}
 
 
+TEMP, ARGUMENT = " temp", " argument"
+
+
+def executable_summary(trace: Trace, runs: dict[str, int]) -> dict[str, dict[str, int]]:
+    """Per JAX executable that ran: its runs, and the bytes of its outputs, temp buffers and
+    transferred arguments over the test (from the trace's labels)."""
+    summary = {name: {"runs": count, "output_bytes": 0, "temp_bytes": 0, "argument_bytes": 0} for name, count in runs.items()}
+    for event in trace:
+        if event.action != ALLOCATE or event.source != "jax" or not event.label:
+            continue
+        for suffix, key in ((TEMP, "temp_bytes"), (ARGUMENT, "argument_bytes"), ("", "output_bytes")):
+            name = event.label[: -len(suffix)] if suffix and event.label.endswith(suffix) else (event.label if not suffix else "")
+            if name in summary:
+                summary[name][key] += event.size
+                break
+    return dict(sorted(summary.items()))
+
+
 @dataclass
 class Captured:
     """What one test left: its recorded events and each raw source's reading."""
@@ -46,6 +64,7 @@ class Captured:
     tensorflow_first_activity: float | None = None
     compiled: list[str] | None = None  # executables JAX compiled during the test; None where JAX is not traced
     kept: dict[str, int] | None = None  # what the frameworks still hold that the test allocated; None: not checked
+    runs: dict[str, int] = field(default_factory=dict)  # JAX executables run in the test, by name
 
 
 class Measurement:
@@ -115,7 +134,7 @@ class Measurement:
         if unknown:
             notes.append("no memory analysis for " + ", ".join(unknown) + ": their temp buffers are not in the trace")
         compiled = list(self.jax_capture.window.compiled) if self.jax_capture.installed else None
-        return Captured(events, readings, notes, first_activity, compiled, kept)
+        return Captured(events, readings, notes, first_activity, compiled, kept, dict(self.jax_capture.window.executables))
 
     def jax_platform_problem(self) -> str | None:
         """On a GPU session, JAX must run on the GPU: jaxlib falls back to CPU, with only a log line,
@@ -163,6 +182,8 @@ class Measurement:
             record.leaked_bytes = sum(captured.kept.values())
             if record.trace is not None:
                 record.trace["kept"] = captured.kept
+        if captured.runs and record.trace is not None:
+            record.trace["executables"] = executable_summary(trace, captured.runs)
         if captured.compiled is not None:
             record.compiles = len(captured.compiled)
             if record.trace is not None:

@@ -419,3 +419,11 @@ def test_a_test_that_keeps_an_array_in_a_module_list_leaks_and_a_clean_one_does_
     result.stdout.fnmatch_lines(["*device memory leaked: 4.00 MiB (4194304 bytes) that the test allocated is still held after it, more than max_leak 1.00 MiB: jit(add) 4.00 MiB*"])
     records = {r["test_id"].split("::")[-1]: r for r in json.loads((pytester.path / "r.json").read_text())["records"]}
     assert records["test_keeps"]["leaked_bytes"] == 4 * 2**20 and records["test_clean"]["leaked_bytes"] == 0
+
+
+def test_each_executable_is_summed_up_in_the_record(jax_loaded: object, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_layer=LAYER)
+    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-report=r.json").assert_outcomes(passed=1)
+    executables = json.loads((pytester.path / "r.json").read_text())["records"][0]["trace"]["executables"]
+    layer = executables["jit(forward_layer)"]
+    assert layer["runs"] == 1 and layer["output_bytes"] == 512 * 512 * 4 and layer["temp_bytes"] > 0 and layer["argument_bytes"] == 0
