@@ -23,7 +23,7 @@ from .pool.base import Pool
 from .measurement import Captured, Measurement
 from .record import TestRecord
 from .regime import Regime, configure_tensorflow_gpus, jax_backend_started, restore
-from .report import benchmark_json, capped, render, rows_for_review, terminal_table
+from .report import benchmark_json, render
 from .settings import Settings, add_options, load_settings
 from .tolerance import parse_tolerance
 from .trace.pool import RecordingPool
@@ -369,17 +369,7 @@ class DevmemManager:
         )
         self._write_trace(record)
         self._analyse_trace(record, policy)
-        failure = limit_verdict(record.peak_bytes_in_use, limit) or replay_oom_verdict(record, self.device)
-        if failure is None and isinstance(spec, MarkSpec):
-            failure = compiles_verdict(captured.compiled, spec.max_compiles)
-        if failure is None:
-            failure = leak_verdict(captured.kept, self._max_leak(item))
-        if failure is None:
-            frameworks = spec.frameworks if isinstance(spec, MarkSpec) and spec.frameworks else self.settings.frameworks
-            failure = sharing_verdict(record, frameworks, regime, self.device, self.settings.cuda_context_bytes, os.environ)
-        if failure is None:
-            tolerance = parse_tolerance(spec.tolerance) if isinstance(spec, MarkSpec) and spec.tolerance is not None else self.settings.tolerance
-            failure = baseline_verdict(record, self.store, tolerance, update=self.settings.update, strict=self.settings.strict)
+        failure = self._first_failure(item, spec, regime, record, captured)
         if failure is not None and report.outcome == "passed":
             failure += self._leave_artifacts(record, policy)
             report.outcome = "failed"
@@ -394,6 +384,23 @@ class DevmemManager:
         else:
             self._local_records[item.nodeid] = record
         return report
+
+    def _first_failure(self, item: pytest.Item, spec: MarkSpec | str | None, regime: Regime | None, record: TestRecord, captured: Captured) -> str | None:
+        """pytest-devmem's checks in order (limit, replayed OOM, recompiles, leak, frameworks sharing the
+        device, baseline); the first failure's text, or None. Each check records what it found."""
+        marked = spec if isinstance(spec, MarkSpec) else None
+        failure = limit_verdict(record.peak_bytes_in_use, record.limit_bytes) or replay_oom_verdict(record, self.device)
+        if failure is None and marked is not None:
+            failure = compiles_verdict(captured.compiled, marked.max_compiles)
+        if failure is None:
+            failure = leak_verdict(captured.kept, self._max_leak(item))
+        if failure is None:
+            frameworks = marked.frameworks if marked is not None and marked.frameworks else self.settings.frameworks
+            failure = sharing_verdict(record, frameworks, regime, self.device, self.settings.cuda_context_bytes, os.environ)
+        if failure is None:
+            tolerance = parse_tolerance(marked.tolerance) if marked is not None and marked.tolerance is not None else self.settings.tolerance
+            failure = baseline_verdict(record, self.store, tolerance, update=self.settings.update, strict=self.settings.strict)
+        return failure
 
     def _write_trace(self, record: TestRecord) -> None:
         """With --devmem-traces=DIR: the test's trace as an RMM-style CSV, named after the test and regime."""
@@ -429,7 +436,7 @@ class DevmemManager:
             write_plot(timeline, stem.with_name(stem.name + ".html"), f"{record.test_id} under {policy.label} on {self.device.name}")
         except OSError as exc:
             return f"\n  artifacts not written to {directory}: {exc.strerror or exc}"
-        return f"\n  artifacts: {self._shown(stem)}.html (timeline and memory map), {self._shown(stem)}.csv (trace)"
+        return f"\n  artifacts: {self.shown(stem)}.html (timeline and memory map), {self.shown(stem)}.csv (trace)"
 
     def _analyse_trace(self, record: TestRecord, policy: Policy) -> None:
         """Replay the test's trace: the smallest prealloc fraction it needs, and how a device of another size fares."""
@@ -506,83 +513,17 @@ class DevmemManager:
         }
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-        if not self.records or self.is_child:
-            return
-        write = terminalreporter.write_line
-        terminalreporter.section("device memory (pytest-devmem)")
-        everything = config.getoption("verbose", 0) > 0
-        write(f"device {self.device.name}; {len(self.records)} measured test(s)")
-        shown, hidden = rows_for_review(self.records, everything)
-        for line in terminal_table(shown):
-            write(line)
-        if hidden:
-            write(f"... and {hidden} more measured test(s), none failed, regressed or improved (-v or the report lists them all)")
-        notes = sorted({f"{name}: {reading.note}" for r in self.records for name, reading in r.sources.items() if not reading.available and not reading.unused and reading.note})
-        if getattr(self.device, "index", None) is None:
-            notes.append("nvml: not used, the device is simulated")
-        if notes:
-            write("sources not measuring here: " + "; ".join(notes))
-        if self.child_outcomes:
-            started = sum(outcome.children_started for outcome in self.child_outcomes.values())
-            labels = ", ".join(regime.label for regime in self.child_outcomes)
-            write(f"isolated regimes: {labels} ({started} child process(es))")
-        self._summarize_analysis(write)
-        if self.xdist_note:
-            write(f"xdist: {self.xdist_note}")
-        self._summarize_baselines(write, everything)
-        memory = [r.test_id for r in self.records if r.failed_by_devmem]
-        if memory:
-            terminalreporter.write_line(f"MEMORY PROBLEMS: {len(memory)} test(s) failed by pytest-devmem's checks alone: " + ", ".join(memory), red=True, bold=True)
-        for problem in self.write_problems:
-            terminalreporter.write_line(f"pytest-devmem: {problem}", red=True, bold=True)
-        if self.settings.report_path is not None and not any(p.startswith("report not written") for p in self.write_problems):
-            write(f"report written to {self._shown(self.settings.report_path)}")
+        if self.records and not self.is_child:
+            from .summary import SessionSummary
 
-    def _shown(self, path: object) -> str:
+            SessionSummary(self, terminalreporter, everything=config.getoption("verbose", 0) > 0).write()
+
+    def shown(self, path: object) -> str:
         """A path relative to where pytest was started, when it lies below it."""
         try:
             return str(Path(str(path)).relative_to(self.config.invocation_params.dir))
         except ValueError:
             return str(path)
-
-    def _summarize_analysis(self, write: Any) -> None:
-        records = self.records
-        shared = [r for r in records if r.sharing is not None and not r.sharing.get("fits")]
-        if shared:
-            write(f"frameworks that cannot share the device: {len(shared)} test(s): " + ", ".join(r.test_id for r in shared))
-        if self.settings.find_min_fraction:
-            write(f"smallest prealloc fraction that passes (traces replayed on {self.device.name}):")
-            for r in records:
-                if r.analysis is not None and "min_fraction" in r.analysis:
-                    value = r.analysis["min_fraction"]
-                    write(f"  {r.test_id} [{r.regime}]: " + (f"{value:.2f}" if value is not None else "does not fit even at 1.00"))
-        if self.settings.what_if is not None:
-            size = format_size(self.settings.what_if)
-            answers = [(r, r.analysis["what_if"]) for r in records if r.analysis is not None and "what_if" in r.analysis]
-            failing = [(r, answer) for r, answer in answers if isinstance(answer, dict) and not answer.get("ok", True)]
-            write(f"what if the device had {size}: {len(failing)} of {len(answers)} replayed test(s) would run out of memory")
-            for r, answer in failing:
-                write(f"  {r.test_id} [{r.regime}]: {answer['message']}")
-
-    def _summarize_baselines(self, write: Any, everything: bool) -> None:
-        statuses: dict[str, list[str]] = {}
-        for record in self.records:
-            if record.baseline is not None:
-                statuses.setdefault(str(record.baseline["status"]), []).append(f"{record.test_id} [{record.regime}]")
-        counts = ", ".join(f"{len(ids)} {status}" for status, ids in sorted(statuses.items()))
-        write(f"baselines ({self._shown(self.store.directory)}): {counts or 'none compared'}")
-        if statuses.get("improved") and not self.settings.update:
-            write("improved beyond tolerance (refresh with --devmem-update): " + capped(sorted(statuses["improved"]), everything))
-        if statuses.get("new") and not self.settings.update:
-            write("new, no baseline yet (record with --devmem-update): " + capped(sorted(statuses["new"]), everything))
-        reasons = [f"{r.test_id} [{r.regime}]: {r.baseline.get('reason')}" for r in self.records if r.baseline is not None and r.baseline.get("status") == "not baselined"]
-        if reasons and not self.settings.update:
-            write("not baselined, and why (record with --devmem-update once they pass): " + capped(sorted(reasons), everything, separator="; "))
-        if self.baselines_written:
-            write(f"baselines written: {len(self.baselines_written)} file(s): " + ", ".join(self._shown(p) for p in self.baselines_written))
-        if self.stale:
-            verdict = "failing the session (--devmem-strict)" if self.settings.strict else "delete them or run with --devmem-strict to fail"
-            write(f"stale baselines, for tests that no longer exist ({verdict}): " + ", ".join(self.stale))
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
