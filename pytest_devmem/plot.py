@@ -110,7 +110,7 @@ def render_html(timeline: Timeline, title: str) -> str:
         f"</head><body><h2>{html.escape(title)}</h2>",
         f"<p>Regime {html.escape(timeline.regime)} on {html.escape(timeline.device)} ({format_size(timeline.capacity)}); "
         f"{len(timeline.in_use)} events; peak in use {format_size(timeline.peak_in_use)}; most reserved {format_size(max(timeline.reserved, default=0))}.</p>",
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width + 120:.0f}' height='{height + 60:.0f}' role='img' aria-label='bytes in use and reserved over the events'>",
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width + 220:.0f}' height='{height + 60:.0f}' role='img' aria-label='bytes in use and reserved over the events'>",
         f"<rect x='60' y='10' width='{width:.0f}' height='{height:.0f}' fill='none' stroke='#ccc'/>",
         f"<polyline fill='none' stroke='#999' stroke-dasharray='4 3' points='{_points(timeline.reserved, width, height, 10, reserved_scale)}'/>",
         f"<polyline fill='none' stroke='#1f77b4' stroke-width='1.5' points='{_points(timeline.in_use, width, height, 10, in_use_scale)}'/>",
