@@ -158,24 +158,13 @@ def show_table(measurements: dict[Key, Measurement]) -> str:
 
 def replay_table(path: Path, mode: str, fraction: str | None, device_spec: str) -> tuple[str, bool]:
     """What a regime makes of a recorded trace (RMM-style CSV), as Markdown; and whether it fitted."""
-    from .device import open_device
     from .pool import Policy
-    from .pool.trace import Trace
     from .replay import replay_figures
     from .units import format_size
 
     policy = Policy.of(mode, fraction)
-    device = open_device(device_spec)
-    try:
-        capacity, name = device.capacity, device.name
-    finally:
-        close = getattr(device, "close", None)
-        if close is not None:
-            close()
-    try:
-        trace = Trace.read_csv(path)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read the trace: {exc.strerror or exc}") from None
+    capacity, name = _device_capacity(device_spec)
+    trace = _read_trace(path)
     figures = replay_figures(trace, policy, capacity)
     rows = [
         ("events", str(figures.events), ""),
@@ -200,16 +189,8 @@ def plot_input(path: Path, test: str | None, mode: str | None, fraction: str | N
     from .timeline import build_timeline
 
     if path.suffix.lower() == ".csv":
-        from .device import open_device
-
         policy = Policy.of(mode or "prealloc", fraction)
-        device = open_device(device_spec or "sim")
-        try:
-            capacity, name = device.capacity, device.name
-        finally:
-            close = getattr(device, "close", None)
-            if close is not None:
-                close()
+        capacity, name = _device_capacity(device_spec or "sim")
         trace = _read_trace(path)
         return build_timeline(trace, policy, capacity, name), f"{path.name} under {policy.label} on {name}"
     _, document = load_json(path)
@@ -231,6 +212,19 @@ def plot_input(path: Path, test: str | None, mode: str | None, fraction: str | N
     policy = Policy.from_label(str(record.get("regime", "prealloc")))
     device_name = str(session.get("device", "device"))
     return build_timeline(trace, policy, capacity, device_name), f"{record['test_id']} under {policy.label} on {device_name}"
+
+
+def _device_capacity(spec: str) -> tuple[int, str]:
+    """The capacity and name of the device a spec names; a real GPU is let go at once."""
+    from .device import open_device
+
+    device = open_device(spec)
+    try:
+        return device.capacity, device.name
+    finally:
+        close = getattr(device, "close", None)
+        if close is not None:
+            close()
 
 
 def _read_trace(path: Path) -> Trace:

@@ -46,11 +46,13 @@ def executable_summary(trace: Trace, runs: dict[str, int]) -> dict[str, dict[str
     for event in trace:
         if event.action != ALLOCATE or event.source != "jax" or not event.label:
             continue
-        for suffix, key in ((TEMP, "temp_bytes"), (ARGUMENT, "argument_bytes"), ("", "output_bytes")):
-            name = event.label[: -len(suffix)] if suffix and event.label.endswith(suffix) else (event.label if not suffix else "")
-            if name in summary:
-                summary[name][key] += event.size
+        name, key = event.label, "output_bytes"
+        for suffix, what in ((TEMP, "temp_bytes"), (ARGUMENT, "argument_bytes")):
+            if name.endswith(suffix):
+                name, key = name[: -len(suffix)], what
                 break
+        if name in summary:
+            summary[name][key] += event.size
     return dict(sorted(summary.items()))
 
 

@@ -172,54 +172,17 @@ def load_settings(config: pytest.Config) -> Settings:
             raise pytest.UsageError(f"{exc} (from {options['mode'].option} and {options['fraction'].option})") from None
     device_spec, device_from = raw_value(config, options["device"])
     device_spec = device_spec or "auto"
-    report, report_where = raw_value(config, options["report"])
-    report_path = None
-    if report:
-        report_path = Path(report)
-        if report_path.suffix.lower() not in REPORT_FORMATS:
-            raise pytest.UsageError(
-                f"invalid devmem report file {report!r} (from {report_where}): the extension must be one of {', '.join(REPORT_FORMATS)}"
-            )
-        if not report_path.is_absolute():
-            report_path = config.invocation_params.dir / report_path
-        if _kind_of(report_path, "report file", report_where) == "directory":
-            raise pytest.UsageError(f"invalid devmem report file {report!r} (from {report_where}): it is a directory")
-    baselines_text, baselines_where = raw_value(config, options["baselines"])
-    baselines = Path(baselines_text) if baselines_text else config.rootpath / "baselines"
-    if not baselines.is_absolute():
-        baselines = config.invocation_params.dir / baselines
-    if _kind_of(baselines, "baselines directory", baselines_where) == "other":
-        raise pytest.UsageError(f"invalid devmem baselines directory {str(baselines_text or baselines)!r} (from {baselines_where}): it exists and is not a directory")
+    report_path = _path_setting(config, options["report"], "report file", directory=False, suffixes=REPORT_FORMATS)
+    baselines = _path_setting(config, options["baselines"], "baselines directory", directory=True, default=config.rootpath / "baselines")
     tolerance = _checked(config, options["tolerance"], parse_tolerance) or parse_tolerance(DEFAULT_TOLERANCE)
     frameworks = _checked(config, options["frameworks"], parse_frameworks) or ()
     what_if = _checked(config, options["what-if"], _positive_size)
     cuda_context = _checked(config, options["cuda-context"], _size_or_zero)
     limit = _checked(config, options["limit"], _positive_size)
     max_leak = _checked(config, options["max-leak"], _size_or_zero)
-    artifacts_text, artifacts_where = raw_value(config, options["artifacts"])
-    artifacts_dir = None
-    if artifacts_text:
-        artifacts_dir = Path(artifacts_text)
-        if not artifacts_dir.is_absolute():
-            artifacts_dir = config.invocation_params.dir / artifacts_dir
-        if _kind_of(artifacts_dir, "artifacts directory", artifacts_where) == "other":
-            raise pytest.UsageError(f"invalid devmem artifacts directory {artifacts_text!r} (from {artifacts_where}): it exists and is not a directory")
-    benchmark_text, benchmark_where = raw_value(config, options["benchmark-json"])
-    benchmark_path = None
-    if benchmark_text:
-        benchmark_path = Path(benchmark_text)
-        if not benchmark_path.is_absolute():
-            benchmark_path = config.invocation_params.dir / benchmark_path
-        if _kind_of(benchmark_path, "benchmark JSON file", benchmark_where) == "directory":
-            raise pytest.UsageError(f"invalid devmem benchmark JSON file {benchmark_text!r} (from {benchmark_where}): it is a directory")
-    traces_text, traces_where = raw_value(config, options["traces"])
-    traces_dir = None
-    if traces_text:
-        traces_dir = Path(traces_text)
-        if not traces_dir.is_absolute():
-            traces_dir = config.invocation_params.dir / traces_dir
-        if _kind_of(traces_dir, "traces directory", traces_where) == "other":
-            raise pytest.UsageError(f"invalid devmem traces directory {traces_text!r} (from {traces_where}): it exists and is not a directory")
+    artifacts_dir = _path_setting(config, options["artifacts"], "artifacts directory", directory=True)
+    benchmark_path = _path_setting(config, options["benchmark-json"], "benchmark JSON file", directory=False)
+    traces_dir = _path_setting(config, options["traces"], "traces directory", directory=True)
     plan = None
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker and not config.getoption("devmem_child_output", default=None):
@@ -235,7 +198,7 @@ def load_settings(config: pytest.Config) -> Settings:
         device_spec=device_spec,
         device_from=device_from,
         report_path=report_path,
-        baselines=baselines,
+        baselines=baselines,  # type: ignore[arg-type]  # it has a default
         update=bool(_checked(config, options["update"], parse_flag)),
         tolerance=tolerance,  # type: ignore[arg-type]
         strict=bool(_checked(config, options["strict"], parse_flag)),
@@ -255,6 +218,29 @@ def load_settings(config: pytest.Config) -> Settings:
 
 def parse_frameworks(value: str) -> tuple[str, ...]:
     return normalize_frameworks(tuple(name.strip() for name in value.split(",") if name.strip()))
+
+
+def _path_setting(config: pytest.Config, option: Option, what: str, *, directory: bool, default: Path | None = None, suffixes: tuple[str, ...] = ()) -> Path | None:
+    """A file or directory setting, made absolute against where pytest was started (`default` when
+    unset). A usage error, naming the value and where it came from, when it has the wrong
+    extension, is a directory where a file is written (or the reverse), or is a path the OS refuses."""
+    text, where = raw_value(config, option)
+    if not text:
+        if default is None:
+            return None
+        text, path = str(default), default
+    else:
+        path = Path(text)
+    if suffixes and path.suffix.lower() not in suffixes:
+        raise pytest.UsageError(f"invalid devmem {what} {text!r} (from {where}): the extension must be one of {', '.join(suffixes)}")
+    if not path.is_absolute():
+        path = config.invocation_params.dir / path
+    kind = _kind_of(path, what, where)
+    if directory and kind == "other":
+        raise pytest.UsageError(f"invalid devmem {what} {text!r} (from {where}): it exists and is not a directory")
+    if not directory and kind == "directory":
+        raise pytest.UsageError(f"invalid devmem {what} {text!r} (from {where}): it is a directory")
+    return path
 
 
 def _kind_of(path: Path, what: str, where: str) -> str:
