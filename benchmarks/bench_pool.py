@@ -14,9 +14,9 @@ import argparse
 import gc
 import time
 
-from pytest_devmem.device import SimulatedDevice
-from pytest_devmem.pool import Policy, make_pool, replay
-from pytest_devmem.pool.trace import Trace
+from pytest_devmem.model.device import SimulatedDevice
+from pytest_devmem.model.pool import Policy, make_pool, replay
+from pytest_devmem.model.trace import Trace
 from pytest_devmem.units import parse_size
 
 from .reference import FirstFitPool

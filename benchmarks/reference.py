@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from pytest_devmem.pool.bfc import rounded_bytes
+from pytest_devmem.model.pool.bfc import rounded_bytes
 
 
 class FirstFitPool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Callable
 
-from pytest_devmem.pool.trace import ALLOCATE, FREE, Trace, TraceEvent
+from pytest_devmem.model.trace import ALLOCATE, FREE, Trace, TraceEvent
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 

@@ -21,15 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from .baseline import BaselineEntry, Comparison, compare, figure_problem, json_files, load_json, read_file
+from .gate.baseline import BaselineEntry, Comparison, compare, figure_problem, json_files, load_json, read_file
 from .errors import DevmemError
-from .report import FORMAT as REPORT_FORMAT
-from .report import VERSION as REPORT_VERSION
-from .report import markdown_cell
-from .tolerance import DEFAULT_TOLERANCE, METRICS, TOLERANCE_HELP, format_metric, parse_tolerance
+from .present.report import FORMAT as REPORT_FORMAT
+from .present.report import VERSION as REPORT_VERSION
+from .present.report import markdown_cell
+from .gate.tolerance import DEFAULT_TOLERANCE, METRICS, TOLERANCE_HELP, format_metric, parse_tolerance
 
 if TYPE_CHECKING:
-    from .pool.trace import Trace
+    from .model.trace import Trace
 
 Key = tuple[str, str, str]  # test id, regime, device class
 
@@ -158,8 +158,8 @@ def show_table(measurements: dict[Key, Measurement]) -> str:
 
 def replay_table(path: Path, mode: str, fraction: str | None, device_spec: str) -> tuple[str, bool]:
     """What a regime makes of a recorded trace (RMM-style CSV), as Markdown; and whether it fitted."""
-    from .pool import Policy
-    from .replay import replay_figures
+    from .model.pool import Policy
+    from .model.replay import replay_figures
     from .units import format_size
 
     policy = Policy.of(mode, fraction)
@@ -185,8 +185,8 @@ def replay_table(path: Path, mode: str, fraction: str | None, device_spec: str) 
 def plot_input(path: Path, test: str | None, mode: str | None, fraction: str | None, device_spec: str | None) -> tuple[object, str]:
     """The timeline to draw and its title: from a trace file (with the regime and device given), or
     from a JSON report's record (its regime and device; its trace written by --devmem-traces)."""
-    from .pool import Policy
-    from .timeline import build_timeline
+    from .model.pool import Policy
+    from .model.timeline import build_timeline
 
     if path.suffix.lower() == ".csv":
         policy = Policy.of(mode or "prealloc", fraction)
@@ -216,7 +216,7 @@ def plot_input(path: Path, test: str | None, mode: str | None, fraction: str | N
 
 def _device_capacity(spec: str) -> tuple[int, str]:
     """The capacity and name of the device a spec names; a real GPU is let go at once."""
-    from .device import open_device
+    from .model.device import open_device
 
     device = open_device(spec)
     try:
@@ -228,7 +228,7 @@ def _device_capacity(spec: str) -> tuple[int, str]:
 
 
 def _read_trace(path: Path) -> Trace:
-    from .pool.trace import Trace
+    from .model.trace import Trace
 
     try:
         return Trace.read_csv(path)
@@ -237,7 +237,7 @@ def _read_trace(path: Path) -> Trace:
 
 
 def history_command(inputs: Sequence[Path], tolerance_spec: str, output: Path | None) -> int:
-    from . import history
+    from .present import history
 
     tolerance = parse_tolerance(tolerance_spec)
     frame = history.load_frame(history.report_files(inputs))
@@ -281,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "history":
             return history_command(args.inputs, args.tolerance, args.output)
         if args.command == "plot":
-            from .plot import write_plot
+            from .present.plot import write_plot
 
             timeline, title = plot_input(args.input, args.test, args.mode, args.fraction, args.device)
             write_plot(timeline, args.output, title)  # type: ignore[arg-type]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_devmem.device import cuda_device_count
+from pytest_devmem.model.device import cuda_device_count
 
 pytest_plugins = ["pytester"]
 

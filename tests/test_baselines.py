@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_devmem.baseline import BaselineStore, compare, read_file
-from pytest_devmem.record import TestRecord
-from pytest_devmem.tolerance import parse_tolerance
+from pytest_devmem.gate.baseline import BaselineStore, compare, read_file
+from pytest_devmem.gate.record import TestRecord
+from pytest_devmem.gate.tolerance import parse_tolerance
 
 MiB = 2**20
 
@@ -233,7 +233,7 @@ def test_a_baseline_that_cannot_be_written_fails_the_session_and_others_are_stil
 
 
 def test_a_test_outside_the_rootdir_gets_a_baseline_file_too(tmp_path: Path) -> None:
-    from pytest_devmem.record import TestRecord
+    from pytest_devmem.gate.record import TestRecord
 
     store = BaselineStore(tmp_path, "sim-16GiB")
     outside = TestRecord("::test_o", "prealloc", "sim:16GiB", "sim-16GiB", MiB, MiB, 0.0, False, "passed")
@@ -328,14 +328,14 @@ def test_compare_unit() -> None:
     ],
 )
 def test_default_tolerance_has_a_floor_and_never_fails_a_percentage_of_zero(spec: str, baseline: int, now: int, status: str) -> None:
-    from pytest_devmem.baseline import BaselineEntry
+    from pytest_devmem.gate.baseline import BaselineEntry
 
     entry = BaselineEntry("t", "prealloc", {"peak_bytes_in_use": baseline}, "sim:16GiB", {}, Path("b.json"))
     assert compare(entry, "t", "prealloc", {"peak_bytes_in_use": now}, parse_tolerance(spec)).status == status
 
 
 def test_default_tolerance_is_ten_percent_or_one_mebibyte() -> None:
-    from pytest_devmem.tolerance import DEFAULT_TOLERANCE
+    from pytest_devmem.gate.tolerance import DEFAULT_TOLERANCE
 
     allowance = parse_tolerance(DEFAULT_TOLERANCE).allowances["peak_bytes_in_use"]
     assert (allowance.relative, allowance.absolute) == (0.1, MiB)
@@ -347,7 +347,7 @@ def test_baselines_follow_the_umask_keep_a_files_mode_and_clear_a_killed_writers
     import os
     import stat
 
-    from pytest_devmem.record import TestRecord
+    from pytest_devmem.gate.record import TestRecord
 
     def record(peak: int) -> TestRecord:
         return TestRecord("tests/test_m.py::test_a", "prealloc", "sim:16GiB", "sim-16GiB", peak, peak, 0.0, False, "passed")
@@ -372,7 +372,7 @@ def test_the_plugin_imports_where_there_is_no_fcntl() -> None:
     import subprocess
     import sys
 
-    code = "import sys; sys.modules['fcntl'] = None; import pytest_devmem.plugin, pytest_devmem.baseline; print('ok')"
+    code = "import sys; sys.modules['fcntl'] = None; import pytest_devmem.plugin, pytest_devmem.gate.baseline; print('ok')"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "ok"
 
 

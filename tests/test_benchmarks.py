@@ -8,7 +8,7 @@ from pathlib import Path
 
 from benchmarks.reference import FirstFitPool
 from benchmarks.workloads import training_loop
-from pytest_devmem.pool import replay
+from pytest_devmem.model.pool import replay
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_devmem.device import SimulatedDevice
+from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.errors import OutOfMemoryError
-from pytest_devmem.pool import BFCPool, Policy, bin_for_size, rounded_bytes
-from pytest_devmem.pool.bfc import BACKOFF_FACTOR, NUM_BINS
+from pytest_devmem.model.pool import BFCPool, Policy, bin_for_size, rounded_bytes
+from pytest_devmem.model.pool.bfc import BACKOFF_FACTOR, NUM_BINS
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_devmem.baseline import BaselineStore
+from pytest_devmem.gate.baseline import BaselineStore
 from pytest_devmem.cli import main
-from pytest_devmem.record import TestRecord
+from pytest_devmem.gate.record import TestRecord
 
 MiB = 2**20
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_devmem.device import (
+from pytest_devmem.model.device import (
     DEFAULT_SIM_CAPACITY,
     CudaDevice,
     Device,
@@ -11,7 +11,7 @@ from pytest_devmem.device import (
     open_device,
 )
 from pytest_devmem.errors import DevmemError, InvalidFreeError, InvalidSettingError
-from pytest_devmem.pool import BFCPool, Policy
+from pytest_devmem.model.pool import BFCPool, Policy
 
 MiB, GiB = 2**20, 2**30
 
@@ -90,7 +90,7 @@ def test_auto_falls_back_to_a_simulated_device_without_gpu() -> None:
 
 
 class FakeDriver:
-    """Stands in for libcuda in unit tests: same calls as pytest_devmem.device.LibCuda."""
+    """Stands in for libcuda in unit tests: same calls as pytest_devmem.model.device.LibCuda."""
 
     def __init__(self, total: int = 80 * GiB, gpus: int = 1) -> None:
         self.total = total

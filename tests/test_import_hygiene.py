@@ -8,7 +8,7 @@ import sys
 
 def test_pool_imports_no_framework_or_pytest() -> None:
     code = (
-        "import sys; import pytest_devmem.pool, pytest_devmem.device, pytest_devmem.units; "
+        "import sys; import pytest_devmem.model.pool, pytest_devmem.model.device, pytest_devmem.units; "
         "heavy = {'pytest', '_pytest', 'jax', 'tensorflow', 'pynvml', 'pandas', 'numpy'} & set(sys.modules); "
         "print(sorted(heavy))"
     )

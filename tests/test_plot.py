@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_devmem.pool import Policy
-from pytest_devmem.pool.trace import Trace, TraceEvent
-from pytest_devmem.timeline import build_timeline
+from pytest_devmem.model.pool import Policy
+from pytest_devmem.model.trace import Trace, TraceEvent
+from pytest_devmem.model.timeline import build_timeline
 
 MiB = 2**20
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from pytest_devmem.device import SimulatedDevice
-from pytest_devmem.pool import Policy, TracingPool, make_pool, replay
+from pytest_devmem.model.device import SimulatedDevice
+from pytest_devmem.model.pool import Policy, TracingPool, make_pool, replay
 
 MiB = 2**20
 

@@ -13,7 +13,7 @@ def test_fraction_marker_runs_in_a_child_with_the_jax_variable_set_before_jax_st
         """
         import os
         import pytest
-        from pytest_devmem.regime import jax_backend_started
+        from pytest_devmem.model.regime import jax_backend_started
 
         @pytest.mark.devmem(fraction=.5)
         def test_child():
@@ -250,7 +250,7 @@ def test_an_isolated_test_that_hangs_fails_alone_under_pytest_timeout(pytester: 
 def test_parent_arguments_keep_options_and_drop_paths_and_the_parents_files(args: list[str], expected: list[str]) -> None:
     from types import SimpleNamespace
 
-    from pytest_devmem.isolation import parent_arguments
+    from pytest_devmem.plugin.isolation import parent_arguments
 
     config = SimpleNamespace(option=SimpleNamespace(file_or_dir=["tests"]), invocation_params=SimpleNamespace(args=tuple(args)))
     assert parent_arguments(config) == expected  # type: ignore[arg-type]

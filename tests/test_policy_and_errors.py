@@ -6,9 +6,9 @@ import pickle
 
 import pytest
 
-from pytest_devmem.device import SimulatedDevice
+from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.errors import InvalidFreeError, InvalidRequestError, InvalidSettingError, OutOfMemoryError
-from pytest_devmem.pool import BFCPool, Mode, OnDemandPool, Policy, make_pool
+from pytest_devmem.model.pool import BFCPool, Mode, OnDemandPool, Policy, make_pool
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 
@@ -178,7 +178,7 @@ def test_ondemand_respects_a_fraction_limit() -> None:
 @pytest.mark.parametrize("mode", ["prealloc", "growth", "ondemand"])
 @pytest.mark.parametrize("handle", [[1], {}, "0x10", None, 1.5])
 def test_a_foreign_handle_of_any_type_is_an_invalid_free(mode: str, handle: object) -> None:
-    from pytest_devmem.pool import make_pool
+    from pytest_devmem.model.pool import make_pool
 
     pool = make_pool(SimulatedDevice(GiB), Policy.of(mode))
     kept = pool.alloc(MiB)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_devmem.device import SimulatedDevice
+from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.errors import OutOfMemoryError
-from pytest_devmem.pool import BFCPool, OnDemandPool, Policy, TracingPool, make_pool, replay
+from pytest_devmem.model.pool import BFCPool, OnDemandPool, Policy, TracingPool, make_pool, replay
 
 KiB, MiB = 2**10, 2**20
 

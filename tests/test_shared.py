@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_devmem.pool.trace import TraceEvent
-from pytest_devmem.regime import Regime
-from pytest_devmem.shared import (
+from pytest_devmem.model.trace import TraceEvent
+from pytest_devmem.model.regime import Regime
+from pytest_devmem.model.sharing import (
     DEFAULT_CUDA_CONTEXT_BYTES,
     FrameworkSetup,
     Participant,
@@ -19,7 +19,7 @@ from pytest_devmem.shared import (
     tensorflow_setup_from_env,
     tensorflow_system_reserve,
 )
-from pytest_devmem.workers import plan_workers, worker_index
+from pytest_devmem.plugin.workers import plan_workers, worker_index
 
 MiB, GiB = 2**20, 2**30
 TF_DEFAULT = tensorflow_setup_from_env({})

@@ -11,12 +11,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_devmem.pool import Policy
-from pytest_devmem.record import TestRecord
-from pytest_devmem.sources import Reading, Sampler
-from pytest_devmem.sources.nvml import NvmlSource
-from pytest_devmem.sources.pool import PoolSource
-from pytest_devmem.sources.tensorflow import TensorFlowSource
+from pytest_devmem.model.pool import Policy
+from pytest_devmem.gate.record import TestRecord
+from pytest_devmem.capture.sources import Reading, Sampler
+from pytest_devmem.capture.sources.nvml import NvmlSource
+from pytest_devmem.capture.sources.pool import PoolSource
+from pytest_devmem.capture.sources.tensorflow import TensorFlowSource
 
 GiB, MiB = 2**30, 2**20
 
@@ -137,8 +137,8 @@ def test_sampler_drops_a_probe_that_raises() -> None:
 
 
 def test_pool_source_reads_the_fixture_pool() -> None:
-    from pytest_devmem.device import SimulatedDevice
-    from pytest_devmem.pool import Policy, make_pool
+    from pytest_devmem.model.device import SimulatedDevice
+    from pytest_devmem.model.pool import Policy, make_pool
 
     source = PoolSource()
     source.start()
@@ -165,8 +165,8 @@ def test_tensorflow_source_is_unused_when_tensorflow_is_not_loaded(monkeypatch: 
 
 
 def test_record_figures_come_from_the_replay_and_the_raw_sources_stay_beside() -> None:
-    from pytest_devmem.pool.trace import Trace, TraceEvent
-    from pytest_devmem.replay import replay_figures
+    from pytest_devmem.model.trace import Trace, TraceEvent
+    from pytest_devmem.model.replay import replay_figures
 
     trace = Trace([TraceEvent("allocate", 1, 3 * 2**20, source="jax"), TraceEvent("allocate", 2, 1000, source="pool"), TraceEvent("free", 1, 3 * 2**20, source="jax")])
     figures = replay_figures(trace, Policy.of("growth"), 2**30)
@@ -186,8 +186,8 @@ def test_real_nvml_sees_jax_preallocate_75_percent(tmp_path) -> None:
     script = tmp_path / "probe.py"
     script.write_text(
         "import jax, jax.numpy as jnp\n"
-        "from pytest_devmem.sources import Sampler\n"
-        "from pytest_devmem.sources.nvml import NvmlSource\n"
+        "from pytest_devmem.capture.sources import Sampler\n"
+        "from pytest_devmem.capture.sources.nvml import NvmlSource\n"
         "source = NvmlSource(Sampler(), 0)\n"
         "source.start()\n"
         "jnp.ones(1).block_until_ready()\n"

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_devmem.device import SimulatedDevice
+from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.errors import InvalidFreeError, OutOfMemoryError
-from pytest_devmem.pool import Policy, Trace, TraceEvent, TracingPool, make_pool, replay
-from pytest_devmem.pool.trace import ALLOCATE, ALLOCATE_FAILURE, FREE, TraceFormatError
+from pytest_devmem.model.pool import Policy, Trace, TraceEvent, TracingPool, make_pool, replay
+from pytest_devmem.model.trace import ALLOCATE, ALLOCATE_FAILURE, FREE, TraceFormatError
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 

@@ -8,10 +8,10 @@ from typing import Any, Iterator
 
 import pytest
 
-from pytest_devmem.pool.trace import Trace
-from pytest_devmem.trace import TraceRecorder
-from pytest_devmem.trace.jax import JaxCapture
-from pytest_devmem.trace.merge import merge
+from pytest_devmem.model.trace import Trace
+from pytest_devmem.capture import TraceRecorder
+from pytest_devmem.capture.jax import JaxCapture
+from pytest_devmem.capture.merge import merge
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def shape(events: Any) -> list[tuple[str, int, int, str]]:
 
 
 def test_installed_jax_is_hooked_not_left_to_a_fallback(capture: tuple[TraceRecorder, JaxCapture]) -> None:
-    from pytest_devmem.trace.jax import TESTED_JAX
+    from pytest_devmem.capture.jax import TESTED_JAX
 
     _, jax_capture = capture
     assert jax_capture.installed and jax_capture.note == ""
@@ -123,7 +123,7 @@ def test_host_arguments_are_transferred_for_the_run_only(capture: tuple[TraceRec
 
 
 def test_merge_keeps_time_order_and_separate_ids() -> None:
-    from pytest_devmem.pool.trace import TraceEvent
+    from pytest_devmem.model.trace import TraceEvent
 
     jax_events = [TraceEvent("allocate", 1, 10, 0.5, source="jax"), TraceEvent("free", 1, 10, 0.7, source="jax")]
     tf_events = [TraceEvent("allocate", 1, 99, 0.0, source="tensorflow")]
@@ -278,7 +278,7 @@ def test_real_gpu_regime_leaves_jax_on_the_gpu() -> None:
     import subprocess
     import sys
 
-    from pytest_devmem.regime import Regime
+    from pytest_devmem.model.regime import Regime
 
     for regime in (Regime.of("prealloc"), Regime.of("fraction", 0.5), Regime.of("growth"), Regime.of("ondemand")):
         environment = dict(os.environ)
@@ -303,8 +303,8 @@ def test_real_gpu_replayed_peak_matches_jax_memory_stats(pytester: pytest.Pytest
 def test_a_gpu_session_where_jax_fell_back_to_cpu_says_so_loudly(jax_loaded: object) -> None:
     import jax.numpy as jnp
 
-    from pytest_devmem.device import SimulatedDevice
-    from pytest_devmem.measurement import Measurement
+    from pytest_devmem.model.device import SimulatedDevice
+    from pytest_devmem.capture.measurement import Measurement
 
     class CudaLike(SimulatedDevice):
         """Stands for a CUDA device (it has an index); JAX, on this machine, runs on CPU."""

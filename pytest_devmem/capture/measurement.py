@@ -1,0 +1,200 @@
+"""Measuring one test at a time: the trace recorder, the framework captures and the raw sources,
+bracketed around the test, then the record made from the replayed trace. No pytest here."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import warnings
+from dataclasses import dataclass, field
+
+from ..model.device import Device
+from ..model.pool import Policy
+from ..model.trace import ALLOCATE, Trace, TraceEvent
+from ..gate.record import TestRecord
+from ..model.regime import jax_backend_started
+from ..model.replay import replay_figures
+from .sources import Reading, Sampler, Source
+from .sources.jax import JaxSource
+from .sources.nvml import NvmlSource
+from .sources.pool import PoolSource
+from .sources.tensorflow import TensorFlowSource
+from . import TraceRecorder
+from .imports import on_import
+from .jax import JaxCapture
+from .merge import merge
+from .tensorflow import NOTE as TENSORFLOW_NOTE
+from .tensorflow import TensorFlowCapture, tensorflow_events
+
+
+def _tensorflow_kept(readings: list[Reading]) -> dict[str, int]:
+    """TensorFlow's allocator holding more after the test than before it (its current bytes)."""
+    for reading in readings:
+        if reading.source == "tensorflow" and reading.available:
+            kept = int(reading.figures.get("current_bytes", 0)) - int(reading.figures.get("start_bytes", 0))
+            return {"tensorflow": kept} if kept > 0 else {}
+    return {}
+
+
+TEMP, ARGUMENT = " temp", " argument"
+
+
+def executable_summary(trace: Trace, runs: dict[str, int]) -> dict[str, dict[str, int]]:
+    """Per JAX executable that ran: its runs, and the bytes of its outputs, temp buffers and
+    transferred arguments over the test (from the trace's labels)."""
+    summary = {name: {"runs": count, "output_bytes": 0, "temp_bytes": 0, "argument_bytes": 0} for name, count in runs.items()}
+    for event in trace:
+        if event.action != ALLOCATE or event.source != "jax" or not event.label:
+            continue
+        name, key = event.label, "output_bytes"
+        for suffix, what in ((TEMP, "temp_bytes"), (ARGUMENT, "argument_bytes")):
+            if name.endswith(suffix):
+                name, key = name[: -len(suffix)], what
+                break
+        if name in summary:
+            summary[name][key] += event.size
+    return dict(sorted(summary.items()))
+
+
+@dataclass
+class Captured:
+    """What one test left: its recorded events and each raw source's reading."""
+
+    events: list[TraceEvent]
+    readings: list[Reading]
+    notes: list[str] = field(default_factory=list)
+    tensorflow_first_activity: float | None = None
+    compiled: list[str] | None = None  # executables JAX compiled during the test; None where JAX is not traced
+    kept: dict[str, int] | None = None  # what the frameworks still hold that the test allocated; None: not checked
+    runs: dict[str, int] = field(default_factory=dict)  # JAX executables run in the test, by name
+
+
+class Measurement:
+    """The session's measuring kit. `start()` before a test's setup, `stop()` after its call."""
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self.recorder = TraceRecorder()
+        self.jax_capture = JaxCapture(self.recorder)
+        self.tensorflow_capture = TensorFlowCapture(self.recorder)
+        self.sampler = Sampler()
+        self.pool_source = PoolSource()
+        self.sources: list[Source] = [self.pool_source, JaxSource(), TensorFlowSource()]
+        index = getattr(device, "index", None)
+        if index is not None:
+            self.sources.insert(0, NvmlSource(self.sampler, index, uuid=getattr(device, "uuid", None)))
+        self._watching = False
+        self._warned_platform = False
+
+    def watch_frameworks(self) -> None:
+        """Hook JAX now if it is imported, else the moment it is (a test body may import it)."""
+        if not self._watching:
+            self._watching = True
+            on_import("jax", self._install_jax)
+            on_import("tensorflow", self._install_tensorflow)
+
+    def _install_jax(self, module: object) -> None:
+        self.jax_capture.install()
+
+    def _install_tensorflow(self, module: object) -> None:
+        self.tensorflow_capture.install()
+
+    def start(self) -> None:
+        self.watch_frameworks()
+        for source in self.sources:  # first: what they ask the frameworks is no activity of the test's
+            source.start()
+        self.recorder.begin()
+        self.jax_capture.begin()
+        self.tensorflow_capture.begin()
+        self.sampler.resume()
+
+    def stop(self, check_leaks: bool = False) -> Captured:
+        """Close the test's window. With `check_leaks`, first collect garbage, then note what the
+        frameworks still hold of what the test itself allocated (its leak), by who allocated it."""
+        self.sampler.pause()
+        kept: dict[str, int] | None = None
+        if check_leaks:
+            gc.collect()
+            kept = self.recorder.held_since_mark("jax")
+        first_activity = self.tensorflow_capture.first_activity
+        events = self.recorder.end()
+        readings = [source.stop() for source in self.sources]
+        if kept is not None:
+            kept.update(_tensorflow_kept(readings))
+        notes = []
+        platform_problem = self.jax_platform_problem()
+        if platform_problem:
+            notes.append(platform_problem)
+            if not self._warned_platform:
+                self._warned_platform = True
+                warnings.warn(RuntimeWarning(platform_problem), stacklevel=1)
+        if "jax" in sys.modules and not self.jax_capture.installed:
+            notes.append(self.jax_capture.note or "JAX is imported but its allocations could not be traced")
+        if self.jax_capture.window.failure:
+            notes.append(self.jax_capture.window.failure)
+        unknown = sorted(self.jax_capture.window.temp_unknown)
+        if unknown:
+            notes.append("no memory analysis for " + ", ".join(unknown) + ": their temp buffers are not in the trace")
+        compiled = list(self.jax_capture.window.compiled) if self.jax_capture.installed else None
+        return Captured(events, readings, notes, first_activity, compiled, kept, dict(self.jax_capture.window.executables))
+
+    def jax_platform_problem(self) -> str | None:
+        """On a GPU session, JAX must run on the GPU: jaxlib falls back to CPU, with only a log line,
+        when it cannot load its CUDA plugin or refuses its options. Never take that for the GPU."""
+        if getattr(self.device, "index", None) is None or not jax_backend_started():
+            return None
+        try:
+            backend = str(sys.modules["jax"].default_backend())
+        except Exception:
+            return None
+        if backend == "gpu":
+            return None
+        return (
+            f"JAX runs on {backend}, not on {self.device.name}: jaxlib did not take the GPU (no CUDA jaxlib installed, "
+            "or options it refuses, such as XLA_CLIENT_MEM_FRACTION and XLA_PYTHON_CLIENT_MEM_FRACTION both set); "
+            "its memory here is not the GPU's"
+        )
+
+    def record(self, test_id: str, regime: str, policy: Policy, captured: Captured, *, oom: bool, outcome: str, limit_bytes: int | None, duration_s: float) -> TestRecord:
+        """The test's record: its trace (with TensorFlow's peak merged in) replayed under `policy`."""
+        notes = list(captured.notes)
+        by_name = {reading.source: reading for reading in captured.readings}
+        tensorflow = by_name.get("tensorflow")
+        extra = tensorflow_events(tensorflow, captured.tensorflow_first_activity) if tensorflow is not None else []
+        if extra:
+            notes.append(TENSORFLOW_NOTE if self.tensorflow_capture.installed else self.tensorflow_capture.note or TENSORFLOW_NOTE)
+        trace = merge(captured.events, extra)
+        traced_nothing = not len(trace) and bool(captured.notes)  # a framework ran, but untraced
+        figures = None if traced_nothing else replay_figures(trace, policy, self.device.capacity)
+        record = TestRecord.from_replay(
+            test_id,
+            regime,
+            self.device.name,
+            self.device.device_class,
+            figures,
+            captured.readings,
+            notes=notes,
+            oom=oom,
+            outcome=outcome,
+            limit_bytes=limit_bytes,
+            duration_s=duration_s,
+        )
+        record.trace_events = trace  # kept in memory for --devmem-traces and trace analyses
+        if captured.kept is not None:
+            record.leaked_bytes = sum(captured.kept.values())
+            if record.trace is not None:
+                record.trace["kept"] = captured.kept
+        if captured.runs and record.trace is not None:
+            record.trace["executables"] = executable_summary(trace, captured.runs)
+        if captured.compiled is not None:
+            record.compiles = len(captured.compiled)
+            if record.trace is not None:
+                record.trace["compiled"] = captured.compiled
+        return record
+
+    def close(self) -> None:
+        for source in self.sources:
+            source.close()
+        self.sampler.close()
+        self.jax_capture.uninstall()
+        self.tensorflow_capture.uninstall()

@@ -1,0 +1,53 @@
+"""The `devmem` fixture's pool calls as trace events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import InvalidRequestError
+from ..model.pool.base import Pool
+from .recorder import TraceRecorder
+
+SOURCE = "pool"
+
+
+class RecordingPool:
+    """Adaptor over the fixture's pool that reports each alloc and free to the test's recorder, and
+    refuses both once its test has ended (a pool kept in a global would otherwise go on taking the
+    session's device and never give it back).
+
+    Everything else (stats, memory_map, policy, device...) is the wrapped pool's.
+    """
+
+    def __init__(self, pool: Pool, recorder: TraceRecorder) -> None:
+        self.pool = pool
+        self._recorder = recorder
+        self._ids: dict[int, tuple[int, int]] = {}  # handle -> (trace id, bytes asked)
+        self.closed = False
+
+    def _check_open(self, what: str) -> None:
+        if self.closed:
+            raise InvalidRequestError(
+                f"devmem pool {what} after its test ended: the fixture closed this pool and gave its memory back; "
+                "use the devmem fixture of the test that allocates"
+            )
+
+    def close(self) -> None:
+        self.closed = True
+        self.pool.close()
+
+    def alloc(self, nbytes: int) -> int:
+        self._check_open(f"alloc({nbytes!r})")
+        handle = self.pool.alloc(nbytes)
+        size = int(nbytes)
+        self._ids[handle] = (self._recorder.allocate(size, SOURCE), size)
+        return handle
+
+    def free(self, handle: int) -> None:
+        self._check_open(f"free({handle!r})")
+        self.pool.free(handle)
+        buffer_id, size = self._ids.pop(handle, (0, 0))
+        self._recorder.free(buffer_id, size, SOURCE)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.pool, name)

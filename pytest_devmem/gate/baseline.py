@@ -1,0 +1,398 @@
+"""Stored per-test memory figures and the comparison of a new measurement against them. No pytest here.
+
+Layout: `<root>/<device class>/<test module path>.json`, one file per test module, holding one record
+per (test id, regime). Files are JSON with sorted keys and one key per line, so they diff well in
+review. They are data only: nothing in them is executed. A file that is not valid JSON, is cut
+short, or is not a pytest-devmem baseline raises BaselineFormatError naming the file and line, and
+is never overwritten. Writes merge into what is stored under an exclusive lock on the directory and
+replace the file atomically, so concurrent sessions lose nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from ..errors import DevmemError
+from ..files import TEMPORARY_SUFFIX, shortened, temporary_prefix, write_atomic
+from .record import TestRecord
+from .tolerance import METRICS, Tolerance, format_metric
+from ..units import format_size
+
+FORMAT = "pytest-devmem-baseline"
+VERSION = 1
+
+
+class BaselineFormatError(DevmemError, ValueError):
+    """A baseline file that cannot be trusted; the message names the file, the line and the problem."""
+
+
+@dataclass(frozen=True)
+class BaselineEntry:
+    """One stored record: the metrics of one test under one regime on one device class."""
+
+    test_id: str
+    regime: str
+    metrics: dict[str, float | int | None]
+    device: str
+    versions: dict[str, str]
+    path: Path
+    device_class: str = ""
+    reason: str = ""  # why it holds no figures: the test failed or was skipped when baselines were updated
+    contributors: dict[str, int] = field(default_factory=dict)  # who held the memory at the peak
+
+
+@dataclass(frozen=True)
+class MetricChange:
+    metric: str
+    baseline: float | None
+    now: float | None
+    allowed: str
+    verdict: str  # "regressed", "improved", "ok" or "unmeasured"
+
+    @property
+    def delta(self) -> float | None:
+        return None if self.baseline is None or self.now is None else self.now - self.baseline
+
+    @property
+    def percent(self) -> float | None:
+        if self.delta is None or not self.baseline:
+            return None
+        return self.delta / self.baseline * 100
+
+    @property
+    def delta_text(self) -> str:
+        """`+8.00 MiB (+100.0%)`, `-0.0500`, or `n/a`."""
+        delta = self.delta
+        if delta is None:
+            return "n/a"
+        percent = "" if self.percent is None else f" ({self.percent:+.1f}%)"
+        return ("+" if delta >= 0 else "-") + format_metric(self.metric, abs(delta)) + percent
+
+    def describe(self) -> str:
+        show = format_metric
+        return f"{self.metric}: baseline {show(self.metric, self.baseline)}, now {show(self.metric, self.now)}, delta {self.delta_text}, allowed ±{self.allowed}"
+
+
+@dataclass
+class Comparison:
+    """A record set against its baseline."""
+
+    test_id: str
+    regime: str
+    status: str  # "new", "not baselined", "ok", "regressed", "improved", "unmeasured"
+    changes: list[MetricChange] = field(default_factory=list)
+    baseline_file: str | None = None
+    reason: str = ""  # with "not baselined": why the stored entry holds no figures
+    grew: list[tuple[str, int | None, int]] = field(default_factory=list)  # (who, bytes at the baseline's peak, now)
+
+    def growth_text(self) -> str:
+        """`jit(layer) temp 2.00 MiB -> 32.00 MiB, ...`: what held more at the peak than at the baseline's."""
+        return ", ".join(f"{name} {format_size(before) if before is not None else '(none)'} → {format_size(now)}" for name, before, now in self.grew)
+
+    def failure_message(self) -> str:
+        broken = [change for change in self.changes if change.verdict == "regressed"]
+        lines = [f"device memory regression against {self.baseline_file} (regime {self.regime}):"]
+        lines += [f"  {change.describe()}" for change in broken]
+        if self.grew:
+            lines.append(f"  what grew at the peak: {self.growth_text()}")
+        lines.append("  if the increase is intended, refresh the baseline with --devmem-update")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "status": self.status,
+            "file": self.baseline_file,
+            **({"reason": self.reason} if self.reason else {}),
+            **({"grew": [{"name": name, "baseline": before, "now": now} for name, before, now in self.grew]} if self.grew else {}),
+            "metrics": {
+                c.metric: {"baseline": c.baseline, "now": c.now, "delta": c.delta, "percent": c.percent, "allowed": c.allowed, "verdict": c.verdict}
+                for c in self.changes
+            },
+        }
+
+
+def metrics_of(record: TestRecord) -> dict[str, float | int | None]:
+    return {"peak_bytes_in_use": record.peak_bytes_in_use, "peak_bytes_reserved": record.peak_bytes_reserved, "fragmentation": record.fragmentation}
+
+
+def compare(entry: BaselineEntry | None, test_id: str, regime: str, now: dict[str, float | int | None], tolerance: Tolerance, contributors: dict[str, int] | None = None) -> Comparison:
+    """Set `now` against `entry` under `tolerance`: each gated metric is ok, regressed or improved.
+    With `contributors` (who held the memory at the peak now), a regression says what grew."""
+    if entry is None:
+        return Comparison(test_id, regime, "new")
+    if entry.reason and all(value is None for value in entry.metrics.values()):
+        return Comparison(test_id, regime, "not baselined", baseline_file=str(entry.path), reason=entry.reason)
+    changes = []
+    for metric, allowance in tolerance.allowances.items():
+        baseline, current = entry.metrics.get(metric), now.get(metric)
+        if baseline is None or current is None:
+            changes.append(MetricChange(metric, baseline, current, allowance.describe(metric), "unmeasured"))
+            continue
+        room = allowance.allowed(baseline)
+        verdict = "regressed" if current - baseline > room else "improved" if baseline - current > room else "ok"
+        changes.append(MetricChange(metric, baseline, current, allowance.describe(metric), verdict))
+    verdicts = {change.verdict for change in changes}
+    if "regressed" in verdicts:
+        status = "regressed"
+    elif "improved" in verdicts:
+        status = "improved"
+    elif verdicts <= {"unmeasured"}:
+        status = "unmeasured"
+    else:
+        status = "ok"
+    grew = what_grew(entry.contributors, contributors or {}) if status == "regressed" else []
+    return Comparison(test_id, regime, status, changes, str(entry.path), grew=grew)
+
+
+def what_grew(before: dict[str, int], now: dict[str, int], top: int = 3) -> list[tuple[str, int | None, int]]:
+    """The contributors at the peak that hold more now than at the baseline's peak, most growth first."""
+    grown = [(name, before.get(name), size) for name, size in now.items() if size > before.get(name, 0)]
+    grown.sort(key=lambda item: (-(item[2] - (item[1] or 0)), item[0]))
+    return grown[:top]
+
+
+def module_of(test_id: str) -> str:
+    """The test module part of a node id (`tests/test_x.py` of `tests/test_x.py::Class::test[1]`)."""
+    return test_id.split("::", 1)[0]
+
+
+class BaselineStore:
+    """The baselines of one device class under `root`."""
+
+    def __init__(self, root: Path, device_class: str) -> None:
+        self.root = Path(root)
+        self.device_class = device_class
+        self.directory = self.root / device_class
+        self._entries: dict[tuple[str, str], BaselineEntry] = {}
+
+    def load(self) -> BaselineStore:
+        """Read every baseline file of this device class; BaselineFormatError on the first bad one."""
+        self._entries.clear()
+        if self.directory.is_dir():
+            for path in json_files(self.directory):
+                for entry in read_file(path, self.device_class):
+                    self._entries[(entry.test_id, entry.regime)] = entry
+        return self
+
+    def get(self, test_id: str, regime: str) -> BaselineEntry | None:
+        return self._entries.get((test_id, regime))
+
+    def entries(self) -> list[BaselineEntry]:
+        return [self._entries[key] for key in sorted(self._entries)]
+
+    def path_for(self, test_id: str) -> Path:
+        """`<directory>/<module path>.json`; each part made a safe file name (`..` and overlong
+        parts included); a test with no module part (outside the rootdir) gets its own file."""
+        parts = [shortened(part) if part not in ("..", ".") else "__up__" for part in module_of(test_id).split("/") if part]
+        if not parts:
+            parts = ["__outside_rootdir__"]
+        return self.directory.joinpath(*parts).with_name(parts[-1] + ".json")
+
+    def write(self, records: Iterable[TestRecord], versions: dict[str, str], unrecorded: dict[tuple[str, str], tuple[str, str]] | None = None) -> tuple[list[Path], list[str]]:
+        """Store these records, merged into what each file holds: the files written, and a line for
+        each file that could not be (full disk, read-only mount, a damaged file it will not
+        overwrite). One file's failure never stops the others.
+
+        `unrecorded` maps (test id, regime) to (device, why it has no figures: it failed or was
+        skipped): stored as an entry without figures, so a later comparison says why there is no
+        baseline, unless a baseline with figures is already stored, which is kept.
+        """
+        by_file: dict[Path, list[TestRecord | tuple[str, str, str, str]]] = {}
+        for record in records:
+            by_file.setdefault(self.path_for(record.test_id), []).append(record)
+        for (test_id, regime), (device, reason) in sorted((unrecorded or {}).items()):
+            by_file.setdefault(self.path_for(test_id), []).append((test_id, regime, device, reason))
+        written, problems = [], []
+        for path, group in sorted(by_file.items()):
+            try:
+                self._write_file(path, group, versions)
+            except BaselineFormatError as exc:
+                problems.append(str(exc))
+            except OSError as exc:
+                problems.append(f"{path}: {exc.strerror or exc}")
+            else:
+                written.append(path)
+        try:
+            self.load()
+        except (BaselineFormatError, OSError):
+            pass  # reported above, or by the next session's load
+        return written, problems
+
+    def _write_file(self, path: Path, group: list[TestRecord | tuple[str, str, str, str]], versions: dict[str, str]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(path.parent):
+            for stale in path.parent.glob(temporary_prefix(path) + "*" + TEMPORARY_SUFFIX):
+                stale.unlink(missing_ok=True)  # left by a writer that was killed: no writer holds the lock now
+            stored = {(e.test_id, e.regime): _entry_json(e) for e in read_file(path, self.device_class)} if os.path.lexists(path) else {}
+            for item in group:
+                if isinstance(item, TestRecord):
+                    stored[(item.test_id, item.regime)] = {"device": item.device, "metrics": metrics_of(item), "versions": versions}
+                    if contributors_of(item):
+                        stored[(item.test_id, item.regime)]["contributors"] = contributors_of(item)
+                    continue
+                test_id, regime, device, reason = item
+                known = stored.get((test_id, regime))
+                if known is None or not any(value is not None for value in known["metrics"].values()):  # type: ignore[attr-defined]
+                    stored[(test_id, regime)] = {"device": device, "metrics": {name: None for name in METRICS}, "reason": reason, "versions": versions}
+            write_atomic(path, render_file(self.device_class, stored))
+
+
+def _entry_json(entry: BaselineEntry) -> dict[str, object]:
+    data: dict[str, object] = {"device": entry.device, "metrics": entry.metrics, "versions": entry.versions}
+    if entry.reason:
+        data["reason"] = entry.reason
+    if entry.contributors:
+        data["contributors"] = entry.contributors
+    return data
+
+
+def contributors_of(record: TestRecord) -> dict[str, int]:
+    """Who held the memory at the record's peak (from its replayed trace)."""
+    at_peak = (record.trace or {}).get("at_peak")
+    return {str(name): int(size) for name, size in at_peak.items()} if isinstance(at_peak, dict) else {}
+
+
+def render_file(device_class: str, stored: dict[tuple[str, str], dict[str, object]]) -> str:
+    records: dict[str, dict[str, object]] = {}
+    for (test_id, regime), data in sorted(stored.items()):
+        records.setdefault(test_id, {})[regime] = data
+    document = {"format": FORMAT, "version": VERSION, "device_class": device_class, "records": records}
+    return json.dumps(document, indent=2, sort_keys=True) + "\n"
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """An exclusive lock on `directory` itself (flock works on a directory's descriptor), held while a
+    file in it is read, merged and replaced; it leaves no lock file behind in the user's tree.
+    Where there is no fcntl (Windows), a lock file from filelock stands in."""
+    try:
+        import fcntl
+    except ImportError:
+        from filelock import FileLock  # type: ignore[import-not-found]
+
+        with FileLock(str(directory / ".devmem-baselines.lock")):
+            yield
+        return
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # closing releases the lock
+
+
+NEVER_OVERWRITTEN = "fix or delete the file (it is never overwritten)"
+LARGEST_FIGURE = 2**63
+"""No byte count or fraction in a baseline or report is this large: a bigger number is damage."""
+
+
+def json_files(directory: Path) -> list[Path]:
+    """The `*.json` files under `directory`, sorted. A directory that happens to be named `*.json`
+    is searched like any other; something that is not a regular file (a FIFO, which would hang a
+    read; a dangling link or a link loop) is an error naming it, never a hang or a traceback."""
+    found = []
+    for path in sorted(directory.rglob("*.json")):
+        try:
+            mode = path.stat().st_mode  # follows links
+        except OSError as exc:
+            raise BaselineFormatError(f"{path}: cannot be read ({exc.strerror or exc}): a dangling or looping link? remove it") from None
+        if stat.S_ISDIR(mode):
+            continue
+        if not stat.S_ISREG(mode):
+            raise BaselineFormatError(f"{path}: not a regular file (a FIFO, socket or device): remove it or give it another name")
+        found.append(path)
+    return found
+
+
+def load_json(path: Path) -> tuple[str, object]:
+    """The text of a JSON file and what it holds; BaselineFormatError naming the file, and the line
+    where there is one, for anything that is not UTF-8 JSON."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise BaselineFormatError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BaselineFormatError(f"{path}: not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x}); {NEVER_OVERWRITTEN}") from None
+    try:
+        return text, json.loads(text)
+    except json.JSONDecodeError as exc:
+        truncated = " (the file looks cut short)" if exc.pos >= len(text.rstrip()) else ""
+        raise BaselineFormatError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}{truncated}; {NEVER_OVERWRITTEN}") from None
+    except (ValueError, RecursionError) as exc:  # an integer of thousands of digits, nesting too deep
+        raise BaselineFormatError(f"{path}: not usable JSON: {str(exc).splitlines()[0]}; {NEVER_OVERWRITTEN}") from None
+
+
+def figure_problem(name: str, value: object) -> str | None:
+    """Why `value` cannot be a stored figure (a byte count, or a fraction for fragmentation), or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{name} is {value!r}, not a number"
+    if isinstance(value, int) and abs(value) >= LARGEST_FIGURE:
+        return f"{name} is a {len(str(abs(value)))}-digit number, far beyond any device"
+    if not math.isfinite(value):
+        return f"{name} is {value!r}, not a finite number"
+    if value < 0:
+        return f"{name} is {value!r}: figures are never negative"
+    if name == "fragmentation" and value > 1:
+        return f"fragmentation is {value!r}: it lies between 0 and 1"
+    return None
+
+
+def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry]:
+    """The entries of one baseline file; BaselineFormatError (file, line, problem) if it is not one."""
+    text, document = load_json(path)
+
+    def fail(problem: str, needle: str | None = None) -> BaselineFormatError:
+        line = _line_of(text, needle) if needle else 1
+        return BaselineFormatError(f"{path}:{line}: {problem}; {NEVER_OVERWRITTEN}")
+
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise fail(f"not a pytest-devmem baseline (expected \"format\": \"{FORMAT}\")", '"format"')
+    if document.get("version") != VERSION:
+        raise fail(f"baseline format version {document.get('version')!r} is not supported (this pytest-devmem reads version {VERSION})", '"version"')
+    if device_class is not None and document.get("device_class") != device_class:
+        raise fail(f"holds device class {document.get('device_class')!r} but sits in the directory of {device_class!r}", '"device_class"')
+    records = document.get("records")
+    if not isinstance(records, dict):
+        raise fail('"records" must be an object of test ids', '"records"')
+    entries = []
+    for test_id, regimes in records.items():
+        if not isinstance(regimes, dict):
+            raise fail(f"record {test_id!r} must be an object of regimes", json.dumps(test_id))
+        for regime, data in regimes.items():
+            needle = json.dumps(test_id)
+            if not isinstance(data, dict) or not isinstance(data.get("metrics"), dict):
+                raise fail(f"record {test_id!r} regime {regime!r} has no \"metrics\" object", needle)
+            metrics = data["metrics"]
+            for name, value in metrics.items():
+                if name not in METRICS:
+                    raise fail(f"record {test_id!r} has unknown metric {name!r}; known: {', '.join(METRICS)}", json.dumps(name))
+                problem = figure_problem(name, value)
+                if problem:
+                    raise fail(f"record {test_id!r} metric {problem}", json.dumps(name))
+            versions = data.get("versions", {})
+            if not isinstance(versions, dict):
+                raise fail(f"record {test_id!r} \"versions\" must be an object", needle)
+            reason = data.get("reason", "")
+            if not isinstance(reason, str):
+                raise fail(f"record {test_id!r} \"reason\" must be text", needle)
+            contributors = data.get("contributors", {})
+            if not isinstance(contributors, dict) or any(not isinstance(name, str) or figure_problem("bytes", size) or size is None for name, size in contributors.items()):
+                raise fail(f"record {test_id!r} \"contributors\" must map names to byte counts", needle)
+            entries.append(BaselineEntry(test_id, regime, dict(metrics), str(data.get("device", "")), dict(versions), path, str(document.get("device_class", "")), reason, dict(contributors)))
+    return entries
+
+
+def _line_of(text: str, needle: str) -> int:
+    index = text.find(needle)
+    return text.count("\n", 0, index) + 1 if index >= 0 else 1

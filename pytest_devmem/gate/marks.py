@@ -1,0 +1,137 @@
+"""The `devmem` marker: parse and validate its arguments into a MarkSpec, and pure verdict functions.
+
+Nothing here raises into a hook: `parse_mark` returns either a spec or an error message, which the
+plugin raises in that test's setup, so one bad marker errors one test, not the session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import DevmemError
+from ..model.pool.policy import Mode, parse_fraction, parse_mode
+from ..model.regime import Regime
+from .tolerance import parse_tolerance
+from ..units import format_size, parse_size
+
+MARK_NAME = "devmem"
+MARK_KEYS = ("mode", "fraction", "limit", "tolerance", "frameworks", "max_compiles", "max_leak")
+FRAMEWORKS = {"jax": "jax", "tf": "tensorflow", "tensorflow": "tensorflow"}
+MARKER_HELP = (
+    "devmem(mode=None, fraction=None, limit=None, tolerance=None, frameworks=(), max_compiles=None, max_leak=None): measure this test's "
+    "device memory, under the given regime (a child process when it differs from the session's); "
+    "fail it above `limit` bytes (e.g. '2GiB'), when JAX compiles one function more than `max_compiles` times in it, "
+    "or when the frameworks still hold more than `max_leak` of its memory after it (e.g. '1MiB')."
+)
+
+
+@dataclass(frozen=True)
+class MarkSpec:
+    """What a test's `devmem` marker asks for."""
+
+    mode: Mode | None = None
+    fraction: float | None = None
+    limit: int | None = None
+    tolerance: str | None = None
+    frameworks: tuple[str, ...] = ()
+    max_compiles: int | None = None
+    max_leak: int | None = None
+
+    def regime(self, session: Regime | None) -> Regime | None:
+        """The regime this test runs under: the marker's where it names one, else the session's.
+
+        A fraction alone keeps the session's mode (or means mode 'fraction' if the session has none).
+        """
+        if self.mode is None and self.fraction is None:
+            return session
+        mode = self.mode or (session.mode if session is not None else Mode.FRACTION)
+        return Regime.of(mode, self.fraction)
+
+
+def parse_mark(args: tuple[object, ...], kwargs: dict[str, object]) -> MarkSpec | str:
+    """A MarkSpec, or the text of what is wrong with the marker's arguments."""
+    if args:
+        return f"@pytest.mark.devmem takes keyword arguments only ({', '.join(MARK_KEYS)}), got positional {args!r}"
+    unknown = sorted(set(kwargs) - set(MARK_KEYS))
+    if unknown:
+        return f"@pytest.mark.devmem got unknown argument(s) {', '.join(unknown)}; allowed: {', '.join(MARK_KEYS)}"
+    try:
+        mode = parse_mode(kwargs["mode"]) if kwargs.get("mode") is not None else None  # type: ignore[arg-type]
+        fraction = parse_fraction(kwargs["fraction"]) if kwargs.get("fraction") is not None else None
+        if mode is Mode.FRACTION and fraction is None:
+            return "@pytest.mark.devmem(mode='fraction') needs a fraction in (0, 1], e.g. fraction=0.5"
+        limit = None
+        if kwargs.get("limit") is not None:
+            limit = parse_size(kwargs["limit"])  # type: ignore[arg-type]
+            if limit <= 0:
+                return f"@pytest.mark.devmem limit={kwargs['limit']!r}: must be more than 0 bytes, e.g. limit='2GiB'"
+        tolerance = kwargs.get("tolerance")
+        if tolerance is not None and not isinstance(tolerance, str):
+            return f"@pytest.mark.devmem tolerance={tolerance!r}: must be a string such as '5%' or '64MiB'"
+        if tolerance is not None:
+            parse_tolerance(tolerance)
+        frameworks = normalize_frameworks(kwargs.get("frameworks", ()))
+        max_leak = parse_size(kwargs["max_leak"]) if kwargs.get("max_leak") is not None else None  # type: ignore[arg-type]
+        if max_leak is not None and max_leak < 0:
+            return f"@pytest.mark.devmem max_leak={kwargs['max_leak']!r}: must be 0 bytes or more, e.g. max_leak='1MiB'"
+        max_compiles = kwargs.get("max_compiles")
+        if max_compiles is not None and (isinstance(max_compiles, bool) or not isinstance(max_compiles, int) or max_compiles < 0):
+            return f"@pytest.mark.devmem max_compiles={max_compiles!r}: must be a whole number, 0 or more, e.g. max_compiles=1"
+    except (DevmemError, ValueError) as exc:
+        return f"@pytest.mark.devmem: {exc}"
+    return MarkSpec(mode, fraction, limit, tolerance, frameworks, max_compiles, max_leak)  # type: ignore[arg-type]
+
+
+def normalize_frameworks(value: object) -> tuple[str, ...]:
+    """('jax', 'tf') -> ('jax', 'tensorflow'); ValueError naming an unknown framework."""
+    names = (value,) if isinstance(value, str) else value
+    if not isinstance(names, (tuple, list)):
+        raise ValueError(f"frameworks={value!r}: must be a tuple of names from {', '.join(FRAMEWORKS)}")
+    result = []
+    for name in names:
+        if not isinstance(name, str) or name.lower() not in FRAMEWORKS:
+            raise ValueError(f"unknown framework {name!r} in frameworks={value!r}; allowed: {', '.join(FRAMEWORKS)}")
+        result.append(FRAMEWORKS[name.lower()])
+    return tuple(dict.fromkeys(result))
+
+
+def compiles_verdict(compiled: list[str] | None, max_compiles: int | None) -> str | None:
+    """The failure when JAX compiled one function more often in the test than its marker allows: a
+    function retraced on every call. Counted per function, so the small executables JAX compiles
+    for its own operations (`jnp.ones` and the like) do not add up against the user's."""
+    if max_compiles is None or compiled is None:
+        return None
+    counts: dict[str, int] = {}
+    for name in compiled:
+        counts[name] = counts.get(name, 0) + 1
+    over = sorted(((name, count) for name, count in counts.items() if count > max_compiles), key=lambda item: (-item[1], item[0]))
+    if not over:
+        return None
+    named = ", ".join(f"{name} compiled {count} times" for name, count in over)
+    return f"JAX compiled a function more than max_compiles={max_compiles} times in this test: {named} (retraced on every call? shapes, dtypes or static arguments that change)"
+
+
+def leak_verdict(kept: dict[str, int] | None, max_leak: int | None) -> str | None:
+    """The failure when the frameworks still hold more of the test's own memory than `max_leak`
+    after it (and after a garbage collection), naming who allocated what is kept."""
+    if max_leak is None or kept is None:
+        return None
+    leaked = sum(kept.values())
+    if leaked <= max_leak:
+        return None
+    held = ", ".join(f"{name} {format_size(size)}" for name, size in sorted(kept.items(), key=lambda item: (-item[1], item[0])))
+    return (
+        f"device memory leaked: {format_size(leaked)} ({leaked} bytes) that the test allocated is still held after it, "
+        f"more than max_leak {format_size(max_leak)}: {held} (kept in a global, a cache or a closure?)"
+    )
+
+
+def limit_verdict(peak_bytes: int | None, limit: int | None) -> str | None:
+    """The failure message when a test's peak exceeds its limit, else None."""
+    if limit is None or peak_bytes is None or peak_bytes <= limit:
+        return None
+    over = peak_bytes - limit
+    return (
+        f"device memory limit exceeded: peak {format_size(peak_bytes)} ({peak_bytes} bytes) > "
+        f"limit {format_size(limit)} ({limit} bytes), over by {format_size(over)} ({over / limit:.1%})"
+    )

@@ -1,0 +1,115 @@
+"""Tolerance specs: how far a metric may move from its baseline before it counts as a change.
+
+A spec is a comma-separated list of `[metric:]amount` items. An amount is relative (`10%`), a byte
+size (`64MiB`, only for byte metrics) or a plain number (absolute, e.g. `fragmentation:0.05`). An
+item without a metric applies to `peak_bytes_in_use`. Only the metrics a spec names are gated. A
+metric may have one relative and one absolute amount: a change then fails only beyond both.
+
+The default, `10%,1MiB`, allows a peak to move by 10% or 1 MiB, whichever is larger. Figures come
+from a BFC pool, which rounds every buffer to 256 bytes and grows in regions of 2 MiB and more, and
+small tests move by a few scalars or a constant: without the floor, `4 B -> 8 B` reads as +100%.
+A percentage of a zero baseline is never a failure (nothing to take a percentage of); the floor
+still catches a test that went from nothing to a lot.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from ..units import format_size, parse_size
+
+BYTE_METRICS = ("peak_bytes_in_use", "peak_bytes_reserved")
+METRICS = (*BYTE_METRICS, "fragmentation")
+DEFAULT_TOLERANCE = "10%,1MiB"
+TOLERANCE_HELP = "e.g. '10%', 'peak_bytes_in_use:5%,fragmentation:0.05', '64MiB'; metrics: " + ", ".join(METRICS)
+
+_UNIT_RE = re.compile(r"[A-Za-z]")
+
+
+def format_metric(metric: str, value: float | None) -> str:
+    """A metric's value for people: sizes for byte metrics, four decimals otherwise, n/a when missing."""
+    if value is None:
+        return "n/a"
+    return format_size(value) if metric in BYTE_METRICS else f"{value:.4f}"
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """How much one metric may move: `relative` as a fraction of the baseline, or `absolute`."""
+
+    relative: float | None = None
+    absolute: float | None = None
+
+    def allowed(self, baseline: float) -> float:
+        """How far the metric may move from `baseline`; infinite for a percentage of zero alone."""
+        relative = abs(baseline) * self.relative if self.relative is not None else 0.0
+        if self.relative is not None and baseline == 0 and self.absolute is None:
+            return math.inf
+        return max(relative, float(self.absolute or 0.0))
+
+    def describe(self, metric: str) -> str:
+        parts = []
+        if self.relative is not None:
+            parts.append(f"{self.relative:.0%}" if (self.relative * 100).is_integer() else f"{self.relative:.2%}")
+        if self.absolute is not None:
+            parts.append(format_size(self.absolute) if metric in BYTE_METRICS else f"{self.absolute:g}")
+        return " or ".join(parts)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """The allowances of a parsed spec, by metric."""
+
+    spec: str
+    allowances: dict[str, Allowance]
+
+
+def parse_tolerance(spec: str) -> Tolerance:
+    """Parse a spec; ValueError naming the bad part and what is allowed."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"invalid devmem tolerance {spec!r}: expected {TOLERANCE_HELP}")
+    allowances: dict[str, Allowance] = {}
+    for item in spec.split(","):
+        item = item.strip()
+        metric, _, amount = item.rpartition(":")
+        metric = metric.strip() or "peak_bytes_in_use"
+        amount = amount.strip()
+        if metric not in METRICS:
+            raise ValueError(f"invalid devmem tolerance {spec!r}: unknown metric {metric!r}; metrics: {', '.join(METRICS)}")
+        allowance = _parse_amount(spec, metric, amount)
+        known = allowances.get(metric)
+        if known is not None:
+            kinds = {"relative" if a.relative is not None else "absolute" for a in (known, allowance)}
+            if len(kinds) == 1:
+                raise ValueError(f"invalid devmem tolerance {spec!r}: {metric} is given two {kinds.pop()} amounts; give at most one percentage and one absolute amount")
+            allowance = Allowance(relative=known.relative if known.relative is not None else allowance.relative, absolute=known.absolute if known.absolute is not None else allowance.absolute)
+        allowances[metric] = allowance
+    return Tolerance(spec, allowances)
+
+
+def _parse_amount(spec: str, metric: str, amount: str) -> Allowance:
+    problem = f"invalid devmem tolerance {spec!r}: {amount!r} for {metric}"
+    if amount.endswith("%"):
+        try:
+            value = float(amount[:-1])
+        except ValueError:
+            raise ValueError(f"{problem} is not a percentage such as '10%'") from None
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"{problem}: a percentage must be 0 or more")
+        return Allowance(relative=value / 100)
+    if _UNIT_RE.search(amount):
+        if metric not in BYTE_METRICS:
+            raise ValueError(f"{problem}: a byte size only fits {', '.join(BYTE_METRICS)}; use a number or a percentage")
+        try:
+            return Allowance(absolute=float(parse_size(amount)))
+        except ValueError as exc:
+            raise ValueError(f"{problem}: {exc}") from None
+    try:
+        value = float(amount)
+    except ValueError:
+        raise ValueError(f"{problem}: expected a percentage, a size or a number ({TOLERANCE_HELP})") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{problem}: must be 0 or more")
+    return Allowance(absolute=value)

@@ -1,0 +1,45 @@
+"""What to change when an allocation fails: a pure function of the policy and the OOM figures."""
+
+from __future__ import annotations
+
+import math
+
+from ...errors import OutOfMemoryFigures
+from ...units import format_size
+from .policy import Mode, Policy
+
+
+def suggest_fix(policy: Policy, f: OutOfMemoryFigures) -> str:
+    """One actionable sentence for the failure these figures describe.
+
+    Order matters: a request that no device of this size could hold needs a smaller workload;
+    a pool with enough free bytes but no block big enough is fragmented; otherwise the regime's
+    limit or another tenant of the device is in the way.
+    """
+    needed = f.bytes_in_use + f.rounded
+    held_by_others = max(0, f.device_capacity - f.device_free - f.pool_bytes)
+    if needed > f.device_capacity:
+        return (
+            f"the live data would be {format_size(needed)}, more than the whole device ({format_size(f.device_capacity)}): "
+            "reduce the batch or model size, free buffers earlier, or use a larger device"
+        )
+    if f.pool_free >= f.rounded:
+        return (
+            f"the pool has {format_size(f.pool_free)} free but no block of {format_size(f.rounded)} "
+            "(fragmentation): use mode 'growth' or 'ondemand' (XLA_PYTHON_CLIENT_ALLOCATOR=platform), "
+            "or allocate long-lived buffers first"
+        )
+    if needed > f.device_capacity - held_by_others:
+        return (
+            f"other users of this device hold {format_size(held_by_others)}, leaving too little: lower their share "
+            "(XLA_PYTHON_CLIENT_MEM_FRACTION, XLA_PYTHON_CLIENT_PREALLOCATE=false, TF_FORCE_GPU_ALLOW_GROWTH=true) "
+            "or give each its own GPU (CUDA_VISIBLE_DEVICES)"
+        )
+    fraction = min(1.0, math.ceil(needed / f.device_capacity * 100) / 100)
+    if policy.mode is Mode.ONDEMAND:
+        return f"raise the limit to at least fraction={fraction:.2f} of the device"
+    return (
+        f"raise the fraction to at least {fraction:.2f}: XLA_PYTHON_CLIENT_MEM_FRACTION={fraction:.2f} "
+        f"(marker devmem(fraction={fraction:.2f}) or --devmem-fraction={fraction:.2f})"
+        + ("" if policy.mode is Mode.GROWTH else ", or use mode 'growth' (XLA_PYTHON_CLIENT_PREALLOCATE=false)")
+    )

@@ -1,0 +1,433 @@
+"""A best-fit-with-coalescing pool that follows the rules of XLA's BFC allocator.
+
+The rules (xla/tsl/framework/bfc_allocator.cc), re-implemented here:
+  * requests round up to 256 bytes; a chunk of size s lives in bin min(floor(log2(s / 256)), 20);
+  * best fit: the smallest free chunk that is large enough, the lowest address among equals;
+  * a chunk is split when it is at least twice the request or would waste at least
+    `max_internal_fragmentation` bytes (128 MiB by default), else handed out whole;
+  * a freed chunk merges at once with its next neighbour, then its previous one, within its region;
+  * regions come from the device (`Extend`): the whole limit at once when preallocating, else
+    2 MiB doubling; the region size persists (`curr_region_allocation_bytes_`): a request bigger
+    than it doubles it until it fits, and that doubling sticks for later regions; a region that
+    needed no doubling doubles the size of the next one; a region is capped by what the limit
+    leaves and backs off by x0.9 (at least 256 bytes a step) while the device refuses;
+  * with garbage collection on (TensorFlow's default, never XLA's), wholly free regions go back
+    to the device before an allocation fails, and only when that can make room
+    (`DeallocateFreeRegions`).
+  * XLA's BFC allocator never sets `bytes_reserved` (it counts memory reserved outside the pool,
+    as cudaMallocAsync does): it stays 0 here too, and `pool_bytes` is what the pool holds.
+
+Data layout, chosen for replay speed in pure Python: chunks are addresses with `dict`s for size and
+neighbours; each bin is a list of free (size, address) pairs kept sorted, which is XLA's order, so
+best fit is one bisect in the request's bin or the first pair of the next non-empty bin, found
+through a bitmask. Insertion into a sorted list moves memory, but bins rarely hold more than a few
+thousand chunks and the move runs in C; it measured faster here than heaps per size.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+
+from ..device import Device
+from ...errors import InvalidFreeError, InvalidSettingError, OutOfMemoryError
+from ...units import format_size
+from .base import PoolCounters, checked_size
+from .policy import Policy
+
+MIN_ALLOCATION_BITS = 8
+MIN_ALLOCATION_SIZE = 1 << MIN_ALLOCATION_BITS  # 256 bytes
+NUM_BINS = 21
+INITIAL_GROWTH_REGION = 2 * 2**20  # 2 MiB, as XLA with allow_growth
+DEFAULT_MAX_INTERNAL_FRAGMENTATION = 128 * 2**20
+BACKOFF_FACTOR = 0.9
+
+
+def rounded_bytes(nbytes: int) -> int:
+    """The chunk size a request of `nbytes` needs: the next multiple of 256."""
+    return (nbytes + MIN_ALLOCATION_SIZE - 1) & ~(MIN_ALLOCATION_SIZE - 1)
+
+
+def bin_for_size(size: int) -> int:
+    """The bin a chunk of `size` bytes belongs to: bin b holds [256*2^b, 256*2^(b+1)), bin 20 the rest."""
+    b = (size >> MIN_ALLOCATION_BITS).bit_length() - 1
+    return b if b < NUM_BINS - 1 else NUM_BINS - 1
+
+
+def bin_lower_bound(b: int) -> int:
+    """Smallest chunk size bin `b` holds."""
+    return MIN_ALLOCATION_SIZE << b
+
+
+class BFCPool(PoolCounters):
+    """BFC sub-allocator over regions taken from a device, under a prealloc, fraction or growth policy.
+
+    Not thread-safe: one pool serves one framework or test thread, as in XLA each device has its own.
+    """
+
+    def __init__(
+        self,
+        device: Device,
+        policy: Policy,
+        *,
+        release_free_regions: bool = False,
+        max_internal_fragmentation: int = DEFAULT_MAX_INTERNAL_FRAGMENTATION,
+        dump_on_oom: bool = False,
+        bytes_limit: int | None = None,
+    ) -> None:
+        """`bytes_limit`, when given, replaces fraction x capacity (TensorFlow states its limit in bytes)."""
+        if max_internal_fragmentation <= 0:
+            raise InvalidSettingError(
+                f"invalid max_internal_fragmentation {max_internal_fragmentation}: must be a positive number of bytes"
+            )
+        if bytes_limit is None:
+            bytes_limit = int(device.capacity * policy.fraction)
+        limit = max(0, bytes_limit) & ~(MIN_ALLOCATION_SIZE - 1)
+        super().__init__(device, policy, limit)
+        self.release_free_regions = release_free_regions
+        self.max_internal_fragmentation = max_internal_fragmentation
+        self.dump_on_oom = dump_on_oom
+        self._clear_chunks()
+
+    def _clear_chunks(self) -> None:
+        """Empty chunk structures, as at construction: no region held yet."""
+        limit = self.bytes_limit
+        self._next_region_size = limit if self.policy.preallocates else min(limit, INITIAL_GROWTH_REGION)
+        self._regions: dict[int, int] = {}  # start address -> size, in creation order
+        self._size: dict[int, int] = {}  # every chunk: address -> size
+        self._prev: dict[int, int] = {}  # address -> previous chunk in its region, 0 for none
+        self._next: dict[int, int] = {}  # address -> next chunk in its region, 0 for none
+        self._requested: dict[int, int] = {}  # chunks in use: address -> bytes the caller asked for
+        self._free_size: dict[int, int] = {}  # free chunks: address -> size
+        self._bins: list[list[tuple[int, int]]] = [[] for _ in range(NUM_BINS)]  # free (size, address), sorted
+        self._bin_mask = 0  # bit b set while bin b holds a free chunk
+
+    # -- public interface ------------------------------------------------------------------
+
+    def alloc(self, nbytes: int) -> int:
+        if type(nbytes) is not int or nbytes <= 0:
+            nbytes = checked_size(nbytes)
+        rounded = (nbytes + 255) & ~255
+        address = self._find_chunk(rounded, nbytes)
+        if address:
+            return address
+        if self._extend(rounded):
+            return self._find_chunk(rounded, nbytes)
+        if self.release_free_regions and self._release_free_regions(rounded) and self._extend(rounded):
+            return self._find_chunk(rounded, nbytes)
+        raise self._oom(nbytes, rounded)
+
+    def free(self, handle: int) -> None:
+        try:
+            requested = self._requested.pop(handle, None)
+        except TypeError:  # an unhashable handle ([1], {}): never one of ours
+            requested = None
+        if requested is None:
+            raise self._invalid_free(handle)
+        chunk_size, next_of, prev_of, free_size = self._size, self._next, self._prev, self._free_size
+        size = chunk_size[handle]
+        self.num_frees += 1
+        self.bytes_in_use -= size
+        self.requested_bytes_in_use -= requested
+        address = handle
+        following = next_of[address]
+        if following and following in free_size:  # merge the next chunk into this one
+            self._unlink_free(following)
+            size += chunk_size.pop(following)
+            after = next_of.pop(following)
+            del prev_of[following]
+            next_of[address] = after
+            if after:
+                prev_of[after] = address
+        previous = prev_of[address]
+        if previous and previous in free_size:  # then this one into the previous chunk
+            self._unlink_free(previous)
+            size += chunk_size[previous]
+            del chunk_size[address]
+            after = next_of.pop(address)
+            del prev_of[address]
+            next_of[previous] = after
+            if after:
+                prev_of[after] = previous
+            address = previous
+        chunk_size[address] = size
+        self._link_free(address, size)
+
+    def preallocate(self) -> int:
+        """Reserve the policy's first region now (JAX preallocates at start-up); return pool bytes."""
+        if not self._regions and self.policy.preallocates and self.bytes_limit >= MIN_ALLOCATION_SIZE:
+            self._extend(MIN_ALLOCATION_SIZE)
+        return self.pool_bytes
+
+    def trim(self) -> int:
+        """Return wholly free regions to the device; the number of bytes given back."""
+        before = self.pool_bytes
+        self._release_free_regions()
+        return before - self.pool_bytes
+
+    def close(self) -> None:
+        """Give every region back to the device. The pool is empty and reusable afterwards."""
+        for start in list(self._regions):
+            self.device.free(start)
+        self._clear_chunks()
+        self.bytes_in_use = self.requested_bytes_in_use = 0
+        self.pool_bytes = 0
+
+    def regions(self) -> list[tuple[int, int]]:
+        """(start address, size) of each region held, in the order they were taken."""
+        return list(self._regions.items())
+
+    def allocated_size(self, handle: int) -> int:
+        """Bytes the chunk at `handle` takes in the pool (the request rounded, or more when not split)."""
+        if handle not in self._requested:
+            raise self._invalid_free(handle)
+        return self._size[handle]
+
+    def size_of(self, handle: int) -> int:
+        """Bytes the caller asked for when `handle` was allocated."""
+        try:
+            return self._requested[handle]
+        except KeyError:
+            raise self._invalid_free(handle) from None
+
+    # -- allocation ------------------------------------------------------------------------
+
+    def _find_chunk(self, rounded: int, requested: int) -> int:
+        """Take the best-fitting free chunk for `rounded` bytes, split it if worth it; 0 if none.
+
+        Bins are lists sorted by (size, address), XLA's order, so the first entry at or after
+        (rounded, 0) is the best fit; a higher non-empty bin's first entry is its smallest chunk.
+        This is the hot path of every replay, so the bin arithmetic is written inline.
+        """
+        b = (rounded >> 8).bit_length() - 1
+        if b > 20:
+            b = 20
+        chunks = self._bins[b]
+        i = bisect_left(chunks, (rounded, 0))
+        if i == len(chunks):
+            higher = self._bin_mask >> (b + 1)
+            if not higher:
+                return 0
+            b += (higher & -higher).bit_length()
+            chunks = self._bins[b]
+            i = 0
+        size, address = chunks.pop(i)
+        if not chunks:
+            self._bin_mask &= ~(1 << b)
+        del self._free_size[address]
+        if size >= 2 * rounded or size - rounded >= self.max_internal_fragmentation:
+            self._split(address, rounded)
+            size = rounded
+        self._requested[address] = requested
+        self.num_allocs += 1
+        in_use = self.bytes_in_use + size
+        self.bytes_in_use = in_use
+        if in_use > self.peak_bytes_in_use:
+            self.peak_bytes_in_use = in_use
+            self.fragmentation_at_peak = self._fragmentation()
+        asked = self.requested_bytes_in_use + requested
+        self.requested_bytes_in_use = asked
+        if asked > self.peak_requested_bytes_in_use:
+            self.peak_requested_bytes_in_use = asked
+        if size > self.largest_alloc_size:
+            self.largest_alloc_size = size
+        return address
+
+    def _split(self, address: int, size: int) -> None:
+        remainder = address + size
+        after = self._next[address]
+        self._size[remainder] = self._size[address] - size
+        self._size[address] = size
+        self._prev[remainder] = address
+        self._next[remainder] = after
+        self._next[address] = remainder
+        if after:
+            self._prev[after] = remainder
+        self._link_free(remainder, self._size[remainder])
+
+    def _extend(self, rounded: int) -> bool:
+        """Take a new region from the device big enough for `rounded`; False if the limit or device refuses.
+
+        XLA's `BFCAllocator::Extend` (xla/tsl/framework/bfc_allocator.cc): the region size doubles
+        in place until the request fits, so the increase persists for later regions.
+        """
+        available = (self.bytes_limit - self.pool_bytes) & ~(MIN_ALLOCATION_SIZE - 1)
+        if rounded > available:
+            return False
+        increased = False
+        while rounded > self._next_region_size:
+            self._next_region_size *= 2
+            increased = True
+        region_size = min(self._next_region_size, available)
+        start = self.device.try_allocate(region_size)
+        while start is None:
+            smaller = rounded_bytes(int(region_size * BACKOFF_FACTOR))
+            if smaller >= region_size:  # small sizes round back up: XLA forces a 256-byte step
+                smaller = region_size - MIN_ALLOCATION_SIZE
+            if smaller < rounded:
+                return False
+            region_size = smaller
+            start = self.device.try_allocate(region_size)
+        if not increased:
+            self._next_region_size *= 2
+        self._regions[start] = region_size
+        self._size[start] = region_size
+        self._prev[start] = 0
+        self._next[start] = 0
+        self._link_free(start, region_size)
+        self.pool_bytes += region_size
+        if self.pool_bytes > self.peak_pool_bytes:
+            self.peak_pool_bytes = self.pool_bytes
+        return True
+
+    def _free_regions(self) -> list[tuple[int, int]]:
+        """(start, size) of every region that is one free chunk."""
+        return [(start, size) for start, size in self._regions.items() if self._free_size.get(start) == size]
+
+    def _release_free_regions(self, rounded: int | None = None) -> bool:
+        """Give back every wholly free region; True if any was released.
+
+        With `rounded` (an allocation about to fail), only when that can help: XLA's
+        `DeallocateFreeRegions` releases nothing unless the freed regions plus what the limit
+        still leaves could hold the request.
+        """
+        free_regions = self._free_regions()
+        total_free = sum(size for _, size in free_regions)
+        if not total_free:
+            return False
+        if rounded is not None and rounded > self.bytes_limit - self.pool_bytes + total_free:
+            return False
+        for start, size in free_regions:
+            self._unlink_free(start)
+            del self._size[start], self._prev[start], self._next[start], self._regions[start]
+            self.device.free(start)
+            self.pool_bytes -= size
+        return True
+
+    # -- free-chunk bookkeeping ------------------------------------------------------------
+
+    def _link_free(self, address: int, size: int) -> None:
+        self._free_size[address] = size
+        b = bin_for_size(size)
+        insort(self._bins[b], (size, address))
+        self._bin_mask |= 1 << b
+
+    def _unlink_free(self, address: int) -> None:
+        """Remove a free chunk from its bin."""
+        size = self._free_size.pop(address)
+        b = bin_for_size(size)
+        chunks = self._bins[b]
+        del chunks[bisect_left(chunks, (size, address))]
+        if not chunks:
+            self._bin_mask &= ~(1 << b)
+
+    # -- errors and introspection ----------------------------------------------------------
+
+    def _largest_free_block(self) -> int:
+        mask = self._bin_mask
+        return self._bins[mask.bit_length() - 1][-1][0] if mask else 0
+
+    def _num_regions(self) -> int:
+        return len(self._regions)
+
+    def _oom(self, requested: int, rounded: int) -> OutOfMemoryError:
+        return self._out_of_memory(requested, rounded, self.memory_map() if self.dump_on_oom else None)
+
+    def _invalid_free(self, handle: object) -> InvalidFreeError:
+        if isinstance(handle, int) and handle in self._free_size:
+            return InvalidFreeError(f"double free of {handle:#x}: that chunk is already free in this pool")
+        if isinstance(handle, int) and any(start <= handle < start + size for start, size in self._regions.items()):
+            return InvalidFreeError(f"invalid free of {handle:#x}: it lies inside a chunk but is not the start of one in use")
+        shown = f"{handle:#x}" if isinstance(handle, int) else repr(handle)
+        return InvalidFreeError(f"invalid free of {shown}: this pool never allocated it (foreign pointer or double free)")
+
+    def chunks(self) -> list[tuple[int, int, int, bool, int]]:
+        """Every chunk as (region start, address, size, in use, requested bytes), by address within region."""
+        result = []
+        for start in self._regions:
+            address = start
+            while address:
+                requested = self._requested.get(address, 0)
+                result.append((start, address, self._size[address], address in self._requested, requested))
+                address = self._next[address]
+        return result
+
+    def memory_map(self, max_chunks_per_region: int = 200) -> str:
+        """Bins with their free chunks, then each region's chunks in address order (XLA's DumpMemoryLog)."""
+        s = self.stats()
+        lines = [
+            f"memory map of {self.policy.label} pool on {self.device.name}: in use {format_size(s['bytes_in_use'])}, "
+            f"pool {format_size(s['pool_bytes'])}, limit {format_size(s['bytes_limit'])}, "
+            f"fragmentation {s['fragmentation']:.3f}",
+            "bins (free chunks):",
+        ]
+        for b in range(NUM_BINS):
+            if not self._bins[b]:
+                continue
+            count = len(self._bins[b])
+            total = sum(size for size, _ in self._bins[b])
+            lines.append(f"  bin {b:2d} (>= {format_size(bin_lower_bound(b))}): {count} chunk(s), {format_size(total)}")
+        by_region: dict[int, list[tuple[int, int, int, bool, int]]] = {}
+        for chunk in self.chunks():
+            by_region.setdefault(chunk[0], []).append(chunk)
+        for index, (start, region_chunks) in enumerate(by_region.items()):
+            lines.append(f"region {index} at {start:#x}, {format_size(self._regions[start])}, {len(region_chunks)} chunk(s):")
+            for _, address, size, in_use, requested in region_chunks[:max_chunks_per_region]:
+                state = f"in use (asked {requested} B)" if in_use else "free"
+                lines.append(f"  {address:#x} +{address - start:#x} {size:>12d} B  {state}")
+            if len(region_chunks) > max_chunks_per_region:
+                lines.append(f"  ... {len(region_chunks) - max_chunks_per_region} more chunk(s)")
+        return "\n".join(lines)
+
+    def check_invariants(self) -> list[str]:
+        """Every broken invariant, described; an empty list for a healthy pool.
+
+        Chunks tile each region exactly, neighbours agree, no two free chunks touch, the free
+        structures hold exactly the free chunks, and the counters equal a recount.
+        """
+        problems: list[str] = []
+        in_use = requested = free_count = 0
+        for start, region_size in self._regions.items():
+            address, previous, end = start, 0, start + region_size
+            while address:
+                recorded = self._size.get(address)
+                if recorded is None or recorded <= 0 or recorded % MIN_ALLOCATION_SIZE:
+                    problems.append(f"chunk {address:#x} has bad size {recorded}")
+                    break
+                size = recorded
+                if self._prev.get(address) != previous:
+                    problems.append(f"chunk {address:#x} prev is {self._prev.get(address)}, expected {previous}")
+                is_free = address in self._free_size
+                if is_free == (address in self._requested):
+                    problems.append(f"chunk {address:#x} is both or neither free and in use")
+                if is_free:
+                    free_count += 1
+                    if self._free_size[address] != size:
+                        problems.append(f"free chunk {address:#x} recorded as {self._free_size[address]} not {size}")
+                    if previous and previous in self._free_size:
+                        problems.append(f"free chunks {previous:#x} and {address:#x} touch but were not merged")
+                else:
+                    in_use += size
+                    requested += self._requested[address]
+                nxt = self._next.get(address)
+                if nxt and nxt != address + size:
+                    problems.append(f"chunk {address:#x}+{size} is followed by {nxt:#x}: gap or overlap")
+                if not nxt and address + size != end:
+                    problems.append(f"region {start:#x} ends at {end:#x} but its last chunk ends at {address + size:#x}")
+                previous, address = address, nxt or 0
+        if len(self._size) != len(self._free_size) + len(self._requested):
+            problems.append("chunk table holds chunks that belong to no region")
+        binned = sorted((address, size) for chunks in self._bins for size, address in chunks)
+        if free_count != len(self._free_size) or binned != sorted(self._free_size.items()):
+            problems.append(f"bins hold {len(binned)} chunks, {free_count} chunks are free")
+        for b, chunks in enumerate(self._bins):
+            if chunks != sorted(chunks) or any(bin_for_size(size) != b for size, _ in chunks):
+                problems.append(f"bin {b} is out of order or holds a chunk of another bin")
+            if bool(chunks) != bool(self._bin_mask >> b & 1):
+                problems.append(f"bin mask disagrees with bin {b}")
+        if in_use != self.bytes_in_use or requested != self.requested_bytes_in_use:
+            problems.append(f"bytes_in_use {self.bytes_in_use} / requested {self.requested_bytes_in_use}, recount {in_use} / {requested}")
+        if sum(self._regions.values()) != self.pool_bytes:
+            problems.append(f"pool_bytes {self.pool_bytes} but regions sum to {sum(self._regions.values())}")
+        if self.pool_bytes > self.bytes_limit:
+            problems.append(f"pool_bytes {self.pool_bytes} exceeds the limit {self.bytes_limit}")
+        return problems

@@ -1,0 +1,587 @@
+"""The pytest plugin: options, the `devmem` marker and fixture, and one manager that glues regime,
+pool, sources, records and reports together. Module-level hooks only register the manager."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generator
+
+import pytest
+
+from ..gate.baseline import BaselineFormatError, BaselineStore, module_of
+from ..model.device import Device, open_device
+from ..errors import DevmemError, OutOfMemoryError
+from ..files import write_atomic
+from ..gate.marks import MARK_NAME, MARKER_HELP, MarkSpec, compiles_verdict, leak_verdict, limit_verdict, parse_mark
+from ..model.pool import Policy, make_pool
+from ..model.pool.base import Pool
+from ..capture.measurement import Captured, Measurement
+from ..gate.record import TestRecord
+from ..model.regime import Regime, configure_tensorflow_gpus, jax_backend_started, restore
+from ..present.report import benchmark_json, render
+from .settings import Settings, add_options, load_settings
+from ..gate.tolerance import parse_tolerance
+from ..capture.pool import RecordingPool
+from ..gate.verdicts import baseline_verdict, replay_oom_verdict, sharing_verdict
+from ..units import format_size
+
+if TYPE_CHECKING:  # isolation pulls in subprocess and json: imported only when a test needs a child
+    from .isolation import ChildEventWriter, ChildOutcome
+
+PLUGIN_NAME = "devmem-manager"
+DEFAULT_FIXTURE_POLICY = Policy.of("prealloc")
+
+mark_key = pytest.StashKey["MarkSpec | str | None"]()
+regime_key = pytest.StashKey["Regime | None"]()
+measured_key = pytest.StashKey[bool]()
+captured_key = pytest.StashKey[Captured]()
+oom_key = pytest.StashKey[bool]()
+_early_env_key = pytest.StashKey["dict[str, str | None]"]()  # framework variables before this session's regime
+_conflicts_key = pytest.StashKey["list[str]"]()  # the user's JAX variables that contradict the session regime
+_gpu_env_key = pytest.StashKey["str | None"]()  # CUDA_VISIBLE_DEVICES before this worker's GPU was chosen
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """Set the session regime's JAX/TensorFlow variables before any conftest can import a framework."""
+    try:
+        settings = load_settings(early_config)
+    except pytest.UsageError:
+        return  # pytest_configure reports it properly
+    if settings.regime is not None:
+        conflicts = settings.regime.conflicts(os.environ)
+        early_config.stash[_conflicts_key] = conflicts
+        if conflicts:
+            return  # pytest_configure stops the run with them
+    if settings.effective_regime is not None:
+        early_config.stash[_early_env_key] = settings.effective_regime.apply()
+    _apply_worker_gpu(early_config, settings)
+
+
+def _apply_worker_gpu(config: pytest.Config, settings: Settings) -> None:
+    """Give this xdist worker its own GPU, before any framework initialises CUDA."""
+    plan = settings.worker_plan
+    if plan is None or plan.cuda_visible_devices is None or _gpu_env_key in config.stash:
+        return
+    config.stash[_gpu_env_key] = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = plan.cuda_visible_devices
+
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", MARKER_HELP)
+    try:
+        settings = load_settings(config)
+        if settings.regime is not None:
+            conflicts = config.stash.get(_conflicts_key, None)
+            if conflicts is None:  # the plugin came too late for the early check: the environment is still the user's
+                conflicts = settings.regime.conflicts(os.environ)
+            if conflicts:
+                raise pytest.UsageError("; ".join(conflicts))
+        try:
+            device = open_device(settings.device_spec)
+        except DevmemError as exc:
+            raise pytest.UsageError(f"{exc} (from {settings.device_from})") from None
+        try:
+            store = BaselineStore(settings.baselines, device.device_class).load()
+        except BaselineFormatError as exc:
+            raise pytest.UsageError(f"corrupt or foreign baseline file: {exc}") from None
+    except pytest.UsageError:
+        early = config.stash.get(_early_env_key, None)
+        if early is not None:  # undo what pytest_load_initial_conftests set
+            restore(early)
+        raise
+    _apply_worker_gpu(config, settings)
+    manager = DevmemManager(config, settings, device, store)
+    config.pluginmanager.register(manager, PLUGIN_NAME)
+
+
+@dataclass
+class DevmemFixture:
+    """What the `devmem` fixture gives a test: its regime, its pool on the session's device."""
+
+    regime: Regime | None
+    pool: Pool
+    device: Device
+
+
+class DevmemManager:
+    """All per-session state: the device, the sources, the records, the child processes."""
+
+    def __init__(self, config: pytest.Config, settings: Settings, device: Device, store: BaselineStore) -> None:
+        self.config = config
+        self.settings = settings
+        self.device = device
+        self.store = store
+        self.collected_ids: set[str] = set()
+        self.xdist_note = ""
+        self.stale: list[str] = []
+        self.baselines_written: list[str] = []
+        self.write_problems: list[str] = []  # baselines or the report that could not be written
+        self.unrecorded: dict[tuple[str, str], tuple[str, str]] = {}  # skipped at setup: (test, regime) -> (device, why)
+        self.records: list[TestRecord] = []
+        self.isolated: dict[Regime, list[pytest.Item]] = {}
+        self.child_outcomes: dict[Regime, ChildOutcome] = {}
+        self.measurement = Measurement(device)
+        if settings.regime is not None:
+            self.measurement.watch_frameworks()  # every test is measured: hook JAX before it runs anything
+        self._previous_env: dict[str, str | None] | None = config.stash.get(_early_env_key, None)
+        self._tensorflow_configured = False
+        self.child_writer: ChildEventWriter | None = None
+        self._local_records: dict[str, TestRecord] = {}  # made in this process: no JSON round trip
+        child_output = config.getoption("devmem_child_output")
+        if child_output:
+            from .isolation import ChildEventWriter
+
+            self.child_writer = ChildEventWriter(config, child_output)
+        if settings.effective_regime is not None:
+            if jax_backend_started():
+                warnings.warn(
+                    pytest.PytestWarning(f"JAX had already started before pytest-devmem could apply regime {settings.effective_regime.label}; its settings do not apply in this process"),
+                    stacklevel=1,
+                )
+            previous = settings.effective_regime.apply()
+            if self._previous_env is None:
+                self._previous_env = previous
+        self._plan_controller_workers()
+
+    def _plan_controller_workers(self) -> None:
+        """On the xdist controller: say how workers will share the device, warn if they cannot."""
+        if self.is_xdist_worker or self.is_child or self.settings.regime is None:
+            return
+        try:
+            count = int(self.config.getoption("numprocesses", default=0) or 0)
+        except (TypeError, ValueError):
+            count = 0
+        uses_gpu = getattr(self.device, "index", None) is not None
+        from .workers import gpu_count, plan_workers
+
+        plan = plan_workers(self.settings.regime, self.settings.fraction_chosen, 0, count, gpu_count() if uses_gpu else 0, uses_gpu)
+        if plan.warning:
+            plan_warning = plan.warning + self._crowding(count)
+            self.xdist_note = plan_warning
+            self.config.issue_config_time_warning(pytest.PytestWarning(plan_warning), stacklevel=2)
+        else:
+            self.xdist_note = plan.note
+
+    def _crowding(self, count: int) -> str:
+        """What each worker's JAX would really hold on this device, started one after the other."""
+        from ..model.sharing import FrameworkSetup, process_shares
+
+        regime = self.settings.regime
+        if regime is None or not regime.policy.preallocates:
+            return ""
+        shares = process_shares(self.device.capacity, FrameworkSetup("jax", "prealloc", regime.fraction), count, self.settings.cuda_context_bytes)
+        held = ", ".join(f"worker {i + 1} {format_size(share)}" for i, share in enumerate(shares))
+        return f"; on {self.device.name}, started one after the other, each JAX preallocation backs off to what is left: {held}"
+
+    # -- session ------------------------------------------------------------------------
+
+    @property
+    def is_child(self) -> bool:
+        return self.child_writer is not None
+
+    @property
+    def is_xdist_worker(self) -> bool:
+        return hasattr(self.config, "workerinput")
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.measurement.close()
+        if self._previous_env is not None:
+            restore(self._previous_env)
+        if _gpu_env_key in config.stash:
+            restore({"CUDA_VISIBLE_DEVICES": config.stash[_gpu_env_key]})
+        if self.child_writer is not None:
+            self.child_writer.close()
+        close = getattr(self.device, "close", None)
+        if close is not None:
+            close()
+
+    def pytest_report_header(self, config: pytest.Config) -> str:
+        regime = self.settings.regime.label if self.settings.regime else "none (marked tests only)"
+        return f"devmem: device {self.device.name}, regime {regime}"
+
+    # -- collection ---------------------------------------------------------------------
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if self.is_child:
+            self._keep_child_nodes(config, items)
+        session_regime = self.settings.regime
+        timeouts = config.pluginmanager.hasplugin("timeout")  # pytest-timeout
+        self.collected_ids.update(item.nodeid for item in items)
+        for item in items:
+            marker = item.get_closest_marker(MARK_NAME)
+            spec = parse_mark(marker.args, dict(marker.kwargs)) if marker is not None else None
+            item.stash[mark_key] = spec
+            item.stash[measured_key] = session_regime is not None or marker is not None
+            regime = spec.regime(session_regime) if isinstance(spec, MarkSpec) else session_regime
+            item.stash[regime_key] = regime
+            if regime is not None and regime != session_regime and not self.is_child:
+                self.isolated.setdefault(regime, []).append(item)
+                if timeouts:  # the child gets --timeout and times each test itself; here one timer
+                    item.add_marker(pytest.mark.timeout(0))  # would fire while waiting for the child
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.collected_ids.update(item.nodeid for item in items)
+
+    def _keep_child_nodes(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        with open(config.getoption("devmem_child_nodes"), encoding="utf-8") as handle:
+            wanted = {line.strip() for line in handle if line.strip()}
+        keep = [item for item in items if item.nodeid in wanted]
+        dropped = [item for item in items if item.nodeid not in wanted]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+    # -- running ------------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+        """Tests under another regime: run their regime's group in a child, then replay the reports."""
+        regime = item.stash.get(regime_key, None)
+        if regime is None or regime == self.settings.regime or self.is_child:
+            return None
+        outcome = self.child_outcomes.get(regime)
+        if outcome is None or item.nodeid not in outcome.reports:
+            from .isolation import run_in_children
+
+            group = [item] if self.is_xdist_worker else self.isolated.get(regime, [item])
+            fresh = run_in_children(self.config, regime, self.settings, group, self._previous_env)
+            if outcome is None:
+                self.child_outcomes[regime] = fresh
+            else:
+                outcome.reports.update(fresh.reports)
+                outcome.children_started += fresh.children_started
+            outcome = self.child_outcomes[regime]
+        ihook = item.ihook
+        ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        for report in outcome.reports.pop(item.nodeid, []):
+            ihook.pytest_runtest_logreport(report=report)
+        self._teardown_for(item, nextitem)
+        ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        return True
+
+    @staticmethod
+    def _teardown_for(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        """Tear down the in-process fixtures that `nextitem` does not share, as pytest's runner would
+        have done after this item; a failing finalizer is reported as this item's teardown error."""
+        setup_state = getattr(item.session, "_setupstate", None)
+        if setup_state is None:
+            return
+        call = pytest.CallInfo.from_call(lambda: setup_state.teardown_exact(nextitem), when="teardown")
+        if call.excinfo is not None:
+            report = item.ihook.pytest_runtest_makereport(item=item, call=call)
+            item.ihook.pytest_runtest_logreport(report=report)
+
+    def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
+        """A test failed by pytest-devmem alone shows `M` and MEMORY PROBLEMS, as pytest-memray's do."""
+        if report.when == "call" and getattr(report, "devmem_failure", False):
+            return "failed", "M", ("MEMORY PROBLEMS", {"red": True})
+        return None
+
+    def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
+        if self.child_writer is not None:
+            self.child_writer.start(nodeid)
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
+        if self.child_writer is not None:
+            self.child_writer.finish(nodeid)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, None, None]:
+        __tracebackhide__ = True
+        spec = item.stash.get(mark_key, None)
+        if isinstance(spec, str):
+            raise pytest.UsageError(spec)
+        if not item.stash.get(measured_key, False):
+            return (yield)
+        self._configure_tensorflow_once()
+        item.stash[oom_key] = False
+        self.measurement.start()  # before fixtures: what a function-scoped fixture allocates counts
+        try:
+            return (yield)
+        except BaseException:  # no call phase will stop the measurement: stop it here
+            self.measurement.stop()
+            raise
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> Generator[None, object, object]:
+        """A fixture shared by several tests is set up by whichever runs first: its memory belongs to
+        none of them, so it stays out of the trace (test order must not change a test's figures)."""
+        if fixturedef.scope == "function" or not self.measurement.recorder.recording:
+            return (yield)
+        with self.measurement.recorder.paused():
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        if not item.stash.get(measured_key, False):
+            return (yield)
+        self.measurement.recorder.mark()  # what the test itself allocates, after its fixtures
+        try:
+            return (yield)
+        except BaseException as exc:
+            item.stash[oom_key] = _is_out_of_memory(exc)
+            raise
+        finally:
+            item.stash[captured_key] = self.measurement.stop(check_leaks=self._max_leak(item) is not None)
+
+    def _max_leak(self, item: pytest.Item) -> int | None:
+        spec = item.stash.get(mark_key, None)
+        return spec.max_leak if isinstance(spec, MarkSpec) and spec.max_leak is not None else self.settings.max_leak
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        if call.when == "setup" and report.skipped and item.stash.get(measured_key, False):
+            regime = item.stash.get(regime_key, None)
+            why = str(report.longrepr[2]).removeprefix("Skipped: ") if isinstance(report.longrepr, tuple) else "skipped"
+            report.devmem_unrecorded = [regime.label if regime is not None else "default", f"skipped: {why}"]  # type: ignore[attr-defined]
+        if call.when != "call" or not item.stash.get(measured_key, False):
+            return report
+        captured = item.stash.get(captured_key, None)
+        if captured is None:  # a subtest's report, made while the test still runs: one test, one record
+            return report
+        del item.stash[captured_key]
+        spec = item.stash.get(mark_key, None)
+        limit = spec.limit if isinstance(spec, MarkSpec) and spec.limit is not None else self.settings.limit
+        regime = item.stash.get(regime_key, None)
+        policy = regime.policy if regime is not None else DEFAULT_FIXTURE_POLICY
+        record = self.measurement.record(
+            item.nodeid,
+            regime.label if regime is not None else "default",
+            policy,
+            captured,
+            oom=item.stash.get(oom_key, False),
+            outcome=report.outcome,
+            limit_bytes=limit,
+            duration_s=call.duration,
+        )
+        self._write_trace(record)
+        self._analyse_trace(record, policy)
+        failure = self._first_failure(item, spec, regime, record, captured)
+        if failure is not None and report.outcome == "passed":
+            failure += self._leave_artifacts(record, policy)
+            report.outcome = "failed"
+            report.longrepr = failure
+            report.devmem_failure = True  # type: ignore[attr-defined]  # its own status letter, M
+            record.outcome = "failed"
+            record.failed_by_devmem = True
+        elif failure is not None:  # failed already (a real OOM, say): add what pytest-devmem found
+            report.sections.append(("pytest-devmem", failure))
+        if self.is_child or self.is_xdist_worker:  # the record travels to another process with the report
+            report.devmem_record = record.to_json()  # type: ignore[attr-defined]
+        else:
+            self._local_records[item.nodeid] = record
+        return report
+
+    def _first_failure(self, item: pytest.Item, spec: MarkSpec | str | None, regime: Regime | None, record: TestRecord, captured: Captured) -> str | None:
+        """pytest-devmem's checks in order (limit, replayed OOM, recompiles, leak, frameworks sharing the
+        device, baseline); the first failure's text, or None. Each check records what it found."""
+        marked = spec if isinstance(spec, MarkSpec) else None
+        failure = limit_verdict(record.peak_bytes_in_use, record.limit_bytes) or replay_oom_verdict(record, self.device)
+        if failure is None and marked is not None:
+            failure = compiles_verdict(captured.compiled, marked.max_compiles)
+        if failure is None:
+            failure = leak_verdict(captured.kept, self._max_leak(item))
+        if failure is None:
+            frameworks = marked.frameworks if marked is not None and marked.frameworks else self.settings.frameworks
+            failure = sharing_verdict(record, frameworks, regime, self.device, self.settings.cuda_context_bytes, os.environ)
+        if failure is None:
+            tolerance = parse_tolerance(marked.tolerance) if marked is not None and marked.tolerance is not None else self.settings.tolerance
+            failure = baseline_verdict(record, self.store, tolerance, update=self.settings.update, strict=self.settings.strict)
+        return failure
+
+    def _write_trace(self, record: TestRecord) -> None:
+        """With --devmem-traces=DIR: the test's trace as an RMM-style CSV, named after the test and regime."""
+        directory = self.settings.traces_dir
+        if directory is None or record.trace_events is None:
+            return
+        from ..files import safe_file_name
+
+        path = directory / (safe_file_name(f"{record.test_id}[{record.regime}]") + ".csv")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            record.trace_events.write_csv(path)
+        except OSError as exc:  # the test's outcome does not depend on it: say so, and go on
+            warnings.warn(pytest.PytestWarning(f"pytest-devmem could not write the trace of {record.test_id} to {path}: {exc.strerror or exc}"), stacklevel=1)
+            return
+        if record.trace is not None:
+            record.trace["file"] = str(path)
+
+    def _leave_artifacts(self, record: TestRecord, policy: Policy) -> str:
+        """With --devmem-artifacts=DIR: the failing test's trace and its picture there; the lines that say where."""
+        directory = self.settings.artifacts_dir
+        if directory is None or record.trace_events is None:
+            return ""
+        from ..files import safe_file_name
+        from ..present.plot import write_plot
+        from ..model.timeline import build_timeline
+
+        stem = directory / safe_file_name(f"{record.test_id}[{record.regime}]")
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            record.trace_events.write_csv(stem.with_name(stem.name + ".csv"))
+            timeline = build_timeline(record.trace_events, policy, self.device.capacity, self.device.name)
+            write_plot(timeline, stem.with_name(stem.name + ".html"), f"{record.test_id} under {policy.label} on {self.device.name}")
+        except OSError as exc:
+            return f"\n  artifacts not written to {directory}: {exc.strerror or exc}"
+        return f"\n  artifacts: {self.shown(stem)}.html (timeline and memory map), {self.shown(stem)}.csv (trace)"
+
+    def _analyse_trace(self, record: TestRecord, policy: Policy) -> None:
+        """Replay the test's trace: the smallest prealloc fraction it needs, and how a device of another size fares."""
+        if not self.settings.traces_needed or record.trace_events is None or not len(record.trace_events):
+            return
+        from ..model.whatif import find_min_fraction, what_if
+
+        trace = record.trace_events
+        analysis: dict[str, object] = {"trace_events": len(trace), "peak_live_bytes": trace.peak_live_bytes()}
+        if self.settings.find_min_fraction:
+            analysis["min_fraction"] = find_min_fraction(trace, self.device.capacity)
+        if self.settings.what_if is not None:
+            answer = what_if(trace, policy, self.settings.what_if)
+            analysis["what_if"] = {"capacity": answer.capacity, "ok": answer.ok, "message": answer.message}
+        record.analysis = analysis
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.child_writer is not None:
+            self.child_writer.report(report)
+        unrecorded = getattr(report, "devmem_unrecorded", None)
+        if isinstance(unrecorded, list) and len(unrecorded) == 2:  # from here, a worker or a child
+            self.unrecorded[(report.nodeid, str(unrecorded[0]))] = (self.device.name, str(unrecorded[1]))
+        if report.when != "call":
+            return
+        local = self._local_records.pop(report.nodeid, None)
+        if local is not None:
+            self.records.append(local)
+            return
+        data = getattr(report, "devmem_record", None)
+        if data is not None:
+            self.records.append(TestRecord.from_json(data))
+
+    def _configure_tensorflow_once(self) -> None:
+        if self._tensorflow_configured or "tensorflow" not in sys.modules or self.settings.regime is None:
+            return
+        self._tensorflow_configured = True
+        problem = configure_tensorflow_gpus(self.settings.effective_regime, self.device.capacity)  # type: ignore[arg-type]
+        if problem:
+            warnings.warn(pytest.PytestWarning(problem), stacklevel=1)
+
+    # -- fixture ------------------------------------------------------------------------
+
+    def make_fixture(self, item: pytest.Item) -> DevmemFixture:
+        regime = item.stash.get(regime_key, None)
+        if regime is not None and regime == self.settings.regime:
+            regime = self.settings.effective_regime  # this xdist worker's share of the session regime
+        policy = regime.policy if regime is not None else DEFAULT_FIXTURE_POLICY
+        pool: Pool = make_pool(self.device, policy)
+        if item.stash.get(measured_key, False):
+            self.measurement.pool_source.attach(pool)
+        # records only while the test is measured, and refuses to be used once the test has ended
+        return DevmemFixture(regime, RecordingPool(pool, self.measurement.recorder), self.device)  # type: ignore[arg-type]
+
+    # -- reporting ----------------------------------------------------------------------
+
+    def session_info(self) -> dict[str, object]:
+        from .. import __version__
+
+        versions = {"pytest-devmem": __version__}
+        for package in ("jax", "jaxlib", "tensorflow", "tensorflow-cpu", "nvidia-ml-py"):
+            try:
+                versions[package] = importlib.metadata.version(package)
+            except importlib.metadata.PackageNotFoundError:
+                pass
+        from ..provenance import provenance
+
+        return {
+            "device": self.device.name,
+            "device_class": self.device.device_class,
+            "device_capacity_bytes": self.device.capacity,
+            "regime": self.settings.regime.label if self.settings.regime else None,
+            "versions": versions,
+            **provenance(self.config.rootpath, versions, self.device.device_class),
+        }
+
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        if self.records and not self.is_child:
+            from ..present.summary import SessionSummary
+
+            SessionSummary(self, terminalreporter, everything=config.getoption("verbose", 0) > 0).write()
+
+    def shown(self, path: object) -> str:
+        """A path relative to where pytest was started, when it lies below it."""
+        try:
+            return str(Path(str(path)).relative_to(self.config.invocation_params.dir))
+        except ValueError:
+            return str(path)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        self.records.sort(key=lambda r: r.test_id)  # once, for the summary and the report
+        if self.is_child or self.is_xdist_worker:
+            return  # only the controller writes: every record reaches it
+        info = self.session_info()
+        if self.settings.update:
+            keep = [r for r in self.records if r.outcome == "passed" and r.peak_bytes_in_use is not None]
+            unrecorded = dict(self.unrecorded)
+            for r in self.records:
+                if r.outcome != "passed":
+                    unrecorded[(r.test_id, r.regime)] = (r.device, f"{r.outcome} when the baselines were updated")
+            written, problems = self.store.write(keep, info["versions"], unrecorded)  # type: ignore[arg-type]
+            self.baselines_written = [str(path) for path in written]
+            self.write_problems += [f"baseline not written: {problem}" for problem in problems]
+        self.stale = self._stale_baselines()
+        if self.stale and self.settings.strict and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if self.settings.report_path is not None:
+            try:
+                write_atomic(self.settings.report_path, render(self.settings.report_path, self.records, info))
+            except OSError as exc:
+                self.write_problems.append(f"report not written: {self.settings.report_path}: {exc.strerror or exc}")
+        if self.settings.benchmark_json is not None:
+            try:
+                write_atomic(self.settings.benchmark_json, benchmark_json(self.records))
+            except OSError as exc:
+                self.write_problems.append(f"benchmark JSON not written: {self.settings.benchmark_json}: {exc.strerror or exc}")
+        if self.write_problems and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # what the user asked to be stored is not: CI must see it
+
+    def _stale_baselines(self) -> list[str]:
+        """Baselined tests that no longer exist: in a module this session collected, but not collected."""
+        modules = {module_of(nodeid) for nodeid in self.collected_ids}
+        return sorted(
+            f"{entry.test_id} [{entry.regime}]"
+            for entry in self.store.entries()
+            if module_of(entry.test_id) in modules and entry.test_id not in self.collected_ids
+        )
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    """Our pool's OOM, or a framework's (XLA's RESOURCE_EXHAUSTED, TensorFlow's ResourceExhaustedError)."""
+    if isinstance(exc, (OutOfMemoryError, MemoryError)):
+        return True
+    text = f"{type(exc).__name__}: {exc}"
+    return "RESOURCE_EXHAUSTED" in text or "ResourceExhausted" in text or "out of memory" in text.lower()
+
+
+@pytest.fixture
+def devmem(request: pytest.FixtureRequest) -> Generator[DevmemFixture, None, None]:
+    """The test's regime and a pool under it on the session's device; the pool is closed afterwards."""
+    manager = request.config.pluginmanager.get_plugin(PLUGIN_NAME)
+    if not isinstance(manager, DevmemManager):
+        raise pytest.UsageError("the devmem fixture needs the pytest-devmem plugin, which is disabled here (-p no:devmem?)")
+    fixture = manager.make_fixture(request.node)
+    try:
+        yield fixture
+    finally:
+        fixture.pool.close()

@@ -1,0 +1,238 @@
+"""Running tests whose regime differs from the session's in a child pytest process, one per regime.
+
+The child is started with the regime's JAX/TensorFlow variables in its environment and the regime as
+its session regime, runs exactly the listed tests, and streams one JSON line per event (start,
+report, finish) to a file. The parent turns the lines back into TestReports, so outcomes,
+tracebacks, captured output and measurement records appear as if the tests ran in place. A child
+that dies mid-test fails that test with the exit status and the end of the child's output, and a
+fresh child runs the tests that remain.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Sequence
+
+import pytest
+
+from ..model.regime import Regime, restore
+from .settings import Settings
+
+OUTPUT_TAIL_CHARS = 3000
+
+
+@dataclass
+class ChildOutcome:
+    """What the child processes of one regime produced for each test, and how many were started."""
+
+    reports: dict[str, list[pytest.TestReport]] = field(default_factory=dict)
+    children_started: int = 0
+
+
+class ChildEventWriter:
+    """The child's side: appends one JSON line per event and flushes, so a crash loses nothing sent."""
+
+    def __init__(self, config: pytest.Config, path: str) -> None:
+        self._config = config
+        self._file: IO[str] = open(path, "a", encoding="utf-8")
+
+    def _write(self, event: dict[str, Any]) -> None:
+        self._file.write(json.dumps(event) + "\n")
+        self._file.flush()
+
+    def start(self, nodeid: str) -> None:
+        self._write({"event": "start", "nodeid": nodeid})
+
+    def report(self, report: pytest.TestReport) -> None:
+        data = self._config.hook.pytest_report_to_serializable(config=self._config, report=report)
+        self._write({"event": "report", "nodeid": report.nodeid, "data": data})
+
+    def finish(self, nodeid: str) -> None:
+        self._write({"event": "finish", "nodeid": nodeid})
+
+    def close(self) -> None:
+        self._file.close()
+
+
+NOT_FOR_CHILDREN = (
+    "--junitxml", "--junit-xml", "--junitprefix", "--html", "--report-log", "--resultlog", "--result-log",
+    "--basetemp", "--cov-report", "--cov-config", "--json-report-file",
+)
+"""Options whose output a child would write over the parent's (reports, coverage data, the base
+temporary directory the parent owns); each takes a value."""
+NOT_FOR_CHILDREN_OPTIONAL_VALUE = ("--cov",)
+"""Such options whose value may be left out (argparse's nargs='?': the next word is the value
+unless it is an option)."""
+NOT_FOR_CHILDREN_FLAGS = ("--self-contained-html", "--json-report", "--cov-append")
+
+
+def parent_arguments(config: pytest.Config) -> list[str]:
+    """The parent's own command line, less the test paths (the child gets its own) and the options
+    that write files the parent owns: so a conftest's option (`--dataset=small`), `-o` overrides,
+    `--timeout` and the like mean the same in the child."""
+    positional = list(getattr(config.option, "file_or_dir", None) or [])
+    arguments: list[str] = []
+    words = list(config.invocation_params.args)
+    index = 0
+    while index < len(words):
+        argument = words[index]
+        index += 1
+        name, has_value = argument.split("=", 1)[0], "=" in argument
+        if name in NOT_FOR_CHILDREN_FLAGS or (has_value and name in (*NOT_FOR_CHILDREN, *NOT_FOR_CHILDREN_OPTIONAL_VALUE)):
+            continue
+        if name in NOT_FOR_CHILDREN:
+            index += 1  # and its value
+            continue
+        if name in NOT_FOR_CHILDREN_OPTIONAL_VALUE:
+            if index < len(words) and not words[index].startswith("-"):
+                index += 1
+            continue
+        if argument in positional:
+            positional.remove(argument)
+            continue
+        arguments.append(argument)
+    return arguments
+
+
+def child_command(config: pytest.Config, regime: Regime, settings: Settings, output: Path, nodes: Path, paths: Sequence[str]) -> list[str]:
+    """The pytest command line of a child running `regime`: the parent's options, then the child's
+    own (later options win), with a cache of its own so the parent's last-failed state is untouched."""
+    command = [sys.executable, "-m", "pytest", *paths, *parent_arguments(config)]
+    command += ["--rootdir", str(config.rootpath), "-o", f"cache_dir={output.parent / 'cache'}", "-q"]
+    if config.inipath is not None:
+        command += ["-c", str(config.inipath)]
+    if config.pluginmanager.hasplugin("xdist"):
+        command += ["-n", "0"]
+    capture = config.getoption("capture", default=None)
+    if capture:
+        command.append(f"--capture={capture}")
+    command += [
+        "--devmem-mode", regime.mode.value,
+        "--devmem-fraction", repr(regime.fraction),
+        "--devmem-device", settings.device_spec,
+        "--devmem-child-output", str(output),
+        "--devmem-child-nodes", str(nodes),
+        "--devmem-baselines", str(settings.baselines),
+        "--devmem-tolerance", settings.tolerance.spec,
+    ]
+    if settings.update:
+        command.append("--devmem-update")  # the child compares without failing; only the parent writes
+    if settings.strict:
+        command.append("--devmem-strict")
+    if settings.frameworks:
+        command += ["--devmem-frameworks", ",".join(settings.frameworks)]
+    if settings.find_min_fraction:
+        command.append("--devmem-find-min-fraction")
+    if settings.what_if is not None:
+        command += ["--devmem-what-if", str(settings.what_if)]
+    command += ["--devmem-cuda-context", str(settings.cuda_context_bytes)]
+    if settings.limit is not None:
+        command += ["--devmem-limit", str(settings.limit)]
+    if settings.artifacts_dir is not None:
+        command += ["--devmem-artifacts", str(settings.artifacts_dir)]
+    if settings.max_leak is not None:
+        command += ["--devmem-max-leak", str(settings.max_leak)]
+    if settings.traces_dir is not None:
+        command += ["--devmem-traces", str(settings.traces_dir)]
+    return command
+
+
+def run_in_children(config: pytest.Config, regime: Regime, settings: Settings, items: Sequence[pytest.Item], original_environment: dict[str, str | None] | None = None) -> ChildOutcome:
+    """Run `items` under `regime` in child processes until each has a result.
+
+    `original_environment` holds the framework variables as the user set them, before this process
+    applied its own regime; the child starts from those."""
+    outcome = ChildOutcome()
+    remaining = list(items)
+    with tempfile.TemporaryDirectory(prefix="devmem-child-") as scratch:
+        while remaining:
+            outcome.children_started += 1
+            attempt = Path(scratch) / f"child{outcome.children_started}"
+            events, returncode, output = _run_child(config, regime, settings, remaining, attempt, original_environment)
+            started, finished = _apply_events(config, events, outcome)
+            crashed = [item for item in remaining if item.nodeid in started and item.nodeid not in finished]
+            for item in crashed:
+                outcome.reports.setdefault(item.nodeid, []).append(_crash_report(item, regime, returncode, output))
+            not_run = [item for item in remaining if item.nodeid not in started]
+            if not_run and not started:  # the child ran nothing: retrying would loop forever
+                for item in not_run:
+                    outcome.reports[item.nodeid] = [_crash_report(item, regime, returncode, output, started=False)]
+                not_run = []
+            remaining = not_run
+    return outcome
+
+
+def _run_child(config: pytest.Config, regime: Regime, settings: Settings, items: Sequence[pytest.Item], stem: Path, original_environment: dict[str, str | None] | None) -> tuple[list[dict[str, Any]], int, str]:
+    nodes, events_path, log_path = stem.with_suffix(".nodes"), stem.with_suffix(".jsonl"), stem.with_suffix(".log")
+    nodes.write_text("\n".join(item.nodeid for item in items) + "\n", encoding="utf-8")
+    paths = sorted({os.path.relpath(item.path, config.invocation_params.dir) for item in items})
+    command = child_command(config, regime, settings, events_path, nodes, paths)
+    environment = dict(os.environ)
+    restore(original_environment or {}, environment)  # the user's own values, not this process's regime
+    regime.apply(environment)
+    environment.pop("PYTEST_XDIST_WORKER", None)  # the child is no xdist worker: no second split
+    environment.pop("PYTEST_XDIST_WORKER_COUNT", None)
+    with open(log_path, "w", encoding="utf-8") as log:
+        completed = subprocess.run(command, cwd=config.invocation_params.dir, env=environment, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    output = log_path.read_text(encoding="utf-8", errors="replace")[-OUTPUT_TAIL_CHARS:]
+    events = []
+    if events_path.exists():
+        for line in events_path.read_text(encoding="utf-8").splitlines():
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut short by a crash
+                break
+    return events, completed.returncode, output
+
+
+def _apply_events(config: pytest.Config, events: list[dict[str, Any]], outcome: ChildOutcome) -> tuple[set[str], set[str]]:
+    started: set[str] = set()
+    finished: set[str] = set()
+    for event in events:
+        nodeid = event["nodeid"]
+        if event["event"] == "start":
+            started.add(nodeid)
+            outcome.reports[nodeid] = []
+        elif event["event"] == "report":
+            report = config.hook.pytest_report_from_serializable(config=config, data=event["data"])
+            if isinstance(report.longrepr, list):  # a skip's (path, line, reason): JSON made the tuple a list
+                report.longrepr = tuple(report.longrepr)
+            outcome.reports.setdefault(nodeid, []).append(report)
+        elif event["event"] == "finish":
+            finished.add(nodeid)
+    return started, finished
+
+
+def describe_exit(returncode: int) -> str:
+    """`killed by SIGKILL (signal 9)` or `exit status 3`."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"killed by {name} (signal {-returncode})"
+    return f"exit status {returncode}"
+
+
+def _crash_report(item: pytest.Item, regime: Regime, returncode: int, output: str, started: bool = True) -> pytest.TestReport:
+    where = "while running this test" if started else "before running this test"
+    hint = " (a real out-of-memory kill looks like this)" if returncode == -signal.SIGKILL else ""
+    message = (
+        f"the child process for regime {regime.label} died {where}: {describe_exit(returncode)}{hint}\n"
+        f"--- end of the child's output ---\n{output.rstrip() or '(no output)'}"
+    )
+    return pytest.TestReport(
+        nodeid=item.nodeid,
+        location=item.location,
+        keywords={name: 1 for name in item.keywords},
+        outcome="failed",
+        longrepr=message,
+        when="call",
+    )

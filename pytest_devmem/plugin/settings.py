@@ -1,0 +1,269 @@
+"""Session settings: each read once, from the command line, then the environment, then the ini file,
+then the default. A bad value stops the run with a pytest.UsageError naming the value, where it came
+from and what is allowed."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from ..model.device import DEFAULT_SIM_CAPACITY, DEVICE_SPEC_HELP
+from ..errors import DevmemError
+from ..model.pool.policy import ALLOWED_MODES, parse_fraction, parse_mode
+from ..model.regime import Regime
+from ..present.report import REPORT_FORMATS
+from ..gate.marks import normalize_frameworks
+from ..model.sharing import DEFAULT_CUDA_CONTEXT_BYTES
+from ..gate.tolerance import DEFAULT_TOLERANCE, TOLERANCE_HELP, Tolerance, parse_tolerance
+from ..units import format_size, parse_size
+from .workers import WorkerPlan, gpu_count, plan_workers, worker_index
+
+
+@dataclass(frozen=True)
+class Option:
+    """One user setting: its command-line option, ini key and environment variable."""
+
+    name: str
+    help: str
+    metavar: str = ""
+    flag: bool = False
+
+    @property
+    def option(self) -> str:
+        return f"--devmem-{self.name}"
+
+    @property
+    def dest(self) -> str:
+        return f"devmem_{self.name.replace('-', '_')}"
+
+    @property
+    def ini(self) -> str:
+        return self.dest
+
+    @property
+    def env(self) -> str:
+        return f"DEVMEM_{self.name.replace('-', '_').upper()}"
+
+
+OPTIONS = (
+    Option("mode", f"Measure every test under this allocation regime: {ALLOWED_MODES}.", "MODE"),
+    Option("fraction", "Fraction of device memory for the 'fraction' regime (or the limit of another), in (0, 1]. Implies --devmem-mode=fraction when no mode is given.", "F"),
+    Option("device", f"Device to measure on: {DEVICE_SPEC_HELP}. Default: auto (GPU 0 when one is present, else a simulated {format_size(DEFAULT_SIM_CAPACITY)} device).", "SPEC"),
+    Option("report", f"Write the per-test records to FILE; the format follows the extension: {', '.join(REPORT_FORMATS)}.", "FILE"),
+    Option("baselines", "Directory of stored baselines. Default: baselines/ at the rootdir.", "DIR"),
+    Option("update", "Write or refresh the baselines of the tests that ran (and only those); no test fails for a change.", flag=True),
+    Option("tolerance", f"How far a metric may move from its baseline: {TOLERANCE_HELP}. Default: {DEFAULT_TOLERANCE} on peak_bytes_in_use.", "SPEC"),
+    Option("strict", "Fail tests that have no baseline, and the session when baselines exist for tests that no longer exist.", flag=True),
+    Option("frameworks", "Model these frameworks sharing the device in every measured test, e.g. jax,tf: fail a test whose reservations and peaks cannot fit together.", "LIST"),
+    Option("artifacts", "For each test that fails pytest-devmem's checks, leave its trace (.csv) and a self-contained picture of it (.html) in DIR; the failure says where.", "DIR"),
+    Option("benchmark-json", "Write each measured test's peak as github-action-benchmark's customSmallerIsBetter JSON to FILE.", "FILE"),
+    Option("max-leak", "Fail every measured test after which the frameworks still hold more than SIZE of the memory it allocated (e.g. 1MiB); the marker's max_leak= overrides it.", "SIZE"),
+    Option("limit", "Fail every measured test whose peak device memory is above SIZE (e.g. 2GiB); the marker's limit= overrides it for one test.", "SIZE"),
+    Option("cuda-context", "Device memory one process's CUDA context holds, in the model of frameworks sharing a device (--devmem-frameworks, marker frameworks=). Default: 512MiB.", "SIZE"),
+    Option("find-min-fraction", "Report for each measured test the smallest fraction at which it passes under prealloc (replaying its trace).", flag=True),
+    Option("traces", "Write each measured test's device-allocation trace to DIR, one RMM-style CSV per test and regime (columns Thread,Time,Action,Pointer,Size,Stream,Source,Label).", "DIR"),
+    Option("what-if", "Report which measured tests would run out of memory on a device of SIZE (e.g. 16GiB), replaying their traces.", "SIZE"),
+)
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("devmem", "device memory (pytest-devmem)")
+    for option in OPTIONS:
+        text = option.help.replace("%", "%%")  # argparse formats help strings with %
+        if option.flag:
+            group.addoption(option.option, action="store_true", default=None, dest=option.dest, help=text)
+        else:
+            group.addoption(option.option, default=None, dest=option.dest, metavar=option.metavar, help=text)
+        parser.addini(option.ini, f"{option.help} (ini form of {option.option})", default=None)
+    # internal: how a parent hands tests to a child process (isolation.py); hidden from --help
+    group.addoption("--devmem-child-output", default=None, help=argparse.SUPPRESS)
+    group.addoption("--devmem-child-nodes", default=None, help=argparse.SUPPRESS)
+
+
+def raw_value(config: pytest.Config, option: Option) -> tuple[str | None, str]:
+    """The setting's raw value and where it came from: command line, environment, ini, or unset."""
+    value = config.getoption(option.dest, default=None)
+    if value is None:  # before option parsing ends (pytest_load_initial_conftests) only these are known
+        value = getattr(getattr(config, "known_args_namespace", None), option.dest, None)
+    if value is not None:
+        return str(value), option.option
+    value = os.environ.get(option.env)
+    if value:
+        return value, f"environment variable {option.env}"
+    value = config.getini(option.ini)
+    if value:
+        return str(value), f"ini key {option.ini}"
+    return None, "default"
+
+
+def _checked(config: pytest.Config, option: Option, parse: Callable[[str], object]) -> object:
+    value, where = raw_value(config, option)
+    if value is None:
+        return None
+    try:
+        return parse(value)
+    except (DevmemError, ValueError) as exc:
+        raise pytest.UsageError(f"{exc} (from {where})") from None
+
+
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
+
+
+def parse_flag(value: str) -> bool:
+    text = value.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(f"invalid switch value {value!r}: use true/false, yes/no, on/off or 1/0")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the session needs to know from the user, validated."""
+
+    regime: Regime | None
+    device_spec: str
+    device_from: str  # where device_spec came from, for the message when the device cannot be opened
+    report_path: Path | None
+    baselines: Path
+    update: bool
+    tolerance: Tolerance
+    strict: bool
+    frameworks: tuple[str, ...] = ()
+    find_min_fraction: bool = False
+    what_if: int | None = None
+    traces_dir: Path | None = None
+    limit: int | None = None
+    max_leak: int | None = None
+    benchmark_json: Path | None = None
+    artifacts_dir: Path | None = None
+    cuda_context_bytes: int = DEFAULT_CUDA_CONTEXT_BYTES
+    fraction_chosen: bool = False
+    worker_plan: WorkerPlan | None = None
+
+    @property
+    def effective_regime(self) -> Regime | None:
+        """What this process applies: the session's regime, or this xdist worker's share of it.
+        Records keep the session regime's label, so baselines do not depend on -n."""
+        return self.worker_plan.regime if self.worker_plan is not None else self.regime
+
+    @property
+    def traces_needed(self) -> bool:
+        return self.find_min_fraction or self.what_if is not None
+
+
+def load_settings(config: pytest.Config) -> Settings:
+    """Read and validate every setting; pytest.UsageError on the first bad one."""
+    options = {option.name: option for option in OPTIONS}
+    mode = _checked(config, options["mode"], parse_mode)
+    fraction = _checked(config, options["fraction"], parse_fraction)
+    regime = None
+    if mode is not None or fraction is not None:
+        try:
+            regime = Regime.of(mode or "fraction", fraction)  # type: ignore[arg-type]
+        except DevmemError as exc:
+            raise pytest.UsageError(f"{exc} (from {options['mode'].option} and {options['fraction'].option})") from None
+    device_spec, device_from = raw_value(config, options["device"])
+    device_spec = device_spec or "auto"
+    report_path = _path_setting(config, options["report"], "report file", directory=False, suffixes=REPORT_FORMATS)
+    baselines = _path_setting(config, options["baselines"], "baselines directory", directory=True, default=config.rootpath / "baselines")
+    tolerance = _checked(config, options["tolerance"], parse_tolerance) or parse_tolerance(DEFAULT_TOLERANCE)
+    frameworks = _checked(config, options["frameworks"], parse_frameworks) or ()
+    what_if = _checked(config, options["what-if"], _positive_size)
+    cuda_context = _checked(config, options["cuda-context"], _size_or_zero)
+    limit = _checked(config, options["limit"], _positive_size)
+    max_leak = _checked(config, options["max-leak"], _size_or_zero)
+    artifacts_dir = _path_setting(config, options["artifacts"], "artifacts directory", directory=True)
+    benchmark_path = _path_setting(config, options["benchmark-json"], "benchmark JSON file", directory=False)
+    traces_dir = _path_setting(config, options["traces"], "traces directory", directory=True)
+    plan = None
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and not config.getoption("devmem_child_output", default=None):
+        count_text = os.environ.get("PYTEST_XDIST_WORKER_COUNT") or "0"
+        try:
+            count = int(count_text)
+        except ValueError:
+            raise pytest.UsageError(f"invalid PYTEST_XDIST_WORKER_COUNT={count_text!r}: pytest-xdist sets it to the number of workers, a whole number") from None
+        uses_gpu = not device_spec.startswith("sim")
+        plan = plan_workers(regime, fraction is not None, worker_index(worker), count, gpu_count() if uses_gpu else 0, uses_gpu)
+    return Settings(
+        regime=regime,
+        device_spec=device_spec,
+        device_from=device_from,
+        report_path=report_path,
+        baselines=baselines,  # type: ignore[arg-type]  # it has a default
+        update=bool(_checked(config, options["update"], parse_flag)),
+        tolerance=tolerance,  # type: ignore[arg-type]
+        strict=bool(_checked(config, options["strict"], parse_flag)),
+        frameworks=frameworks,  # type: ignore[arg-type]
+        find_min_fraction=bool(_checked(config, options["find-min-fraction"], parse_flag)),
+        what_if=what_if,  # type: ignore[arg-type]
+        traces_dir=traces_dir,
+        limit=limit,  # type: ignore[arg-type]
+        max_leak=max_leak,  # type: ignore[arg-type]
+        benchmark_json=benchmark_path,
+        artifacts_dir=artifacts_dir,
+        cuda_context_bytes=DEFAULT_CUDA_CONTEXT_BYTES if cuda_context is None else cuda_context,  # type: ignore[arg-type]
+        fraction_chosen=fraction is not None,
+        worker_plan=plan,
+    )
+
+
+def parse_frameworks(value: str) -> tuple[str, ...]:
+    return normalize_frameworks(tuple(name.strip() for name in value.split(",") if name.strip()))
+
+
+def _path_setting(config: pytest.Config, option: Option, what: str, *, directory: bool, default: Path | None = None, suffixes: tuple[str, ...] = ()) -> Path | None:
+    """A file or directory setting, made absolute against where pytest was started (`default` when
+    unset). A usage error, naming the value and where it came from, when it has the wrong
+    extension, is a directory where a file is written (or the reverse), or is a path the OS refuses."""
+    text, where = raw_value(config, option)
+    if not text:
+        if default is None:
+            return None
+        text, path = str(default), default
+    else:
+        path = Path(text)
+    if suffixes and path.suffix.lower() not in suffixes:
+        raise pytest.UsageError(f"invalid devmem {what} {text!r} (from {where}): the extension must be one of {', '.join(suffixes)}")
+    if not path.is_absolute():
+        path = config.invocation_params.dir / path
+    kind = _kind_of(path, what, where)
+    if directory and kind == "other":
+        raise pytest.UsageError(f"invalid devmem {what} {text!r} (from {where}): it exists and is not a directory")
+    if not directory and kind == "directory":
+        raise pytest.UsageError(f"invalid devmem {what} {text!r} (from {where}): it is a directory")
+    return path
+
+
+def _kind_of(path: Path, what: str, where: str) -> str:
+    """"directory", "other" (a file, say) or "missing"; a path the OS refuses (a name too long, a
+    component that is a file) is a usage error naming it."""
+    try:
+        return "directory" if stat.S_ISDIR(os.stat(path).st_mode) else "other"
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        shown = str(path) if len(str(path)) <= 120 else str(path)[:100] + f"... ({len(str(path))} characters)"
+        raise pytest.UsageError(f"invalid devmem {what} {shown!r} (from {where}): {exc.strerror or exc}") from None
+
+
+def _size_or_zero(value: str) -> int:
+    size = parse_size(value)
+    if size < 0:
+        raise ValueError(f"invalid size {value!r}: must be 0 bytes or more")
+    return size
+
+
+def _positive_size(value: str) -> int:
+    size = parse_size(value)
+    if size <= 0:
+        raise ValueError(f"invalid size {value!r}: must be more than 0 bytes")
+    return size

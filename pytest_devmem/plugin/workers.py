@@ -1,0 +1,66 @@
+"""pytest-xdist workers on one device: how much each may take, or which GPU each gets. No pytest here.
+
+N workers preallocating 75% each cannot share one GPU. Unless the user chose a fraction, each worker
+gets the regime's fraction split N ways; a chosen fraction that cannot fit N times is kept, with a
+warning. With several GPUs, worker k sees only GPU k mod count through CUDA_VISIBLE_DEVICES.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from ..model.regime import Regime
+
+NVIDIA_GPUS_DIR = "/proc/driver/nvidia/gpus"
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    regime: Regime | None
+    cuda_visible_devices: str | None = None
+    note: str = ""
+    warning: str = ""
+
+
+def gpu_count() -> int:
+    """GPUs the NVIDIA driver lists, without initialising CUDA (which would fix CUDA_VISIBLE_DEVICES
+    for this process before it can be set)."""
+    try:
+        return len(os.listdir(NVIDIA_GPUS_DIR))
+    except OSError:
+        return 0
+
+
+def worker_index(worker_id: str) -> int:
+    """`gw3` -> 3."""
+    digits = "".join(ch for ch in worker_id if ch.isdigit())
+    return int(digits) if digits else 0
+
+
+def plan_workers(regime: Regime | None, fraction_chosen: bool, index: int, count: int, gpus: int, uses_gpu: bool) -> WorkerPlan:
+    """What worker `index` of `count` should run under."""
+    if count <= 1 or regime is None:
+        return WorkerPlan(regime)
+    if uses_gpu and gpus > 1:
+        device = index % gpus
+        return WorkerPlan(regime, str(device), note=f"{count} workers over {gpus} GPUs: one GPU each (CUDA_VISIBLE_DEVICES)")
+    if fraction_chosen:
+        total = regime.fraction * count
+        if total > 1.0 + 1e-9:
+            return WorkerPlan(
+                regime,
+                warning=(
+                    f"{count} pytest-xdist workers x fraction {regime.fraction:g} = {total:.2f} of one device: they cannot all "
+                    f"fit; use --devmem-fraction={math.floor(100 / count) / 100:.2f} or less, or drop --devmem-fraction to let "
+                    f"pytest-devmem split the regime's fraction {count} ways"
+                ),
+            )
+        return WorkerPlan(regime, note=f"{count} workers share one device, each with the chosen fraction {regime.fraction:g}")
+    share = math.floor(regime.fraction / count * 10000) / 10000
+    mode = "fraction" if regime.policy.preallocates else regime.mode
+    return WorkerPlan(
+        Regime.of(mode, share),
+        note=f"{count} workers share one device: each gets fraction {share:g} ({regime.label}'s {regime.fraction:g} split {count} ways)",
+    )

@@ -1,0 +1,150 @@
+"""Memory over many commits: reports lined up by time, tests x commits, and the steps where a
+test's peak moved beyond the tolerance. pandas (imported here only) does the table work;
+matplotlib (only for `-o trend.png`) draws the tests that moved. No pytest here."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..gate.baseline import figure_problem, load_json
+from ..errors import DevmemError
+from .report import FORMAT, VERSION, markdown_cell
+from ..gate.tolerance import Tolerance, format_metric
+
+METRIC = "peak_bytes_in_use"
+
+
+class HistoryError(DevmemError, ValueError):
+    """Reports that cannot be lined up; the message names the file."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """A test whose peak moved between two consecutive reports beyond the tolerance."""
+
+    test: str
+    before_commit: str
+    commit: str
+    before: float
+    now: float
+
+    @property
+    def text(self) -> str:
+        change = self.now - self.before
+        percent = f" ({change / self.before:+.1%})" if self.before else ""
+        return f"{format_metric(METRIC, self.before)} → {format_metric(METRIC, self.now)}{percent} at {self.commit}"
+
+
+def report_files(inputs: Sequence[Path]) -> list[Path]:
+    """The JSON reports named, or found (recursively) in the directories named."""
+    files: list[Path] = []
+    for path in inputs:
+        if path.is_dir():
+            files += sorted(p for p in path.rglob("*.json") if p.is_file())
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise HistoryError(f"{path}: no such file or directory")
+    if not files:
+        raise HistoryError("no reports: name JSON reports (--devmem-report=FILE.json) or directories that hold them")
+    return files
+
+
+def load_frame(files: Sequence[Path]) -> Any:
+    """One row per (report, measured test): commit, time, test (id and regime), device class, peak."""
+    try:
+        import pandas as pd
+    except ImportError:
+        raise HistoryError("devmem history needs pandas (pip install pandas)") from None
+
+    rows = []
+    for index, path in enumerate(files):
+        _, document = load_json(path)
+        if not isinstance(document, dict) or document.get("format") != FORMAT or document.get("version") != VERSION:
+            raise HistoryError(f"{path}: not a pytest-devmem report of version {VERSION} (format {FORMAT!r})")
+        session = document.get("session")
+        if not isinstance(session, dict):
+            session = {}
+        commit = str(session.get("commit") or path.stem)[:12]
+        time = str(session.get("time") or "")
+        for record in document.get("records") or []:
+            if not isinstance(record, dict) or record.get(METRIC) is None:
+                continue
+            problem = figure_problem(METRIC, record[METRIC])
+            if problem:
+                raise HistoryError(f"{path}: {record.get('test_id')}: {problem}")
+            rows.append({
+                "order": index, "time": time, "commit": commit, "device_class": str(record.get("device_class", "")),
+                "test": f"{record.get('test_id')} [{record.get('regime')}]", METRIC: float(record[METRIC]),
+            })
+    if not rows:
+        raise HistoryError("the reports hold no measured test")
+    frame = pd.DataFrame(rows)
+    return frame.sort_values(["time", "order"], kind="stable")
+
+
+def pivot(frame: Any) -> Any:
+    """Tests x commits (in time order), the peak in each cell."""
+    commits = list(dict.fromkeys(frame["commit"]))
+    table = frame.pivot_table(index="test", columns="commit", values=METRIC, aggfunc="last")
+    return table.reindex(columns=commits)
+
+
+def steps(table: Any, tolerance: Tolerance) -> list[Step]:
+    """Each move of a test's peak between consecutive commits where it was measured, beyond the tolerance."""
+    allowance = tolerance.allowances.get(METRIC)
+    found = []
+    for test, row in table.iterrows():
+        measured = row.dropna()
+        for (before_commit, before), (commit, now) in zip(measured.items(), list(measured.items())[1:]):
+            room = allowance.allowed(before) if allowance is not None else 0.0
+            if abs(now - before) > room:
+                found.append(Step(str(test), str(before_commit), str(commit), float(before), float(now)))
+    return found
+
+
+def markdown(table: Any, moved: list[Step], tolerance: Tolerance, last: int = 8) -> str:
+    """For a job summary: what moved, then the peaks of the tests that moved over the last commits."""
+    commits = list(table.columns)
+    lines = [f"### Device memory history: {len(commits)} commit(s), {len(table)} test(s), {len({s.test for s in moved})} moved", "", f"Tolerance: `{tolerance.spec}`.", ""]
+    if not moved:
+        lines.append("No test's peak moved beyond the tolerance.")
+        return "\n".join(lines) + "\n"
+    lines += ["| test | step |", "|---|---|"]
+    lines += [f"| {markdown_cell(step.test)} | {markdown_cell(step.text)} |" for step in moved]
+    shown = commits[-last:]
+    lines += ["", "| test | " + " | ".join(markdown_cell(c) for c in shown) + " |", "|---|" + "---|" * len(shown)]
+    for test in dict.fromkeys(step.test for step in moved):
+        row = table.loc[test]
+        cells = ["—" if row[c] != row[c] else format_metric(METRIC, row[c]) for c in shown]  # NaN: not measured there
+        lines.append(f"| {markdown_cell(test)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def draw_trend(table: Any, moved: list[Step], path: str | os.PathLike[str]) -> None:
+    """The tests that moved, their peaks over the commits, as a PNG."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise HistoryError("a trend picture needs matplotlib (pip install 'pytest-devmem[plot]')") from None
+    if Path(path).suffix.lower() != ".png":
+        raise HistoryError(f"cannot draw {os.fspath(path)!r}: the trend picture is a .png")
+    figure, axes = plt.subplots(figsize=(10, 5))
+    tests = list(dict.fromkeys(step.test for step in moved)) or list(table.index[:5])
+    for test in tests:
+        axes.plot(list(table.columns), [value / 2**20 for value in table.loc[test]], marker="o", label=test)
+    axes.set_ylabel("peak in use (MiB)")
+    axes.set_xlabel("commit")
+    axes.set_title("Tests whose peak moved" if moved else "No test moved: the first tests")
+    axes.legend(fontsize=7)
+    figure.autofmt_xdate()
+    figure.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(os.fspath(path), dpi=100)
+    plt.close(figure)

@@ -1,0 +1,146 @@
+"""Rendering records: the terminal table, and report files in JSON, CSV or Markdown by extension."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from ..gate.record import TestRecord
+from ..units import format_size
+
+REPORT_FORMATS = (".json", ".csv", ".md")
+FORMAT = "pytest-devmem-report"
+VERSION = 1
+"""A JSON report's `format` and `version` (docs/report.schema.json). Fields are added, never removed."""
+COLUMNS = ("test", "regime", "peak in use", "peak reserved", "fragmentation", "oom", "outcome", "sources")
+
+
+def _size(value: int | None) -> str:
+    return "n/a" if value is None else format_size(value)
+
+
+def _fraction(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _saw_memory(record: TestRecord) -> str:
+    """Whose allocations the test's trace holds (jax, tensorflow, pool), or why there are none."""
+    trace = record.trace or {}
+    by_source = trace.get("by_source")
+    if isinstance(by_source, dict) and by_source:
+        return ", ".join(sorted(by_source))
+    return "not traced" if trace.get("events") is None else "none"
+
+
+def table_rows(records: Iterable[TestRecord]) -> list[tuple[str, ...]]:
+    """One row of human-readable cells per record, in COLUMNS order."""
+    return [
+        (
+            r.test_id,
+            r.regime,
+            _size(r.peak_bytes_in_use),
+            _size(r.peak_bytes_reserved),
+            _fraction(r.fragmentation),
+            "yes" if r.oom else "no",
+            r.outcome,
+            _saw_memory(r),
+        )
+        for r in records
+    ]
+
+
+SUMMARY_ROWS = 20
+"""Rows the terminal summary shows without -v: enough for a reviewer, not a 500-row wall."""
+
+
+def rows_for_review(records: Sequence[TestRecord], everything: bool) -> tuple[list[TestRecord], int]:
+    """The records a reviewer needs first (those pytest-devmem failed, regressed or improved against
+    their baselines, then the largest), and how many more there are. All of them with `everything`."""
+    if everything or len(records) <= SUMMARY_ROWS:
+        return list(records), 0
+
+    def notable(record: TestRecord) -> bool:
+        status = (record.baseline or {}).get("status")
+        return record.failed_by_devmem or record.oom or status in ("regressed", "improved")
+
+    first = [r for r in records if notable(r)]
+    rest = sorted((r for r in records if not notable(r)), key=lambda r: -(r.peak_bytes_in_use or 0))
+    shown = (first + rest)[: max(SUMMARY_ROWS, len(first))]
+    return sorted(shown, key=lambda r: r.test_id), len(records) - len(shown)
+
+
+def capped(items: Sequence[str], everything: bool, limit: int = 10, separator: str = ", ") -> str:
+    """`a, b, c` for a few items; the first `limit` and how many more otherwise."""
+    if everything or len(items) <= limit:
+        return separator.join(items)
+    return separator.join(items[:limit]) + f"{separator}and {len(items) - limit} more (-v lists them all)"
+
+
+def terminal_table(records: Sequence[TestRecord]) -> list[str]:
+    """Aligned text lines for the terminal summary."""
+    rows = [COLUMNS, *table_rows(records)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+
+
+def markdown_cell(text: str) -> str:
+    """Text for one Markdown table cell: a pipe cannot split the row, nor a line break in a test id
+    end it (and start, say, a heading of its own in a pull-request comment)."""
+    return text.replace("|", "\\|").replace("\r", "\\r").replace("\n", "\\n")
+
+
+def markdown_table(records: Sequence[TestRecord]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for row in table_rows(records):
+        lines.append("| " + " | ".join(markdown_cell(cell) for cell in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def csv_text(records: Sequence[TestRecord]) -> str:
+    """One line per record with raw numbers (bytes, not human units) for spreadsheets and pandas."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["test_id", "regime", "device", "device_class", "peak_bytes_in_use", "peak_bytes_reserved", "fragmentation", "oom", "outcome", "limit_bytes", "duration_s", "sources"])
+    for r in records:
+        writer.writerow([
+            r.test_id, r.regime, r.device, r.device_class,
+            "" if r.peak_bytes_in_use is None else r.peak_bytes_in_use,
+            "" if r.peak_bytes_reserved is None else r.peak_bytes_reserved,
+            "" if r.fragmentation is None else f"{r.fragmentation:.6f}",
+            int(r.oom), r.outcome,
+            "" if r.limit_bytes is None else r.limit_bytes,
+            f"{r.duration_s:.6f}", ";".join(r.measured_by),
+        ])
+    return out.getvalue()
+
+
+def json_text(records: Sequence[TestRecord], session: dict[str, object]) -> str:
+    return json.dumps({"format": FORMAT, "version": VERSION, "session": session, "records": [r.to_json() for r in records]}, indent=2) + "\n"
+
+
+def benchmark_json(records: Sequence[TestRecord]) -> str:
+    """github-action-benchmark's `customSmallerIsBetter` input: one entry per measured test, its peak
+    in bytes, so a repository gets hosted history charts and alerts from that action."""
+    entries = [
+        {"name": f"{r.test_id} [{r.regime}]", "unit": "bytes", "value": r.peak_bytes_in_use, "extra": f"peak reserved {_size(r.peak_bytes_reserved)}; device {r.device}"}
+        for r in records
+        if r.peak_bytes_in_use is not None
+    ]
+    return json.dumps(entries, indent=2) + "\n"
+
+
+def render(path: str | os.PathLike[str], records: Sequence[TestRecord], session: dict[str, object]) -> str:
+    """The report text for `path`'s extension; ValueError for an extension not in REPORT_FORMATS."""
+    suffix = Path(path).suffix.lower()
+    if suffix == ".json":
+        return json_text(records, session)
+    if suffix == ".csv":
+        return csv_text(records)
+    if suffix == ".md":
+        header = f"# Device memory report\n\nDevice: {session.get('device', 'n/a')}. Measured tests: {len(records)}.\n\n"
+        return header + markdown_table(records)
+    raise ValueError(f"unknown report format {suffix or '(none)'!r} for {path}: use one of {', '.join(REPORT_FORMATS)}")

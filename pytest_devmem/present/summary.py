@@ -1,0 +1,100 @@
+"""The session's closing section in the terminal: what a reviewer needs first (failures, regressions,
+the largest tests, counts), then where things went. It reads the manager's state and writes lines."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .report import capped, rows_for_review, terminal_table
+from ..units import format_size
+
+if TYPE_CHECKING:
+    from ..plugin import DevmemManager
+
+
+class SessionSummary:
+    """Writes the `device memory (pytest-devmem)` section once, at the end of the session."""
+
+    def __init__(self, manager: DevmemManager, terminalreporter: Any, everything: bool) -> None:
+        self.manager = manager
+        self.terminal = terminalreporter
+        self.everything = everything  # -v: every row and every name
+
+    def line(self, text: str, **markup: bool) -> None:
+        self.terminal.write_line(text, **markup)
+
+    def write(self) -> None:
+        manager = self.manager
+        self.terminal.section("device memory (pytest-devmem)")
+        self.line(f"device {manager.device.name}; {len(manager.records)} measured test(s)")
+        shown, hidden = rows_for_review(manager.records, self.everything)
+        for row in terminal_table(shown):
+            self.line(row)
+        if hidden:
+            self.line(f"... and {hidden} more measured test(s), none failed, regressed or improved (-v or the report lists them all)")
+        self.sources()
+        if manager.child_outcomes:
+            started = sum(outcome.children_started for outcome in manager.child_outcomes.values())
+            labels = ", ".join(regime.label for regime in manager.child_outcomes)
+            self.line(f"isolated regimes: {labels} ({started} child process(es))")
+        self.analysis()
+        if manager.xdist_note:
+            self.line(f"xdist: {manager.xdist_note}")
+        self.baselines()
+        memory = [r.test_id for r in manager.records if r.failed_by_devmem]
+        if memory:
+            self.line(f"MEMORY PROBLEMS: {len(memory)} test(s) failed by pytest-devmem's checks alone: " + ", ".join(memory), red=True, bold=True)
+        for problem in manager.write_problems:
+            self.line(f"pytest-devmem: {problem}", red=True, bold=True)
+        report = manager.settings.report_path
+        if report is not None and not any(p.startswith("report not written") for p in manager.write_problems):
+            self.line(f"report written to {manager.shown(report)}")
+
+    def sources(self) -> None:
+        manager = self.manager
+        notes = sorted({f"{name}: {reading.note}" for r in manager.records for name, reading in r.sources.items() if not reading.available and not reading.unused and reading.note})
+        if getattr(manager.device, "index", None) is None:
+            notes.append("nvml: not used, the device is simulated")
+        if notes:
+            self.line("sources not measuring here: " + "; ".join(notes))
+
+    def analysis(self) -> None:
+        manager, records = self.manager, self.manager.records
+        shared = [r for r in records if r.sharing is not None and not r.sharing.get("fits")]
+        if shared:
+            self.line(f"frameworks that cannot share the device: {len(shared)} test(s): " + ", ".join(r.test_id for r in shared))
+        if manager.settings.find_min_fraction:
+            self.line(f"smallest prealloc fraction that passes (traces replayed on {manager.device.name}):")
+            for r in records:
+                if r.analysis is not None and "min_fraction" in r.analysis:
+                    value = r.analysis["min_fraction"]
+                    self.line(f"  {r.test_id} [{r.regime}]: " + (f"{value:.2f}" if value is not None else "does not fit even at 1.00"))
+        if manager.settings.what_if is not None:
+            size = format_size(manager.settings.what_if)
+            answers = [(r, r.analysis["what_if"]) for r in records if r.analysis is not None and "what_if" in r.analysis]
+            failing = [(r, answer) for r, answer in answers if isinstance(answer, dict) and not answer.get("ok", True)]
+            self.line(f"what if the device had {size}: {len(failing)} of {len(answers)} replayed test(s) would run out of memory")
+            for r, answer in failing:
+                self.line(f"  {r.test_id} [{r.regime}]: {answer['message']}")
+
+    def baselines(self) -> None:
+        manager, everything = self.manager, self.everything
+        updating = manager.settings.update
+        statuses: dict[str, list[str]] = {}
+        for record in manager.records:
+            if record.baseline is not None:
+                statuses.setdefault(str(record.baseline["status"]), []).append(f"{record.test_id} [{record.regime}]")
+        counts = ", ".join(f"{len(ids)} {status}" for status, ids in sorted(statuses.items()))
+        self.line(f"baselines ({manager.shown(manager.store.directory)}): {counts or 'none compared'}")
+        if statuses.get("improved") and not updating:
+            self.line("improved beyond tolerance (refresh with --devmem-update): " + capped(sorted(statuses["improved"]), everything))
+        if statuses.get("new") and not updating:
+            self.line("new, no baseline yet (record with --devmem-update): " + capped(sorted(statuses["new"]), everything))
+        reasons = [f"{r.test_id} [{r.regime}]: {r.baseline.get('reason')}" for r in manager.records if r.baseline is not None and r.baseline.get("status") == "not baselined"]
+        if reasons and not updating:
+            self.line("not baselined, and why (record with --devmem-update once they pass): " + capped(sorted(reasons), everything, separator="; "))
+        if manager.baselines_written:
+            self.line(f"baselines written: {len(manager.baselines_written)} file(s): " + ", ".join(manager.shown(p) for p in manager.baselines_written))
+        if manager.stale:
+            verdict = "failing the session (--devmem-strict)" if manager.settings.strict else "delete them or run with --devmem-strict to fail"
+            self.line(f"stale baselines, for tests that no longer exist ({verdict}): " + ", ".join(manager.stale))
