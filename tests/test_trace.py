@@ -44,7 +44,7 @@ def test_trace_round_trips_through_rmm_csv(tmp_path: Path) -> None:
     trace = record_workload().trace
     path = tmp_path / "trace.csv"
     trace.write_csv(path)
-    assert path.read_text().splitlines()[0] == "Thread,Time,Action,Pointer,Size,Stream,Source,Label"
+    assert path.read_text().splitlines()[0] == "Thread,Time,Action,Pointer,Size,Stream,Source,Label,Device,Process"
     again = Trace.read_csv(path)
     assert [(e.action, e.pointer, e.size) for e in again] == [(e.action, e.pointer, e.size) for e in trace]
     assert [e.time for e in again] == pytest.approx([e.time for e in trace], abs=1e-6)

@@ -211,7 +211,7 @@ class JaxCapture:
             temp = self._temp_size(executable, name)
             if temp:
                 temp_id = recorder.allocate(temp, SOURCE, f"{name} temp")
-                recorder.free(temp_id, temp, SOURCE, f"{name} temp")
+                recorder.free(temp_id)
             for pointer in donated:  # donated, and its buffer did not become an output
                 buffer = self._live.get(pointer)
                 if buffer is not None:
@@ -219,7 +219,7 @@ class JaxCapture:
                     if not buffer.owners:
                         self._release(pointer, buffer)
         for transfer_id, size in transfers:
-            recorder.free(transfer_id, size, SOURCE, f"{name} argument")
+            recorder.free(transfer_id)
 
     def _fail(self, exc: Exception) -> None:
         self.window.failure = f"the JAX capture stopped on an internal error ({type(exc).__name__}: {exc}): the trace is incomplete"
@@ -318,7 +318,7 @@ class JaxCapture:
 
     def _release(self, pointer: int, buffer: _Buffer) -> None:
         del self._live[pointer]
-        self._recorder.free(buffer.trace_id, buffer.size, SOURCE)
+        self._recorder.free(buffer.trace_id)
 
     def _temp_size(self, executable: Any, name: str) -> int:
         """The executable's temp bytes from its memory analysis, read once per executable."""

@@ -60,7 +60,7 @@ def executable_summary(trace: Trace, runs: dict[str, int]) -> dict[str, dict[str
 class Captured:
     """What one test left: its recorded events and each raw source's reading."""
 
-    events: list[TraceEvent]
+    events: Trace
     readings: list[Reading]
     notes: list[str] = field(default_factory=list)
     tensorflow_first_activity: float | None = None

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..model.trace import ALLOCATE, Trace, TraceEvent
+from ..model.trace import ACTIONS, ALLOCATE, Trace, TraceEvent
 
 
-def merge(*streams: Iterable[TraceEvent]) -> Trace:
+def merge(*streams: Trace | Iterable[TraceEvent]) -> Trace:
     """The streams' events in time order (stable: equal times keep stream order), with buffer ids
-    renumbered 1, 2, 3... across streams in allocation order, so ids never collide."""
-    tagged = [(event.time, index, position, event) for index, stream in enumerate(streams) for position, event in enumerate(stream)]
+    renumbered 1, 2, 3... across streams in allocation order, so ids never collide. One non-empty
+    stream that is a Trace comes back as it is (the recorder numbered it already)."""
+    present = [stream for stream in streams if (len(stream) if isinstance(stream, Trace) else True)]
+    if len(present) == 1 and isinstance(present[0], Trace):
+        return present[0]
+    tagged = [(event.time, index, position, event) for index, stream in enumerate(present) for position, event in enumerate(stream)]
     tagged.sort(key=lambda item: item[:3])
     numbers: dict[tuple[int, int], int] = {}
-    events = []
+    merged = Trace()
     for _, index, _, event in tagged:
         key = (index, event.pointer)
         if event.action == ALLOCATE or key not in numbers:
             numbers[key] = len(numbers) + 1
-        events.append(TraceEvent(event.action, numbers[key], event.size, event.time, event.thread, event.stream, event.source, event.label))
-    return Trace(events)
+        merged.add(ACTIONS.index(event.action), numbers[key], event.size, event.time, event.thread, event.stream, event.source, event.label, event.device, event.process)
+    return merged
+

@@ -46,8 +46,8 @@ class RecordingPool:
     def free(self, handle: int) -> None:
         self._check_open(f"free({handle!r})")
         self.pool.free(handle)
-        buffer_id, size = self._ids.pop(handle, (0, 0))
-        self._recorder.free(buffer_id, size, SOURCE)
+        buffer_id, _ = self._ids.pop(handle, (0, 0))
+        self._recorder.free(buffer_id)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.pool, name)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
+from array import array
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from ..model.trace import ALLOCATE, FREE, TraceEvent
+from ..model.trace import ALLOCATE_CODE, FREE_CODE, Trace
 
 
 class TraceRecorder:
@@ -20,64 +20,69 @@ class TraceRecorder:
     existed before a test never enters its trace and its later free is ignored: a test's figures
     do not depend on which tests ran before it. `end()` numbers the buffers 1, 2, 3... in the order
     they were allocated and the threads 0, 1, 2... in the order they first allocated, so the same
-    work gives the same trace in any process.
+    work gives the same trace in any process. Events go straight into a columnar Trace: a few
+    hundred nanoseconds and about 60 bytes each.
     """
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self._clock = clock
         self._lock = threading.Lock()
-        self._ids = itertools.count(1)
-        self._events: list[TraceEvent] | None = None
-        self._live: dict[int, tuple[int, str, str]] = {}  # id -> (bytes, source, label), allocated in this window
+        self._next_id = 1  # ids are unique over the process: a buffer of an earlier window never matches
+        self._first_id = 1  # the first id of this window
+        self._trace: Trace | None = None
+        self._live: dict[int, tuple[int, str, str, str]] = {}  # id -> (bytes, source, label, device), allocated in this window
         self._mark = 0  # ids above this were allocated after mark()
         self._paused = 0
         self._started = 0.0
 
     @property
     def recording(self) -> bool:
-        return self._events is not None and not self._paused
+        return self._trace is not None and not self._paused
+
+    @property
+    def started_at(self) -> float:
+        """The window's start on the recorder's clock: events' times count from it."""
+        return self._started
 
     def begin(self) -> None:
         """Open a window; events from before are forgotten."""
         with self._lock:
-            self._events = []
+            self._trace = Trace()
             self._live = {}
-            self._mark = 0
+            self._first_id = self._next_id
+            self._mark = self._next_id - 1
             self._paused = 0
             self._started = self._clock()
 
-    def end(self) -> list[TraceEvent]:
+    def end(self) -> Trace:
         """Close the window and return its events, with buffers numbered in allocation order."""
         with self._lock:
-            events, self._events = self._events or [], None
+            trace, self._trace = self._trace or Trace(), None
             self._live = {}
-        numbers: dict[int, int] = {}
+            base = self._first_id - 1
+        # ids were handed out consecutively in this window, in allocation order: renumbering is a shift
+        trace.pointers = array("Q", [pointer - base for pointer in trace.pointers])
         threads: dict[int, int] = {}
-        renumbered = []
-        for event in events:
-            if event.action == ALLOCATE:
-                numbers[event.pointer] = len(numbers) + 1
-            thread = threads.setdefault(event.thread, len(threads))
-            renumbered.append(TraceEvent(event.action, numbers[event.pointer], event.size, event.time, thread, event.stream, event.source, event.label))
-        return renumbered
+        trace.threads = array("Q", [threads.setdefault(thread, len(threads)) for thread in trace.threads])
+        return trace
 
     def mark(self) -> None:
         """From now on allocations count as the test's own (its call, after its fixtures' setup)."""
         with self._lock:
-            self._mark = next(self._ids)
+            self._mark = self._next_id - 1
 
     def held_since_mark(self, source: str) -> dict[str, int]:
         """Bytes still live that `source` allocated after mark(), by label: what a test kept."""
         held: dict[str, int] = {}
         with self._lock:
-            for buffer_id, (size, owner, label) in self._live.items():
+            for buffer_id, (size, owner, label, _) in self._live.items():
                 if buffer_id > self._mark and owner == source:
                     held[label or owner] = held.get(label or owner, 0) + size
         return held
 
     def elapsed(self) -> float | None:
         """Seconds since the window opened, on the events' clock; None outside a window or while paused."""
-        if self._events is None or self._paused:
+        if self._trace is None or self._paused:
             return None
         return self._clock() - self._started
 
@@ -92,22 +97,29 @@ class TraceRecorder:
             with self._lock:
                 self._paused -= 1
 
-    def allocate(self, size: int, source: str, label: str = "") -> int:
-        """Record an allocation of `size` bytes; its id, or 0 when nothing is being recorded."""
+    def allocate(self, size: int, source: str, label: str = "", device: str = "") -> int:
+        """Record an allocation of `size` bytes by `source` on `device`; its id, or 0 when nothing is
+        being recorded."""
         with self._lock:
-            if self._events is None or self._paused or size <= 0:
+            trace = self._trace
+            if trace is None or self._paused or size <= 0:
                 return 0
-            buffer_id = next(self._ids)
-            self._live[buffer_id] = (int(size), source, label)
-            self._events.append(TraceEvent(ALLOCATE, buffer_id, int(size), self._clock() - self._started, threading.get_ident(), 0, source, label))
+            buffer_id = self._next_id
+            self._next_id = buffer_id + 1
+            self._live[buffer_id] = (size, source, label, device)
+            trace.add(ALLOCATE_CODE, buffer_id, size, self._clock() - self._started, threading.get_ident(), 0, source, label, device)
             return buffer_id
 
-    def free(self, buffer_id: int, size: int, source: str, label: str = "") -> None:
+    def free(self, buffer_id: int) -> None:
         """Record that the buffer `allocate` numbered `buffer_id` was freed; ignored if it is not of this window."""
         if not buffer_id:
             return
         with self._lock:
-            if self._events is None or buffer_id not in self._live:
+            trace = self._trace
+            if trace is None:
                 return
-            del self._live[buffer_id]
-            self._events.append(TraceEvent(FREE, buffer_id, int(size), self._clock() - self._started, threading.get_ident(), 0, source, label))
+            entry = self._live.pop(buffer_id, None)
+            if entry is None:
+                return
+            size, source, label, device = entry
+            trace.add(FREE_CODE, buffer_id, size, self._clock() - self._started, threading.get_ident(), 0, source, label, device)

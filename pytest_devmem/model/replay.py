@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from .device import SimulatedDevice
 from .pool import Policy, make_pool
-from .trace import ALLOCATE, FREE, Trace, replay
+from .pool.tracing import replay
+from .trace import ALLOCATE, FREE, Trace
 
 
 @dataclass(frozen=True)

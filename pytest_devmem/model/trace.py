@@ -1,11 +1,17 @@
-"""Allocation traces: record what a workload asked of a pool, write it, read it, replay it into any pool.
+"""Device-allocation traces: the events a test made, stored by column, and their text form.
+
+An event is one allocator call: which buffer, how many bytes, when, made by which allocator
+(`source`: `jax`, `tensorflow`, `pool`) on which device (`cpu:0`, `gpu:1`; empty for the session's
+first device) in which process. A trace keeps its events in columns of machine integers rather than
+as objects (about 60 bytes an event), so a test of a million events stays small in memory, and the
+model of the machine replays the columns without building an object per event.
 
 The text form is RMM's memory-event log (`Thread,Time,Action,Pointer,Size,Stream`), so a trace
 recorded here replays in RMM's REPLAY_BENCHMARK and an RMM log replays here. Actions are
-`allocate`, `free` (RMM's older spelling; `deallocate` is read too) and `allocate failure`.
-Two more columns, which RMM's reader does not look at, say who made each event: `Source` (the
-allocator's owner, e.g. `jax`, `tensorflow`, `pool`) and `Label` (e.g. the executable's name).
-A log with only RMM's six columns reads too.
+`allocate`, `free` (RMM's older spelling; `deallocate` is read too) and `allocate failure`. Four
+more columns, which RMM's reader does not look at, say who made each event and where: `Source`,
+`Label` (e.g. the executable's name), `Device` and `Process`. Logs with RMM's six columns, or with
+the first eight of ours (pytest-devmem before per-device traces), read too. No pytest, no frameworks.
 """
 
 from __future__ import annotations
@@ -13,30 +19,35 @@ from __future__ import annotations
 import csv
 import io
 import os
-import threading
-import time
-from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+import stat
+from array import array
+from dataclasses import dataclass
+from typing import Iterable, Iterator, overload
 
-from ..errors import DevmemError, InvalidFreeError, OutOfMemoryError
+from ..errors import DevmemError
 from ..files import write_atomic
-from .pool.base import Pool
 
 RMM_HEADER = ("Thread", "Time", "Action", "Pointer", "Size", "Stream")
-HEADER = (*RMM_HEADER, "Source", "Label")
+SOURCE_HEADER = (*RMM_HEADER, "Source", "Label")
+HEADER = (*SOURCE_HEADER, "Device", "Process")
 ALLOCATE, FREE, ALLOCATE_FAILURE = "allocate", "free", "allocate failure"
-_ACTIONS = {"allocate": ALLOCATE, "free": FREE, "deallocate": FREE, "allocate failure": ALLOCATE_FAILURE}
+ACTIONS = (ALLOCATE, FREE, ALLOCATE_FAILURE)
+"""An event's action is stored as its index here: 0 allocate, 1 free, 2 allocate failure."""
+ALLOCATE_CODE, FREE_CODE, FAILURE_CODE = 0, 1, 2
+_READ_ACTIONS = {"allocate": ALLOCATE, "free": FREE, "deallocate": FREE, "allocate failure": ALLOCATE_FAILURE}
+_LARGEST = 2**64
 
 
 class TraceFormatError(DevmemError, ValueError):
     """A trace file that is not an RMM-style memory-event log; the message names file and line."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TraceEvent:
     """One allocator call. `pointer` is the address the recording pool returned (0 for a failure),
     or any id that is unique among the buffers live at once. `source` says whose allocator made
-    the call, `label` what for (both free text, for people and reports)."""
+    the call and `label` what for (free text, for people and reports); `device` where (`cpu:0`,
+    `gpu:1`; empty: the first device), `process` in which process (several simulated together)."""
 
     action: str
     pointer: int
@@ -46,79 +57,189 @@ class TraceEvent:
     stream: int = 0
     source: str = ""
     label: str = ""
+    device: str = ""
+    process: int = 0
 
 
-@dataclass
 class Trace:
-    """An ordered list of allocator events, with the figures a replay needs."""
+    """An ordered list of allocator events, stored by column.
 
-    events: list[TraceEvent] = field(default_factory=list)
+    Build one from TraceEvents (`Trace([...])`, `append`) or column values (`add`); read it back as
+    TraceEvents (iteration, indexing, `events`) or, where speed matters, through the columns:
+    `actions` (codes into ACTIONS), `pointers`, `sizes`, `times`, `threads`, `streams`, and
+    `sources`, `labels`, `devices` (indexes into `names`), `processes`.
+    """
+
+    __slots__ = ("actions", "pointers", "sizes", "times", "threads", "streams", "sources", "labels", "devices", "processes", "names", "_name_index")
+
+    def __init__(self, events: Iterable[TraceEvent] = ()) -> None:
+        self.actions = bytearray()
+        self.pointers = array("Q")
+        self.sizes = array("q")
+        self.times = array("d")
+        self.threads = array("Q")
+        self.streams = array("Q")
+        self.sources = array("I")
+        self.labels = array("I")
+        self.devices = array("I")
+        self.processes = array("I")
+        self.names: list[str] = [""]
+        self._name_index: dict[str, int] = {"": 0}
+        for event in events:
+            self.append(event)
+
+    # -- building ---------------------------------------------------------------------------
+
+    def name_code(self, text: str) -> int:
+        """The index of `text` in `names`, added if new (sources, labels and devices share it)."""
+        code = self._name_index.get(text)
+        if code is None:
+            code = self._name_index[text] = len(self.names)
+            self.names.append(text)
+        return code
+
+    def add(self, action: int, pointer: int, size: int, time: float = 0.0, thread: int = 0, stream: int = 0, source: str = "", label: str = "", device: str = "", process: int = 0) -> None:
+        """Append one event given by its column values (`action` a code: ALLOCATE_CODE, ...)."""
+        self.actions.append(action)
+        self.pointers.append(pointer)
+        self.sizes.append(size)
+        self.times.append(time)
+        self.threads.append(thread)
+        self.streams.append(stream)
+        code = self.name_code
+        self.sources.append(code(source))
+        self.labels.append(code(label))
+        self.devices.append(code(device))
+        self.processes.append(process)
+
+    def append(self, event: TraceEvent) -> None:
+        self.add(ACTIONS.index(event.action), event.pointer, event.size, event.time, event.thread, event.stream, event.source, event.label, event.device, event.process)
+
+    # -- reading ----------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self.events)
+        return len(self.actions)
+
+    def event(self, index: int) -> TraceEvent:
+        names = self.names
+        return TraceEvent(
+            ACTIONS[self.actions[index]], self.pointers[index], self.sizes[index], self.times[index], self.threads[index], self.streams[index],
+            names[self.sources[index]], names[self.labels[index]], names[self.devices[index]], self.processes[index],
+        )
 
     def __iter__(self) -> Iterator[TraceEvent]:
-        return iter(self.events)
+        return (self.event(index) for index in range(len(self.actions)))
+
+    @overload
+    def __getitem__(self, index: int) -> TraceEvent: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Trace: ...
+
+    def __getitem__(self, index: int | slice) -> TraceEvent | Trace:
+        if isinstance(index, slice):
+            return Trace(self.event(i) for i in range(*index.indices(len(self))))
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("trace event index out of range")
+        return self.event(index)
+
+    @property
+    def events(self) -> list[TraceEvent]:
+        """Every event as a TraceEvent (built on each call: iterate or use the columns on large traces)."""
+        return list(self)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Trace) and self.events == other.events
+
+    def __repr__(self) -> str:
+        return f"Trace({len(self)} events)"
+
+    def device_names(self) -> list[str]:
+        """The devices the events name, in the order they first appear."""
+        seen = dict.fromkeys(self.devices)
+        return [self.names[code] for code in seen]
 
     def peak_live_bytes(self) -> int:
         """Highest sum of requested bytes live at once: what any allocator must hold at least."""
         live: dict[int, int] = {}
         current = peak = 0
-        for event in self.events:
-            if event.action == ALLOCATE:
-                live[event.pointer] = event.size
-                current += event.size
-                peak = max(peak, current)
-            elif event.action == FREE:
-                current -= live.pop(event.pointer, 0)
+        for action, pointer, size in zip(self.actions, self.pointers, self.sizes):
+            if action == ALLOCATE_CODE:
+                live[pointer] = size
+                current += size
+                if current > peak:
+                    peak = current
+            elif action == FREE_CODE:
+                current -= live.pop(pointer, 0)
         return peak
 
+    # -- text form --------------------------------------------------------------------------
+
     def write_csv(self, path: str | os.PathLike[str]) -> None:
-        """Write the trace atomically in RMM's log format."""
+        """Write the trace atomically in RMM's log format (with Source, Label, Device, Process)."""
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(HEADER)
-        for e in self.events:
-            writer.writerow((e.thread, f"{e.time:.6f}", e.action, f"{e.pointer:#x}", e.size, f"{e.stream:#x}", e.source, e.label))
+        names = self.names
+        rows = zip(self.threads, self.times, self.actions, self.pointers, self.sizes, self.streams, self.sources, self.labels, self.devices, self.processes)
+        writer.writerows(
+            (thread, f"{time:.6f}", ACTIONS[action], f"{pointer:#x}", size, f"{stream:#x}", names[source], names[label], names[device], process)
+            for thread, time, action, pointer, size, stream, source, label, device, process in rows
+        )
         write_atomic(path, out.getvalue())
 
     @classmethod
     def read_csv(cls, path: str | os.PathLike[str]) -> Trace:
-        """Read an RMM-style log; TraceFormatError names the file and line of anything malformed."""
-        events = []
-        with open(path, newline="") as handle:
-            rows = csv.reader(handle)
-            header = next(rows, None)
-            columns = tuple(column.strip() for column in header) if header is not None else ()
-            if columns not in (HEADER, RMM_HEADER):
-                raise TraceFormatError(f"{path}:1: not a memory-event log: expected the header {','.join(RMM_HEADER)} (optionally ,Source,Label), got {header}")
-            for line, row in enumerate(rows, start=2):
-                if not row:
-                    continue
-                events.append(_parse_row(path, line, row, len(columns)))
-        return cls(events)
+        """Read an RMM-style log; TraceFormatError names the file and line of anything malformed,
+        and refuses what is not a regular file (a FIFO or a device would hang the read)."""
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            raise TraceFormatError(f"{os.fspath(path)}: cannot read the trace: {exc.strerror or exc}") from None
+        if not stat.S_ISREG(mode):
+            raise TraceFormatError(f"{os.fspath(path)}: not a regular file (a directory, FIFO or device): a trace is a CSV file")
+        trace = cls()
+        line = 1
+        try:
+            with open(path, newline="", encoding="utf-8") as handle:
+                rows = csv.reader(handle)
+                header = next(rows, None)
+                columns = tuple(column.strip() for column in header) if header is not None else ()
+                if columns not in (HEADER, SOURCE_HEADER, RMM_HEADER):
+                    shown = ",".join(header)[:200] if header else "nothing"
+                    raise TraceFormatError(f"{os.fspath(path)}:1: not a memory-event log: expected the header {','.join(RMM_HEADER)} (optionally ,Source,Label,Device,Process), got {shown!r}")
+                for line, row in enumerate(rows, start=2):
+                    if row:
+                        _add_row(trace, path, line, row, len(columns))
+        except OSError as exc:
+            raise TraceFormatError(f"{os.fspath(path)}: cannot read the trace: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise TraceFormatError(f"{os.fspath(path)}:{line + 1}: not UTF-8 text (byte {exc.start} of that line): not a trace") from None
+        except csv.Error as exc:
+            raise TraceFormatError(f"{os.fspath(path)}:{line + 1}: not CSV: {exc}") from None
+        return trace
 
 
-def _parse_row(path: object, line: int, row: list[str], width: int) -> TraceEvent:
+def _add_row(trace: Trace, path: object, line: int, row: list[str], width: int) -> None:
+    where = f"{os.fspath(path)}:{line}"  # type: ignore[call-overload]
     if len(row) != width:
-        raise TraceFormatError(f"{path}:{line}: expected {width} columns, got {len(row)}: {row}")
+        raise TraceFormatError(f"{where}: expected {width} columns, got {len(row)}")
     thread, stamp, action, pointer, size, stream = (cell.strip() for cell in row[:6])
-    source, label = (row[6].strip(), row[7].strip()) if width == len(HEADER) else ("", "")
-    if action not in _ACTIONS:
-        raise TraceFormatError(f"{path}:{line}: unknown action {action!r}; allowed: {', '.join(_ACTIONS)}")
+    source, label = (row[6].strip(), row[7].strip()) if width >= len(SOURCE_HEADER) else ("", "")
+    device, process = (row[8].strip(), row[9].strip()) if width == len(HEADER) else ("", "0")
+    if action not in _READ_ACTIONS:
+        raise TraceFormatError(f"{where}: unknown action {action[:40]!r}; allowed: {', '.join(_READ_ACTIONS)}")
     try:
-        return TraceEvent(
-            action=_ACTIONS[action],
-            pointer=int(pointer, 0),
-            size=int(size),
-            time=_parse_time(stamp),
-            thread=int(thread),
-            stream=int(stream, 0),
-            source=source,
-            label=label,
-        )
+        values = (int(pointer, 0), int(size), int(thread), int(stream, 0), int(process or "0"))
+        time = _parse_time(stamp)
     except ValueError as exc:
-        raise TraceFormatError(f"{path}:{line}: {exc}: {row}") from None
+        raise TraceFormatError(f"{where}: {str(exc)[:200]}") from None
+    pointer_value, size_value, thread_value, stream_value, process_value = values
+    if size_value < 0 or any(not 0 <= value < _LARGEST for value in (pointer_value, size_value, thread_value, stream_value)) or not 0 <= process_value < 2**32:
+        raise TraceFormatError(f"{where}: a pointer, size, thread, stream or process out of range (0 to 2**64 - 1, process below 2**32)")
+    trace.add(ACTIONS.index(_READ_ACTIONS[action]), pointer_value, size_value, time, thread_value, stream_value, source, label, device, process_value)
 
 
 def _parse_time(stamp: str) -> float:
@@ -126,95 +247,7 @@ def _parse_time(stamp: str) -> float:
     if stamp.count(":") == 3:
         hours, minutes, seconds, fraction = stamp.split(":")
         return int(hours) * 3600 + int(minutes) * 60 + int(seconds) + float(f"0.{fraction}")
-    return float(stamp)
-
-
-class TracingPool:
-    """Adaptor that records every alloc and free of the pool it wraps, as RMM's logging adaptor does.
-
-    Everything else (stats, memory_map, policy, device...) is the wrapped pool's.
-    """
-
-    def __init__(self, pool: Pool, clock: Callable[[], float] = time.perf_counter) -> None:
-        self.pool = pool
-        self.trace = Trace()
-        self._clock = clock
-
-    def alloc(self, nbytes: int) -> int:
-        try:
-            pointer = self.pool.alloc(nbytes)
-        except OutOfMemoryError:
-            self.trace.events.append(TraceEvent(ALLOCATE_FAILURE, 0, int(nbytes), self._clock(), threading.get_ident()))
-            raise
-        self.trace.events.append(TraceEvent(ALLOCATE, pointer, int(nbytes), self._clock(), threading.get_ident()))
-        return pointer
-
-    def free(self, handle: int) -> None:
-        size = self.pool.size_of(handle)  # type: ignore[attr-defined]
-        self.pool.free(handle)
-        self.trace.events.append(TraceEvent(FREE, handle, size, self._clock(), threading.get_ident()))
-
-    def __getattr__(self, name: str):
-        return getattr(self.pool, name)
-
-
-@dataclass(frozen=True)
-class ReplayResult:
-    """How a replay went: whether every allocation fit, where the first one failed, and the pool's stats."""
-
-    ok: bool
-    events_replayed: int
-    peak_live_bytes: int
-    stats: dict[str, int | float]
-    error: OutOfMemoryError | None = None
-    failed_at: int | None = None
-
-
-def replay(trace: Trace | Iterable[TraceEvent], pool: Pool, *, stop_on_oom: bool = True) -> ReplayResult:
-    """Run a trace's allocations and frees against `pool`, mapping recorded pointers to new ones.
-
-    Recorded failures are skipped (they held nothing). With `stop_on_oom` the replay ends at the first
-    allocation the pool cannot serve; otherwise that buffer is dropped, its later free ignored, and
-    the replay goes on. A free of a pointer the trace never allocated is an InvalidFreeError.
-    """
-    mapping: dict[int, int] = {}
-    sizes: dict[int, int] = {}
-    dropped: set[int] = set()
-    live = peak = 0
-    first_error: OutOfMemoryError | None = None
-    failed_at: int | None = None
-    index = -1
-    alloc, free = pool.alloc, pool.free
-    for index, event in enumerate(trace):
-        action = event.action
-        if action == ALLOCATE:
-            try:
-                mapping[event.pointer] = alloc(event.size)
-            except OutOfMemoryError as exc:
-                if first_error is None:
-                    first_error, failed_at = exc, index
-                if stop_on_oom:
-                    break
-                dropped.add(event.pointer)
-                continue
-            sizes[event.pointer] = event.size
-            live += event.size
-            if live > peak:
-                peak = live
-        elif action == FREE:
-            handle = mapping.pop(event.pointer, None)
-            if handle is None:
-                if event.pointer in dropped:
-                    dropped.discard(event.pointer)
-                    continue
-                raise InvalidFreeError(f"trace event {index}: free of {event.pointer:#x}, which the trace never allocated")
-            free(handle)
-            live -= sizes.pop(event.pointer)
-    return ReplayResult(
-        ok=first_error is None,
-        events_replayed=failed_at if stop_on_oom and failed_at is not None else index + 1,
-        peak_live_bytes=peak,
-        stats=pool.stats(),
-        error=first_error,
-        failed_at=failed_at,
-    )
+    value = float(stamp)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"time {stamp!r} is not a finite number")
+    return value

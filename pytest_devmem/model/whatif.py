@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from .device import SimulatedDevice
 from .pool import Policy, make_pool
-from .trace import Trace, replay
+from .pool.tracing import replay
+from .trace import Trace
 
 
 def fits(trace: Trace, policy: Policy, capacity: int) -> bool:

@@ -32,9 +32,11 @@ __all__ = [
 
 
 if TYPE_CHECKING:
-    from ..trace import ReplayResult, Trace, TraceEvent, TracingPool, replay
+    from ..trace import Trace, TraceEvent
+    from .tracing import ReplayResult, TracingPool, replay
 
-_TRACE_NAMES = {"Trace", "TraceEvent", "TracingPool", "ReplayResult", "replay"}
+_TRACE_NAMES = {"Trace", "TraceEvent"}
+_TRACING_NAMES = {"TracingPool", "ReplayResult", "replay"}
 
 
 def __getattr__(name: str) -> object:
@@ -43,6 +45,10 @@ def __getattr__(name: str) -> object:
         from .. import trace
 
         return getattr(trace, name)
+    if name in _TRACING_NAMES:
+        from . import tracing
+
+        return getattr(tracing, name)
     raise AttributeError(f"module 'pytest_devmem.model.pool' has no attribute {name!r}")
 
 
