@@ -15,44 +15,38 @@ regression, 1 regression, 2 bad input. This module never imports pytest or the p
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from .gate.baseline import BaselineEntry, Comparison, compare, figure_problem, json_files, load_json, read_file
+from .gate.baseline import BaselineEntry, figure_problem, json_files, load_json, read_file
+from .gate.compare import FAILING, ORDER, Key, Measured, TestVerdict, counts, verdicts
 from .errors import DevmemError
 from .present.report import FORMAT as REPORT_FORMAT
-from .present.report import VERSION as REPORT_VERSION
+from .present.report import READABLE_VERSIONS
 from .present.report import markdown_cell
 from .gate.tolerance import DEFAULT_TOLERANCE, METRICS, TOLERANCE_HELP, format_metric, parse_tolerance
 
 if TYPE_CHECKING:
+    from .model.frameworks import AllocatorSetup
+    from .model.machine import MachineSpec
+    from .model.pool import Policy
     from .model.trace import Trace
-
-Key = tuple[str, str, str]  # test id, regime, device class
-
 
 class InputError(DevmemError, ValueError):
     """An input path that is neither a report nor baselines."""
 
 
-@dataclass(frozen=True)
-class Measurement:
-    metrics: dict[str, float | int | None]
-    versions: dict[str, str]
-    reason: str = ""  # a baseline entry without figures: why (the test failed or was skipped at update)
-    contributors: dict[str, int] = field(default_factory=dict)  # who held the memory at the peak
-
-
-def load(path: Path) -> dict[Key, Measurement]:
+def load(path: Path) -> dict[Key, Measured]:
     """Measurements from a JSON report, a baseline file, or a directory of baseline files."""
     if path.is_dir():
         files = json_files(path)
         if not files:
             raise InputError(f"{path}: a directory with no baseline files (*.json) in it: nothing to compare against")
-        found: dict[Key, Measurement] = {}
+        found: dict[Key, Measured] = {}
         for file in files:
             found.update(_from_baseline(read_file(file)))
         return found
@@ -66,16 +60,18 @@ def load(path: Path) -> dict[Key, Measurement]:
     return _from_baseline(read_file(path))
 
 
-def _from_baseline(entries: list[BaselineEntry]) -> dict[Key, Measurement]:
-    return {(e.test_id, e.regime, e.device_class): Measurement(e.metrics, e.versions, e.reason, e.contributors) for e in entries}
+def _from_baseline(entries: list[BaselineEntry]) -> dict[Key, Measured]:
+    return {(e.test_id, e.regime, e.device_class): Measured(e.metrics, e.versions, e.reason, e.contributors, e.devices) for e in entries}
 
 
-def _from_report(path: Path, document: dict) -> dict[Key, Measurement]:
-    if "format" in document and (document.get("format") != REPORT_FORMAT or document.get("version") != REPORT_VERSION):
-        raise InputError(f"{path}: a {document.get('format')!r} version {document.get('version')!r} report; this devmem reads {REPORT_FORMAT!r} version {REPORT_VERSION}")
+def _from_report(path: Path, document: dict) -> dict[Key, Measured]:
+    if "format" in document and (document.get("format") != REPORT_FORMAT or document.get("version") not in READABLE_VERSIONS):
+        raise InputError(f"{path}: a {str(document.get('format'))[:60]!r} version {str(document.get('version'))[:20]!r} report; this devmem reads {REPORT_FORMAT!r} versions {', '.join(map(str, READABLE_VERSIONS))}")
     records = document.get("records")
     if not isinstance(records, list):
         raise InputError(f"{path}: a pytest-devmem report needs a list of \"records\"")
+    if not records:
+        raise InputError(f"{path}: a report with no records (no test was measured): nothing to compare")
     session = document.get("session")
     if not isinstance(session, dict):
         raise InputError(f"{path}: \"session\" must be an object, not {type(session).__name__}")
@@ -87,65 +83,126 @@ def _from_report(path: Path, document: dict) -> dict[Key, Measurement]:
         if not isinstance(record, dict) or not all(isinstance(record.get(name), str) for name in ("test_id", "regime", "device_class")):
             raise InputError(f"{path}: record {index} lacks test_id, regime or device_class (as text)")
         key = (record["test_id"], record["regime"], record["device_class"])
-        if record.get("peak_bytes_in_use") is None:
-            continue  # nothing measured it; a failed test that was measured counts (the gate may be why it failed)
+        where = f"{path}: record {index} ({record['test_id'][:200]!r})"
         metrics = {name: record.get(name) for name in METRICS}
         for name, value in metrics.items():
             problem = figure_problem(name, value)
             if problem:
-                raise InputError(f"{path}: record {index} ({record['test_id']}): {problem}")
+                raise InputError(f"{where}: {problem}")
         at_peak = (record.get("trace") or {}).get("at_peak") if isinstance(record.get("trace"), dict) else None
         contributors = {str(name): size for name, size in at_peak.items() if isinstance(size, int) and not figure_problem("bytes", size)} if isinstance(at_peak, dict) else {}
-        found[key] = Measurement(metrics, {str(k): str(v) for k, v in versions.items()}, contributors=contributors)
+        oom = record.get("oom")
+        kind = (str(oom.get("kind") or ("real" if oom.get("real") else "yes")) if isinstance(oom, dict) else "real" if oom is True else None)
+        tolerance = record.get("tolerance")
+        if tolerance is not None and not isinstance(tolerance, str):
+            raise InputError(f"{where}: \"tolerance\" must be text such as '10%,1MiB'")
+        found[key] = Measured(metrics, {str(k): str(v) for k, v in versions.items()}, contributors=contributors, devices=_report_devices(where, record.get("devices")), oom=kind, tolerance=tolerance)
     return found
 
 
-VERDICT_MARK = {"regressed": "❌ regressed", "improved": "✅ improved", "ok": "ok", "unmeasured": "n/a", "new": "🆕 new", "missing": "⚠️ not run"}
+def _report_devices(where: str, devices: object) -> dict[str, dict[str, float | int | None]]:
+    """Each device's gated figures of a report's record, for a test on several devices."""
+    if devices is None:
+        return {}
+    if not isinstance(devices, list) or not all(isinstance(d, dict) and isinstance(d.get("device"), str) for d in devices):
+        raise InputError(f"{where}: \"devices\" must be a list of objects that name their device")
+    if len(devices) < 2:
+        return {}
+    found = {}
+    for device in devices:
+        figures = {name: device.get(name) for name in METRICS}
+        for name, value in figures.items():
+            problem = figure_problem(name, value)
+            if problem:
+                raise InputError(f"{where}: device {device['device'][:40]!r}: {problem}")
+        found[device["device"]] = figures
+    return found
 
 
-def compare_tables(base: dict[Key, Measurement], new: dict[Key, Measurement], tolerance_spec: str, show_all: bool) -> tuple[str, bool]:
-    """The Markdown report of NEW against BASE, and whether anything regressed."""
-    tolerance = parse_tolerance(tolerance_spec)
-    rows: list[tuple[str, ...]] = []
-    counts: dict[str, int] = {}
-    growth: list[str] = []
-    for key in sorted(set(base) | set(new)):
-        test_id, regime, device_class = key
-        if key not in base:
-            counts["new"] = counts.get("new", 0) + 1
-            rows.append((test_id, regime, device_class, "peak_bytes_in_use", "—", format_metric("peak_bytes_in_use", new[key].metrics.get("peak_bytes_in_use")), "—", VERDICT_MARK["new"]))
+VERDICT_MARK = {
+    "regressed": "❌ regressed", "out of memory": "❌ out of memory", "improved": "✅ improved", "ok": "ok", "unmeasured": "n/a",
+    "new": "🆕 new", "missing": "⚠️ not run", "not measured": "⚠️ not measured", "not baselined": "⚠️ not baselined",
+}
+
+
+def compare_rows(found: list[TestVerdict], show_all: bool) -> list[dict[str, object]]:
+    """One row per figure that needs a reviewer's eye (every figure with `show_all`), failures first."""
+    rows: list[dict[str, object]] = []
+    peak = "peak_bytes_in_use"
+    for verdict in found:
+        test_id, regime, device_class = verdict.key
+        base = verdict.base.metrics.get(peak) if verdict.base is not None else None
+        now = verdict.new.metrics.get(peak) if verdict.new is not None else None
+        row = {"test": test_id, "regime": regime, "device_class": device_class, "tolerance": verdict.tolerance, "status": verdict.status}
+        changes = verdict.comparison.changes if verdict.comparison is not None else []
+        shown = [c for c in changes if show_all or c.verdict not in ("ok",)]
+        if verdict.status in ("ok", "improved", "regressed", "unmeasured") and changes:
+            for change in shown:
+                rows.append({**row, "metric": change.name, "baseline": change.baseline, "now": change.now, "delta": change.delta, "percent": change.percent, "verdict": change.verdict})
             continue
-        if key not in new:
-            counts["missing"] = counts.get("missing", 0) + 1
-            rows.append((test_id, regime, device_class, "peak_bytes_in_use", format_metric("peak_bytes_in_use", base[key].metrics.get("peak_bytes_in_use")), "—", "—", VERDICT_MARK["missing"]))
-            continue
-        entry = BaselineEntry(test_id, regime, base[key].metrics, "", base[key].versions, Path("BASE"), reason=base[key].reason, contributors=base[key].contributors)
-        comparison: Comparison = compare(entry, test_id, regime, new[key].metrics, tolerance, new[key].contributors)
-        if comparison.grew:
-            growth.append(f"- `{markdown_cell(test_id)}` [{regime}]: {comparison.growth_text()}")
-        counts[comparison.status] = counts.get(comparison.status, 0) + 1
-        if comparison.status == "not baselined":
-            now = format_metric("peak_bytes_in_use", new[key].metrics.get("peak_bytes_in_use"))
-            rows.append((test_id, regime, device_class, "peak_bytes_in_use", "—", now, "—", f"⚠️ not baselined: {comparison.reason}"))
-            continue
-        for change in comparison.changes:
-            if change.verdict == "ok" and not show_all:
-                continue
-            rows.append((test_id, regime, device_class, change.metric, format_metric(change.metric, change.baseline), format_metric(change.metric, change.now), change.delta_text, VERDICT_MARK[change.verdict]))
-    rows.sort(key=lambda row: row[-1] != VERDICT_MARK["regressed"])  # regressions first, then as sorted
-    summary = ", ".join(f"{counts[status]} {status}" for status in ("regressed", "improved", "ok", "unmeasured", "new", "not baselined", "missing") if counts.get(status))
-    lines = [f"### Device memory: {summary or 'nothing to compare'}", "", f"Tolerance: `{tolerance_spec}`.", ""]
+        detail = verdict.new.oom if verdict.status == "out of memory" and verdict.new is not None else verdict.comparison.reason if verdict.comparison is not None and verdict.comparison.reason else ""
+        rows.append({**row, "metric": peak, "baseline": base, "now": now, "delta": None if base is None or now is None else now - base, "percent": None, "verdict": verdict.status, "detail": detail})
+    rows.sort(key=lambda r: (r["verdict"] not in FAILING, ORDER.index(str(r["status"])) if r["status"] in ORDER else len(ORDER)))
+    return rows
+
+
+def compare_markdown(found: list[TestVerdict], tolerance_spec: str, show_all: bool) -> str:
+    """The Markdown report of NEW against BASE, for a pull-request comment."""
+    rows = compare_rows(found, show_all)
+    tally = counts(found)
+    summary = ", ".join(f"{count} {status}" for status, count in tally.items())
+    own = sorted({v.tolerance for v in found if v.tolerance and v.tolerance != tolerance_spec})
+    lines = [f"### Device memory: {summary or 'nothing to compare'}", "", f"Tolerance: `{tolerance_spec}`" + (f"; tests with their own: {', '.join(f'`{t}`' for t in own)}." if own else "."), ""]
     if rows:
         lines += ["| test | regime | device | metric | baseline | now | Δ | verdict |", "|---|---|---|---|---|---|---|---|"]
-        lines += ["| " + " | ".join(markdown_cell(cell) for cell in row) + " |" for row in rows]
-    elif counts:
+        for row in rows:
+            metric = str(row["metric"])
+            name = metric.split(" on ")[0]
+            verdict = VERDICT_MARK.get(str(row["verdict"]), str(row["verdict"]))
+            if row.get("detail"):
+                verdict += f": {row['detail']}"
+            delta = row["delta"]
+            shown_delta = "—" if delta is None else ("+" if delta >= 0 else "-") + format_metric(name, abs(delta)) + (f" ({row['percent']:+.1f}%)" if row["percent"] is not None else "")  # type: ignore[operator, arg-type]
+            cells = (row["test"], row["regime"], row["device_class"], metric, _shown(name, row["baseline"]), _shown(name, row["now"]), shown_delta, verdict)
+            lines.append("| " + " | ".join(markdown_cell(str(cell)) for cell in cells) + " |")
+    elif tally:
         lines.append("Every compared test is within tolerance.")
+    growth = [f"- `{markdown_cell(v.key[0])}` [{markdown_cell(v.key[1])}]: {markdown_cell(v.comparison.growth_text())}" for v in found if v.comparison is not None and v.comparison.grew]
     if growth:
         lines += ["", "What grew at the peak:", *growth]
-    return "\n".join(lines) + "\n", bool(counts.get("regressed"))
+    return "\n".join(lines) + "\n"
 
 
-def show_table(measurements: dict[Key, Measurement]) -> str:
+def _shown(metric: str, value: object) -> str:
+    return "—" if value is None else format_metric(metric, value)  # type: ignore[arg-type]
+
+
+def compare_json(found: list[TestVerdict], tolerance_spec: str) -> str:
+    """Machine-readable verdicts: one object per test, with each figure's comparison."""
+    tests = []
+    for verdict in found:
+        test_id, regime, device_class = verdict.key
+        tests.append({
+            "test_id": test_id, "regime": regime, "device_class": device_class, "status": verdict.status, "failing": verdict.failing,
+            "tolerance": verdict.tolerance, "oom": verdict.new.oom if verdict.new is not None else None,
+            "comparison": verdict.comparison.to_json() if verdict.comparison is not None else None,
+        })
+    document = {"format": "pytest-devmem-comparison", "version": 1, "tolerance": tolerance_spec, "counts": counts(found), "failing": any(v.failing for v in found), "tests": tests}
+    return json.dumps(document, indent=2) + "\n"
+
+
+def compare_csv(found: list[TestVerdict], show_all: bool = True) -> str:
+    """One line per figure compared, raw numbers, for spreadsheets and pandas."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    columns = ["test", "regime", "device_class", "status", "metric", "baseline", "now", "delta", "percent", "verdict", "tolerance"]
+    writer.writerow(columns)
+    for row in compare_rows(found, show_all):
+        writer.writerow(["" if row.get(c) is None else row.get(c) for c in columns])
+    return out.getvalue()
+
+
+def show_table(measurements: dict[Key, Measured]) -> str:
     lines = ["| test | regime | device | peak in use | peak reserved | fragmentation | versions |", "|---|---|---|---|---|---|---|"]
     for (test_id, regime, device_class), m in sorted(measurements.items()):
         versions = ", ".join(f"{name} {version}" for name, version in sorted(m.versions.items()) if name in ("jax", "tensorflow", "tensorflow-cpu", "pytest-devmem"))
@@ -157,42 +214,55 @@ def show_table(measurements: dict[Key, Measurement]) -> str:
 
 
 def replay_table(path: Path, mode: str, fraction: str | None, device_spec: str) -> tuple[str, bool]:
-    """What a regime makes of a recorded trace (RMM-style CSV), as Markdown; and whether it fitted."""
+    """What a regime makes of a recorded trace (RMM-style CSV) on the model of the machine, as
+    Markdown; and whether it fitted. The same replay as the plugin's and `devmem plot`'s."""
+    from .model.explain import oom_lines
+    from .model.machine import run_machine
     from .model.pool import Policy
-    from .model.replay import replay_figures
+    from .model.regime import jax_fraction_variable
+    from .model.whatif import proven_fixes
     from .units import format_size
 
     policy = Policy.of(mode, fraction)
-    capacity, name = _device_capacity(device_spec)
+    spec, setups = _machine(device_spec, policy)
     trace = _read_trace(path)
-    figures = replay_figures(trace, policy, capacity)
-    rows = [
-        ("events", str(figures.events), ""),
-        ("peak_live_bytes (asked)", str(trace.peak_live_bytes()), format_size(trace.peak_live_bytes())),
-        ("peak_bytes_in_use", str(figures.peak_bytes_in_use), format_size(figures.peak_bytes_in_use)),
-        ("peak_bytes_reserved", str(figures.peak_bytes_reserved), format_size(figures.peak_bytes_reserved)),
-        ("fragmentation", "n/a" if figures.fragmentation is None else f"{figures.fragmentation:.4f}", ""),
-    ]
-    for source, share in sorted(figures.by_source.items()):
+    run = run_machine(trace, setups, spec)
+    rows = [("events", str(run.events), ""), ("peak_live_bytes (asked)", str(trace.peak_live_bytes()), format_size(trace.peak_live_bytes()))]
+    for figures in run.devices:
+        where = f" on {figures.device}" if len(run.devices) > 1 else ""
+        rows += [
+            (f"peak_bytes_in_use{where}", str(figures.peak_bytes_in_use), format_size(figures.peak_bytes_in_use)),
+            (f"peak_bytes_reserved{where}", str(figures.peak_bytes_reserved), format_size(figures.peak_bytes_reserved)),
+            (f"fragmentation{where}", "n/a" if figures.fragmentation is None else f"{figures.fragmentation:.4f}", ""),
+        ]
+        for allocator in figures.allocators:
+            rows.append((f"{allocator.name}{where}: peak in use, held", f"{allocator.peak_bytes_in_use}, {allocator.peak_bytes_reserved}", f"{format_size(allocator.peak_bytes_in_use)}, {format_size(allocator.peak_bytes_reserved)}"))
+    for source, share in sorted(run.by_source.items()):
         rows.append((f"{source}: peak live", str(share.peak_live_bytes), format_size(share.peak_live_bytes)))
-    lines = [f"### Trace {path} replayed under regime {policy.label} on {name}", "", "| figure | value | readable |", "|---|---|---|"]
-    lines += [f"| {figure} | {value} | {readable} |" for figure, value, readable in rows]
-    if figures.out_of_memory:
-        lines += ["", "Out of memory: " + figures.out_of_memory.splitlines()[0]]
-    return "\n".join(lines) + "\n", figures.out_of_memory is None
+    lines = [f"### Trace {markdown_cell(str(path))} replayed under regime {policy.label} on {spec.name}", "", "| figure | value | readable |", "|---|---|---|"]
+    lines += [f"| {markdown_cell(figure)} | {value} | {readable} |" for figure, value, readable in rows]
+    if run.oom is not None:
+        oom = run.oom.to_json()
+        fixes = proven_fixes(trace, setups, spec, run, jax_fraction_variable())
+        oom["fixes"] = fixes.settings
+        if fixes.why_none:
+            oom["why_none"] = fixes.why_none
+        lines += ["", "```", *oom_lines(oom, [d.to_json() for d in run.devices], policy.label, spec.name), "```"]
+    return "\n".join(lines) + "\n", run.oom is None
 
 
 def plot_input(path: Path, test: str | None, mode: str | None, fraction: str | None, device_spec: str | None) -> tuple[object, str]:
-    """The timeline to draw and its title: from a trace file (with the regime and device given), or
+    """The picture to draw and its title: from a trace file (with the regime and device given), or
     from a JSON report's record (its regime and device; its trace written by --devmem-traces)."""
+    from .model.machine import run_machine
     from .model.pool import Policy
-    from .model.timeline import build_timeline
+    from .model.timeline import build_view
 
     if path.suffix.lower() == ".csv":
         policy = Policy.of(mode or "prealloc", fraction)
-        capacity, name = _device_capacity(device_spec or "sim")
+        spec, setups = _machine(device_spec or "sim", policy)
         trace = _read_trace(path)
-        return build_timeline(trace, policy, capacity, name), f"{path.name} under {policy.label} on {name}"
+        return build_view(run_machine(trace, setups, spec, timeline=True), trace, policy.label), f"{path.name} under {policy.label} on {spec.name}"
     _, document = load_json(path)
     if not isinstance(document, dict) or not isinstance(document.get("records"), list) or not isinstance(document.get("session"), dict):
         raise InputError(f"{path}: not a pytest-devmem JSON report (--devmem-report=FILE.json) nor a trace (.csv)")
@@ -203,28 +273,46 @@ def plot_input(path: Path, test: str | None, mode: str | None, fraction: str | N
     if not traced:
         which = f" matching {test!r}" if test else ""
         raise InputError(f"{path}: no record{which} has a trace file: run pytest with --devmem-traces=DIR and --devmem-report")
-    record = max(traced, key=lambda r: r.get("peak_bytes_in_use") or 0)
+    record = max(traced, key=_peak_of)
     session = document["session"]
     capacity = session.get("device_capacity_bytes")
-    if not isinstance(capacity, int) or capacity <= 0:
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
         raise InputError(f"{path}: the session's device_capacity_bytes is missing or not a positive number")
     trace = _read_trace(Path(record["trace"]["file"]))
     policy = Policy.from_label(str(record.get("regime", "prealloc")))
     device_name = str(session.get("device", "device"))
-    return build_timeline(trace, policy, capacity, device_name), f"{record['test_id']} under {policy.label} on {device_name}"
+    capability = session.get("device_compute_capability")
+    spec, setups = _machine_of(capacity, device_name, capability[0] if isinstance(capability, list) and capability and isinstance(capability[0], int) else None, policy)
+    return build_view(run_machine(trace, setups, spec, timeline=True), trace, policy.label), f"{record['test_id']} under {policy.label} on {device_name}"
 
 
-def _device_capacity(spec: str) -> tuple[int, str]:
-    """The capacity and name of the device a spec names; a real GPU is let go at once."""
+def _peak_of(record: dict[str, object]) -> int:
+    peak = record.get("peak_bytes_in_use")
+    return peak if isinstance(peak, int) else 0
+
+
+def _machine(device_spec: str, policy: Policy) -> tuple[MachineSpec, dict[str, AllocatorSetup]]:
+    """The machine a device spec names (every device of its capacity; a real GPU is let go at
+    once) and each framework's allocator under `policy`."""
     from .model.device import open_device
 
-    device = open_device(spec)
+    device = open_device(device_spec)
     try:
-        return device.capacity, device.name
+        on_gpu = getattr(device, "index", None) is not None
+        return _machine_of(device.capacity, device.name, getattr(device, "compute_capability", (None,))[0], policy, "gpu:0" if on_gpu else "cpu:0")
     finally:
         close = getattr(device, "close", None)
         if close is not None:
             close()
+
+
+def _machine_of(capacity: int, name: str, compute_capability: int | None, policy: Policy, default_device: str = "cpu:0") -> tuple[MachineSpec, dict[str, AllocatorSetup]]:
+    from .model.device import DEFAULT_COMPUTE_CAPABILITY
+    from .model.frameworks import setups_for
+    from .model.machine import MachineSpec
+
+    spec = MachineSpec(capacity, name, compute_capability or DEFAULT_COMPUTE_CAPABILITY[0], default_device=default_device)
+    return spec, setups_for(policy, capacity)
 
 
 def _read_trace(path: Path) -> Trace:
@@ -253,11 +341,14 @@ def history_command(inputs: Sequence[Path], tolerance_spec: str, output: Path | 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="devmem", description="Compare and list pytest-devmem measurements.")
     commands = parser.add_subparsers(dest="command", required=True)
-    compare_parser = commands.add_parser("compare", help="Compare NEW against BASE; exit 1 on regression")
+    compare_parser = commands.add_parser("compare", help="Compare NEW against BASE; exit 1 when a test regressed or ran out of memory")
     compare_parser.add_argument("base", type=Path, help="Baseline directory, baseline file or JSON report")
     compare_parser.add_argument("new", type=Path, help="Baseline directory, baseline file or JSON report")
     compare_parser.add_argument("--tolerance", default=DEFAULT_TOLERANCE, help=f"Allowed change ({TOLERANCE_HELP.replace('%', '%%')}); default {DEFAULT_TOLERANCE.replace('%', '%%')}")
     compare_parser.add_argument("--all", action="store_true", help="Also list metrics within tolerance")
+    compare_parser.add_argument("--format", choices=("markdown", "json", "csv"), default="markdown", help="Markdown for a pull-request comment (default), or JSON / CSV for tools")
+    compare_parser.add_argument("--json", dest="format", action="store_const", const="json", help="Same as --format=json")
+    compare_parser.add_argument("--csv", dest="format", action="store_const", const="csv", help="Same as --format=csv")
     show_parser = commands.add_parser("show", help="List stored baselines")
     show_parser.add_argument("directory", type=Path, nargs="?", default=Path("baselines"), help="Baseline directory (default: baselines)")
     replay_parser = commands.add_parser("replay", help="Replay a recorded trace (--devmem-traces) under a regime; exit 1 if it does not fit")
@@ -293,9 +384,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0 if fitted else 1
         if args.command == "compare":
             parse_tolerance(args.tolerance)  # a bad tolerance is reported before any file is read
-            text, regressed = compare_tables(load(args.base), load(args.new), args.tolerance, args.all)
-            sys.stdout.write(text)
-            return 1 if regressed else 0
+            found = verdicts(load(args.base), load(args.new), args.tolerance)
+            if args.format == "json":
+                sys.stdout.write(compare_json(found, args.tolerance))
+            elif args.format == "csv":
+                sys.stdout.write(compare_csv(found))
+            else:
+                sys.stdout.write(compare_markdown(found, args.tolerance, args.all))
+            return 1 if any(v.failing for v in found) else 0
         sys.stdout.write(show_table(load(args.directory)))
         return 0
     except (DevmemError, ValueError) as exc:

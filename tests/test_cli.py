@@ -61,7 +61,7 @@ def test_compare_never_matches_different_device_classes(tmp_path: Path, capsys: 
     assert "1 new, 1 missing" in capsys.readouterr().out
 
 
-def test_compare_counts_measured_failures_and_skips_unmeasured_tests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_compare_counts_measured_failures_and_names_unmeasured_tests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     failed = record("test_a", 99 * MiB)  # failed by the gate itself: its measurement is what matters
     failed.outcome = "failed"
     unmeasured = record("test_b", 0)
@@ -69,7 +69,9 @@ def test_compare_counts_measured_failures_and_skips_unmeasured_tests(tmp_path: P
     base = write_report(tmp_path / "base.json", [record("test_a", MiB), record("test_b", MiB)])
     new = write_report(tmp_path / "new.json", [failed, unmeasured])
     assert main(["compare", str(base), str(new)]) == 1
-    assert "1 regressed, 1 missing" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "1 regressed, 1 not measured" in out  # it ran: "not measured", never "not run", never "improved"
+    assert "| tests/test_m.py::test_b | prealloc | sim-16GiB | peak_bytes_in_use | 1.00 MiB | — | — | ⚠️ not measured |" in out
 
 
 @pytest.mark.parametrize(

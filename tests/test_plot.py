@@ -1,5 +1,6 @@
-"""Timelines and pictures: the replay step by step, `devmem plot` to PNG and HTML for a real JAX
-test, and --devmem-artifacts leaving a failing test's trace and picture."""
+"""Pictures from the one machine run: each device's lane, the peak and its holders, thinning that
+keeps every peak of a long trace, an out-of-memory trace drawn as one, `devmem plot` to PNG and HTML
+for a real JAX test, and --devmem-artifacts leaving a failing test's trace and picture."""
 
 from __future__ import annotations
 
@@ -8,26 +9,66 @@ from pathlib import Path
 
 import pytest
 
+from pytest_devmem.model.frameworks import setups_for
+from pytest_devmem.model.machine import MachineSpec, run_machine
 from pytest_devmem.model.pool import Policy
+from pytest_devmem.model.timeline import build_view, thin
 from pytest_devmem.model.trace import Trace, TraceEvent
-from pytest_devmem.model.timeline import build_timeline
+from pytest_devmem.present.plot import render_html
 
 MiB = 2**20
 
 
-def test_the_timeline_follows_the_replay_and_names_the_holders_at_the_peak() -> None:
+def view_of(trace: Trace, mode: str = "growth", capacity: int = 2**30):  # type: ignore[no-untyped-def]
+    run = run_machine(trace, setups_for(Policy.of(mode), capacity), MachineSpec(capacity, "sim:1GiB"), timeline=True)
+    return build_view(run, trace, mode)
+
+
+def test_the_view_follows_the_machine_and_names_the_holders_at_each_devices_peak() -> None:
     trace = Trace([
-        TraceEvent("allocate", 1, 4 * MiB, source="jax", label="jit(layer)"),
-        TraceEvent("allocate", 2, 8 * MiB, source="jax", label="jit(layer) temp"),
-        TraceEvent("free", 2, 8 * MiB, source="jax"),
-        TraceEvent("allocate", 3, MiB, source="pool"),
+        TraceEvent("allocate", 1, 4 * MiB, source="jax", label="jit(layer)", device="cpu:0"),
+        TraceEvent("allocate", 2, 8 * MiB, source="jax", label="jit(layer) temp", device="cpu:0"),
+        TraceEvent("free", 2, 8 * MiB, source="jax", device="cpu:0"),
+        TraceEvent("allocate", 3, MiB, source="pool", device="cpu:1"),
     ])
-    timeline = build_timeline(trace, Policy.of("growth"), 2**30, "sim:1GiB")
-    assert timeline.in_use == [4 * MiB, 12 * MiB, 4 * MiB, 5 * MiB]
-    assert timeline.peak_index == 1 and timeline.peak_in_use == 12 * MiB
-    assert timeline.at_peak == {"jit(layer) temp": 8 * MiB, "jit(layer)": 4 * MiB}
-    assert {chunk.owner for chunk in timeline.chunks_at_peak} == {"jit(layer) temp", "jit(layer)"}
-    assert sum(timeline.region_sizes) == timeline.reserved[1]
+    view = view_of(trace)
+    first, second = view.lanes
+    assert (first.device, first.in_use, first.events) == ("cpu:0", [4 * MiB, 12 * MiB, 4 * MiB], [0, 1, 2])
+    assert first.peak_event == 1 and first.peak_in_use == 12 * MiB and view.peak_in_use == 12 * MiB
+    assert first.at_peak == {"jit(layer) temp": 8 * MiB, "jit(layer)": 4 * MiB}
+    assert {chunk.owner for pool in first.pools_at_peak for chunk in pool.chunks} - {""} == {"jit(layer) temp", "jit(layer)"}
+    assert sum(size for pool in first.pools_at_peak for size in pool.region_sizes) == first.reserved[1]
+    assert (second.device, second.in_use, second.at_peak) == ("cpu:1", [MiB], {"pool": MiB})
+
+
+def test_a_long_trace_keeps_its_true_peak_when_thinned() -> None:
+    """100,000 events of a 1 MiB buffer allocated and freed, and one 64 MiB spike in the middle:
+    every picture must show the spike."""
+    trace = Trace()
+    for step in range(50_000):
+        size = 64 * MiB if step == 31_337 else MiB
+        trace.add(0, step + 1, size, float(step), source="jax", device="cpu:0")
+        trace.add(1, step + 1, size, float(step), source="jax", device="cpu:0")
+    view = view_of(trace, "prealloc", 16 * 2**30)
+    lane = view.lanes[0]
+    assert len(lane.in_use) <= 2100 and max(lane.in_use) == 64 * MiB == lane.peak_in_use
+    assert lane.events[lane.in_use.index(64 * MiB)] == 2 * 31_337
+    page = render_html(view, "spike")
+    assert "peak 64.00 MiB" in page and "64.00 MiB</text>" in page  # the scale's top is the spike
+    assert thin(list(range(10)), [0] * 10) == list(range(10))  # short series are drawn whole
+
+
+def test_an_out_of_memory_trace_is_drawn_as_one_and_replay_agrees(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_devmem.cli import main
+
+    trace = Trace([TraceEvent("allocate", 1, 600 * MiB, source="jax"), TraceEvent("allocate", 2, 600 * MiB, source="jax")])
+    path = tmp_path / "t.csv"
+    trace.write_csv(path)
+    assert main(["replay", str(path), "--mode", "prealloc", "--device", "sim:1GiB"]) == 1
+    assert "JAX could not allocate 600.00 MiB" in capsys.readouterr().out
+    assert main(["plot", str(path), "--mode", "prealloc", "--device", "sim:1GiB", "-o", str(tmp_path / "t.html")]) == 0
+    page = (tmp_path / "t.html").read_text()
+    assert "out of memory at event 1: JAX asked 600.00 MiB on cpu:0" in page and "when it ran out of memory" in page
 
 
 def test_devmem_plot_draws_a_real_jax_test_as_png_and_html(jax_loaded: object, matplotlib_loaded: object, pytester: pytest.Pytester) -> None:

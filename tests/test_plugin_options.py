@@ -219,7 +219,8 @@ def test_pool_oom_in_a_test_is_recorded(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*OutOfMemoryError: out of device memory: asked 15.00 GiB*", "*fix: raise the fraction to at least 0.94*"])
     import json
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
-    assert record["oom"] is True and record["outcome"] == "failed"
+    assert record["oom"]["real"] is True and record["outcome"] == "failed"
+    assert record["oom"]["error"].startswith("OutOfMemoryError: out of device memory: asked 15.00 GiB")
 
 
 @pytest.mark.parametrize(

@@ -164,18 +164,23 @@ def test_tensorflow_source_is_unused_when_tensorflow_is_not_loaded(monkeypatch: 
     assert reading.unused and not reading.available
 
 
-def test_record_figures_come_from_the_replay_and_the_raw_sources_stay_beside() -> None:
+def test_record_figures_come_from_the_machine_and_the_raw_sources_stay_beside() -> None:
+    from pytest_devmem.model.frameworks import setups_for
+    from pytest_devmem.model.machine import MachineSpec, run_machine
     from pytest_devmem.model.trace import Trace, TraceEvent
-    from pytest_devmem.model.replay import replay_figures
 
     trace = Trace([TraceEvent("allocate", 1, 3 * 2**20, source="jax"), TraceEvent("allocate", 2, 1000, source="pool"), TraceEvent("free", 1, 3 * 2**20, source="jax")])
-    figures = replay_figures(trace, Policy.of("growth"), 2**30)
+    run = run_machine(trace, setups_for(Policy.of("growth"), 2**30), MachineSpec(2**30, "sim:1GiB"))
     nvml = Reading("nvml", True, peak_bytes_in_use=64 * 2**20, peak_bytes_reserved=64 * 2**20)
-    record = TestRecord.from_replay("t", "growth", "sim:1GiB", "sim-1GiB", figures, [nvml], notes=[], oom=False, outcome="passed")
-    assert (record.peak_bytes_in_use, record.peak_bytes_reserved) == (4 * 2**20 + 1024, 8 * 2**20)  # 3 MiB takes a whole 4 MiB region (not twice the request: no split); 1000 B a second
+    record = TestRecord.from_run("t", "growth", "sim:1GiB", "sim-1GiB", run, [nvml], notes=[], outcome="passed")
+    # live data: 3 MiB and 1000 B (rounded to 1 KiB) at once; each framework grows its own pool:
+    # JAX's first region doubles to 4 MiB for the 3 MiB request, the devmem pool's is 2 MiB
+    assert (record.peak_bytes_in_use, record.peak_bytes_reserved) == (3 * 2**20 + 1024, 6 * 2**20)
+    assert record.peak_device == "cpu:0" and record.devices is not None
+    assert [(a["allocator"], a["peak_bytes_reserved"]) for a in record.devices[0]["allocators"]] == [("jax", 4 * 2**20), ("pool", 2 * 2**20)]  # type: ignore[index]
     assert record.sources["nvml"].peak_bytes_in_use == 64 * 2**20  # raw, for validating the replay
     assert record.trace is not None and record.trace["by_source"] == {"jax": {"allocations": 1, "peak_live_bytes": 3 * 2**20}, "pool": {"allocations": 1, "peak_live_bytes": 1000}}
-    untraced = TestRecord.from_replay("t", "growth", "sim:1GiB", "sim-1GiB", None, [], notes=["JAX 0.1 lacks its hooks"], oom=False, outcome="passed")
+    untraced = TestRecord.from_run("t", "growth", "sim:1GiB", "sim-1GiB", None, [], notes=["JAX 0.1 lacks its hooks"], outcome="passed")
     assert untraced.peak_bytes_in_use is None and untraced.fragmentation is None  # never a zero in place of a measurement
     assert TestRecord.from_json(record.to_json()).to_json() == record.to_json()
 

@@ -1,5 +1,5 @@
 """Measuring one test at a time: the trace recorder, the framework captures and the raw sources,
-bracketed around the test, then the record made from the replayed trace. No pytest here."""
+bracketed around the test; what they saw comes out as one trace and the raw readings. No pytest here."""
 
 from __future__ import annotations
 
@@ -9,11 +9,8 @@ import warnings
 from dataclasses import dataclass, field
 
 from ..model.device import Device
-from ..model.pool import Policy
 from ..model.trace import ALLOCATE, Trace, TraceEvent
-from ..gate.record import TestRecord
 from ..model.regime import jax_backend_started
-from ..model.replay import replay_figures
 from .sources import Reading, Sampler, Source
 from .sources.jax import JaxSource
 from .sources.nvml import NvmlSource
@@ -155,42 +152,16 @@ class Measurement:
             "its memory here is not the GPU's"
         )
 
-    def record(self, test_id: str, regime: str, policy: Policy, captured: Captured, *, oom: bool, outcome: str, limit_bytes: int | None, duration_s: float) -> TestRecord:
-        """The test's record: its trace (with TensorFlow's peak merged in) replayed under `policy`."""
+    def trace_of(self, captured: Captured) -> tuple[Trace, list[str]]:
+        """The test's one trace, every capture's events merged on one clock, and the notes that go
+        with it (what could not be traced, and why)."""
         notes = list(captured.notes)
         by_name = {reading.source: reading for reading in captured.readings}
         tensorflow = by_name.get("tensorflow")
         extra = tensorflow_events(tensorflow, captured.tensorflow_first_activity) if tensorflow is not None else []
         if extra:
             notes.append(TENSORFLOW_NOTE if self.tensorflow_capture.installed else self.tensorflow_capture.note or TENSORFLOW_NOTE)
-        trace = merge(captured.events, extra)
-        traced_nothing = not len(trace) and bool(captured.notes)  # a framework ran, but untraced
-        figures = None if traced_nothing else replay_figures(trace, policy, self.device.capacity)
-        record = TestRecord.from_replay(
-            test_id,
-            regime,
-            self.device.name,
-            self.device.device_class,
-            figures,
-            captured.readings,
-            notes=notes,
-            oom=oom,
-            outcome=outcome,
-            limit_bytes=limit_bytes,
-            duration_s=duration_s,
-        )
-        record.trace_events = trace  # kept in memory for --devmem-traces and trace analyses
-        if captured.kept is not None:
-            record.leaked_bytes = sum(captured.kept.values())
-            if record.trace is not None:
-                record.trace["kept"] = captured.kept
-        if captured.runs and record.trace is not None:
-            record.trace["executables"] = executable_summary(trace, captured.runs)
-        if captured.compiled is not None:
-            record.compiles = len(captured.compiled)
-            if record.trace is not None:
-                record.trace["compiled"] = captured.compiled
-        return record
+        return merge(captured.events, extra), notes
 
     def close(self) -> None:
         for source in self.sources:

@@ -46,6 +46,7 @@ class BaselineEntry:
     device_class: str = ""
     reason: str = ""  # why it holds no figures: the test failed or was skipped when baselines were updated
     contributors: dict[str, int] = field(default_factory=dict)  # who held the memory at the peak
+    devices: dict[str, dict[str, float | int | None]] = field(default_factory=dict)  # per device, for tests on several
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,12 @@ class MetricChange:
     now: float | None
     allowed: str
     verdict: str  # "regressed", "improved", "ok" or "unmeasured"
+    device: str | None = None  # one device's figure, for a test on several; None: the headline
+
+    @property
+    def name(self) -> str:
+        """`peak_bytes_in_use`, or `peak_bytes_in_use on cpu:2` for one device's figure."""
+        return self.metric if self.device is None else f"{self.metric} on {self.device}"
 
     @property
     def delta(self) -> float | None:
@@ -77,7 +84,7 @@ class MetricChange:
 
     def describe(self) -> str:
         show = format_metric
-        return f"{self.metric}: baseline {show(self.metric, self.baseline)}, now {show(self.metric, self.now)}, delta {self.delta_text}, allowed ±{self.allowed}"
+        return f"{self.name}: baseline {show(self.metric, self.baseline)}, now {show(self.metric, self.now)}, delta {self.delta_text}, allowed ±{self.allowed}"
 
 
 @dataclass
@@ -86,7 +93,7 @@ class Comparison:
 
     test_id: str
     regime: str
-    status: str  # "new", "not baselined", "ok", "regressed", "improved", "unmeasured"
+    status: str  # "new", "not baselined", "ok", "regressed", "improved", "unmeasured", "out of memory"
     changes: list[MetricChange] = field(default_factory=list)
     baseline_file: str | None = None
     reason: str = ""  # with "not baselined": why the stored entry holds no figures
@@ -106,15 +113,20 @@ class Comparison:
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, object]:
+        def change(c: MetricChange) -> dict[str, object]:
+            return {"baseline": c.baseline, "now": c.now, "delta": c.delta, "percent": c.percent, "allowed": c.allowed, "verdict": c.verdict}
+
+        devices: dict[str, dict[str, object]] = {}
+        for c in self.changes:
+            if c.device is not None:
+                devices.setdefault(c.device, {})[c.metric] = change(c)
         return {
             "status": self.status,
             "file": self.baseline_file,
             **({"reason": self.reason} if self.reason else {}),
             **({"grew": [{"name": name, "baseline": before, "now": now} for name, before, now in self.grew]} if self.grew else {}),
-            "metrics": {
-                c.metric: {"baseline": c.baseline, "now": c.now, "delta": c.delta, "percent": c.percent, "allowed": c.allowed, "verdict": c.verdict}
-                for c in self.changes
-            },
+            "metrics": {c.metric: change(c) for c in self.changes if c.device is None},
+            **({"devices": devices} if devices else {}),
         }
 
 
@@ -122,23 +134,33 @@ def metrics_of(record: TestRecord) -> dict[str, float | int | None]:
     return {"peak_bytes_in_use": record.peak_bytes_in_use, "peak_bytes_reserved": record.peak_bytes_reserved, "fragmentation": record.fragmentation}
 
 
-def compare(entry: BaselineEntry | None, test_id: str, regime: str, now: dict[str, float | int | None], tolerance: Tolerance, contributors: dict[str, int] | None = None) -> Comparison:
-    """Set `now` against `entry` under `tolerance`: each gated metric is ok, regressed or improved.
-    With `contributors` (who held the memory at the peak now), a regression says what grew."""
+def compare(
+    entry: BaselineEntry | None,
+    test_id: str,
+    regime: str,
+    now: dict[str, float | int | None],
+    tolerance: Tolerance,
+    contributors: dict[str, int] | None = None,
+    now_devices: dict[str, dict[str, float | int | None]] | None = None,
+    *,
+    out_of_memory: bool = False,
+) -> Comparison:
+    """Set `now` against `entry` under `tolerance`: each gated metric is ok, regressed or improved,
+    on the headline and on each device both have figures for (a test on several devices). A test
+    that ran out of memory is "out of memory" whatever its figures: never ok, never improved. With
+    `contributors` (who held the memory at the peak now), a regression says what grew."""
+    path = str(entry.path) if entry is not None else None
     if entry is None:
-        return Comparison(test_id, regime, "new")
+        return Comparison(test_id, regime, "out of memory" if out_of_memory else "new")
     if entry.reason and all(value is None for value in entry.metrics.values()):
-        return Comparison(test_id, regime, "not baselined", baseline_file=str(entry.path), reason=entry.reason)
-    changes = []
-    for metric, allowance in tolerance.allowances.items():
-        baseline, current = entry.metrics.get(metric), now.get(metric)
-        if baseline is None or current is None:
-            changes.append(MetricChange(metric, baseline, current, allowance.describe(metric), "unmeasured"))
-            continue
-        room = allowance.allowed(baseline)
-        verdict = "regressed" if current - baseline > room else "improved" if baseline - current > room else "ok"
-        changes.append(MetricChange(metric, baseline, current, allowance.describe(metric), verdict))
+        return Comparison(test_id, regime, "out of memory" if out_of_memory else "not baselined", baseline_file=path, reason=entry.reason)
+    changes = _changes(entry.metrics, now, tolerance, None)
+    for device, stored in sorted(entry.devices.items()):
+        if now_devices and device in now_devices:
+            changes += _changes(stored, now_devices[device], tolerance, device)
     verdicts = {change.verdict for change in changes}
+    if out_of_memory:
+        return Comparison(test_id, regime, "out of memory", changes, path)
     if "regressed" in verdicts:
         status = "regressed"
     elif "improved" in verdicts:
@@ -149,6 +171,19 @@ def compare(entry: BaselineEntry | None, test_id: str, regime: str, now: dict[st
         status = "ok"
     grew = what_grew(entry.contributors, contributors or {}) if status == "regressed" else []
     return Comparison(test_id, regime, status, changes, str(entry.path), grew=grew)
+
+
+def _changes(stored: dict[str, float | int | None], now: dict[str, float | int | None], tolerance: Tolerance, device: str | None) -> list[MetricChange]:
+    changes = []
+    for metric, allowance in tolerance.allowances.items():
+        baseline, current = stored.get(metric), now.get(metric)
+        if baseline is None or current is None:
+            changes.append(MetricChange(metric, baseline, current, allowance.describe(metric), "unmeasured", device))
+            continue
+        room = allowance.allowed(baseline)
+        verdict = "regressed" if current - baseline > room else "improved" if baseline - current > room else "ok"
+        changes.append(MetricChange(metric, baseline, current, allowance.describe(metric), verdict, device))
+    return changes
 
 
 def what_grew(before: dict[str, int], now: dict[str, int], top: int = 3) -> list[tuple[str, int | None, int]]:
@@ -236,6 +271,8 @@ class BaselineStore:
                     stored[(item.test_id, item.regime)] = {"device": item.device, "metrics": metrics_of(item), "versions": versions}
                     if contributors_of(item):
                         stored[(item.test_id, item.regime)]["contributors"] = contributors_of(item)
+                    if item.device_metrics():
+                        stored[(item.test_id, item.regime)]["devices"] = item.device_metrics()
                     continue
                 test_id, regime, device, reason = item
                 known = stored.get((test_id, regime))
@@ -250,6 +287,8 @@ def _entry_json(entry: BaselineEntry) -> dict[str, object]:
         data["reason"] = entry.reason
     if entry.contributors:
         data["contributors"] = entry.contributors
+    if entry.devices:
+        data["devices"] = entry.devices
     return data
 
 
@@ -389,7 +428,15 @@ def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry
             contributors = data.get("contributors", {})
             if not isinstance(contributors, dict) or any(not isinstance(name, str) or figure_problem("bytes", size) or size is None for name, size in contributors.items()):
                 raise fail(f"record {test_id!r} \"contributors\" must map names to byte counts", needle)
-            entries.append(BaselineEntry(test_id, regime, dict(metrics), str(data.get("device", "")), dict(versions), path, str(document.get("device_class", "")), reason, dict(contributors)))
+            devices = data.get("devices", {})
+            if not isinstance(devices, dict) or any(not isinstance(name, str) or not isinstance(figures, dict) for name, figures in devices.items()):
+                raise fail(f"record {test_id!r} \"devices\" must map device names to metrics", needle)
+            for figures in devices.values():
+                for name, value in figures.items():
+                    problem = figure_problem(name, value) if name in METRICS else f"unknown metric {name!r}"
+                    if problem:
+                        raise fail(f"record {test_id!r} device metric {problem}", json.dumps(name))
+            entries.append(BaselineEntry(test_id, regime, dict(metrics), str(data.get("device", "")), dict(versions), path, str(document.get("device_class", "")), reason, dict(contributors), {str(k): dict(v) for k, v in devices.items()}))
     return entries
 
 

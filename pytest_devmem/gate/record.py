@@ -3,21 +3,31 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from ..model.trace import Trace
-from ..model.replay import ReplayFigures
 from ..capture.sources.base import Reading
+
+if TYPE_CHECKING:
+    from ..model.machine import MachineRun
+    from ..model.trace import Trace
+
+
+def _figure(value: object) -> float | int | None:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 @dataclass
 class TestRecord:
-    """What one test used under one regime on one device.
+    """What one test used under one regime on one machine.
 
-    The three figures come from the test's allocation trace replayed under its regime
-    (`replay.py`): `peak_bytes_in_use` is the pool's peak of chunks in use, `peak_bytes_reserved`
-    what the pool held from the device at most, `fragmentation` XLA's measure at the peak. They
-    are None only when nothing could be traced (`trace` then says why). `sources` keep what each
-    raw source measured beside them (NVML and the frameworks' counters), to validate the replay.
+    The figures come from the test's allocation trace replayed on the model of the machine
+    (`model/machine.py`): `devices` holds each device's figures and allocators, and the headline
+    `peak_bytes_in_use` / `peak_bytes_reserved` / `fragmentation` are those of the device with the
+    highest peak (`peak_device`). They are None only when nothing could be traced (`trace` then
+    says why): a test that measured nothing has no figure, never 0. `oom` says which allocation ran
+    out of memory, where, of what kind and who held what (the replay's, or a real error the test
+    raised: `real`). `sources` keep what each raw source measured beside them (NVML and the
+    frameworks' counters), to validate the replay.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -29,59 +39,105 @@ class TestRecord:
     peak_bytes_in_use: int | None
     peak_bytes_reserved: int | None
     fragmentation: float | None
-    oom: bool
+    oom: dict[str, object] | None
     outcome: str
     sources: dict[str, Reading] = field(default_factory=dict)
     limit_bytes: int | None = None
     duration_s: float = 0.0
     baseline: dict[str, object] | None = None  # the comparison with the stored baseline, when made
-    sharing: dict[str, object] | None = None  # frameworks on one device (shared.SharingVerdict), when modelled
+    sharing: dict[str, object] | None = None  # reports before per-device figures: frameworks on one device
     analysis: dict[str, object] | None = None  # min_fraction / what_if from the test's trace, when asked
     trace: dict[str, object] | None = None  # the replay: events, per-source figures, notes
     failed_by_devmem: bool = False  # the test passed, and pytest-devmem's checks failed it
     compiles: int | None = None  # executables JAX compiled during the test (None: JAX not traced)
     leaked_bytes: int | None = None  # what the frameworks still hold of the test's own memory (None: not checked)
+    devices: list[dict[str, object]] | None = None  # per device: figures and allocators
+    peak_device: str | None = None  # the device the headline figures are from
+    worst_fragmentation: float | None = None  # the highest fragmentation on any device over the test
+    tolerance: str | None = None  # the tolerance its baseline comparison used (the marker's, or the session's)
     trace_events: Trace | None = field(default=None, repr=False, compare=False)  # in memory only
+    run: MachineRun | None = field(default=None, repr=False, compare=False)  # in memory only
 
     @classmethod
-    def from_replay(
+    def from_run(
         cls,
         test_id: str,
         regime: str,
         device: str,
         device_class: str,
-        figures: ReplayFigures | None,
+        run: MachineRun | None,
         readings: list[Reading],
         *,
         notes: list[str],
-        oom: bool,
         outcome: str,
+        real_oom: str | None = None,
         limit_bytes: int | None = None,
         duration_s: float = 0.0,
     ) -> TestRecord:
-        """A record whose figures are the replay's; with `figures` None (nothing traced) they are None too."""
-        trace: dict[str, object] = figures.to_json() if figures is not None else {"events": None}
+        """A record whose figures are the machine's; with `run` None (nothing traced) they are None.
+        `real_oom` is the out-of-memory error the test itself raised, if any."""
+        trace: dict[str, object]
+        oom: dict[str, object] | None = None
+        devices = peak_device = headline = worst = None
+        if run is None:
+            trace = {"events": None}
+        else:
+            trace = {
+                "events": run.events,
+                "by_source": {name: figures.to_json() for name, figures in sorted(run.by_source.items())},
+                "order": run.order,
+            }
+            top = run.headline
+            if top is not None:
+                headline, peak_device = top, top.device
+                trace["at_peak"] = top.at_peak
+            devices = [d.to_json() for d in run.devices]
+            worsts = [d.worst_fragmentation for d in run.devices if d.worst_fragmentation is not None]
+            worst = max(worsts) if worsts else None
+            if run.oom is not None:
+                oom = run.oom.to_json()
+        if real_oom:
+            oom = {**(oom or {}), "real": True, "error": real_oom}
         trace["notes"] = notes
         return cls(
             test_id=test_id,
             regime=regime,
             device=device,
             device_class=device_class,
-            peak_bytes_in_use=figures.peak_bytes_in_use if figures is not None else None,
-            peak_bytes_reserved=figures.peak_bytes_reserved if figures is not None else None,
-            fragmentation=figures.fragmentation if figures is not None else None,
+            peak_bytes_in_use=headline.peak_bytes_in_use if headline is not None else (0 if run is not None else None),
+            peak_bytes_reserved=headline.peak_bytes_reserved if headline is not None else (0 if run is not None else None),
+            fragmentation=headline.fragmentation if headline is not None else None,
             oom=oom,
             outcome=outcome,
             sources={reading.source: reading for reading in readings},
             limit_bytes=limit_bytes,
             duration_s=duration_s,
             trace=trace,
+            devices=devices,
+            peak_device=peak_device,
+            worst_fragmentation=worst,
+            run=run,
         )
 
     @property
     def measured_by(self) -> list[str]:
         """Names of the sources that measured something."""
         return [name for name, reading in self.sources.items() if reading.available]
+
+    @property
+    def out_of_memory(self) -> bool:
+        """It ran out of memory: in the replay on the model, or for real."""
+        return self.oom is not None
+
+    @property
+    def device_count(self) -> int:
+        return len(self.devices or [])
+
+    def device_metrics(self) -> dict[str, dict[str, float | int | None]]:
+        """Each device's gated figures, by device name (empty for a one-device test: the headline is its figures)."""
+        if not self.devices or len(self.devices) < 2:
+            return {}
+        return {str(d.get("device")): {name: _figure(d.get(name)) for name in ("peak_bytes_in_use", "peak_bytes_reserved", "fragmentation")} for d in self.devices}
 
     def to_json(self) -> dict[str, object]:
         """Plain JSON data with a stable key order."""
@@ -93,7 +149,11 @@ class TestRecord:
             "peak_bytes_in_use": self.peak_bytes_in_use,
             "peak_bytes_reserved": self.peak_bytes_reserved,
             "fragmentation": self.fragmentation,
+            "peak_device": self.peak_device,
+            "worst_fragmentation": self.worst_fragmentation,
+            "devices": self.devices,
             "oom": self.oom,
+            "tolerance": self.tolerance,
             "outcome": self.outcome,
             "limit_bytes": self.limit_bytes,
             "duration_s": round(self.duration_s, 6),
@@ -110,6 +170,9 @@ class TestRecord:
     @classmethod
     def from_json(cls, data: dict[str, object]) -> TestRecord:
         sources: dict[str, dict[str, object]] = dict(data.get("sources") or {})  # type: ignore[call-overload]
+        oom = data.get("oom")
+        if isinstance(oom, bool):  # reports before per-device figures said only yes or no
+            oom = {"real": True} if oom else None
         return cls(
             test_id=str(data["test_id"]),
             regime=str(data["regime"]),
@@ -118,7 +181,7 @@ class TestRecord:
             peak_bytes_in_use=data.get("peak_bytes_in_use"),  # type: ignore[arg-type]
             peak_bytes_reserved=data.get("peak_bytes_reserved"),  # type: ignore[arg-type]
             fragmentation=data.get("fragmentation"),  # type: ignore[arg-type]
-            oom=bool(data.get("oom")),
+            oom=oom if isinstance(oom, dict) else None,
             outcome=str(data.get("outcome", "")),
             sources={name: Reading.from_json(name, reading) for name, reading in sources.items()},
             limit_bytes=data.get("limit_bytes"),  # type: ignore[arg-type]
@@ -130,4 +193,8 @@ class TestRecord:
             failed_by_devmem=bool(data.get("failed_by_devmem", False)),
             compiles=data.get("compiles"),  # type: ignore[arg-type]
             leaked_bytes=data.get("leaked_bytes"),  # type: ignore[arg-type]
+            devices=data.get("devices") if isinstance(data.get("devices"), list) else None,  # type: ignore[arg-type]
+            peak_device=data.get("peak_device") if isinstance(data.get("peak_device"), str) else None,  # type: ignore[arg-type]
+            worst_fragmentation=data.get("worst_fragmentation"),  # type: ignore[arg-type]
+            tolerance=data.get("tolerance") if isinstance(data.get("tolerance"), str) else None,  # type: ignore[arg-type]
         )

@@ -1,46 +1,22 @@
 """The checks a measured test must pass beyond its own assertions, as pure functions: each takes
 the test's record and returns the failure text, or None. The plugin applies them in order (limit,
-replayed OOM, frameworks sharing the device, baseline) and records what they found. No pytest here."""
+out of memory, baseline) and records what they found. No pytest here."""
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
-
 from .baseline import BaselineStore, compare, contributors_of, metrics_of
-from ..model.device import DEFAULT_COMPUTE_CAPABILITY, Device
 from .record import TestRecord
-from ..model.regime import Regime
 from .tolerance import Tolerance
 
 
-def replay_oom_verdict(record: TestRecord, device: Device) -> str | None:
-    """The failure when the test's trace does not fit its regime's pool on the session's device."""
-    message = (record.trace or {}).get("out_of_memory")
-    if not message:
+def oom_verdict(record: TestRecord) -> str | None:
+    """The failure when the test ran out of memory: its trace did not fit the machine under its
+    regime, or it raised a real out-of-memory error (on a GPU), with what the model says of it."""
+    if not record.oom:
         return None
-    return f"would run out of device memory under regime {record.regime} on {device.name} (its trace replayed):\n{message}"
+    from ..model.explain import oom_message
 
-
-def sharing_verdict(record: TestRecord, frameworks: Sequence[str], regime: Regime | None, device: Device, context_bytes: int, environ: Mapping[str, str]) -> str | None:
-    """Simulate `frameworks` on one device, each with its own events from the test's trace, started
-    in the order they first allocated; `record.sharing` keeps the simulation. On a real GPU the
-    frameworks really ran together, so only a real OOM fails, with the model's advice."""
-    if not frameworks:
-        return None
-    from ..model.sharing import Participant, check_sharing, jax_setup_from_env, tensorflow_setup_from_env
-
-    events = list(record.trace_events or [])
-    tensorflow_limit = regime.tensorflow_memory_limit(device.capacity) if regime is not None else None
-    participants = []
-    for name in frameworks:
-        setup = jax_setup_from_env(environ) if name == "jax" else tensorflow_setup_from_env(environ, tensorflow_limit)
-        participants.append(Participant(setup, tuple(e for e in events if e.source == name)))
-    capability = getattr(device, "compute_capability", DEFAULT_COMPUTE_CAPABILITY)[0]
-    verdict = check_sharing(device.capacity, participants, device.name, capability, context_bytes, environ)
-    record.sharing = verdict.to_json()
-    if getattr(device, "index", None) is not None:
-        return verdict.real_oom_message() if record.oom else None
-    return None if verdict.fits else verdict.message()
+    return oom_message(record.oom, record.devices, record.regime, record.device)
 
 
 def baseline_verdict(record: TestRecord, store: BaselineStore, tolerance: Tolerance, *, update: bool, strict: bool) -> str | None:
@@ -49,7 +25,7 @@ def baseline_verdict(record: TestRecord, store: BaselineStore, tolerance: Tolera
     if record.peak_bytes_in_use is None:
         return None  # nothing measured this test: nothing to compare
     entry = store.get(record.test_id, record.regime)
-    comparison = compare(entry, record.test_id, record.regime, metrics_of(record), tolerance, contributors_of(record))
+    comparison = compare(entry, record.test_id, record.regime, metrics_of(record), tolerance, contributors_of(record), record.device_metrics(), out_of_memory=record.out_of_memory)
     record.baseline = comparison.to_json()
     if update:
         return None

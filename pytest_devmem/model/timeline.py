@@ -1,104 +1,142 @@
-"""A trace replayed step by step, for pictures: bytes in use and reserved after every event, who held
-the memory at the peak, and the pool's layout at that moment. No pytest, no plotting library here."""
+"""What a picture of a test shows, from its one machine run: per device, bytes in use, held and
+fragmentation over the events (thinned for long traces without losing a peak), the peak with who
+held the memory then, each pool's map at that peak, and where the test ran out of memory. Plain
+data for the renderers in `present/plot.py`. No pytest, no plotting library here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .device import SimulatedDevice
-from ..errors import OutOfMemoryError
-from .pool import Policy, make_pool
-from .pool.base import Pool
-from .trace import ALLOCATE, FREE, Trace
-from .replay import contributor
+from .machine import MachineRun, MapSnapshot, contributor, holders
+from .trace import Trace
+
+MAX_POINTS = 2000
+"""Points per series a picture draws at most: a longer series keeps, per stretch of events, its
+first, lowest, highest and last values, so no peak or dip is lost however long the trace."""
 
 
 @dataclass(frozen=True)
 class Chunk:
-    """One piece of a region at the peak: where, how big, and whose (empty for free memory)."""
+    """One piece of a pool region at the peak: where, how big, and whose (empty for free memory)."""
 
-    region: int  # the region's index, in the order the pool took them
+    region: int  # the region's index in its pool, in the order the pool took them
     offset: int  # bytes from the region's start
     size: int
     owner: str  # contributor name, or "" when free
+    event: int = -1  # the allocation that made it, -1 when free
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """One allocator's regions and chunks at a moment."""
+
+    allocator: str
+    region_sizes: list[int]
+    chunks: list[Chunk]
 
 
 @dataclass
-class Timeline:
-    regime: str
+class DeviceLane:
+    """One device over the test."""
+
     device: str
+    events: list[int] = field(default_factory=list)  # event indexes (after each), thinned
+    in_use: list[int] = field(default_factory=list)
+    reserved: list[int] = field(default_factory=list)
+    fragmentation: list[float] = field(default_factory=list)
+    peak_event: int = -1
+    peak_in_use: int = 0
+    peak_reserved: int = 0
+    at_peak: dict[str, int] = field(default_factory=dict)  # who held the memory at the peak, largest first
+    pools_at_peak: list[PoolView] = field(default_factory=list)
+    worst_fragmentation: float | None = None
+    worst_fragmentation_event: int | None = None
+
+
+@dataclass
+class TimelineView:
+    """Everything a picture of one test shows."""
+
+    regime: str
+    machine: str
     capacity: int
-    in_use: list[int] = field(default_factory=list)  # after each event
-    reserved: list[int] = field(default_factory=list)  # after each event
-    peak_index: int = -1
-    at_peak: dict[str, int] = field(default_factory=dict)  # owner -> bytes in use at the peak, largest first
-    chunks_at_peak: list[Chunk] = field(default_factory=list)
-    region_sizes: list[int] = field(default_factory=list)
-    out_of_memory_at: int | None = None
+    events: int
+    lanes: list[DeviceLane]
+    oom: dict[str, object] | None = None  # the machine's out-of-memory result, with its event
+    oom_pools: list[PoolView] = field(default_factory=list)  # the failing device's pools when it failed
+
+    @property
+    def headline(self) -> DeviceLane | None:
+        return max(self.lanes, key=lambda lane: lane.peak_in_use) if self.lanes else None
 
     @property
     def peak_in_use(self) -> int:
-        return self.in_use[self.peak_index] if self.peak_index >= 0 else 0
+        lane = self.headline
+        return lane.peak_in_use if lane is not None else 0
 
 
-def build_timeline(trace: Trace, policy: Policy, capacity: int, device: str) -> Timeline:
-    """Replay `trace` under `policy` on a fresh simulated device of `capacity`: the figures after
-    every event, then (a second replay, up to the peak) who held what and the pool's chunks then."""
-    timeline = Timeline(policy.label, device, capacity)
-    _replay(trace, policy, capacity, timeline, stop_at=None)
-    if timeline.peak_index >= 0:
-        _replay(trace, policy, capacity, timeline, stop_at=timeline.peak_index)
-    return timeline
+def thin(xs: list[int], ys: list[int], extra: list[float] | None = None, limit: int = MAX_POINTS) -> list[int]:
+    """Which of the points to draw: all of a short series; of a long one, per stretch of events its
+    first, lowest, highest and last (and, with `extra`, the highest of that too), in order."""
+    count = len(xs)
+    if count <= limit:
+        return list(range(count))
+    buckets = max(1, limit // 4)
+    span = (xs[-1] - xs[0]) or 1
+    picked: list[int] = []
+    start = 0
+    for bucket in range(buckets):
+        end_x = xs[0] + span * (bucket + 1) / buckets
+        end = start
+        while end < count and (xs[end] <= end_x or bucket == buckets - 1):
+            end += 1
+        if end > start:
+            part = range(start, end)
+            chosen = {start, end - 1, min(part, key=ys.__getitem__), max(part, key=ys.__getitem__)}
+            if extra is not None:
+                chosen.add(max(part, key=extra.__getitem__))
+            picked.extend(sorted(chosen))
+        start = end
+    return picked
 
 
-def _replay(trace: Trace, policy: Policy, capacity: int, timeline: Timeline, stop_at: int | None) -> None:
-    pool = make_pool(SimulatedDevice(capacity), policy)
-    handles: dict[int, int] = {}
-    owners: dict[int, str] = {}  # pool handle -> contributor
-    try:
-        for index, event in enumerate(trace):
-            if event.action == ALLOCATE:
-                try:
-                    handle = pool.alloc(event.size)
-                except OutOfMemoryError:
-                    if timeline.out_of_memory_at is None:
-                        timeline.out_of_memory_at = index
-                    handle = 0
-                if handle:
-                    handles[event.pointer] = handle
-                    owners[handle] = contributor(event.source, event.label)
-            elif event.action == FREE and event.pointer in handles:
-                handle = handles.pop(event.pointer)
-                pool.free(handle)
-                owners.pop(handle, None)
-            if stop_at is None:
-                in_use = int(pool.bytes_in_use)  # type: ignore[attr-defined]
-                timeline.in_use.append(in_use)
-                timeline.reserved.append(int(pool.pool_bytes) or int(pool.bytes_reserved))  # type: ignore[attr-defined]
-                if timeline.peak_index < 0 or in_use > timeline.in_use[timeline.peak_index]:
-                    timeline.peak_index = index
-            elif index == stop_at:
-                _snapshot(timeline, pool, owners)
-                return
-    finally:
-        pool.close()
+def pool_views(snapshot: MapSnapshot | None, trace: Trace) -> list[PoolView]:
+    if snapshot is None:
+        return []
+    names = trace.names
+    views = []
+    for pool in snapshot.pools:
+        chunks = [
+            Chunk(region, offset, size, contributor(names[trace.sources[event]], names[trace.labels[event]]) if event >= 0 else "", event)
+            for region, offset, size, event in pool.chunks
+        ]
+        allocator = pool.source if not pool.process else f"{pool.source} (process {pool.process})"
+        views.append(PoolView(allocator, list(pool.regions), chunks))
+    return views
 
 
-def _snapshot(timeline: Timeline, pool: Pool, owners: dict[int, str]) -> None:
-    held: dict[str, int] = {}
-    for handle, owner in owners.items():
-        held[owner] = held.get(owner, 0) + pool.allocated_size(handle)  # type: ignore[attr-defined]
-    timeline.at_peak = dict(sorted(held.items(), key=lambda item: (-item[1], item[0])))
-    chunks = getattr(pool, "chunks", None)
-    if chunks is None:  # ondemand: each buffer is its own allocation from the device
-        sizes = [pool.allocated_size(handle) for handle in owners]  # type: ignore[attr-defined]
-        timeline.region_sizes = sizes
-        timeline.chunks_at_peak = [Chunk(i, 0, size, owner) for i, (size, owner) in enumerate(zip(sizes, owners.values()))]
-        return
-    starts: dict[int, int] = {}
-    result = []
-    for region_start, address, size, in_use, _ in chunks():
-        region = starts.setdefault(region_start, len(starts))
-        result.append(Chunk(region, address - region_start, size, owners.get(address, "?") if in_use else ""))
-    timeline.chunks_at_peak = result
-    timeline.region_sizes = [size for _, size in pool.regions()]  # type: ignore[attr-defined]
+def build_view(run: MachineRun, trace: Trace, regime: str) -> TimelineView:
+    """The picture's data from a run made with `timeline=True` (without one: peaks and maps only)."""
+    lanes = []
+    recorded = run.timeline
+    for figures in run.devices:
+        lane = DeviceLane(
+            figures.device,
+            peak_event=figures.peak_event,
+            peak_in_use=figures.peak_bytes_in_use,
+            peak_reserved=figures.peak_bytes_reserved,
+            at_peak=holders(run.snapshots.get(figures.device), trace, top=None),
+            pools_at_peak=pool_views(run.snapshots.get(figures.device), trace),
+            worst_fragmentation=figures.worst_fragmentation,
+            worst_fragmentation_event=figures.worst_fragmentation_event,
+        )
+        if recorded is not None:
+            xs, in_use, reserved, fragmentation = recorded.series(figures.device)
+            keep = thin(xs, in_use, fragmentation)
+            lane.events = [xs[i] for i in keep]
+            lane.in_use = [in_use[i] for i in keep]
+            lane.reserved = [reserved[i] for i in keep]
+            lane.fragmentation = [fragmentation[i] for i in keep]
+        lanes.append(lane)
+    oom = run.oom.to_json() if run.oom is not None else None
+    return TimelineView(regime, run.spec.name or run.spec.default_device, run.spec.capacity, run.events, lanes, oom, pool_views(run.failure, trace))

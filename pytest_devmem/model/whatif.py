@@ -1,53 +1,196 @@
-"""Answers from a recorded allocation trace, without a GPU: the smallest preallocated fraction a test
-needs, and whether it would run out of memory on a device of another size. No pytest here."""
+"""Answers from a recorded trace by replaying it on the machine with other settings: the smallest
+fraction a test needs, how a device of another size fares, and the fixes that make an out-of-memory
+test fit. Every answer is a replay, never a guess. No pytest, no frameworks here."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Callable, Mapping
 
-from .device import SimulatedDevice
-from .pool import Policy, make_pool
-from .pool.tracing import replay
+from ..units import format_size
+from .frameworks import AllocatorSetup
+from .machine import KIND_TEXT, MachineRun, MachineSpec, run_machine
+from .regime import FRACTION_VARIABLE
 from .trace import Trace
 
+Setups = Mapping[str, AllocatorSetup]
+SMALLEST_FRACTION = 0.01
+"""The smallest fraction the searches try: a test whose answer is this may need even less."""
 
-def fits(trace: Trace, policy: Policy, capacity: int) -> bool:
-    """Whether `trace` replays under `policy` on a fresh simulated device of `capacity` without OOM."""
-    return replay(trace, make_pool(SimulatedDevice(capacity), policy)).ok
+
+def fits(trace: Trace, setups: Setups, spec: MachineSpec) -> bool:
+    """Whether `trace` replays on the machine without running out of memory."""
+    return run_machine(trace, setups, spec).fits
 
 
-def find_min_fraction(trace: Trace, capacity: int) -> float | None:
-    """The smallest fraction (in hundredths) at which `trace` passes under prealloc, or None if even
-    the whole device is too small.
+def _with_fraction(setups: Setups, kinds: tuple[str, ...], fraction: float, mode: str | None = None) -> dict[str, AllocatorSetup]:
+    return {kind: replace(setup, fraction=fraction, mode=mode or setup.mode) if kind in kinds else setup for kind, setup in setups.items()}
 
-    The BFC pool's success is not strictly monotonic in the region size (a region under twice a
-    request is handed out whole), so the answer is found by walking up from the lower bound the
-    live peak sets, and is verified: it passes, and one hundredth less does not.
-    """
+
+def _search(passes: Callable[[int], bool], low: int, high: int, smallest: bool) -> int | None:
+    """The smallest (or largest) number of hundredths in [low, high] for which `passes` holds.
+    A BFC pool's success is not strictly monotonic in its size (a region under twice a request is
+    handed out whole), so a bisection is followed by a walk that verifies the answer's neighbour."""
+    if low > high:
+        return None
+    lo, hi = low, high
+    found: int | None = None
+    while lo <= hi:
+        middle = (lo + hi) // 2
+        if passes(middle):
+            found = middle
+            if smallest:
+                hi = middle - 1
+            else:
+                lo = middle + 1
+        elif smallest:
+            lo = middle + 1
+        else:
+            hi = middle - 1
+    if found is None:
+        return None
+    step = -1 if smallest else 1
+    while low <= found + step <= high and passes(found + step):
+        found += step
+    return found
+
+
+def find_min_fraction(trace: Trace, setups: Setups, spec: MachineSpec) -> float | None:
+    """The smallest preallocated fraction (in hundredths) of JAX and the pool at which `trace`
+    fits, or None if even the whole device is too small. SMALLEST_FRACTION is the floor tried."""
+    kinds = ("jax", "pool")
     peak = trace.peak_live_bytes()
     if peak == 0:
-        return 0.01
-    start = max(1, math.floor(peak / capacity * 100))
-    for hundredths in range(start, 101):
-        if fits(trace, Policy.of("fraction", hundredths / 100), capacity):
-            return hundredths / 100
-    return None
+        return SMALLEST_FRACTION
+    start = max(1, math.floor(peak / spec.capacity * 100))
+    found = _search(lambda h: fits(trace, _with_fraction(setups, kinds, h / 100, "prealloc"), spec), start, 100, smallest=True)
+    return None if found is None else found / 100
 
 
 @dataclass(frozen=True)
 class WhatIf:
-    """How a trace fares under a policy on a device of another size."""
+    """How a trace fares on a device of another size."""
 
     capacity: int
     ok: bool
     message: str = ""
 
 
-def what_if(trace: Trace, policy: Policy, capacity: int) -> WhatIf:
-    """Replay `trace` under `policy` on a simulated device of `capacity`."""
-    result = replay(trace, make_pool(SimulatedDevice(capacity), policy))
-    if result.ok:
-        return WhatIf(capacity, True)
-    first_line = str(result.error).splitlines()[0] if result.error else "out of memory"
-    return WhatIf(capacity, False, f"event {result.failed_at}: {first_line}")
+def what_if(trace: Trace, setups: Setups, spec: MachineSpec) -> WhatIf:
+    """Replay `trace` on a machine whose devices have `spec.capacity` bytes."""
+    run = run_machine(trace, setups, spec)
+    if run.oom is None:
+        return WhatIf(spec.capacity, True)
+    oom = run.oom
+    return WhatIf(spec.capacity, False, f"event {oom.event}: {oom.allocator} could not allocate {format_size(oom.requested)} on {oom.device} ({KIND_TEXT[oom.kind]})")
+
+
+
+
+@dataclass(frozen=True)
+class Fixes:
+    """The settings that make a failing trace fit, each proven by a replay, or why none does."""
+
+    settings: list[str]
+    why_none: str = ""
+
+    def text(self) -> str:
+        if self.settings:
+            return ", or ".join(self.settings)
+        return "none found: " + self.why_none
+
+
+def proven_fixes(trace: Trace, setups: Setups, spec: MachineSpec, run: MachineRun, fraction_variable: str = FRACTION_VARIABLE) -> Fixes:
+    """Each setting a user could change for the allocators this trace uses, replayed; those that fit."""
+    oom = run.oom
+    if oom is None:
+        return Fixes([])
+    sources = {name for name in trace.names if name} & set(setups) or {"pool"}
+    present = {name: setups[name] for name in sorted(sources) if name in setups}
+    tried: list[str] = []
+    found: list[str] = []
+
+    def attempt(description: str, candidate: Setups, candidate_trace: Trace = trace) -> bool:
+        tried.append(description)
+        if run_machine(candidate_trace, candidate, spec).fits:
+            found.append(description)
+            return True
+        return False
+
+    for kind, setup in present.items():
+        if kind == "tensorflow":
+            continue
+        name = "JAX" if kind == "jax" else "the devmem pool"
+        current = round(setup.fraction * 100)
+        if setup.mode == "prealloc":
+            passes = lambda h, k=kind: fits(trace, _with_fraction(setups, (k,), h / 100), spec)  # noqa: E731
+            if oom.source == kind and oom.kind == "limit":
+                higher = _search(passes, current + 1, 100, smallest=True)
+                tried.append(f"a higher fraction for {name}")
+                if higher is not None:
+                    found.append(_fraction_fix(kind, higher / 100, fraction_variable))
+            elif oom.source != kind or oom.kind == "tenant":
+                lower = _search(passes, 1, current - 1, smallest=False)
+                tried.append(f"a lower fraction for {name}")
+                if lower is not None:
+                    found.append(_fraction_fix(kind, lower / 100, fraction_variable))
+        if setup.mode != "growth":
+            attempt(_mode_fix(kind, "growth"), {**setups, kind: replace(setup, mode="growth")})
+        if setup.mode != "ondemand":
+            attempt(_mode_fix(kind, "ondemand"), {**setups, kind: replace(setup, mode="ondemand")})
+    tensorflow = present.get("tensorflow")
+    if tensorflow is not None:
+        if tensorflow.mode in ("default", "limit"):
+            attempt("set TF_FORCE_GPU_ALLOW_GROWTH=true", {**setups, "tensorflow": replace(tensorflow, mode="growth")})
+        if len(present) > 1:
+            attempt('hide the GPU from TensorFlow (tf.config.set_visible_devices([], "GPU"))', setups, _without_source(trace, "tensorflow"))
+    if found:
+        return Fixes(found)
+    return Fixes([], _why_none(oom.kind, run, spec, tried))
+
+
+def _fraction_fix(kind: str, fraction: float, fraction_variable: str) -> str:
+    if kind == "jax":
+        return f"set {fraction_variable}={fraction:.2f}"
+    return f"run it under fraction {fraction:.2f} (marker devmem(fraction={fraction:.2f}) or --devmem-fraction={fraction:.2f})"
+
+
+def _mode_fix(kind: str, mode: str) -> str:
+    if kind == "jax":
+        return "set XLA_PYTHON_CLIENT_PREALLOCATE=false" if mode == "growth" else "set XLA_PYTHON_CLIENT_ALLOCATOR=platform"
+    return f"run it under mode {mode!r} (marker devmem(mode={mode!r}) or --devmem-mode={mode})"
+
+
+def _why_none(kind: str, run: MachineRun, spec: MachineSpec, tried: list[str]) -> str:
+    oom = run.oom
+    assert oom is not None
+    if kind == "capacity":
+        return (
+            f"the live data on {oom.device} would be {format_size(oom.device_in_use + oom.rounded)} and the contexts "
+            f"{format_size(sum(v for k, v in oom.held_by_others.items() if k.startswith('CUDA context')))}, more than the device's "
+            f"{format_size(spec.capacity)} under any setting: use a larger device, smaller batches, or free buffers earlier"
+        )
+    others = ", ".join(f"{name} {format_size(size)}" for name, size in oom.held_by_others.items())
+    what = ", ".join(tried) or "no setting applies"
+    return f"tried {what}; none fits ({others or 'nothing else'} held on {oom.device} when it failed)"
+
+
+def _without_source(trace: Trace, source: str) -> Trace:
+    """The trace less one source's events (that framework kept off the device)."""
+    kept = Trace()
+    for event in trace:
+        if event.source != source:
+            kept.append(event)
+    return kept
+
+
+def process_shares(spec: MachineSpec, setup: AllocatorSetup, count: int) -> list[int]:
+    """What each of `count` processes with the same setup holds once all have started, in start
+    order (the worst case for the last): the later ones back off to what the earlier ones left."""
+    trace = Trace()
+    for process in range(count):
+        trace.add(0, process + 1, 256, float(process), source=setup.kind, device=spec.default_device, process=process)
+    run = run_machine(trace, {setup.kind: setup}, spec, stop_on_oom=False)
+    device = run.devices[0]
+    return [allocator.took for allocator in device.allocators]

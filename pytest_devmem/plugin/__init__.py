@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Generator
 import pytest
 
 from ..gate.baseline import BaselineFormatError, BaselineStore, module_of
-from ..model.device import Device, open_device
+from ..model.device import DEFAULT_COMPUTE_CAPABILITY, Device, open_device
 from ..errors import DevmemError, OutOfMemoryError
 from ..files import write_atomic
 from ..gate.marks import MARK_NAME, MARKER_HELP, MarkSpec, compiles_verdict, leak_verdict, limit_verdict, parse_mark
@@ -27,7 +27,8 @@ from ..present.report import benchmark_json, render
 from .settings import Settings, add_options, load_settings
 from ..gate.tolerance import parse_tolerance
 from ..capture.pool import RecordingPool
-from ..gate.verdicts import baseline_verdict, replay_oom_verdict, sharing_verdict
+from ..gate.verdicts import baseline_verdict, oom_verdict
+from .recording import make_record
 from ..units import format_size
 
 if TYPE_CHECKING:  # isolation pulls in subprocess and json: imported only when a test needs a child
@@ -40,7 +41,7 @@ mark_key = pytest.StashKey["MarkSpec | str | None"]()
 regime_key = pytest.StashKey["Regime | None"]()
 measured_key = pytest.StashKey[bool]()
 captured_key = pytest.StashKey[Captured]()
-oom_key = pytest.StashKey[bool]()
+oom_key = pytest.StashKey["str | None"]()  # the out-of-memory error the test raised, as text
 _early_env_key = pytest.StashKey["dict[str, str | None]"]()  # framework variables before this session's regime
 _conflicts_key = pytest.StashKey["list[str]"]()  # the user's JAX variables that contradict the session regime
 _gpu_env_key = pytest.StashKey["str | None"]()  # CUDA_VISIBLE_DEVICES before this worker's GPU was chosen
@@ -175,12 +176,14 @@ class DevmemManager:
 
     def _crowding(self, count: int) -> str:
         """What each worker's JAX would really hold on this device, started one after the other."""
-        from ..model.sharing import FrameworkSetup, process_shares
+        from ..model.frameworks import AllocatorSetup
+        from ..model.whatif import process_shares
+        from .recording import machine_spec
 
         regime = self.settings.regime
         if regime is None or not regime.policy.preallocates:
             return ""
-        shares = process_shares(self.device.capacity, FrameworkSetup("jax", "prealloc", regime.fraction), count, self.settings.cuda_context_bytes)
+        shares = process_shares(machine_spec(self.device, self.settings.cuda_context_bytes), AllocatorSetup("jax", "prealloc", regime.fraction), count)
         held = ", ".join(f"worker {i + 1} {format_size(share)}" for i, share in enumerate(shares))
         return f"; on {self.device.name}, started one after the other, each JAX preallocation backs off to what is left: {held}"
 
@@ -306,7 +309,7 @@ class DevmemManager:
         if not item.stash.get(measured_key, False):
             return (yield)
         self._configure_tensorflow_once()
-        item.stash[oom_key] = False
+        item.stash[oom_key] = None
         self.measurement.start()  # before fixtures: what a function-scoped fixture allocates counts
         try:
             return (yield)
@@ -331,7 +334,7 @@ class DevmemManager:
         try:
             return (yield)
         except BaseException as exc:
-            item.stash[oom_key] = _is_out_of_memory(exc)
+            item.stash[oom_key] = _out_of_memory_text(exc)
             raise
         finally:
             item.stash[captured_key] = self.measurement.stop(check_leaks=self._max_leak(item) is not None)
@@ -357,21 +360,25 @@ class DevmemManager:
         limit = spec.limit if isinstance(spec, MarkSpec) and spec.limit is not None else self.settings.limit
         regime = item.stash.get(regime_key, None)
         policy = regime.policy if regime is not None else DEFAULT_FIXTURE_POLICY
-        record = self.measurement.record(
+        record = make_record(
+            self.measurement,
+            captured,
             item.nodeid,
             regime.label if regime is not None else "default",
             policy,
-            captured,
-            oom=item.stash.get(oom_key, False),
+            self.device,
+            context_bytes=self.settings.cuda_context_bytes,
             outcome=report.outcome,
+            real_oom=item.stash.get(oom_key, None),
             limit_bytes=limit,
             duration_s=call.duration,
+            timeline=self.settings.artifacts_dir is not None,
         )
         self._write_trace(record)
         self._analyse_trace(record, policy)
-        failure = self._first_failure(item, spec, regime, record, captured)
+        failure = self._first_failure(item, spec, record, captured)
         if failure is not None and report.outcome == "passed":
-            failure += self._leave_artifacts(record, policy)
+            failure += self._leave_artifacts(record)
             report.outcome = "failed"
             report.longrepr = failure
             report.devmem_failure = True  # type: ignore[attr-defined]  # its own status letter, M
@@ -385,22 +392,19 @@ class DevmemManager:
             self._local_records[item.nodeid] = record
         return report
 
-    def _first_failure(self, item: pytest.Item, spec: MarkSpec | str | None, regime: Regime | None, record: TestRecord, captured: Captured) -> str | None:
-        """pytest-devmem's checks in order (limit, replayed OOM, recompiles, leak, frameworks sharing the
-        device, baseline); the first failure's text, or None. Each check records what it found."""
+    def _first_failure(self, item: pytest.Item, spec: MarkSpec | str | None, record: TestRecord, captured: Captured) -> str | None:
+        """pytest-devmem's checks in order (out of memory, limit, recompiles, leak, baseline); the
+        first failure's text, or None. Each check records what it found."""
         marked = spec if isinstance(spec, MarkSpec) else None
-        failure = limit_verdict(record.peak_bytes_in_use, record.limit_bytes) or replay_oom_verdict(record, self.device)
+        failure = oom_verdict(record) or limit_verdict(record.peak_bytes_in_use, record.limit_bytes)
         if failure is None and marked is not None:
             failure = compiles_verdict(captured.compiled, marked.max_compiles)
         if failure is None:
             failure = leak_verdict(captured.kept, self._max_leak(item))
-        if failure is None:
-            frameworks = marked.frameworks if marked is not None and marked.frameworks else self.settings.frameworks
-            failure = sharing_verdict(record, frameworks, regime, self.device, self.settings.cuda_context_bytes, os.environ)
-        if failure is None:
-            tolerance = parse_tolerance(marked.tolerance) if marked is not None and marked.tolerance is not None else self.settings.tolerance
-            failure = baseline_verdict(record, self.store, tolerance, update=self.settings.update, strict=self.settings.strict)
-        return failure
+        tolerance = parse_tolerance(marked.tolerance) if marked is not None and marked.tolerance is not None else self.settings.tolerance
+        record.tolerance = tolerance.spec
+        baseline_failure = baseline_verdict(record, self.store, tolerance, update=self.settings.update, strict=self.settings.strict)
+        return failure or baseline_failure
 
     def _write_trace(self, record: TestRecord) -> None:
         """With --devmem-traces=DIR: the test's trace as an RMM-style CSV, named after the test and regime."""
@@ -419,21 +423,21 @@ class DevmemManager:
         if record.trace is not None:
             record.trace["file"] = str(path)
 
-    def _leave_artifacts(self, record: TestRecord, policy: Policy) -> str:
+    def _leave_artifacts(self, record: TestRecord) -> str:
         """With --devmem-artifacts=DIR: the failing test's trace and its picture there; the lines that say where."""
         directory = self.settings.artifacts_dir
-        if directory is None or record.trace_events is None:
+        if directory is None or record.trace_events is None or record.run is None:
             return ""
         from ..files import safe_file_name
+        from ..model.timeline import build_view
         from ..present.plot import write_plot
-        from ..model.timeline import build_timeline
 
         stem = directory / safe_file_name(f"{record.test_id}[{record.regime}]")
         try:
             directory.mkdir(parents=True, exist_ok=True)
             record.trace_events.write_csv(stem.with_name(stem.name + ".csv"))
-            timeline = build_timeline(record.trace_events, policy, self.device.capacity, self.device.name)
-            write_plot(timeline, stem.with_name(stem.name + ".html"), f"{record.test_id} under {policy.label} on {self.device.name}")
+            view = build_view(record.run, record.trace_events, record.regime)
+            write_plot(view, stem.with_name(stem.name + ".html"), f"{record.test_id} under {record.regime} on {self.device.name}")
         except OSError as exc:
             return f"\n  artifacts not written to {directory}: {exc.strerror or exc}"
         return f"\n  artifacts: {self.shown(stem)}.html (timeline and memory map), {self.shown(stem)}.csv (trace)"
@@ -442,14 +446,19 @@ class DevmemManager:
         """Replay the test's trace: the smallest prealloc fraction it needs, and how a device of another size fares."""
         if not self.settings.traces_needed or record.trace_events is None or not len(record.trace_events):
             return
+        from dataclasses import replace
+
         from ..model.whatif import find_min_fraction, what_if
+        from .recording import allocator_setups, machine_spec
 
         trace = record.trace_events
+        setups = allocator_setups(policy, self.device)
+        spec = machine_spec(self.device, self.settings.cuda_context_bytes)
         analysis: dict[str, object] = {"trace_events": len(trace), "peak_live_bytes": trace.peak_live_bytes()}
         if self.settings.find_min_fraction:
-            analysis["min_fraction"] = find_min_fraction(trace, self.device.capacity)
+            analysis["min_fraction"] = find_min_fraction(trace, setups, spec)
         if self.settings.what_if is not None:
-            answer = what_if(trace, policy, self.settings.what_if)
+            answer = what_if(trace, setups, replace(spec, capacity=self.settings.what_if))
             analysis["what_if"] = {"capacity": answer.capacity, "ok": answer.ok, "message": answer.message}
         record.analysis = analysis
 
@@ -507,6 +516,7 @@ class DevmemManager:
             "device": self.device.name,
             "device_class": self.device.device_class,
             "device_capacity_bytes": self.device.capacity,
+            "device_compute_capability": list(getattr(self.device, "compute_capability", DEFAULT_COMPUTE_CAPABILITY)),
             "regime": self.settings.regime.label if self.settings.regime else None,
             "versions": versions,
             **provenance(self.config.rootpath, versions, self.device.device_class),
@@ -566,12 +576,13 @@ class DevmemManager:
         )
 
 
-def _is_out_of_memory(exc: BaseException) -> bool:
-    """Our pool's OOM, or a framework's (XLA's RESOURCE_EXHAUSTED, TensorFlow's ResourceExhaustedError)."""
-    if isinstance(exc, (OutOfMemoryError, MemoryError)):
-        return True
+def _out_of_memory_text(exc: BaseException) -> str | None:
+    """The first line of our pool's OOM, or of a framework's (XLA's RESOURCE_EXHAUSTED, TensorFlow's
+    ResourceExhaustedError); None for any other error."""
     text = f"{type(exc).__name__}: {exc}"
-    return "RESOURCE_EXHAUSTED" in text or "ResourceExhausted" in text or "out of memory" in text.lower()
+    if isinstance(exc, (OutOfMemoryError, MemoryError)) or "RESOURCE_EXHAUSTED" in text or "ResourceExhausted" in text or "out of memory" in text.lower():
+        return text.splitlines()[0][:500]
+    return None
 
 
 @pytest.fixture

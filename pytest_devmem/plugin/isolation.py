@@ -132,7 +132,8 @@ def child_command(config: pytest.Config, regime: Regime, settings: Settings, out
         command.append("--devmem-find-min-fraction")
     if settings.what_if is not None:
         command += ["--devmem-what-if", str(settings.what_if)]
-    command += ["--devmem-cuda-context", str(settings.cuda_context_bytes)]
+    if settings.cuda_context_bytes is not None:
+        command += ["--devmem-cuda-context", str(settings.cuda_context_bytes)]
     if settings.limit is not None:
         command += ["--devmem-limit", str(settings.limit)]
     if settings.artifacts_dir is not None:

@@ -19,7 +19,6 @@ from ..model.pool.policy import ALLOWED_MODES, parse_fraction, parse_mode
 from ..model.regime import Regime
 from ..present.report import REPORT_FORMATS
 from ..gate.marks import normalize_frameworks
-from ..model.sharing import DEFAULT_CUDA_CONTEXT_BYTES
 from ..gate.tolerance import DEFAULT_TOLERANCE, TOLERANCE_HELP, Tolerance, parse_tolerance
 from ..units import format_size, parse_size
 from .workers import WorkerPlan, gpu_count, plan_workers, worker_index
@@ -60,12 +59,12 @@ OPTIONS = (
     Option("update", "Write or refresh the baselines of the tests that ran (and only those); no test fails for a change.", flag=True),
     Option("tolerance", f"How far a metric may move from its baseline: {TOLERANCE_HELP}. Default: {DEFAULT_TOLERANCE} on peak_bytes_in_use.", "SPEC"),
     Option("strict", "Fail tests that have no baseline, and the session when baselines exist for tests that no longer exist.", flag=True),
-    Option("frameworks", "Model these frameworks sharing the device in every measured test, e.g. jax,tf: fail a test whose reservations and peaks cannot fit together.", "LIST"),
+    Option("frameworks", "Frameworks the suite runs together, e.g. jax,tf. Every measured test's frameworks share its devices in the model of the machine anyway; this says which to expect.", "LIST"),
     Option("artifacts", "For each test that fails pytest-devmem's checks, leave its trace (.csv) and a self-contained picture of it (.html) in DIR; the failure says where.", "DIR"),
     Option("benchmark-json", "Write each measured test's peak as github-action-benchmark's customSmallerIsBetter JSON to FILE.", "FILE"),
     Option("max-leak", "Fail every measured test after which the frameworks still hold more than SIZE of the memory it allocated (e.g. 1MiB); the marker's max_leak= overrides it.", "SIZE"),
     Option("limit", "Fail every measured test whose peak device memory is above SIZE (e.g. 2GiB); the marker's limit= overrides it for one test.", "SIZE"),
-    Option("cuda-context", "Device memory one process's CUDA context holds, in the model of frameworks sharing a device (--devmem-frameworks, marker frameworks=). Default: 512MiB.", "SIZE"),
+    Option("cuda-context", "Device memory one process's CUDA context holds on each device in the model of the machine. Default: 512MiB, at most an eighth of the device.", "SIZE"),
     Option("find-min-fraction", "Report for each measured test the smallest fraction at which it passes under prealloc (replaying its trace).", flag=True),
     Option("traces", "Write each measured test's device-allocation trace to DIR, one RMM-style CSV per test and regime (columns Thread,Time,Action,Pointer,Size,Stream,Source,Label).", "DIR"),
     Option("what-if", "Report which measured tests would run out of memory on a device of SIZE (e.g. 16GiB), replaying their traces.", "SIZE"),
@@ -144,7 +143,7 @@ class Settings:
     max_leak: int | None = None
     benchmark_json: Path | None = None
     artifacts_dir: Path | None = None
-    cuda_context_bytes: int = DEFAULT_CUDA_CONTEXT_BYTES
+    cuda_context_bytes: int | None = None  # None: the model's default for the device's capacity
     fraction_chosen: bool = False
     worker_plan: WorkerPlan | None = None
 
@@ -210,7 +209,7 @@ def load_settings(config: pytest.Config) -> Settings:
         max_leak=max_leak,  # type: ignore[arg-type]
         benchmark_json=benchmark_path,
         artifacts_dir=artifacts_dir,
-        cuda_context_bytes=DEFAULT_CUDA_CONTEXT_BYTES if cuda_context is None else cuda_context,  # type: ignore[arg-type]
+        cuda_context_bytes=cuda_context,  # type: ignore[arg-type]
         fraction_chosen=fraction is not None,
         worker_plan=plan,
     )

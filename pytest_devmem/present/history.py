@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 from ..gate.baseline import figure_problem, load_json
 from ..errors import DevmemError
-from .report import FORMAT, VERSION, markdown_cell
+from .report import FORMAT, READABLE_VERSIONS, markdown_cell
 from ..gate.tolerance import Tolerance, format_metric
 
 METRIC = "peak_bytes_in_use"
@@ -63,8 +63,8 @@ def load_frame(files: Sequence[Path]) -> Any:
     rows = []
     for index, path in enumerate(files):
         _, document = load_json(path)
-        if not isinstance(document, dict) or document.get("format") != FORMAT or document.get("version") != VERSION:
-            raise HistoryError(f"{path}: not a pytest-devmem report of version {VERSION} (format {FORMAT!r})")
+        if not isinstance(document, dict) or document.get("format") != FORMAT or document.get("version") not in READABLE_VERSIONS:
+            raise HistoryError(f"{path}: not a pytest-devmem report of version {' or '.join(map(str, READABLE_VERSIONS))} (format {FORMAT!r})")
         session = document.get("session")
         if not isinstance(session, dict):
             session = {}

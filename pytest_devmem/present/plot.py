@@ -1,6 +1,8 @@
-"""Pictures of a timeline: bytes in use and reserved over the test's events with the peak marked and
-its largest holders named, and the pool's memory map at the peak. PNG through matplotlib (imported
-here only, and only when a PNG is asked for); HTML self-contained (inline SVG, no script, no network)."""
+"""Pictures of a test's memory: per device, bytes in use and held over its events as steps (a value
+holds until the next event), the peak marked with its largest holders, where it ran out of memory,
+fragmentation over the events, and each pool's memory map at the peak. PNG through matplotlib
+(imported here only, and only when a PNG is asked for); HTML self-contained (inline SVG, no
+script, no network). Both draw the same `TimelineView`."""
 
 from __future__ import annotations
 
@@ -9,44 +11,86 @@ import os
 from pathlib import Path
 
 from ..files import write_atomic
-from ..model.timeline import Timeline
+from ..model.explain import allocator_name
+from ..model.machine import KIND_TEXT
+from ..model.timeline import DeviceLane, PoolView, TimelineView
 from ..units import format_size
 
 MiB = 2**20
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
 FREE_COLOUR = "#dddddd"
-MAX_POINTS = 2000
+OOM_COLOUR = "#d62728"
 MAP_SHOWN = "the part of each region up to its last chunk in use"
 
 
-def owner_colours(timeline: Timeline) -> dict[str, str]:
-    """One colour per holder at the peak, largest first; the rest share the last."""
-    owners = list(timeline.at_peak)
+def owner_colours(view: TimelineView) -> dict[str, str]:
+    """One colour per holder at the headline peak, largest first; the rest share the last."""
+    lane = view.headline
+    owners = list(lane.at_peak) if lane is not None else []
     return {owner: PALETTE[min(i, len(PALETTE) - 1)] for i, owner in enumerate(owners)}
 
 
-def map_extent(timeline: Timeline) -> list[int]:
+def map_extent(pool: PoolView) -> list[int]:
     """How much of each region the map shows: up to the end of its last chunk in use (a 12 GiB
     preallocated region with 40 MiB in use would otherwise be one grey bar), at least 1 MiB."""
-    ends = [MiB] * len(timeline.region_sizes)
-    for chunk in timeline.chunks_at_peak:
+    ends = [MiB] * len(pool.region_sizes)
+    for chunk in pool.chunks:
         if chunk.owner and chunk.region < len(ends):
             ends[chunk.region] = max(ends[chunk.region], chunk.offset + chunk.size)
-    return [min(size, end + end // 8) for size, end in zip(timeline.region_sizes, ends)]
+    return [min(size, end + end // 8) for size, end in zip(pool.region_sizes, ends)]
 
 
-def write_plot(timeline: Timeline, path: str | os.PathLike[str], title: str) -> None:
+def oom_caption(view: TimelineView) -> str:
+    oom = view.oom
+    if not oom:
+        return ""
+    kind = str(oom.get("kind", ""))
+    return f"out of memory at event {oom.get('event')}: {allocator_name(str(oom.get('allocator')))} asked {format_size(int(oom.get('requested', 0)))} on {oom.get('device')} ({KIND_TEXT.get(kind, kind)})"  # type: ignore[call-overload]
+
+
+def map_pools(view: TimelineView) -> tuple[str, list[PoolView]]:
+    """The map to draw and its caption: the failing device's pools when it ran out of memory, else
+    the headline device's at its peak."""
+    if view.oom and view.oom_pools:
+        return f"memory map of {view.oom.get('device')} when it ran out of memory", view.oom_pools
+    lane = view.headline
+    if lane is None:
+        return "memory map", []
+    return f"memory map of {lane.device} at its peak (event {lane.peak_event})", lane.pools_at_peak
+
+
+def write_plot(view: TimelineView, path: str | os.PathLike[str], title: str) -> None:
     """A PNG or a self-contained HTML file, by the extension; ValueError for another one."""
     suffix = Path(path).suffix.lower()
     if suffix == ".png":
-        render_png(timeline, path, title)
+        render_png(view, path, title)
     elif suffix in (".html", ".htm"):
-        write_atomic(path, render_html(timeline, title))
+        write_atomic(path, render_html(view, title))
     else:
         raise ValueError(f"cannot draw {os.fspath(path)!r}: the file must end in .png or .html")
 
 
-def render_png(timeline: Timeline, path: str | os.PathLike[str], title: str) -> None:
+def _steps(xs: list[int], ys: list[float], last: int) -> tuple[list[float], list[float]]:
+    """A step line through (x, y): each value holds until the next point, the last to `last`."""
+    if not xs:
+        return [], []
+    px: list[float] = []
+    py: list[float] = []
+    for i, (x, y) in enumerate(zip(xs, ys)):
+        if i:
+            px.append(x)
+            py.append(ys[i - 1])
+        px.append(x)
+        py.append(y)
+    px.append(max(last, xs[-1]))
+    py.append(ys[-1])
+    return px, py
+
+
+# -- PNG ------------------------------------------------------------------------------------
+
+
+def render_png(view: TimelineView, path: str | os.PathLike[str], title: str) -> None:
     try:
         import matplotlib
 
@@ -54,105 +98,194 @@ def render_png(timeline: Timeline, path: str | os.PathLike[str], title: str) -> 
         import matplotlib.pyplot as plt
     except ImportError:
         raise ValueError("a PNG needs matplotlib (pip install 'pytest-devmem[plot]'); an .html file needs nothing") from None
-    colours = owner_colours(timeline)
-    figure, (top, bottom) = plt.subplots(2, 1, figsize=(11, 7.5), gridspec_kw={"height_ratios": [3, 2]})
-    steps = range(len(timeline.in_use))
-    top.plot(steps, [b / MiB for b in timeline.in_use], color="#1f77b4", label="in use")
-    right = top.twinx()
-    right.step(steps, [b / MiB for b in timeline.reserved], where="post", color="#999999", linestyle="--", label="reserved")
-    right.set_ylabel("reserved (MiB)", color="#666666")
-    if timeline.peak_index >= 0:
-        peak = timeline.in_use[timeline.peak_index] / MiB
-        top.plot([timeline.peak_index], [peak], "o", color="#d62728")
-        holders = "\n".join(f"{name}: {format_size(size)}" for name, size in list(timeline.at_peak.items())[:4])
-        top.annotate(f"peak {format_size(timeline.peak_in_use)}\n{holders}", (timeline.peak_index, peak), textcoords="offset points", xytext=(10, -10), va="top", fontsize=8)
-    top.set_xlabel("event")
-    top.set_ylabel("in use (MiB)")
-    top.set_title(title, fontsize=10)
-    top.legend(loc="upper left", fontsize=8)
-    right.legend(loc="upper right", fontsize=8)
-    extents = map_extent(timeline)
-    for chunk in timeline.chunks_at_peak:
-        if chunk.region >= len(extents) or chunk.offset >= extents[chunk.region]:
-            continue
-        width = min(chunk.size, extents[chunk.region] - chunk.offset)
-        bottom.barh(chunk.region, width / MiB, left=chunk.offset / MiB, color=colours.get(chunk.owner, FREE_COLOUR) if chunk.owner else FREE_COLOUR, edgecolor="white", linewidth=0.5)
-    bottom.set_yticks(range(len(extents)), [f"region {i} ({format_size(size)})" for i, size in enumerate(timeline.region_sizes)], fontsize=8)
-    bottom.set_xlabel(f"MiB from the region's start ({MAP_SHOWN})")
-    bottom.set_title(f"memory map at the peak under {timeline.regime}: coloured in use, grey free", fontsize=9)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colour) for colour in colours.values()] + [plt.Rectangle((0, 0), 1, 1, color=FREE_COLOUR)]
-    bottom.legend(handles, [*colours, "free"], fontsize=7, loc="lower right")
+    caption, pools = map_pools(view)
+    regions = sum(len(pool.region_sizes) for pool in pools)
+    heights = [2.2] * len(view.lanes) + [1.2, max(1.0, 0.35 * regions + 0.6)]
+    figure, axes = plt.subplots(len(heights), 1, figsize=(11, sum(heights) + 0.8), gridspec_kw={"height_ratios": heights})
+    last = max(0, view.events - 1)
+    colours = owner_colours(view)
+    for axis, lane in zip(axes, view.lanes):
+        _png_lane(axis, lane, view, last, plt)
+    frag = axes[len(view.lanes)]
+    for i, lane in enumerate(view.lanes):
+        xs, ys = _steps(lane.events, lane.fragmentation, last)
+        frag.plot(xs, ys, color=PALETTE[i % len(PALETTE)], linewidth=1, label=lane.device)
+    frag.set_ylim(0, 1)
+    frag.set_xlim(0, max(1, last))
+    frag.set_ylabel("fragmentation", fontsize=8)
+    frag.set_xlabel("event", fontsize=8)
+    if len(view.lanes) > 1:
+        frag.legend(fontsize=7, loc="upper left")
+    _png_map(axes[-1], pools, caption, colours, plt)
+    figure.suptitle(title, fontsize=10)
     figure.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(os.fspath(path), dpi=110)
     plt.close(figure)
 
 
-def _points(values: list[int], width: float, height: float, top: float, scale: float) -> str:
-    count = len(values)
-    stride = max(1, count // MAX_POINTS)
-    picked = list(range(0, count, stride))
-    if picked and picked[-1] != count - 1:
-        picked.append(count - 1)
-    return " ".join(f"{(i / max(1, count - 1)) * width + 60:.1f},{top + height - (values[i] / scale) * height:.1f}" for i in picked)
+def _png_lane(axis: object, lane: DeviceLane, view: TimelineView, last: int, plt: object) -> None:
+    ax = axis  # type: ignore[assignment]
+    xs, ys = _steps(lane.events, [b / MiB for b in lane.in_use], last)
+    ax.plot(xs, ys, color=PALETTE[0], linewidth=1.2, label="in use")  # type: ignore[attr-defined]
+    top_in_use = max(lane.in_use, default=0) / MiB or 1
+    ax.set_ylim(0, top_in_use * 1.25)  # type: ignore[attr-defined]
+    ax.set_xlim(0, max(1, last))  # type: ignore[attr-defined]
+    ax.set_ylabel(f"{lane.device}\nin use (MiB)", fontsize=8)  # type: ignore[attr-defined]
+    right = ax.twinx()  # type: ignore[attr-defined]
+    rx, ry = _steps(lane.events, [b / MiB for b in lane.reserved], last)
+    right.plot(rx, ry, color="#999999", linestyle="--", linewidth=1, label="held from the device")
+    right.set_ylim(0, (max(lane.reserved, default=0) / MiB or 1) * 1.25)  # from 0: a flat line sits where it is
+    right.set_ylabel("held (MiB)", color="#666666", fontsize=8)
+    if lane.peak_event >= 0:
+        peak = lane.peak_in_use / MiB
+        ax.plot([lane.peak_event], [peak], "o", color=OOM_COLOUR)  # type: ignore[attr-defined]
+        holders = "\n".join(f"{name}: {format_size(size)}" for name, size in list(lane.at_peak.items())[:3])
+        on_left = lane.peak_event > last / 2
+        ax.annotate(  # type: ignore[attr-defined]
+            f"peak {format_size(lane.peak_in_use)}\n{holders}", (lane.peak_event, peak), textcoords="offset points",
+            xytext=(-12 if on_left else 12, -6), ha="right" if on_left else "left", va="top", fontsize=7,
+            bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.85, "edgecolor": "#cccccc"},
+        )
+    oom = view.oom
+    if oom and oom.get("device") == lane.device:
+        event = int(oom.get("event", 0))  # type: ignore[call-overload]
+        ax.axvline(event, color=OOM_COLOUR, linewidth=1.5)  # type: ignore[attr-defined]
+        ax.text(event, top_in_use * 1.2, " " + oom_caption(view), color=OOM_COLOUR, fontsize=7, va="top", ha="right" if event > last / 2 else "left")  # type: ignore[attr-defined]
+    ax.legend(loc="upper left", fontsize=7)  # type: ignore[attr-defined]
+    right.legend(loc="upper right", fontsize=7)
 
 
-def render_html(timeline: Timeline, title: str) -> str:
-    """One HTML page, nothing fetched: the timeline and the map as inline SVG, the holders as a table."""
-    width, height = 900.0, 260.0
-    in_use_scale = max(timeline.in_use, default=0) or 1
-    reserved_scale = max(timeline.reserved, default=0) or 1
-    colours = owner_colours(timeline)
+def _png_map(axis: object, pools: list[PoolView], caption: str, colours: dict[str, str], plt: object) -> None:
+    ax = axis  # type: ignore[assignment]
+    labels, row = [], 0
+    for pool in pools:
+        extents = map_extent(pool)
+        for region, (size, extent) in enumerate(zip(pool.region_sizes, extents)):
+            for chunk in pool.chunks:
+                if chunk.region != region or chunk.offset >= extent:
+                    continue
+                width = min(chunk.size, extent - chunk.offset)
+                colour = colours.get(chunk.owner, PALETTE[-1]) if chunk.owner else FREE_COLOUR
+                ax.barh(row, width / MiB, left=chunk.offset / MiB, color=colour, edgecolor="white", linewidth=0.5)  # type: ignore[attr-defined]
+            labels.append(f"{allocator_name(pool.allocator)} region {region} ({format_size(size)})")
+            row += 1
+    ax.set_yticks(range(len(labels)), labels, fontsize=7)  # type: ignore[attr-defined]
+    ax.invert_yaxis()  # type: ignore[attr-defined]
+    ax.set_xlabel(f"MiB from the region's start ({MAP_SHOWN})", fontsize=8)  # type: ignore[attr-defined]
+    ax.set_title(f"{caption}: coloured in use, grey free", fontsize=9)  # type: ignore[attr-defined]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colour) for colour in colours.values()] + [plt.Rectangle((0, 0), 1, 1, color=FREE_COLOUR)]  # type: ignore[attr-defined]
+    ax.legend(handles, [*colours, "free"], fontsize=7, loc="lower right")  # type: ignore[attr-defined]
+
+
+# -- HTML ------------------------------------------------------------------------------------
+
+WIDTH, LANE_HEIGHT, LEFT = 900.0, 150.0, 70.0
+
+
+def _svg_points(xs: list[float], ys: list[float], last: int, scale: float, top: float) -> str:
+    return " ".join(f"{LEFT + (x / max(1, last)) * WIDTH:.1f},{top + LANE_HEIGHT - (y / scale) * LANE_HEIGHT:.1f}" for x, y in zip(xs, ys))
+
+
+def _lane_svg(lane: DeviceLane, view: TimelineView, last: int) -> str:
+    in_use_scale = (max(lane.in_use, default=0) or 1) * 1.15
+    reserved_scale = (max(lane.reserved, default=0) or 1) * 1.15
+    top = 10.0
+    xs, ys = _steps(lane.events, [float(v) for v in lane.in_use], last)
+    rx, ry = _steps(lane.events, [float(v) for v in lane.reserved], last)
+    parts = [
+        f"<h3>{html.escape(lane.device)}: peak in use {format_size(lane.peak_in_use)}, held at most {format_size(lane.peak_reserved)}</h3>",
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH + LEFT + 110:.0f}' height='{LANE_HEIGHT + 45:.0f}' role='img' aria-label='bytes in use and held on {html.escape(lane.device)} over the events'>",
+        f"<rect x='{LEFT}' y='{top}' width='{WIDTH:.0f}' height='{LANE_HEIGHT:.0f}' fill='none' stroke='#ccc'/>",
+        f"<polyline fill='none' stroke='#999' stroke-dasharray='4 3' points='{_svg_points(rx, ry, last, reserved_scale, top)}'/>",
+        f"<polyline fill='none' stroke='{PALETTE[0]}' stroke-width='1.5' points='{_svg_points(xs, ys, last, in_use_scale, top)}'/>",
+        f"<text x='2' y='{top + LANE_HEIGHT - (max(lane.in_use, default=0) / in_use_scale) * LANE_HEIGHT + 4:.0f}' font-size='10'>{format_size(max(lane.in_use, default=0))}</text>",
+        f"<text x='2' y='{top + LANE_HEIGHT:.0f}' font-size='10'>0</text>",
+        f"<text x='{LEFT + WIDTH + 4:.0f}' y='{top + LANE_HEIGHT - (max(lane.reserved, default=0) / reserved_scale) * LANE_HEIGHT + 4:.0f}' font-size='10' fill='#666'>{format_size(max(lane.reserved, default=0))} held</text>",
+        f"<text x='{LEFT + WIDTH + 4:.0f}' y='{top + LANE_HEIGHT:.0f}' font-size='10' fill='#666'>0</text>",
+        f"<text x='{LEFT}' y='{top + LANE_HEIGHT + 30:.0f}' font-size='10'>in use (blue, left scale) and held from the device (grey dashes, right scale) over {view.events} events; each value holds until the next event</text>",
+    ]
+    if lane.peak_event >= 0:
+        x = LEFT + (lane.peak_event / max(1, last)) * WIDTH
+        y = top + LANE_HEIGHT - (lane.peak_in_use / in_use_scale) * LANE_HEIGHT
+        anchor, dx = ("end", -8) if lane.peak_event > last / 2 else ("start", 8)
+        parts.append(f"<circle cx='{x:.1f}' cy='{y:.1f}' r='4' fill='{OOM_COLOUR}'><title>peak {format_size(lane.peak_in_use)} after event {lane.peak_event}</title></circle>")
+        parts.append(f"<text x='{x + dx:.1f}' y='{y + 14:.1f}' font-size='11' fill='{OOM_COLOUR}' text-anchor='{anchor}'>peak {format_size(lane.peak_in_use)}</text>")
+    oom = view.oom
+    if oom and oom.get("device") == lane.device:
+        x = LEFT + (int(oom.get("event", 0)) / max(1, last)) * WIDTH  # type: ignore[call-overload]
+        parts.append(f"<line x1='{x:.1f}' y1='{top}' x2='{x:.1f}' y2='{top + LANE_HEIGHT}' stroke='{OOM_COLOUR}' stroke-width='2'><title>{html.escape(oom_caption(view))}</title></line>")
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def _fragmentation_svg(view: TimelineView, last: int) -> str:
+    height = 80.0
+    parts = [
+        "<h3>Fragmentation over the events (XLA's measure: free bytes outside the largest free block, over free bytes)</h3>",
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH + LEFT + 110:.0f}' height='{height + 20:.0f}'>",
+        f"<rect x='{LEFT}' y='5' width='{WIDTH:.0f}' height='{height:.0f}' fill='none' stroke='#ccc'/>",
+        f"<text x='2' y='13' font-size='10'>1</text><text x='2' y='{height + 5:.0f}' font-size='10'>0</text>",
+    ]
+    for i, lane in enumerate(view.lanes):
+        xs, ys = _steps(lane.events, lane.fragmentation, last)
+        points = " ".join(f"{LEFT + (x / max(1, last)) * WIDTH:.1f},{5 + height - y * height:.1f}" for x, y in zip(xs, ys))
+        parts.append(f"<polyline fill='none' stroke='{PALETTE[i % len(PALETTE)]}' points='{points}'><title>{html.escape(lane.device)}</title></polyline>")
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def render_html(view: TimelineView, title: str) -> str:
+    """One HTML page, nothing fetched: a lane per device, fragmentation, the holders and the map as
+    inline SVG and tables."""
+    last = max(0, view.events - 1)
+    colours = owner_colours(view)
+    head = view.headline
+    summary = f"Regime {html.escape(view.regime)} on {html.escape(view.machine)} ({format_size(view.capacity)} per device); {view.events} events; {len(view.lanes)} device(s)"
+    if head is not None:
+        summary += f"; peak in use {format_size(head.peak_in_use)} on {html.escape(head.device)}"
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
         f"<title>{html.escape(title)}</title>",
-        "<style>body{font-family:sans-serif;margin:20px}table{border-collapse:collapse}td,th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:left}</style>",
+        "<style>body{font-family:sans-serif;margin:20px}table{border-collapse:collapse}td,th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:left}.oom{color:#d62728;font-weight:bold}</style>",
         f"</head><body><h2>{html.escape(title)}</h2>",
-        f"<p>Regime {html.escape(timeline.regime)} on {html.escape(timeline.device)} ({format_size(timeline.capacity)}); "
-        f"{len(timeline.in_use)} events; peak in use {format_size(timeline.peak_in_use)}; most reserved {format_size(max(timeline.reserved, default=0))}.</p>",
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width + 220:.0f}' height='{height + 60:.0f}' role='img' aria-label='bytes in use and reserved over the events'>",
-        f"<rect x='60' y='10' width='{width:.0f}' height='{height:.0f}' fill='none' stroke='#ccc'/>",
-        f"<polyline fill='none' stroke='#999' stroke-dasharray='4 3' points='{_points(timeline.reserved, width, height, 10, reserved_scale)}'/>",
-        f"<polyline fill='none' stroke='#1f77b4' stroke-width='1.5' points='{_points(timeline.in_use, width, height, 10, in_use_scale)}'/>",
-        f"<text x='5' y='20' font-size='11'>{format_size(in_use_scale)}</text><text x='5' y='{height + 10:.0f}' font-size='11'>0</text>",
-        f"<text x='{width + 65:.0f}' y='20' font-size='11' fill='#666'>{format_size(reserved_scale)} reserved</text>",
-        f"<text x='60' y='{height + 35:.0f}' font-size='11'>in use (blue, left scale) and reserved (grey dashes, right scale) after each event</text>",
+        f"<p>{summary}.</p>",
     ]
-    if timeline.peak_index >= 0:
-        x = (timeline.peak_index / max(1, len(timeline.in_use) - 1)) * width + 60
-        y = 10 + height - (timeline.in_use[timeline.peak_index] / in_use_scale) * height
-        parts.append(f"<circle cx='{x:.1f}' cy='{y:.1f}' r='5' fill='#d62728'><title>peak {format_size(timeline.peak_in_use)}</title></circle>")
-        parts.append(f"<text x='{x + 8:.1f}' y='{y + 14:.1f}' font-size='11' fill='#d62728'>peak {format_size(timeline.peak_in_use)}</text>")
-    parts.append("</svg>")
-    parts.append("<h3>Who held the memory at the peak</h3><table><tr><th></th><th>holder</th><th>bytes</th></tr>")
-    for owner, size in timeline.at_peak.items():
-        parts.append(f"<tr><td style='background:{colours[owner]}'>&nbsp;&nbsp;</td><td>{html.escape(owner)}</td><td>{format_size(size)}</td></tr>")
-    parts.append("</table>")
-    parts.append(_map_svg(timeline, colours))
+    if view.oom:
+        parts.append(f"<p class='oom'>{html.escape(oom_caption(view))}</p>")
+    parts += [_lane_svg(lane, view, last) for lane in view.lanes]
+    parts.append(_fragmentation_svg(view, last))
+    if head is not None:
+        parts.append(f"<h3>Who held the memory at the peak of {html.escape(head.device)}</h3><table><tr><th></th><th>holder</th><th>bytes</th></tr>")
+        for owner, size in head.at_peak.items():
+            parts.append(f"<tr><td style='background:{colours.get(owner, PALETTE[-1])}'>&nbsp;&nbsp;</td><td>{html.escape(owner)}</td><td>{format_size(size)}</td></tr>")
+        parts.append("</table>")
+    caption, pools = map_pools(view)
+    parts.append(_map_svg(pools, caption, colours))
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
 
-def _map_svg(timeline: Timeline, colours: dict[str, str]) -> str:
-    extents = map_extent(timeline)
-    row, width = 26, 900.0
+def _map_svg(pools: list[PoolView], caption: str, colours: dict[str, str]) -> str:
+    row, width, label_width = 26, 900.0, 230.0
+    rows = [(pool, region, size, extent) for pool in pools for region, (size, extent) in enumerate(zip(pool.region_sizes, map_extent(pool)))]
     parts = [
-        f"<h3>Memory map at the peak ({html.escape(MAP_SHOWN)}): coloured in use, grey free</h3>",
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width + 200:.0f}' height='{row * len(extents) + 10}'>",
+        f"<h3>{html.escape(caption)} ({html.escape(MAP_SHOWN)}): coloured in use, grey free</h3>",
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width + label_width + 10:.0f}' height='{row * len(rows) + 10}'>",
     ]
-    for region, extent in enumerate(extents):
-        y = region * row + 4
-        parts.append(f"<text x='0' y='{y + 15}' font-size='11'>region {region} ({format_size(timeline.region_sizes[region])})</text>")
-    scale = width / max(extents, default=1)
-    for chunk in timeline.chunks_at_peak:
-        if chunk.region >= len(extents) or chunk.offset >= extents[chunk.region]:
-            continue
-        shown = min(chunk.size, extents[chunk.region] - chunk.offset)
-        colour = colours.get(chunk.owner, FREE_COLOUR) if chunk.owner else FREE_COLOUR
-        label = html.escape(f"{chunk.owner or 'free'}: {format_size(chunk.size)} at +{format_size(chunk.offset)}")
-        parts.append(
-            f"<rect x='{180 + chunk.offset * scale:.2f}' y='{chunk.region * row + 4}' width='{max(shown * scale, 0.5):.2f}' height='{row - 8}' "
-            f"fill='{colour}' stroke='white' stroke-width='0.5'><title>{label}</title></rect>"
-        )
+    scale = width / max((extent for *_, extent in rows), default=1)
+    for index, (pool, region, size, extent) in enumerate(rows):
+        y = index * row + 4
+        parts.append(f"<text x='0' y='{y + 15}' font-size='11'>{html.escape(allocator_name(pool.allocator))} region {region} ({format_size(size)})</text>")
+        for chunk in pool.chunks:
+            if chunk.region != region or chunk.offset >= extent:
+                continue
+            shown = min(chunk.size, extent - chunk.offset)
+            colour = colours.get(chunk.owner, PALETTE[-1]) if chunk.owner else FREE_COLOUR
+            label = html.escape(f"{chunk.owner or 'free'}: {format_size(chunk.size)} at +{format_size(chunk.offset)}")
+            parts.append(
+                f"<rect x='{label_width + chunk.offset * scale:.2f}' y='{y}' width='{max(shown * scale, 0.5):.2f}' height='{row - 8}' "
+                f"fill='{colour}' stroke='white' stroke-width='0.5'><title>{label}</title></rect>"
+            )
     parts.append("</svg>")
     return "\n".join(parts)

@@ -10,12 +10,16 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from ..gate.record import TestRecord
+from ..model.explain import oom_summary
 from ..units import format_size
 
 REPORT_FORMATS = (".json", ".csv", ".md")
 FORMAT = "pytest-devmem-report"
-VERSION = 1
-"""A JSON report's `format` and `version` (docs/report.schema.json). Fields are added, never removed."""
+VERSION = 2
+"""A JSON report's `format` and `version` (docs/report.schema.json). Fields are added, never removed;
+version 2 made `oom` an object (which allocation, where, of what kind) where version 1 said yes or no."""
+READABLE_VERSIONS = (1, 2)
+"""Report versions this pytest-devmem reads."""
 COLUMNS = ("test", "regime", "peak in use", "peak reserved", "fragmentation", "oom", "outcome", "sources")
 
 
@@ -36,21 +40,25 @@ def _saw_memory(record: TestRecord) -> str:
     return "not traced" if trace.get("events") is None else "none"
 
 
-def table_rows(records: Iterable[TestRecord]) -> list[tuple[str, ...]]:
-    """One row of human-readable cells per record, in COLUMNS order."""
-    return [
-        (
-            r.test_id,
-            r.regime,
-            _size(r.peak_bytes_in_use),
-            _size(r.peak_bytes_reserved),
-            _fraction(r.fragmentation),
-            "yes" if r.oom else "no",
-            r.outcome,
-            _saw_memory(r),
-        )
-        for r in records
-    ]
+def table_rows(records: Iterable[TestRecord], per_device: bool = True) -> list[tuple[str, ...]]:
+    """One row of human-readable cells per record, in COLUMNS order; a test on several devices shows
+    its headline (`max of N devices: gpu:k`) and, with `per_device`, a row per device under it."""
+    rows: list[tuple[str, ...]] = []
+    for r in records:
+        peak = _size(r.peak_bytes_in_use)
+        if r.device_count > 1:
+            peak += f" (max of {r.device_count} devices: {r.peak_device})"
+        rows.append((r.test_id, r.regime, peak, _size(r.peak_bytes_reserved), _fraction(r.fragmentation), oom_summary(r.oom), r.outcome, _saw_memory(r)))
+        if per_device and r.device_count > 1:
+            for device in r.devices or []:
+                rows.append((
+                    f"  {device.get('device')}", "",
+                    _size(device.get("peak_bytes_in_use")),  # type: ignore[arg-type]
+                    _size(device.get("peak_bytes_reserved")),  # type: ignore[arg-type]
+                    _fraction(device.get("fragmentation")),  # type: ignore[arg-type]
+                    "", "", ", ".join(str(a.get("allocator")) for a in device.get("allocators") or [] if isinstance(a, dict)),  # type: ignore[attr-defined]
+                ))
+    return rows
 
 
 SUMMARY_ROWS = 20
@@ -65,7 +73,7 @@ def rows_for_review(records: Sequence[TestRecord], everything: bool) -> tuple[li
 
     def notable(record: TestRecord) -> bool:
         status = (record.baseline or {}).get("status")
-        return record.failed_by_devmem or record.oom or status in ("regressed", "improved")
+        return record.failed_by_devmem or record.out_of_memory or status in ("regressed", "improved")
 
     first = [r for r in records if notable(r)]
     rest = sorted((r for r in records if not notable(r)), key=lambda r: -(r.peak_bytes_in_use or 0))
@@ -104,16 +112,16 @@ def csv_text(records: Sequence[TestRecord]) -> str:
     """One line per record with raw numbers (bytes, not human units) for spreadsheets and pandas."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["test_id", "regime", "device", "device_class", "peak_bytes_in_use", "peak_bytes_reserved", "fragmentation", "oom", "outcome", "limit_bytes", "duration_s", "sources"])
+    writer.writerow(["test_id", "regime", "device", "device_class", "peak_bytes_in_use", "peak_bytes_reserved", "fragmentation", "oom", "outcome", "limit_bytes", "duration_s", "sources", "peak_device", "devices"])
     for r in records:
         writer.writerow([
             r.test_id, r.regime, r.device, r.device_class,
             "" if r.peak_bytes_in_use is None else r.peak_bytes_in_use,
             "" if r.peak_bytes_reserved is None else r.peak_bytes_reserved,
             "" if r.fragmentation is None else f"{r.fragmentation:.6f}",
-            int(r.oom), r.outcome,
+            oom_summary(r.oom) if r.oom else "", r.outcome,
             "" if r.limit_bytes is None else r.limit_bytes,
-            f"{r.duration_s:.6f}", ";".join(r.measured_by),
+            f"{r.duration_s:.6f}", ";".join(r.measured_by), r.peak_device or "", r.device_count,
         ])
     return out.getvalue()
 

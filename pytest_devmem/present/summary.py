@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..model.explain import oom_summary
 from .report import capped, rows_for_review, terminal_table
 from ..units import format_size
 
@@ -60,9 +61,10 @@ class SessionSummary:
 
     def analysis(self) -> None:
         manager, records = self.manager, self.manager.records
-        shared = [r for r in records if r.sharing is not None and not r.sharing.get("fits")]
-        if shared:
-            self.line(f"frameworks that cannot share the device: {len(shared)} test(s): " + ", ".join(r.test_id for r in shared))
+        failed = [r for r in records if r.oom]
+        if failed:
+            kinds = ", ".join(f"{r.test_id} ({oom_summary(r.oom)})" for r in failed)
+            self.line(f"out of device memory: {len(failed)} test(s): {kinds}", red=True)
         if manager.settings.find_min_fraction:
             self.line(f"smallest prealloc fraction that passes (traces replayed on {manager.device.name}):")
             for r in records:

@@ -152,6 +152,26 @@ class BFCPool(PoolCounters):
         chunk_size[address] = size
         self._link_free(address, size)
 
+    def best_fit(self, rounded: int) -> int:
+        """The size of the free chunk an allocation of `rounded` bytes would take now, without taking
+        it; 0 when none is large enough (the pool would have to grow)."""
+        b = (rounded >> 8).bit_length() - 1
+        if b > 20:
+            b = 20
+        chunks = self._bins[b]
+        i = bisect_left(chunks, (rounded, 0))
+        if i < len(chunks):
+            return chunks[i][0]
+        higher = self._bin_mask >> (b + 1)
+        if not higher:
+            return 0
+        return self._bins[b + (higher & -higher).bit_length()][0][0]
+
+    def handed_out(self, rounded: int, chunk: int) -> int:
+        """What a chunk of `chunk` bytes gives an allocation of `rounded`: the request where the
+        chunk is split, else the whole chunk (the split rule of `_find_chunk`)."""
+        return rounded if chunk >= 2 * rounded or chunk - rounded >= self.max_internal_fragmentation else chunk
+
     def preallocate(self) -> int:
         """Reserve the policy's first region now (JAX preallocates at start-up); return pool bytes."""
         if not self._regions and self.policy.preallocates and self.bytes_limit >= MIN_ALLOCATION_SIZE:
@@ -307,14 +327,18 @@ class BFCPool(PoolCounters):
 
     def _link_free(self, address: int, size: int) -> None:
         self._free_size[address] = size
-        b = bin_for_size(size)
+        b = (size >> MIN_ALLOCATION_BITS).bit_length() - 1  # bin_for_size, inline: this is the hot path
+        if b > NUM_BINS - 1:
+            b = NUM_BINS - 1
         insort(self._bins[b], (size, address))
         self._bin_mask |= 1 << b
 
     def _unlink_free(self, address: int) -> None:
         """Remove a free chunk from its bin."""
         size = self._free_size.pop(address)
-        b = bin_for_size(size)
+        b = (size >> MIN_ALLOCATION_BITS).bit_length() - 1
+        if b > NUM_BINS - 1:
+            b = NUM_BINS - 1
         chunks = self._bins[b]
         del chunks[bisect_left(chunks, (size, address))]
         if not chunks:

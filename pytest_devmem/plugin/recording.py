@@ -1,0 +1,90 @@
+"""From one test's captured window to its record: the trace run once through the model of the
+machine (the session's device as every device the frameworks see, the regime's allocators), the
+fixes an out-of-memory result gets (each replayed), and what the capture noted. No hooks here."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from ..capture.measurement import Captured, Measurement, executable_summary
+from ..gate.record import TestRecord
+from ..model.device import DEFAULT_COMPUTE_CAPABILITY, Device
+from ..model.frameworks import AllocatorSetup, setups_for
+from ..model.machine import MachineSpec, run_machine
+from ..model.pool import Policy
+from ..model.regime import jax_fraction_variable
+
+if TYPE_CHECKING:
+    from ..model.trace import Trace
+
+
+def machine_spec(device: Device, context_bytes: int | None) -> MachineSpec:
+    """The machine the session's device stands for: each device the frameworks see has its capacity
+    (a GPU session's devices are GPUs; elsewhere JAX's and TensorFlow's CPU devices stand in)."""
+    on_gpu = getattr(device, "index", None) is not None
+    return MachineSpec(
+        capacity=device.capacity,
+        name=device.name,
+        compute_capability=getattr(device, "compute_capability", DEFAULT_COMPUTE_CAPABILITY)[0],
+        context_bytes=context_bytes,
+        default_device="gpu:0" if on_gpu else "cpu:0",
+        environ=dict(os.environ),
+    )
+
+
+def allocator_setups(policy: Policy, device: Device) -> dict[str, AllocatorSetup]:
+    """Each framework's allocator under `policy`, with TensorFlow's own variables as this process has them."""
+    return setups_for(policy, device.capacity, os.environ)
+
+
+def make_record(
+    measurement: Measurement,
+    captured: Captured,
+    test_id: str,
+    regime: str,
+    policy: Policy,
+    device: Device,
+    *,
+    context_bytes: int | None,
+    outcome: str,
+    real_oom: str | None,
+    limit_bytes: int | None,
+    duration_s: float,
+    timeline: bool = False,
+) -> TestRecord:
+    """The test's record: its trace replayed once on the machine under `policy`."""
+    trace, notes = measurement.trace_of(captured)
+    traced_nothing = not len(trace) and bool(captured.notes)  # a framework ran, but untraced
+    spec = machine_spec(device, context_bytes)
+    setups = allocator_setups(policy, device)
+    run = None if traced_nothing else run_machine(trace, setups, spec, timeline=timeline)
+    record = TestRecord.from_run(
+        test_id, regime, device.name, device.device_class, run, captured.readings,
+        notes=notes, outcome=outcome, real_oom=real_oom, limit_bytes=limit_bytes, duration_s=duration_s,
+    )
+    record.trace_events = trace  # kept in memory for --devmem-traces and trace analyses
+    if run is not None and run.oom is not None and record.oom is not None:
+        add_fixes(record, trace, setups, spec)
+    if captured.kept is not None:
+        record.leaked_bytes = sum(captured.kept.values())
+        if record.trace is not None:
+            record.trace["kept"] = captured.kept
+    if captured.runs and record.trace is not None:
+        record.trace["executables"] = executable_summary(trace, captured.runs)
+    if captured.compiled is not None:
+        record.compiles = len(captured.compiled)
+        if record.trace is not None:
+            record.trace["compiled"] = captured.compiled
+    return record
+
+
+def add_fixes(record: TestRecord, trace: Trace, setups: dict[str, AllocatorSetup], spec: MachineSpec) -> None:
+    """The settings that make the test fit, each proven by replaying its trace with it, or why none does."""
+    from ..model.whatif import proven_fixes
+
+    assert record.run is not None and record.oom is not None
+    fixes = proven_fixes(trace, setups, spec, record.run, jax_fraction_variable())
+    record.oom["fixes"] = fixes.settings
+    if fixes.why_none:
+        record.oom["why_none"] = fixes.why_none
