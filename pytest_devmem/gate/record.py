@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..model.trace import Trace
+from ..model.pool.policy import canonical_label
 from ..model.replay import ReplayFigures
 from ..capture.sources.base import Reading
 
@@ -112,7 +113,7 @@ class TestRecord:
         sources: dict[str, dict[str, object]] = dict(data.get("sources") or {})  # type: ignore[call-overload]
         return cls(
             test_id=str(data["test_id"]),
-            regime=str(data["regime"]),
+            regime=canonical_label(str(data["regime"])),  # an older report's "default" is prealloc
             device=str(data["device"]),
             device_class=str(data["device_class"]),
             peak_bytes_in_use=data.get("peak_bytes_in_use"),  # type: ignore[arg-type]

@@ -17,9 +17,14 @@ def fits(trace: Trace, policy: Policy, capacity: int) -> bool:
     return replay(trace, make_pool(SimulatedDevice(capacity), policy)).ok
 
 
+MIN_FRACTION_FLOOR = 0.01
+"""Where the search for the smallest fraction stops: answers are in hundredths of the device, so an
+answer of 0.01 means "0.01 or less" (the trace may fit in less; that was not tried)."""
+
+
 def find_min_fraction(trace: Trace, capacity: int) -> float | None:
     """The smallest fraction (in hundredths) at which `trace` passes under prealloc, or None if even
-    the whole device is too small.
+    the whole device is too small; MIN_FRACTION_FLOOR when it passes there (it may pass below).
 
     The BFC pool's success is not strictly monotonic in the region size (a region under twice a
     request is handed out whole), so the answer is found by walking up from the lower bound the
@@ -27,12 +32,22 @@ def find_min_fraction(trace: Trace, capacity: int) -> float | None:
     """
     peak = trace.peak_live_bytes()
     if peak == 0:
-        return 0.01
+        return MIN_FRACTION_FLOOR
     start = max(1, math.floor(peak / capacity * 100))
     for hundredths in range(start, 101):
         if fits(trace, Policy.of("fraction", hundredths / 100), capacity):
             return hundredths / 100
     return None
+
+
+def min_fraction_text(value: float | None) -> str:
+    """An answer of find_min_fraction for people: `0.37`, `0.01 or less (the search stops at 0.01)`,
+    or that it does not fit at all."""
+    if value is None:
+        return "does not fit even at 1.00"
+    if value <= MIN_FRACTION_FLOOR:
+        return f"{MIN_FRACTION_FLOOR:.2f} or less (the search stops at {MIN_FRACTION_FLOOR:.2f})"
+    return f"{value:.2f}"
 
 
 @dataclass(frozen=True)

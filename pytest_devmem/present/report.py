@@ -16,7 +16,9 @@ REPORT_FORMATS = (".json", ".csv", ".md")
 FORMAT = "pytest-devmem-report"
 VERSION = 1
 """A JSON report's `format` and `version` (docs/report.schema.json). Fields are added, never removed."""
-COLUMNS = ("test", "regime", "peak in use", "peak reserved", "fragmentation", "oom", "outcome", "sources")
+COLUMNS = ("test", "regime", "peak in use", "peak reserved", "fragmentation", "oom", "outcome", "allocators")
+"""`allocators`: whose allocations the trace holds (jax, tensorflow, pool). `sources` keeps one meaning
+everywhere, the JSON record's and the CSV column's: the raw sources that measured (NVML, counters)."""
 
 
 def _size(value: int | None) -> str:
@@ -27,13 +29,18 @@ def _fraction(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
+def allocators(record: TestRecord) -> list[str]:
+    """Whose allocations the test's trace holds (jax, tensorflow, pool), sorted."""
+    by_source = (record.trace or {}).get("by_source")
+    return sorted(by_source) if isinstance(by_source, dict) else []
+
+
 def _saw_memory(record: TestRecord) -> str:
     """Whose allocations the test's trace holds (jax, tensorflow, pool), or why there are none."""
-    trace = record.trace or {}
-    by_source = trace.get("by_source")
-    if isinstance(by_source, dict) and by_source:
-        return ", ".join(sorted(by_source))
-    return "not traced" if trace.get("events") is None else "none"
+    names = allocators(record)
+    if names:
+        return ", ".join(names)
+    return "not traced" if (record.trace or {}).get("events") is None else "none"
 
 
 def table_rows(records: Iterable[TestRecord]) -> list[tuple[str, ...]]:
@@ -101,10 +108,12 @@ def markdown_table(records: Sequence[TestRecord]) -> str:
 
 
 def csv_text(records: Sequence[TestRecord]) -> str:
-    """One line per record with raw numbers (bytes, not human units) for spreadsheets and pandas."""
+    """One line per record with raw numbers (bytes, not human units) for spreadsheets and pandas.
+    `sources`: the raw sources that measured, as the JSON record's `sources`; `allocators`: whose
+    allocations the trace holds, as the terminal table's column. Columns are added at the end."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["test_id", "regime", "device", "device_class", "peak_bytes_in_use", "peak_bytes_reserved", "fragmentation", "oom", "outcome", "limit_bytes", "duration_s", "sources"])
+    writer.writerow(["test_id", "regime", "device", "device_class", "peak_bytes_in_use", "peak_bytes_reserved", "fragmentation", "oom", "outcome", "limit_bytes", "duration_s", "sources", "allocators"])
     for r in records:
         writer.writerow([
             r.test_id, r.regime, r.device, r.device_class,
@@ -113,7 +122,7 @@ def csv_text(records: Sequence[TestRecord]) -> str:
             "" if r.fragmentation is None else f"{r.fragmentation:.6f}",
             int(r.oom), r.outcome,
             "" if r.limit_bytes is None else r.limit_bytes,
-            f"{r.duration_s:.6f}", ";".join(r.measured_by),
+            f"{r.duration_s:.6f}", ";".join(r.measured_by), ";".join(allocators(r)),
         ])
     return out.getvalue()
 
