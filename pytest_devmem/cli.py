@@ -4,7 +4,8 @@
     devmem show [DIR]
     devmem replay TRACE --mode M [--fraction F] [--device D]   exit 1 when the trace does not fit
     devmem plot REPORT|TRACE -o FILE.png|FILE.html [--test ID]
-    devmem history REPORT...|DIR [--tolerance SPEC] [-o trend.png]   exit 1 when a test moved
+    devmem history [REPORT...|DIR] [--tolerance SPEC] [-o trend.png]   exit 1 when a test moved (default: .devmem/)
+    devmem --version
 
 BASE and NEW are each a JSON report (`--devmem-report=FILE.json`), a baseline directory, or one
 baseline file. Measurements are matched by (test id, regime, device class); a simulated device,
@@ -25,6 +26,8 @@ from typing import TYPE_CHECKING, Sequence
 from .gate.baseline import BaselineEntry, figure_problem, json_files, load_json, read_file
 from .gate.compare import FAILING, ORDER, Key, Measured, TestVerdict, counts, verdicts
 from .errors import DevmemError
+from .model.pool.policy import canonical_label
+from .present.autosave import AUTOSAVE_DIR
 from .present.report import FORMAT as REPORT_FORMAT
 from .present.report import READABLE_VERSIONS
 from .present.report import markdown_cell
@@ -82,7 +85,7 @@ def _from_report(path: Path, document: dict) -> dict[Key, Measured]:
     for index, record in enumerate(records):
         if not isinstance(record, dict) or not all(isinstance(record.get(name), str) for name in ("test_id", "regime", "device_class")):
             raise InputError(f"{path}: record {index} lacks test_id, regime or device_class (as text)")
-        key = (record["test_id"], record["regime"], record["device_class"])
+        key = (record["test_id"], canonical_label(record["regime"]), record["device_class"])
         where = f"{path}: record {index} ({record['test_id'][:200]!r})"
         metrics = {name: record.get(name) for name in METRICS}
         for name, value in metrics.items():
@@ -331,7 +334,7 @@ def history_command(inputs: Sequence[Path], tolerance_spec: str, output: Path | 
     frame = history.load_frame(history.report_files(inputs))
     table = history.pivot(frame)
     moved = history.steps(table, tolerance)
-    sys.stdout.write(history.markdown(table, moved, tolerance))
+    sys.stdout.write(history.markdown(table, moved, tolerance, classes=history.device_classes(frame)))
     if output is not None:
         history.draw_trend(table, moved, output)
         print(f"\nwrote {output}")
@@ -339,7 +342,10 @@ def history_command(inputs: Sequence[Path], tolerance_spec: str, output: Path | 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="devmem", description="Compare and list pytest-devmem measurements.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s (pytest-devmem) {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     compare_parser = commands.add_parser("compare", help="Compare NEW against BASE; exit 1 when a test regressed or ran out of memory")
     compare_parser.add_argument("base", type=Path, help="Baseline directory, baseline file or JSON report")
@@ -364,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     plot_parser.add_argument("--fraction", default=None, help="For a trace: the fraction, in (0, 1]")
     plot_parser.add_argument("--device", default=None, help="For a trace: the device whose capacity to use (default sim, 16 GiB)")
     history_parser = commands.add_parser("history", help="Line up reports of many commits: tests x commits, and the steps where a peak moved")
-    history_parser.add_argument("inputs", type=Path, nargs="+", help="JSON reports, or directories holding them")
+    history_parser.add_argument("inputs", type=Path, nargs="*", help=f"JSON reports, or directories holding them (default: {AUTOSAVE_DIR}/, where --devmem-autosave keeps every run's report)")
     history_parser.add_argument("--tolerance", default=DEFAULT_TOLERANCE, help=f"What counts as a move ({TOLERANCE_HELP.replace('%', '%%')}); default {DEFAULT_TOLERANCE.replace('%', '%%')}")
     history_parser.add_argument("-o", "--output", type=Path, default=None, help="Also draw the tests that moved to FILE.png (needs matplotlib)")
     args = parser.parse_args(argv)

@@ -88,7 +88,15 @@ def test_update_refreshes_only_the_tests_that_ran_and_keeps_the_rest(pytester: p
 
 @pytest.mark.parametrize(
     ("spec", "env_mib", "outcome"),
-    [("25%", "9", "passed"), ("5%", "9", "failed"), ("2MiB", "9", "passed"), ("512KiB", "9", "failed"), ("peak_bytes_reserved:1%", "9", "passed")],
+    [
+        ("25%", "9", "passed"),
+        ("5%", "9", "passed"),  # a percentage alone keeps the 1 MiB floor: +1 MiB is within it
+        ("5%", "10", "failed"),
+        ("5%,0B", "9", "failed"),  # no floor, as asked
+        ("2MiB", "9", "passed"),
+        ("512KiB", "9", "failed"),
+        ("peak_bytes_reserved:1%", "9", "passed"),
+    ],
 )
 def test_tolerance_specs(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, spec: str, env_mib: str, outcome: str) -> None:
     pytester.makepyfile(test_workload=WORKLOAD)
@@ -125,6 +133,9 @@ def test_marker_tolerance_overrides_the_session(pytester: pytest.Pytester, monke
         ("-5%", "a percentage must be 0 or more"),
         ("5%,peak_bytes_in_use:6%", "peak_bytes_in_use is given two relative amounts"),
         ("16G", "ambiguous size '16G'"),
+        ("10", "'10' for peak_bytes_in_use: a number without a unit is ambiguous for a byte metric; write 10% for a share of the baseline, or a size such as 10MiB or 10B"),
+        ("0.1", "write 0.1% for a share of the baseline, or a size such as 0.1MiB or 0.1B"),
+        ("peak_bytes_reserved:64", "'64' for peak_bytes_reserved: a number without a unit is ambiguous"),
     ],
 )
 def test_bad_tolerance_is_a_usage_error(pytester: pytest.Pytester, spec: str, message: str) -> None:
@@ -323,8 +334,10 @@ def test_compare_unit() -> None:
         ("10%,1MiB", 0, 64 * MiB, "regressed"),  # from nothing to 64 MiB: the floor catches it
         ("10%,1MiB", 100 * MiB, 109 * MiB, "ok"),
         ("10%,1MiB", 100 * MiB, 111 * MiB, "regressed"),  # beyond both: 10% is the larger here
-        ("10%", 0, 280, "ok"),  # a percentage of zero never fails
-        ("10%", 4, 8, "regressed"),  # without a floor, as asked
+        ("10%", 4, 8, "ok"),  # a percentage alone keeps the floor: 10% means 10%,1MiB
+        ("10%", 0, 64 * MiB, "regressed"),  # and so catches a test that went from nothing to a lot
+        ("10%,0B", 0, 280, "ok"),  # a percentage of zero never fails
+        ("10%,0B", 4, 8, "regressed"),  # without a floor, as asked
     ],
 )
 def test_default_tolerance_has_a_floor_and_never_fails_a_percentage_of_zero(spec: str, baseline: int, now: int, status: str) -> None:
@@ -340,6 +353,22 @@ def test_default_tolerance_is_ten_percent_or_one_mebibyte() -> None:
     allowance = parse_tolerance(DEFAULT_TOLERANCE).allowances["peak_bytes_in_use"]
     assert (allowance.relative, allowance.absolute) == (0.1, MiB)
     assert allowance.describe("peak_bytes_in_use") == "10% or 1.00 MiB"
+
+
+@pytest.mark.parametrize(
+    ("spec", "relative", "absolute"),
+    [("5%", 0.05, MiB), ("5%,0B", 0.05, 0.0), ("5%,4MiB", 0.05, 4 * MiB), ("64MiB", None, 64 * MiB), ("peak_bytes_reserved:1%", 0.01, MiB)],
+)
+def test_a_percentage_alone_keeps_the_default_floor(spec: str, relative: float | None, absolute: float) -> None:
+    metric = "peak_bytes_reserved" if spec.startswith("peak_bytes_reserved") else "peak_bytes_in_use"
+    allowance = parse_tolerance(spec).allowances[metric]
+    assert (allowance.relative, allowance.absolute) == (relative, absolute)
+
+
+def test_fragmentation_keeps_plain_numbers_and_gets_no_floor() -> None:
+    allowance = parse_tolerance("fragmentation:0.05").allowances["fragmentation"]
+    assert (allowance.relative, allowance.absolute) == (None, 0.05)
+    assert parse_tolerance("fragmentation:10%").allowances["fragmentation"].absolute is None
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX file modes and umask")

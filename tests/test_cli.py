@@ -51,7 +51,8 @@ def test_compare_within_tolerance_exits_0(tmp_path: Path, capsys: pytest.Capture
     assert "Every compared test is within tolerance." in capsys.readouterr().out
     assert main(["compare", str(base), str(new), "--tolerance", "15%", "--all"]) == 0
     assert "| ok |" in capsys.readouterr().out
-    assert main(["compare", str(base), str(new), "--tolerance", "5%"]) == 1
+    assert main(["compare", str(base), str(new), "--tolerance", "5%"]) == 0  # +1 MiB: within the floor a percentage keeps
+    assert main(["compare", str(base), str(new), "--tolerance", "5%,0B"]) == 1
 
 
 def test_compare_never_matches_different_device_classes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -105,6 +106,15 @@ def test_console_script_is_installed(tmp_path: Path) -> None:
     result = subprocess.run([executable, "compare", "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "Compare NEW against BASE" not in result.stderr
     assert "--tolerance" in result.stdout
+
+
+def test_version_is_printed_as_other_tools_print_it(capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_devmem import __version__
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"devmem (pytest-devmem) {__version__}\n"
 
 
 def test_project_examples_have_baselines() -> None:

@@ -161,7 +161,10 @@ def test_min_fraction_and_what_if_are_confirmed_by_replay(pytester: pytest.Pytes
     result.stdout.fnmatch_lines(["*smallest prealloc fraction that passes (traces replayed on sim:1GiB):*", f"*test_workload ?prealloc?: {answer:.2f}*"])
     assert replay_workload(answer, 2**30)  # passes at the answer
     assert not replay_workload(round(answer - 0.01, 2), 2**30)  # and not one hundredth below
-    assert records["test_small"]["analysis"]["min_fraction"] == 0.01
+    assert records["test_small"]["analysis"]["min_fraction"] == 0.01  # the search's floor, and it says so
+    assert records["test_small"]["analysis"]["min_fraction_at_floor"] is True
+    assert records["test_workload"]["analysis"]["min_fraction_at_floor"] is False
+    result.stdout.fnmatch_lines(["*test_small ?prealloc?: 0.01 or less (the search stops at 0.01)*"])
     result.stdout.fnmatch_lines(["*what if the device had 160.00 MiB: 1 of 2 replayed test(s) would run out of memory*", "*test_workload ?prealloc?: event 1: pool could not allocate 40.00 MiB on cpu:0 (its regime's limit is too low)*"])
     assert records["test_workload"]["analysis"]["what_if"]["ok"] is False
     assert records["test_small"]["analysis"]["what_if"]["ok"] is True

@@ -92,7 +92,7 @@ def test_report_formats(pandas_loaded: object, pytester: pytest.Pytester, suffix
         assert frame["peak_bytes_reserved"].max() == 12 * 2**30
     else:
         assert text.startswith("# Device memory report")
-        assert "| test | regime | peak in use | peak reserved | fragmentation | oom | outcome | sources |" in text
+        assert "| test | regime | peak in use | peak reserved | fragmentation | oom | outcome | allocators |" in text
         assert "| 3.00 MiB | 12.00 GiB |" in text
 
 

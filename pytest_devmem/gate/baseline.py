@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from ..model.pool.policy import canonical_label
 from ..errors import DevmemError
 from ..files import TEMPORARY_SUFFIX, shortened, temporary_prefix, write_atomic
 from .record import TestRecord
@@ -408,10 +409,13 @@ def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry
     for test_id, regimes in records.items():
         if not isinstance(regimes, dict):
             raise fail(f"record {test_id!r} must be an object of regimes", json.dumps(test_id))
-        for regime, data in regimes.items():
+        for stored_regime, data in regimes.items():
+            regime = canonical_label(stored_regime)  # an older file's "default" is prealloc
+            if regime != stored_regime and regime in regimes:
+                continue  # the record under its explicit name wins
             needle = json.dumps(test_id)
             if not isinstance(data, dict) or not isinstance(data.get("metrics"), dict):
-                raise fail(f"record {test_id!r} regime {regime!r} has no \"metrics\" object", needle)
+                raise fail(f"record {test_id!r} regime {stored_regime!r} has no \"metrics\" object", needle)
             metrics = data["metrics"]
             for name, value in metrics.items():
                 if name not in METRICS:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..capture.sources.base import Reading
+from ..model.pool.policy import canonical_label
 
 if TYPE_CHECKING:
     from ..model.machine import MachineRun
@@ -175,7 +176,7 @@ class TestRecord:
             oom = {"real": True} if oom else None
         return cls(
             test_id=str(data["test_id"]),
-            regime=str(data["regime"]),
+            regime=canonical_label(str(data["regime"])),  # an older report's "default" is prealloc
             device=str(data["device"]),
             device_class=str(data["device_class"]),
             peak_bytes_in_use=data.get("peak_bytes_in_use"),  # type: ignore[arg-type]

@@ -1,15 +1,18 @@
 """Tolerance specs: how far a metric may move from its baseline before it counts as a change.
 
 A spec is a comma-separated list of `[metric:]amount` items. An amount is relative (`10%`), a byte
-size (`64MiB`, only for byte metrics) or a plain number (absolute, e.g. `fragmentation:0.05`). An
-item without a metric applies to `peak_bytes_in_use`. Only the metrics a spec names are gated. A
-metric may have one relative and one absolute amount: a change then fails only beyond both.
+size (`64MiB`, only for byte metrics) or a plain number (only for `fragmentation`, e.g.
+`fragmentation:0.05`). An item without a metric applies to `peak_bytes_in_use`. Only the metrics a
+spec names are gated. A metric may have one relative and one absolute amount: a change then fails
+only beyond both.
 
 The default, `10%,1MiB`, allows a peak to move by 10% or 1 MiB, whichever is larger. Figures come
 from a BFC pool, which rounds every buffer to 256 bytes and grows in regions of 2 MiB and more, and
 small tests move by a few scalars or a constant: without the floor, `4 B -> 8 B` reads as +100%.
-A percentage of a zero baseline is never a failure (nothing to take a percentage of); the floor
-still catches a test that went from nothing to a lot.
+So a percentage given alone for a byte metric keeps that floor (`5%` means `5%,1MiB`); `5%,0B`
+asks for none. A bare number for a byte metric is refused: `10` would be 10 bytes to some readers
+and 10% to others. A percentage of a zero baseline is never a failure (nothing to take a percentage
+of); the floor still catches a test that went from nothing to a lot.
 """
 
 from __future__ import annotations
@@ -22,8 +25,13 @@ from ..units import format_size, parse_size
 
 BYTE_METRICS = ("peak_bytes_in_use", "peak_bytes_reserved")
 METRICS = (*BYTE_METRICS, "fragmentation")
-DEFAULT_TOLERANCE = "10%,1MiB"
-TOLERANCE_HELP = "e.g. '10%', 'peak_bytes_in_use:5%,fragmentation:0.05', '64MiB'; metrics: " + ", ".join(METRICS)
+DEFAULT_FLOOR = "1MiB"
+"""The absolute amount a byte metric may always move by, unless a spec gives its own (`5%,0B`: none)."""
+DEFAULT_TOLERANCE = f"10%,{DEFAULT_FLOOR}"
+TOLERANCE_HELP = (
+    "e.g. '10%' (a byte metric keeps the 1MiB floor unless given its own: '10%,0B'), "
+    "'peak_bytes_in_use:5%,fragmentation:0.05', '64MiB'; metrics: " + ", ".join(METRICS)
+)
 
 _UNIT_RE = re.compile(r"[A-Za-z]")
 
@@ -43,9 +51,10 @@ class Allowance:
     absolute: float | None = None
 
     def allowed(self, baseline: float) -> float:
-        """How far the metric may move from `baseline`; infinite for a percentage of zero alone."""
+        """How far the metric may move from `baseline`; infinite for a percentage of zero without a
+        floor (`10%,0B`: a percentage of nothing cannot be exceeded)."""
         relative = abs(baseline) * self.relative if self.relative is not None else 0.0
-        if self.relative is not None and baseline == 0 and self.absolute is None:
+        if self.relative is not None and baseline == 0 and not self.absolute:
             return math.inf
         return max(relative, float(self.absolute or 0.0))
 
@@ -86,6 +95,10 @@ def parse_tolerance(spec: str) -> Tolerance:
                 raise ValueError(f"invalid devmem tolerance {spec!r}: {metric} is given two {kinds.pop()} amounts; give at most one percentage and one absolute amount")
             allowance = Allowance(relative=known.relative if known.relative is not None else allowance.relative, absolute=known.absolute if known.absolute is not None else allowance.absolute)
         allowances[metric] = allowance
+    floor = float(parse_size(DEFAULT_FLOOR))
+    for metric, allowance in allowances.items():
+        if metric in BYTE_METRICS and allowance.absolute is None:  # a percentage alone keeps the floor
+            allowances[metric] = Allowance(relative=allowance.relative, absolute=floor)
     return Tolerance(spec, allowances)
 
 
@@ -110,6 +123,8 @@ def _parse_amount(spec: str, metric: str, amount: str) -> Allowance:
         value = float(amount)
     except ValueError:
         raise ValueError(f"{problem}: expected a percentage, a size or a number ({TOLERANCE_HELP})") from None
+    if metric in BYTE_METRICS:
+        raise ValueError(f"{problem}: a number without a unit is ambiguous for a byte metric; write {amount}% for a share of the baseline, or a size such as {amount}MiB or {amount}B")
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{problem}: must be 0 or more")
     return Allowance(absolute=value)

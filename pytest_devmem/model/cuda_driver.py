@@ -1,11 +1,14 @@
 """The CUDA driver API through ctypes: no build step, no package beyond the driver itself.
 
-Kept apart from device.py so that runs without a GPU never load ctypes or libcuda.
+Kept apart from device.py so that runs without a GPU never load ctypes or libcuda. The driver's
+library has another name on each system (`libcuda.so.1` on Linux, `nvcuda.dll` on Windows), and
+macOS has none: NVIDIA's last CUDA for macOS was 10.2.
 """
 
 from __future__ import annotations
 
 import ctypes
+import sys
 
 from ..errors import DeviceError
 
@@ -14,14 +17,35 @@ _CUDA_ERROR_OUT_OF_MEMORY = 2
 _CUDA_ERROR_NO_DEVICE = 100
 
 
+def driver_library_names(platform: str | None = None) -> tuple[str, ...]:
+    """The names the CUDA driver's library goes by on `platform` (default: this one), most specific
+    first: the versioned soname the driver installs, then the development link a toolkit adds."""
+    platform = sys.platform if platform is None else platform
+    if platform.startswith("linux"):
+        return ("libcuda.so.1", "libcuda.so")
+    if platform in ("win32", "cygwin"):
+        return ("nvcuda.dll",)
+    return ()  # macOS and the rest: no CUDA driver
+
+
+def load_library(names: tuple[str, ...], what: str) -> ctypes.CDLL:
+    """The first of `names` that loads; DeviceError naming each one tried and why it failed."""
+    if not names:
+        raise DeviceError(f"there is no {what} on {sys.platform} (NVIDIA ships it for Linux and Windows only)")
+    problems = []
+    for name in names:
+        try:
+            return ctypes.CDLL(name)
+        except OSError as exc:
+            problems.append(f"{name!r}: {exc}")
+    raise DeviceError(f"cannot load the {what}: tried " + "; ".join(problems))
+
+
 class LibCuda:
     """The CUDA driver API through ctypes: no build step, no package beyond the driver itself."""
 
-    def __init__(self, library: str = "libcuda.so.1") -> None:
-        try:
-            self._lib = ctypes.CDLL(library)
-        except OSError as exc:
-            raise DeviceError(f"cannot load the CUDA driver library {library!r}: {exc}") from exc
+    def __init__(self, library: str | None = None) -> None:
+        self._lib = load_library((library,) if library else driver_library_names(), "CUDA driver library")
         self._check(self._lib.cuInit(0), "cuInit")
         self._contexts: dict[int, ctypes.c_void_p] = {}
 

@@ -194,7 +194,9 @@ NVIDIA_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/dxg")
 
 
 def cuda_device_count() -> int:
-    """Number of CUDA GPUs visible here; 0 where there is no driver or no GPU."""
+    """Number of CUDA GPUs visible here; 0 where there is no driver or no GPU (always on macOS)."""
+    if not sys.platform.startswith(("linux", "win32", "cygwin")):
+        return 0  # NVIDIA ships no CUDA driver for macOS since CUDA 10.2
     if sys.platform.startswith("linux") and not any(os.path.exists(path) for path in NVIDIA_DRIVER_PATHS):
         return 0
     from .cuda_driver import LibCuda

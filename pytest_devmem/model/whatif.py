@@ -15,8 +15,9 @@ from .regime import FRACTION_VARIABLE
 from .trace import Trace
 
 Setups = Mapping[str, AllocatorSetup]
-SMALLEST_FRACTION = 0.01
-"""The smallest fraction the searches try: a test whose answer is this may need even less."""
+MIN_FRACTION_FLOOR = 0.01
+"""Where the search for the smallest fraction stops: answers are in hundredths of the device, so an
+answer of 0.01 means "0.01 or less" (the trace may fit in less; that was not tried)."""
 
 
 def fits(trace: Trace, setups: Setups, spec: MachineSpec) -> bool:
@@ -58,14 +59,24 @@ def _search(passes: Callable[[int], bool], low: int, high: int, smallest: bool) 
 
 def find_min_fraction(trace: Trace, setups: Setups, spec: MachineSpec) -> float | None:
     """The smallest preallocated fraction (in hundredths) of JAX and the pool at which `trace`
-    fits, or None if even the whole device is too small. SMALLEST_FRACTION is the floor tried."""
+    fits, or None if even the whole device is too small. MIN_FRACTION_FLOOR is the floor tried."""
     kinds = ("jax", "pool")
     peak = trace.peak_live_bytes()
     if peak == 0:
-        return SMALLEST_FRACTION
+        return MIN_FRACTION_FLOOR
     start = max(1, math.floor(peak / spec.capacity * 100))
     found = _search(lambda h: fits(trace, _with_fraction(setups, kinds, h / 100, "prealloc"), spec), start, 100, smallest=True)
     return None if found is None else found / 100
+
+
+def min_fraction_text(value: float | None) -> str:
+    """An answer of find_min_fraction for people: `0.37`, `0.01 or less (the search stops at 0.01)`,
+    or that it does not fit at all."""
+    if value is None:
+        return "does not fit even at 1.00"
+    if value <= MIN_FRACTION_FLOOR:
+        return f"{MIN_FRACTION_FLOOR:.2f} or less (the search stops at {MIN_FRACTION_FLOOR:.2f})"
+    return f"{value:.2f}"
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,10 @@ if TYPE_CHECKING:  # isolation pulls in subprocess and json: imported only when 
     from .isolation import ChildEventWriter, ChildOutcome
 
 PLUGIN_NAME = "devmem-manager"
-DEFAULT_FIXTURE_POLICY = Policy.of("prealloc")
+DEFAULT_REGIME = Regime.of("prealloc")
+"""A measured test's regime when neither --devmem-mode nor its marker names one: JAX's and
+TensorFlow's own defaults, which prealloc models (records and baselines say `prealloc`)."""
+DEFAULT_FIXTURE_POLICY = DEFAULT_REGIME.policy
 
 mark_key = pytest.StashKey["MarkSpec | str | None"]()
 regime_key = pytest.StashKey["Regime | None"]()
@@ -110,7 +113,7 @@ def pytest_configure(config: pytest.Config) -> None:
 class DevmemFixture:
     """What the `devmem` fixture gives a test: its regime, its pool on the session's device."""
 
-    regime: Regime | None
+    regime: Regime  # prealloc where neither --devmem-mode nor the marker names one
     pool: Pool
     device: Device
 
@@ -128,6 +131,7 @@ class DevmemManager:
         self.stale: list[str] = []
         self.baselines_written: list[str] = []
         self.write_problems: list[str] = []  # baselines or the report that could not be written
+        self.autosaved: Path | None = None  # this run's report under .devmem/ (--devmem-autosave)
         self.unrecorded: dict[tuple[str, str], tuple[str, str]] = {}  # skipped at setup: (test, regime) -> (device, why)
         self.records: list[TestRecord] = []
         self.isolated: dict[Regime, list[pytest.Item]] = {}
@@ -210,7 +214,7 @@ class DevmemManager:
             close()
 
     def pytest_report_header(self, config: pytest.Config) -> str:
-        regime = self.settings.regime.label if self.settings.regime else "none (marked tests only)"
+        regime = self.settings.regime.label if self.settings.regime else f"none (marked tests only, under {DEFAULT_REGIME.label} unless the marker names one)"
         return f"devmem: device {self.device.name}, regime {regime}"
 
     # -- collection ---------------------------------------------------------------------
@@ -349,7 +353,7 @@ class DevmemManager:
         if call.when == "setup" and report.skipped and item.stash.get(measured_key, False):
             regime = item.stash.get(regime_key, None)
             why = str(report.longrepr[2]).removeprefix("Skipped: ") if isinstance(report.longrepr, tuple) else "skipped"
-            report.devmem_unrecorded = [regime.label if regime is not None else "default", f"skipped: {why}"]  # type: ignore[attr-defined]
+            report.devmem_unrecorded = [(regime or DEFAULT_REGIME).label, f"skipped: {why}"]  # type: ignore[attr-defined]
         if call.when != "call" or not item.stash.get(measured_key, False):
             return report
         captured = item.stash.get(captured_key, None)
@@ -364,7 +368,7 @@ class DevmemManager:
             self.measurement,
             captured,
             item.nodeid,
-            regime.label if regime is not None else "default",
+            (regime or DEFAULT_REGIME).label,
             policy,
             self.device,
             context_bytes=self.settings.cuda_context_bytes,
@@ -448,7 +452,7 @@ class DevmemManager:
             return
         from dataclasses import replace
 
-        from ..model.whatif import find_min_fraction, what_if
+        from ..model.whatif import MIN_FRACTION_FLOOR, find_min_fraction, what_if
         from .recording import allocator_setups, machine_spec
 
         trace = record.trace_events
@@ -456,7 +460,9 @@ class DevmemManager:
         spec = machine_spec(self.device, self.settings.cuda_context_bytes)
         analysis: dict[str, object] = {"trace_events": len(trace), "peak_live_bytes": trace.peak_live_bytes()}
         if self.settings.find_min_fraction:
-            analysis["min_fraction"] = find_min_fraction(trace, setups, spec)
+            smallest = find_min_fraction(trace, setups, spec)
+            analysis["min_fraction"] = smallest
+            analysis["min_fraction_at_floor"] = smallest == MIN_FRACTION_FLOOR  # "0.01 or less": the search stops there
         if self.settings.what_if is not None:
             answer = what_if(trace, setups, replace(spec, capacity=self.settings.what_if))
             analysis["what_if"] = {"capacity": answer.capacity, "ok": answer.ok, "message": answer.message}
@@ -497,7 +503,7 @@ class DevmemManager:
         if item.stash.get(measured_key, False):
             self.measurement.pool_source.attach(pool)
         # records only while the test is measured, and refuses to be used once the test has ended
-        return DevmemFixture(regime, RecordingPool(pool, self.measurement.recorder), self.device)  # type: ignore[arg-type]
+        return DevmemFixture(regime or DEFAULT_REGIME, RecordingPool(pool, self.measurement.recorder), self.device)  # type: ignore[arg-type]
 
     # -- reporting ----------------------------------------------------------------------
 
@@ -510,8 +516,10 @@ class DevmemManager:
                 versions[package] = importlib.metadata.version(package)
             except importlib.metadata.PackageNotFoundError:
                 pass
+        from ..model.driver_info import driver_info
         from ..provenance import provenance
 
+        driver = driver_info()
         return {
             "device": self.device.name,
             "device_class": self.device.device_class,
@@ -519,7 +527,7 @@ class DevmemManager:
             "device_compute_capability": list(getattr(self.device, "compute_capability", DEFAULT_COMPUTE_CAPABILITY)),
             "regime": self.settings.regime.label if self.settings.regime else None,
             "versions": versions,
-            **provenance(self.config.rootpath, versions, self.device.device_class),
+            **provenance(self.config.rootpath, versions, self.device.device_class, {"driver_version": driver.driver_version, "cuda_version": driver.cuda_version}),
         }
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -563,6 +571,13 @@ class DevmemManager:
                 write_atomic(self.settings.benchmark_json, benchmark_json(self.records))
             except OSError as exc:
                 self.write_problems.append(f"benchmark JSON not written: {self.settings.benchmark_json}: {exc.strerror or exc}")
+        if self.settings.autosave and self.records:  # a run that measured nothing leaves no file
+            from ..present.autosave import autosave
+
+            try:
+                self.autosaved = autosave(self.config.rootpath, render("report.json", self.records, info), info)
+            except OSError as exc:
+                self.write_problems.append(f"report not autosaved: {exc.filename or self.config.rootpath}: {exc.strerror or exc}")
         if self.write_problems and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # what the user asked to be stored is not: CI must see it
 

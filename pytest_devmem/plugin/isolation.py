@@ -211,20 +211,41 @@ def _apply_events(config: pytest.Config, events: list[dict[str, Any]], outcome: 
     return started, finished
 
 
+WINDOWS_STATUS = {
+    0xC0000005: "STATUS_ACCESS_VIOLATION",
+    0xC0000017: "STATUS_NO_MEMORY",
+    0xC00000FD: "STATUS_STACK_OVERFLOW",
+    0xC000012D: "STATUS_COMMITMENT_LIMIT",
+    0xC000013A: "STATUS_CONTROL_C_EXIT",
+    0xC0000409: "STATUS_STACK_BUFFER_OVERRUN",
+}
+"""NTSTATUS codes a Windows process that crashed exits with (there are no signals there; ntstatus.h)."""
+WINDOWS_OUT_OF_MEMORY = (0xC0000017, 0xC000012D)
+
+
 def describe_exit(returncode: int) -> str:
-    """`killed by SIGKILL (signal 9)` or `exit status 3`."""
+    """`killed by SIGKILL (signal 9)`, `exit status 3`, or on Windows `exit status 0xC0000017 (STATUS_NO_MEMORY)`."""
     if returncode < 0:
         try:
             name = signal.Signals(-returncode).name
         except ValueError:
             name = f"signal {-returncode}"
         return f"killed by {name} (signal {-returncode})"
+    if returncode >= 0xC0000000:  # an NTSTATUS error code: Windows' way of saying a process crashed
+        status = WINDOWS_STATUS.get(returncode)
+        return f"exit status {returncode:#010X}".replace("0X", "0x") + (f" ({status})" if status else "")
     return f"exit status {returncode}"
+
+
+def looks_like_out_of_memory(returncode: int) -> bool:
+    """A SIGKILL (what Linux's OOM killer sends; Windows has no SIGKILL) or Windows' out-of-memory statuses."""
+    kill = getattr(signal, "SIGKILL", None)
+    return (kill is not None and returncode == -kill) or returncode in WINDOWS_OUT_OF_MEMORY
 
 
 def _crash_report(item: pytest.Item, regime: Regime, returncode: int, output: str, started: bool = True) -> pytest.TestReport:
     where = "while running this test" if started else "before running this test"
-    hint = " (a real out-of-memory kill looks like this)" if returncode == -signal.SIGKILL else ""
+    hint = " (a real out-of-memory kill looks like this)" if looks_like_out_of_memory(returncode) else ""
     message = (
         f"the child process for regime {regime.label} died {where}: {describe_exit(returncode)}{hint}\n"
         f"--- end of the child's output ---\n{output.rstrip() or '(no output)'}"

@@ -68,6 +68,7 @@ OPTIONS = (
     Option("find-min-fraction", "Report for each measured test the smallest fraction at which it passes under prealloc (replaying its trace).", flag=True),
     Option("traces", "Write each measured test's device-allocation trace to DIR, one RMM-style CSV per test and regime (columns Thread,Time,Action,Pointer,Size,Stream,Source,Label).", "DIR"),
     Option("what-if", "Report which measured tests would run out of memory on a device of SIZE (e.g. 16GiB), replaying their traces.", "SIZE"),
+    Option("autosave", "Keep this run's JSON report as .devmem/<machine id>/NNNN_<commit>_<time>[_dirty].json at the rootdir, as pytest-benchmark's --benchmark-autosave does; devmem history reads that folder.", flag=True),
 )
 
 
@@ -146,6 +147,7 @@ class Settings:
     cuda_context_bytes: int | None = None  # None: the model's default for the device's capacity
     fraction_chosen: bool = False
     worker_plan: WorkerPlan | None = None
+    autosave: bool = False
 
     @property
     def effective_regime(self) -> Regime | None:
@@ -212,6 +214,7 @@ def load_settings(config: pytest.Config) -> Settings:
         cuda_context_bytes=cuda_context,  # type: ignore[arg-type]
         fraction_chosen=fraction is not None,
         worker_plan=plan,
+        autosave=bool(_checked(config, options["autosave"], parse_flag)),
     )
 
 

@@ -8,12 +8,9 @@ warning. With several GPUs, worker k sees only GPU k mod count through CUDA_VISI
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 from ..model.regime import Regime
-
-NVIDIA_GPUS_DIR = "/proc/driver/nvidia/gpus"
 
 
 @dataclass(frozen=True)
@@ -26,11 +23,14 @@ class WorkerPlan:
 
 def gpu_count() -> int:
     """GPUs the NVIDIA driver lists, without initialising CUDA (which would fix CUDA_VISIBLE_DEVICES
-    for this process before it can be set)."""
-    try:
-        return len(os.listdir(NVIDIA_GPUS_DIR))
-    except OSError:
-        return 0
+    for this process before it can be set): NVML's count where NVML loads (Linux and Windows), else
+    the entries of Linux's /proc/driver/nvidia/gpus, else 0 (macOS, or no driver)."""
+    from ..model.driver_info import proc_gpu_count, query_nvml
+
+    nvml = query_nvml()
+    if nvml is not None and nvml.gpus is not None:
+        return nvml.gpus
+    return proc_gpu_count() or 0
 
 
 def worker_index(worker_id: str) -> int:

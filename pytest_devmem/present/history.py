@@ -1,6 +1,9 @@
 """Memory over many commits: reports lined up by time, tests x commits, and the steps where a
 test's peak moved beyond the tolerance. pandas (imported here only) does the table work;
-matplotlib (only for `-o trend.png`) draws the tests that moved. No pytest here."""
+matplotlib (only for `-o trend.png`) draws the tests that moved. No pytest here.
+
+A test is lined up only with itself under the same regime on the same device class: figures of a
+simulated 16 GiB device and of an H100 are different series, never one step of +3900%."""
 
 from __future__ import annotations
 
@@ -11,6 +14,8 @@ from typing import Any, Sequence
 
 from ..gate.baseline import figure_problem, load_json
 from ..errors import DevmemError
+from ..model.pool.policy import canonical_label
+from .autosave import AUTOSAVE_DIR
 from .report import FORMAT, READABLE_VERSIONS, markdown_cell
 from ..gate.tolerance import Tolerance, format_metric
 
@@ -39,7 +44,12 @@ class Step:
 
 
 def report_files(inputs: Sequence[Path]) -> list[Path]:
-    """The JSON reports named, or found (recursively) in the directories named."""
+    """The JSON reports named, or found (recursively) in the directories named; with none named,
+    those --devmem-autosave kept in .devmem/ here."""
+    if not inputs:
+        if not Path(AUTOSAVE_DIR).is_dir():
+            raise HistoryError(f"no reports: name JSON reports (--devmem-report=FILE.json) or directories that hold them, or run pytest with --devmem-autosave to keep every run's report in {AUTOSAVE_DIR}/")
+        inputs = [Path(AUTOSAVE_DIR)]
     files: list[Path] = []
     for path in inputs:
         if path.is_dir():
@@ -68,7 +78,7 @@ def load_frame(files: Sequence[Path]) -> Any:
         session = document.get("session")
         if not isinstance(session, dict):
             session = {}
-        commit = str(session.get("commit") or path.stem)[:12]
+        commit = str(session.get("commit") or path.stem)[:12] + (" (dirty)" if session.get("dirty") else "")
         time = str(session.get("time") or "")
         for record in document.get("records") or []:
             if not isinstance(record, dict) or record.get(METRIC) is None:
@@ -78,12 +88,19 @@ def load_frame(files: Sequence[Path]) -> Any:
                 raise HistoryError(f"{path}: {record.get('test_id')}: {problem}")
             rows.append({
                 "order": index, "time": time, "commit": commit, "device_class": str(record.get("device_class", "")),
-                "test": f"{record.get('test_id')} [{record.get('regime')}]", METRIC: float(record[METRIC]),
+                "test": f"{record.get('test_id')} [{canonical_label(str(record.get('regime')))}]", METRIC: float(record[METRIC]),
             })
     if not rows:
         raise HistoryError("the reports hold no measured test")
     frame = pd.DataFrame(rows)
+    if frame["device_class"].nunique() > 1:  # one series per device class: never a step from one to another
+        frame["test"] = frame["test"] + " on " + frame["device_class"]
     return frame.sort_values(["time", "order"], kind="stable")
+
+
+def device_classes(frame: Any) -> list[str]:
+    """The device classes the reports measured on, sorted."""
+    return sorted(str(name) for name in frame["device_class"].unique())
 
 
 def pivot(frame: Any) -> Any:
@@ -106,10 +123,15 @@ def steps(table: Any, tolerance: Tolerance) -> list[Step]:
     return found
 
 
-def markdown(table: Any, moved: list[Step], tolerance: Tolerance, last: int = 8) -> str:
+def markdown(table: Any, moved: list[Step], tolerance: Tolerance, last: int = 8, classes: Sequence[str] = ()) -> str:
     """For a job summary: what moved, then the peaks of the tests that moved over the last commits."""
     commits = list(table.columns)
-    lines = [f"### Device memory history: {len(commits)} commit(s), {len(table)} test(s), {len({s.test for s in moved})} moved", "", f"Tolerance: `{tolerance.spec}`.", ""]
+    lines = [f"### Device memory history: {len(commits)} commit(s), {len(table)} test(s), {len({s.test for s in moved})} moved", "", f"Tolerance: `{tolerance.spec}`."]
+    if len(classes) == 1:
+        lines.append(f"Device class: `{markdown_cell(classes[0])}`.")
+    elif classes:
+        lines.append("Device classes: " + ", ".join(f"`{markdown_cell(name)}`" for name in classes) + " (each test is lined up within its own class).")
+    lines.append("")
     if not moved:
         lines.append("No test's peak moved beyond the tolerance.")
         return "\n".join(lines) + "\n"

@@ -20,7 +20,9 @@ VERSION = 2
 version 2 made `oom` an object (which allocation, where, of what kind) where version 1 said yes or no."""
 READABLE_VERSIONS = (1, 2)
 """Report versions this pytest-devmem reads."""
-COLUMNS = ("test", "regime", "peak in use", "peak reserved", "fragmentation", "oom", "outcome", "sources")
+COLUMNS = ("test", "regime", "peak in use", "peak reserved", "fragmentation", "oom", "outcome", "allocators")
+"""`allocators`: whose allocations the trace holds (jax, tensorflow, pool). `sources` keeps one meaning
+everywhere, the JSON record's and the CSV column's: the raw sources that measured (NVML, counters)."""
 
 
 def _size(value: int | None) -> str:
@@ -31,13 +33,18 @@ def _fraction(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
+def allocators(record: TestRecord) -> list[str]:
+    """Whose allocations the test's trace holds (jax, tensorflow, pool), sorted."""
+    by_source = (record.trace or {}).get("by_source")
+    return sorted(by_source) if isinstance(by_source, dict) else []
+
+
 def _saw_memory(record: TestRecord) -> str:
     """Whose allocations the test's trace holds (jax, tensorflow, pool), or why there are none."""
-    trace = record.trace or {}
-    by_source = trace.get("by_source")
-    if isinstance(by_source, dict) and by_source:
-        return ", ".join(sorted(by_source))
-    return "not traced" if trace.get("events") is None else "none"
+    names = allocators(record)
+    if names:
+        return ", ".join(names)
+    return "not traced" if (record.trace or {}).get("events") is None else "none"
 
 
 def table_rows(records: Iterable[TestRecord], per_device: bool = True) -> list[tuple[str, ...]]:
@@ -109,10 +116,12 @@ def markdown_table(records: Sequence[TestRecord]) -> str:
 
 
 def csv_text(records: Sequence[TestRecord]) -> str:
-    """One line per record with raw numbers (bytes, not human units) for spreadsheets and pandas."""
+    """One line per record with raw numbers (bytes, not human units) for spreadsheets and pandas.
+    `sources`: the raw sources that measured, as the JSON record's `sources`; `allocators`: whose
+    allocations the trace holds, as the terminal table's column. Columns are added at the end."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["test_id", "regime", "device", "device_class", "peak_bytes_in_use", "peak_bytes_reserved", "fragmentation", "oom", "outcome", "limit_bytes", "duration_s", "sources", "peak_device", "devices"])
+    writer.writerow(["test_id", "regime", "device", "device_class", "peak_bytes_in_use", "peak_bytes_reserved", "fragmentation", "oom", "outcome", "limit_bytes", "duration_s", "sources", "allocators", "peak_device", "devices"])
     for r in records:
         writer.writerow([
             r.test_id, r.regime, r.device, r.device_class,
@@ -121,7 +130,7 @@ def csv_text(records: Sequence[TestRecord]) -> str:
             "" if r.fragmentation is None else f"{r.fragmentation:.6f}",
             oom_summary(r.oom) if r.oom else "", r.outcome,
             "" if r.limit_bytes is None else r.limit_bytes,
-            f"{r.duration_s:.6f}", ";".join(r.measured_by), r.peak_device or "", r.device_count,
+            f"{r.duration_s:.6f}", ";".join(r.measured_by), ";".join(allocators(r)), r.peak_device or "", r.device_count,
         ])
     return out.getvalue()
 

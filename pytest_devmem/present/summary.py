@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..model.explain import oom_summary
+from ..model.whatif import min_fraction_text
 from .report import capped, rows_for_review, terminal_table
 from ..units import format_size
 
@@ -50,6 +51,8 @@ class SessionSummary:
         report = manager.settings.report_path
         if report is not None and not any(p.startswith("report not written") for p in manager.write_problems):
             self.line(f"report written to {manager.shown(report)}")
+        if manager.autosaved is not None:
+            self.line(f"report autosaved to {manager.shown(manager.autosaved)} (devmem history reads that folder)")
 
     def sources(self) -> None:
         manager = self.manager
@@ -69,8 +72,7 @@ class SessionSummary:
             self.line(f"smallest prealloc fraction that passes (traces replayed on {manager.device.name}):")
             for r in records:
                 if r.analysis is not None and "min_fraction" in r.analysis:
-                    value = r.analysis["min_fraction"]
-                    self.line(f"  {r.test_id} [{r.regime}]: " + (f"{value:.2f}" if value is not None else "does not fit even at 1.00"))
+                    self.line(f"  {r.test_id} [{r.regime}]: " + min_fraction_text(r.analysis["min_fraction"]))  # type: ignore[arg-type]
         if manager.settings.what_if is not None:
             size = format_size(manager.settings.what_if)
             answers = [(r, r.analysis["what_if"]) for r in records if r.analysis is not None and "what_if" in r.analysis]

@@ -107,13 +107,21 @@ class Policy:
     @classmethod
     def from_label(cls, label: str) -> Policy:
         """The policy a `label` names (`prealloc`, `fraction=0.5`, `growth(fraction=0.5)`,
-        `ondemand`; a record's `default` is the prealloc the fixture uses)."""
-        text = label.strip()
-        if text == "default":
-            return cls.of("prealloc")
+        `ondemand`; an older record's `default` is prealloc, see `canonical_label`)."""
+        text = canonical_label(label.strip())
         if text.startswith("fraction="):
             return cls.of("fraction", text.split("=", 1)[1])
         if text.endswith(")") and "(fraction=" in text:
             mode, fraction = text[:-1].split("(fraction=", 1)
             return cls.of(mode, fraction)
         return cls.of(text)
+
+
+LEGACY_LABELS = {"default": "prealloc"}
+"""Labels older reports and baselines wrote: `default` was a marked test measured without a session
+regime, which has always run and been replayed under prealloc."""
+
+
+def canonical_label(label: str) -> str:
+    """A regime label as records write it now: an older `default` reads as `prealloc`."""
+    return LEGACY_LABELS.get(label, label)
