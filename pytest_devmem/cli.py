@@ -246,10 +246,7 @@ def replay_table(path: Path, mode: str, fraction: str | None, device_spec: str) 
     lines += [f"| {markdown_cell(figure)} | {value} | {readable} |" for figure, value, readable in rows]
     if run.oom is not None:
         oom = run.oom.to_json()
-        fixes = proven_fixes(trace, setups, spec, run, jax_fraction_variable())
-        oom["fixes"] = fixes.settings
-        if fixes.why_none:
-            oom["why_none"] = fixes.why_none
+        proven_fixes(trace, setups, spec, run, jax_fraction_variable()).record(oom)
         lines += ["", "```", *oom_lines(oom, [d.to_json() for d in run.devices], policy.label, spec.name), "```"]
     return "\n".join(lines) + "\n", run.oom is None
 

@@ -15,7 +15,7 @@ def test_one():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--devmem-mode=turbo"], "unknown devmem mode 'turbo': allowed are prealloc, fraction, ondemand, growth, platform (= ondemand) (from --devmem-mode)"),
+        (["--devmem-mode=turbo"], "unknown devmem mode 'turbo': allowed are prealloc, fraction, ondemand, growth, compact, platform (= ondemand) (from --devmem-mode)"),
         (["--devmem-fraction=1.5"], "invalid devmem fraction '1.5': must be in (0, 1], e.g. 0.5 (from --devmem-fraction)"),
         (["--devmem-fraction=0"], "invalid devmem fraction '0'"),
         (["--devmem-fraction=half"], "invalid devmem fraction 'half': must be a number in (0, 1]"),

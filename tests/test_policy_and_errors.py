@@ -38,7 +38,7 @@ def test_policy_label(policy: Policy, label: str) -> None:
 @pytest.mark.parametrize(
     ("mode", "fraction", "message"),
     [
-        ("bogus", None, "unknown devmem mode 'bogus': allowed are prealloc, fraction, ondemand, growth, platform (= ondemand)"),
+        ("bogus", None, "unknown devmem mode 'bogus': allowed are prealloc, fraction, ondemand, growth, compact, platform (= ondemand)"),
         ("fraction", None, "devmem mode 'fraction' needs a fraction in (0, 1]"),
         ("fraction", 0, "invalid devmem fraction 0: must be in (0, 1]"),
         ("fraction", 1.5, "invalid devmem fraction 1.5"),
@@ -124,7 +124,7 @@ def test_out_of_memory_message_says_what_helps() -> None:
         "in use 10.00 GiB",
         "pool holds 12.00 GiB of a 12.00 GiB limit, 2.00 GiB of it free",
         "largest free block 2.00 GiB",
-        "fix: raise the fraction to at least 0.82: XLA_PYTHON_CLIENT_MEM_FRACTION=0.82",
+        "fix: raise the fraction to at least 0.82: XLA_CLIENT_MEM_FRACTION=0.82",
     ):
         assert text in message
     assert isinstance(info.value, MemoryError)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
-from ..errors import InvalidRequestError
+from ..errors import InvalidRequestError, OutOfMemoryError
 from ..model.pool.base import Pool
 from .recorder import TraceRecorder
 
@@ -38,9 +40,16 @@ class RecordingPool:
 
     def alloc(self, nbytes: int) -> int:
         self._check_open(f"alloc({nbytes!r})")
-        handle = self.pool.alloc(nbytes)
+        frame = sys._getframe(1)
+        site = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} in {frame.f_code.co_name}"  # who asked, for people
+        try:
+            handle = self.pool.alloc(nbytes)
+        except OutOfMemoryError:
+            # the request happened: the trace keeps it, so the model replays the failure with its analysis
+            self._recorder.allocate(int(nbytes), SOURCE, site)
+            raise
         size = int(nbytes)
-        self._ids[handle] = (self._recorder.allocate(size, SOURCE), size)
+        self._ids[handle] = (self._recorder.allocate(size, SOURCE, site), size)
         return handle
 
     def free(self, handle: int) -> None:

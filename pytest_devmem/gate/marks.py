@@ -15,13 +15,14 @@ from .tolerance import parse_tolerance
 from ..units import format_size, parse_size
 
 MARK_NAME = "devmem"
-MARK_KEYS = ("mode", "fraction", "limit", "tolerance", "frameworks", "max_compiles", "max_leak")
+MARK_KEYS = ("mode", "fraction", "limit", "tolerance", "frameworks", "max_compiles", "max_leak", "max_fragmentation")
 FRAMEWORKS = {"jax": "jax", "tf": "tensorflow", "tensorflow": "tensorflow"}
 MARKER_HELP = (
-    "devmem(mode=None, fraction=None, limit=None, tolerance=None, frameworks=(), max_compiles=None, max_leak=None): measure this test's "
+    "devmem(mode=None, fraction=None, limit=None, tolerance=None, frameworks=(), max_compiles=None, max_leak=None, max_fragmentation=None): measure this test's "
     "device memory, under the given regime (a child process when it differs from the session's); "
     "fail it above `limit` bytes (e.g. '2GiB'), when JAX compiles one function more than `max_compiles` times in it, "
-    "or when the frameworks still hold more than `max_leak` of its memory after it (e.g. '1MiB')."
+    "when the frameworks still hold more than `max_leak` of its memory after it (e.g. '1MiB'), "
+    "or when its pools' fragmentation goes above `max_fragmentation` (0 to 1)."
 )
 
 
@@ -36,6 +37,7 @@ class MarkSpec:
     frameworks: tuple[str, ...] = ()
     max_compiles: int | None = None
     max_leak: int | None = None
+    max_fragmentation: float | None = None
 
     def regime(self, session: Regime | None) -> Regime | None:
         """The regime this test runs under: the marker's where it names one, else the session's.
@@ -77,9 +79,45 @@ def parse_mark(args: tuple[object, ...], kwargs: dict[str, object]) -> MarkSpec 
         max_compiles = kwargs.get("max_compiles")
         if max_compiles is not None and (isinstance(max_compiles, bool) or not isinstance(max_compiles, int) or max_compiles < 0):
             return f"@pytest.mark.devmem max_compiles={max_compiles!r}: must be a whole number, 0 or more, e.g. max_compiles=1"
+        max_fragmentation = kwargs.get("max_fragmentation")
+        if max_fragmentation is not None:
+            max_fragmentation = parse_max_fragmentation(max_fragmentation)
     except (DevmemError, ValueError) as exc:
         return f"@pytest.mark.devmem: {exc}"
-    return MarkSpec(mode, fraction, limit, tolerance, frameworks, max_compiles, max_leak)  # type: ignore[arg-type]
+    return MarkSpec(mode, fraction, limit, tolerance, frameworks, max_compiles, max_leak, max_fragmentation)  # type: ignore[arg-type]
+
+
+def parse_max_fragmentation(value: object) -> float:
+    """A fragmentation bound in [0, 1]; ValueError naming the value and the rule."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"max_fragmentation={value!r}: must be a number from 0 to 1, e.g. max_fragmentation=0.3")
+    try:
+        bound = float(value)
+    except ValueError:
+        raise ValueError(f"max_fragmentation={value!r}: must be a number from 0 to 1, e.g. max_fragmentation=0.3") from None
+    if not 0.0 <= bound <= 1.0:  # also NaN
+        raise ValueError(f"max_fragmentation={value!r}: must be from 0 to 1 (XLA's measure: free bytes outside the largest free block, over free bytes)")
+    return bound
+
+
+def fragmentation_verdict(devices: list[dict[str, object]] | None, max_fragmentation: float | None) -> str | None:
+    """The failure when a device's pools were more fragmented at any moment than `max_fragmentation`
+    allows, naming the moment and the buffers that pinned the holes then."""
+    if max_fragmentation is None or not devices:
+        return None
+    worst = max(devices, key=lambda d: d.get("worst_fragmentation") or 0.0)  # type: ignore[arg-type, return-value]
+    value = worst.get("worst_fragmentation")
+    if not isinstance(value, (int, float)) or value <= max_fragmentation:
+        return None
+    lines = [
+        f"device memory fragmented: fragmentation reached {value:.3f} on {worst.get('device')} after event {worst.get('worst_fragmentation_event')}, "
+        f"above max_fragmentation {max_fragmentation:g} (XLA's measure: free bytes outside the largest free block, over free bytes)"
+    ]
+    pins = worst.get("pinning")
+    if isinstance(pins, list) and pins:
+        lines.append("  the holes were pinned by:")
+        lines += [f"  - {pin}" for pin in pins]
+    return "\n".join(lines)
 
 
 def normalize_frameworks(value: object) -> tuple[str, ...]:

@@ -32,7 +32,7 @@ def oom_lines(oom: Mapping[str, object], devices: Sequence[Mapping[str, object]]
     lines = [
         f"out of device memory under regime {regime} on {machine}: {who} could not allocate {_size(oom.get('requested'))} "
         f"({oom.get('requested')} bytes){label} on {oom.get('device')} -- {KIND_TEXT.get(kind, kind)}",
-        f"  {who}'s pool: {_size(oom.get('in_use'))} in use, {_size(oom.get('pool_bytes'))} held of a {_size(oom.get('limit'))} limit, "
+        f"  {who}: {_size(oom.get('in_use'))} in chunks, {_size(oom.get('pool_bytes'))} held of a {_size(oom.get('limit'))} limit, "
         f"{_size(int(oom.get('pool_bytes', 0)) - int(oom.get('in_use', 0)))} of it free, largest free block {_size(oom.get('largest_free_block'))}"  # type: ignore[call-overload]
         + (f", fragmentation {float(oom['fragmentation']):.2f}" if isinstance(oom.get("fragmentation"), (int, float)) and oom.get("fragmentation") else ""),  # type: ignore[arg-type]
     ]
@@ -54,8 +54,6 @@ def oom_lines(oom: Mapping[str, object], devices: Sequence[Mapping[str, object]]
         lines.append("  fix (each replayed on this trace): " + ", or ".join(str(f) for f in fixes))
     elif oom.get("why_none"):
         lines.append(f"  fix: none found: {oom['why_none']}")
-    if oom.get("real"):
-        lines.append(f"  and the test itself raised: {oom.get('error')}")
     return lines
 
 
@@ -76,7 +74,12 @@ def oom_message(oom: Mapping[str, object], devices: Sequence[Mapping[str, object
 
 
 def oom_summary(oom: Mapping[str, object] | None) -> str:
-    """A table cell: `no`, or the kind (`fragmentation`, `tenant`...), or `real` for an error the test raised."""
+    """A table cell: `no`, or the kind (`tenant`, `fragmentation 0.67` with the fragmentation at the
+    failure...), or `real` for an error the test raised."""
     if not oom:
         return "no"
-    return str(oom.get("kind") or ("real" if oom.get("real") else "yes"))
+    kind = str(oom.get("kind") or ("real" if oom.get("real") else "yes"))
+    fragmentation = oom.get("fragmentation")
+    if kind == "fragmentation" and isinstance(fragmentation, (int, float)):
+        kind += f" {fragmentation:.2f}"
+    return kind

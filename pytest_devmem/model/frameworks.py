@@ -75,6 +75,8 @@ class AllocatorSetup:
             return Policy.of("ondemand")
         if self.mode == "growth":
             return Policy.of("growth", self.fraction)
+        if self.mode == "compact":
+            return Policy.of("compact", self.fraction)
         return Policy.of("prealloc", self.fraction)
 
     def describe(self, fraction_variable: str = FRACTION_VARIABLE) -> str:
@@ -103,6 +105,8 @@ def setup_for_policy(kind: str, policy: Policy) -> AllocatorSetup:
         return AllocatorSetup(kind, "ondemand", 1.0)
     if policy.mode is Mode.GROWTH:
         return AllocatorSetup(kind, "growth", policy.fraction)
+    if policy.mode is Mode.COMPACT:
+        return AllocatorSetup(kind, "compact", policy.fraction)
     return AllocatorSetup(kind, "prealloc", policy.fraction)
 
 

@@ -36,6 +36,7 @@ from ..errors import InvalidFreeError, OutOfMemoryError
 from .device import DEFAULT_COMPUTE_CAPABILITY, SimulatedDevice
 from .frameworks import AllocatorSetup, context_bytes_for, tensorflow_memory_limit
 from .pool import BFCPool, OnDemandPool, Policy
+from .pool.compacting import CompactingPool
 from .trace import ALLOCATE_CODE, FREE_CODE, Trace
 
 KIND_TEXT = {
@@ -45,6 +46,9 @@ KIND_TEXT = {
     "tenant": "another tenant: another framework or process holds the rest of the device",
 }
 """What each kind of out-of-memory means, in a few words."""
+FRAGMENTATION_STEP = 0.01
+"""A device's map at its most fragmented is taken again only when its fragmentation rose by this much
+since the last one: the map is then within 0.01 of the worst moment, and a trace costs at most 100."""
 DEFAULT_SOURCE = "pool"
 """The allocator of events that name none (an RMM log, say): the regime's own pool."""
 
@@ -80,16 +84,21 @@ class AllocatorFigures:
     took: int  # what it held after its first region (less than asked where it backed off)
     peak_bytes_in_use: int
     peak_bytes_reserved: int
+    moved_bytes: int = 0  # a compacting allocator's: bytes it moved to defragment
+    compactions: int = 0
 
     @property
     def name(self) -> str:
         return self.source if not self.process else f"{self.source} (process {self.process})"
 
     def to_json(self) -> dict[str, object]:
-        return {
+        data: dict[str, object] = {
             "allocator": self.name, "setup": self.setup, "limit": self.limit, "asked": self.asked, "took": self.took,
             "peak_bytes_in_use": self.peak_bytes_in_use, "peak_bytes_reserved": self.peak_bytes_reserved,
         }
+        if self.compactions:
+            data.update(moved_bytes=self.moved_bytes, compactions=self.compactions)
+        return data
 
 
 @dataclass(frozen=True)
@@ -117,6 +126,7 @@ class DeviceFigures:
             "peak_chunk_bytes": self.peak_chunk_bytes,
             "fragmentation": self.fragmentation,
             "worst_fragmentation": self.worst_fragmentation,
+            "worst_fragmentation_event": self.worst_fragmentation_event,
             "context_bytes": self.context_bytes,
             "allocators": [a.to_json() for a in self.allocators],
             "at_peak": self.at_peak,
@@ -234,6 +244,7 @@ class MachineRun:
     snapshots: dict[str, MapSnapshot] = field(default_factory=dict)  # each device's pools at its peak
     failure: MapSnapshot | None = None  # the failing device's pools when its allocation failed
     events_replayed: int = 0
+    fragmented: dict[str, MapSnapshot] = field(default_factory=dict)  # each device's pools at (about) its most fragmented
 
     @property
     def fits(self) -> bool:
@@ -277,7 +288,7 @@ class _Allocator:
 
 class _Device:
     __slots__ = ("name", "code", "device", "allocators", "contexts", "in_use", "held", "chunks", "peak_in_use", "peak_held", "peak_chunks",
-                 "peak_event", "fragmentation_at_peak", "worst_fragmentation", "worst_event", "pending", "solo", "sampled")
+                 "peak_event", "fragmentation_at_peak", "worst_fragmentation", "worst_event", "pending", "solo", "sampled", "fragmented", "mapped")
 
     def __init__(self, name: str, code: int, capacity: int) -> None:
         self.name = name
@@ -294,6 +305,8 @@ class _Device:
         self.pending = False  # its peak rose since the last snapshot
         self.solo: BFCPool | None = None  # its only pool, while it has one BFC pool: fragmentation computed inline
         self.sampled = 0.0  # its fragmentation after its last event (a temporary's allocation is no moment of its own)
+        self.fragmented = False  # its worst fragmentation rose markedly at its last event: map it
+        self.mapped = 0.0  # the fragmentation of its last map at its worst
 
     def fragmentation(self) -> float:
         """XLA's GetFragmentation over this device's pools: the free bytes outside each pool's largest
@@ -338,6 +351,7 @@ class Machine:
         order: list[str] = []
         recorded = Timeline(list(devices)) if timeline else None
         snapshots: dict[str, MapSnapshot] = {}
+        fragmented: dict[str, MapSnapshot] = {}
         failure: MapSnapshot | None = None
         oom: OutOfMemory | None = None
         dropped: set[tuple[int, int]] = set()
@@ -363,6 +377,9 @@ class Machine:
             pool = allocator.pool
             assert pool is not None
             rounded = (size + 255) & ~255
+            if device.fragmented:  # the state after its last event is its most fragmented so far
+                fragmented[device.name] = _snapshot(device, device.worst_event if device.worst_event is not None else index - 1)
+                device.fragmented = False
             if action == ALLOCATE_CODE:
                 counts_ = allocator.counts
                 counts_[0] += 1
@@ -458,6 +475,8 @@ class Machine:
                 device.sampled = fragmentation
                 if device.worst_fragmentation is None or fragmentation > device.worst_fragmentation:
                     device.worst_fragmentation, device.worst_event = fragmentation, index
+                    if fragmentation >= device.mapped + FRAGMENTATION_STEP:  # at most 1/FRAGMENTATION_STEP maps a device
+                        device.fragmented, device.mapped = True, fragmentation
             else:
                 fragmentation = device.sampled = 0.0
             if recorded is not None:
@@ -468,10 +487,12 @@ class Machine:
         for device in devices.values():
             if device.pending:
                 snapshots[device.name] = _snapshot(device, device.peak_event)
+            if device.fragmented and oom is None:
+                fragmented[device.name] = _snapshot(device, device.worst_event if device.worst_event is not None else -1)
         figures = [_device_figures(device, snapshots.get(device.name), trace, spec) for device in devices.values()]
         by_source = {source: SourceFigures(c[0], c[2]) for source, c in sorted(counts.items()) if c[0]}
         replayed = index + 1 if oom is None or not stop_on_oom else oom.event
-        return MachineRun(spec, len(trace), figures, order, oom, by_source, recorded, snapshots, failure, replayed)
+        return MachineRun(spec, len(trace), figures, order, oom, by_source, recorded, snapshots, failure, replayed, fragmented)
 
     # -- allocators ------------------------------------------------------------------------
 
@@ -525,7 +546,7 @@ class Machine:
         if setup.mode == "ondemand":
             allocator.limit = int(capacity * policy.fraction)
             return OnDemandPool(sim, policy)
-        pool = BFCPool(sim, policy)
+        pool = CompactingPool(sim, policy) if setup.mode == "compact" else BFCPool(sim, policy)
         allocator.limit = pool.bytes_limit
         if policy.preallocates:
             allocator.asked = pool.bytes_limit
@@ -579,7 +600,7 @@ def _snapshot(device: _Device, event: int) -> MapSnapshot:
             chunks = []
             for region_start, address, size, in_use, _ in pool.chunks():
                 region = starts.setdefault(region_start, len(starts))
-                chunks.append((region, address - region_start, size, born.get(address, -1) if in_use else -1))
+                chunks.append((region, address - region_start, size, born.get(pool.handle_at(address), -1) if in_use else -1))
             maps.append(PoolMap(allocator.source, allocator.process, tuple(size for _, size in pool.regions()), tuple(chunks)))
         elif isinstance(pool, OnDemandPool):  # each buffer its own allocation from the device
             buffers = sorted((pool.allocated_size(handle), index) for handle, index in born.items())
@@ -615,7 +636,10 @@ def holders(snapshot: MapSnapshot | None, trace: Trace, top: int | None = TOP_CO
 
 def _device_figures(device: _Device, snapshot: MapSnapshot | None, trace: Trace, spec: MachineSpec) -> DeviceFigures:
     allocators = tuple(
-        AllocatorFigures(a.source, a.process, a.setup.describe(), a.limit, a.asked, a.took, a.peak_in_use, a.peak_held)
+        AllocatorFigures(
+            a.source, a.process, a.setup.describe(), a.limit, a.asked, a.took, a.peak_in_use, a.peak_held,
+            getattr(a.pool, "moved_bytes", 0), getattr(a.pool, "compactions", 0),
+        )
         for a in device.allocators
     )
     at_peak = holders(snapshot, trace) if snapshot is not None and snapshot.event == device.peak_event else {}

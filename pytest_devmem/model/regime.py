@@ -91,7 +91,7 @@ class Regime:
         """
         name = fraction_variable or jax_fraction_variable()
         fraction = f"{self.fraction:.4g}"
-        if self.mode in (Mode.PREALLOC, Mode.FRACTION):
+        if self.mode in (Mode.PREALLOC, Mode.FRACTION, Mode.COMPACT):  # compaction is the model's: JAX preallocates
             return {"XLA_PYTHON_CLIENT_PREALLOCATE": "true", name: fraction, "TF_FORCE_GPU_ALLOW_GROWTH": "false"}
         if self.mode is Mode.ONDEMAND:
             return {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_PYTHON_CLIENT_ALLOCATOR": "platform", "TF_GPU_ALLOCATOR": "cuda_malloc_async"}

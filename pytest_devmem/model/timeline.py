@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .fragmentation import pinning_buffers
 from .machine import MachineRun, MapSnapshot, contributor, holders
 from .trace import Trace
 
@@ -51,6 +52,10 @@ class DeviceLane:
     pools_at_peak: list[PoolView] = field(default_factory=list)
     worst_fragmentation: float | None = None
     worst_fragmentation_event: int | None = None
+    pools_at_worst: list[PoolView] = field(default_factory=list)  # its pools at (about) their most fragmented
+    worst_map_event: int = -1
+    pins: list[str] = field(default_factory=list)  # the buffers that pinned the holes then, for people
+    pinned: set[int] = field(default_factory=set)  # their allocation events, to mark them on the map
 
 
 @dataclass
@@ -64,6 +69,8 @@ class TimelineView:
     lanes: list[DeviceLane]
     oom: dict[str, object] | None = None  # the machine's out-of-memory result, with its event
     oom_pools: list[PoolView] = field(default_factory=list)  # the failing device's pools when it failed
+    oom_pins: list[str] = field(default_factory=list)
+    oom_pinned: set[int] = field(default_factory=set)
 
     @property
     def headline(self) -> DeviceLane | None:
@@ -130,6 +137,11 @@ def build_view(run: MachineRun, trace: Trace, regime: str) -> TimelineView:
             worst_fragmentation=figures.worst_fragmentation,
             worst_fragmentation_event=figures.worst_fragmentation_event,
         )
+        fragmented = run.fragmented.get(figures.device)
+        if fragmented is not None:
+            pins = pinning_buffers(fragmented, trace)
+            lane.pools_at_worst, lane.worst_map_event = pool_views(fragmented, trace), fragmented.event
+            lane.pins, lane.pinned = [pin.text() for pin in pins], {pin.event for pin in pins}
         if recorded is not None:
             xs, in_use, reserved, fragmentation = recorded.series(figures.device)
             keep = thin(xs, in_use, fragmentation)
@@ -139,4 +151,8 @@ def build_view(run: MachineRun, trace: Trace, regime: str) -> TimelineView:
             lane.fragmentation = [fragmentation[i] for i in keep]
         lanes.append(lane)
     oom = run.oom.to_json() if run.oom is not None else None
-    return TimelineView(regime, run.spec.name or run.spec.default_device, run.spec.capacity, run.events, lanes, oom, pool_views(run.failure, trace))
+    oom_pins = pinning_buffers(run.failure, trace) if run.oom is not None and run.oom.kind == "fragmentation" else []
+    return TimelineView(
+        regime, run.spec.name or run.spec.default_device, run.spec.capacity, run.events, lanes, oom, pool_views(run.failure, trace),
+        [pin.text() for pin in oom_pins], {pin.event for pin in oom_pins},
+    )

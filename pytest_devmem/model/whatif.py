@@ -5,10 +5,11 @@ test fit. Every answer is a replay, never a guess. No pytest, no frameworks here
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 from ..units import format_size
+from .fragmentation import Defragmentation, Pin, defragment, long_lived_first, pinning_buffers
 from .frameworks import AllocatorSetup
 from .machine import KIND_TEXT, MachineRun, MachineSpec, run_machine
 from .regime import FRACTION_VARIABLE
@@ -101,10 +102,24 @@ def what_if(trace: Trace, setups: Setups, spec: MachineSpec) -> WhatIf:
 
 @dataclass(frozen=True)
 class Fixes:
-    """The settings that make a failing trace fit, each proven by a replay, or why none does."""
+    """The settings that make a failing trace fit, each proven by a replay, or why none does; for a
+    fragmentation failure, the buffers that pin the holes and what defragmentation would do."""
 
     settings: list[str]
     why_none: str = ""
+    pins: list[Pin] = field(default_factory=list)
+    defragmentation: Defragmentation | None = None
+
+    def record(self, oom: dict[str, object]) -> None:
+        """Write these into a record's `oom`."""
+        oom["fixes"] = self.settings
+        if self.why_none:
+            oom["why_none"] = self.why_none
+        if self.pins:
+            oom["pinning"] = [pin.text() for pin in self.pins]
+            oom["pins"] = [pin.to_json() for pin in self.pins]
+        if self.defragmentation is not None:
+            oom["defragmentation"] = self.defragmentation.to_json()
 
     def text(self) -> str:
         if self.settings:
@@ -150,6 +165,16 @@ def proven_fixes(trace: Trace, setups: Setups, spec: MachineSpec, run: MachineRu
             attempt(_mode_fix(kind, "growth"), {**setups, kind: replace(setup, mode="growth")})
         if setup.mode != "ondemand":
             attempt(_mode_fix(kind, "ondemand"), {**setups, kind: replace(setup, mode="ondemand")})
+    pins: list[Pin] = []
+    defragmentation = None
+    if oom.kind == "fragmentation":
+        pins = pinning_buffers(run.failure, trace)
+        attempt("allocate the long-lived buffers first (those still live when it failed)", setups, long_lived_first(trace, run))
+        if present.get(oom.source) is not None and present[oom.source].mode == "prealloc":
+            defragmentation = defragment(trace, setups, spec, (oom.source,))
+            tried.append("a defragmenting allocator")
+            if defragmentation.fits:
+                found.append(f"{defragmentation.text()}, as TPU runtimes defragment (JAX on GPUs does not)")
     tensorflow = present.get("tensorflow")
     if tensorflow is not None:
         if tensorflow.mode in ("default", "limit"):
@@ -157,8 +182,8 @@ def proven_fixes(trace: Trace, setups: Setups, spec: MachineSpec, run: MachineRu
         if len(present) > 1:
             attempt('hide the GPU from TensorFlow (tf.config.set_visible_devices([], "GPU"))', setups, _without_source(trace, "tensorflow"))
     if found:
-        return Fixes(found)
-    return Fixes([], _why_none(oom.kind, run, spec, tried))
+        return Fixes(found, pins=pins, defragmentation=defragmentation)
+    return Fixes([], _why_none(oom.kind, run, spec, tried), pins, defragmentation)
 
 
 def _fraction_fix(kind: str, fraction: float, fraction_variable: str) -> str:

@@ -17,7 +17,7 @@ from ..gate.baseline import BaselineFormatError, BaselineStore, module_of
 from ..model.device import DEFAULT_COMPUTE_CAPABILITY, Device, open_device
 from ..errors import DevmemError, OutOfMemoryError
 from ..files import write_atomic
-from ..gate.marks import MARK_NAME, MARKER_HELP, MarkSpec, compiles_verdict, leak_verdict, limit_verdict, parse_mark
+from ..gate.marks import MARK_NAME, MARKER_HELP, MarkSpec, compiles_verdict, fragmentation_verdict, leak_verdict, limit_verdict, parse_mark
 from ..model.pool import Policy, make_pool
 from ..model.pool.base import Pool
 from ..capture.measurement import Captured, Measurement
@@ -405,6 +405,9 @@ class DevmemManager:
             failure = compiles_verdict(captured.compiled, marked.max_compiles)
         if failure is None:
             failure = leak_verdict(captured.kept, self._max_leak(item))
+        if failure is None:
+            bound = marked.max_fragmentation if marked is not None and marked.max_fragmentation is not None else self.settings.max_fragmentation
+            failure = fragmentation_verdict(record.devices, bound)
         tolerance = parse_tolerance(marked.tolerance) if marked is not None and marked.tolerance is not None else self.settings.tolerance
         record.tolerance = tolerance.spec
         baseline_failure = baseline_verdict(record, self.store, tolerance, update=self.settings.update, strict=self.settings.strict)

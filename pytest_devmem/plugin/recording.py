@@ -16,6 +16,7 @@ from ..model.pool import Policy
 from ..model.regime import jax_fraction_variable
 
 if TYPE_CHECKING:
+    from ..model.machine import MachineRun
     from ..model.trace import Trace
 
 
@@ -64,6 +65,8 @@ def make_record(
         notes=notes, outcome=outcome, real_oom=real_oom, limit_bytes=limit_bytes, duration_s=duration_s,
     )
     record.trace_events = trace  # kept in memory for --devmem-traces and trace analyses
+    if run is not None:
+        add_pins(record, run, trace)
     if run is not None and run.oom is not None and record.oom is not None:
         add_fixes(record, trace, setups, spec)
     if captured.kept is not None:
@@ -79,12 +82,21 @@ def make_record(
     return record
 
 
+def add_pins(record: TestRecord, run: MachineRun, trace: Trace) -> None:
+    """Per device, the buffers that pinned the holes of its pools at their most fragmented."""
+    from ..model.fragmentation import pinning_buffers
+
+    for device in record.devices or []:
+        snapshot = run.fragmented.get(str(device.get("device")))
+        pins = pinning_buffers(snapshot, trace)
+        if snapshot is not None and pins:
+            device["pinning"] = [pin.text() for pin in pins]
+            device["pinning_event"] = snapshot.event
+
+
 def add_fixes(record: TestRecord, trace: Trace, setups: dict[str, AllocatorSetup], spec: MachineSpec) -> None:
     """The settings that make the test fit, each proven by replaying its trace with it, or why none does."""
     from ..model.whatif import proven_fixes
 
     assert record.run is not None and record.oom is not None
-    fixes = proven_fixes(trace, setups, spec, record.run, jax_fraction_variable())
-    record.oom["fixes"] = fixes.settings
-    if fixes.why_none:
-        record.oom["why_none"] = fixes.why_none
+    proven_fixes(trace, setups, spec, record.run, jax_fraction_variable()).record(record.oom)

@@ -18,7 +18,7 @@ from ..errors import DevmemError
 from ..model.pool.policy import ALLOWED_MODES, parse_fraction, parse_mode
 from ..model.regime import Regime
 from ..present.report import REPORT_FORMATS
-from ..gate.marks import normalize_frameworks
+from ..gate.marks import normalize_frameworks, parse_max_fragmentation
 from ..gate.tolerance import DEFAULT_TOLERANCE, TOLERANCE_HELP, Tolerance, parse_tolerance
 from ..units import format_size, parse_size
 from .workers import WorkerPlan, gpu_count, plan_workers, worker_index
@@ -63,6 +63,7 @@ OPTIONS = (
     Option("artifacts", "For each test that fails pytest-devmem's checks, leave its trace (.csv) and a self-contained picture of it (.html) in DIR; the failure says where.", "DIR"),
     Option("benchmark-json", "Write each measured test's peak as github-action-benchmark's customSmallerIsBetter JSON to FILE.", "FILE"),
     Option("max-leak", "Fail every measured test after which the frameworks still hold more than SIZE of the memory it allocated (e.g. 1MiB); the marker's max_leak= overrides it.", "SIZE"),
+    Option("max-fragmentation", "Fail every measured test whose pools' fragmentation goes above F (0 to 1, XLA's measure) at any moment; the marker's max_fragmentation= overrides it.", "F"),
     Option("limit", "Fail every measured test whose peak device memory is above SIZE (e.g. 2GiB); the marker's limit= overrides it for one test.", "SIZE"),
     Option("cuda-context", "Device memory one process's CUDA context holds on each device in the model of the machine. Default: 512MiB, at most an eighth of the device.", "SIZE"),
     Option("find-min-fraction", "Report for each measured test the smallest fraction at which it passes under prealloc (replaying its trace).", flag=True),
@@ -142,6 +143,7 @@ class Settings:
     traces_dir: Path | None = None
     limit: int | None = None
     max_leak: int | None = None
+    max_fragmentation: float | None = None
     benchmark_json: Path | None = None
     artifacts_dir: Path | None = None
     cuda_context_bytes: int | None = None  # None: the model's default for the device's capacity
@@ -181,6 +183,7 @@ def load_settings(config: pytest.Config) -> Settings:
     cuda_context = _checked(config, options["cuda-context"], _size_or_zero)
     limit = _checked(config, options["limit"], _positive_size)
     max_leak = _checked(config, options["max-leak"], _size_or_zero)
+    max_fragmentation = _checked(config, options["max-fragmentation"], parse_max_fragmentation)
     artifacts_dir = _path_setting(config, options["artifacts"], "artifacts directory", directory=True)
     benchmark_path = _path_setting(config, options["benchmark-json"], "benchmark JSON file", directory=False)
     traces_dir = _path_setting(config, options["traces"], "traces directory", directory=True)
@@ -209,6 +212,7 @@ def load_settings(config: pytest.Config) -> Settings:
         traces_dir=traces_dir,
         limit=limit,  # type: ignore[arg-type]
         max_leak=max_leak,  # type: ignore[arg-type]
+        max_fragmentation=max_fragmentation,  # type: ignore[arg-type]
         benchmark_json=benchmark_path,
         artifacts_dir=artifacts_dir,
         cuda_context_bytes=cuda_context,  # type: ignore[arg-type]

@@ -48,15 +48,25 @@ def oom_caption(view: TimelineView) -> str:
     return f"out of memory at event {oom.get('event')}: {allocator_name(str(oom.get('allocator')))} asked {format_size(int(oom.get('requested', 0)))} on {oom.get('device')} ({KIND_TEXT.get(kind, kind)})"  # type: ignore[call-overload]
 
 
-def map_pools(view: TimelineView) -> tuple[str, list[PoolView]]:
-    """The map to draw and its caption: the failing device's pools when it ran out of memory, else
-    the headline device's at its peak."""
+MARKED_FRAGMENTATION = 0.05
+"""A device this fragmented at its worst gets a second map, of that moment, with its pins marked."""
+
+
+def maps(view: TimelineView) -> list[tuple[str, list[PoolView], set[int], list[str]]]:
+    """The maps to draw: (caption, pools, allocation events of the buffers to mark, what they are).
+    The failing device's pools when it ran out of memory, else the headline device's at its peak;
+    and each device's at its most fragmented, where that is marked, with the buffers that pin its holes."""
+    drawn = []
     if view.oom and view.oom_pools:
-        return f"memory map of {view.oom.get('device')} when it ran out of memory", view.oom_pools
-    lane = view.headline
-    if lane is None:
-        return "memory map", []
-    return f"memory map of {lane.device} at its peak (event {lane.peak_event})", lane.pools_at_peak
+        drawn.append((f"memory map of {view.oom.get('device')} when it ran out of memory", view.oom_pools, view.oom_pinned, view.oom_pins))
+    elif view.headline is not None:
+        lane = view.headline
+        drawn.append((f"memory map of {lane.device} at its peak (event {lane.peak_event})", lane.pools_at_peak, set(), []))
+    for lane in view.lanes:
+        if lane.pools_at_worst and (lane.worst_fragmentation or 0.0) >= MARKED_FRAGMENTATION and not view.oom:
+            caption = f"memory map of {lane.device} at its most fragmented (event {lane.worst_map_event}, fragmentation {lane.worst_fragmentation:.2f}), pinning buffers outlined"
+            drawn.append((caption, lane.pools_at_worst, lane.pinned, lane.pins))
+    return drawn
 
 
 def write_plot(view: TimelineView, path: str | os.PathLike[str], title: str) -> None:
@@ -98,9 +108,8 @@ def render_png(view: TimelineView, path: str | os.PathLike[str], title: str) -> 
         import matplotlib.pyplot as plt
     except ImportError:
         raise ValueError("a PNG needs matplotlib (pip install 'pytest-devmem[plot]'); an .html file needs nothing") from None
-    caption, pools = map_pools(view)
-    regions = sum(len(pool.region_sizes) for pool in pools)
-    heights = [2.2] * len(view.lanes) + [1.2, max(1.0, 0.35 * regions + 0.6)]
+    drawn = maps(view)
+    heights = [2.2] * len(view.lanes) + [1.2] + [max(1.0, 0.35 * sum(len(pool.region_sizes) for pool in pools) + 0.6 + 0.15 * len(pins)) for _, pools, _, pins in drawn]
     figure, axes = plt.subplots(len(heights), 1, figsize=(11, sum(heights) + 0.8), gridspec_kw={"height_ratios": heights})
     last = max(0, view.events - 1)
     colours = owner_colours(view)
@@ -116,7 +125,8 @@ def render_png(view: TimelineView, path: str | os.PathLike[str], title: str) -> 
     frag.set_xlabel("event", fontsize=8)
     if len(view.lanes) > 1:
         frag.legend(fontsize=7, loc="upper left")
-    _png_map(axes[-1], pools, caption, colours, plt)
+    for axis, (caption, pools, pinned, pins) in zip(axes[len(view.lanes) + 1:], drawn):
+        _png_map(axis, pools, caption, colours, plt, pinned, pins)
     figure.suptitle(title, fontsize=10)
     figure.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -156,7 +166,7 @@ def _png_lane(axis: object, lane: DeviceLane, view: TimelineView, last: int, plt
     right.legend(loc="upper right", fontsize=7)
 
 
-def _png_map(axis: object, pools: list[PoolView], caption: str, colours: dict[str, str], plt: object) -> None:
+def _png_map(axis: object, pools: list[PoolView], caption: str, colours: dict[str, str], plt: object, pinned: set[int], pins: list[str]) -> None:
     ax = axis  # type: ignore[assignment]
     labels, row = [], 0
     for pool in pools:
@@ -167,12 +177,13 @@ def _png_map(axis: object, pools: list[PoolView], caption: str, colours: dict[st
                     continue
                 width = min(chunk.size, extent - chunk.offset)
                 colour = colours.get(chunk.owner, PALETTE[-1]) if chunk.owner else FREE_COLOUR
-                ax.barh(row, width / MiB, left=chunk.offset / MiB, color=colour, edgecolor="white", linewidth=0.5)  # type: ignore[attr-defined]
+                marked = chunk.event in pinned
+                ax.barh(row, width / MiB, left=chunk.offset / MiB, color=colour, edgecolor="black" if marked else "white", linewidth=1.5 if marked else 0.5)  # type: ignore[attr-defined]
             labels.append(f"{allocator_name(pool.allocator)} region {region} ({format_size(size)})")
             row += 1
     ax.set_yticks(range(len(labels)), labels, fontsize=7)  # type: ignore[attr-defined]
     ax.invert_yaxis()  # type: ignore[attr-defined]
-    ax.set_xlabel(f"MiB from the region's start ({MAP_SHOWN})", fontsize=8)  # type: ignore[attr-defined]
+    ax.set_xlabel(f"MiB from the region's start ({MAP_SHOWN})" + "".join(f"\npinning: {pin}" for pin in pins), fontsize=7)  # type: ignore[attr-defined]
     ax.set_title(f"{caption}: coloured in use, grey free", fontsize=9)  # type: ignore[attr-defined]
     handles = [plt.Rectangle((0, 0), 1, 1, color=colour) for colour in colours.values()] + [plt.Rectangle((0, 0), 1, 1, color=FREE_COLOUR)]  # type: ignore[attr-defined]
     ax.legend(handles, [*colours, "free"], fontsize=7, loc="lower right")  # type: ignore[attr-defined]
@@ -260,13 +271,15 @@ def render_html(view: TimelineView, title: str) -> str:
         for owner, size in head.at_peak.items():
             parts.append(f"<tr><td style='background:{colours.get(owner, PALETTE[-1])}'>&nbsp;&nbsp;</td><td>{html.escape(owner)}</td><td>{format_size(size)}</td></tr>")
         parts.append("</table>")
-    caption, pools = map_pools(view)
-    parts.append(_map_svg(pools, caption, colours))
+    for caption, pools, pinned, pins in maps(view):
+        parts.append(_map_svg(pools, caption, colours, pinned))
+        if pins:
+            parts.append("<p>The holes are pinned by:</p><ul>" + "".join(f"<li>{html.escape(pin)}</li>" for pin in pins) + "</ul>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
 
-def _map_svg(pools: list[PoolView], caption: str, colours: dict[str, str]) -> str:
+def _map_svg(pools: list[PoolView], caption: str, colours: dict[str, str], pinned: set[int]) -> str:
     row, width, label_width = 26, 900.0, 230.0
     rows = [(pool, region, size, extent) for pool in pools for region, (size, extent) in enumerate(zip(pool.region_sizes, map_extent(pool)))]
     parts = [
@@ -282,10 +295,12 @@ def _map_svg(pools: list[PoolView], caption: str, colours: dict[str, str]) -> st
                 continue
             shown = min(chunk.size, extent - chunk.offset)
             colour = colours.get(chunk.owner, PALETTE[-1]) if chunk.owner else FREE_COLOUR
-            label = html.escape(f"{chunk.owner or 'free'}: {format_size(chunk.size)} at +{format_size(chunk.offset)}")
+            marked = chunk.event in pinned
+            label = html.escape(f"{chunk.owner or 'free'}: {format_size(chunk.size)} at +{format_size(chunk.offset)}" + (" (pins the holes beside it)" if marked else ""))
+            stroke = "stroke='black' stroke-width='2'" if marked else "stroke='white' stroke-width='0.5'"
             parts.append(
                 f"<rect x='{label_width + chunk.offset * scale:.2f}' y='{y}' width='{max(shown * scale, 0.5):.2f}' height='{row - 8}' "
-                f"fill='{colour}' stroke='white' stroke-width='0.5'><title>{label}</title></rect>"
+                f"fill='{colour}' {stroke}><title>{label}</title></rect>"
             )
     parts.append("</svg>")
     return "\n".join(parts)

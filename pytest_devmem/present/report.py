@@ -39,6 +39,15 @@ def allocators(record: TestRecord) -> list[str]:
     return sorted(by_source) if isinstance(by_source, dict) else []
 
 
+def _fragmentation(record: TestRecord) -> str:
+    """At the peak, and its worst over the test where that was markedly higher."""
+    text = _fraction(record.fragmentation)
+    worst = record.worst_fragmentation
+    if worst is not None and worst >= (record.fragmentation or 0.0) + 0.01:
+        text += f" (worst {worst:.3f})"
+    return text
+
+
 def _saw_memory(record: TestRecord) -> str:
     """Whose allocations the test's trace holds (jax, tensorflow, pool), or why there are none."""
     names = allocators(record)
@@ -55,7 +64,7 @@ def table_rows(records: Iterable[TestRecord], per_device: bool = True) -> list[t
         peak = _size(r.peak_bytes_in_use)
         if r.device_count > 1:
             peak += f" (max of {r.device_count} devices: {r.peak_device})"
-        rows.append((r.test_id, r.regime, peak, _size(r.peak_bytes_reserved), _fraction(r.fragmentation), oom_summary(r.oom), r.outcome, _saw_memory(r)))
+        rows.append((r.test_id, r.regime, peak, _size(r.peak_bytes_reserved), _fragmentation(r), oom_summary(r.oom), r.outcome, _saw_memory(r)))
         if per_device and r.device_count > 1:
             for device in r.devices or []:
                 rows.append((

@@ -56,4 +56,8 @@ def make_pool(device: Device, policy: Policy, *, release_free_regions: bool = Fa
     """The pool that implements `policy` on `device`."""
     if policy.mode is Mode.ONDEMAND:
         return OnDemandPool(device, policy, dump_on_oom=dump_on_oom)
+    if policy.mode is Mode.COMPACT:
+        from .compacting import CompactingPool
+
+        return CompactingPool(device, policy, release_free_regions=release_free_regions, dump_on_oom=dump_on_oom)
     return BFCPool(device, policy, release_free_regions=release_free_regions, dump_on_oom=dump_on_oom)

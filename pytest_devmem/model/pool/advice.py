@@ -8,6 +8,10 @@ from ...errors import OutOfMemoryFigures
 from ...units import format_size
 from .policy import Mode, Policy
 
+FRACTION_VARIABLE = "XLA_CLIENT_MEM_FRACTION"
+"""The fraction variable jaxlib 0.10 reads (it still reads the deprecated XLA_PYTHON_CLIENT_MEM_FRACTION,
+but refuses both at once)."""
+
 
 def suggest_fix(policy: Policy, f: OutOfMemoryFigures) -> str:
     """One actionable sentence for the failure these figures describe.
@@ -26,20 +30,20 @@ def suggest_fix(policy: Policy, f: OutOfMemoryFigures) -> str:
     if f.pool_free >= f.rounded:
         return (
             f"the pool has {format_size(f.pool_free)} free but no block of {format_size(f.rounded)} "
-            "(fragmentation): use mode 'growth' or 'ondemand' (XLA_PYTHON_CLIENT_ALLOCATOR=platform), "
-            "or allocate long-lived buffers first"
+            "(fragmentation): allocating long-lived buffers first, another mode ('ondemand', 'growth') or a "
+            "defragmenting allocator ('compact') may help; pytest-devmem replays the test's trace to say which fits"
         )
     if needed > f.device_capacity - held_by_others:
         return (
             f"other users of this device hold {format_size(held_by_others)}, leaving too little: lower their share "
-            "(XLA_PYTHON_CLIENT_MEM_FRACTION, XLA_PYTHON_CLIENT_PREALLOCATE=false, TF_FORCE_GPU_ALLOW_GROWTH=true) "
+            f"({FRACTION_VARIABLE}, XLA_PYTHON_CLIENT_PREALLOCATE=false, TF_FORCE_GPU_ALLOW_GROWTH=true) "
             "or give each its own GPU (CUDA_VISIBLE_DEVICES)"
         )
     fraction = min(1.0, math.ceil(needed / f.device_capacity * 100) / 100)
     if policy.mode is Mode.ONDEMAND:
         return f"raise the limit to at least fraction={fraction:.2f} of the device"
     return (
-        f"raise the fraction to at least {fraction:.2f}: XLA_PYTHON_CLIENT_MEM_FRACTION={fraction:.2f} "
+        f"raise the fraction to at least {fraction:.2f}: {FRACTION_VARIABLE}={fraction:.2f} "
         f"(marker devmem(fraction={fraction:.2f}) or --devmem-fraction={fraction:.2f})"
         + ("" if policy.mode is Mode.GROWTH else ", or use mode 'growth' (XLA_PYTHON_CLIENT_PREALLOCATE=false)")
     )

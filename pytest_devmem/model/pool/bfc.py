@@ -196,6 +196,11 @@ class BFCPool(PoolCounters):
         """(start address, size) of each region held, in the order they were taken."""
         return list(self._regions.items())
 
+    def handle_at(self, address: int) -> int:
+        """The handle of the chunk in use at `address` (here the address itself; a pool that moves
+        buffers hands out other handles)."""
+        return address
+
     def allocated_size(self, handle: int) -> int:
         """Bytes the chunk at `handle` takes in the pool (the request rounded, or more when not split)."""
         if handle not in self._requested:

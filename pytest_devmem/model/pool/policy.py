@@ -1,4 +1,5 @@
-"""The four allocation regimes JAX and TensorFlow document, as pool policies."""
+"""The four allocation regimes JAX and TensorFlow document, as pool policies, and `compact`: the
+defragmenting allocator TPU runtimes have, as a what-if."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ class Mode(str, enum.Enum):
     GROWTH = "growth"
     """Regions reserved as needed, 2 MiB then doubling, and kept (TensorFlow's allow_growth; JAX
     without preallocation), capped at the fraction x capacity (0.75 by default)."""
+    COMPACT = "compact"
+    """As PREALLOC, with an allocator that moves live buffers together when an allocation would
+    otherwise fail for fragmentation, as TPU runtimes defragment (JAX on GPUs does not: a what-if)."""
 
 
 MODE_ALIASES = {"platform": Mode.ONDEMAND}
@@ -35,6 +39,7 @@ _DEFAULT_FRACTION = {
     # (xla/pjrt/gpu/gpu_helpers.cc: allocator_memory = total_memory * memory_fraction)
     Mode.GROWTH: DEFAULT_PREALLOC_FRACTION,
     Mode.ONDEMAND: 1.0,  # the platform allocator has no cap of its own
+    Mode.COMPACT: DEFAULT_PREALLOC_FRACTION,
 }
 
 
@@ -90,7 +95,7 @@ class Policy:
     @property
     def preallocates(self) -> bool:
         """True where the whole limit is reserved as one region on first use."""
-        return self.mode in (Mode.PREALLOC, Mode.FRACTION)
+        return self.mode in (Mode.PREALLOC, Mode.FRACTION, Mode.COMPACT)
 
     @property
     def label(self) -> str:
