@@ -338,12 +338,14 @@ class Machine:
         for name in sorted(set(device_name.values()), key=_device_order):
             devices[name] = _Device(name, len(devices), spec.capacity)
         # a lane is one allocator: (device, process, source); each event names its lane
-        lane_keys = sorted({(devices[device_name[d]].code, p, s) for d, p, s in zip(trace.devices, trace.processes, trace.sources)})
+        one_lane = len(set(trace.devices)) <= 1 and len(set(trace.processes)) <= 1 and len(set(trace.sources)) <= 1  # sets of arrays: fast
+        combinations = {(trace.devices[0], trace.processes[0], trace.sources[0])} if one_lane and len(trace) else set(zip(trace.devices, trace.processes, trace.sources))
+        lane_keys = sorted({(devices[device_name[d]].code, p, s) for d, p, s in combinations})
         lane_index = {key: i for i, key in enumerate(lane_keys)}
-        if len(lane_keys) == 1:
+        if len(lane_keys) <= 1:
             lane_codes: Iterable[int] = repeat(0, len(trace))
         else:
-            code_of = {(d, p, s): lane_index[(devices[device_name[d]].code, p, s)] for d, p, s in set(zip(trace.devices, trace.processes, trace.sources))}
+            code_of = {(d, p, s): lane_index[(devices[device_name[d]].code, p, s)] for d, p, s in combinations}
             lane_codes = [code_of[key] for key in zip(trace.devices, trace.processes, trace.sources)]
         by_code = list(devices.values())
         lanes: list[_Allocator | None] = [None] * len(lane_keys)
