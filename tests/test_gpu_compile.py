@@ -226,6 +226,16 @@ def test_the_sizer_compiles_nothing_the_test_would_count(h100: GpuSizer) -> None
 
 
 @needs_compiler
+def test_retargeted_compiles_stay_out_of_jaxs_persistent_cache(h100: GpuSizer) -> None:
+    from jax._src import compiler
+
+    from pytest_devmem.capture import jax_lowering
+
+    with jax_lowering.retargeting():  # a compile-only executable stored there fails to load next run
+        assert compiler._get_cache_key(None, None, None, None) is None
+
+
+@needs_compiler
 def test_disk_cache_answers_a_second_run_with_the_same_sizes(jax_loaded: Any, tmp_path: Path) -> None:
     import jax
     import jax.numpy as jnp

@@ -97,6 +97,12 @@ class LoweringHooks:
                 return False
             self._patches.replace(pxla, "lower_sharding_computation", self._wrap_lower)
             self._patches.replace(pxla.MeshComputation, "compile", self._wrap_compile)
+            try:
+                from jax._src import compiler  # type: ignore[import-not-found]
+            except ImportError:
+                compiler = None
+            if callable(getattr(compiler, "_get_cache_key", None)):
+                self._patches.replace(compiler, "_get_cache_key", _no_persistent_cache_when_retargeting)
             self._users = 1
             return True
 
@@ -171,6 +177,16 @@ class LoweringHooks:
 
 
 hooks = LoweringHooks()
+
+
+def _no_persistent_cache_when_retargeting(original: Callable[..., Any]) -> Callable[..., Any]:
+    """JAX's persistent compilation cache (when the user enabled it) keeps retargeted executables
+    out: compile-only executables stored there fail to load on the next run, with a warning."""
+
+    def get_cache_key(*args: Any, **kwargs: Any) -> Any:
+        return None if compiling_for_target() else original(*args, **kwargs)
+
+    return get_cache_key
 
 
 def devices_of(xla_executable: Any) -> tuple[Any, ...]:
