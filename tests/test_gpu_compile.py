@@ -232,7 +232,8 @@ def test_retargeted_compiles_stay_out_of_jaxs_persistent_cache(h100: GpuSizer) -
     from pytest_devmem.capture import jax_lowering
 
     with jax_lowering.retargeting():  # a compile-only executable stored there fails to load next run
-        assert compiler._get_cache_key(None, None, None, None) is None
+        get_cache_key: Any = compiler._get_cache_key
+        assert get_cache_key(None, None, None, None) is None
 
 
 @needs_compiler

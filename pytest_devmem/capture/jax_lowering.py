@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import sys
 import threading
 import weakref
 from contextlib import contextmanager
@@ -97,10 +98,7 @@ class LoweringHooks:
                 return False
             self._patches.replace(pxla, "lower_sharding_computation", self._wrap_lower)
             self._patches.replace(pxla.MeshComputation, "compile", self._wrap_compile)
-            try:
-                from jax._src import compiler  # type: ignore[import-not-found]
-            except ImportError:
-                compiler = None
+            compiler: Any = sys.modules.get("jax._src.compiler")  # imported with jax
             if callable(getattr(compiler, "_get_cache_key", None)):
                 self._patches.replace(compiler, "_get_cache_key", _no_persistent_cache_when_retargeting)
             self._users = 1
