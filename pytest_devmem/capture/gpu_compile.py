@@ -1,0 +1,353 @@
+"""Each JAX executable's buffer sizes as XLA:GPU would compile it, on a machine without a GPU.
+
+XLA:GPU assigns buffers differently from XLA:CPU (an attention step: no temporary on CPU, 1 GiB on
+an H100), so the CPU compile's `temp_size_in_bytes` misstates what a GPU run allocates. JAX 0.10
+compiles for a GPU that is not present ("deviceless" ahead-of-time compilation) once the CUDA
+plugin is installed beside the CPU jaxlib: `jax.experimental.topologies.get_topology_desc(
+platform="cuda", target_config=...)` gives compile-only devices of the GPU that the target config
+describes (`model.gpu_targets`). Each executable's jaxpr is lowered again for that many GPUs
+(`jax_lowering`: a sharded executable keeps its mesh and specs, on GPUs) and compiled on the
+compile-only client; its sizes are XLA's memory analysis of that compile, per device.
+
+Results are cached per executable, and on disk (when given a folder) under a key made of the GPU
+module's text, the target config, the jaxlib and plugin versions and XLA_FLAGS. An executable that
+cannot be compiled this way gets an `Unavailable` with the reason (no plugin, host callbacks, a
+custom call with no CUDA handler...), and keeps its CPU sizes. JAX is imported lazily.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..files import write_atomic
+from ..model.gpu_targets import GpuSpec
+from ..units import format_size
+from . import jax_lowering
+from .jax_lowering import compiling_for_target
+
+__all__ = ["ExecutableSizes", "GpuSizer", "Unavailable", "compiling_for_target", "cuda_compiler_problem", "environment_for_deviceless_compile"]
+
+CUDA_PLUGIN_MODULE = "jax_plugins.xla_cuda12"
+"""The PJRT plugin (package `jax-cuda12-pjrt`) that holds XLA:GPU's compiler."""
+CUDA_KERNELS_MODULE = "jax_cuda12_plugin"
+"""JAX's CUDA kernels (package `jax-cuda12-plugin`): registers the handlers of cuSOLVER, cuFFT... custom calls."""
+INSTALL_HINT = "pip install 'pytest-devmem[gpu-compile]'"
+CACHE_FORMAT = 1
+"""Bumped when what a disk-cache entry holds, or how its key is made, changes."""
+
+
+@dataclass(frozen=True)
+class ExecutableSizes:
+    """One executable's sizes per device, from XLA:GPU's memory analysis for `target`."""
+
+    target: str
+    devices: int  # GPUs the executable was compiled for
+    temp_bytes: int
+    output_bytes: int
+    argument_bytes: int
+    alias_bytes: int  # outputs that reuse a donated argument's buffer
+    code_bytes: int
+    compile_seconds: float  # lowering and compiling; 0.0 when the disk cache answered
+    source: str  # "compiled" or "disk cache"
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """Why an executable could not be compiled for the target; it keeps its CPU sizes."""
+
+    reason: str
+
+
+# -- the installed CUDA compiler --------------------------------------------------------
+
+
+def _module_found(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def cuda_compiler_problem() -> str | None:
+    """Why XLA:GPU's compiler is not installed here, or None. Imports no framework."""
+    missing = [package for package, module in (("jax-cuda12-pjrt", CUDA_PLUGIN_MODULE), ("jax-cuda12-plugin", CUDA_KERNELS_MODULE)) if not _module_found(module)]
+    if missing:
+        return f"the CUDA compiler for JAX is not installed ({', '.join(missing)} missing): {INSTALL_HINT}"
+    return None
+
+
+def environment_for_deviceless_compile(environ: Mapping[str, str], gpu_present: bool) -> dict[str, str]:
+    """Settings to put in the environment before JAX starts, so that the CUDA plugin registers its
+    compiler on a machine without a GPU while JAX runs on the CPU.
+
+    Without them, the plugin's start-up check of the CUDA libraries fails (no driver, no runtime)
+    and JAX prints that failure's traceback; with JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 the plugin
+    registers, its backend fails to start without a driver, and JAX runs on the CPU as before.
+    Nothing is set where a GPU is present, where the user chose JAX's platforms, or where the
+    plugin is not installed.
+    """
+    if gpu_present or cuda_compiler_problem() is not None:
+        return {}
+    if "JAX_PLATFORMS" in environ or "JAX_SKIP_CUDA_CONSTRAINTS_CHECK" in environ:
+        return {}
+    return {"JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1"}
+
+
+# -- the sizer ----------------------------------------------------------------------------
+
+
+class GpuSizer:
+    """Sizes JAX executables for one GPU target; cached per executable and, with `cache_dir`, on disk."""
+
+    def __init__(self, spec: GpuSpec, cache_dir: str | os.PathLike[str] | None = None) -> None:
+        self.spec = spec
+        self.target = spec.preset if spec.memory_bytes == _preset_memory(spec.preset) else f"{spec.preset} with {format_size(spec.memory_bytes)}"
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.installed = False
+        self.note = ""
+        self.compiles = 0
+        self.disk_hits = 0
+        self.compile_seconds = 0.0
+        self._lock = threading.RLock()
+        self._results: weakref.WeakKeyDictionary[Any, ExecutableSizes | Unavailable] = weakref.WeakKeyDictionary()
+        self._topologies: dict[int, list[Any]] = {}
+        self._versions = ""
+        self._problem: str | None = None
+
+    def install(self) -> bool:
+        """Hook JAX's lowering (JAX imported already); False, with `note` saying why, where it cannot be."""
+        if self.installed:
+            return True
+        problem = cuda_compiler_problem()
+        if problem is not None:
+            self.note = problem
+            return False
+        if not jax_lowering.hooks.install():
+            self.note = jax_lowering.hooks.note
+            return False
+        self.installed = True
+        return True
+
+    def uninstall(self) -> None:
+        if self.installed:
+            jax_lowering.hooks.uninstall()
+            self.installed = False
+
+    def sizes_for(self, executable: Any) -> ExecutableSizes | Unavailable:
+        """`executable` (a `pxla.ExecuteReplicated`, as the capture sees each run) compiled for the target."""
+        if not self.installed:
+            return Unavailable(self.note or "the GPU sizer is not installed")
+        with self._lock:
+            try:
+                return self._results[executable]
+            except KeyError:
+                pass
+            except TypeError:
+                return Unavailable(f"{type(executable).__name__} objects cannot be tracked")
+            result = self._size(executable)
+            self._results[executable] = result
+            return result
+
+    # -- compiling -------------------------------------------------------------------------
+
+    def _size(self, executable: Any) -> ExecutableSizes | Unavailable:
+        recipe = jax_lowering.hooks.by_executable.get(executable)
+        if recipe is None:
+            return Unavailable(
+                "JAX built this executable outside jit's lowering (pmap, an internal helper) or before the GPU sizer was installed"
+            )
+        if not recipe.devices:
+            return Unavailable("the executable's device assignment is not known")
+        try:
+            gpus = self._gpus(len(recipe.devices))
+        except _SizerError as exc:
+            return Unavailable(str(exc))
+        try:
+            started = time.perf_counter()
+            with jax_lowering.retargeting():
+                computation = jax_lowering.lower_for(recipe, gpus)
+                key = self._cache_key(computation, len(gpus))
+                cached = self._read_cache(key)
+                if cached is not None:
+                    self.disk_hits += 1
+                    return cached
+                compiled = computation.compile()
+                stats = compiled.xla_executable.get_compiled_memory_stats()
+            seconds = time.perf_counter() - started
+        except jax_lowering.NotMappable as exc:
+            return Unavailable(str(exc))
+        except Exception as exc:
+            return Unavailable(_explain(exc))
+        self.compiles += 1
+        self.compile_seconds += seconds
+        sizes = ExecutableSizes(
+            target=self.target,
+            devices=len(gpus),
+            temp_bytes=int(stats.temp_size_in_bytes),
+            output_bytes=int(stats.output_size_in_bytes),
+            argument_bytes=int(stats.argument_size_in_bytes),
+            alias_bytes=int(stats.alias_size_in_bytes),
+            code_bytes=int(stats.generated_code_size_in_bytes),
+            compile_seconds=seconds,
+            source="compiled",
+        )
+        self._write_cache(key, sizes)
+        return sizes
+
+    def _gpus(self, count: int) -> list[Any]:
+        """`count` compile-only GPUs of the target on one host."""
+        if count in self._topologies:
+            return self._topologies[count]
+        if self._problem is not None:
+            raise _SizerError(self._problem)
+        try:
+            from jax.experimental import topologies  # type: ignore[import-not-found]
+        except ImportError as exc:
+            self._problem = f"jax.experimental.topologies could not be imported ({exc})"
+            raise _SizerError(self._problem) from None
+        config = self.spec.target_config()
+        try:
+            topology = _cuda_topology(topologies, config, count)
+        except _SizerError as exc:
+            self._problem = str(exc)
+            raise
+        devices = list(topology.devices)
+        self._topologies[count] = devices
+        return devices
+
+    # -- the disk cache ----------------------------------------------------------------------
+
+    def _cache_key(self, computation: Any, devices: int) -> str | None:
+        if self.cache_dir is None:
+            return None
+        try:
+            from jax._src.interpreters import mlir  # type: ignore[import-not-found]
+
+            text = mlir.module_to_string(computation.stablehlo(), enable_debug_info=False)
+        except Exception:
+            return None
+        digest = hashlib.sha256()
+        for part in (str(CACHE_FORMAT), self._software_versions(), self.spec.target_config(), os.environ.get("XLA_FLAGS", ""), str(devices), text):
+            digest.update(part.encode())
+            digest.update(b"\0")
+        return digest.hexdigest()
+
+    def _software_versions(self) -> str:
+        if not self._versions:
+            parts = []
+            for module in ("jaxlib", CUDA_PLUGIN_MODULE + ".version", CUDA_KERNELS_MODULE + ".version"):
+                try:
+                    parts.append(f"{module}={getattr(importlib.import_module(module), '__version__', '?')}")
+                except ImportError:
+                    parts.append(f"{module}=?")
+            self._versions = ";".join(parts)
+        return self._versions
+
+    def _read_cache(self, key: str | None) -> ExecutableSizes | None:
+        if key is None or self.cache_dir is None:
+            return None
+        try:
+            data = json.loads((self.cache_dir / f"{key}.json").read_text())
+            return ExecutableSizes(target=self.target, compile_seconds=0.0, source="disk cache", **{name: int(data[name]) for name in _CACHED_FIELDS})
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+    def _write_cache(self, key: str | None, sizes: ExecutableSizes) -> None:
+        if key is None or self.cache_dir is None:
+            return
+        try:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            entry = {name: getattr(sizes, name) for name in _CACHED_FIELDS}
+            write_atomic(self.cache_dir / f"{key}.json", json.dumps(entry, sort_keys=True))
+        except OSError:
+            pass  # a cache that cannot be written only costs a compile next time
+
+
+_CACHED_FIELDS = ("devices", "temp_bytes", "output_bytes", "argument_bytes", "alias_bytes", "code_bytes")
+
+
+class _SizerError(Exception):
+    """The target cannot be compiled for at all here; the message says why."""
+
+
+def _preset_memory(preset: str) -> int | None:
+    from ..model.device import PRESETS
+
+    entry = PRESETS.get(preset)
+    return entry[0] if entry else None
+
+
+def _cuda_topology(topologies: Any, config: str, count: int) -> Any:
+    """The target's topology; where the CUDA plugin did not register (its start-up check of the CUDA
+    libraries fails without a GPU, unless JAX_SKIP_CUDA_CONSTRAINTS_CHECK or JAX_PLATFORMS was set),
+    it is registered again with that check skipped: JAX keeps running on the CPU."""
+    try:
+        return topologies.get_topology_desc(platform="cuda", target_config=config, topology=f"1x1x{count}")
+    except NotImplementedError:
+        pass
+    except Exception as exc:
+        raise _SizerError(f"XLA refused the GPU target: {_first_line(exc)}") from None
+    _register_cuda_plugin()
+    try:
+        return topologies.get_topology_desc(platform="cuda", target_config=config, topology=f"1x1x{count}")
+    except Exception as exc:
+        raise _SizerError(
+            f"the CUDA plugin is installed but gives no GPU topology ({_first_line(exc)}); "
+            "set JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 before JAX starts"
+        ) from None
+
+
+def _register_cuda_plugin() -> None:
+    try:
+        plugin = importlib.import_module(CUDA_PLUGIN_MODULE)
+    except ImportError:
+        return
+    before = os.environ.get("JAX_SKIP_CUDA_CONSTRAINTS_CHECK")
+    os.environ["JAX_SKIP_CUDA_CONSTRAINTS_CHECK"] = "1"
+    try:
+        plugin.initialize()
+    except Exception:
+        pass
+    finally:
+        if before is None:
+            os.environ.pop("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", None)
+        else:
+            os.environ["JAX_SKIP_CUDA_CONSTRAINTS_CHECK"] = before
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+_EXPLANATIONS: tuple[tuple[str, str], ...] = (
+    ("Unknown backend: 'gpu'", "it calls back to Python (jax.debug.print, pure_callback, io_callback), which XLA:GPU compiles only where a GPU backend runs"),
+    ("No FFI handler registered for", "it calls a custom kernel that has no CUDA implementation registered here"),
+    ("No registered implementation for custom call", "it calls a custom kernel that has no CUDA implementation registered here"),
+    ("No PTX compilation provider", "XLA found no ptxas to compile GPU kernels (install nvidia-cuda-nvcc-cu12, part of the gpu-compile extra)"),
+    ("ptxas too old", "the ptxas XLA found does not support this GPU's compute capability"),
+    ("utotun", "XLA needed to autotune on a real GPU"),
+)
+
+
+def _explain(exc: BaseException) -> str:
+    """A reason a user can act on, then XLA's or JAX's own first line."""
+    text = str(exc)
+    for marker, explanation in _EXPLANATIONS:
+        if marker in text:
+            return f"{explanation} ({_first_line(exc)})"
+    return f"XLA:GPU could not compile it without a GPU ({_first_line(exc)})"

@@ -1,0 +1,310 @@
+"""Remembers how JAX lowered each `jit` executable, so that it can be lowered again for other devices.
+
+JAX lowers a `jit` computation in `pxla.lower_sharding_computation(closed_jaxpr, api_name, fun_name,
+in_shardings, out_shardings, ...)` and compiles it in `pxla.MeshComputation.compile`; a run of the
+result is a `pxla.ExecuteReplicated` call, which is what the trace capture sees. Two hooks keep, per
+`ExecuteReplicated`, the arguments of that lowering and the executable's device assignment.
+`lower_for` runs the same lowering again with each device replaced by one of another platform (the
+i-th device of the assignment by the i-th new device), in the shardings, meshes and jaxpr (sharding
+constraints, shard_map meshes, nested jits), so a sharded executable is lowered for as many devices,
+meshes and partition specs kept. The lowering is then JAX's own for the new platform.
+
+These are JAX internals: the hooks check them before they go in (tested with JAX 0.10). JAX is
+imported lazily.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import sys
+import threading
+import weakref
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from .patches import Patches
+
+_state = threading.local()
+
+
+def compiling_for_target() -> bool:
+    """True while this thread lowers or compiles for another target: JAX's compile events then are
+    not the test's (a capture counting compiles skips them)."""
+    return bool(getattr(_state, "compiling", False))
+
+
+@contextmanager
+def retargeting() -> Iterator[None]:
+    """Marks this thread's lowering and compiling as retargeting: the hooks record none of it."""
+    before = compiling_for_target()
+    _state.compiling = True
+    try:
+        yield
+    finally:
+        _state.compiling = before
+
+
+@dataclass
+class Recipe:
+    """The arguments of one `lower_sharding_computation` call, by parameter name, and the devices
+    the executable was compiled for (its device assignment, in order)."""
+
+    arguments: dict[str, Any]
+    devices: tuple[Any, ...] = ()
+
+
+class LoweringHooks:
+    """Hooks JAX's lowering and compile once per process, for all their users (counted)."""
+
+    def __init__(self) -> None:
+        self._patches = Patches()
+        self._users = 0
+        self._lock = threading.Lock()
+        self.lower: Callable[..., Any] | None = None  # JAX's own lower_sharding_computation
+        self._signature: inspect.Signature | None = None
+        self._by_computation: weakref.WeakKeyDictionary[Any, Recipe] = weakref.WeakKeyDictionary()
+        self.by_executable: weakref.WeakKeyDictionary[Any, Recipe] = weakref.WeakKeyDictionary()
+        self.note = ""
+
+    def install(self) -> bool:
+        """Hook JAX (imported already); False, with `note` saying why, where this JAX offers no hook."""
+        with self._lock:
+            if self._users:
+                self._users += 1
+                return True
+            try:
+                from jax._src.interpreters import pxla  # type: ignore[import-not-found]
+            except ImportError as exc:
+                self.note = f"JAX's lowering internals could not be imported ({exc})"
+                return False
+            missing = [
+                name
+                for name, present in (
+                    ("pxla.lower_sharding_computation", callable(getattr(pxla, "lower_sharding_computation", None))),
+                    ("pxla.MeshComputation.compile", callable(getattr(getattr(pxla, "MeshComputation", None), "compile", None))),
+                    ("pxla.ExecuteReplicated", isinstance(getattr(pxla, "ExecuteReplicated", None), type)),
+                )
+                if not present
+            ]
+            if missing:
+                self.note = f"this JAX lacks {', '.join(missing)} (tested with JAX 0.10)"
+                return False
+            self.lower = pxla.lower_sharding_computation
+            self._signature = inspect.signature(self.lower)
+            if "closed_jaxpr" not in self._signature.parameters:
+                self.note = "this JAX's lower_sharding_computation takes no closed_jaxpr (tested with JAX 0.10)"
+                return False
+            self._patches.replace(pxla, "lower_sharding_computation", self._wrap_lower)
+            self._patches.replace(pxla.MeshComputation, "compile", self._wrap_compile)
+            compiler: Any = sys.modules.get("jax._src.compiler")  # imported with jax
+            if callable(getattr(compiler, "_get_cache_key", None)):
+                self._patches.replace(compiler, "_get_cache_key", _no_persistent_cache_when_retargeting)
+            self._users = 1
+            return True
+
+    def uninstall(self) -> None:
+        with self._lock:
+            if self._users == 0:
+                return
+            self._users -= 1
+            if self._users == 0:
+                self._patches.restore()
+
+    def _wrap_lower(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        hooks = self
+
+        def lower_sharding_computation(*args: Any, **kwargs: Any) -> Any:
+            computation = original(*args, **kwargs)
+            if not compiling_for_target():
+                try:
+                    assert hooks._signature is not None
+                    bound = hooks._signature.bind(*args, **kwargs)
+                    hooks._by_computation[computation] = Recipe(dict(bound.arguments))
+                except (TypeError, AssertionError):  # an unexpected call: that executable stays unsized
+                    pass
+            return computation
+
+        return lower_sharding_computation
+
+    def _wrap_compile(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        hooks = self
+
+        def compile(computation: Any, *args: Any, **kwargs: Any) -> Any:
+            executable = original(computation, *args, **kwargs)
+            # once attached, the executable holds the recipe (compile() returns that same executable again)
+            recipe = hooks._by_computation.pop(computation, None) if not compiling_for_target() else None
+            if recipe is not None:
+                hooks._attach(executable, recipe, computation)
+            return executable
+
+        return compile
+
+    def _attach(self, executable: Any, recipe: Recipe, computation: Any) -> None:
+        """Link the `ExecuteReplicated` that `executable` (a MeshExecutable) builds, lazily, to `recipe`."""
+        device_list = getattr(computation, "_device_list", None)
+        if device_list is None:
+            device_list = devices_of(getattr(executable, "xla_executable", None))
+        recipe.devices = tuple(device_list or ())
+        built = getattr(executable, "_unsafe_call", None)
+        if built is not None:
+            self._remember(built, recipe)
+            return
+        build = getattr(executable, "build_unsafe_call", None)
+        if build is None or getattr(build, "_devmem_recipe", None) is not None:
+            return
+        hooks = self
+
+        def build_unsafe_call() -> Any:
+            call = build()
+            hooks._remember(call, recipe)
+            return call
+
+        build_unsafe_call._devmem_recipe = recipe  # type: ignore[attr-defined]
+        try:
+            executable.build_unsafe_call = build_unsafe_call
+        except AttributeError:
+            pass
+
+    def _remember(self, call: Any, recipe: Recipe) -> None:
+        try:
+            self.by_executable[call] = recipe
+        except TypeError:  # not weak-referenceable: left unsized
+            pass
+
+
+hooks = LoweringHooks()
+
+
+def _no_persistent_cache_when_retargeting(original: Callable[..., Any]) -> Callable[..., Any]:
+    """JAX's persistent compilation cache (when the user enabled it) keeps retargeted executables
+    out: compile-only executables stored there fail to load on the next run, with a warning."""
+
+    def get_cache_key(*args: Any, **kwargs: Any) -> Any:
+        return None if compiling_for_target() else original(*args, **kwargs)
+
+    return get_cache_key
+
+
+def devices_of(xla_executable: Any) -> tuple[Any, ...]:
+    try:
+        return tuple(xla_executable.local_devices())
+    except Exception:
+        return ()
+
+
+class NotMappable(Exception):
+    """Something in the computation names a device that is not in its device assignment."""
+
+
+class DeviceMap:
+    """Rewrites shardings, meshes, devices and jaxprs from one set of devices to another."""
+
+    def __init__(self, mapping: dict[Any, Any]) -> None:
+        from jax._src import core  # type: ignore[import-not-found]
+        from jax._src.lib import xla_client  # type: ignore[import-not-found]
+        from jax._src.sharding_impls import GSPMDSharding  # type: ignore[import-not-found]
+        from jax.sharding import Mesh, NamedSharding, Sharding, SingleDeviceSharding  # type: ignore[import-not-found]
+
+        self.mapping = mapping
+        self._core = core
+        self._device_type = xla_client.Device
+        self._mesh, self._named, self._single, self._gspmd = Mesh, NamedSharding, SingleDeviceSharding, GSPMDSharding
+        self._sharding_base = Sharding
+        self._seen: dict[int, Any] = {}
+
+    def device(self, device: Any) -> Any:
+        try:
+            return self.mapping[device]
+        except KeyError:
+            raise NotMappable(f"the computation names {device}, which is not in its device assignment") from None
+
+    def value(self, value: Any) -> Any:
+        """`value` with every device replaced; the same object where nothing changed."""
+        if isinstance(value, (str, bytes, int, float, bool, type(None))):
+            return value
+        key = id(value)
+        if key in self._seen:
+            return self._seen[key]
+        result = self._value(value)
+        self._seen[key] = result
+        return result
+
+    def _value(self, value: Any) -> Any:
+        core = self._core
+        if isinstance(value, self._device_type):
+            return self.device(value)
+        if isinstance(value, self._single):
+            return self._single(self.device(value._device), memory_kind=value.memory_kind)
+        if isinstance(value, self._named):
+            mesh = self.value(value.mesh)
+            if mesh is value.mesh:
+                return value
+            return self._named(mesh, value.spec, memory_kind=value.memory_kind, _logical_device_ids=getattr(value, "_logical_device_ids", None))
+        if isinstance(value, self._gspmd):
+            return self._gspmd(tuple(self.device(d) for d in value._devices), value._hlo_sharding, memory_kind=value.memory_kind)
+        if isinstance(value, self._mesh):
+            if value.empty:
+                return value
+            import numpy as np  # type: ignore[import-not-found]
+
+            devices = np.vectorize(self.device, otypes=[object])(value.devices)
+            return self._mesh(devices, value.axis_names, axis_types=value.axis_types)
+        if isinstance(value, self._sharding_base):
+            raise NotMappable(f"the computation holds a {type(value).__name__}, which cannot be moved to other devices")
+        if isinstance(value, core.ClosedJaxpr):
+            jaxpr = self.value(value.jaxpr)
+            return value if jaxpr is value.jaxpr else core.ClosedJaxpr(jaxpr, value.consts)
+        if isinstance(value, core.Jaxpr):
+            eqns = [self._equation(eqn) for eqn in value.eqns]
+            if all(new is old for new, old in zip(eqns, value.eqns)):
+                return value
+            return value.replace(eqns=eqns)
+        if type(value) in (tuple, list):
+            items = [self.value(item) for item in value]
+            if all(new is old for new, old in zip(items, value)):
+                return value
+            return type(value)(items)
+        return value
+
+    def _equation(self, eqn: Any) -> Any:
+        params = {name: self.value(param) for name, param in eqn.params.items()}
+        if all(params[name] is eqn.params[name] for name in params):
+            return eqn
+        return eqn.replace(params=params)
+
+
+def lower_for(recipe: Recipe, devices: list[Any]) -> Any:
+    """JAX's lowering of the recipe's jaxpr again, with `devices` (of another platform) where its own
+    devices were: the i-th device of its assignment becomes `devices[i]`. Returns JAX's
+    MeshComputation; raises NotMappable where something inside names a device it cannot move."""
+    from jax._src.sharding_impls import UnspecifiedValue  # type: ignore[import-not-found]
+    from jax.sharding import SingleDeviceSharding  # type: ignore[import-not-found]
+
+    if len(devices) != len(recipe.devices):
+        raise NotMappable(f"the executable runs on {len(recipe.devices)} device(s), not {len(devices)}")
+    device_map = DeviceMap(dict(zip(recipe.devices, devices)))
+    arguments = {name: device_map.value(value) for name, value in recipe.arguments.items()}
+    if len(devices) == 1 and not _names_a_device(arguments):
+        # nothing said where to run: JAX would take its default backend (the CPU); name the device
+        only = SingleDeviceSharding(devices[0])
+        for name in ("in_shardings", "out_shardings"):
+            arguments[name] = tuple(only if isinstance(s, UnspecifiedValue) else s for s in arguments[name])
+    if "pgle_profiler" in arguments:
+        arguments["pgle_profiler"] = None
+    parameters = arguments.get("lowering_parameters")
+    if dataclasses.is_dataclass(parameters) and hasattr(parameters, "hoist_constants_as_args"):
+        # constants stay in the module: hoisted, they would carry the CPU arrays' shardings
+        arguments["lowering_parameters"] = dataclasses.replace(parameters, hoist_constants_as_args=False)  # type: ignore[type-var]
+    if hooks.lower is None:
+        raise NotMappable("JAX's lowering is not hooked")
+    with retargeting():
+        return hooks.lower(**arguments)
+
+
+def _names_a_device(arguments: dict[str, Any]) -> bool:
+    from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding  # type: ignore[import-not-found]
+
+    shardings = (*arguments.get("in_shardings", ()), *arguments.get("out_shardings", ()))
+    return any(isinstance(s, SingleDeviceSharding) or (isinstance(s, NamedSharding) and isinstance(s.mesh, Mesh) and not s.mesh.empty) for s in shardings)
