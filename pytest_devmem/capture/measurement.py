@@ -23,8 +23,7 @@ from . import TraceRecorder
 from .imports import on_import
 from .jax import JaxCapture
 from .merge import merge
-from .tensorflow import NOTE as TENSORFLOW_NOTE
-from .tensorflow import TensorFlowCapture, tensorflow_events
+from .tensorflow import TensorFlowCapture
 
 
 def _tensorflow_kept(readings: list[Reading]) -> dict[str, int]:
@@ -63,7 +62,7 @@ class Captured:
     events: Trace
     readings: list[Reading]
     notes: list[str] = field(default_factory=list)
-    tensorflow_first_activity: float | None = None
+    tensorflow_events: Trace | None = field(default_factory=Trace)  # None: TensorFlow ran and could not be measured
     compiled: list[str] | None = None  # executables JAX compiled during the test; None where JAX is not traced
     kept: dict[str, int] | None = None  # what the frameworks still hold that the test allocated; None: not checked
     runs: dict[str, int] = field(default_factory=dict)  # JAX executables run in the test, by name
@@ -116,9 +115,9 @@ class Measurement:
         if check_leaks:
             gc.collect()
             kept = self.recorder.held_since_mark("jax")
-        first_activity = self.tensorflow_capture.first_activity
         events = self.recorder.end()
         readings = [source.stop() for source in self.sources]
+        tensorflow_events, tensorflow_notes = self.tensorflow_capture.end(next((r for r in readings if r.source == "tensorflow"), None))
         if kept is not None:
             kept.update(_tensorflow_kept(readings))
         notes = []
@@ -135,8 +134,9 @@ class Measurement:
         unknown = sorted(self.jax_capture.window.temp_unknown)
         if unknown:
             notes.append("no memory analysis for " + ", ".join(unknown) + ": their temp buffers are not in the trace")
+        notes.extend(tensorflow_notes)
         compiled = list(self.jax_capture.window.compiled) if self.jax_capture.installed else None
-        return Captured(events, readings, notes, first_activity, compiled, kept, dict(self.jax_capture.window.executables))
+        return Captured(events, readings, notes, tensorflow_events, compiled, kept, dict(self.jax_capture.window.executables))
 
     def jax_platform_problem(self) -> str | None:
         """On a GPU session, JAX must run on the GPU: jaxlib falls back to CPU, with only a log line,
@@ -156,15 +156,10 @@ class Measurement:
         )
 
     def record(self, test_id: str, regime: str, policy: Policy, captured: Captured, *, oom: bool, outcome: str, limit_bytes: int | None, duration_s: float) -> TestRecord:
-        """The test's record: its trace (with TensorFlow's peak merged in) replayed under `policy`."""
+        """The test's record: its trace (with TensorFlow's events merged in) replayed under `policy`."""
         notes = list(captured.notes)
-        by_name = {reading.source: reading for reading in captured.readings}
-        tensorflow = by_name.get("tensorflow")
-        extra = tensorflow_events(tensorflow, captured.tensorflow_first_activity) if tensorflow is not None else []
-        if extra:
-            notes.append(TENSORFLOW_NOTE if self.tensorflow_capture.installed else self.tensorflow_capture.note or TENSORFLOW_NOTE)
-        trace = merge(captured.events, extra)
-        traced_nothing = not len(trace) and bool(captured.notes)  # a framework ran, but untraced
+        trace = merge(captured.events, captured.tensorflow_events or Trace())
+        traced_nothing = (not len(trace) and bool(captured.notes)) or captured.tensorflow_events is None  # a framework ran, but untraced
         figures = None if traced_nothing else replay_figures(trace, policy, self.device.capacity)
         record = TestRecord.from_replay(
             test_id,
