@@ -6,7 +6,10 @@ bfc_allocator.cc) with the allocator's name, the requested and the allocated byt
 address, and the op that asked (`tf_op`) with its step id (`id`). A function's kernels carry the step
 id of the function's `FunctionRun` event, which runs inside the event of whatever called it: an
 eager call of the function (`EagerLocalExecute: __inference_step_219`) or a tf.data iterator
-(`Iterator::...::Map`, `ParallelMapProduce`); so the function each op ran in can be named.
+(`Iterator::...::Map`, `ParallelMapProduce`); so the function each op ran in can be named. An
+allocation outside any op (a tf.data batch filled in the executor's done callback, say) takes the
+function of the step it happened in (`ExecutorState::Process`, `ExecutorDoneCallback`), or else
+what its thread was doing.
 
 Only the protobuf's fields are read here, through the generated classes TensorFlow ships; nothing
 imports TensorFlow. Timestamps: the host plane's lines count from the session's start
@@ -66,6 +69,8 @@ def caller_name(event_name: str) -> str | None:
         return "tf.data " + stage.split("[", 1)[0]
     if event_name.endswith("Produce") and len(event_name) > len("Produce"):  # ParallelMapProduce, PrefetchProduce
         return "tf.data " + event_name[: -len("Produce")]
+    if event_name in ("convert_to_tensor", "tf.constant"):  # host data made a tensor
+        return event_name
     return None
 
 
@@ -88,7 +93,8 @@ def _start_ns(space: Any) -> int | None:
     return None
 
 
-_ALLOCATION, _DEALLOCATION, _RUN, _CALLER = 1, 2, 3, 4  # what an event is to the reader
+_ALLOCATION, _DEALLOCATION, _RUN, _CALLER, _STEP = 1, 2, 3, 4, 5  # what an event is to the reader
+_STEP_SCOPES = ("ExecutorState::Process", "ExecutorDoneCallback")  # events that run one step, with its id
 
 
 def read_profile(space: Any, start_ns: int | None = None) -> Profile:
@@ -100,13 +106,14 @@ def read_profile(space: Any, start_ns: int | None = None) -> Profile:
     costs one dictionary lookup unless it is an allocator event, a `FunctionRun` or a caller; of
     an allocator event only the five statistics used are read."""
     profile = Profile(start_ns=_start_ns(space) or start_ns)
-    pending: list[tuple[int, bool, int, str, int, int, str, int, str]] = []
+    pending: list[tuple[int, bool, int, str, int, int, str, int, str, int]] = []
     run_callers: dict[int, str] = {}  # step id of a FunctionRun -> who called that function
     for plane in space.planes:
         if plane.name != HOST_PLANE:
             continue
         stat_names = {key: meta.name for key, meta in plane.stat_metadata.items()}
         wanted = {key: name for key, name in stat_names.items() if name in _WANTED_STATS}
+        step_stat = next((key for key, name in wanted.items() if name == "id"), None)
         roles: dict[int, int] = {}
         callers: dict[int, str] = {}
         for key, meta in plane.event_metadata.items():
@@ -117,6 +124,8 @@ def read_profile(space: Any, start_ns: int | None = None) -> Profile:
                 roles[key] = _DEALLOCATION
             elif name == "FunctionRun":
                 roles[key] = _RUN
+            elif name in _STEP_SCOPES:
+                roles[key] = _STEP
             elif (caller := caller_name(name)) is not None:
                 roles[key], callers[key] = _CALLER, caller
         for thread, line in enumerate(plane.lines):
@@ -125,7 +134,7 @@ def read_profile(space: Any, start_ns: int | None = None) -> Profile:
             base = line.timestamp_ns
             if base < _ABSOLUTE_NS:
                 base += profile.start_ns or 0
-            stack: list[tuple[int, str]] = []  # enclosing callers (end, name); popped lazily
+            stack: list[tuple[int, str, int]] = []  # enclosing callers and steps: (end, caller, step id); popped lazily
             last_start = -1
             for event in events:
                 role = roles.get(event.metadata_id)
@@ -139,9 +148,15 @@ def read_profile(space: Any, start_ns: int | None = None) -> Profile:
                     stack.pop()
                 if role == _CALLER:
                     if event.duration_ps > 0:
-                        stack.append((start + event.duration_ps, callers[event.metadata_id]))
+                        stack.append((start + event.duration_ps, callers[event.metadata_id], 0))
                     continue
-                caller = stack[-1][1] if stack else ""
+                if role == _STEP:
+                    if event.duration_ps > 0 and step_stat is not None:
+                        scope = next((stat.int64_value or stat.uint64_value for stat in event.stats if stat.metadata_id == step_stat), 0)
+                        stack.append((start + event.duration_ps, "", scope))
+                    continue
+                caller = next((name for _, name, _ in reversed(stack) if name), "")
+                scope = stack[-1][2] if stack else 0
                 allocator, op, requested, address, step, found = "", "", 0, 0, 0, 0
                 for stat in event.stats:
                     name = wanted.get(stat.metadata_id)
@@ -167,10 +182,11 @@ def read_profile(space: Any, start_ns: int | None = None) -> Profile:
                     if found == len(_WANTED_STATS):
                         break
                 if role != _RUN:
-                    pending.append((base + start // 1000, role == _ALLOCATION, thread, allocator, address, requested, op, step, caller))
-    for time_ns, allocate, thread, allocator, address, requested, op, step, caller in pending:
+                    pending.append((base + start // 1000, role == _ALLOCATION, thread, allocator, address, requested, op, step, caller, scope))
+    for time_ns, allocate, thread, allocator, address, requested, op, step, caller, scope in pending:
         function = run_callers.get(step, "") if step else ""
-        if not op and not function:
-            function = caller  # no op: what the thread was doing (a tf.data stage, say)
+        if not op and not function:  # no op: the step it happened in, or what the thread was doing
+            function = run_callers.get(scope, "") if scope else ""
+            function = function or caller
         profile.events.append(AllocatorEvent(time_ns, allocate, allocator, address, requested, function_name(op) if op.startswith("__inference_") else op, function, thread))
     return profile
