@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 HOST_PLANE = "/host:CPU"
 ENVIRONMENT_PLANE = "Task Environment"
@@ -30,9 +30,8 @@ _FUNCTION = re.compile(r"^__inference_(.+?)_\d+$")
 _ABSOLUTE_NS = 10**15  # line timestamps below this count from the session's start (about 11 days)
 
 
-@dataclass(frozen=True, slots=True)
-class AllocatorEvent:
-    """One allocator call TensorFlow's profiler recorded."""
+class AllocatorEvent(NamedTuple):
+    """One allocator call TensorFlow's profiler recorded (a tuple: a profile holds thousands)."""
 
     time_ns: int  # on TensorFlow's clock (the wall clock), absolute
     allocate: bool  # False: a deallocation
