@@ -20,6 +20,7 @@ import importlib.util
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -197,12 +198,13 @@ def main(argv: list[str] | None = None) -> int:
     if NO_CAPTURE in best:
         print(f"TensorFlow's capture in all, per test: {(best[ON][2] - best[NO_CAPTURE][2]) / count * 1000:.1f} ms (the two \"on\" rows' difference)")
     print("TensorFlow capture per test (begin + end: profiler session, XSpace read, trace events), from the fastest run:")
-    print(f"{'kind':<22} {'tests':>6} {'mean ms':>8} {'max ms':>8} {'events':>8}")
+    print(f"{'kind':<22} {'tests':>6} {'median ms':>10} {'max ms':>8} {'events':>8}")
     everything = [entry for entries in captures.values() for entry in entries]
     for kind, entries in sorted(captures.items()) + [("all", everything)]:
-        spent = [entry[0] * 1000 for entry in entries]
+        spent = sorted(entry[0] * 1000 for entry in entries)
         events = sum(entry[1] for entry in entries) / max(len(entries), 1)
-        print(f"{kind:<22} {len(entries):>6} {sum(spent) / max(len(spent), 1):>8.2f} {max(spent, default=0.0):>8.2f} {events:>8.0f}")
+        median = statistics.median(spent) if spent else 0.0
+        print(f"{kind:<22} {len(entries):>6} {median:>10.2f} {max(spent, default=0.0):>8.2f} {events:>8.0f}")
     return 0
 
 

@@ -115,7 +115,10 @@ def test_the_fallback_is_the_peak_held_for_the_whole_test_and_says_it_is_an_uppe
     assert notes == ["TensorFlow's allocations are not measured: no profiler, and Allocator stats not available"]
 
 
-def test_the_cpu_allocator_variable_is_set_unless_the_user_set_it() -> None:
+def test_the_cpu_allocator_variable_is_set_unless_the_user_set_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_devmem.capture.tensorflow import cpu_allocator
+
+    monkeypatch.setattr(cpu_allocator, "tensorflow_started", lambda: False)  # as in a fresh process
     environ: dict[str, str] = {}
     setting = prepare_cpu_allocator(environ)
     assert environ == {VARIABLE: "true"} and setting.set_here and setting.effective
