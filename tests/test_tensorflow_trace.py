@@ -248,7 +248,7 @@ def test_keras_fit():
 
 
 @pytest.fixture(scope="module")
-def work_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict[str, dict[str, Any]], dict[str, Trace], str]]:
+def work_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict[str, dict[str, Any]], dict[str, Trace], str, dict[str, Any]]]:
     """The WORK suite run once with oneDNN off and once on, each in a fresh process (TensorFlow reads
     both variables when it starts), without TF_CPU_ALLOCATOR_USE_BFC: the plugin sets it."""
     import subprocess
@@ -264,9 +264,10 @@ def work_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict[
         command = [sys.executable, "-m", "pytest", "test_work.py", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "--devmem-mode=prealloc", f"--devmem-report=r{onednn}.json", f"--devmem-traces=traces{onednn}"]
         done = subprocess.run(command, cwd=folder, env=environment, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        records = {r["test_id"].split("::")[-1]: r for r in json.loads((folder / f"r{onednn}.json").read_text())["records"]}
+        report = json.loads((folder / f"r{onednn}.json").read_text())
+        records = {r["test_id"].split("::")[-1]: r for r in report["records"]}
         traces = {path.name.split("::")[-1].split("test_work.py_")[-1].split("[")[0]: Trace.read_csv(path) for path in (folder / f"traces{onednn}").glob("*.csv")}
-        runs[onednn] = (records, traces, done.stdout)
+        runs[onednn] = (records, traces, done.stdout, report["session"])
     return runs
 
 
@@ -276,15 +277,16 @@ def allocations(trace: Trace) -> list[Any]:
 
 @pytest.mark.parametrize("onednn", ["0", "1"])
 def test_a_100_mib_variable_is_one_100_mib_allocation(work_runs: Any, onednn: str) -> None:
-    records, traces, output = work_runs[onednn]
-    assert "devmem: TensorFlow's CPU allocator: BFC (TF_CPU_ALLOCATOR_USE_BFC=true, set by pytest-devmem)" in output
+    records, traces, output, session = work_runs[onednn]
+    said = "TensorFlow's CPU allocator: BFC (TF_CPU_ALLOCATOR_USE_BFC=true, set by pytest-devmem)"
+    assert f"devmem: {said}" in output and session["tensorflow_cpu_allocator"] == said  # the header and the report
     big = [e for e in allocations(traces["test_variable"]) if e.size >= MiB]
     assert [(e.size, e.label, e.device) for e in big] == [(100 * MiB, "Fill", "cpu:0")]  # not 128 MiB: what was asked
     assert 100 * MiB <= records["test_variable"]["peak_bytes_in_use"] < 100 * MiB + 64 * 1024
 
 
 def test_the_same_figures_with_onednn_on_and_off(work_runs: Any) -> None:
-    (off, _, _), (on, _, _) = work_runs["0"], work_runs["1"]
+    off, on = work_runs["0"][0], work_runs["1"][0]
     assert off["test_variable"]["peak_bytes_in_use"] == on["test_variable"]["peak_bytes_in_use"]
     for test in ("test_ops", "test_temporary_is_freed", "test_function"):  # a scalar may be freed a moment earlier or later
         assert abs(off[test]["peak_bytes_in_use"] - on[test]["peak_bytes_in_use"]) <= 4096, test
@@ -294,7 +296,7 @@ def test_the_same_figures_with_onednn_on_and_off(work_runs: Any) -> None:
 
 @pytest.mark.parametrize("onednn", ["0", "1"])
 def test_each_allocation_of_a_few_ops_is_one_event_labelled_with_its_op(work_runs: Any, onednn: str) -> None:
-    _, traces, _ = work_runs[onednn]
+    traces = work_runs[onednn][1]
     trace = traces["test_ops"]
     outputs = [e.label for e in allocations(trace) if e.size == 256 * 256 * 4]
     matmul = "_MklMatMul" if onednn == "1" else "MatMul"  # oneDNN's rewrite of MatMul
@@ -306,7 +308,7 @@ def test_each_allocation_of_a_few_ops_is_one_event_labelled_with_its_op(work_run
 
 @pytest.mark.parametrize("onednn", ["0", "1"])
 def test_a_temporary_made_and_dropped_is_freed_so_the_next_does_not_stack_on_it(work_runs: Any, onednn: str) -> None:
-    records, traces, _ = work_runs[onednn]
+    records, traces = work_runs[onednn][:2]
     trace = traces["test_temporary_is_freed"]
     big = [(e.action, e.label) for e in trace if e.size == 16 * MiB]
     assert big == [("allocate", "Fill"), ("free", "Fill"), ("allocate", "Fill"), ("free", "Fill")]  # u too, when the test returns
@@ -315,7 +317,7 @@ def test_a_temporary_made_and_dropped_is_freed_so_the_next_does_not_stack_on_it(
 
 @pytest.mark.parametrize("onednn", ["0", "1"])
 def test_ops_in_a_function_keras_fit_and_tf_data_name_where_they_ran(work_runs: Any, onednn: str) -> None:
-    _, traces, _ = work_runs[onednn]
+    traces = work_runs[onednn][1]
     assert "step" in {e.label.rsplit(" in ", 1)[-1] for e in allocations(traces["test_function"]) if e.size == 128 * 128 * 4}
     fit = {e.label for e in allocations(traces["test_keras_fit"])}
     assert any(label.endswith(" in multi_step_on_iterator") or label.endswith(" in one_step_on_iterator") for label in fit), sorted(fit)[:20]

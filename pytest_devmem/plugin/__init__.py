@@ -530,7 +530,7 @@ class DevmemManager:
             "device_capacity_bytes": self.device.capacity,
             "regime": self.settings.regime.label if self.settings.regime else None,
             "versions": versions,
-            **({"tensorflow_cpu_allocator": tensorflow_cpu.describe()} if tensorflow_cpu is not None and "tensorflow" in versions else {}),
+            **({"tensorflow_cpu_allocator": tensorflow_cpu.describe()} if tensorflow_cpu is not None and any(name.startswith("tensorflow") for name in versions) else {}),
             **provenance(self.config.rootpath, versions, self.device.device_class),
         }
 
