@@ -59,8 +59,8 @@ def function_name(name: str) -> str:
 
 
 def caller_name(event_name: str) -> str | None:
-    """What an enclosing event says about who ran the code inside it, or None: a function called
-    eagerly, or a stage of a tf.data pipeline."""
+    """What an enclosing event says about who ran the code inside it, or None: a function (or an
+    op) called eagerly, a stage of a tf.data pipeline, host data made a tensor."""
     if event_name.startswith("EagerLocalExecute: "):
         return function_name(event_name[len("EagerLocalExecute: "):])
     if event_name.startswith("Iterator::"):
@@ -105,7 +105,7 @@ def read_profile(space: Any, start_ns: int | None = None) -> Profile:
     costs one dictionary lookup unless it is an allocator event, a `FunctionRun` or a caller; of
     an allocator event only the five statistics used are read."""
     profile = Profile(start_ns=_start_ns(space) or start_ns)
-    pending: list[tuple[int, bool, int, str, int, int, str, int, str, int]] = []
+    pending: list[tuple[int, bool, int, str, int, int, str, int, str, int, bool]] = []
     run_callers: dict[int, str] = {}  # step id of a FunctionRun -> who called that function
     for plane in space.planes:
         if plane.name != HOST_PLANE:
@@ -154,8 +154,14 @@ def read_profile(space: Any, start_ns: int | None = None) -> Profile:
                         scope = next((stat.int64_value or stat.uint64_value for stat in event.stats if stat.metadata_id == step_stat), 0)
                         stack.append((start + event.duration_ps, "", scope))
                     continue
-                caller = next((name for _, name, _ in reversed(stack) if name), "")
-                scope = stack[-1][2] if stack else 0
+                caller, scope, step_inside = "", 0, False  # the innermost caller and step, and which is inside
+                for _, name, step_id in reversed(stack):
+                    if name and not caller:
+                        caller = name
+                    elif step_id and not scope:
+                        scope, step_inside = step_id, not caller
+                    if caller and scope:
+                        break
                 allocator, op, requested, address, step, found = "", "", 0, 0, 0, 0
                 for stat in event.stats:
                     name = wanted.get(stat.metadata_id)
@@ -181,11 +187,11 @@ def read_profile(space: Any, start_ns: int | None = None) -> Profile:
                     if found == len(_WANTED_STATS):
                         break
                 if role != _RUN:
-                    pending.append((base + start // 1000, role == _ALLOCATION, thread, allocator, address, requested, op, step, caller, scope))
-    for time_ns, allocate, thread, allocator, address, requested, op, step, caller, scope in pending:
+                    pending.append((base + start // 1000, role == _ALLOCATION, thread, allocator, address, requested, op, step, caller, scope, step_inside))
+    for time_ns, allocate, thread, allocator, address, requested, op, step, caller, scope, step_inside in pending:
         function = run_callers.get(step, "") if step else ""
-        if not op and not function:  # no op: the step it happened in, or what the thread was doing
-            function = run_callers.get(scope, "") if scope else ""
-            function = function or caller
+        if not op and not function:  # no op: the step it happened in, or what the thread was doing, the inner first
+            in_step = run_callers.get(scope, "") if scope else ""
+            function = (in_step or caller) if step_inside else (caller or in_step)
         profile.events.append(AllocatorEvent(time_ns, allocate, allocator, address, requested, function_name(op) if op.startswith("__inference_") else op, function, thread))
     return profile
