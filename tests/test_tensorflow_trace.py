@@ -103,6 +103,19 @@ def test_paused_spans_after_the_end_and_host_memory_beside_a_gpu_are_left_out() 
     assert converted.host_allocators == {"gpu_host_bfc"}
 
 
+def test_the_recorder_keeps_its_pauses_and_its_end_for_captures_that_read_events_afterwards() -> None:
+    ticks = iter([10.0, 10.5, 11.0, 11.2, 12.0, 12.5])
+    recorder = TraceRecorder(clock=lambda: next(ticks))
+    recorder.begin()  # 10.0
+    with recorder.paused():  # 10.5 .. 11.0: a shared fixture's setup
+        with recorder.paused():  # nested: one span
+            pass
+    assert recorder.now() == pytest.approx(1.2)  # 11.2
+    with recorder.paused():  # 12.0 .. closed by end() at 12.5
+        recorder.end()
+    assert recorder.paused_spans == [(0.5, 1.0), (2.0, 2.5)] and recorder.ended_at == 2.5
+
+
 def test_the_fallback_is_the_peak_held_for_the_whole_test_and_says_it_is_an_upper_bound() -> None:
     reading = Reading("tensorflow", True, peak_bytes_in_use=3 * MiB, figures={"device": "CPU:0"})
     events, notes = peak_window(reading, "TensorFlow's profiler did not start")
