@@ -1,17 +1,20 @@
-"""`python -m benchmarks`: the pool benchmark, then the plugin-overhead benchmark.
+"""`python -m benchmarks`: the pool benchmark, the plugin-overhead benchmark, then TensorFlow's
+capture on a small Keras/TensorFlow suite (skipped where TensorFlow is not installed).
 
-Flags go to the pool benchmark; `--quick` also shortens the overhead benchmark.
+Flags go to the pool benchmark; `--quick` also shortens the other two.
 """
 
 from __future__ import annotations
 
 import sys
 
-from . import bench_plugin, bench_pool
+from . import bench_plugin, bench_pool, bench_tensorflow
 
 if __name__ == "__main__":
     arguments = sys.argv[1:]
     status = bench_pool.main(arguments)
     print()
     quick = ["--tests", "20", "--repeat", "1"] if "--quick" in arguments else []
-    raise SystemExit(status or bench_plugin.main(quick))
+    status = status or bench_plugin.main(quick)
+    print()
+    raise SystemExit(status or bench_tensorflow.main(["--quick"] if "--quick" in arguments else []))

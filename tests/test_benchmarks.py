@@ -22,6 +22,10 @@ def test_pool_benchmark_runs_in_quick_mode() -> None:
     for trace in ("many-small", "mixed-small-huge", "training-loop"):
         policies = [line.split()[2] for line in lines if line.startswith(trace)]
         assert policies == ["first-fit", "prealloc", "growth", "ondemand"]
+    tensorflow = result.stdout[result.stdout.index("TensorFlow"):]  # the TensorFlow suite's table, last
+    assert tensorflow.startswith(("TensorFlow suite: 4 tests", "TensorFlow is not installed"))
+    if tensorflow.startswith("TensorFlow suite"):
+        assert "on (prealloc, in-process)" in tensorflow and "TensorFlow capture per test" in tensorflow
 
 
 def test_first_fit_reference_is_a_correct_allocator() -> None:

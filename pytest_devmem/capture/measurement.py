@@ -20,8 +20,7 @@ from . import TraceRecorder
 from .imports import on_import
 from .jax import JaxCapture
 from .merge import merge
-from .tensorflow import NOTE as TENSORFLOW_NOTE
-from .tensorflow import TensorFlowCapture, tensorflow_events
+from .tensorflow import TensorFlowCapture
 
 
 def _tensorflow_kept(readings: list[Reading]) -> dict[str, int]:
@@ -60,7 +59,7 @@ class Captured:
     events: Trace
     readings: list[Reading]
     notes: list[str] = field(default_factory=list)
-    tensorflow_first_activity: float | None = None
+    tensorflow_events: Trace | None = field(default_factory=Trace)  # None: TensorFlow ran and could not be measured
     compiled: list[str] | None = None  # executables JAX compiled during the test; None where JAX is not traced
     kept: dict[str, int] | None = None  # what the frameworks still hold that the test allocated; None: not checked
     runs: dict[str, int] = field(default_factory=dict)  # JAX executables run in the test, by name
@@ -113,9 +112,9 @@ class Measurement:
         if check_leaks:
             gc.collect()
             kept = self.recorder.held_since_mark("jax")
-        first_activity = self.tensorflow_capture.first_activity
         events = self.recorder.end()
         readings = [source.stop() for source in self.sources]
+        tensorflow_events, tensorflow_notes = self.tensorflow_capture.end(next((r for r in readings if r.source == "tensorflow"), None))
         if kept is not None:
             kept.update(_tensorflow_kept(readings))
         notes = []
@@ -132,8 +131,9 @@ class Measurement:
         unknown = sorted(self.jax_capture.window.temp_unknown)
         if unknown:
             notes.append("no memory analysis for " + ", ".join(unknown) + ": their temp buffers are not in the trace")
+        notes.extend(tensorflow_notes)
         compiled = list(self.jax_capture.window.compiled) if self.jax_capture.installed else None
-        return Captured(events, readings, notes, first_activity, compiled, kept, dict(self.jax_capture.window.executables))
+        return Captured(events, readings, notes, tensorflow_events, compiled, kept, dict(self.jax_capture.window.executables))
 
     def jax_platform_problem(self) -> str | None:
         """On a GPU session, JAX must run on the GPU: jaxlib falls back to CPU, with only a log line,
@@ -152,16 +152,12 @@ class Measurement:
             "its memory here is not the GPU's"
         )
 
-    def trace_of(self, captured: Captured) -> tuple[Trace, list[str]]:
-        """The test's one trace, every capture's events merged on one clock, and the notes that go
-        with it (what could not be traced, and why)."""
-        notes = list(captured.notes)
-        by_name = {reading.source: reading for reading in captured.readings}
-        tensorflow = by_name.get("tensorflow")
-        extra = tensorflow_events(tensorflow, captured.tensorflow_first_activity) if tensorflow is not None else []
-        if extra:
-            notes.append(TENSORFLOW_NOTE if self.tensorflow_capture.installed else self.tensorflow_capture.note or TENSORFLOW_NOTE)
-        return merge(captured.events, extra), notes
+    def trace_of(self, captured: Captured) -> tuple[Trace, list[str], bool]:
+        """The test's one trace, every capture's events merged on one clock; the notes that go with
+        it (what could not be traced, and why); and whether a framework ran but nothing traced it."""
+        trace = merge(captured.events, captured.tensorflow_events or Trace())
+        traced_nothing = (not len(trace) and bool(captured.notes)) or captured.tensorflow_events is None
+        return trace, list(captured.notes), traced_nothing
 
     def close(self) -> None:
         for source in self.sources:

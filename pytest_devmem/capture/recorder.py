@@ -34,6 +34,9 @@ class TraceRecorder:
         self._mark = 0  # ids above this were allocated after mark()
         self._paused = 0
         self._started = 0.0
+        self._ended = 0.0
+        self._pause_began = 0.0
+        self._pauses: list[tuple[float, float]] = []  # (from, to) of each pause of this window, on its clock
 
     @property
     def recording(self) -> bool:
@@ -44,6 +47,22 @@ class TraceRecorder:
         """The window's start on the recorder's clock: events' times count from it."""
         return self._started
 
+    @property
+    def ended_at(self) -> float:
+        """When the last window closed, in seconds from its start."""
+        return self._ended
+
+    @property
+    def paused_spans(self) -> list[tuple[float, float]]:
+        """The (from, to) seconds of each pause of the current or last window: a capture that reads
+        its framework's events after the fact leaves out what was allocated inside them."""
+        with self._lock:
+            return list(self._pauses)
+
+    def now(self) -> float:
+        """Seconds since the window opened, on the events' clock, paused or not."""
+        return self._clock() - self._started
+
     def begin(self) -> None:
         """Open a window; events from before are forgotten."""
         with self._lock:
@@ -52,6 +71,7 @@ class TraceRecorder:
             self._first_id = self._next_id
             self._mark = self._next_id - 1
             self._paused = 0
+            self._pauses = []
             self._started = self._clock()
 
     def end(self) -> Trace:
@@ -60,6 +80,9 @@ class TraceRecorder:
             trace, self._trace = self._trace or Trace(), None
             self._live = {}
             base = self._first_id - 1
+            self._ended = self._clock() - self._started
+            if self._paused:  # closed inside a pause: it lasted to the end
+                self._pauses.append((self._pause_began, self._ended))
         # ids were handed out consecutively in this window, in allocation order: renumbering is a shift
         trace.pointers = array("Q", [pointer - base for pointer in trace.pointers])
         threads: dict[int, int] = {}
@@ -91,11 +114,15 @@ class TraceRecorder:
         """Record nothing inside (a fixture shared with other tests is set up here, say)."""
         with self._lock:
             self._paused += 1
+            if self._paused == 1:
+                self._pause_began = self._clock() - self._started
         try:
             yield
         finally:
             with self._lock:
                 self._paused -= 1
+                if self._paused == 0 and self._trace is not None:
+                    self._pauses.append((self._pause_began, self._clock() - self._started))
 
     def allocate(self, size: int, source: str, label: str = "", device: str = "") -> int:
         """Record an allocation of `size` bytes by `source` on `device`; its id, or 0 when nothing is

@@ -21,6 +21,8 @@ from ..gate.marks import MARK_NAME, MARKER_HELP, MarkSpec, compiles_verdict, fra
 from ..model.pool import Policy, make_pool
 from ..model.pool.base import Pool
 from ..capture.measurement import Captured, Measurement
+from ..capture.tensorflow.cpu_allocator import ONEDNN_VARIABLE, CpuAllocatorSetting, prepare_cpu_allocator
+from ..capture.tensorflow.cpu_allocator import VARIABLE as TF_CPU_BFC
 from ..gate.record import TestRecord
 from ..model.regime import Regime, configure_tensorflow_gpus, jax_backend_started, restore
 from ..present.report import benchmark_json, render
@@ -48,6 +50,7 @@ oom_key = pytest.StashKey["str | None"]()  # the out-of-memory error the test ra
 _early_env_key = pytest.StashKey["dict[str, str | None]"]()  # framework variables before this session's regime
 _conflicts_key = pytest.StashKey["list[str]"]()  # the user's JAX variables that contradict the session regime
 _gpu_env_key = pytest.StashKey["str | None"]()  # CUDA_VISIBLE_DEVICES before this worker's GPU was chosen
+_tensorflow_cpu_key = pytest.StashKey[CpuAllocatorSetting]()  # TF_CPU_ALLOCATOR_USE_BFC, as this session left it
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -68,7 +71,16 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
             return  # pytest_configure stops the run with them
     if settings.effective_regime is not None:
         early_config.stash[_early_env_key] = settings.effective_regime.apply()
+    early_config.stash[_tensorflow_cpu_key] = prepare_cpu_allocator(os.environ)  # before TensorFlow creates its CPU device
     _apply_worker_gpu(early_config, settings)
+
+
+def _restore_tensorflow_cpu(config: pytest.Config) -> None:
+    setting = config.stash.get(_tensorflow_cpu_key, None)
+    if setting is not None and setting.set_here:
+        restore({TF_CPU_BFC: None})
+    if setting is not None and setting.onednn_set_here:
+        restore({ONEDNN_VARIABLE: None})
 
 
 def _apply_worker_gpu(config: pytest.Config, settings: Settings) -> None:
@@ -103,7 +115,10 @@ def pytest_configure(config: pytest.Config) -> None:
         early = config.stash.get(_early_env_key, None)
         if early is not None:  # undo what pytest_load_initial_conftests set
             restore(early)
+        _restore_tensorflow_cpu(config)
         raise
+    if _tensorflow_cpu_key not in config.stash:  # the plugin came too late for the early hook
+        config.stash[_tensorflow_cpu_key] = prepare_cpu_allocator(os.environ)
     _apply_worker_gpu(config, settings)
     manager = DevmemManager(config, settings, device, store)
     config.pluginmanager.register(manager, PLUGIN_NAME)
@@ -207,15 +222,23 @@ class DevmemManager:
             restore(self._previous_env)
         if _gpu_env_key in config.stash:
             restore({"CUDA_VISIBLE_DEVICES": config.stash[_gpu_env_key]})
+        _restore_tensorflow_cpu(config)
         if self.child_writer is not None:
             self.child_writer.close()
         close = getattr(self.device, "close", None)
         if close is not None:
             close()
 
-    def pytest_report_header(self, config: pytest.Config) -> str:
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
         regime = self.settings.regime.label if self.settings.regime else f"none (marked tests only, under {DEFAULT_REGIME.label} unless the marker names one)"
-        return f"devmem: device {self.device.name}, regime {regime}"
+        lines = [f"devmem: device {self.device.name}, regime {regime}"]
+        if self.tensorflow_cpu is not None and _tensorflow_installed():
+            lines.append(f"devmem: {self.tensorflow_cpu.describe()}")
+        return lines
+
+    @property
+    def tensorflow_cpu(self) -> CpuAllocatorSetting | None:
+        return self.config.stash.get(_tensorflow_cpu_key, None)
 
     # -- collection ---------------------------------------------------------------------
 
@@ -523,6 +546,7 @@ class DevmemManager:
         from ..provenance import provenance
 
         driver = driver_info()
+        tensorflow_cpu = self.tensorflow_cpu
         return {
             "device": self.device.name,
             "device_class": self.device.device_class,
@@ -530,6 +554,7 @@ class DevmemManager:
             "device_compute_capability": list(getattr(self.device, "compute_capability", DEFAULT_COMPUTE_CAPABILITY)),
             "regime": self.settings.regime.label if self.settings.regime else None,
             "versions": versions,
+            **({"tensorflow_cpu_allocator": tensorflow_cpu.describe()} if tensorflow_cpu is not None and any(name.startswith("tensorflow") for name in versions) else {}),
             **provenance(self.config.rootpath, versions, self.device.device_class, {"driver_version": driver.driver_version, "cuda_version": driver.cuda_version}),
         }
 
@@ -538,6 +563,9 @@ class DevmemManager:
             from ..present.summary import SessionSummary
 
             SessionSummary(self, terminalreporter, everything=config.getoption("verbose", 0) > 0).write()
+            problem = self.tensorflow_cpu.problem() if self.tensorflow_cpu is not None else None
+            if problem and any(not reading.unused for record in self.records for name, reading in record.sources.items() if name == "tensorflow"):
+                terminalreporter.write_line(f"pytest-devmem: {problem}", yellow=True)
 
     def shown(self, path: object) -> str:
         """A path relative to where pytest was started, when it lies below it."""
@@ -592,6 +620,17 @@ class DevmemManager:
             for entry in self.store.entries()
             if module_of(entry.test_id) in modules and entry.test_id not in self.collected_ids
         )
+
+
+def _tensorflow_installed() -> bool:
+    if "tensorflow" in sys.modules:
+        return True
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("tensorflow") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _out_of_memory_text(exc: BaseException) -> str | None:

@@ -55,8 +55,7 @@ def make_record(
     timeline: bool = False,
 ) -> TestRecord:
     """The test's record: its trace replayed once on the machine under `policy`."""
-    trace, notes = measurement.trace_of(captured)
-    traced_nothing = not len(trace) and bool(captured.notes)  # a framework ran, but untraced
+    trace, notes, traced_nothing = measurement.trace_of(captured)
     spec = machine_spec(device, context_bytes)
     setups = allocator_setups(policy, device)
     run = None if traced_nothing else run_machine(trace, setups, spec, timeline=timeline)

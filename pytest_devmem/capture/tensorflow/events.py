@@ -1,0 +1,112 @@
+"""TensorFlow's allocator events turned into one test window's trace events.
+
+Sizes are the bytes requested (the model of the machine rounds them as the allocator would). A
+deallocation frees the latest live allocation at its allocator and address; one without any (the
+buffer was allocated before the window, or while it was paused) is left out, and so is everything
+allocated while the window was paused or after it closed. Devices come from allocator names:
+`GPU_<k>_bfc` (TensorFlow's GPU allocator, tensorflow/core/common_runtime/gpu/gpu_device.cc) is
+`gpu:<k>`; on a machine where TensorFlow has no GPU its CPU allocator is `cpu:0`; where it has one,
+its host allocators (pinned staging memory, `gpu_host_bfc`, and the CPU's) are not device memory
+and are left out.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from ...model.trace import ALLOCATE_CODE, FREE_CODE, Trace
+from .xspace import AllocatorEvent
+
+SOURCE = "tensorflow"
+NO_OP = "(no op)"
+_GPU_ALLOCATOR = re.compile(r"^(?:GPU_(\d+)_bfc|gpu_async_(\d+))$")
+CPU_BFC = "bfc_cpu_allocator_for_gpu"  # TensorFlow's CPU BFC, so named (process_state.cc) on every machine
+ONEDNN_CPU = "mklcpu"  # oneDNN's CPU allocator: traces only its large allocations
+
+
+def allocator_device(allocator: str, tensorflow_has_gpu: bool) -> str | None:
+    """The device an allocator's memory is on, or None for host memory beside a GPU."""
+    match = _GPU_ALLOCATOR.match(allocator)
+    if match:
+        return f"gpu:{match.group(1) or match.group(2)}"
+    return None if tensorflow_has_gpu else "cpu:0"
+
+
+def label(event: AllocatorEvent) -> str:
+    """What made an allocation: its op, and the function it ran in where known."""
+    if event.op:
+        return f"{event.op} in {event.function}" if event.function else event.op
+    return event.function or NO_OP
+
+
+@dataclass(frozen=True)
+class WindowClock:
+    """TensorFlow's clock (the wall clock, in ns) onto the window's (seconds from its start), from
+    one reading of each taken together."""
+
+    wall_ns: int
+    window_s: float
+
+    def seconds(self, time_ns: int) -> float:
+        return self.window_s + (time_ns - self.wall_ns) / 1e9
+
+
+@dataclass
+class Converted:
+    """One window's trace events and what was left out of them."""
+
+    events: Trace = field(default_factory=Trace)
+    host_allocators: set[str] = field(default_factory=set)  # left out: host memory beside a GPU
+    allocators: set[str] = field(default_factory=set)  # every allocator that allocated in the window
+
+
+def _paused(time: float, spans: Sequence[tuple[float, float]]) -> bool:
+    return any(start <= time <= end for start, end in spans)
+
+
+def trace_events(
+    events: Iterable[AllocatorEvent],
+    clock: WindowClock,
+    *,
+    end: float,
+    tensorflow_has_gpu: bool,
+    paused: Sequence[tuple[float, float]] = (),
+) -> Converted:
+    """The window's allocations and frees in time order (at equal times, frees first: an address
+    freed and taken again in the same nanosecond was freed first), numbered 1, 2, 3..."""
+    converted = Converted()
+    live: dict[tuple[str, int], list[int]] = {}  # (allocator, address) -> ids, latest last; 0: not the window's
+    allocations: dict[int, tuple[int, str, str]] = {}  # id -> (bytes, label, device)
+    threads: dict[int, int] = {}
+    ordered = sorted(events, key=lambda event: (event.time_ns, event.allocate))
+    for event in ordered:
+        time = max(0.0, clock.seconds(event.time_ns))
+        key = (event.allocator, event.address)
+        if event.allocate:
+            device = allocator_device(event.allocator, tensorflow_has_gpu)
+            if device is None:
+                converted.host_allocators.add(event.allocator)
+                continue
+            in_window = time <= end and not _paused(time, paused) and event.requested_bytes > 0
+            buffer_id = len(allocations) + 1 if in_window else 0
+            live.setdefault(key, []).append(buffer_id)
+            if not buffer_id:
+                continue
+            converted.allocators.add(event.allocator)
+            name = label(event)
+            allocations[buffer_id] = (event.requested_bytes, name, device)
+            thread = threads.setdefault(event.thread, len(threads))
+            converted.events.add(ALLOCATE_CODE, buffer_id, event.requested_bytes, time, thread, 0, SOURCE, name, device)
+            continue
+        stack = live.get(key)
+        if not stack:
+            continue  # allocated before the window (or by a host allocator): not the window's
+        buffer_id = stack.pop()
+        if not buffer_id or time > end:
+            continue
+        size, name, device = allocations[buffer_id]
+        thread = threads.setdefault(event.thread, len(threads))
+        converted.events.add(FREE_CODE, buffer_id, size, time, thread, 0, SOURCE, name, device)
+    return converted

@@ -1,0 +1,197 @@
+"""TensorFlow's profile (an XSpace: tsl/profiler/protobuf/xplane.proto) read for its allocator events.
+
+Each BFC allocator of TensorFlow records every allocation and deallocation as a `MemoryAllocation` /
+`MemoryDeallocation` TraceMe on the host plane (`BFCAllocator::AddTraceMe`, xla/tsl/framework/
+bfc_allocator.cc) with the allocator's name, the requested and the allocated bytes, the chunk's
+address, and the op that asked (`tf_op`) with its step id (`id`). A function's kernels carry the step
+id of the function's `FunctionRun` event, which runs inside the event of whatever called it: an
+eager call of the function (`EagerLocalExecute: __inference_step_219`) or a tf.data iterator
+(`Iterator::...::Map`, `ParallelMapProduce`); so the function each op ran in can be named. An
+allocation outside any op (a tf.data batch filled in the executor's done callback, say) takes the
+function of the step it happened in (`ExecutorState::Process`, `ExecutorDoneCallback`), or else
+what its thread was doing.
+
+Only the protobuf's fields are read here, through the generated classes TensorFlow ships; nothing
+imports TensorFlow. Timestamps: the host plane's lines count from the session's start
+(`profile_start_time` on the `Task Environment` plane), on TensorFlow's clock, the wall clock.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+HOST_PLANE = "/host:CPU"
+ENVIRONMENT_PLANE = "Task Environment"
+ALLOCATION, DEALLOCATION = "MemoryAllocation", "MemoryDeallocation"
+_WANTED_STATS = ("allocator_name", "requested_bytes", "addr", "tf_op", "id")
+_FUNCTION = re.compile(r"^__inference_(.+?)_\d+$")
+_ABSOLUTE_NS = 10**15  # line timestamps below this count from the session's start (about 11 days)
+
+
+class AllocatorEvent(NamedTuple):
+    """One allocator call TensorFlow's profiler recorded (a tuple: a profile holds thousands)."""
+
+    time_ns: int  # on TensorFlow's clock (the wall clock), absolute
+    allocate: bool  # False: a deallocation
+    allocator: str  # e.g. "GPU_0_bfc", "bfc_cpu_allocator_for_gpu"
+    address: int
+    requested_bytes: int
+    op: str = ""  # the op that asked, "" when none was running
+    function: str = ""  # the function (or tf.data stage) the op ran in, "" when unknown
+    thread: int = 0  # the index of the thread's line in the profile
+
+
+@dataclass
+class Profile:
+    """What one profiling session holds for the trace."""
+
+    events: list[AllocatorEvent] = field(default_factory=list)
+    host_events: int = 0  # every event TensorFlow recorded on the host: 0 means it did nothing
+    start_ns: int | None = None  # the session's start on TensorFlow's clock, when the profile says
+
+
+def function_name(name: str) -> str:
+    """A graph function's name as its author wrote it: `__inference_step_219` -> `step`."""
+    match = _FUNCTION.match(name)
+    return match.group(1) if match else name
+
+
+def caller_name(event_name: str) -> str | None:
+    """What an enclosing event says about who ran the code inside it, or None: a function (or an
+    op) called eagerly, a stage of a tf.data pipeline, host data made a tensor."""
+    if event_name.startswith("EagerLocalExecute: "):
+        return function_name(event_name[len("EagerLocalExecute: "):])
+    if event_name.startswith("Iterator::"):
+        stage = event_name.rsplit("::", 1)[-1]
+        return "tf.data " + stage.split("[", 1)[0]
+    if event_name.endswith("Produce") and len(event_name) > len("Produce"):  # ParallelMapProduce, PrefetchProduce
+        return "tf.data " + event_name[: -len("Produce")]
+    if event_name in ("convert_to_tensor", "tf.constant"):  # host data made a tensor
+        return event_name
+    return None
+
+
+def _stat_value(stat: Any, stat_names: dict[int, str]) -> Any:
+    kind = stat.WhichOneof("value")
+    if kind == "ref_value":
+        return stat_names.get(stat.ref_value, "")
+    return getattr(stat, kind) if kind else None
+
+
+def _start_ns(space: Any) -> int | None:
+    for plane in space.planes:
+        if plane.name != ENVIRONMENT_PLANE:
+            continue
+        names = {key: meta.name for key, meta in plane.stat_metadata.items()}
+        for stat in plane.stats:
+            if names.get(stat.metadata_id) == "profile_start_time":
+                value = _stat_value(stat, names)
+                return int(value) if value else None
+    return None
+
+
+_ALLOCATION, _DEALLOCATION, _RUN, _CALLER, _STEP = 1, 2, 3, 4, 5  # what an event is to the reader
+_STEP_SCOPES = ("ExecutorState::Process", "ExecutorDoneCallback")  # events that run one step, with its id
+
+
+def read_profile(space: Any, start_ns: int | None = None) -> Profile:
+    """The allocator events of an XSpace, in the order of their lines, each with its op and, where
+    the profile shows it, the function it ran in. `start_ns`: when the session started, for a
+    profile that does not say.
+
+    A profile holds some tens of thousands of events per second of TensorFlow work, so each event
+    costs one dictionary lookup unless it is an allocator event, a `FunctionRun` or a caller; of
+    an allocator event only the five statistics used are read."""
+    profile = Profile(start_ns=_start_ns(space) or start_ns)
+    pending: list[tuple[int, bool, int, str, int, int, str, int, str, int, bool]] = []
+    run_callers: dict[int, str] = {}  # step id of a FunctionRun -> who called that function
+    for plane in space.planes:
+        if plane.name != HOST_PLANE:
+            continue
+        stat_names = {key: meta.name for key, meta in plane.stat_metadata.items()}
+        wanted = {key: name for key, name in stat_names.items() if name in _WANTED_STATS}
+        step_stat = next((key for key, name in wanted.items() if name == "id"), None)
+        roles: dict[int, int] = {}
+        callers: dict[int, str] = {}
+        for key, meta in plane.event_metadata.items():
+            name = meta.name
+            if name == ALLOCATION:
+                roles[key] = _ALLOCATION
+            elif name == DEALLOCATION:
+                roles[key] = _DEALLOCATION
+            elif name == "FunctionRun":
+                roles[key] = _RUN
+            elif name in _STEP_SCOPES:
+                roles[key] = _STEP
+            elif (caller := caller_name(name)) is not None:
+                roles[key], callers[key] = _CALLER, caller
+        for thread, line in enumerate(plane.lines):
+            events = line.events
+            profile.host_events += len(events)
+            base = line.timestamp_ns
+            if base < _ABSOLUTE_NS:
+                base += profile.start_ns or 0
+            stack: list[tuple[int, str, int]] = []  # enclosing callers and steps: (end, caller, step id); popped lazily
+            last_start = -1
+            for event in events:
+                role = roles.get(event.metadata_id)
+                if role is None:
+                    continue
+                start = event.offset_ps
+                if start < last_start:  # not sorted by time (a profile TensorFlow did not sort): no nesting
+                    stack.clear()
+                last_start = start
+                while stack and stack[-1][0] <= start:
+                    stack.pop()
+                if role == _CALLER:
+                    if event.duration_ps > 0:
+                        stack.append((start + event.duration_ps, callers[event.metadata_id], 0))
+                    continue
+                if role == _STEP:
+                    if event.duration_ps > 0 and step_stat is not None:
+                        scope = next((stat.int64_value or stat.uint64_value for stat in event.stats if stat.metadata_id == step_stat), 0)
+                        stack.append((start + event.duration_ps, "", scope))
+                    continue
+                caller, scope, step_inside = "", 0, False  # the innermost caller and step, and which is inside
+                for _, name, step_id in reversed(stack):
+                    if name and not caller:
+                        caller = name
+                    elif step_id and not scope:
+                        scope, step_inside = step_id, not caller
+                    if caller and scope:
+                        break
+                allocator, op, requested, address, step, found = "", "", 0, 0, 0, 0
+                for stat in event.stats:
+                    name = wanted.get(stat.metadata_id)
+                    if name is None:
+                        continue
+                    if role == _RUN:
+                        if name == "id":
+                            if caller:
+                                run_callers[stat.int64_value or stat.uint64_value] = caller
+                            break
+                        continue
+                    if name == "allocator_name":
+                        allocator = stat.str_value or stat_names.get(stat.ref_value, "")
+                    elif name == "tf_op":
+                        op = stat.str_value or stat_names.get(stat.ref_value, "")
+                    elif name == "requested_bytes":
+                        requested = stat.int64_value or stat.uint64_value
+                    elif name == "addr":
+                        address = stat.uint64_value or stat.int64_value
+                    else:
+                        step = stat.int64_value or stat.uint64_value
+                    found += 1
+                    if found == len(_WANTED_STATS):
+                        break
+                if role != _RUN:
+                    pending.append((base + start // 1000, role == _ALLOCATION, thread, allocator, address, requested, op, step, caller, scope, step_inside))
+    for time_ns, allocate, thread, allocator, address, requested, op, step, caller, scope, step_inside in pending:
+        function = run_callers.get(step, "") if step else ""
+        if not op and not function:  # no op: the step it happened in, or what the thread was doing, the inner first
+            in_step = run_callers.get(scope, "") if scope else ""
+            function = (in_step or caller) if step_inside else (caller or in_step)
+        profile.events.append(AllocatorEvent(time_ns, allocate, allocator, address, requested, function_name(op) if op.startswith("__inference_") else op, function, thread))
+    return profile
