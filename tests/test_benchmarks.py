@@ -22,6 +22,9 @@ def test_pool_benchmark_runs_in_quick_mode() -> None:
     for trace in ("many-small", "mixed-small-huge", "training-loop"):
         policies = [line.split()[2] for line in lines if line.startswith(trace)]
         assert policies == ["first-fit", "prealloc", "growth", "ondemand"]
+    assert "capture cost per executable run:" in result.stdout and "bytes held per event" in result.stdout
+    steps = [line.split()[0] for line in lines if line.startswith(("off ", "on, traces written "))]
+    assert steps == ["off", "on,"], result.stdout
 
 
 def test_first_fit_reference_is_a_correct_allocator() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from array import array
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
@@ -20,15 +19,17 @@ class TraceRecorder:
     existed before a test never enters its trace and its later free is ignored: a test's figures
     do not depend on which tests ran before it. `end()` numbers the buffers 1, 2, 3... in the order
     they were allocated and the threads 0, 1, 2... in the order they first allocated, so the same
-    work gives the same trace in any process. Events go straight into a columnar Trace: a few
-    hundred nanoseconds and about 60 bytes each.
+    work gives the same trace in any process. Events go straight into a columnar Trace, numbered
+    as they are written (the window's ids are consecutive): about a microsecond and 60 bytes each,
+    nothing more held per event, and nothing to redo at the end.
     """
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a weak-reference callback freeing a buffer may run inside allocate
         self._next_id = 1  # ids are unique over the process: a buffer of an earlier window never matches
         self._first_id = 1  # the first id of this window
+        self._threads: dict[int, int] = {}  # thread ident -> its number in this window
         self._trace: Trace | None = None
         self._live: dict[int, tuple[int, str, str, str]] = {}  # id -> (bytes, source, label, device), allocated in this window
         self._mark = 0  # ids above this were allocated after mark()
@@ -50,6 +51,7 @@ class TraceRecorder:
             self._trace = Trace()
             self._live = {}
             self._first_id = self._next_id
+            self._threads = {}
             self._mark = self._next_id - 1
             self._paused = 0
             self._started = self._clock()
@@ -59,11 +61,6 @@ class TraceRecorder:
         with self._lock:
             trace, self._trace = self._trace or Trace(), None
             self._live = {}
-            base = self._first_id - 1
-        # ids were handed out consecutively in this window, in allocation order: renumbering is a shift
-        trace.pointers = array("Q", [pointer - base for pointer in trace.pointers])
-        threads: dict[int, int] = {}
-        trace.threads = array("Q", [threads.setdefault(thread, len(threads)) for thread in trace.threads])
         return trace
 
     def mark(self) -> None:
@@ -107,7 +104,7 @@ class TraceRecorder:
             buffer_id = self._next_id
             self._next_id = buffer_id + 1
             self._live[buffer_id] = (size, source, label, device)
-            trace.add(ALLOCATE_CODE, buffer_id, size, self._clock() - self._started, threading.get_ident(), 0, source, label, device)
+            trace.add(ALLOCATE_CODE, buffer_id - self._first_id + 1, size, self._clock() - self._started, self._thread_number(), 0, source, label, device)
             return buffer_id
 
     def free(self, buffer_id: int) -> None:
@@ -122,4 +119,12 @@ class TraceRecorder:
             if entry is None:
                 return
             size, source, label, device = entry
-            trace.add(FREE_CODE, buffer_id, size, self._clock() - self._started, threading.get_ident(), 0, source, label, device)
+            trace.add(FREE_CODE, buffer_id - self._first_id + 1, size, self._clock() - self._started, self._thread_number(), 0, source, label, device)
+
+    def _thread_number(self) -> int:
+        """The calling thread's number in this window: 0, 1, 2... in the order threads first wrote."""
+        ident = threading.get_ident()
+        number = self._threads.get(ident)
+        if number is None:
+            number = self._threads[ident] = len(self._threads)
+        return number
