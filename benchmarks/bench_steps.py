@@ -7,8 +7,9 @@ counts. Configurations: the plugin off; off with JAX's Python dispatch forced (e
 through `pjit._get_fastpath_data` answering None, as a capture that cannot keep JAX's C++ fast
 path would force it; for comparison only); on (`--devmem-mode=prealloc`, in-process); on with
 traces written (`--devmem-traces=DIR`). The test reports its own loop time, so `µs/step` is the
-loop alone; `session` is the time pytest reports (collection, the test, its replay and record).
-The capture's cost per executable run is the on loop's µs/step less the off loop's.
+loop alone, and `CPU µs/step` the CPU time of the test's thread in it (steadier than wall time on a
+busy machine); `session` is the time pytest reports (collection, the test, its replay and record).
+The capture's cost per executable run is the on loop's figures less the off loop's.
 
 Then the recorder alone: one million events (allocations and their frees) into a TraceRecorder,
 with the memory the recording holds measured by tracemalloc (bytes per event) and the time per
@@ -52,13 +53,13 @@ def test_steps():
     for _ in range(100):  # compiled and warm before the timed loop
         x = step(x, w)
     x.block_until_ready()
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.thread_time()
     for _ in range({steps}):
         x = step(x, w)
     x.block_until_ready()
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.thread_time() - start_cpu
     with open(os.environ["BENCH_LOOP_FILE"], "w") as handle:
-        handle.write(repr(elapsed))
+        handle.write(f"{elapsed!r} {cpu!r}")
 '''
 
 COMMON = ["-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:xdist"]
@@ -70,8 +71,8 @@ CONFIGURATIONS: dict[str, tuple[list[str], dict[str, str]]] = {
 }
 
 
-def run_once(directory: Path, extra: list[str], environment_extra: dict[str, str]) -> tuple[float, float, float]:
-    """(wall, session, loop) seconds of one pytest run of the step test."""
+def run_once(directory: Path, extra: list[str], environment_extra: dict[str, str]) -> tuple[float, float, float, float]:
+    """(wall, session, loop, loop CPU of the test's thread) seconds of one pytest run of the step test."""
     loop_file = directory / "loop.txt"
     environment = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
     environment.update(environment_extra, BENCH_LOOP_FILE=str(loop_file))
@@ -83,7 +84,8 @@ def run_once(directory: Path, extra: list[str], environment_extra: dict[str, str
     if completed.returncode != 0:
         raise SystemExit(f"step benchmark failed:\n{completed.stdout}\n{completed.stderr}")
     session = float(re.findall(r" in ([0-9.]+)s", completed.stdout)[-1])
-    return wall, session, float(loop_file.read_text())
+    loop, loop_cpu = (float(part) for part in loop_file.read_text().split())
+    return wall, session, loop, loop_cpu
 
 
 def recorder_figures(events: int = 1_000_000) -> tuple[float, float]:
@@ -128,11 +130,11 @@ def main(argv: list[str] | None = None) -> int:
         args.steps, args.repeat, args.events = 1_000, 1, 100_000
         configurations = {name: CONFIGURATIONS[name] for name in ("off", "on, traces written")}
     print(f"{args.steps} jitted steps on 64x64 arrays in one test, best of {args.repeat}")
-    print(f"{'configuration':<22} {'µs/step':>8} {'loop ratio':>11} {'session s':>10} {'session ratio':>14} {'wall s':>8}")
+    print(f"{'configuration':<22} {'µs/step':>8} {'loop ratio':>11} {'CPU µs/step':>12} {'session s':>10} {'session ratio':>14} {'wall s':>8}")
     with tempfile.TemporaryDirectory(prefix="devmem-steps-") as scratch:
         directory = Path(scratch)
         (directory / "test_steps.py").write_text(STEP_TEST.replace("{steps}", str(args.steps)))
-        best = {name: (float("inf"),) * 3 for name in configurations}
+        best = {name: (float("inf"),) * 4 for name in configurations}
         for _ in range(args.repeat):
             for name, (extra, environment) in configurations.items():
                 figures = run_once(directory, extra, environment)
@@ -140,12 +142,16 @@ def main(argv: list[str] | None = None) -> int:
         written = sorted((directory / "traces").glob("*.csv"))
         if not written:
             raise SystemExit("the traces configuration wrote no trace")
-    _, off_session, off_loop = best["off"]
-    for name, (wall, session, loop) in best.items():
-        print(f"{name:<22} {loop / args.steps * 1e6:>8.2f} {loop / off_loop:>10.2f}x {session:>10.3f} {session / off_session:>13.2f}x {wall:>8.3f}")
+    _, off_session, off_loop, off_cpu = best["off"]
+    for name, (wall, session, loop, cpu) in best.items():
+        print(
+            f"{name:<22} {loop / args.steps * 1e6:>8.2f} {loop / off_loop:>10.2f}x {cpu / args.steps * 1e6:>12.2f} "
+            f"{session:>10.3f} {session / off_session:>13.2f}x {wall:>8.3f}"
+        )
     on = "on (prealloc)" if "on (prealloc)" in best else "on, traces written"
     cost = (best[on][2] - off_loop) / args.steps * 1e6
-    print(f"capture cost per executable run: {cost:.2f} µs ({on} loop less off loop)")
+    cpu_cost = (best[on][3] - off_cpu) / args.steps * 1e6
+    print(f"capture cost per executable run: {cost:.2f} µs wall, {cpu_cost:.2f} µs CPU of the test's thread ({on} less off)")
     per_event_bytes, per_event_us = recorder_figures(args.events)
     print(f"recorder, {args.events:,} events: {per_event_bytes:.1f} bytes held per event, {per_event_us:.2f} µs per event")
     return 0

@@ -187,3 +187,24 @@ def test_donations_are_read_from_the_compiled_module_header() -> None:
     assert parse_donations(header) == ({0: 0, 2: 3}, {1, 4})  # an alias into a nested output is left out
     assert parse_donations("HloModule jit_f, input_output_alias={ {}: (0, {}, may-alias) }") == ({0: 0}, set())
     assert parse_donations("HloModule jit_f, entry_computation_layout={()->f32[]}") == ({}, set())
+
+
+def test_executables_that_share_a_first_output_but_run_differently_leave_the_fast_path() -> None:
+    from pytest_devmem.capture.jax_executables import ExecutablePlan, Executables
+
+    cleared = []
+    executables = Executables(lambda: cleared.append(True))
+    aval, sharding = object(), object()
+
+    def plan(temp: int) -> ExecutablePlan:
+        return ExecutablePlan(label="jit(f)", devices=("cpu:0",), temps=(("cpu:0", temp),), temp_known=True, aliases={}, donated=(), kept=(0,), in_shardings=(sharding,))
+
+    class Output:
+        def __init__(self) -> None:
+            self.aval, self.sharding = aval, sharding
+
+    first = plan(1024)
+    assert executables.remember(aval, sharding, first) and executables.named_by(Output()) is first
+    assert executables.remember(aval, sharding, plan(1024))  # runs the same: either may stand for the other
+    assert not executables.remember(aval, sharding, plan(4096)) and cleared == [True]  # JAX's fast-path entries go
+    assert executables.named_by(Output()) is None and not executables.remember(aval, sharding, first)

@@ -232,7 +232,12 @@ class JaxCapture:
             if recording:
                 self._fail(exc)
             return original(executable, *args)
-        outputs = original(executable, *args)
+        try:
+            outputs = original(executable, *args)
+        except BaseException:
+            for transfer in transfers:  # the run failed: what it was given is gone with it
+                self._recorder.free(transfer)
+            raise
         try:
             leaves = self._flatten(list(outputs))
             self._learn(plan, args, parameters, leaves)

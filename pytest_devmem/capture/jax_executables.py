@@ -55,9 +55,8 @@ class ExecutablePlan:
 
     def same_runs_as(self, other: ExecutablePlan) -> bool:
         """Whether a run of either gives the same events (so either may stand for the other)."""
-        return (self.label, self.devices, self.temps, self.aliases, self.donated, self.kept, self.arguments) == (
-            other.label, other.devices, other.temps, other.aliases, other.donated, other.kept, other.arguments
-        ) and all(a is b or a == b for a, b in zip(self.in_shardings, other.in_shardings))
+        facts = ("label", "devices", "temps", "aliases", "donated", "kept", "arguments", "host_arguments")
+        return all(getattr(self, name) == getattr(other, name) for name in facts) and all(a is b or a == b for a, b in zip(self.in_shardings, other.in_shardings))
 
 
 def plan_of(executable: Any) -> ExecutablePlan:
