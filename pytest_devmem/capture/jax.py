@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from .jax_executables import ExecutablePlan, Executables
-from .jax_holdings import Held, Holdings
+from .jax_holdings import Holdings
 from .jax_post_hook import post_hook_slot
 from .jax_shards import ShardSizes, host_shards
 from .patches import Patches
@@ -253,7 +253,7 @@ class JaxCapture:
         if not self._recorder.recording or self.window.failure:
             return
         try:
-            leaves = [outputs] if type(outputs) is self._array_type else self._flatten(outputs)
+            leaves = [outputs] if type(outputs) is self._array_type else self._flatten(outputs)  # one array: the common step
             plan = self._executables.named_by(leaves[0])
             if plan is None:
                 raise LookupError(f"a run of {getattr(function, '__name__', function)!r} on JAX's fast path names no executable the capture has seen")
@@ -301,13 +301,13 @@ class JaxCapture:
     def _record_run(self, plan: ExecutablePlan, parameters: list[Any] | None, outputs: Sequence[Any], transfers: list[int]) -> None:
         """Outputs allocated (or handed a donated input's allocation), the temp buffers for the run,
         donated inputs and transfers freed."""
-        allocate, label, holdings = self._recorder.allocate, plan.label, self._holdings
+        allocate, label, holdings, shards_of, array_type = self._recorder.allocate, plan.label, self._holdings, self._shards.of, self._array_type
         runs = self.window.executables
         runs[label] = runs.get(label, 0) + 1
         if not plan.temp_known:
             self.window.temp_unknown.add(label)
         for index, output in enumerate(outputs):
-            if not isinstance(output, self._array_type) or holdings.held_by(output) is not None:
+            if type(output) is not array_type and not isinstance(output, array_type) or holdings.held_by(output) is not None:
                 continue  # not an array, or one the run was given and gave back
             if parameters is not None and index in plan.aliases:
                 donor = self._device_array(parameters[plan.aliases[index]]) if plan.aliases[index] < len(parameters) else None
@@ -315,7 +315,7 @@ class JaxCapture:
                 if held is not None:
                     holdings.hold(output, held)
                     continue
-            holdings.hold(output, Held([allocate(size, SOURCE, label, device) for device, size in self._shards.of(output)]))
+            holdings.hold_new(output, [allocate(size, SOURCE, label, device) for device, size in shards_of(output)])
         if plan.temps:
             free = self._recorder.free
             for temp in [allocate(size, SOURCE, plan.temp_label, device) for device, size in plan.temps]:
@@ -370,8 +370,9 @@ class JaxCapture:
                 elif source.sharding == result.sharding:
                     held = holdings.held_by(source)
             if held is None:
-                held = Held([self._recorder.allocate(size, SOURCE, DEVICE_PUT, device) for device, size in self._shards.of(result)])
-            holdings.hold(result, held)
+                holdings.hold_new(result, [self._recorder.allocate(size, SOURCE, DEVICE_PUT, device) for device, size in self._shards.of(result)])
+            else:
+                holdings.hold(result, held)
 
     def _wrap_delete(self, original: Callable[..., Any]) -> Callable[..., Any]:
         capture = self

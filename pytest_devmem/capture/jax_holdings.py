@@ -61,6 +61,14 @@ class Holdings:
         held.holders += 1
         self._owners[owner.key] = owner
 
+    def hold_new(self, array: Any, ids: list[int]) -> None:
+        """`array` holds allocations just made for it (the step every run takes: one call)."""
+        held = Held(ids)
+        held.holders = 1
+        owner = _Owner(array, self._collected_callback)
+        owner.held, owner.key = held, id(array)
+        self._owners[owner.key] = owner
+
     def hand_over(self, donor: Any) -> Held | None:
         """A donated array's allocations, taken from it for the output that reuses its buffers."""
         owner = self._owners.get(id(donor))
@@ -90,8 +98,16 @@ class Holdings:
             free(buffer_id)  # already freed where `array` was their last holder: ignored
 
     def _collected(self, owner: _Owner) -> None:
+        """The array is gone: the `_drop` of an array every run makes, inlined."""
         try:
-            self._drop(owner)
+            if self._owners.get(owner.key) is owner:
+                del self._owners[owner.key]
+            held, owner.held = owner.held, None
+            if held is not None:
+                held.holders -= 1
+                if held.holders <= 0:
+                    for buffer_id in held.ids:
+                        self._recorder.free(buffer_id)
         except Exception as exc:  # runs inside the garbage collector: never raise there
             self._on_error(exc)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from ..model.trace import ALLOCATE_CODE, FREE_CODE, Trace
 
@@ -31,7 +31,9 @@ class TraceRecorder:
         self._first_id = 1  # the first id of this window
         self._threads: dict[int, int] = {}  # thread ident -> its number in this window
         self._trace: Trace | None = None
-        self._live: dict[int, tuple[int, str, str, str]] = {}  # id -> (bytes, source, label, device), allocated in this window
+        self._live: dict[int, tuple[int, tuple[str, str, str, int, int, int]]] = {}  # id -> (bytes, its names), allocated in this window
+        self._names: dict[tuple[str, str, str], tuple[str, str, str, int, int, int]] = {}  # (source, label, device) and their codes in the trace
+        self._columns: tuple[Callable[[Any], None], ...] = ()  # the appends of the window's trace columns
         self._mark = 0  # ids above this were allocated after mark()
         self._paused = 0
         self._started = 0.0
@@ -48,7 +50,9 @@ class TraceRecorder:
     def begin(self) -> None:
         """Open a window; events from before are forgotten."""
         with self._lock:
-            self._trace = Trace()
+            trace = self._trace = Trace()
+            self._columns = tuple(column.append for column in (trace.actions, trace.pointers, trace.sizes, trace.times, trace.threads, trace.streams, trace.sources, trace.labels, trace.devices, trace.processes))
+            self._names = {}
             self._live = {}
             self._first_id = self._next_id
             self._threads = {}
@@ -72,7 +76,7 @@ class TraceRecorder:
         """Bytes still live that `source` allocated after mark(), by label: what a test kept."""
         held: dict[str, int] = {}
         with self._lock:
-            for buffer_id, (size, owner, label, _) in self._live.items():
+            for buffer_id, (size, (owner, label, *_)) in self._live.items():
                 if buffer_id > self._mark and owner == source:
                     held[label or owner] = held.get(label or owner, 0) + size
         return held
@@ -103,8 +107,11 @@ class TraceRecorder:
                 return 0
             buffer_id = self._next_id
             self._next_id = buffer_id + 1
-            self._live[buffer_id] = (size, source, label, device)
-            trace.add(ALLOCATE_CODE, buffer_id - self._first_id + 1, size, self._clock() - self._started, self._thread_number(), 0, source, label, device)
+            names = self._names.get((source, label, device))
+            if names is None:
+                names = self._names[(source, label, device)] = (source, label, device, trace.name_code(source), trace.name_code(label), trace.name_code(device))
+            self._live[buffer_id] = (size, names)
+            self._write(ALLOCATE_CODE, buffer_id, size, names)
             return buffer_id
 
     def free(self, buffer_id: int) -> None:
@@ -112,19 +119,25 @@ class TraceRecorder:
         if not buffer_id:
             return
         with self._lock:
-            trace = self._trace
-            if trace is None:
-                return
             entry = self._live.pop(buffer_id, None)
-            if entry is None:
+            if entry is None or self._trace is None:
                 return
-            size, source, label, device = entry
-            trace.add(FREE_CODE, buffer_id - self._first_id + 1, size, self._clock() - self._started, self._thread_number(), 0, source, label, device)
+            self._write(FREE_CODE, buffer_id, entry[0], entry[1])
 
-    def _thread_number(self) -> int:
-        """The calling thread's number in this window: 0, 1, 2... in the order threads first wrote."""
+    def _write(self, action: int, buffer_id: int, size: int, names: tuple[str, str, str, int, int, int]) -> None:
+        """Append one event to the trace's columns (as `Trace.add` would, with its names' codes known)."""
         ident = threading.get_ident()
-        number = self._threads.get(ident)
-        if number is None:
-            number = self._threads[ident] = len(self._threads)
-        return number
+        thread = self._threads.get(ident)
+        if thread is None:  # numbered 0, 1, 2... in the order threads first wrote in this window
+            thread = self._threads[ident] = len(self._threads)
+        actions, pointers, sizes, times, threads, streams, sources, labels, devices, processes = self._columns
+        actions(action)
+        pointers(buffer_id - self._first_id + 1)
+        sizes(size)
+        times(self._clock() - self._started)
+        threads(thread)
+        streams(0)
+        sources(names[3])
+        labels(names[4])
+        devices(names[5])
+        processes(0)
