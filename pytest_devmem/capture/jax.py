@@ -253,8 +253,15 @@ class JaxCapture:
         if not self._recorder.recording or self.window.failure:
             return
         try:
-            leaves = [outputs] if type(outputs) is self._array_type else self._flatten(outputs)  # one array: the common step
-            plan = self._executables.named_by(leaves[0])
+            if type(outputs) is self._array_type:  # one array out
+                plan = self._executables.named_by(outputs)
+                if plan is not None and not plan.runs_read_arguments:
+                    self._record_step(plan, outputs)  # the step every loop repeats, in one call
+                    return
+                leaves = [outputs]
+            else:
+                leaves = self._flatten(outputs)
+                plan = self._executables.named_by(leaves[0])
             if plan is None:
                 raise LookupError(f"a run of {getattr(function, '__name__', function)!r} on JAX's fast path names no executable the capture has seen")
             if plan.runs_read_arguments:
@@ -264,6 +271,20 @@ class JaxCapture:
                 self._record_run(plan, None, leaves, [])
         except Exception as exc:
             self._fail(exc)
+
+    def _record_step(self, plan: ExecutablePlan, output: Any) -> None:
+        """`_record_run` for a run with one array out, nothing donated and no host values: its output's
+        allocations, then its temps."""
+        label, runs = plan.label, self.window.executables
+        runs[label] = runs.get(label, 0) + 1
+        allocate = self._recorder.allocate
+        self._holdings.hold_new(output, [allocate(size, SOURCE, label, device) for device, size in self._shards.of(output)])
+        if plan.temps:
+            free = self._recorder.free
+            for temp in [allocate(size, SOURCE, plan.temp_label, device) for device, size in plan.temps]:
+                free(temp)
+        elif not plan.temp_known:
+            self.window.temp_unknown.add(label)
 
     def _fast_parameters(self, plan: ExecutablePlan, function: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """The executable's parameters in a fast-path call: its arguments flattened as JAX flattens

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
+from array import array
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from ..model.trace import ALLOCATE_CODE, FREE_CODE, Trace
+
+get_ident = threading.get_ident
 
 
 class TraceRecorder:
@@ -29,11 +32,12 @@ class TraceRecorder:
         self._lock = threading.RLock()  # a weak-reference callback freeing a buffer may run inside allocate
         self._next_id = 1  # ids are unique over the process: a buffer of an earlier window never matches
         self._first_id = 1  # the first id of this window
+        self._base = 0
         self._threads: dict[int, int] = {}  # thread ident -> its number in this window
         self._trace: Trace | None = None
         self._live: dict[int, tuple[int, tuple[str, str, str, int, int, int]]] = {}  # id -> (bytes, its names), allocated in this window
         self._names: dict[tuple[str, str, str], tuple[str, str, str, int, int, int]] = {}  # (source, label, device) and their codes in the trace
-        self._columns: tuple[Callable[[Any], None], ...] = ()  # the appends of the window's trace columns
+        self._columns: tuple[Callable[[Any], None], ...] = ()  # the appends of the window's columns that vary
         self._mark = 0  # ids above this were allocated after mark()
         self._paused = 0
         self._started = 0.0
@@ -51,10 +55,11 @@ class TraceRecorder:
         """Open a window; events from before are forgotten."""
         with self._lock:
             trace = self._trace = Trace()
-            self._columns = tuple(column.append for column in (trace.actions, trace.pointers, trace.sizes, trace.times, trace.threads, trace.streams, trace.sources, trace.labels, trace.devices, trace.processes))
+            self._columns = tuple(column.append for column in (trace.actions, trace.pointers, trace.sizes, trace.times, trace.threads, trace.sources, trace.labels, trace.devices))
             self._names = {}
             self._live = {}
             self._first_id = self._next_id
+            self._base = self._first_id - 1  # the window's buffers are numbered 1, 2, 3...
             self._threads = {}
             self._mark = self._next_id - 1
             self._paused = 0
@@ -65,6 +70,9 @@ class TraceRecorder:
         with self._lock:
             trace, self._trace = self._trace or Trace(), None
             self._live = {}
+        events = len(trace.actions)  # every stream and process is 0: written once, here
+        trace.streams = array("Q", bytes(8 * events))
+        trace.processes = array("I", bytes(4 * events))
         return trace
 
     def mark(self) -> None:
@@ -111,7 +119,18 @@ class TraceRecorder:
             if names is None:
                 names = self._names[(source, label, device)] = (source, label, device, trace.name_code(source), trace.name_code(label), trace.name_code(device))
             self._live[buffer_id] = (size, names)
-            self._write(ALLOCATE_CODE, buffer_id, size, names)
+            thread = self._threads.get(get_ident())
+            if thread is None:
+                thread = self._thread_number()
+            actions, pointers, sizes, times, threads, sources, labels, devices = self._columns
+            actions(ALLOCATE_CODE)
+            pointers(buffer_id - self._base)
+            sizes(size)
+            times(self._clock() - self._started)
+            threads(thread)
+            sources(names[3])
+            labels(names[4])
+            devices(names[5])
             return buffer_id
 
     def free(self, buffer_id: int) -> None:
@@ -122,22 +141,21 @@ class TraceRecorder:
             entry = self._live.pop(buffer_id, None)
             if entry is None or self._trace is None:
                 return
-            self._write(FREE_CODE, buffer_id, entry[0], entry[1])
+            size, names = entry
+            thread = self._threads.get(get_ident())
+            if thread is None:
+                thread = self._thread_number()
+            actions, pointers, sizes, times, threads, sources, labels, devices = self._columns
+            actions(FREE_CODE)
+            pointers(buffer_id - self._base)
+            sizes(size)
+            times(self._clock() - self._started)
+            threads(thread)
+            sources(names[3])
+            labels(names[4])
+            devices(names[5])
 
-    def _write(self, action: int, buffer_id: int, size: int, names: tuple[str, str, str, int, int, int]) -> None:
-        """Append one event to the trace's columns (as `Trace.add` would, with its names' codes known)."""
-        ident = threading.get_ident()
-        thread = self._threads.get(ident)
-        if thread is None:  # numbered 0, 1, 2... in the order threads first wrote in this window
-            thread = self._threads[ident] = len(self._threads)
-        actions, pointers, sizes, times, threads, streams, sources, labels, devices, processes = self._columns
-        actions(action)
-        pointers(buffer_id - self._first_id + 1)
-        sizes(size)
-        times(self._clock() - self._started)
-        threads(thread)
-        streams(0)
-        sources(names[3])
-        labels(names[4])
-        devices(names[5])
-        processes(0)
+    def _thread_number(self) -> int:
+        """A thread writing for the first time in this window gets the next number: 0, 1, 2..."""
+        number = self._threads[get_ident()] = len(self._threads)
+        return number
