@@ -1,5 +1,5 @@
-"""`python -m benchmarks`: the pool benchmark, the plugin-overhead benchmark, then TensorFlow's
-capture on a small Keras/TensorFlow suite (skipped where TensorFlow is not installed).
+"""`python -m benchmarks`: the pool benchmark, the plugin-overhead benchmark, the step-loop benchmark,
+then TensorFlow's capture on a small Keras/TensorFlow suite (skipped where TensorFlow is not installed).
 
 Flags go to the pool benchmark; `--quick` also shortens the other two.
 """
@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import sys
 
-from . import bench_plugin, bench_pool, bench_tensorflow
+from . import bench_plugin, bench_pool, bench_steps, bench_tensorflow
 
 if __name__ == "__main__":
     arguments = sys.argv[1:]
+    quick = "--quick" in arguments
     status = bench_pool.main(arguments)
     print()
-    quick = ["--tests", "20", "--repeat", "1"] if "--quick" in arguments else []
-    status = status or bench_plugin.main(quick)
+    status = status or bench_plugin.main(["--tests", "20", "--repeat", "1"] if quick else [])
     print()
-    raise SystemExit(status or bench_tensorflow.main(["--quick"] if "--quick" in arguments else []))
+    status = status or bench_steps.main(["--quick"] if quick else [])
+    print()
+    raise SystemExit(status or bench_tensorflow.main(["--quick"] if quick else []))

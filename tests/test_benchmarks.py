@@ -22,6 +22,10 @@ def test_pool_benchmark_runs_in_quick_mode() -> None:
     for trace in ("many-small", "mixed-small-huge", "training-loop"):
         policies = [line.split()[2] for line in lines if line.startswith(trace)]
         assert policies == ["first-fit", "prealloc", "growth", "ondemand"]
+    assert "capture cost per executable run:" in result.stdout and "bytes held per event" in result.stdout
+    step_table = result.stdout[result.stdout.index("jitted steps"):result.stdout.index("TensorFlow")]
+    steps = [line.split()[0] for line in step_table.splitlines() if line.startswith(("off ", "on, traces written "))]
+    assert steps == ["off", "on,"], result.stdout
     tensorflow = result.stdout[result.stdout.index("TensorFlow"):]  # the TensorFlow suite's table, last
     assert tensorflow.startswith(("TensorFlow suite: 4 tests", "TensorFlow is not installed"))
     if tensorflow.startswith("TensorFlow suite"):

@@ -1,51 +1,46 @@
-"""JAX's device allocations as trace events, modelled on what XLA does per executable run.
+"""JAX's device allocations as trace events, modelled on what XLA does per executable run, on each
+device, without waiting for the device.
 
-Per run of a compiled executable (`pxla.ExecuteReplicated.__call__`): each output buffer is
-allocated; one temp buffer of the executable's `temp_size_in_bytes` (its memory analysis, read once
-per executable, so a compile-cache hit gives the same trace) is allocated for the run and freed at
-its end; a donated input whose buffer became an output keeps its allocation, and a donated input
-that did not is freed after the run; host values passed as arguments are transferred for the run.
-Arrays that reach the device without an executable (`jax.device_put` of host data) come out of
-`dispatch._batched_device_put_impl` and are allocations too (`jnp.asarray` runs a small executable). A buffer is freed when the last array holding it
-is garbage-collected or deleted (`Array.delete`).
+Per run of a compiled executable: each output is allocated, one allocation per addressable shard on
+that shard's device, sized from its shape, dtype and sharding; one temp buffer of the executable's
+`temp_size_in_bytes` is allocated on each of its devices for the run and freed at its end; a donated
+input whose buffer XLA aliased to an output hands its allocation to that output, and a donated input
+that was not aliased is freed after the run; host values passed as arguments are transferred for the
+run, split over the devices their parameter's sharding names. What an executable does per run (its
+temp, its aliases, see `jax_executables`) is read once per executable, so a compile-cache hit gives
+the same trace. Arrays that reach the device without an executable (`jax.device_put`) come out of
+`dispatch._batched_device_put_impl` and are allocations too. An allocation is freed when the last
+array holding it is garbage-collected (a weak reference says so) or deleted (`Array.delete`).
 
-To see every run, calls must go through Python dispatch: the C++ fast path of `jax.jit` never calls
-back. The capture makes `pjit._get_fastpath_data` answer None, as JAX itself does for executables
-it cannot fast-path, and clears the C++ dispatch caches once. These are JAX internals: the capture
-checks each hook before it installs any, and where one is missing it says so (`note`) and traces
-nothing, rather than report a partial figure. Tested with JAX 0.10.
+Runs arrive two ways. JAX's Python dispatch runs an executable through `pxla.ExecuteReplicated`,
+whose `__call__` the capture wraps: every first run of a jitted function with new argument types
+takes it. After that JAX's C++ fast path runs the executable itself and calls back only its
+post-hook (`jax_post_hook`), with the jitted function, its arguments and its outputs. Each output
+array carries the aval and sharding objects of the executable it came from, so the first output
+names the executable; `pjit._get_fastpath_data` is wrapped so that an executable the capture could
+not tell apart from another keeps to the Python path. These are JAX internals: the capture checks
+each hook before it installs any, and where one is missing it says so (`note`) and traces nothing,
+rather than report a partial figure. Tested with JAX 0.10.
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
+from .jax_executables import ExecutablePlan, Executables
+from .jax_holdings import Holdings
+from .jax_post_hook import post_hook_slot
+from .jax_shards import ShardSizes, host_shards
 from .patches import Patches
 from .recorder import TraceRecorder
 
 SOURCE = "jax"
 TESTED_JAX = "0.10"
+"""The JAX minor version these hooks were written against and are tested with."""
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 """The monitoring event JAX records once per executable XLA compiles (jax._src.dispatch)."""
-"""The JAX minor version these hooks were written against and are tested with."""
-
-
-class _Owner(weakref.ref):  # type: ignore[type-arg]
-    """A weak reference from a buffer to one array that holds it."""
-
-    __slots__ = ("pointer", "object_id")
-    pointer: int
-    object_id: int
-
-
-@dataclass
-class _Buffer:
-    trace_id: int
-    size: int
-    owners: dict[int, _Owner] = field(default_factory=dict)  # id(array) -> owner (arrays are unhashable)
+DEVICE_PUT = "device_put"
 
 
 @dataclass
@@ -65,13 +60,16 @@ class JaxCapture:
 
     def __init__(self, recorder: TraceRecorder) -> None:
         self._recorder = recorder
-        self._lock = threading.RLock()  # weakref callbacks can fire inside a locked section
-        self._live: dict[int, _Buffer] = {}  # device pointer -> buffer
-        self._owner_of: dict[int, _Owner] = {}  # id(array) -> its owner reference
-        self._temp_bytes: weakref.WeakKeyDictionary[Any, int | None] = weakref.WeakKeyDictionary()
+        self._holdings = Holdings(recorder, self._fail)
+        self._executables = Executables(lambda: None)
+        self._shards = ShardSizes()
         self._patches = Patches()
-        self._array_type: type = type(None)  # jaxlib's ArrayImpl, once installed
+        self._array_type: Any = type(None)  # jaxlib's ArrayImpl, once installed
+        self._jax_array: Any = type(None)  # jax.Array: device values, never host transfers
+        self._flatten: Callable[[Any], list[Any]] = lambda tree: [tree]
+        self._donate_input: Any = None
         self._compile_listener: Callable[..., None] | None = None
+        self._post_hook: Callable[..., None] | None = None
         self.installed = False
         self.note = ""
         self.version = ""
@@ -86,13 +84,16 @@ class JaxCapture:
         try:
             from jax._src import dispatch, pjit  # type: ignore[import-not-found]
             from jax._src.interpreters import pxla  # type: ignore[import-not-found]
-            from jax._src.lib import xla_client  # type: ignore[import-not-found]
+            from jax._src.lib import _jax, xla_client  # type: ignore[import-not-found]
+            from jax._src.tree_util import dispatch_registry  # type: ignore[import-not-found]
             import jax as jax_module  # type: ignore[import-not-found]
         except ImportError as exc:
             self.note = f"JAX's dispatch internals could not be imported ({exc}): JAX allocations are not traced"
             return False
         self.version = str(getattr(jax_module, "__version__", ""))
         array_type = getattr(xla_client, "ArrayImpl", None)
+        cache = getattr(_jax, "PjitFunctionCache", None)
+        slot = post_hook_slot()
         missing = [
             name
             for name, present in (
@@ -100,6 +101,8 @@ class JaxCapture:
                 ("pxla.ExecuteReplicated.__call__", "__call__" in vars(getattr(pxla, "ExecuteReplicated", object))),
                 ("dispatch._batched_device_put_impl", hasattr(dispatch, "_batched_device_put_impl")),
                 ("ArrayImpl.delete", hasattr(array_type, "delete")),
+                ("api._post_hook_state", slot is not None),
+                ("PjitFunctionCache.clear_all", hasattr(cache, "clear_all")),
             )
             if not present
         ]
@@ -109,22 +112,33 @@ class JaxCapture:
                 "JAX allocations are not traced"
             )
             return False
-        self._array_type = array_type  # type: ignore[assignment]
-        self._patches.replace(pjit, "_get_fastpath_data", lambda original: _no_fastpath)
+        assert slot is not None and cache is not None
+        self._array_type = array_type
+        self._jax_array = jax_module.Array
+        self._flatten = lambda tree: dispatch_registry.flatten(tree, None)[0]  # as the fast path flattens
+        self._executables = Executables(cache.clear_all)
+        self._donate_input = getattr(getattr(xla_client, "ArrayCopySemantics", None), "DONATE_INPUT", None)
+        self._patches.replace(pjit, "_get_fastpath_data", self._wrap_fastpath_data)
         self._patches.replace(pxla.ExecuteReplicated, "__call__", self._wrap_execute)
+        if hasattr(getattr(pxla, "MeshExecutable", None), "create_cpp_call"):
+            self._patches.replace(pxla.MeshExecutable, "create_cpp_call", self._wrap_compiled_call)
         self._patches.replace(dispatch, "_batched_device_put_impl", self._wrap_device_put)
         self._patches.replace(array_type, "delete", self._wrap_delete)
+        self._post_hook = self._on_fast_run
+        slot.subscribe(self._post_hook)
         self._listen_to_compiles()
-        for cache_name in ("_cpp_pjit_cache_fun_only", "_cpp_pjit_cache_explicit_attributes"):
-            cache = getattr(pjit, cache_name, None)
-            if cache is not None and hasattr(cache, "clear"):
-                cache.clear()  # entries made before the hook would keep the fast path
+        cache.clear_all()  # fast-path entries made before the hooks name no executable the capture knows
         self.installed = True
         return True
 
     def uninstall(self) -> None:
-        """Put JAX's own functions back (the fast path returns for executables compiled afterwards)."""
+        """Put JAX's own functions back."""
         self._patches.restore()
+        if self._post_hook is not None:  # subscribed: JAX is imported, and the slot made
+            slot = post_hook_slot()
+            if slot is not None:
+                slot.unsubscribe(self._post_hook)
+            self._post_hook = None
         if self._compile_listener is not None:
             try:
                 from jax._src import monitoring  # type: ignore[import-not-found]
@@ -156,211 +170,240 @@ class JaxCapture:
     def begin(self) -> None:
         self.window = JaxWindow()
 
-    # -- hooks --------------------------------------------------------------------------
+    def _fail(self, exc: Exception) -> None:
+        self.window.failure = f"the JAX capture stopped on an internal error ({type(exc).__name__}: {exc}): the trace is incomplete"
+
+    # -- which executable runs ----------------------------------------------------------
+
+    def _wrap_fastpath_data(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        executables = self._executables
+
+        def get_fastpath_data(executable: Any, *args: Any, **kwargs: Any) -> Any:
+            data = original(executable, *args, **kwargs)
+            if data is None:
+                return None
+            try:
+                plan = executables.known(executable.unsafe_call)
+                if plan is None or not data.out_avals:
+                    return None  # never seen run, or nothing to name it by: the Python path for it
+                return data if executables.remember(data.out_avals[0], data.out_shardings[0], plan) else None
+            except Exception:
+                return None
+
+        return get_fastpath_data
+
+    def _wrap_compiled_call(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def create_cpp_call(executable: Any, params: Any) -> Any:
+            if not getattr(executable, "out_avals", None):
+                return None  # no output to name it by on the fast path: `Compiled` calls it from Python
+            return original(executable, params)
+
+        return create_cpp_call
+
+    def _learn(self, plan: ExecutablePlan, args: Sequence[Any], parameters: Sequence[Any], leaves: Sequence[Any]) -> None:
+        """What a run on the Python path teaches about later runs on the fast path: how many flat
+        arguments a call has, whether host values come with it, the donations it made, and the
+        first output, which names the executable."""
+        deleted = [position for position, value in enumerate(parameters) if isinstance(value, self._jax_array) and value.is_deleted()]
+        plan.learn(len(args), any(self._is_host(value) for value in parameters), deleted)
+        if leaves and isinstance(leaves[0], self._array_type):
+            self._executables.remember(leaves[0].aval, leaves[0].sharding, plan)
+
+    # -- runs ---------------------------------------------------------------------------
 
     def _wrap_execute(self, original: Callable[..., Any]) -> Callable[..., Any]:
         capture = self
 
         def __call__(executable: Any, *args: Any) -> Any:
-            if not capture._recorder.recording or capture.window.failure:
-                return original(executable, *args)
             return capture._execute(original, executable, args)
 
         return __call__
 
     def _execute(self, original: Callable[..., Any], executable: Any, args: tuple[Any, ...]) -> Any:
-        """Run the executable; around it, record what XLA allocates for the run. A fault in this
-        bookkeeping never reaches the test: it stops the capture for the window, with a note."""
-        name = str(getattr(executable, "name", "executable"))
+        """Run the executable on the Python path; around it, record what XLA allocates for the run
+        (and, in or out of a window, learn the executable). A fault in this bookkeeping never reaches
+        the test: it stops the capture for the window, with a note."""
+        recording = self._recorder.recording and not self.window.failure
         try:
-            inputs, transfers = self._before_run(name, args)
+            plan = self._executables.plan(executable)
+            parameters = [args[position] for position in plan.kept if position < len(args)]
+            transfers = self._transfer(plan, parameters) if recording else []
         except Exception as exc:
-            self._fail(exc)
+            if recording:
+                self._fail(exc)
             return original(executable, *args)
-        outputs = original(executable, *args)
         try:
-            self._after_run(executable, name, inputs, transfers, outputs)
+            outputs = original(executable, *args)
+        except BaseException:
+            for transfer in transfers:  # the run failed: what it was given is gone with it
+                self._recorder.free(transfer)
+            raise
+        try:
+            leaves = self._flatten(list(outputs))
+            self._learn(plan, args, parameters, leaves)
+            if recording:
+                self._record_run(plan, parameters, leaves, transfers)
         except Exception as exc:
-            self._fail(exc)
+            if recording:
+                self._fail(exc)
         return outputs
 
-    def _before_run(self, name: str, args: tuple[Any, ...]) -> tuple[list[tuple[Any, int]], list[tuple[int, int]]]:
-        """The traced arrays passed in, and the host values transferred for the run (allocated now)."""
-        inputs: list[tuple[Any, int]] = []
-        transfers: list[tuple[int, int]] = []
-        for arg in args:
-            if isinstance(arg, self._array_type):
-                pointer = _pointer(arg)
-                if pointer is not None and pointer in self._live:
-                    inputs.append((arg, pointer))
+    def _on_fast_run(self, function: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any) -> None:
+        """JAX's post-hook after a run on the C++ fast path: the same events as on the Python path."""
+        if not self._recorder.recording or self.window.failure:
+            return
+        try:
+            if type(outputs) is self._array_type:  # one array out
+                plan = self._executables.named_by(outputs)
+                if plan is not None and not plan.runs_read_arguments:
+                    self._record_step(plan, outputs)  # the step every loop repeats, in one call
+                    return
+                leaves = [outputs]
             else:
-                size = int(getattr(arg, "nbytes", 0) or 0)
-                if size:
-                    transfers.append((self._recorder.allocate(size, SOURCE, f"{name} argument"), size))
-        return inputs, transfers
+                leaves = self._flatten(outputs)
+                plan = self._executables.named_by(leaves[0])
+            if plan is None:
+                raise LookupError(f"a run of {getattr(function, '__name__', function)!r} on JAX's fast path names no executable the capture has seen")
+            if plan.runs_read_arguments:
+                parameters = self._fast_parameters(plan, function, args, kwargs)
+                self._record_run(plan, parameters, leaves, self._transfer(plan, parameters) if plan.host_arguments else [])
+            else:
+                self._record_run(plan, None, leaves, [])
+        except Exception as exc:
+            self._fail(exc)
 
-    def _after_run(self, executable: Any, name: str, inputs: list[tuple[Any, int]], transfers: list[tuple[int, int]], outputs: Any) -> None:
-        """Outputs allocated, the temp buffer for the run, donated inputs and transfers freed."""
-        recorder = self._recorder
-        self.window.executables[name] = self.window.executables.get(name, 0) + 1
-        donated = {pointer for arg, pointer in inputs if arg.is_deleted()}
-        with self._lock:
-            for output in outputs:
-                if isinstance(output, self._array_type):
-                    self._track(output, name, donated)
-            temp = self._temp_size(executable, name)
-            if temp:
-                temp_id = recorder.allocate(temp, SOURCE, f"{name} temp")
-                recorder.free(temp_id)
-            for pointer in donated:  # donated, and its buffer did not become an output
-                buffer = self._live.get(pointer)
-                if buffer is not None:
-                    self._drop_dead_owners(buffer)
-                    if not buffer.owners:
-                        self._release(pointer, buffer)
-        for transfer_id, size in transfers:
-            recorder.free(transfer_id)
+    def _record_step(self, plan: ExecutablePlan, output: Any) -> None:
+        """`_record_run` for a run with one array out, nothing donated and no host values: its output's
+        allocations, then its temps."""
+        label, runs = plan.label, self.window.executables
+        runs[label] = runs.get(label, 0) + 1
+        allocate = self._recorder.allocate
+        self._holdings.hold_new(output, [allocate(size, SOURCE, label, device) for device, size in self._shards.of(output)])
+        if plan.temps:
+            free = self._recorder.free
+            for temp in [allocate(size, SOURCE, plan.temp_label, device) for device, size in plan.temps]:
+                free(temp)
+        elif not plan.temp_known:
+            self.window.temp_unknown.add(label)
 
-    def _fail(self, exc: Exception) -> None:
-        self.window.failure = f"the JAX capture stopped on an internal error ({type(exc).__name__}: {exc}): the trace is incomplete"
+    def _fast_parameters(self, plan: ExecutablePlan, function: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        """The executable's parameters in a fast-path call: its arguments flattened as JAX flattens
+        them (static ones left out, keywords by name), behind the constants JAX passes first."""
+        info = getattr(function, "_jit_info", None)
+        static_numbers = tuple(getattr(info, "static_argnums", ()) or ())
+        static_names = tuple(getattr(info, "static_argnames", ()) or ())
+        if static_numbers and args:
+            statics = {number % len(args) if number < 0 else number for number in static_numbers}
+            args = tuple(value for position, value in enumerate(args) if position not in statics)
+        if static_names:
+            kwargs = {name: value for name, value in kwargs.items() if name not in static_names}
+        flat = self._flatten((args, kwargs))
+        constants = plan.arguments - len(flat)
+        if plan.arguments < 0 or constants < 0:
+            raise LookupError(f"{plan.label} was called on JAX's fast path with {len(flat)} arguments, its runs took {plan.arguments}")
+        return [flat[position - constants] if position >= constants else None for position in plan.kept]
+
+    def _is_host(self, value: Any) -> bool:
+        return value is not None and not isinstance(value, self._jax_array) and bool(getattr(value, "nbytes", 0))
+
+    def _transfer(self, plan: ExecutablePlan, parameters: list[Any]) -> list[int]:
+        """Host values among the parameters, allocated on their parameter's devices for the run."""
+        transfers: list[int] = []
+        for position, value in enumerate(parameters):
+            if not self._is_host(value):
+                continue
+            size = int(value.nbytes)
+            sharding = plan.in_shardings[position] if position < len(plan.in_shardings) else None
+            shards = host_shards(value, size, sharding) if sharding is not None else ((plan.devices[0] if plan.devices else "", size),)
+            for device, part in shards:
+                transfers.append(self._recorder.allocate(part, SOURCE, plan.argument_label, device))
+        return transfers
+
+    def _record_run(self, plan: ExecutablePlan, parameters: list[Any] | None, outputs: Sequence[Any], transfers: list[int]) -> None:
+        """Outputs allocated (or handed a donated input's allocation), the temp buffers for the run,
+        donated inputs and transfers freed."""
+        allocate, label, holdings, shards_of, array_type = self._recorder.allocate, plan.label, self._holdings, self._shards.of, self._array_type
+        runs = self.window.executables
+        runs[label] = runs.get(label, 0) + 1
+        if not plan.temp_known:
+            self.window.temp_unknown.add(label)
+        for index, output in enumerate(outputs):
+            if type(output) is not array_type and not isinstance(output, array_type) or holdings.held_by(output) is not None:
+                continue  # not an array, or one the run was given and gave back
+            if parameters is not None and index in plan.aliases:
+                donor = self._device_array(parameters[plan.aliases[index]]) if plan.aliases[index] < len(parameters) else None
+                held = holdings.hand_over(donor) if donor is not None and donor.is_deleted() else None
+                if held is not None:
+                    holdings.hold(output, held)
+                    continue
+            holdings.hold_new(output, [allocate(size, SOURCE, label, device) for device, size in shards_of(output)])
+        if plan.temps:
+            free = self._recorder.free
+            for temp in [allocate(size, SOURCE, plan.temp_label, device) for device, size in plan.temps]:
+                free(temp)
+        if parameters is not None:
+            for position in plan.donated:  # donated, and its buffers became no output's
+                donor = self._device_array(parameters[position]) if position < len(parameters) else None
+                if donor is not None and donor.is_deleted():
+                    holdings.release(donor)
+        for transfer in transfers:
+            self._recorder.free(transfer)
+
+    def _device_array(self, value: Any) -> Any:
+        """The ArrayImpl behind a parameter (a PRNG key array wraps one); None for anything else."""
+        if type(value) is self._array_type:
+            return value
+        if isinstance(value, self._jax_array):
+            leaves = self._flatten(value)
+            if len(leaves) == 1 and isinstance(leaves[0], self._array_type):
+                return leaves[0]
+        return None
+
+    # -- transfers and deletions --------------------------------------------------------
 
     def _wrap_device_put(self, original: Callable[..., Any]) -> Callable[..., Any]:
         capture = self
 
-        def batched_device_put(*args: Any, **kwargs: Any) -> Any:
-            results = original(*args, **kwargs)
+        def batched_device_put(*values: Any, **kwargs: Any) -> Any:
+            results = original(*values, **kwargs)
             if capture._recorder.recording and not capture.window.failure:
                 try:
-                    with capture._lock:
-                        for result in results:
-                            if isinstance(result, capture._array_type):
-                                capture._track(result, "device_put", set(), own_buffer=True)
+                    capture._after_device_put(values, kwargs.get("copy_semantics") or (), results)
                 except Exception as exc:
                     capture._fail(exc)
             return results
 
         return batched_device_put
 
+    def _after_device_put(self, values: Sequence[Any], copy_semantics: Sequence[Any], results: Sequence[Any]) -> None:
+        """Each result is a transfer of its own, except where it is the value itself, shares the
+        value's buffers (put onto the placement it had: JAX reuses them), or took them over (donated)."""
+        holdings = self._holdings
+        for position, result in enumerate(results):
+            if not isinstance(result, self._array_type) or holdings.held_by(result) is not None:
+                continue
+            source = self._device_array(values[position]) if position < len(values) else None
+            held = None
+            if source is not None and source is not result and holdings.held_by(source) is not None:
+                copy = copy_semantics[position] if position < len(copy_semantics) else None
+                if source.is_deleted():
+                    held = holdings.hand_over(source) if copy is not None and copy == self._donate_input else None
+                elif source.sharding == result.sharding:
+                    held = holdings.held_by(source)
+            if held is None:
+                holdings.hold_new(result, [self._recorder.allocate(size, SOURCE, DEVICE_PUT, device) for device, size in self._shards.of(result)])
+            else:
+                holdings.hold(result, held)
+
     def _wrap_delete(self, original: Callable[..., Any]) -> Callable[..., Any]:
         capture = self
 
         def delete(array: Any) -> Any:
             result = original(array)
-            owner = capture._owner_of.get(id(array))
-            if owner is not None and owner() is array:
-                try:
-                    with capture._lock:
-                        capture._drop_owner(owner)
-                except Exception as exc:
-                    capture._fail(exc)
+            try:
+                capture._holdings.delete(array)
+            except Exception as exc:
+                capture._fail(exc)
             return result
 
         return delete
-
-    # -- buffers ------------------------------------------------------------------------
-
-    def _track(self, array: Any, label: str, donated: set[int], own_buffer: bool = False) -> None:
-        """Count `array`'s buffer: a new allocation, a buffer another array holds too, or a
-        donated input's buffer handed on to this output.
-
-        `own_buffer` (a transfer from the host) counts it as a buffer of its own whatever its
-        address: on CPU a transfer may alias the host array (zero copy), so two transfers of one
-        host array share an address here, while on a GPU each is a separate device buffer.
-        """
-        found = _buffer_of(array)
-        if found is None:
-            return
-        pointer, size = found
-        if own_buffer:
-            pointer = -id(array)  # a key no device address takes
-        buffer = self._live.get(pointer)
-        if buffer is not None:
-            self._drop_dead_owners(buffer)
-            if not buffer.owners and pointer not in donated:
-                self._release(pointer, buffer)  # a stale entry: that memory was freed and reused
-                buffer = None
-        if buffer is None:
-            buffer_id = self._recorder.allocate(size, SOURCE, label)
-            if not buffer_id:
-                return
-            buffer = self._live[pointer] = _Buffer(buffer_id, size)
-        if id(array) in self._owner_of:
-            return
-        owner = _Owner(array, self._collected)
-        owner.pointer, owner.object_id = pointer, id(array)
-        buffer.owners[id(array)] = owner
-        self._owner_of[id(array)] = owner
-
-    def _collected(self, owner: _Owner) -> None:
-        try:
-            with self._lock:
-                self._drop_owner(owner)
-        except Exception as exc:  # runs inside the garbage collector: never raise there
-            self._fail(exc)
-
-    def _drop_owner(self, owner: _Owner) -> None:
-        if self._owner_of.get(owner.object_id) is owner:
-            del self._owner_of[owner.object_id]
-        buffer = self._live.get(owner.pointer)
-        if buffer is None or buffer.owners.get(owner.object_id) is not owner:
-            return
-        del buffer.owners[owner.object_id]
-        if not buffer.owners:
-            self._release(owner.pointer, buffer)
-
-    def _drop_dead_owners(self, buffer: _Buffer) -> None:
-        for object_id, owner in list(buffer.owners.items()):
-            array = owner()
-            if array is None or array.is_deleted():
-                del buffer.owners[object_id]
-                if self._owner_of.get(owner.object_id) is owner:
-                    del self._owner_of[owner.object_id]
-
-    def _release(self, pointer: int, buffer: _Buffer) -> None:
-        del self._live[pointer]
-        self._recorder.free(buffer.trace_id)
-
-    def _temp_size(self, executable: Any, name: str) -> int:
-        """The executable's temp bytes from its memory analysis, read once per executable."""
-        try:
-            return self._temp_bytes[executable] or 0
-        except KeyError:
-            pass
-        except TypeError:  # not weak-referenceable: read it each time
-            return _read_temp_size(executable) or 0
-        temp = _read_temp_size(executable)
-        self._temp_bytes[executable] = temp
-        if temp is None:
-            self.window.temp_unknown.add(name)
-        return temp or 0
-
-
-def _no_fastpath(*args: Any, **kwargs: Any) -> None:
-    """Stands in for `pjit._get_fastpath_data`: no C++ fast path, so every run reaches the capture."""
-    return None
-
-
-def _read_temp_size(executable: Any) -> int | None:
-    try:
-        return int(executable.xla_executable.get_compiled_memory_stats().temp_size_in_bytes)
-    except Exception:  # a backend without memory analysis
-        return None
-
-
-def _pointer(array: Any) -> int | None:
-    found = _buffer_of(array)
-    return found[0] if found is not None else None
-
-
-def _buffer_of(array: Any) -> tuple[int, int] | None:
-    """(device pointer, bytes on the device) of an array's buffer on its first device; None when
-    the array is deleted or has none."""
-    try:
-        return int(array.unsafe_buffer_pointer()), int(array.on_device_size_in_bytes())
-    except Exception:
-        pass
-    try:  # sharded over several devices: the first device's shard stands for the device
-        shard = array.addressable_data(0)
-        return int(shard.unsafe_buffer_pointer()), int(shard.on_device_size_in_bytes())
-    except Exception:
-        return None

@@ -9,7 +9,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from ..model.device import Device
-from ..model.trace import ALLOCATE, Trace, TraceEvent
+from ..model.trace import ALLOCATE_CODE, Trace
 from ..model.regime import jax_backend_started
 from .sources import Reading, Sampler, Source
 from .sources.jax import JaxSource
@@ -39,17 +39,30 @@ def executable_summary(trace: Trace, runs: dict[str, int]) -> dict[str, dict[str
     """Per JAX executable that ran: its runs, and the bytes of its outputs, temp buffers and
     transferred arguments over the test (from the trace's labels)."""
     summary = {name: {"runs": count, "output_bytes": 0, "temp_bytes": 0, "argument_bytes": 0} for name, count in runs.items()}
-    for event in trace:
-        if event.action != ALLOCATE or event.source != "jax" or not event.label:
+    names = trace.names
+    if "jax" not in names:
+        return dict(sorted(summary.items()))
+    jax_code = names.index("jax")
+    kinds: dict[int, tuple[str, str] | None] = {}  # label code -> (executable, figure), read once per label
+    for action, source, label, size in zip(trace.actions, trace.sources, trace.labels, trace.sizes):
+        if action != ALLOCATE_CODE or source != jax_code or not label:
             continue
-        name, key = event.label, "output_bytes"
-        for suffix, what in ((TEMP, "temp_bytes"), (ARGUMENT, "argument_bytes")):
-            if name.endswith(suffix):
-                name, key = name[: -len(suffix)], what
-                break
-        if name in summary:
-            summary[name][key] += event.size
+        if label not in kinds:
+            kinds[label] = _executable_figure(names[label], summary)
+        kind = kinds[label]
+        if kind is not None:
+            summary[kind[0]][kind[1]] += size
     return dict(sorted(summary.items()))
+
+
+def _executable_figure(label: str, summary: dict[str, dict[str, int]]) -> tuple[str, str] | None:
+    """(executable, figure) an allocation's label adds to: its temp, its arguments, or its outputs."""
+    name, key = label, "output_bytes"
+    for suffix, what in ((TEMP, "temp_bytes"), (ARGUMENT, "argument_bytes")):
+        if name.endswith(suffix):
+            name, key = name[: -len(suffix)], what
+            break
+    return (name, key) if name in summary else None
 
 
 @dataclass

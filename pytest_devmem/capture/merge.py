@@ -11,7 +11,8 @@ def merge(*streams: Trace | Iterable[TraceEvent]) -> Trace:
     """The streams' events in time order (stable: equal times keep stream order), with buffer ids
     renumbered 1, 2, 3... across streams in allocation order, so ids never collide. One non-empty
     stream that is a Trace comes back as it is (the recorder numbered it already)."""
-    present = [stream for stream in streams if (len(stream) if isinstance(stream, Trace) else True)]
+    listed = [stream if isinstance(stream, Trace) else list(stream) for stream in streams]
+    present = [stream for stream in listed if len(stream)]
     if len(present) == 1 and isinstance(present[0], Trace):
         return present[0]
     tagged = [(event.time, index, position, event) for index, stream in enumerate(present) for position, event in enumerate(stream)]

@@ -1,0 +1,189 @@
+"""What one compiled JAX executable allocates per run, read once from the executable itself.
+
+Per run XLA allocates each output, one temp buffer per device of the size its memory analysis gives
+(`temp_size_in_bytes` is per device: an SPMD executable's module is the per-device program), and
+reuses a donated input's buffer for the output XLA aliased it to. The aliases are the compiled
+module's `input_output_alias` (the header line of its HLO text): JAX lowers `donate_argnums` to
+aliases where shapes match and to `buffer_donor` entries that XLA may alias while compiling
+(jax/_src/interpreters/mlir.py, `_set_up_aliases`), so only the compiled module knows which it did.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from .jax_shards import Shards, device_label
+
+_ALIAS_ENTRY = re.compile(r"\{([\d,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}")
+_DONOR_ENTRY = re.compile(r"\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}\s*\)")
+
+
+@dataclass(eq=False)
+class ExecutablePlan:
+    """The facts of one executable that every run repeats."""
+
+    label: str
+    devices: tuple[str, ...]  # the devices it runs on
+    temps: Shards  # (device, temp bytes) on each device the executable runs on
+    temp_known: bool  # False: no memory analysis on this backend, temps unknown
+    aliases: dict[int, int]  # output index -> parameter index of the donated input it reuses
+    donated: tuple[int, ...]  # parameters donated (aliased or left for XLA to use)
+    kept: tuple[int, ...]  # the flat arguments the executable takes, by position (JAX drops unused ones)
+    in_shardings: tuple[Any, ...]  # per parameter: how a host value passed there is placed
+    arguments: int = -1  # flat arguments per call, constants included; learned from a run
+    host_arguments: bool = False  # a run had host values among its arguments
+    runs_read_arguments: bool = field(init=False)  # donations to follow or host values to transfer
+    temp_label: str = field(init=False)
+    argument_label: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.temp_label = f"{self.label} temp"
+        self.argument_label = f"{self.label} argument"
+        self.runs_read_arguments = bool(self.donated)
+
+    def learn(self, arguments: int, host_arguments: bool, deleted: Sequence[int]) -> None:
+        """What a run showed: its count of flat arguments, host values among them, parameters
+        deleted by the run (donated, where the compiled module did not say so)."""
+        self.arguments = arguments
+        self.host_arguments = self.host_arguments or host_arguments
+        if any(position not in self.donated for position in deleted):
+            self.donated = tuple(sorted({*self.donated, *deleted}))
+        self.runs_read_arguments = bool(self.donated) or self.host_arguments
+
+    def same_runs_as(self, other: ExecutablePlan) -> bool:
+        """Whether a run of either gives the same events (so either may stand for the other)."""
+        facts = ("label", "devices", "temps", "aliases", "donated", "kept", "arguments", "host_arguments")
+        return all(getattr(self, name) == getattr(other, name) for name in facts) and all(a is b or a == b for a, b in zip(self.in_shardings, other.in_shardings))
+
+
+def plan_of(executable: Any) -> ExecutablePlan:
+    """Read the plan of a `pxla.ExecuteReplicated` (the callable behind a compiled jit executable)."""
+    xla_executable = executable.xla_executable
+    devices = [device_label(device) for device in xla_executable.local_devices()]
+    temp = _temp_size(xla_executable)
+    tokens = len(getattr(executable, "ordered_effects", ()) or ())  # effect tokens lead inputs and outputs
+    aliases, donors = _donations(xla_executable)
+    aliases = {output - tokens: parameter - tokens for output, parameter in aliases.items() if output >= tokens and parameter >= tokens}
+    donated = tuple(sorted(set(aliases.values()) | {parameter - tokens for parameter in donors if parameter >= tokens}))
+    handler = getattr(executable, "in_handler", None)
+    return ExecutablePlan(
+        label=str(getattr(executable, "name", "executable")),
+        devices=tuple(devices),
+        temps=tuple((device, temp) for device in devices) if temp else (),
+        temp_known=temp is not None,
+        aliases=aliases,
+        donated=donated,
+        kept=tuple(sorted(executable.kept_var_idx)),
+        in_shardings=tuple(getattr(handler, "in_shardings", ()) or ()),
+    )
+
+
+def _temp_size(xla_executable: Any) -> int | None:
+    try:
+        return int(xla_executable.get_compiled_memory_stats().temp_size_in_bytes)
+    except Exception:  # a backend without memory analysis
+        return None
+
+
+def _donations(xla_executable: Any) -> tuple[dict[int, int], set[int]]:
+    """(output index -> parameter aliased to it, parameters donated without an alias) of the compiled module."""
+    try:
+        modules = xla_executable.hlo_modules()
+        text = modules[0].to_string() if modules else ""
+    except Exception:
+        return {}, set()
+    return parse_donations(text.split("\n", 1)[0])
+
+
+def parse_donations(header: str) -> tuple[dict[int, int], set[int]]:
+    """Read `input_output_alias={ {out}: (param, {index}, kind), ... }` and `buffer_donor={ (param, {index}), ... }`
+    from an HLO module's header line. A tupled parameter (XLA tuples very long argument lists) counts
+    by its tuple index; an alias into a nested output is left out (its output is then counted afresh)."""
+    aliases: dict[int, int] = {}
+    for output, parameter, index in _ALIAS_ENTRY.findall(_attribute(header, "input_output_alias")):
+        output_index = _index(output)
+        if len(output_index) > 1:
+            continue
+        aliases[output_index[0] if output_index else 0] = _parameter(int(parameter), _index(index))
+    donors = {_parameter(int(parameter), _index(index)) for parameter, index in _DONOR_ENTRY.findall(_attribute(header, "buffer_donor"))}
+    return aliases, donors - set(aliases.values())
+
+
+def _attribute(header: str, name: str) -> str:
+    """The braced value of `name={...}` in the header, braces balanced; "" when absent."""
+    start = header.find(name + "={")
+    if start < 0:
+        return ""
+    depth, position = 0, start + len(name) + 1
+    for offset, character in enumerate(header[position:]):
+        depth += {"{": 1, "}": -1}.get(character, 0)
+        if depth == 0:
+            return header[position + 1 : position + offset]
+    return ""
+
+
+def _index(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.replace(" ", "").split(",") if part)
+
+
+def _parameter(number: int, index: tuple[int, ...]) -> int:
+    return index[0] if index else number
+
+
+class Executables:
+    """The plans of the executables seen in this process, and which plan a run on JAX's fast path
+    stands for: the aval and sharding objects of an executable's first output are its own, kept in
+    JAX's fast-path cache entry and given to every output array it makes."""
+
+    def __init__(self, clear_fast_path: Callable[[], None]) -> None:
+        self._clear_fast_path = clear_fast_path
+        self._plans: dict[int, tuple[weakref.ref[Any], ExecutablePlan]] = {}  # id(ExecuteReplicated) -> plan
+        self._named: dict[tuple[int, int], tuple[Any, Any, ExecutablePlan]] = {}  # (id(aval), id(sharding)) -> plan
+        self._ambiguous: set[tuple[int, int]] = set()  # first outputs of executables that run differently
+
+    def plan(self, executable: Any) -> ExecutablePlan:
+        """The plan of an ExecuteReplicated, read on first use."""
+        known = self.known(executable)
+        if known is not None:
+            return known
+        plan = plan_of(executable)
+        key, plans = id(executable), self._plans
+
+        def forget(_: object) -> None:
+            plans.pop(key, None)
+
+        plans[key] = (weakref.ref(executable, forget), plan)
+        return plan
+
+    def known(self, executable: Any) -> ExecutablePlan | None:
+        entry = self._plans.get(id(executable))
+        return entry[1] if entry is not None and entry[0]() is executable else None
+
+    def remember(self, aval: Any, sharding: Any, plan: ExecutablePlan) -> bool:
+        """Let a run whose first output has these aval and sharding objects stand for `plan`; False
+        where an executable that runs differently has them too (neither is then named by them, and
+        JAX's fast-path cache is cleared so that both return to the Python path, where they stay)."""
+        key = (id(aval), id(sharding))
+        if key in self._ambiguous:
+            return False
+        known = self._named.get(key)
+        if known is None:
+            self._named[key] = (aval, sharding, plan)  # held: the ids stay theirs
+            return True
+        if known[2] is plan or known[2].same_runs_as(plan):
+            return True
+        self._ambiguous.add(key)
+        del self._named[key]
+        self._clear_fast_path()
+        return False
+
+    def named_by(self, output: Any) -> ExecutablePlan | None:
+        """The plan of the executable that made `output` on the fast path; None if none is known."""
+        aval, sharding = output.aval, output.sharding
+        known = self._named.get((id(aval), id(sharding)))
+        if known is None or known[0] is not aval or known[1] is not sharding:
+            return None
+        return known[2]

@@ -1,0 +1,124 @@
+"""Which JAX arrays hold which traced allocations, known from the Python objects alone.
+
+An array holds the allocations of its buffers (one per shard) from the moment the capture sees it
+made; a weak reference to it frees them when the last array holding them is collected, and
+`Array.delete` frees them at once (for every array sharing them: their buffers are deleted too). Two arrays hold the same allocations where JAX put one onto the
+placement it already had (the buffers are reused, not copied); a donated array hands its
+allocations to the output XLA aliased its buffers to.
+
+No lock of its own: each step is one dictionary operation or works on an array the caller holds
+(its weak reference cannot fire meanwhile), and the recorder locks its own state. Weak-reference
+callbacks may run in the middle of any of this, from the garbage collector.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable
+
+from .recorder import TraceRecorder
+
+
+class Held:
+    """The allocations behind one set of device buffers, and how many live arrays hold them."""
+
+    __slots__ = ("ids", "holders")
+
+    def __init__(self, ids: list[int]) -> None:
+        self.ids = ids
+        self.holders = 0
+
+
+class _Owner(weakref.ref):  # type: ignore[type-arg]
+    """A weak reference from one array to the allocations it holds."""
+
+    __slots__ = ("held", "key")
+    held: Held | None
+    key: int
+
+
+class Holdings:
+    """The live arrays the capture saw made, each with what it holds."""
+
+    def __init__(self, recorder: TraceRecorder, on_error: Callable[[Exception], None]) -> None:
+        self._recorder = recorder
+        self._on_error = on_error
+        self._owners: dict[int, _Owner] = {}  # id(array) -> its owner (arrays are unhashable)
+        self._collected_callback = self._collected  # one bound method for every weak reference
+
+    def __len__(self) -> int:
+        return len(self._owners)
+
+    def held_by(self, array: Any) -> Held | None:
+        """What `array` holds; None if the capture never saw it made (or it is gone)."""
+        owner = self._owners.get(id(array))
+        return owner.held if owner is not None and owner() is array else None
+
+    def hold(self, array: Any, held: Held) -> None:
+        """`array` now holds `held` (new allocations, or allocations it shares or took over)."""
+        owner = _Owner(array, self._collected_callback)
+        owner.held, owner.key = held, id(array)
+        held.holders += 1
+        self._owners[owner.key] = owner
+
+    def hold_new(self, array: Any, ids: list[int]) -> None:
+        """`array` holds allocations just made for it (the step every run takes: one call)."""
+        held = Held(ids)
+        held.holders = 1
+        owner = _Owner(array, self._collected_callback)
+        owner.held, owner.key = held, id(array)
+        self._owners[owner.key] = owner
+
+    def hand_over(self, donor: Any) -> Held | None:
+        """A donated array's allocations, taken from it for the output that reuses its buffers."""
+        owner = self._owners.get(id(donor))
+        if owner is None or owner() is not donor or owner.held is None:
+            return None
+        del self._owners[owner.key]
+        held, owner.held = owner.held, None
+        held.holders -= 1
+        return held
+
+    def release(self, array: Any) -> None:
+        """`array` holds nothing any more (deleted, or donated to no output): free what only it held."""
+        owner = self._owners.get(id(array))
+        if owner is not None and owner() is array:
+            self._drop(owner)
+
+    def delete(self, array: Any) -> None:
+        """`array` was deleted: its buffers are gone, for every array that shared them."""
+        owner = self._owners.get(id(array))
+        if owner is None or owner() is not array or owner.held is None:
+            return
+        held = owner.held
+        self._drop(owner)
+        ids, held.ids = held.ids, []
+        free = self._recorder.free
+        for buffer_id in ids:
+            free(buffer_id)  # already freed where `array` was their last holder: ignored
+
+    def _collected(self, owner: _Owner) -> None:
+        """The array is gone: the `_drop` of an array every run makes, inlined."""
+        try:
+            if self._owners.get(owner.key) is owner:
+                del self._owners[owner.key]
+            held, owner.held = owner.held, None
+            if held is not None:
+                held.holders -= 1
+                if held.holders <= 0:
+                    for buffer_id in held.ids:
+                        self._recorder.free(buffer_id)
+        except Exception as exc:  # runs inside the garbage collector: never raise there
+            self._on_error(exc)
+
+    def _drop(self, owner: _Owner) -> None:
+        if self._owners.get(owner.key) is owner:
+            del self._owners[owner.key]
+        held, owner.held = owner.held, None
+        if held is None:
+            return
+        held.holders -= 1
+        if held.holders <= 0:
+            free = self._recorder.free
+            for buffer_id in held.ids:
+                free(buffer_id)

@@ -1,0 +1,72 @@
+"""Where a JAX array's bytes live: one (device, bytes) pair per addressable shard, read from its
+shape, dtype and sharding alone, so nothing waits for the device.
+
+A sharding places one shard on each of its addressable devices (`addressable_devices_indices_map`);
+a replicated sharding puts a full copy on each. A shard holds its slice of the global shape at the
+dtype's item size: what XLA allocates for a dense array on CPU and GPU, the same figure as
+`on_device_size_in_bytes()` without asking the device for it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+Shards = tuple[tuple[str, int], ...]
+"""(device, bytes) per addressable shard, in the sharding's device order."""
+
+CACHE_LIMIT = 4096
+"""Entries kept by identity before the cache starts again: an executable's outputs reuse their
+aval and sharding objects run after run, while a transfer makes new ones."""
+
+
+def device_label(device: Any) -> str:
+    """A device as the trace names it: its platform and the id JAX gives it ("cpu:0", "gpu:1")."""
+    return f"{device.platform}:{device.id}"
+
+
+def shards_of(shape: tuple[int, ...], itemsize: int, sharding: Any) -> Shards:
+    """(device, bytes) of each addressable shard of an array of `shape` placed by `sharding`."""
+    shape = tuple(shape)
+    shards = []
+    for device, index in sharding.addressable_devices_indices_map(shape).items():
+        index = tuple(index or ())
+        elements = math.prod(_extent(part, size) for part, size in zip(index, shape)) * math.prod(shape[len(index):])
+        shards.append((device_label(device), elements * itemsize))
+    return tuple(shards)
+
+
+def _extent(part: Any, size: int) -> int:
+    if isinstance(part, slice):
+        return len(range(*part.indices(size)))
+    return 1  # an integer index takes one element of that dimension
+
+
+class ShardSizes:
+    """Shards of arrays, remembered by the identity of their aval and sharding objects."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[int, int], tuple[Any, Any, Shards]] = {}
+
+    def of(self, array: Any) -> Shards:
+        """The shards of a JAX array (an ArrayImpl), from its aval and sharding."""
+        aval, sharding = array.aval, array.sharding
+        key = (id(aval), id(sharding))
+        known = self._known.get(key)
+        if known is not None and known[0] is aval and known[1] is sharding:
+            return known[2]
+        shards = shards_of(aval.shape, aval.dtype.itemsize, sharding)
+        if len(self._known) >= CACHE_LIMIT:
+            self._known.clear()
+        self._known[key] = (aval, sharding, shards)  # held: the ids stay theirs while cached
+        return shards
+
+
+def host_shards(value: Any, size: int, sharding: Any) -> Shards:
+    """A host value of `size` bytes transferred under `sharding`: each device's share of those bytes
+    (all of them on each device where the sharding replicates)."""
+    shape = tuple(getattr(value, "shape", ()))
+    elements = math.prod(shape)
+    if not elements:
+        return ()
+    return tuple((device, share * size // elements) for device, share in shards_of(shape, 1, sharding))

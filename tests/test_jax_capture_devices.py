@@ -1,0 +1,104 @@
+"""Each JAX allocation on its own device, with known answers, on 4 CPU devices
+(`--xla_force_host_platform_device_count=4`, set before JAX starts: the tests run in a child pytest
+with the plugin, which writes each test's trace)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from pytest_devmem.model.trace import Trace
+
+MiB = 2**20
+
+PER_DEVICE = """
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+MiB = 2**20
+mesh = Mesh(np.array(jax.devices()), ("x",))
+
+
+def expect(name, value):
+    path = Path("expected.json")
+    known = json.loads(path.read_text()) if path.exists() else {}
+    known[name] = value
+    path.write_text(json.dumps(known))
+
+
+def test_two_devices():
+    on_one = jax.device_put(np.zeros(16 * MiB, np.float32), jax.devices()[1])  # 64 MiB
+    on_two = jax.device_put(np.zeros(16 * MiB, np.float32), jax.devices()[2])
+    assert {on_one.sharding.device_set.pop().id, on_two.sharding.device_set.pop().id} == {1, 2}
+
+
+def test_pmap_of_a_host_array():
+    doubled = jax.pmap(lambda x: x * 2)(np.ones((4, 4 * MiB), np.float32))  # 16 MiB a device, in and out
+    assert doubled.shape == (4, 4 * MiB)
+
+
+def test_sharded_array():
+    sharded = jax.device_put(np.zeros((4 * 4096, 1024), np.float32), NamedSharding(mesh, P("x")))  # 64 MiB
+    assert len(sharded.addressable_shards) == 4
+
+
+def test_replicated_array():
+    replicated = jax.device_put(np.zeros((4096, 1024), np.float32), NamedSharding(mesh, P()))  # 16 MiB, a copy each
+    assert len(replicated.addressable_shards) == 4
+
+
+def test_spmd_step_and_its_donation():
+    layer = jax.jit(lambda a: jnp.tanh(a @ a.T) @ a)
+    update = jax.jit(lambda a: a * 0.5, donate_argnums=0)
+    a = jax.device_put(np.ones((2048, 256), np.float32), NamedSharding(mesh, P("x")))  # 2 MiB: 512 KiB a device
+    expect("temp", layer.lower(a).compile().memory_analysis().temp_size_in_bytes)
+    for _ in range(3):  # the first run compiles, the others take JAX's fast path
+        out = layer(a)
+        a = update(a)  # donated and aliased: a keeps its allocations
+    del out
+"""
+
+
+def trace_of(directory: object, test: str) -> Trace:
+    [path] = list(directory.glob(f"*{test}*.csv"))  # type: ignore[attr-defined]
+    return Trace.read_csv(path)
+
+
+def allocations(trace: Trace, label: str | None = None) -> Counter[tuple[str, int]]:
+    return Counter((e.device, e.size) for e in trace if e.action == "allocate" and (label is None or e.label == label))
+
+
+def test_each_allocation_is_on_its_device(jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+    pytester.makepyfile(test_devices=PER_DEVICE)
+    result = pytester.runpytest_subprocess("--devmem-mode=prealloc", "--devmem-traces=traces", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=5)
+    traces = pytester.path / "traces"
+
+    assert allocations(trace_of(traces, "test_two_devices")) == Counter({("cpu:1", 64 * MiB): 1, ("cpu:2", 64 * MiB): 1})
+
+    pmap = trace_of(traces, "test_pmap_of_a_host_array")
+    arguments = Counter((e.device, e.size) for e in pmap if e.action == "allocate" and e.label.endswith(" argument"))
+    outputs = Counter((e.device, e.size) for e in pmap if e.action == "allocate" and not e.label.endswith((" argument", " temp")))
+    per_device = Counter({(f"cpu:{k}", 16 * MiB): 1 for k in range(4)})
+    assert arguments == per_device and outputs == per_device
+
+    assert allocations(trace_of(traces, "test_sharded_array")) == per_device
+    assert allocations(trace_of(traces, "test_replicated_array")) == per_device
+
+    spmd = trace_of(traces, "test_spmd_step_and_its_donation")
+    temp = json.loads((pytester.path / "expected.json").read_text())["temp"]
+    assert temp > 0
+    assert allocations(spmd, "device_put") == Counter({(f"cpu:{k}", 512 * 1024): 1 for k in range(4)})
+    assert allocations(spmd, "jit(<lambda>) temp") == Counter({(f"cpu:{k}", temp): 3 for k in range(4)})  # per device, per run
+    layer_outputs = allocations(spmd, "jit(<lambda>)")
+    assert layer_outputs == Counter({(f"cpu:{k}", 512 * 1024): 3 for k in range(4)})  # the donated update allocated nothing
+    live = {e.pointer for e in spmd if e.action == "allocate"} - {e.pointer for e in spmd if e.action == "free"}
+    assert not live  # everything the test made was freed when it ended
