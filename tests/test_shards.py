@@ -193,6 +193,33 @@ def test_a_test_run_in_no_shard_is_missing_not_a_regression(suite: pytest.Pytest
     assert statuses["test_alpha.py::TestBlock::test_skipped"] == "missing"  # skipped in every run
 
 
+@pytest.mark.parametrize("how", ["pytest-split", "a plugin that drops items silently"])
+def test_a_test_under_another_regime_runs_in_its_child_in_the_shard_that_holds_it(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    use_shard_plugin(pytester, monkeypatch, how)
+    pytester.makepyfile(
+        test_regimes="""
+        import pytest
+
+        @pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
+        def test_here(devmem, n):
+            devmem.pool.alloc(n * 2**20)
+
+        @pytest.mark.devmem(mode="growth")
+        def test_in_a_child(devmem):
+            devmem.pool.alloc(5 * 2**20)
+        """
+    )
+    measured = {}
+    for group in (1, 2, 3):  # the child inherits the shard options, and still runs what its parent gave it
+        result = run(pytester, *shard_args(group, how), f"--devmem-report=s{group}.json")
+        assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+        for record in json.loads((pytester.path / f"s{group}.json").read_text())["records"]:
+            assert record["test_id"] not in measured, "a test ran in two shards"
+            measured[record["test_id"]] = (record["regime"], record["peak_bytes_in_use"])
+    assert measured["test_regimes.py::test_in_a_child"] == ("growth", 5 * MiB)
+    assert len(measured) == 6
+
+
 # -- refusals -------------------------------------------------------------------------------
 
 

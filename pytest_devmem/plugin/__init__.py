@@ -239,10 +239,20 @@ class DevmemManager:
             self.shape.expanded(collector.nodeid, [node.nodeid for node in report.result])
         return report
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    @pytest.hookimpl(wrapper=True)
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> Generator[None, None, None]:
+        """After every plugin has chosen (-k, shard plugins such as pytest-split, which run
+        trylast): what this session runs is final, so each item's regime and its child group are
+        set on the items that run. A child runs exactly the nodes its parent gave it, whatever a
+        shard plugin on the inherited command line would choose."""
+        collected = list(items) if self.is_child else []
+        result = yield
         if self.is_child:
-            self._keep_child_nodes(config, items)
+            self._keep_child_nodes(config, items, collected)
+        self._prepare_items(config, items)
+        return result
+
+    def _prepare_items(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         session_regime = self.settings.regime
         timeouts = config.pluginmanager.hasplugin("timeout")  # pytest-timeout
         self.shape.add_items(item.nodeid for item in items)
@@ -258,10 +268,10 @@ class DevmemManager:
                 if timeouts:  # the child gets --timeout and times each test itself; here one timer
                     item.add_marker(pytest.mark.timeout(0))  # would fire while waiting for the child
 
-    def _keep_child_nodes(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+    def _keep_child_nodes(self, config: pytest.Config, items: list[pytest.Item], collected: list[pytest.Item]) -> None:
         with open(config.getoption("devmem_child_nodes"), encoding="utf-8") as handle:
             wanted = {line.strip() for line in handle if line.strip()}
-        keep = [item for item in items if item.nodeid in wanted]
+        keep = [item for item in collected if item.nodeid in wanted]
         dropped = [item for item in items if item.nodeid not in wanted]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
