@@ -297,6 +297,35 @@ def test_history_lines_up_a_sharded_run_as_one_commit(report: Path, capsys: pyte
     assert "different figures" in capsys.readouterr().err
 
 
+def test_shard_and_merged_reports_validate_against_the_report_schema(report: Path) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((Path(__file__).resolve().parents[1] / "docs" / "report.schema.json").read_text())
+
+    def shard(group: int, keep: slice) -> object:
+        return lambda d: (d.update(records=d["records"][keep]), d["session"].update(shard={"plugin": "pytest-split", "group": group, "groups": 2, "run": None}))
+
+    parts = [variant(report, report.with_name(f"s{group}.json"), shard(group, keep)) for group, keep in ((1, slice(0, 4)), (2, slice(4, None)))]
+    assert main(["merge", *map(str, parts), "-o", str(report.with_name("merged.json"))]) == 0
+    for path in (*parts, report.with_name("merged.json")):
+        errors = [f"{list(e.path)}: {e.message}" for e in jsonschema.Draft202012Validator(schema).iter_errors(json.loads(path.read_text()))]
+        assert errors == [], path
+
+
+def test_the_workflow_runs_a_sharded_gate_that_merges_every_shard() -> None:
+    yaml = pytest.importorskip("yaml")
+    workflow = yaml.safe_load((Path(__file__).resolve().parents[1] / ".github" / "workflows" / "devmem.yml").read_text())
+    jobs = workflow["jobs"]
+    groups = jobs["shard"]["strategy"]["matrix"]["group"]
+    run_step = next(step["run"] for step in jobs["shard"]["steps"] if "--splits" in step.get("run", ""))
+    assert f"--splits {len(groups)} --group ${{{{ matrix.group }}}}" in run_step and "--devmem-report=devmem-shard-${{ matrix.group }}.json" in run_step
+    gate = jobs["sharded-gate"]
+    assert gate["needs"] == "shard" and gate["if"] == "always()"
+    script = next(step["run"] for step in gate["steps"] if "devmem compare" in step.get("run", ""))
+    assert "set -o pipefail" in script and f'"$count" -ne {len(groups)}' in script
+    assert "devmem merge shards/devmem-shard-*.json -o devmem-merged.json" in script and "devmem compare baselines devmem-merged.json" in script
+    assert {"gate", "refresh-on-label", "refresh-by-hand", "portable", "gpu"} <= set(jobs)  # the other jobs stay
+
+
 # -- strict mode knows what was selected --------------------------------------------------
 
 
@@ -418,3 +447,26 @@ def test_xdist_workers_whose_largest_tests_fit_together_say_so(pytester: pytest.
     result.assert_outcomes(passed=3)
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["*xdist: the 2 largest tests fit side by side on sim:1GiB, each worker under fraction=0.375 (each at its peak at once): 600.00 MiB in use at most*"])
+
+
+def test_jax_tests_that_fit_alone_but_not_in_two_workers_shares_fail_the_session(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("jax")
+    pytester.makepyfile(
+        test_jax_wide="""
+        import jax.numpy as jnp
+        import pytest
+
+        @pytest.mark.parametrize("n", [1, 2])
+        def test_wide(n):
+            jnp.ones((10 * 2**20,), dtype=jnp.float32).block_until_ready()  # 40 MiB
+        """
+    )
+    # alone, each fits prealloc's 48 MiB of the 64 MiB device; two workers get 24 MiB each
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:64MiB", "-n", "2")
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "*xdist: 2 workers share one device: each gets fraction 0.375*",
+        "*xdist: the 2 largest tests do not fit side by side on sim:64MiB, each worker under fraction=0.375*",
+        "*JAX (process *) could not allocate 40.00 MiB*its regime's limit is too low*",
+    ])
