@@ -130,12 +130,8 @@ def merge_reports(paths: Sequence[Path]) -> dict[str, object]:
     _check_alike(reports)
     records: dict[Key, tuple[dict[str, object], Path]] = {}
     for report in reports:
-        seen_here: set[Key] = set()
-        for record in report.records:
-            key = record_key(record)
-            if key in seen_here:
-                raise MergeError(f"{report.path}: test {key[0]!r} [{key[1]}] appears twice in one report")
-            seen_here.add(key)
+        own = {record_key(record): record for record in report.records}  # a test rerun in one session: its last run, as compare reads it
+        for key, record in own.items():
             known = records.get(key)
             if known is None:
                 records[key] = (record, report.path)
