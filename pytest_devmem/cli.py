@@ -1,6 +1,7 @@
 """The `devmem` command: compare two sets of measurements, list baselines, replay and draw traces.
 
-    devmem compare BASE NEW [--tolerance SPEC] [--all]   exit 1 when anything regressed
+    devmem compare BASE NEW... [--tolerance SPEC] [--all]   exit 1 when anything regressed
+    devmem merge REPORT... -o MERGED.json [--baselines DIR]   one report from CI shards' reports
     devmem show [DIR]
     devmem replay TRACE --mode M [--fraction F] [--device D]   exit 1 when the trace does not fit
     devmem plot REPORT|TRACE -o FILE.png|FILE.html [--test ID]
@@ -8,7 +9,7 @@
     devmem --version
 
 BASE and NEW are each a JSON report (`--devmem-report=FILE.json`), a baseline directory, or one
-baseline file. Measurements are matched by (test id, regime, device class); a simulated device,
+baseline file; several NEW reports (CI shards) are merged first, as `devmem merge` does. Measurements are matched by (test id, regime, device class); a simulated device,
 a GPU model and a CPU backend are different classes and never compared. Exit status: 0 no
 regression, 1 regression, 2 bad input. This module never imports pytest or the plugin.
 """
@@ -324,6 +325,69 @@ def _read_trace(path: Path) -> Trace:
         raise InputError(f"{path}: cannot read the trace: {exc.strerror or exc}") from None
 
 
+def load_new(paths: Sequence[Path]) -> dict[Key, Measured]:
+    """NEW's measurements: one input as `load` reads it, or several JSON reports merged into one."""
+    if len(paths) == 1:
+        return load(paths[0])
+    from .present.merge import merge_reports
+
+    merged = merge_reports(paths)
+    return _from_report(Path(f"{len(paths)} merged reports ({', '.join(str(p) for p in paths[:3])}{', ...' if len(paths) > 3 else ''})"), merged)
+
+
+def merge_command(reports: Sequence[Path], output: Path | None, baselines: Path | None) -> int:
+    """`devmem merge`: one report from several; with `baselines`, those files refreshed from it as
+    one `--devmem-update` of the whole suite would write them."""
+    from .files import write_atomic
+    from .present.merge import merge_reports
+
+    if output is None and baselines is None:
+        raise InputError("nothing to write: give -o MERGED.json, --baselines DIR, or both")
+    if output is not None and output.suffix.lower() != ".json":
+        raise InputError(f"{output}: the merged report is a .json file")
+    document = merge_reports(reports)
+    records = document["records"]
+    assert isinstance(records, list)
+    shards = document["session"]["merged_from"]  # type: ignore[index]
+    print(f"merged {len(shards)} report(s): {len(records)} record(s)")
+    if output is not None:
+        try:
+            write_atomic(output, json.dumps(document, indent=2) + "\n")
+        except OSError as exc:
+            raise InputError(f"{output}: cannot write the merged report: {exc.strerror or exc}") from None
+        print(f"wrote {output}")
+    if baselines is not None:
+        written, problems = baselines_from_report(document, baselines)
+        for path in written:
+            print(f"baseline written: {path}")
+        for problem in problems:
+            print(f"devmem: baseline not written: {problem}", file=sys.stderr)
+        if problems:
+            return 2
+    return 0
+
+
+def baselines_from_report(document: dict[str, object], directory: Path) -> tuple[list[Path], list[str]]:
+    """Baseline files under `directory` refreshed from a (merged) report's records, by the same
+    rule and into the same bytes as `--devmem-update` on the session that wrote the report."""
+    from .gate.baseline import BaselineStore
+    from .gate.record import TestRecord
+    from .gate.refresh import refresh_baselines
+
+    session = document["session"]
+    assert isinstance(session, dict)
+    device_class, versions = session.get("device_class"), session.get("versions")
+    if not isinstance(device_class, str) or not device_class or not isinstance(versions, dict):
+        raise InputError("the report's session lacks its device_class or versions: baselines cannot be written from it")
+    try:
+        records = [TestRecord.from_json(record) for record in document["records"]]  # type: ignore[attr-defined]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"a record of the report cannot be stored as a baseline: {exc!r}") from None
+    unrecorded = {(str(e["test_id"]), str(e["regime"])): (str(e["device"]), str(e["reason"])) for e in document.get("unrecorded") or []}  # type: ignore[attr-defined]
+    store = BaselineStore(directory, device_class).load()
+    return refresh_baselines(store, records, {str(k): str(v) for k, v in versions.items()}, unrecorded)
+
+
 def history_command(inputs: Sequence[Path], tolerance_spec: str, output: Path | None) -> int:
     from .present import history
 
@@ -346,12 +410,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     compare_parser = commands.add_parser("compare", help="Compare NEW against BASE; exit 1 when a test regressed or ran out of memory")
     compare_parser.add_argument("base", type=Path, help="Baseline directory, baseline file or JSON report")
-    compare_parser.add_argument("new", type=Path, help="Baseline directory, baseline file or JSON report")
+    compare_parser.add_argument("new", type=Path, nargs="+", help="Baseline directory, baseline file or JSON report; or several JSON reports (CI shards), merged first")
     compare_parser.add_argument("--tolerance", default=DEFAULT_TOLERANCE, help=f"Allowed change ({TOLERANCE_HELP.replace('%', '%%')}); default {DEFAULT_TOLERANCE.replace('%', '%%')}")
     compare_parser.add_argument("--all", action="store_true", help="Also list metrics within tolerance")
     compare_parser.add_argument("--format", choices=("markdown", "json", "csv"), default="markdown", help="Markdown for a pull-request comment (default), or JSON / CSV for tools")
     compare_parser.add_argument("--json", dest="format", action="store_const", const="json", help="Same as --format=json")
     compare_parser.add_argument("--csv", dest="format", action="store_const", const="csv", help="Same as --format=csv")
+    merge_parser = commands.add_parser("merge", help="Merge JSON reports of CI shards into one; refresh baselines from them (--baselines)")
+    merge_parser.add_argument("reports", type=Path, nargs="+", help="JSON reports (--devmem-report=FILE.json), one per shard")
+    merge_parser.add_argument("-o", "--output", type=Path, default=None, help="Write the merged report to FILE.json")
+    merge_parser.add_argument("--baselines", type=Path, default=None, help="Also refresh the baseline files under DIR from the merged report, as one --devmem-update of the whole suite would")
     show_parser = commands.add_parser("show", help="List stored baselines")
     show_parser.add_argument("directory", type=Path, nargs="?", default=Path("baselines"), help="Baseline directory (default: baselines)")
     replay_parser = commands.add_parser("replay", help="Replay a recorded trace (--devmem-traces) under a regime; exit 1 if it does not fit")
@@ -372,6 +440,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     history_parser.add_argument("-o", "--output", type=Path, default=None, help="Also draw the tests that moved to FILE.png (needs matplotlib)")
     args = parser.parse_args(argv)
     try:
+        if args.command == "merge":
+            return merge_command(args.reports, args.output, args.baselines)
         if args.command == "history":
             return history_command(args.inputs, args.tolerance, args.output)
         if args.command == "plot":
@@ -387,7 +457,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0 if fitted else 1
         if args.command == "compare":
             parse_tolerance(args.tolerance)  # a bad tolerance is reported before any file is read
-            found = verdicts(load(args.base), load(args.new), args.tolerance)
+            found = verdicts(load(args.base), load_new(args.new), args.tolerance)
             if args.format == "json":
                 sys.stdout.write(compare_json(found, args.tolerance))
             elif args.format == "csv":

@@ -175,6 +175,50 @@ class Trace:
                 current -= live.pop(pointer, 0)
         return peak
 
+    # -- plain data (between processes) -----------------------------------------------------
+
+    def to_columns(self) -> dict[str, list[object]]:
+        """The columns as plain lists (JSON, or what pytest-xdist sends from a worker)."""
+        return {
+            "actions": list(self.actions), "pointers": list(self.pointers), "sizes": list(self.sizes), "times": list(self.times),
+            "threads": list(self.threads), "streams": list(self.streams), "sources": list(self.sources), "labels": list(self.labels),
+            "devices": list(self.devices), "processes": list(self.processes), "names": list(self.names),
+        }
+
+    @classmethod
+    def from_columns(cls, data: object) -> Trace:
+        """The trace `to_columns` gave; TraceFormatError for anything else (columns of unequal
+        length, a name index out of range, an action that is none of ACTIONS)."""
+        if not isinstance(data, dict):
+            raise TraceFormatError(f"trace columns must be an object, not {type(data).__name__}")
+        names = data.get("names")
+        if not isinstance(names, list) or not names or names[0] != "" or not all(isinstance(name, str) for name in names):
+            raise TraceFormatError("trace columns need \"names\": a list of text starting with \"\"")
+        trace = cls()
+        try:
+            trace.actions = bytearray(data["actions"])
+            trace.pointers = array("Q", data["pointers"])
+            trace.sizes = array("q", data["sizes"])
+            trace.times = array("d", data["times"])
+            trace.threads = array("Q", data["threads"])
+            trace.streams = array("Q", data["streams"])
+            trace.sources = array("I", data["sources"])
+            trace.labels = array("I", data["labels"])
+            trace.devices = array("I", data["devices"])
+            trace.processes = array("I", data["processes"])
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            raise TraceFormatError(f"trace columns: {exc}") from None
+        columns = (trace.pointers, trace.sizes, trace.times, trace.threads, trace.streams, trace.sources, trace.labels, trace.devices, trace.processes)
+        if any(len(column) != len(trace.actions) for column in columns):
+            raise TraceFormatError("trace columns of unequal length")
+        if any(action >= len(ACTIONS) for action in trace.actions) or any(code >= len(names) for column in columns[5:8] for code in column):
+            raise TraceFormatError("trace columns: an action or name index out of range")
+        if any(size < 0 for size in trace.sizes):
+            raise TraceFormatError("trace columns: a negative size")
+        trace.names = list(names)
+        trace._name_index = {name: index for index, name in enumerate(names)}
+        return trace
+
     # -- text form --------------------------------------------------------------------------
 
     def write_csv(self, path: str | os.PathLike[str]) -> None:

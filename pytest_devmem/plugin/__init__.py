@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any, Generator
 
 import pytest
 
-from ..gate.baseline import BaselineFormatError, BaselineStore, module_of
+from ..gate.baseline import BaselineFormatError, BaselineStore
+from ..gate.refresh import refresh_baselines
+from ..gate.stale import SuiteShape, stale_baselines
 from ..model.device import DEFAULT_COMPUTE_CAPABILITY, Device, open_device
 from ..errors import DevmemError, OutOfMemoryError
 from ..files import write_atomic
@@ -31,9 +33,13 @@ from ..gate.tolerance import parse_tolerance
 from ..capture.pool import RecordingPool
 from ..gate.verdicts import baseline_verdict, oom_verdict
 from .recording import make_record
+from .shard import shard_of
+from .workers import LargestTests, SideBySide, check_side_by_side, plan_workers, workers_per_device
 from ..units import format_size
 
 if TYPE_CHECKING:  # isolation pulls in subprocess and json: imported only when a test needs a child
+    from ..model.frameworks import AllocatorSetup
+    from ..model.trace import Trace
     from .isolation import ChildEventWriter, ChildOutcome
 
 PLUGIN_NAME = "devmem-manager"
@@ -141,9 +147,14 @@ class DevmemManager:
         self.settings = settings
         self.device = device
         self.store = store
-        self.collected_ids: set[str] = set()
+        self.shape = SuiteShape()  # what pytest collected, before any selection: for stale baselines
         self.xdist_note = ""
         self.stale: list[str] = []
+        self.workers_reported = 0  # xdist controller: workers that sent their results
+        self._stale_from_workers: set[str] = set()
+        self._largest_from_workers: list[tuple[int, str, Trace]] = []
+        self.largest = LargestTests(_worker_count(config)) if hasattr(config, "workerinput") else None
+        self.side_by_side: SideBySide | None = None
         self.baselines_written: list[str] = []
         self.write_problems: list[str] = []  # baselines or the report that could not be written
         self.autosaved: Path | None = None  # this run's report under .devmem/ (--devmem-autosave)
@@ -183,7 +194,7 @@ class DevmemManager:
         except (TypeError, ValueError):
             count = 0
         uses_gpu = getattr(self.device, "index", None) is not None
-        from .workers import gpu_count, plan_workers
+        from .workers import gpu_count
 
         plan = plan_workers(self.settings.regime, self.settings.fraction_chosen, 0, count, gpu_count() if uses_gpu else 0, uses_gpu)
         if plan.warning:
@@ -242,13 +253,32 @@ class DevmemManager:
 
     # -- collection ---------------------------------------------------------------------
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+        """What each collector holds, as it collected it: the innermost wrapper, so before any
+        plugin filters the result (--lf does); selection (-k, node ids, shards) comes later."""
+        report = yield
+        if report.passed:
+            self.shape.expanded(collector.nodeid, [node.nodeid for node in report.result])
+        return report
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> Generator[None, None, None]:
+        """After every plugin has chosen (-k, shard plugins such as pytest-split, which run
+        trylast): what this session runs is final, so each item's regime and its child group are
+        set on the items that run. A child runs exactly the nodes its parent gave it, whatever a
+        shard plugin on the inherited command line would choose."""
+        collected = list(items) if self.is_child else []
+        result = yield
         if self.is_child:
-            self._keep_child_nodes(config, items)
+            self._keep_child_nodes(config, items, collected)
+        self._prepare_items(config, items)
+        return result
+
+    def _prepare_items(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         session_regime = self.settings.regime
         timeouts = config.pluginmanager.hasplugin("timeout")  # pytest-timeout
-        self.collected_ids.update(item.nodeid for item in items)
+        self.shape.add_items(item.nodeid for item in items)
         for item in items:
             marker = item.get_closest_marker(MARK_NAME)
             spec = parse_mark(marker.args, dict(marker.kwargs)) if marker is not None else None
@@ -261,13 +291,10 @@ class DevmemManager:
                 if timeouts:  # the child gets --timeout and times each test itself; here one timer
                     item.add_marker(pytest.mark.timeout(0))  # would fire while waiting for the child
 
-    def pytest_deselected(self, items: list[pytest.Item]) -> None:
-        self.collected_ids.update(item.nodeid for item in items)
-
-    def _keep_child_nodes(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+    def _keep_child_nodes(self, config: pytest.Config, items: list[pytest.Item], collected: list[pytest.Item]) -> None:
         with open(config.getoption("devmem_child_nodes"), encoding="utf-8") as handle:
             wanted = {line.strip() for line in handle if line.strip()}
-        keep = [item for item in items if item.nodeid in wanted]
+        keep = [item for item in collected if item.nodeid in wanted]
         dropped = [item for item in items if item.nodeid not in wanted]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
@@ -413,6 +440,8 @@ class DevmemManager:
             record.failed_by_devmem = True
         elif failure is not None:  # failed already (a real OOM, say): add what pytest-devmem found
             report.sections.append(("pytest-devmem", failure))
+        if self.largest is not None and regime == self.settings.regime:  # ran in this worker's own process
+            self.largest.offer(record.test_id, record.peak_bytes_in_use, record.trace_events)
         if self.is_child or self.is_xdist_worker:  # the record travels to another process with the report
             report.devmem_record = record.to_json()  # type: ignore[attr-defined]
         else:
@@ -555,11 +584,12 @@ class DevmemManager:
             "regime": self.settings.regime.label if self.settings.regime else None,
             "versions": versions,
             **({"tensorflow_cpu_allocator": tensorflow_cpu.describe()} if tensorflow_cpu is not None and any(name.startswith("tensorflow") for name in versions) else {}),
+            **({"shard": shard} if (shard := shard_of(self.config)) is not None else {}),
             **provenance(self.config.rootpath, versions, self.device.device_class, {"driver_version": driver.driver_version, "cuda_version": driver.cuda_version}),
         }
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-        if self.records and not self.is_child:
+        if (self.records or self.stale or self.side_by_side is not None) and not self.is_child and not self.is_xdist_worker:
             from ..present.summary import SessionSummary
 
             SessionSummary(self, terminalreporter, everything=config.getoption("verbose", 0) > 0).write()
@@ -574,27 +604,46 @@ class DevmemManager:
         except ValueError:
             return str(path)
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        """pytest-xdist's controller: what a worker sent when it finished (its stale baselines, its
+        largest tests' traces); a worker that crashed sends nothing."""
+        output = getattr(node, "workeroutput", None)
+        sent = output.get("devmem") if isinstance(output, dict) else None
+        if not isinstance(sent, dict):
+            return
+        self.workers_reported += 1
+        stale = sent.get("stale")
+        if isinstance(stale, list):
+            self._stale_from_workers.update(str(name) for name in stale)
+        self._largest_from_workers += LargestTests.from_json(sent.get("largest"))
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self.records.sort(key=lambda r: r.test_id)  # once, for the summary and the report
-        if self.is_child or self.is_xdist_worker:
-            return  # only the controller writes: every record reaches it
+        if self.is_child:
+            return
+        if self.is_xdist_worker:  # only the controller writes: every record reaches it, and this
+            self.config.workeroutput["devmem"] = {  # type: ignore[attr-defined]
+                "stale": stale_baselines(self.store.entries(), self.shape),
+                "largest": self.largest.to_json() if self.largest is not None else [],
+            }
+            return
         info = self.session_info()
         if self.settings.update:
-            keep = [r for r in self.records if r.outcome == "passed" and r.peak_bytes_in_use is not None]
-            unrecorded = dict(self.unrecorded)
-            for r in self.records:
-                if r.outcome != "passed":
-                    unrecorded[(r.test_id, r.regime)] = (r.device, f"{r.outcome} when the baselines were updated")
-            written, problems = self.store.write(keep, info["versions"], unrecorded)  # type: ignore[arg-type]
+            written, problems = refresh_baselines(self.store, self.records, info["versions"], self.unrecorded)  # type: ignore[arg-type]
             self.baselines_written = [str(path) for path in written]
             self.write_problems += [f"baseline not written: {problem}" for problem in problems]
-        self.stale = self._stale_baselines()
+        self.stale = sorted(set(stale_baselines(self.store.entries(), self.shape)) | self._stale_from_workers)
         if self.stale and self.settings.strict and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        self.side_by_side = self._check_side_by_side()
+        if self.side_by_side is not None and not self.side_by_side.fits and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        unrecorded = self.unrecorded_json()
         if self.settings.report_path is not None:
             try:
-                write_atomic(self.settings.report_path, render(self.settings.report_path, self.records, info))
+                write_atomic(self.settings.report_path, render(self.settings.report_path, self.records, info, unrecorded))
             except OSError as exc:
                 self.write_problems.append(f"report not written: {self.settings.report_path}: {exc.strerror or exc}")
         if self.settings.benchmark_json is not None:
@@ -606,20 +655,45 @@ class DevmemManager:
             from ..present.autosave import autosave
 
             try:
-                self.autosaved = autosave(self.config.rootpath, render("report.json", self.records, info), info)
+                self.autosaved = autosave(self.config.rootpath, render("report.json", self.records, info, unrecorded), info)
             except OSError as exc:
                 self.write_problems.append(f"report not autosaved: {exc.filename or self.config.rootpath}: {exc.strerror or exc}")
         if self.write_problems and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # what the user asked to be stored is not: CI must see it
 
-    def _stale_baselines(self) -> list[str]:
-        """Baselined tests that no longer exist: in a module this session collected, but not collected."""
-        modules = {module_of(nodeid) for nodeid in self.collected_ids}
-        return sorted(
-            f"{entry.test_id} [{entry.regime}]"
-            for entry in self.store.entries()
-            if module_of(entry.test_id) in modules and entry.test_id not in self.collected_ids
-        )
+    def unrecorded_json(self) -> list[dict[str, str]]:
+        """The measured tests skipped at setup, for the report: a refresh from reports
+        (`devmem merge --baselines`) stores them as `--devmem-update` does."""
+        return [{"test_id": test_id, "regime": regime, "device": device, "reason": reason} for (test_id, regime), (device, reason) in sorted(self.unrecorded.items())]
+
+    def _check_side_by_side(self) -> SideBySide | None:
+        """xdist controller: the suite's largest tests replayed at once, as the workers sharing a
+        device may run them (see plugin/workers.py)."""
+        if self.workers_reported < 2 or len(self._largest_from_workers) < 2:
+            return None
+        from .recording import allocator_setups, machine_spec
+
+        from .workers import gpu_count
+
+        uses_gpu = getattr(self.device, "index", None) is not None
+        gpus = gpu_count() if uses_gpu else 0
+        sharing = workers_per_device(self.workers_reported, gpus, uses_gpu)
+
+        def setups_for(count: int) -> tuple[str, dict[str, AllocatorSetup]]:
+            if uses_gpu and gpus > 1:  # each worker keeps the session regime on its GPU
+                regime = self.settings.regime
+            else:
+                regime = plan_workers(self.settings.regime, self.settings.fraction_chosen, 0, count, 0, False).regime
+            policy = regime.policy if regime is not None else DEFAULT_FIXTURE_POLICY
+            return policy.label, allocator_setups(policy, self.device)
+
+        return check_side_by_side(self._largest_from_workers, sharing, setups_for, machine_spec(self.device, self.settings.cuda_context_bytes))
+
+
+def _worker_count(config: pytest.Config) -> int:
+    """The number of pytest-xdist workers, as a worker is told."""
+    count = getattr(config, "workerinput", {}).get("workercount")
+    return count if isinstance(count, int) and count > 0 else 1
 
 
 def _tensorflow_installed() -> bool:

@@ -1,16 +1,29 @@
-"""pytest-xdist workers on one device: how much each may take, or which GPU each gets. No pytest here.
+"""pytest-xdist workers on one device: how much each may take, or which GPU each gets, and whether
+their largest tests fit side by side. No pytest here.
 
 N workers preallocating 75% each cannot share one GPU. Unless the user chose a fraction, each worker
 gets the regime's fraction split N ways; a chosen fraction that cannot fit N times is kept, with a
 warning. With several GPUs, worker k sees only GPU k mod count through CUDA_VISIBLE_DEVICES.
+
+A suite whose tests each fit can still fail when N workers run N large tests at once on one device.
+Each worker keeps the traces of the largest tests it ran in its own process (`LargestTests`) and
+sends them to the controller, which replays the suite's largest (as many as workers share a device)
+side by side on the model of the machine: each in its own process with its own CUDA context and
+allocators under the worker's share, every test at its peak at the same moment (`side_by_side`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
 
 from ..model.regime import Regime
+from ..model.trace import Trace
+
+if TYPE_CHECKING:
+    from ..model.frameworks import AllocatorSetup
+    from ..model.machine import MachineRun, MachineSpec
 
 
 @dataclass(frozen=True)
@@ -64,3 +77,91 @@ def plan_workers(regime: Regime | None, fraction_chosen: bool, index: int, count
         Regime.of(mode, share),
         note=f"{count} workers share one device: each gets fraction {share:g} ({regime.label}'s {regime.fraction:g} split {count} ways)",
     )
+
+
+def workers_per_device(workers: int, gpus: int, uses_gpu: bool) -> int:
+    """How many workers share one device: all of them, or with several GPUs those given the same GPU."""
+    if uses_gpu and gpus > 1:
+        return math.ceil(workers / gpus)
+    return workers
+
+
+@dataclass
+class LargestTests:
+    """The `limit` largest tests (peak in use) a worker ran in its own process, with their traces."""
+
+    limit: int
+    kept: list[tuple[int, str, Trace]] = field(default_factory=list)
+
+    def offer(self, test_id: str, peak: int | None, trace: Trace | None) -> None:
+        if peak is None or trace is None or not len(trace) or self.limit < 1:
+            return
+        self.kept.append((peak, test_id, trace))
+        self.kept.sort(key=lambda item: (-item[0], item[1]))
+        del self.kept[self.limit:]
+
+    def to_json(self) -> list[dict[str, object]]:
+        return [{"test_id": test_id, "peak_bytes_in_use": peak, "trace": trace.to_columns()} for peak, test_id, trace in self.kept]
+
+    @staticmethod
+    def from_json(data: object) -> list[tuple[int, str, Trace]]:
+        """What a worker sent; entries that are not its plain data are left out."""
+        found = []
+        for entry in data if isinstance(data, list) else []:
+            if isinstance(entry, dict) and isinstance(entry.get("test_id"), str) and isinstance(entry.get("peak_bytes_in_use"), int):
+                try:
+                    found.append((entry["peak_bytes_in_use"], entry["test_id"], Trace.from_columns(entry.get("trace"))))
+                except ValueError:
+                    continue
+        return found
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    """The suite's largest tests replayed side by side on one device, as workers sharing it may run them."""
+
+    tests: list[str]  # largest first; test k runs in process k + 1
+    run: MachineRun
+    owner: dict[int, int]  # process -> index in `tests`
+    regime: str  # each worker's share, as a regime label
+    at_most: int | None = None  # when they do not fit: how many of the largest do
+
+    @property
+    def fits(self) -> bool:
+        return self.run.oom is None
+
+    def failing_test(self) -> str | None:
+        oom = self.run.oom
+        return None if oom is None else self.tests[self.owner.get(oom.process, 0)]
+
+
+def check_side_by_side(
+    tests: list[tuple[int, str, Trace]],
+    sharing: int,
+    setups_for: Callable[[int], tuple[str, dict[str, AllocatorSetup]]],
+    spec: MachineSpec,
+) -> SideBySide | None:
+    """Replay the `sharing` largest of `tests` at once (`setups_for(k)`: each worker's regime label
+    and allocators when k workers share the device); None when fewer than two tests can meet.
+    When they do not fit, also how many of the largest would."""
+    from ..model.machine import run_machine
+    from ..model.whatif import side_by_side
+
+    unique: dict[str, tuple[int, str, Trace]] = {}
+    for item in sorted(tests, key=lambda item: (-item[0], item[1])):
+        unique.setdefault(item[1], item)
+    largest = list(unique.values())[:sharing]
+    if len(largest) < 2:
+        return None
+
+    def replay(count: int) -> tuple[MachineRun, dict[int, int], str]:
+        trace, owner = side_by_side([item[2] for item in largest[:count]])
+        label, setups = setups_for(count)
+        return run_machine(trace, setups, spec), owner, label
+
+    run, owner, label = replay(len(largest))
+    result = SideBySide([item[1] for item in largest], run, owner, label)
+    if run.oom is None:
+        return result
+    at_most = next((count for count in range(len(largest) - 1, 1, -1) if replay(count)[0].oom is None), 1)
+    return SideBySide(result.tests, run, owner, label, at_most)

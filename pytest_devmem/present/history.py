@@ -63,6 +63,30 @@ def report_files(inputs: Sequence[Path]) -> list[Path]:
     return files
 
 
+def runs(files: Sequence[Path]) -> list[tuple[Path, dict[str, Any]]]:
+    """Each run's report, in the order given: the reports of one sharded run (shards of one
+    commit and CI run, as their sessions say) merged into one, as `devmem merge` does (refusing
+    shards that disagree), so a commit's column holds the whole suite."""
+    from .merge import merge_reports, shard_run
+
+    found: list[tuple[Path, dict[str, Any] | None, object]] = []
+    shards: dict[object, list[Path]] = {}
+    for path in files:
+        _, document = load_json(path)
+        if not isinstance(document, dict) or document.get("format") != FORMAT or document.get("version") not in READABLE_VERSIONS:
+            raise HistoryError(f"{path}: not a pytest-devmem report of version {' or '.join(map(str, READABLE_VERSIONS))} (format {FORMAT!r})")
+        session = document.get("session")
+        key = shard_run(session) if isinstance(session, dict) else None
+        if key is None:
+            found.append((path, document, None))
+            continue
+        if key not in shards:
+            shards[key] = []
+            found.append((path, None, key))
+        shards[key].append(path)
+    return [(path, document if document is not None else merge_reports(shards[key])) for path, document, key in found]
+
+
 def load_frame(files: Sequence[Path]) -> Any:
     """One row per (report, measured test): commit, time, test (id and regime), device class, peak."""
     try:
@@ -71,10 +95,7 @@ def load_frame(files: Sequence[Path]) -> Any:
         raise HistoryError("devmem history needs pandas (pip install pandas)") from None
 
     rows = []
-    for index, path in enumerate(files):
-        _, document = load_json(path)
-        if not isinstance(document, dict) or document.get("format") != FORMAT or document.get("version") not in READABLE_VERSIONS:
-            raise HistoryError(f"{path}: not a pytest-devmem report of version {' or '.join(map(str, READABLE_VERSIONS))} (format {FORMAT!r})")
+    for index, (path, document) in enumerate(runs(files)):
         session = document.get("session")
         if not isinstance(session, dict):
             session = {}

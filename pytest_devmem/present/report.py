@@ -144,8 +144,12 @@ def csv_text(records: Sequence[TestRecord]) -> str:
     return out.getvalue()
 
 
-def json_text(records: Sequence[TestRecord], session: dict[str, object]) -> str:
-    return json.dumps({"format": FORMAT, "version": VERSION, "session": session, "records": [r.to_json() for r in records]}, indent=2) + "\n"
+def json_text(records: Sequence[TestRecord], session: dict[str, object], unrecorded: Sequence[dict[str, str]] = ()) -> str:
+    """The JSON report. `unrecorded`: the measured tests skipped at setup ({test_id, regime, device,
+    reason}), which a baseline refresh from reports (`devmem merge --baselines`) stores as
+    `--devmem-update` does."""
+    document = {"format": FORMAT, "version": VERSION, "session": session, "records": [r.to_json() for r in records], "unrecorded": list(unrecorded)}
+    return json.dumps(document, indent=2) + "\n"
 
 
 def benchmark_json(records: Sequence[TestRecord]) -> str:
@@ -159,11 +163,11 @@ def benchmark_json(records: Sequence[TestRecord]) -> str:
     return json.dumps(entries, indent=2) + "\n"
 
 
-def render(path: str | os.PathLike[str], records: Sequence[TestRecord], session: dict[str, object]) -> str:
+def render(path: str | os.PathLike[str], records: Sequence[TestRecord], session: dict[str, object], unrecorded: Sequence[dict[str, str]] = ()) -> str:
     """The report text for `path`'s extension; ValueError for an extension not in REPORT_FORMATS."""
     suffix = Path(path).suffix.lower()
     if suffix == ".json":
-        return json_text(records, session)
+        return json_text(records, session, unrecorded)
     if suffix == ".csv":
         return csv_text(records)
     if suffix == ".md":

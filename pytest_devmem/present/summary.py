@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..model.explain import oom_summary
+from ..model.explain import oom_lines, oom_summary
 from ..model.whatif import min_fraction_text
 from .report import capped, rows_for_review, terminal_table
 from ..units import format_size
@@ -42,6 +42,7 @@ class SessionSummary:
         self.analysis()
         if manager.xdist_note:
             self.line(f"xdist: {manager.xdist_note}")
+        self.side_by_side()
         self.baselines()
         memory = [r.test_id for r in manager.records if r.failed_by_devmem]
         if memory:
@@ -53,6 +54,32 @@ class SessionSummary:
             self.line(f"report written to {manager.shown(report)}")
         if manager.autosaved is not None:
             self.line(f"report autosaved to {manager.shown(manager.autosaved)} (devmem history reads that folder)")
+
+    def side_by_side(self) -> None:
+        """Whether the suite's largest tests fit on one device at once, as the xdist workers sharing it may run them."""
+        check = self.manager.side_by_side
+        if check is None:
+            return
+        run = check.run
+        count = len(check.tests)
+        where = f"{self.manager.device.name}, each worker under {check.regime}"
+        if check.fits:
+            top = run.headline
+            peak = f": {format_size(top.peak_bytes_in_use)} in use at most, {format_size(top.peak_bytes_reserved)} held, of {format_size(top.capacity)}" if top is not None else ""
+            self.line(f"xdist: the {count} largest tests fit side by side on {where} (each at its peak at once){peak}: " + capped(check.tests, self.everything))
+            return
+        self.line(
+            f"xdist: the {count} largest tests do not fit side by side on {where}, as {count} workers sharing it may run them "
+            f"(each at its peak at once); failing the session. At most {check.at_most} of them fit at once: run with -n {check.at_most}, "
+            "or keep the largest tests on one worker (pytest-xdist's --dist loadgroup and xdist_group marks)",
+            red=True, bold=True,
+        )
+        for process, index in sorted(check.owner.items()):
+            self.line(f"  process {process}: {check.tests[index]}", red=True)
+        oom = run.oom
+        assert oom is not None
+        for line in oom_lines(oom.to_json(), [d.to_json() for d in run.devices], check.regime, self.manager.device.name):
+            self.line(f"  {line}", red=True)
 
     def sources(self) -> None:
         manager = self.manager
