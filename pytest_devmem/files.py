@@ -116,9 +116,10 @@ def read_regular(path: str | os.PathLike[str], what: str, limit: int) -> bytes:
     return data
 
 
-def read_text(path: str | os.PathLike[str], what: str, limit: int = MAX_JSON_BYTES) -> str:
-    """A regular file's UTF-8 text; FileFormatError naming the file and the first bad byte."""
-    data = read_regular(path, what, limit)
+def read_text(path: str | os.PathLike[str], what: str, limit: int | None = None) -> str:
+    """A regular file's UTF-8 text (at most `limit` bytes, MAX_JSON_BYTES by default);
+    FileFormatError naming the file, and the line of the first byte that is not UTF-8."""
+    data = read_regular(path, what, MAX_JSON_BYTES if limit is None else limit)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -162,7 +163,10 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, within: str
     link. OSError (naming `path`) when it cannot be written: a directory in the way, no room, no
     permission."""
     target = Path(path)
-    directory = ensure_directory(target.parent, within)
+    try:
+        directory = ensure_directory(target.parent, within)
+    except OSError as exc:
+        raise OSError(exc.errno, f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror, os.fspath(target)) from None
     try:
         existing = os.lstat(target)
     except FileNotFoundError:
@@ -198,7 +202,11 @@ def ensure_directory(directory: str | os.PathLike[str], within: str | os.PathLik
     is refused (OSError ELOOP naming it) rather than followed somewhere else."""
     path = Path(directory)
     if within is None:
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:  # a file where a directory is needed: name it
+            blocking = next((parent for parent in (path, *path.parents) if os.path.lexists(parent) and not os.path.isdir(parent)), path)
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory", os.fspath(blocking)) from None
         return path
     base = Path(within)
     try:

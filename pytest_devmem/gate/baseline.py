@@ -212,6 +212,8 @@ class BaselineStore:
         """Read every baseline file of this device class; BaselineFormatError on the first bad one,
         and on a file that holds a test whose baseline belongs in another file (a stray copy)."""
         self._entries.clear()
+        if self.directory.is_symlink():
+            raise BaselineFormatError(f"{self.directory}: a link to a directory inside the baselines: pytest-devmem neither reads nor writes through one; put the directory itself there")
         if self.directory.is_dir():
             for entry in read_directory(self.directory, self.device_class):
                 self._entries[(entry.test_id, entry.regime)] = entry
