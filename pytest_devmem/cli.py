@@ -297,6 +297,8 @@ def history_command(inputs: Sequence[Path], tolerance_spec: str, output: Path | 
     from .present import history
 
     tolerance = parse_tolerance(tolerance_spec)
+    if output is not None:
+        history.check_trend_path(output)  # before any work or output
     frame = history.load_frame(history.report_files(inputs))
     table = history.pivot(frame)
     moved = history.steps(table, tolerance)

@@ -312,6 +312,18 @@ def test_a_picture_that_cannot_be_written_is_an_error_not_a_traceback(tmp_path: 
     assert [p.name for p in tmp_path.rglob(".*.tmp")] == []
 
 
+@pytest.mark.parametrize("output", ["a directory", "text"])
+def test_a_trend_picture_that_cannot_be_drawn_is_refused_before_any_output(tmp_path: Path, capsys: pytest.CaptureFixture[str], output: str) -> None:
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps({"session": {"commit": "a"}, "records": [{"test_id": "t", "regime": "prealloc", "device_class": "x", "peak_bytes_in_use": 1}]}))
+    target = tmp_path / ("dir.png" if output == "a directory" else "trend.txt")
+    if output == "a directory":
+        target.mkdir()
+    assert main(["history", str(report), "-o", str(target)]) == 2
+    out, error = capsys.readouterr()
+    assert out == "" and error.startswith(f"devmem: error: cannot draw '{target}'")
+
+
 @pytest.mark.parametrize("failing", ["write", "fsync", "replace"])
 def test_a_full_disk_leaves_nothing_behind_and_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], failing: str) -> None:
     import pytest_devmem.files as files
@@ -372,7 +384,7 @@ def test_plugin_outputs_that_fail_at_the_end_are_named_and_fail_the_session(pyte
 # -- bad files of each kind: a clear error naming the file (and the line) ----------------------
 
 
-BAD_REPORTS = {
+BAD_REPORTS: dict[str, tuple[dict[str, object], str]] = {
     "peak text": ({"peak_bytes_in_use": "big"}, "peak_bytes_in_use is 'big', not a number"),
     "peak bool": ({"peak_bytes_in_use": True}, "peak_bytes_in_use is True, not a number"),
     "test id number": ({"test_id": 5}, "test_id must be text"),
@@ -400,7 +412,7 @@ def test_every_command_refuses_a_bad_report_naming_file_line_and_record(tmp_path
         assert re.search(re.escape(str(report)) + r":\d+: record 0", error) and message in error, (command, error)
 
 
-BAD_SESSIONS = {"capacity text": {"device_capacity_bytes": "x"}, "capacity bool": {"device_capacity_bytes": True}, "capacity negative": {"device_capacity_bytes": -1}}
+BAD_SESSIONS: dict[str, dict[str, object]] = {"capacity text": {"device_capacity_bytes": "x"}, "capacity bool": {"device_capacity_bytes": True}, "capacity negative": {"device_capacity_bytes": -1}}
 
 
 @pytest.mark.parametrize("case", sorted(BAD_SESSIONS))
@@ -413,7 +425,7 @@ def test_plot_refuses_a_report_whose_session_cannot_size_the_device(tmp_path: Pa
     assert "device_capacity_bytes is missing or not a positive number" in capsys.readouterr().err
 
 
-BAD_TRACES = {
+BAD_TRACES: dict[str, tuple[str | bytes, str]] = {
     "oversized field": ("Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x1,\"" + "9" * 200_000 + "\",0\n", ":2: not CSV: field larger than field limit"),
     "size too large": ("Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x1," + "9" * 30 + ",0\n", ":2: a pointer, size, thread, stream or process out of range"),
     "not utf-8 on line 3": (b"Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x1,5,0\n0,0,free,\xff,5,0\n", ":3: not UTF-8 text"),

@@ -385,7 +385,7 @@ class DevmemManager:
         if failure is not None:  # it quotes test ids, trace labels and baseline fields: nothing raw reaches the terminal
             failure = terminal_lines(failure)
         if failure is not None and report.outcome == "passed":
-            failure += self._leave_artifacts(record)
+            failure += terminal_lines(self._leave_artifacts(record))
             report.outcome = "failed"
             report.longrepr = failure
             report.devmem_failure = True  # type: ignore[attr-defined]  # its own status letter, M
@@ -422,7 +422,7 @@ class DevmemManager:
         try:
             record.trace_events.write_csv(path)
         except OSError as exc:  # the test's outcome does not depend on it: say so, and go on
-            warnings.warn(pytest.PytestWarning(f"pytest-devmem could not write the trace of {record.test_id} to {path}: {exc.strerror or exc}"), stacklevel=1)
+            warnings.warn(pytest.PytestWarning(terminal_lines(f"pytest-devmem could not write the trace of {record.test_id} to {path}: {exc.strerror or exc}")), stacklevel=1)
             return
         if record.trace is not None:
             record.trace["file"] = str(path)

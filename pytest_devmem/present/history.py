@@ -140,6 +140,14 @@ def markdown(table: Any, moved: list[Step], tolerance: Tolerance, last: int = 8,
     return "\n".join(lines) + "\n"
 
 
+def check_trend_path(path: str | os.PathLike[str]) -> None:
+    """HistoryError, before any work, when `path` cannot take the trend picture."""
+    if Path(path).suffix.lower() != ".png":
+        raise HistoryError(f"cannot draw {os.fspath(path)!r}: the trend picture is a .png")
+    if os.path.isdir(path):
+        raise HistoryError(f"cannot draw {os.fspath(path)!r}: it is a directory")
+
+
 def draw_trend(table: Any, moved: list[Step], path: str | os.PathLike[str]) -> None:
     """The tests that moved, their peaks over the commits, as a PNG."""
     try:
@@ -149,8 +157,7 @@ def draw_trend(table: Any, moved: list[Step], path: str | os.PathLike[str]) -> N
         import matplotlib.pyplot as plt
     except ImportError:
         raise HistoryError("a trend picture needs matplotlib (pip install 'pytest-devmem[plot]')") from None
-    if Path(path).suffix.lower() != ".png":
-        raise HistoryError(f"cannot draw {os.fspath(path)!r}: the trend picture is a .png")
+    check_trend_path(path)
     from .plot import save_png
 
     figure, axes = plt.subplots(figsize=(10, 5))
