@@ -149,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, wall in best.items():
         print(f"{name:<24} {wall:>8.2f} {wall / best['off']:>7.2f}x")
     if args.json is not None:
-        args.json.write_text(json.dumps({"tests": tested, "false_failures": results, "peaks_moved": changed, "wall_s": best}, indent=2) + "\n")
+        from pytest_devmem.files import write_atomic
+
+        write_atomic(args.json, json.dumps({"tests": tested, "false_failures": results, "peaks_moved": changed, "wall_s": best}, indent=2) + "\n")
     return 1 if any(results.values()) else 0
 
 

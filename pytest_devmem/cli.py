@@ -20,18 +20,19 @@ import argparse
 import csv
 import io
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from .gate.baseline import BaselineEntry, figure_problem, json_files, load_json, read_file
+from .gate.baseline import BaselineEntry, read_directory, read_file
 from .gate.compare import FAILING, ORDER, Key, Measured, TestVerdict, counts, verdicts
 from .errors import DevmemError
+from .files import read_json
 from .model.pool.policy import canonical_label
 from .present.autosave import AUTOSAVE_DIR
-from .present.report import FORMAT as REPORT_FORMAT
-from .present.report import READABLE_VERSIONS
-from .present.report import markdown_cell
+from .present.report import ReportFile, read_report
+from .present.text import markdown, markdown_code, terminal, terminal_lines
 from .gate.tolerance import DEFAULT_TOLERANCE, METRICS, TOLERANCE_HELP, format_metric, parse_tolerance
 
 if TYPE_CHECKING:
@@ -47,20 +48,15 @@ class InputError(DevmemError, ValueError):
 def load(path: Path) -> dict[Key, Measured]:
     """Measurements from a JSON report, a baseline file, or a directory of baseline files."""
     if path.is_dir():
-        files = json_files(path)
-        if not files:
+        entries = read_directory(path)
+        if not entries:
             raise InputError(f"{path}: a directory with no baseline files (*.json) in it: nothing to compare against")
-        found: dict[Key, Measured] = {}
-        for file in files:
-            found.update(_from_baseline(read_file(file)))
-        return found
-    if not path.exists():
+        return _from_baseline(entries)
+    if not os.path.lexists(path):
         raise InputError(f"{path}: no such file or directory")
-    if not path.is_file():
-        raise InputError(f"{path}: not a regular file")
-    _, document = load_json(path)
+    _, document = read_json(path, "report or baseline file")
     if isinstance(document, dict) and "records" in document and "session" in document:
-        return _from_report(path, document)
+        return _from_report(read_report(path))
     return _from_baseline(read_file(path))
 
 
@@ -68,59 +64,33 @@ def _from_baseline(entries: list[BaselineEntry]) -> dict[Key, Measured]:
     return {(e.test_id, e.regime, e.device_class): Measured(e.metrics, e.versions, e.reason, e.contributors, e.devices) for e in entries}
 
 
-def _from_report(path: Path, document: dict) -> dict[Key, Measured]:
-    if "format" in document and (document.get("format") != REPORT_FORMAT or document.get("version") not in READABLE_VERSIONS):
-        raise InputError(f"{path}: a {str(document.get('format'))[:60]!r} version {str(document.get('version'))[:20]!r} report; this devmem reads {REPORT_FORMAT!r} versions {', '.join(map(str, READABLE_VERSIONS))}")
-    records = document.get("records")
-    if not isinstance(records, list):
-        raise InputError(f"{path}: a pytest-devmem report needs a list of \"records\"")
-    if not records:
-        raise InputError(f"{path}: a report with no records (no test was measured): nothing to compare")
-    session = document.get("session")
-    if not isinstance(session, dict):
-        raise InputError(f"{path}: \"session\" must be an object, not {type(session).__name__}")
-    versions = session.get("versions", {})
-    if not isinstance(versions, dict):
-        raise InputError(f"{path}: \"session\".\"versions\" must be an object")
+def _from_report(report: ReportFile) -> dict[Key, Measured]:
+    """One Measured per record of a report (read and checked by read_report)."""
+    if not report.records:
+        raise InputError(f"{report.path}: a report with no records (no test was measured): nothing to compare")
+    versions = report.session.get("versions", {})
+    assert isinstance(versions, dict)  # read_report checked it
     found = {}
-    for index, record in enumerate(records):
-        if not isinstance(record, dict) or not all(isinstance(record.get(name), str) for name in ("test_id", "regime", "device_class")):
-            raise InputError(f"{path}: record {index} lacks test_id, regime or device_class (as text)")
-        key = (record["test_id"], canonical_label(record["regime"]), record["device_class"])
-        where = f"{path}: record {index} ({record['test_id'][:200]!r})"
-        metrics = {name: record.get(name) for name in METRICS}
-        for name, value in metrics.items():
-            problem = figure_problem(name, value)
-            if problem:
-                raise InputError(f"{where}: {problem}")
-        at_peak = (record.get("trace") or {}).get("at_peak") if isinstance(record.get("trace"), dict) else None
-        contributors = {str(name): size for name, size in at_peak.items() if isinstance(size, int) and not figure_problem("bytes", size)} if isinstance(at_peak, dict) else {}
+    for index, record in enumerate(report.records):
+        if "regime" not in record or "device_class" not in record:
+            raise InputError(f"{report.path}: record {index} ({str(record['test_id'])[:200]!r}) lacks its regime or device_class: nothing to match it by")
+        key = (str(record["test_id"]), canonical_label(str(record["regime"])), str(record["device_class"]))
+        metrics: dict[str, float | int | None] = {name: record.get(name) for name in METRICS}  # type: ignore[misc]
+        trace = record.get("trace")
+        at_peak = trace.get("at_peak") if isinstance(trace, dict) else None
+        contributors = {str(name): size for name, size in at_peak.items() if isinstance(size, int) and not isinstance(size, bool) and 0 <= size} if isinstance(at_peak, dict) else {}
         oom = record.get("oom")
         kind = (str(oom.get("kind") or ("real" if oom.get("real") else "yes")) if isinstance(oom, dict) else "real" if oom is True else None)
         tolerance = record.get("tolerance")
-        if tolerance is not None and not isinstance(tolerance, str):
-            raise InputError(f"{where}: \"tolerance\" must be text such as '10%,1MiB'")
-        found[key] = Measured(metrics, {str(k): str(v) for k, v in versions.items()}, contributors=contributors, devices=_report_devices(where, record.get("devices")), oom=kind, tolerance=tolerance)
+        found[key] = Measured(metrics, {str(k): str(v) for k, v in versions.items()}, contributors=contributors, devices=_report_devices(record.get("devices")), oom=kind, tolerance=tolerance if isinstance(tolerance, str) else None)
     return found
 
 
-def _report_devices(where: str, devices: object) -> dict[str, dict[str, float | int | None]]:
-    """Each device's gated figures of a report's record, for a test on several devices."""
-    if devices is None:
+def _report_devices(devices: object) -> dict[str, dict[str, float | int | None]]:
+    """Each device's gated figures of a report's record (checked by read_report), for a test on several devices."""
+    if not isinstance(devices, list) or len(devices) < 2:
         return {}
-    if not isinstance(devices, list) or not all(isinstance(d, dict) and isinstance(d.get("device"), str) for d in devices):
-        raise InputError(f"{where}: \"devices\" must be a list of objects that name their device")
-    if len(devices) < 2:
-        return {}
-    found = {}
-    for device in devices:
-        figures = {name: device.get(name) for name in METRICS}
-        for name, value in figures.items():
-            problem = figure_problem(name, value)
-            if problem:
-                raise InputError(f"{where}: device {device['device'][:40]!r}: {problem}")
-        found[device["device"]] = figures
-    return found
+    return {str(device["device"]): {name: device.get(name) for name in METRICS} for device in devices}
 
 
 VERDICT_MARK = {
@@ -156,7 +126,7 @@ def compare_markdown(found: list[TestVerdict], tolerance_spec: str, show_all: bo
     tally = counts(found)
     summary = ", ".join(f"{count} {status}" for status, count in tally.items())
     own = sorted({v.tolerance for v in found if v.tolerance and v.tolerance != tolerance_spec})
-    lines = [f"### Device memory: {summary or 'nothing to compare'}", "", f"Tolerance: `{tolerance_spec}`" + (f"; tests with their own: {', '.join(f'`{t}`' for t in own)}." if own else "."), ""]
+    lines = [f"### Device memory: {summary or 'nothing to compare'}", "", f"Tolerance: `{tolerance_spec}`" + (f"; tests with their own: {', '.join(f'`{t}`' for t in own)}." if own else "."), ""]  # each parsed: no backtick
     if rows:
         lines += ["| test | regime | device | metric | baseline | now | Δ | verdict |", "|---|---|---|---|---|---|---|---|"]
         for row in rows:
@@ -168,10 +138,10 @@ def compare_markdown(found: list[TestVerdict], tolerance_spec: str, show_all: bo
             delta = row["delta"]
             shown_delta = "—" if delta is None else ("+" if delta >= 0 else "-") + format_metric(name, abs(delta)) + (f" ({row['percent']:+.1f}%)" if row["percent"] is not None else "")  # type: ignore[operator, arg-type]
             cells = (row["test"], row["regime"], row["device_class"], metric, _shown(name, row["baseline"]), _shown(name, row["now"]), shown_delta, verdict)
-            lines.append("| " + " | ".join(markdown_cell(str(cell)) for cell in cells) + " |")
+            lines.append("| " + " | ".join(markdown(str(cell)) for cell in cells) + " |")
     elif tally:
         lines.append("Every compared test is within tolerance.")
-    growth = [f"- `{markdown_cell(v.key[0])}` [{markdown_cell(v.key[1])}]: {markdown_cell(v.comparison.growth_text())}" for v in found if v.comparison is not None and v.comparison.grew]
+    growth = [f"- {markdown_code(v.key[0])} [{markdown(v.key[1])}]: {markdown(v.comparison.growth_text())}" for v in found if v.comparison is not None and v.comparison.grew]
     if growth:
         lines += ["", "What grew at the peak:", *growth]
     return "\n".join(lines) + "\n"
@@ -211,8 +181,8 @@ def show_table(measurements: dict[Key, Measured]) -> str:
     for (test_id, regime, device_class), m in sorted(measurements.items()):
         versions = ", ".join(f"{name} {version}" for name, version in sorted(m.versions.items()) if name in ("jax", "tensorflow", "tensorflow-cpu", "pytest-devmem"))
         lines.append(
-            f"| {markdown_cell(test_id)} | {markdown_cell(regime)} | {markdown_cell(device_class)} | {format_metric('peak_bytes_in_use', m.metrics.get('peak_bytes_in_use'))} | "
-            f"{format_metric('peak_bytes_reserved', m.metrics.get('peak_bytes_reserved'))} | {format_metric('fragmentation', m.metrics.get('fragmentation'))} | {versions} |"
+            f"| {markdown(test_id)} | {markdown(regime)} | {markdown(device_class)} | {format_metric('peak_bytes_in_use', m.metrics.get('peak_bytes_in_use'))} | "
+            f"{format_metric('peak_bytes_reserved', m.metrics.get('peak_bytes_reserved'))} | {format_metric('fragmentation', m.metrics.get('fragmentation'))} | {markdown(versions)} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -243,12 +213,12 @@ def replay_table(path: Path, mode: str, fraction: str | None, device_spec: str) 
             rows.append((f"{allocator.name}{where}: peak in use, held", f"{allocator.peak_bytes_in_use}, {allocator.peak_bytes_reserved}", f"{format_size(allocator.peak_bytes_in_use)}, {format_size(allocator.peak_bytes_reserved)}"))
     for source, share in sorted(run.by_source.items()):
         rows.append((f"{source}: peak live", str(share.peak_live_bytes), format_size(share.peak_live_bytes)))
-    lines = [f"### Trace {markdown_cell(str(path))} replayed under regime {policy.label} on {spec.name}", "", "| figure | value | readable |", "|---|---|---|"]
-    lines += [f"| {markdown_cell(figure)} | {value} | {readable} |" for figure, value, readable in rows]
+    lines = [f"### Trace {markdown(str(path))} replayed under regime {markdown(policy.label)} on {markdown(spec.name)}", "", "| figure | value | readable |", "|---|---|---|"]
+    lines += [f"| {markdown(figure)} | {value} | {readable} |" for figure, value, readable in rows]
     if run.oom is not None:
         oom = run.oom.to_json()
         proven_fixes(trace, setups, spec, run, jax_fraction_variable()).record(oom)
-        lines += ["", "```", *oom_lines(oom, [d.to_json() for d in run.devices], policy.label, spec.name), "```"]
+        lines += ["", "```", *(terminal(line) for line in oom_lines(oom, [d.to_json() for d in run.devices], policy.label, spec.name)), "```"]
     return "\n".join(lines) + "\n", run.oom is None
 
 
@@ -264,26 +234,22 @@ def plot_input(path: Path, test: str | None, mode: str | None, fraction: str | N
         spec, setups = _machine(device_spec or "sim", policy)
         trace = _read_trace(path)
         return build_view(run_machine(trace, setups, spec, timeline=True), trace, policy.label), f"{path.name} under {policy.label} on {spec.name}"
-    _, document = load_json(path)
-    if not isinstance(document, dict) or not isinstance(document.get("records"), list) or not isinstance(document.get("session"), dict):
-        raise InputError(f"{path}: not a pytest-devmem JSON report (--devmem-report=FILE.json) nor a trace (.csv)")
-    records = [r for r in document["records"] if isinstance(r, dict) and isinstance(r.get("test_id"), str)]
-    if test:
-        records = [r for r in records if test in r["test_id"]]
-    traced = [r for r in records if isinstance(r.get("trace"), dict) and isinstance(r["trace"].get("file"), str)]
+    report = read_report(path)
+    records = [r for r in report.records if test is None or test in str(r["test_id"])]
+    traced = [r for r in records if isinstance(r.get("trace"), dict) and isinstance(r["trace"].get("file"), str)]  # type: ignore[attr-defined]
     if not traced:
         which = f" matching {test!r}" if test else ""
         raise InputError(f"{path}: no record{which} has a trace file: run pytest with --devmem-traces=DIR and --devmem-report")
     record = max(traced, key=_peak_of)
-    session = document["session"]
+    session = report.session
     capacity = session.get("device_capacity_bytes")
     if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
         raise InputError(f"{path}: the session's device_capacity_bytes is missing or not a positive number")
-    trace = _read_trace(Path(record["trace"]["file"]))
+    trace = _read_trace(Path(record["trace"]["file"]))  # type: ignore[index]
     policy = Policy.from_label(str(record.get("regime", "prealloc")))
     device_name = str(session.get("device", "device"))
     capability = session.get("device_compute_capability")
-    spec, setups = _machine_of(capacity, device_name, capability[0] if isinstance(capability, list) and capability and isinstance(capability[0], int) else None, policy)
+    spec, setups = _machine_of(capacity, device_name, capability[0] if isinstance(capability, list) and capability and isinstance(capability[0], int) and not isinstance(capability[0], bool) else None, policy)
     return build_view(run_machine(trace, setups, spec, timeline=True), trace, policy.label), f"{record['test_id']} under {policy.label} on {device_name}"
 
 
@@ -331,8 +297,11 @@ def load_new(paths: Sequence[Path]) -> dict[Key, Measured]:
         return load(paths[0])
     from .present.merge import merge_reports
 
+    from .present.report import ReportFile
+
     merged = merge_reports(paths)
-    return _from_report(Path(f"{len(paths)} merged reports ({', '.join(str(p) for p in paths[:3])}{', ...' if len(paths) > 3 else ''})"), merged)
+    shown = Path(f"{len(paths)} merged reports ({', '.join(str(p) for p in paths[:3])}{', ...' if len(paths) > 3 else ''})")
+    return _from_report(ReportFile(shown, merged["session"], merged["records"]))  # type: ignore[arg-type]
 
 
 def merge_command(reports: Sequence[Path], output: Path | None, baselines: Path | None) -> int:
@@ -392,13 +361,15 @@ def history_command(inputs: Sequence[Path], tolerance_spec: str, output: Path | 
     from .present import history
 
     tolerance = parse_tolerance(tolerance_spec)
+    if output is not None:
+        history.check_trend_path(output)  # before any work or output
     frame = history.load_frame(history.report_files(inputs))
     table = history.pivot(frame)
     moved = history.steps(table, tolerance)
-    sys.stdout.write(history.markdown(table, moved, tolerance, classes=history.device_classes(frame)))
+    _print(history.markdown(table, moved, tolerance, classes=history.device_classes(frame)))
     if output is not None:
         history.draw_trend(table, moved, output)
-        print(f"\nwrote {output}")
+        _print(f"\nwrote {output}\n")
     return 1 if moved else 0
 
 
@@ -440,36 +411,54 @@ def main(argv: Sequence[str] | None = None) -> int:
     history_parser.add_argument("-o", "--output", type=Path, default=None, help="Also draw the tests that moved to FILE.png (needs matplotlib)")
     args = parser.parse_args(argv)
     try:
-        if args.command == "merge":
-            return merge_command(args.reports, args.output, args.baselines)
-        if args.command == "history":
-            return history_command(args.inputs, args.tolerance, args.output)
-        if args.command == "plot":
-            from .present.plot import write_plot
-
-            timeline, title = plot_input(args.input, args.test, args.mode, args.fraction, args.device)
-            write_plot(timeline, args.output, title)  # type: ignore[arg-type]
-            print(f"wrote {args.output}")
-            return 0
-        if args.command == "replay":
-            text, fitted = replay_table(args.trace, args.mode, args.fraction, args.device)
-            sys.stdout.write(text)
-            return 0 if fitted else 1
-        if args.command == "compare":
-            parse_tolerance(args.tolerance)  # a bad tolerance is reported before any file is read
-            found = verdicts(load(args.base), load_new(args.new), args.tolerance)
-            if args.format == "json":
-                sys.stdout.write(compare_json(found, args.tolerance))
-            elif args.format == "csv":
-                sys.stdout.write(compare_csv(found))
-            else:
-                sys.stdout.write(compare_markdown(found, args.tolerance, args.all))
-            return 1 if any(v.failing for v in found) else 0
-        sys.stdout.write(show_table(load(args.directory)))
-        return 0
+        return _run(args)
     except (DevmemError, ValueError) as exc:
-        print(f"devmem: error: {exc}", file=sys.stderr)
-        return 2
+        _error(str(exc))
+    except OSError as exc:  # an output that cannot be written: a directory in the way, no room, no permission
+        where = f"{exc.filename}: " if exc.filename else ""
+        _error(f"cannot write {where}{exc.strerror or exc}")
+    return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "merge":
+        return merge_command(args.reports, args.output, args.baselines)
+    if args.command == "history":
+        return history_command(args.inputs, args.tolerance, args.output)
+    if args.command == "plot":
+        from .present.plot import check_picture_path, write_plot
+
+        check_picture_path(args.output)  # before any work: a wrong extension, a directory in the way
+        timeline, title = plot_input(args.input, args.test, args.mode, args.fraction, args.device)
+        write_plot(timeline, args.output, title)  # type: ignore[arg-type]
+        _print(f"wrote {args.output}\n")
+        return 0
+    if args.command == "replay":
+        text, fitted = replay_table(args.trace, args.mode, args.fraction, args.device)
+        _print(text)
+        return 0 if fitted else 1
+    if args.command == "compare":
+        parse_tolerance(args.tolerance)  # a bad tolerance is reported before any file is read
+        found = verdicts(load(args.base), load_new(args.new), args.tolerance)
+        if args.format == "json":
+            _print(compare_json(found, args.tolerance))
+        elif args.format == "csv":
+            _print(compare_csv(found))
+        else:
+            _print(compare_markdown(found, args.tolerance, args.all))
+        return 1 if any(v.failing for v in found) else 0
+    _print(show_table(load(args.directory)))
+    return 0
+
+
+def _print(text: str) -> None:
+    """Everything the command prints goes out here: no control character from a test id, a trace
+    or a file reaches the terminal as itself (the renderers escape each value; this is the net)."""
+    sys.stdout.write(terminal_lines(text))
+
+
+def _error(message: str) -> None:
+    print(f"devmem: error: {terminal_lines(message)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

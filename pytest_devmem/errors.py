@@ -23,6 +23,11 @@ class InvalidFreeError(DevmemError, ValueError):
     """A free of a pointer this pool does not own: a double free or a foreign pointer."""
 
 
+class FileFormatError(DevmemError, ValueError):
+    """A file given to pytest-devmem (baseline, report, trace) that it cannot read or trust; the
+    message names the file, the line where there is one, and the problem."""
+
+
 class DeviceError(DevmemError, RuntimeError):
     """The device backend itself failed (CUDA driver error, missing library)."""
 

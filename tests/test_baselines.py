@@ -188,7 +188,7 @@ def test_a_baseline_that_is_not_utf8_text_names_its_file(pytester: pytest.Pytest
     path.write_bytes(content)
     result = run(pytester, "--devmem-update")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert f"{path}: not UTF-8 text" in result.stderr.str()
+    assert f"{path}:" in result.stderr.str() and ": not UTF-8 text" in result.stderr.str()
     assert path.read_bytes() == content
 
 

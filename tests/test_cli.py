@@ -161,7 +161,8 @@ def test_compare_names_a_binary_input(tmp_path: Path, capsys: pytest.CaptureFixt
     bad = tmp_path / "binary.json"
     bad.write_bytes(content)
     assert main(["compare", str(base), str(bad)]) == 2
-    assert f"{bad}: not UTF-8 text" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert f"{bad}:" in error and ": not UTF-8 text" in error
 
 
 def test_an_empty_baseline_directory_is_an_error_not_all_new(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -54,7 +54,7 @@ def test_history_of_three_commits_shows_the_test_that_moved(pandas_loaded: objec
 def test_history_refuses_what_is_not_a_report(pandas_loaded: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "other.json").write_text('{"hello": 1}')
     assert main(["history", str(tmp_path)]) == 2
-    assert "other.json: not a pytest-devmem report of version 1" in capsys.readouterr().err
+    assert "other.json:1: not a pytest-devmem JSON report" in capsys.readouterr().err
     assert main(["history", str(tmp_path / "missing")]) == 2
 
 
@@ -101,7 +101,7 @@ def test_autosave_never_writes_over_a_report(tmp_path: Path) -> None:
     assert [p.name for p in paths] == ["0008_abc_20261122_100000.json", "0009_abc_20261122_100000.json"]
     assert json.loads(paths[1].read_text()) == {"n": 1}
     unversioned = autosave(tmp_path, "{}", {"machine_id": "x/y", "commit": None, "time": "2026-11-22T10:00:00+00:00", "dirty": None})
-    assert unversioned.relative_to(tmp_path).as_posix() == ".devmem/x_y/0001_unversioned_20261122_100000.json"
+    assert unversioned.relative_to(tmp_path).as_posix() == ".devmem/x_y--bd3c9047d6816c31/0001_unversioned_20261122_100000.json"  # a name from file_name: never a path
 
 
 def test_history_without_arguments_reads_the_autosaved_reports(pandas_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -115,6 +115,6 @@ def test_a_test_failing_the_gate_leaves_its_trace_and_picture(pytester: pytest.P
     pytester.makepyfile("def test_big(devmem):\n    devmem.pool.alloc(3 * 2**20)\n")
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-limit=1MiB", "--devmem-artifacts=artifacts")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*artifacts: artifacts/test_a_test_failing_the_gate_leaves_its_trace_and_picture.py_test_big?prealloc?.html (timeline and memory map)*"])
+    result.stdout.fnmatch_lines(["*artifacts: artifacts/test_a_test_failing_the_gate_leaves_its_trace_and_picture.py_test_big?prealloc?--*.html (timeline and memory map)*"])
     left = sorted(p.suffix for p in (pytester.path / "artifacts").iterdir())
     assert left == [".csv", ".html"]

@@ -261,7 +261,10 @@ def test_traces_are_written_as_rmm_csv_and_replay_with_the_devmem_command(jax_lo
     pytester.makepyfile(test_work=SAME_WORK)
     pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-traces=traces", "--devmem-report=r.json").assert_outcomes(passed=3)
     files = sorted((pytester.path / "traces").glob("*.csv"))
-    assert [f.name for f in files] == ["test_work.py_test_first[prealloc].csv", "test_work.py_test_second[prealloc].csv", "test_work.py_test_third[prealloc].csv"]
+    from pytest_devmem.files import file_name
+
+    assert [f.name for f in files] == sorted(file_name(f"test_work.py::test_{n}[prealloc]", ".csv") for n in ("first", "second", "third"))
+    assert files[0].name.startswith("test_work.py_test_first[prealloc]--")
     trace = Trace.read_csv(files[0])
     assert {e.source for e in trace} == {"jax"}
     from pytest_devmem.cli import main

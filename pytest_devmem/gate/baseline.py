@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..model.pool.policy import canonical_label
-from ..errors import DevmemError
-from ..files import TEMPORARY_SUFFIX, shortened, temporary_prefix, write_atomic
+from ..errors import FileFormatError
+from ..files import TEMPORARY_SUFFIX, ensure_directory, file_name, read_json, temporary_prefix, write_atomic
 from .record import TestRecord
 from .tolerance import METRICS, Tolerance, format_metric
 from ..units import format_size
@@ -30,7 +30,7 @@ FORMAT = "pytest-devmem-baseline"
 VERSION = 1
 
 
-class BaselineFormatError(DevmemError, ValueError):
+class BaselineFormatError(FileFormatError):
     """A baseline file that cannot be trusted; the message names the file, the line and the problem."""
 
 
@@ -209,12 +209,14 @@ class BaselineStore:
         self._entries: dict[tuple[str, str], BaselineEntry] = {}
 
     def load(self) -> BaselineStore:
-        """Read every baseline file of this device class; BaselineFormatError on the first bad one."""
+        """Read every baseline file of this device class; BaselineFormatError on the first bad one,
+        and on a file that holds a test whose baseline belongs in another file (a stray copy)."""
         self._entries.clear()
+        if self.directory.is_symlink():
+            raise BaselineFormatError(f"{self.directory}: a link to a directory inside the baselines: pytest-devmem neither reads nor writes through one; put the directory itself there")
         if self.directory.is_dir():
-            for path in json_files(self.directory):
-                for entry in read_file(path, self.device_class):
-                    self._entries[(entry.test_id, entry.regime)] = entry
+            for entry in read_directory(self.directory, self.device_class):
+                self._entries[(entry.test_id, entry.regime)] = entry
         return self
 
     def get(self, test_id: str, regime: str) -> BaselineEntry | None:
@@ -224,12 +226,8 @@ class BaselineStore:
         return [self._entries[key] for key in sorted(self._entries)]
 
     def path_for(self, test_id: str) -> Path:
-        """`<directory>/<module path>.json`; each part made a safe file name (`..` and overlong
-        parts included); a test with no module part (outside the rootdir) gets its own file."""
-        parts = [shortened(part) if part not in ("..", ".") else "__up__" for part in module_of(test_id).split("/") if part]
-        if not parts:
-            parts = ["__outside_rootdir__"]
-        return self.directory.joinpath(*parts).with_name(parts[-1] + ".json")
+        """`<directory>/<module path>.json` (see `relative_path`)."""
+        return self.directory / relative_path(test_id)
 
     def write(self, records: Iterable[TestRecord], versions: dict[str, str], unrecorded: dict[tuple[str, str], tuple[str, str]] | None = None) -> tuple[list[Path], list[str]]:
         """Store these records, merged into what each file holds: the files written, and a line for
@@ -262,7 +260,7 @@ class BaselineStore:
         return written, problems
 
     def _write_file(self, path: Path, group: list[TestRecord | tuple[str, str, str, str]], versions: dict[str, str]) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        ensure_directory(path.parent, within=self.root)  # a linked directory in the way is refused, never followed
         with _locked(path.parent):
             for stale in path.parent.glob(temporary_prefix(path) + "*" + TEMPORARY_SUFFIX):
                 stale.unlink(missing_ok=True)  # left by a writer that was killed: no writer holds the lock now
@@ -279,7 +277,7 @@ class BaselineStore:
                 known = stored.get((test_id, regime))
                 if known is None or not any(value is not None for value in known["metrics"].values()):  # type: ignore[attr-defined]
                     stored[(test_id, regime)] = {"device": device, "metrics": {name: None for name in METRICS}, "reason": reason, "versions": versions}
-            write_atomic(path, render_file(self.device_class, stored))
+            write_atomic(path, render_file(self.device_class, stored), within=self.root)
 
 
 def _entry_json(entry: BaselineEntry) -> dict[str, object]:
@@ -333,42 +331,98 @@ LARGEST_FIGURE = 2**63
 """No byte count or fraction in a baseline or report is this large: a bigger number is damage."""
 
 
+def relative_path(test_id: str) -> Path:
+    """Where a test's baseline lives below its device class's directory: its module's path, each
+    part made a file name by `file_name` (so `..`, a separator or an overlong part cannot leave the
+    directory or meet another module's file), `.json` added; a test id without a module part gets
+    `__outside_rootdir__.json`."""
+    parts = [part for part in module_of(test_id).split("/") if part]
+    if not parts:
+        return Path("__outside_rootdir__.json")
+    names = [file_name(part, keep_case=True) for part in parts]
+    names[-1] = file_name(parts[-1], ".json", keep_case=True)
+    return Path(*names)
+
+
 def json_files(directory: Path) -> list[Path]:
     """The `*.json` files under `directory`, sorted. A directory that happens to be named `*.json`
     is searched like any other; something that is not a regular file (a FIFO, which would hang a
-    read; a dangling link or a link loop) is an error naming it, never a hang or a traceback."""
+    read; a dangling link or a link loop) is an error naming it, never a hang or a traceback, and
+    so is a link to a directory, which is never followed (nor written through)."""
     found = []
-    for path in sorted(directory.rglob("*.json")):
-        try:
-            mode = path.stat().st_mode  # follows links
-        except OSError as exc:
-            raise BaselineFormatError(f"{path}: cannot be read ({exc.strerror or exc}): a dangling or looping link? remove it") from None
-        if stat.S_ISDIR(mode):
-            continue
-        if not stat.S_ISREG(mode):
-            raise BaselineFormatError(f"{path}: not a regular file (a FIFO, socket or device): remove it or give it another name")
-        found.append(path)
-    return found
+    for top, directories, files in os.walk(directory, onerror=_raise):
+        for name in sorted(directories):
+            if os.path.islink(os.path.join(top, name)):
+                raise BaselineFormatError(f"{os.path.join(top, name)}: a link to a directory inside the baselines: pytest-devmem neither reads nor writes through one; put the directory itself there")
+        for name in files:
+            if not name.endswith(".json"):
+                continue
+            path = Path(top, name)
+            try:
+                mode = path.stat().st_mode  # follows a link to a file
+            except OSError as exc:
+                raise BaselineFormatError(f"{path}: cannot be read ({exc.strerror or exc}): a dangling or looping link? remove it") from None
+            if not stat.S_ISREG(mode):
+                raise BaselineFormatError(f"{path}: not a regular file (a FIFO, socket or device): remove it or give it another name")
+            found.append(path)
+    return sorted(found)
+
+
+def _raise(error: OSError) -> None:
+    raise BaselineFormatError(f"{error.filename}: cannot be read: {error.strerror or error}")
+
+
+def read_directory(directory: Path, device_class: str | None = None) -> list[BaselineEntry]:
+    """Every entry of the baseline files under `directory`: a device class's directory (with
+    `device_class`), or for `devmem`, the baselines directory or any folder in it. Each file may
+    hold only the tests whose baseline belongs there (a stray copy in a subfolder would otherwise
+    stand in for the real one), and no test twice: BaselineFormatError naming the files."""
+    entries: list[BaselineEntry] = []
+    seen: dict[tuple[str, str, str], Path] = {}
+    for path in json_files(directory):
+        for entry in read_file(path, device_class):
+            expected = directory / relative_path(entry.test_id) if device_class is not None else None
+            if not _in_place(path, entry, expected):
+                place = expected if expected is not None else Path(entry.device_class, relative_path(entry.test_id))
+                raise BaselineFormatError(
+                    f"{path}: holds the baseline of {entry.test_id!r}, whose place is {place}: a stray copy? "
+                    f"move its records there or delete it; {NEVER_OVERWRITTEN}"
+                )
+            key = (entry.test_id, entry.regime, entry.device_class)
+            other = seen.setdefault(key, path)
+            if other != path and not _same_file(other, path):
+                raise BaselineFormatError(f"{path} and {other} both hold the baseline of {entry.test_id!r} under regime {entry.regime}: keep one; {NEVER_OVERWRITTEN}")
+            entries.append(entry)
+    return entries
+
+
+def _in_place(path: Path, entry: BaselineEntry, expected: Path | None) -> bool:
+    """Whether `path` is where `entry`'s baseline belongs: `expected` exactly, or (without it) a
+    path ending in `<device class>/<module path>.json`; on a case-insensitive file system, the same
+    file under another spelling."""
+    if expected is None:
+        relative = Path(entry.device_class, relative_path(entry.test_id))
+        count = len(relative.parts)
+        if path.parts[-count:] == relative.parts:
+            return True
+        expected = Path(*path.parts[:-count], *relative.parts) if len(path.parts) > count else relative
+    return path == expected or _same_file(path, expected)
+
+
+def _same_file(first: Path, second: Path) -> bool:
+    try:
+        return os.path.samefile(first, second)
+    except OSError:
+        return False
 
 
 def load_json(path: Path) -> tuple[str, object]:
-    """The text of a JSON file and what it holds; BaselineFormatError naming the file, and the line
-    where there is one, for anything that is not UTF-8 JSON."""
+    """The text of a baseline file and what it holds; BaselineFormatError naming the file, and the
+    line where there is one, for anything that is not a regular file of UTF-8 JSON."""
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise BaselineFormatError(f"{path}: cannot be read: {exc.strerror or exc}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BaselineFormatError(f"{path}: not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x}); {NEVER_OVERWRITTEN}") from None
-    try:
-        return text, json.loads(text)
-    except json.JSONDecodeError as exc:
-        truncated = " (the file looks cut short)" if exc.pos >= len(text.rstrip()) else ""
-        raise BaselineFormatError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}{truncated}; {NEVER_OVERWRITTEN}") from None
-    except (ValueError, RecursionError) as exc:  # an integer of thousands of digits, nesting too deep
-        raise BaselineFormatError(f"{path}: not usable JSON: {str(exc).splitlines()[0]}; {NEVER_OVERWRITTEN}") from None
+        return read_json(path, "baseline file")
+    except FileFormatError as exc:
+        raise BaselineFormatError(f"{exc}; {NEVER_OVERWRITTEN}") from None
 
 
 def figure_problem(name: str, value: object) -> str | None:
@@ -423,12 +477,18 @@ def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry
                 problem = figure_problem(name, value)
                 if problem:
                     raise fail(f"record {test_id!r} metric {problem}", json.dumps(name))
-            versions = data.get("versions", {})
-            if not isinstance(versions, dict):
-                raise fail(f"record {test_id!r} \"versions\" must be an object", needle)
             reason = data.get("reason", "")
             if not isinstance(reason, str):
                 raise fail(f"record {test_id!r} \"reason\" must be text", needle)
+            if metrics.get("peak_bytes_in_use") is None and not reason:
+                raise fail(
+                    f"record {test_id!r} regime {stored_regime!r} has no peak_bytes_in_use figure and no \"reason\" why: "
+                    "a baseline without figures would let any change pass",
+                    needle,
+                )
+            versions = data.get("versions", {})
+            if not isinstance(versions, dict):
+                raise fail(f"record {test_id!r} \"versions\" must be an object", needle)
             contributors = data.get("contributors", {})
             if not isinstance(contributors, dict) or any(not isinstance(name, str) or figure_problem("bytes", size) or size is None for name, size in contributors.items()):
                 raise fail(f"record {test_id!r} \"contributors\" must map names to byte counts", needle)

@@ -34,4 +34,7 @@ def baseline_verdict(record: TestRecord, store: BaselineStore, tolerance: Tolera
     if comparison.status in ("new", "not baselined") and strict:
         why = f" ({comparison.reason})" if comparison.reason else ""
         return f"no baseline for {record.test_id} under regime {record.regime} on {store.device_class}{why} (--devmem-strict); record one with --devmem-update"
+    if comparison.status == "unmeasured" and strict:  # nothing the tolerance gates could be compared
+        missing = ", ".join(sorted({change.name for change in comparison.changes}))
+        return f"nothing to compare for {record.test_id} under regime {record.regime}: {missing} missing from the baseline or the measurement (--devmem-strict); refresh the baseline with --devmem-update"
     return None

@@ -19,13 +19,12 @@ from __future__ import annotations
 import csv
 import io
 import os
-import stat
 from array import array
 from dataclasses import dataclass
 from typing import Iterable, Iterator, overload
 
-from ..errors import DevmemError
-from ..files import write_atomic
+from ..errors import FileFormatError
+from ..files import MAX_TRACE_BYTES, open_regular, write_atomic
 
 RMM_HEADER = ("Thread", "Time", "Action", "Pointer", "Size", "Stream")
 SOURCE_HEADER = (*RMM_HEADER, "Source", "Label")
@@ -38,7 +37,7 @@ _READ_ACTIONS = {"allocate": ALLOCATE, "free": FREE, "deallocate": FREE, "alloca
 _LARGEST = 2**64
 
 
-class TraceFormatError(DevmemError, ValueError):
+class TraceFormatError(FileFormatError):
     """A trace file that is not an RMM-style memory-event log; the message names file and line."""
 
 
@@ -237,17 +236,16 @@ class Trace:
     @classmethod
     def read_csv(cls, path: str | os.PathLike[str]) -> Trace:
         """Read an RMM-style log; TraceFormatError names the file and line of anything malformed,
-        and refuses what is not a regular file (a FIFO or a device would hang the read)."""
+        and refuses what is not a regular file (a FIFO or a device would hang the read) or is
+        larger than MAX_TRACE_BYTES."""
         try:
-            mode = os.stat(path).st_mode
-        except OSError as exc:
-            raise TraceFormatError(f"{os.fspath(path)}: cannot read the trace: {exc.strerror or exc}") from None
-        if not stat.S_ISREG(mode):
-            raise TraceFormatError(f"{os.fspath(path)}: not a regular file (a directory, FIFO or device): a trace is a CSV file")
+            binary = open_regular(path, "trace (an RMM-style CSV file)", MAX_TRACE_BYTES)
+        except FileFormatError as exc:
+            raise TraceFormatError(str(exc)) from None
         trace = cls()
         line = 1
         try:
-            with open(path, newline="", encoding="utf-8") as handle:
+            with io.TextIOWrapper(binary, encoding="utf-8", newline="") as handle:
                 rows = csv.reader(handle)
                 header = next(rows, None)
                 columns = tuple(column.strip() for column in header) if header is not None else ()
@@ -259,11 +257,26 @@ class Trace:
                         _add_row(trace, path, line, row, len(columns))
         except OSError as exc:
             raise TraceFormatError(f"{os.fspath(path)}: cannot read the trace: {exc.strerror or exc}") from None
-        except UnicodeDecodeError as exc:
-            raise TraceFormatError(f"{os.fspath(path)}:{line + 1}: not UTF-8 text (byte {exc.start} of that line): not a trace") from None
+        except UnicodeDecodeError:
+            raise TraceFormatError(f"{os.fspath(path)}:{_first_line_not_utf8(path)}: not UTF-8 text: not a trace") from None
         except csv.Error as exc:
             raise TraceFormatError(f"{os.fspath(path)}:{line + 1}: not CSV: {exc}") from None
         return trace
+
+
+def _first_line_not_utf8(path: str | os.PathLike[str]) -> int | str:
+    """The number of the first line of `path` that is not UTF-8 (the decoder reads ahead in chunks,
+    so its error alone does not say which line)."""
+    try:
+        with open_regular(path, "trace", MAX_TRACE_BYTES) as handle:
+            for number, raw in enumerate(handle, start=1):
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    return number
+    except (FileFormatError, OSError):
+        pass
+    return "?"
 
 
 def _add_row(trace: Trace, path: object, line: int, row: list[str], width: int) -> None:

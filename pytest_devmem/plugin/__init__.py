@@ -18,7 +18,7 @@ from ..gate.refresh import refresh_baselines
 from ..gate.stale import SuiteShape, stale_baselines
 from ..model.device import DEFAULT_COMPUTE_CAPABILITY, Device, open_device
 from ..errors import DevmemError, OutOfMemoryError
-from ..files import write_atomic
+from ..files import path_in, write_atomic
 from ..gate.marks import MARK_NAME, MARKER_HELP, MarkSpec, compiles_verdict, fragmentation_verdict, leak_verdict, limit_verdict, parse_mark
 from ..model.pool import Policy, make_pool
 from ..model.pool.base import Pool
@@ -28,6 +28,7 @@ from ..capture.tensorflow.cpu_allocator import VARIABLE as TF_CPU_BFC
 from ..gate.record import TestRecord
 from ..model.regime import Regime, configure_tensorflow_gpus, jax_backend_started, restore
 from ..present.report import benchmark_json, render
+from ..present.text import terminal_lines
 from .settings import Settings, add_options, load_settings
 from ..gate.tolerance import parse_tolerance
 from ..capture.pool import RecordingPool
@@ -116,7 +117,12 @@ def pytest_configure(config: pytest.Config) -> None:
         try:
             store = BaselineStore(settings.baselines, device.device_class).load()
         except BaselineFormatError as exc:
-            raise pytest.UsageError(f"corrupt or foreign baseline file: {exc}") from None
+            raise pytest.UsageError(terminal_lines(f"corrupt or foreign baseline file: {exc}")) from None
+        child = None
+        if config.getoption("devmem_child_output", default=None) is not None or config.getoption("devmem_child_nodes", default=None) is not None:
+            from .isolation import open_child_channel
+
+            child = open_child_channel(config)
     except pytest.UsageError:
         early = config.stash.get(_early_env_key, None)
         if early is not None:  # undo what pytest_load_initial_conftests set
@@ -126,7 +132,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if _tensorflow_cpu_key not in config.stash:  # the plugin came too late for the early hook
         config.stash[_tensorflow_cpu_key] = prepare_cpu_allocator(os.environ)
     _apply_worker_gpu(config, settings)
-    manager = DevmemManager(config, settings, device, store)
+    manager = DevmemManager(config, settings, device, store, child)
     config.pluginmanager.register(manager, PLUGIN_NAME)
 
 
@@ -142,7 +148,7 @@ class DevmemFixture:
 class DevmemManager:
     """All per-session state: the device, the sources, the records, the child processes."""
 
-    def __init__(self, config: pytest.Config, settings: Settings, device: Device, store: BaselineStore) -> None:
+    def __init__(self, config: pytest.Config, settings: Settings, device: Device, store: BaselineStore, child: tuple[ChildEventWriter, set[str]] | None = None) -> None:
         self.config = config
         self.settings = settings
         self.device = device
@@ -167,13 +173,9 @@ class DevmemManager:
             self.measurement.watch_frameworks()  # every test is measured: hook JAX before it runs anything
         self._previous_env: dict[str, str | None] | None = config.stash.get(_early_env_key, None)
         self._tensorflow_configured = False
-        self.child_writer: ChildEventWriter | None = None
+        self.child_writer: ChildEventWriter | None = child[0] if child is not None else None
+        self.child_nodes: set[str] = child[1] if child is not None else set()  # in a child: the tests it runs
         self._local_records: dict[str, TestRecord] = {}  # made in this process: no JSON round trip
-        child_output = config.getoption("devmem_child_output")
-        if child_output:
-            from .isolation import ChildEventWriter
-
-            self.child_writer = ChildEventWriter(config, child_output)
         if settings.effective_regime is not None:
             if jax_backend_started():
                 warnings.warn(
@@ -292,8 +294,7 @@ class DevmemManager:
                     item.add_marker(pytest.mark.timeout(0))  # would fire while waiting for the child
 
     def _keep_child_nodes(self, config: pytest.Config, items: list[pytest.Item], collected: list[pytest.Item]) -> None:
-        with open(config.getoption("devmem_child_nodes"), encoding="utf-8") as handle:
-            wanted = {line.strip() for line in handle if line.strip()}
+        wanted = self.child_nodes
         keep = [item for item in collected if item.nodeid in wanted]
         dropped = [item for item in items if item.nodeid not in wanted]
         if dropped:
@@ -417,7 +418,7 @@ class DevmemManager:
         record = make_record(
             self.measurement,
             captured,
-            item.nodeid,
+            test_id_of(item.nodeid, item.location[0]),
             (regime or DEFAULT_REGIME).label,
             policy,
             self.device,
@@ -431,8 +432,10 @@ class DevmemManager:
         self._write_trace(record)
         self._analyse_trace(record, policy)
         failure = self._first_failure(item, spec, record, captured)
+        if failure is not None:  # it quotes test ids, trace labels and baseline fields: nothing raw reaches the terminal
+            failure = terminal_lines(failure)
         if failure is not None and report.outcome == "passed":
-            failure += self._leave_artifacts(record)
+            failure += terminal_lines(self._leave_artifacts(record))
             report.outcome = "failed"
             report.longrepr = failure
             report.devmem_failure = True  # type: ignore[attr-defined]  # its own status letter, M
@@ -470,14 +473,11 @@ class DevmemManager:
         directory = self.settings.traces_dir
         if directory is None or record.trace_events is None:
             return
-        from ..files import safe_file_name
-
-        path = directory / (safe_file_name(f"{record.test_id}[{record.regime}]") + ".csv")
+        path = path_in(directory, f"{record.test_id}[{record.regime}]", ".csv")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
             record.trace_events.write_csv(path)
         except OSError as exc:  # the test's outcome does not depend on it: say so, and go on
-            warnings.warn(pytest.PytestWarning(f"pytest-devmem could not write the trace of {record.test_id} to {path}: {exc.strerror or exc}"), stacklevel=1)
+            warnings.warn(pytest.PytestWarning(terminal_lines(f"pytest-devmem could not write the trace of {record.test_id} to {path}: {exc.strerror or exc}")), stacklevel=1)
             return
         if record.trace is not None:
             record.trace["file"] = str(path)
@@ -487,19 +487,18 @@ class DevmemManager:
         directory = self.settings.artifacts_dir
         if directory is None or record.trace_events is None or record.run is None:
             return ""
-        from ..files import safe_file_name
         from ..model.timeline import build_view
         from ..present.plot import write_plot
 
-        stem = directory / safe_file_name(f"{record.test_id}[{record.regime}]")
+        name = f"{record.test_id}[{record.regime}]"
+        trace, picture = path_in(directory, name, ".csv"), path_in(directory, name, ".html")
         try:
-            directory.mkdir(parents=True, exist_ok=True)
-            record.trace_events.write_csv(stem.with_name(stem.name + ".csv"))
+            record.trace_events.write_csv(trace)
             view = build_view(record.run, record.trace_events, record.regime)
-            write_plot(view, stem.with_name(stem.name + ".html"), f"{record.test_id} under {record.regime} on {self.device.name}")
+            write_plot(view, picture, f"{record.test_id} under {record.regime} on {self.device.name}")
         except OSError as exc:
             return f"\n  artifacts not written to {directory}: {exc.strerror or exc}"
-        return f"\n  artifacts: {self.shown(stem)}.html (timeline and memory map), {self.shown(stem)}.csv (trace)"
+        return f"\n  artifacts: {self.shown(picture)} (timeline and memory map), {self.shown(trace)} (trace)"
 
     def _analyse_trace(self, record: TestRecord, policy: Policy) -> None:
         """Replay the test's trace: the smallest prealloc fraction it needs, and how a device of another size fares."""
@@ -528,7 +527,7 @@ class DevmemManager:
             self.child_writer.report(report)
         unrecorded = getattr(report, "devmem_unrecorded", None)
         if isinstance(unrecorded, list) and len(unrecorded) == 2:  # from here, a worker or a child
-            self.unrecorded[(report.nodeid, str(unrecorded[0]))] = (self.device.name, str(unrecorded[1]))
+            self.unrecorded[(test_id_of(report.nodeid, report.location[0]), str(unrecorded[0]))] = (self.device.name, str(unrecorded[1]))
         if report.when != "call":
             return
         local = self._local_records.pop(report.nodeid, None)
@@ -705,6 +704,15 @@ def _tensorflow_installed() -> bool:
         return importlib.util.find_spec("tensorflow") is not None
     except (ImportError, ValueError):
         return False
+
+
+def test_id_of(nodeid: str, path: str) -> str:
+    """The id records and baselines know a test by: its node id; for a test outside the rootdir,
+    which pytest names `::test` without its file, the file's path from the rootdir (`path`, the
+    item's location) in front, so two such tests never share an id or a baseline file."""
+    if not nodeid.startswith("::"):
+        return nodeid
+    return path.replace(os.sep, "/") + nodeid
 
 
 def _out_of_memory_text(exc: BaseException) -> str | None:

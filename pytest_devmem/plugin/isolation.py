@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,8 @@ from typing import IO, Any, Sequence
 
 import pytest
 
+from ..errors import FileFormatError
+from ..files import read_text
 from ..model.regime import Regime, restore
 from .settings import Settings
 
@@ -36,12 +39,35 @@ class ChildOutcome:
     children_started: int = 0
 
 
+CHILD_OPTIONS_ERROR = (
+    "--devmem-child-output and --devmem-child-nodes are pytest-devmem's own: it gives both to the child "
+    "processes it starts for tests under another regime; they are not for use by hand"
+)
+MAX_NODES_BYTES = 256 * 2**20
+
+
+def open_child_channel(config: pytest.Config) -> tuple[ChildEventWriter, set[str]] | None:
+    """In a child process: where to send its events, and the node ids it is to run. None in any
+    other process. A pytest.UsageError, never a hang or an INTERNALERROR, when the two options are
+    not given together, or name something other than regular files (a FIFO would block)."""
+    output, nodes = config.getoption("devmem_child_output", default=None), config.getoption("devmem_child_nodes", default=None)
+    if output is None and nodes is None:
+        return None
+    if not output or not nodes:
+        raise pytest.UsageError(CHILD_OPTIONS_ERROR)
+    try:
+        text = read_text(nodes, "list of tests for a child process", MAX_NODES_BYTES)
+    except FileFormatError as exc:
+        raise pytest.UsageError(f"invalid --devmem-child-nodes: {exc} ({CHILD_OPTIONS_ERROR})") from None
+    return ChildEventWriter(config, output), {line.strip() for line in text.splitlines() if line.strip()}
+
+
 class ChildEventWriter:
     """The child's side: appends one JSON line per event and flushes, so a crash loses nothing sent."""
 
     def __init__(self, config: pytest.Config, path: str) -> None:
         self._config = config
-        self._file: IO[str] = open(path, "a", encoding="utf-8")
+        self._file: IO[str] = _open_for_events(path)
 
     def _write(self, event: dict[str, Any]) -> None:
         self._file.write(json.dumps(event) + "\n")
@@ -59,6 +85,22 @@ class ChildEventWriter:
 
     def close(self) -> None:
         self._file.close()
+
+
+def _open_for_events(path: str) -> IO[str]:
+    """`path` opened for appending, when it is (or becomes) a regular file; opened without blocking,
+    so that a FIFO nobody reads is an error rather than a hang."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        descriptor = os.open(path, flags, 0o666)
+    except OSError as exc:
+        raise pytest.UsageError(f"invalid --devmem-child-output {path!r}: {exc.strerror or exc} ({CHILD_OPTIONS_ERROR})") from None
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise pytest.UsageError(f"invalid --devmem-child-output {path!r}: not a regular file ({CHILD_OPTIONS_ERROR})")
+    if hasattr(os, "set_blocking"):
+        os.set_blocking(descriptor, True)
+    return os.fdopen(descriptor, "a", encoding="utf-8")
 
 
 NOT_FOR_CHILDREN = (

@@ -15,7 +15,7 @@ import os
 import re
 from pathlib import Path
 
-from ..files import write_atomic
+from ..files import ensure_directory, file_name, write_atomic
 
 AUTOSAVE_DIR = ".devmem"
 _NUMBERED = re.compile(r"^(\d{4,})_")
@@ -47,17 +47,17 @@ def next_number(folder: Path) -> int:
 def autosave(root: Path, text: str, session: dict[str, object]) -> Path:
     """Write `text` (a JSON report) as the next numbered file of this machine's folder under
     `root/.devmem`; its path. OSError when the folder or file cannot be written."""
-    folder = root / AUTOSAVE_DIR / _UNSAFE.sub("_", str(session.get("machine_id") or "unknown-machine"))
-    folder.mkdir(parents=True, exist_ok=True)
+    base = root / AUTOSAVE_DIR
+    folder = ensure_directory(base / file_name(str(session.get("machine_id") or "unknown-machine"), keep_case=True), within=base)
     stem = file_stem(session)
     number = next_number(folder)
     for _ in range(CLAIM_ATTEMPTS):
         path = folder / f"{number:04d}_{stem}.json"
         try:
-            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))  # claim the number
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0), 0o666))  # claim the number
         except FileExistsError:
             number = max(number + 1, next_number(folder))
             continue
-        write_atomic(path, text)  # readers see the whole report or the empty claim, never half
+        write_atomic(path, text, within=base)  # readers see the whole report or the empty claim, never half
         return path
     raise OSError(f"no free report number in {folder} after {CLAIM_ATTEMPTS} attempts")

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..gate.baseline import figure_problem, load_json
 from ..errors import DevmemError
 from ..model.pool.policy import canonical_label
 from .autosave import AUTOSAVE_DIR
-from .report import FORMAT, READABLE_VERSIONS, markdown_cell
+from .report import ReportFile, read_report
+from .text import markdown as markdown_text
+from .text import markdown_code, matplotlib_text
 from ..gate.tolerance import Tolerance, format_metric
 
 METRIC = "peak_bytes_in_use"
@@ -54,8 +55,8 @@ def report_files(inputs: Sequence[Path]) -> list[Path]:
     for path in inputs:
         if path.is_dir():
             files += sorted(p for p in path.rglob("*.json") if p.is_file())
-        elif path.is_file():
-            files.append(path)
+        elif os.path.lexists(path):
+            files.append(path)  # read_report says what is wrong with it, if anything
         else:
             raise HistoryError(f"{path}: no such file or directory")
     if not files:
@@ -63,28 +64,31 @@ def report_files(inputs: Sequence[Path]) -> list[Path]:
     return files
 
 
-def runs(files: Sequence[Path]) -> list[tuple[Path, dict[str, Any]]]:
+def runs(files: Sequence[Path]) -> list[tuple[Path, ReportFile]]:
     """Each run's report, in the order given: the reports of one sharded run (shards of one
     commit and CI run, as their sessions say) merged into one, as `devmem merge` does (refusing
     shards that disagree), so a commit's column holds the whole suite."""
     from .merge import merge_reports, shard_run
 
-    found: list[tuple[Path, dict[str, Any] | None, object]] = []
+    found: list[tuple[Path, ReportFile | None, object]] = []
     shards: dict[object, list[Path]] = {}
     for path in files:
-        _, document = load_json(path)
-        if not isinstance(document, dict) or document.get("format") != FORMAT or document.get("version") not in READABLE_VERSIONS:
-            raise HistoryError(f"{path}: not a pytest-devmem report of version {' or '.join(map(str, READABLE_VERSIONS))} (format {FORMAT!r})")
-        session = document.get("session")
-        key = shard_run(session) if isinstance(session, dict) else None
+        report = read_report(path)
+        key: object = shard_run(report.session)
         if key is None:
-            found.append((path, document, None))
+            found.append((path, report, None))
             continue
         if key not in shards:
             shards[key] = []
             found.append((path, None, key))
         shards[key].append(path)
-    return [(path, document if document is not None else merge_reports(shards[key])) for path, document, key in found]
+    result = []
+    for path, read, key in found:
+        if read is None:
+            merged = merge_reports(shards[key])
+            read = ReportFile(path, merged["session"], merged["records"])  # type: ignore[arg-type]
+        result.append((path, read))
+    return result
 
 
 def load_frame(files: Sequence[Path]) -> Any:
@@ -95,21 +99,16 @@ def load_frame(files: Sequence[Path]) -> Any:
         raise HistoryError("devmem history needs pandas (pip install pandas)") from None
 
     rows = []
-    for index, (path, document) in enumerate(runs(files)):
-        session = document.get("session")
-        if not isinstance(session, dict):
-            session = {}
+    for index, (path, report) in enumerate(runs(files)):
+        session = report.session
         commit = str(session.get("commit") or path.stem)[:12] + (" (dirty)" if session.get("dirty") else "")
         time = str(session.get("time") or "")
-        for record in document.get("records") or []:
-            if not isinstance(record, dict) or record.get(METRIC) is None:
+        for record in report.records:
+            if record.get(METRIC) is None:
                 continue
-            problem = figure_problem(METRIC, record[METRIC])
-            if problem:
-                raise HistoryError(f"{path}: {record.get('test_id')}: {problem}")
             rows.append({
                 "order": index, "time": time, "commit": commit, "device_class": str(record.get("device_class", "")),
-                "test": f"{record.get('test_id')} [{canonical_label(str(record.get('regime')))}]", METRIC: float(record[METRIC]),
+                "test": f"{record['test_id']} [{canonical_label(str(record.get('regime', 'prealloc')))}]", METRIC: float(record[METRIC]),  # type: ignore[arg-type]
             })
     if not rows:
         raise HistoryError("the reports hold no measured test")
@@ -149,22 +148,30 @@ def markdown(table: Any, moved: list[Step], tolerance: Tolerance, last: int = 8,
     commits = list(table.columns)
     lines = [f"### Device memory history: {len(commits)} commit(s), {len(table)} test(s), {len({s.test for s in moved})} moved", "", f"Tolerance: `{tolerance.spec}`."]
     if len(classes) == 1:
-        lines.append(f"Device class: `{markdown_cell(classes[0])}`.")
+        lines.append(f"Device class: {markdown_code(classes[0])}.")
     elif classes:
-        lines.append("Device classes: " + ", ".join(f"`{markdown_cell(name)}`" for name in classes) + " (each test is lined up within its own class).")
+        lines.append("Device classes: " + ", ".join(markdown_code(name) for name in classes) + " (each test is lined up within its own class).")
     lines.append("")
     if not moved:
         lines.append("No test's peak moved beyond the tolerance.")
         return "\n".join(lines) + "\n"
     lines += ["| test | step |", "|---|---|"]
-    lines += [f"| {markdown_cell(step.test)} | {markdown_cell(step.text)} |" for step in moved]
+    lines += [f"| {markdown_text(step.test)} | {markdown_text(step.text)} |" for step in moved]
     shown = commits[-last:]
-    lines += ["", "| test | " + " | ".join(markdown_cell(c) for c in shown) + " |", "|---|" + "---|" * len(shown)]
+    lines += ["", "| test | " + " | ".join(markdown_text(c) for c in shown) + " |", "|---|" + "---|" * len(shown)]
     for test in dict.fromkeys(step.test for step in moved):
         row = table.loc[test]
         cells = ["—" if row[c] != row[c] else format_metric(METRIC, row[c]) for c in shown]  # NaN: not measured there
-        lines.append(f"| {markdown_cell(test)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {markdown_text(test)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def check_trend_path(path: str | os.PathLike[str]) -> None:
+    """HistoryError, before any work, when `path` cannot take the trend picture."""
+    if Path(path).suffix.lower() != ".png":
+        raise HistoryError(f"cannot draw {os.fspath(path)!r}: the trend picture is a .png")
+    if os.path.isdir(path):
+        raise HistoryError(f"cannot draw {os.fspath(path)!r}: it is a directory")
 
 
 def draw_trend(table: Any, moved: list[Step], path: str | os.PathLike[str]) -> None:
@@ -176,18 +183,18 @@ def draw_trend(table: Any, moved: list[Step], path: str | os.PathLike[str]) -> N
         import matplotlib.pyplot as plt
     except ImportError:
         raise HistoryError("a trend picture needs matplotlib (pip install 'pytest-devmem[plot]')") from None
-    if Path(path).suffix.lower() != ".png":
-        raise HistoryError(f"cannot draw {os.fspath(path)!r}: the trend picture is a .png")
+    check_trend_path(path)
+    from .plot import save_png
+
     figure, axes = plt.subplots(figsize=(10, 5))
     tests = list(dict.fromkeys(step.test for step in moved)) or list(table.index[:5])
+    commits = [matplotlib_text(str(commit)) for commit in table.columns]
     for test in tests:
-        axes.plot(list(table.columns), [value / 2**20 for value in table.loc[test]], marker="o", label=test)
+        axes.plot(commits, [value / 2**20 for value in table.loc[test]], marker="o", label=matplotlib_text(str(test)))
     axes.set_ylabel("peak in use (MiB)")
     axes.set_xlabel("commit")
     axes.set_title("Tests whose peak moved" if moved else "No test moved: the first tests")
     axes.legend(fontsize=7)
     figure.autofmt_xdate()
     figure.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(os.fspath(path), dpi=100)
-    plt.close(figure)
+    save_png(figure, path, dpi=100)

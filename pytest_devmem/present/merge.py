@@ -18,9 +18,8 @@ from typing import Sequence
 
 from ..errors import DevmemError
 from ..model.pool.policy import canonical_label
-from ..gate.baseline import figure_problem, load_json
+from ..gate.baseline import load_json
 from ..gate.tolerance import METRICS, format_metric
-from .report import FORMAT, READABLE_VERSIONS
 
 
 class MergeError(DevmemError, ValueError):
@@ -44,32 +43,26 @@ class ReportFile:
 
 
 def read_report(path: Path) -> ReportFile:
-    """A JSON report (`--devmem-report=FILE.json`) checked enough to merge; MergeError otherwise."""
-    if not path.is_file():
-        raise MergeError(f"{path}: no such report file" if not path.exists() else f"{path}: not a report file (a JSON report, --devmem-report=FILE.json)")
-    _, document = load_json(path)
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
-        raise MergeError(f"{path}: not a pytest-devmem JSON report (\"format\": {FORMAT!r}); merge the reports pytest wrote with --devmem-report=FILE.json")
-    version = document.get("version")
-    if isinstance(version, bool) or version not in READABLE_VERSIONS:
-        raise MergeError(f"{path}: report version {str(version)[:20]!r}; this devmem reads versions {', '.join(map(str, READABLE_VERSIONS))}")
-    session = document.get("session")
-    if not isinstance(session, dict):
-        raise MergeError(f"{path}: \"session\" must be an object")
-    records = document.get("records")
-    if not isinstance(records, list):
-        raise MergeError(f"{path}: a pytest-devmem report needs a list of \"records\"")
-    for index, record in enumerate(records):
-        if not isinstance(record, dict) or not all(isinstance(record.get(name), str) for name in ("test_id", "regime", "device_class")):
+    """A JSON report (`--devmem-report=FILE.json`) read by the one report reader, with what a merge
+    needs beside: its version and its unrecorded tests; MergeError otherwise."""
+    from .report import ReportFormatError
+    from .report import read_report as read_checked
+
+    try:
+        checked = read_checked(path)
+    except ReportFormatError as exc:
+        raise MergeError(str(exc)) from None
+    version = 1
+    for index, record in enumerate(checked.records):
+        if not all(isinstance(record.get(name), str) for name in ("test_id", "regime", "device_class")):
             raise MergeError(f"{path}: record {index} lacks test_id, regime or device_class (as text)")
-        for name in METRICS:
-            problem = figure_problem(name, record.get(name))
-            if problem:
-                raise MergeError(f"{path}: record {index} ({record['test_id'][:200]!r}): {problem}")
-    unrecorded = document.get("unrecorded", [])
+    _, document = load_json(path)  # already read and checked above: cheap, and it holds the version and unrecorded
+    if isinstance(document, dict) and isinstance(document.get("version"), int):
+        version = int(document["version"])
+    unrecorded = document.get("unrecorded", []) if isinstance(document, dict) else []
     if not isinstance(unrecorded, list) or not all(isinstance(entry, dict) and all(isinstance(entry.get(name), str) for name in ("test_id", "regime", "device", "reason")) for entry in unrecorded):
         raise MergeError(f"{path}: \"unrecorded\" must be a list of objects with test_id, regime, device and reason (as text)")
-    return ReportFile(path, int(version), session, records, unrecorded)
+    return ReportFile(path, version, checked.session, checked.records, unrecorded)
 
 
 Key = tuple[str, str, str]
@@ -146,6 +139,8 @@ def merge_reports(paths: Sequence[Path]) -> dict[str, object]:
     for report in reports:
         for entry in report.unrecorded:
             unrecorded.setdefault((str(entry["test_id"]), canonical_label(str(entry["regime"]))), entry)
+    from .report import FORMAT
+
     return {
         "format": FORMAT,
         "version": reports[0].version,

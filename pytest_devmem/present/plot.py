@@ -6,15 +6,17 @@ script, no network). Both draw the same `TimelineView`."""
 
 from __future__ import annotations
 
-import html
+import io
 import os
 from pathlib import Path
+from typing import Any
 
 from ..files import write_atomic
 from ..model.explain import allocator_name
 from ..model.machine import KIND_TEXT
 from ..model.timeline import DeviceLane, PoolView, TimelineView
 from ..units import format_size
+from .text import html_text, matplotlib_text
 
 MiB = 2**20
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
@@ -69,15 +71,39 @@ def maps(view: TimelineView) -> list[tuple[str, list[PoolView], set[int], list[s
     return drawn
 
 
-def write_plot(view: TimelineView, path: str | os.PathLike[str], title: str) -> None:
-    """A PNG or a self-contained HTML file, by the extension; ValueError for another one."""
-    suffix = Path(path).suffix.lower()
-    if suffix == ".png":
-        render_png(view, path, title)
-    elif suffix in (".html", ".htm"):
-        write_atomic(path, render_html(view, title))
-    else:
+PICTURE_SUFFIXES = (".png", ".html", ".htm")
+
+
+def check_picture_path(path: str | os.PathLike[str]) -> None:
+    """ValueError, before any drawing, when `path` cannot take a picture: another extension, or a
+    directory in the way."""
+    if Path(path).suffix.lower() not in PICTURE_SUFFIXES:
         raise ValueError(f"cannot draw {os.fspath(path)!r}: the file must end in .png or .html")
+    if os.path.isdir(path):
+        raise ValueError(f"cannot draw {os.fspath(path)!r}: it is a directory")
+
+
+def write_plot(view: TimelineView, path: str | os.PathLike[str], title: str) -> None:
+    """A PNG or a self-contained HTML file, by the extension, written atomically; ValueError for
+    another extension, OSError (naming the file) when it cannot be written."""
+    check_picture_path(path)
+    if Path(path).suffix.lower() == ".png":
+        render_png(view, path, title)
+    else:
+        write_atomic(path, render_html(view, title))
+
+
+def save_png(figure: Any, path: str | os.PathLike[str], dpi: int) -> None:
+    """A matplotlib figure as a PNG, drawn in memory and written as every other output is (atomic,
+    never through a link); the figure is closed either way."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    try:
+        figure.savefig(buffer, format="png", dpi=dpi)
+    finally:
+        plt.close(figure)
+    write_atomic(path, buffer.getvalue())
 
 
 def _steps(xs: list[int], ys: list[float], last: int) -> tuple[list[float], list[float]]:
@@ -118,7 +144,7 @@ def render_png(view: TimelineView, path: str | os.PathLike[str], title: str) -> 
     frag = axes[len(view.lanes)]
     for i, lane in enumerate(view.lanes):
         xs, ys = _steps(lane.events, lane.fragmentation, last)
-        frag.plot(xs, ys, color=PALETTE[i % len(PALETTE)], linewidth=1, label=lane.device)
+        frag.plot(xs, ys, color=PALETTE[i % len(PALETTE)], linewidth=1, label=matplotlib_text(lane.device))
     frag.set_ylim(0, 1)
     frag.set_xlim(0, max(1, last))
     frag.set_ylabel("fragmentation", fontsize=8)
@@ -127,11 +153,9 @@ def render_png(view: TimelineView, path: str | os.PathLike[str], title: str) -> 
         frag.legend(fontsize=7, loc="upper left")
     for axis, (caption, pools, pinned, pins) in zip(axes[len(view.lanes) + 1:], drawn):
         _png_map(axis, pools, caption, colours, plt, pinned, pins)
-    figure.suptitle(title, fontsize=10)
+    figure.suptitle(matplotlib_text(title), fontsize=10)
     figure.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(os.fspath(path), dpi=110)
-    plt.close(figure)
+    save_png(figure, path, dpi=110)
 
 
 def _png_lane(axis: object, lane: DeviceLane, view: TimelineView, last: int, plt: object) -> None:
@@ -141,7 +165,7 @@ def _png_lane(axis: object, lane: DeviceLane, view: TimelineView, last: int, plt
     top_in_use = max(lane.in_use, default=0) / MiB or 1
     ax.set_ylim(0, top_in_use * 1.25)  # type: ignore[attr-defined]
     ax.set_xlim(0, max(1, last))  # type: ignore[attr-defined]
-    ax.set_ylabel(f"{lane.device}\nin use (MiB)", fontsize=8)  # type: ignore[attr-defined]
+    ax.set_ylabel(f"{matplotlib_text(lane.device)}\nin use (MiB)", fontsize=8)  # type: ignore[attr-defined]
     right = ax.twinx()  # type: ignore[attr-defined]
     rx, ry = _steps(lane.events, [b / MiB for b in lane.reserved], last)
     right.plot(rx, ry, color="#999999", linestyle="--", linewidth=1, label="held from the device")
@@ -150,7 +174,7 @@ def _png_lane(axis: object, lane: DeviceLane, view: TimelineView, last: int, plt
     if lane.peak_event >= 0:
         peak = lane.peak_in_use / MiB
         ax.plot([lane.peak_event], [peak], "o", color=OOM_COLOUR)  # type: ignore[attr-defined]
-        holders = "\n".join(f"{name}: {format_size(size)}" for name, size in list(lane.at_peak.items())[:3])
+        holders = "\n".join(f"{matplotlib_text(name)}: {format_size(size)}" for name, size in list(lane.at_peak.items())[:3])
         on_left = lane.peak_event > last / 2
         ax.annotate(  # type: ignore[attr-defined]
             f"peak {format_size(lane.peak_in_use)}\n{holders}", (lane.peak_event, peak), textcoords="offset points",
@@ -161,7 +185,7 @@ def _png_lane(axis: object, lane: DeviceLane, view: TimelineView, last: int, plt
     if oom and oom.get("device") == lane.device:
         event = int(oom.get("event", 0))  # type: ignore[call-overload]
         ax.axvline(event, color=OOM_COLOUR, linewidth=1.5)  # type: ignore[attr-defined]
-        ax.text(event, top_in_use * 1.2, " " + oom_caption(view), color=OOM_COLOUR, fontsize=7, va="top", ha="right" if event > last / 2 else "left")  # type: ignore[attr-defined]
+        ax.text(event, top_in_use * 1.2, " " + matplotlib_text(oom_caption(view)), color=OOM_COLOUR, fontsize=7, va="top", ha="right" if event > last / 2 else "left")  # type: ignore[attr-defined]
     ax.legend(loc="upper left", fontsize=7)  # type: ignore[attr-defined]
     right.legend(loc="upper right", fontsize=7)
 
@@ -179,14 +203,14 @@ def _png_map(axis: object, pools: list[PoolView], caption: str, colours: dict[st
                 colour = colours.get(chunk.owner, PALETTE[-1]) if chunk.owner else FREE_COLOUR
                 marked = chunk.event in pinned
                 ax.barh(row, width / MiB, left=chunk.offset / MiB, color=colour, edgecolor="black" if marked else "white", linewidth=1.5 if marked else 0.5)  # type: ignore[attr-defined]
-            labels.append(f"{allocator_name(pool.allocator)} region {region} ({format_size(size)})")
+            labels.append(matplotlib_text(f"{allocator_name(pool.allocator)} region {region} ({format_size(size)})"))
             row += 1
     ax.set_yticks(range(len(labels)), labels, fontsize=7)  # type: ignore[attr-defined]
     ax.invert_yaxis()  # type: ignore[attr-defined]
-    ax.set_xlabel(f"MiB from the region's start ({MAP_SHOWN})" + "".join(f"\npinning: {pin}" for pin in pins), fontsize=7)  # type: ignore[attr-defined]
-    ax.set_title(f"{caption}: coloured in use, grey free", fontsize=9)  # type: ignore[attr-defined]
+    ax.set_xlabel("\n".join(matplotlib_text(line) for line in [f"MiB from the region's start ({MAP_SHOWN})", *(f"pinning: {pin}" for pin in pins)]), fontsize=7)  # type: ignore[attr-defined]
+    ax.set_title(matplotlib_text(f"{caption}: coloured in use, grey free"), fontsize=9)  # type: ignore[attr-defined]
     handles = [plt.Rectangle((0, 0), 1, 1, color=colour) for colour in colours.values()] + [plt.Rectangle((0, 0), 1, 1, color=FREE_COLOUR)]  # type: ignore[attr-defined]
-    ax.legend(handles, [*colours, "free"], fontsize=7, loc="lower right")  # type: ignore[attr-defined]
+    ax.legend(handles, [*(matplotlib_text(owner) for owner in colours), "free"], fontsize=7, loc="lower right")  # type: ignore[attr-defined]
 
 
 # -- HTML ------------------------------------------------------------------------------------
@@ -205,8 +229,8 @@ def _lane_svg(lane: DeviceLane, view: TimelineView, last: int) -> str:
     xs, ys = _steps(lane.events, [float(v) for v in lane.in_use], last)
     rx, ry = _steps(lane.events, [float(v) for v in lane.reserved], last)
     parts = [
-        f"<h3>{html.escape(lane.device)}: peak in use {format_size(lane.peak_in_use)}, held at most {format_size(lane.peak_reserved)}</h3>",
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH + LEFT + 110:.0f}' height='{LANE_HEIGHT + 45:.0f}' role='img' aria-label='bytes in use and held on {html.escape(lane.device)} over the events'>",
+        f"<h3>{html_text(lane.device)}: peak in use {format_size(lane.peak_in_use)}, held at most {format_size(lane.peak_reserved)}</h3>",
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH + LEFT + 110:.0f}' height='{LANE_HEIGHT + 45:.0f}' role='img' aria-label='bytes in use and held on {html_text(lane.device)} over the events'>",
         f"<rect x='{LEFT}' y='{top}' width='{WIDTH:.0f}' height='{LANE_HEIGHT:.0f}' fill='none' stroke='#ccc'/>",
         f"<polyline fill='none' stroke='#999' stroke-dasharray='4 3' points='{_svg_points(rx, ry, last, reserved_scale, top)}'/>",
         f"<polyline fill='none' stroke='{PALETTE[0]}' stroke-width='1.5' points='{_svg_points(xs, ys, last, in_use_scale, top)}'/>",
@@ -225,7 +249,7 @@ def _lane_svg(lane: DeviceLane, view: TimelineView, last: int) -> str:
     oom = view.oom
     if oom and oom.get("device") == lane.device:
         x = LEFT + (int(oom.get("event", 0)) / max(1, last)) * WIDTH  # type: ignore[call-overload]
-        parts.append(f"<line x1='{x:.1f}' y1='{top}' x2='{x:.1f}' y2='{top + LANE_HEIGHT}' stroke='{OOM_COLOUR}' stroke-width='2'><title>{html.escape(oom_caption(view))}</title></line>")
+        parts.append(f"<line x1='{x:.1f}' y1='{top}' x2='{x:.1f}' y2='{top + LANE_HEIGHT}' stroke='{OOM_COLOUR}' stroke-width='2'><title>{html_text(oom_caption(view))}</title></line>")
     parts.append("</svg>")
     return "\n".join(parts)
 
@@ -241,7 +265,7 @@ def _fragmentation_svg(view: TimelineView, last: int) -> str:
     for i, lane in enumerate(view.lanes):
         xs, ys = _steps(lane.events, lane.fragmentation, last)
         points = " ".join(f"{LEFT + (x / max(1, last)) * WIDTH:.1f},{5 + height - y * height:.1f}" for x, y in zip(xs, ys))
-        parts.append(f"<polyline fill='none' stroke='{PALETTE[i % len(PALETTE)]}' points='{points}'><title>{html.escape(lane.device)}</title></polyline>")
+        parts.append(f"<polyline fill='none' stroke='{PALETTE[i % len(PALETTE)]}' points='{points}'><title>{html_text(lane.device)}</title></polyline>")
     parts.append("</svg>")
     return "\n".join(parts)
 
@@ -252,29 +276,29 @@ def render_html(view: TimelineView, title: str) -> str:
     last = max(0, view.events - 1)
     colours = owner_colours(view)
     head = view.headline
-    summary = f"Regime {html.escape(view.regime)} on {html.escape(view.machine)} ({format_size(view.capacity)} per device); {view.events} events; {len(view.lanes)} device(s)"
+    summary = f"Regime {html_text(view.regime)} on {html_text(view.machine)} ({format_size(view.capacity)} per device); {view.events} events; {len(view.lanes)} device(s)"
     if head is not None:
-        summary += f"; peak in use {format_size(head.peak_in_use)} on {html.escape(head.device)}"
+        summary += f"; peak in use {format_size(head.peak_in_use)} on {html_text(head.device)}"
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
-        f"<title>{html.escape(title)}</title>",
+        f"<title>{html_text(title)}</title>",
         "<style>body{font-family:sans-serif;margin:20px}table{border-collapse:collapse}td,th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:left}.oom{color:#d62728;font-weight:bold}</style>",
-        f"</head><body><h2>{html.escape(title)}</h2>",
+        f"</head><body><h2>{html_text(title)}</h2>",
         f"<p>{summary}.</p>",
     ]
     if view.oom:
-        parts.append(f"<p class='oom'>{html.escape(oom_caption(view))}</p>")
+        parts.append(f"<p class='oom'>{html_text(oom_caption(view))}</p>")
     parts += [_lane_svg(lane, view, last) for lane in view.lanes]
     parts.append(_fragmentation_svg(view, last))
     if head is not None:
-        parts.append(f"<h3>Who held the memory at the peak of {html.escape(head.device)}</h3><table><tr><th></th><th>holder</th><th>bytes</th></tr>")
+        parts.append(f"<h3>Who held the memory at the peak of {html_text(head.device)}</h3><table><tr><th></th><th>holder</th><th>bytes</th></tr>")
         for owner, size in head.at_peak.items():
-            parts.append(f"<tr><td style='background:{colours.get(owner, PALETTE[-1])}'>&nbsp;&nbsp;</td><td>{html.escape(owner)}</td><td>{format_size(size)}</td></tr>")
+            parts.append(f"<tr><td style='background:{colours.get(owner, PALETTE[-1])}'>&nbsp;&nbsp;</td><td>{html_text(owner)}</td><td>{format_size(size)}</td></tr>")
         parts.append("</table>")
     for caption, pools, pinned, pins in maps(view):
         parts.append(_map_svg(pools, caption, colours, pinned))
         if pins:
-            parts.append("<p>The holes are pinned by:</p><ul>" + "".join(f"<li>{html.escape(pin)}</li>" for pin in pins) + "</ul>")
+            parts.append("<p>The holes are pinned by:</p><ul>" + "".join(f"<li>{html_text(pin)}</li>" for pin in pins) + "</ul>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
@@ -283,20 +307,20 @@ def _map_svg(pools: list[PoolView], caption: str, colours: dict[str, str], pinne
     row, width, label_width = 26, 900.0, 230.0
     rows = [(pool, region, size, extent) for pool in pools for region, (size, extent) in enumerate(zip(pool.region_sizes, map_extent(pool)))]
     parts = [
-        f"<h3>{html.escape(caption)} ({html.escape(MAP_SHOWN)}): coloured in use, grey free</h3>",
+        f"<h3>{html_text(caption)} ({html_text(MAP_SHOWN)}): coloured in use, grey free</h3>",
         f"<svg xmlns='http://www.w3.org/2000/svg' width='{width + label_width + 10:.0f}' height='{row * len(rows) + 10}'>",
     ]
     scale = width / max((extent for *_, extent in rows), default=1)
     for index, (pool, region, size, extent) in enumerate(rows):
         y = index * row + 4
-        parts.append(f"<text x='0' y='{y + 15}' font-size='11'>{html.escape(allocator_name(pool.allocator))} region {region} ({format_size(size)})</text>")
+        parts.append(f"<text x='0' y='{y + 15}' font-size='11'>{html_text(allocator_name(pool.allocator))} region {region} ({format_size(size)})</text>")
         for chunk in pool.chunks:
             if chunk.region != region or chunk.offset >= extent:
                 continue
             shown = min(chunk.size, extent - chunk.offset)
             colour = colours.get(chunk.owner, PALETTE[-1]) if chunk.owner else FREE_COLOUR
             marked = chunk.event in pinned
-            label = html.escape(f"{chunk.owner or 'free'}: {format_size(chunk.size)} at +{format_size(chunk.offset)}" + (" (pins the holes beside it)" if marked else ""))
+            label = html_text(f"{chunk.owner or 'free'}: {format_size(chunk.size)} at +{format_size(chunk.offset)}" + (" (pins the holes beside it)" if marked else ""))
             stroke = "stroke='black' stroke-width='2'" if marked else "stroke='white' stroke-width='0.5'"
             parts.append(
                 f"<rect x='{label_width + chunk.offset * scale:.2f}' y='{y}' width='{max(shown * scale, 0.5):.2f}' height='{row - 8}' "

@@ -6,12 +6,18 @@ import csv
 import io
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from ..errors import FileFormatError
+from ..files import read_json
+from ..gate.baseline import figure_problem
 from ..gate.record import TestRecord
+from ..gate.tolerance import METRICS, parse_tolerance
 from ..model.explain import oom_summary
 from ..units import format_size
+from .text import markdown, terminal
 
 REPORT_FORMATS = (".json", ".csv", ".md")
 FORMAT = "pytest-devmem-report"
@@ -106,21 +112,15 @@ def capped(items: Sequence[str], everything: bool, limit: int = 10, separator: s
 
 def terminal_table(records: Sequence[TestRecord]) -> list[str]:
     """Aligned text lines for the terminal summary."""
-    rows = [COLUMNS, *table_rows(records)]
+    rows = [COLUMNS, *(tuple(terminal(cell) for cell in row) for row in table_rows(records))]
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
-
-
-def markdown_cell(text: str) -> str:
-    """Text for one Markdown table cell: a pipe cannot split the row, nor a line break in a test id
-    end it (and start, say, a heading of its own in a pull-request comment)."""
-    return text.replace("|", "\\|").replace("\r", "\\r").replace("\n", "\\n")
 
 
 def markdown_table(records: Sequence[TestRecord]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for row in table_rows(records):
-        lines.append("| " + " | ".join(markdown_cell(cell) for cell in row) + " |")
+        lines.append("| " + " | ".join(markdown(cell) for cell in row) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -171,6 +171,95 @@ def render(path: str | os.PathLike[str], records: Sequence[TestRecord], session:
     if suffix == ".csv":
         return csv_text(records)
     if suffix == ".md":
-        header = f"# Device memory report\n\nDevice: {session.get('device', 'n/a')}. Measured tests: {len(records)}.\n\n"
+        header = f"# Device memory report\n\nDevice: {markdown(str(session.get('device', 'n/a')))}. Measured tests: {len(records)}.\n\n"
         return header + markdown_table(records)
     raise ValueError(f"unknown report format {suffix or '(none)'!r} for {path}: use one of {', '.join(REPORT_FORMATS)}")
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+class ReportFormatError(FileFormatError):
+    """A file given as a JSON report that is not one; the message names the file, line and record."""
+
+
+@dataclass(frozen=True)
+class ReportFile:
+    """A JSON report as read: its session and its records, each checked for what readers rely on."""
+
+    path: Path
+    session: dict[str, object]
+    records: list[dict[str, object]]
+
+
+def read_report(path: str | os.PathLike[str]) -> ReportFile:
+    """The one reader of JSON reports (`devmem compare`, `plot`, `history`): a regular file of UTF-8
+    JSON with this format and a readable version, a session object and a list of records whose
+    ids are text and whose figures are numbers of bytes (or a fraction) or null. ReportFormatError
+    naming the file, the line and the record otherwise."""
+    try:
+        text, document = read_json(path, "pytest-devmem JSON report")
+    except FileFormatError as exc:
+        raise ReportFormatError(str(exc)) from None
+    shown = os.fspath(path)
+    if not isinstance(document, dict) or not isinstance(document.get("records"), list) or "session" not in document:
+        raise ReportFormatError(f"{shown}:1: not a pytest-devmem JSON report (--devmem-report=FILE.json): it needs \"session\" and a list of \"records\"")
+    if "format" in document and (document.get("format") != FORMAT or document.get("version") not in READABLE_VERSIONS):
+        raise ReportFormatError(f"{shown}: a {str(document.get('format'))[:60]!r} version {str(document.get('version'))[:20]!r} report; this devmem reads {FORMAT!r} versions {', '.join(map(str, READABLE_VERSIONS))}")
+    session = document["session"]
+    if not isinstance(session, dict):
+        raise ReportFormatError(f"{shown}: \"session\" must be an object, not {type(session).__name__}")
+    if not isinstance(session.get("versions", {}), dict):
+        raise ReportFormatError(f"{shown}: \"session\".\"versions\" must be an object")
+    records = document["records"]
+    for index, record in enumerate(records):
+        problem = _record_problem(record)
+        if problem:
+            test_id = record.get("test_id") if isinstance(record, dict) else None
+            named = f" ({test_id[:200]!r})" if isinstance(test_id, str) else ""
+            line = _line_of(text, json.dumps(test_id)) if isinstance(test_id, str) else 1
+            raise ReportFormatError(f"{shown}:{line}: record {index}{named}: {problem}")
+    return ReportFile(Path(path), session, records)
+
+
+def _record_problem(record: object) -> str | None:
+    """Why a report's record cannot be read, or None."""
+    if not isinstance(record, dict):
+        return "not an object"
+    if not isinstance(record.get("test_id"), str):
+        return "test_id must be text"
+    for name in ("regime", "device_class"):
+        if name in record and not isinstance(record[name], str):
+            return f"{name} must be text"
+    for name in METRICS:
+        problem = figure_problem(name, record.get(name))
+        if problem:
+            return problem
+    tolerance = record.get("tolerance")
+    if tolerance is not None:
+        if not isinstance(tolerance, str):
+            return "\"tolerance\" must be text such as '10%,1MiB'"
+        try:
+            parse_tolerance(tolerance)
+        except ValueError as exc:
+            return f"\"tolerance\": {exc}"
+    trace = record.get("trace")
+    if trace is not None and (not isinstance(trace, dict) or not isinstance(trace.get("file", ""), str) or not isinstance(trace.get("at_peak", {}), dict)):
+        return "\"trace\" must be an object whose \"file\" is text and \"at_peak\" an object"
+    devices = record.get("devices")
+    if devices is not None:
+        if not isinstance(devices, list) or not all(isinstance(d, dict) and isinstance(d.get("device"), str) for d in devices):
+            return "\"devices\" must be a list of objects that name their device"
+        for device in devices:
+            for name in METRICS:
+                problem = figure_problem(name, device.get(name))
+                if problem:
+                    return f"device {device['device'][:40]!r}: {problem}"
+    if record.get("oom") is not None and not isinstance(record.get("oom"), (dict, bool)):
+        return "\"oom\" must be an object, true, false or null"
+    return None
+
+
+def _line_of(text: str, needle: str) -> int:
+    index = text.find(needle)
+    return text.count("\n", 0, index) + 1 if index >= 0 else 1

@@ -8,10 +8,15 @@ from typing import TYPE_CHECKING, Any
 from ..model.explain import oom_lines, oom_summary
 from ..model.whatif import min_fraction_text
 from .report import capped, rows_for_review, terminal_table
+from .text import terminal
 from ..units import format_size
 
 if TYPE_CHECKING:
     from ..plugin import DevmemManager
+
+
+PROBLEMS_SHOWN = 10
+"""Files that could not be written, listed one a line without -v."""
 
 
 class SessionSummary:
@@ -23,7 +28,9 @@ class SessionSummary:
         self.everything = everything  # -v: every row and every name
 
     def line(self, text: str, **markup: bool) -> None:
-        self.terminal.write_line(text, **markup)
+        """Every line of the section goes out here, escaped: test ids, trace labels and baseline
+        fields cannot move the cursor, recolour or retitle the terminal, or start a line."""
+        self.terminal.write_line(terminal(text), **markup)
 
     def write(self) -> None:
         manager = self.manager
@@ -46,9 +53,12 @@ class SessionSummary:
         self.baselines()
         memory = [r.test_id for r in manager.records if r.failed_by_devmem]
         if memory:
-            self.line(f"MEMORY PROBLEMS: {len(memory)} test(s) failed by pytest-devmem's checks alone: " + ", ".join(memory), red=True, bold=True)
-        for problem in manager.write_problems:
+            self.line(f"MEMORY PROBLEMS: {len(memory)} test(s) failed by pytest-devmem's checks alone: " + capped(memory, self.everything), red=True, bold=True)
+        problems = manager.write_problems
+        for problem in problems if self.everything else problems[:PROBLEMS_SHOWN]:
             self.line(f"pytest-devmem: {problem}", red=True, bold=True)
+        if len(problems) > PROBLEMS_SHOWN and not self.everything:
+            self.line(f"pytest-devmem: and {len(problems) - PROBLEMS_SHOWN} more files not written (-v lists them all)", red=True, bold=True)
         report = manager.settings.report_path
         if report is not None and not any(p.startswith("report not written") for p in manager.write_problems):
             self.line(f"report written to {manager.shown(report)}")
@@ -93,7 +103,7 @@ class SessionSummary:
         manager, records = self.manager, self.manager.records
         failed = [r for r in records if r.oom]
         if failed:
-            kinds = ", ".join(f"{r.test_id} ({oom_summary(r.oom)})" for r in failed)
+            kinds = capped([f"{r.test_id} ({oom_summary(r.oom)})" for r in failed], self.everything)
             self.line(f"out of device memory: {len(failed)} test(s): {kinds}", red=True)
         if manager.settings.find_min_fraction:
             self.line(f"smallest prealloc fraction that passes (traces replayed on {manager.device.name}):")
@@ -125,7 +135,7 @@ class SessionSummary:
         if reasons and not updating:
             self.line("not baselined, and why (record with --devmem-update once they pass): " + capped(sorted(reasons), everything, separator="; "))
         if manager.baselines_written:
-            self.line(f"baselines written: {len(manager.baselines_written)} file(s): " + ", ".join(manager.shown(p) for p in manager.baselines_written))
+            self.line(f"baselines written: {len(manager.baselines_written)} file(s): " + capped([manager.shown(p) for p in manager.baselines_written], everything))
         if manager.stale:
             verdict = "failing the session (--devmem-strict)" if manager.settings.strict else "delete them or run with --devmem-strict to fail"
-            self.line(f"stale baselines, for tests that no longer exist ({verdict}): " + ", ".join(manager.stale))
+            self.line(f"stale baselines, for tests that no longer exist ({verdict}): " + capped(manager.stale, everything))
