@@ -7,4 +7,4 @@ PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,gpu-compile]'

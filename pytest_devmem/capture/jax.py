@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 
 from .jax_executables import ExecutablePlan, Executables
 from .jax_holdings import Holdings
+from .jax_lowering import compiling_for_target
 from .jax_post_hook import post_hook_slot
 from .jax_shards import ShardSizes, host_shards
 from .patches import Patches
@@ -58,8 +59,12 @@ class JaxCapture:
 
     name = SOURCE
 
-    def __init__(self, recorder: TraceRecorder) -> None:
+    def __init__(self, recorder: TraceRecorder, sizer: Any = None) -> None:
+        """`sizer`: a GPU sizer (capture/gpu_compile.py) whose target's compile gives each executable's
+        temp bytes; None keeps the CPU compile's."""
         self._recorder = recorder
+        self.sizer = sizer
+        self.sizing_note = ""  # why the sizer could not be installed, if it could not
         self._holdings = Holdings(recorder, self._fail)
         self._executables = Executables(lambda: None)
         self._shards = ShardSizes()
@@ -116,7 +121,9 @@ class JaxCapture:
         self._array_type = array_type
         self._jax_array = jax_module.Array
         self._flatten = lambda tree: dispatch_registry.flatten(tree, None)[0]  # as the fast path flattens
-        self._executables = Executables(cache.clear_all)
+        if self.sizer is not None and not self.sizer.install():
+            self.sizing_note = self.sizer.note
+        self._executables = Executables(cache.clear_all, self.sizer if self.sizer is not None and self.sizer.installed else None)
         self._donate_input = getattr(getattr(xla_client, "ArrayCopySemantics", None), "DONATE_INPUT", None)
         self._patches.replace(pjit, "_get_fastpath_data", self._wrap_fastpath_data)
         self._patches.replace(pxla.ExecuteReplicated, "__call__", self._wrap_execute)
@@ -134,6 +141,8 @@ class JaxCapture:
     def uninstall(self) -> None:
         """Put JAX's own functions back."""
         self._patches.restore()
+        if self.sizer is not None:
+            self.sizer.uninstall()
         if self._post_hook is not None:  # subscribed: JAX is imported, and the slot made
             slot = post_hook_slot()
             if slot is not None:
@@ -159,7 +168,7 @@ class JaxCapture:
         capture = self
 
         def on_event(event: str, duration_secs: float, **details: str | int) -> None:
-            if event == BACKEND_COMPILE_EVENT and capture._recorder.recording:
+            if event == BACKEND_COMPILE_EVENT and capture._recorder.recording and not compiling_for_target():  # the GPU sizer's compiles are not the test's
                 capture.window.compiled.append(str(details.get("fun_name", "executable")))
 
         jax.monitoring.register_event_duration_secs_listener(on_event)
@@ -169,6 +178,18 @@ class JaxCapture:
 
     def begin(self) -> None:
         self.window = JaxWindow()
+
+    def window_sizes(self) -> dict[str, dict[str, object]]:
+        """Per executable run in the window, where a GPU sizer was asked for: the compile its temp
+        bytes come from, the CPU compile's for comparison, and why where it kept the CPU's."""
+        if self.sizer is None:
+            return {}
+        found: dict[str, dict[str, object]] = {}
+        for label in self.window.executables:
+            plan = self._executables.by_label.get(label)
+            if plan is not None:
+                found[label] = {"sized_for": plan.sized_for, **({"cpu_temp_bytes": plan.cpu_temp} if plan.cpu_temp is not None else {}), **({"note": plan.size_note} if plan.size_note else {})}
+        return found
 
     def _fail(self, exc: Exception) -> None:
         self.window.failure = f"the JAX capture stopped on an internal error ({type(exc).__name__}: {exc}): the trace is incomplete"

@@ -35,6 +35,9 @@ class ExecutablePlan:
     in_shardings: tuple[Any, ...]  # per parameter: how a host value passed there is placed
     arguments: int = -1  # flat arguments per call, constants included; learned from a run
     host_arguments: bool = False  # a run had host values among its arguments
+    sized_for: str = "cpu"  # the compile its temp sizes come from: the CPU one, or a GPU target's
+    cpu_temp: int | None = None  # the CPU compile's temp bytes, where another target's are used
+    size_note: str = ""  # why it keeps the CPU compile's sizes although a GPU target was asked
     runs_read_arguments: bool = field(init=False)  # donations to follow or host values to transfer
     temp_label: str = field(init=False)
     argument_label: str = field(init=False)
@@ -59,11 +62,20 @@ class ExecutablePlan:
         return all(getattr(self, name) == getattr(other, name) for name in facts) and all(a is b or a == b for a, b in zip(self.in_shardings, other.in_shardings))
 
 
-def plan_of(executable: Any) -> ExecutablePlan:
-    """Read the plan of a `pxla.ExecuteReplicated` (the callable behind a compiled jit executable)."""
+def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
+    """Read the plan of a `pxla.ExecuteReplicated` (the callable behind a compiled jit executable).
+    With a GPU `sizer` (capture/gpu_compile.py), its temp bytes are those of the same computation
+    compiled for the sizer's GPU, where that compile succeeds."""
     xla_executable = executable.xla_executable
     devices = [device_label(device) for device in xla_executable.local_devices()]
-    temp = _temp_size(xla_executable)
+    temp = cpu_temp = _temp_size(xla_executable)
+    sized_for, note = "cpu", ""
+    if sizer is not None:
+        sizes = sizer.sizes_for(executable)
+        if hasattr(sizes, "temp_bytes"):
+            temp, sized_for = int(sizes.temp_bytes), str(sizes.target)
+        else:
+            note = str(getattr(sizes, "reason", "not compiled for the GPU target"))
     tokens = len(getattr(executable, "ordered_effects", ()) or ())  # effect tokens lead inputs and outputs
     aliases, donors = _donations(xla_executable)
     aliases = {output - tokens: parameter - tokens for output, parameter in aliases.items() if output >= tokens and parameter >= tokens}
@@ -78,6 +90,9 @@ def plan_of(executable: Any) -> ExecutablePlan:
         donated=donated,
         kept=tuple(sorted(executable.kept_var_idx)),
         in_shardings=tuple(getattr(handler, "in_shardings", ()) or ()),
+        sized_for=sized_for,
+        cpu_temp=cpu_temp if sized_for != "cpu" else None,
+        size_note=note,
     )
 
 
@@ -138,8 +153,10 @@ class Executables:
     stands for: the aval and sharding objects of an executable's first output are its own, kept in
     JAX's fast-path cache entry and given to every output array it makes."""
 
-    def __init__(self, clear_fast_path: Callable[[], None]) -> None:
+    def __init__(self, clear_fast_path: Callable[[], None], sizer: Any = None) -> None:
         self._clear_fast_path = clear_fast_path
+        self.sizer = sizer  # a GPU sizer: temps as that GPU's compile sizes them
+        self.by_label: dict[str, ExecutablePlan] = {}  # the last plan read for each executable name
         self._plans: dict[int, tuple[weakref.ref[Any], ExecutablePlan]] = {}  # id(ExecuteReplicated) -> plan
         self._named: dict[tuple[int, int], tuple[Any, Any, ExecutablePlan]] = {}  # (id(aval), id(sharding)) -> plan
         self._ambiguous: set[tuple[int, int]] = set()  # first outputs of executables that run differently
@@ -149,7 +166,8 @@ class Executables:
         known = self.known(executable)
         if known is not None:
             return known
-        plan = plan_of(executable)
+        plan = plan_of(executable, self.sizer)
+        self.by_label[plan.label] = plan
         key, plans = id(executable), self._plans
 
         def forget(_: object) -> None:

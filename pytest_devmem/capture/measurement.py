@@ -7,6 +7,7 @@ import gc
 import sys
 import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..model.device import Device
 from ..model.trace import ALLOCATE_CODE, Trace
@@ -76,15 +77,17 @@ class Captured:
     compiled: list[str] | None = None  # executables JAX compiled during the test; None where JAX is not traced
     kept: dict[str, int] | None = None  # what the frameworks still hold that the test allocated; None: not checked
     runs: dict[str, int] = field(default_factory=dict)  # JAX executables run in the test, by name
+    sizes: dict[str, dict[str, object]] = field(default_factory=dict)  # per executable: whose compile sized it, where not the CPU's
 
 
 class Measurement:
     """The session's measuring kit. `start()` before a test's setup, `stop()` after its call."""
 
-    def __init__(self, device: Device) -> None:
+    def __init__(self, device: Device, sizer: Any = None) -> None:
+        """`sizer`: a GPU sizer (capture/gpu_compile.py) for JAX's temp sizes; None keeps the CPU compile's."""
         self.device = device
         self.recorder = TraceRecorder()
-        self.jax_capture = JaxCapture(self.recorder)
+        self.jax_capture = JaxCapture(self.recorder, sizer)
         self.tensorflow_capture = TensorFlowCapture(self.recorder)
         self.sampler = Sampler()
         self.pool_source = PoolSource()
@@ -146,7 +149,7 @@ class Measurement:
             notes.append("no memory analysis for " + ", ".join(unknown) + ": their temp buffers are not in the trace")
         notes.extend(tensorflow_notes)
         compiled = list(self.jax_capture.window.compiled) if self.jax_capture.installed else None
-        return Captured(events, readings, notes, tensorflow_events, compiled, kept, dict(self.jax_capture.window.executables))
+        return Captured(events, readings, notes, tensorflow_events, compiled, kept, dict(self.jax_capture.window.executables), self.jax_capture.window_sizes())
 
     def jax_platform_problem(self) -> str | None:
         """On a GPU session, JAX must run on the GPU: jaxlib falls back to CPU, with only a log line,

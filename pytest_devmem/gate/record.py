@@ -56,6 +56,7 @@ class TestRecord:
     peak_device: str | None = None  # the device the headline figures are from
     worst_fragmentation: float | None = None  # the highest fragmentation on any device over the test
     tolerance: str | None = None  # the tolerance its baseline comparison used (the marker's, or the session's)
+    compile_target: str | None = None  # whose compile sized JAX's executables: "cpu", "native", or a GPU
     trace_events: Trace | None = field(default=None, repr=False, compare=False)  # in memory only
     run: MachineRun | None = field(default=None, repr=False, compare=False)  # in memory only
 
@@ -155,6 +156,7 @@ class TestRecord:
             "devices": self.devices,
             "oom": self.oom,
             "tolerance": self.tolerance,
+            "compile_target": self.compile_target,
             "outcome": self.outcome,
             "limit_bytes": self.limit_bytes,
             "duration_s": round(self.duration_s, 6),
@@ -198,4 +200,5 @@ class TestRecord:
             peak_device=data.get("peak_device") if isinstance(data.get("peak_device"), str) else None,  # type: ignore[arg-type]
             worst_fragmentation=data.get("worst_fragmentation"),  # type: ignore[arg-type]
             tolerance=data.get("tolerance") if isinstance(data.get("tolerance"), str) else None,  # type: ignore[arg-type]
+            compile_target=data.get("compile_target") if isinstance(data.get("compile_target"), str) else None,  # type: ignore[arg-type]
         )

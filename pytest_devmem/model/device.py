@@ -78,6 +78,7 @@ class SimulatedDevice:
         self.compute_capability = compute_capability
         self.preset = preset
         self.name = name or (f"sim:{preset}" if preset else f"sim:{_compact_size(capacity)}")
+        self.class_suffix = ""  # where its figures are not its own kind's (JAX sized by another compile)
         self._lock = threading.Lock()
         self._next_address = self.BASE_ADDRESS
         self._ranges: dict[int, int] = {}
@@ -86,7 +87,7 @@ class SimulatedDevice:
 
     @property
     def device_class(self) -> str:
-        return f"sim-{self.preset}" if self.preset else f"sim-{_compact_size(self.capacity)}"
+        return (f"sim-{self.preset}" if self.preset else f"sim-{_compact_size(self.capacity)}") + self.class_suffix
 
     def try_allocate(self, nbytes: int) -> int | None:
         size = round_up(nbytes, DEVICE_ALIGNMENT)

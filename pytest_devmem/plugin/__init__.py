@@ -9,7 +9,7 @@ import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generator
+from typing import TYPE_CHECKING, Any, Generator, Mapping
 
 import pytest
 
@@ -29,6 +29,8 @@ from ..gate.record import TestRecord
 from ..model.regime import Regime, configure_tensorflow_gpus, jax_backend_started, restore
 from ..present.report import benchmark_json, render
 from ..present.text import terminal_lines
+from .compile_target import CompileTarget
+from .compile_target import resolve as resolve_compile_target
 from .settings import Settings, add_options, load_settings
 from ..gate.tolerance import parse_tolerance
 from ..capture.pool import RecordingPool
@@ -57,6 +59,7 @@ oom_key = pytest.StashKey["str | None"]()  # the out-of-memory error the test ra
 _early_env_key = pytest.StashKey["dict[str, str | None]"]()  # framework variables before this session's regime
 _conflicts_key = pytest.StashKey["list[str]"]()  # the user's JAX variables that contradict the session regime
 _gpu_env_key = pytest.StashKey["str | None"]()  # CUDA_VISIBLE_DEVICES before this worker's GPU was chosen
+_deviceless_env_key = pytest.StashKey["Mapping[str, str | None]"]()  # what the deviceless GPU compile's setting replaced
 _tensorflow_cpu_key = pytest.StashKey[CpuAllocatorSetting]()  # TF_CPU_ALLOCATOR_USE_BFC, as this session left it
 
 
@@ -79,7 +82,24 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     if settings.effective_regime is not None:
         early_config.stash[_early_env_key] = settings.effective_regime.apply()
     early_config.stash[_tensorflow_cpu_key] = prepare_cpu_allocator(os.environ)  # before TensorFlow creates its CPU device
+    early_config.stash[_deviceless_env_key] = _prepare_deviceless_compile()  # before JAX starts its backends
     _apply_worker_gpu(early_config, settings)
+
+
+def _prepare_deviceless_compile() -> dict[str, str | None]:
+    """Where XLA:GPU's compiler is installed (the gpu-compile extra) on a machine without a GPU: the
+    setting that lets it register while JAX runs on the CPU, without a traceback at JAX's start
+    (capture/gpu_compile.py); the previous values, to put back."""
+    from ..capture.gpu_compile import cuda_compiler_problem, environment_for_deviceless_compile
+
+    if cuda_compiler_problem() is not None:
+        return {}
+    from .workers import gpu_count
+
+    wanted = environment_for_deviceless_compile(os.environ, gpu_count() > 0)
+    previous = {name: os.environ.get(name) for name in wanted}
+    os.environ.update(wanted)
+    return previous
 
 
 def _restore_tensorflow_cpu(config: pytest.Config) -> None:
@@ -88,6 +108,8 @@ def _restore_tensorflow_cpu(config: pytest.Config) -> None:
         restore({TF_CPU_BFC: None})
     if setting is not None and setting.onednn_set_here:
         restore({ONEDNN_VARIABLE: None})
+    if _deviceless_env_key in config.stash:
+        restore(config.stash[_deviceless_env_key])
 
 
 def _apply_worker_gpu(config: pytest.Config, settings: Settings) -> None:
@@ -114,6 +136,7 @@ def pytest_configure(config: pytest.Config) -> None:
             device = open_device(settings.device_spec)
         except DevmemError as exc:
             raise pytest.UsageError(f"{exc} (from {settings.device_from})") from None
+        target = _compile_target(config, settings, device)
         try:
             store = BaselineStore(settings.baselines, device.device_class).load()
         except BaselineFormatError as exc:
@@ -132,8 +155,19 @@ def pytest_configure(config: pytest.Config) -> None:
     if _tensorflow_cpu_key not in config.stash:  # the plugin came too late for the early hook
         config.stash[_tensorflow_cpu_key] = prepare_cpu_allocator(os.environ)
     _apply_worker_gpu(config, settings)
-    manager = DevmemManager(config, settings, device, store, child)
+    manager = DevmemManager(config, settings, device, store, child, target)
     config.pluginmanager.register(manager, PLUGIN_NAME)
+
+
+def _compile_target(config: pytest.Config, settings: Settings, device: Device) -> CompileTarget:
+    """Whose compile sizes JAX's executables this session; the device class says so where the sizes
+    are not the device's own (so a baseline of one compile's sizes is never compared with another's)."""
+    from ..capture.gpu_compile import cuda_compiler_problem
+
+    target = resolve_compile_target(settings.compile_target, device, cuda_compiler_problem())
+    if target.class_suffix and hasattr(device, "class_suffix"):
+        device.class_suffix = target.class_suffix
+    return target
 
 
 @dataclass
@@ -148,7 +182,7 @@ class DevmemFixture:
 class DevmemManager:
     """All per-session state: the device, the sources, the records, the child processes."""
 
-    def __init__(self, config: pytest.Config, settings: Settings, device: Device, store: BaselineStore, child: tuple[ChildEventWriter, set[str]] | None = None) -> None:
+    def __init__(self, config: pytest.Config, settings: Settings, device: Device, store: BaselineStore, child: tuple[ChildEventWriter, set[str]] | None = None, target: CompileTarget | None = None) -> None:
         self.config = config
         self.settings = settings
         self.device = device
@@ -168,7 +202,8 @@ class DevmemManager:
         self.records: list[TestRecord] = []
         self.isolated: dict[Regime, list[pytest.Item]] = {}
         self.child_outcomes: dict[Regime, ChildOutcome] = {}
-        self.measurement = Measurement(device)
+        self.compile_target = target or CompileTarget("cpu", None, "")
+        self.measurement = Measurement(device, self._gpu_sizer())
         if settings.regime is not None:
             self.measurement.watch_frameworks()  # every test is measured: hook JAX before it runs anything
         self._previous_env: dict[str, str | None] | None = config.stash.get(_early_env_key, None)
@@ -186,6 +221,23 @@ class DevmemManager:
             if self._previous_env is None:
                 self._previous_env = previous
         self._plan_controller_workers()
+
+    def _gpu_sizer(self) -> object | None:
+        """The GPU sizer for the session's compile target, its results cached on disk in pytest's
+        cache directory where there is one; None where JAX keeps its own sizes."""
+        spec = self.compile_target.spec
+        if spec is None:
+            return None
+        from ..capture.gpu_compile import GpuSizer
+
+        cache = getattr(self.config, "cache", None)
+        directory = None
+        if cache is not None:
+            try:
+                directory = cache.mkdir("devmem-gpu-sizes")
+            except OSError:
+                directory = None
+        return GpuSizer(spec, directory)
 
     def _plan_controller_workers(self) -> None:
         """On the xdist controller: say how workers will share the device, warn if they cannot."""
@@ -245,6 +297,8 @@ class DevmemManager:
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         regime = self.settings.regime.label if self.settings.regime else f"none (marked tests only, under {DEFAULT_REGIME.label} unless the marker names one)"
         lines = [f"devmem: device {self.device.name}, regime {regime}"]
+        if self.compile_target.spec is not None or self.compile_target.class_suffix:
+            lines.append(f"devmem: {self.compile_target.note}")
         if self.tensorflow_cpu is not None and _tensorflow_installed():
             lines.append(f"devmem: {self.tensorflow_cpu.describe()}")
         return lines
@@ -428,6 +482,7 @@ class DevmemManager:
             limit_bytes=limit,
             duration_s=call.duration,
             timeline=self.settings.artifacts_dir is not None,
+            compile_target=self.compile_target.label if "jax" in sys.modules else None,
         )
         self._write_trace(record)
         self._analyse_trace(record, policy)
@@ -583,6 +638,7 @@ class DevmemManager:
             "regime": self.settings.regime.label if self.settings.regime else None,
             "versions": versions,
             **({"tensorflow_cpu_allocator": tensorflow_cpu.describe()} if tensorflow_cpu is not None and any(name.startswith("tensorflow") for name in versions) else {}),
+            **({"compile_target": self.compile_target.to_json()} if "jax" in versions else {}),
             **({"shard": shard} if (shard := shard_of(self.config)) is not None else {}),
             **provenance(self.config.rootpath, versions, self.device.device_class, {"driver_version": driver.driver_version, "cuda_version": driver.cuda_version}),
         }

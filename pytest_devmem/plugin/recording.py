@@ -53,6 +53,7 @@ def make_record(
     limit_bytes: int | None,
     duration_s: float,
     timeline: bool = False,
+    compile_target: str | None = None,
 ) -> TestRecord:
     """The test's record: its trace replayed once on the machine under `policy`."""
     trace, notes, traced_nothing = measurement.trace_of(captured)
@@ -72,8 +73,15 @@ def make_record(
         record.leaked_bytes = sum(captured.kept.values())
         if record.trace is not None:
             record.trace["kept"] = captured.kept
+    record.compile_target = compile_target
     if captured.runs and record.trace is not None:
-        record.trace["executables"] = executable_summary(trace, captured.runs)
+        executables = executable_summary(trace, captured.runs)
+        for name, sized in captured.sizes.items():
+            executables.get(name, {}).update(sized)  # type: ignore[arg-type]
+        record.trace["executables"] = executables
+        kept = {name: str(sized["note"]) for name, sized in captured.sizes.items() if sized.get("note")}
+        if kept:
+            notes.append(f"{len(kept)} executable(s) kept the CPU compile's sizes: " + "; ".join(f"{name} ({why})" for name, why in sorted(kept.items())))
     if captured.compiled is not None:
         record.compiles = len(captured.compiled)
         if record.trace is not None:

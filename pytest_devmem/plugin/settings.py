@@ -19,6 +19,8 @@ from ..model.pool.policy import ALLOWED_MODES, parse_fraction, parse_mode
 from ..model.regime import Regime
 from ..present.report import REPORT_FORMATS
 from ..gate.marks import normalize_frameworks, parse_max_fragmentation
+from .compile_target import HELP as COMPILE_TARGET_HELP
+from .compile_target import parse_compile_target
 from ..gate.tolerance import DEFAULT_TOLERANCE, TOLERANCE_HELP, Tolerance, parse_tolerance
 from ..units import format_size, parse_size
 from .workers import WorkerPlan, gpu_count, plan_workers, worker_index
@@ -67,6 +69,7 @@ OPTIONS = (
     Option("limit", "Fail every measured test whose peak device memory is above SIZE (e.g. 2GiB); the marker's limit= overrides it for one test.", "SIZE"),
     Option("cuda-context", "Device memory one process's CUDA context holds on each device in the model of the machine. Default: 512MiB, at most an eighth of the device.", "SIZE"),
     Option("find-min-fraction", "Report for each measured test the smallest fraction at which it passes under prealloc (replaying its trace).", flag=True),
+    Option("compile-target", COMPILE_TARGET_HELP, "TARGET"),
     Option("traces", "Write each measured test's device-allocation trace to DIR, one RMM-style CSV per test and regime (columns Thread,Time,Action,Pointer,Size,Stream,Source,Label).", "DIR"),
     Option("what-if", "Report which measured tests would run out of memory on a device of SIZE (e.g. 16GiB), replaying their traces.", "SIZE"),
     Option("autosave", "Keep this run's JSON report as .devmem/<machine id>/NNNN_<commit>_<time>[_dirty].json at the rootdir, as pytest-benchmark's --benchmark-autosave does; devmem history reads that folder.", flag=True),
@@ -144,6 +147,7 @@ class Settings:
     limit: int | None = None
     max_leak: int | None = None
     max_fragmentation: float | None = None
+    compile_target: str | None = None  # auto, cpu or a GPU preset; None: auto
     benchmark_json: Path | None = None
     artifacts_dir: Path | None = None
     cuda_context_bytes: int | None = None  # None: the model's default for the device's capacity
@@ -184,6 +188,7 @@ def load_settings(config: pytest.Config) -> Settings:
     limit = _checked(config, options["limit"], _positive_size)
     max_leak = _checked(config, options["max-leak"], _size_or_zero)
     max_fragmentation = _checked(config, options["max-fragmentation"], parse_max_fragmentation)
+    compile_target = _checked(config, options["compile-target"], parse_compile_target)
     artifacts_dir = _path_setting(config, options["artifacts"], "artifacts directory", directory=True)
     benchmark_path = _path_setting(config, options["benchmark-json"], "benchmark JSON file", directory=False)
     traces_dir = _path_setting(config, options["traces"], "traces directory", directory=True)
@@ -213,6 +218,7 @@ def load_settings(config: pytest.Config) -> Settings:
         limit=limit,  # type: ignore[arg-type]
         max_leak=max_leak,  # type: ignore[arg-type]
         max_fragmentation=max_fragmentation,  # type: ignore[arg-type]
+        compile_target=compile_target,  # type: ignore[arg-type]
         benchmark_json=benchmark_path,
         artifacts_dir=artifacts_dir,
         cuda_context_bytes=cuda_context,  # type: ignore[arg-type]

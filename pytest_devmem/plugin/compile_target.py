@@ -1,0 +1,67 @@
+"""Whose compile sizes each JAX executable's temporary buffers: the CPU's the tests run on, or the
+GPU's the simulated device stands for (compiled deviceless, capture/gpu_compile.py). XLA:GPU assigns
+buffers differently from XLA:CPU (an attention step's temp is 0 on the CPU and 1 GiB on an H100), so
+a `sim:` GPU preset is sized as that GPU by default. A baseline made with one compile's sizes is
+never compared with another's: the device class says which, where it is not the device's own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..model.device import Device
+from ..model.gpu_targets import GPU_SPECS, gpu_spec
+
+if TYPE_CHECKING:
+    from ..model.gpu_targets import GpuSpec
+
+CHOICES = ("auto", "cpu", *GPU_SPECS)
+HELP = (
+    "Whose compile sizes each JAX executable's temporary buffers: auto (default: a sim: GPU preset is sized as "
+    "that GPU; sim:SIZE, which names no GPU, and a real GPU keep their own compile's), cpu, or a GPU to size "
+    f"them for ({', '.join(GPU_SPECS)}). A GPU needs pip install 'pytest-devmem[gpu-compile]'."
+)
+
+
+def parse_compile_target(value: str) -> str:
+    """`auto`, `cpu` or a GPU preset's name (any case); ValueError naming the value and the choices."""
+    names = {name.lower(): name for name in CHOICES}
+    found = names.get(str(value).strip().lower())
+    if found is None:
+        raise ValueError(f"invalid devmem compile target {value!r}: allowed are {', '.join(CHOICES)}")
+    return found
+
+
+@dataclass(frozen=True)
+class CompileTarget:
+    """What sizes the session's JAX executables, and how the device class says so."""
+
+    label: str  # "cpu", "native" (a real GPU's own compile), or the GPU compiled for
+    spec: GpuSpec | None  # the GPU to compile for; None: the executables' own sizes
+    note: str  # why it is this one, for the summary and the report
+    class_suffix: str = ""  # added to the device class where the sizes are not the device's own
+
+    def to_json(self) -> dict[str, object]:
+        return {"target": self.label, "note": self.note}
+
+
+def resolve(setting: str | None, device: Device, compiler_problem: str | None) -> CompileTarget:
+    """The compile target for `device` under `setting` (None: auto), given whether XLA:GPU's compiler
+    is installed (`compiler_problem` says why not)."""
+    choice = setting or "auto"
+    if getattr(device, "index", None) is not None:
+        return CompileTarget("native", None, "JAX compiles for the real GPU: its own sizes")
+    preset = getattr(device, "preset", None)
+    if choice == "auto" and preset is None:
+        return CompileTarget("cpu", None, f"{device.name} states a capacity, not a GPU: JAX's sizes are the CPU compile's (--devmem-compile-target=GPU, or a sim: GPU preset, sizes them for a GPU)")
+    if choice == "cpu":
+        suffix = "-cpu-sizes" if preset is not None else ""
+        return CompileTarget("cpu", None, "JAX's sizes are the CPU compile's (--devmem-compile-target=cpu)", suffix)
+    name = str(preset if choice == "auto" else choice)
+    spec = gpu_spec(name)  # that GPU as its data sheet has it: the model's devices keep their own capacity
+    label = name
+    natural = choice == "auto" or name == preset
+    if compiler_problem is not None:
+        suffix = "-cpu-sizes" if preset is not None else ""
+        return CompileTarget("cpu", None, f"JAX's sizes stay the CPU compile's, not {label}'s: {compiler_problem}", suffix)
+    return CompileTarget(label, spec, f"JAX's executables are sized as {label}'s compile sizes them (deviceless), where they compile for it", "" if natural else f"-{name}-sizes")
