@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_devmem.gate.baseline import BaselineStore, compare, read_file
+from pytest_devmem.gate.baseline import BaselineStore, read_file
+from pytest_devmem.gate.changes import compare
 from pytest_devmem.gate.record import TestRecord
 from pytest_devmem.gate.tolerance import parse_tolerance
 
@@ -195,7 +196,6 @@ def test_a_baseline_that_is_not_utf8_text_names_its_file(pytester: pytest.Pytest
 @pytest.mark.skipif(sys.platform == "win32", reason="symlinks and FIFOs")
 @pytest.mark.parametrize("kind", ["directory", "dangling link", "link loop", "fifo"])
 def test_odd_things_named_json_in_the_baselines_never_hang_or_crash(pytester: pytest.Pytester, kind: str) -> None:
-    import os
 
     pytester.makepyfile(test_workload=WORKLOAD)
     odd = pytester.path / "baselines" / "sim-16GiB" / "x.json"
@@ -373,7 +373,6 @@ def test_fragmentation_keeps_plain_numbers_and_gets_no_floor() -> None:
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX file modes and umask")
 def test_baselines_follow_the_umask_keep_a_files_mode_and_clear_a_killed_writers_leftovers(tmp_path: Path) -> None:
-    import os
     import stat
 
     from pytest_devmem.gate.record import TestRecord

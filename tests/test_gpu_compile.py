@@ -156,7 +156,6 @@ def mlp_loss(params: tuple[Any, Any], x: Any) -> Any:
 
 @needs_compiler
 def test_attention_has_no_temporary_on_cpu_and_1GiB_on_an_h100(h100: GpuSizer) -> None:
-    import jax
     import jax.numpy as jnp
 
     q = jnp.ones((8, 16, 1024, 64), jnp.float32)  # batch 8, 16 heads, 1024 tokens, head dim 64
@@ -238,7 +237,6 @@ def test_retargeted_compiles_stay_out_of_jaxs_persistent_cache(h100: GpuSizer) -
 
 @needs_compiler
 def test_disk_cache_answers_a_second_run_with_the_same_sizes(jax_loaded: Any, tmp_path: Path) -> None:
-    import jax
     import jax.numpy as jnp
 
     executable = executable_of(lambda a, b: jnp.tanh(a @ b), jnp.ones((512, 512)), jnp.ones((512, 512)))
@@ -258,7 +256,6 @@ def test_disk_cache_answers_a_second_run_with_the_same_sizes(jax_loaded: Any, tm
 @needs_compiler
 @pytest.mark.parametrize("preset", sorted(GPU_SPECS))
 def test_xla_compiles_for_every_preset(jax_loaded: Any, preset: str) -> None:
-    import jax
     import jax.numpy as jnp
 
     q = jnp.ones((1, 2, 128, 64), jnp.float32)

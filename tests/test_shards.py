@@ -4,8 +4,6 @@ strict mode that knows what was selected, and xdist workers checked side by side
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,7 @@ from pytest_devmem.gate.stale import SuiteShape, node_path
 from pytest_devmem.model.frameworks import AllocatorSetup
 from pytest_devmem.model.machine import MachineSpec, run_machine
 from pytest_devmem.model.trace import ALLOCATE_CODE, FREE_CODE, Trace
-from pytest_devmem.model.whatif import side_by_side
+from pytest_devmem.model.side_by_side import side_by_side
 
 MiB = 2**20
 

@@ -1,4 +1,5 @@
-"""Stored per-test memory figures and the comparison of a new measurement against them. No pytest here.
+"""Stored per-test memory figures: the baseline files, read and written. No pytest here. (A record set
+against its entry: changes.py.)
 
 Layout: `<root>/<device class>/<test module path>.json`, one file per test module, holding one record
 per (test id, regime). Files are JSON with sorted keys and one key per line, so they diff well in
@@ -23,8 +24,8 @@ from ..model.pool.policy import canonical_label
 from ..errors import FileFormatError
 from ..files import TEMPORARY_SUFFIX, ensure_directory, file_name, read_json, temporary_prefix, write_atomic
 from .record import TestRecord
-from .tolerance import METRICS, Tolerance, format_metric
-from ..units import format_size
+from .changes import contributors_of, metrics_of
+from .tolerance import METRICS
 
 FORMAT = "pytest-devmem-baseline"
 VERSION = 1
@@ -48,150 +49,6 @@ class BaselineEntry:
     reason: str = ""  # why it holds no figures: the test failed or was skipped when baselines were updated
     contributors: dict[str, int] = field(default_factory=dict)  # who held the memory at the peak
     devices: dict[str, dict[str, float | int | None]] = field(default_factory=dict)  # per device, for tests on several
-
-
-@dataclass(frozen=True)
-class MetricChange:
-    metric: str
-    baseline: float | None
-    now: float | None
-    allowed: str
-    verdict: str  # "regressed", "improved", "ok" or "unmeasured"
-    device: str | None = None  # one device's figure, for a test on several; None: the headline
-
-    @property
-    def name(self) -> str:
-        """`peak_bytes_in_use`, or `peak_bytes_in_use on cpu:2` for one device's figure."""
-        return self.metric if self.device is None else f"{self.metric} on {self.device}"
-
-    @property
-    def delta(self) -> float | None:
-        return None if self.baseline is None or self.now is None else self.now - self.baseline
-
-    @property
-    def percent(self) -> float | None:
-        if self.delta is None or not self.baseline:
-            return None
-        return self.delta / self.baseline * 100
-
-    @property
-    def delta_text(self) -> str:
-        """`+8.00 MiB (+100.0%)`, `-0.0500`, or `n/a`."""
-        delta = self.delta
-        if delta is None:
-            return "n/a"
-        percent = "" if self.percent is None else f" ({self.percent:+.1f}%)"
-        return ("+" if delta >= 0 else "-") + format_metric(self.metric, abs(delta)) + percent
-
-    def describe(self) -> str:
-        show = format_metric
-        return f"{self.name}: baseline {show(self.metric, self.baseline)}, now {show(self.metric, self.now)}, delta {self.delta_text}, allowed ±{self.allowed}"
-
-
-@dataclass
-class Comparison:
-    """A record set against its baseline."""
-
-    test_id: str
-    regime: str
-    status: str  # "new", "not baselined", "ok", "regressed", "improved", "unmeasured", "out of memory"
-    changes: list[MetricChange] = field(default_factory=list)
-    baseline_file: str | None = None
-    reason: str = ""  # with "not baselined": why the stored entry holds no figures
-    grew: list[tuple[str, int | None, int]] = field(default_factory=list)  # (who, bytes at the baseline's peak, now)
-
-    def growth_text(self) -> str:
-        """`jit(layer) temp 2.00 MiB -> 32.00 MiB, ...`: what held more at the peak than at the baseline's."""
-        return ", ".join(f"{name} {format_size(before) if before is not None else '(none)'} → {format_size(now)}" for name, before, now in self.grew)
-
-    def failure_message(self) -> str:
-        broken = [change for change in self.changes if change.verdict == "regressed"]
-        lines = [f"device memory regression against {self.baseline_file} (regime {self.regime}):"]
-        lines += [f"  {change.describe()}" for change in broken]
-        if self.grew:
-            lines.append(f"  what grew at the peak: {self.growth_text()}")
-        lines.append("  if the increase is intended, refresh the baseline with --devmem-update")
-        return "\n".join(lines)
-
-    def to_json(self) -> dict[str, object]:
-        def change(c: MetricChange) -> dict[str, object]:
-            return {"baseline": c.baseline, "now": c.now, "delta": c.delta, "percent": c.percent, "allowed": c.allowed, "verdict": c.verdict}
-
-        devices: dict[str, dict[str, object]] = {}
-        for c in self.changes:
-            if c.device is not None:
-                devices.setdefault(c.device, {})[c.metric] = change(c)
-        return {
-            "status": self.status,
-            "file": self.baseline_file,
-            **({"reason": self.reason} if self.reason else {}),
-            **({"grew": [{"name": name, "baseline": before, "now": now} for name, before, now in self.grew]} if self.grew else {}),
-            "metrics": {c.metric: change(c) for c in self.changes if c.device is None},
-            **({"devices": devices} if devices else {}),
-        }
-
-
-def metrics_of(record: TestRecord) -> dict[str, float | int | None]:
-    return {"peak_bytes_in_use": record.peak_bytes_in_use, "peak_bytes_reserved": record.peak_bytes_reserved, "fragmentation": record.fragmentation}
-
-
-def compare(
-    entry: BaselineEntry | None,
-    test_id: str,
-    regime: str,
-    now: dict[str, float | int | None],
-    tolerance: Tolerance,
-    contributors: dict[str, int] | None = None,
-    now_devices: dict[str, dict[str, float | int | None]] | None = None,
-    *,
-    out_of_memory: bool = False,
-) -> Comparison:
-    """Set `now` against `entry` under `tolerance`: each gated metric is ok, regressed or improved,
-    on the headline and on each device both have figures for (a test on several devices). A test
-    that ran out of memory is "out of memory" whatever its figures: never ok, never improved. With
-    `contributors` (who held the memory at the peak now), a regression says what grew."""
-    path = str(entry.path) if entry is not None else None
-    if entry is None:
-        return Comparison(test_id, regime, "out of memory" if out_of_memory else "new")
-    if entry.reason and all(value is None for value in entry.metrics.values()):
-        return Comparison(test_id, regime, "out of memory" if out_of_memory else "not baselined", baseline_file=path, reason=entry.reason)
-    changes = _changes(entry.metrics, now, tolerance, None)
-    for device, stored in sorted(entry.devices.items()):
-        if now_devices and device in now_devices:
-            changes += _changes(stored, now_devices[device], tolerance, device)
-    verdicts = {change.verdict for change in changes}
-    if out_of_memory:
-        return Comparison(test_id, regime, "out of memory", changes, path)
-    if "regressed" in verdicts:
-        status = "regressed"
-    elif "improved" in verdicts:
-        status = "improved"
-    elif verdicts <= {"unmeasured"}:
-        status = "unmeasured"
-    else:
-        status = "ok"
-    grew = what_grew(entry.contributors, contributors or {}) if status == "regressed" else []
-    return Comparison(test_id, regime, status, changes, str(entry.path), grew=grew)
-
-
-def _changes(stored: dict[str, float | int | None], now: dict[str, float | int | None], tolerance: Tolerance, device: str | None) -> list[MetricChange]:
-    changes = []
-    for metric, allowance in tolerance.allowances.items():
-        baseline, current = stored.get(metric), now.get(metric)
-        if baseline is None or current is None:
-            changes.append(MetricChange(metric, baseline, current, allowance.describe(metric), "unmeasured", device))
-            continue
-        room = allowance.allowed(baseline)
-        verdict = "regressed" if current - baseline > room else "improved" if baseline - current > room else "ok"
-        changes.append(MetricChange(metric, baseline, current, allowance.describe(metric), verdict, device))
-    return changes
-
-
-def what_grew(before: dict[str, int], now: dict[str, int], top: int = 3) -> list[tuple[str, int | None, int]]:
-    """The contributors at the peak that hold more now than at the baseline's peak, most growth first."""
-    grown = [(name, before.get(name), size) for name, size in now.items() if size > before.get(name, 0)]
-    grown.sort(key=lambda item: (-(item[2] - (item[1] or 0)), item[0]))
-    return grown[:top]
 
 
 def module_of(test_id: str) -> str:
@@ -289,12 +146,6 @@ def _entry_json(entry: BaselineEntry) -> dict[str, object]:
     if entry.devices:
         data["devices"] = entry.devices
     return data
-
-
-def contributors_of(record: TestRecord) -> dict[str, int]:
-    """Who held the memory at the record's peak (from its replayed trace)."""
-    at_peak = (record.trace or {}).get("at_peak")
-    return {str(name): int(size) for name, size in at_peak.items()} if isinstance(at_peak, dict) else {}
 
 
 def render_file(device_class: str, stored: dict[tuple[str, str], dict[str, object]]) -> str:

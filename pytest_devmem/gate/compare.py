@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .baseline import BaselineEntry, Comparison, compare
+from .baseline import BaselineEntry
+from .changes import Comparison, compare
 from .tolerance import parse_tolerance
 
 Key = tuple[str, str, str]  # test id, regime, device class

@@ -4,7 +4,8 @@ out of memory, baseline) and records what they found. No pytest here."""
 
 from __future__ import annotations
 
-from .baseline import BaselineStore, compare, contributors_of, metrics_of
+from .baseline import BaselineStore
+from .changes import compare, contributors_of, metrics_of
 from .record import TestRecord
 from .tolerance import Tolerance
 

@@ -13,7 +13,7 @@ from .fragmentation import Defragmentation, Pin, defragment, long_lived_first, p
 from .frameworks import AllocatorSetup
 from .machine import KIND_TEXT, MachineRun, MachineSpec, run_machine
 from .regime import FRACTION_VARIABLE
-from .trace import ALLOCATE_CODE, FREE_CODE, Trace
+from .trace import Trace
 
 Setups = Mapping[str, AllocatorSetup]
 MIN_FRACTION_FLOOR = 0.01
@@ -230,51 +230,3 @@ def process_shares(spec: MachineSpec, setup: AllocatorSetup, count: int) -> list
     run = run_machine(trace, {setup.kind: setup}, spec, stop_on_oom=False)
     device = run.devices[0]
     return [allocator.took for allocator in device.allocators]
-
-
-def peak_moment(trace: Trace) -> float:
-    """The time of the event at which `trace` first holds its most live bytes (as asked)."""
-    live: dict[tuple[int, int, int, int], int] = {}
-    current = peak = 0
-    moment = trace.times[0] if len(trace) else 0.0
-    for index, (action, pointer, size) in enumerate(zip(trace.actions, trace.pointers, trace.sizes)):
-        lane = (trace.devices[index], trace.processes[index], trace.sources[index], pointer)
-        if action == ALLOCATE_CODE:
-            live[lane] = size
-            current += size
-            if current > peak:
-                peak, moment = current, trace.times[index]
-        elif action == FREE_CODE:
-            current -= live.pop(lane, 0)
-    return moment
-
-
-def side_by_side(traces: list[Trace]) -> tuple[Trace, dict[int, int]]:
-    """One trace of several tests running at once, each in processes of its own (as pytest-xdist
-    workers are), every test at its own peak at the same moment: the worst moment their schedules
-    could meet. Each test keeps its own pace; at equal times the earlier test's events come first.
-    Also which test (its index in `traces`) each process of the result belongs to: the first
-    test's processes are numbered from 1, the next test's after them."""
-    shifts = [peak_moment(trace) for trace in traces]
-    moment = max(shifts, default=0.0)
-    owner: dict[int, int] = {}
-    renumber: list[dict[int, int]] = []
-    order = []
-    for number, trace in enumerate(traces):
-        mapping = {}
-        for process in sorted(set(trace.processes)):
-            mapping[process] = len(owner) + 1
-            owner[len(owner) + 1] = number
-        renumber.append(mapping)
-        shift = moment - shifts[number]
-        order += [(trace.times[index] + shift, number, index) for index in range(len(trace))]
-    order.sort()
-    merged = Trace()
-    for time, number, index in order:
-        trace = traces[number]
-        names = trace.names
-        merged.add(
-            trace.actions[index], trace.pointers[index], trace.sizes[index], time, trace.threads[index], trace.streams[index],
-            names[trace.sources[index]], names[trace.labels[index]], names[trace.devices[index]], renumber[number][trace.processes[index]],
-        )
-    return merged, owner

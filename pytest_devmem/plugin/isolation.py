@@ -19,7 +19,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Sequence
+from typing import IO, TYPE_CHECKING, Any, Sequence
 
 import pytest
 
@@ -27,6 +27,9 @@ from ..errors import FileFormatError
 from ..files import read_text
 from ..model.regime import Regime, restore
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from .session import DevmemSession
 
 OUTPUT_TAIL_CHARS = 3000
 
@@ -300,3 +303,37 @@ def _crash_report(item: pytest.Item, regime: Regime, returncode: int, output: st
         longrepr=message,
         when="call",
     )
+
+
+def replay_from_children(session: DevmemSession, item: pytest.Item, nextitem: pytest.Item | None, regime: Regime) -> None:
+    """Run `item`'s regime group in a child (once per regime; one child per test under xdist,
+    where a worker does not know its whole group), then report the item's results here as if it
+    had run in place, and tear down what the next item does not share."""
+    outcome = session.child_outcomes.get(regime)
+    if outcome is None or item.nodeid not in outcome.reports:
+        group = [item] if session.is_xdist_worker else session.isolated.get(regime, [item])
+        fresh = run_in_children(session.config, regime, session.settings, group, session.regime_env)
+        if outcome is None:
+            session.child_outcomes[regime] = fresh
+        else:
+            outcome.reports.update(fresh.reports)
+            outcome.children_started += fresh.children_started
+        outcome = session.child_outcomes[regime]
+    ihook = item.ihook
+    ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    for report in outcome.reports.pop(item.nodeid, []):
+        ihook.pytest_runtest_logreport(report=report)
+    _teardown_for(item, nextitem)
+    ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+
+
+def _teardown_for(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Tear down the in-process fixtures that `nextitem` does not share, as pytest's runner would
+    have done after this item; a failing finalizer is reported as this item's teardown error."""
+    setup_state = getattr(item.session, "_setupstate", None)
+    if setup_state is None:
+        return
+    call = pytest.CallInfo.from_call(lambda: setup_state.teardown_exact(nextitem), when="teardown")
+    if call.excinfo is not None:
+        report = item.ihook.pytest_runtest_makereport(item=item, call=call)
+        item.ihook.pytest_runtest_logreport(report=report)

@@ -16,14 +16,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
 
 from ..model.regime import Regime
 from ..model.trace import Trace
-
-if TYPE_CHECKING:
-    from ..model.frameworks import AllocatorSetup
-    from ..model.machine import MachineRun, MachineSpec
 
 
 @dataclass(frozen=True)
@@ -114,54 +109,3 @@ class LargestTests:
                 except ValueError:
                     continue
         return found
-
-
-@dataclass(frozen=True)
-class SideBySide:
-    """The suite's largest tests replayed side by side on one device, as workers sharing it may run them."""
-
-    tests: list[str]  # largest first; test k runs in process k + 1
-    run: MachineRun
-    owner: dict[int, int]  # process -> index in `tests`
-    regime: str  # each worker's share, as a regime label
-    at_most: int | None = None  # when they do not fit: how many of the largest do
-
-    @property
-    def fits(self) -> bool:
-        return self.run.oom is None
-
-    def failing_test(self) -> str | None:
-        oom = self.run.oom
-        return None if oom is None else self.tests[self.owner.get(oom.process, 0)]
-
-
-def check_side_by_side(
-    tests: list[tuple[int, str, Trace]],
-    sharing: int,
-    setups_for: Callable[[int], tuple[str, dict[str, AllocatorSetup]]],
-    spec: MachineSpec,
-) -> SideBySide | None:
-    """Replay the `sharing` largest of `tests` at once (`setups_for(k)`: each worker's regime label
-    and allocators when k workers share the device); None when fewer than two tests can meet.
-    When they do not fit, also how many of the largest would."""
-    from ..model.machine import run_machine
-    from ..model.whatif import side_by_side
-
-    unique: dict[str, tuple[int, str, Trace]] = {}
-    for item in sorted(tests, key=lambda item: (-item[0], item[1])):
-        unique.setdefault(item[1], item)
-    largest = list(unique.values())[:sharing]
-    if len(largest) < 2:
-        return None
-
-    def replay(count: int) -> tuple[MachineRun, dict[int, int], str]:
-        trace, owner = side_by_side([item[2] for item in largest[:count]])
-        label, setups = setups_for(count)
-        return run_machine(trace, setups, spec), owner, label
-
-    run, owner, label = replay(len(largest))
-    result = SideBySide([item[1] for item in largest], run, owner, label)
-    if run.oom is None:
-        return result
-    at_most = next((count for count in range(len(largest) - 1, 1, -1) if replay(count)[0].oom is None), 1)
-    return SideBySide(result.tests, run, owner, label, at_most)

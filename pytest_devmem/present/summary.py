@@ -1,18 +1,43 @@
 """The session's closing section in the terminal: what a reviewer needs first (failures, regressions,
-the largest tests, counts), then where things went. It reads the manager's state and writes lines."""
+the largest tests, counts), then where things went. It takes the session's facts as plain data and
+writes lines."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
+from ..gate.record import TestRecord
 from ..model.explain import oom_lines, oom_summary
+from ..model.side_by_side import SideBySide
 from ..model.whatif import min_fraction_text
+from ..units import format_size
 from .report import capped, rows_for_review, terminal_table
 from .text import terminal
-from ..units import format_size
 
-if TYPE_CHECKING:
-    from ..plugin import DevmemManager
+
+@dataclass
+class SummaryFacts:
+    """What the summary shows: the records and what the session did with them."""
+
+    device: str
+    simulated: bool
+    records: list[TestRecord]
+    baselines_directory: str
+    updating: bool = False
+    strict: bool = False
+    find_min_fraction: bool = False
+    what_if: int | None = None
+    isolated: dict[str, int] = field(default_factory=dict)  # regime label -> child processes started
+    xdist_note: str = ""
+    side_by_side: SideBySide | None = None
+    baselines_written: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    write_problems: list[str] = field(default_factory=list)
+    report: str | None = None  # where the report was written
+    autosaved: str | None = None
+    compile_note: str = ""  # whose compile sized JAX's executables, where it is not the device's own
+    tensorflow_problem: str | None = None
 
 
 PROBLEMS_SHOWN = 10
@@ -22,8 +47,8 @@ PROBLEMS_SHOWN = 10
 class SessionSummary:
     """Writes the `device memory (pytest-devmem)` section once, at the end of the session."""
 
-    def __init__(self, manager: DevmemManager, terminalreporter: Any, everything: bool) -> None:
-        self.manager = manager
+    def __init__(self, facts: SummaryFacts, terminalreporter: Any, everything: bool) -> None:
+        self.facts = facts
         self.terminal = terminalreporter
         self.everything = everything  # -v: every row and every name
 
@@ -33,46 +58,47 @@ class SessionSummary:
         self.terminal.write_line(terminal(text), **markup)
 
     def write(self) -> None:
-        manager = self.manager
+        facts = self.facts
         self.terminal.section("device memory (pytest-devmem)")
-        self.line(f"device {manager.device.name}; {len(manager.records)} measured test(s)")
-        shown, hidden = rows_for_review(manager.records, self.everything)
+        self.line(f"device {facts.device}; {len(facts.records)} measured test(s)")
+        shown, hidden = rows_for_review(facts.records, self.everything)
         for row in terminal_table(shown):
             self.line(row)
         if hidden:
             self.line(f"... and {hidden} more measured test(s), none failed, regressed or improved (-v or the report lists them all)")
         self.sources()
-        if manager.child_outcomes:
-            started = sum(outcome.children_started for outcome in manager.child_outcomes.values())
-            labels = ", ".join(regime.label for regime in manager.child_outcomes)
-            self.line(f"isolated regimes: {labels} ({started} child process(es))")
+        if facts.compile_note:
+            self.line(f"JAX sizes: {facts.compile_note}")
+        if facts.isolated:
+            self.line(f"isolated regimes: {', '.join(facts.isolated)} ({sum(facts.isolated.values())} child process(es))")
         self.analysis()
-        if manager.xdist_note:
-            self.line(f"xdist: {manager.xdist_note}")
+        if facts.xdist_note:
+            self.line(f"xdist: {facts.xdist_note}")
         self.side_by_side()
         self.baselines()
-        memory = [r.test_id for r in manager.records if r.failed_by_devmem]
+        memory = [r.test_id for r in facts.records if r.failed_by_devmem]
         if memory:
             self.line(f"MEMORY PROBLEMS: {len(memory)} test(s) failed by pytest-devmem's checks alone: " + capped(memory, self.everything), red=True, bold=True)
-        problems = manager.write_problems
+        problems = facts.write_problems
         for problem in problems if self.everything else problems[:PROBLEMS_SHOWN]:
             self.line(f"pytest-devmem: {problem}", red=True, bold=True)
         if len(problems) > PROBLEMS_SHOWN and not self.everything:
             self.line(f"pytest-devmem: and {len(problems) - PROBLEMS_SHOWN} more files not written (-v lists them all)", red=True, bold=True)
-        report = manager.settings.report_path
-        if report is not None and not any(p.startswith("report not written") for p in manager.write_problems):
-            self.line(f"report written to {manager.shown(report)}")
-        if manager.autosaved is not None:
-            self.line(f"report autosaved to {manager.shown(manager.autosaved)} (devmem history reads that folder)")
+        if facts.report is not None:
+            self.line(f"report written to {facts.report}")
+        if facts.autosaved is not None:
+            self.line(f"report autosaved to {facts.autosaved} (devmem history reads that folder)")
+        if facts.tensorflow_problem:
+            self.line(f"pytest-devmem: {facts.tensorflow_problem}", yellow=True)
 
     def side_by_side(self) -> None:
         """Whether the suite's largest tests fit on one device at once, as the xdist workers sharing it may run them."""
-        check = self.manager.side_by_side
+        check = self.facts.side_by_side
         if check is None:
             return
         run = check.run
         count = len(check.tests)
-        where = f"{self.manager.device.name}, each worker under {check.regime}"
+        where = f"{self.facts.device}, each worker under {check.regime}"
         if check.fits:
             top = run.headline
             peak = f": {format_size(top.peak_bytes_in_use)} in use at most, {format_size(top.peak_bytes_reserved)} held, of {format_size(top.capacity)}" if top is not None else ""
@@ -88,30 +114,30 @@ class SessionSummary:
             self.line(f"  process {process}: {check.tests[index]}", red=True)
         oom = run.oom
         assert oom is not None
-        for line in oom_lines(oom.to_json(), [d.to_json() for d in run.devices], check.regime, self.manager.device.name):
+        for line in oom_lines(oom.to_json(), [d.to_json() for d in run.devices], check.regime, self.facts.device):
             self.line(f"  {line}", red=True)
 
     def sources(self) -> None:
-        manager = self.manager
-        notes = sorted({f"{name}: {reading.note}" for r in manager.records for name, reading in r.sources.items() if not reading.available and not reading.unused and reading.note})
-        if getattr(manager.device, "index", None) is None:
+        facts = self.facts
+        notes = sorted({f"{name}: {reading.note}" for r in facts.records for name, reading in r.sources.items() if not reading.available and not reading.unused and reading.note})
+        if facts.simulated:
             notes.append("nvml: not used, the device is simulated")
         if notes:
             self.line("sources not measuring here: " + "; ".join(notes))
 
     def analysis(self) -> None:
-        manager, records = self.manager, self.manager.records
+        facts, records = self.facts, self.facts.records
         failed = [r for r in records if r.oom]
         if failed:
             kinds = capped([f"{r.test_id} ({oom_summary(r.oom)})" for r in failed], self.everything)
             self.line(f"out of device memory: {len(failed)} test(s): {kinds}", red=True)
-        if manager.settings.find_min_fraction:
-            self.line(f"smallest prealloc fraction that passes (traces replayed on {manager.device.name}):")
+        if facts.find_min_fraction:
+            self.line(f"smallest prealloc fraction that passes (traces replayed on {facts.device}):")
             for r in records:
                 if r.analysis is not None and "min_fraction" in r.analysis:
                     self.line(f"  {r.test_id} [{r.regime}]: " + min_fraction_text(r.analysis["min_fraction"]))  # type: ignore[arg-type]
-        if manager.settings.what_if is not None:
-            size = format_size(manager.settings.what_if)
+        if facts.what_if is not None:
+            size = format_size(facts.what_if)
             answers = [(r, r.analysis["what_if"]) for r in records if r.analysis is not None and "what_if" in r.analysis]
             failing = [(r, answer) for r, answer in answers if isinstance(answer, dict) and not answer.get("ok", True)]
             self.line(f"what if the device had {size}: {len(failing)} of {len(answers)} replayed test(s) would run out of memory")
@@ -119,23 +145,23 @@ class SessionSummary:
                 self.line(f"  {r.test_id} [{r.regime}]: {answer['message']}")
 
     def baselines(self) -> None:
-        manager, everything = self.manager, self.everything
-        updating = manager.settings.update
+        facts, everything = self.facts, self.everything
+        updating = facts.updating
         statuses: dict[str, list[str]] = {}
-        for record in manager.records:
+        for record in facts.records:
             if record.baseline is not None:
                 statuses.setdefault(str(record.baseline["status"]), []).append(f"{record.test_id} [{record.regime}]")
         counts = ", ".join(f"{len(ids)} {status}" for status, ids in sorted(statuses.items()))
-        self.line(f"baselines ({manager.shown(manager.store.directory)}): {counts or 'none compared'}")
+        self.line(f"baselines ({facts.baselines_directory}): {counts or 'none compared'}")
         if statuses.get("improved") and not updating:
             self.line("improved beyond tolerance (refresh with --devmem-update): " + capped(sorted(statuses["improved"]), everything))
         if statuses.get("new") and not updating:
             self.line("new, no baseline yet (record with --devmem-update): " + capped(sorted(statuses["new"]), everything))
-        reasons = [f"{r.test_id} [{r.regime}]: {r.baseline.get('reason')}" for r in manager.records if r.baseline is not None and r.baseline.get("status") == "not baselined"]
+        reasons = [f"{r.test_id} [{r.regime}]: {r.baseline.get('reason')}" for r in facts.records if r.baseline is not None and r.baseline.get("status") == "not baselined"]
         if reasons and not updating:
             self.line("not baselined, and why (record with --devmem-update once they pass): " + capped(sorted(reasons), everything, separator="; "))
-        if manager.baselines_written:
-            self.line(f"baselines written: {len(manager.baselines_written)} file(s): " + capped([manager.shown(p) for p in manager.baselines_written], everything))
-        if manager.stale:
-            verdict = "failing the session (--devmem-strict)" if manager.settings.strict else "delete them or run with --devmem-strict to fail"
-            self.line(f"stale baselines, for tests that no longer exist ({verdict}): " + capped(manager.stale, everything))
+        if facts.baselines_written:
+            self.line(f"baselines written: {len(facts.baselines_written)} file(s): " + capped(facts.baselines_written, everything))
+        if facts.stale:
+            verdict = "failing the session (--devmem-strict)" if facts.strict else "delete them or run with --devmem-strict to fail"
+            self.line(f"stale baselines, for tests that no longer exist ({verdict}): " + capped(facts.stale, everything))

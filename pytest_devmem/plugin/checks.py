@@ -1,0 +1,144 @@
+"""One test's record and checks: its window's trace run once through the model of the machine, then
+pytest-devmem's verdicts in order (out of memory, limit, recompiles, leak, fragmentation, baseline),
+and the files a test leaves (its trace, the artifacts of a failure, its what-if answers)."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from ..capture.measurement import Captured, Measurement
+from ..files import path_in
+from ..gate.baseline import BaselineStore
+from ..gate.marks import compiles_verdict, fragmentation_verdict, leak_verdict, limit_verdict
+from ..gate.record import TestRecord
+from ..gate.tolerance import parse_tolerance
+from ..gate.verdicts import baseline_verdict, oom_verdict
+from ..model.device import Device
+from ..model.pool import Policy
+from ..present.text import terminal_lines
+from .compile_target import CompileTarget
+from .items import id_of_test, marked, oom_key, regime_of
+from .recording import make_record
+from .settings import Settings
+
+
+class Checks:
+    """Turns a measured test's window into its record and its verdict."""
+
+    def __init__(self, settings: Settings, device: Device, store: BaselineStore, measurement: Measurement, compile_target: CompileTarget, start_dir: Path) -> None:
+        self.settings = settings
+        self.device = device
+        self.store = store
+        self.measurement = measurement
+        self.compile_target = compile_target
+        self.start_dir = start_dir
+
+    def record(self, item: pytest.Item, outcome: str, duration: float, captured: Captured) -> TestRecord:
+        """The test's record, its trace written and analysed where the session asks."""
+        spec = marked(item)
+        regime = regime_of(item)
+        record = make_record(
+            self.measurement,
+            captured,
+            id_of_test(item.nodeid, item.location[0]),
+            regime.label,
+            regime.policy,
+            self.device,
+            context_bytes=self.settings.cuda_context_bytes,
+            outcome=outcome,
+            real_oom=item.stash.get(oom_key, None),
+            limit_bytes=spec.limit if spec is not None and spec.limit is not None else self.settings.limit,
+            duration_s=duration,
+            timeline=self.settings.artifacts_dir is not None,
+            compile_target=self.compile_target.label if "jax" in sys.modules else None,
+        )
+        self.write_trace(record)
+        self.analyse(record, regime.policy)
+        return record
+
+    def max_leak(self, item: pytest.Item) -> int | None:
+        spec = marked(item)
+        return spec.max_leak if spec is not None and spec.max_leak is not None else self.settings.max_leak
+
+    def first_failure(self, item: pytest.Item, record: TestRecord, captured: Captured) -> str | None:
+        """pytest-devmem's checks in order; the first failure's text (escaped for the terminal), or
+        None. Every check records what it found, and the baseline is always compared."""
+        spec = marked(item)
+        failure = oom_verdict(record) or limit_verdict(record.peak_bytes_in_use, record.limit_bytes)
+        if failure is None and spec is not None:
+            failure = compiles_verdict(captured.compiled, spec.max_compiles)
+        if failure is None:
+            failure = leak_verdict(captured.kept, self.max_leak(item))
+        if failure is None:
+            bound = spec.max_fragmentation if spec is not None and spec.max_fragmentation is not None else self.settings.max_fragmentation
+            failure = fragmentation_verdict(record.devices, bound)
+        tolerance = parse_tolerance(spec.tolerance) if spec is not None and spec.tolerance is not None else self.settings.tolerance
+        record.tolerance = tolerance.spec
+        compared = baseline_verdict(record, self.store, tolerance, update=self.settings.update, strict=self.settings.strict)  # always: the record keeps it
+        failure = failure or compared
+        return terminal_lines(failure) if failure is not None else None  # it quotes test ids, labels and baseline fields
+
+    def write_trace(self, record: TestRecord) -> None:
+        """With --devmem-traces=DIR: the test's trace as an RMM-style CSV, named after the test and regime."""
+        directory = self.settings.traces_dir
+        if directory is None or record.trace_events is None:
+            return
+        path = path_in(directory, f"{record.test_id}[{record.regime}]", ".csv")
+        try:
+            record.trace_events.write_csv(path)
+        except OSError as exc:  # the test's outcome does not depend on it: say so, and go on
+            warnings.warn(pytest.PytestWarning(terminal_lines(f"pytest-devmem could not write the trace of {record.test_id} to {path}: {exc.strerror or exc}")), stacklevel=1)
+            return
+        if record.trace is not None:
+            record.trace["file"] = str(path)
+
+    def leave_artifacts(self, record: TestRecord) -> str:
+        """With --devmem-artifacts=DIR: the failing test's trace and its picture there; the lines that say where."""
+        directory = self.settings.artifacts_dir
+        if directory is None or record.trace_events is None or record.run is None:
+            return ""
+        from ..model.timeline import build_view
+        from ..present.plot import write_plot
+
+        name = f"{record.test_id}[{record.regime}]"
+        trace, picture = path_in(directory, name, ".csv"), path_in(directory, name, ".html")
+        try:
+            record.trace_events.write_csv(trace)
+            write_plot(build_view(record.run, record.trace_events, record.regime), picture, f"{record.test_id} under {record.regime} on {self.device.name}")
+        except OSError as exc:
+            return terminal_lines(f"\n  artifacts not written to {directory}: {exc.strerror or exc}")
+        return terminal_lines(f"\n  artifacts: {shown(picture, self.start_dir)} (timeline and memory map), {shown(trace, self.start_dir)} (trace)")
+
+    def analyse(self, record: TestRecord, policy: Policy) -> None:
+        """Replay the test's trace: the smallest prealloc fraction it needs, and how a device of another size fares."""
+        if not self.settings.traces_needed or record.trace_events is None or not len(record.trace_events):
+            return
+        from dataclasses import replace
+
+        from ..model.whatif import MIN_FRACTION_FLOOR, find_min_fraction, what_if
+        from .recording import allocator_setups, machine_spec
+
+        trace = record.trace_events
+        setups = allocator_setups(policy, self.device)
+        spec = machine_spec(self.device, self.settings.cuda_context_bytes)
+        analysis: dict[str, object] = {"trace_events": len(trace), "peak_live_bytes": trace.peak_live_bytes()}
+        if self.settings.find_min_fraction:
+            smallest = find_min_fraction(trace, setups, spec)
+            analysis["min_fraction"] = smallest
+            analysis["min_fraction_at_floor"] = smallest == MIN_FRACTION_FLOOR  # "0.01 or less": the search stops there
+        if self.settings.what_if is not None:
+            answer = what_if(trace, setups, replace(spec, capacity=self.settings.what_if))
+            analysis["what_if"] = {"capacity": answer.capacity, "ok": answer.ok, "message": answer.message}
+        record.analysis = analysis
+
+
+def shown(path: object, start_dir: Path) -> str:
+    """A path relative to where pytest was started, when it lies below it."""
+    try:
+        return str(Path(str(path)).relative_to(start_dir))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,102 @@
+"""The process environment a session sets before any framework starts, and puts back after it: the
+session regime's JAX and TensorFlow variables, TensorFlow's CPU allocator, the deviceless GPU
+compile's setting, and an xdist worker's GPU. Frameworks read these once, when they start, which is
+why this runs in pytest_load_initial_conftests, before any conftest can import them."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Mapping
+
+import pytest
+
+from ..capture.tensorflow.cpu_allocator import ONEDNN_VARIABLE, CpuAllocatorSetting, prepare_cpu_allocator
+from ..capture.tensorflow.cpu_allocator import VARIABLE as TF_CPU_BFC
+from ..model.regime import restore
+from .settings import Settings
+
+early_env_key = pytest.StashKey["dict[str, str | None]"]()  # framework variables before this session's regime
+conflicts_key = pytest.StashKey["list[str]"]()  # the user's JAX variables that contradict the session regime
+gpu_env_key = pytest.StashKey["str | None"]()  # CUDA_VISIBLE_DEVICES before this worker's GPU was chosen
+deviceless_env_key = pytest.StashKey["Mapping[str, str | None]"]()  # what the deviceless GPU compile's setting replaced
+tensorflow_cpu_key = pytest.StashKey[CpuAllocatorSetting]()  # TF_CPU_ALLOCATOR_USE_BFC, as this session left it
+
+
+def prepare(config: pytest.Config, settings: Settings) -> None:
+    """Everything the frameworks read at start-up, set before they start; what it replaced is kept
+    on the config for `restore_all`. Contradicting JAX variables are kept for pytest_configure to
+    refuse (with the regime left unapplied)."""
+    if settings.regime is not None:
+        conflicts = settings.regime.conflicts(os.environ)
+        config.stash[conflicts_key] = conflicts
+        if conflicts:
+            return
+    if settings.effective_regime is not None:
+        config.stash[early_env_key] = settings.effective_regime.apply()
+    config.stash[tensorflow_cpu_key] = prepare_cpu_allocator(os.environ)  # before TensorFlow creates its CPU device
+    config.stash[deviceless_env_key] = prepare_deviceless_compile()  # before JAX starts its backends
+    apply_worker_gpu(config, settings)
+
+
+def prepare_late(config: pytest.Config, settings: Settings) -> None:
+    """What `prepare` would have set, where the plugin came too late for the early hook."""
+    if tensorflow_cpu_key not in config.stash:
+        config.stash[tensorflow_cpu_key] = prepare_cpu_allocator(os.environ)
+    apply_worker_gpu(config, settings)
+
+
+def prepare_deviceless_compile() -> dict[str, str | None]:
+    """Where XLA:GPU's compiler is installed (the gpu-compile extra) on a machine without a GPU: the
+    setting that lets it register while JAX runs on the CPU, without a traceback at JAX's start
+    (capture/gpu_compile.py); the previous values, to put back."""
+    from ..capture.gpu_compile import cuda_compiler_problem, environment_for_deviceless_compile
+
+    if cuda_compiler_problem() is not None:
+        return {}
+    from .workers import gpu_count
+
+    wanted = environment_for_deviceless_compile(os.environ, gpu_count() > 0)
+    previous = {name: os.environ.get(name) for name in wanted}
+    os.environ.update(wanted)
+    return previous
+
+
+def apply_worker_gpu(config: pytest.Config, settings: Settings) -> None:
+    """Give this xdist worker its own GPU, before any framework initialises CUDA."""
+    plan = settings.worker_plan
+    if plan is None or plan.cuda_visible_devices is None or gpu_env_key in config.stash:
+        return
+    config.stash[gpu_env_key] = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = plan.cuda_visible_devices
+
+
+def restore_frameworks(config: pytest.Config) -> None:
+    """Put back what `prepare` set for the frameworks (not the regime: `restore_all` does that)."""
+    setting = config.stash.get(tensorflow_cpu_key, None)
+    if setting is not None and setting.set_here:
+        restore({TF_CPU_BFC: None})
+    if setting is not None and setting.onednn_set_here:
+        restore({ONEDNN_VARIABLE: None})
+    if deviceless_env_key in config.stash:
+        restore(config.stash[deviceless_env_key])
+
+
+def restore_all(config: pytest.Config, regime_env: Mapping[str, str | None] | None) -> None:
+    """Put back everything the session set: the regime's variables, the frameworks', the worker's GPU."""
+    if regime_env is not None:
+        restore(regime_env)
+    if gpu_env_key in config.stash:
+        restore({"CUDA_VISIBLE_DEVICES": config.stash[gpu_env_key]})
+    restore_frameworks(config)
+
+
+def tensorflow_installed() -> bool:
+    if "tensorflow" in sys.modules:
+        return True
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("tensorflow") is not None
+    except (ImportError, ValueError):
+        return False

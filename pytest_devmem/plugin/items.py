@@ -1,0 +1,67 @@
+"""What the plugin keeps on each test item (its marker, regime, whether it is measured, what its
+window captured) and how a test is named in records and baselines."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ..capture.measurement import Captured
+from ..errors import OutOfMemoryError
+from ..gate.marks import MARK_NAME, MarkSpec, parse_mark
+from ..model.regime import Regime
+
+DEFAULT_REGIME = Regime.of("prealloc")
+"""A measured test's regime when neither --devmem-mode nor its marker names one: JAX's and
+TensorFlow's own defaults, which prealloc models (records and baselines say `prealloc`)."""
+
+mark_key = pytest.StashKey["MarkSpec | str | None"]()  # the marker's spec, or what is wrong with it
+regime_key = pytest.StashKey["Regime | None"]()
+measured_key = pytest.StashKey[bool]()
+captured_key = pytest.StashKey[Captured]()
+oom_key = pytest.StashKey["str | None"]()  # the out-of-memory error the test raised, as text
+
+
+def prepare_item(item: pytest.Item, session_regime: Regime | None) -> Regime | None:
+    """Read the item's marker once: its spec (or the error to raise in its setup), whether it is
+    measured, its regime."""
+    marker = item.get_closest_marker(MARK_NAME)
+    spec = parse_mark(marker.args, dict(marker.kwargs)) if marker is not None else None
+    item.stash[mark_key] = spec
+    item.stash[measured_key] = session_regime is not None or marker is not None
+    regime = spec.regime(session_regime) if isinstance(spec, MarkSpec) else session_regime
+    item.stash[regime_key] = regime
+    return regime
+
+
+def marked(item: pytest.Item) -> MarkSpec | None:
+    spec = item.stash.get(mark_key, None)
+    return spec if isinstance(spec, MarkSpec) else None
+
+
+def measured(item: pytest.Item) -> bool:
+    return item.stash.get(measured_key, False)
+
+
+def regime_of(item: pytest.Item) -> Regime:
+    """The regime the item runs under: its own, or the default where none is named."""
+    return item.stash.get(regime_key, None) or DEFAULT_REGIME
+
+
+def id_of_test(nodeid: str, path: str) -> str:
+    """The id records and baselines know a test by: its node id; for a test outside the rootdir,
+    which pytest names `::test` without its file, the file's path from the rootdir (`path`, the
+    item's location) in front, so two such tests never share an id or a baseline file."""
+    if not nodeid.startswith("::"):
+        return nodeid
+    return path.replace(os.sep, "/") + nodeid
+
+
+def out_of_memory_text(exc: BaseException) -> str | None:
+    """The first line of our pool's OOM, or of a framework's (XLA's RESOURCE_EXHAUSTED, TensorFlow's
+    ResourceExhaustedError); None for any other error."""
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, (OutOfMemoryError, MemoryError)) or "RESOURCE_EXHAUSTED" in text or "ResourceExhausted" in text or "out of memory" in text.lower():
+        return text.splitlines()[0][:500]
+    return None

@@ -1,0 +1,201 @@
+"""The session's results: every test's record (made here, in a worker or in a child), the tests
+skipped at setup, what the xdist workers sent, and, at the end, what is written (baselines, the
+report, the benchmark JSON, the autosaved report), stale baselines and the workers' side-by-side
+check, then the plain facts the terminal summary shows."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from ..files import write_atomic
+from ..gate.baseline import BaselineStore
+from ..gate.record import TestRecord
+from ..gate.refresh import refresh_baselines
+from ..gate.stale import SuiteShape, stale_baselines
+from ..model.device import DEFAULT_COMPUTE_CAPABILITY, Device
+from ..model.side_by_side import SideBySide, check_side_by_side
+from ..present.report import benchmark_json, render
+from ..present.summary import SummaryFacts
+from .checks import shown
+from .compile_target import CompileTarget
+from .items import DEFAULT_REGIME
+from .settings import Settings
+from .shard import shard_of
+from .workers import LargestTests, plan_workers, workers_per_device
+
+if TYPE_CHECKING:
+    from ..capture.tensorflow.cpu_allocator import CpuAllocatorSetting
+    from ..model.frameworks import AllocatorSetup
+    from ..model.trace import Trace
+
+
+class SessionResults:
+    """What the session measured and stored; only the xdist controller (or a single process) writes."""
+
+    def __init__(self, config: pytest.Config, settings: Settings, device: Device, store: BaselineStore, compile_target: CompileTarget) -> None:
+        self.config = config
+        self.settings = settings
+        self.device = device
+        self.store = store
+        self.compile_target = compile_target
+        self.records: list[TestRecord] = []
+        self.local: dict[str, TestRecord] = {}  # made in this process, waiting for their report: no JSON round trip
+        self.unrecorded: dict[tuple[str, str], tuple[str, str]] = {}  # skipped at setup: (test, regime) -> (device, why)
+        self.shape = SuiteShape()  # what pytest collected, before any selection: for stale baselines
+        self.stale: list[str] = []
+        self.workers_reported = 0  # xdist controller: workers that sent their results
+        self.stale_from_workers: set[str] = set()
+        self.largest_from_workers: list[tuple[int, str, Trace]] = []
+        self.side_by_side: SideBySide | None = None
+        self.baselines_written: list[str] = []
+        self.write_problems: list[str] = []  # what the user asked to be stored and could not be
+        self.autosaved: Path | None = None
+
+    # -- gathering ----------------------------------------------------------------------
+
+    def add(self, nodeid: str, data: object) -> None:
+        """A call report arrived: its record, made here or sent with the report by a worker or a child."""
+        local = self.local.pop(nodeid, None)
+        if local is not None:
+            self.records.append(local)
+        elif isinstance(data, dict):
+            self.records.append(TestRecord.from_json(data))
+
+    def worker_finished(self, sent: object) -> None:
+        """pytest-xdist's controller: what a worker sent when it finished (its stale baselines, its
+        largest tests' traces); a worker that crashed sends nothing."""
+        if not isinstance(sent, dict):
+            return
+        self.workers_reported += 1
+        stale = sent.get("stale")
+        if isinstance(stale, list):
+            self.stale_from_workers.update(str(name) for name in stale)
+        self.largest_from_workers += LargestTests.from_json(sent.get("largest"))
+
+    def worker_output(self, largest: LargestTests | None) -> dict[str, object]:
+        """What an xdist worker sends its controller, which alone writes."""
+        return {"stale": stale_baselines(self.store.entries(), self.shape), "largest": largest.to_json() if largest is not None else []}
+
+    # -- the end ------------------------------------------------------------------------
+
+    def finish(self, session: pytest.Session) -> None:
+        """Write what was asked, find stale baselines and check the workers side by side; the
+        session fails where any of it fails."""
+        self.records.sort(key=lambda r: r.test_id)  # once, for the summary and the report
+        info = self.session_info()
+        if self.settings.update:
+            written, problems = refresh_baselines(self.store, self.records, info["versions"], self.unrecorded)  # type: ignore[arg-type]
+            self.baselines_written = [str(path) for path in written]
+            self.write_problems += [f"baseline not written: {problem}" for problem in problems]
+        self.stale = sorted(set(stale_baselines(self.store.entries(), self.shape)) | self.stale_from_workers)
+        failed = bool(self.stale and self.settings.strict)
+        self.side_by_side = self.check_side_by_side()
+        failed = failed or (self.side_by_side is not None and not self.side_by_side.fits)
+        unrecorded = self.unrecorded_json()
+        self._write(self.settings.report_path, "report", lambda: render(self.settings.report_path, self.records, info, unrecorded))  # type: ignore[arg-type]
+        self._write(self.settings.benchmark_json, "benchmark JSON", lambda: benchmark_json(self.records))
+        if self.settings.autosave and self.records:  # a run that measured nothing leaves no file
+            from ..present.autosave import autosave
+
+            try:
+                self.autosaved = autosave(self.config.rootpath, render("report.json", self.records, info, unrecorded), info)
+            except OSError as exc:
+                self.write_problems.append(f"report not autosaved: {exc.filename or self.config.rootpath}: {exc.strerror or exc}")
+        if (failed or self.write_problems) and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # what the user asked to be stored is not, or strict found stale ones
+
+    def _write(self, path: Path | None, what: str, text: object) -> None:
+        if path is None:
+            return
+        try:
+            write_atomic(path, text())  # type: ignore[operator]
+        except OSError as exc:
+            self.write_problems.append(f"{what} not written: {path}: {exc.strerror or exc}")
+
+    def unrecorded_json(self) -> list[dict[str, str]]:
+        """The measured tests skipped at setup, for the report: a refresh from reports
+        (`devmem merge --baselines`) stores them as `--devmem-update` does."""
+        return [{"test_id": test_id, "regime": regime, "device": device, "reason": reason} for (test_id, regime), (device, reason) in sorted(self.unrecorded.items())]
+
+    def check_side_by_side(self) -> SideBySide | None:
+        """xdist controller: the suite's largest tests replayed at once, as the workers sharing a
+        device may run them (model/side_by_side.py)."""
+        if self.workers_reported < 2 or len(self.largest_from_workers) < 2:
+            return None
+        from .recording import allocator_setups, machine_spec
+        from .workers import gpu_count
+
+        uses_gpu = getattr(self.device, "index", None) is not None
+        gpus = gpu_count() if uses_gpu else 0
+        sharing = workers_per_device(self.workers_reported, gpus, uses_gpu)
+
+        def setups_for(count: int) -> tuple[str, dict[str, AllocatorSetup]]:
+            if uses_gpu and gpus > 1:  # each worker keeps the session regime on its GPU
+                regime = self.settings.regime
+            else:
+                regime = plan_workers(self.settings.regime, self.settings.fraction_chosen, 0, count, 0, False).regime
+            policy = (regime or DEFAULT_REGIME).policy
+            return policy.label, allocator_setups(policy, self.device)
+
+        return check_side_by_side(self.largest_from_workers, sharing, setups_for, machine_spec(self.device, self.settings.cuda_context_bytes))
+
+    def session_info(self) -> dict[str, object]:
+        """The report's session: the device, the regime, versions, and where the figures came from."""
+        from .. import __version__
+        from ..model.driver_info import driver_info
+        from ..provenance import provenance
+        from .environment import tensorflow_cpu_key
+
+        versions = {"pytest-devmem": __version__}
+        for package in ("jax", "jaxlib", "tensorflow", "tensorflow-cpu", "nvidia-ml-py"):
+            try:
+                versions[package] = importlib.metadata.version(package)
+            except importlib.metadata.PackageNotFoundError:
+                pass
+        driver = driver_info()
+        tensorflow_cpu = self.config.stash.get(tensorflow_cpu_key, None)
+        return {
+            "device": self.device.name,
+            "device_class": self.device.device_class,
+            "device_capacity_bytes": self.device.capacity,
+            "device_compute_capability": list(getattr(self.device, "compute_capability", DEFAULT_COMPUTE_CAPABILITY)),
+            "regime": self.settings.regime.label if self.settings.regime else None,
+            "versions": versions,
+            **({"tensorflow_cpu_allocator": tensorflow_cpu.describe()} if tensorflow_cpu is not None and any(name.startswith("tensorflow") for name in versions) else {}),
+            **({"compile_target": self.compile_target.to_json()} if "jax" in versions else {}),
+            **({"shard": shard} if (shard := shard_of(self.config)) is not None else {}),
+            **provenance(self.config.rootpath, versions, self.device.device_class, {"driver_version": driver.driver_version, "cuda_version": driver.cuda_version}),
+        }
+
+    def facts(self, isolated: dict[str, int], xdist_note: str, tensorflow_cpu: CpuAllocatorSetting | None) -> SummaryFacts:
+        """What the terminal summary shows, as plain data."""
+        start = self.config.invocation_params.dir
+        report = self.settings.report_path
+        report_written = report is not None and not any(p.startswith("report not written") for p in self.write_problems)
+        tensorflow_problem = tensorflow_cpu.problem() if tensorflow_cpu is not None else None
+        if tensorflow_problem and not any(not reading.unused for record in self.records for name, reading in record.sources.items() if name == "tensorflow"):
+            tensorflow_problem = None  # no test used TensorFlow: nothing to say
+        return SummaryFacts(
+            device=self.device.name,
+            simulated=getattr(self.device, "index", None) is None,
+            records=self.records,
+            baselines_directory=shown(self.store.directory, start),
+            updating=self.settings.update,
+            strict=self.settings.strict,
+            find_min_fraction=self.settings.find_min_fraction,
+            what_if=self.settings.what_if,
+            isolated=isolated,
+            xdist_note=xdist_note,
+            side_by_side=self.side_by_side,
+            baselines_written=[shown(path, start) for path in self.baselines_written],
+            stale=self.stale,
+            write_problems=self.write_problems,
+            report=shown(report, start) if report is not None and report_written else None,
+            autosaved=shown(self.autosaved, start) if self.autosaved is not None else None,
+            compile_note=self.compile_target.note if self.compile_target.spec is not None or self.compile_target.class_suffix else "",
+            tensorflow_problem=tensorflow_problem,
+        )

@@ -1,0 +1,338 @@
+"""The plugin object of a session: its hooks read as the life of a test, top to bottom, and hand the
+work to the module that owns it (items, measurement, checks, results, children, the summary)."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from typing import TYPE_CHECKING, Any, Generator
+
+import pytest
+
+from ..capture.measurement import Measurement
+from ..capture.pool import RecordingPool
+from ..gate.baseline import BaselineStore
+from ..model.device import Device
+from ..model.pool import make_pool
+from ..model.regime import Regime, configure_tensorflow_gpus, jax_backend_started
+from ..units import format_size
+from .checks import Checks
+from .compile_target import CompileTarget
+from .environment import early_env_key, restore_all, tensorflow_cpu_key, tensorflow_installed
+from .items import DEFAULT_REGIME, captured_key, id_of_test, mark_key, measured, oom_key, out_of_memory_text, prepare_item, regime_key
+from .results import SessionResults
+from .settings import Settings
+from .workers import LargestTests, plan_workers
+
+if TYPE_CHECKING:  # isolation pulls in subprocess and json: imported only when a test needs a child
+    from ..capture.tensorflow.cpu_allocator import CpuAllocatorSetting
+    from .fixture import DevmemFixture
+    from .isolation import ChildEventWriter, ChildOutcome
+
+PLUGIN_NAME = "devmem-manager"
+
+
+class DevmemSession:
+    """Registered once per session by pytest_configure; holds what the session shares."""
+
+    def __init__(self, config: pytest.Config, settings: Settings, device: Device, store: BaselineStore, target: CompileTarget, child: tuple[ChildEventWriter, set[str]] | None = None) -> None:
+        self.config = config
+        self.settings = settings
+        self.device = device
+        self.compile_target = target
+        self.measurement = Measurement(device, gpu_sizer(config, target))
+        self.checks = Checks(settings, device, store, self.measurement, target, config.invocation_params.dir)
+        self.results = SessionResults(config, settings, device, store, target)
+        self.child_writer: ChildEventWriter | None = child[0] if child is not None else None
+        self.child_nodes: set[str] = child[1] if child is not None else set()  # in a child: the tests it runs
+        self.isolated: dict[Regime, list[pytest.Item]] = {}
+        self.child_outcomes: dict[Regime, ChildOutcome] = {}
+        self.largest = LargestTests(worker_count(config)) if self.is_xdist_worker else None
+        self.xdist_note = self._plan_workers()
+        self._tensorflow_configured = False
+        self.regime_env: dict[str, str | None] | None = config.stash.get(early_env_key, None)  # what the regime replaced
+        if settings.regime is not None:
+            self.measurement.watch_frameworks()  # every test is measured: hook JAX before it runs anything
+        if settings.effective_regime is not None:
+            if jax_backend_started():
+                warnings.warn(pytest.PytestWarning(f"JAX had already started before pytest-devmem could apply regime {settings.effective_regime.label}; its settings do not apply in this process"), stacklevel=1)
+            previous = settings.effective_regime.apply()
+            if self.regime_env is None:
+                self.regime_env = previous
+
+    @property
+    def is_child(self) -> bool:
+        return self.child_writer is not None
+
+    @property
+    def is_xdist_worker(self) -> bool:
+        return hasattr(self.config, "workerinput")
+
+    @property
+    def tensorflow_cpu(self) -> CpuAllocatorSetting | None:
+        return self.config.stash.get(tensorflow_cpu_key, None)
+
+    # -- the session starts ---------------------------------------------------------------
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        regime = self.settings.regime.label if self.settings.regime else f"none (marked tests only, under {DEFAULT_REGIME.label} unless the marker names one)"
+        lines = [f"devmem: device {self.device.name}, regime {regime}"]
+        if self.compile_target.spec is not None or self.compile_target.class_suffix:
+            lines.append(f"devmem: {self.compile_target.note}")
+        if self.tensorflow_cpu is not None and tensorflow_installed():
+            lines.append(f"devmem: {self.tensorflow_cpu.describe()}")
+        return lines
+
+    # -- collection: what exists, then what runs, under which regime ------------------------
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+        """What each collector holds, as it collected it: the innermost wrapper, so before any
+        plugin filters the result (--lf does); selection (-k, node ids, shards) comes later."""
+        report = yield
+        if report.passed:
+            self.results.shape.expanded(collector.nodeid, [node.nodeid for node in report.result])
+        return report
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> Generator[None, None, None]:
+        """After every plugin has chosen (-k, shard plugins such as pytest-split, which run
+        trylast): each item that runs gets its regime, and those under another regime their child
+        group. A child runs exactly the nodes its parent gave it, whatever a shard plugin on the
+        inherited command line would choose."""
+        collected = list(items) if self.is_child else []
+        result = yield
+        if self.is_child:
+            keep = [item for item in collected if item.nodeid in self.child_nodes]
+            dropped = [item for item in items if item.nodeid not in self.child_nodes]
+            if dropped:
+                config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
+        timeouts = config.pluginmanager.hasplugin("timeout")  # pytest-timeout
+        self.results.shape.add_items(item.nodeid for item in items)
+        for item in items:
+            regime = prepare_item(item, self.settings.regime)
+            if regime is not None and regime != self.settings.regime and not self.is_child:
+                self.isolated.setdefault(regime, []).append(item)
+                if timeouts:  # the child gets --timeout and times each test itself; here one timer
+                    item.add_marker(pytest.mark.timeout(0))  # would fire while waiting for the child
+        return result
+
+    # -- a test under another regime runs in a child ----------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+        regime = item.stash.get(regime_key, None)
+        if regime is None or regime == self.settings.regime or self.is_child:
+            return None
+        from .isolation import replay_from_children
+
+        replay_from_children(self, item, nextitem, regime)
+        return True
+
+    def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
+        if self.child_writer is not None:
+            self.child_writer.start(nodeid)
+
+    # -- a test: its window opens before its fixtures, closes after its call ----------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, None, None]:
+        __tracebackhide__ = True
+        spec = item.stash.get(mark_key, None)
+        if isinstance(spec, str):
+            raise pytest.UsageError(spec)
+        if not measured(item):
+            return (yield)
+        self._configure_tensorflow_once()
+        item.stash[oom_key] = None
+        self.measurement.start()  # before fixtures: what a function-scoped fixture allocates counts
+        try:
+            return (yield)
+        except BaseException:  # no call phase will stop the measurement: stop it here
+            self.measurement.stop()
+            raise
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> Generator[None, object, object]:
+        """A fixture shared by several tests is set up by whichever runs first: its memory belongs to
+        none of them, so it stays out of the trace (test order must not change a test's figures)."""
+        if fixturedef.scope == "function" or not self.measurement.recorder.recording:
+            return (yield)
+        with self.measurement.recorder.paused():
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        if not measured(item):
+            return (yield)
+        self.measurement.recorder.mark()  # what the test itself allocates, after its fixtures
+        try:
+            return (yield)
+        except BaseException as exc:
+            item.stash[oom_key] = out_of_memory_text(exc)
+            raise
+        finally:
+            item.stash[captured_key] = self.measurement.stop(check_leaks=self.checks.max_leak(item) is not None)
+
+    # -- its record and its verdict ---------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        if call.when == "setup" and report.skipped and measured(item):
+            why = str(report.longrepr[2]).removeprefix("Skipped: ") if isinstance(report.longrepr, tuple) else "skipped"
+            report.devmem_unrecorded = [(item.stash.get(regime_key, None) or DEFAULT_REGIME).label, f"skipped: {why}"]  # type: ignore[attr-defined]
+        if call.when != "call" or not measured(item):
+            return report
+        captured = item.stash.get(captured_key, None)
+        if captured is None:  # a subtest's report, made while the test still runs: one test, one record
+            return report
+        del item.stash[captured_key]
+        record = self.checks.record(item, report.outcome, call.duration, captured)
+        failure = self.checks.first_failure(item, record, captured)
+        if failure is not None and report.outcome == "passed":
+            report.outcome = "failed"
+            report.longrepr = failure + self.checks.leave_artifacts(record)
+            report.devmem_failure = True  # type: ignore[attr-defined]  # its own status letter, M
+            record.outcome = "failed"
+            record.failed_by_devmem = True
+        elif failure is not None:  # failed already (a real OOM, say): add what pytest-devmem found
+            report.sections.append(("pytest-devmem", failure))
+        if self.largest is not None and item.stash.get(regime_key, None) == self.settings.regime:  # ran in this worker's own process
+            self.largest.offer(record.test_id, record.peak_bytes_in_use, record.trace_events)
+        if self.is_child or self.is_xdist_worker:  # the record travels to another process with the report
+            report.devmem_record = record.to_json()  # type: ignore[attr-defined]
+        else:
+            self.results.local[item.nodeid] = record
+        return report
+
+    def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
+        """A test failed by pytest-devmem alone shows `M` and MEMORY PROBLEMS, as pytest-memray's do."""
+        if report.when == "call" and getattr(report, "devmem_failure", False):
+            return "failed", "M", ("MEMORY PROBLEMS", {"red": True})
+        return None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.child_writer is not None:
+            self.child_writer.report(report)
+        unrecorded = getattr(report, "devmem_unrecorded", None)
+        if isinstance(unrecorded, list) and len(unrecorded) == 2:  # from here, a worker or a child
+            self.results.unrecorded[(id_of_test(report.nodeid, report.location[0]), str(unrecorded[0]))] = (self.device.name, str(unrecorded[1]))
+        if report.when == "call":
+            self.results.add(report.nodeid, getattr(report, "devmem_record", None))
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
+        if self.child_writer is not None:
+            self.child_writer.finish(nodeid)
+
+    # -- the session ends -------------------------------------------------------------------
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        output = getattr(node, "workeroutput", None)
+        self.results.worker_finished(output.get("devmem") if isinstance(output, dict) else None)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.is_child:
+            return
+        if self.is_xdist_worker:  # only the controller writes: every record reaches it
+            self.config.workeroutput["devmem"] = self.results.worker_output(self.largest)  # type: ignore[attr-defined]
+            return
+        self.results.finish(session)
+
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        results = self.results
+        if (results.records or results.stale or results.side_by_side is not None) and not self.is_child and not self.is_xdist_worker:
+            from ..present.summary import SessionSummary
+
+            isolated = {regime.label: outcome.children_started for regime, outcome in self.child_outcomes.items()}
+            facts = results.facts(isolated, self.xdist_note, self.tensorflow_cpu)
+            SessionSummary(facts, terminalreporter, everything=config.getoption("verbose", 0) > 0).write()
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.measurement.close()
+        restore_all(config, self.regime_env)
+        if self.child_writer is not None:
+            self.child_writer.close()
+        close = getattr(self.device, "close", None)
+        if close is not None:
+            close()
+
+    # -- the fixture, and what the session sets up once --------------------------------------
+
+    def make_fixture(self, item: pytest.Item) -> DevmemFixture:
+        """The `devmem` fixture of one test: its regime and a pool under it on the session's device,
+        which records while the test is measured and refuses use once the test has ended."""
+        from .fixture import DevmemFixture
+
+        regime = item.stash.get(regime_key, None)
+        if regime is not None and regime == self.settings.regime:
+            regime = self.settings.effective_regime  # this xdist worker's share of the session regime
+        pool = make_pool(self.device, (regime or DEFAULT_REGIME).policy)
+        if measured(item):
+            self.measurement.pool_source.attach(pool)
+        return DevmemFixture(regime or DEFAULT_REGIME, RecordingPool(pool, self.measurement.recorder), self.device)  # type: ignore[arg-type]
+
+    def _configure_tensorflow_once(self) -> None:
+        if self._tensorflow_configured or "tensorflow" not in sys.modules or self.settings.regime is None:
+            return
+        self._tensorflow_configured = True
+        problem = configure_tensorflow_gpus(self.settings.effective_regime, self.device.capacity)  # type: ignore[arg-type]
+        if problem:
+            warnings.warn(pytest.PytestWarning(problem), stacklevel=1)
+
+    def _plan_workers(self) -> str:
+        """On the xdist controller: how workers will share the device; a warning where they cannot."""
+        if self.is_xdist_worker or self.is_child or self.settings.regime is None:
+            return ""
+        try:
+            count = int(self.config.getoption("numprocesses", default=0) or 0)
+        except (TypeError, ValueError):
+            count = 0
+        uses_gpu = getattr(self.device, "index", None) is not None
+        from .workers import gpu_count
+
+        plan = plan_workers(self.settings.regime, self.settings.fraction_chosen, 0, count, gpu_count() if uses_gpu else 0, uses_gpu)
+        if not plan.warning:
+            return plan.note
+        warning = plan.warning + self._crowding(count)
+        self.config.issue_config_time_warning(pytest.PytestWarning(warning), stacklevel=2)
+        return warning
+
+    def _crowding(self, count: int) -> str:
+        """What each worker's JAX would really hold on this device, started one after the other."""
+        from ..model.frameworks import AllocatorSetup
+        from ..model.whatif import process_shares
+        from .recording import machine_spec
+
+        regime = self.settings.regime
+        if regime is None or not regime.policy.preallocates:
+            return ""
+        shares = process_shares(machine_spec(self.device, self.settings.cuda_context_bytes), AllocatorSetup("jax", "prealloc", regime.fraction), count)
+        held = ", ".join(f"worker {i + 1} {format_size(share)}" for i, share in enumerate(shares))
+        return f"; on {self.device.name}, started one after the other, each JAX preallocation backs off to what is left: {held}"
+
+
+def gpu_sizer(config: pytest.Config, target: CompileTarget) -> object | None:
+    """The GPU sizer for the session's compile target, its results cached on disk in pytest's cache
+    directory where there is one; None where JAX keeps its own sizes."""
+    if target.spec is None:
+        return None
+    from ..capture.gpu_compile import GpuSizer
+
+    cache = getattr(config, "cache", None)
+    directory = None
+    if cache is not None:
+        try:
+            directory = cache.mkdir("devmem-gpu-sizes")
+        except OSError:
+            directory = None
+    return GpuSizer(target.spec, directory)
+
+
+def worker_count(config: pytest.Config) -> int:
+    """The number of pytest-xdist workers, as a worker is told."""
+    count = getattr(config, "workerinput", {}).get("workercount")
+    return count if isinstance(count, int) and count > 0 else 1
