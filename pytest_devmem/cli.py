@@ -311,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     show_parser.add_argument("directory", type=Path, nargs="?", default=Path("baselines"), help="Baseline directory (default: baselines)")
     replay_parser = commands.add_parser("replay", help="Replay a recorded trace (--devmem-traces) under a regime; exit 1 if it does not fit")
     replay_parser.add_argument("trace", type=Path, help="Trace file (RMM-style CSV)")
-    replay_parser.add_argument("--mode", required=True, help="prealloc, fraction, ondemand (platform) or growth")
+    replay_parser.add_argument("--mode", required=True, help="prealloc, fraction, ondemand (platform), growth or compact")
     replay_parser.add_argument("--fraction", default=None, help="Fraction of the device, in (0, 1]")
     replay_parser.add_argument("--device", default="sim", help="Device whose capacity to use: sim, sim:SIZE, cuda:N (default: sim, 16 GiB)")
     plot_parser = commands.add_parser("plot", help="Draw a test's memory over its events and the pool's map at its peak, as PNG or HTML")

@@ -347,6 +347,19 @@ def test_default_tolerance_has_a_floor_and_never_fails_a_percentage_of_zero(spec
     assert compare(entry, "t", "prealloc", {"peak_bytes_in_use": now}, parse_tolerance(spec)).status == status
 
 
+def test_what_grew_compares_contributors_and_says_when_the_baseline_named_none() -> None:
+    from pytest_devmem.gate.baseline import BaselineEntry
+
+    tolerance = parse_tolerance("10%,1MiB")
+    now = {"peak_bytes_in_use": 64 * MiB}
+    named = BaselineEntry("t", "prealloc", {"peak_bytes_in_use": 8 * MiB}, "sim:16GiB", {}, Path("b.json"), contributors={"jit(step) temp": 8 * MiB})
+    text = compare(named, "t", "prealloc", now, tolerance, {"jit(step) temp": 40 * MiB, "Conv2D": 24 * MiB}).growth_text()
+    assert text == "jit(step) temp 8.00 MiB → 40.00 MiB, Conv2D none → 24.00 MiB"
+    unnamed = BaselineEntry("t", "prealloc", {"peak_bytes_in_use": 8 * MiB}, "sim:16GiB", {}, Path("b.json"))
+    text = compare(unnamed, "t", "prealloc", now, tolerance, {"jit(step) temp": 40 * MiB, "Conv2D": 24 * MiB}).growth_text()
+    assert text == "(the baseline names no one to compare with) largest now: jit(step) temp 40.00 MiB, Conv2D 24.00 MiB"
+
+
 def test_default_tolerance_is_ten_percent_or_one_mebibyte() -> None:
     from pytest_devmem.gate.tolerance import DEFAULT_TOLERANCE
 

@@ -147,6 +147,10 @@ def test_the_cpu_allocator_variable_is_set_unless_the_user_set_it(monkeypatch: p
     assert "oneDNN as you set it (TF_ENABLE_ONEDNN_OPTS=1)" in setting.describe()
     assert "not BFC (TF_CPU_ALLOCATOR_USE_BFC=false, yours)" in setting.describe()
     assert setting.problem() == "TF_CPU_ALLOCATOR_USE_BFC=false (yours): TensorFlow's CPU allocations are traced only in part, or not at all"
+    environ = {"TF_ENABLE_ONEDNN_OPTS": "1"}  # oneDNN on by the user's choice: kept, and said to change the figures
+    setting = prepare_cpu_allocator(environ)
+    assert environ == {VARIABLE: "true", "TF_ENABLE_ONEDNN_OPTS": "1"} and setting.effective
+    assert (setting.problem() or "").startswith("TF_ENABLE_ONEDNN_OPTS=1 (yours): oneDNN's kernels take their scratch outside TensorFlow's allocator")
 
 
 # -- the profile TensorFlow writes -------------------------------------------------------------

@@ -63,10 +63,13 @@ class Comparison:
     baseline_file: str | None = None
     reason: str = ""  # with "not baselined": why the stored entry holds no figures
     grew: list[tuple[str, int | None, int]] = field(default_factory=list)  # (who, bytes at the baseline's peak, now)
+    baseline_named_contributors: bool = True  # False: `grew` lists the largest now, with nothing to compare
 
     def growth_text(self) -> str:
         """`jit(layer) temp 2.00 MiB -> 32.00 MiB, ...`: what held more at the peak than at the baseline's."""
-        return ", ".join(f"{name} {format_size(before) if before is not None else '(none)'} → {format_size(now)}" for name, before, now in self.grew)
+        if not self.baseline_named_contributors:
+            return "(the baseline names no one to compare with) largest now: " + ", ".join(f"{name} {format_size(now)}" for name, _, now in self.grew)
+        return ", ".join(f"{name} {format_size(before) if before is not None else 'none'} → {format_size(now)}" for name, before, now in self.grew)
 
     def failure_message(self) -> str:
         broken = [change for change in self.changes if change.verdict == "regressed"]
@@ -135,7 +138,7 @@ def compare(
     else:
         status = "ok"
     grew = what_grew(entry.contributors, contributors or {}) if status == "regressed" else []
-    return Comparison(test_id, regime, status, changes, str(entry.path), grew=grew)
+    return Comparison(test_id, regime, status, changes, str(entry.path), grew=grew, baseline_named_contributors=bool(entry.contributors))
 
 
 def _changes(stored: dict[str, float | int | None], now: dict[str, float | int | None], tolerance: Tolerance, device: str | None) -> list[MetricChange]:

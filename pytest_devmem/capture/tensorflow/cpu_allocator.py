@@ -58,7 +58,7 @@ class CpuAllocatorSetting:
             text = f"TensorFlow's CPU allocator: not BFC ({VARIABLE}={self.value}, yours): on CPU its allocations are traced only in part, or not at all"
         if self.onednn_set_here:
             return text + f"; oneDNN off ({ONEDNN_VARIABLE}=0, set by pytest-devmem: the same figures on every CPU)"
-        if self.onednn is not None and self.onednn.strip() not in ("0", "false", "False"):
+        if self.onednn_on:
             return text + f"; oneDNN as you set it ({ONEDNN_VARIABLE}={self.onednn}): its kernels' scratch is outside TensorFlow's allocator, and on CPUs without AVX-512 it is off"
         return text
 
@@ -72,7 +72,17 @@ class CpuAllocatorSetting:
             )
         if not _on(self.value):
             return f"{VARIABLE}={self.value} (yours): TensorFlow's CPU allocations are traced only in part, or not at all"
+        if self.onednn_on:
+            return (
+                f"{ONEDNN_VARIABLE}={self.onednn} (yours): oneDNN's kernels take their scratch outside TensorFlow's allocator, "
+                "so TensorFlow's figures here are lower than a GPU's, can differ between CPUs, and do not compare with baselines "
+                f"recorded with oneDNN off (pytest-devmem's default; unset {ONEDNN_VARIABLE} to measure without it)"
+            )
         return None
+
+    @property
+    def onednn_on(self) -> bool:
+        return self.onednn is not None and self.onednn.strip() not in ("0", "false", "False")
 
 
 def tensorflow_started() -> bool:
