@@ -76,3 +76,27 @@ def test_an_attention_step_is_sized_as_an_h100_sizes_it_and_cpu_keeps_the_cpu_fi
     assert on_cpu["peak_bytes_in_use"] == 64 * MiB and on_cpu["compile_target"] == "cpu"
     assert gpu["session"]["compile_target"]["target"] == "H100-80GB"
     assert (on_gpu["device_class"], on_cpu["device_class"]) == ("sim-H100-80GB", "sim-H100-80GB-cpu-sizes")  # never compared with each other
+
+
+@pytest.mark.gpu
+@needs_compiler
+def test_real_gpu_native_compile_and_the_deviceless_compile_for_its_preset_size_alike(pytester: pytest.Pytester) -> None:
+    """On a GPU whose name is a preset's, the attention step's peak from JAX's own compile (native) and
+    from the deviceless compile for that preset (what a CPU-only CI gets) agree within 10%."""
+    import jax
+
+    from pytest_devmem.model.gpu_targets import GPU_SPECS
+
+    kind = jax.devices()[0].device_kind
+    presets = [name for name, spec in GPU_SPECS.items() if spec.description == kind]
+    if jax.default_backend() != "gpu" or not presets:
+        pytest.skip(f"no preset describes this device ({kind!r} on {jax.default_backend()})")
+    pytester.makepyfile(test_attention=ATTENTION)
+    peaks = {}
+    for target in ("auto", presets[0]):
+        result = pytester.runpytest_subprocess("--devmem-mode=prealloc", "--devmem-device=cuda:0", f"--devmem-compile-target={target}", f"--devmem-report={target}.json")
+        result.assert_outcomes(passed=1)
+        record = json.loads((pytester.path / f"{target}.json").read_text())["records"][0]
+        peaks[target] = record["peak_bytes_in_use"]
+    native, deviceless = peaks["auto"], peaks[presets[0]]
+    assert abs(native - deviceless) <= 0.1 * native, peaks

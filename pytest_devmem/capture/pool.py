@@ -44,10 +44,11 @@ class RecordingPool:
         site = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} in {frame.f_code.co_name}"  # who asked, for people
         try:
             handle = self.pool.alloc(nbytes)
-        except OutOfMemoryError:
+        except OutOfMemoryError as error:
             # the request happened: the trace keeps it, so the model replays the failure with its analysis
             self._recorder.allocate(int(nbytes), SOURCE, site)
-            raise
+            __tracebackhide__ = True  # the test's line is where it failed; the pool's insides say nothing more
+            raise error.with_traceback(None) from None
         size = int(nbytes)
         self._ids[handle] = (self._recorder.allocate(size, SOURCE, site), size)
         return handle

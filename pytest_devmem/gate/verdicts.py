@@ -1,6 +1,6 @@
 """The checks a measured test must pass beyond its own assertions, as pure functions: each takes
-the test's record and returns the failure text, or None. The plugin applies them in order (limit,
-out of memory, baseline) and records what they found. No pytest here."""
+the test's record and returns the failure text, or None: out of memory and the baseline here, the
+marker's own checks in `marks`. `plugin.checks` applies them in order. No pytest here."""
 
 from __future__ import annotations
 
