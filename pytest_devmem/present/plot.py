@@ -185,7 +185,7 @@ def _png_lane(axis: object, lane: DeviceLane, view: TimelineView, last: int, plt
     if oom and oom.get("device") == lane.device:
         event = int(oom.get("event", 0))  # type: ignore[call-overload]
         ax.axvline(event, color=OOM_COLOUR, linewidth=1.5)  # type: ignore[attr-defined]
-        ax.text(event, top_in_use * 1.2, " " + matplotlib_text(oom_caption(view)), color=OOM_COLOUR, fontsize=7, va="top", ha="right" if event > last / 2 else "left")  # type: ignore[attr-defined]
+        ax.set_title(matplotlib_text(oom_caption(view)), color=OOM_COLOUR, fontsize=8)  # type: ignore[attr-defined]  # above the lane: never over its lines or legends
     ax.legend(loc="upper left", fontsize=7)  # type: ignore[attr-defined]
     right.legend(loc="upper right", fontsize=7)
 
@@ -210,7 +210,7 @@ def _png_map(axis: object, pools: list[PoolView], caption: str, colours: dict[st
     ax.set_xlabel("\n".join(matplotlib_text(line) for line in [f"MiB from the region's start ({MAP_SHOWN})", *(f"pinning: {pin}" for pin in pins)]), fontsize=7)  # type: ignore[attr-defined]
     ax.set_title(matplotlib_text(f"{caption}: coloured in use, grey free"), fontsize=9)  # type: ignore[attr-defined]
     handles = [plt.Rectangle((0, 0), 1, 1, color=colour) for colour in colours.values()] + [plt.Rectangle((0, 0), 1, 1, color=FREE_COLOUR)]  # type: ignore[attr-defined]
-    ax.legend(handles, [*(matplotlib_text(owner) for owner in colours), "free"], fontsize=7, loc="lower right")  # type: ignore[attr-defined]
+    ax.legend(handles, [*(matplotlib_text(owner) for owner in colours), "free"], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # type: ignore[attr-defined]
 
 
 # -- HTML ------------------------------------------------------------------------------------

@@ -1,0 +1,86 @@
+"""Draw the pictures the README shows, from real runs of the plugin: `python scripts/make_pictures.py`.
+
+Each picture is a test run under the plugin with its trace kept, then `devmem plot` as PNG and HTML
+into docs/pictures/. The suites are small and written here, so the pictures can be made again on
+any machine (JAX and TensorFlow on their CPU backends; four CPU devices for the multi-device one).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "docs" / "pictures"
+
+TWO_DEVICES_TWO_FRAMEWORKS = '''
+import jax, jax.numpy as jnp
+import tensorflow as tf
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+def test_tf_pipeline_then_a_jax_step_on_two_devices():
+    batch = tf.random.uniform((2048, 1024))           # TensorFlow, on device 0 (its CPU:0)
+    features = tf.nn.relu(batch @ tf.ones((1024, 1024)))
+    mesh = Mesh(jax.devices()[:2], ("data",))
+    x = jax.device_put(jnp.asarray(features.numpy()), NamedSharding(mesh, PartitionSpec("data", None)))
+    w = jax.device_put(jnp.full((1024, 1024), 0.01), NamedSharding(mesh, PartitionSpec()))
+    step = jax.jit(lambda w, x: w - 0.1 * jax.grad(lambda w: jnp.mean(jnp.tanh(x @ w) ** 2))(w))
+    for _ in range(2):
+        w = step(w, x)
+    del features, batch
+'''
+
+LONG = '''
+def test_many_small_steps_and_one_large_one(devmem):
+    for step in range(50_000):
+        devmem.pool.free(devmem.pool.alloc(4096 + 256 * (step % 64)))
+        if step == 31_000:
+            big = devmem.pool.alloc(64 * 2**20)
+            devmem.pool.free(big)
+'''
+
+OUT_OF_MEMORY = '''
+MiB = 2**20
+
+def test_every_other_buffer_freed(devmem):
+    buffers = [devmem.pool.alloc(100 * MiB) for _ in range(7)]
+    for handle in buffers[1::2]:
+        devmem.pool.free(handle)
+    devmem.pool.alloc(200 * MiB)
+'''
+
+
+def run(suite: dict[str, str] | Path, name: str, *options: str, select: str | None = None) -> None:
+    """One pytest session with traces kept, then its picture as PNG and HTML."""
+    with tempfile.TemporaryDirectory() as work:
+        where = Path(work)
+        if isinstance(suite, dict):
+            for file, text in suite.items():
+                (where / file).write_text(text)
+            paths = list(suite)
+        else:
+            paths = [str(suite)]
+        environment = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--devmem-baselines", str(where / "b"), f"--devmem-traces={where / 'traces'}", f"--devmem-report={where / 'r.json'}", *options, *paths]
+        subprocess.run(command, cwd=where if isinstance(suite, dict) else ROOT, env=environment, check=False, capture_output=True)
+        for suffix in ("png", "html"):
+            plot = [sys.executable, "-m", "pytest_devmem.cli", "plot", str(where / "r.json"), "-o", str(OUT / f"{name}.{suffix}")]
+            subprocess.run(plot + (["--test", select] if select else []), check=True)
+        print(f"docs/pictures/{name}.png, .html")
+
+
+def main() -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    run(ROOT / "examples" / "test_jax_mlp.py", "short-trace", "--devmem-mode=growth", select="1024")
+    run({"test_two.py": TWO_DEVICES_TWO_FRAMEWORKS}, "two-devices-two-frameworks", "--devmem-mode=prealloc")
+    run(ROOT / "examples" / "test_jax_sharded.py", "four-devices", "--devmem-mode=prealloc")
+    run(ROOT / "examples" / "test_jax_fragmentation.py", "fragmentation-pins")
+    run({"test_long.py": LONG}, "100k-events", "--devmem-mode=growth")
+    run({"test_oom.py": OUT_OF_MEMORY}, "out-of-memory", "--devmem-mode=prealloc", "--devmem-device=sim:1GiB")
+
+
+if __name__ == "__main__":
+    main()
