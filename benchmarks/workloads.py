@@ -100,3 +100,68 @@ WORKLOADS: dict[str, Callable[[], Trace]] = {
     "mixed-small-huge": mixed_small_and_huge,
     "training-loop": training_loop,
 }
+
+
+def jax_step_loop(steps: int = 100_000, seed: int = 4) -> Trace:
+    """A loop of jitted steps, as JAX runs one: the parameters once, then per step the step's output
+    allocated, its temporary allocated and freed at once, and the previous step's output freed."""
+    rng = random.Random(seed)
+    events = [TraceEvent(ALLOCATE, 1, 64 * MiB, source="jax", label="params")]
+    output_size = 16 * KiB
+    previous, pointer = 0, 1
+    while len(events) < 3 * steps:
+        pointer += 1
+        events.append(TraceEvent(ALLOCATE, pointer, output_size, source="jax", label="jit(step)"))
+        temporary = pointer + 1
+        size = rng.choice([4, 8, 12]) * KiB
+        events.append(TraceEvent(ALLOCATE, temporary, size, source="jax", label="jit(step) temp"))
+        events.append(TraceEvent(FREE, temporary, size, source="jax", label="jit(step) temp"))
+        if previous:
+            events.append(TraceEvent(FREE, previous, output_size, source="jax", label="jit(step)"))
+        previous, pointer = pointer, temporary
+    return Trace(events)
+
+
+def sharded_step_loop(steps: int = 40_000, devices: int = 4, seed: int = 5) -> Trace:
+    """A data-parallel JAX loop over several devices (each array a shard per device, each step
+    a temporary per device), with a TensorFlow input pipeline on the first device: several devices,
+    several allocators, and lanes that change at every event."""
+    rng = random.Random(seed)
+    names = [f"gpu:{d}" for d in range(devices)]
+    events: list[TraceEvent] = []
+    pointer = 0
+
+    def shards(action: str, first: int, size: int, source: str, label: str) -> None:
+        for offset, device in enumerate(names):
+            events.append(TraceEvent(action, first + offset, size, source=source, label=label, device=device))
+
+    shards(ALLOCATE, 1, 32 * MiB, "jax", "params")
+    pointer = devices
+    previous = 0
+    batch = 0
+    while len(events) < steps * 4 * devices:
+        if rng.random() < 0.3:  # the input pipeline hands over a batch
+            pointer += 1
+            if batch:
+                events.append(TraceEvent(FREE, batch, 256 * KiB, source="tensorflow", label="IteratorGetNext", device=names[0]))
+            batch = pointer
+            events.append(TraceEvent(ALLOCATE, batch, 256 * KiB, source="tensorflow", label="IteratorGetNext", device=names[0]))
+        output = pointer + 1
+        shards(ALLOCATE, output, 64 * KiB, "jax", "jit(step)")
+        temporary = output + devices
+        size = rng.choice([16, 32, 48]) * KiB
+        shards(ALLOCATE, temporary, size, "jax", "jit(step) temp")
+        shards(FREE, temporary, size, "jax", "jit(step) temp")
+        if previous:
+            shards(FREE, previous, 64 * KiB, "jax", "jit(step)")
+        previous, pointer = output, temporary + devices - 1
+    return Trace(events)
+
+
+MACHINE_WORKLOADS: dict[str, Callable[[], Trace]] = {
+    "jax-step-loop": jax_step_loop,
+    **WORKLOADS,
+    "sharded-steps": sharded_step_loop,
+}
+"""Traces for the model of the machine: the pool's workloads (one allocator on one device), a JAX
+step loop, and a sharded loop over four devices with two frameworks."""
