@@ -1,0 +1,412 @@
+"""The machine's per-event loops (`machine.py` sets up the devices and lanes and makes the result).
+
+They run once for every event of every test, so they are written for speed in plain Python: the
+general loop for any trace, and one for a trace with a single lane (one allocator on one device,
+the common case) on a BFC pool, which keeps its counters in local variables and runs XLA's BFC
+rules inline (best fit, split, merge: exactly `BFCPool.alloc` and `BFCPool.free`, which it calls
+only to grow the pool or fail). Both give the same result as the pool's methods would; the tests
+replay random traces against the loop as first written.
+
+The pools of a machine replay keep their chunks and the counters the model reads (`bytes_in_use`,
+`pool_bytes`); their other statistics (`num_allocs`, their own peaks) are not kept here.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from itertools import count, islice, repeat
+from typing import TYPE_CHECKING
+
+from ..errors import InvalidFreeError, OutOfMemoryError
+from .pool import BFCPool
+
+if TYPE_CHECKING:
+    from .machine import _Replay
+
+
+def replay_one_bfc_lane(replay: _Replay) -> int | None:
+    """A trace of one lane whose allocator is a BFC pool and whose sizes are all positive; the
+    index of the last event run, or None when the allocator is another kind (the general loop runs)."""
+    trace = replay.trace
+    actions, pointers, sizes = trace.actions, trace.pointers, trace.sizes
+    first = len(actions) - len(actions.lstrip(b"\x02"))  # recorded failures first: nothing started yet
+    if first == len(actions):
+        return len(actions) - 1
+    allocator = replay.start(0)
+    device, pool = allocator.device, allocator.pool
+    if type(pool) is not BFCPool:
+        return None
+    recorded, stop_on_oom, step = replay.recorded, replay.stop_on_oom, replay.step
+    record = recorded is not None
+    if recorded is not None:
+        timeline_in_use, timeline_reserved, timeline_fragmentation = recorded.in_use.append, recorded.reserved.append, recorded.fragmentation.append
+        timeline_devices, code = recorded.devices.append, device.code
+    handles = allocator.handles
+    size_of, prev_of, next_of, requested_of, free_size, bins = pool._size, pool._prev, pool._next, pool._requested, pool._free_size, pool._bins
+    max_waste = pool.max_internal_fragmentation
+    # counters, in locals while the loop runs: the pool's, the device's (which here are also its
+    # allocator's: in use, peaks, held) and the source's
+    mask, chunk_bytes, pool_bytes = pool._bin_mask, pool.bytes_in_use, pool.pool_bytes
+    in_use, peak_in_use, peak_chunks, held, peak_held = device.in_use, device.peak_in_use, device.peak_chunks, device.held, device.peak_held
+    peak_event, pending, sampled, fragmentation_at_peak = device.peak_event, device.pending, device.sampled, device.fragmentation_at_peak
+    worst = -1.0 if device.worst_fragmentation is None else device.worst_fragmentation
+    worst_event, fragmented, mapped = device.worst_event, device.fragmented, device.mapped
+    counts = allocator.counts
+    allocations, live, peak_live = counts
+    dropped: set[int] = set()
+    last = len(actions) - 1
+    skip = False
+    index = first - 1
+    events = zip(count(), actions, pointers, sizes) if not first else zip(count(first), islice(actions, first, None), islice(pointers, first, None), islice(sizes, first, None))
+    for index, action, pointer, size in events:
+        if action == 0:
+            if fragmented:  # the state after its last event is its most fragmented so far
+                pool._bin_mask, pool.bytes_in_use = mask, chunk_bytes
+                replay.fragmented[device.name] = replay.promise(device, worst_event if worst_event is not None else index - 1, index)
+                fragmented = False
+            rounded = (size + 255) & -256
+            allocations += 1
+            if live + size > peak_live:
+                peak_live = live + size
+            transient = False
+            if in_use + rounded <= peak_in_use and index < last and actions[index + 1] == 1 and pointers[index + 1] == pointer:
+                # a temporary freed by the very next event that sets no new peak: a BFC pool is left
+                # exactly as it was (split, then merged back), so only its peaks are kept
+                if not record:
+                    b = (rounded >> 8).bit_length() - 1
+                    if b > 20:
+                        b = 20
+                    found = bins[b]
+                    i = bisect_left(found, (rounded, 0))
+                    if i < len(found):
+                        chunk = found[i][0]
+                    else:
+                        higher = mask >> (b + 1)
+                        chunk = bins[b + (higher & -higher).bit_length()][0][0] if higher else 0
+                    if chunk:
+                        taken = chunk_bytes + (rounded if chunk >= 2 * rounded or chunk - rounded >= max_waste else chunk)
+                        if taken > peak_chunks:
+                            peak_chunks = taken
+                        skip = True
+                        continue
+                transient = True
+            # BFCPool.alloc, inline: the best fit is the first (size, address) at or after the
+            # request in its bin, else the smallest of the next non-empty bin
+            b = (rounded >> 8).bit_length() - 1
+            if b > 20:
+                b = 20
+            found = bins[b]
+            i = bisect_left(found, (rounded, 0))
+            if i == len(found):
+                higher = mask >> (b + 1)
+                if higher:
+                    b += (higher & -higher).bit_length()
+                    found = bins[b]
+                    i = 0
+                else:
+                    i = -1
+            if i >= 0:
+                chunk, address = found.pop(i)
+                if not found:
+                    mask &= ~(1 << b)
+                del free_size[address]
+                if chunk >= 2 * rounded or chunk - rounded >= max_waste:  # split off the rest
+                    rest, rest_size = address + rounded, chunk - rounded
+                    after = next_of[address]
+                    size_of[rest] = rest_size
+                    size_of[address] = rounded
+                    prev_of[rest] = address
+                    next_of[rest] = after
+                    next_of[address] = rest
+                    if after:
+                        prev_of[after] = rest
+                    free_size[rest] = rest_size
+                    b = (rest_size >> 8).bit_length() - 1
+                    if b > 20:
+                        b = 20
+                    insort(bins[b], (rest_size, rest))
+                    mask |= 1 << b
+                    chunk = rounded
+                requested_of[address] = size
+                chunk_bytes += chunk
+            else:  # the pool grows, or fails
+                pool._bin_mask, pool.bytes_in_use = mask, chunk_bytes
+                try:
+                    address = pool.alloc(size)
+                except OutOfMemoryError as error:
+                    mask, pool_bytes = pool._bin_mask, pool.pool_bytes  # it may have given regions back
+                    allocations -= 1
+                    if replay.oom is None:
+                        device.in_use, device.peak_event, device.pending = in_use, peak_event, pending
+                        replay.fail(error, allocator, index)
+                        pending = device.pending
+                    if stop_on_oom:
+                        break
+                    dropped.add(pointer)
+                    continue
+                mask, chunk_bytes = pool._bin_mask, pool.bytes_in_use
+                grew = pool.pool_bytes - pool_bytes
+                if grew:  # what the device holds for it (not lowered where a failed allocation gave regions back)
+                    pool_bytes += grew
+                    held += grew
+                    if not allocator.took:
+                        allocator.took = pool_bytes
+                    if pool_bytes > allocator.peak_held:
+                        allocator.peak_held = pool_bytes
+                    if held > peak_held:
+                        peak_held = held
+            handles[pointer] = (address, index)
+            live += size
+            if chunk_bytes > peak_chunks:
+                peak_chunks = chunk_bytes
+            in_use += rounded
+            if in_use > peak_in_use:
+                peak_in_use, peak_event, pending = in_use, index, True
+                free = pool_bytes - chunk_bytes
+                fragmentation_at_peak = (free - bins[mask.bit_length() - 1][-1][0]) / free if free > 0 else 0.0
+            if transient:  # sampled after its free instead, as when it is handled with its allocation
+                fragmentation = sampled
+            else:
+                free = pool_bytes - chunk_bytes
+                fragmentation = sampled = (free - bins[mask.bit_length() - 1][-1][0]) / free if free > 0 else 0.0
+                if fragmentation > worst:
+                    worst, worst_event = fragmentation, index
+                    if fragmentation >= mapped + step:
+                        fragmented, mapped = True, fragmentation
+        elif action == 1:
+            if skip:  # the free of a temporary handled with its allocation
+                skip = False
+                continue
+            if fragmented or pending:
+                pool._bin_mask, pool.bytes_in_use = mask, chunk_bytes
+                if fragmented:
+                    replay.fragmented[device.name] = replay.promise(device, worst_event if worst_event is not None else index - 1, index)
+                    fragmented = False
+                if pending:  # its peak is the state right before this free
+                    replay.snapshots[device.name] = replay.promise(device, peak_event, index)
+                    pending = False
+            entry = handles.pop(pointer, None)
+            if entry is None:
+                if pointer in dropped:
+                    dropped.discard(pointer)
+                    continue
+                raise InvalidFreeError(f"trace event {index}: free of {pointer:#x}, which the trace never allocated on {device.name}")
+            # BFCPool.free, inline: merge with the next chunk, then the previous one, if free
+            address, born = entry
+            del requested_of[address]
+            chunk = size_of[address]
+            chunk_bytes -= chunk
+            following = next_of[address]
+            merged = free_size.pop(following, 0)
+            if merged:
+                b = (merged >> 8).bit_length() - 1
+                if b > 20:
+                    b = 20
+                found = bins[b]
+                del found[bisect_left(found, (merged, following))]
+                if not found:
+                    mask &= ~(1 << b)
+                chunk += merged
+                del size_of[following], prev_of[following]
+                after = next_of.pop(following)
+                next_of[address] = after
+                if after:
+                    prev_of[after] = address
+            previous = prev_of[address]
+            merged = free_size.pop(previous, 0)
+            if merged:
+                b = (merged >> 8).bit_length() - 1
+                if b > 20:
+                    b = 20
+                found = bins[b]
+                del found[bisect_left(found, (merged, previous))]
+                if not found:
+                    mask &= ~(1 << b)
+                chunk += merged
+                del size_of[address], prev_of[address]
+                after = next_of.pop(address)
+                next_of[previous] = after
+                if after:
+                    prev_of[after] = previous
+                address = previous
+            size_of[address] = chunk
+            free_size[address] = chunk
+            b = (chunk >> 8).bit_length() - 1
+            if b > 20:
+                b = 20
+            insort(bins[b], (chunk, address))
+            mask |= 1 << b
+            size = sizes[born]
+            in_use -= (size + 255) & -256
+            live -= size
+            if in_use:
+                free = pool_bytes - chunk_bytes
+                fragmentation = sampled = (free - bins[mask.bit_length() - 1][-1][0]) / free
+                if fragmentation > worst:
+                    worst, worst_event = fragmentation, index
+                    if fragmentation >= mapped + step:
+                        fragmented, mapped = True, fragmentation
+            else:
+                fragmentation = sampled = 0.0
+        elif action == 2:  # a recorded failure held nothing
+            continue
+        else:  # an action of no known kind changes nothing, but is a moment of its own
+            if fragmented:
+                pool._bin_mask, pool.bytes_in_use = mask, chunk_bytes
+                replay.fragmented[device.name] = replay.promise(device, worst_event if worst_event is not None else index - 1, index)
+                fragmented = False
+            if in_use:
+                free = pool_bytes - chunk_bytes
+                fragmentation = sampled = (free - bins[mask.bit_length() - 1][-1][0]) / free if free > 0 else 0.0
+                if fragmentation > worst:
+                    worst, worst_event = fragmentation, index
+                    if fragmentation >= mapped + step:
+                        fragmented, mapped = True, fragmentation
+            else:
+                fragmentation = sampled = 0.0
+        if record:
+            timeline_devices(code)
+            timeline_in_use(in_use)
+            timeline_reserved(held)
+            timeline_fragmentation(fragmentation)
+    pool._bin_mask, pool.bytes_in_use = mask, chunk_bytes
+    device.in_use = allocator.in_use = in_use
+    device.peak_in_use = allocator.peak_in_use = peak_in_use
+    device.chunks, device.peak_chunks, device.held, device.peak_held = chunk_bytes, peak_chunks, held, peak_held
+    device.peak_event, device.pending, device.sampled, device.fragmentation_at_peak = peak_event, pending, sampled, fragmentation_at_peak
+    device.worst_fragmentation = None if worst < 0 else worst
+    device.worst_event, device.fragmented, device.mapped = worst_event, fragmented, mapped
+    counts[:] = allocations, live, peak_live
+    return index
+
+
+def replay_lanes(replay: _Replay) -> int:
+    """Any trace: each event's lane picks its allocator; the index of the last event run."""
+    trace = replay.trace
+    lanes, recorded, stop_on_oom = replay.lanes, replay.recorded, replay.stop_on_oom
+    snapshots, fragmented = replay.snapshots, replay.fragmented
+    step = replay.step
+    dropped: set[tuple[int, int]] = set()
+    actions, pointers, sizes = trace.actions, trace.pointers, trace.sizes
+    lane_codes = replay.lane_codes if replay.lane_codes is not None else repeat(0, len(trace))
+    last = len(actions) - 1
+    skip = False
+    transient = False
+    index = -1
+    for index, (action, pointer, size, lane) in enumerate(zip(actions, pointers, sizes, lane_codes)):
+        if skip:  # the free of a temporary handled with its allocation
+            skip = False
+            continue
+        if action == 2:  # a recorded failure held nothing
+            continue
+        allocator = lanes[lane]
+        if allocator is None:
+            allocator = replay.start(lane)
+        device = allocator.device
+        pool = allocator.pool
+        assert pool is not None
+        rounded = (size + 255) & ~255
+        if device.fragmented:  # the state after its last event is its most fragmented so far
+            fragmented[device.name] = replay.promise(device, device.worst_event if device.worst_event is not None else index - 1, index)
+            device.fragmented = False
+        if action == 0:
+            counts_ = allocator.counts
+            counts_[0] += 1
+            if counts_[1] + size > counts_[2]:
+                counts_[2] = counts_[1] + size
+            transient = (
+                allocator.bfc and index < last and actions[index + 1] == 1 and pointers[index + 1] == pointer
+                and device.in_use + rounded <= device.peak_in_use
+            )
+            if transient and recorded is None:
+                # a temporary freed by the very next event that sets no new peak: a BFC pool is left
+                # exactly as it was (split, then merged back), so only its peaks are kept
+                chunk = pool.best_fit(rounded)  # type: ignore[union-attr]
+                if chunk:
+                    taken = device.chunks + pool.handed_out(rounded, chunk)  # type: ignore[union-attr]
+                    if taken > device.peak_chunks:
+                        device.peak_chunks = taken
+                    if allocator.in_use + rounded > allocator.peak_in_use:
+                        allocator.peak_in_use = allocator.in_use + rounded
+                    skip, transient = True, False
+                    continue
+            in_use, held = pool.bytes_in_use, pool.pool_bytes + pool.bytes_reserved
+            try:
+                handle = pool.alloc(size)
+            except OutOfMemoryError as error:
+                counts_[0] -= 1
+                transient = False
+                if replay.oom is None:
+                    replay.fail(error, allocator, index)
+                if stop_on_oom:
+                    break
+                dropped.add((lane, pointer))
+                continue
+            counts_[1] += size
+            allocator.handles[pointer] = (handle, index)
+            device.chunks += pool.bytes_in_use - in_use
+            if device.chunks > device.peak_chunks:
+                device.peak_chunks = device.chunks
+            grew = pool.pool_bytes + pool.bytes_reserved - held
+            if grew:
+                device.held += grew
+                now_held = held + grew
+                if not allocator.took:
+                    allocator.took = now_held
+                if now_held > allocator.peak_held:
+                    allocator.peak_held = now_held
+                if device.held > device.peak_held:
+                    device.peak_held = device.held
+            allocator.in_use += rounded
+            if allocator.in_use > allocator.peak_in_use:
+                allocator.peak_in_use = allocator.in_use
+            device.in_use += rounded
+            if device.in_use > device.peak_in_use:
+                device.peak_in_use = device.in_use
+                device.peak_event = index
+                device.pending = True
+                device.fragmentation_at_peak = device.fragmentation()
+        elif action == 1:
+            if device.pending:  # its peak is the state right before this free
+                snapshots[device.name] = replay.promise(device, device.peak_event, index)
+                device.pending = False
+            entry = allocator.handles.pop(pointer, None)
+            if entry is None:
+                if (lane, pointer) in dropped:
+                    dropped.discard((lane, pointer))
+                    continue
+                raise InvalidFreeError(f"trace event {index}: free of {pointer:#x}, which the trace never allocated on {device.name}")
+            in_use, held = pool.bytes_in_use, pool.pool_bytes + pool.bytes_reserved
+            pool.free(entry[0])
+            device.chunks += pool.bytes_in_use - in_use
+            device.held += pool.pool_bytes + pool.bytes_reserved - held
+            rounded = (sizes[entry[1]] + 255) & ~255
+            allocator.in_use -= rounded
+            device.in_use -= rounded
+            allocator.counts[1] -= sizes[entry[1]]
+        if transient:  # sampled after its free instead, as when it is handled with its allocation
+            transient = False
+            fragmentation = device.sampled
+        elif device.in_use:
+            fragmentation = 0.0
+            solo = device.solo
+            if solo is not None:  # XLA's GetFragmentation of its one pool, inline: this runs per event
+                free = solo.pool_bytes - solo.bytes_in_use
+                if free > 0:
+                    mask = solo._bin_mask
+                    fragmentation = (free - (solo._bins[mask.bit_length() - 1][-1][0] if mask else 0)) / free
+            else:
+                fragmentation = device.fragmentation()
+            device.sampled = fragmentation
+            if device.worst_fragmentation is None or fragmentation > device.worst_fragmentation:
+                device.worst_fragmentation, device.worst_event = fragmentation, index
+                if fragmentation >= device.mapped + step:  # at most 1/FRAGMENTATION_STEP maps a device
+                    device.fragmented, device.mapped = True, fragmentation
+        else:
+            fragmentation = device.sampled = 0.0
+        if recorded is not None:
+            recorded.devices.append(device.code)
+            recorded.in_use.append(device.in_use)
+            recorded.reserved.append(device.held)
+            recorded.fragmentation.append(fragmentation)
+    return index
