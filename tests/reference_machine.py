@@ -240,8 +240,7 @@ class ReferenceMachine:
                 if solo is not None:  # XLA's GetFragmentation of its one pool, inline: this runs per event
                     free = solo.pool_bytes - solo.bytes_in_use
                     if free > 0:
-                        mask = solo._bin_mask
-                        fragmentation = (free - (solo._largest_free_block() if mask else 0)) / free
+                        fragmentation = (free - solo._largest_free_block()) / free
                 else:
                     fragmentation = device.fragmentation()
                 device.sampled = fragmentation

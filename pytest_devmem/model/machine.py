@@ -340,15 +340,15 @@ through the pool's methods: spacing = sqrt(events x entries / 48) balances the t
 
 
 def _copy_state(thing: Any) -> Any:
-    """A copy of a pool or simulated device that shares nothing mutable with it: its dicts copied,
-    its lists of lists (the bins) copied a level down. The policy and lock are shared."""
+    """A copy of a pool or simulated device that shares nothing mutable with it: its dicts and lists
+    copied (lists of lists a level down). The policy and lock are shared."""
     twin = object.__new__(type(thing))
     state = dict(vars(thing))
     for name, value in state.items():
         if type(value) is dict:
             state[name] = value.copy()
         elif type(value) is list:
-            state[name] = [list(item) if type(item) is list else item for item in value]
+            state[name] = [list(item) for item in value] if value and type(value[0]) is list else value.copy()
     vars(twin).update(state)
     return twin
 

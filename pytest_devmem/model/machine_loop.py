@@ -14,14 +14,16 @@ The pools of a machine replay keep their chunks and the counters the model reads
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from itertools import count, islice, repeat
+from itertools import chain, count, islice, repeat
 from typing import TYPE_CHECKING
 
 from ..errors import InvalidFreeError, OutOfMemoryError
 from .pool import BFCPool
+from .pool.bfc import ADDRESS_BITS, ADDRESS_MASK
 
 if TYPE_CHECKING:
     from .machine import _Replay
+
 
 
 def replay_one_bfc_lane(replay: _Replay) -> int | None:
@@ -42,73 +44,61 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
         timeline_in_use, timeline_reserved, timeline_fragmentation = recorded.in_use.append, recorded.reserved.append, recorded.fragmentation.append
         timeline_devices, code = recorded.devices.append, device.code
     handles = allocator.handles
-    size_of, prev_of, next_of, requested_of, free_size, bins = pool._size, pool._prev, pool._next, pool._requested, pool._free_size, pool._bins
-    max_waste = pool.max_internal_fragmentation
+    size_of, prev_of, next_of, requested_of, free_size, free_list = pool._size, pool._prev, pool._next, pool._requested, pool._free_size, pool._free
+    max_waste, shift, low = pool.max_internal_fragmentation, ADDRESS_BITS, ADDRESS_MASK
     # counters, in locals while the loop runs: the pool's, the device's (which here are also its
     # allocator's: in use, peaks, held) and the source's
-    mask, chunk_bytes, pool_bytes = pool._bin_mask, pool.bytes_in_use, pool.pool_bytes
+    chunk_bytes, pool_bytes = pool.bytes_in_use, pool.pool_bytes
     in_use, peak_in_use, peak_chunks, held, peak_held = device.in_use, device.peak_in_use, device.peak_chunks, device.held, device.peak_held
-    peak_event, pending, sampled, fragmentation_at_peak = device.peak_event, device.pending, device.sampled, device.fragmentation_at_peak
+    peak_event, pending, fragmentation, fragmentation_at_peak = device.peak_event, device.pending, device.sampled, device.fragmentation_at_peak
     worst = -1.0 if device.worst_fragmentation is None else device.worst_fragmentation
     worst_event, fragmented, mapped = device.worst_event, device.fragmented, device.mapped
     counts = allocator.counts
     allocations, live, peak_live = counts
+    failed = 0  # allocations that failed (the others are counted at the end)
+    # An allocation that leaves the largest free chunk as it was lowers the fragmentation (the
+    # bytes it takes were free outside that chunk): it can set no new worst, and its sample is
+    # skipped, where the state before it was sampled. Never with a timeline, which shows every one.
+    compared, may_skip = False, not record
     dropped: set[int] = set()
-    last = len(actions) - 1
     skip = False
     index = first - 1
-    events = zip(count(), actions, pointers, sizes) if not first else zip(count(first), islice(actions, first, None), islice(pointers, first, None), islice(sizes, first, None))
-    for index, action, pointer, size in events:
-        if action == 0:
+    # each event with the pointer of the next one (-1, never a pointer, after the last)
+    upcoming = chain(islice(pointers, first + 1, None), (-1,))
+    events = zip(count(first), islice(actions, first, None), islice(pointers, first, None), islice(sizes, first, None), upcoming) if first else zip(count(), actions, pointers, sizes, upcoming)
+    for index, action, pointer, size, next_pointer in events:
+        if not action:  # an allocation
             if fragmented:  # the state after its last event is its most fragmented so far
-                pool._bin_mask, pool.bytes_in_use = mask, chunk_bytes
+                pool.bytes_in_use = chunk_bytes
                 replay.fragmented[device.name] = replay.promise(device, worst_event if worst_event is not None else index - 1, index)
                 fragmented = False
             rounded = (size + 255) & -256
-            allocations += 1
-            if live + size > peak_live:
-                peak_live = live + size
-            transient = False
-            if in_use + rounded <= peak_in_use and index < last and actions[index + 1] == 1 and pointers[index + 1] == pointer:
+            live += size
+            if live > peak_live:
+                peak_live = live
+            if next_pointer == pointer and actions[index + 1] == 1 and in_use + rounded <= peak_in_use:
                 # a temporary freed by the very next event that sets no new peak: a BFC pool is left
                 # exactly as it was (split, then merged back), so only its peaks are kept
                 if not record:
-                    b = (rounded >> 8).bit_length() - 1
-                    if b > 20:
-                        b = 20
-                    found = bins[b]
-                    i = bisect_left(found, (rounded, 0))
-                    if i < len(found):
-                        chunk = found[i][0]
-                    else:
-                        higher = mask >> (b + 1)
-                        chunk = bins[b + (higher & -higher).bit_length()][0][0] if higher else 0
-                    if chunk:
+                    i = bisect_left(free_list, rounded << shift)
+                    if i < len(free_list):
+                        chunk = free_list[i] >> shift
                         taken = chunk_bytes + (rounded if chunk >= 2 * rounded or chunk - rounded >= max_waste else chunk)
                         if taken > peak_chunks:
                             peak_chunks = taken
+                        live -= size
                         skip = True
                         continue
-                transient = True
-            # BFCPool.alloc, inline: the best fit is the first (size, address) at or after the
-            # request in its bin, else the smallest of the next non-empty bin
-            b = (rounded >> 8).bit_length() - 1
-            if b > 20:
-                b = 20
-            found = bins[b]
-            i = bisect_left(found, (rounded, 0))
-            if i == len(found):
-                higher = mask >> (b + 1)
-                if higher:
-                    b += (higher & -higher).bit_length()
-                    found = bins[b]
-                    i = 0
-                else:
-                    i = -1
+                transient, i = True, -1  # through the pool's methods (below); its sample is taken after its free
+            else:
+                # BFCPool.alloc, inline: the best fit is the first free chunk at or after (rounded, 0)
+                i = bisect_left(free_list, rounded << shift)
+                n = len(free_list)
+                if i == n:
+                    transient, i = False, -1  # no chunk is large enough
             if i >= 0:
-                chunk, address = found.pop(i)
-                if not found:
-                    mask &= ~(1 << b)
+                key = free_list.pop(i)
+                chunk, address = key >> shift, key & low
                 del free_size[address]
                 if chunk >= 2 * rounded or chunk - rounded >= max_waste:  # split off the rest
                     rest, rest_size = address + rounded, chunk - rounded
@@ -121,21 +111,35 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
                     if after:
                         prev_of[after] = rest
                     free_size[rest] = rest_size
-                    b = (rest_size >> 8).bit_length() - 1
-                    if b > 20:
-                        b = 20
-                    insort(bins[b], (rest_size, rest))
-                    mask |= 1 << b
+                    insort(free_list, rest_size << shift | rest)
                     chunk = rounded
                 requested_of[address] = size
                 chunk_bytes += chunk
-            else:  # the pool grows, or fails
-                pool._bin_mask, pool.bytes_in_use = mask, chunk_bytes
+                handles[pointer] = (address, index)
+                if chunk_bytes > peak_chunks:
+                    peak_chunks = chunk_bytes
+                in_use += rounded
+                if in_use > peak_in_use:
+                    peak_in_use, peak_event, pending = in_use, index, True
+                    free = pool_bytes - chunk_bytes
+                    fragmentation_at_peak = (free - (free_list[-1] >> shift)) / free if free_list else 0.0
+                if i == n - 1 or not compared:  # it took the largest free chunk, or the state before was not sampled
+                    free = pool_bytes - chunk_bytes
+                    fragmentation = (free - (free_list[-1] >> shift)) / free if free_list else 0.0
+                    if fragmentation > worst:
+                        worst, worst_event = fragmentation, index
+                        if fragmentation >= mapped + step:
+                            fragmented, mapped = True, fragmentation
+                    compared = may_skip
+            else:  # the pool grows or fails; or a temporary in a timeline, or one that needs the pool to grow
+                pool.bytes_in_use = chunk_bytes
                 try:
                     address = pool.alloc(size)
                 except OutOfMemoryError as error:
-                    mask, pool_bytes = pool._bin_mask, pool.pool_bytes  # it may have given regions back
-                    allocations -= 1
+                    pool_bytes = pool.pool_bytes  # it may have given regions back
+                    live -= size
+                    failed += 1
+                    compared = False
                     if replay.oom is None:
                         device.in_use, device.peak_event, device.pending = in_use, peak_event, pending
                         replay.fail(error, allocator, index)
@@ -144,7 +148,7 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
                         break
                     dropped.add(pointer)
                     continue
-                mask, chunk_bytes = pool._bin_mask, pool.bytes_in_use
+                chunk_bytes = pool.bytes_in_use
                 grew = pool.pool_bytes - pool_bytes
                 if grew:  # what the device holds for it (not lowered where a failed allocation gave regions back)
                     pool_bytes += grew
@@ -155,30 +159,30 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
                         allocator.peak_held = pool_bytes
                     if held > peak_held:
                         peak_held = held
-            handles[pointer] = (address, index)
-            live += size
-            if chunk_bytes > peak_chunks:
-                peak_chunks = chunk_bytes
-            in_use += rounded
-            if in_use > peak_in_use:
-                peak_in_use, peak_event, pending = in_use, index, True
-                free = pool_bytes - chunk_bytes
-                fragmentation_at_peak = (free - bins[mask.bit_length() - 1][-1][0]) / free if free > 0 else 0.0
-            if transient:  # sampled after its free instead, as when it is handled with its allocation
-                fragmentation = sampled
-            else:
-                free = pool_bytes - chunk_bytes
-                fragmentation = sampled = (free - bins[mask.bit_length() - 1][-1][0]) / free if free > 0 else 0.0
-                if fragmentation > worst:
-                    worst, worst_event = fragmentation, index
-                    if fragmentation >= mapped + step:
-                        fragmented, mapped = True, fragmentation
-        elif action == 1:
+                handles[pointer] = (address, index)
+                if chunk_bytes > peak_chunks:
+                    peak_chunks = chunk_bytes
+                in_use += rounded
+                if in_use > peak_in_use:
+                    peak_in_use, peak_event, pending = in_use, index, True
+                    free = pool_bytes - chunk_bytes
+                    fragmentation_at_peak = (free - (free_list[-1] >> shift)) / free if free_list else 0.0
+                if transient:  # sampled after its free instead, as when it is handled with its allocation
+                    compared = False
+                else:
+                    free = pool_bytes - chunk_bytes
+                    fragmentation = (free - (free_list[-1] >> shift)) / free if free_list else 0.0
+                    if fragmentation > worst:
+                        worst, worst_event = fragmentation, index
+                        if fragmentation >= mapped + step:
+                            fragmented, mapped = True, fragmentation
+                    compared = may_skip
+        elif action == 1:  # a free
             if skip:  # the free of a temporary handled with its allocation
                 skip = False
                 continue
             if fragmented or pending:
-                pool._bin_mask, pool.bytes_in_use = mask, chunk_bytes
+                pool.bytes_in_use = chunk_bytes
                 if fragmented:
                     replay.fragmented[device.name] = replay.promise(device, worst_event if worst_event is not None else index - 1, index)
                     fragmented = False
@@ -199,14 +203,9 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
             following = next_of[address]
             merged = free_size.pop(following, 0)
             if merged:
-                b = (merged >> 8).bit_length() - 1
-                if b > 20:
-                    b = 20
-                found = bins[b]
-                del found[bisect_left(found, (merged, following))]
-                if not found:
-                    mask &= ~(1 << b)
+                del free_list[bisect_left(free_list, merged << shift | following)]
                 chunk += merged
+                size_of[address] = chunk
                 del size_of[following], prev_of[following]
                 after = next_of.pop(following)
                 next_of[address] = after
@@ -215,68 +214,59 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
             previous = prev_of[address]
             merged = free_size.pop(previous, 0)
             if merged:
-                b = (merged >> 8).bit_length() - 1
-                if b > 20:
-                    b = 20
-                found = bins[b]
-                del found[bisect_left(found, (merged, previous))]
-                if not found:
-                    mask &= ~(1 << b)
+                del free_list[bisect_left(free_list, merged << shift | previous)]
                 chunk += merged
+                size_of[previous] = chunk
                 del size_of[address], prev_of[address]
                 after = next_of.pop(address)
                 next_of[previous] = after
                 if after:
                     prev_of[after] = previous
                 address = previous
-            size_of[address] = chunk
             free_size[address] = chunk
-            b = (chunk >> 8).bit_length() - 1
-            if b > 20:
-                b = 20
-            insort(bins[b], (chunk, address))
-            mask |= 1 << b
+            insort(free_list, chunk << shift | address)
             size = sizes[born]
             in_use -= (size + 255) & -256
             live -= size
             if in_use:
                 free = pool_bytes - chunk_bytes
-                fragmentation = sampled = (free - bins[mask.bit_length() - 1][-1][0]) / free
+                fragmentation = (free - (free_list[-1] >> shift)) / free
                 if fragmentation > worst:
                     worst, worst_event = fragmentation, index
                     if fragmentation >= mapped + step:
                         fragmented, mapped = True, fragmentation
             else:
-                fragmentation = sampled = 0.0
+                fragmentation = 0.0
+                compared = False
         elif action == 2:  # a recorded failure held nothing
             continue
         else:  # an action of no known kind changes nothing, but is a moment of its own
             if fragmented:
-                pool._bin_mask, pool.bytes_in_use = mask, chunk_bytes
+                pool.bytes_in_use = chunk_bytes
                 replay.fragmented[device.name] = replay.promise(device, worst_event if worst_event is not None else index - 1, index)
                 fragmented = False
             if in_use:
                 free = pool_bytes - chunk_bytes
-                fragmentation = sampled = (free - bins[mask.bit_length() - 1][-1][0]) / free if free > 0 else 0.0
+                fragmentation = (free - (free_list[-1] >> shift)) / free if free_list else 0.0
                 if fragmentation > worst:
                     worst, worst_event = fragmentation, index
                     if fragmentation >= mapped + step:
                         fragmented, mapped = True, fragmentation
             else:
-                fragmentation = sampled = 0.0
+                fragmentation = 0.0
         if record:
             timeline_devices(code)
             timeline_in_use(in_use)
             timeline_reserved(held)
             timeline_fragmentation(fragmentation)
-    pool._bin_mask, pool.bytes_in_use = mask, chunk_bytes
+    pool.bytes_in_use = chunk_bytes
     device.in_use = allocator.in_use = in_use
     device.peak_in_use = allocator.peak_in_use = peak_in_use
     device.chunks, device.peak_chunks, device.held, device.peak_held = chunk_bytes, peak_chunks, held, peak_held
-    device.peak_event, device.pending, device.sampled, device.fragmentation_at_peak = peak_event, pending, sampled, fragmentation_at_peak
+    device.peak_event, device.pending, device.sampled, device.fragmentation_at_peak = peak_event, pending, fragmentation, fragmentation_at_peak
     device.worst_fragmentation = None if worst < 0 else worst
     device.worst_event, device.fragmented, device.mapped = worst_event, fragmented, mapped
-    counts[:] = allocations, live, peak_live
+    counts[:] = allocations + actions.count(0, first, index + 1) - failed, live, peak_live
     return index
 
 
@@ -393,8 +383,7 @@ def replay_lanes(replay: _Replay) -> int:
             if solo is not None:  # XLA's GetFragmentation of its one pool, inline: this runs per event
                 free = solo.pool_bytes - solo.bytes_in_use
                 if free > 0:
-                    mask = solo._bin_mask
-                    fragmentation = (free - (solo._bins[mask.bit_length() - 1][-1][0] if mask else 0)) / free
+                    fragmentation = (free - (solo._free[-1] >> ADDRESS_BITS)) / free
             else:
                 fragmentation = device.fragmentation()
             device.sampled = fragmentation

@@ -18,10 +18,13 @@ The rules (xla/tsl/framework/bfc_allocator.cc), re-implemented here:
     as cudaMallocAsync does): it stays 0 here too, and `pool_bytes` is what the pool holds.
 
 Data layout, chosen for replay speed in pure Python: chunks are addresses with `dict`s for size and
-neighbours; each bin is a list of free (size, address) pairs kept sorted, which is XLA's order, so
-best fit is one bisect in the request's bin or the first pair of the next non-empty bin, found
-through a bitmask. Insertion into a sorted list moves memory, but bins rarely hold more than a few
-thousand chunks and the move runs in C; it measured faster here than heaps per size.
+neighbours. XLA's bins hold free chunks ordered by (size, address), and the bins themselves are
+ordered by size, so searching them from the request's bin up finds the smallest free chunk at
+least as large as the request, the lowest address among equals: the first in one list of all free
+chunks ordered the same way. That list holds each free chunk as one int, size << 64 | address (an
+int compares in C, a tuple does not), so best fit is one bisect and the largest free chunk is the
+last entry. Insertion into a sorted list moves memory, but pools rarely hold more than a few
+thousand free chunks and the move runs in C; it measured faster here than per-bin lists or heaps.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 
 from ..device import Device
-from ...errors import InvalidFreeError, InvalidSettingError, OutOfMemoryError
+from ...errors import DeviceError, InvalidFreeError, InvalidSettingError, OutOfMemoryError
 from ...units import format_size
 from .base import PoolCounters, checked_size
 from .policy import Policy
@@ -37,6 +40,9 @@ from .policy import Policy
 MIN_ALLOCATION_BITS = 8
 MIN_ALLOCATION_SIZE = 1 << MIN_ALLOCATION_BITS  # 256 bytes
 NUM_BINS = 21
+ADDRESS_BITS = 64
+"""A free chunk's key is size << ADDRESS_BITS | address: ordered by size, then address."""
+ADDRESS_MASK = (1 << ADDRESS_BITS) - 1
 INITIAL_GROWTH_REGION = 2 * 2**20  # 2 MiB, as XLA with allow_growth
 DEFAULT_MAX_INTERNAL_FRAGMENTATION = 128 * 2**20
 BACKOFF_FACTOR = 0.9
@@ -98,8 +104,7 @@ class BFCPool(PoolCounters):
         self._next: dict[int, int] = {}  # address -> next chunk in its region, 0 for none
         self._requested: dict[int, int] = {}  # chunks in use: address -> bytes the caller asked for
         self._free_size: dict[int, int] = {}  # free chunks: address -> size
-        self._bins: list[list[tuple[int, int]]] = [[] for _ in range(NUM_BINS)]  # free (size, address), sorted
-        self._bin_mask = 0  # bit b set while bin b holds a free chunk
+        self._free: list[int] = []  # free chunks as size << ADDRESS_BITS | address, sorted: XLA's bins, in one list
 
     # -- public interface ------------------------------------------------------------------
 
@@ -155,17 +160,9 @@ class BFCPool(PoolCounters):
     def best_fit(self, rounded: int) -> int:
         """The size of the free chunk an allocation of `rounded` bytes would take now, without taking
         it; 0 when none is large enough (the pool would have to grow)."""
-        b = (rounded >> 8).bit_length() - 1
-        if b > 20:
-            b = 20
-        chunks = self._bins[b]
-        i = bisect_left(chunks, (rounded, 0))
-        if i < len(chunks):
-            return chunks[i][0]
-        higher = self._bin_mask >> (b + 1)
-        if not higher:
-            return 0
-        return self._bins[b + (higher & -higher).bit_length()][0][0]
+        free = self._free
+        i = bisect_left(free, rounded << ADDRESS_BITS)
+        return free[i] >> ADDRESS_BITS if i < len(free) else 0
 
     def handed_out(self, rounded: int, chunk: int) -> int:
         """What a chunk of `chunk` bytes gives an allocation of `rounded`: the request where the
@@ -219,25 +216,15 @@ class BFCPool(PoolCounters):
     def _find_chunk(self, rounded: int, requested: int) -> int:
         """Take the best-fitting free chunk for `rounded` bytes, split it if worth it; 0 if none.
 
-        Bins are lists sorted by (size, address), XLA's order, so the first entry at or after
-        (rounded, 0) is the best fit; a higher non-empty bin's first entry is its smallest chunk.
-        This is the hot path of every replay, so the bin arithmetic is written inline.
+        Free chunks are sorted by (size, address), XLA's order, so the first at or after
+        (rounded, 0) is the best fit.
         """
-        b = (rounded >> 8).bit_length() - 1
-        if b > 20:
-            b = 20
-        chunks = self._bins[b]
-        i = bisect_left(chunks, (rounded, 0))
-        if i == len(chunks):
-            higher = self._bin_mask >> (b + 1)
-            if not higher:
-                return 0
-            b += (higher & -higher).bit_length()
-            chunks = self._bins[b]
-            i = 0
-        size, address = chunks.pop(i)
-        if not chunks:
-            self._bin_mask &= ~(1 << b)
+        free = self._free
+        i = bisect_left(free, rounded << ADDRESS_BITS)
+        if i == len(free):
+            return 0
+        key = free.pop(i)
+        size, address = key >> ADDRESS_BITS, key & ADDRESS_MASK
         del self._free_size[address]
         if size >= 2 * rounded or size - rounded >= self.max_internal_fragmentation:
             self._split(address, rounded)
@@ -294,6 +281,9 @@ class BFCPool(PoolCounters):
             start = self.device.try_allocate(region_size)
         if not increased:
             self._next_region_size *= 2
+        if start + region_size > ADDRESS_MASK:  # a free chunk's key holds its address in ADDRESS_BITS
+            self.device.free(start)
+            raise DeviceError(f"{self.device.name} handed out {start:#x}+{region_size}: beyond the 64-bit address space this pool orders chunks by")
         self._regions[start] = region_size
         self._size[start] = region_size
         self._prev[start] = 0
@@ -332,28 +322,23 @@ class BFCPool(PoolCounters):
 
     def _link_free(self, address: int, size: int) -> None:
         self._free_size[address] = size
-        b = (size >> MIN_ALLOCATION_BITS).bit_length() - 1  # bin_for_size, inline: this is the hot path
-        if b > NUM_BINS - 1:
-            b = NUM_BINS - 1
-        insort(self._bins[b], (size, address))
-        self._bin_mask |= 1 << b
+        insort(self._free, size << ADDRESS_BITS | address)
 
     def _unlink_free(self, address: int) -> None:
-        """Remove a free chunk from its bin."""
-        size = self._free_size.pop(address)
-        b = (size >> MIN_ALLOCATION_BITS).bit_length() - 1
-        if b > NUM_BINS - 1:
-            b = NUM_BINS - 1
-        chunks = self._bins[b]
-        del chunks[bisect_left(chunks, (size, address))]
-        if not chunks:
-            self._bin_mask &= ~(1 << b)
+        """Remove a free chunk from the free list."""
+        key = self._free_size.pop(address) << ADDRESS_BITS | address
+        free = self._free
+        del free[bisect_left(free, key)]
 
     # -- errors and introspection ----------------------------------------------------------
 
     def _largest_free_block(self) -> int:
-        mask = self._bin_mask
-        return self._bins[mask.bit_length() - 1][-1][0] if mask else 0
+        free = self._free
+        return free[-1] >> ADDRESS_BITS if free else 0
+
+    def free_chunks(self) -> list[tuple[int, int]]:
+        """(size, address) of every free chunk, in XLA's best-fit order."""
+        return [(key >> ADDRESS_BITS, key & ADDRESS_MASK) for key in self._free]
 
     def _num_regions(self) -> int:
         return len(self._regions)
@@ -389,12 +374,11 @@ class BFCPool(PoolCounters):
             f"fragmentation {s['fragmentation']:.3f}",
             "bins (free chunks):",
         ]
-        for b in range(NUM_BINS):
-            if not self._bins[b]:
-                continue
-            count = len(self._bins[b])
-            total = sum(size for size, _ in self._bins[b])
-            lines.append(f"  bin {b:2d} (>= {format_size(bin_lower_bound(b))}): {count} chunk(s), {format_size(total)}")
+        bins: dict[int, list[int]] = {}
+        for size, _ in self.free_chunks():
+            bins.setdefault(bin_for_size(size), []).append(size)
+        for b, sizes in sorted(bins.items()):
+            lines.append(f"  bin {b:2d} (>= {format_size(bin_lower_bound(b))}): {len(sizes)} chunk(s), {format_size(sum(sizes))}")
         by_region: dict[int, list[tuple[int, int, int, bool, int]]] = {}
         for chunk in self.chunks():
             by_region.setdefault(chunk[0], []).append(chunk)
@@ -445,14 +429,11 @@ class BFCPool(PoolCounters):
                 previous, address = address, nxt or 0
         if len(self._size) != len(self._free_size) + len(self._requested):
             problems.append("chunk table holds chunks that belong to no region")
-        binned = sorted((address, size) for chunks in self._bins for size, address in chunks)
-        if free_count != len(self._free_size) or binned != sorted(self._free_size.items()):
-            problems.append(f"bins hold {len(binned)} chunks, {free_count} chunks are free")
-        for b, chunks in enumerate(self._bins):
-            if chunks != sorted(chunks) or any(bin_for_size(size) != b for size, _ in chunks):
-                problems.append(f"bin {b} is out of order or holds a chunk of another bin")
-            if bool(chunks) != bool(self._bin_mask >> b & 1):
-                problems.append(f"bin mask disagrees with bin {b}")
+        listed = sorted((address, size) for size, address in self.free_chunks())
+        if free_count != len(self._free_size) or listed != sorted(self._free_size.items()):
+            problems.append(f"the free list holds {len(listed)} chunks, {free_count} chunks are free")
+        if self._free != sorted(self._free):
+            problems.append("the free list is out of (size, address) order")
         if in_use != self.bytes_in_use or requested != self.requested_bytes_in_use:
             problems.append(f"bytes_in_use {self.bytes_in_use} / requested {self.requested_bytes_in_use}, recount {in_use} / {requested}")
         if sum(self._regions.values()) != self.pool_bytes:

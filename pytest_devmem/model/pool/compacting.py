@@ -6,7 +6,7 @@ has no such allocator; the `compact` regime and the defragmentation what-if ask 
 from __future__ import annotations
 
 from ...errors import InvalidFreeError, OutOfMemoryError
-from .bfc import MIN_ALLOCATION_SIZE, NUM_BINS, BFCPool, rounded_bytes
+from .bfc import MIN_ALLOCATION_SIZE, BFCPool, rounded_bytes
 
 
 class CompactingPool(BFCPool):
@@ -82,8 +82,7 @@ class CompactingPool(BFCPool):
         requested = {address: self._requested[address] for _, address in live}
         handles = {address: self._handle_at[address] for _, address in live}
         self._size, self._prev, self._next, self._requested, self._free_size = {}, {}, {}, {}, {}
-        self._bins = [[] for _ in range(NUM_BINS)]
-        self._bin_mask = 0
+        self._free = []
         self._handle_at = {}
         by_region: dict[int, list[tuple[int, int]]] = {start: [] for start, _ in regions}
         owner = {}
