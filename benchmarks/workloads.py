@@ -123,38 +123,32 @@ def jax_step_loop(steps: int = 100_000, seed: int = 4) -> Trace:
 
 
 def sharded_step_loop(steps: int = 40_000, devices: int = 4, seed: int = 5) -> Trace:
-    """A data-parallel JAX loop over several devices (each array a shard per device, each step
-    a temporary per device), with a TensorFlow input pipeline on the first device: several devices,
-    several allocators, and lanes that change at every event."""
+    """A data-parallel JAX loop over several devices, as the JAX capture records one: per step the
+    output's shard on each device, the executable's temporary allocated and freed at once (on the
+    first device), and the previous output's shards freed; a TensorFlow input pipeline hands over
+    a batch on the first device now and then. Several devices, several allocators on the first,
+    and a lane that changes at every event."""
     rng = random.Random(seed)
     names = [f"gpu:{d}" for d in range(devices)]
-    events: list[TraceEvent] = []
-    pointer = 0
-
-    def shards(action: str, first: int, size: int, source: str, label: str) -> None:
-        for offset, device in enumerate(names):
-            events.append(TraceEvent(action, first + offset, size, source=source, label=label, device=device))
-
-    shards(ALLOCATE, 1, 32 * MiB, "jax", "params")
-    pointer = devices
-    previous = 0
-    batch = 0
-    while len(events) < steps * 4 * devices:
-        if rng.random() < 0.3:  # the input pipeline hands over a batch
+    events = [TraceEvent(ALLOCATE, 1 + d, 32 * MiB, source="jax", label="params", device=name) for d, name in enumerate(names)]
+    pointer, previous, batch = devices, 0, 0
+    while len(events) < steps * (2 * devices + 2):
+        if rng.random() < 0.3:  # the input pipeline's next batch
             pointer += 1
             if batch:
                 events.append(TraceEvent(FREE, batch, 256 * KiB, source="tensorflow", label="IteratorGetNext", device=names[0]))
             batch = pointer
             events.append(TraceEvent(ALLOCATE, batch, 256 * KiB, source="tensorflow", label="IteratorGetNext", device=names[0]))
         output = pointer + 1
-        shards(ALLOCATE, output, 64 * KiB, "jax", "jit(step)")
+        size = rng.choice([48, 64, 80]) * KiB
+        events.extend(TraceEvent(ALLOCATE, output + d, size, source="jax", label="jit(step)", device=name) for d, name in enumerate(names))
         temporary = output + devices
-        size = rng.choice([16, 32, 48]) * KiB
-        shards(ALLOCATE, temporary, size, "jax", "jit(step) temp")
-        shards(FREE, temporary, size, "jax", "jit(step) temp")
+        temp_size = rng.choice([16, 32, 48]) * KiB
+        events.append(TraceEvent(ALLOCATE, temporary, temp_size, source="jax", label="jit(step) temp", device=names[0]))
+        events.append(TraceEvent(FREE, temporary, temp_size, source="jax", label="jit(step) temp", device=names[0]))
         if previous:
-            shards(FREE, previous, 64 * KiB, "jax", "jit(step)")
-        previous, pointer = output, temporary + devices - 1
+            events.extend(TraceEvent(FREE, previous + d, previous_size, source="jax", label="jit(step)", device=name) for d, name in enumerate(names))
+        previous, previous_size, pointer = output, size, temporary
     return Trace(events)
 
 

@@ -34,7 +34,7 @@ from typing import Any, Mapping
 from ..errors import OutOfMemoryError
 from .device import DEFAULT_COMPUTE_CAPABILITY, SimulatedDevice
 from .frameworks import AllocatorSetup, context_bytes_for, tensorflow_memory_limit
-from .machine_loop import replay_lanes, replay_one_bfc_lane
+from .machine_loop import replay_bfc_lanes, replay_lanes, replay_one_bfc_lane
 from .pool import BFCPool, OnDemandPool, Policy
 from .pool.compacting import CompactingPool
 from .trace import ALLOCATE_CODE, FREE_CODE, Trace
@@ -289,7 +289,7 @@ class _Allocator:
 class _Device:
     __slots__ = ("name", "code", "device", "allocators", "contexts", "in_use", "held", "chunks", "peak_in_use", "peak_held", "peak_chunks",
                  "peak_event", "fragmentation_at_peak", "worst_fragmentation", "worst_event", "pending", "solo", "sampled", "fragmented", "mapped",
-                 "checkpoint", "stale")
+                 "compared", "checkpoint", "stale")
 
     def __init__(self, name: str, code: int, capacity: int) -> None:
         self.name = name
@@ -308,6 +308,7 @@ class _Device:
         self.sampled = 0.0  # its fragmentation after its last event (a temporary's allocation is no moment of its own)
         self.fragmented = False  # its worst fragmentation rose markedly at its last event: map it
         self.mapped = 0.0  # the fragmentation of its last map at its worst
+        self.compared = False  # its fragmentation now is known not to exceed its worst (the loops may skip a sample then)
         self.checkpoint: _Checkpoint | None = None  # its allocators copied at a moment a map was asked for
         self.stale = True  # it gained an allocator since that copy
 
@@ -334,9 +335,9 @@ class _Device:
 # the device's events since the copy before it into a second copy. Copies then cost O(1) an event
 # and the replays O(spacing) a device.
 
-CHECKPOINT_SPACING_PER_ENTRY = 1 / 48
-"""Copying an allocator entry (a chunk or a buffer) costs about 1/48 of replaying an event
-through the pool's methods: spacing = sqrt(events x entries / 48) balances the two."""
+CHECKPOINT_SPACING_PER_ENTRY = 1 / 24
+"""Copying an allocator entry (a chunk or a buffer) costs about 1/24 of replaying an event
+through the pool's methods (measured): spacing = sqrt(events x entries / 24) balances the two."""
 
 
 def _copy_state(thing: Any) -> Any:
@@ -423,6 +424,7 @@ class _Replay:
         self.fragmented: dict[str, MapSnapshot | _Promise] = {}
         self.failure: MapSnapshot | None = None
         self.oom: OutOfMemory | None = None
+        self.skipped: set[int] = set()  # events the loop skipped that were not a temporary's pair on one lane
 
     def start(self, lane: int) -> _Allocator:
         """The allocator of `lane`, created with its framework's allocators on every device it uses."""
@@ -431,6 +433,7 @@ class _Replay:
         for code, started in self.machine._start(self.trace.names[source], process, used, self.counts, self.order):
             self.lanes[self.lane_index[(code, process, source)]] = started
             started.device.stale = True
+            started.device.compared = False
         allocator = self.lanes[lane]
         assert allocator is not None
         return allocator
@@ -494,9 +497,10 @@ class _Replay:
         actions, pointers, sizes, codes = trace.actions, trace.pointers, trace.sizes, self.lane_codes
         position = {lane: device.allocators.index(a) for lane, a in enumerate(self.lanes) if a is not None and a.device is device}
         dropped: set[tuple[int, int]] = set()
+        skipped = self.skipped
         for index in range(checkpoint.upto, upto):
             action = actions[index]
-            if action > FREE_CODE:
+            if action > FREE_CODE or index in skipped:
                 continue
             lane = 0 if codes is None else codes[index]
             slot = position.get(lane)
@@ -533,18 +537,26 @@ class Machine:
         the figures themselves are the same either way."""
         replay = _Replay(self, trace, timeline, stop_on_oom)
         index = None
-        if len(replay.lane_keys) == 1 and len(trace) and min(trace.sizes) > 0:
-            index = replay_one_bfc_lane(replay)
+        if len(trace) and min(trace.sizes) > 0:  # the inline loops need no check of sizes
+            index = replay_one_bfc_lane(replay) if len(replay.lane_keys) == 1 else replay_bfc_lanes(replay)
         if index is None:
             index = replay_lanes(replay)
         return replay.finish(index)
 
     # -- allocators ------------------------------------------------------------------------
 
+    def _setup(self, source: str) -> AllocatorSetup:
+        return self.setups.get(source) or self.setups.get(DEFAULT_SOURCE) or AllocatorSetup(source, "prealloc")
+
+    def _is_plain_bfc(self, source: str) -> bool:
+        """Whether `source`'s allocators are BFCPools, no subclass (as `_pool` makes them)."""
+        setup = self._setup(source)
+        return setup.mode != "ondemand" and (setup.kind == "tensorflow" or setup.mode != "compact")
+
     def _start(self, source: str, process: int, used: list[_Device], counts: dict[str, list[int]], order: list[str]) -> list[tuple[int, _Allocator]]:
         """A framework's allocators on every device it uses, created at its first event: the
         process's context on each (once), then each allocator sized by its framework's rules."""
-        setup = self.setups.get(source) or self.setups.get(DEFAULT_SOURCE) or AllocatorSetup(source, "prealloc")
+        setup = self._setup(source)
         shared = counts.setdefault(source or "unknown", [0, 0, 0])
         started = []
         for device in used:
