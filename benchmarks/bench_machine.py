@@ -74,13 +74,23 @@ def measure_speed(workloads: dict[str, Callable[[], Trace]], capacity: int, mode
 
 
 def peak_rss() -> int | None:
-    """This process's peak resident memory in bytes; None where the platform does not say."""
+    """This process's peak resident memory in bytes; None where the platform does not say.
+
+    Linux's VmHWM belongs to the process image, so a child's starts afresh; getrusage's ru_maxrss
+    would carry the parent's peak across exec."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     try:
         import resource
     except ImportError:  # Windows
         return None
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB on Linux
+    return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB elsewhere
 
 
 def record_steps(events: int) -> Trace:
