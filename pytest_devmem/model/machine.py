@@ -263,7 +263,7 @@ class MachineRun:
 
 
 class _Allocator:
-    __slots__ = ("source", "process", "setup", "pool", "bfc", "device", "handles", "limit", "asked", "took", "peak_held", "in_use", "peak_in_use", "counts")
+    __slots__ = ("source", "process", "setup", "pool", "bfc", "inline", "device", "handles", "limit", "asked", "took", "peak_held", "in_use", "peak_in_use", "counts")
 
     def __init__(self, source: str, process: int, setup: AllocatorSetup, device: _Device, counts: list[int]) -> None:
         self.source = source
@@ -272,7 +272,8 @@ class _Allocator:
         self.device = device
         self.pool: BFCPool | OnDemandPool | None = None
         self.bfc = False  # a BFC pool: a temporary freed at once leaves it as it was
-        self.handles: dict[int, tuple[int, int]] = {}  # trace pointer -> (pool handle, event index)
+        self.inline = False  # an inline loop runs its BFC pool: handles also hold chunk ids, the pool's own are stale
+        self.handles: dict[int, tuple[int, ...]] = {}  # trace pointer -> (pool handle, event index[, chunk id])
         self.limit = self.asked = self.took = self.peak_held = 0
         self.in_use = self.peak_in_use = 0  # live data, each request rounded to 256 bytes
         self.counts = counts  # its source's [allocations, bytes asked and live, their peak], over all devices
@@ -360,7 +361,7 @@ class _Checkpoint:
 
     __slots__ = ("upto", "device", "pools", "handles")
 
-    def __init__(self, upto: int, device: Any, pools: list[Any], handles: list[dict[int, tuple[int, int]]]) -> None:
+    def __init__(self, upto: int, device: Any, pools: list[Any], handles: list[dict[int, tuple[int, ...]]]) -> None:
         self.upto = upto
         self.device = device
         self.pools = pools
@@ -368,7 +369,11 @@ class _Checkpoint:
 
     @classmethod
     def of(cls, device: _Device, upto: int) -> _Checkpoint:
-        return cls(upto, device.device, [a.pool for a in device.allocators], [a.handles for a in device.allocators]).copy()
+        checkpoint = cls(upto, device.device, [a.pool for a in device.allocators], [a.handles for a in device.allocators]).copy()
+        for allocator, pool, handles in zip(device.allocators, checkpoint.pools, checkpoint.handles):
+            if allocator.inline:  # the copy's own handles, for the replay since
+                pool._in_use = {entry[0]: entry[2] for entry in handles.values()}
+        return checkpoint
 
     def copy(self) -> _Checkpoint:
         device = _copy_state(self.device)
@@ -448,7 +453,7 @@ class _Replay:
         return _Promise(event, upto, checkpoint)
 
     def _spacing(self, device: _Device) -> int:
-        entries = sum(len(a.handles) + len(getattr(a.pool, "_size", ())) for a in device.allocators)
+        entries = sum(len(a.handles) + len(getattr(a.pool, "_c_size", ())) for a in device.allocators)
         return max(64, math.isqrt(int(len(self.trace) * entries * CHECKPOINT_SPACING_PER_ENTRY)))
 
     def fail(self, error: OutOfMemoryError, allocator: _Allocator, index: int) -> None:
@@ -651,11 +656,11 @@ def _snapshot(device: _Device, event: int) -> MapSnapshot:
     return MapSnapshot(device.name, event, _pool_maps([(a.source, a.process) for a in allocators], [a.pool for a in allocators], [a.handles for a in allocators]))
 
 
-def _pool_maps(owners: list[tuple[str, int]], pools: list[Any], buffers: list[dict[int, tuple[int, int]]]) -> tuple[PoolMap, ...]:
+def _pool_maps(owners: list[tuple[str, int]], pools: list[Any], buffers: list[dict[int, tuple[int, ...]]]) -> tuple[PoolMap, ...]:
     """Each pool's regions and chunks, each chunk in use naming the event that allocated it."""
     maps = []
     for (source, process), pool, handles in zip(owners, pools, buffers):
-        born = {handle: index for handle, index in handles.values()}
+        born = {entry[0]: entry[1] for entry in handles.values()}
         if isinstance(pool, BFCPool):
             starts: dict[int, int] = {}
             chunks = []

@@ -1,11 +1,16 @@
 """The machine's per-event loops (`machine.py` sets up the devices and lanes and makes the result).
 
-They run once for every event of every test, so they are written for speed in plain Python: the
-general loop for any trace, and one for a trace with a single lane (one allocator on one device,
-the common case) on a BFC pool, which keeps its counters in local variables and runs XLA's BFC
-rules inline (best fit, split, merge: exactly `BFCPool.alloc` and `BFCPool.free`, which it calls
-only to grow the pool or fail). Both give the same result as the pool's methods would; the tests
-replay random traces against the loop as first written.
+They run once for every event of every test, so they are written for speed in plain Python:
+
+* `replay_one_bfc_lane`: a single lane (one allocator on one device, the common case) on a BFC
+  pool; its counters live in local variables;
+* `replay_bfc_lanes`: several lanes, all on BFC pools; counters on the device and allocator objects;
+* `replay_lanes`: any trace (on-demand and compacting pools, sizes that are not positive), each
+  pool through its own methods.
+
+The first two run XLA's BFC rules inline (best fit, split, merge: exactly `BFCPool.alloc` and
+`BFCPool.free`, which they call only to grow the pool or fail). All give the same result; the
+tests replay random traces against the loop as first written.
 
 The pools of a machine replay keep their chunks and the counters the model reads (`bytes_in_use`,
 `pool_bytes`); their other statistics (`num_allocs`, their own peaks) are not kept here.
@@ -19,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidFreeError, OutOfMemoryError
 from .pool import BFCPool
-from .pool.bfc import ADDRESS_BITS, ADDRESS_MASK
+from .pool.bfc import CHUNK_BITS, CHUNK_MASK, SIZE_SHIFT
 
 if TYPE_CHECKING:
     from .machine import _Replay
@@ -44,8 +49,10 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
         timeline_in_use, timeline_reserved, timeline_fragmentation = recorded.in_use.append, recorded.reserved.append, recorded.fragmentation.append
         timeline_devices, code = recorded.devices.append, device.code
     handles = allocator.handles
-    size_of, prev_of, next_of, requested_of, free_size, free_list = pool._size, pool._prev, pool._next, pool._requested, pool._free_size, pool._free
-    max_waste, shift, low = pool.max_internal_fragmentation, ADDRESS_BITS, ADDRESS_MASK
+    # the pool's chunk table (see bfc.py): sizes, addresses, neighbours, bytes asked (0 free, -1 no chunk) by chunk id
+    size_of, address_of, prev_of, next_of, asked, spare, free_list = pool._c_size, pool._c_address, pool._c_prev, pool._c_next, pool._c_asked, pool._spare, pool._free
+    max_waste, shift, id_shift, id_mask = pool.max_internal_fragmentation, SIZE_SHIFT, CHUNK_BITS, CHUNK_MASK
+    allocator.inline = True  # its buffers are (address, event, chunk id); the pool's handles are left stale until the end
     # counters, in locals while the loop runs: the pool's, the device's (which here are also its
     # allocator's: in use, peaks, held) and the source's
     chunk_bytes, pool_bytes = pool.bytes_in_use, pool.pool_bytes
@@ -98,24 +105,24 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
                     transient, i = False, -1  # no chunk is large enough
             if i >= 0:
                 key = free_list.pop(i)
-                chunk, address = key >> shift, key & low
-                del free_size[address]
+                cid, chunk = key & id_mask, key >> shift
+                address = address_of[cid]
                 if chunk >= 2 * rounded or chunk - rounded >= max_waste:  # split off the rest
-                    rest, rest_size = address + rounded, chunk - rounded
-                    after = next_of[address]
-                    size_of[rest] = rest_size
-                    size_of[address] = rounded
-                    prev_of[rest] = address
-                    next_of[rest] = after
-                    next_of[address] = rest
+                    rest_size, rest_address, after = chunk - rounded, address + rounded, next_of[cid]
+                    if spare:
+                        rest = spare.pop()
+                        size_of[rest], address_of[rest], prev_of[rest], next_of[rest], asked[rest] = rest_size, rest_address, cid, after, 0
+                    else:
+                        rest = pool._new_chunk(rest_size, rest_address, cid, after, 0)
+                    size_of[cid] = rounded
+                    next_of[cid] = rest
                     if after:
                         prev_of[after] = rest
-                    free_size[rest] = rest_size
-                    insort(free_list, rest_size << shift | rest)
+                    insort(free_list, rest_size << shift | rest_address << id_shift | rest)
                     chunk = rounded
-                requested_of[address] = size
+                asked[cid] = size
                 chunk_bytes += chunk
-                handles[pointer] = (address, index)
+                handles[pointer] = (address, index, cid)
                 if chunk_bytes > peak_chunks:
                     peak_chunks = chunk_bytes
                 in_use += rounded
@@ -135,6 +142,7 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
                 pool.bytes_in_use = chunk_bytes
                 try:
                     address = pool.alloc(size)
+                    cid = pool._in_use[address]
                 except OutOfMemoryError as error:
                     pool_bytes = pool.pool_bytes  # it may have given regions back
                     live -= size
@@ -159,7 +167,7 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
                         allocator.peak_held = pool_bytes
                     if held > peak_held:
                         peak_held = held
-                handles[pointer] = (address, index)
+                handles[pointer] = (address, index, cid)
                 if chunk_bytes > peak_chunks:
                     peak_chunks = chunk_bytes
                 in_use += rounded
@@ -196,35 +204,35 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
                     continue
                 raise InvalidFreeError(f"trace event {index}: free of {pointer:#x}, which the trace never allocated on {device.name}")
             # BFCPool.free, inline: merge with the next chunk, then the previous one, if free
-            address, born = entry
-            del requested_of[address]
-            chunk = size_of[address]
+            address, born, cid = entry
+            chunk = size_of[cid]
+            asked[cid] = 0
             chunk_bytes -= chunk
-            following = next_of[address]
-            merged = free_size.pop(following, 0)
-            if merged:
-                del free_list[bisect_left(free_list, merged << shift | following)]
+            following = next_of[cid]
+            if not asked[following]:  # free (id 0, no chunk, is never free)
+                merged = size_of[following]
+                del free_list[bisect_left(free_list, merged << shift | address_of[following] << id_shift | following)]
                 chunk += merged
-                size_of[address] = chunk
-                del size_of[following], prev_of[following]
-                after = next_of.pop(following)
-                next_of[address] = after
+                size_of[cid] = chunk
+                after = next_of[cid] = next_of[following]
                 if after:
-                    prev_of[after] = address
-            previous = prev_of[address]
-            merged = free_size.pop(previous, 0)
-            if merged:
-                del free_list[bisect_left(free_list, merged << shift | previous)]
+                    prev_of[after] = cid
+                asked[following] = -1
+                spare.append(following)
+            previous = prev_of[cid]
+            if not asked[previous]:
+                merged = size_of[previous]
+                address = address_of[previous]
+                del free_list[bisect_left(free_list, merged << shift | address << id_shift | previous)]
                 chunk += merged
                 size_of[previous] = chunk
-                del size_of[address], prev_of[address]
-                after = next_of.pop(address)
-                next_of[previous] = after
+                after = next_of[previous] = next_of[cid]
                 if after:
                     prev_of[after] = previous
-                address = previous
-            free_size[address] = chunk
-            insort(free_list, chunk << shift | address)
+                asked[cid] = -1
+                spare.append(cid)
+                cid = previous
+            insort(free_list, chunk << shift | address << id_shift | cid)
             size = sizes[born]
             in_use -= (size + 255) & -256
             live -= size
@@ -260,6 +268,8 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
             timeline_reserved(held)
             timeline_fragmentation(fragmentation)
     pool.bytes_in_use = chunk_bytes
+    pool._in_use = {entry[0]: entry[2] for entry in handles.values()}
+    allocator.inline = False
     device.in_use = allocator.in_use = in_use
     device.peak_in_use = allocator.peak_in_use = peak_in_use
     device.chunks, device.peak_chunks, device.held, device.peak_held = chunk_bytes, peak_chunks, held, peak_held
@@ -287,7 +297,7 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
     if recorded is not None:
         timeline_in_use, timeline_reserved, timeline_fragmentation = recorded.in_use.append, recorded.reserved.append, recorded.fragmentation.append
         timeline_devices = recorded.devices.append
-    shift, low, may_skip = ADDRESS_BITS, ADDRESS_MASK, not record
+    shift, id_shift, id_mask, may_skip = SIZE_SHIFT, CHUNK_BITS, CHUNK_MASK, not record
     snapshots, fragmented_maps, skipped = replay.snapshots, replay.fragmented, replay.skipped
     dropped: set[tuple[int, int]] = set()
     skip = False
@@ -307,10 +317,14 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
                 if started is not None and refs[code] is None:
                     pool = started.pool
                     assert type(pool) is BFCPool
-                    refs[code] = (started, started.device, pool, started.handles, started.counts, pool._size, pool._prev, pool._next, pool._requested, pool._free_size, pool._free, pool.max_internal_fragmentation)
+                    started.inline = True  # its buffers are (address, event, chunk id); the pool's handles are left stale until the end
+                    refs[code] = (
+                        started, started.device, pool, started.handles, started.counts,
+                        pool._c_size, pool._c_address, pool._c_prev, pool._c_next, pool._c_asked, pool._spare, pool._free, pool.max_internal_fragmentation,
+                    )
             lane_refs = refs[lane]
             assert lane_refs is not None
-        allocator, device, pool, handles, counts, size_of, prev_of, next_of, requested_of, free_size, free_list, max_waste = lane_refs
+        allocator, device, pool, handles, counts, size_of, address_of, prev_of, next_of, asked, spare, free_list, max_waste = lane_refs
         if device.fragmented:  # the state after its last event is its most fragmented so far
             fragmented_maps[device.name] = replay.promise(device, device.worst_event if device.worst_event is not None else index - 1, index)
             device.fragmented = False
@@ -345,25 +359,25 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
                     transient, i = False, -1
             if i >= 0:
                 key = free_list.pop(i)
-                chunk, address = key >> shift, key & low
-                del free_size[address]
+                cid, chunk = key & id_mask, key >> shift
+                address = address_of[cid]
                 if chunk >= 2 * rounded or chunk - rounded >= max_waste:  # split off the rest
-                    rest, rest_size = address + rounded, chunk - rounded
-                    after = next_of[address]
-                    size_of[rest] = rest_size
-                    size_of[address] = rounded
-                    prev_of[rest] = address
-                    next_of[rest] = after
-                    next_of[address] = rest
+                    rest_size, rest_address, after = chunk - rounded, address + rounded, next_of[cid]
+                    if spare:
+                        rest = spare.pop()
+                        size_of[rest], address_of[rest], prev_of[rest], next_of[rest], asked[rest] = rest_size, rest_address, cid, after, 0
+                    else:
+                        rest = pool._new_chunk(rest_size, rest_address, cid, after, 0)
+                    size_of[cid] = rounded
+                    next_of[cid] = rest
                     if after:
                         prev_of[after] = rest
-                    free_size[rest] = rest_size
-                    insort(free_list, rest_size << shift | rest)
+                    insort(free_list, rest_size << shift | rest_address << id_shift | rest)
                     chunk = rounded
-                requested_of[address] = size
+                asked[cid] = size
                 pool.bytes_in_use += chunk
                 counts[1] = live
-                handles[pointer] = (address, index)
+                handles[pointer] = (address, index, cid)
                 chunks = device.chunks + chunk
                 device.chunks = chunks
                 if chunks > device.peak_chunks:
@@ -408,7 +422,7 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
                     dropped.add((lane, pointer))
                     continue
                 counts[1] = live
-                handles[pointer] = (address, index)
+                handles[pointer] = (address, index, pool._in_use[address])
                 device.chunks += pool.bytes_in_use - in_use
                 if device.chunks > device.peak_chunks:
                     device.peak_chunks = device.chunks
@@ -451,36 +465,36 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
                     continue
                 raise InvalidFreeError(f"trace event {index}: free of {pointer:#x}, which the trace never allocated on {device.name}")
             # BFCPool.free, inline: merge with the next chunk, then the previous one, if free
-            address, born = entry
-            del requested_of[address]
-            chunk = size_of[address]
+            address, born, cid = entry
+            chunk = size_of[cid]
+            asked[cid] = 0
             pool.bytes_in_use -= chunk
             device.chunks -= chunk
-            following = next_of[address]
-            merged = free_size.pop(following, 0)
-            if merged:
-                del free_list[bisect_left(free_list, merged << shift | following)]
+            following = next_of[cid]
+            if not asked[following]:  # free (id 0, no chunk, is never free)
+                merged = size_of[following]
+                del free_list[bisect_left(free_list, merged << shift | address_of[following] << id_shift | following)]
                 chunk += merged
-                size_of[address] = chunk
-                del size_of[following], prev_of[following]
-                after = next_of.pop(following)
-                next_of[address] = after
+                size_of[cid] = chunk
+                after = next_of[cid] = next_of[following]
                 if after:
-                    prev_of[after] = address
-            previous = prev_of[address]
-            merged = free_size.pop(previous, 0)
-            if merged:
-                del free_list[bisect_left(free_list, merged << shift | previous)]
+                    prev_of[after] = cid
+                asked[following] = -1
+                spare.append(following)
+            previous = prev_of[cid]
+            if not asked[previous]:
+                merged = size_of[previous]
+                address = address_of[previous]
+                del free_list[bisect_left(free_list, merged << shift | address << id_shift | previous)]
                 chunk += merged
                 size_of[previous] = chunk
-                del size_of[address], prev_of[address]
-                after = next_of.pop(address)
-                next_of[previous] = after
+                after = next_of[previous] = next_of[cid]
                 if after:
                     prev_of[after] = previous
-                address = previous
-            free_size[address] = chunk
-            insort(free_list, chunk << shift | address)
+                asked[cid] = -1
+                spare.append(cid)
+                cid = previous
+            insort(free_list, chunk << shift | address << id_shift | cid)
             size = sizes[born]
             rounded = (size + 255) & -256
             allocator.in_use -= rounded
@@ -516,6 +530,10 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
             timeline_in_use(device.in_use)
             timeline_reserved(device.held)
             timeline_fragmentation(device.sampled)
+    for allocator in lanes:
+        if allocator is not None and allocator.inline:
+            allocator.pool._in_use = {entry[0]: entry[2] for entry in allocator.handles.values()}  # type: ignore[union-attr]
+            allocator.inline = False
     return index
 
 
@@ -635,7 +653,7 @@ def replay_lanes(replay: _Replay) -> int:
             if solo is not None:  # XLA's GetFragmentation of its one pool, inline: this runs per event
                 free = solo.pool_bytes - solo.bytes_in_use
                 if free > 0:
-                    fragmentation = (free - (solo._free[-1] >> ADDRESS_BITS)) / free
+                    fragmentation = (free - (solo._free[-1] >> SIZE_SHIFT)) / free
             else:
                 fragmentation = device.fragmentation()
             device.sampled = fragmentation
