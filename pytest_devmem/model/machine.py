@@ -272,8 +272,8 @@ class _Allocator:
         self.device = device
         self.pool: BFCPool | OnDemandPool | None = None
         self.bfc = False  # a BFC pool: a temporary freed at once leaves it as it was
-        self.inline = False  # an inline loop runs its BFC pool: handles also hold chunk ids, the pool's own are stale
-        self.handles: dict[int, tuple[int, ...]] = {}  # trace pointer -> (pool handle, event index[, chunk id])
+        self.inline = False  # an inline loop runs its BFC pool: handles also hold chunk id, size, rounded size; the pool's own are stale
+        self.handles: dict[int, tuple[int, ...]] = {}  # trace pointer -> (pool handle, event index[, chunk id, size, rounded])
         self.limit = self.asked = self.took = self.peak_held = 0
         self.in_use = self.peak_in_use = 0  # live data, each request rounded to 256 bytes
         self.counts = counts  # its source's [allocations, bytes asked and live, their peak], over all devices

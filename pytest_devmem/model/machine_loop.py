@@ -52,7 +52,7 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
     # the pool's chunk table (see bfc.py): sizes, addresses, neighbours, bytes asked (0 free, -1 no chunk) by chunk id
     size_of, address_of, prev_of, next_of, asked, spare, free_list = pool._c_size, pool._c_address, pool._c_prev, pool._c_next, pool._c_asked, pool._spare, pool._free
     max_waste, shift, id_shift, id_mask = pool.max_internal_fragmentation, SIZE_SHIFT, CHUNK_BITS, CHUNK_MASK
-    allocator.inline = True  # its buffers are (address, event, chunk id); the pool's handles are left stale until the end
+    allocator.inline = True  # its buffers are (address, event, chunk id, size, rounded); the pool's handles are left stale until the end
     # counters, in locals while the loop runs: the pool's, the device's (which here are also its
     # allocator's: in use, peaks, held) and the source's
     chunk_bytes, pool_bytes = pool.bytes_in_use, pool.pool_bytes
@@ -122,7 +122,7 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
                     chunk = rounded
                 asked[cid] = size
                 chunk_bytes += chunk
-                handles[pointer] = (address, index, cid)
+                handles[pointer] = (address, index, cid, size, rounded)
                 if chunk_bytes > peak_chunks:
                     peak_chunks = chunk_bytes
                 in_use += rounded
@@ -167,7 +167,7 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
                         allocator.peak_held = pool_bytes
                     if held > peak_held:
                         peak_held = held
-                handles[pointer] = (address, index, cid)
+                handles[pointer] = (address, index, cid, size, rounded)
                 if chunk_bytes > peak_chunks:
                     peak_chunks = chunk_bytes
                 in_use += rounded
@@ -204,7 +204,7 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
                     continue
                 raise InvalidFreeError(f"trace event {index}: free of {pointer:#x}, which the trace never allocated on {device.name}")
             # BFCPool.free, inline: merge with the next chunk, then the previous one, if free
-            address, born, cid = entry
+            address, _, cid, size, rounded = entry
             chunk = size_of[cid]
             asked[cid] = 0
             chunk_bytes -= chunk
@@ -233,8 +233,7 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
                 spare.append(cid)
                 cid = previous
             insort(free_list, chunk << shift | address << id_shift | cid)
-            size = sizes[born]
-            in_use -= (size + 255) & -256
+            in_use -= rounded
             live -= size
             if in_use:
                 free = pool_bytes - chunk_bytes
@@ -317,7 +316,7 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
                 if started is not None and refs[code] is None:
                     pool = started.pool
                     assert type(pool) is BFCPool
-                    started.inline = True  # its buffers are (address, event, chunk id); the pool's handles are left stale until the end
+                    started.inline = True  # its buffers are (address, event, chunk id, size, rounded); the pool's handles are left stale until the end
                     refs[code] = (
                         started, started.device, pool, started.handles, started.counts,
                         pool._c_size, pool._c_address, pool._c_prev, pool._c_next, pool._c_asked, pool._spare, pool._free, pool.max_internal_fragmentation,
@@ -377,7 +376,7 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
                 asked[cid] = size
                 pool.bytes_in_use += chunk
                 counts[1] = live
-                handles[pointer] = (address, index, cid)
+                handles[pointer] = (address, index, cid, size, rounded)
                 chunks = device.chunks + chunk
                 device.chunks = chunks
                 if chunks > device.peak_chunks:
@@ -422,7 +421,7 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
                     dropped.add((lane, pointer))
                     continue
                 counts[1] = live
-                handles[pointer] = (address, index, pool._in_use[address])
+                handles[pointer] = (address, index, pool._in_use[address], size, rounded)
                 device.chunks += pool.bytes_in_use - in_use
                 if device.chunks > device.peak_chunks:
                     device.peak_chunks = device.chunks
@@ -465,7 +464,7 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
                     continue
                 raise InvalidFreeError(f"trace event {index}: free of {pointer:#x}, which the trace never allocated on {device.name}")
             # BFCPool.free, inline: merge with the next chunk, then the previous one, if free
-            address, born, cid = entry
+            address, _, cid, size, rounded = entry
             chunk = size_of[cid]
             asked[cid] = 0
             pool.bytes_in_use -= chunk
@@ -495,8 +494,6 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
                 spare.append(cid)
                 cid = previous
             insort(free_list, chunk << shift | address << id_shift | cid)
-            size = sizes[born]
-            rounded = (size + 255) & -256
             allocator.in_use -= rounded
             in_use = device.in_use - rounded
             device.in_use = in_use

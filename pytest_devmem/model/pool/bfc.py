@@ -53,6 +53,8 @@ SIZE_SHIFT = ADDRESS_BITS + CHUNK_BITS
 """A free chunk's key is size << SIZE_SHIFT | address << CHUNK_BITS | id: ordered by size, then address."""
 NO_CHUNK = -1
 """The bytes asked for of chunk id 0 (the neighbour of a region's ends) and of ids not in use."""
+CHUNK_BATCH = 64
+"""Chunk ids the table grows by at once, so that a new chunk nearly always reuses a spare id."""
 INITIAL_GROWTH_REGION = 2 * 2**20  # 2 MiB, as XLA with allow_growth
 DEFAULT_MAX_INTERNAL_FRAGMENTATION = 128 * 2**20
 BACKOFF_FACTOR = 0.9
@@ -273,19 +275,18 @@ class BFCPool(PoolCounters):
         self._link_free(rest)
 
     def _new_chunk(self, size: int, address: int, previous: int, following: int, asked: int) -> int:
-        """A new chunk's id, reusing one merged away where there is one."""
-        if self._spare:
-            chunk = self._spare.pop()
-            self._c_size[chunk], self._c_address[chunk], self._c_prev[chunk], self._c_next[chunk], self._c_asked[chunk] = size, address, previous, following, asked
-            return chunk
-        chunk = len(self._c_size)
-        if chunk > CHUNK_MASK:  # a free chunk's key holds its id in CHUNK_BITS
-            raise DeviceError(f"{self.device.name}: more than {CHUNK_MASK} chunks in one pool")
-        self._c_size.append(size)
-        self._c_address.append(address)
-        self._c_prev.append(previous)
-        self._c_next.append(following)
-        self._c_asked.append(asked)
+        """A new chunk's id: one merged away, or one of a batch the table grows by when none is."""
+        spare = self._spare
+        if not spare:
+            first = len(self._c_size)
+            if first + CHUNK_BATCH - 1 > CHUNK_MASK:  # a free chunk's key holds its id in CHUNK_BITS
+                raise DeviceError(f"{self.device.name}: more than {CHUNK_MASK} chunks in one pool")
+            for column in (self._c_size, self._c_address, self._c_prev, self._c_next):
+                column.extend([0] * CHUNK_BATCH)
+            self._c_asked.extend([NO_CHUNK] * CHUNK_BATCH)
+            spare.extend(range(first + CHUNK_BATCH - 1, first - 1, -1))  # the lowest id first
+        chunk = spare.pop()
+        self._c_size[chunk], self._c_address[chunk], self._c_prev[chunk], self._c_next[chunk], self._c_asked[chunk] = size, address, previous, following, asked
         return chunk
 
     def _drop(self, chunk: int) -> None:
