@@ -1,19 +1,22 @@
-"""`python -m benchmarks`: the pool benchmark, the plugin-overhead benchmark, the step-loop benchmark,
-then TensorFlow's capture on a small Keras/TensorFlow suite (skipped where TensorFlow is not installed).
+"""`python -m benchmarks`: the pool benchmark, the machine benchmark, the plugin-overhead benchmark,
+the step-loop benchmark, then TensorFlow's capture on a small Keras/TensorFlow suite (skipped where
+TensorFlow is not installed).
 
-Flags go to the pool benchmark; `--quick` also shortens the other two.
+Flags go to the pool benchmark; `--quick` also shortens the others.
 """
 
 from __future__ import annotations
 
 import sys
 
-from . import bench_plugin, bench_pool, bench_steps, bench_tensorflow
+from . import bench_machine, bench_plugin, bench_pool, bench_steps, bench_tensorflow
 
 if __name__ == "__main__":
     arguments = sys.argv[1:]
     quick = "--quick" in arguments
     status = bench_pool.main(arguments)
+    print()
+    status = status or bench_machine.main(["--quick"] if quick else [])
     print()
     status = status or bench_plugin.main(["--tests", "20", "--repeat", "1"] if quick else [])
     print()

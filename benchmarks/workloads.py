@@ -100,3 +100,62 @@ WORKLOADS: dict[str, Callable[[], Trace]] = {
     "mixed-small-huge": mixed_small_and_huge,
     "training-loop": training_loop,
 }
+
+
+def jax_step_loop(steps: int = 100_000, seed: int = 4) -> Trace:
+    """A loop of jitted steps, as JAX runs one: the parameters once, then per step the step's output
+    allocated, its temporary allocated and freed at once, and the previous step's output freed."""
+    rng = random.Random(seed)
+    events = [TraceEvent(ALLOCATE, 1, 64 * MiB, source="jax", label="params")]
+    output_size = 16 * KiB
+    previous, pointer = 0, 1
+    while len(events) < 3 * steps:
+        pointer += 1
+        events.append(TraceEvent(ALLOCATE, pointer, output_size, source="jax", label="jit(step)"))
+        temporary = pointer + 1
+        size = rng.choice([4, 8, 12]) * KiB
+        events.append(TraceEvent(ALLOCATE, temporary, size, source="jax", label="jit(step) temp"))
+        events.append(TraceEvent(FREE, temporary, size, source="jax", label="jit(step) temp"))
+        if previous:
+            events.append(TraceEvent(FREE, previous, output_size, source="jax", label="jit(step)"))
+        previous, pointer = pointer, temporary
+    return Trace(events)
+
+
+def sharded_step_loop(steps: int = 40_000, devices: int = 4, seed: int = 5) -> Trace:
+    """A data-parallel JAX loop over several devices, as the JAX capture records one: per step the
+    output's shard on each device, the executable's temporary allocated and freed at once (on the
+    first device), and the previous output's shards freed; a TensorFlow input pipeline hands over
+    a batch on the first device now and then. Several devices, several allocators on the first,
+    and a lane that changes at every event."""
+    rng = random.Random(seed)
+    names = [f"gpu:{d}" for d in range(devices)]
+    events = [TraceEvent(ALLOCATE, 1 + d, 32 * MiB, source="jax", label="params", device=name) for d, name in enumerate(names)]
+    pointer, previous, batch = devices, 0, 0
+    while len(events) < steps * (2 * devices + 2):
+        if rng.random() < 0.3:  # the input pipeline's next batch
+            pointer += 1
+            if batch:
+                events.append(TraceEvent(FREE, batch, 256 * KiB, source="tensorflow", label="IteratorGetNext", device=names[0]))
+            batch = pointer
+            events.append(TraceEvent(ALLOCATE, batch, 256 * KiB, source="tensorflow", label="IteratorGetNext", device=names[0]))
+        output = pointer + 1
+        size = rng.choice([48, 64, 80]) * KiB
+        events.extend(TraceEvent(ALLOCATE, output + d, size, source="jax", label="jit(step)", device=name) for d, name in enumerate(names))
+        temporary = output + devices
+        temp_size = rng.choice([16, 32, 48]) * KiB
+        events.append(TraceEvent(ALLOCATE, temporary, temp_size, source="jax", label="jit(step) temp", device=names[0]))
+        events.append(TraceEvent(FREE, temporary, temp_size, source="jax", label="jit(step) temp", device=names[0]))
+        if previous:
+            events.extend(TraceEvent(FREE, previous + d, previous_size, source="jax", label="jit(step)", device=name) for d, name in enumerate(names))
+        previous, previous_size, pointer = output, size, temporary
+    return Trace(events)
+
+
+MACHINE_WORKLOADS: dict[str, Callable[[], Trace]] = {
+    "jax-step-loop": jax_step_loop,
+    **WORKLOADS,
+    "sharded-steps": sharded_step_loop,
+}
+"""Traces for the model of the machine: the pool's workloads (one allocator on one device), a JAX
+step loop, and a sharded loop over four devices with two frameworks."""

@@ -13,11 +13,12 @@ from pytest_devmem.model.pool import replay
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_pool_benchmark_runs_in_quick_mode() -> None:
+def test_the_benchmarks_run_in_quick_mode() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--quick"], cwd=ROOT, capture_output=True, text=True, check=True
     )
-    lines = result.stdout.splitlines()
+    pool, machine, *_ = result.stdout.split("\n\n")
+    lines = pool.splitlines()
     assert "ops/s" in lines[1] and "held/live" in lines[1]
     for trace in ("many-small", "mixed-small-huge", "training-loop"):
         policies = [line.split()[2] for line in lines if line.startswith(trace)]
@@ -30,6 +31,13 @@ def test_pool_benchmark_runs_in_quick_mode() -> None:
     assert tensorflow.startswith(("TensorFlow suite: 4 tests", "TensorFlow is not installed"))
     if tensorflow.startswith("TensorFlow suite"):
         assert "on (prealloc, in-process)" in tensorflow and "TensorFlow capture per test" in tensorflow
+    lines = machine.splitlines()
+    assert lines[0].startswith("model of the machine") and "events/s" in lines[1] and "vs pool" in lines[1]
+    rows = {line.split()[0]: line.split() for line in lines[2:7]}
+    assert list(rows) == ["jax-step-loop", "many-small", "mixed-small-huge", "training-loop", "sharded-steps"]
+    assert rows["sharded-steps"][2:4] == ["4", "5"]  # devices, allocators
+    assert all(row[-1] in ("yes", "no") for row in rows.values())
+    assert "trace" in lines[8] and "B/event" in lines[8] and "recording" in lines[9] and "events/s" in lines[10]
 
 
 def test_first_fit_reference_is_a_correct_allocator() -> None:

@@ -29,12 +29,12 @@ from __future__ import annotations
 import math
 from array import array
 from dataclasses import dataclass, field
-from itertools import repeat
-from typing import Iterable, Mapping
+from typing import Any, Mapping
 
-from ..errors import InvalidFreeError, OutOfMemoryError
+from ..errors import OutOfMemoryError
 from .device import DEFAULT_COMPUTE_CAPABILITY, SimulatedDevice
 from .frameworks import AllocatorSetup, context_bytes_for, tensorflow_memory_limit
+from .machine_loop import replay_bfc_lanes, replay_lanes, replay_one_bfc_lane
 from .pool import BFCPool, OnDemandPool, Policy
 from .pool.compacting import CompactingPool
 from .trace import ALLOCATE_CODE, FREE_CODE, Trace
@@ -263,7 +263,7 @@ class MachineRun:
 
 
 class _Allocator:
-    __slots__ = ("source", "process", "setup", "pool", "bfc", "device", "handles", "limit", "asked", "took", "peak_held", "in_use", "peak_in_use", "counts")
+    __slots__ = ("source", "process", "setup", "pool", "bfc", "inline", "device", "handles", "limit", "asked", "took", "peak_held", "in_use", "peak_in_use", "counts")
 
     def __init__(self, source: str, process: int, setup: AllocatorSetup, device: _Device, counts: list[int]) -> None:
         self.source = source
@@ -271,8 +271,9 @@ class _Allocator:
         self.setup = setup
         self.device = device
         self.pool: BFCPool | OnDemandPool | None = None
-        self.bfc = False
-        self.handles: dict[int, tuple[int, int]] = {}  # trace pointer -> (pool handle, event index)
+        self.bfc = False  # a BFC pool: a temporary freed at once leaves it as it was
+        self.inline = False  # an inline loop runs its BFC pool: handles also hold chunk id, size, rounded size; the pool's own are stale
+        self.handles: dict[int, tuple[int, ...]] = {}  # trace pointer -> (pool handle, event index[, chunk id, size, rounded])
         self.limit = self.asked = self.took = self.peak_held = 0
         self.in_use = self.peak_in_use = 0  # live data, each request rounded to 256 bytes
         self.counts = counts  # its source's [allocations, bytes asked and live, their peak], over all devices
@@ -288,7 +289,8 @@ class _Allocator:
 
 class _Device:
     __slots__ = ("name", "code", "device", "allocators", "contexts", "in_use", "held", "chunks", "peak_in_use", "peak_held", "peak_chunks",
-                 "peak_event", "fragmentation_at_peak", "worst_fragmentation", "worst_event", "pending", "solo", "sampled", "fragmented", "mapped")
+                 "peak_event", "fragmentation_at_peak", "worst_fragmentation", "worst_event", "pending", "solo", "sampled", "fragmented", "mapped",
+                 "compared", "checkpoint", "stale")
 
     def __init__(self, name: str, code: int, capacity: int) -> None:
         self.name = name
@@ -307,6 +309,9 @@ class _Device:
         self.sampled = 0.0  # its fragmentation after its last event (a temporary's allocation is no moment of its own)
         self.fragmented = False  # its worst fragmentation rose markedly at its last event: map it
         self.mapped = 0.0  # the fragmentation of its last map at its worst
+        self.compared = False  # its fragmentation now is known not to exceed its worst (the loops may skip a sample then)
+        self.checkpoint: _Checkpoint | None = None  # its allocators copied at a moment a map was asked for
+        self.stale = True  # it gained an allocator since that copy
 
     def fragmentation(self) -> float:
         """XLA's GetFragmentation over this device's pools: the free bytes outside each pool's largest
@@ -322,6 +327,209 @@ class _Device:
         return stranded / free if free > 0 else 0.0
 
 
+# -- maps of the pools, kept cheaply --------------------------------------------------------
+#
+# A device's map at its peak is due at the first free after each new peak, and a random walk of
+# allocations sets thousands of peaks; building a map walks every chunk. So a map is only promised
+# when it is due: the device's allocators are copied (dicts copied in C) at most every `spacing`
+# events, and a map of a later moment is made at the end, for the last promise only, by replaying
+# the device's events since the copy before it into a second copy. Copies then cost O(1) an event
+# and the replays O(spacing) a device.
+
+CHECKPOINT_SPACING_PER_ENTRY = 1 / 24
+"""Copying an allocator entry (a chunk or a buffer) costs about 1/24 of replaying an event
+through the pool's methods (measured): spacing = sqrt(events x entries / 24) balances the two."""
+
+
+def _copy_state(thing: Any) -> Any:
+    """A copy of a pool or simulated device that shares nothing mutable with it: its dicts and lists
+    copied (lists of lists a level down). The policy and lock are shared."""
+    twin = object.__new__(type(thing))
+    state = dict(vars(thing))
+    for name, value in state.items():
+        if type(value) is dict:
+            state[name] = value.copy()
+        elif type(value) is list:
+            state[name] = [list(item) for item in value] if value and type(value[0]) is list else value.copy()
+    vars(twin).update(state)
+    return twin
+
+
+class _Checkpoint:
+    """A device's allocators as they were right before event `upto`: copies of its simulated device,
+    of each allocator's pool (drawing on that copy) and of its buffers."""
+
+    __slots__ = ("upto", "device", "pools", "handles")
+
+    def __init__(self, upto: int, device: Any, pools: list[Any], handles: list[dict[int, tuple[int, ...]]]) -> None:
+        self.upto = upto
+        self.device = device
+        self.pools = pools
+        self.handles = handles
+
+    @classmethod
+    def of(cls, device: _Device, upto: int) -> _Checkpoint:
+        checkpoint = cls(upto, device.device, [a.pool for a in device.allocators], [a.handles for a in device.allocators]).copy()
+        for allocator, pool, handles in zip(device.allocators, checkpoint.pools, checkpoint.handles):
+            if allocator.inline:  # the copy's own handles, for the replay since
+                pool._in_use = {entry[0]: entry[2] for entry in handles.values()}
+        return checkpoint
+
+    def copy(self) -> _Checkpoint:
+        device = _copy_state(self.device)
+        pools = [_copy_state(pool) for pool in self.pools]
+        for pool in pools:
+            pool.device = device
+        return _Checkpoint(self.upto, device, pools, [handles.copy() for handles in self.handles])
+
+
+class _Promise:
+    """A map owed: the device's pools as they were right before event `upto`, named after `event`."""
+
+    __slots__ = ("event", "upto", "checkpoint")
+
+    def __init__(self, event: int, upto: int, checkpoint: _Checkpoint) -> None:
+        self.event = event
+        self.upto = upto
+        self.checkpoint = checkpoint
+
+
+class _Replay:
+    """One replay's state: the devices, the lanes (one allocator each: device, process, source)
+    and what the replay found so far. The loops (`machine_loop.py`) run the events."""
+
+    def __init__(self, machine: Machine, trace: Trace, timeline: bool, stop_on_oom: bool) -> None:
+        self.machine = machine
+        self.trace = trace
+        self.stop_on_oom = stop_on_oom
+        self.step = FRAGMENTATION_STEP
+        spec, names = machine.spec, trace.names
+        self.one_device = one_device = len(set(trace.devices)) <= 1  # sets of arrays: fast
+        device_codes = {trace.devices[0]} if one_device and len(trace) else set(trace.devices)
+        device_name = {code: names[code] or spec.default_device for code in device_codes}
+        self.devices: dict[str, _Device] = {}
+        devices = self.devices
+        for name in sorted(set(device_name.values()), key=_device_order):
+            devices[name] = _Device(name, len(devices), spec.capacity)
+        # a lane is one allocator: (device, process, source); each event names its lane
+        one_lane = one_device and len(set(trace.processes)) <= 1 and len(set(trace.sources)) <= 1
+        combinations = {(trace.devices[0], trace.processes[0], trace.sources[0])} if one_lane and len(trace) else set(zip(trace.devices, trace.processes, trace.sources))
+        self.lane_keys = lane_keys = sorted({(devices[device_name[d]].code, p, s) for d, p, s in combinations})
+        self.lane_index = lane_index = {key: i for i, key in enumerate(lane_keys)}
+        self.lane_codes: list[int] | None = None  # None: every event is on lane 0
+        if len(lane_keys) > 1:
+            code_of = {(d, p, s): lane_index[(devices[device_name[d]].code, p, s)] for d, p, s in combinations}
+            self.lane_codes = [code_of[key] for key in zip(trace.devices, trace.processes, trace.sources)]
+        self.by_code = list(devices.values())
+        self.lanes: list[_Allocator | None] = [None] * len(lane_keys)
+        self.counts: dict[str, list[int]] = {}
+        self.order: list[str] = []
+        self.recorded = Timeline(list(devices)) if timeline else None
+        self.snapshots: dict[str, MapSnapshot | _Promise] = {}
+        self.fragmented: dict[str, MapSnapshot | _Promise] = {}
+        self.failure: MapSnapshot | None = None
+        self.oom: OutOfMemory | None = None
+        self.skipped: set[int] = set()  # events the loop skipped that were not a temporary's pair on one lane
+
+    def start(self, lane: int) -> _Allocator:
+        """The allocator of `lane`, created with its framework's allocators on every device it uses."""
+        _, process, source = self.lane_keys[lane]
+        used = [self.by_code[d] for d, p, s in self.lane_keys if p == process and s == source]
+        for code, started in self.machine._start(self.trace.names[source], process, used, self.counts, self.order):
+            self.lanes[self.lane_index[(code, process, source)]] = started
+            started.device.stale = True
+            started.device.compared = False
+        allocator = self.lanes[lane]
+        assert allocator is not None
+        return allocator
+
+    def promise(self, device: _Device, event: int, upto: int) -> _Promise:
+        """The map of `device` as it is now (right before event `upto`), named after `event`; made at
+        the end. Pools must hold their current counters (the loops keep some in locals)."""
+        checkpoint = device.checkpoint
+        if checkpoint is None or device.stale or upto - checkpoint.upto >= self._spacing(device):
+            checkpoint = device.checkpoint = _Checkpoint.of(device, upto)
+            device.stale = False
+        return _Promise(event, upto, checkpoint)
+
+    def _spacing(self, device: _Device) -> int:
+        entries = sum(len(a.handles) + len(getattr(a.pool, "_c_size", ())) for a in device.allocators)
+        return max(64, math.isqrt(int(len(self.trace) * entries * CHECKPOINT_SPACING_PER_ENTRY)))
+
+    def fail(self, error: OutOfMemoryError, allocator: _Allocator, index: int) -> None:
+        """The first allocation the machine could not serve: the result, and the maps of its device
+        now. Device and pool counters must be current."""
+        device = allocator.device
+        self.oom = self.machine._out_of_memory(error, allocator, index, self.trace.names[self.trace.labels[index]])
+        self.failure = _snapshot(device, index - 1)
+        if device.pending:  # nothing was freed there since its peak: the same state
+            self.snapshots[device.name] = MapSnapshot(device.name, device.peak_event, self.failure.pools)
+            device.pending = False
+
+    def finish(self, index: int) -> MachineRun:
+        """The run's result once the loop ended after event `index`: every map owed made."""
+        trace, spec, oom = self.trace, self.machine.spec, self.oom
+        for device in self.devices.values():
+            if device.pending:
+                self.snapshots[device.name] = _snapshot(device, device.peak_event)
+            if device.fragmented and oom is None:
+                self.fragmented[device.name] = _snapshot(device, device.worst_event if device.worst_event is not None else -1)
+        snapshots = {name: self._keep(name, map_) for name, map_ in self.snapshots.items()}
+        fragmented = {name: self._keep(name, map_) for name, map_ in self.fragmented.items()}
+        figures = [_device_figures(device, snapshots.get(device.name), trace, spec) for device in self.devices.values()]
+        by_source = {source: SourceFigures(c[0], c[2]) for source, c in sorted(self.counts.items()) if c[0]}
+        replayed = index + 1 if oom is None or not self.stop_on_oom else oom.event
+        return MachineRun(spec, len(trace), figures, self.order, oom, by_source, self.recorded, snapshots, self.failure, replayed, fragmented)
+
+    def _keep(self, name: str, map_: MapSnapshot | _Promise) -> MapSnapshot:
+        """A promised map made: from its checkpoint, after replaying the device's events since."""
+        if isinstance(map_, MapSnapshot):
+            return map_
+        device = self.devices[name]
+        checkpoint = map_.checkpoint
+        if checkpoint.upto != map_.upto:
+            checkpoint = checkpoint.copy()
+            self._advance(device, checkpoint, map_.upto)
+        allocators = [(a.source, a.process) for a in device.allocators[: len(checkpoint.pools)]]
+        return MapSnapshot(name, map_.event, _pool_maps(allocators, checkpoint.pools, checkpoint.handles))
+
+    def _advance(self, device: _Device, checkpoint: _Checkpoint, upto: int) -> None:
+        """Replay `device`'s events from `checkpoint.upto` to `upto` into `checkpoint` (a copy): the
+        pools are deterministic, so they reach the state the replay had then. A temporary the loop
+        skipped is allocated and freed, which leaves a BFC pool as it was; an allocation that failed
+        fails again and its free is ignored, as in the loop."""
+        trace = self.trace
+        actions, pointers, sizes, codes = trace.actions, trace.pointers, trace.sizes, self.lane_codes
+        position = {lane: device.allocators.index(a) for lane, a in enumerate(self.lanes) if a is not None and a.device is device}
+        dropped: set[tuple[int, int]] = set()
+        skipped = self.skipped
+        for index in range(checkpoint.upto, upto):
+            action = actions[index]
+            if action > FREE_CODE or index in skipped:
+                continue
+            lane = 0 if codes is None else codes[index]
+            slot = position.get(lane)
+            if slot is None:
+                continue
+            pool, handles, pointer = checkpoint.pools[slot], checkpoint.handles[slot], pointers[index]
+            if action == ALLOCATE_CODE:
+                size = sizes[index]
+                if size <= 0:  # only ever a temporary the loop skipped (it fails otherwise)
+                    dropped.add((lane, pointer))
+                    continue
+                try:
+                    handles[pointer] = (pool.alloc(size), index)
+                except OutOfMemoryError:
+                    dropped.add((lane, pointer))
+            else:
+                entry = handles.pop(pointer, None)
+                if entry is None:
+                    dropped.discard((lane, pointer))
+                else:
+                    pool.free(entry[0])
+        checkpoint.upto = upto
+
+
 class Machine:
     """One replay of a trace on the machine `spec` describes, with `setups` by trace source."""
 
@@ -332,176 +540,28 @@ class Machine:
     def run(self, trace: Trace, *, timeline: bool = False, stop_on_oom: bool = True) -> MachineRun:
         """Replay `trace`. With `timeline`, the figures after every event are kept for pictures;
         the figures themselves are the same either way."""
-        spec, names = self.spec, trace.names
-        device_name = {code: names[code] or spec.default_device for code in set(trace.devices)}
-        devices: dict[str, _Device] = {}
-        for name in sorted(set(device_name.values()), key=_device_order):
-            devices[name] = _Device(name, len(devices), spec.capacity)
-        # a lane is one allocator: (device, process, source); each event names its lane
-        one_lane = len(set(trace.devices)) <= 1 and len(set(trace.processes)) <= 1 and len(set(trace.sources)) <= 1  # sets of arrays: fast
-        combinations = {(trace.devices[0], trace.processes[0], trace.sources[0])} if one_lane and len(trace) else set(zip(trace.devices, trace.processes, trace.sources))
-        lane_keys = sorted({(devices[device_name[d]].code, p, s) for d, p, s in combinations})
-        lane_index = {key: i for i, key in enumerate(lane_keys)}
-        if len(lane_keys) <= 1:
-            lane_codes: Iterable[int] = repeat(0, len(trace))
-        else:
-            code_of = {(d, p, s): lane_index[(devices[device_name[d]].code, p, s)] for d, p, s in combinations}
-            lane_codes = [code_of[key] for key in zip(trace.devices, trace.processes, trace.sources)]
-        by_code = list(devices.values())
-        lanes: list[_Allocator | None] = [None] * len(lane_keys)
-        counts: dict[str, list[int]] = {}
-        order: list[str] = []
-        recorded = Timeline(list(devices)) if timeline else None
-        snapshots: dict[str, MapSnapshot] = {}
-        fragmented: dict[str, MapSnapshot] = {}
-        failure: MapSnapshot | None = None
-        oom: OutOfMemory | None = None
-        dropped: set[tuple[int, int]] = set()
-        actions, pointers, sizes = trace.actions, trace.pointers, trace.sizes
-        last = len(actions) - 1
-        skip = False
-        transient = False
-        index = -1
-        for index, (action, pointer, size, lane) in enumerate(zip(actions, pointers, sizes, lane_codes)):
-            if skip:  # the free of a temporary handled with its allocation
-                skip = False
-                continue
-            if action == 2:  # a recorded failure held nothing
-                continue
-            allocator = lanes[lane]
-            if allocator is None:
-                _, process, source = lane_keys[lane]
-                for code, allocator in self._start(names[source], process, [by_code[d] for d, p, s in lane_keys if p == process and s == source], counts, order):
-                    lanes[lane_index[(code, process, source)]] = allocator
-                allocator = lanes[lane]
-                assert allocator is not None
-            device = allocator.device
-            pool = allocator.pool
-            assert pool is not None
-            rounded = (size + 255) & ~255
-            if device.fragmented:  # the state after its last event is its most fragmented so far
-                fragmented[device.name] = _snapshot(device, device.worst_event if device.worst_event is not None else index - 1)
-                device.fragmented = False
-            if action == ALLOCATE_CODE:
-                counts_ = allocator.counts
-                counts_[0] += 1
-                if counts_[1] + size > counts_[2]:
-                    counts_[2] = counts_[1] + size
-                transient = (
-                    allocator.bfc and index < last and actions[index + 1] == FREE_CODE and pointers[index + 1] == pointer
-                    and device.in_use + rounded <= device.peak_in_use
-                )
-                if transient and recorded is None:
-                    # a temporary freed by the very next event that sets no new peak: a BFC pool is left
-                    # exactly as it was (split, then merged back), so only its peaks are kept
-                    chunk = pool.best_fit(rounded)  # type: ignore[union-attr]
-                    if chunk:
-                        taken = device.chunks + pool.handed_out(rounded, chunk)  # type: ignore[union-attr]
-                        if taken > device.peak_chunks:
-                            device.peak_chunks = taken
-                        if allocator.in_use + rounded > allocator.peak_in_use:
-                            allocator.peak_in_use = allocator.in_use + rounded
-                        skip, transient = True, False
-                        continue
-                in_use, held = pool.bytes_in_use, pool.pool_bytes + pool.bytes_reserved
-                try:
-                    handle = pool.alloc(size)
-                except OutOfMemoryError as error:
-                    counts_[0] -= 1
-                    transient = False
-                    if oom is None:
-                        oom = self._out_of_memory(error, allocator, index, names[trace.labels[index]])
-                        failure = _snapshot(device, index - 1)
-                        if device.pending:  # nothing was freed there since its peak: the same state
-                            snapshots[device.name] = MapSnapshot(device.name, device.peak_event, failure.pools)
-                            device.pending = False
-                    if stop_on_oom:
-                        break
-                    dropped.add((lane, pointer))
-                    continue
-                counts_[1] += size
-                allocator.handles[pointer] = (handle, index)
-                device.chunks += pool.bytes_in_use - in_use
-                if device.chunks > device.peak_chunks:
-                    device.peak_chunks = device.chunks
-                grew = pool.pool_bytes + pool.bytes_reserved - held
-                if grew:
-                    device.held += grew
-                    now_held = held + grew
-                    if not allocator.took:
-                        allocator.took = now_held
-                    if now_held > allocator.peak_held:
-                        allocator.peak_held = now_held
-                    if device.held > device.peak_held:
-                        device.peak_held = device.held
-                allocator.in_use += rounded
-                if allocator.in_use > allocator.peak_in_use:
-                    allocator.peak_in_use = allocator.in_use
-                device.in_use += rounded
-                if device.in_use > device.peak_in_use:
-                    device.peak_in_use = device.in_use
-                    device.peak_event = index
-                    device.pending = True
-                    device.fragmentation_at_peak = device.fragmentation()
-            elif action == FREE_CODE:
-                if device.pending:  # its peak is the state right before this free
-                    snapshots[device.name] = _snapshot(device, device.peak_event)
-                    device.pending = False
-                entry = allocator.handles.pop(pointer, None)
-                if entry is None:
-                    if (lane, pointer) in dropped:
-                        dropped.discard((lane, pointer))
-                        continue
-                    raise InvalidFreeError(f"trace event {index}: free of {pointer:#x}, which the trace never allocated on {device.name}")
-                in_use, held = pool.bytes_in_use, pool.pool_bytes + pool.bytes_reserved
-                pool.free(entry[0])
-                device.chunks += pool.bytes_in_use - in_use
-                device.held += pool.pool_bytes + pool.bytes_reserved - held
-                rounded = (sizes[entry[1]] + 255) & ~255
-                allocator.in_use -= rounded
-                device.in_use -= rounded
-                allocator.counts[1] -= sizes[entry[1]]
-            if transient:  # sampled after its free instead, as when it is handled with its allocation
-                transient = False
-                fragmentation = device.sampled
-            elif device.in_use:
-                fragmentation = 0.0
-                solo = device.solo
-                if solo is not None:  # XLA's GetFragmentation of its one pool, inline: this runs per event
-                    free = solo.pool_bytes - solo.bytes_in_use
-                    if free > 0:
-                        mask = solo._bin_mask
-                        fragmentation = (free - (solo._bins[mask.bit_length() - 1][-1][0] if mask else 0)) / free
-                else:
-                    fragmentation = device.fragmentation()
-                device.sampled = fragmentation
-                if device.worst_fragmentation is None or fragmentation > device.worst_fragmentation:
-                    device.worst_fragmentation, device.worst_event = fragmentation, index
-                    if fragmentation >= device.mapped + FRAGMENTATION_STEP:  # at most 1/FRAGMENTATION_STEP maps a device
-                        device.fragmented, device.mapped = True, fragmentation
-            else:
-                fragmentation = device.sampled = 0.0
-            if recorded is not None:
-                recorded.devices.append(device.code)
-                recorded.in_use.append(device.in_use)
-                recorded.reserved.append(device.held)
-                recorded.fragmentation.append(fragmentation)
-        for device in devices.values():
-            if device.pending:
-                snapshots[device.name] = _snapshot(device, device.peak_event)
-            if device.fragmented and oom is None:
-                fragmented[device.name] = _snapshot(device, device.worst_event if device.worst_event is not None else -1)
-        figures = [_device_figures(device, snapshots.get(device.name), trace, spec) for device in devices.values()]
-        by_source = {source: SourceFigures(c[0], c[2]) for source, c in sorted(counts.items()) if c[0]}
-        replayed = index + 1 if oom is None or not stop_on_oom else oom.event
-        return MachineRun(spec, len(trace), figures, order, oom, by_source, recorded, snapshots, failure, replayed, fragmented)
+        replay = _Replay(self, trace, timeline, stop_on_oom)
+        index = None
+        if len(trace) and min(trace.sizes) > 0:  # the inline loops need no check of sizes
+            index = replay_one_bfc_lane(replay) if len(replay.lane_keys) == 1 else replay_bfc_lanes(replay)
+        if index is None:
+            index = replay_lanes(replay)
+        return replay.finish(index)
 
     # -- allocators ------------------------------------------------------------------------
+
+    def _setup(self, source: str) -> AllocatorSetup:
+        return self.setups.get(source) or self.setups.get(DEFAULT_SOURCE) or AllocatorSetup(source, "prealloc")
+
+    def _is_plain_bfc(self, source: str) -> bool:
+        """Whether `source`'s allocators are BFCPools, no subclass (as `_pool` makes them)."""
+        setup = self._setup(source)
+        return setup.mode != "ondemand" and (setup.kind == "tensorflow" or setup.mode != "compact")
 
     def _start(self, source: str, process: int, used: list[_Device], counts: dict[str, list[int]], order: list[str]) -> list[tuple[int, _Allocator]]:
         """A framework's allocators on every device it uses, created at its first event: the
         process's context on each (once), then each allocator sized by its framework's rules."""
-        setup = self.setups.get(source) or self.setups.get(DEFAULT_SOURCE) or AllocatorSetup(source, "prealloc")
+        setup = self._setup(source)
         shared = counts.setdefault(source or "unknown", [0, 0, 0])
         started = []
         for device in used:
@@ -591,23 +651,27 @@ def _device_order(name: str) -> tuple[str, int, str]:
 
 
 def _snapshot(device: _Device, event: int) -> MapSnapshot:
-    """The device's pools as they are now: regions and chunks, each chunk in use naming the event
-    that allocated it."""
+    """The device's pools as they are now."""
+    allocators = device.allocators
+    return MapSnapshot(device.name, event, _pool_maps([(a.source, a.process) for a in allocators], [a.pool for a in allocators], [a.handles for a in allocators]))
+
+
+def _pool_maps(owners: list[tuple[str, int]], pools: list[Any], buffers: list[dict[int, tuple[int, ...]]]) -> tuple[PoolMap, ...]:
+    """Each pool's regions and chunks, each chunk in use naming the event that allocated it."""
     maps = []
-    for allocator in device.allocators:
-        pool = allocator.pool
-        born = {handle: index for handle, index in allocator.handles.values()}
+    for (source, process), pool, handles in zip(owners, pools, buffers):
+        born = {entry[0]: entry[1] for entry in handles.values()}
         if isinstance(pool, BFCPool):
             starts: dict[int, int] = {}
             chunks = []
             for region_start, address, size, in_use, _ in pool.chunks():
                 region = starts.setdefault(region_start, len(starts))
                 chunks.append((region, address - region_start, size, born.get(pool.handle_at(address), -1) if in_use else -1))
-            maps.append(PoolMap(allocator.source, allocator.process, tuple(size for _, size in pool.regions()), tuple(chunks)))
+            maps.append(PoolMap(source, process, tuple(size for _, size in pool.regions()), tuple(chunks)))
         elif isinstance(pool, OnDemandPool):  # each buffer its own allocation from the device
-            buffers = sorted((pool.allocated_size(handle), index) for handle, index in born.items())
-            maps.append(PoolMap(allocator.source, allocator.process, tuple(size for size, _ in buffers), tuple((i, 0, size, index) for i, (size, index) in enumerate(buffers))))
-    return MapSnapshot(device.name, event, tuple(maps))
+            ordered = sorted((pool.allocated_size(handle), index) for handle, index in born.items())
+            maps.append(PoolMap(source, process, tuple(size for size, _ in ordered), tuple((i, 0, size, index) for i, (size, index) in enumerate(ordered))))
+    return tuple(maps)
 
 
 def contributor(source: str, label: str) -> str:

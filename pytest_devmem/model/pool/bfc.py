@@ -17,11 +17,19 @@ The rules (xla/tsl/framework/bfc_allocator.cc), re-implemented here:
   * XLA's BFC allocator never sets `bytes_reserved` (it counts memory reserved outside the pool,
     as cudaMallocAsync does): it stays 0 here too, and `pool_bytes` is what the pool holds.
 
-Data layout, chosen for replay speed in pure Python: chunks are addresses with `dict`s for size and
-neighbours; each bin is a list of free (size, address) pairs kept sorted, which is XLA's order, so
-best fit is one bisect in the request's bin or the first pair of the next non-empty bin, found
-through a bitmask. Insertion into a sorted list moves memory, but bins rarely hold more than a few
-thousand chunks and the move runs in C; it measured faster here than heaps per size.
+Data layout, chosen for replay speed in pure Python. Chunks are numbered (ids reused once a chunk
+is merged away) and kept in lists indexed by id: size, address, neighbours (id 0 stands for none)
+and the bytes asked for (0: free; -1: no chunk), as XLA keeps chunks in a vector indexed by
+ChunkHandle; list indexing is much cheaper than dicts keyed by addresses, which, all multiples of
+256, hash poorly. A dict maps the address of each chunk in use (the handle) to its id.
+
+XLA's bins hold free chunks ordered by (size, address), and the bins themselves are ordered by
+size, so searching them from the request's bin up finds the smallest free chunk at least as large
+as the request, the lowest address among equals: the first in one list of all free chunks ordered
+the same way. That list holds each free chunk as one int, size << 96 | address << 32 | id (an int
+compares in C, a tuple does not), so best fit is one bisect and the largest free chunk is the last
+entry. Insertion into a sorted list moves memory, but pools rarely hold more than a few thousand
+free chunks and the move runs in C; it measured faster here than per-bin lists or heaps.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 
 from ..device import Device
-from ...errors import InvalidFreeError, InvalidSettingError, OutOfMemoryError
+from ...errors import DeviceError, InvalidFreeError, InvalidSettingError, OutOfMemoryError
 from ...units import format_size
 from .base import PoolCounters, checked_size
 from .policy import Policy
@@ -37,6 +45,16 @@ from .policy import Policy
 MIN_ALLOCATION_BITS = 8
 MIN_ALLOCATION_SIZE = 1 << MIN_ALLOCATION_BITS  # 256 bytes
 NUM_BINS = 21
+ADDRESS_BITS = 64
+ADDRESS_MASK = (1 << ADDRESS_BITS) - 1
+CHUNK_BITS = 32
+CHUNK_MASK = (1 << CHUNK_BITS) - 1
+SIZE_SHIFT = ADDRESS_BITS + CHUNK_BITS
+"""A free chunk's key is size << SIZE_SHIFT | address << CHUNK_BITS | id: ordered by size, then address."""
+NO_CHUNK = -1
+"""The bytes asked for of chunk id 0 (the neighbour of a region's ends) and of ids not in use."""
+CHUNK_BATCH = 64
+"""Chunk ids the table grows by at once, so that a new chunk nearly always reuses a spare id."""
 INITIAL_GROWTH_REGION = 2 * 2**20  # 2 MiB, as XLA with allow_growth
 DEFAULT_MAX_INTERNAL_FRAGMENTATION = 128 * 2**20
 BACKOFF_FACTOR = 0.9
@@ -93,13 +111,18 @@ class BFCPool(PoolCounters):
         limit = self.bytes_limit
         self._next_region_size = limit if self.policy.preallocates else min(limit, INITIAL_GROWTH_REGION)
         self._regions: dict[int, int] = {}  # start address -> size, in creation order
-        self._size: dict[int, int] = {}  # every chunk: address -> size
-        self._prev: dict[int, int] = {}  # address -> previous chunk in its region, 0 for none
-        self._next: dict[int, int] = {}  # address -> next chunk in its region, 0 for none
-        self._requested: dict[int, int] = {}  # chunks in use: address -> bytes the caller asked for
-        self._free_size: dict[int, int] = {}  # free chunks: address -> size
-        self._bins: list[list[tuple[int, int]]] = [[] for _ in range(NUM_BINS)]  # free (size, address), sorted
-        self._bin_mask = 0  # bit b set while bin b holds a free chunk
+        self._clear_chunk_table()
+
+    def _clear_chunk_table(self) -> None:
+        self._first: dict[int, int] = {}  # region start -> id of its first chunk
+        self._c_size: list[int] = [0]  # by chunk id; id 0 is no chunk
+        self._c_address: list[int] = [0]
+        self._c_prev: list[int] = [0]  # the previous chunk in its region, 0 for none
+        self._c_next: list[int] = [0]
+        self._c_asked: list[int] = [NO_CHUNK]  # bytes the caller asked for; 0 while free
+        self._spare: list[int] = []  # ids of chunks merged away, for new ones
+        self._in_use: dict[int, int] = {}  # address of each chunk in use (its handle) -> id
+        self._free: list[int] = []  # keys of the free chunks (see SIZE_SHIFT), sorted: XLA's bins, in one list
 
     # -- public interface ------------------------------------------------------------------
 
@@ -118,54 +141,45 @@ class BFCPool(PoolCounters):
 
     def free(self, handle: int) -> None:
         try:
-            requested = self._requested.pop(handle, None)
+            chunk = self._in_use.pop(handle, 0)
         except TypeError:  # an unhashable handle ([1], {}): never one of ours
-            requested = None
-        if requested is None:
+            chunk = 0
+        if not chunk:
             raise self._invalid_free(handle)
-        chunk_size, next_of, prev_of, free_size = self._size, self._next, self._prev, self._free_size
-        size = chunk_size[handle]
         self.num_frees += 1
-        self.bytes_in_use -= size
-        self.requested_bytes_in_use -= requested
-        address = handle
-        following = next_of[address]
-        if following and following in free_size:  # merge the next chunk into this one
+        self.bytes_in_use -= self._c_size[chunk]
+        self.requested_bytes_in_use -= self._c_asked[chunk]
+        self._release(chunk)
+
+    def _release(self, chunk: int) -> None:
+        """Free chunk `chunk`: merge it with the next chunk, then into the previous one, if free."""
+        size_of, next_of, prev_of, asked = self._c_size, self._c_next, self._c_prev, self._c_asked
+        asked[chunk] = 0
+        following = next_of[chunk]
+        if not asked[following]:
             self._unlink_free(following)
-            size += chunk_size.pop(following)
-            after = next_of.pop(following)
-            del prev_of[following]
-            next_of[address] = after
+            size_of[chunk] += size_of[following]
+            after = next_of[chunk] = next_of[following]
             if after:
-                prev_of[after] = address
-        previous = prev_of[address]
-        if previous and previous in free_size:  # then this one into the previous chunk
+                prev_of[after] = chunk
+            self._drop(following)
+        previous = prev_of[chunk]
+        if not asked[previous]:
             self._unlink_free(previous)
-            size += chunk_size[previous]
-            del chunk_size[address]
-            after = next_of.pop(address)
-            del prev_of[address]
-            next_of[previous] = after
+            size_of[previous] += size_of[chunk]
+            after = next_of[previous] = next_of[chunk]
             if after:
                 prev_of[after] = previous
-            address = previous
-        chunk_size[address] = size
-        self._link_free(address, size)
+            self._drop(chunk)
+            chunk = previous
+        self._link_free(chunk)
 
     def best_fit(self, rounded: int) -> int:
         """The size of the free chunk an allocation of `rounded` bytes would take now, without taking
         it; 0 when none is large enough (the pool would have to grow)."""
-        b = (rounded >> 8).bit_length() - 1
-        if b > 20:
-            b = 20
-        chunks = self._bins[b]
-        i = bisect_left(chunks, (rounded, 0))
-        if i < len(chunks):
-            return chunks[i][0]
-        higher = self._bin_mask >> (b + 1)
-        if not higher:
-            return 0
-        return self._bins[b + (higher & -higher).bit_length()][0][0]
+        free = self._free
+        i = bisect_left(free, rounded << SIZE_SHIFT)
+        return free[i] >> SIZE_SHIFT if i < len(free) else 0
 
     def handed_out(self, rounded: int, chunk: int) -> int:
         """What a chunk of `chunk` bytes gives an allocation of `rounded`: the request where the
@@ -203,46 +217,39 @@ class BFCPool(PoolCounters):
 
     def allocated_size(self, handle: int) -> int:
         """Bytes the chunk at `handle` takes in the pool (the request rounded, or more when not split)."""
-        if handle not in self._requested:
+        chunk = self._in_use.get(handle) if isinstance(handle, int) else None
+        if chunk is None:
             raise self._invalid_free(handle)
-        return self._size[handle]
+        return self._c_size[chunk]
 
     def size_of(self, handle: int) -> int:
         """Bytes the caller asked for when `handle` was allocated."""
-        try:
-            return self._requested[handle]
-        except KeyError:
-            raise self._invalid_free(handle) from None
+        chunk = self._in_use.get(handle) if isinstance(handle, int) else None
+        if chunk is None:
+            raise self._invalid_free(handle)
+        return self._c_asked[chunk]
 
     # -- allocation ------------------------------------------------------------------------
 
     def _find_chunk(self, rounded: int, requested: int) -> int:
-        """Take the best-fitting free chunk for `rounded` bytes, split it if worth it; 0 if none.
+        """Take the best-fitting free chunk for `rounded` bytes, split it if worth it; its address,
+        or 0 if none.
 
-        Bins are lists sorted by (size, address), XLA's order, so the first entry at or after
-        (rounded, 0) is the best fit; a higher non-empty bin's first entry is its smallest chunk.
-        This is the hot path of every replay, so the bin arithmetic is written inline.
+        Free chunks are sorted by (size, address), XLA's order, so the first at or after
+        (rounded, 0) is the best fit.
         """
-        b = (rounded >> 8).bit_length() - 1
-        if b > 20:
-            b = 20
-        chunks = self._bins[b]
-        i = bisect_left(chunks, (rounded, 0))
-        if i == len(chunks):
-            higher = self._bin_mask >> (b + 1)
-            if not higher:
-                return 0
-            b += (higher & -higher).bit_length()
-            chunks = self._bins[b]
-            i = 0
-        size, address = chunks.pop(i)
-        if not chunks:
-            self._bin_mask &= ~(1 << b)
-        del self._free_size[address]
+        free = self._free
+        i = bisect_left(free, rounded << SIZE_SHIFT)
+        if i == len(free):
+            return 0
+        key = free.pop(i)
+        chunk, size = key & CHUNK_MASK, key >> SIZE_SHIFT
         if size >= 2 * rounded or size - rounded >= self.max_internal_fragmentation:
-            self._split(address, rounded)
+            self._split(chunk, rounded)
             size = rounded
-        self._requested[address] = requested
+        address = self._c_address[chunk]
+        self._c_asked[chunk] = requested
+        self._in_use[address] = chunk
         self.num_allocs += 1
         in_use = self.bytes_in_use + size
         self.bytes_in_use = in_use
@@ -257,17 +264,35 @@ class BFCPool(PoolCounters):
             self.largest_alloc_size = size
         return address
 
-    def _split(self, address: int, size: int) -> None:
-        remainder = address + size
-        after = self._next[address]
-        self._size[remainder] = self._size[address] - size
-        self._size[address] = size
-        self._prev[remainder] = address
-        self._next[remainder] = after
-        self._next[address] = remainder
+    def _split(self, chunk: int, size: int) -> None:
+        """Cut free chunk `chunk` (out of the free list) to `size` bytes; the rest becomes a free chunk after it."""
+        after = self._c_next[chunk]
+        rest = self._new_chunk(self._c_size[chunk] - size, self._c_address[chunk] + size, chunk, after, 0)
+        self._c_size[chunk] = size
+        self._c_next[chunk] = rest
         if after:
-            self._prev[after] = remainder
-        self._link_free(remainder, self._size[remainder])
+            self._c_prev[after] = rest
+        self._link_free(rest)
+
+    def _new_chunk(self, size: int, address: int, previous: int, following: int, asked: int) -> int:
+        """A new chunk's id: one merged away, or one of a batch the table grows by when none is."""
+        spare = self._spare
+        if not spare:
+            first = len(self._c_size)
+            if first + CHUNK_BATCH - 1 > CHUNK_MASK:  # a free chunk's key holds its id in CHUNK_BITS
+                raise DeviceError(f"{self.device.name}: more than {CHUNK_MASK} chunks in one pool")
+            for column in (self._c_size, self._c_address, self._c_prev, self._c_next):
+                column.extend([0] * CHUNK_BATCH)
+            self._c_asked.extend([NO_CHUNK] * CHUNK_BATCH)
+            spare.extend(range(first + CHUNK_BATCH - 1, first - 1, -1))  # the lowest id first
+        chunk = spare.pop()
+        self._c_size[chunk], self._c_address[chunk], self._c_prev[chunk], self._c_next[chunk], self._c_asked[chunk] = size, address, previous, following, asked
+        return chunk
+
+    def _drop(self, chunk: int) -> None:
+        """Forget chunk `chunk` (merged into a neighbour, or its region gone); its id is reused."""
+        self._c_asked[chunk] = NO_CHUNK
+        self._spare.append(chunk)
 
     def _extend(self, rounded: int) -> bool:
         """Take a new region from the device big enough for `rounded`; False if the limit or device refuses.
@@ -294,11 +319,12 @@ class BFCPool(PoolCounters):
             start = self.device.try_allocate(region_size)
         if not increased:
             self._next_region_size *= 2
+        if start + region_size > ADDRESS_MASK:  # a free chunk's key holds its address in ADDRESS_BITS
+            self.device.free(start)
+            raise DeviceError(f"{self.device.name} handed out {start:#x}+{region_size}: beyond the 64-bit address space this pool orders chunks by")
         self._regions[start] = region_size
-        self._size[start] = region_size
-        self._prev[start] = 0
-        self._next[start] = 0
-        self._link_free(start, region_size)
+        chunk = self._first[start] = self._new_chunk(region_size, start, 0, 0, 0)
+        self._link_free(chunk)
         self.pool_bytes += region_size
         if self.pool_bytes > self.peak_pool_bytes:
             self.peak_pool_bytes = self.pool_bytes
@@ -306,7 +332,8 @@ class BFCPool(PoolCounters):
 
     def _free_regions(self) -> list[tuple[int, int]]:
         """(start, size) of every region that is one free chunk."""
-        return [(start, size) for start, size in self._regions.items() if self._free_size.get(start) == size]
+        first, size_of, asked = self._first, self._c_size, self._c_asked
+        return [(start, size) for start, size in self._regions.items() if not asked[first[start]] and size_of[first[start]] == size]
 
     def _release_free_regions(self, rounded: int | None = None) -> bool:
         """Give back every wholly free region; True if any was released.
@@ -322,38 +349,33 @@ class BFCPool(PoolCounters):
         if rounded is not None and rounded > self.bytes_limit - self.pool_bytes + total_free:
             return False
         for start, size in free_regions:
-            self._unlink_free(start)
-            del self._size[start], self._prev[start], self._next[start], self._regions[start]
+            chunk = self._first.pop(start)
+            self._unlink_free(chunk)
+            self._drop(chunk)
+            del self._regions[start]
             self.device.free(start)
             self.pool_bytes -= size
         return True
 
     # -- free-chunk bookkeeping ------------------------------------------------------------
 
-    def _link_free(self, address: int, size: int) -> None:
-        self._free_size[address] = size
-        b = (size >> MIN_ALLOCATION_BITS).bit_length() - 1  # bin_for_size, inline: this is the hot path
-        if b > NUM_BINS - 1:
-            b = NUM_BINS - 1
-        insort(self._bins[b], (size, address))
-        self._bin_mask |= 1 << b
+    def _link_free(self, chunk: int) -> None:
+        insort(self._free, self._c_size[chunk] << SIZE_SHIFT | self._c_address[chunk] << CHUNK_BITS | chunk)
 
-    def _unlink_free(self, address: int) -> None:
-        """Remove a free chunk from its bin."""
-        size = self._free_size.pop(address)
-        b = (size >> MIN_ALLOCATION_BITS).bit_length() - 1
-        if b > NUM_BINS - 1:
-            b = NUM_BINS - 1
-        chunks = self._bins[b]
-        del chunks[bisect_left(chunks, (size, address))]
-        if not chunks:
-            self._bin_mask &= ~(1 << b)
+    def _unlink_free(self, chunk: int) -> None:
+        """Take a free chunk out of the free list."""
+        free = self._free
+        del free[bisect_left(free, self._c_size[chunk] << SIZE_SHIFT | self._c_address[chunk] << CHUNK_BITS | chunk)]
 
     # -- errors and introspection ----------------------------------------------------------
 
     def _largest_free_block(self) -> int:
-        mask = self._bin_mask
-        return self._bins[mask.bit_length() - 1][-1][0] if mask else 0
+        free = self._free
+        return free[-1] >> SIZE_SHIFT if free else 0
+
+    def free_chunks(self) -> list[tuple[int, int]]:
+        """(size, address) of every free chunk, in XLA's best-fit order."""
+        return [(key >> SIZE_SHIFT, key >> CHUNK_BITS & ADDRESS_MASK) for key in self._free]
 
     def _num_regions(self) -> int:
         return len(self._regions)
@@ -362,7 +384,7 @@ class BFCPool(PoolCounters):
         return self._out_of_memory(requested, rounded, self.memory_map() if self.dump_on_oom else None)
 
     def _invalid_free(self, handle: object) -> InvalidFreeError:
-        if isinstance(handle, int) and handle in self._free_size:
+        if isinstance(handle, int) and any(address == handle for _, address in self.free_chunks()):
             return InvalidFreeError(f"double free of {handle:#x}: that chunk is already free in this pool")
         if isinstance(handle, int) and any(start <= handle < start + size for start, size in self._regions.items()):
             return InvalidFreeError(f"invalid free of {handle:#x}: it lies inside a chunk but is not the start of one in use")
@@ -372,12 +394,13 @@ class BFCPool(PoolCounters):
     def chunks(self) -> list[tuple[int, int, int, bool, int]]:
         """Every chunk as (region start, address, size, in use, requested bytes), by address within region."""
         result = []
+        size_of, address_of, next_of, asked = self._c_size, self._c_address, self._c_next, self._c_asked
         for start in self._regions:
-            address = start
-            while address:
-                requested = self._requested.get(address, 0)
-                result.append((start, address, self._size[address], address in self._requested, requested))
-                address = self._next[address]
+            chunk = self._first[start]
+            while chunk:
+                requested = asked[chunk]
+                result.append((start, address_of[chunk], size_of[chunk], requested > 0, max(requested, 0)))
+                chunk = next_of[chunk]
         return result
 
     def memory_map(self, max_chunks_per_region: int = 200) -> str:
@@ -389,12 +412,11 @@ class BFCPool(PoolCounters):
             f"fragmentation {s['fragmentation']:.3f}",
             "bins (free chunks):",
         ]
-        for b in range(NUM_BINS):
-            if not self._bins[b]:
-                continue
-            count = len(self._bins[b])
-            total = sum(size for size, _ in self._bins[b])
-            lines.append(f"  bin {b:2d} (>= {format_size(bin_lower_bound(b))}): {count} chunk(s), {format_size(total)}")
+        bins: dict[int, list[int]] = {}
+        for size, _ in self.free_chunks():
+            bins.setdefault(bin_for_size(size), []).append(size)
+        for b, sizes in sorted(bins.items()):
+            lines.append(f"  bin {b:2d} (>= {format_size(bin_lower_bound(b))}): {len(sizes)} chunk(s), {format_size(sum(sizes))}")
         by_region: dict[int, list[tuple[int, int, int, bool, int]]] = {}
         for chunk in self.chunks():
             by_region.setdefault(chunk[0], []).append(chunk)
@@ -410,49 +432,52 @@ class BFCPool(PoolCounters):
     def check_invariants(self) -> list[str]:
         """Every broken invariant, described; an empty list for a healthy pool.
 
-        Chunks tile each region exactly, neighbours agree, no two free chunks touch, the free
-        structures hold exactly the free chunks, and the counters equal a recount.
+        Chunks tile each region exactly, neighbours agree, no two free chunks touch, the free list
+        holds exactly the free chunks in order, the handles name exactly the chunks in use, and the
+        counters equal a recount.
         """
         problems: list[str] = []
-        in_use = requested = free_count = 0
+        in_use = requested = 0
+        seen: set[int] = set()
+        free_keys: list[int] = []
+        handles: dict[int, int] = {}
+        size_of, address_of, prev_of, next_of, asked = self._c_size, self._c_address, self._c_prev, self._c_next, self._c_asked
+        if set(self._first) != set(self._regions):
+            problems.append("regions and their first chunks disagree")
         for start, region_size in self._regions.items():
-            address, previous, end = start, 0, start + region_size
-            while address:
-                recorded = self._size.get(address)
-                if recorded is None or recorded <= 0 or recorded % MIN_ALLOCATION_SIZE:
-                    problems.append(f"chunk {address:#x} has bad size {recorded}")
+            chunk, previous, address, end = self._first.get(start, 0), 0, start, start + region_size
+            while chunk:
+                if chunk in seen:
+                    problems.append(f"chunk {chunk} appears twice")
                     break
-                size = recorded
-                if self._prev.get(address) != previous:
-                    problems.append(f"chunk {address:#x} prev is {self._prev.get(address)}, expected {previous}")
-                is_free = address in self._free_size
-                if is_free == (address in self._requested):
-                    problems.append(f"chunk {address:#x} is both or neither free and in use")
-                if is_free:
-                    free_count += 1
-                    if self._free_size[address] != size:
-                        problems.append(f"free chunk {address:#x} recorded as {self._free_size[address]} not {size}")
-                    if previous and previous in self._free_size:
-                        problems.append(f"free chunks {previous:#x} and {address:#x} touch but were not merged")
-                else:
+                seen.add(chunk)
+                size = size_of[chunk]
+                if size <= 0 or size % MIN_ALLOCATION_SIZE or address_of[chunk] != address:
+                    problems.append(f"chunk {chunk} at {address_of[chunk]:#x} has bad size {size} or is not at {address:#x}")
+                    break
+                if prev_of[chunk] != previous:
+                    problems.append(f"chunk {address:#x} prev is {prev_of[chunk]}, expected {previous}")
+                if asked[chunk] == 0:
+                    free_keys.append(size << SIZE_SHIFT | address << CHUNK_BITS | chunk)
+                    if previous and asked[previous] == 0:
+                        problems.append(f"free chunks {address_of[previous]:#x} and {address:#x} touch but were not merged")
+                elif asked[chunk] > 0:
                     in_use += size
-                    requested += self._requested[address]
-                nxt = self._next.get(address)
-                if nxt and nxt != address + size:
-                    problems.append(f"chunk {address:#x}+{size} is followed by {nxt:#x}: gap or overlap")
-                if not nxt and address + size != end:
-                    problems.append(f"region {start:#x} ends at {end:#x} but its last chunk ends at {address + size:#x}")
-                previous, address = address, nxt or 0
-        if len(self._size) != len(self._free_size) + len(self._requested):
-            problems.append("chunk table holds chunks that belong to no region")
-        binned = sorted((address, size) for chunks in self._bins for size, address in chunks)
-        if free_count != len(self._free_size) or binned != sorted(self._free_size.items()):
-            problems.append(f"bins hold {len(binned)} chunks, {free_count} chunks are free")
-        for b, chunks in enumerate(self._bins):
-            if chunks != sorted(chunks) or any(bin_for_size(size) != b for size, _ in chunks):
-                problems.append(f"bin {b} is out of order or holds a chunk of another bin")
-            if bool(chunks) != bool(self._bin_mask >> b & 1):
-                problems.append(f"bin mask disagrees with bin {b}")
+                    requested += asked[chunk]
+                    handles[address] = chunk
+                else:
+                    problems.append(f"chunk {address:#x} is in a region but marked as no chunk")
+                previous, address, chunk = chunk, address + size, next_of[chunk]
+            if address != end:
+                problems.append(f"region {start:#x} ends at {end:#x} but its last chunk ends at {address:#x}")
+        if sorted(seen | set(self._spare) | {0}) != list(range(len(size_of))) or any(asked[chunk] != NO_CHUNK for chunk in self._spare):
+            problems.append("chunk ids are neither in a region nor spare, or spare ids are marked in use")
+        if sorted(free_keys) != self._free:
+            problems.append(f"the free list holds {len(self._free)} chunks, {len(free_keys)} chunks are free")
+        if self._free != sorted(self._free):
+            problems.append("the free list is out of (size, address) order")
+        if handles != self._in_use:
+            problems.append(f"{len(self._in_use)} handles for {len(handles)} chunks in use")
         if in_use != self.bytes_in_use or requested != self.requested_bytes_in_use:
             problems.append(f"bytes_in_use {self.bytes_in_use} / requested {self.requested_bytes_in_use}, recount {in_use} / {requested}")
         if sum(self._regions.values()) != self.pool_bytes:

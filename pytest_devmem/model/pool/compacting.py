@@ -6,7 +6,7 @@ has no such allocator; the `compact` regime and the defragmentation what-if ask 
 from __future__ import annotations
 
 from ...errors import InvalidFreeError, OutOfMemoryError
-from .bfc import MIN_ALLOCATION_SIZE, NUM_BINS, BFCPool, rounded_bytes
+from .bfc import BFCPool, rounded_bytes
 
 
 class CompactingPool(BFCPool):
@@ -65,12 +65,12 @@ class CompactingPool(BFCPool):
     def _compact(self) -> bool:
         """Move every live buffer to the front of the regions, in order; False (nothing moved) when
         they would not all fit that way."""
-        live = [(start, address) for start, address, _, in_use, _ in self.chunks() if in_use]
+        live = [(start, address, requested) for start, address, _, in_use, requested in self.chunks() if in_use]
         regions = list(self._regions.items())
         placement: list[tuple[int, int, int]] = []  # (old address, new address, new size)
         index, cursor = 0, regions[0][0] if regions else 0
-        for _, address in live:
-            size = rounded_bytes(max(self._requested[address], 1))
+        for _, address, requested in live:
+            size = rounded_bytes(max(requested, 1))
             while index < len(regions) and cursor + size > regions[index][0] + regions[index][1]:
                 index += 1
                 if index < len(regions):
@@ -79,43 +79,37 @@ class CompactingPool(BFCPool):
                 return False
             placement.append((address, cursor, size))
             cursor += size
-        requested = {address: self._requested[address] for _, address in live}
-        handles = {address: self._handle_at[address] for _, address in live}
-        self._size, self._prev, self._next, self._requested, self._free_size = {}, {}, {}, {}, {}
-        self._bins = [[] for _ in range(NUM_BINS)]
-        self._bin_mask = 0
+        asked = {address: requested for _, address, requested in live}
+        handles = {address: self._handle_at[address] for _, address, _ in live}
+        self._clear_chunk_table()
         self._handle_at = {}
-        by_region: dict[int, list[tuple[int, int]]] = {start: [] for start, _ in regions}
-        owner = {}
+        by_region: dict[int, list[tuple[int, int, int]]] = {start: [] for start, _ in regions}
         for old, new, size in placement:
             region = next(start for start, length in regions if start <= new < start + length)
-            by_region[region].append((new, size))
-            owner[new] = old
+            by_region[region].append((new, size, old))
             if new != old:
                 self.moved_bytes += size
         in_use = 0
         for start, length in regions:
-            previous = 0
-            end = start
-            for new, size in by_region[start]:
-                self._size[new] = size
-                self._prev[new] = previous
+            previous, end = 0, start
+            for new, size, old in by_region[start]:
+                chunk = self._new_chunk(size, new, previous, 0, asked[old])
                 if previous:
-                    self._next[previous] = new
-                self._next[new] = 0
-                old = owner[new]
-                self._requested[new] = requested[old]
+                    self._c_next[previous] = chunk
+                else:
+                    self._first[start] = chunk
+                self._in_use[new] = chunk
                 self._handle_at[new] = handles[old]
                 self._address_of[handles[old]] = new
-                previous, end = new, new + size
+                previous, end = chunk, new + size
                 in_use += size
-            if end < start + length and start + length - end >= MIN_ALLOCATION_SIZE:
-                self._size[end] = start + length - end
-                self._prev[end] = previous
-                self._next[end] = 0
+            if end < start + length:  # the rest of the region, one free chunk (sizes are multiples of 256)
+                chunk = self._new_chunk(start + length - end, end, previous, 0, 0)
                 if previous:
-                    self._next[previous] = end
-                self._link_free(end, start + length - end)
+                    self._c_next[previous] = chunk
+                else:
+                    self._first[start] = chunk
+                self._link_free(chunk)
         self.bytes_in_use = in_use
         self.compactions += 1
         return True

@@ -1,0 +1,132 @@
+"""The machine's fast replay gives exactly what its first, straightforward loop gave
+(`reference_machine.py`): every device figure, map, fragmentation, out-of-memory result and
+timeline, on random traces over devices, processes and frameworks, under every regime."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pytest_devmem.errors import DevmemError
+from pytest_devmem.model import machine as machine_module
+from pytest_devmem.model.frameworks import setups_for
+from pytest_devmem.model.machine import Machine, MachineRun, MachineSpec
+from pytest_devmem.model.pool import Policy
+from pytest_devmem.model.trace import Trace
+from reference_machine import ReferenceMachine
+
+KiB, MiB, GiB = 2**10, 2**20, 2**30
+SIZES = [1, 255, 256, 1000, 4 * KiB, 64 * KiB + 17, 300 * KiB, MiB, 5 * MiB + 3, 40 * MiB, 300 * MiB]
+LANES = [("", 0, "jax"), ("gpu:0", 0, "jax"), ("gpu:1", 0, "jax"), ("gpu:0", 0, "tensorflow"), ("gpu:1", 1, "jax"), ("", 0, "pool")]
+REGIMES = [Policy.of("prealloc"), Policy.of("fraction", 0.3), Policy.of("growth"), Policy.of("ondemand"), Policy.of("compact")]
+
+
+def build(operations: list[tuple[int, int, int, int]], lanes: list[tuple[str, int, str]]) -> Trace:
+    """A trace from (kind, lane, size, pick) operations: 0-1 allocate, 2 free a live buffer (`pick`
+    chooses which), 3 a temporary freed by the next event, 4 a recorded failure, 5 free the buffer
+    allocated last (often the very next event), 6 an allocation whose pointer the next event frees
+    on the next lane (which never allocated it)."""
+    trace, live, pointer = Trace(), [], 0
+    for kind, lane, size, pick in operations:
+        device, process, source = lanes[lane % len(lanes)]
+        if kind <= 1 or (kind in (2, 5) and not live):
+            pointer += 1
+            trace.add(0, pointer, size, source=source, label=f"{source} {pointer}", device=device, process=process)
+            live.append((pointer, size, device, process, source))
+        elif kind in (2, 5):
+            gone = live.pop(pick % len(live) if kind == 2 else -1)
+            trace.add(1, gone[0], gone[1], source=gone[4], device=gone[2], process=gone[3])
+        elif kind in (3, 6):
+            pointer += 1
+            trace.add(0, pointer, size, source=source, label=f"{source} temp", device=device, process=process)
+            if kind == 6:
+                device, process, source = lanes[(lane + 1) % len(lanes)]
+            trace.add(1, pointer, size, source=source, device=device, process=process)
+        elif kind == 4:
+            trace.add(2, 0, size, source=source, device=device, process=process)
+    return trace
+
+
+def outcome(machine: Any, trace: Trace, timeline: bool, stop_on_oom: bool) -> MachineRun | tuple[type, str]:
+    try:
+        return machine.run(trace, timeline=timeline, stop_on_oom=stop_on_oom)  # type: ignore[no-any-return]
+    except DevmemError as error:  # both must refuse a trace alike
+        return type(error), str(error)
+
+
+def assert_same_replay(trace: Trace, policy: Policy, capacity: int) -> None:
+    setups, spec = setups_for(policy, capacity), MachineSpec(capacity, "sim")
+    for timeline in (False, True):
+        for stop_on_oom in (True, False):
+            expected = outcome(ReferenceMachine(spec, setups), trace, timeline, stop_on_oom)
+            got = outcome(Machine(spec, setups), trace, timeline, stop_on_oom)
+            if isinstance(expected, MachineRun) and isinstance(got, MachineRun):  # field by field: a clearer failure
+                assert (got.devices, got.oom, got.failure) == (expected.devices, expected.oom, expected.failure)
+                assert (got.snapshots, got.fragmented) == (expected.snapshots, expected.fragmented)
+                assert (got.by_source, got.order, got.events_replayed, got.timeline) == (expected.by_source, expected.order, expected.events_replayed, expected.timeline)
+            assert got == expected
+
+
+operations = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 5), st.sampled_from(SIZES), st.integers(0, 10**6)), max_size=160)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=operations, lanes=st.lists(st.sampled_from(LANES), min_size=1, max_size=4, unique=True), policy=st.sampled_from(REGIMES), capacity=st.sampled_from([96 * MiB, GiB, 16 * GiB]))
+def test_a_random_trace_replays_as_the_first_loop_replayed_it(ops: list[tuple[int, int, int, int]], lanes: list[tuple[str, int, str]], policy: Policy, capacity: int) -> None:
+    assert_same_replay(build(ops, lanes), policy, capacity)
+
+
+@settings(max_examples=80, deadline=None)
+@given(ops=operations, source=st.sampled_from(["jax", "tensorflow", "pool"]), policy=st.sampled_from([*REGIMES[:3], Policy.of("fraction", 0.97)]), capacity=st.sampled_from([96 * MiB, GiB]))
+def test_a_one_lane_trace_replays_as_the_first_loop_replayed_it(ops: list[tuple[int, int, int, int]], source: str, policy: Policy, capacity: int) -> None:
+    """One allocator on one device: the inline loop's own case, out of memory included (and
+    TensorFlow's pool, which gives free regions back before it fails)."""
+    assert_same_replay(build(ops, [("", 0, source)]), policy, capacity)
+
+
+def random_walk(seed: int, events: int, lanes: list[tuple[str, int, str]]) -> Trace:
+    """Many small buffers freed in random order around a slowly rising peak: thousands of peaks,
+    each followed by a free, so the maps at the peak come from a copy and a replay since. Now and
+    then a temporary's pointer is freed on another lane (the loops skip that free too)."""
+    rng = random.Random(seed)
+    operations = []
+    for _ in range(events):
+        operations.append((0 if rng.random() < 0.52 else 2, rng.randrange(len(lanes)), rng.choice(SIZES[:7]), rng.randrange(10**6)))
+        if operations[-1][0] == 2 and rng.random() < 0.01:  # right after a free: no new peak, a temporary
+            operations.append((6, rng.randrange(len(lanes)), 1, 0))
+    return build(operations, lanes)
+
+
+@pytest.mark.parametrize("lanes", [[("", 0, "jax")], [("gpu:0", 0, "jax"), ("gpu:1", 0, "jax"), ("gpu:0", 0, "tensorflow")]], ids=["one lane", "three lanes"])
+@pytest.mark.parametrize("mode", ["prealloc", "growth"])
+def test_maps_promised_at_many_peaks_are_made_from_copies_as_they_were(monkeypatch: pytest.MonkeyPatch, lanes: list[tuple[str, int, str]], mode: str) -> None:
+    advanced: list[int] = []
+    original = machine_module._Replay._advance
+
+    def counting(self: Any, device: Any, checkpoint: Any, upto: int) -> None:
+        advanced.append(upto - checkpoint.upto)
+        original(self, device, checkpoint, upto)
+
+    monkeypatch.setattr(machine_module._Replay, "_advance", counting)
+    trace = random_walk(7, 6000, lanes)
+    assert_same_replay(trace, Policy.of(mode), 16 * GiB)
+    assert advanced and max(advanced) > 1  # some maps were made by replaying events after a copy
+
+
+def test_tensorflow_giving_regions_back_before_it_fails_leaves_its_pool_smaller_in_the_figures() -> None:
+    """TensorFlow's pool gives a wholly free region back before an allocation fails (bfc_allocator.cc
+    DeallocateFreeRegions); where the device then cannot give a new one, the allocation fails with
+    the pool smaller than before, and the replay (going on past it) sees the smaller pool."""
+    events = [(0, 1, 600 * MiB), (0, 2, 290 * MiB), (0, 3, 3 * MiB // 2), (1, 3, 3 * MiB // 2), (0, 4, 50 * MiB), (1, 1, 600 * MiB), (0, 5, MiB)]
+    trace = Trace()
+    for action, pointer, size in events:
+        trace.add(action, pointer, size, source="tensorflow")
+    setups, spec = setups_for(Policy.of("fraction", 0.97), GiB), MachineSpec(GiB, "sim")
+    run = Machine(spec, setups).run(trace, stop_on_oom=False)
+    assert run.oom is not None and run.oom.event == 4
+    assert run.devices[0].allocators[0].peak_bytes_reserved > run.oom.pool_bytes  # a region went back
+    assert_same_replay(trace, Policy.of("fraction", 0.97), GiB)
