@@ -331,7 +331,7 @@ class _Device:
 #
 # A device's map at its peak is due at the first free after each new peak, and a random walk of
 # allocations sets thousands of peaks; building a map walks every chunk. So a map is only promised
-# when it is due: the device's allocators are copied (dicts copied in C) at most every `spacing`
+# when it is due: the device's allocators are copied (dicts and lists, in C) at most every `spacing`
 # events, and a map of a later moment is made at the end, for the last promise only, by replaying
 # the device's events since the copy before it into a second copy. Copies then cost O(1) an event
 # and the replays O(spacing) a device.
