@@ -131,7 +131,7 @@ def sharded_step_loop(steps: int = 40_000, devices: int = 4, seed: int = 5) -> T
     rng = random.Random(seed)
     names = [f"gpu:{d}" for d in range(devices)]
     events = [TraceEvent(ALLOCATE, 1 + d, 32 * MiB, source="jax", label="params", device=name) for d, name in enumerate(names)]
-    pointer, previous, batch = devices, 0, 0
+    pointer, previous, previous_size, batch = devices, 0, 0, 0
     while len(events) < steps * (2 * devices + 2):
         if rng.random() < 0.3:  # the input pipeline's next batch
             pointer += 1
@@ -147,7 +147,8 @@ def sharded_step_loop(steps: int = 40_000, devices: int = 4, seed: int = 5) -> T
         events.append(TraceEvent(ALLOCATE, temporary, temp_size, source="jax", label="jit(step) temp", device=names[0]))
         events.append(TraceEvent(FREE, temporary, temp_size, source="jax", label="jit(step) temp", device=names[0]))
         if previous:
-            events.extend(TraceEvent(FREE, previous + d, previous_size, source="jax", label="jit(step)", device=name) for d, name in enumerate(names))
+            freed = previous_size
+            events.extend(TraceEvent(FREE, previous + d, freed, source="jax", label="jit(step)", device=name) for d, name in enumerate(names))
         previous, previous_size, pointer = output, size, temporary
     return Trace(events)
 

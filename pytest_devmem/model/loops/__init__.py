@@ -1,0 +1,24 @@
+"""The machine's per-event loops, one module each (`machine.py` sets up the devices and lanes and
+makes the result).
+
+They run once for every event of every test, so they are written for speed in plain Python:
+
+* `replay_one_bfc_lane`: a single lane (one allocator on one device, the common case) on a BFC
+  pool; its counters live in local variables;
+* `replay_bfc_lanes`: several lanes, all on BFC pools; counters on the device and allocator objects;
+* `replay_lanes`: any trace (on-demand and compacting pools, sizes that are not positive), each
+  pool through its own methods.
+
+The first two run XLA's BFC rules inline (best fit, split, merge: exactly `BFCPool.alloc` and
+`BFCPool.free`, which they call only to grow the pool or fail). All give the same result; the
+tests replay random traces against the loop as first written.
+
+The pools of a machine replay keep their chunks and the counters the model reads (`bytes_in_use`,
+`pool_bytes`); their other statistics (`num_allocs`, their own peaks) are not kept here.
+"""
+
+from .any_lanes import replay_lanes
+from .bfc_lanes import replay_bfc_lanes
+from .one_bfc_lane import replay_one_bfc_lane
+
+__all__ = ["replay_bfc_lanes", "replay_lanes", "replay_one_bfc_lane"]

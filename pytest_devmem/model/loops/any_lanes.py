@@ -1,0 +1,146 @@
+"""The loop for any trace (on-demand and compacting pools, sizes that are not positive): each pool
+through its own methods."""
+
+from __future__ import annotations
+
+from itertools import repeat
+from typing import TYPE_CHECKING
+
+from ...errors import InvalidFreeError, OutOfMemoryError
+from ..pool.bfc import SIZE_SHIFT
+
+if TYPE_CHECKING:
+    from ..machine import _Replay
+
+
+def replay_lanes(replay: _Replay) -> int:
+    """Any trace: each event's lane picks its allocator; the index of the last event run."""
+    trace = replay.trace
+    lanes, recorded, stop_on_oom = replay.lanes, replay.recorded, replay.stop_on_oom
+    snapshots, fragmented = replay.snapshots, replay.fragmented
+    step = replay.step
+    dropped: set[tuple[int, int]] = set()
+    actions, pointers, sizes = trace.actions, trace.pointers, trace.sizes
+    lane_codes = replay.lane_codes if replay.lane_codes is not None else repeat(0, len(trace))
+    last = len(actions) - 1
+    skip = False
+    transient = False
+    index = -1
+    for index, (action, pointer, size, lane) in enumerate(zip(actions, pointers, sizes, lane_codes)):
+        if skip:  # the free of a temporary handled with its allocation
+            skip = False
+            continue
+        if action == 2:  # a recorded failure held nothing
+            continue
+        allocator = lanes[lane]
+        if allocator is None:
+            allocator = replay.start(lane)
+        device = allocator.device
+        pool = allocator.pool
+        assert pool is not None
+        rounded = (size + 255) & ~255
+        if device.fragmented:  # the state after its last event is its most fragmented so far
+            fragmented[device.name] = replay.promise(device, device.worst_event if device.worst_event is not None else index - 1, index)
+            device.fragmented = False
+        if action == 0:
+            counts_ = allocator.counts
+            counts_[0] += 1
+            if counts_[1] + size > counts_[2]:
+                counts_[2] = counts_[1] + size
+            transient = (
+                allocator.bfc and index < last and actions[index + 1] == 1 and pointers[index + 1] == pointer
+                and device.in_use + rounded <= device.peak_in_use
+            )
+            if transient and recorded is None:
+                # a temporary freed by the very next event that sets no new peak: a BFC pool is left
+                # exactly as it was (split, then merged back), so only its peaks are kept
+                chunk = pool.best_fit(rounded)  # type: ignore[union-attr]
+                if chunk:
+                    taken = device.chunks + pool.handed_out(rounded, chunk)  # type: ignore[union-attr]
+                    if taken > device.peak_chunks:
+                        device.peak_chunks = taken
+                    if allocator.in_use + rounded > allocator.peak_in_use:
+                        allocator.peak_in_use = allocator.in_use + rounded
+                    skip, transient = True, False
+                    if replay.lane_codes is not None and replay.lane_codes[index + 1] != lane:  # the same pointer freed on another lane
+                        replay.skipped.update((index, index + 1))
+                    continue
+            in_use, held = pool.bytes_in_use, pool.pool_bytes + pool.bytes_reserved
+            try:
+                handle = pool.alloc(size)
+            except OutOfMemoryError as error:
+                counts_[0] -= 1
+                transient = False
+                if replay.oom is None:
+                    replay.fail(error, allocator, index)
+                if stop_on_oom:
+                    break
+                dropped.add((lane, pointer))
+                continue
+            counts_[1] += size
+            allocator.handles[pointer] = (handle, index)
+            device.chunks += pool.bytes_in_use - in_use
+            if device.chunks > device.peak_chunks:
+                device.peak_chunks = device.chunks
+            grew = pool.pool_bytes + pool.bytes_reserved - held
+            if grew:
+                device.held += grew
+                now_held = held + grew
+                if not allocator.took:
+                    allocator.took = now_held
+                if now_held > allocator.peak_held:
+                    allocator.peak_held = now_held
+                if device.held > device.peak_held:
+                    device.peak_held = device.held
+            allocator.in_use += rounded
+            if allocator.in_use > allocator.peak_in_use:
+                allocator.peak_in_use = allocator.in_use
+            device.in_use += rounded
+            if device.in_use > device.peak_in_use:
+                device.peak_in_use = device.in_use
+                device.peak_event = index
+                device.pending = True
+                device.fragmentation_at_peak = device.fragmentation()
+        elif action == 1:
+            if device.pending:  # its peak is the state right before this free
+                snapshots[device.name] = replay.promise(device, device.peak_event, index)
+                device.pending = False
+            entry = allocator.handles.pop(pointer, None)
+            if entry is None:
+                if (lane, pointer) in dropped:
+                    dropped.discard((lane, pointer))
+                    continue
+                raise InvalidFreeError(f"trace event {index}: free of {pointer:#x}, which the trace never allocated on {device.name}")
+            in_use, held = pool.bytes_in_use, pool.pool_bytes + pool.bytes_reserved
+            pool.free(entry[0])
+            device.chunks += pool.bytes_in_use - in_use
+            device.held += pool.pool_bytes + pool.bytes_reserved - held
+            rounded = (sizes[entry[1]] + 255) & ~255
+            allocator.in_use -= rounded
+            device.in_use -= rounded
+            allocator.counts[1] -= sizes[entry[1]]
+        if transient:  # sampled after its free instead, as when it is handled with its allocation
+            transient = False
+            fragmentation = device.sampled
+        elif device.in_use:
+            fragmentation = 0.0
+            solo = device.solo
+            if solo is not None:  # XLA's GetFragmentation of its one pool, inline: this runs per event
+                free = solo.pool_bytes - solo.bytes_in_use
+                if free > 0:
+                    fragmentation = (free - (solo._free[-1] >> SIZE_SHIFT)) / free
+            else:
+                fragmentation = device.fragmentation()
+            device.sampled = fragmentation
+            if device.worst_fragmentation is None or fragmentation > device.worst_fragmentation:
+                device.worst_fragmentation, device.worst_event = fragmentation, index
+                if fragmentation >= device.mapped + step:  # at most 1/FRAGMENTATION_STEP maps a device
+                    device.fragmented, device.mapped = True, fragmentation
+        else:
+            fragmentation = device.sampled = 0.0
+        if recorded is not None:
+            recorded.devices.append(device.code)
+            recorded.in_use.append(device.in_use)
+            recorded.reserved.append(device.held)
+            recorded.fragmentation.append(fragmentation)
+    return index
