@@ -27,7 +27,7 @@ out whole). `peak_bytes_reserved` is the most its allocators held from it (conte
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Mapping
 
 from ..errors import OutOfMemoryError
 from .device import SimulatedDevice
@@ -47,6 +47,11 @@ from .machine_results import (  # the results, read where the model is used: re-
     Timeline,
 )
 from .loops import replay_bfc_lanes, replay_lanes, replay_one_bfc_lane
+from .machine_maps import CHECKPOINT_SPACING_PER_ENTRY, contributor, holders
+from .machine_maps import Checkpoint as _Checkpoint
+from .machine_maps import Promise as _Promise
+from .machine_maps import pool_maps as _pool_maps
+from .machine_maps import snapshot_of as _snapshot
 from .pool import BFCPool, OnDemandPool, Policy
 from .pool.compacting import CompactingPool
 from .trace import ALLOCATE_CODE, FREE_CODE, Trace
@@ -132,64 +137,6 @@ class _Device:
 # events, and a map of a later moment is made at the end, for the last promise only, by replaying
 # the device's events since the copy before it into a second copy. Copies then cost O(1) an event
 # and the replays O(spacing) a device.
-
-CHECKPOINT_SPACING_PER_ENTRY = 1 / 24
-"""Copying an allocator entry (a chunk or a buffer) costs about 1/24 of replaying an event
-through the pool's methods (measured): spacing = sqrt(events x entries / 24) balances the two."""
-
-
-def _copy_state(thing: Any) -> Any:
-    """A copy of a pool or simulated device that shares nothing mutable with it: its dicts and lists
-    copied (lists of lists a level down). The policy and lock are shared."""
-    twin = object.__new__(type(thing))
-    state = dict(vars(thing))
-    for name, value in state.items():
-        if type(value) is dict:
-            state[name] = value.copy()
-        elif type(value) is list:
-            state[name] = [list(item) for item in value] if value and type(value[0]) is list else value.copy()
-    vars(twin).update(state)
-    return twin
-
-
-class _Checkpoint:
-    """A device's allocators as they were right before event `upto`: copies of its simulated device,
-    of each allocator's pool (drawing on that copy) and of its buffers."""
-
-    __slots__ = ("upto", "device", "pools", "handles")
-
-    def __init__(self, upto: int, device: Any, pools: list[Any], handles: list[dict[int, tuple[int, ...]]]) -> None:
-        self.upto = upto
-        self.device = device
-        self.pools = pools
-        self.handles = handles
-
-    @classmethod
-    def of(cls, device: _Device, upto: int) -> _Checkpoint:
-        checkpoint = cls(upto, device.device, [a.pool for a in device.allocators], [a.handles for a in device.allocators]).copy()
-        for allocator, pool, handles in zip(device.allocators, checkpoint.pools, checkpoint.handles):
-            if allocator.inline:  # the copy's own handles, for the replay since
-                pool._in_use = {entry[0]: entry[2] for entry in handles.values()}
-        return checkpoint
-
-    def copy(self) -> _Checkpoint:
-        device = _copy_state(self.device)
-        pools = [_copy_state(pool) for pool in self.pools]
-        for pool in pools:
-            pool.device = device
-        return _Checkpoint(self.upto, device, pools, [handles.copy() for handles in self.handles])
-
-
-class _Promise:
-    """A map owed: the device's pools as they were right before event `upto`, named after `event`."""
-
-    __slots__ = ("event", "upto", "checkpoint")
-
-    def __init__(self, event: int, upto: int, checkpoint: _Checkpoint) -> None:
-        self.event = event
-        self.upto = upto
-        self.checkpoint = checkpoint
-
 
 class _Replay:
     """One replay's state: the devices, the lanes (one allocator each: device, process, source)
@@ -445,56 +392,6 @@ def run_machine(trace: Trace, setups: Mapping[str, AllocatorSetup], spec: Machin
 def _device_order(name: str) -> tuple[str, int, str]:
     platform, _, ordinal = name.partition(":")
     return (platform, int(ordinal), name) if ordinal.isdigit() else (platform, math.inf, name)  # type: ignore[return-value]
-
-
-def _snapshot(device: _Device, event: int) -> MapSnapshot:
-    """The device's pools as they are now."""
-    allocators = device.allocators
-    return MapSnapshot(device.name, event, _pool_maps([(a.source, a.process) for a in allocators], [a.pool for a in allocators], [a.handles for a in allocators]))
-
-
-def _pool_maps(owners: list[tuple[str, int]], pools: list[Any], buffers: list[dict[int, tuple[int, ...]]]) -> tuple[PoolMap, ...]:
-    """Each pool's regions and chunks, each chunk in use naming the event that allocated it."""
-    maps = []
-    for (source, process), pool, handles in zip(owners, pools, buffers):
-        born = {entry[0]: entry[1] for entry in handles.values()}
-        if isinstance(pool, BFCPool):
-            starts: dict[int, int] = {}
-            chunks = []
-            for region_start, address, size, in_use, _ in pool.chunks():
-                region = starts.setdefault(region_start, len(starts))
-                chunks.append((region, address - region_start, size, born.get(pool.handle_at(address), -1) if in_use else -1))
-            maps.append(PoolMap(source, process, tuple(size for _, size in pool.regions()), tuple(chunks)))
-        elif isinstance(pool, OnDemandPool):  # each buffer its own allocation from the device
-            ordered = sorted((pool.allocated_size(handle), index) for handle, index in born.items())
-            maps.append(PoolMap(source, process, tuple(size for size, _ in ordered), tuple((i, 0, size, index) for i, (size, index) in enumerate(ordered))))
-    return tuple(maps)
-
-
-def contributor(source: str, label: str) -> str:
-    """Who an allocation belongs to, for people: the executable or op and what for (`jit(layer)
-    temp`), or the source where nothing more is known (`pool`, `tensorflow`)."""
-    if label and source in ("jax", "tensorflow"):
-        return label
-    return source or "unknown"
-
-
-TOP_CONTRIBUTORS = 5
-
-
-def holders(snapshot: MapSnapshot | None, trace: Trace, top: int | None = TOP_CONTRIBUTORS) -> dict[str, int]:
-    """The bytes (as asked) each contributor held in a snapshot, largest first."""
-    if snapshot is None:
-        return {}
-    held: dict[str, int] = {}
-    names = trace.names
-    for pool in snapshot.pools:
-        for _, _, _, index in pool.chunks:
-            if index >= 0:
-                name = contributor(names[trace.sources[index]], names[trace.labels[index]])
-                held[name] = held.get(name, 0) + trace.sizes[index]
-    ranked = sorted(held.items(), key=lambda item: (-item[1], item[0]))
-    return dict(ranked if top is None else ranked[:top])
 
 
 def _device_figures(device: _Device, snapshot: MapSnapshot | None, trace: Trace, spec: MachineSpec) -> DeviceFigures:
