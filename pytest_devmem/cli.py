@@ -114,8 +114,8 @@ def replay_table(path: Path, mode: str, fraction: str | None, device_spec: str) 
     from .units import format_size
 
     policy = Policy.of(mode, fraction)
-    spec, setups = _machine(device_spec, policy)
     trace = _read_trace(path)
+    spec, setups = _machine(device_spec, policy, unnamed_device(trace))
     run = run_machine(trace, setups, spec)
     rows = [("events", str(run.events), ""), ("peak_live_bytes (asked)", str(trace.peak_live_bytes()), format_size(trace.peak_live_bytes()))]
     for figures in run.devices:
@@ -147,16 +147,21 @@ def plot_input(path: Path, test: str | None, mode: str | None, fraction: str | N
 
     if path.suffix.lower() == ".csv":
         policy = Policy.of(mode or "prealloc", fraction)
-        spec, setups = _machine(device_spec or "sim", policy)
         trace = _read_trace(path)
+        spec, setups = _machine(device_spec or "sim", policy, unnamed_device(trace))
         return build_view(run_machine(trace, setups, spec, timeline=True), trace, policy.label), f"{path.name} under {policy.label} on {spec.name}"
+    given = [name for name, value in (("--mode", mode), ("--fraction", fraction), ("--device", device_spec)) if value is not None]
+    if given:
+        raise InputError(f"{path}: {', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to a trace file (.csv); a report's record is drawn under its own regime and device")
     report = read_report(path)
     records = [r for r in report.records if test is None or test in str(r["test_id"])]
+    if not records:
+        raise InputError(f"{path}: no record's test id contains {test!r}")
     traced = [r for r in records if isinstance(r.get("trace"), dict) and isinstance(r["trace"].get("file"), str)]  # type: ignore[attr-defined]
     if not traced:
         which = f" matching {test!r}" if test else ""
         raise InputError(f"{path}: no record{which} has a trace file: run pytest with --devmem-traces=DIR and --devmem-report")
-    record = max(traced, key=_peak_of)
+    record = max(traced, key=_peak_of)  # several match: the largest, as without --test
     session = report.session
     capacity = session.get("device_capacity_bytes")
     if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
@@ -165,7 +170,7 @@ def plot_input(path: Path, test: str | None, mode: str | None, fraction: str | N
     policy = Policy.from_label(str(record.get("regime", "prealloc")))
     device_name = str(session.get("device", "device"))
     capability = session.get("device_compute_capability")
-    spec, setups = _machine_of(capacity, device_name, capability[0] if isinstance(capability, list) and capability and isinstance(capability[0], int) and not isinstance(capability[0], bool) else None, policy)
+    spec, setups = _machine_of(capacity, device_name, capability[0] if isinstance(capability, list) and capability and isinstance(capability[0], int) and not isinstance(capability[0], bool) else None, policy, unnamed_device(trace))
     return build_view(run_machine(trace, setups, spec, timeline=True), trace, policy.label), f"{record['test_id']} under {policy.label} on {device_name}"
 
 
@@ -174,15 +179,21 @@ def _peak_of(record: dict[str, object]) -> int:
     return peak if isinstance(peak, int) else 0
 
 
-def _machine(device_spec: str, policy: Policy) -> tuple[MachineSpec, dict[str, AllocatorSetup]]:
+def unnamed_device(trace: Trace) -> str:
+    """Where the events that name no device (the devmem fixture's pool, an RMM log) were: device 0 of
+    the platform the trace's other events name, as the plugin records it (`gpu:0` beside a GPU's
+    events, else `cpu:0`), whatever machine replays it."""
+    return "gpu:0" if any(name.startswith("gpu:") for name in trace.device_names()) else "cpu:0"
+
+
+def _machine(device_spec: str, policy: Policy, default_device: str) -> tuple[MachineSpec, dict[str, AllocatorSetup]]:
     """The machine a device spec names (every device of its capacity; a real GPU is let go at
     once) and each framework's allocator under `policy`."""
     from .model.device import open_device
 
     device = open_device(device_spec)
     try:
-        on_gpu = getattr(device, "index", None) is not None
-        return _machine_of(device.capacity, device.name, getattr(device, "compute_capability", (None,))[0], policy, "gpu:0" if on_gpu else "cpu:0")
+        return _machine_of(device.capacity, device.name, getattr(device, "compute_capability", (None,))[0], policy, default_device)
     finally:
         close = getattr(device, "close", None)
         if close is not None:

@@ -17,6 +17,10 @@ def _lean_inner_runs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
         # when this suite itself runs under xdist, inner runs are not workers of it
         monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
         monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
+        # this suite runs with oneDNN on and off (TF_ENABLE_ONEDNN_OPTS, read once by the TensorFlow
+        # already loaded here); inner runs see no user setting, so their device class is the plain one
+        # (the -onednn class a user's setting gives is tested on its own)
+        monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
 
 
 @pytest.fixture(scope="session")

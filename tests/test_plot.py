@@ -109,6 +109,33 @@ def test_devmem_plot_says_what_is_missing(tmp_path: Path, capsys: pytest.Capture
     assert main(["plot", str(trace), "-o", str(tmp_path / "x.svg")]) == 2
     assert "must end in .png or .html" in capsys.readouterr().err
     assert main(["plot", str(trace), "--mode", "growth", "-o", str(tmp_path / "x.html")]) == 0
+    assert main(["plot", str(report), "--mode", "growth", "-o", str(tmp_path / "x.html")]) == 2  # never ignored silently
+    assert "--mode applies only to a trace file (.csv)" in capsys.readouterr().err
+    assert main(["plot", str(report), "--test", "nowhere", "-o", str(tmp_path / "x.html")]) == 2
+    assert "no record's test id contains 'nowhere'" in capsys.readouterr().err
+
+
+def test_a_trace_with_no_events_is_drawn_as_png_and_html(matplotlib_loaded: object, tmp_path: Path) -> None:
+    from pytest_devmem.cli import main
+
+    empty = tmp_path / "empty.csv"
+    empty.write_text("Thread,Time,Action,Pointer,Size,Stream\n")
+    assert main(["plot", str(empty), "-o", str(tmp_path / "e.png")]) == 0
+    assert main(["plot", str(empty), "-o", str(tmp_path / "e.html")]) == 0
+    assert (tmp_path / "e.png").stat().st_size > 0
+
+
+def test_events_naming_no_device_are_on_device_0_of_the_traces_platform(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The fixture's pool names no device; beside a GPU's JAX events it was on gpu:0, whichever machine replays it."""
+    from pytest_devmem.cli import main
+
+    trace = tmp_path / "gpu.csv"
+    Trace([
+        TraceEvent("allocate", 1, 8 * 2**30, source="jax", device="gpu:0"),
+        TraceEvent("allocate", 2, 8 * 2**30, source="pool"),
+    ]).write_csv(trace)
+    assert main(["replay", str(trace), "--mode", "prealloc", "--device", "sim:16GiB"]) == 1  # one device: they do not fit
+    assert "on gpu:0" in capsys.readouterr().out
 
 
 def test_a_test_failing_the_gate_leaves_its_trace_and_picture(pytester: pytest.Pytester) -> None:

@@ -304,6 +304,7 @@ def test_a_100_mib_variable_is_one_100_mib_allocation(work_runs: Any, onednn: st
     if onednn == "1":  # the user's choice, kept and said
         said += "; oneDNN as you set it (TF_ENABLE_ONEDNN_OPTS=1): its kernels' scratch is outside TensorFlow's allocator, and on CPUs without AVX-512 it is off"
     assert f"devmem: {said}" in output and session["tensorflow_cpu_allocator"] == said  # the header and the report
+    assert session["device_class"] == ("sim-16GiB-onednn" if onednn == "1" else "sim-16GiB")  # oneDNN's figures: baselines apart
     big = [e for e in allocations(traces["test_variable"]) if e.size >= MiB]
     assert [(e.size, e.label, e.device) for e in big] == [(100 * MiB, "Fill", "cpu:0")]  # not 128 MiB: what was asked
     assert 100 * MiB <= records["test_variable"]["peak_bytes_in_use"] < 100 * MiB + 64 * 1024

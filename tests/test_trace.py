@@ -73,7 +73,11 @@ def test_reads_rmm_logs_with_deallocate_and_clock_times(tmp_path: Path) -> None:
         ("a,b\n", "trace.csv:1: not a memory-event log"),
         ("Thread,Time,Action,Pointer,Size,Stream\n1,0.0,allocate,0x10\n", "trace.csv:2: expected 6 columns, got 4"),
         ("Thread,Time,Action,Pointer,Size,Stream\n1,0.0,allocate,0x10,5,0\n1,0.0,grab,0x10,5,0\n", "trace.csv:3: unknown action 'grab'"),
-        ("Thread,Time,Action,Pointer,Size,Stream\n1,0.0,allocate,zz,5,0\n", "trace.csv:2: invalid literal"),
+        ("Thread,Time,Action,Pointer,Size,Stream\n1,0.0,allocate,zz,5,0\n", "trace.csv:2: Pointer 'zz' is not a whole number"),
+        ("Thread,Time,Action,Pointer,Size,Stream,Source,Label,Device,Process\n1,0.0,allocate,1,5,0,jax,,cpu:0,0.5\n", "trace.csv:2: Process '0.5' is not a whole number"),
+        ("Thread,Time,Action,Pointer,Size,Stream,Source,Label,Device,Process\n1,0.0,allocate,1,5,0,jax,,CPU:0,0\n", "trace.csv:2: Device 'CPU:0' is not a device: write PLATFORM:N in lower case"),
+        ("Thread,Time,Action,Pointer,Size,Stream,Source,Label,Device,Process\n1,0.0,allocate,1,5,0,jax,,cpu:00,0\n", "trace.csv:2: Device 'cpu:00' is not a device"),
+        ("Thread,Time,Action,Pointer,Size,Stream,Source,Label,Device,Process\n1,0.0,allocate,1,5,0,jax,,banana,0\n", "trace.csv:2: Device 'banana' is not a device"),
     ],
 )
 def test_malformed_trace_names_file_and_line(tmp_path: Path, content: str, message: str) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 from array import array
 from dataclasses import dataclass
 from typing import Iterable, Iterator, overload
@@ -279,6 +280,10 @@ def _first_line_not_utf8(path: str | os.PathLike[str]) -> int | str:
     return "?"
 
 
+_DEVICE_NAME = re.compile(r"[a-z][a-z0-9_]{0,15}:(0|[1-9][0-9]{0,5})")
+"""A device as the captures name it: JAX's platform and id (`cpu:2`, `gpu:0`), TensorFlow's alike."""
+
+
 def _add_row(trace: Trace, path: object, line: int, row: list[str], width: int) -> None:
     where = f"{os.fspath(path)}:{line}"  # type: ignore[call-overload]
     if len(row) != width:
@@ -288,8 +293,16 @@ def _add_row(trace: Trace, path: object, line: int, row: list[str], width: int) 
     device, process = (row[8].strip(), row[9].strip()) if width == len(HEADER) else ("", "0")
     if action not in _READ_ACTIONS:
         raise TraceFormatError(f"{where}: unknown action {action[:40]!r}; allowed: {', '.join(_READ_ACTIONS)}")
+    if device and not _DEVICE_NAME.fullmatch(device):
+        raise TraceFormatError(f"{where}: Device {device[:40]!r} is not a device: write PLATFORM:N in lower case (cpu:0, gpu:1), or leave it empty for the first device")
+    fields = (("Pointer", pointer, 0), ("Size", size, 10), ("Thread", thread, 10), ("Stream", stream, 0), ("Process", process or "0", 10))
+    values = []
+    for name, text, base in fields:
+        try:
+            values.append(int(text, base))
+        except ValueError:
+            raise TraceFormatError(f"{where}: {name} {text[:40]!r} is not a whole number") from None
     try:
-        values = (int(pointer, 0), int(size), int(thread), int(stream, 0), int(process or "0"))
         time = _parse_time(stamp)
     except ValueError as exc:
         raise TraceFormatError(f"{where}: {str(exc)[:200]}") from None

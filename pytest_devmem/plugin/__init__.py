@@ -16,7 +16,7 @@ from ..model.device import Device, open_device
 from ..present.text import terminal_lines
 from .compile_target import CompileTarget
 from .compile_target import resolve as resolve_compile_target
-from .environment import conflicts_key, early_env_key, prepare, prepare_late, restore_all
+from .environment import conflicts_key, early_env_key, prepare, prepare_late, restore_all, tensorflow_cpu_key
 from .fixture import DevmemFixture, devmem
 from .items import DEFAULT_REGIME
 from .session import PLUGIN_NAME, DevmemSession
@@ -54,6 +54,7 @@ def pytest_configure(config: pytest.Config) -> None:
         except DevmemError as exc:
             raise pytest.UsageError(f"{exc} (from {settings.device_from})") from None
         target = compile_target(settings, device)
+        mark_onednn(config, device)
         try:
             store = BaselineStore(settings.baselines, device.device_class).load()
         except BaselineFormatError as exc:
@@ -79,3 +80,15 @@ def compile_target(settings: Settings, device: Device) -> CompileTarget:
     if target.class_suffix and hasattr(device, "class_suffix"):
         device.class_suffix = target.class_suffix
     return target
+
+
+def mark_onednn(config: pytest.Config, device: Device) -> None:
+    """oneDNN on by the user's choice changes TensorFlow's CPU figures (its kernels' scratch is outside
+    TensorFlow's allocator): a simulated device's class says so, so those baselines stay apart."""
+    import importlib.util
+
+    setting = config.stash.get(tensorflow_cpu_key, None)
+    if setting is None or not setting.onednn_on or not hasattr(device, "class_suffix"):
+        return
+    if importlib.util.find_spec("tensorflow") is not None:  # without TensorFlow, oneDNN changes nothing here
+        device.class_suffix += "-onednn"

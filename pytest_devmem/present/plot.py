@@ -136,7 +136,8 @@ def render_png(view: TimelineView, path: str | os.PathLike[str], title: str) -> 
         raise ValueError("a PNG needs matplotlib (pip install 'pytest-devmem[plot]'); an .html file needs nothing") from None
     drawn = maps(view)
     heights = [2.2] * len(view.lanes) + [1.2] + [max(1.0, 0.35 * sum(len(pool.region_sizes) for pool in pools) + 0.6 + 0.15 * len(pins)) for _, pools, _, pins in drawn]
-    figure, axes = plt.subplots(len(heights), 1, figsize=(11, sum(heights) + 0.8), gridspec_kw={"height_ratios": heights})
+    figure, grid = plt.subplots(len(heights), 1, figsize=(11, sum(heights) + 0.8), gridspec_kw={"height_ratios": heights}, squeeze=False)
+    axes = list(grid[:, 0])  # a trace with no events has the fragmentation panel alone
     last = max(0, view.events - 1)
     colours = owner_colours(view)
     for axis, lane in zip(axes, view.lanes):

@@ -75,8 +75,8 @@ class CpuAllocatorSetting:
         if self.onednn_on:
             return (
                 f"{ONEDNN_VARIABLE}={self.onednn} (yours): oneDNN's kernels take their scratch outside TensorFlow's allocator, "
-                "so TensorFlow's figures here are lower than a GPU's, can differ between CPUs, and do not compare with baselines "
-                f"recorded with oneDNN off (pytest-devmem's default; unset {ONEDNN_VARIABLE} to measure without it)"
+                "so TensorFlow's figures here are lower than a GPU's and can differ between CPUs; a simulated device's baselines "
+                f"are kept apart (its class ends in -onednn). Unset {ONEDNN_VARIABLE} to measure as a GPU's kernels allocate"
             )
         return None
 
