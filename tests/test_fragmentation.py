@@ -127,6 +127,18 @@ def test_the_compact_regime_runs_the_whole_test_that_way(pytester: pytest.Pytest
     assert pool["compactions"] == 1 and pool["moved_bytes"] > 0 and record["oom"] is None
 
 
+def test_a_compact_test_over_its_limit_is_offered_a_compact_fraction_that_the_replay_proves(pytester: pytest.Pytester) -> None:
+    """400 MiB asked beside 400 MiB live in a 768 MiB compacting pool: its limit is too low; a fraction
+    alone would mean mode 'fraction', which does not defragment, so the fix names the mode too."""
+    pytester.makepyfile(test_fragmented=FRAGMENTED.replace("alloc(200 * MiB)", "alloc(400 * MiB)"))
+    result = pytester.runpytest_inprocess("--devmem-mode=compact", "--devmem-device=sim:1GiB")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*its regime's limit is too low*", "*fix (each replayed on this trace): run it under mode 'compact' with fraction 0.79 (marker devmem(mode='compact', fraction=0.79)*"])
+    assert "or use mode 'growth'" not in result.stdout.str()  # growth is capped at the same fraction: never offered for a limit
+    pytester.makepyfile(test_fragmented=FRAGMENTED.replace("alloc(200 * MiB)", "alloc(400 * MiB)").replace("def test_fragmented", "import pytest\n\n@pytest.mark.devmem(mode='compact', fraction=0.79)\ndef test_fragmented"))
+    pytester.runpytest_inprocess("--devmem-device=sim:1GiB").assert_outcomes(passed=1)  # the fix, taken, fits
+
+
 def test_max_fragmentation_fails_a_test_naming_the_pinning_buffers(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """

@@ -149,18 +149,18 @@ def proven_fixes(trace: Trace, setups: Setups, spec: MachineSpec, run: MachineRu
             continue
         name = "JAX" if kind == "jax" else "the devmem pool"
         current = round(setup.fraction * 100)
-        if setup.mode == "prealloc":
+        if setup.mode in ("prealloc", "compact"):  # a pool of a fixed fraction: a fraction fix may help
             passes = lambda h, k=kind: fits(trace, _with_fraction(setups, (k,), h / 100), spec)  # noqa: E731
             if oom.source == kind and oom.kind == "limit":
                 higher = _search(passes, current + 1, 100, smallest=True)
                 tried.append(f"a higher fraction for {name}")
                 if higher is not None:
-                    found.append(_fraction_fix(kind, higher / 100, fraction_variable))
+                    found.append(_fraction_fix(kind, higher / 100, fraction_variable, setup.mode))
             elif oom.source != kind or oom.kind == "tenant":
                 lower = _search(passes, 1, current - 1, smallest=False)
                 tried.append(f"a lower fraction for {name}")
                 if lower is not None:
-                    found.append(_fraction_fix(kind, lower / 100, fraction_variable))
+                    found.append(_fraction_fix(kind, lower / 100, fraction_variable, setup.mode))
         if setup.mode != "growth":
             attempt(_mode_fix(kind, "growth"), {**setups, kind: replace(setup, mode="growth")})
         if setup.mode != "ondemand":
@@ -186,9 +186,11 @@ def proven_fixes(trace: Trace, setups: Setups, spec: MachineSpec, run: MachineRu
     return Fixes([], _why_none(oom.kind, run, spec, tried), pins, defragmentation)
 
 
-def _fraction_fix(kind: str, fraction: float, fraction_variable: str) -> str:
+def _fraction_fix(kind: str, fraction: float, fraction_variable: str, mode: str = "prealloc") -> str:
     if kind == "jax":
         return f"set {fraction_variable}={fraction:.2f}"
+    if mode == "compact":  # the fraction alone would mean mode 'fraction', which does not defragment
+        return f"run it under mode 'compact' with fraction {fraction:.2f} (marker devmem(mode='compact', fraction={fraction:.2f}) or --devmem-mode=compact --devmem-fraction={fraction:.2f})"
     return f"run it under fraction {fraction:.2f} (marker devmem(fraction={fraction:.2f}) or --devmem-fraction={fraction:.2f})"
 
 

@@ -42,8 +42,10 @@ def suggest_fix(policy: Policy, f: OutOfMemoryFigures) -> str:
     fraction = min(1.0, math.ceil(needed / f.device_capacity * 100) / 100)
     if policy.mode is Mode.ONDEMAND:
         return f"raise the limit to at least fraction={fraction:.2f} of the device"
+    # growth is capped at the same fraction (gpu_helpers.cc), so it is no way round the limit; a
+    # fragmented pool may need more than this bound, which only a replay of the test can say
     return (
         f"raise the fraction to at least {fraction:.2f}: {FRACTION_VARIABLE}={fraction:.2f} "
         f"(marker devmem(fraction={fraction:.2f}) or --devmem-fraction={fraction:.2f})"
-        + ("" if policy.mode is Mode.GROWTH else ", or use mode 'growth' (XLA_PYTHON_CLIENT_PREALLOCATE=false)")
+        + (f"; with {format_size(f.pool_free)} of the pool free but split, it may need more: pytest-devmem replays the test's trace to say what fits" if f.pool_free > f.largest_free_block else "")
     )
