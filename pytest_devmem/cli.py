@@ -117,7 +117,8 @@ def replay_table(path: Path, mode: str, fraction: str | None, device_spec: str) 
     trace = _read_trace(path)
     spec, setups = _machine(device_spec, policy, unnamed_device(trace))
     run = run_machine(trace, setups, spec)
-    rows = [("events", str(run.events), ""), ("peak_live_bytes (asked)", str(trace.peak_live_bytes()), format_size(trace.peak_live_bytes()))]
+    asked = "peak_live_bytes (asked" + (", all devices together)" if len(run.devices) > 1 else ")")
+    rows = [("events", str(run.events), ""), (asked, str(trace.peak_live_bytes()), format_size(trace.peak_live_bytes()))]
     for figures in run.devices:
         where = f" on {figures.device}" if len(run.devices) > 1 else ""
         rows += [
