@@ -47,11 +47,7 @@ from .machine_results import (  # the results, read where the model is used: re-
     Timeline,
 )
 from .loops import replay_bfc_lanes, replay_lanes, replay_one_bfc_lane
-from .machine_maps import CHECKPOINT_SPACING_PER_ENTRY, contributor, holders
-from .machine_maps import Checkpoint as _Checkpoint
-from .machine_maps import Promise as _Promise
-from .machine_maps import pool_maps as _pool_maps
-from .machine_maps import snapshot_of as _snapshot
+from .machine_maps import CHECKPOINT_SPACING_PER_ENTRY, Checkpoint, Promise, contributor, holders, pool_maps, snapshot_of
 from .pool import BFCPool, OnDemandPool, Policy
 from .pool.compacting import CompactingPool
 from .trace import ALLOCATE_CODE, FREE_CODE, Trace
@@ -112,7 +108,7 @@ class _Device:
         self.fragmented = False  # its worst fragmentation rose markedly at its last event: map it
         self.mapped = 0.0  # the fragmentation of its last map at its worst
         self.compared = False  # its fragmentation now is known not to exceed its worst (the loops may skip a sample then)
-        self.checkpoint: _Checkpoint | None = None  # its allocators copied at a moment a map was asked for
+        self.checkpoint: Checkpoint | None = None  # its allocators copied at a moment a map was asked for
         self.stale = True  # it gained an allocator since that copy
 
     def fragmentation(self) -> float:
@@ -169,8 +165,8 @@ class _Replay:
         self.counts: dict[str, list[int]] = {}
         self.order: list[str] = []
         self.recorded = Timeline(list(devices)) if timeline else None
-        self.snapshots: dict[str, MapSnapshot | _Promise] = {}
-        self.fragmented: dict[str, MapSnapshot | _Promise] = {}
+        self.snapshots: dict[str, MapSnapshot | Promise] = {}
+        self.fragmented: dict[str, MapSnapshot | Promise] = {}
         self.failure: MapSnapshot | None = None
         self.oom: OutOfMemory | None = None
         self.skipped: set[int] = set()  # events the loop skipped that were not a temporary's pair on one lane
@@ -187,14 +183,14 @@ class _Replay:
         assert allocator is not None
         return allocator
 
-    def promise(self, device: _Device, event: int, upto: int) -> _Promise:
+    def promise(self, device: _Device, event: int, upto: int) -> Promise:
         """The map of `device` as it is now (right before event `upto`), named after `event`; made at
         the end. Pools must hold their current counters (the loops keep some in locals)."""
         checkpoint = device.checkpoint
         if checkpoint is None or device.stale or upto - checkpoint.upto >= self._spacing(device):
-            checkpoint = device.checkpoint = _Checkpoint.of(device, upto)
+            checkpoint = device.checkpoint = Checkpoint.of(device, upto)
             device.stale = False
-        return _Promise(event, upto, checkpoint)
+        return Promise(event, upto, checkpoint)
 
     def _spacing(self, device: _Device) -> int:
         entries = sum(len(a.handles) + len(getattr(a.pool, "_c_size", ())) for a in device.allocators)
@@ -205,7 +201,7 @@ class _Replay:
         now. Device and pool counters must be current."""
         device = allocator.device
         self.oom = self.machine._out_of_memory(error, allocator, index, self.trace.names[self.trace.labels[index]])
-        self.failure = _snapshot(device, index - 1)
+        self.failure = snapshot_of(device, index - 1)
         if device.pending:  # nothing was freed there since its peak: the same state
             self.snapshots[device.name] = MapSnapshot(device.name, device.peak_event, self.failure.pools)
             device.pending = False
@@ -215,9 +211,9 @@ class _Replay:
         trace, spec, oom = self.trace, self.machine.spec, self.oom
         for device in self.devices.values():
             if device.pending:
-                self.snapshots[device.name] = _snapshot(device, device.peak_event)
+                self.snapshots[device.name] = snapshot_of(device, device.peak_event)
             if device.fragmented and oom is None:
-                self.fragmented[device.name] = _snapshot(device, device.worst_event if device.worst_event is not None else -1)
+                self.fragmented[device.name] = snapshot_of(device, device.worst_event if device.worst_event is not None else -1)
         snapshots = {name: self._keep(name, map_) for name, map_ in self.snapshots.items()}
         fragmented = {name: self._keep(name, map_) for name, map_ in self.fragmented.items()}
         figures = [_device_figures(device, snapshots.get(device.name), trace, spec) for device in self.devices.values()]
@@ -225,7 +221,7 @@ class _Replay:
         replayed = index + 1 if oom is None or not self.stop_on_oom else oom.event
         return MachineRun(spec, len(trace), figures, self.order, oom, by_source, self.recorded, snapshots, self.failure, replayed, fragmented)
 
-    def _keep(self, name: str, map_: MapSnapshot | _Promise) -> MapSnapshot:
+    def _keep(self, name: str, map_: MapSnapshot | Promise) -> MapSnapshot:
         """A promised map made: from its checkpoint, after replaying the device's events since."""
         if isinstance(map_, MapSnapshot):
             return map_
@@ -235,9 +231,9 @@ class _Replay:
             checkpoint = checkpoint.copy()
             self._advance(device, checkpoint, map_.upto)
         allocators = [(a.source, a.process) for a in device.allocators[: len(checkpoint.pools)]]
-        return MapSnapshot(name, map_.event, _pool_maps(allocators, checkpoint.pools, checkpoint.handles))
+        return MapSnapshot(name, map_.event, pool_maps(allocators, checkpoint.pools, checkpoint.handles))
 
-    def _advance(self, device: _Device, checkpoint: _Checkpoint, upto: int) -> None:
+    def _advance(self, device: _Device, checkpoint: Checkpoint, upto: int) -> None:
         """Replay `device`'s events from `checkpoint.upto` to `upto` into `checkpoint` (a copy): the
         pools are deterministic, so they reach the state the replay had then. A temporary the loop
         skipped is allocated and freed, which leaves a BFC pool as it was; an allocation that failed

@@ -295,13 +295,15 @@ def _add_row(trace: Trace, path: object, line: int, row: list[str], width: int) 
         raise TraceFormatError(f"{where}: unknown action {action[:40]!r}; allowed: {', '.join(_READ_ACTIONS)}")
     if device and not _DEVICE_NAME.fullmatch(device):
         raise TraceFormatError(f"{where}: Device {device[:40]!r} is not a device: write PLATFORM:N in lower case (cpu:0, gpu:1), or leave it empty for the first device")
-    fields = (("Pointer", pointer, 0), ("Size", size, 10), ("Thread", thread, 10), ("Stream", stream, 0), ("Process", process or "0", 10))
-    values = []
-    for name, text, base in fields:
-        try:
-            values.append(int(text, base))
-        except ValueError:
-            raise TraceFormatError(f"{where}: {name} {text[:40]!r} is not a whole number") from None
+    try:
+        values = (int(pointer, 0), int(size), int(thread), int(stream, 0), int(process or "0"))
+    except ValueError:  # rare: find the column to name, off the path every row takes
+        for name, text, base in (("Pointer", pointer, 0), ("Size", size, 10), ("Thread", thread, 10), ("Stream", stream, 0), ("Process", process or "0", 10)):
+            try:
+                int(text, base)
+            except ValueError:
+                raise TraceFormatError(f"{where}: {name} {text[:40]!r} is not a whole number") from None
+        raise AssertionError("unreachable: one of the columns above failed")
     try:
         time = _parse_time(stamp)
     except ValueError as exc:
