@@ -196,15 +196,22 @@ def relative_path(test_id: str) -> Path:
 
 
 def json_files(directory: Path) -> list[Path]:
-    """The `*.json` files under `directory`, sorted. A directory that happens to be named `*.json`
-    is searched like any other; something that is not a regular file (a FIFO, which would hang a
-    read; a dangling link or a link loop) is an error naming it, never a hang or a traceback, and
-    so is a link to a directory, which is never followed (nor written through)."""
+    """The `*.json` files under `directory`, sorted. Something that is not a regular file (a FIFO,
+    which would hang a read; a dangling link or a link loop) is an error naming it, never a hang or a
+    traceback, and so is a link to a directory, which is never followed (nor written through), and
+    a directory named `*.json` that holds no baseline file, which stands where a baseline file
+    belongs (a test module's tests would otherwise pass as "new" beside it). A directory named
+    `*.json` that holds baseline files (a test package of that name) is searched like any other."""
     found = []
     for top, directories, files in os.walk(directory, onerror=_raise):
         for name in sorted(directories):
             if os.path.islink(os.path.join(top, name)):
                 raise BaselineFormatError(f"{os.path.join(top, name)}: a link to a directory inside the baselines: pytest-devmem neither reads nor writes through one; put the directory itself there")
+            if name.endswith(".json") and not _holds_json(Path(top, name)):
+                raise BaselineFormatError(
+                    f"{os.path.join(top, name)}: a directory where a baseline file belongs: no verdict is given against it and "
+                    "nothing is written over it; move it away or rename it"
+                )
         for name in files:
             if not name.endswith(".json"):
                 continue
@@ -217,6 +224,11 @@ def json_files(directory: Path) -> list[Path]:
                 raise BaselineFormatError(f"{path}: not a regular file (a FIFO, socket or device): remove it or give it another name")
             found.append(path)
     return sorted(found)
+
+
+def _holds_json(directory: Path) -> bool:
+    """Whether any `*.json` file lies below `directory` (links not followed)."""
+    return any(name.endswith(".json") for _, _, files in os.walk(directory, onerror=_raise) for name in files)
 
 
 def _raise(error: OSError) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import DevmemError
+from ..errors import DevmemError, shown_value
 from ..model.pool.policy import Mode, parse_fraction, parse_mode
 from ..model.regime import Regime
 from .tolerance import parse_tolerance
@@ -78,11 +78,11 @@ def parse_mark(args: tuple[object, ...], kwargs: dict[str, object]) -> MarkSpec 
             return f"@pytest.mark.devmem max_leak={kwargs['max_leak']!r}: must be 0 bytes or more, e.g. max_leak='1MiB'"
         max_compiles = kwargs.get("max_compiles")
         if max_compiles is not None and (isinstance(max_compiles, bool) or not isinstance(max_compiles, int) or max_compiles < 0):
-            return f"@pytest.mark.devmem max_compiles={max_compiles!r}: must be a whole number, 0 or more, e.g. max_compiles=1"
+            return f"@pytest.mark.devmem max_compiles={shown_value(max_compiles)}: must be a whole number, 0 or more, e.g. max_compiles=1"
         max_fragmentation = kwargs.get("max_fragmentation")
         if max_fragmentation is not None:
             max_fragmentation = parse_max_fragmentation(max_fragmentation)
-    except (DevmemError, ValueError) as exc:
+    except (DevmemError, ValueError, TypeError, OverflowError) as exc:  # whatever the value's type or size
         return f"@pytest.mark.devmem: {exc}"
     return MarkSpec(mode, fraction, limit, tolerance, frameworks, max_compiles, max_leak, max_fragmentation)  # type: ignore[arg-type]
 
@@ -90,13 +90,13 @@ def parse_mark(args: tuple[object, ...], kwargs: dict[str, object]) -> MarkSpec 
 def parse_max_fragmentation(value: object) -> float:
     """A fragmentation bound in [0, 1]; ValueError naming the value and the rule."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"max_fragmentation={value!r}: must be a number from 0 to 1, e.g. max_fragmentation=0.3")
+        raise ValueError(f"max_fragmentation={shown_value(value)}: must be a number from 0 to 1, e.g. max_fragmentation=0.3")
     try:
         bound = float(value)
-    except ValueError:
-        raise ValueError(f"max_fragmentation={value!r}: must be a number from 0 to 1, e.g. max_fragmentation=0.3") from None
+    except (ValueError, OverflowError):  # an int beyond any float (10**400) overflows
+        raise ValueError(f"max_fragmentation={shown_value(value)}: must be a number from 0 to 1, e.g. max_fragmentation=0.3") from None
     if not 0.0 <= bound <= 1.0:  # also NaN
-        raise ValueError(f"max_fragmentation={value!r}: must be from 0 to 1 (XLA's measure: free bytes outside the largest free block, over free bytes)")
+        raise ValueError(f"max_fragmentation={shown_value(value)}: must be from 0 to 1 (XLA's measure: free bytes outside the largest free block, over free bytes)")
     return bound
 
 

@@ -12,9 +12,11 @@ expanded) cannot be judged and is never called stale.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Iterable
 
-from .baseline import BaselineEntry
+from .baseline import BaselineEntry, module_of
 
 
 def node_path(test_id: str) -> list[str]:
@@ -36,9 +38,10 @@ def node_path(test_id: str) -> list[str]:
 class SuiteShape:
     """What pytest collected: each expanded collector's node id, and the node ids it held."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: Path | None = None) -> None:
         self.children: dict[str, set[str]] = {}
         self.known: set[str] = set()
+        self.root = root  # the rootdir test ids are relative to: where a deleted module is looked for
 
     def expanded(self, collector: str, children: Iterable[str]) -> None:
         held = self.children.setdefault(collector, set())
@@ -59,10 +62,22 @@ class SuiteShape:
         for parent, child in zip(chain, chain[1:]):
             held = self.children.get(parent)
             if held is None:
-                return None
+                return False if self.module_deleted(test_id) else None
             if child not in held:
                 return False
-        return None
+        return False if self.module_deleted(test_id) else None
+
+    def module_deleted(self, test_id: str) -> bool:
+        """Whether the test's module file is gone from the disk and the directory that held it (or,
+        gone too, the nearest one above that still exists) was collected."""
+        module = module_of(test_id)
+        parts = module.split("/")
+        if self.root is None or not module or ".." in parts or os.path.isabs(module) or os.path.lexists(self.root / module):
+            return False
+        directory = parts[:-1]
+        while directory and not (self.root / "/".join(directory)).is_dir():
+            directory.pop()
+        return ("/".join(directory) or ".") in self.children
 
 
 def stale_baselines(entries: Iterable[BaselineEntry], shape: SuiteShape) -> list[str]:

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from ..capture.measurement import Captured
-from ..errors import OutOfMemoryError
+from ..errors import DevmemError, OutOfMemoryError
 from ..gate.marks import MARK_NAME, MarkSpec, parse_mark
 from ..model.regime import Regime
 
@@ -30,7 +30,11 @@ def prepare_item(item: pytest.Item, session_regime: Regime | None) -> Regime | N
     spec = parse_mark(marker.args, dict(marker.kwargs)) if marker is not None else None
     item.stash[mark_key] = spec
     item.stash[measured_key] = session_regime is not None or marker is not None
-    regime = spec.regime(session_regime) if isinstance(spec, MarkSpec) else session_regime
+    try:
+        regime = spec.regime(session_regime) if isinstance(spec, MarkSpec) else session_regime
+    except (DevmemError, ValueError, TypeError, OverflowError) as exc:  # the marker's regime with the session's: this test's error
+        item.stash[mark_key] = f"@pytest.mark.devmem: {exc}"
+        regime = session_regime
     item.stash[regime_key] = regime
     return regime
 

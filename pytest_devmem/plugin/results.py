@@ -45,7 +45,7 @@ class SessionResults:
         self.records: list[TestRecord] = []
         self.local: dict[str, TestRecord] = {}  # made in this process, waiting for their report: no JSON round trip
         self.unrecorded: dict[tuple[str, str], tuple[str, str]] = {}  # skipped at setup: (test, regime) -> (device, why)
-        self.shape = SuiteShape()  # what pytest collected, before any selection: for stale baselines
+        self.shape = SuiteShape(config.rootpath)  # what pytest collected, before any selection, and the disk: for stale baselines
         self.stale: list[str] = []
         self.workers_reported = 0  # xdist controller: workers that sent their results
         self.stale_from_workers: set[str] = set()

@@ -7,7 +7,7 @@ import enum
 import math
 from dataclasses import dataclass
 
-from ...errors import InvalidSettingError
+from ...errors import InvalidSettingError, shown_value
 
 
 class Mode(str, enum.Enum):
@@ -60,10 +60,10 @@ def parse_fraction(value: object) -> float:
     """A fraction of device memory in (0, 1]; strings such as '.5' are accepted."""
     try:
         fraction = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise InvalidSettingError(f"invalid devmem fraction {value!r}: must be a number in (0, 1], e.g. 0.5") from None
+    except (TypeError, ValueError, OverflowError):  # an int beyond any float (10**400) overflows
+        raise InvalidSettingError(f"invalid devmem fraction {shown_value(value)}: must be a number in (0, 1], e.g. 0.5") from None
     if isinstance(value, bool) or not math.isfinite(fraction) or not 0.0 < fraction <= 1.0:
-        raise InvalidSettingError(f"invalid devmem fraction {value!r}: must be in (0, 1], e.g. 0.5")
+        raise InvalidSettingError(f"invalid devmem fraction {shown_value(value)}: must be in (0, 1], e.g. 0.5")
     return fraction
 
 
