@@ -1,7 +1,7 @@
 """The `devmem` command: compare two sets of measurements, list baselines, replay and draw traces.
 
-    devmem compare BASE NEW... [--tolerance SPEC] [--all]   exit 1 when anything regressed
-    devmem merge REPORT... -o MERGED.json [--baselines DIR]   one report from CI shards' reports
+    devmem compare BASE NEW... [--tolerance SPEC] [--all] [--partial]   exit 1 when anything regressed
+    devmem merge REPORT... -o MERGED.json [--baselines DIR] [--same-run]   one report from CI shards' reports
     devmem show [DIR]
     devmem replay TRACE --mode M [--fraction F] [--device D]   exit 1 when the trace does not fit
     devmem plot REPORT|TRACE -o FILE.png|FILE.html [--test ID]
@@ -67,13 +67,15 @@ def _from_report(report: ReportFile) -> dict[Key, Measured]:
     """One Measured per record of a report (read and checked by read_report)."""
     if not report.records:
         raise InputError(f"{report.path}: a report with no records (no test was measured): nothing to compare")
+    from .present.merge import unique_records
+
     versions = report.session.get("versions", {})
     assert isinstance(versions, dict)  # read_report checked it
-    found = {}
     for index, record in enumerate(report.records):
         if "regime" not in record or "device_class" not in record:
             raise InputError(f"{report.path}: record {index} ({str(record['test_id'])[:200]!r}) lacks its regime or device_class: nothing to match it by")
-        key = (str(record["test_id"]), canonical_label(str(record["regime"])), str(record["device_class"]))
+    found = {}
+    for key, record in unique_records(report).items():  # a test twice: kept once, or an error naming it, as merge does
         metrics: dict[str, float | int | None] = {name: record.get(name) for name in METRICS}  # type: ignore[misc]
         trace = record.get("trace")
         at_peak = trace.get("at_peak") if isinstance(trace, dict) else None
@@ -219,22 +221,40 @@ def _read_trace(path: Path) -> Trace:
         raise InputError(f"{path}: cannot read the trace: {exc.strerror or exc}") from None
 
 
-def load_new(paths: Sequence[Path]) -> dict[Key, Measured]:
-    """NEW's measurements: one input as `load` reads it, or several JSON reports merged into one."""
+def load_new(paths: Sequence[Path], partial: bool = False) -> dict[Key, Measured]:
+    """NEW's measurements: one input as `load` reads it, or several JSON reports merged into one.
+    A report that is part of a split suite without all its groups is an InputError unless
+    `partial` says so (the other groups' tests would pass as merely "missing")."""
+    from .present.merge import merge_reports, missing_shards
+
     if len(paths) == 1:
-        return load(paths[0])
-    from .present.merge import merge_reports
-
-    from .present.report import ReportFile
-
-    merged = merge_reports(paths)
+        found = load(paths[0])
+        if not partial and not paths[0].is_dir() and _is_report(paths[0]):
+            problem = missing_shards(read_report(paths[0]))
+            if problem:
+                raise InputError(problem)
+        return found
+    notes: list[str] = []
+    merged = merge_reports(paths, notes)
+    for note in notes:
+        _warn(note)
     shown = Path(f"{len(paths)} merged reports ({', '.join(str(p) for p in paths[:3])}{', ...' if len(paths) > 3 else ''})")
-    return _from_report(ReportFile(shown, merged["session"], merged["records"]))  # type: ignore[arg-type]
+    report = ReportFile(shown, merged["session"], merged["records"])  # type: ignore[arg-type]
+    problem = None if partial else missing_shards(report)
+    if problem:
+        raise InputError(problem)
+    return _from_report(report)
 
 
-def merge_command(reports: Sequence[Path], output: Path | None, baselines: Path | None) -> int:
+def _is_report(path: Path) -> bool:
+    _, document = read_json(path, "report or baseline file")
+    return isinstance(document, dict) and "records" in document and "session" in document
+
+
+def merge_command(reports: Sequence[Path], output: Path | None, baselines: Path | None, same_run: bool = False) -> int:
     """`devmem merge`: one report from several; with `baselines`, those files refreshed from it as
-    one `--devmem-update` of the whole suite would write them."""
+    one `--devmem-update` of the whole suite would write them. Everything is checked before
+    anything is written."""
     from .files import write_atomic
     from .present.merge import merge_reports
 
@@ -242,7 +262,12 @@ def merge_command(reports: Sequence[Path], output: Path | None, baselines: Path 
         raise InputError("nothing to write: give -o MERGED.json, --baselines DIR, or both")
     if output is not None and output.suffix.lower() != ".json":
         raise InputError(f"{output}: the merged report is a .json file")
-    document = merge_reports(reports)
+    if baselines is not None and os.path.lexists(baselines) and not baselines.is_dir():
+        raise InputError(f"{baselines}: not a directory: --baselines names the directory of baseline files to refresh (such as baselines/; made when missing)")
+    notes: list[str] = []
+    document = merge_reports(reports, notes, same_run)
+    for note in notes:
+        _warn(note)
     records = document["records"]
     assert isinstance(records, list)
     shards = document["session"]["merged_from"]  # type: ignore[index]
@@ -312,13 +337,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     compare_parser.add_argument("new", type=Path, nargs="+", help="Baseline directory, baseline file or JSON report; or several JSON reports (CI shards), merged first")
     compare_parser.add_argument("--tolerance", default=DEFAULT_TOLERANCE, help=f"Allowed change ({TOLERANCE_HELP.replace('%', '%%')}); default {DEFAULT_TOLERANCE.replace('%', '%%')}")
     compare_parser.add_argument("--all", action="store_true", help="Also list metrics within tolerance")
-    compare_parser.add_argument("--format", choices=("markdown", "json", "csv"), default="markdown", help="Markdown for a pull-request comment (default), or JSON / CSV for tools")
-    compare_parser.add_argument("--json", dest="format", action="store_const", const="json", help="Same as --format=json")
-    compare_parser.add_argument("--csv", dest="format", action="store_const", const="csv", help="Same as --format=csv")
+    compare_parser.add_argument("--format", choices=("markdown", "json", "csv"), default=None, help="Markdown for a pull-request comment (default), or JSON / CSV for tools")
+    compare_parser.add_argument("--json", action="store_true", help="Same as --format=json")
+    compare_parser.add_argument("--csv", action="store_true", help="Same as --format=csv")
+    compare_parser.add_argument("--partial", action="store_true", help="NEW is part of a split suite on purpose (some groups' reports left out): compare it without them")
     merge_parser = commands.add_parser("merge", help="Merge JSON reports of CI shards into one; refresh baselines from them (--baselines)")
     merge_parser.add_argument("reports", type=Path, nargs="+", help="JSON reports (--devmem-report=FILE.json), one per shard")
     merge_parser.add_argument("-o", "--output", type=Path, default=None, help="Write the merged report to FILE.json")
     merge_parser.add_argument("--baselines", type=Path, default=None, help="Also refresh the baseline files under DIR from the merged report, as one --devmem-update of the whole suite would")
+    merge_parser.add_argument("--same-run", action="store_true", help="Refuse reports of different commits, CI runs or versions (by default a warning)")
     show_parser = commands.add_parser("show", help="List stored baselines")
     show_parser.add_argument("directory", type=Path, nargs="?", default=Path("baselines"), help="Baseline directory (default: baselines)")
     replay_parser = commands.add_parser("replay", help="Replay a recorded trace (--devmem-traces) under a regime; exit 1 if it does not fit")
@@ -338,6 +365,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     history_parser.add_argument("--tolerance", default=DEFAULT_TOLERANCE, help=f"What counts as a move ({TOLERANCE_HELP.replace('%', '%%')}); default {DEFAULT_TOLERANCE.replace('%', '%%')}")
     history_parser.add_argument("-o", "--output", type=Path, default=None, help="Also draw the tests that moved to FILE.png (needs matplotlib)")
     args = parser.parse_args(argv)
+    if args.command == "compare":
+        args.format = _output_format(compare_parser, args)
     try:
         return _run(args)
     except (DevmemError, ValueError) as exc:
@@ -348,9 +377,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
+def _output_format(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """The one output `devmem compare` was asked for; a usage error (exit 2) when its flags ask for two."""
+    asked = {name for name in (args.format, "json" if args.json else None, "csv" if args.csv else None) if name is not None}
+    if len(asked) > 1:
+        parser.error(f"--format, --json and --csv ask for {' and '.join(sorted(asked))} output at once: give one, not both")
+    return asked.pop() if asked else "markdown"
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.command == "merge":
-        return merge_command(args.reports, args.output, args.baselines)
+        return merge_command(args.reports, args.output, args.baselines, args.same_run)
     if args.command == "history":
         return history_command(args.inputs, args.tolerance, args.output)
     if args.command == "plot":
@@ -367,7 +404,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0 if fitted else 1
     if args.command == "compare":
         parse_tolerance(args.tolerance)  # a bad tolerance is reported before any file is read
-        found = verdicts(load(args.base), load_new(args.new), args.tolerance)
+        found = verdicts(load(args.base), load_new(args.new, args.partial), args.tolerance)
         if args.format == "json":
             _print(compare_json(found, args.tolerance))
         elif args.format == "csv":
@@ -383,6 +420,10 @@ def _print(text: str) -> None:
     """Everything the command prints goes out here: no control character from a test id, a trace
     or a file reaches the terminal as itself (the renderers escape each value; this is the net)."""
     sys.stdout.write(terminal_lines(text))
+
+
+def _warn(message: str) -> None:
+    print(f"devmem: warning: {terminal_lines(message)}", file=sys.stderr)
 
 
 def _error(message: str) -> None:

@@ -72,6 +72,20 @@ def format_size(nbytes: float) -> str:
     raise AssertionError("unreachable")
 
 
+def format_sizes_apart(first: float, second: float) -> tuple[str, str]:
+    """Two sizes for people, each with its exact bytes where rounding would show two different
+    sizes alike (`1.00 MiB (1048576 bytes)` and `1.00 MiB (1052672 bytes)`): a message that says
+    two figures differ never shows them the same."""
+    shown = format_size(first), format_size(second)
+    if shown[0] != shown[1] or first == second:
+        return shown
+    return f"{shown[0]} ({_exact(first)} bytes)", f"{shown[1]} ({_exact(second)} bytes)"
+
+
+def _exact(nbytes: float) -> str:
+    return str(int(nbytes)) if float(nbytes).is_integer() else repr(nbytes)
+
+
 def round_up(nbytes: int, multiple: int) -> int:
     """Smallest multiple of `multiple` that is >= nbytes."""
     return -(-nbytes // multiple) * multiple

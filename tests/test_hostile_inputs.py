@@ -432,6 +432,8 @@ BAD_TRACES: dict[str, tuple[str | bytes, str]] = {
     "unterminated quote": ("Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x1,\"5,0\n", ":2:"),
     "unknown free": ("Thread,Time,Action,Pointer,Size,Stream\n0,0,free,0x99,5,0\n", "0x99"),
     "empty": ("", ":1: not a memory-event log"),
+    "size zero": ("Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x1,5,0\n0,0,allocate,0x2,0,0\n", ":3: Size 0: an allocation of no bytes"),
+    "size zero in a growth pool": ("Thread,Time,Action,Pointer,Size,Stream,Source,Label,Device,Process\n0,0,allocate,0x2,0,0,jax,x,cpu:0,0\n", ":2: Size 0"),
 }
 
 

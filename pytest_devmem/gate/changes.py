@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from ..units import format_size
 from .record import TestRecord
-from .tolerance import Tolerance, format_metric
+from .tolerance import Tolerance, format_metric, format_metrics_apart
 
 if TYPE_CHECKING:
     from .baseline import BaselineEntry
@@ -48,8 +48,8 @@ class MetricChange:
         return ("+" if delta >= 0 else "-") + format_metric(self.metric, abs(delta)) + percent
 
     def describe(self) -> str:
-        show = format_metric
-        return f"{self.name}: baseline {show(self.metric, self.baseline)}, now {show(self.metric, self.now)}, delta {self.delta_text}, allowed ±{self.allowed}"
+        baseline, now = format_metrics_apart(self.metric, self.baseline, self.now)
+        return f"{self.name}: baseline {baseline}, now {now}, delta {self.delta_text}, allowed ±{self.allowed}"
 
 
 @dataclass

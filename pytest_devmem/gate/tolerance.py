@@ -21,7 +21,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from ..units import format_size, parse_size
+from ..units import format_size, format_sizes_apart, parse_size
 
 BYTE_METRICS = ("peak_bytes_in_use", "peak_bytes_reserved")
 METRICS = (*BYTE_METRICS, "fragmentation")
@@ -41,6 +41,17 @@ def format_metric(metric: str, value: float | None) -> str:
     if value is None:
         return "n/a"
     return format_size(value) if metric in BYTE_METRICS else f"{value:.4f}"
+
+
+def format_metrics_apart(metric: str, first: float | None, second: float | None) -> tuple[str, str]:
+    """Two values of a metric for people, told apart where rounding would show different values
+    alike: sizes with their bytes (units.format_sizes_apart), fractions with every digit."""
+    if first is None or second is None:
+        return format_metric(metric, first), format_metric(metric, second)
+    if metric in BYTE_METRICS:
+        return format_sizes_apart(first, second)
+    shown = format_metric(metric, first), format_metric(metric, second)
+    return shown if shown[0] != shown[1] or first == second else (repr(first), repr(second))
 
 
 @dataclass(frozen=True)

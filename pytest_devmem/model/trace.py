@@ -26,6 +26,7 @@ from typing import Iterable, Iterator, overload
 
 from ..errors import FileFormatError
 from ..files import MAX_TRACE_BYTES, open_regular, write_atomic
+from ..spreadsheet import csv_cell, csv_text, csv_writer
 
 RMM_HEADER = ("Thread", "Time", "Action", "Pointer", "Size", "Stream")
 SOURCE_HEADER = (*RMM_HEADER, "Source", "Label")
@@ -224,12 +225,12 @@ class Trace:
     def write_csv(self, path: str | os.PathLike[str]) -> None:
         """Write the trace atomically in RMM's log format (with Source, Label, Device, Process)."""
         out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(HEADER)
         names = self.names
+        writer = csv_writer(out) if any("\r" in name for name in names) else csv.writer(out, lineterminator="\n")  # a CR in a label: quoted
+        writer.writerow(HEADER)
         rows = zip(self.threads, self.times, self.actions, self.pointers, self.sizes, self.streams, self.sources, self.labels, self.devices, self.processes)
         writer.writerows(
-            (thread, f"{time:.6f}", ACTIONS[action], f"{pointer:#x}", size, f"{stream:#x}", names[source], names[label], names[device], process)
+            (thread, f"{time:.6f}", ACTIONS[action], f"{pointer:#x}", size, f"{stream:#x}", csv_cell(names[source]), csv_cell(names[label]), names[device], process)
             for thread, time, action, pointer, size, stream, source, label, device, process in rows
         )
         write_atomic(path, out.getvalue())
@@ -289,7 +290,7 @@ def _add_row(trace: Trace, path: object, line: int, row: list[str], width: int) 
     if len(row) != width:
         raise TraceFormatError(f"{where}: expected {width} columns, got {len(row)}")
     thread, stamp, action, pointer, size, stream = (cell.strip() for cell in row[:6])
-    source, label = (row[6].strip(), row[7].strip()) if width >= len(SOURCE_HEADER) else ("", "")
+    source, label = (csv_text(row[6].strip()), csv_text(row[7].strip())) if width >= len(SOURCE_HEADER) else ("", "")  # as written, before csv_cell
     device, process = (row[8].strip(), row[9].strip()) if width == len(HEADER) else ("", "0")
     if action not in _READ_ACTIONS:
         raise TraceFormatError(f"{where}: unknown action {action[:40]!r}; allowed: {', '.join(_READ_ACTIONS)}")
@@ -309,7 +310,9 @@ def _add_row(trace: Trace, path: object, line: int, row: list[str], width: int) 
     except ValueError as exc:
         raise TraceFormatError(f"{where}: {str(exc)[:200]}") from None
     pointer_value, size_value, thread_value, stream_value, process_value = values
-    if size_value < 0 or any(not 0 <= value < _LARGEST for value in (pointer_value, size_value, thread_value, stream_value)) or not 0 <= process_value < 2**32:
+    if size_value <= 0 or any(not 0 <= value < _LARGEST for value in (pointer_value, size_value, thread_value, stream_value)) or not 0 <= process_value < 2**32:
+        if size_value == 0:  # XLA's BFC allocator hands out nothing for 0 bytes (bfc_allocator.cc, AllocateRawInternal: "tried to allocate 0 bytes")
+            raise TraceFormatError(f"{where}: Size 0: an allocation of no bytes is no event (XLA's and RMM's allocators allocate nothing for it, and pytest-devmem records none): remove the row")
         raise TraceFormatError(f"{where}: a pointer, size, thread, stream or process out of range (0 to 2**64 - 1, process below 2**32)")
     trace.add(ACTIONS.index(_READ_ACTIONS[action]), pointer_value, size_value, time, thread_value, stream_value, source, label, device, process_value)
 

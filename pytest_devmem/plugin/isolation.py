@@ -62,7 +62,13 @@ def open_child_channel(config: pytest.Config) -> tuple[ChildEventWriter, set[str
         text = read_text(nodes, "list of tests for a child process", MAX_NODES_BYTES)
     except FileFormatError as exc:
         raise pytest.UsageError(f"invalid --devmem-child-nodes: {exc} ({CHILD_OPTIONS_ERROR})") from None
-    return ChildEventWriter(config, output), {line.strip() for line in text.splitlines() if line.strip()}
+    try:
+        nodes_given = json.loads(text)
+    except json.JSONDecodeError:
+        nodes_given = None
+    if not isinstance(nodes_given, list) or not all(isinstance(node, str) for node in nodes_given):
+        raise pytest.UsageError(f"invalid --devmem-child-nodes: {nodes}: not a JSON list of node ids ({CHILD_OPTIONS_ERROR})")
+    return ChildEventWriter(config, output), set(nodes_given)
 
 
 class ChildEventWriter:
@@ -217,7 +223,7 @@ def run_in_children(config: pytest.Config, regime: Regime, settings: Settings, i
 
 def _run_child(config: pytest.Config, regime: Regime, settings: Settings, items: Sequence[pytest.Item], stem: Path, original_environment: dict[str, str | None] | None) -> tuple[list[dict[str, Any]], int, str]:
     nodes, events_path, log_path = stem.with_suffix(".nodes"), stem.with_suffix(".jsonl"), stem.with_suffix(".log")
-    nodes.write_text("\n".join(item.nodeid for item in items) + "\n", encoding="utf-8")
+    nodes.write_text(json.dumps([item.nodeid for item in items]), encoding="utf-8")  # JSON: a node id may hold a line break or end in a space
     paths = sorted({os.path.relpath(item.path, config.invocation_params.dir) for item in items})
     command = child_command(config, regime, settings, events_path, nodes, paths)
     environment = dict(os.environ)

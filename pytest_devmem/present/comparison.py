@@ -3,12 +3,12 @@ pull-request comment, as JSON, or as CSV, failures first."""
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 
 from ..gate.compare import FAILING, ORDER, TestVerdict, counts
 from ..gate.tolerance import format_metric
+from ..spreadsheet import csv_cell, csv_writer
 from .text import markdown, markdown_code
 
 
@@ -87,9 +87,9 @@ def compare_json(found: list[TestVerdict], tolerance_spec: str) -> str:
 def compare_csv(found: list[TestVerdict], show_all: bool = True) -> str:
     """One line per figure compared, raw numbers, for spreadsheets and pandas."""
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = csv_writer(out)
     columns = ["test", "regime", "device_class", "status", "metric", "baseline", "now", "delta", "percent", "verdict", "tolerance"]
     writer.writerow(columns)
     for row in compare_rows(found, show_all):
-        writer.writerow(["" if row.get(c) is None else row.get(c) for c in columns])
+        writer.writerow(["" if row.get(c) is None else csv_cell(row.get(c)) for c in columns])  # no cell a spreadsheet would run
     return out.getvalue()

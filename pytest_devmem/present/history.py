@@ -18,7 +18,7 @@ from .autosave import AUTOSAVE_DIR
 from .report import ReportFile, read_report
 from .text import markdown as markdown_text
 from .text import markdown_code, matplotlib_text
-from ..gate.tolerance import Tolerance, format_metric
+from ..gate.tolerance import Tolerance, format_metric, format_metrics_apart
 
 METRIC = "peak_bytes_in_use"
 
@@ -41,7 +41,8 @@ class Step:
     def text(self) -> str:
         change = self.now - self.before
         percent = f" ({change / self.before:+.1%})" if self.before else ""
-        return f"{format_metric(METRIC, self.before)} → {format_metric(METRIC, self.now)}{percent} at {self.commit}"
+        before, now = format_metrics_apart(METRIC, self.before, self.now)
+        return f"{before} → {now}{percent} at {self.commit}"
 
 
 def report_files(inputs: Sequence[Path]) -> list[Path]:
@@ -68,7 +69,7 @@ def runs(files: Sequence[Path]) -> list[tuple[Path, ReportFile]]:
     """Each run's report, in the order given: the reports of one sharded run (shards of one
     commit and CI run, as their sessions say) merged into one, as `devmem merge` does (refusing
     shards that disagree), so a commit's column holds the whole suite."""
-    from .merge import merge_reports, shard_run
+    from .merge import MergeError, merge_reports, shard_run, unique_records
 
     found: list[tuple[Path, ReportFile | None, object]] = []
     shards: dict[object, list[Path]] = {}
@@ -76,7 +77,11 @@ def runs(files: Sequence[Path]) -> list[tuple[Path, ReportFile]]:
         report = read_report(path)
         key: object = shard_run(report.session)
         if key is None:
-            found.append((path, report, None))
+            try:
+                records = list(unique_records(report).values())  # a test twice: the rule compare and merge follow
+            except MergeError as exc:
+                raise HistoryError(str(exc)) from None
+            found.append((path, ReportFile(report.path, report.session, records), None))
             continue
         if key not in shards:
             shards[key] = []

@@ -3,48 +3,33 @@ report) made one report, so that the verdict and the baseline refresh come from 
 exactly as one unsplit run would give them. No pytest here.
 
 Reports merge only when they measured the same way: one report format version, one device class,
-one session regime (`--devmem-mode`/`--devmem-fraction`, or none). A test (test id, regime, device
-class) found in two reports must have the same figures in both, and is then kept once; different
-figures are an error that names both reports, since a test belongs to one shard. A test that no
+one session regime (`--devmem-mode`/`--devmem-fraction`, or none), shards of one split (never a
+2-group split's with a 3-group split's). Reports of different commits, CI runs or versions of the
+packages that measure merge with a warning (refused with `same_run`). A test (test id, regime,
+device class) found twice, in one report or in two, must have the same figures each time, and is
+then kept once; different figures are an error that names the test and the reports. A test that no
 report holds is simply absent, which `devmem compare` calls "missing", never a regression. The
 result does not depend on the order the reports are named in: they are taken in path order.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from ..errors import DevmemError
 from ..model.pool.policy import canonical_label
-from ..gate.baseline import load_json
-from ..gate.tolerance import METRICS, format_metric
+from ..gate.tolerance import METRICS, format_metrics_apart
+from .report import ReportFile
 
 
 class MergeError(DevmemError, ValueError):
     """Reports that cannot be one report; the message names the reports and what differs."""
 
 
-@dataclass(frozen=True)
-class ReportFile:
-    """One JSON report as read: its path, version, session, records and unrecorded tests."""
-
-    path: Path
-    version: int
-    session: dict[str, object]
-    records: list[dict[str, object]]
-    unrecorded: list[dict[str, object]]
-
-    @property
-    def regime(self) -> str | None:
-        regime = self.session.get("regime")
-        return canonical_label(regime) if isinstance(regime, str) else None
-
-
 def read_report(path: Path) -> ReportFile:
-    """A JSON report (`--devmem-report=FILE.json`) read by the one report reader, with what a merge
-    needs beside: its version and its unrecorded tests; MergeError otherwise."""
+    """A JSON report read by the one report reader, every record naming its test, regime and device
+    class (what a merge matches records by); MergeError otherwise."""
     from .report import ReportFormatError
     from .report import read_report as read_checked
 
@@ -52,17 +37,15 @@ def read_report(path: Path) -> ReportFile:
         checked = read_checked(path)
     except ReportFormatError as exc:
         raise MergeError(str(exc)) from None
-    version = 1
     for index, record in enumerate(checked.records):
         if not all(isinstance(record.get(name), str) for name in ("test_id", "regime", "device_class")):
             raise MergeError(f"{path}: record {index} lacks test_id, regime or device_class (as text)")
-    _, document = load_json(path)  # already read and checked above: cheap, and it holds the version and unrecorded
-    if isinstance(document, dict) and isinstance(document.get("version"), int):
-        version = int(document["version"])
-    unrecorded = document.get("unrecorded", []) if isinstance(document, dict) else []
-    if not isinstance(unrecorded, list) or not all(isinstance(entry, dict) and all(isinstance(entry.get(name), str) for name in ("test_id", "regime", "device", "reason")) for entry in unrecorded):
-        raise MergeError(f"{path}: \"unrecorded\" must be a list of objects with test_id, regime, device and reason (as text)")
-    return ReportFile(path, version, checked.session, checked.records, unrecorded)
+    return checked
+
+
+def session_regime(report: ReportFile) -> str | None:
+    regime = report.session.get("regime")
+    return canonical_label(regime) if isinstance(regime, str) else None
 
 
 Key = tuple[str, str, str]
@@ -94,37 +77,128 @@ def _difference(first: dict[str, object], second: dict[str, object]) -> str:
         if a != b:
             metric = name.split(" on ")[0]
             if metric in METRICS:
-                shown = [("n/a" if value is None else format_metric(metric, value)) for value in (a, b)]  # type: ignore[arg-type]
+                shown = list(format_metrics_apart(metric, a, b))  # type: ignore[arg-type]
             else:
                 shown = [str(a), str(b)]
             return f"{name} {shown[0]} and {shown[1]}"
     return "the same figures"
 
 
-def _check_alike(reports: Sequence[ReportFile]) -> None:
+def unique_records(report: ReportFile) -> dict[Key, dict[str, object]]:
+    """A report's records by (test id, regime, device class). A test held twice with the same
+    figures is kept once; with different figures, which copy counts cannot be told (the verdict
+    would depend on the order of the records), so it is a MergeError naming the test. `devmem
+    compare`, `merge` and `history` read a report's records through this one rule."""
+    found: dict[Key, dict[str, object]] = {}
+    for record in report.records:
+        key = (str(record["test_id"]), canonical_label(str(record.get("regime") or "prealloc")), str(record.get("device_class") or ""))
+        known = found.setdefault(key, record)
+        if known is not record and figures(known) != figures(record):
+            raise MergeError(
+                f"{report.path}: test {key[0]!r} [{key[1]}] on {key[2]} is in the report twice, with different figures "
+                f"({_difference(figures(known), figures(record))}): which one counts cannot be told; a report holds each test once "
+                "(were two reports joined by hand? merge them with devmem merge)"
+            )
+    return found
+
+
+def shards_of(report: ReportFile) -> list[dict[str, object] | None]:
+    """The shard each part of a report ran (`None`: a whole run): its own, or a merged report's parts'."""
+    merged = report.session.get("merged_from")
+    if isinstance(merged, list):
+        return [part.get("shard") if isinstance(part, dict) and isinstance(part.get("shard"), dict) else None for part in merged]
+    shard = report.session.get("shard")
+    return [shard if isinstance(shard, dict) else None]
+
+
+def _split(shard: dict[str, object]) -> str:
+    return f"{shard.get('groups')} groups ({shard.get('plugin')})"
+
+
+def missing_shards(report: ReportFile) -> str | None:
+    """What is missing when a report is part of a split suite without all its groups (a shard
+    compared alone would call the other groups' tests "missing" and pass), else None."""
+    shards = shards_of(report)
+    if not shards or any(shard is None for shard in shards):
+        return None  # a whole run is part of it
+    total = shards[0].get("groups")  # type: ignore[union-attr]
+    if isinstance(total, bool) or not isinstance(total, int) or total < 2:
+        return None
+    present = sorted({shard.get("group") for shard in shards if isinstance(shard.get("group"), int)})  # type: ignore[union-attr]
+    missing = [group for group in range(1, total + 1) if group not in present]
+    if not missing:
+        return None
+    held = ", ".join(map(str, present))
+    return (
+        f"{report.path} is {'group' if len(present) == 1 else 'groups'} {held} of {total} of a split suite ({shards[0].get('plugin')}); "  # type: ignore[union-attr]
+        f"{'group' if len(missing) == 1 else 'groups'} {', '.join(map(str, missing))} missing: compare every group's report together "
+        "(devmem compare BASE s1.json s2.json ...), or say the set is partial with --partial"
+    )
+
+
+VERSIONS_THAT_MEASURE = ("pytest-devmem", "jax", "jaxlib", "tensorflow", "tensorflow-cpu")
+"""Packages whose versions change the figures: shards measured with different ones are not one suite's."""
+
+
+def _mixed(first: ReportFile, other: ReportFile) -> list[str]:
+    """How two reports' runs differ (commit, work tree, CI run, versions that measure): each a
+    warning, or with `same_run` a refusal."""
+    said = []
+    a, b = first.session, other.session
+    if (a.get("commit"), a.get("dirty")) != (b.get("commit"), b.get("dirty")):
+        shown = [f"{s.get('commit')}{' (dirty)' if s.get('dirty') else ''}" for s in (a, b)]
+        said.append(f"{first.path} and {other.path} measured different commits ({shown[0]} and {shown[1]})")
+    runs = [{shard.get("run") for shard in shards_of(report) if shard is not None} for report in (first, other)]
+    if runs[0] and runs[1] and runs[0] != runs[1]:
+        said.append(f"{first.path} and {other.path} come from different CI runs ({', '.join(map(str, sorted(runs[0], key=str)))} and {', '.join(map(str, sorted(runs[1], key=str)))})")
+    versions = [s.get("versions") if isinstance(s.get("versions"), dict) else {} for s in (a, b)]
+    changed = [f"{name} {versions[0].get(name)} and {versions[1].get(name)}" for name in VERSIONS_THAT_MEASURE if versions[0].get(name) != versions[1].get(name)]  # type: ignore[union-attr]
+    if changed:
+        said.append(f"{first.path} and {other.path} were measured with different versions: {', '.join(changed)}")
+    return said
+
+
+def _check_alike(reports: Sequence[ReportFile], same_run: bool = False) -> list[str]:
+    """MergeError for reports that cannot be one report (format version, device class, session
+    regime, shards of different splits); the warnings for reports of different runs or versions,
+    a MergeError too with `same_run`."""
     first = reports[0]
+    notes: list[str] = []
+    splits = {(shard.get("groups"), shard.get("plugin")): (report, shard) for report in reports for shard in shards_of(report) if shard is not None}
+    if len(splits) > 1:
+        (one, shard_one), (two, shard_two) = list(splits.values())[:2]
+        raise MergeError(
+            f"{one.path} is a shard of a split into {_split(shard_one)} and {two.path} of a split into {_split(shard_two)}: "
+            "shards of different splits never make one suite; merge the reports of one split"
+        )
     for other in reports[1:]:
         if other.version != first.version:
             raise MergeError(f"{first.path} is a version {first.version} report and {other.path} a version {other.version} one: merge reports written by one pytest-devmem (rerun the older shards)")
         classes = (first.session.get("device_class"), other.session.get("device_class"))
         if classes[0] != classes[1]:
             raise MergeError(f"{first.path} measured on device class {classes[0]!r} and {other.path} on {classes[1]!r}: figures of different devices are never one report (run every shard with the same --devmem-device)")
-        if other.regime != first.regime:
-            shown = [regime or "none (marked tests only)" for regime in (first.regime, other.regime)]
+        if session_regime(other) != session_regime(first):
+            shown = [regime or "none (marked tests only)" for regime in (session_regime(first), session_regime(other))]
             raise MergeError(f"{first.path} ran under session regime {shown[0]} and {other.path} under {shown[1]}: run every shard with the same --devmem-mode and --devmem-fraction")
+        notes += _mixed(first, other)
+    if notes and same_run:
+        raise MergeError("; ".join(notes) + ": --same-run asks for the shards of one run, measured alike")
+    return notes
 
 
-def merge_reports(paths: Sequence[Path]) -> dict[str, object]:
-    """One report document from several (see the module's docstring); MergeError when they cannot be one."""
+def merge_reports(paths: Sequence[Path], notes: list[str] | None = None, same_run: bool = False) -> dict[str, object]:
+    """One report document from several (see the module's docstring); MergeError when they cannot
+    be one. What differs between their runs without stopping the merge is added to `notes`."""
     if not paths:
         raise MergeError("no reports to merge")
     unique = sorted({str(path): path for path in paths}.items())
     reports = [read_report(path) for _, path in unique]
-    _check_alike(reports)
+    said = _check_alike(reports, same_run)
+    if notes is not None:
+        notes += [f"{note}: their figures may not be one suite's (--same-run refuses such a merge)" for note in said]
     records: dict[Key, tuple[dict[str, object], Path]] = {}
     for report in reports:
-        own = {record_key(record): record for record in report.records}  # a test rerun in one session: its last run, as compare reads it
-        for key, record in own.items():
+        for key, record in unique_records(report).items():
             known = records.get(key)
             if known is None:
                 records[key] = (record, report.path)

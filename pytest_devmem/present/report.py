@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -16,6 +15,7 @@ from ..gate.baseline import figure_problem
 from ..gate.record import TestRecord
 from ..gate.tolerance import METRICS, parse_tolerance
 from ..model.explain import oom_summary
+from ..spreadsheet import csv_cell, csv_writer
 from ..units import format_size
 from .text import markdown, terminal
 
@@ -129,10 +129,10 @@ def csv_text(records: Sequence[TestRecord]) -> str:
     `sources`: the raw sources that measured, as the JSON record's `sources`; `allocators`: whose
     allocations the trace holds, as the terminal table's column. Columns are added at the end."""
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = csv_writer(out)
     writer.writerow(["test_id", "regime", "device", "device_class", "peak_bytes_in_use", "peak_bytes_reserved", "fragmentation", "oom", "outcome", "limit_bytes", "duration_s", "sources", "allocators", "peak_device", "devices"])
     for r in records:
-        writer.writerow([
+        writer.writerow([csv_cell(cell) for cell in (  # no cell a spreadsheet would run
             r.test_id, r.regime, r.device, r.device_class,
             "" if r.peak_bytes_in_use is None else r.peak_bytes_in_use,
             "" if r.peak_bytes_reserved is None else r.peak_bytes_reserved,
@@ -140,7 +140,7 @@ def csv_text(records: Sequence[TestRecord]) -> str:
             oom_summary(r.oom) if r.oom else "", r.outcome,
             "" if r.limit_bytes is None else r.limit_bytes,
             f"{r.duration_s:.6f}", ";".join(r.measured_by), ";".join(allocators(r)), r.peak_device or "", r.device_count,
-        ])
+        )])
     return out.getvalue()
 
 
@@ -185,11 +185,17 @@ class ReportFormatError(FileFormatError):
 
 @dataclass(frozen=True)
 class ReportFile:
-    """A JSON report as read: its session and its records, each checked for what readers rely on."""
+    """A JSON report as read: its session and its records, each checked for what readers rely on;
+    its format version and the tests it did not record (skipped at setup), checked alike."""
 
     path: Path
     session: dict[str, object]
     records: list[dict[str, object]]
+    version: int = VERSION
+    unrecorded: list[dict[str, object]] = field(default_factory=list)
+
+
+UNRECORDED_RULE = '"unrecorded" must be a list of objects with test_id, regime, device and reason (as text)'
 
 
 def read_report(path: str | os.PathLike[str]) -> ReportFile:
@@ -219,7 +225,11 @@ def read_report(path: str | os.PathLike[str]) -> ReportFile:
             named = f" ({test_id[:200]!r})" if isinstance(test_id, str) else ""
             line = _line_of(text, json.dumps(test_id)) if isinstance(test_id, str) else 1
             raise ReportFormatError(f"{shown}:{line}: record {index}{named}: {problem}")
-    return ReportFile(Path(path), session, records)
+    unrecorded = document.get("unrecorded", [])
+    if not isinstance(unrecorded, list) or not all(isinstance(entry, dict) and all(isinstance(entry.get(name), str) for name in ("test_id", "regime", "device", "reason")) for entry in unrecorded):
+        raise ReportFormatError(f"{shown}:{_line_of(text, json.dumps('unrecorded'))}: {UNRECORDED_RULE}")
+    version = document.get("version", 1)
+    return ReportFile(Path(path), session, records, version if version in READABLE_VERSIONS else 1, unrecorded)
 
 
 def _record_problem(record: object) -> str | None:
