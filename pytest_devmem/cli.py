@@ -27,7 +27,6 @@ from .gate.baseline import BaselineEntry, read_directory, read_file
 from .gate.compare import Key, Measured, verdicts
 from .errors import DevmemError
 from .files import read_json
-from .model.pool.policy import canonical_label
 from .present.autosave import AUTOSAVE_DIR
 from .present.report import ReportFile, read_report
 from .present.comparison import compare_csv, compare_json, compare_markdown

@@ -19,7 +19,8 @@ from __future__ import annotations
 import csv
 import io
 import re
-from typing import Iterable, TextIO
+from collections.abc import Iterable
+from typing import TextIO
 
 _FORMULA = re.compile(r"'*[=+\-@\t\r]")
 """What a spreadsheet would run (after any quotes a neutralised cell already carries)."""

@@ -209,10 +209,7 @@ def test_odd_things_named_json_in_the_baselines_never_hang_or_crash(pytester: py
     else:
         os.mkfifo(odd)
     result = run(pytester)
-    if kind == "directory":  # a directory is searched like any other: nothing wrong
-        result.assert_outcomes(passed=3)
-        return
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.ret == pytest.ExitCode.USAGE_ERROR  # an empty directory stands where a baseline file belongs
     assert str(odd) in result.stderr.str()
 
 
@@ -233,14 +230,17 @@ def test_output_paths_of_the_wrong_kind_are_usage_errors(pytester: pytest.Pytest
 
 
 def test_a_baseline_that_cannot_be_written_fails_the_session_and_others_are_still_written(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_workload=WORKLOAD, test_other="def test_other(devmem):\n    devmem.pool.alloc(2**20)\n")
+    pytester.makepyfile(test_other="def test_other(devmem):\n    devmem.pool.alloc(2**20)\n")
+    pytester.mkdir("sub")
+    (pytester.path / "sub" / "test_workload.py").write_text(WORKLOAD)
     locked = pytester.path / "baselines" / "sim-16GiB"
     locked.mkdir(parents=True)
-    (locked / "test_workload.py.json").mkdir()  # something in the way of one file
+    (locked / "sub").write_text("a file of the user's, in the way of one baseline's directory")
     result = run(pytester, "--devmem-update")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["*pytest-devmem: baseline not written: *test_workload.py.json*"])
+    result.stdout.fnmatch_lines(["*pytest-devmem: baseline not written: *sub*"])
     assert (locked / "test_other.py.json").is_file()
+    assert (locked / "sub").read_text().startswith("a file of the user's")  # (a directory in the way: tests/test_hostile_inputs_more.py)
 
 
 def test_a_test_outside_the_rootdir_gets_a_baseline_file_too(tmp_path: Path) -> None:

@@ -174,9 +174,14 @@ def test_an_empty_baseline_directory_is_an_error_not_all_new(tmp_path: Path, cap
 
 def test_a_subdirectory_named_json_is_searched_and_a_dangling_link_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = write_baselines(tmp_path / "baselines", [record("test_a", MiB)])
-    (base / "sim-16GiB" / "more.json").mkdir()
+    package = TestRecord("pkg.json/test_p.py::test_p", "prealloc", "sim:16GiB", "sim-16GiB", MiB, MiB, 0.0, False, "passed")
+    BaselineStore(base, "sim-16GiB").write([package], {})  # a test package named pkg.json: its baselines are found
     assert main(["show", str(base)]) == 0
-    capsys.readouterr()
+    assert "pkg.json/test_p.py::test_p" in capsys.readouterr().out
+    (base / "sim-16GiB" / "more.json").mkdir()  # holding no baseline: it stands where one belongs
+    assert main(["show", str(base)]) == 2
+    assert "more.json: a directory where a baseline file belongs" in capsys.readouterr().err
+    (base / "sim-16GiB" / "more.json").rmdir()
     (base / "sim-16GiB" / "gone.json").symlink_to(base / "nowhere")
     assert main(["show", str(base)]) == 2
     assert "gone.json: cannot be read" in capsys.readouterr().err

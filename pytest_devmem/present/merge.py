@@ -118,19 +118,20 @@ def _split(shard: dict[str, object]) -> str:
 def missing_shards(report: ReportFile) -> str | None:
     """What is missing when a report is part of a split suite without all its groups (a shard
     compared alone would call the other groups' tests "missing" and pass), else None."""
-    shards = shards_of(report)
-    if not shards or any(shard is None for shard in shards):
+    parts = shards_of(report)
+    shards = [shard for shard in parts if shard is not None]
+    if not shards or len(shards) < len(parts):
         return None  # a whole run is part of it
-    total = shards[0].get("groups")  # type: ignore[union-attr]
+    total = shards[0].get("groups")
     if isinstance(total, bool) or not isinstance(total, int) or total < 2:
         return None
-    present = sorted({shard.get("group") for shard in shards if isinstance(shard.get("group"), int)})  # type: ignore[union-attr]
+    present = sorted({group for shard in shards if isinstance(group := shard.get("group"), int)})
     missing = [group for group in range(1, total + 1) if group not in present]
     if not missing:
         return None
     held = ", ".join(map(str, present))
     return (
-        f"{report.path} is {'group' if len(present) == 1 else 'groups'} {held} of {total} of a split suite ({shards[0].get('plugin')}); "  # type: ignore[union-attr]
+        f"{report.path} is {'group' if len(present) == 1 else 'groups'} {held} of {total} of a split suite ({shards[0].get('plugin')}); "
         f"{'group' if len(missing) == 1 else 'groups'} {', '.join(map(str, missing))} missing: compare every group's report together "
         "(devmem compare BASE s1.json s2.json ...), or say the set is partial with --partial"
     )
@@ -151,8 +152,8 @@ def _mixed(first: ReportFile, other: ReportFile) -> list[str]:
     runs = [{shard.get("run") for shard in shards_of(report) if shard is not None} for report in (first, other)]
     if runs[0] and runs[1] and runs[0] != runs[1]:
         said.append(f"{first.path} and {other.path} come from different CI runs ({', '.join(map(str, sorted(runs[0], key=str)))} and {', '.join(map(str, sorted(runs[1], key=str)))})")
-    versions = [s.get("versions") if isinstance(s.get("versions"), dict) else {} for s in (a, b)]
-    changed = [f"{name} {versions[0].get(name)} and {versions[1].get(name)}" for name in VERSIONS_THAT_MEASURE if versions[0].get(name) != versions[1].get(name)]  # type: ignore[union-attr]
+    versions: list[dict[str, object]] = [v if isinstance(v := s.get("versions"), dict) else {} for s in (a, b)]
+    changed = [f"{name} {versions[0].get(name)} and {versions[1].get(name)}" for name in VERSIONS_THAT_MEASURE if versions[0].get(name) != versions[1].get(name)]
     if changed:
         said.append(f"{first.path} and {other.path} were measured with different versions: {', '.join(changed)}")
     return said
