@@ -194,6 +194,23 @@ def test_one_shard_compared_alone_fails_unless_the_set_is_said_to_be_partial(tmp
     assert "group 2" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "shard",
+    [{"group": 1, "groups": 10**18, "plugin": "x", "run": "r"}, {"group": [1], "groups": [2], "plugin": {"a": 1}, "run": ["r"]}, {"group": True, "groups": 2}, {"groups": -3}, {}],
+    ids=["a huge split", "lists and objects", "a boolean group", "negative groups", "empty"],
+)
+def test_a_shard_that_describes_itself_oddly_is_judged_without_a_crash_or_a_hang(tmp_path: Path, capsys: pytest.CaptureFixture[str], shard: dict[str, object]) -> None:
+    base = write_report(tmp_path / "base.json", [record("t.py::test_a", MiB)])
+    one = write_report(tmp_path / "s1.json", [record("t.py::test_a", MiB)], shard)
+    two = write_report(tmp_path / "s2.json", [record("t.py::test_b", MiB)], {**shard, "run": {"other": 1}})
+    for command in (["compare", str(base), str(one)], ["compare", str(base), str(one), str(two)], ["merge", str(one), str(two), "-o", str(tmp_path / "m.json")], ["history", str(one), str(two)]):
+        assert main(command) in (0, 1, 2), command
+        out, error = capsys.readouterr()
+        assert "Traceback" not in error and len(out) + len(error) < 20_000, command
+    proper = isinstance(shard.get("groups"), int) and not isinstance(shard.get("groups"), bool) and shard["groups"] >= 2  # type: ignore[operator]
+    assert main(["compare", str(base), str(one)]) == (2 if proper else 0)
+
+
 def test_shards_of_different_splits_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     one = write_report(tmp_path / "s1.json", [record("t.py::test_a", MiB)], split_of(1, 2))
     two = write_report(tmp_path / "s2.json", [record("t.py::test_b", MiB)], split_of(2, 3))

@@ -14,6 +14,7 @@ result does not depend on the order the reports are named in: they are taken in 
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Sequence
 
@@ -112,7 +113,7 @@ def shards_of(report: ReportFile) -> list[dict[str, object] | None]:
 
 
 def _split(shard: dict[str, object]) -> str:
-    return f"{shard.get('groups')} groups ({shard.get('plugin')})"
+    return f"{str(shard.get('groups'))[:40]} groups ({str(shard.get('plugin'))[:60]})"
 
 
 def missing_shards(report: ReportFile) -> str | None:
@@ -125,14 +126,16 @@ def missing_shards(report: ReportFile) -> str | None:
     total = shards[0].get("groups")
     if isinstance(total, bool) or not isinstance(total, int) or total < 2:
         return None
-    present = sorted({group for shard in shards if isinstance(group := shard.get("group"), int)})
-    missing = [group for group in range(1, total + 1) if group not in present]
-    if not missing:
+    present = sorted({group for shard in shards if type(group := shard.get("group")) is int and 1 <= group <= total})
+    count = total - len(present)
+    if count == 0:
         return None
-    held = ", ".join(map(str, present))
+    missing = list(itertools.islice((group for group in range(1, total + 1) if group not in present), 10))  # never a list of 10**18
+    named = ", ".join(map(str, missing)) + (f" and {count - len(missing)} more" if count > len(missing) else "")
+    held = ", ".join(map(str, present[:10])) + (f" and {len(present) - 10} more" if len(present) > 10 else "") if present else "none"
     return (
-        f"{report.path} is {'group' if len(present) == 1 else 'groups'} {held} of {total} of a split suite ({shards[0].get('plugin')}); "
-        f"{'group' if len(missing) == 1 else 'groups'} {', '.join(map(str, missing))} missing: compare every group's report together "
+        f"{report.path} is {'group' if len(present) == 1 else 'groups'} {held} of {total} of a split suite ({str(shards[0].get('plugin'))[:60]}); "
+        f"{'group' if count == 1 else 'groups'} {named} missing: compare every group's report together "
         "(devmem compare BASE s1.json s2.json ...), or say the set is partial with --partial"
     )
 
@@ -149,9 +152,9 @@ def _mixed(first: ReportFile, other: ReportFile) -> list[str]:
     if (a.get("commit"), a.get("dirty")) != (b.get("commit"), b.get("dirty")):
         shown = [f"{s.get('commit')}{' (dirty)' if s.get('dirty') else ''}" for s in (a, b)]
         said.append(f"{first.path} and {other.path} measured different commits ({shown[0]} and {shown[1]})")
-    runs = [{shard.get("run") for shard in shards_of(report) if shard is not None} for report in (first, other)]
+    runs = [{str(shard.get("run"))[:80] for shard in shards_of(report) if shard is not None} for report in (first, other)]
     if runs[0] and runs[1] and runs[0] != runs[1]:
-        said.append(f"{first.path} and {other.path} come from different CI runs ({', '.join(map(str, sorted(runs[0], key=str)))} and {', '.join(map(str, sorted(runs[1], key=str)))})")
+        said.append(f"{first.path} and {other.path} come from different CI runs ({', '.join(sorted(runs[0]))} and {', '.join(sorted(runs[1]))})")
     versions: list[dict[str, object]] = [v if isinstance(v := s.get("versions"), dict) else {} for s in (a, b)]
     changed = [f"{name} {versions[0].get(name)} and {versions[1].get(name)}" for name in VERSIONS_THAT_MEASURE if versions[0].get(name) != versions[1].get(name)]
     if changed:
@@ -165,7 +168,7 @@ def _check_alike(reports: Sequence[ReportFile], same_run: bool = False) -> list[
     a MergeError too with `same_run`."""
     first = reports[0]
     notes: list[str] = []
-    splits = {(shard.get("groups"), shard.get("plugin")): (report, shard) for report in reports for shard in shards_of(report) if shard is not None}
+    splits = {(str(shard.get("groups")), str(shard.get("plugin"))): (report, shard) for report in reports for shard in shards_of(report) if shard is not None}
     if len(splits) > 1:
         (one, shard_one), (two, shard_two) = list(splits.values())[:2]
         raise MergeError(
