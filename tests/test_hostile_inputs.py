@@ -2,7 +2,8 @@
 several variants: names made from test ids, baselines found where they do not belong, files that
 would hang a reader, outputs that cannot be written, text that would inject into a terminal, a
 Markdown table or an HTML page, leftovers of killed writers, and floods. Each run shows no
-INTERNALERROR, no traceback, no hang, no file outside the directories named and no silent verdict."""
+INTERNALERROR, no traceback, no hang, no file outside the directories named and no silent verdict.
+More families in test_hostile_inputs_more.py; all of them, and what each gets: docs/hostile-inputs.md."""
 
 from __future__ import annotations
 

@@ -98,7 +98,7 @@ def unique_records(report: ReportFile) -> dict[Key, dict[str, object]]:
             raise MergeError(
                 f"{report.path}: test {key[0]!r} [{key[1]}] on {key[2]} is in the report twice, with different figures "
                 f"({_difference(figures(known), figures(record))}): which one counts cannot be told; a report holds each test once "
-                "(were two reports joined by hand? merge them with devmem merge)"
+                "(a rerun plugin ran it twice, or two reports were joined by hand? merge reports with devmem merge)"
             )
     return found
 
