@@ -42,6 +42,7 @@ class SuiteShape:
         self.children: dict[str, set[str]] = {}
         self.known: set[str] = set()
         self.root = root  # the rootdir test ids are relative to: where a deleted module is looked for
+        self._deleted: dict[str, bool] = {}  # per module: one look at the disk, however many baselines it held
 
     def expanded(self, collector: str, children: Iterable[str]) -> None:
         held = self.children.setdefault(collector, set())
@@ -71,6 +72,12 @@ class SuiteShape:
         """Whether the test's module file is gone from the disk and the directory that held it (or,
         gone too, the nearest one above that still exists) was collected."""
         module = module_of(test_id)
+        known = self._deleted.get(module)
+        if known is None:
+            known = self._deleted[module] = self._module_deleted(module)
+        return known
+
+    def _module_deleted(self, module: str) -> bool:
         parts = module.split("/")
         if self.root is None or not module or ".." in parts or os.path.isabs(module) or os.path.lexists(self.root / module):
             return False
