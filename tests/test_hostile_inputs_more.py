@@ -177,6 +177,31 @@ def test_a_test_twice_with_the_same_figures_is_kept_once(tmp_path: Path, capsys:
     assert len(json.loads((tmp_path / "m.json").read_text())["records"]) == 1
 
 
+RERUN = """
+import pytest
+from _pytest.runner import runtestprotocol
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):  # as pytest-rerunfailures does: the test runs again
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    for attempt in range(2):
+        runtestprotocol(item, nextitem=nextitem, log=True)
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
+"""
+
+
+def test_a_test_run_twice_in_one_session_is_reported_once_by_its_last_run(pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
+    pytester.makeconftest(RERUN)
+    pytester.makepyfile(test_rerun="RUNS = []\n\ndef test_grows(devmem):\n    RUNS.append(1)\n    devmem.pool.alloc(len(RUNS) * 2**20)\n")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--devmem-mode=prealloc", "--devmem-report=r.json", "--devmem-update")
+    clean(result)
+    records = json.loads((pytester.path / "r.json").read_text())["records"]
+    assert [(r["test_id"], r["peak_bytes_in_use"]) for r in records] == [("test_rerun.py::test_grows", 2 * MiB)]
+    assert main(["compare", str(pytester.path / "baselines"), str(pytester.path / "r.json")]) == 0  # the report its own command reads
+    capsys.readouterr()
+
+
 def test_one_shard_compared_alone_fails_unless_the_set_is_said_to_be_partial(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = write_report(tmp_path / "base.json", [record("t.py::test_a", MiB), record("t.py::test_b", MiB)])
     one = write_report(tmp_path / "s1.json", [record("t.py::test_a", MiB)], split_of(1))

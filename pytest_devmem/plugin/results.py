@@ -85,7 +85,8 @@ class SessionResults:
     def finish(self, session: pytest.Session) -> None:
         """Write what was asked, find stale baselines and check the workers side by side; the
         session fails where any of it fails."""
-        self.records.sort(key=lambda r: r.test_id)  # once, for the summary and the report
+        last = {(r.test_id, r.regime, r.device_class): r for r in self.records}  # a test run again (a rerun plugin): its last run, as pytest's outcome and --devmem-update take it
+        self.records = sorted(last.values(), key=lambda r: r.test_id)  # once, for the summary and the report: each test once
         info = self.session_info()
         if self.settings.update:
             written, problems = refresh_baselines(self.store, self.records, info["versions"], self.unrecorded)  # type: ignore[arg-type]
