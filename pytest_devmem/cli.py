@@ -21,7 +21,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from .gate.baseline import BaselineEntry, read_directory, read_file
 from .gate.compare import Key, Measured, verdicts
@@ -271,14 +271,15 @@ def merge_command(reports: Sequence[Path], output: Path | None, baselines: Path 
     assert isinstance(records, list)
     shards = document["session"]["merged_from"]  # type: ignore[index]
     print(f"merged {len(shards)} report(s): {len(records)} record(s)")
+    refresh = prepare_baselines(document, baselines) if baselines is not None else None  # its checks, and the stored files read, before anything is written
     if output is not None:
         try:
             write_atomic(output, json.dumps(document, indent=2) + "\n")
         except OSError as exc:
             raise InputError(f"{output}: cannot write the merged report: {exc.strerror or exc}") from None
         print(f"wrote {output}")
-    if baselines is not None:
-        written, problems = baselines_from_report(document, baselines)
+    if refresh is not None:
+        written, problems = refresh()
         for path in written:
             print(f"baseline written: {path}")
         for problem in problems:
@@ -291,6 +292,12 @@ def merge_command(reports: Sequence[Path], output: Path | None, baselines: Path 
 def baselines_from_report(document: dict[str, object], directory: Path) -> tuple[list[Path], list[str]]:
     """Baseline files under `directory` refreshed from a (merged) report's records, by the same
     rule and into the same bytes as `--devmem-update` on the session that wrote the report."""
+    return prepare_baselines(document, directory)()
+
+
+def prepare_baselines(document: dict[str, object], directory: Path) -> Callable[[], tuple[list[Path], list[str]]]:
+    """The refresh `baselines_from_report` makes, checked and with the stored files read (an
+    InputError or BaselineFormatError now, before anything is written); calling it writes."""
     from .gate.baseline import BaselineStore
     from .gate.record import TestRecord
     from .gate.refresh import refresh_baselines
@@ -306,7 +313,7 @@ def baselines_from_report(document: dict[str, object], directory: Path) -> tuple
         raise InputError(f"a record of the report cannot be stored as a baseline: {exc!r}") from None
     unrecorded = {(str(e["test_id"]), str(e["regime"])): (str(e["device"]), str(e["reason"])) for e in document.get("unrecorded") or []}  # type: ignore[attr-defined]
     store = BaselineStore(directory, device_class).load()
-    return refresh_baselines(store, records, {str(k): str(v) for k, v in versions.items()}, unrecorded)
+    return lambda: refresh_baselines(store, records, {str(k): str(v) for k, v in versions.items()}, unrecorded)
 
 
 def history_command(inputs: Sequence[Path], tolerance_spec: str, output: Path | None) -> int:

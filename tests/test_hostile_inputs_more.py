@@ -416,3 +416,8 @@ def test_a_refused_merge_never_touches_the_baselines(tmp_path: Path, capsys: pyt
     for command in (["merge", str(new), "--baselines", str(baselines)], ["merge", str(one), str(two), "--baselines", str(baselines)]):
         assert main(command) == 2
     assert {path: path.read_bytes() for path in baselines.rglob("*") if path.is_file()} == before
+    (baselines / "sim-16GiB" / "u.py.json").mkdir()  # the baselines cannot be read: neither they nor the merged report are written
+    good = write_report(tmp_path / "good.json", [record("t.py::test_a", 2 * MiB)])
+    assert main(["merge", str(good), "-o", str(tmp_path / "merged.json"), "--baselines", str(baselines)]) == 2
+    assert "a directory where a baseline file belongs" in capsys.readouterr().err
+    assert not (tmp_path / "merged.json").exists() and {path: path.read_bytes() for path in baselines.rglob("*") if path.is_file()} == before
