@@ -7,15 +7,6 @@ from dataclasses import dataclass
 from .units import format_size
 
 
-def shown_value(value: object) -> str:
-    """A value as an error names it: its repr, cut short when long; a number too long to read (a
-    marker's `10**400`) by its length."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
-        return f"{'-' if value < 0 else ''}(a {len(str(abs(value)))}-digit number)"
-    text = repr(value)
-    return text if len(text) <= 200 else text[:200] + "..."
-
-
 class DevmemError(Exception):
     """Base class of every error pytest-devmem raises on purpose."""
 

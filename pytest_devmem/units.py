@@ -28,34 +28,43 @@ _SIZE_RE = re.compile(r"^\s*(?P<number>[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(?
 ALLOWED_UNITS = "B, kB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024)"
 
 
+def shown_value(value: object) -> str:
+    """A value as an error names it: its repr, cut short when long; a number too long to read (a
+    marker's `10**400`) by its length."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        return f"{'-' if value < 0 else ''}(a {len(str(abs(value)))}-digit number)"
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
 def parse_size(text: str | int) -> int:
     """Return the number of bytes `text` names; raise ValueError naming the text and the allowed units.
 
     Fractional results are rounded down to whole bytes (`0.5KiB` is 512, `1.0000001B` is 1).
     """
     if isinstance(text, bool):
-        raise ValueError(f"invalid size {text!r}: expected a number of bytes or a string such as '16GiB'")
+        raise ValueError(f"invalid size {shown_value(text)}: expected a number of bytes or a string such as '16GiB'")
     if isinstance(text, int):
         if text < 0:
-            raise ValueError(f"invalid size {text!r}: a size cannot be negative")
+            raise ValueError(f"invalid size {shown_value(text)}: a size cannot be negative")
         return text
     if not isinstance(text, str):
-        raise ValueError(f"invalid size {text!r}: expected a number of bytes or a string such as '16GiB'")
+        raise ValueError(f"invalid size {shown_value(text)}: expected a number of bytes or a string such as '16GiB'")
     match = _SIZE_RE.match(text)
     if match is None:
-        raise ValueError(f"invalid size {text!r}: expected a number and a unit, such as '16GiB' or '1.5GB'")
+        raise ValueError(f"invalid size {shown_value(text)}: expected a number and a unit, such as '16GiB' or '1.5GB'")
     unit = match.group("unit").lower()
     if unit in _AMBIGUOUS:
         number = match.group("number")
         raise ValueError(
-            f"ambiguous size {text!r}: write {number}{unit.upper()}iB (powers of 1024) "
+            f"ambiguous size {shown_value(text)}: write {number}{unit.upper()}iB (powers of 1024) "
             f"or {number}{unit.upper()}B (powers of 1000)"
         )
     if unit not in _UNITS:
-        raise ValueError(f"invalid size {text!r}: unknown unit {match.group('unit')!r}; allowed: {ALLOWED_UNITS}")
+        raise ValueError(f"invalid size {shown_value(text)}: unknown unit {match.group('unit')!r}; allowed: {ALLOWED_UNITS}")
     value = float(match.group("number")) * _UNITS[unit]
     if not math.isfinite(value):
-        raise ValueError(f"invalid size {text!r}: too large")
+        raise ValueError(f"invalid size {shown_value(text)}: too large")
     return int(value)
 
 

@@ -45,6 +45,8 @@ BAD_MARKERS = {
     "max_compiles=-1": "max_compiles=-1",
     "limit=-1": "-1",
     "fraction=float('inf')": "inf",
+    "limit=-10**400": "a 401-digit number",
+    "limit='x' * 10_000": "'xxxxxxxx",
 }
 
 

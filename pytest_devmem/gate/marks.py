@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import DevmemError, shown_value
+from ..errors import DevmemError
 from ..model.pool.policy import Mode, parse_fraction, parse_mode
 from ..model.regime import Regime
 from .tolerance import parse_tolerance
-from ..units import format_size, parse_size
+from ..units import format_size, parse_size, shown_value
 
 MARK_NAME = "devmem"
 MARK_KEYS = ("mode", "fraction", "limit", "tolerance", "frameworks", "max_compiles", "max_leak", "max_fragmentation")

@@ -7,7 +7,8 @@ import enum
 import math
 from dataclasses import dataclass
 
-from ...errors import InvalidSettingError, shown_value
+from ...errors import InvalidSettingError
+from ...units import shown_value
 
 
 class Mode(str, enum.Enum):
