@@ -51,15 +51,17 @@ class TargetResult:
     reason: str | None = None  # why not measured; or what else to know (executables that kept the CPU's sizes)
 
     @classmethod
-    def from_record(cls, record: TestRecord, target: str, capacity: int) -> TargetResult:
+    def from_record(cls, record: TestRecord, target: str, capacity: int, skipped: str = "skipped while it ran") -> TargetResult:
         """What a test's record on `target` says: out of memory (in the replay or for real), fits, or
-        nothing traced (no figure, with the capture's own words)."""
+        not measured: skipped part-way (`skipped` says why), or nothing traced (in the capture's words)."""
         notes = [str(note) for note in ((record.trace or {}).get("notes") or [])]
         kept_cpu = [note for note in notes if "kept the CPU compile's sizes" in note]
         common = {
             "test_id": record.test_id, "target": target, "regime": record.regime, "capacity_bytes": capacity,
             "sized_by": record.compile_target, "outcome": record.outcome, "devices": record.device_count,
         }
+        if record.outcome == "skipped":
+            return cls(status=NOT_MEASURED, reason=skipped, **common)  # type: ignore[arg-type]
         if record.peak_bytes_in_use is None and record.oom is None:
             why = "; ".join(notes) or "nothing was traced"
             return cls(status=NOT_MEASURED, reason=why, **common)  # type: ignore[arg-type]

@@ -95,7 +95,7 @@ def result_of(item: pytest.Item, target: Target, regime: Regime, outcome: ChildO
     for report in reports:
         data = getattr(report, "devmem_record", None)
         if report.when == "call" and isinstance(data, dict):
-            return TargetResult.from_record(TestRecord.from_json(data), target.name, target.capacity_bytes)
+            return TargetResult.from_record(TestRecord.from_json(data), target.name, target.capacity_bytes, why_not_measured(reports))
     return TargetResult.not_measured(test_id, target.name, regime.label, target.capacity_bytes, why_not_measured(reports), outcome=_outcome(reports))
 
 
