@@ -54,7 +54,8 @@ class TargetResult:
     def from_record(cls, record: TestRecord, target: str, capacity: int, skipped: str = "skipped while it ran") -> TargetResult:
         """What a test's record on `target` says: out of memory (in the replay or for real), fits, or
         not measured: skipped part-way (`skipped` says why), or nothing traced (in the capture's words)."""
-        notes = [str(note) for note in ((record.trace or {}).get("notes") or [])]
+        found = (record.trace or {}).get("notes")
+        notes = [str(note) for note in found] if isinstance(found, list) else []
         kept_cpu = [note for note in notes if "kept the CPU compile's sizes" in note]
         common = {
             "test_id": record.test_id, "target": target, "regime": record.regime, "capacity_bytes": capacity,

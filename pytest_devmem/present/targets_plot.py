@@ -130,8 +130,8 @@ def render_html(table: TargetTable, rows: list[tuple[str, str, dict[str, TargetR
         f"<title>{html_text(title)}</title>",
         "<style>body{font-family:sans-serif;margin:20px}table{border-collapse:collapse}td,th{padding:4px 10px;border:2px solid white;text-align:center;font-size:13px}th.test{text-align:left;font-weight:normal}small{color:#333}</style>",
         f"</head><body><h2>{html_text(title)}</h2>",
-        "<p>Each measured test's peak in use on each target, as a share of that target's capacity per device: "
-        "green little, orange nearly all, red out of memory, grey not measured.</p>",
+        ("<p>Each measured test's peak in use on each target, as a share of that target's capacity per device: "
+         "green little, orange nearly all, red out of memory, grey not measured.</p>"),
         "<table><tr><th></th>",
     ]
     for index in range(len(table.targets)):
