@@ -109,7 +109,7 @@ def _cells(report: dict[str, object]) -> dict[tuple[str, str], dict[str, object]
 @needs_compiler
 def test_one_run_gives_each_tests_figures_on_every_target_and_where_it_fits(jax_loaded: object, matplotlib_loaded: object, pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_suite=SUITE)
-    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-update", "--devmem-report=r.json", "--devmem-targets=sim:H100-80GB,sim:64MiB,sim:16GiB")
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-update", "--devmem-report=r.json", "--devmem-traces=tr", "--devmem-targets=sim:H100-80GB,sim:64MiB,sim:16GiB")
     result.assert_outcomes(passed=3)  # a test that does not fit on a target fails nothing: a what-if view
     assert result.ret == pytest.ExitCode.OK
     report = json.loads((pytester.path / "r.json").read_text())
@@ -134,6 +134,8 @@ def test_one_run_gives_each_tests_figures_on_every_target_and_where_it_fits(jax_
     # the session's own records and baselines are this device's alone
     assert {r["device"] for r in report["records"]} == {"sim:16GiB"} and len(report["records"]) == 3
     assert sorted(path.name for path in (pytester.path / "baselines").iterdir()) == ["sim-16GiB"]
+    traces = sorted((pytester.path / "tr").iterdir())
+    assert len(traces) == 3 and all(str(256 * MiB) not in path.read_text() for path in traces)  # the session's own, not the H100's
     summary = result.stdout.str()
     assert "each measured test run again on 2 target(s), 2 child process(es)" in summary
     assert "sim:64MiB: 1 fit, 1 out of memory, 1 not measured" in summary
@@ -209,3 +211,35 @@ def test_xdist_workers_give_the_same_table_as_one_process(jax_loaded: object, py
     assert tables[0] == tables[1]
     statuses = {(r["test_id"].split("::")[-1], r["target"]): r["status"] for r in tables[1][1]}
     assert statuses == {("test_forty_mib", "sim:16GiB"): "fits", ("test_forty_mib", "sim:64MiB"): "oom", ("test_one_mib", "sim:16GiB"): "fits", ("test_one_mib", "sim:64MiB"): "fits"}
+
+
+def _shard(path: Path, rows: list[tuple[str, str, str]], targets: tuple[str, ...] = ("sim:16GiB", "sim:64MiB")) -> Path:
+    """A shard's report with a targets table: rows of (test, target, status)."""
+    capacity = {"sim:16GiB": 16 * 2**30, "sim:64MiB": 64 * MiB}
+    table = {
+        "targets": [{"name": name, "capacity_bytes": capacity[name], "session": name == "sim:16GiB"} for name in targets],
+        "children": 1,
+        "results": [
+            {"test_id": test, "target": target, "regime": "prealloc", "status": status, "capacity_bytes": capacity[target],
+             "peak_bytes_in_use": None if status == "not measured" else MiB, "oom_kind": "capacity" if status == "oom" else None}
+            for test, target, status in rows
+        ],
+    }
+    session = {"device": "sim:16GiB", "device_class": "sim-16GiB", "device_capacity_bytes": 16 * 2**30, "regime": "prealloc", "versions": {}}
+    path.write_text(json.dumps({"format": "pytest-devmem-report", "version": 2, "session": session, "records": [], "unrecorded": [], "targets": table}))
+    return path
+
+
+def test_shards_targets_tables_merge_into_one_run_s_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    second = _shard(tmp_path / "b.json", [("t.py::test_b", "sim:64MiB", "oom"), ("t.py::test_b", "sim:16GiB", "fits")])
+    first = _shard(tmp_path / "a.json", [("t.py::test_a", "sim:64MiB", "fits"), ("t.py::test_a", "sim:16GiB", "fits")])
+    assert main(["merge", str(second), str(first), "-o", str(tmp_path / "m.json")]) == 0
+    merged = json.loads((tmp_path / "m.json").read_text())["targets"]
+    assert [(r["test_id"], r["target"], r["status"]) for r in merged["results"]] == [
+        ("t.py::test_a", "sim:16GiB", "fits"), ("t.py::test_a", "sim:64MiB", "fits"),
+        ("t.py::test_b", "sim:16GiB", "fits"), ("t.py::test_b", "sim:64MiB", "oom"),
+    ]
+    assert merged["children"] == 2
+    other = _shard(tmp_path / "c.json", [("t.py::test_c", "sim:16GiB", "fits")], targets=("sim:16GiB",))
+    assert main(["merge", str(first), str(other), "-o", str(tmp_path / "m2.json")]) == 2
+    assert "run every shard with the same --devmem-targets" in capsys.readouterr().err

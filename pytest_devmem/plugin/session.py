@@ -259,6 +259,8 @@ class DevmemSession:
         reruns = [target.name for target in columns if not target.session]
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reruns and reporter is not None and not self.is_xdist_worker:
+            if self.config.get_verbosity() < 0:
+                reporter.write_line("")  # -q leaves the progress line open
             reporter.write_line(f"devmem: running {len(self.target_items)} measured test(s) again on {len(reruns)} other target(s): {', '.join(reruns)} (--devmem-targets)")
         results, children = rerun_on_targets(self.config, self.settings, self.target_items, columns, self.regime_env)
         self.results.target_results += results

@@ -77,8 +77,13 @@ def rerun_on_targets(config: pytest.Config, settings: Settings, items: Sequence[
                 settings, device_spec=target.name, baselines=where / "baselines", update=False, strict=False,
                 find_min_fraction=False, what_if=None, traces_dir=None, artifacts_dir=None, autosave=False,
             )
+            arguments = ["--devmem-compile-target", "auto"]
+            if settings.traces_dir is not None:  # the session's traces are its own: a target's go to scratch
+                arguments += ["--devmem-traces", str(where / "traces")]
+            if settings.artifacts_dir is not None:
+                arguments += ["--devmem-artifacts", str(where / "artifacts")]
             extras = ChildExtras(
-                arguments=("--devmem-compile-target", "auto", "--devmem-traces", str(where / "traces"), "--devmem-artifacts", str(where / "artifacts")),
+                arguments=tuple(arguments),
                 dropped=CHILD_FLAGS_DROPPED,
                 environment=CHILD_ENVIRONMENT,
             )

@@ -19,6 +19,7 @@ from typing import Sequence
 from ..errors import DevmemError
 from ..model.pool.policy import canonical_label
 from ..gate.baseline import load_json
+from ..gate.targets import TargetTable
 from ..gate.tolerance import METRICS, format_metric
 
 
@@ -35,6 +36,7 @@ class ReportFile:
     session: dict[str, object]
     records: list[dict[str, object]]
     unrecorded: list[dict[str, object]]
+    targets: TargetTable | None = None  # --devmem-targets: each test on each target
 
     @property
     def regime(self) -> str | None:
@@ -62,7 +64,7 @@ def read_report(path: Path) -> ReportFile:
     unrecorded = document.get("unrecorded", []) if isinstance(document, dict) else []
     if not isinstance(unrecorded, list) or not all(isinstance(entry, dict) and all(isinstance(entry.get(name), str) for name in ("test_id", "regime", "device", "reason")) for entry in unrecorded):
         raise MergeError(f"{path}: \"unrecorded\" must be a list of objects with test_id, regime, device and reason (as text)")
-    return ReportFile(path, version, checked.session, checked.records, unrecorded)
+    return ReportFile(path, version, checked.session, checked.records, unrecorded, checked.targets)
 
 
 Key = tuple[str, str, str]
@@ -141,13 +143,35 @@ def merge_reports(paths: Sequence[Path]) -> dict[str, object]:
             unrecorded.setdefault((str(entry["test_id"]), canonical_label(str(entry["regime"]))), entry)
     from .report import FORMAT
 
-    return {
+    document: dict[str, object] = {
         "format": FORMAT,
         "version": reports[0].version,
         "session": merged_session(reports),
         "records": [records[key][0] for key in sorted(records)],
         "unrecorded": [unrecorded[key] for key in sorted(unrecorded)],
     }
+    targets = merged_targets(reports)
+    if targets is not None:
+        document["targets"] = targets.to_json()
+    return document
+
+
+def merged_targets(reports: Sequence[ReportFile]) -> TargetTable | None:
+    """The shards' targets tables (--devmem-targets) as one: the same targets in each, every row once,
+    in the order one unsplit run gives them; None where no report has one."""
+    tables = [(report.path, report.targets) for report in reports if report.targets is not None]
+    if not tables:
+        return None
+    first_path, first = tables[0]
+    names = [target.name for target in first.targets]
+    for report in reports:
+        theirs = [target.name for target in report.targets.targets] if report.targets is not None else None
+        if theirs != names:
+            shown = ", ".join(theirs) if theirs is not None else "no --devmem-targets"
+            raise MergeError(f"{first_path} ran on targets {', '.join(names)} and {report.path} on {shown}: run every shard with the same --devmem-targets")
+    merged = TargetTable(list(first.targets), [row for _, table in tables for row in table.results], sum(table.children for _, table in tables), "; ".join(sorted({table.skipped for _, table in tables if table.skipped})))
+    merged.sort()
+    return merged
 
 
 def merged_session(reports: Sequence[ReportFile]) -> dict[str, object]:
