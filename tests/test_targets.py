@@ -243,3 +243,35 @@ def test_shards_targets_tables_merge_into_one_run_s_table(tmp_path: Path, capsys
     other = _shard(tmp_path / "c.json", [("t.py::test_c", "sim:16GiB", "fits")], targets=("sim:16GiB",))
     assert main(["merge", str(first), str(other), "-o", str(tmp_path / "m2.json")]) == 2
     assert "run every shard with the same --devmem-targets" in capsys.readouterr().err
+
+
+MARKED = """
+import jax.numpy as jnp
+import pytest
+
+@pytest.mark.devmem(mode="growth")
+def test_marked_growth():
+    (jnp.ones((2**18,), dtype=jnp.float32) + 1).block_until_ready()
+
+def test_not_measured_here():
+    pass
+
+@pytest.mark.devmem
+def test_fails_there(devmem):
+    devmem.pool.alloc(2**20)
+    assert devmem.device.capacity > 2**30, "too small a device"
+"""
+
+
+def test_without_a_session_mode_the_marked_tests_run_on_the_targets_under_their_own_regime(jax_loaded: object, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_marked=MARKED)
+    result = pytester.runpytest_inprocess("--devmem-report=r.json", "--devmem-targets=sim:64MiB")
+    result.assert_outcomes(passed=3)
+    table = json.loads((pytester.path / "r.json").read_text())["targets"]
+    rows = {(r["test_id"].split("::")[-1], r["target"]): r for r in table["results"]}
+    assert sorted(rows) == [("test_fails_there", "sim:16GiB"), ("test_fails_there", "sim:64MiB"), ("test_marked_growth", "sim:16GiB"), ("test_marked_growth", "sim:64MiB")]
+    assert rows["test_marked_growth", "sim:64MiB"]["regime"] == "growth" and rows["test_fails_there", "sim:64MiB"]["regime"] == "prealloc"
+    assert table["children"] == 2  # one per regime on the one target run again
+    failed = rows["test_fails_there", "sim:64MiB"]  # measured up to its failure there, and it says so
+    assert (failed["status"], failed["peak_bytes_in_use"], failed["outcome"]) == ("fits", MiB, "failed")
+    assert failed["reason"].startswith("failed at call: AssertionError: too small a device")

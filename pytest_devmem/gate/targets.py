@@ -51,9 +51,10 @@ class TargetResult:
     reason: str | None = None  # why not measured; or what else to know (executables that kept the CPU's sizes)
 
     @classmethod
-    def from_record(cls, record: TestRecord, target: str, capacity: int, skipped: str = "skipped while it ran") -> TargetResult:
+    def from_record(cls, record: TestRecord, target: str, capacity: int, why: str | None = None) -> TargetResult:
         """What a test's record on `target` says: out of memory (in the replay or for real), fits, or
-        not measured: skipped part-way (`skipped` says why), or nothing traced (in the capture's words)."""
+        not measured: skipped part-way, or nothing traced (in the capture's words). `why`: what the
+        test's reports there say, for a test skipped or failed there."""
         found = (record.trace or {}).get("notes")
         notes = [str(note) for note in found] if isinstance(found, list) else []
         kept_cpu = [note for note in notes if "kept the CPU compile's sizes" in note]
@@ -62,7 +63,7 @@ class TargetResult:
             "sized_by": record.compile_target, "outcome": record.outcome, "devices": record.device_count,
         }
         if record.outcome == "skipped":
-            return cls(status=NOT_MEASURED, reason=skipped, **common)  # type: ignore[arg-type]
+            return cls(status=NOT_MEASURED, reason=why or "skipped while it ran", **common)  # type: ignore[arg-type]
         if record.peak_bytes_in_use is None and record.oom is None:
             why = "; ".join(notes) or "nothing was traced"
             return cls(status=NOT_MEASURED, reason=why, **common)  # type: ignore[arg-type]
@@ -76,7 +77,7 @@ class TargetResult:
             peak_bytes_reserved=record.peak_bytes_reserved,
             peak_device=record.peak_device,
             oom_kind=kind,
-            reason="; ".join(kept_cpu) or None,
+            reason="; ".join(([why or "the test failed"] if record.outcome == "failed" else []) + kept_cpu) or None,
             **common,  # type: ignore[arg-type]
         )
 

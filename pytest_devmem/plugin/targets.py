@@ -115,7 +115,7 @@ def why_not_measured(reports: Sequence[pytest.TestReport]) -> str:
         if report.failed:
             lines = [line.strip() for line in report.longreprtext.splitlines() if line.strip()]
             errors = [line.removeprefix("E").strip() for line in lines if line.startswith("E ")]
-            text = (errors or lines or ["no details"])[-1 if errors else 0]
+            text = (errors or lines or ["no details"])[0]  # the error's own line: pytest's first E line
             return f"{'error' if report.when != 'call' else 'failed'} at {report.when}: {text[:300]}"
     return "no record came back from the target's run"
 
