@@ -77,7 +77,7 @@ def rerun_on_targets(config: pytest.Config, settings: Settings, items: Sequence[
                 settings, device_spec=target.name, baselines=where / "baselines", update=False, strict=False,
                 find_min_fraction=False, what_if=None, traces_dir=None, artifacts_dir=None, autosave=False,
             )
-            arguments = ["--devmem-compile-target", "auto"]
+            arguments = ["--devmem-compile-target", "auto", *target_cache(config, target)]
             if settings.traces_dir is not None:  # the session's traces are its own: a target's go to scratch
                 arguments += ["--devmem-traces", str(where / "traces")]
             if settings.artifacts_dir is not None:
@@ -91,6 +91,20 @@ def rerun_on_targets(config: pytest.Config, settings: Settings, items: Sequence[
             children += outcome.children_started
             results += [result_of(item, target, regime, outcome) for item in group]
     return results, children
+
+
+def target_cache(config: pytest.Config, target: Target) -> list[str]:
+    """A cache directory of the target's own for its children, kept under the session's pytest cache,
+    so a GPU's or TPU's deviceless compiles are made once across runs (the session's last-failed
+    state stays apart); none where pytest's cache is off."""
+    cache = getattr(config, "cache", None)
+    if cache is None:
+        return []
+    try:
+        directory = cache.mkdir("devmem-targets") / "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in target.name)
+    except OSError:
+        return []
+    return ["-o", f"cache_dir={directory}"]
 
 
 def result_of(item: pytest.Item, target: Target, regime: Regime, outcome: ChildOutcome) -> TargetResult:
