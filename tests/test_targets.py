@@ -134,6 +134,14 @@ def test_one_run_gives_each_tests_figures_on_every_target_and_where_it_fits(jax_
     # the session's own records and baselines are this device's alone
     assert {r["device"] for r in report["records"]} == {"sim:16GiB"} and len(report["records"]) == 3
     assert sorted(path.name for path in (pytester.path / "baselines").iterdir()) == ["sim-16GiB"]
+    plain = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-update", "--devmem-baselines=plain", "--devmem-report=plain.json")
+    plain.assert_outcomes(passed=3)
+    written = pytester.path / "baselines" / "sim-16GiB" / "test_suite.py.json"
+    assert written.read_bytes() == (pytester.path / "plain" / "sim-16GiB" / "test_suite.py.json").read_bytes()  # as without the option
+    without = json.loads((pytester.path / "plain.json").read_text())
+    figures = ("test_id", "regime", "device", "device_class", "peak_bytes_in_use", "peak_bytes_reserved", "devices", "oom", "outcome", "compile_target")
+    assert [[r[k] for k in figures] for r in without["records"]] == [[r[k] for k in figures] for r in report["records"]]
+    assert "targets" not in without
     traces = sorted((pytester.path / "tr").iterdir())
     assert len(traces) == 3 and all(str(256 * MiB) not in path.read_text() for path in traces)  # the session's own, not the H100's
     summary = result.stdout.str()
