@@ -127,6 +127,7 @@ def test_one_run_gives_each_tests_figures_on_every_target_and_where_it_fits(jax_
     # 40 MiB in and 40 MiB out do not fit in 75% of 64 MiB: out of memory there, and only there
     assert {(target, cells["test_forty_mib", target]["status"]) for target in ("sim:16GiB", "sim:H100-80GB", "sim:64MiB")} == {("sim:16GiB", "fits"), ("sim:H100-80GB", "fits"), ("sim:64MiB", "oom")}
     assert cells["test_forty_mib", "sim:64MiB"]["oom_kind"] == "capacity"
+    assert cells["test_forty_mib", "sim:64MiB"]["reason"] is None  # its failure there is the out-of-memory itself
     assert cells["test_forty_mib", "sim:64MiB"]["capacity_bytes"] == 64 * MiB
     # skipped on the small device: not measured, with the reason, and no figure
     small = cells["test_needs_a_large_device", "sim:64MiB"]

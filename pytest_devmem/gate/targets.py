@@ -77,7 +77,7 @@ class TargetResult:
             peak_bytes_reserved=record.peak_bytes_reserved,
             peak_device=record.peak_device,
             oom_kind=kind,
-            reason="; ".join(([why or "the test failed"] if record.outcome == "failed" else []) + kept_cpu) or None,
+            reason="; ".join(([why or "the test failed"] if record.outcome == "failed" and oom is None else []) + kept_cpu) or None,  # an OOM's failure is the OOM
             **common,  # type: ignore[arg-type]
         )
 
