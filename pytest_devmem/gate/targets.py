@@ -130,24 +130,29 @@ class TargetTable:
     results: list[TargetResult] = field(default_factory=list)
     children: int = 0  # child processes started for the reruns, over all workers
     skipped: str = ""  # why the tests were not run again on the targets, when they were not
+    _index: dict[tuple[str, str, str], TargetResult] | None = field(default=None, repr=False, compare=False)
+    _indexed: int = field(default=0, repr=False, compare=False)
 
     def add(self, results: Iterable[TargetResult]) -> None:
         self.results.extend(results)
+        self._index = None
 
     def sort(self) -> None:
         order = {target.name: index for index, target in enumerate(self.targets)}
         unique = {(r.test_id, r.regime, r.target): r for r in self.results}  # one per test, regime and target
         self.results = sorted(unique.values(), key=lambda r: (r.test_id, r.regime, order.get(r.target, len(order)), r.target))
+        self._index = None
 
     def tests(self) -> list[tuple[str, str]]:
         """(test id, regime) of every row, in order."""
         return list(dict.fromkeys((r.test_id, r.regime) for r in self.results))
 
     def cell(self, test_id: str, regime: str, target: str) -> TargetResult | None:
-        for result in self.results:
-            if (result.test_id, result.regime, result.target) == (test_id, regime, target):
-                return result
-        return None
+        """One test's row on one target (looked up in a dict built once per set of results)."""
+        if self._index is None or self._indexed != len(self.results):
+            self._index = {(r.test_id, r.regime, r.target): r for r in self.results}
+            self._indexed = len(self.results)
+        return self._index.get((test_id, regime, target))
 
     def rows(self) -> list[tuple[str, str, dict[str, TargetResult]]]:
         """Per (test id, regime): its result on each target, by target name."""
