@@ -5,6 +5,7 @@
     devmem show [DIR]
     devmem replay TRACE --mode M [--fraction F] [--device D]   exit 1 when the trace does not fit
     devmem plot REPORT|TRACE -o FILE.png|FILE.html [--test ID]
+    devmem plot REPORT --targets -o FILE.png|FILE.html [--test ID]   every test on every target
     devmem history [REPORT...|DIR] [--tolerance SPEC] [-o trend.png]   exit 1 when a test moved (default: .devmem/)
     devmem --version
 
@@ -174,6 +175,24 @@ def plot_input(path: Path, test: str | None, mode: str | None, fraction: str | N
     capability = session.get("device_compute_capability")
     spec, setups = _machine_of(capacity, device_name, capability[0] if isinstance(capability, list) and capability and isinstance(capability[0], int) and not isinstance(capability[0], bool) else None, policy, unnamed_device(trace))
     return build_view(run_machine(trace, setups, spec, timeline=True), trace, policy.label), f"{record['test_id']} under {policy.label} on {device_name}"
+
+
+def plot_targets(path: Path, output: Path, test: str | None, mode: str | None, fraction: str | None, device_spec: str | None) -> int:
+    """`devmem plot REPORT --targets`: the report's targets table as a picture."""
+    from .present.targets_plot import write_targets_plot
+
+    given = [name for name, value in (("--mode", mode), ("--fraction", fraction), ("--device", device_spec)) if value is not None]
+    if given:
+        raise InputError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to a trace file (.csv), not to --targets: each target's figures are the report's")
+    if path.suffix.lower() == ".csv":
+        raise InputError(f"{path}: --targets draws a JSON report's targets table (pytest --devmem-targets=... --devmem-report=FILE.json), not a trace")
+    report = read_report(path)
+    if report.targets is None:
+        raise InputError(f"{path}: the report has no targets table: run pytest with --devmem-targets=sim:H100-80GB,sim:T4 (say) and --devmem-report=FILE.json")
+    session = report.session
+    write_targets_plot(report.targets, output, f"Peak device memory per test on each target (regime {session.get('regime') or 'per test'}, {len(report.targets.targets)} targets)", test)
+    _print(f"wrote {output}\n")
+    return 0
 
 
 def _peak_of(record: dict[str, object]) -> int:
@@ -366,6 +385,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     plot_parser.add_argument("--mode", default=None, help="For a trace: the regime (default prealloc)")
     plot_parser.add_argument("--fraction", default=None, help="For a trace: the fraction, in (0, 1]")
     plot_parser.add_argument("--device", default=None, help="For a trace: the device whose capacity to use (default sim, 16 GiB)")
+    plot_parser.add_argument("--targets", action="store_true", help="Draw the report's targets table (--devmem-targets): each test's peak on each target against its capacity, and where it does not fit")
     history_parser = commands.add_parser("history", help="Line up reports of many commits: tests x commits, and the steps where a peak moved")
     history_parser.add_argument("inputs", type=Path, nargs="*", help=f"JSON reports, or directories holding them (default: {AUTOSAVE_DIR}/, where --devmem-autosave keeps every run's report)")
     history_parser.add_argument("--tolerance", default=DEFAULT_TOLERANCE, help=f"What counts as a move ({TOLERANCE_HELP.replace('%', '%%')}); default {DEFAULT_TOLERANCE.replace('%', '%%')}")
@@ -400,6 +420,8 @@ def _run(args: argparse.Namespace) -> int:
         from .present.plot import check_picture_path, write_plot
 
         check_picture_path(args.output)  # before any work: a wrong extension, a directory in the way
+        if args.targets:
+            return plot_targets(args.input, args.output, args.test, args.mode, args.fraction, args.device)
         timeline, title = plot_input(args.input, args.test, args.mode, args.fraction, args.device)
         write_plot(timeline, args.output, title)  # type: ignore[arg-type]
         _print(f"wrote {args.output}\n")

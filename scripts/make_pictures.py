@@ -52,6 +52,43 @@ def test_every_other_buffer_freed(devmem):
     devmem.pool.alloc(200 * MiB)
 '''
 
+SEVERAL_TARGETS = '''
+import jax
+import jax.numpy as jnp
+
+@jax.jit
+def attention(q, k, v):
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / 8.0
+    return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1), v)
+
+def test_attention_b2_s1024():
+    q = jnp.ones((2, 16, 1024, 64), dtype=jnp.float32)  # XLA:GPU keeps the 2x16x1024x1024 scores: 256 MiB
+    attention(q, q, q).block_until_ready()
+
+def test_attention_b8_s1024():
+    q = jnp.ones((8, 16, 1024, 64), dtype=jnp.float32)  # 1 GiB of scores on a GPU; fused away on the CPU
+    attention(q, q, q).block_until_ready()
+
+def test_forty_mib_array():
+    (jnp.ones((10 * 2**20,), dtype=jnp.float32) + 1).block_until_ready()
+
+def test_half_gib_array():
+    (jnp.ones((2**27,), dtype=jnp.float32) * 2).block_until_ready()
+'''
+
+
+def run_targets(suite: dict[str, str], name: str, *options: str) -> None:
+    """One pytest session with --devmem-targets, then `devmem plot --targets` as PNG and HTML."""
+    with tempfile.TemporaryDirectory() as work:
+        where = Path(work)
+        for file, text in suite.items():
+            (where / file).write_text(text)
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--devmem-baselines", str(where / "b"), f"--devmem-report={where / 'r.json'}", *options, *suite]
+        subprocess.run(command, cwd=where, check=False, capture_output=True)
+        for suffix in ("png", "html"):
+            subprocess.run([sys.executable, "-m", "pytest_devmem.cli", "plot", str(where / "r.json"), "--targets", "-o", str(OUT / f"{name}.{suffix}")], check=True)
+        print(f"docs/pictures/{name}.png, .html")
+
 
 def run(suite: dict[str, str] | Path, name: str, *options: str, select: str | None = None) -> None:
     """One pytest session with traces kept, then its picture as PNG and HTML."""
@@ -80,6 +117,7 @@ def main() -> None:
     run(ROOT / "examples" / "test_jax_fragmentation.py", "fragmentation-pins")
     run({"test_long.py": LONG}, "100k-events", "--devmem-mode=growth")
     run({"test_oom.py": OUT_OF_MEMORY}, "out-of-memory", "--devmem-mode=prealloc", "--devmem-device=sim:1GiB")
+    run_targets({"test_targets.py": SEVERAL_TARGETS}, "several-targets", "--devmem-mode=prealloc", "--devmem-targets=sim:H100-80GB,sim:T4,sim:1GiB,sim:64MiB")
 
 
 if __name__ == "__main__":

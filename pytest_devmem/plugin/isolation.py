@@ -152,10 +152,11 @@ def parent_arguments(config: pytest.Config) -> list[str]:
     return arguments
 
 
-def child_command(config: pytest.Config, regime: Regime, settings: Settings, output: Path, nodes: Path, paths: Sequence[str]) -> list[str]:
-    """The pytest command line of a child running `regime`: the parent's options, then the child's
-    own (later options win), with a cache of its own so the parent's last-failed state is untouched."""
-    command = [sys.executable, "-m", "pytest", *paths, *parent_arguments(config)]
+def child_command(config: pytest.Config, regime: Regime, settings: Settings, output: Path, nodes: Path, paths: Sequence[str], extra: Sequence[str] = (), drop: Sequence[str] = ()) -> list[str]:
+    """The pytest command line of a child running `regime`: the parent's options (less the flags in
+    `drop`), then the child's own and `extra` (later options win), with a cache of its own so the
+    parent's last-failed state is untouched."""
+    command = [sys.executable, "-m", "pytest", *paths, *(word for word in parent_arguments(config) if word not in drop)]
     command += ["--rootdir", str(config.rootpath), "-o", f"cache_dir={output.parent / 'cache'}", "-q"]
     if config.inipath is not None:
         command += ["-c", str(config.inipath)]
@@ -193,10 +194,20 @@ def child_command(config: pytest.Config, regime: Regime, settings: Settings, out
         command += ["--devmem-max-leak", str(settings.max_leak)]
     if settings.traces_dir is not None:
         command += ["--devmem-traces", str(settings.traces_dir)]
-    return command
+    return command + list(extra)
 
 
-def run_in_children(config: pytest.Config, regime: Regime, settings: Settings, items: Sequence[pytest.Item], original_environment: dict[str, str | None] | None = None) -> ChildOutcome:
+@dataclass(frozen=True)
+class ChildExtras:
+    """What a child gets beyond a regime's: options added after its own (`arguments`), the parent's
+    flags it does not get (`dropped`), and variables set in its environment."""
+
+    arguments: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
+    environment: tuple[tuple[str, str], ...] = ()
+
+
+def run_in_children(config: pytest.Config, regime: Regime, settings: Settings, items: Sequence[pytest.Item], original_environment: dict[str, str | None] | None = None, extras: ChildExtras = ChildExtras()) -> ChildOutcome:
     """Run `items` under `regime` in child processes until each has a result.
 
     `original_environment` holds the framework variables as the user set them, before this process
@@ -207,7 +218,7 @@ def run_in_children(config: pytest.Config, regime: Regime, settings: Settings, i
         while remaining:
             outcome.children_started += 1
             attempt = Path(scratch) / f"child{outcome.children_started}"
-            events, returncode, output = _run_child(config, regime, settings, remaining, attempt, original_environment)
+            events, returncode, output = _run_child(config, regime, settings, remaining, attempt, original_environment, extras)
             started, finished = _apply_events(config, events, outcome)
             crashed = [item for item in remaining if item.nodeid in started and item.nodeid not in finished]
             for item in crashed:
@@ -221,14 +232,15 @@ def run_in_children(config: pytest.Config, regime: Regime, settings: Settings, i
     return outcome
 
 
-def _run_child(config: pytest.Config, regime: Regime, settings: Settings, items: Sequence[pytest.Item], stem: Path, original_environment: dict[str, str | None] | None) -> tuple[list[dict[str, Any]], int, str]:
+def _run_child(config: pytest.Config, regime: Regime, settings: Settings, items: Sequence[pytest.Item], stem: Path, original_environment: dict[str, str | None] | None, extras: ChildExtras) -> tuple[list[dict[str, Any]], int, str]:
     nodes, events_path, log_path = stem.with_suffix(".nodes"), stem.with_suffix(".jsonl"), stem.with_suffix(".log")
     nodes.write_text(json.dumps([item.nodeid for item in items]), encoding="utf-8")  # JSON: a node id may hold a line break or end in a space
     paths = sorted({os.path.relpath(item.path, config.invocation_params.dir) for item in items})
-    command = child_command(config, regime, settings, events_path, nodes, paths)
+    command = child_command(config, regime, settings, events_path, nodes, paths, extras.arguments, extras.dropped)
     environment = dict(os.environ)
     restore(original_environment or {}, environment)  # the user's own values, not this process's regime
     regime.apply(environment)
+    environment.update(extras.environment)
     environment.pop("PYTEST_XDIST_WORKER", None)  # the child is no xdist worker: no second split
     environment.pop("PYTEST_XDIST_WORKER_COUNT", None)
     with open(log_path, "w", encoding="utf-8") as log:

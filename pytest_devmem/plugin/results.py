@@ -16,6 +16,7 @@ from ..gate.baseline import BaselineStore
 from ..gate.record import TestRecord
 from ..gate.refresh import refresh_baselines
 from ..gate.stale import SuiteShape, stale_baselines
+from ..gate.targets import TargetResult, TargetTable
 from ..model.device import DEFAULT_COMPUTE_CAPABILITY, Device
 from ..model.side_by_side import SideBySide, check_side_by_side
 from ..present.report import benchmark_json, render
@@ -54,6 +55,10 @@ class SessionResults:
         self.baselines_written: list[str] = []
         self.write_problems: list[str] = []  # what the user asked to be stored and could not be
         self.autosaved: Path | None = None
+        self.target_results: list[TargetResult] = []  # --devmem-targets: the reruns, made here or sent by workers
+        self.target_children = 0
+        self.targets_skipped = ""  # why the tests were not run on the other targets
+        self.targets: TargetTable | None = None  # at the end: the session's device and each target, every test
 
     # -- gathering ----------------------------------------------------------------------
 
@@ -75,10 +80,29 @@ class SessionResults:
         if isinstance(stale, list):
             self.stale_from_workers.update(str(name) for name in stale)
         self.largest_from_workers += LargestTests.from_json(sent.get("largest"))
+        targets = sent.get("targets")
+        if isinstance(targets, dict):
+            self.target_results += [TargetResult.from_json(entry) for entry in targets.get("results") or [] if isinstance(entry, dict)]
+            children = targets.get("children")
+            self.target_children += children if isinstance(children, int) else 0
+            self.targets_skipped = self.targets_skipped or str(targets.get("skipped") or "")
 
     def worker_output(self, largest: LargestTests | None) -> dict[str, object]:
         """What an xdist worker sends its controller, which alone writes."""
-        return {"stale": stale_baselines(self.store.entries(), self.shape), "largest": largest.to_json() if largest is not None else []}
+        targets = {"results": [r.to_json() for r in self.target_results], "children": self.target_children, "skipped": self.targets_skipped}
+        return {"stale": stale_baselines(self.store.entries(), self.shape), "largest": largest.to_json() if largest is not None else [], "targets": targets}
+
+    def target_table(self) -> TargetTable | None:
+        """--devmem-targets: every measured test on the session's device (its records) and on each
+        target, in one order whatever order the rows came in."""
+        if not self.settings.targets:
+            return None
+        from .targets import session_results, table_columns
+
+        columns = table_columns(self.device.name, self.device.capacity, self.settings.targets)
+        table = TargetTable(columns, session_results(self.records, self.device.name, self.device.capacity) + self.target_results, self.target_children, self.targets_skipped)
+        table.sort()
+        return table
 
     # -- the end ------------------------------------------------------------------------
 
@@ -97,13 +121,14 @@ class SessionResults:
         self.side_by_side = self.check_side_by_side()
         failed = failed or (self.side_by_side is not None and not self.side_by_side.fits)
         unrecorded = self.unrecorded_json()
-        self._write(self.settings.report_path, "report", lambda: render(self.settings.report_path, self.records, info, unrecorded))  # type: ignore[arg-type]
+        self.targets = self.target_table()
+        self._write(self.settings.report_path, "report", lambda: render(self.settings.report_path, self.records, info, unrecorded, self.targets))  # type: ignore[arg-type]
         self._write(self.settings.benchmark_json, "benchmark JSON", lambda: benchmark_json(self.records))
         if self.settings.autosave and self.records:  # a run that measured nothing leaves no file
             from ..present.autosave import autosave
 
             try:
-                self.autosaved = autosave(self.config.rootpath, render("report.json", self.records, info, unrecorded), info)
+                self.autosaved = autosave(self.config.rootpath, render("report.json", self.records, info, unrecorded, self.targets), info)
             except OSError as exc:
                 self.write_problems.append(f"report not autosaved: {exc.filename or self.config.rootpath}: {exc.strerror or exc}")
         if (failed or self.write_problems) and session.exitstatus == pytest.ExitCode.OK:
@@ -199,4 +224,5 @@ class SessionResults:
             autosaved=shown(self.autosaved, start) if self.autosaved is not None else None,
             compile_note=self.compile_target.note if self.compile_target.spec is not None or self.compile_target.class_suffix else "",
             tensorflow_problem=tensorflow_problem,
+            targets=self.targets,
         )

@@ -48,6 +48,7 @@ class DevmemSession:
         self.isolated: dict[Regime, list[pytest.Item]] = {}
         self.child_outcomes: dict[Regime, ChildOutcome] = {}
         self.largest = LargestTests(worker_count(config)) if self.is_xdist_worker else None
+        self.target_items: list[pytest.Item] = []  # measured tests this process ran, to run again on --devmem-targets
         self.xdist_note = self._plan_workers()
         self._tensorflow_configured = False
         self.regime_env: dict[str, str | None] | None = config.stash.get(early_env_key, None)  # what the regime replaced
@@ -122,6 +123,8 @@ class DevmemSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+        if self.settings.targets and not self.is_child and measured(item):
+            self.target_items.append(item)
         regime = item.stash.get(regime_key, None)
         if regime is None or regime == self.settings.regime or self.is_child:
             return None
@@ -237,10 +240,31 @@ class DevmemSession:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_child:
             return
+        self._rerun_on_targets(exitstatus)
         if self.is_xdist_worker:  # only the controller writes: every record reaches it
             self.config.workeroutput["devmem"] = self.results.worker_output(self.largest)  # type: ignore[attr-defined]
             return
         self.results.finish(session)
+
+    def _rerun_on_targets(self, exitstatus: int) -> None:
+        """--devmem-targets: the measured tests this process ran, once more on each other target."""
+        if not self.settings.targets or not self.target_items:
+            return
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            self.results.targets_skipped = "the session was interrupted: the tests were not run on the other targets"
+            return
+        from .targets import rerun_on_targets, table_columns
+
+        columns = table_columns(self.device.name, self.device.capacity, self.settings.targets)
+        reruns = [target.name for target in columns if not target.session]
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reruns and reporter is not None and not self.is_xdist_worker:
+            if self.config.get_verbosity() < 0:
+                reporter.write_line("")  # -q leaves the progress line open
+            reporter.write_line(f"devmem: running {len(self.target_items)} measured test(s) again on {len(reruns)} other target(s): {', '.join(reruns)} (--devmem-targets)")
+        results, children = rerun_on_targets(self.config, self.settings, self.target_items, columns, self.regime_env)
+        self.results.target_results += results
+        self.results.target_children += children
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
         results = self.results

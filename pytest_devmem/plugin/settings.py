@@ -17,6 +17,7 @@ from ..model.device import DEFAULT_SIM_CAPACITY, DEVICE_SPEC_HELP
 from ..errors import DevmemError
 from ..model.pool.policy import ALLOWED_MODES, parse_fraction, parse_mode
 from ..model.regime import Regime
+from ..model.targets import parse_targets
 from ..present.report import REPORT_FORMATS
 from ..gate.marks import normalize_frameworks, parse_max_fragmentation
 from .compile_target import HELP as COMPILE_TARGET_HELP
@@ -72,6 +73,7 @@ OPTIONS = (
     Option("compile-target", COMPILE_TARGET_HELP, "TARGET"),
     Option("traces", "Write each measured test's device-allocation trace to DIR, one RMM-style CSV per test and regime (columns Thread,Time,Action,Pointer,Size,Stream,Source,Label).", "DIR"),
     Option("what-if", "Report which measured tests would run out of memory on a device of SIZE (e.g. 16GiB), replaying their traces.", "SIZE"),
+    Option("targets", "Also run every measured test on each of these simulated devices (comma-separated sim:SIZE or sim:PRESET, e.g. sim:H100-80GB,sim:T4,sim:16GiB) and report per test and target its peak, the target's capacity, whether it fits and which compile sized it: a table in the summary and the report, and a picture (devmem plot REPORT --targets). This reruns the measured tests once per target (one child process per target and regime, after the session's tests): the run costs about one more run of them per target. A what-if view: the targets' figures are never compared with baselines nor stored as ones. A TPU target runs under its runtime's regime (compact), every other under the test's.", "LIST"),
     Option("autosave", "Keep this run's JSON report as .devmem/<machine id>/NNNN_<commit>_<time>[_dirty].json at the rootdir, as pytest-benchmark's --benchmark-autosave does; devmem history reads that folder.", flag=True),
 )
 
@@ -154,6 +156,7 @@ class Settings:
     fraction_chosen: bool = False
     worker_plan: WorkerPlan | None = None
     autosave: bool = False
+    targets: tuple[str, ...] = ()  # other devices every measured test runs on (--devmem-targets), by name
 
     @property
     def effective_regime(self) -> Regime | None:
@@ -225,6 +228,7 @@ def load_settings(config: pytest.Config) -> Settings:
         fraction_chosen=fraction is not None,
         worker_plan=plan,
         autosave=bool(_checked(config, options["autosave"], parse_flag)),
+        targets=_checked(config, options["targets"], parse_targets) or (),  # type: ignore[arg-type]
     )
 
 

@@ -20,6 +20,7 @@ from typing import Sequence
 
 from ..errors import DevmemError
 from ..model.pool.policy import canonical_label
+from ..gate.targets import TargetTable
 from ..gate.tolerance import METRICS, format_metrics_apart
 from .report import ReportFile
 
@@ -219,13 +220,35 @@ def merge_reports(paths: Sequence[Path], notes: list[str] | None = None, same_ru
             unrecorded.setdefault((str(entry["test_id"]), canonical_label(str(entry["regime"]))), entry)
     from .report import FORMAT
 
-    return {
+    document: dict[str, object] = {
         "format": FORMAT,
         "version": reports[0].version,
         "session": merged_session(reports),
         "records": [records[key][0] for key in sorted(records)],
         "unrecorded": [unrecorded[key] for key in sorted(unrecorded)],
     }
+    targets = merged_targets(reports)
+    if targets is not None:
+        document["targets"] = targets.to_json()
+    return document
+
+
+def merged_targets(reports: Sequence[ReportFile]) -> TargetTable | None:
+    """The shards' targets tables (--devmem-targets) as one: the same targets in each, every row once,
+    in the order one unsplit run gives them; None where no report has one."""
+    tables = [(report.path, report.targets) for report in reports if report.targets is not None]
+    if not tables:
+        return None
+    first_path, first = tables[0]
+    names = [target.name for target in first.targets]
+    for report in reports:
+        theirs = [target.name for target in report.targets.targets] if report.targets is not None else None
+        if theirs != names:
+            shown = ", ".join(theirs) if theirs is not None else "no --devmem-targets"
+            raise MergeError(f"{first_path} ran on targets {', '.join(names)} and {report.path} on {shown}: run every shard with the same --devmem-targets")
+    merged = TargetTable(list(first.targets), [row for _, table in tables for row in table.results], sum(table.children for _, table in tables), "; ".join(sorted({table.skipped for _, table in tables if table.skipped})))
+    merged.sort()
+    return merged
 
 
 def merged_session(reports: Sequence[ReportFile]) -> dict[str, object]:

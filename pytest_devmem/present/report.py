@@ -13,6 +13,7 @@ from ..errors import FileFormatError
 from ..files import read_json
 from ..gate.baseline import figure_problem
 from ..gate.record import TestRecord
+from ..gate.targets import TargetTable
 from ..gate.tolerance import METRICS, parse_tolerance
 from ..model.explain import oom_summary
 from ..spreadsheet import csv_cell, csv_writer
@@ -124,13 +125,17 @@ def markdown_table(records: Sequence[TestRecord]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def csv_text(records: Sequence[TestRecord]) -> str:
+def csv_text(records: Sequence[TestRecord], targets: TargetTable | None = None) -> str:
     """One line per record with raw numbers (bytes, not human units) for spreadsheets and pandas.
     `sources`: the raw sources that measured, as the JSON record's `sources`; `allocators`: whose
-    allocations the trace holds, as the terminal table's column. Columns are added at the end."""
+    allocations the trace holds, as the terminal table's column. Columns are added at the end: with
+    --devmem-targets, each target's status, figures and compile (`sim:T4 peak_bytes_in_use`, ...)."""
+    from .targets import csv_cells, csv_header
+
     out = io.StringIO()
     writer = csv_writer(out)
-    writer.writerow(["test_id", "regime", "device", "device_class", "peak_bytes_in_use", "peak_bytes_reserved", "fragmentation", "oom", "outcome", "limit_bytes", "duration_s", "sources", "allocators", "peak_device", "devices"])
+    extra = csv_header(targets.targets) if targets is not None else []
+    writer.writerow([csv_cell(cell) for cell in ("test_id", "regime", "device", "device_class", "peak_bytes_in_use", "peak_bytes_reserved", "fragmentation", "oom", "outcome", "limit_bytes", "duration_s", "sources", "allocators", "peak_device", "devices", *extra)])
     for r in records:
         writer.writerow([csv_cell(cell) for cell in (  # no cell a spreadsheet would run
             r.test_id, r.regime, r.device, r.device_class,
@@ -140,15 +145,18 @@ def csv_text(records: Sequence[TestRecord]) -> str:
             oom_summary(r.oom) if r.oom else "", r.outcome,
             "" if r.limit_bytes is None else r.limit_bytes,
             f"{r.duration_s:.6f}", ";".join(r.measured_by), ";".join(allocators(r)), r.peak_device or "", r.device_count,
+            *(csv_cells(targets, r.test_id, r.regime) if targets is not None else []),
         )])
     return out.getvalue()
 
 
-def json_text(records: Sequence[TestRecord], session: dict[str, object], unrecorded: Sequence[dict[str, str]] = ()) -> str:
+def json_text(records: Sequence[TestRecord], session: dict[str, object], unrecorded: Sequence[dict[str, str]] = (), targets: TargetTable | None = None) -> str:
     """The JSON report. `unrecorded`: the measured tests skipped at setup ({test_id, regime, device,
     reason}), which a baseline refresh from reports (`devmem merge --baselines`) stores as
-    `--devmem-update` does."""
-    document = {"format": FORMAT, "version": VERSION, "session": session, "records": [r.to_json() for r in records], "unrecorded": list(unrecorded)}
+    `--devmem-update` does. `targets`: with --devmem-targets, every test on every target."""
+    document: dict[str, object] = {"format": FORMAT, "version": VERSION, "session": session, "records": [r.to_json() for r in records], "unrecorded": list(unrecorded)}
+    if targets is not None:
+        document["targets"] = targets.to_json()
     return json.dumps(document, indent=2) + "\n"
 
 
@@ -163,16 +171,20 @@ def benchmark_json(records: Sequence[TestRecord]) -> str:
     return json.dumps(entries, indent=2) + "\n"
 
 
-def render(path: str | os.PathLike[str], records: Sequence[TestRecord], session: dict[str, object], unrecorded: Sequence[dict[str, str]] = ()) -> str:
+def render(path: str | os.PathLike[str], records: Sequence[TestRecord], session: dict[str, object], unrecorded: Sequence[dict[str, str]] = (), targets: TargetTable | None = None) -> str:
     """The report text for `path`'s extension; ValueError for an extension not in REPORT_FORMATS."""
     suffix = Path(path).suffix.lower()
     if suffix == ".json":
-        return json_text(records, session, unrecorded)
+        return json_text(records, session, unrecorded, targets)
     if suffix == ".csv":
-        return csv_text(records)
+        return csv_text(records, targets)
     if suffix == ".md":
         header = f"# Device memory report\n\nDevice: {markdown(str(session.get('device', 'n/a')))}. Measured tests: {len(records)}.\n\n"
-        return header + markdown_table(records)
+        if targets is None:
+            return header + markdown_table(records)
+        from .targets import markdown_section
+
+        return header + markdown_table(records) + markdown_section(targets)
     raise ValueError(f"unknown report format {suffix or '(none)'!r} for {path}: use one of {', '.join(REPORT_FORMATS)}")
 
 
@@ -193,6 +205,7 @@ class ReportFile:
     records: list[dict[str, object]]
     version: int = VERSION
     unrecorded: list[dict[str, object]] = field(default_factory=list)
+    targets: TargetTable | None = None  # with --devmem-targets: every test on every target
 
 
 UNRECORDED_RULE = '"unrecorded" must be a list of objects with test_id, regime, device and reason (as text)'
@@ -229,7 +242,13 @@ def read_report(path: str | os.PathLike[str]) -> ReportFile:
     if not isinstance(unrecorded, list) or not all(isinstance(entry, dict) and all(isinstance(entry.get(name), str) for name in ("test_id", "regime", "device", "reason")) for entry in unrecorded):
         raise ReportFormatError(f"{shown}:{_line_of(text, json.dumps('unrecorded'))}: {UNRECORDED_RULE}")
     version = document.get("version", 1)
-    return ReportFile(Path(path), session, records, version if version in READABLE_VERSIONS else 1, unrecorded)
+    targets = None
+    if document.get("targets") is not None:
+        try:
+            targets = TargetTable.from_json(document["targets"])
+        except ValueError as exc:
+            raise ReportFormatError(f"{shown}:{_line_of(text, json.dumps('targets'))}: {exc}") from None
+    return ReportFile(Path(path), session, records, version if version in READABLE_VERSIONS else 1, unrecorded, targets)
 
 
 def _record_problem(record: object) -> str | None:

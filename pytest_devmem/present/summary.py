@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..gate.record import TestRecord
+from ..gate.targets import TargetTable
 from ..model.explain import oom_lines, oom_summary
 from ..model.side_by_side import SideBySide
 from ..model.whatif import min_fraction_text
@@ -38,6 +39,7 @@ class SummaryFacts:
     autosaved: str | None = None
     compile_note: str = ""  # whose compile sized JAX's executables, where it is not the device's own
     tensorflow_problem: str | None = None
+    targets: TargetTable | None = None  # --devmem-targets: every measured test on each target
 
 
 PROBLEMS_SHOWN = 10
@@ -72,6 +74,7 @@ class SessionSummary:
         if facts.isolated:
             self.line(f"isolated regimes: {', '.join(facts.isolated)} ({sum(facts.isolated.values())} child process(es))")
         self.analysis()
+        self.targets()
         if facts.xdist_note:
             self.line(f"xdist: {facts.xdist_note}")
         self.side_by_side()
@@ -116,6 +119,31 @@ class SessionSummary:
         assert oom is not None
         for line in oom_lines(oom.to_json(), [d.to_json() for d in run.devices], check.regime, self.facts.device):
             self.line(f"  {line}", red=True)
+
+    def targets(self) -> None:
+        """--devmem-targets: a test per row, a target per column, and where each fits."""
+        table = self.facts.targets
+        if table is None:
+            return
+        from .targets import aligned, pivot_rows, reasons, target_lines, verdict_counts
+
+        reruns = sum(1 for target in table.targets if not target.session)
+        self.line(f"on several targets (--devmem-targets; each measured test run again on {reruns} target(s), {table.children} child process(es)):")
+        for line in target_lines(table):
+            self.line(f"  {line}")
+        if table.skipped:
+            self.line(f"  {table.skipped}", yellow=True)
+        if table.results:
+            rows, hidden = pivot_rows(table, self.everything)
+            for row in aligned(rows):
+                self.line(f"  {row}")
+            if hidden:
+                self.line(f"  ... and {hidden} more test(s) that fit everywhere (-v or the report lists them all)")
+        for line in verdict_counts(table):
+            self.line(f"  {line}")
+        notes = reasons(table)
+        if notes:
+            self.line("  notes: " + capped(notes, self.everything, separator="; "))
 
     def sources(self) -> None:
         facts = self.facts

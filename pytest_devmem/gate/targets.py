@@ -1,0 +1,176 @@
+"""Each measured test on each target of `--devmem-targets`: whether it fits there, out of memory (of
+what kind), or was not measured (and why), with its peak, the target's capacity and the compile that
+sized JAX's executables. A what-if view beside the session's own records: it never gates, and no
+baseline is read or written for it. Plain data that crosses processes as JSON (a child, an xdist
+worker), combined in one order whatever order it arrived in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from .record import TestRecord
+
+FITS, OOM, NOT_MEASURED = "fits", "oom", "not measured"
+STATUSES = (FITS, OOM, NOT_MEASURED)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One column of the table: a device, its capacity per device, and whether it is the session's own."""
+
+    name: str
+    capacity_bytes: int
+    session: bool = False  # the run's own device: its figures are the session's records, not a rerun
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "capacity_bytes": self.capacity_bytes, "session": self.session}
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> Target:
+        return cls(str(data["name"]), int(data["capacity_bytes"]), bool(data.get("session", False)))  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True)
+class TargetResult:
+    """One test on one target. `status` is fits, oom or not measured; a test not measured has no
+    figure (never 0 B) and a `reason`."""
+
+    test_id: str
+    target: str
+    regime: str
+    status: str
+    capacity_bytes: int
+    peak_bytes_in_use: int | None = None
+    peak_bytes_reserved: int | None = None
+    peak_device: str | None = None
+    devices: int = 0
+    oom_kind: str | None = None  # capacity, limit, tenant, fragmentation, or real (the test's own error)
+    sized_by: str | None = None  # whose compile sized JAX's executables: cpu, a GPU or TPU preset; None: no JAX
+    outcome: str | None = None  # the test's own outcome on that target
+    reason: str | None = None  # why not measured; or what else to know (executables that kept the CPU's sizes)
+
+    @classmethod
+    def from_record(cls, record: TestRecord, target: str, capacity: int, why: str | None = None) -> TargetResult:
+        """What a test's record on `target` says: out of memory (in the replay or for real), fits, or
+        not measured: skipped part-way, or nothing traced (in the capture's words). `why`: what the
+        test's reports there say, for a test skipped or failed there."""
+        found = (record.trace or {}).get("notes")
+        notes = [str(note) for note in found] if isinstance(found, list) else []
+        kept_cpu = [note for note in notes if "kept the CPU compile's sizes" in note]
+        common = {
+            "test_id": record.test_id, "target": target, "regime": record.regime, "capacity_bytes": capacity,
+            "sized_by": record.compile_target, "outcome": record.outcome, "devices": record.device_count,
+        }
+        if record.outcome == "skipped":
+            return cls(status=NOT_MEASURED, reason=why or "skipped while it ran", **common)  # type: ignore[arg-type]
+        if record.peak_bytes_in_use is None and record.oom is None:
+            why = "; ".join(notes) or "nothing was traced"
+            return cls(status=NOT_MEASURED, reason=why, **common)  # type: ignore[arg-type]
+        oom = record.oom
+        kind = None
+        if oom is not None:
+            kind = str(oom.get("kind") or ("real" if oom.get("real") else "capacity"))
+        return cls(
+            status=OOM if oom is not None else FITS,
+            peak_bytes_in_use=record.peak_bytes_in_use,
+            peak_bytes_reserved=record.peak_bytes_reserved,
+            peak_device=record.peak_device,
+            oom_kind=kind,
+            reason="; ".join(([why or "the test failed"] if record.outcome == "failed" and oom is None else []) + kept_cpu) or None,  # an OOM's failure is the OOM
+            **common,  # type: ignore[arg-type]
+        )
+
+    @classmethod
+    def not_measured(cls, test_id: str, target: str, regime: str, capacity: int, reason: str, outcome: str | None = None) -> TargetResult:
+        return cls(test_id=test_id, target=target, regime=regime, status=NOT_MEASURED, capacity_bytes=capacity, reason=reason, outcome=outcome)
+
+    @property
+    def share(self) -> float | None:
+        """The peak in use as a share of the target's capacity (per device)."""
+        if self.peak_bytes_in_use is None or self.capacity_bytes <= 0:
+            return None
+        return self.peak_bytes_in_use / self.capacity_bytes
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "test_id": self.test_id, "target": self.target, "regime": self.regime, "status": self.status,
+            "peak_bytes_in_use": self.peak_bytes_in_use, "peak_bytes_reserved": self.peak_bytes_reserved,
+            "capacity_bytes": self.capacity_bytes, "peak_device": self.peak_device, "devices": self.devices,
+            "oom_kind": self.oom_kind, "sized_by": self.sized_by, "outcome": self.outcome, "reason": self.reason,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> TargetResult:
+        def text(name: str) -> str | None:
+            value = data.get(name)
+            return value if isinstance(value, str) else None
+
+        def size(name: str) -> int | None:
+            value = data.get(name)
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+        status = str(data["status"])
+        if status not in STATUSES:
+            raise ValueError(f"invalid target status {status!r}: allowed are {', '.join(STATUSES)}")
+        return cls(
+            test_id=str(data["test_id"]), target=str(data["target"]), regime=str(data["regime"]), status=status,
+            capacity_bytes=size("capacity_bytes") or 0, peak_bytes_in_use=size("peak_bytes_in_use"),
+            peak_bytes_reserved=size("peak_bytes_reserved"), peak_device=text("peak_device"), devices=size("devices") or 0,
+            oom_kind=text("oom_kind"), sized_by=text("sized_by"), outcome=text("outcome"), reason=text("reason"),
+        )
+
+
+@dataclass
+class TargetTable:
+    """The targets (the session's device first) and every result, in one order: by test, regime,
+    then the targets' order."""
+
+    targets: list[Target] = field(default_factory=list)
+    results: list[TargetResult] = field(default_factory=list)
+    children: int = 0  # child processes started for the reruns, over all workers
+    skipped: str = ""  # why the tests were not run again on the targets, when they were not
+    _index: dict[tuple[str, str, str], TargetResult] | None = field(default=None, repr=False, compare=False)
+    _indexed: int = field(default=0, repr=False, compare=False)
+
+    def add(self, results: Iterable[TargetResult]) -> None:
+        self.results.extend(results)
+        self._index = None
+
+    def sort(self) -> None:
+        order = {target.name: index for index, target in enumerate(self.targets)}
+        unique = {(r.test_id, r.regime, r.target): r for r in self.results}  # one per test, regime and target
+        self.results = sorted(unique.values(), key=lambda r: (r.test_id, r.regime, order.get(r.target, len(order)), r.target))
+        self._index = None
+
+    def tests(self) -> list[tuple[str, str]]:
+        """(test id, regime) of every row, in order."""
+        return list(dict.fromkeys((r.test_id, r.regime) for r in self.results))
+
+    def cell(self, test_id: str, regime: str, target: str) -> TargetResult | None:
+        """One test's row on one target (looked up in a dict built once per set of results)."""
+        if self._index is None or self._indexed != len(self.results):
+            self._index = {(r.test_id, r.regime, r.target): r for r in self.results}
+            self._indexed = len(self.results)
+        return self._index.get((test_id, regime, target))
+
+    def rows(self) -> list[tuple[str, str, dict[str, TargetResult]]]:
+        """Per (test id, regime): its result on each target, by target name."""
+        found: dict[tuple[str, str], dict[str, TargetResult]] = {}
+        for result in self.results:
+            found.setdefault((result.test_id, result.regime), {})[result.target] = result
+        return [(test_id, regime, cells) for (test_id, regime), cells in found.items()]
+
+    def to_json(self) -> dict[str, object]:
+        return {"targets": [t.to_json() for t in self.targets], "children": self.children, "skipped": self.skipped or None, "results": [r.to_json() for r in self.results]}
+
+    @classmethod
+    def from_json(cls, data: object) -> TargetTable:
+        """A report's `targets` object; ValueError naming what is wrong."""
+        if not isinstance(data, dict) or not isinstance(data.get("targets"), list) or not isinstance(data.get("results"), list):
+            raise ValueError("\"targets\" must be an object with a list of \"targets\" and a list of \"results\"")
+        try:
+            table = cls([Target.from_json(t) for t in data["targets"]], [TargetResult.from_json(r) for r in data["results"]], int(data.get("children") or 0), str(data.get("skipped") or ""))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"\"targets\": an entry cannot be read: {exc}") from None
+        return table

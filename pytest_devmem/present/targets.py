@@ -1,0 +1,126 @@
+"""The targets table (`--devmem-targets`) as people read it: tests down, targets across, each cell
+the test's peak there and whether it fits, out of memory (of what kind) or was not measured; the
+same in Markdown with a row per test and target, and as CSV columns. Takes plain data."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..gate.targets import FITS, NOT_MEASURED, OOM, Target, TargetResult, TargetTable
+from ..units import format_size
+from .text import markdown
+
+ROWS_SHOWN = 20
+"""Tests the terminal shows without -v: those that do not fit (or were not measured) somewhere first."""
+
+
+def cell_text(result: TargetResult | None) -> str:
+    """`256.0 MiB (0.3%)`, `OOM (capacity) at 1.2 GiB`, `not measured`; `-` where the test has no row."""
+    if result is None:
+        return "-"
+    if result.status == NOT_MEASURED:
+        return "not measured"
+    peak = "n/a" if result.peak_bytes_in_use is None else format_size(result.peak_bytes_in_use)
+    if result.status == OOM:
+        return f"OOM ({result.oom_kind or 'out of memory'})"
+    share = result.share
+    return f"{peak} ({share:.1%})" if share is not None else peak
+
+
+def sized_by(table: TargetTable, target: str) -> str:
+    """Whose compile sized JAX's executables on `target`, as its results say (one or several)."""
+    found = sorted({r.sized_by for r in table.results if r.target == target and r.sized_by})
+    if not found:
+        return "no JAX executable"
+    return ", ".join(f"{name}'s compile" if name not in ("cpu", "native") else ("the CPU compile" if name == "cpu" else "the GPU's own compile") for name in found)
+
+
+def target_lines(table: TargetTable) -> list[str]:
+    """One line per target: its capacity, regime and compile; the session's own marked."""
+    lines = []
+    for target in table.targets:
+        regimes = sorted({r.regime for r in table.results if r.target == target.name})
+        own = "this run's own device" if target.session else "run again"
+        lines.append(f"{target.name}: {format_size(target.capacity_bytes)} per device, {own}, regime {', '.join(regimes) or 'n/a'}, sized by {sized_by(table, target.name)}")
+    return lines
+
+
+def verdict_counts(table: TargetTable) -> list[str]:
+    """Per target: how many tests fit, ran out of memory, or were not measured."""
+    lines = []
+    for target in table.targets:
+        results = [r for r in table.results if r.target == target.name]
+        counts = {status: sum(1 for r in results if r.status == status) for status in (FITS, OOM, NOT_MEASURED)}
+        lines.append(f"{target.name}: {counts[FITS]} fit, {counts[OOM]} out of memory, {counts[NOT_MEASURED]} not measured")
+    return lines
+
+
+def pivot_rows(table: TargetTable, everything: bool = True) -> tuple[list[tuple[str, ...]], int]:
+    """The header and a row per (test, regime), a cell per target; without `everything`, at most
+    ROWS_SHOWN rows, those that do not fit or were not measured somewhere first; and how many are hidden."""
+    rows = table.rows()
+    hidden = 0
+    if not everything and len(rows) > ROWS_SHOWN:
+        def key(row: tuple[str, str, dict[str, TargetResult]]) -> tuple[int, int]:
+            cells = row[2].values()
+            trouble = any(c.status != FITS for c in cells)
+            return (0 if trouble else 1, -max((c.peak_bytes_in_use or 0) for c in cells))
+
+        kept = {(test, regime) for test, regime, _ in sorted(rows, key=key)[:ROWS_SHOWN]}
+        hidden = len(rows) - len(kept)
+        rows = [row for row in rows if (row[0], row[1]) in kept]
+    header = ("test", "regime", *(target.name for target in table.targets))
+    body = [(test, regime, *(cell_text(cells.get(target.name)) for target in table.targets)) for test, regime, cells in rows]
+    return [header, *body], hidden
+
+
+def aligned(rows: Sequence[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+
+
+def reasons(table: TargetTable) -> list[str]:
+    """Why each test not measured on a target was not, and what else a row notes."""
+    return [f"{r.test_id} [{r.regime}] on {r.target}: {r.reason}" for r in table.results if r.reason]
+
+
+def markdown_section(table: TargetTable) -> str:
+    """The report's Markdown: the targets, a grid of tests by targets, then a row per test and target
+    with the figures in bytes."""
+    lines = ["", "## On several targets (--devmem-targets)", ""]
+    lines += [f"- {markdown(line)}" for line in target_lines(table)]
+    if table.skipped:
+        lines.append(f"- {markdown(table.skipped)}")
+    grid, _ = pivot_rows(table)
+    lines += ["", "| " + " | ".join(markdown(cell) for cell in grid[0]) + " |", "|" + "---|" * len(grid[0])]
+    lines += ["| " + " | ".join(markdown(cell) for cell in row) + " |" for row in grid[1:]]
+    lines += ["", "| test | regime | target | capacity (bytes) | peak in use (bytes) | peak reserved (bytes) | verdict | sized by | note |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in table.results:
+        verdict = f"OOM ({r.oom_kind})" if r.status == OOM else r.status
+        cells = (r.test_id, r.regime, r.target, str(r.capacity_bytes), _bytes(r.peak_bytes_in_use), _bytes(r.peak_bytes_reserved), verdict, r.sized_by or "no JAX", r.reason or "")
+        lines.append("| " + " | ".join(markdown(cell) for cell in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _bytes(value: int | None) -> str:
+    return "n/a" if value is None else str(value)
+
+
+CSV_FIELDS = ("status", "peak_bytes_in_use", "peak_bytes_reserved", "capacity_bytes", "oom_kind", "sized_by", "reason")
+
+
+def csv_header(targets: Sequence[Target]) -> list[str]:
+    """The CSV report's columns for the targets run again (the session's own are the record's): `sim:T4 status`, ..."""
+    return [f"{target.name} {name}" for target in targets if not target.session for name in CSV_FIELDS]
+
+
+def csv_cells(table: TargetTable, test_id: str, regime: str) -> list[object]:
+    cells: list[object] = []
+    for target in table.targets:
+        if target.session:
+            continue
+        result = table.cell(test_id, regime, target.name)
+        for name in CSV_FIELDS:
+            value = getattr(result, name) if result is not None else None
+            cells.append("" if value is None else value)
+    return cells

@@ -1,0 +1,286 @@
+"""--devmem-targets: one run gives every measured test's figures on several targets (the session's
+device and each target run again in a child process), and says where each fits: the summary's and
+the report's table, and `devmem plot --targets`. The session's own records and baselines stay as
+they are without the option."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_devmem.capture.gpu_compile import cuda_compiler_problem
+from pytest_devmem.cli import main
+from pytest_devmem.errors import InvalidSettingError
+from pytest_devmem.gate.record import TestRecord
+from pytest_devmem.gate.targets import TargetTable
+from pytest_devmem.model.regime import Regime
+from pytest_devmem.model.targets import parse_targets, regime_on_target
+from pytest_devmem.present.report import render
+
+MiB = 2**20
+needs_compiler = pytest.mark.skipif(cuda_compiler_problem() is not None, reason=f"needs the gpu-compile extra: {cuda_compiler_problem()}")
+
+SUITE = """
+import jax
+import jax.numpy as jnp
+import pytest
+
+@jax.jit
+def attention(q, k, v):
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / 8.0
+    return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1), v)
+
+def test_attention_step():
+    q = jnp.ones((2, 16, 1024, 64), dtype=jnp.float32)  # batch 2, 16 heads, 1024 tokens, head dim 64: 8 MiB
+    attention(q, q, q).block_until_ready()
+
+def test_forty_mib():
+    x = jnp.ones((10 * 2**20,), dtype=jnp.float32)
+    (x + 1).block_until_ready()
+
+def test_needs_a_large_device(devmem):
+    if devmem.device.capacity < 2**30:
+        pytest.skip("needs 1 GiB")
+    devmem.pool.alloc(2**20)
+"""
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("sim:H100-80GB, sim:t4,sim:16GiB,", ("sim:H100-80GB", "sim:T4", "sim:16GiB")),
+        ("sim", ("sim:16GiB",)),
+        ("", ()),
+    ],
+)
+def test_targets_are_named_as_their_devices(value: str, expected: tuple[str, ...]) -> None:
+    assert parse_targets(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("cuda:0", "a target is simulated"),
+        ("auto", "a target is simulated"),
+        ("sim:H99", "invalid devmem target 'sim:H99'"),
+        ("sim:0GiB", "more than 0 bytes"),
+        ("sim:T4,sim:t4", "sim:T4 is given twice"),
+    ],
+)
+def test_a_bad_target_names_itself_and_what_is_allowed(value: str, words: str) -> None:
+    with pytest.raises(InvalidSettingError, match="allowed: a comma-separated list of simulated devices" if "twice" not in words else "twice") as caught:
+        parse_targets(value)
+    assert words in str(caught.value)
+
+
+@pytest.mark.parametrize("where", ["option", "ini", "env"])
+def test_a_bad_targets_setting_is_a_usage_error_saying_where_it_came_from(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    pytester.makepyfile("def test_x():\n    pass\n")
+    arguments = []
+    if where == "option":
+        arguments.append("--devmem-targets=sim:T4,cuda:1")
+    elif where == "ini":
+        pytester.makeini("[pytest]\ndevmem_targets = sim:T4,cuda:1\n")
+    else:
+        monkeypatch.setenv("DEVMEM_TARGETS", "sim:T4,cuda:1")
+    result = pytester.runpytest_inprocess(*arguments)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    shown = {"option": "--devmem-targets", "ini": "ini key devmem_targets", "env": "environment variable DEVMEM_TARGETS"}[where]
+    assert "invalid devmem target 'cuda:1'" in result.stderr.str() and f"(from {shown})" in result.stderr.str()
+
+
+def test_a_tpu_target_runs_under_its_runtimes_regime_and_others_under_the_tests() -> None:
+    for mode in ("prealloc", "growth", "ondemand"):
+        assert regime_on_target("sim:TPU-v5e", Regime.of(mode)) == Regime.of("compact")
+        assert regime_on_target("sim:H100-80GB", Regime.of(mode)) == Regime.of(mode)
+    assert regime_on_target("sim:64MiB", Regime.of("fraction", 0.5)) == Regime.of("fraction", 0.5)
+
+
+def _cells(report: dict[str, object]) -> dict[tuple[str, str], dict[str, object]]:
+    table = report["targets"]
+    assert isinstance(table, dict)
+    return {(str(r["test_id"]).split("::")[-1], str(r["target"])): r for r in table["results"]}
+
+
+@needs_compiler
+def test_one_run_gives_each_tests_figures_on_every_target_and_where_it_fits(jax_loaded: object, matplotlib_loaded: object, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-update", "--devmem-report=r.json", "--devmem-traces=tr", "--devmem-targets=sim:H100-80GB,sim:64MiB,sim:16GiB")
+    result.assert_outcomes(passed=3)  # a test that does not fit on a target fails nothing: a what-if view
+    assert result.ret == pytest.ExitCode.OK
+    report = json.loads((pytester.path / "r.json").read_text())
+    targets = report["targets"]
+    assert [(t["name"], t["session"]) for t in targets["targets"]] == [("sim:16GiB", True), ("sim:H100-80GB", False), ("sim:64MiB", False)]
+    assert targets["children"] == 2  # one per target run again and regime, not one per test
+    cells = _cells(report)
+    # the attention step: XLA:CPU fuses the 2x16x1024x1024 scores away (temp 0), XLA:GPU for an H100
+    # keeps them, 256 MiB of temp (tests/test_compile_target.py); q and the output are 8 MiB each
+    assert cells["test_attention_step", "sim:16GiB"]["peak_bytes_in_use"] == 16 * MiB
+    assert cells["test_attention_step", "sim:16GiB"]["sized_by"] == "cpu"
+    assert cells["test_attention_step", "sim:H100-80GB"]["peak_bytes_in_use"] == 16 * MiB + 256 * MiB
+    assert cells["test_attention_step", "sim:H100-80GB"]["sized_by"] == "H100-80GB"
+    assert cells["test_attention_step", "sim:64MiB"]["status"] == "fits"
+    # 40 MiB in and 40 MiB out do not fit in 75% of 64 MiB: out of memory there, and only there
+    assert {(target, cells["test_forty_mib", target]["status"]) for target in ("sim:16GiB", "sim:H100-80GB", "sim:64MiB")} == {("sim:16GiB", "fits"), ("sim:H100-80GB", "fits"), ("sim:64MiB", "oom")}
+    assert cells["test_forty_mib", "sim:64MiB"]["oom_kind"] == "capacity"
+    assert cells["test_forty_mib", "sim:64MiB"]["reason"] is None  # its failure there is the out-of-memory itself
+    assert cells["test_forty_mib", "sim:64MiB"]["capacity_bytes"] == 64 * MiB
+    # skipped on the small device: not measured, with the reason, and no figure
+    small = cells["test_needs_a_large_device", "sim:64MiB"]
+    assert (small["status"], small["peak_bytes_in_use"], small["reason"]) == ("not measured", None, "skipped: needs 1 GiB")
+    # the session's own records and baselines are this device's alone
+    assert {r["device"] for r in report["records"]} == {"sim:16GiB"} and len(report["records"]) == 3
+    assert sorted(path.name for path in (pytester.path / "baselines").iterdir()) == ["sim-16GiB"]
+    plain = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-update", "--devmem-baselines=plain", "--devmem-report=plain.json")
+    plain.assert_outcomes(passed=3)
+    written = pytester.path / "baselines" / "sim-16GiB" / "test_suite.py.json"
+    assert written.read_bytes() == (pytester.path / "plain" / "sim-16GiB" / "test_suite.py.json").read_bytes()  # as without the option
+    without = json.loads((pytester.path / "plain.json").read_text())
+    figures = ("test_id", "regime", "device", "device_class", "peak_bytes_in_use", "peak_bytes_reserved", "devices", "oom", "outcome", "compile_target")
+    assert [[r[k] for k in figures] for r in without["records"]] == [[r[k] for k in figures] for r in report["records"]]
+    assert "targets" not in without
+    traces = sorted((pytester.path / "tr").iterdir())
+    assert len(traces) == 3 and all(str(256 * MiB) not in path.read_text() for path in traces)  # the session's own, not the H100's
+    summary = result.stdout.str()
+    assert "each measured test run again on 2 target(s), 2 child process(es)" in summary
+    assert "sim:64MiB: 1 fit, 1 out of memory, 1 not measured" in summary
+    result.stdout.fnmatch_lines(["*test_suite.py::test_forty_mib*prealloc*80.00 MiB (0.5%)*80.00 MiB (0.1%)*OOM (capacity)*"])
+    check_the_schema(report)
+    check_markdown_and_csv(report)
+    check_the_pictures(pytester.path / "r.json", pytester.path)
+
+
+def check_the_schema(report: dict[str, object]) -> None:
+    from tests.test_schemas import validator
+
+    assert [f"{list(e.path)}: {e.message}" for e in validator("report.schema.json").iter_errors(report)] == []
+
+
+def check_markdown_and_csv(report: dict[str, object]) -> None:
+    records = [TestRecord.from_json(r) for r in report["records"]]  # type: ignore[union-attr]
+    table = TargetTable.from_json(report["targets"])
+    text = render("r.md", records, report["session"], targets=table)  # type: ignore[arg-type]
+    assert "## On several targets (--devmem-targets)" in text
+    assert f"| prealloc | sim:64MiB | {64 * MiB} | " in text and "| OOM (capacity) | cpu |" in text
+    assert "| n/a | n/a | not measured | cpu | skipped: needs 1 GiB |" in text
+    rows = list(csv.DictReader(io.StringIO(render("r.csv", records, report["session"], targets=table))))  # type: ignore[arg-type]
+    forty = next(row for row in rows if row["test_id"].endswith("test_forty_mib"))
+    assert (forty["sim:64MiB status"], forty["sim:64MiB oom_kind"], forty["sim:64MiB capacity_bytes"]) == ("oom", "capacity", str(64 * MiB))
+    assert forty["sim:H100-80GB status"] == "fits" and forty["sim:H100-80GB sized_by"] == "H100-80GB"
+    assert "sim:16GiB status" not in forty  # the session's own figures are the record's columns
+
+
+def check_the_pictures(report: Path, directory: Path) -> None:
+    for suffix in (".png", ".html"):
+        picture = directory / f"targets{suffix}"
+        assert main(["plot", str(report), "--targets", "-o", str(picture)]) == 0
+        data = picture.read_bytes()
+        if suffix == ".png":
+            assert data.startswith(b"\x89PNG") and len(data) > 10_000
+        else:
+            text = data.decode()
+            assert "sim:H100-80GB" in text and "out of memory" in text and "not measured" in text and "<script" not in text
+
+
+def test_plot_targets_refuses_a_report_without_them_and_options_for_traces(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "plain.json"
+    report.write_text(json.dumps({"format": "pytest-devmem-report", "version": 2, "session": {"device": "sim:16GiB"}, "records": []}))
+    assert main(["plot", str(report), "--targets", "-o", str(tmp_path / "t.png")]) == 2
+    assert "the report has no targets table: run pytest with --devmem-targets" in capsys.readouterr().err
+    assert main(["plot", str(report), "--targets", "--device", "sim:T4", "-o", str(tmp_path / "t.png")]) == 2
+    assert "--device applies only to a trace file" in capsys.readouterr().err
+    report.write_text(json.dumps({"format": "pytest-devmem-report", "version": 2, "session": {}, "records": [], "targets": {"targets": [], "results": [{"status": "maybe"}]}}))
+    assert main(["plot", str(report), "--targets", "-o", str(tmp_path / "t.png")]) == 2
+    assert "\"targets\": an entry cannot be read" in capsys.readouterr().err
+
+
+XDIST_SUITE = """
+import jax.numpy as jnp
+
+def test_forty_mib():
+    (jnp.ones((10 * 2**20,), dtype=jnp.float32) + 1).block_until_ready()
+
+def test_one_mib():
+    (jnp.ones((2**18,), dtype=jnp.float32) + 1).block_until_ready()
+"""
+
+
+def test_xdist_workers_give_the_same_table_as_one_process(jax_loaded: object, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite=XDIST_SUITE)
+    tables = []
+    for workers in (["-p", "no:xdist"], ["-n", "2"]):
+        result = pytester.runpytest_subprocess("--devmem-mode=prealloc", "--devmem-report=r.json", "--devmem-targets=sim:64MiB", *workers)
+        result.assert_outcomes(passed=2)
+        table = json.loads((pytester.path / "r.json").read_text())["targets"]
+        tables.append((table["targets"], [{k: v for k, v in r.items() if k != "outcome"} for r in table["results"]]))
+    assert tables[0] == tables[1]
+    statuses = {(r["test_id"].split("::")[-1], r["target"]): r["status"] for r in tables[1][1]}
+    assert statuses == {("test_forty_mib", "sim:16GiB"): "fits", ("test_forty_mib", "sim:64MiB"): "oom", ("test_one_mib", "sim:16GiB"): "fits", ("test_one_mib", "sim:64MiB"): "fits"}
+
+
+def _shard(path: Path, rows: list[tuple[str, str, str]], targets: tuple[str, ...] = ("sim:16GiB", "sim:64MiB")) -> Path:
+    """A shard's report with a targets table: rows of (test, target, status)."""
+    capacity = {"sim:16GiB": 16 * 2**30, "sim:64MiB": 64 * MiB}
+    table = {
+        "targets": [{"name": name, "capacity_bytes": capacity[name], "session": name == "sim:16GiB"} for name in targets],
+        "children": 1,
+        "results": [
+            {"test_id": test, "target": target, "regime": "prealloc", "status": status, "capacity_bytes": capacity[target],
+             "peak_bytes_in_use": None if status == "not measured" else MiB, "oom_kind": "capacity" if status == "oom" else None}
+            for test, target, status in rows
+        ],
+    }
+    session = {"device": "sim:16GiB", "device_class": "sim-16GiB", "device_capacity_bytes": 16 * 2**30, "regime": "prealloc", "versions": {}}
+    path.write_text(json.dumps({"format": "pytest-devmem-report", "version": 2, "session": session, "records": [], "unrecorded": [], "targets": table}))
+    return path
+
+
+def test_shards_targets_tables_merge_into_one_run_s_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    second = _shard(tmp_path / "b.json", [("t.py::test_b", "sim:64MiB", "oom"), ("t.py::test_b", "sim:16GiB", "fits")])
+    first = _shard(tmp_path / "a.json", [("t.py::test_a", "sim:64MiB", "fits"), ("t.py::test_a", "sim:16GiB", "fits")])
+    assert main(["merge", str(second), str(first), "-o", str(tmp_path / "m.json")]) == 0
+    merged = json.loads((tmp_path / "m.json").read_text())["targets"]
+    assert [(r["test_id"], r["target"], r["status"]) for r in merged["results"]] == [
+        ("t.py::test_a", "sim:16GiB", "fits"), ("t.py::test_a", "sim:64MiB", "fits"),
+        ("t.py::test_b", "sim:16GiB", "fits"), ("t.py::test_b", "sim:64MiB", "oom"),
+    ]
+    assert merged["children"] == 2
+    other = _shard(tmp_path / "c.json", [("t.py::test_c", "sim:16GiB", "fits")], targets=("sim:16GiB",))
+    assert main(["merge", str(first), str(other), "-o", str(tmp_path / "m2.json")]) == 2
+    assert "run every shard with the same --devmem-targets" in capsys.readouterr().err
+
+
+MARKED = """
+import jax.numpy as jnp
+import pytest
+
+@pytest.mark.devmem(mode="growth")
+def test_marked_growth():
+    (jnp.ones((2**18,), dtype=jnp.float32) + 1).block_until_ready()
+
+def test_not_measured_here():
+    pass
+
+@pytest.mark.devmem
+def test_fails_there(devmem):
+    devmem.pool.alloc(2**20)
+    assert devmem.device.capacity > 2**30, "too small a device"
+"""
+
+
+def test_without_a_session_mode_the_marked_tests_run_on_the_targets_under_their_own_regime(jax_loaded: object, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_marked=MARKED)
+    result = pytester.runpytest_inprocess("--devmem-report=r.json", "--devmem-targets=sim:64MiB")
+    result.assert_outcomes(passed=3)
+    table = json.loads((pytester.path / "r.json").read_text())["targets"]
+    rows = {(r["test_id"].split("::")[-1], r["target"]): r for r in table["results"]}
+    assert sorted(rows) == [("test_fails_there", "sim:16GiB"), ("test_fails_there", "sim:64MiB"), ("test_marked_growth", "sim:16GiB"), ("test_marked_growth", "sim:64MiB")]
+    assert rows["test_marked_growth", "sim:64MiB"]["regime"] == "growth" and rows["test_fails_there", "sim:64MiB"]["regime"] == "prealloc"
+    assert table["children"] == 2  # one per regime on the one target run again
+    failed = rows["test_fails_there", "sim:64MiB"]  # measured up to its failure there, and it says so
+    assert (failed["status"], failed["peak_bytes_in_use"], failed["outcome"]) == ("fits", MiB, "failed")
+    assert failed["reason"].startswith("failed at call: AssertionError: too small a device")
