@@ -111,7 +111,12 @@ def environment_for_deviceless_compile(environ: Mapping[str, str], gpu_present: 
 
 
 class GpuSizer:
-    """Sizes JAX executables for one GPU target; cached per executable and, with `cache_dir`, on disk."""
+    """Sizes JAX executables for one GPU target; cached per executable and, with `cache_dir`, on disk.
+    The TPU sizer (tpu_compile.py) is the same machinery with another compiler behind
+    `_target_devices`, `_target_text`, `VERSION_MODULES` and `_failed`."""
+
+    VERSION_MODULES: tuple[str, ...] = ("jaxlib", CUDA_PLUGIN_MODULE + ".version", CUDA_KERNELS_MODULE + ".version")
+    """Modules whose versions key the disk cache: a new compiler gives new sizes."""
 
     def __init__(self, spec: GpuSpec, cache_dir: str | os.PathLike[str] | None = None) -> None:
         self.spec = spec
@@ -173,7 +178,7 @@ class GpuSizer:
         if not recipe.devices:
             return Unavailable("the executable's device assignment is not known")
         try:
-            gpus = self._gpus(len(recipe.devices))
+            gpus = self._target_devices(len(recipe.devices))
         except _SizerError as exc:
             return Unavailable(str(exc))
         try:
@@ -191,7 +196,7 @@ class GpuSizer:
         except jax_lowering.NotMappable as exc:
             return Unavailable(str(exc))
         except Exception as exc:
-            return Unavailable(_explain(exc))
+            return self._failed(exc)
         self.compiles += 1
         self.compile_seconds += seconds
         sizes = ExecutableSizes(
@@ -208,7 +213,15 @@ class GpuSizer:
         self._write_cache(key, sizes)
         return sizes
 
-    def _gpus(self, count: int) -> list[Any]:
+    def _failed(self, exc: Exception) -> Any:
+        """What a compile that raised gives: an `Unavailable` with a reason a user can act on."""
+        return Unavailable(_explain(exc))
+
+    def _target_text(self) -> str:
+        """The target as the disk cache's key names it."""
+        return self.spec.target_config()
+
+    def _target_devices(self, count: int) -> list[Any]:
         """`count` compile-only GPUs of the target on one host."""
         if count in self._topologies:
             return self._topologies[count]
@@ -241,7 +254,7 @@ class GpuSizer:
         except Exception:
             return None
         digest = hashlib.sha256()
-        for part in (str(CACHE_FORMAT), self._software_versions(), self.spec.target_config(), os.environ.get("XLA_FLAGS", ""), str(devices), text):
+        for part in (str(CACHE_FORMAT), self._software_versions(), self._target_text(), os.environ.get("XLA_FLAGS", ""), str(devices), text):
             digest.update(part.encode())
             digest.update(b"\0")
         return digest.hexdigest()
@@ -249,7 +262,7 @@ class GpuSizer:
     def _software_versions(self) -> str:
         if not self._versions:
             parts = []
-            for module in ("jaxlib", CUDA_PLUGIN_MODULE + ".version", CUDA_KERNELS_MODULE + ".version"):
+            for module in self.VERSION_MODULES:
                 try:
                     parts.append(f"{module}={getattr(importlib.import_module(module), '__version__', '?')}")
                 except ImportError:

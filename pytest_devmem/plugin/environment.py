@@ -27,12 +27,12 @@ def prepare(config: pytest.Config, settings: Settings) -> None:
     """Everything the frameworks read at start-up, set before they start; what it replaced is kept
     on the config for `restore_all`. Contradicting JAX variables are kept for pytest_configure to
     refuse (with the regime left unapplied)."""
-    if settings.regime is not None:
+    if settings.regime is not None and settings.sets_framework_variables:
         conflicts = settings.regime.conflicts(os.environ)
         config.stash[conflicts_key] = conflicts
         if conflicts:
             return
-    if settings.effective_regime is not None:
+    if settings.effective_regime is not None and settings.sets_framework_variables:
         config.stash[early_env_key] = settings.effective_regime.apply()
     config.stash[tensorflow_cpu_key] = prepare_cpu_allocator(os.environ)  # before TensorFlow creates its CPU device
     config.stash[deviceless_env_key] = prepare_deviceless_compile()  # before JAX starts its backends

@@ -16,7 +16,8 @@ import pytest
 from ..model.device import DEFAULT_SIM_CAPACITY, DEVICE_SPEC_HELP
 from ..errors import DevmemError
 from ..model.pool.policy import ALLOWED_MODES, parse_fraction, parse_mode
-from ..model.regime import Regime
+from ..model.regime import GPU_ONLY_MODES, TPU_RUNTIME, Regime, on_tpu
+from ..model.tpu_targets import TpuSpec, tpu_regime_refusal, tpu_spec
 from ..present.report import REPORT_FORMATS
 from ..gate.marks import normalize_frameworks, parse_max_fragmentation
 from .compile_target import HELP as COMPILE_TARGET_HELP
@@ -154,6 +155,21 @@ class Settings:
     fraction_chosen: bool = False
     worker_plan: WorkerPlan | None = None
     autosave: bool = False
+    tpu: TpuSpec | None = None  # the TPU a sim: TPU preset stands for: its runtime's regime, no GPU variables
+
+    @property
+    def default_regime(self) -> Regime:
+        """A measured test's regime where neither the session nor its marker names one: the
+        frameworks' own defaults (prealloc) on a GPU, the TPU runtime's on a TPU."""
+        from .items import DEFAULT_REGIME
+
+        return TPU_RUNTIME if self.tpu is not None else DEFAULT_REGIME
+
+    @property
+    def sets_framework_variables(self) -> bool:
+        """Whether the regime's JAX and TensorFlow variables apply: XLA_PYTHON_CLIENT_* are GPU
+        settings (JAX does not preallocate on a TPU)."""
+        return self.tpu is None
 
     @property
     def effective_regime(self) -> Regime | None:
@@ -179,6 +195,12 @@ def load_settings(config: pytest.Config) -> Settings:
             raise pytest.UsageError(f"{exc} (from {options['mode'].option} and {options['fraction'].option})") from None
     device_spec, device_from = raw_value(config, options["device"])
     device_spec = device_spec or "auto"
+    tpu = tpu_spec(device_spec)
+    if tpu is not None and regime is not None:
+        if fraction is not None or regime.mode in GPU_ONLY_MODES:
+            asked = f"--devmem-fraction={fraction:g}" if fraction is not None and mode is None else f"--devmem-mode={regime.label}"
+            raise pytest.UsageError(f"{tpu_regime_refusal(tpu, asked)} (from {options['mode'].option} and {options['fraction'].option}, device {device_spec})")
+        regime = on_tpu(regime)
     report_path = _path_setting(config, options["report"], "report file", directory=False, suffixes=REPORT_FORMATS)
     baselines = _path_setting(config, options["baselines"], "baselines directory", directory=True, default=config.rootpath / "baselines")
     tolerance = _checked(config, options["tolerance"], parse_tolerance) or parse_tolerance(DEFAULT_TOLERANCE)
@@ -225,6 +247,7 @@ def load_settings(config: pytest.Config) -> Settings:
         fraction_chosen=fraction is not None,
         worker_plan=plan,
         autosave=bool(_checked(config, options["autosave"], parse_flag)),
+        tpu=tpu,
     )
 
 
