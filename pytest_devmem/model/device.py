@@ -210,7 +210,7 @@ def cuda_device_count() -> int:
         return 0
 
 
-DEVICE_SPEC_HELP = f"auto, sim, sim:SIZE (e.g. sim:16GiB), sim:PRESET ({', '.join(PRESETS)}; TPUs: {', '.join(TPU_SPECS)}), cuda or cuda:N"
+DEVICE_SPEC_HELP = f"auto, sim, sim:SIZE (e.g. sim:16GiB), sim:PRESET ({', '.join(PRESETS)}, {', '.join(TPU_SPECS)}), cuda or cuda:N"
 
 
 def open_device(spec: str = "auto") -> Device:
