@@ -268,3 +268,55 @@ def test_long_context():
 
 def test_tpu_preset_names_are_found_in_any_case() -> None:
     assert tpu_spec("sim:tpu-V5E") is TPU_SPECS["TPU-v5e"] and tpu_spec("H100-80GB") is None
+
+
+@needs_libtpu
+def test_the_plugins_output_carries_no_libtpu_or_cuda_noise(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_plain="import jax.numpy as jnp\n\ndef test_x():\n    assert jnp.ones((8, 3)).sum() == 24\n")
+    result = pytester.runpytest_subprocess("--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    output = result.stdout.str() + result.stderr.str()
+    for noise in ("cudart_stub", "TPU accelerator type", "TPU_WORKER_HOSTNAMES", "libtpu_lockfile", "Traceback", "InitializeLog", "CUDA"):
+        assert noise not in output, output
+
+
+def test_a_record_on_a_tpu_says_what_compaction_moved_and_when_an_oom_is_capacity(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        def test_holes(devmem):
+            MiB = 2**20
+            pool = devmem.pool
+            held = [pool.alloc(5 * 1024 * MiB) for _ in range(3)]  # 15 GiB of the 15.75 GiB
+            pool.free(held[0]); pool.free(held[2])  # 10.75 GiB free, in two holes around the middle buffer
+            big = pool.alloc(10 * 1024 * MiB)  # fits only once the runtime moves the middle buffer
+            pool.free(big); pool.free(held[1])
+
+        @pytest.mark.devmem(limit="32GiB")
+        def test_too_big(devmem):
+            devmem.pool.alloc(20 * 2**30)
+        """
+    )
+    result = pytester.runpytest_inprocess("--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json")
+    result.assert_outcomes(passed=1, failed=1)
+    records = {r["test_id"].split("::")[1]: r for r in json.loads((pytester.path / "r.json").read_text())["records"]}
+    assert records["test_holes"]["tpu"]["compaction_moved_bytes"] == 5 * GiB and records["test_holes"]["tpu"]["compactions"] == 1
+    assert records["test_too_big"]["oom"]["kind"] == "capacity" and records["test_too_big"]["tpu"]["compaction_moved_bytes"] == 0
+
+
+def test_tensorflow_figures_under_a_tpu_preset_are_said_to_be_its_cpu_allocators(tensorflow_loaded: Any, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import tensorflow as tf
+
+        def test_tf():
+            x = tf.ones((256, 256))
+            assert float(tf.reduce_sum(x @ x)) > 0
+        """
+    )
+    result = pytester.runpytest_inprocess("--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json")
+    result.assert_outcomes(passed=1)
+    record = json.loads((pytester.path / "r.json").read_text())["records"][0]
+    assert record["tpu"]["tensorflow"] == "CPU allocator's figures, not sized for the TPU"
+    assert any("TensorFlow's figures are its CPU allocator's, not a TPU v5e's" in note for note in record["trace"]["notes"])

@@ -99,6 +99,16 @@ def tpu_compiler_problem() -> str | None:
     return None if found else f"the TPU compiler for JAX is not installed (libtpu missing): {INSTALL_HINT}"
 
 
+def environment_for_libtpu(environ: Mapping[str, str]) -> dict[str, str]:
+    """`QUIET_LIBTPU`, less what the user set, where libtpu is installed and no TPU is present: to
+    set before JAX starts. JAX's own start tries a TPU backend whenever libtpu is installed
+    (xla_bridge.py registers `tpu` with priority 300), and that start loads libtpu with the same
+    warnings and lock as a compile-only client's. Nothing where a TPU is present or libtpu missing."""
+    if tpu_compiler_problem() is not None or tpu_present():
+        return {}
+    return {name: value for name, value in QUIET_LIBTPU.items() if name not in environ}
+
+
 def tpu_present() -> bool:
     """Whether this machine has TPU chips (as JAX's own check reads the PCI devices)."""
     try:

@@ -49,14 +49,17 @@ def prepare_late(config: pytest.Config, settings: Settings) -> None:
 def prepare_deviceless_compile() -> dict[str, str | None]:
     """Where XLA:GPU's compiler is installed (the gpu-compile extra) on a machine without a GPU: the
     setting that lets it register while JAX runs on the CPU, without a traceback at JAX's start
-    (capture/gpu_compile.py); the previous values, to put back."""
+    (capture/gpu_compile.py); where libtpu is installed (the tpu-compile extra) on a machine without
+    a TPU: what keeps its start quiet and off the real TPU's lock (capture/tpu_compile.py). The
+    previous values, to put back."""
     from ..capture.gpu_compile import cuda_compiler_problem, environment_for_deviceless_compile
+    from ..capture.tpu_compile import environment_for_libtpu
 
-    if cuda_compiler_problem() is not None:
-        return {}
-    from .workers import gpu_count
+    wanted = environment_for_libtpu(os.environ)
+    if cuda_compiler_problem() is None:
+        from .workers import gpu_count
 
-    wanted = environment_for_deviceless_compile(os.environ, gpu_count() > 0)
+        wanted.update(environment_for_deviceless_compile(os.environ, gpu_count() > 0))
     previous = {name: os.environ.get(name) for name in wanted}
     os.environ.update(wanted)
     return previous
