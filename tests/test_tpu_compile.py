@@ -320,3 +320,20 @@ def test_tensorflow_figures_under_a_tpu_preset_are_said_to_be_its_cpu_allocators
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
     assert record["tpu"]["tensorflow"] == "CPU allocator's figures, not sized for the TPU"
     assert any("TensorFlow's figures are its CPU allocator's, not a TPU v5e's" in note for note in record["trace"]["notes"])
+
+
+@pytest.mark.tpu
+def test_real_tpu_replayed_peak_matches_jax_memory_stats(jax_loaded: Any, pytester: pytest.Pytester) -> None:
+    """On a real TPU: the replayed trace (sized by the deviceless compile for the chip's preset) and
+    the TPU runtime's own `memory_stats()` peak for the same attention step agree within 10%."""
+    import jax
+
+    kind = jax.devices()[0].device_kind  # "TPU v5 lite", "TPU v5", "TPU v4", "TPU v6 lite"
+    preset = {"TPU v5 lite": "TPU-v5e", "TPU v5": "TPU-v5p", "TPU v4": "TPU-v4", "TPU v6 lite": "TPU-v6e"}.get(kind)
+    if preset is None:
+        pytest.skip(f"no preset for {kind}")
+    pytester.makepyfile(test_attention=ATTENTION + "\ndef test_step():\n    q = jnp.ones((2, 16, 1024, 64), jnp.float32)\n    attention(q, q, q).block_until_ready()\n")
+    pytester.runpytest_subprocess(f"--devmem-device=sim:{preset}", "--devmem-mode=compact", "--devmem-report=r.json").assert_outcomes(passed=1)
+    record = json.loads((pytester.path / "r.json").read_text())["records"][0]
+    measured = record["sources"]["jax"]["peak_bytes_in_use"]
+    assert abs(record["peak_bytes_in_use"] - measured) <= max(0.1 * measured, MiB)
