@@ -337,3 +337,30 @@ def test_real_tpu_replayed_peak_matches_jax_memory_stats(jax_loaded: Any, pytest
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
     measured = record["sources"]["jax"]["peak_bytes_in_use"]
     assert abs(record["peak_bytes_in_use"] - measured) <= max(0.1 * measured, MiB)
+
+
+@needs_libtpu
+def test_sizes_are_cached_on_disk_for_the_next_run(jax_loaded: Any, tmp_path: Any) -> None:
+    import jax
+    import jax.numpy as jnp
+    from jax._src.interpreters import pxla
+
+    from pytest_devmem.capture.patches import Patches
+
+    first, second = TpuSizer(TPU_SPECS["TPU-v5e"], cache_dir=tmp_path), TpuSizer(TPU_SPECS["TPU-v5e"], cache_dir=tmp_path)
+    assert first.install() and second.install()
+    runs: list[Any] = []
+    patches = Patches()
+    patches.replace(pxla.ExecuteReplicated, "__call__", lambda original: lambda self, *a: (runs.append(self), original(self, *a))[1])
+    try:
+        jax.block_until_ready(jax.jit(lambda a: jnp.tanh(a @ a.T))(jnp.ones((256, 384))))
+        executable = runs[-1]
+        compiled, cached = first.sizes_for(executable), second.sizes_for(executable)
+        first_array, second_array = first.shard_bytes((8, 3), jnp.float32), second.shard_bytes((8, 3), jnp.float32)
+    finally:
+        patches.restore()
+        first.uninstall()
+        second.uninstall()
+    assert (compiled.source, cached.source, second.compiles) == ("compiled", "disk cache", 0)  # type: ignore[union-attr]
+    assert cached.temp_bytes == compiled.temp_bytes and first_array == second_array == 2048  # type: ignore[union-attr]
+    assert len(list(tmp_path.glob("*.json"))) == 2  # one executable, one array shape

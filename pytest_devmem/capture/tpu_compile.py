@@ -22,6 +22,7 @@ client none of these apply: while the TPU plugin starts here the sizer sets what
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -60,7 +61,7 @@ without a TPU, and only where the user set none of them. The compile target is n
 topology (`v5p:2x2x1`...), not by TPU_ACCELERATOR_TYPE: the sizes of every generation were checked
 with it set (tests/test_tpu_compile.py)."""
 
-_REFUSAL = re.compile(r"(?:required for HLO temporaries|Used)\s*\(?\s*([\d.]+)\s*([KMGT]?)\)?.*?available HBM\s*\(\s*([\d.]+)\s*([KMGT]?)\s*\)", re.S)
+_REFUSAL = re.compile(r"(?:required for HLO temporaries|Used)\s*\(?\s*([\d.]+)\s*([KMGT]?)\)?.*?available HBM\s*\(\s*([\d.]+)\s*([KMGT]?)\s*\)", re.DOTALL)
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
@@ -109,8 +110,9 @@ def environment_for_libtpu(environ: Mapping[str, str]) -> dict[str, str]:
     return {name: value for name, value in QUIET_LIBTPU.items() if name not in environ}
 
 
+@functools.lru_cache(maxsize=1)
 def tpu_present() -> bool:
-    """Whether this machine has TPU chips (as JAX's own check reads the PCI devices)."""
+    """Whether this machine has TPU chips (as JAX's own check reads the PCI devices; once per process)."""
     try:
         from jax._src import hardware_utils  # type: ignore[import-not-found]
 
@@ -125,7 +127,7 @@ class TpuSizer(GpuSizer):
 
     VERSION_MODULES = ("jaxlib", "libtpu")
 
-    def __init__(self, spec: TpuSpec, cache_dir: str | os.PathLike[str] | None = None) -> None:  # noqa: D107
+    def __init__(self, spec: TpuSpec, cache_dir: str | os.PathLike[str] | None = None) -> None:
         self.spec = spec  # type: ignore[assignment]
         self.target = spec.preset
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
@@ -136,6 +138,7 @@ class TpuSizer(GpuSizer):
         self.compile_seconds = 0.0
         self._lock = threading.RLock()
         self._results: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        self._by_module: dict[str, Any] = {}
         self._topologies: dict[int, list[Any]] = {}
         self._versions = ""
         self._problem: str | None = None
@@ -229,7 +232,7 @@ class TpuSizer(GpuSizer):
                 argument = jax.ShapeDtypeStruct(shape, dtype, sharding=SingleDeviceSharding(chip))
                 stats = jax.jit(_identity).lower(argument).compile().memory_analysis()
             self.compile_seconds += time.perf_counter() - started
-            size = int(stats.argument_size_in_bytes)
+            size = int(stats.argument_size_in_bytes)  # type: ignore[union-attr]
         except Exception:
             return None
         self._write_array_cache(disk_key, size)

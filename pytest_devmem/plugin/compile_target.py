@@ -9,7 +9,6 @@ device's own."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 from ..model.device import Device
 from ..model.gpu_targets import GPU_SPECS, GpuSpec, gpu_spec
@@ -38,7 +37,7 @@ class CompileTarget:
     """What sizes the session's JAX executables, and how the device class says so."""
 
     label: str  # "cpu", "native" (a real GPU's own compile), or the GPU or TPU compiled for
-    spec: Union[GpuSpec, TpuSpec, None]  # the device to compile for; None: the executables' own sizes
+    spec: GpuSpec | TpuSpec | None  # the device to compile for; None: the executables' own sizes
     note: str  # why it is this one, for the summary and the report
     class_suffix: str = ""  # added to the device class where the sizes are not the device's own
 

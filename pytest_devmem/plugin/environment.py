@@ -11,7 +11,11 @@ from typing import Mapping
 
 import pytest
 
-from ..capture.tensorflow.cpu_allocator import ONEDNN_VARIABLE, CpuAllocatorSetting, prepare_cpu_allocator
+from ..capture.tensorflow.cpu_allocator import (
+    ONEDNN_VARIABLE,
+    CpuAllocatorSetting,
+    prepare_cpu_allocator,
+)
 from ..capture.tensorflow.cpu_allocator import VARIABLE as TF_CPU_BFC
 from ..model.regime import restore
 from .settings import Settings
@@ -52,7 +56,10 @@ def prepare_deviceless_compile() -> dict[str, str | None]:
     (capture/gpu_compile.py); where libtpu is installed (the tpu-compile extra) on a machine without
     a TPU: what keeps its start quiet and off the real TPU's lock (capture/tpu_compile.py). The
     previous values, to put back."""
-    from ..capture.gpu_compile import cuda_compiler_problem, environment_for_deviceless_compile
+    from ..capture.gpu_compile import (
+        cuda_compiler_problem,
+        environment_for_deviceless_compile,
+    )
     from ..capture.tpu_compile import environment_for_libtpu
 
     wanted = environment_for_libtpu(os.environ)

@@ -98,8 +98,9 @@ def describe_tpu(record: TestRecord, description: str, captured: Captured, trace
     bytes the TPU runtime's defragmentation moved, a program the TPU compiler refused (an
     out-of-memory result of kind capacity, with the compiler's figures), and TensorFlow's figures
     for what they are."""
-    moved = sum(int(a.get("moved_bytes", 0)) for d in record.devices or [] for a in d.get("allocators", []) if isinstance(a, dict))  # type: ignore[union-attr]
-    compactions = sum(int(a.get("compactions", 0)) for d in record.devices or [] for a in d.get("allocators", []) if isinstance(a, dict))  # type: ignore[union-attr]
+    allocators = [a for d in record.devices or [] for a in _listed(d.get("allocators")) if isinstance(a, dict)]
+    moved = sum(int(a.get("moved_bytes", 0)) for a in allocators)
+    compactions = sum(int(a.get("compactions", 0)) for a in allocators)
     sized = record.compile_target if record.compile_target not in (None, "cpu") else None
     record.tpu = {
         "target": description,
@@ -126,6 +127,10 @@ def describe_tpu(record: TestRecord, description: str, captured: Captured, trace
             "capacity": refusal.get("available"),
             "error": refusal.get("message"),
         }
+
+
+def _listed(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
 
 
 def add_pins(record: TestRecord, run: MachineRun, trace: Trace) -> None:

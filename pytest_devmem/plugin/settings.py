@@ -13,17 +13,22 @@ from typing import Callable
 
 import pytest
 
-from ..model.device import DEFAULT_SIM_CAPACITY, DEVICE_SPEC_HELP
 from ..errors import DevmemError
+from ..gate.marks import normalize_frameworks, parse_max_fragmentation
+from ..gate.tolerance import (
+    DEFAULT_TOLERANCE,
+    TOLERANCE_HELP,
+    Tolerance,
+    parse_tolerance,
+)
+from ..model.device import DEFAULT_SIM_CAPACITY, DEVICE_SPEC_HELP
 from ..model.pool.policy import ALLOWED_MODES, parse_fraction, parse_mode
 from ..model.regime import GPU_ONLY_MODES, TPU_RUNTIME, Regime, on_tpu
 from ..model.tpu_targets import TpuSpec, tpu_regime_refusal, tpu_spec
 from ..present.report import REPORT_FORMATS
-from ..gate.marks import normalize_frameworks, parse_max_fragmentation
+from ..units import format_size, parse_size
 from .compile_target import HELP as COMPILE_TARGET_HELP
 from .compile_target import parse_compile_target
-from ..gate.tolerance import DEFAULT_TOLERANCE, TOLERANCE_HELP, Tolerance, parse_tolerance
-from ..units import format_size, parse_size
 from .workers import WorkerPlan, gpu_count, plan_workers, worker_index
 
 
