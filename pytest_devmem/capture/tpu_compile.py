@@ -28,6 +28,7 @@ import importlib.util
 import json
 import os
 import re
+import sys
 import threading
 import time
 import weakref
@@ -112,11 +113,24 @@ def environment_for_libtpu(environ: Mapping[str, str]) -> dict[str, str]:
 
 @functools.lru_cache(maxsize=1)
 def tpu_present() -> bool:
-    """Whether this machine has TPU chips (as JAX's own check reads the PCI devices; once per process)."""
+    """Whether this machine has TPU chips, as JAX's own check reads the PCI devices
+    (jax/_src/hardware_utils.py, a module of the standard library only: loaded from its file, so
+    that asking imports no JAX before the session has set what JAX reads). Once per process."""
+    module = sys.modules.get("jax._src.hardware_utils")
+    if module is None:
+        try:
+            spec = importlib.util.find_spec("jax")
+            locations = list(spec.submodule_search_locations or []) if spec is not None else []
+            path = Path(locations[0]) / "_src" / "hardware_utils.py" if locations else None
+            loaded = importlib.util.spec_from_file_location("_devmem_jax_hardware_utils", path) if path is not None and path.is_file() else None
+            if loaded is None or loaded.loader is None:
+                return False
+            module = importlib.util.module_from_spec(loaded)
+            loaded.loader.exec_module(module)
+        except Exception:
+            return False
     try:
-        from jax._src import hardware_utils  # type: ignore[import-not-found]
-
-        return hardware_utils.num_available_tpu_chips_and_device_id()[0] > 0
+        return int(module.num_available_tpu_chips_and_device_id()[0]) > 0
     except Exception:
         return False
 

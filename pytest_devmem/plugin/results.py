@@ -123,8 +123,8 @@ class SessionResults:
     def check_side_by_side(self) -> SideBySide | None:
         """xdist controller: the suite's largest tests replayed at once, as the workers sharing a
         device may run them (model/side_by_side.py)."""
-        if self.workers_reported < 2 or len(self.largest_from_workers) < 2:
-            return None
+        if self.workers_reported < 2 or len(self.largest_from_workers) < 2 or self.settings.tpu is not None:
+            return None  # (a TPU's chips belong to one process: workers never share them)
         from .recording import allocator_setups, machine_spec
         from .workers import gpu_count
 

@@ -289,6 +289,8 @@ class DevmemSession:
         """On the xdist controller: how workers will share the device; a warning where they cannot."""
         if self.is_xdist_worker or self.is_child or self.settings.regime is None:
             return ""
+        if self.settings.tpu is not None:
+            return ""  # a TPU's chips belong to one process: each worker is measured alone
         try:
             count = int(self.config.getoption("numprocesses", default=0) or 0)
         except (TypeError, ValueError):

@@ -228,7 +228,10 @@ def load_settings(config: pytest.Config) -> Settings:
         except ValueError:
             raise pytest.UsageError(f"invalid PYTEST_XDIST_WORKER_COUNT={count_text!r}: pytest-xdist sets it to the number of workers, a whole number") from None
         uses_gpu = not device_spec.startswith("sim")
-        plan = plan_workers(regime, fraction is not None, worker_index(worker), count, gpu_count() if uses_gpu else 0, uses_gpu)
+        if tpu is not None:  # a TPU's chips belong to one process: workers never share one, each keeps the runtime's regime
+            plan = WorkerPlan(regime, note=f"{count} workers, each measured as the only process on its {tpu.description} chips")
+        else:
+            plan = plan_workers(regime, fraction is not None, worker_index(worker), count, gpu_count() if uses_gpu else 0, uses_gpu)
     return Settings(
         regime=regime,
         device_spec=device_spec,
