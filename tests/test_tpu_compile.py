@@ -364,3 +364,23 @@ def test_sizes_are_cached_on_disk_for_the_next_run(jax_loaded: Any, tmp_path: An
     assert (compiled.source, cached.source, second.compiles) == ("compiled", "disk cache", 0)  # type: ignore[union-attr]
     assert cached.temp_bytes == compiled.temp_bytes and first_array == second_array == 2048  # type: ignore[union-attr]
     assert len(list(tmp_path.glob("*.json"))) == 2  # one executable, one array shape
+
+
+def test_a_marker_naming_another_tpu_regime_runs_in_a_child_under_the_tpu_preset(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.devmem(mode="ondemand")
+        def test_without_defragmentation(devmem):
+            devmem.pool.free(devmem.pool.alloc(2**20))
+
+        @pytest.mark.devmem(mode="compact")
+        def test_runtime(devmem):
+            devmem.pool.free(devmem.pool.alloc(2**20))
+        """
+    )
+    result = pytester.runpytest_subprocess("--devmem-device=sim:TPU-v5e", "--devmem-report=r.json", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    regimes = sorted(r["regime"] for r in json.loads((pytester.path / "r.json").read_text())["records"])
+    assert regimes == ["compact(fraction=1)", "ondemand"]

@@ -111,11 +111,18 @@ def environment_for_libtpu(environ: Mapping[str, str]) -> dict[str, str]:
     return {name: value for name, value in QUIET_LIBTPU.items() if name not in environ}
 
 
+TPU_DEVICE_PATHS = ("/dev/accel0", "/dev/vfio")
+"""Where a TPU VM's chips show themselves (accel: v2 to v4; vfio: v5e and later, as libtpu opens
+them); without either, there is no TPU to find."""
+
+
 @functools.lru_cache(maxsize=1)
 def tpu_present() -> bool:
     """Whether this machine has TPU chips, as JAX's own check reads the PCI devices
     (jax/_src/hardware_utils.py, a module of the standard library only: loaded from its file, so
     that asking imports no JAX before the session has set what JAX reads). Once per process."""
+    if not any(os.path.exists(path) for path in TPU_DEVICE_PATHS):
+        return False  # no TPU driver's device files: no PCI scan (slow on a busy machine) needed
     module = sys.modules.get("jax._src.hardware_utils")
     if module is None:
         try:

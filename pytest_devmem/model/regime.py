@@ -153,7 +153,8 @@ class Regime:
 TPU_RUNTIME = Regime.of(Mode.COMPACT, 1.0)
 """The TPU runtime's regime: HBM on demand, up to all the compiler says is available (the device's
 capacity), defragmented when an allocation does not fit (jax-ml/jax #9064: the TPU runtime moves
-live buffers). JAX does not preallocate on a TPU, so it sets no variable (see `applies_to`)."""
+live buffers). JAX does not preallocate on a TPU, so it sets no variable (plugin/settings.py
+`sets_framework_variables`)."""
 
 GPU_ONLY_MODES = (Mode.PREALLOC, Mode.FRACTION, Mode.GROWTH)
 """JAX's and TensorFlow's GPU allocator regimes: no TPU runtime has them."""

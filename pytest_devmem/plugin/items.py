@@ -29,7 +29,7 @@ def prepare_item(item: pytest.Item, session_regime: Regime | None, tpu: TpuSpec 
     measured, its regime. On a TPU preset a marker's GPU regime is that test's error."""
     marker = item.get_closest_marker(MARK_NAME)
     spec = parse_mark(marker.args, dict(marker.kwargs)) if marker is not None else None
-    if tpu is not None and isinstance(spec, MarkSpec) and (spec.fraction is not None or spec.mode in GPU_ONLY_MODES):
+    if tpu is not None and isinstance(spec, MarkSpec) and ((spec.fraction is not None and spec.fraction != 1.0) or spec.mode in GPU_ONLY_MODES):
         asked = f"@pytest.mark.devmem({', '.join(f'{k}={v!r}' for k, v in (('mode', spec.mode.value if spec.mode else None), ('fraction', spec.fraction)) if v is not None)})"
         spec = tpu_regime_refusal(tpu, asked)
     item.stash[mark_key] = spec

@@ -202,7 +202,7 @@ def load_settings(config: pytest.Config) -> Settings:
     device_spec = device_spec or "auto"
     tpu = tpu_spec(device_spec)
     if tpu is not None and regime is not None:
-        if fraction is not None or regime.mode in GPU_ONLY_MODES:
+        if (fraction is not None and fraction != 1.0) or regime.mode in GPU_ONLY_MODES:  # (1: all usable HBM, as a child is told)
             asked = f"--devmem-fraction={fraction:g}" if fraction is not None and mode is None else f"--devmem-mode={regime.label}"
             raise pytest.UsageError(f"{tpu_regime_refusal(tpu, asked)} (from {options['mode'].option} and {options['fraction'].option}, device {device_spec})")
         regime = on_tpu(regime)
