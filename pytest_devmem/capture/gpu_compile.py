@@ -43,7 +43,7 @@ CUDA_PLUGIN_MODULE = "jax_plugins.xla_cuda12"
 CUDA_KERNELS_MODULE = "jax_cuda12_plugin"
 """JAX's CUDA kernels (package `jax-cuda12-plugin`): registers the handlers of cuSOLVER, cuFFT... custom calls."""
 INSTALL_HINT = "pip install 'pytest-devmem[gpu-compile]'"
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 """Bumped when what a disk-cache entry holds, or how its key is made, changes."""
 
 
@@ -182,11 +182,16 @@ class GpuSizer:
             gpus = self._target_devices(len(recipe.devices))
         except _SizerError as exc:
             return Unavailable(str(exc))
+        known = self._source_key(recipe, len(gpus))  # a program sized before answers without lowering it again
+        cached = self._read_cache(known)
+        if cached is not None:
+            self.disk_hits += 1
+            return cached
         try:
             started = time.perf_counter()
             with jax_lowering.retargeting():
                 computation = jax_lowering.lower_for(recipe, gpus)
-                key = self._cache_key(computation, len(gpus))
+                key = known or self._cache_key(computation, len(gpus))
                 cached = self._read_cache(key)
                 if cached is not None:
                     self.disk_hits += 1
@@ -245,6 +250,24 @@ class GpuSizer:
 
     # -- the disk cache ----------------------------------------------------------------------
 
+    def _source_key(self, recipe: Any, devices: int) -> str | None:
+        """The cache key of a program by what JAX lowered for its own devices and its jaxpr (which
+        holds what a platform-dependent lowering would choose between); None where not known."""
+        if not recipe.source:
+            return None
+        try:
+            jaxpr = str(recipe.arguments.get("closed_jaxpr"))
+        except Exception:
+            return None
+        return self._digest(devices, "source", recipe.source, jaxpr)
+
+    def _digest(self, devices: int, *texts: str) -> str:
+        digest = hashlib.sha256()
+        for part in (str(CACHE_FORMAT), self._software_versions(), self._target_text(), os.environ.get("XLA_FLAGS", ""), str(devices), *texts):
+            digest.update(part.encode())
+            digest.update(b"\0")
+        return digest.hexdigest()
+
     def _cache_key(self, computation: Any, devices: int) -> str | None:
         try:
             from jax._src.interpreters import mlir  # type: ignore[import-not-found]
@@ -252,11 +275,7 @@ class GpuSizer:
             text = mlir.module_to_string(computation.stablehlo(), enable_debug_info=False)
         except Exception:
             return None
-        digest = hashlib.sha256()
-        for part in (str(CACHE_FORMAT), self._software_versions(), self._target_text(), os.environ.get("XLA_FLAGS", ""), str(devices), text):
-            digest.update(part.encode())
-            digest.update(b"\0")
-        return digest.hexdigest()
+        return self._digest(devices, "lowered", text)
 
     def _software_versions(self) -> str:
         if not self._versions:

@@ -181,6 +181,19 @@ class TpuSizer(GpuSizer):
 
     # -- what differs from the GPU sizer ----------------------------------------------------
 
+    def _software_versions(self) -> str:
+        if not self._versions:  # libtpu has no __version__: its distribution's
+            import importlib.metadata
+
+            parts = []
+            for name in self.VERSION_MODULES:
+                try:
+                    parts.append(f"{name}={importlib.metadata.version(name)}")
+                except importlib.metadata.PackageNotFoundError:
+                    parts.append(f"{name}=?")
+            self._versions = ";".join(parts)
+        return self._versions
+
     def _target_text(self) -> str:
         return f"tpu:{self.spec.generation}"  # type: ignore[attr-defined]
 
