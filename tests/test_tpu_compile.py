@@ -264,6 +264,10 @@ def test_long_context():
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
     assert record["oom"]["kind"] == "capacity" and record["oom"]["compile_time"] is True
     assert record["oom"]["capacity"] == round(15.75 * GiB) and record["oom"]["requested"] > 20 * GiB
+    from pytest_devmem.cli import main
+
+    report = str(pytester.path / "r.json")
+    assert main(["compare", report, report]) == 1  # the gate and compare treat it as any out-of-memory result
 
 
 def test_tpu_preset_names_are_found_in_any_case() -> None:

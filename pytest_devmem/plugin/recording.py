@@ -117,16 +117,17 @@ def describe_tpu(record: TestRecord, description: str, captured: Captured, trace
     if refusals and record.oom is None:
         name, sized_by = refusals[0]
         refusal: dict[str, object] = sized_by["refused"]  # type: ignore[assignment]
-        record.oom = {
+        oom = {
             "kind": "capacity",
             "compile_time": True,
             "label": name,
             "device": description,
             "allocator": "jax",
-            "requested": refusal.get("needed"),
+            "requested": refusal.get("needed"),  # as the compiler printed them (two decimals)
             "capacity": refusal.get("available"),
             "error": refusal.get("message"),
         }
+        record.oom = {key: value for key, value in oom.items() if value is not None}
 
 
 def _listed(value: object) -> list[object]:
