@@ -47,9 +47,10 @@ def run_once(directory: Path, extra: list[str], cached: bool) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3, help="Runs of each configuration; the fastest counts (default 3)")
-    parser.add_argument("--quick", action="store_true", help="One run of each")
+    parser.add_argument("--quick", action="store_true", help="One run of each, the MLP example only, without the cache folder")
     args = parser.parse_args(argv)
     repeat = 1 if args.quick else args.repeat
+    suite = SUITE[:2] if args.quick else SUITE
     try:
         import importlib.util
 
@@ -58,13 +59,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     except (ImportError, ValueError):
         return 0
-    print(f"JAX examples ({', '.join(SUITE[1:])}) under sim:TPU-v5e, best of {repeat}")
+    print(f"JAX examples ({', '.join(suite[1:])}) under sim:TPU-v5e, best of {repeat}")
     print(f"{'cache':<6} {'configuration':<22} {'wall s':>8} {'ratio':>7}")
     with tempfile.TemporaryDirectory(prefix="devmem-bench-tpu-") as scratch:
         directory = Path(scratch)
-        for name in SUITE:
+        for name in suite:
             shutil.copy(EXAMPLES / name, directory / name)
-        for cached in (False, True):
+        for cached in (False,) if args.quick else (False, True):
             if cached:  # fill the disk cache once, then measure runs that find it
                 for extra in CONFIGURATIONS.values():
                     run_once(directory, extra, cached=True)
