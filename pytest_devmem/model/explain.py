@@ -27,7 +27,7 @@ def oom_lines(oom: Mapping[str, object], devices: Sequence[Mapping[str, object]]
     if oom.get("compile_time"):  # the target's compiler refused the program: it never runs there
         return [
             f"out of device memory at compile time on {machine}: the {oom.get('device')} compiler refused {oom.get('label')} -- "
-            f"{KIND_TEXT.get('capacity', 'capacity')}",
+            "capacity: the program needs more HBM than the chip has, so it never runs there",
             f"  it needs {_size(oom.get('requested'))} of HBM, {_size(oom.get('capacity'))} is available (the compiler's figures)",
             f"  the compiler said: {oom.get('error')}",
         ]
