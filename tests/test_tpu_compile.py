@@ -388,3 +388,19 @@ def test_a_marker_naming_another_tpu_regime_runs_in_a_child_under_the_tpu_preset
     result.assert_outcomes(passed=2)
     regimes = sorted(r["regime"] for r in json.loads((pytester.path / "r.json").read_text())["records"])
     assert regimes == ["compact(fraction=1)", "ondemand"]
+
+
+@needs_libtpu
+def test_libtpus_settings_keep_what_the_user_set_and_are_put_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from pytest_devmem.capture.tpu_compile import environment_for_libtpu, tpu_present
+
+    assert not tpu_present()  # this machine: no TPU chip
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "10.0.0.2")
+    monkeypatch.delenv("ALLOW_MULTIPLE_LIBTPU_LOAD", raising=False)  # (this session's plugin set it)
+    wanted = environment_for_libtpu(os.environ)
+    assert "TPU_WORKER_HOSTNAMES" not in wanted and wanted["ALLOW_MULTIPLE_LIBTPU_LOAD"] == "1"
+    with quiet_libtpu():
+        assert os.environ["ALLOW_MULTIPLE_LIBTPU_LOAD"] == "1" and os.environ["TPU_WORKER_HOSTNAMES"] == "10.0.0.2"
+    assert "ALLOW_MULTIPLE_LIBTPU_LOAD" not in os.environ and os.environ["TPU_WORKER_HOSTNAMES"] == "10.0.0.2"
