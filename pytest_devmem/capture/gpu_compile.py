@@ -121,6 +121,10 @@ class GpuSizer:
     def __init__(self, spec: GpuSpec, cache_dir: str | os.PathLike[str] | None = None) -> None:
         self.spec = spec
         self.target = spec.preset if spec.memory_bytes == _preset_memory(spec.preset) else f"{spec.preset} with {format_size(spec.memory_bytes)}"
+        self._start(cache_dir)
+
+    def _start(self, cache_dir: str | os.PathLike[str] | None) -> None:
+        """The sizer's state before its first executable."""
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.installed = False
         self.note = ""

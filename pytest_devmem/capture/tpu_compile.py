@@ -29,9 +29,7 @@ import json
 import os
 import re
 import sys
-import threading
 import time
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -112,8 +110,8 @@ def environment_for_libtpu(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 TPU_DEVICE_PATHS = ("/dev/accel0", "/dev/vfio")
-"""Where a TPU VM's chips show themselves (accel: v2 to v4; vfio: v5e and later, as libtpu opens
-them); without either, there is no TPU to find."""
+"""Where a Cloud TPU VM's driver puts its chips' device files (/dev/accel*, or VFIO on later
+generations); without either there is no TPU to find, and the PCI scan is skipped."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -151,18 +149,7 @@ class TpuSizer(GpuSizer):
     def __init__(self, spec: TpuSpec, cache_dir: str | os.PathLike[str] | None = None) -> None:
         self.spec = spec  # type: ignore[assignment]
         self.target = spec.preset
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
-        self.installed = False
-        self.note = ""
-        self.compiles = 0
-        self.disk_hits = 0
-        self.compile_seconds = 0.0
-        self._lock = threading.RLock()
-        self._results: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-        self._by_module: dict[str, Any] = {}
-        self._topologies: dict[int, list[Any]] = {}
-        self._versions = ""
-        self._problem: str | None = None
+        self._start(cache_dir)
         self._arrays: dict[tuple[tuple[int, ...], str], int | None] = {}
         self.unsized_arrays: set[str] = set()  # dtypes the compiler could not size: kept dense, noted
 
