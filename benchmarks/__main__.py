@@ -1,6 +1,7 @@
 """`python -m benchmarks`: the pool benchmark, the machine benchmark, the plugin-overhead benchmark,
-the step-loop benchmark, then TensorFlow's capture on a small Keras/TensorFlow suite (skipped where
-TensorFlow is not installed).
+the step-loop benchmark, TensorFlow's capture on a small Keras/TensorFlow suite (skipped where
+TensorFlow is not installed), then a JAX suite sized by the TPU compiler against the CPU's (skipped
+where libtpu is not installed).
 
 Flags go to the pool benchmark; `--quick` also shortens the others.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from . import bench_machine, bench_plugin, bench_pool, bench_steps, bench_tensorflow
+from . import bench_machine, bench_plugin, bench_pool, bench_steps, bench_tensorflow, bench_tpu
 
 if __name__ == "__main__":
     arguments = sys.argv[1:]
@@ -22,4 +23,6 @@ if __name__ == "__main__":
     print()
     status = status or bench_steps.main(["--quick"] if quick else [])
     print()
-    raise SystemExit(status or bench_tensorflow.main(["--quick"] if quick else []))
+    status = status or bench_tensorflow.main(["--quick"] if quick else [])
+    print()
+    raise SystemExit(status or bench_tpu.main(["--quick"] if quick else []))

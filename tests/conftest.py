@@ -37,7 +37,16 @@ def tensorflow_loaded() -> object:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip GPU-marked tests, with the reason, where the CUDA driver sees no GPU."""
+    """Skip GPU-marked tests, with the reason, where the CUDA driver sees no GPU; TPU-marked ones
+    where JAX's check of the PCI devices finds no TPU chip."""
+    if any(item.get_closest_marker("tpu") for item in items):
+        from pytest_devmem.capture.tpu_compile import tpu_present
+
+        if not tpu_present():
+            skip_tpu = pytest.mark.skip(reason="needs a TPU (libtpu and its chips); none found on this machine")
+            for item in items:
+                if item.get_closest_marker("tpu"):
+                    item.add_marker(skip_tpu)
     if not any(item.get_closest_marker("gpu") for item in items):
         return
     if cuda_device_count() > 0:

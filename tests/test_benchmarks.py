@@ -27,7 +27,10 @@ def test_the_benchmarks_run_in_quick_mode() -> None:
     step_table = result.stdout[result.stdout.index("jitted steps"):result.stdout.index("TensorFlow")]
     steps = [line.split()[0] for line in step_table.splitlines() if line.startswith(("off ", "on, traces written "))]
     assert steps == ["off", "on,"], result.stdout
-    tensorflow = result.stdout[result.stdout.index("TensorFlow"):]  # the TensorFlow suite's table, last
+    tpu = result.stdout[result.stdout.index("\n\nJAX examples") :] if "\n\nJAX examples" in result.stdout else ""  # the TPU sizing table, last
+    tensorflow = result.stdout[result.stdout.index("TensorFlow") : len(result.stdout) - len(tpu)]  # the TensorFlow suite's table
+    if tpu:
+        assert "sized by the CPU" in tpu and "sized by the TPU v5e" in tpu and "target 1.3x" in tpu
     assert tensorflow.startswith(("TensorFlow suite: 4 tests", "TensorFlow is not installed"))
     if tensorflow.startswith("TensorFlow suite"):
         assert "on (prealloc, in-process)" in tensorflow and "TensorFlow capture per test" in tensorflow

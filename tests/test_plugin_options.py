@@ -19,7 +19,7 @@ def test_one():
         (["--devmem-fraction=1.5"], "invalid devmem fraction '1.5': must be in (0, 1], e.g. 0.5 (from --devmem-fraction)"),
         (["--devmem-fraction=0"], "invalid devmem fraction '0'"),
         (["--devmem-fraction=half"], "invalid devmem fraction 'half': must be a number in (0, 1]"),
-        (["--devmem-device=tpu:0"], "invalid device 'tpu:0': allowed are auto, sim, sim:SIZE (e.g. sim:16GiB), sim:PRESET (H100-80GB, H200, A100-40GB, A100-80GB, L4, A10G, V100-16GB, T4), cuda or cuda:N (from --devmem-device)"),
+        (["--devmem-device=tpu:0"], "invalid device 'tpu:0': allowed are auto, sim, sim:SIZE (e.g. sim:16GiB), sim:PRESET (H100-80GB, H200, A100-40GB, A100-80GB, L4, A10G, V100-16GB, T4, TPU-v4, TPU-v5e, TPU-v5p, TPU-v6e), cuda or cuda:N (from --devmem-device)"),
         (["--devmem-device=sim:16G"], "ambiguous size '16G': write 16GiB (powers of 1024) or 16GB (powers of 1000)"),
         (["--devmem-report=out.xml"], "invalid devmem report file 'out.xml' (from --devmem-report): the extension must be one of .json, .csv, .md"),
     ],

@@ -43,7 +43,7 @@ CUDA_PLUGIN_MODULE = "jax_plugins.xla_cuda12"
 CUDA_KERNELS_MODULE = "jax_cuda12_plugin"
 """JAX's CUDA kernels (package `jax-cuda12-plugin`): registers the handlers of cuSOLVER, cuFFT... custom calls."""
 INSTALL_HINT = "pip install 'pytest-devmem[gpu-compile]'"
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 """Bumped when what a disk-cache entry holds, or how its key is made, changes."""
 
 
@@ -111,11 +111,20 @@ def environment_for_deviceless_compile(environ: Mapping[str, str], gpu_present: 
 
 
 class GpuSizer:
-    """Sizes JAX executables for one GPU target; cached per executable and, with `cache_dir`, on disk."""
+    """Sizes JAX executables for one GPU target; cached per executable and, with `cache_dir`, on disk.
+    The TPU sizer (tpu_compile.py) is the same machinery with another compiler behind
+    `_target_devices`, `_target_text`, `VERSION_MODULES` and `_failed`."""
+
+    VERSION_MODULES: tuple[str, ...] = ("jaxlib", CUDA_PLUGIN_MODULE + ".version", CUDA_KERNELS_MODULE + ".version")
+    """Modules whose versions key the disk cache: a new compiler gives new sizes."""
 
     def __init__(self, spec: GpuSpec, cache_dir: str | os.PathLike[str] | None = None) -> None:
         self.spec = spec
         self.target = spec.preset if spec.memory_bytes == _preset_memory(spec.preset) else f"{spec.preset} with {format_size(spec.memory_bytes)}"
+        self._start(cache_dir)
+
+    def _start(self, cache_dir: str | os.PathLike[str] | None) -> None:
+        """The sizer's state before its first executable."""
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.installed = False
         self.note = ""
@@ -124,6 +133,7 @@ class GpuSizer:
         self.compile_seconds = 0.0
         self._lock = threading.RLock()
         self._results: weakref.WeakKeyDictionary[Any, ExecutableSizes | Unavailable] = weakref.WeakKeyDictionary()
+        self._by_module: dict[str, ExecutableSizes] = {}  # the same computation jitted again (another test's closure)
         self._topologies: dict[int, list[Any]] = {}
         self._versions = ""
         self._problem: str | None = None
@@ -173,14 +183,19 @@ class GpuSizer:
         if not recipe.devices:
             return Unavailable("the executable's device assignment is not known")
         try:
-            gpus = self._gpus(len(recipe.devices))
+            gpus = self._target_devices(len(recipe.devices))
         except _SizerError as exc:
             return Unavailable(str(exc))
+        known = self._source_key(recipe, len(gpus))  # a program sized before answers without lowering it again
+        cached = self._read_cache(known)
+        if cached is not None:
+            self.disk_hits += 1
+            return cached
         try:
             started = time.perf_counter()
             with jax_lowering.retargeting():
                 computation = jax_lowering.lower_for(recipe, gpus)
-                key = self._cache_key(computation, len(gpus))
+                key = known or self._cache_key(computation, len(gpus))
                 cached = self._read_cache(key)
                 if cached is not None:
                     self.disk_hits += 1
@@ -191,7 +206,7 @@ class GpuSizer:
         except jax_lowering.NotMappable as exc:
             return Unavailable(str(exc))
         except Exception as exc:
-            return Unavailable(_explain(exc))
+            return self._failed(exc)
         self.compiles += 1
         self.compile_seconds += seconds
         sizes = ExecutableSizes(
@@ -208,7 +223,15 @@ class GpuSizer:
         self._write_cache(key, sizes)
         return sizes
 
-    def _gpus(self, count: int) -> list[Any]:
+    def _failed(self, exc: Exception) -> Any:
+        """What a compile that raised gives: an `Unavailable` with a reason a user can act on."""
+        return Unavailable(_explain(exc))
+
+    def _target_text(self) -> str:
+        """The target as the disk cache's key names it."""
+        return self.spec.target_config()
+
+    def _target_devices(self, count: int) -> list[Any]:
         """`count` compile-only GPUs of the target on one host."""
         if count in self._topologies:
             return self._topologies[count]
@@ -231,25 +254,37 @@ class GpuSizer:
 
     # -- the disk cache ----------------------------------------------------------------------
 
-    def _cache_key(self, computation: Any, devices: int) -> str | None:
-        if self.cache_dir is None:
+    def _source_key(self, recipe: Any, devices: int) -> str | None:
+        """The cache key of a program by what JAX lowered for its own devices and its jaxpr (which
+        holds what a platform-dependent lowering would choose between); None where not known."""
+        if not recipe.source:
             return None
+        try:
+            jaxpr = str(recipe.arguments.get("closed_jaxpr"))
+        except Exception:
+            return None
+        return self._digest(devices, "source", recipe.source, jaxpr)
+
+    def _digest(self, devices: int, *texts: str) -> str:
+        digest = hashlib.sha256()
+        for part in (str(CACHE_FORMAT), self._software_versions(), self._target_text(), os.environ.get("XLA_FLAGS", ""), str(devices), *texts):
+            digest.update(part.encode())
+            digest.update(b"\0")
+        return digest.hexdigest()
+
+    def _cache_key(self, computation: Any, devices: int) -> str | None:
         try:
             from jax._src.interpreters import mlir  # type: ignore[import-not-found]
 
             text = mlir.module_to_string(computation.stablehlo(), enable_debug_info=False)
         except Exception:
             return None
-        digest = hashlib.sha256()
-        for part in (str(CACHE_FORMAT), self._software_versions(), self.spec.target_config(), os.environ.get("XLA_FLAGS", ""), str(devices), text):
-            digest.update(part.encode())
-            digest.update(b"\0")
-        return digest.hexdigest()
+        return self._digest(devices, "lowered", text)
 
     def _software_versions(self) -> str:
         if not self._versions:
             parts = []
-            for module in ("jaxlib", CUDA_PLUGIN_MODULE + ".version", CUDA_KERNELS_MODULE + ".version"):
+            for module in self.VERSION_MODULES:
                 try:
                     parts.append(f"{module}={getattr(importlib.import_module(module), '__version__', '?')}")
                 except ImportError:
@@ -258,6 +293,8 @@ class GpuSizer:
         return self._versions
 
     def _read_cache(self, key: str | None) -> ExecutableSizes | None:
+        if key is not None and key in self._by_module:
+            return self._by_module[key]
         if key is None or self.cache_dir is None:
             return None
         try:
@@ -267,6 +304,8 @@ class GpuSizer:
             return None
 
     def _write_cache(self, key: str | None, sizes: ExecutableSizes) -> None:
+        if key is not None:
+            self._by_module[key] = dataclasses.replace(sizes, compile_seconds=0.0, source="cache")
         if key is None or self.cache_dir is None:
             return
         try:

@@ -124,6 +124,7 @@ class JaxCapture:
         if self.sizer is not None and not self.sizer.install():
             self.sizing_note = self.sizer.note
         self._executables = Executables(cache.clear_all, self.sizer if self.sizer is not None and self.sizer.installed else None)
+        self._shards = ShardSizes(getattr(self.sizer, "shard_bytes", None) if self.sizer is not None and self.sizer.installed else None)
         self._donate_input = getattr(getattr(xla_client, "ArrayCopySemantics", None), "DONATE_INPUT", None)
         self._patches.replace(pjit, "_get_fastpath_data", self._wrap_fastpath_data)
         self._patches.replace(pxla.ExecuteReplicated, "__call__", self._wrap_execute)
@@ -188,7 +189,12 @@ class JaxCapture:
         for label in self.window.executables:
             plan = self._executables.by_label.get(label)
             if plan is not None:
-                found[label] = {"sized_for": plan.sized_for, **({"cpu_temp_bytes": plan.cpu_temp} if plan.cpu_temp is not None else {}), **({"note": plan.size_note} if plan.size_note else {})}
+                found[label] = {
+                    "sized_for": plan.sized_for,
+                    **({"cpu_temp_bytes": plan.cpu_temp} if plan.cpu_temp is not None and plan.refused is None else {}),
+                    **({"note": plan.size_note} if plan.size_note else {}),
+                    **({"refused": plan.refused} if plan.refused is not None else {}),
+                }
         return found
 
     def _fail(self, exc: Exception) -> None:

@@ -38,6 +38,7 @@ class ExecutablePlan:
     sized_for: str = "cpu"  # the compile its temp sizes come from: the CPU one, or a GPU target's
     cpu_temp: int | None = None  # the CPU compile's temp bytes, where another target's are used
     size_note: str = ""  # why it keeps the CPU compile's sizes although a GPU target was asked
+    refused: dict[str, object] | None = None  # the target's compiler refused it for memory: its message and figures
     runs_read_arguments: bool = field(init=False)  # donations to follow or host values to transfer
     temp_label: str = field(init=False)
     argument_label: str = field(init=False)
@@ -69,11 +70,13 @@ def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
     xla_executable = executable.xla_executable
     devices = [device_label(device) for device in xla_executable.local_devices()]
     temp = cpu_temp = _temp_size(xla_executable)
-    sized_for, note = "cpu", ""
+    sized_for, note, refused = "cpu", "", None
     if sizer is not None:
         sizes = sizer.sizes_for(executable)
         if hasattr(sizes, "temp_bytes"):
             temp, sized_for = int(sizes.temp_bytes), str(sizes.target)
+        elif hasattr(sizes, "available"):  # the target's compiler refused it: it would never run there
+            refused, sized_for, temp = sizes.to_json(), str(sizes.target), 0  # no temp of its own: the record's OOM says why
         else:
             note = str(getattr(sizes, "reason", "not compiled for the GPU target"))
     tokens = len(getattr(executable, "ordered_effects", ()) or ())  # effect tokens lead inputs and outputs
@@ -93,6 +96,7 @@ def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
         sized_for=sized_for,
         cpu_temp=cpu_temp if sized_for != "cpu" else None,
         size_note=note,
+        refused=refused,
     )
 
 

@@ -53,6 +53,7 @@ class Recipe:
 
     arguments: dict[str, Any]
     devices: tuple[Any, ...] = ()
+    source: str = ""  # the module JAX lowered for its own devices, as text: with the jaxpr, names the program
 
 
 class LoweringHooks:
@@ -147,6 +148,12 @@ class LoweringHooks:
         if device_list is None:
             device_list = devices_of(getattr(executable, "xla_executable", None))
         recipe.devices = tuple(device_list or ())
+        try:
+            from jax._src.interpreters import mlir  # type: ignore[import-not-found]
+
+            recipe.source = mlir.module_to_string(computation.stablehlo(), enable_debug_info=False)
+        except Exception:  # unnamed: a sizer lowers it again to name it
+            recipe.source = ""
         built = getattr(executable, "_unsafe_call", None)
         if built is not None:
             self._remember(built, recipe)

@@ -4,13 +4,18 @@ shape, dtype and sharding alone, so nothing waits for the device.
 A sharding places one shard on each of its addressable devices (`addressable_devices_indices_map`);
 a replicated sharding puts a full copy on each. A shard holds its slice of the global shape at the
 dtype's item size: what XLA allocates for a dense array on CPU and GPU, the same figure as
-`on_device_size_in_bytes()` without asking the device for it.
+`on_device_size_in_bytes()` without asking the device for it. A TPU lays arrays out in tiles, so
+under a TPU target each shard's size is what the TPU compiler states for that shard's shape and
+dtype (`ShardSizes(size_of=...)`, capture/tpu_compile.py), never a padding rule written here.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
+
+ShardSize = Callable[[tuple[int, ...], Any], "int | None"]
+"""(shard shape, dtype) -> the bytes a target's compiler lays that shard out in; None: unknown."""
 
 Shards = tuple[tuple[str, int], ...]
 """(device, bytes) per addressable shard, in the sharding's device order."""
@@ -25,14 +30,16 @@ def device_label(device: Any) -> str:
     return f"{device.platform}:{device.id}"
 
 
-def shards_of(shape: tuple[int, ...], itemsize: int, sharding: Any) -> Shards:
-    """(device, bytes) of each addressable shard of an array of `shape` placed by `sharding`."""
+def shards_of(shape: tuple[int, ...], itemsize: int, sharding: Any, size_of: ShardSize | None = None, dtype: Any = None) -> Shards:
+    """(device, bytes) of each addressable shard of an array of `shape` placed by `sharding`; with
+    `size_of`, each shard's bytes as it says (where it knows), else dense."""
     shape = tuple(shape)
     shards = []
     for device, index in sharding.addressable_devices_indices_map(shape).items():
         index = tuple(index or ())
-        elements = math.prod(_extent(part, size) for part, size in zip(index, shape)) * math.prod(shape[len(index):])
-        shards.append((device_label(device), elements * itemsize))
+        extents = tuple(_extent(part, size) for part, size in zip(index, shape)) + shape[len(index):]
+        sized = size_of(extents, dtype) if size_of is not None else None
+        shards.append((device_label(device), sized if sized is not None else math.prod(extents) * itemsize))
     return tuple(shards)
 
 
@@ -43,9 +50,11 @@ def _extent(part: Any, size: int) -> int:
 
 
 class ShardSizes:
-    """Shards of arrays, remembered by the identity of their aval and sharding objects."""
+    """Shards of arrays, remembered by the identity of their aval and sharding objects; with
+    `size_of`, sized as a target's compiler lays them out."""
 
-    def __init__(self) -> None:
+    def __init__(self, size_of: ShardSize | None = None) -> None:
+        self.size_of = size_of
         self._known: dict[tuple[int, int], tuple[Any, Any, Shards]] = {}
 
     def of(self, array: Any) -> Shards:
@@ -55,7 +64,7 @@ class ShardSizes:
         known = self._known.get(key)
         if known is not None and known[0] is aval and known[1] is sharding:
             return known[2]
-        shards = shards_of(aval.shape, aval.dtype.itemsize, sharding)
+        shards = shards_of(aval.shape, aval.dtype.itemsize, sharding, self.size_of, aval.dtype)
         if len(self._known) >= CACHE_LIMIT:
             self._known.clear()
         self._known[key] = (aval, sharding, shards)  # held: the ids stay theirs while cached

@@ -144,6 +144,9 @@ class Measurement:
             notes.append(self.jax_capture.note or "JAX is imported but its allocations could not be traced")
         if self.jax_capture.window.failure:
             notes.append(self.jax_capture.window.failure)
+        unsized = sorted(getattr(self.jax_capture.sizer, "unsized_arrays", ()) or ())
+        if unsized and self.jax_capture.window.executables:
+            notes.append(f"arrays of dtype {', '.join(unsized)} keep their dense size: the target's compiler could not size them")
         unknown = sorted(self.jax_capture.window.temp_unknown)
         if unknown:
             notes.append("no memory analysis for " + ", ".join(unknown) + ": their temp buffers are not in the trace")

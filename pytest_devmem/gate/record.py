@@ -57,6 +57,7 @@ class TestRecord:
     worst_fragmentation: float | None = None  # the highest fragmentation on any device over the test
     tolerance: str | None = None  # the tolerance its baseline comparison used (the marker's, or the session's)
     compile_target: str | None = None  # whose compile sized JAX's executables: "cpu", "native", or a GPU
+    tpu: dict[str, object] | None = None  # on a TPU preset: the generation, who sized it, bytes defragmentation moved
     trace_events: Trace | None = field(default=None, repr=False, compare=False)  # in memory only
     run: MachineRun | None = field(default=None, repr=False, compare=False)  # in memory only
 
@@ -157,6 +158,7 @@ class TestRecord:
             "oom": self.oom,
             "tolerance": self.tolerance,
             "compile_target": self.compile_target,
+            **({"tpu": self.tpu} if self.tpu is not None else {}),
             "outcome": self.outcome,
             "limit_bytes": self.limit_bytes,
             "duration_s": round(self.duration_s, 6),
@@ -201,4 +203,5 @@ class TestRecord:
             worst_fragmentation=data.get("worst_fragmentation"),  # type: ignore[arg-type]
             tolerance=data.get("tolerance") if isinstance(data.get("tolerance"), str) else None,  # type: ignore[arg-type]
             compile_target=data.get("compile_target") if isinstance(data.get("compile_target"), str) else None,  # type: ignore[arg-type]
+            tpu=data.get("tpu") if isinstance(data.get("tpu"), dict) else None,  # type: ignore[arg-type]
         )

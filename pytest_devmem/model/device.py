@@ -15,6 +15,7 @@ from typing import Protocol, runtime_checkable
 
 from ..errors import DeviceError, InvalidFreeError, InvalidSettingError
 from ..units import format_size, parse_size, round_up
+from .tpu_targets import TPU_SPECS, TpuSpec, tpu_spec
 
 DEFAULT_SIM_CAPACITY = 16 * 2**30
 """Capacity of the simulated device when none is given: 16 GiB, a common CI-class GPU size."""
@@ -71,12 +72,13 @@ class SimulatedDevice:
 
     BASE_ADDRESS = 0x7F00_0000_0000
 
-    def __init__(self, capacity: int = DEFAULT_SIM_CAPACITY, name: str | None = None, compute_capability: tuple[int, int] = DEFAULT_COMPUTE_CAPABILITY, preset: str | None = None) -> None:
+    def __init__(self, capacity: int = DEFAULT_SIM_CAPACITY, name: str | None = None, compute_capability: tuple[int, int] = DEFAULT_COMPUTE_CAPABILITY, preset: str | None = None, tpu: TpuSpec | None = None) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
             raise InvalidSettingError(f"invalid simulated device capacity {capacity!r}: must be a positive number of bytes")
         self.capacity = capacity
         self.compute_capability = compute_capability
         self.preset = preset
+        self.tpu = tpu  # the TPU generation a TPU preset stands for; None for a GPU
         self.name = name or (f"sim:{preset}" if preset else f"sim:{_compact_size(capacity)}")
         self.class_suffix = ""  # where its figures are not its own kind's (JAX sized by another compile)
         self._lock = threading.Lock()
@@ -208,7 +210,7 @@ def cuda_device_count() -> int:
         return 0
 
 
-DEVICE_SPEC_HELP = f"auto, sim, sim:SIZE (e.g. sim:16GiB), sim:PRESET ({', '.join(PRESETS)}), cuda or cuda:N"
+DEVICE_SPEC_HELP = f"auto, sim, sim:SIZE (e.g. sim:16GiB), sim:PRESET ({', '.join(PRESETS)}, {', '.join(TPU_SPECS)}), cuda or cuda:N"
 
 
 def open_device(spec: str = "auto") -> Device:
@@ -222,6 +224,9 @@ def open_device(spec: str = "auto") -> Device:
     if text == "sim":
         return SimulatedDevice()
     if text.startswith("sim:"):
+        tpu = tpu_spec(text)
+        if tpu is not None:  # each JAX device is one TPU device with the HBM its compiler says is available
+            return SimulatedDevice(tpu.usable_bytes, preset=tpu.preset, tpu=tpu)
         presets = {name.lower(): name for name in PRESETS}
         if text[4:] in presets:
             name = presets[text[4:]]
@@ -230,7 +235,7 @@ def open_device(spec: str = "auto") -> Device:
         try:
             capacity = parse_size(spec.strip()[4:])
         except ValueError as exc:
-            raise InvalidSettingError(f"invalid device {spec!r}: {exc}; or name a preset: {', '.join(PRESETS)}") from None
+            raise InvalidSettingError(f"invalid device {spec!r}: {exc}; or name a preset: {', '.join([*PRESETS, *TPU_SPECS])}") from None
         if capacity <= 0:
             raise InvalidSettingError(f"invalid device {spec!r}: the capacity must be more than 0 bytes")
         return SimulatedDevice(capacity)

@@ -24,6 +24,13 @@ def _size(value: object) -> str:
 
 def oom_lines(oom: Mapping[str, object], devices: Sequence[Mapping[str, object]] | None, regime: str, machine: str) -> list[str]:
     """The out-of-memory result as lines, headline first."""
+    if oom.get("compile_time"):  # the target's compiler refused the program: it never runs there
+        return [
+            f"out of device memory at compile time on {machine}: the {oom.get('device')} compiler refused {oom.get('label')} -- "
+            "capacity: the program needs more HBM than the chip has, so it never runs there",
+            f"  it needs {_size(oom.get('requested'))} of HBM, {_size(oom.get('capacity'))} is available (the compiler's figures)",
+            f"  the compiler said: {oom.get('error')}",
+        ]
     if "kind" not in oom:  # only a real error, the model fitted (or nothing was traced)
         return [f"out of device memory for real under regime {regime} on {machine}: {oom.get('error', 'the test raised an out-of-memory error')}"]
     who = allocator_name(str(oom.get("allocator", "")))

@@ -150,6 +150,24 @@ class Regime:
         return self.label
 
 
+TPU_RUNTIME = Regime.of(Mode.COMPACT, 1.0)
+"""The TPU runtime's regime: HBM on demand, up to all the compiler says is available (the device's
+capacity), defragmented when an allocation does not fit (jax-ml/jax #9064: the TPU runtime moves
+live buffers). JAX does not preallocate on a TPU, so it sets no variable (plugin/settings.py
+`sets_framework_variables`)."""
+
+GPU_ONLY_MODES = (Mode.PREALLOC, Mode.FRACTION, Mode.GROWTH)
+"""JAX's and TensorFlow's GPU allocator regimes: no TPU runtime has them."""
+
+
+def on_tpu(regime: Regime | None) -> Regime | None:
+    """A regime asked for on a TPU preset as the TPU runtime has it: `compact` over all usable HBM
+    (a GPU regime is refused before this: see tpu_targets.tpu_regime_refusal)."""
+    if regime is not None and regime.mode is Mode.COMPACT and regime.fraction == DEFAULT_PREALLOC_FRACTION:
+        return TPU_RUNTIME
+    return regime
+
+
 def _same_setting(name: str, value: str, regime_value: str | None, regime: Regime) -> bool:
     """Whether a user's value says what the regime's value says (as jaxlib parses both)."""
     if name.endswith("MEM_FRACTION"):  # JAX's fraction applies whether or not the regime spells it out

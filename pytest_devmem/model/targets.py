@@ -9,8 +9,9 @@ is no target: the session's own device is the only one a run holds.
 from __future__ import annotations
 
 from .device import PRESETS, open_device
+from .tpu_targets import TPU_SPECS
 from ..errors import InvalidSettingError
-from .regime import Regime
+from .regime import TPU_RUNTIME, Regime
 
 TPU_PREFIX = "TPU-"
 """Presets whose name starts so are TPU chips (`sim:TPU-v5e`): their runtime's regime is `compact`."""
@@ -20,7 +21,7 @@ TARGETS_HELP = "a comma-separated list of simulated devices: sim:SIZE (e.g. sim:
 
 def allowed_targets() -> str:
     """What a target may be, with the presets known now (GPU and, where present, TPU ones)."""
-    return f"{TARGETS_HELP} ({', '.join(PRESETS)})"
+    return f"{TARGETS_HELP} ({', '.join([*PRESETS, *TPU_SPECS])})"
 
 
 def parse_targets(value: str) -> tuple[str, ...]:
@@ -55,5 +56,5 @@ def regime_on_target(target: str, regime: Regime) -> Regime:
     does not fit (the `compact` pool; JAX does not preallocate on a TPU). Every other target keeps
     the test's regime. Extend here for a device kind with a regime of its own."""
     if is_tpu(target):
-        return Regime.of("compact")
+        return TPU_RUNTIME  # compact over all usable HBM: a TPU preset refuses any other fraction
     return regime

@@ -43,7 +43,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
     try:
         settings = load_settings(config)
-        if settings.regime is not None:
+        if settings.regime is not None and settings.sets_framework_variables:
             conflicts = config.stash.get(conflicts_key, None)
             if conflicts is None:  # the plugin came too late for the early check: the environment is still the user's
                 conflicts = settings.regime.conflicts(os.environ)
@@ -75,8 +75,9 @@ def compile_target(settings: Settings, device: Device) -> CompileTarget:
     """Whose compile sizes JAX's executables this session; the device class says so where the sizes
     are not the device's own (so a baseline of one compile's sizes is never compared with another's)."""
     from ..capture.gpu_compile import cuda_compiler_problem
+    from ..capture.tpu_compile import tpu_compiler_problem
 
-    target = resolve_compile_target(settings.compile_target, device, cuda_compiler_problem())
+    target = resolve_compile_target(settings.compile_target, device, cuda_compiler_problem(), tpu_compiler_problem())
     if target.class_suffix and hasattr(device, "class_suffix"):
         device.class_suffix = target.class_suffix
     return target

@@ -40,7 +40,7 @@ class Checks:
     def record(self, item: pytest.Item, outcome: str, duration: float, captured: Captured) -> TestRecord:
         """The test's record, its trace written and analysed where the session asks."""
         spec = marked(item)
-        regime = regime_of(item)
+        regime = regime_of(item, self.settings.default_regime)
         record = make_record(
             self.measurement,
             captured,

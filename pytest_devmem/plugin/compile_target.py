@@ -1,30 +1,30 @@
-"""Whose compile sizes each JAX executable's temporary buffers: the CPU's the tests run on, or the
-GPU's the simulated device stands for (compiled deviceless, capture/gpu_compile.py). XLA:GPU assigns
-buffers differently from XLA:CPU (an attention step's temp is 0 on the CPU and 1 GiB on an H100), so
-a `sim:` GPU preset is sized as that GPU by default. A baseline made with one compile's sizes is
-never compared with another's: the device class says which, where it is not the device's own."""
+"""Whose compile sizes each JAX executable's buffers: the CPU's the tests run on, or the GPU's or
+TPU's the simulated device stands for (compiled deviceless: capture/gpu_compile.py,
+capture/tpu_compile.py). XLA:GPU and XLA:TPU assign buffers differently from XLA:CPU (an attention
+step's temp is 0 on the CPU, 256 MiB on an H100 and 128 MiB on a TPU v5e), and a TPU lays arrays out
+in tiles, so a `sim:` GPU or TPU preset is sized as that device by default. A baseline made with one
+compile's sizes is never compared with another's: the device class says which, where it is not the
+device's own."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ..model.device import Device
-from ..model.gpu_targets import GPU_SPECS, gpu_spec
+from ..model.gpu_targets import GPU_SPECS, GpuSpec, gpu_spec
+from ..model.tpu_targets import TPU_SPECS, TpuSpec, tpu_spec
 
-if TYPE_CHECKING:
-    from ..model.gpu_targets import GpuSpec
-
-CHOICES = ("auto", "cpu", *GPU_SPECS)
+CHOICES = ("auto", "cpu", *GPU_SPECS, *TPU_SPECS)
 HELP = (
-    "Whose compile sizes each JAX executable's temporary buffers: auto (default: a sim: GPU preset is sized as "
-    "that GPU; sim:SIZE, which names no GPU, and a real GPU keep their own compile's), cpu, or a GPU to size "
-    f"them for ({', '.join(GPU_SPECS)}). A GPU needs pip install 'pytest-devmem[gpu-compile]'."
+    "Whose compile sizes each JAX executable's buffers: auto (default: a sim: GPU or TPU preset is sized as "
+    "that device; sim:SIZE, which names no GPU, and a real GPU keep their own compile's), cpu, or a GPU or TPU to size "
+    f"them for ({', '.join([*GPU_SPECS, *TPU_SPECS])}). A GPU needs pip install 'pytest-devmem[gpu-compile]', "
+    "a TPU 'pytest-devmem[tpu-compile]'."
 )
 
 
 def parse_compile_target(value: str) -> str:
-    """`auto`, `cpu` or a GPU preset's name (any case); ValueError naming the value and the choices."""
+    """`auto`, `cpu` or a GPU or TPU preset's name (any case); ValueError naming the value and the choices."""
     names = {name.lower(): name for name in CHOICES}
     found = names.get(str(value).strip().lower())
     if found is None:
@@ -36,18 +36,22 @@ def parse_compile_target(value: str) -> str:
 class CompileTarget:
     """What sizes the session's JAX executables, and how the device class says so."""
 
-    label: str  # "cpu", "native" (a real GPU's own compile), or the GPU compiled for
-    spec: GpuSpec | None  # the GPU to compile for; None: the executables' own sizes
+    label: str  # "cpu", "native" (a real GPU's own compile), or the GPU or TPU compiled for
+    spec: GpuSpec | TpuSpec | None  # the device to compile for; None: the executables' own sizes
     note: str  # why it is this one, for the summary and the report
     class_suffix: str = ""  # added to the device class where the sizes are not the device's own
+
+    @property
+    def platform(self) -> str:
+        return "tpu" if isinstance(self.spec, TpuSpec) else "gpu" if self.spec is not None else "cpu"
 
     def to_json(self) -> dict[str, object]:
         return {"target": self.label, "note": self.note}
 
 
-def resolve(setting: str | None, device: Device, compiler_problem: str | None) -> CompileTarget:
-    """The compile target for `device` under `setting` (None: auto), given whether XLA:GPU's compiler
-    is installed (`compiler_problem` says why not)."""
+def resolve(setting: str | None, device: Device, compiler_problem: str | None, tpu_compiler_problem: str | None = None) -> CompileTarget:
+    """The compile target for `device` under `setting` (None: auto), given whether XLA:GPU's and
+    XLA:TPU's compilers are installed (`compiler_problem`, `tpu_compiler_problem` say why not)."""
     choice = setting or "auto"
     if getattr(device, "index", None) is not None:
         return CompileTarget("native", None, "JAX compiles for the real GPU: its own sizes")
@@ -58,10 +62,14 @@ def resolve(setting: str | None, device: Device, compiler_problem: str | None) -
         suffix = "-cpu-sizes" if preset is not None else ""
         return CompileTarget("cpu", None, "JAX's sizes are the CPU compile's (--devmem-compile-target=cpu)", suffix)
     name = str(preset if choice == "auto" else choice)
-    spec = gpu_spec(name)  # that GPU as its data sheet has it: the model's devices keep their own capacity
-    label = name
     natural = choice == "auto" or name == preset
+    suffix = "" if natural else f"-{name}-sizes"
+    tpu = tpu_spec(name)
+    if tpu is not None:
+        if tpu_compiler_problem is not None:
+            return CompileTarget("cpu", None, f"JAX's sizes stay the CPU compile's, not a {tpu.description}'s: {tpu_compiler_problem}", "-cpu-sizes" if preset is not None else "")
+        return CompileTarget(name, tpu, f"JAX's executables and arrays are sized as the {tpu.description} compiler (libtpu, deviceless) sizes them, where they compile for it", suffix)
+    spec = gpu_spec(name)  # that GPU as its data sheet has it: the model's devices keep their own capacity
     if compiler_problem is not None:
-        suffix = "-cpu-sizes" if preset is not None else ""
-        return CompileTarget("cpu", None, f"JAX's sizes stay the CPU compile's, not {label}'s: {compiler_problem}", suffix)
-    return CompileTarget(label, spec, f"JAX's executables are sized as {label}'s compile sizes them (deviceless), where they compile for it", "" if natural else f"-{name}-sizes")
+        return CompileTarget("cpu", None, f"JAX's sizes stay the CPU compile's, not {name}'s: {compiler_problem}", "-cpu-sizes" if preset is not None else "")
+    return CompileTarget(name, spec, f"JAX's executables are sized as {name}'s compile sizes them (deviceless), where they compile for it", suffix)

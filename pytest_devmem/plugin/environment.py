@@ -11,7 +11,11 @@ from typing import Mapping
 
 import pytest
 
-from ..capture.tensorflow.cpu_allocator import ONEDNN_VARIABLE, CpuAllocatorSetting, prepare_cpu_allocator
+from ..capture.tensorflow.cpu_allocator import (
+    ONEDNN_VARIABLE,
+    CpuAllocatorSetting,
+    prepare_cpu_allocator,
+)
 from ..capture.tensorflow.cpu_allocator import VARIABLE as TF_CPU_BFC
 from ..model.regime import restore
 from .settings import Settings
@@ -27,12 +31,12 @@ def prepare(config: pytest.Config, settings: Settings) -> None:
     """Everything the frameworks read at start-up, set before they start; what it replaced is kept
     on the config for `restore_all`. Contradicting JAX variables are kept for pytest_configure to
     refuse (with the regime left unapplied)."""
-    if settings.regime is not None:
+    if settings.regime is not None and settings.sets_framework_variables:
         conflicts = settings.regime.conflicts(os.environ)
         config.stash[conflicts_key] = conflicts
         if conflicts:
             return
-    if settings.effective_regime is not None:
+    if settings.effective_regime is not None and settings.sets_framework_variables:
         config.stash[early_env_key] = settings.effective_regime.apply()
     config.stash[tensorflow_cpu_key] = prepare_cpu_allocator(os.environ)  # before TensorFlow creates its CPU device
     config.stash[deviceless_env_key] = prepare_deviceless_compile()  # before JAX starts its backends
@@ -49,14 +53,20 @@ def prepare_late(config: pytest.Config, settings: Settings) -> None:
 def prepare_deviceless_compile() -> dict[str, str | None]:
     """Where XLA:GPU's compiler is installed (the gpu-compile extra) on a machine without a GPU: the
     setting that lets it register while JAX runs on the CPU, without a traceback at JAX's start
-    (capture/gpu_compile.py); the previous values, to put back."""
-    from ..capture.gpu_compile import cuda_compiler_problem, environment_for_deviceless_compile
+    (capture/gpu_compile.py); where libtpu is installed (the tpu-compile extra) on a machine without
+    a TPU: what keeps its start quiet and off the real TPU's lock (capture/tpu_compile.py). The
+    previous values, to put back."""
+    from ..capture.gpu_compile import (
+        cuda_compiler_problem,
+        environment_for_deviceless_compile,
+    )
+    from ..capture.tpu_compile import environment_for_libtpu
 
-    if cuda_compiler_problem() is not None:
-        return {}
-    from .workers import gpu_count
+    wanted = environment_for_libtpu(os.environ)
+    if cuda_compiler_problem() is None:
+        from .workers import gpu_count
 
-    wanted = environment_for_deviceless_compile(os.environ, gpu_count() > 0)
+        wanted.update(environment_for_deviceless_compile(os.environ, gpu_count() > 0))
     previous = {name: os.environ.get(name) for name in wanted}
     os.environ.update(wanted)
     return previous

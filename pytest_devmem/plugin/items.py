@@ -10,7 +10,8 @@ import pytest
 from ..capture.measurement import Captured
 from ..errors import DevmemError, OutOfMemoryError
 from ..gate.marks import MARK_NAME, MarkSpec, parse_mark
-from ..model.regime import Regime
+from ..model.regime import GPU_ONLY_MODES, Regime, on_tpu
+from ..model.tpu_targets import TpuSpec, tpu_regime_refusal
 
 DEFAULT_REGIME = Regime.of("prealloc")
 """A measured test's regime when neither --devmem-mode nor its marker names one: JAX's and
@@ -23,11 +24,14 @@ captured_key = pytest.StashKey[Captured]()
 oom_key = pytest.StashKey["str | None"]()  # the out-of-memory error the test raised, as text
 
 
-def prepare_item(item: pytest.Item, session_regime: Regime | None) -> Regime | None:
+def prepare_item(item: pytest.Item, session_regime: Regime | None, tpu: TpuSpec | None = None) -> Regime | None:
     """Read the item's marker once: its spec (or the error to raise in its setup), whether it is
-    measured, its regime."""
+    measured, its regime. On a TPU preset a marker's GPU regime is that test's error."""
     marker = item.get_closest_marker(MARK_NAME)
     spec = parse_mark(marker.args, dict(marker.kwargs)) if marker is not None else None
+    if tpu is not None and isinstance(spec, MarkSpec) and ((spec.fraction is not None and spec.fraction != 1.0) or spec.mode in GPU_ONLY_MODES):
+        asked = f"@pytest.mark.devmem({', '.join(f'{k}={v!r}' for k, v in (('mode', spec.mode.value if spec.mode else None), ('fraction', spec.fraction)) if v is not None)})"
+        spec = tpu_regime_refusal(tpu, asked)
     item.stash[mark_key] = spec
     item.stash[measured_key] = session_regime is not None or marker is not None
     try:
@@ -35,6 +39,8 @@ def prepare_item(item: pytest.Item, session_regime: Regime | None) -> Regime | N
     except (DevmemError, ValueError, TypeError, OverflowError) as exc:  # the marker's regime with the session's: this test's error
         item.stash[mark_key] = f"@pytest.mark.devmem: {exc}"
         regime = session_regime
+    if tpu is not None and regime is not session_regime and regime is not None:
+        regime = on_tpu(regime)
     item.stash[regime_key] = regime
     return regime
 
@@ -48,9 +54,9 @@ def measured(item: pytest.Item) -> bool:
     return item.stash.get(measured_key, False)
 
 
-def regime_of(item: pytest.Item) -> Regime:
+def regime_of(item: pytest.Item, default: Regime = DEFAULT_REGIME) -> Regime:
     """The regime the item runs under: its own, or the default where none is named."""
-    return item.stash.get(regime_key, None) or DEFAULT_REGIME
+    return item.stash.get(regime_key, None) or default
 
 
 def id_of_test(nodeid: str, path: str) -> str:

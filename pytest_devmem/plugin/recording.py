@@ -24,11 +24,12 @@ def machine_spec(device: Device, context_bytes: int | None) -> MachineSpec:
     """The machine the session's device stands for: each device the frameworks see has its capacity
     (a GPU session's devices are GPUs; elsewhere JAX's and TensorFlow's CPU devices stand in)."""
     on_gpu = getattr(device, "index", None) is not None
+    on_tpu = getattr(device, "tpu", None) is not None  # a TPU has no CUDA context
     return MachineSpec(
         capacity=device.capacity,
         name=device.name,
         compute_capability=getattr(device, "compute_capability", DEFAULT_COMPUTE_CAPABILITY)[0],
-        context_bytes=context_bytes,
+        context_bytes=0 if on_tpu else context_bytes,
         default_device="gpu:0" if on_gpu else "cpu:0",
         environ=dict(os.environ),
     )
@@ -82,11 +83,55 @@ def make_record(
         kept = {name: str(sized["note"]) for name, sized in captured.sizes.items() if sized.get("note")}
         if kept:
             notes.append(f"{len(kept)} executable(s) kept the CPU compile's sizes: " + "; ".join(f"{name} ({why})" for name, why in sorted(kept.items())))
+    tpu = getattr(device, "tpu", None)
+    if tpu is not None:
+        describe_tpu(record, tpu.description, captured, trace, notes)
     if captured.compiled is not None:
         record.compiles = len(captured.compiled)
         if record.trace is not None:
             record.trace["compiled"] = captured.compiled
     return record
+
+
+def describe_tpu(record: TestRecord, description: str, captured: Captured, trace: Trace, notes: list[str]) -> None:
+    """What a record on a TPU preset says besides the pools' figures: which compile sized it, the
+    bytes the TPU runtime's defragmentation moved, a program the TPU compiler refused (an
+    out-of-memory result of kind capacity, with the compiler's figures), and TensorFlow's figures
+    for what they are."""
+    allocators = [a for d in record.devices or [] for a in _listed(d.get("allocators")) if isinstance(a, dict)]
+    moved = sum(int(a.get("moved_bytes", 0)) for a in allocators)
+    compactions = sum(int(a.get("compactions", 0)) for a in allocators)
+    sized = record.compile_target if record.compile_target not in (None, "cpu") else None
+    record.tpu = {
+        "target": description,
+        "sized_for": sized or "cpu",
+        "compaction_moved_bytes": moved,
+        "compactions": compactions,
+    }
+    if sized is None and "jax" in trace.names:
+        notes.append(f"JAX's figures are the CPU compile's, not a {description}'s (the TPU compiler was not used: see the session's compile target)")
+    if "tensorflow" in trace.names:
+        notes.append(f"TensorFlow's figures are its CPU allocator's, not a {description}'s: no TPU compile sizes TensorFlow's tensors")
+        record.tpu["tensorflow"] = "CPU allocator's figures, not sized for the TPU"
+    refusals = [(name, sized_by) for name, sized_by in sorted(captured.sizes.items()) if isinstance(sized_by.get("refused"), dict)]
+    if refusals and record.oom is None:
+        name, sized_by = refusals[0]
+        refusal: dict[str, object] = sized_by["refused"]  # type: ignore[assignment]
+        oom = {
+            "kind": "capacity",
+            "compile_time": True,
+            "label": name,
+            "device": description,
+            "allocator": "jax",
+            "requested": refusal.get("needed"),  # as the compiler printed them (two decimals)
+            "capacity": refusal.get("available"),
+            "error": refusal.get("message"),
+        }
+        record.oom = {key: value for key, value in oom.items() if value is not None}
+
+
+def _listed(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
 
 
 def add_pins(record: TestRecord, run: MachineRun, trace: Trace) -> None:

@@ -23,7 +23,6 @@ from ..present.report import benchmark_json, render
 from ..present.summary import SummaryFacts
 from .checks import shown
 from .compile_target import CompileTarget
-from .items import DEFAULT_REGIME
 from .settings import Settings
 from .shard import shard_of
 from .workers import LargestTests, plan_workers, workers_per_device
@@ -150,8 +149,8 @@ class SessionResults:
     def check_side_by_side(self) -> SideBySide | None:
         """xdist controller: the suite's largest tests replayed at once, as the workers sharing a
         device may run them (model/side_by_side.py)."""
-        if self.workers_reported < 2 or len(self.largest_from_workers) < 2:
-            return None
+        if self.workers_reported < 2 or len(self.largest_from_workers) < 2 or self.settings.tpu is not None:
+            return None  # (a TPU's chips belong to one process: workers never share them)
         from .recording import allocator_setups, machine_spec
         from .workers import gpu_count
 
@@ -164,7 +163,7 @@ class SessionResults:
                 regime = self.settings.regime
             else:
                 regime = plan_workers(self.settings.regime, self.settings.fraction_chosen, 0, count, 0, False).regime
-            policy = (regime or DEFAULT_REGIME).policy
+            policy = (regime or self.settings.default_regime).policy
             return policy.label, allocator_setups(policy, self.device)
 
         return check_side_by_side(self.largest_from_workers, sharing, setups_for, machine_spec(self.device, self.settings.cuda_context_bytes))

@@ -19,7 +19,7 @@ from ..units import format_size
 from .checks import Checks
 from .compile_target import CompileTarget
 from .environment import early_env_key, restore_all, tensorflow_cpu_key, tensorflow_installed
-from .items import DEFAULT_REGIME, captured_key, id_of_test, mark_key, measured, oom_key, out_of_memory_text, prepare_item, regime_key
+from .items import captured_key, id_of_test, mark_key, measured, oom_key, out_of_memory_text, prepare_item, regime_key
 from .results import SessionResults
 from .settings import Settings
 from .workers import LargestTests, plan_workers
@@ -54,7 +54,7 @@ class DevmemSession:
         self.regime_env: dict[str, str | None] | None = config.stash.get(early_env_key, None)  # what the regime replaced
         if settings.regime is not None:
             self.measurement.watch_frameworks()  # every test is measured: hook JAX before it runs anything
-        if settings.effective_regime is not None:
+        if settings.effective_regime is not None and settings.sets_framework_variables:
             if jax_backend_started():
                 warnings.warn(pytest.PytestWarning(f"JAX had already started before pytest-devmem could apply regime {settings.effective_regime.label}; its settings do not apply in this process"), stacklevel=1)
             previous = settings.effective_regime.apply()
@@ -76,8 +76,10 @@ class DevmemSession:
     # -- the session starts ---------------------------------------------------------------
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        regime = self.settings.regime.label if self.settings.regime else f"none (marked tests only, under {DEFAULT_REGIME.label} unless the marker names one)"
+        regime = self.settings.regime.label if self.settings.regime else f"none (marked tests only, under {self.settings.default_regime.label} unless the marker names one)"
         lines = [f"devmem: device {self.device.name}, regime {regime}"]
+        if self.settings.tpu is not None:
+            lines.append(f"devmem: {self.settings.tpu.description}: HBM on demand, defragmented when an allocation does not fit (regime compact); JAX's XLA_PYTHON_CLIENT_* settings do not apply")
         if self.compile_target.spec is not None or self.compile_target.class_suffix:
             lines.append(f"devmem: {self.compile_target.note}")
         if self.tensorflow_cpu is not None and tensorflow_installed():
@@ -112,7 +114,7 @@ class DevmemSession:
         timeouts = config.pluginmanager.hasplugin("timeout")  # pytest-timeout
         self.results.shape.add_items(item.nodeid for item in items)
         for item in items:
-            regime = prepare_item(item, self.settings.regime)
+            regime = prepare_item(item, self.settings.regime, self.settings.tpu)
             if regime is not None and regime != self.settings.regime and not self.is_child:
                 self.isolated.setdefault(regime, []).append(item)
                 if timeouts:  # the child gets --timeout and times each test itself; here one timer
@@ -185,7 +187,7 @@ class DevmemSession:
         report = yield
         if call.when == "setup" and report.skipped and measured(item):
             why = str(report.longrepr[2]).removeprefix("Skipped: ") if isinstance(report.longrepr, tuple) else "skipped"
-            report.devmem_unrecorded = [(item.stash.get(regime_key, None) or DEFAULT_REGIME).label, f"skipped: {why}"]  # type: ignore[attr-defined]
+            report.devmem_unrecorded = [(item.stash.get(regime_key, None) or self.settings.default_regime).label, f"skipped: {why}"]  # type: ignore[attr-defined]
         if call.when != "call" or not measured(item):
             return report
         captured = item.stash.get(captured_key, None)
@@ -294,10 +296,10 @@ class DevmemSession:
         regime = item.stash.get(regime_key, None)
         if regime is not None and regime == self.settings.regime:
             regime = self.settings.effective_regime  # this xdist worker's share of the session regime
-        pool = make_pool(self.device, (regime or DEFAULT_REGIME).policy)
+        pool = make_pool(self.device, (regime or self.settings.default_regime).policy)
         if measured(item):
             self.measurement.pool_source.attach(pool)
-        return DevmemFixture(regime or DEFAULT_REGIME, RecordingPool(pool, self.measurement.recorder), self.device)  # type: ignore[arg-type]
+        return DevmemFixture(regime or self.settings.default_regime, RecordingPool(pool, self.measurement.recorder), self.device)  # type: ignore[arg-type]
 
     def _configure_tensorflow_once(self) -> None:
         if self._tensorflow_configured or "tensorflow" not in sys.modules or self.settings.regime is None:
@@ -311,6 +313,8 @@ class DevmemSession:
         """On the xdist controller: how workers will share the device; a warning where they cannot."""
         if self.is_xdist_worker or self.is_child or self.settings.regime is None:
             return ""
+        if self.settings.tpu is not None:
+            return ""  # a TPU's chips belong to one process: each worker is measured alone
         try:
             count = int(self.config.getoption("numprocesses", default=0) or 0)
         except (TypeError, ValueError):
@@ -340,19 +344,24 @@ class DevmemSession:
 
 
 def gpu_sizer(config: pytest.Config, target: CompileTarget) -> object | None:
-    """The GPU sizer for the session's compile target, its results cached on disk in pytest's cache
-    directory where there is one; None where JAX keeps its own sizes."""
+    """The GPU or TPU sizer for the session's compile target, its results cached on disk in pytest's
+    cache directory where there is one; None where JAX keeps its own sizes."""
     if target.spec is None:
         return None
     from ..capture.gpu_compile import GpuSizer
+    from ..model.tpu_targets import TpuSpec
 
     cache = getattr(config, "cache", None)
     directory = None
     if cache is not None:
         try:
-            directory = cache.mkdir("devmem-gpu-sizes")
+            directory = cache.mkdir("devmem-tpu-sizes" if target.platform == "tpu" else "devmem-gpu-sizes")
         except OSError:
             directory = None
+    if isinstance(target.spec, TpuSpec):
+        from ..capture.tpu_compile import TpuSizer
+
+        return TpuSizer(target.spec, directory)
     return GpuSizer(target.spec, directory)
 
 

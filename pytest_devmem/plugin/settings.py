@@ -13,17 +13,23 @@ from typing import Callable
 
 import pytest
 
-from ..model.device import DEFAULT_SIM_CAPACITY, DEVICE_SPEC_HELP
 from ..errors import DevmemError
-from ..model.pool.policy import ALLOWED_MODES, parse_fraction, parse_mode
-from ..model.regime import Regime
-from ..model.targets import parse_targets
-from ..present.report import REPORT_FORMATS
 from ..gate.marks import normalize_frameworks, parse_max_fragmentation
+from ..gate.tolerance import (
+    DEFAULT_TOLERANCE,
+    TOLERANCE_HELP,
+    Tolerance,
+    parse_tolerance,
+)
+from ..model.device import DEFAULT_SIM_CAPACITY, DEVICE_SPEC_HELP
+from ..model.pool.policy import ALLOWED_MODES, parse_fraction, parse_mode
+from ..model.regime import GPU_ONLY_MODES, TPU_RUNTIME, Regime, on_tpu
+from ..model.targets import parse_targets
+from ..model.tpu_targets import TpuSpec, tpu_regime_refusal, tpu_spec
+from ..present.report import REPORT_FORMATS
+from ..units import format_size, parse_size
 from .compile_target import HELP as COMPILE_TARGET_HELP
 from .compile_target import parse_compile_target
-from ..gate.tolerance import DEFAULT_TOLERANCE, TOLERANCE_HELP, Tolerance, parse_tolerance
-from ..units import format_size, parse_size
 from .workers import WorkerPlan, gpu_count, plan_workers, worker_index
 
 
@@ -157,6 +163,21 @@ class Settings:
     worker_plan: WorkerPlan | None = None
     autosave: bool = False
     targets: tuple[str, ...] = ()  # other devices every measured test runs on (--devmem-targets), by name
+    tpu: TpuSpec | None = None  # the TPU a sim: TPU preset stands for: its runtime's regime, no GPU variables
+
+    @property
+    def default_regime(self) -> Regime:
+        """A measured test's regime where neither the session nor its marker names one: the
+        frameworks' own defaults (prealloc) on a GPU, the TPU runtime's on a TPU."""
+        from .items import DEFAULT_REGIME
+
+        return TPU_RUNTIME if self.tpu is not None else DEFAULT_REGIME
+
+    @property
+    def sets_framework_variables(self) -> bool:
+        """Whether the regime's JAX and TensorFlow variables apply: XLA_PYTHON_CLIENT_* are GPU
+        settings (JAX does not preallocate on a TPU)."""
+        return self.tpu is None
 
     @property
     def effective_regime(self) -> Regime | None:
@@ -182,6 +203,12 @@ def load_settings(config: pytest.Config) -> Settings:
             raise pytest.UsageError(f"{exc} (from {options['mode'].option} and {options['fraction'].option})") from None
     device_spec, device_from = raw_value(config, options["device"])
     device_spec = device_spec or "auto"
+    tpu = tpu_spec(device_spec)
+    if tpu is not None and regime is not None:
+        if (fraction is not None and fraction != 1.0) or regime.mode in GPU_ONLY_MODES:  # (1: all usable HBM, as a child is told)
+            asked = f"--devmem-fraction={fraction:g}" if fraction is not None and mode is None else f"--devmem-mode={regime.label}"
+            raise pytest.UsageError(f"{tpu_regime_refusal(tpu, asked)} (from {options['mode'].option} and {options['fraction'].option}, device {device_spec})")
+        regime = on_tpu(regime)
     report_path = _path_setting(config, options["report"], "report file", directory=False, suffixes=REPORT_FORMATS)
     baselines = _path_setting(config, options["baselines"], "baselines directory", directory=True, default=config.rootpath / "baselines")
     tolerance = _checked(config, options["tolerance"], parse_tolerance) or parse_tolerance(DEFAULT_TOLERANCE)
@@ -204,7 +231,10 @@ def load_settings(config: pytest.Config) -> Settings:
         except ValueError:
             raise pytest.UsageError(f"invalid PYTEST_XDIST_WORKER_COUNT={count_text!r}: pytest-xdist sets it to the number of workers, a whole number") from None
         uses_gpu = not device_spec.startswith("sim")
-        plan = plan_workers(regime, fraction is not None, worker_index(worker), count, gpu_count() if uses_gpu else 0, uses_gpu)
+        if tpu is not None:  # a TPU's chips belong to one process: workers never share one, each keeps the runtime's regime
+            plan = WorkerPlan(regime, note=f"{count} workers, each measured as the only process on its {tpu.description} chips")
+        else:
+            plan = plan_workers(regime, fraction is not None, worker_index(worker), count, gpu_count() if uses_gpu else 0, uses_gpu)
     return Settings(
         regime=regime,
         device_spec=device_spec,
@@ -229,6 +259,7 @@ def load_settings(config: pytest.Config) -> Settings:
         worker_plan=plan,
         autosave=bool(_checked(config, options["autosave"], parse_flag)),
         targets=_checked(config, options["targets"], parse_targets) or (),  # type: ignore[arg-type]
+        tpu=tpu,
     )
 
 

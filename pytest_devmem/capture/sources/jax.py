@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ...model.regime import jax_backend_started
 from .base import Reading, unavailable
 
 
@@ -24,6 +25,8 @@ class JaxSource:
         jax = sys.modules.get("jax")
         if jax is None or not hasattr(jax, "devices"):
             return None
+        if not jax_backend_started():  # nothing allocated yet; and starting JAX's backends is the test's
+            return "none", {}  # to do (their start-up messages are then the test's captured output)
         try:
             device = jax.devices()[0]
             return str(device.platform), device.memory_stats()
@@ -39,6 +42,8 @@ class JaxSource:
         if found is None:
             return unavailable(self.name, "JAX was not imported by this test", unused=True)
         platform, stats = found
+        if platform == "none":
+            return unavailable(self.name, "JAX started no backend in this test", unused=True)
         if not stats:
             return unavailable(self.name, f"JAX keeps no memory statistics on {platform}; its allocations are in the trace")
         start = self._start or {}

@@ -1,0 +1,305 @@
+"""Each JAX executable and array as the TPU compiler sizes it, on a machine without a TPU.
+
+XLA:TPU assigns buffers as XLA:CPU does not (an attention step: no temporary on the CPU, 128 MiB on
+a v5e), and lays every array out in tiles (an f32[8,3] takes 2,048 bytes, not 96). With libtpu
+installed beside the CPU jaxlib (the `tpu-compile` extra), `jax.experimental.topologies.
+get_topology_desc(topology_name="v5e:2x2", platform="tpu")` gives compile-only TPU devices, as
+MaxText's train_compile.py uses them to find OOMs ahead of time. The same machinery as the GPU sizer
+(gpu_compile.py) lowers each executable's jaxpr again for that generation's topology of as many
+devices (a sharded executable keeps its mesh and specs) and takes XLA:TPU's memory analysis of the
+compile. An array's size is that compiler's too: the argument size of an identity program on one
+chip, per (shard shape, dtype), cached; never a padding rule written by hand.
+
+A program the TPU compiler refuses for HBM ("RESOURCE_EXHAUSTED: Ran out of memory in memory space
+hbm ... exceeds available HBM (15.75G)") is a `Refused`, which the test's record turns into an
+out-of-memory result of kind capacity with the compiler's figures.
+
+libtpu, where no TPU is present, logs the accelerator type and worker hostnames it cannot find, and
+takes /tmp/libtpu_lockfile, which guards a real TPU against two processes. For a compile-only
+client none of these apply: while the TPU plugin starts here the sizer sets what libtpu reads
+(`QUIET_LIBTPU`) where the user set nothing, then puts the environment back. JAX is imported lazily.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..files import write_atomic
+from ..model.tpu_targets import TpuSpec
+from . import jax_lowering
+from .gpu_compile import GpuSizer, Unavailable, _first_line, _SizerError
+
+__all__ = ["QUIET_LIBTPU", "Refused", "TpuSizer", "parse_refusal", "tpu_compiler_problem"]
+
+INSTALL_HINT = "pip install 'pytest-devmem[tpu-compile]'"
+ARRAY_CACHE_FORMAT = 1
+
+QUIET_LIBTPU: Mapping[str, str] = {
+    # several processes (xdist workers, a child per regime) may each load libtpu to compile: the
+    # lock guards a real TPU's chips, which a compile-only client never opens
+    "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+    # without them libtpu asks the cloud metadata service and logs "could not determine TPU
+    # accelerator type" and an INVALID_ARGUMENT for the worker hostnames on every start
+    "TPU_SKIP_MDS_QUERY": "1",
+    "TPU_ACCELERATOR_TYPE": "v5litepod-1",
+    "TPU_WORKER_HOSTNAMES": "localhost",
+    "TPU_WORKER_ID": "0",
+}
+"""What libtpu reads at start-up, set only while a compile-only TPU client starts on a machine
+without a TPU, and only where the user set none of them. The compile target is named by the
+topology (`v5p:2x2x1`...), not by TPU_ACCELERATOR_TYPE: the sizes of every generation were checked
+with it set (tests/test_tpu_compile.py)."""
+
+_REFUSAL = re.compile(r"(?:required for HLO temporaries|Used)\s*\(?\s*([\d.]+)\s*([KMGT]?)\)?.*?available HBM\s*\(\s*([\d.]+)\s*([KMGT]?)\s*\)", re.DOTALL)
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The TPU compiler refused the executable for HBM: its own message and figures."""
+
+    target: str
+    message: str  # the compiler's first line
+    needed: int | None  # bytes it said the program needs, rounded as it printed them
+    available: int | None  # the HBM it said is available
+
+    def to_json(self) -> dict[str, object]:
+        return {"target": self.target, "message": self.message, "needed": self.needed, "available": self.available}
+
+
+def parse_refusal(text: str) -> tuple[int | None, int | None] | None:
+    """(needed, available) bytes from XLA:TPU's out-of-memory refusal; None when `text` is none.
+    XLA prints them with HumanReadableNumBytes (powers of 1024, two decimals)."""
+    if "RESOURCE_EXHAUSTED" not in text or "HBM" not in text:
+        return None
+    match = _REFUSAL.search(text)
+    if match is None:
+        return None, None
+    needed = round(float(match.group(1)) * _UNITS[match.group(2)])
+    available = round(float(match.group(3)) * _UNITS[match.group(4)])
+    return needed, available
+
+
+def tpu_compiler_problem() -> str | None:
+    """Why XLA:TPU's compiler (libtpu) is not installed here, or None. Imports no framework."""
+    try:
+        found = importlib.util.find_spec("libtpu") is not None
+    except (ImportError, ValueError):
+        found = False
+    return None if found else f"the TPU compiler for JAX is not installed (libtpu missing): {INSTALL_HINT}"
+
+
+def environment_for_libtpu(environ: Mapping[str, str]) -> dict[str, str]:
+    """`QUIET_LIBTPU`, less what the user set, where libtpu is installed and no TPU is present: to
+    set before JAX starts. JAX's own start tries a TPU backend whenever libtpu is installed
+    (xla_bridge.py registers `tpu` with priority 300), and that start loads libtpu with the same
+    warnings and lock as a compile-only client's. Nothing where a TPU is present or libtpu missing."""
+    if tpu_compiler_problem() is not None or tpu_present():
+        return {}
+    return {name: value for name, value in QUIET_LIBTPU.items() if name not in environ}
+
+
+TPU_DEVICE_PATHS = ("/dev/accel0", "/dev/vfio")
+"""Where a Cloud TPU VM's driver puts its chips' device files (/dev/accel*, or VFIO on later
+generations); without either there is no TPU to find, and the PCI scan is skipped."""
+
+
+@functools.lru_cache(maxsize=1)
+def tpu_present() -> bool:
+    """Whether this machine has TPU chips, as JAX's own check reads the PCI devices
+    (jax/_src/hardware_utils.py, a module of the standard library only: loaded from its file, so
+    that asking imports no JAX before the session has set what JAX reads). Once per process."""
+    if not any(os.path.exists(path) for path in TPU_DEVICE_PATHS):
+        return False  # no TPU driver's device files: no PCI scan (slow on a busy machine) needed
+    module = sys.modules.get("jax._src.hardware_utils")
+    if module is None:
+        try:
+            spec = importlib.util.find_spec("jax")
+            locations = list(spec.submodule_search_locations or []) if spec is not None else []
+            path = Path(locations[0]) / "_src" / "hardware_utils.py" if locations else None
+            loaded = importlib.util.spec_from_file_location("_devmem_jax_hardware_utils", path) if path is not None and path.is_file() else None
+            if loaded is None or loaded.loader is None:
+                return False
+            module = importlib.util.module_from_spec(loaded)
+            loaded.loader.exec_module(module)
+        except Exception:
+            return False
+    try:
+        return int(module.num_available_tpu_chips_and_device_id()[0]) > 0
+    except Exception:
+        return False
+
+
+class TpuSizer(GpuSizer):
+    """Sizes JAX executables and arrays for one TPU generation; cached per executable and per
+    (shard shape, dtype), and with `cache_dir` on disk."""
+
+    VERSION_MODULES = ("jaxlib", "libtpu")
+
+    def __init__(self, spec: TpuSpec, cache_dir: str | os.PathLike[str] | None = None) -> None:
+        self.spec = spec  # type: ignore[assignment]
+        self.target = spec.preset
+        self._start(cache_dir)
+        self._arrays: dict[tuple[tuple[int, ...], str], int | None] = {}
+        self.unsized_arrays: set[str] = set()  # dtypes the compiler could not size: kept dense, noted
+
+    def install(self) -> bool:
+        if self.installed:
+            return True
+        problem = tpu_compiler_problem()
+        if problem is not None:
+            self.note = problem
+            return False
+        if not jax_lowering.hooks.install():
+            self.note = jax_lowering.hooks.note
+            return False
+        self.installed = True
+        return True
+
+    # -- what differs from the GPU sizer ----------------------------------------------------
+
+    def _software_versions(self) -> str:
+        if not self._versions:  # libtpu has no __version__: its distribution's
+            import importlib.metadata
+
+            parts = []
+            for name in self.VERSION_MODULES:
+                try:
+                    parts.append(f"{name}={importlib.metadata.version(name)}")
+                except importlib.metadata.PackageNotFoundError:
+                    parts.append(f"{name}=?")
+            self._versions = ";".join(parts)
+        return self._versions
+
+    def _target_text(self) -> str:
+        return f"tpu:{self.spec.generation}"  # type: ignore[attr-defined]
+
+    def _failed(self, exc: Exception) -> Any:
+        text = str(exc)
+        figures = parse_refusal(text)
+        if figures is not None:
+            return Refused(self.target, " ".join(text.split())[:400], figures[0], figures[1])
+        return Unavailable(f"XLA:TPU could not compile it ({_first_line(exc)})")
+
+    def _target_devices(self, count: int) -> list[Any]:
+        """`count` compile-only devices of the generation's topology of that many devices."""
+        if count in self._topologies:
+            return self._topologies[count]
+        if self._problem is not None:
+            raise _SizerError(self._problem)
+        spec: TpuSpec = self.spec  # type: ignore[assignment]
+        try:
+            name, bounds, take = spec.topology_for(count)
+        except Exception as exc:
+            raise _SizerError(str(exc)) from None
+        try:
+            from jax.experimental import topologies  # type: ignore[import-not-found]
+        except ImportError as exc:
+            self._problem = f"jax.experimental.topologies could not be imported ({exc})"
+            raise _SizerError(self._problem) from None
+        options = {"chips_per_host_bounds": bounds} if bounds is not None else {}
+        try:
+            with quiet_libtpu():
+                topology = topologies.get_topology_desc(topology_name=name, platform="tpu", **options)
+        except Exception as exc:
+            raise _SizerError(f"libtpu gives no {name} topology ({_first_line(exc)})") from None
+        devices = list(topology.devices)[:take]
+        self._topologies[count] = devices
+        return devices
+
+    # -- arrays --------------------------------------------------------------------------------
+
+    def shard_bytes(self, shape: tuple[int, ...], dtype: Any) -> int | None:
+        """The bytes one chip holds for an array of `shape` and `dtype` in its default (tiled)
+        layout, as the TPU compiler states it (the argument size of an identity program); None
+        where it cannot say (the dense size is then used, and the record says so)."""
+        if not self.installed:
+            return None
+        key = (tuple(int(n) for n in shape), str(dtype))
+        with self._lock:
+            if key in self._arrays:
+                return self._arrays[key]
+            size = self._array_bytes(key, dtype)
+            self._arrays[key] = size
+            if size is None:
+                self.unsized_arrays.add(key[1])
+            return size
+
+    def _array_bytes(self, key: tuple[tuple[int, ...], str], dtype: Any) -> int | None:
+        shape = key[0]
+        if 0 in shape:
+            return 0
+        disk_key = self._array_cache_key(key)
+        cached = self._read_array_cache(disk_key)
+        if cached is not None:
+            return cached
+        try:
+            import jax  # type: ignore[import-not-found]
+            from jax.sharding import SingleDeviceSharding  # type: ignore[import-not-found]
+
+            chip = self._target_devices(1)[0]
+            started = time.perf_counter()
+            with jax_lowering.retargeting():
+                argument = jax.ShapeDtypeStruct(shape, dtype, sharding=SingleDeviceSharding(chip))
+                stats = jax.jit(_identity).lower(argument).compile().memory_analysis()
+            self.compile_seconds += time.perf_counter() - started
+            size = int(stats.argument_size_in_bytes)  # type: ignore[union-attr]
+        except Exception:
+            return None
+        self._write_array_cache(disk_key, size)
+        return size
+
+    def _array_cache_key(self, key: tuple[tuple[int, ...], str]) -> str | None:
+        if self.cache_dir is None:
+            return None
+        digest = hashlib.sha256(f"array:{ARRAY_CACHE_FORMAT}\0{self._software_versions()}\0{self._target_text()}\0{key}".encode())
+        return digest.hexdigest()
+
+    def _read_array_cache(self, key: str | None) -> int | None:
+        if key is None or self.cache_dir is None:
+            return None
+        try:
+            return int(json.loads((self.cache_dir / f"{key}.json").read_text())["array_bytes"])
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+    def _write_array_cache(self, key: str | None, size: int) -> None:
+        if key is None or self.cache_dir is None:
+            return
+        try:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.cache_dir / f"{key}.json", json.dumps({"array_bytes": size}))
+        except OSError:
+            pass
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
+class quiet_libtpu:
+    """Sets `QUIET_LIBTPU` (those the user did not set) while the TPU plugin starts on a machine
+    without a TPU; puts the environment back after."""
+
+    def __enter__(self) -> None:
+        self._previous: dict[str, str | None] = {}
+        if tpu_present():
+            return
+        for name, value in QUIET_LIBTPU.items():
+            if name not in os.environ:
+                self._previous[name] = None
+                os.environ[name] = value
+
+    def __exit__(self, *exc: object) -> None:
+        for name in self._previous:
+            os.environ.pop(name, None)

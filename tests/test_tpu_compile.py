@@ -1,0 +1,406 @@
+"""TPU presets, and JAX executables and arrays sized by the TPU compiler without a TPU.
+
+The tests that compile need the `tpu-compile` extra (libtpu); where it is missing they are skipped
+with the reason. JAX runs on the CPU throughout, as on a CPU-only CI machine; the figures expected
+are the installed TPU compiler's own, asked here directly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from pytest_devmem.capture.tpu_compile import QUIET_LIBTPU, TpuSizer, parse_refusal, quiet_libtpu, tpu_compiler_problem
+from pytest_devmem.errors import InvalidSettingError
+from pytest_devmem.model.device import open_device
+from pytest_devmem.model.tpu_targets import TPU_SPECS, tpu_spec
+from pytest_devmem.plugin.compile_target import resolve
+
+MiB, GiB = 2**20, 2**30
+PROBLEM = tpu_compiler_problem()
+needs_libtpu = pytest.mark.skipif(PROBLEM is not None, reason=f"needs the tpu-compile extra: {PROBLEM}")
+
+ATTENTION = """
+import jax
+import jax.numpy as jnp
+
+@jax.jit
+def attention(q, k, v):
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / 8.0
+    return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1), v)
+"""
+
+
+def attention(q: Any, k: Any, v: Any) -> Any:
+    import jax
+    import jax.numpy as jnp
+
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / 8.0
+    return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1), v)
+
+
+def tpu_devices(topology: str, bounds: tuple[int, int, int] | None = None) -> list[Any]:
+    from jax.experimental import topologies
+
+    with quiet_libtpu():
+        return list(topologies.get_topology_desc(topology_name=topology, platform="tpu", **({"chips_per_host_bounds": bounds} if bounds else {})).devices)
+
+
+# -- the presets: pure data -----------------------------------------------------------------
+
+
+def test_each_tpu_preset_is_a_device_with_the_hbm_its_compiler_says_is_available() -> None:
+    for name, spec in TPU_SPECS.items():
+        device = open_device(f"sim:{name.lower()}")
+        assert device.capacity == spec.usable_bytes and spec.hbm_per_device <= spec.hbm_per_chip
+        assert device.device_class == f"sim-{name}" and device.tpu is spec  # type: ignore[attr-defined]
+    # the data sheets: v4 32 GiB, v5e 16 GiB, v5p 95 GiB, v6e 32 GiB per chip
+    assert [TPU_SPECS[n].hbm_per_chip // GiB for n in ("TPU-v4", "TPU-v5e", "TPU-v5p", "TPU-v6e")] == [32, 16, 95, 32]
+    assert TPU_SPECS["TPU-v5e"].usable_bytes == round(15.75 * GiB)
+
+
+@pytest.mark.parametrize(("preset", "devices", "topology"), [("TPU-v5e", 1, "v5e:1x1"), ("TPU-v5e", 4, "v5e:2x2"), ("TPU-v5e", 8, "v5e:2x4"), ("TPU-v5p", 4, "v5p:2x2x1"), ("TPU-v6e", 16, "v6e:4x4"), ("TPU-v4", 8, "v4:2x2x1")])
+def test_n_devices_form_the_generations_topology(preset: str, devices: int, topology: str) -> None:
+    assert TPU_SPECS[preset].topology_for(devices)[0] == topology
+
+
+@pytest.mark.parametrize("devices", [2, 3, 5, 6])
+def test_a_count_with_no_topology_is_refused_naming_the_counts_allowed(devices: int) -> None:
+    with pytest.raises(InvalidSettingError, match=rf"TPU v5e has no topology of {devices} device\(s\): a test may use 1, 4, 8"):
+        TPU_SPECS["TPU-v5e"].topology_for(devices)
+
+
+def test_the_compilers_refusal_gives_its_figures() -> None:
+    text = "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries (20.33G) exceeds available HBM (15.75G)."
+    assert parse_refusal(text) == (round(20.33 * GiB), round(15.75 * GiB))
+    assert parse_refusal("INVALID_ARGUMENT: something else") is None
+
+
+def test_tpu_presets_are_compile_targets_like_gpu_ones() -> None:
+    on_tpu = resolve(None, open_device("sim:TPU-v5p"), None, None)
+    assert (on_tpu.label, on_tpu.platform, on_tpu.class_suffix) == ("TPU-v5p", "tpu", "")
+    assert resolve("TPU-v5e", open_device("sim:16GiB"), None, None).class_suffix == "-TPU-v5e-sizes"
+    missing = resolve(None, open_device("sim:TPU-v5e"), None, "libtpu missing")
+    assert (missing.label, missing.class_suffix) == ("cpu", "-cpu-sizes") and "not a TPU v5e's" in missing.note  # never TPU sizes claimed
+
+
+# -- the installed compiler agrees with the table -------------------------------------------
+
+
+@needs_libtpu
+@pytest.mark.parametrize("preset", sorted(TPU_SPECS))
+def test_the_usable_hbm_is_what_the_installed_tpu_compiler_states(jax_loaded: Any, preset: str) -> None:
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import SingleDeviceSharding
+
+    spec = TPU_SPECS[preset]
+    chip = tpu_devices(spec.topology_for(1)[0], (1, 1, 1))[0]
+    too_big = jax.ShapeDtypeStruct((spec.hbm_per_chip // 4 // 1024, 1024), jnp.float32, sharding=SingleDeviceSharding(chip))
+    with pytest.raises(Exception, match="RESOURCE_EXHAUSTED") as refused:
+        jax.jit(lambda x: x + 1).lower(too_big).compile()
+    assert re.search(r"available HBM \(([\d.]+G)\)", str(refused.value)).group(1) == spec.usable_text  # type: ignore[union-attr]
+
+
+@needs_libtpu
+def test_an_array_is_as_large_as_the_compiler_lays_it_out(jax_loaded: Any) -> None:
+    import jax.numpy as jnp
+
+    sizer = TpuSizer(TPU_SPECS["TPU-v5e"])
+    assert sizer.install()
+    try:
+        assert sizer.shard_bytes((8, 3), jnp.float32) == 2048  # 96 bytes dense: one (8, 128) tile
+        assert sizer.shard_bytes((1000, 1000), jnp.bfloat16) == 2_048_000  # 2,000,000 dense
+        assert sizer.shard_bytes((0, 3), jnp.float32) == 0
+    finally:
+        sizer.uninstall()
+
+
+@needs_libtpu
+def test_libtpu_starts_without_a_word_on_a_machine_without_a_tpu(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        probe="""
+        from jax.experimental import topologies
+        from pytest_devmem.capture.tpu_compile import quiet_libtpu
+        with quiet_libtpu():
+            print(len(topologies.get_topology_desc(topology_name="v5e:2x2", platform="tpu").devices))
+        """
+    )
+    result = pytester.run(__import__("sys").executable, "probe.py")
+    assert result.ret == 0 and result.outlines[-1] == "4"
+    errors = result.errlines
+    assert not [line for line in errors if re.search(r"TPU|libtpu|Traceback|worker hostname", line)], errors
+    assert set(QUIET_LIBTPU) >= {"ALLOW_MULTIPLE_LIBTPU_LOAD", "TPU_WORKER_HOSTNAMES"}
+
+
+# -- the plugin under a TPU preset --------------------------------------------------------------
+
+
+@needs_libtpu
+def test_an_attention_step_records_the_v5e_compiles_temp_not_the_gpus_nor_the_cpus(jax_loaded: Any, pytester: pytest.Pytester) -> None:
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import SingleDeviceSharding
+
+    chip = tpu_devices("v5e:1x1", (1, 1, 1))[0]
+    q = jax.ShapeDtypeStruct((2, 16, 1024, 64), jnp.float32, sharding=SingleDeviceSharding(chip))
+    expected = int(jax.jit(attention).lower(q, q, q).compile().memory_analysis().temp_size_in_bytes)
+    assert 128 * MiB < expected < 129 * MiB  # 128.06 MiB: an H100 takes 256 MiB, the CPU none
+    pytester.makepyfile(test_attention=ATTENTION + "\ndef test_step():\n    q = jnp.ones((2, 16, 1024, 64), jnp.float32)\n    attention(q, q, q).block_until_ready()\n")
+    result = pytester.runpytest_inprocess("--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*sized as the TPU v5e compiler*"])
+    record = json.loads((pytester.path / "r.json").read_text())["records"][0]
+    step = record["trace"]["executables"]["jit(attention)"]
+    assert (step["temp_bytes"], step["sized_for"], step["cpu_temp_bytes"]) == (expected, "TPU-v5e", 0)
+    assert record["compile_target"] == "TPU-v5e" and record["tpu"]["target"] == "TPU v5e" and record["device_class"] == "sim-TPU-v5e"
+    assert record["peak_bytes_in_use"] >= expected + 8 * MiB  # the temp beside the 8 MiB input and output
+
+
+@needs_libtpu
+def test_small_arrays_take_their_tiled_size(jax_loaded: Any, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_small="""
+        import jax.numpy as jnp
+
+        def test_many():
+            held = [jnp.full((8, 3), float(i), jnp.float32) for i in range(2000)]
+            assert len(held) == 2000
+        """
+    )
+    pytester.runpytest_inprocess("--devmem-device=sim:TPU-v5e", "--devmem-report=r.json", "--devmem-mode=compact").assert_outcomes(passed=1)
+    record = json.loads((pytester.path / "r.json").read_text())["records"][0]
+    assert 2000 * 2048 <= record["peak_bytes_in_use"] < 2000 * 2048 + 64 * 1024  # about 4 MB, not 192 KB
+
+
+@needs_libtpu
+def test_a_step_sharded_over_4_devices_records_4_chips_at_the_2x2_compiles_size(jax_loaded: Any, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    chips = tpu_devices("v5e:2x2")
+    mesh = Mesh(np.array(chips), ("x",))
+    q = jax.ShapeDtypeStruct((8, 16, 1024, 64), jnp.float32, sharding=NamedSharding(mesh, PartitionSpec("x")))
+    per_chip = int(jax.jit(attention).lower(q, q, q).compile().memory_analysis().temp_size_in_bytes)
+    assert per_chip > 100 * MiB
+    pytester.makepyfile(
+        test_sharded=ATTENTION
+        + """
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+def test_sharded_step():
+    assert len(jax.devices()) == 4
+    mesh = Mesh(np.array(jax.devices()), ("x",))
+    q = jax.device_put(jnp.ones((8, 16, 1024, 64), jnp.float32), NamedSharding(mesh, PartitionSpec("x")))
+    attention(q, q, q).block_until_ready()
+"""
+    )
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+    result = pytester.runpytest_subprocess("--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json")
+    result.assert_outcomes(passed=1)
+    record = json.loads((pytester.path / "r.json").read_text())["records"][0]
+    assert record["trace"]["executables"]["jit(attention)"]["temp_bytes"] == 4 * per_chip
+    devices = {d["device"]: d["peak_bytes_in_use"] for d in record["devices"]}
+    assert len(devices) == 4 and len(set(devices.values())) == 1 and min(devices.values()) >= per_chip  # each chip alike
+
+
+@pytest.mark.parametrize("option", ["--devmem-mode=prealloc", "--devmem-mode=growth", "--devmem-fraction=0.5"])
+def test_a_gpu_regime_on_a_tpu_preset_is_refused_naming_the_tpu(pytester: pytest.Pytester, option: str) -> None:
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest_inprocess("--devmem-device=sim:TPU-v5e", option)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    text = result.stderr.str()
+    assert "is a TPU v5e" in text and "JAX does not preallocate on a TPU" in text and "defragments" in text
+
+
+def test_a_markers_fraction_on_a_tpu_preset_errors_that_test(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.devmem(fraction=0.5)
+        def test_gpu_regime():
+            pass
+
+        @pytest.mark.devmem
+        def test_default():
+            pass
+        """
+    )
+    result = pytester.runpytest_inprocess("--devmem-device=sim:TPU-v6e", "--devmem-report=r.json")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*devmem(fraction=0.5) is a GPU regime, and sim:TPU-v6e is a TPU v6e*"])
+    record = json.loads((pytester.path / "r.json").read_text())["records"][0]
+    assert record["regime"] == "compact(fraction=1)"  # the TPU runtime's, not JAX's GPU default
+
+
+@needs_libtpu
+def test_a_program_the_tpu_compiler_refuses_is_a_clean_out_of_memory_verdict(jax_loaded: Any, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_long=ATTENTION
+        + """
+from jax import lax
+
+@jax.jit
+def step(long_sequence, q):
+    # a TPU takes the long branch's HLO temporaries (20 GB of scores) whichever runs; the CPU run
+    # here takes the short branch and never computes them
+    return lax.cond(long_sequence, lambda q: attention(q, q, q), lambda q: q * 2.0, q)
+
+def test_long_context():
+    step(False, jnp.ones((1, 20, 16384, 8), jnp.float32)).block_until_ready()
+"""
+    )
+    result = pytester.runpytest_inprocess("--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*out of device memory at compile time on sim:TPU-v5e: the TPU v5e compiler refused jit(step)*", "*available HBM (15.75G)*"])
+    assert "Traceback" not in result.stdout.str()
+    record = json.loads((pytester.path / "r.json").read_text())["records"][0]
+    assert record["oom"]["kind"] == "capacity" and record["oom"]["compile_time"] is True
+    assert record["oom"]["capacity"] == round(15.75 * GiB) and record["oom"]["requested"] > 20 * GiB
+    from pytest_devmem.cli import main
+
+    report = str(pytester.path / "r.json")
+    assert main(["compare", report, report]) == 1  # the gate and compare treat it as any out-of-memory result
+
+
+def test_tpu_preset_names_are_found_in_any_case() -> None:
+    assert tpu_spec("sim:tpu-V5E") is TPU_SPECS["TPU-v5e"] and tpu_spec("H100-80GB") is None
+
+
+@needs_libtpu
+def test_the_plugins_output_carries_no_libtpu_or_cuda_noise(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_plain="import jax.numpy as jnp\n\ndef test_x():\n    assert jnp.ones((8, 3)).sum() == 24\n")
+    result = pytester.runpytest_subprocess("--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    output = result.stdout.str() + result.stderr.str()
+    for noise in ("cudart_stub", "TPU accelerator type", "TPU_WORKER_HOSTNAMES", "libtpu_lockfile", "Traceback", "InitializeLog", "CUDA"):
+        assert noise not in output, output
+
+
+def test_a_record_on_a_tpu_says_what_compaction_moved_and_when_an_oom_is_capacity(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        def test_holes(devmem):
+            MiB = 2**20
+            pool = devmem.pool
+            held = [pool.alloc(5 * 1024 * MiB) for _ in range(3)]  # 15 GiB of the 15.75 GiB
+            pool.free(held[0]); pool.free(held[2])  # 10.75 GiB free, in two holes around the middle buffer
+            big = pool.alloc(10 * 1024 * MiB)  # fits only once the runtime moves the middle buffer
+            pool.free(big); pool.free(held[1])
+
+        @pytest.mark.devmem(limit="32GiB")
+        def test_too_big(devmem):
+            devmem.pool.alloc(20 * 2**30)
+        """
+    )
+    result = pytester.runpytest_inprocess("--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json")
+    result.assert_outcomes(passed=1, failed=1)
+    records = {r["test_id"].split("::")[1]: r for r in json.loads((pytester.path / "r.json").read_text())["records"]}
+    assert records["test_holes"]["tpu"]["compaction_moved_bytes"] == 5 * GiB and records["test_holes"]["tpu"]["compactions"] == 1
+    assert records["test_too_big"]["oom"]["kind"] == "capacity" and records["test_too_big"]["tpu"]["compaction_moved_bytes"] == 0
+
+
+def test_tensorflow_figures_under_a_tpu_preset_are_said_to_be_its_cpu_allocators(tensorflow_loaded: Any, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import tensorflow as tf
+
+        def test_tf():
+            x = tf.ones((256, 256))
+            assert float(tf.reduce_sum(x @ x)) > 0
+        """
+    )
+    result = pytester.runpytest_inprocess("--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json")
+    result.assert_outcomes(passed=1)
+    record = json.loads((pytester.path / "r.json").read_text())["records"][0]
+    assert record["tpu"]["tensorflow"] == "CPU allocator's figures, not sized for the TPU"
+    assert any("TensorFlow's figures are its CPU allocator's, not a TPU v5e's" in note for note in record["trace"]["notes"])
+
+
+@pytest.mark.tpu
+def test_real_tpu_replayed_peak_matches_jax_memory_stats(jax_loaded: Any, pytester: pytest.Pytester) -> None:
+    """On a real TPU: the replayed trace (sized by the deviceless compile for the chip's preset) and
+    the TPU runtime's own `memory_stats()` peak for the same attention step agree within 10%."""
+    import jax
+
+    kind = jax.devices()[0].device_kind  # "TPU v5 lite", "TPU v5", "TPU v4", "TPU v6 lite"
+    preset = {"TPU v5 lite": "TPU-v5e", "TPU v5": "TPU-v5p", "TPU v4": "TPU-v4", "TPU v6 lite": "TPU-v6e"}.get(kind)
+    if preset is None:
+        pytest.skip(f"no preset for {kind}")
+    pytester.makepyfile(test_attention=ATTENTION + "\ndef test_step():\n    q = jnp.ones((2, 16, 1024, 64), jnp.float32)\n    attention(q, q, q).block_until_ready()\n")
+    pytester.runpytest_subprocess(f"--devmem-device=sim:{preset}", "--devmem-mode=compact", "--devmem-report=r.json").assert_outcomes(passed=1)
+    record = json.loads((pytester.path / "r.json").read_text())["records"][0]
+    measured = record["sources"]["jax"]["peak_bytes_in_use"]
+    assert abs(record["peak_bytes_in_use"] - measured) <= max(0.1 * measured, MiB)
+
+
+@needs_libtpu
+def test_sizes_are_cached_on_disk_for_the_next_run(jax_loaded: Any, tmp_path: Any) -> None:
+    import jax
+    import jax.numpy as jnp
+    from jax._src.interpreters import pxla
+
+    from pytest_devmem.capture.patches import Patches
+
+    first, second = TpuSizer(TPU_SPECS["TPU-v5e"], cache_dir=tmp_path), TpuSizer(TPU_SPECS["TPU-v5e"], cache_dir=tmp_path)
+    assert first.install() and second.install()
+    runs: list[Any] = []
+    patches = Patches()
+    patches.replace(pxla.ExecuteReplicated, "__call__", lambda original: lambda self, *a: (runs.append(self), original(self, *a))[1])
+    try:
+        jax.block_until_ready(jax.jit(lambda a: jnp.tanh(a @ a.T))(jnp.ones((256, 384))))
+        executable = runs[-1]
+        compiled, cached = first.sizes_for(executable), second.sizes_for(executable)
+        first_array, second_array = first.shard_bytes((8, 3), jnp.float32), second.shard_bytes((8, 3), jnp.float32)
+    finally:
+        patches.restore()
+        first.uninstall()
+        second.uninstall()
+    assert (compiled.source, cached.source, second.compiles) == ("compiled", "disk cache", 0)  # type: ignore[union-attr]
+    assert cached.temp_bytes == compiled.temp_bytes and first_array == second_array == 2048  # type: ignore[union-attr]
+    assert len(list(tmp_path.glob("*.json"))) == 2  # one executable, one array shape
+
+
+def test_a_marker_naming_another_tpu_regime_runs_in_a_child_under_the_tpu_preset(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.devmem(mode="ondemand")
+        def test_without_defragmentation(devmem):
+            devmem.pool.free(devmem.pool.alloc(2**20))
+
+        @pytest.mark.devmem(mode="compact")
+        def test_runtime(devmem):
+            devmem.pool.free(devmem.pool.alloc(2**20))
+        """
+    )
+    result = pytester.runpytest_subprocess("--devmem-device=sim:TPU-v5e", "--devmem-report=r.json", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    regimes = sorted(r["regime"] for r in json.loads((pytester.path / "r.json").read_text())["records"])
+    assert regimes == ["compact(fraction=1)", "ondemand"]
+
+
+@needs_libtpu
+def test_libtpus_settings_keep_what_the_user_set_and_are_put_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from pytest_devmem.capture.tpu_compile import environment_for_libtpu, tpu_present
+
+    assert not tpu_present()  # this machine: no TPU chip
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "10.0.0.2")
+    monkeypatch.delenv("ALLOW_MULTIPLE_LIBTPU_LOAD", raising=False)  # (this session's plugin set it)
+    wanted = environment_for_libtpu(os.environ)
+    assert "TPU_WORKER_HOSTNAMES" not in wanted and wanted["ALLOW_MULTIPLE_LIBTPU_LOAD"] == "1"
+    with quiet_libtpu():
+        assert os.environ["ALLOW_MULTIPLE_LIBTPU_LOAD"] == "1" and os.environ["TPU_WORKER_HOSTNAMES"] == "10.0.0.2"
+    assert "ALLOW_MULTIPLE_LIBTPU_LOAD" not in os.environ and os.environ["TPU_WORKER_HOSTNAMES"] == "10.0.0.2"
