@@ -1,6 +1,6 @@
 """The `devmem` command: compare two sets of measurements, list baselines, replay and draw traces.
 
-    devmem compare BASE NEW... [--tolerance SPEC] [--all]   exit 1 when anything regressed
+    devmem compare BASE NEW... [--tolerance SPEC] [--all] [--device-class C | --all-classes] [--sort KEY] [--columns A,B]
     devmem merge REPORT... -o MERGED.json [--baselines DIR]   one report from CI shards' reports
     devmem show [DIR]
     devmem replay TRACE --mode M [--fraction F] [--device D]   exit 1 when the trace does not fit
@@ -30,7 +30,7 @@ from .files import read_json
 from .model.pool.policy import canonical_label
 from .present.autosave import AUTOSAVE_DIR
 from .present.report import ReportFile, read_report
-from .present.comparison import compare_csv, compare_json, compare_markdown
+from .present.comparison import COLUMNS, SORT_KEYS, compare_csv, compare_json, compare_markdown, parse_columns, sort_verdicts
 from .present.text import markdown, terminal, terminal_lines
 from .gate.tolerance import DEFAULT_TOLERANCE, METRICS, TOLERANCE_HELP, format_metric, parse_tolerance
 
@@ -90,6 +90,28 @@ def _report_devices(devices: object) -> dict[str, dict[str, float | int | None]]
     if not isinstance(devices, list) or len(devices) < 2:
         return {}
     return {str(device["device"]): {name: device.get(name) for name in METRICS} for device in devices}
+
+
+def select_classes(base: dict[Key, Measured], new: dict[Key, Measured], wanted: Sequence[str] | None, all_classes: bool) -> tuple[dict[Key, Measured], dict[Key, Measured], dict[str, int]]:
+    """The measurements to compare: by default only the device classes NEW measured (a CPU-only run
+    says nothing about the GPU runner's `cuda-*` baselines, nor a second preset's); `wanted` names
+    classes instead, `all_classes` keeps every one. Also how many of BASE's entries were left out,
+    per class, so the table can say so."""
+    if wanted:
+        known = {key[2] for key in base} | {key[2] for key in new}
+        unknown = [name for name in wanted if name not in known]
+        if unknown:
+            raise InputError(f"--device-class {unknown[0]!r}: neither BASE nor NEW holds it; they hold {', '.join(sorted(known)) or 'nothing'}")
+        keep = set(wanted)
+    elif all_classes:
+        return base, new, {}
+    else:
+        keep = {key[2] for key in new}
+    left_out: dict[str, int] = {}
+    for key in base:
+        if key[2] not in keep:
+            left_out[key[2]] = left_out.get(key[2], 0) + 1
+    return {k: v for k, v in base.items() if k[2] in keep}, {k: v for k, v in new.items() if k[2] in keep}, dict(sorted(left_out.items()))
 
 
 def show_table(measurements: dict[Key, Measured]) -> str:
@@ -254,14 +276,29 @@ def merge_command(reports: Sequence[Path], output: Path | None, baselines: Path 
             raise InputError(f"{output}: cannot write the merged report: {exc.strerror or exc}") from None
         print(f"wrote {output}")
     if baselines is not None:
+        before = _file_bytes(baselines)
         written, problems = baselines_from_report(document, baselines)
         for path in written:
-            print(f"baseline written: {path}")
+            print(f"baseline {'unchanged' if before.get(path) == _read_bytes(path) else 'written'}: {path}")
         for problem in problems:
             print(f"devmem: baseline not written: {problem}", file=sys.stderr)
         if problems:
             return 2
     return 0
+
+
+def _file_bytes(directory: Path) -> dict[Path, bytes | None]:
+    """Every baseline file's bytes before a refresh, so that the refresh can say which it changed."""
+    if not directory.is_dir():
+        return {}
+    return {path: _read_bytes(path) for path in directory.rglob("*.json") if path.is_file() and not path.is_symlink()}
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
 
 
 def baselines_from_report(document: dict[str, object], directory: Path) -> tuple[list[Path], list[str]]:
@@ -312,6 +349,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     compare_parser.add_argument("new", type=Path, nargs="+", help="Baseline directory, baseline file or JSON report; or several JSON reports (CI shards), merged first")
     compare_parser.add_argument("--tolerance", default=DEFAULT_TOLERANCE, help=f"Allowed change ({TOLERANCE_HELP.replace('%', '%%')}); default {DEFAULT_TOLERANCE.replace('%', '%%')}")
     compare_parser.add_argument("--all", action="store_true", help="Also list metrics within tolerance")
+    compare_parser.add_argument("--device-class", action="append", default=None, metavar="CLASS", help="Compare only this device class (e.g. sim-16GiB, cuda-NVIDIA-H100-80GB-HBM3); repeat for several. Default: the classes NEW measured")
+    compare_parser.add_argument("--all-classes", action="store_true", help="Compare every device class in BASE and NEW, listing BASE's other classes as not run")
+    compare_parser.add_argument("--sort", choices=SORT_KEYS, default="status", help="Row order: status (failures first, the default), test, delta (largest growth first), percent, now or baseline (largest first)")
+    compare_parser.add_argument("--columns", default=None, help=f"Comma-separated columns of the Markdown table, in order (default: all): {', '.join(COLUMNS)}")
     compare_parser.add_argument("--format", choices=("markdown", "json", "csv"), default="markdown", help="Markdown for a pull-request comment (default), or JSON / CSV for tools")
     compare_parser.add_argument("--json", dest="format", action="store_const", const="json", help="Same as --format=json")
     compare_parser.add_argument("--csv", dest="format", action="store_const", const="csv", help="Same as --format=csv")
@@ -367,13 +408,18 @@ def _run(args: argparse.Namespace) -> int:
         return 0 if fitted else 1
     if args.command == "compare":
         parse_tolerance(args.tolerance)  # a bad tolerance is reported before any file is read
-        found = verdicts(load(args.base), load_new(args.new), args.tolerance)
+        columns = parse_columns(args.columns)
+        base, new = load(args.base), load_new(args.new)
+        base, new, left_out = select_classes(base, new, args.device_class, args.all_classes)
+        found = verdicts(base, new, args.tolerance)
+        if args.sort != "status":  # the tables put failures first themselves
+            found = sort_verdicts(found, args.sort)
         if args.format == "json":
-            _print(compare_json(found, args.tolerance))
+            _print(compare_json(found, args.tolerance, left_out))
         elif args.format == "csv":
-            _print(compare_csv(found))
+            _print(compare_csv(found, sort=args.sort))
         else:
-            _print(compare_markdown(found, args.tolerance, args.all))
+            _print(compare_markdown(found, args.tolerance, args.all, left_out=left_out, columns=columns, sort=args.sort))
         return 1 if any(v.failing for v in found) else 0
     _print(show_table(load(args.directory)))
     return 0

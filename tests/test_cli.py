@@ -58,8 +58,43 @@ def test_compare_within_tolerance_exits_0(tmp_path: Path, capsys: pytest.Capture
 def test_compare_never_matches_different_device_classes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = write_report(tmp_path / "base.json", [record("test_a", 10 * MiB, device_class="cuda-NVIDIA-H100")])
     new = write_report(tmp_path / "new.json", [record("test_a", 99 * MiB)])
-    assert main(["compare", str(base), str(new)]) == 0
+    assert main(["compare", str(base), str(new), "--all-classes"]) == 0
     assert "1 new, 1 missing" in capsys.readouterr().out
+
+
+def test_compare_on_baselines_of_two_classes_reports_only_the_measured_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    gpu = [record(name, 10 * MiB, device_class="cuda-NVIDIA-H100-80GB-HBM3") for name in ("test_a", "test_b", "test_c")]
+    base = write_baselines(tmp_path / "baselines", [record("test_a", 10 * MiB), record("test_b", 10 * MiB), *gpu])
+    new = write_report(tmp_path / "new.json", [record("test_a", 10 * MiB), record("test_b", 10 * MiB)])
+    assert main(["compare", str(base), str(new), "--all"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("### Device memory: 2 ok\n")  # not "2 ok, 3 missing": the GPU runner's baselines are not this run's
+    assert "cuda-NVIDIA" not in out.split("Not compared")[0] and "| cuda-" not in out
+    assert "Not compared: baselines of device classes this run did not measure: `cuda-NVIDIA-H100-80GB-HBM3` (3)" in out
+    assert main(["compare", str(base), str(new), "--all-classes"]) == 0
+    assert capsys.readouterr().out.startswith("### Device memory: 2 ok, 3 missing")
+    assert main(["compare", str(base), str(new), "--device-class", "cuda-NVIDIA-H100-80GB-HBM3"]) == 0
+    assert capsys.readouterr().out.startswith("### Device memory: 3 missing")
+    assert main(["compare", str(base), str(new), "--device-class", "sim-80GiB"]) == 2
+    assert "--device-class 'sim-80GiB': neither BASE nor NEW holds it; they hold cuda-NVIDIA-H100-80GB-HBM3, sim-16GiB" in capsys.readouterr().err
+    assert main(["compare", str(base), str(new), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["not_compared_classes"] == {"cuda-NVIDIA-H100-80GB-HBM3": 3}
+
+
+def test_compare_sorts_and_picks_columns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = write_report(tmp_path / "base.json", [record("test_a", 10 * MiB), record("test_b", 10 * MiB), record("test_c", 10 * MiB)])
+    new = write_report(tmp_path / "new.json", [record("test_a", 30 * MiB), record("test_b", 12 * MiB), record("test_c", 50 * MiB)])
+    assert main(["compare", str(base), str(new), "--sort", "delta", "--columns", "test,now,delta"]) == 1
+    out = capsys.readouterr().out
+    assert "| test | now | Δ |\n|---|---|---|\n" in out
+    rows = [line for line in out.splitlines() if line.startswith("| tests/")]
+    assert [row.split("::")[1][:6] for row in rows] == ["test_c", "test_a", "test_b"]
+    assert rows[0] == "| tests/test_m.py::test_c | 50.00 MiB | +40.00 MiB (+400.0%) |"
+    assert main(["compare", str(base), str(new), "--sort", "test"]) == 1
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| tests/")]
+    assert [row.split("::")[1][:6] for row in rows] == ["test_a", "test_b", "test_c"]
+    assert main(["compare", str(base), str(new), "--columns", "test,size"]) == 2
+    assert "--columns 'test,size': unknown column 'size'; allowed are test, regime, device, metric, baseline, now, delta, verdict" in capsys.readouterr().err
 
 
 def test_compare_counts_measured_failures_and_names_unmeasured_tests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -114,6 +114,24 @@ def _check_alike(reports: Sequence[ReportFile]) -> None:
             raise MergeError(f"{first.path} ran under session regime {shown[0]} and {other.path} under {shown[1]}: run every shard with the same --devmem-mode and --devmem-fraction")
 
 
+def _check_every_shard(reports: Sequence[ReportFile]) -> None:
+    """Shards' reports name their part (`group` of `groups`): a part that is absent (its job crashed,
+    its artifact was not uploaded) would make the merged suite look smaller, so it is refused here,
+    and the gate needs no count of its own."""
+    shards = [(report, report.session.get("shard")) for report in reports]
+    parts = {(shard.get("groups"), shard.get("group")) for _, shard in shards if isinstance(shard, dict)}
+    if not parts:
+        return
+    totals = {total for total, _ in parts}
+    if len(totals) > 1 or not all(isinstance(total, int) and not isinstance(total, bool) for total in totals):
+        raise MergeError(f"the shards' reports were split into different numbers of groups ({', '.join(sorted(map(str, totals)))}): merge the shards of one run")
+    total = int(next(iter(totals)))  # type: ignore[call-overload]
+    missing = sorted(set(range(1, total + 1)) - {group for _, group in parts})
+    if missing:
+        shown = ", ".join(str(group) for group in missing)
+        raise MergeError(f"shard{'s' if len(missing) > 1 else ''} {shown} of {total} missing: only {len(parts)} of {total} shards' reports were given, so the merged report would not be the whole suite (did a shard's job fail before writing its report?)")
+
+
 def merge_reports(paths: Sequence[Path]) -> dict[str, object]:
     """One report document from several (see the module's docstring); MergeError when they cannot be one."""
     if not paths:
@@ -121,6 +139,7 @@ def merge_reports(paths: Sequence[Path]) -> dict[str, object]:
     unique = sorted({str(path): path for path in paths}.items())
     reports = [read_report(path) for _, path in unique]
     _check_alike(reports)
+    _check_every_shard(reports)
     records: dict[Key, tuple[dict[str, object], Path]] = {}
     for report in reports:
         own = {record_key(record): record for record in report.records}  # a test rerun in one session: its last run, as compare reads it
