@@ -111,7 +111,14 @@ class DevmemSession:
         timeouts = config.pluginmanager.hasplugin("timeout")  # pytest-timeout
         self.results.shape.add_items(item.nodeid for item in items)
         for item in items:
-            regime = prepare_item(item, self.settings.regime)
+            prepare_item(item, self.settings.regime)
+        if self.settings.only and not self.is_child:
+            unmeasured = [item for item in items if not measured(item)]
+            if unmeasured:
+                config.hook.pytest_deselected(items=unmeasured)
+                items[:] = [item for item in items if measured(item)]
+        for item in items:
+            regime = item.stash[regime_key]
             if regime is not None and regime != self.settings.regime and not self.is_child:
                 self.isolated.setdefault(regime, []).append(item)
                 if timeouts:  # the child gets --timeout and times each test itself; here one timer

@@ -72,6 +72,8 @@ OPTIONS = (
     Option("compile-target", COMPILE_TARGET_HELP, "TARGET"),
     Option("traces", "Write each measured test's device-allocation trace to DIR, one RMM-style CSV per test and regime (columns Thread,Time,Action,Pointer,Size,Stream,Source,Label).", "DIR"),
     Option("what-if", "Report which measured tests would run out of memory on a device of SIZE (e.g. 16GiB), replaying their traces.", "SIZE"),
+    Option("disable", "Measure nothing: the tests run as without the plugin, its markers stay valid and the devmem fixture still gives a pool (unmeasured); nothing is compared or written. As pytest-benchmark's --benchmark-disable.", flag=True),
+    Option("only", "Run only the tests pytest-devmem measures (with --devmem-mode, every test; without it, those with the devmem marker) and deselect the rest. As pytest-benchmark's --benchmark-only.", flag=True),
     Option("autosave", "Keep this run's JSON report as .devmem/<machine id>/NNNN_<commit>_<time>[_dirty].json at the rootdir, as pytest-benchmark's --benchmark-autosave does; devmem history reads that folder.", flag=True),
 )
 
@@ -154,6 +156,8 @@ class Settings:
     fraction_chosen: bool = False
     worker_plan: WorkerPlan | None = None
     autosave: bool = False
+    disable: bool = False
+    only: bool = False
 
     @property
     def effective_regime(self) -> Regime | None:
@@ -169,6 +173,10 @@ class Settings:
 def load_settings(config: pytest.Config) -> Settings:
     """Read and validate every setting; pytest.UsageError on the first bad one."""
     options = {option.name: option for option in OPTIONS}
+    disable = bool(_checked(config, options["disable"], parse_flag))
+    only = bool(_checked(config, options["only"], parse_flag))
+    if disable and only:
+        raise pytest.UsageError(f"{options['disable'].option} and {options['only'].option} contradict each other: one measures nothing, the other runs only what is measured (as pytest-benchmark's --benchmark-disable and --benchmark-only)")
     mode = _checked(config, options["mode"], parse_mode)
     fraction = _checked(config, options["fraction"], parse_fraction)
     regime = None
@@ -225,6 +233,8 @@ def load_settings(config: pytest.Config) -> Settings:
         fraction_chosen=fraction is not None,
         worker_plan=plan,
         autosave=bool(_checked(config, options["autosave"], parse_flag)),
+        disable=disable,
+        only=only,
     )
 
 
