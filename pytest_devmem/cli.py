@@ -3,7 +3,7 @@
     devmem compare BASE NEW... [--tolerance SPEC] [--all] [--device-class C | --all-classes] [--sort KEY] [--columns A,B]
     devmem merge REPORT... -o MERGED.json [--baselines DIR]   one report from CI shards' reports
     devmem show [DIR]
-    devmem replay TRACE --mode M [--fraction F] [--device D]   exit 1 when the trace does not fit
+    devmem replay TRACE [--mode M] [--fraction F] [--device D]   exit 1 when the trace does not fit
     devmem plot REPORT|TRACE -o FILE.png|FILE.html [--test ID]
     devmem history [REPORT...|DIR] [--tolerance SPEC] [-o trend.png]   exit 1 when a test moved (default: .devmem/)
     devmem --version
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -125,17 +126,36 @@ def show_table(measurements: dict[Key, Measured]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def replay_table(path: Path, mode: str, fraction: str | None, device_spec: str) -> tuple[str, bool]:
+TRACE_REGIME = re.compile(r"\[(?:fraction=(?P<fraction>[0-9.]+)|(?P<mode>[a-z]+)(?:_fraction=(?P<limit>[0-9.]+)_)?)\](?:--[0-9a-f]+)?$")
+"""The regime at the end of a trace's name as the plugin writes it (`test_x.py__test_a[growth].csv`,
+`...[fraction=0.5]--1a2b3c4d5e6f.csv`; `growth(fraction=0.5)` becomes `growth_fraction=0.5_`)."""
+
+
+def regime_of_trace(path: Path, mode: str | None, fraction: str | None) -> tuple[Policy, str]:
+    """The regime to replay a trace under: the one given, else the one its file name carries (the
+    plugin names each trace `<test>[<regime>].csv`); and a note saying where it came from."""
+    from .model.pool import Policy
+
+    if mode is not None or fraction is not None:
+        return Policy.of(mode or "fraction", fraction), ""
+    found = TRACE_REGIME.search(path.stem)
+    if found is None:
+        raise InputError(f"{path}: its name does not say its regime (the plugin names traces <test>[<regime>].csv): give --mode (prealloc, fraction, ondemand, growth or compact)")
+    if found["fraction"]:
+        return Policy.of("fraction", found["fraction"]), " (from the trace's name)"
+    return Policy.of(found["mode"], found["limit"]), " (from the trace's name)"
+
+
+def replay_table(path: Path, mode: str | None, fraction: str | None, device_spec: str) -> tuple[str, bool]:
     """What a regime makes of a recorded trace (RMM-style CSV) on the model of the machine, as
     Markdown; and whether it fitted. The same replay as the plugin's and `devmem plot`'s."""
     from .model.explain import oom_lines
     from .model.machine import run_machine
-    from .model.pool import Policy
     from .model.regime import jax_fraction_variable
     from .model.whatif import proven_fixes
     from .units import format_size
 
-    policy = Policy.of(mode, fraction)
+    policy, origin = regime_of_trace(path, mode, fraction)
     trace = _read_trace(path)
     spec, setups = _machine(device_spec, policy, unnamed_device(trace))
     run = run_machine(trace, setups, spec)
@@ -152,7 +172,7 @@ def replay_table(path: Path, mode: str, fraction: str | None, device_spec: str) 
             rows.append((f"{allocator.name}{where}: peak in use, held", f"{allocator.peak_bytes_in_use}, {allocator.peak_bytes_reserved}", f"{format_size(allocator.peak_bytes_in_use)}, {format_size(allocator.peak_bytes_reserved)}"))
     for source, share in sorted(run.by_source.items()):
         rows.append((f"{source}: peak live", str(share.peak_live_bytes), format_size(share.peak_live_bytes)))
-    lines = [f"### Trace {markdown(str(path))} replayed under regime {markdown(policy.label)} on {markdown(spec.name)}", "", "| figure | value | readable |", "|---|---|---|"]
+    lines = [f"### Trace {markdown(str(path))} replayed under regime {markdown(policy.label)}{origin} on {markdown(spec.name)}", "", "| figure | value | readable |", "|---|---|---|"]
     lines += [f"| {markdown(figure)} | {value} | {readable} |" for figure, value, readable in rows]
     if run.oom is not None:
         oom = run.oom.to_json()
@@ -169,7 +189,7 @@ def plot_input(path: Path, test: str | None, mode: str | None, fraction: str | N
     from .model.timeline import build_view
 
     if path.suffix.lower() == ".csv":
-        policy = Policy.of(mode or "prealloc", fraction)
+        policy = regime_of_trace(path, mode, fraction)[0] if mode or fraction or TRACE_REGIME.search(path.stem) else Policy.of("prealloc")
         trace = _read_trace(path)
         spec, setups = _machine(device_spec or "sim", policy, unnamed_device(trace))
         return build_view(run_machine(trace, setups, spec, timeline=True), trace, policy.label), f"{path.name} under {policy.label} on {spec.name}"
@@ -364,14 +384,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     show_parser.add_argument("directory", type=Path, nargs="?", default=Path("baselines"), help="Baseline directory (default: baselines)")
     replay_parser = commands.add_parser("replay", help="Replay a recorded trace (--devmem-traces) under a regime; exit 1 if it does not fit")
     replay_parser.add_argument("trace", type=Path, help="Trace file (RMM-style CSV)")
-    replay_parser.add_argument("--mode", required=True, help="prealloc, fraction, ondemand (platform), growth or compact")
+    replay_parser.add_argument("--mode", default=None, help="prealloc, fraction, ondemand (platform), growth or compact (default: the regime the trace's name carries, as --devmem-traces names it)")
     replay_parser.add_argument("--fraction", default=None, help="Fraction of the device, in (0, 1]")
     replay_parser.add_argument("--device", default="sim", help="Device whose capacity to use: sim, sim:SIZE, cuda:N (default: sim, 16 GiB)")
     plot_parser = commands.add_parser("plot", help="Draw a test's memory over its events and the pool's map at its peak, as PNG or HTML")
     plot_parser.add_argument("input", type=Path, help="A JSON report with traces (--devmem-report and --devmem-traces), or one trace (.csv)")
     plot_parser.add_argument("-o", "--output", type=Path, required=True, help="FILE.png (needs matplotlib) or FILE.html (self-contained)")
     plot_parser.add_argument("--test", default=None, help="Part of the test id to draw (default: the record with the largest peak)")
-    plot_parser.add_argument("--mode", default=None, help="For a trace: the regime (default prealloc)")
+    plot_parser.add_argument("--mode", default=None, help="For a trace: the regime (default: the one its name carries, else prealloc)")
     plot_parser.add_argument("--fraction", default=None, help="For a trace: the fraction, in (0, 1]")
     plot_parser.add_argument("--device", default=None, help="For a trace: the device whose capacity to use (default sim, 16 GiB)")
     history_parser = commands.add_parser("history", help="Line up reports of many commits: tests x commits, and the steps where a peak moved")

@@ -61,7 +61,7 @@ def test_twice_the_memory_fails_the_test_with_the_numbers(pytester: pytest.Pytes
     result = run(pytester)
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines([
-        "*device memory regression against *test_workload.py.json (regime prealloc):*",
+        "device memory regression against baselines/sim-16GiB/test_workload.py.json (regime prealloc):*",  # from the rootdir, as in the repository
         "*peak_bytes_in_use: baseline 8.00 MiB, now 16.00 MiB, delta +8.00 MiB (+100.0%), allowed ±10% or 1.00 MiB*",
         "*refresh the baseline with --devmem-update*",
         "MEMORY PROBLEMS test_workload.py::test_model*",

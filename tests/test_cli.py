@@ -231,3 +231,27 @@ def test_compare_lists_regressions_first(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["compare", str(base), str(new)]) == 1
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| tests/")]
     assert "test_z" in rows[0] and "regressed" in rows[0] and "test_a" in rows[1]
+
+
+@pytest.mark.parametrize(
+    ("name", "regime"),
+    [
+        ("test_m.py__test_a[growth].csv", "growth"),
+        ("test_m.py__test_a[1024][fraction=0.5]--0123456789ab.csv", "fraction=0.5"),
+        ("test_m.py__test_a[growth_fraction=0.5_]--0123456789ab.csv", "growth(fraction=0.5)"),
+    ],
+)
+def test_replay_takes_the_regime_from_the_traces_name(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, regime: str) -> None:
+    trace = tmp_path / name
+    trace.write_text("Thread,Time,Action,Pointer,Size,Stream,Source,Label\n0,0.0,allocate,0x1,1048576,0,pool,\n0,1.0,free,0x1,1048576,0,pool,\n")
+    assert main(["replay", str(trace)]) == 0
+    assert f"replayed under regime {regime} (from the trace's name) on sim:16GiB" in capsys.readouterr().out
+    assert main(["replay", str(trace), "--mode", "ondemand"]) == 0  # given: it wins
+    assert "replayed under regime ondemand on" in capsys.readouterr().out
+
+
+def test_replay_of_a_trace_whose_name_says_no_regime_asks_for_mode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "rmm-log.csv"
+    trace.write_text("Thread,Time,Action,Pointer,Size,Stream\n0,0.0,allocate,0x1,1048576,0\n")
+    assert main(["replay", str(trace)]) == 2
+    assert "rmm-log.csv: its name does not say its regime" in capsys.readouterr().err

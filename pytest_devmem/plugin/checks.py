@@ -29,13 +29,14 @@ from .settings import Settings
 class Checks:
     """Turns a measured test's window into its record and its verdict."""
 
-    def __init__(self, settings: Settings, device: Device, store: BaselineStore, measurement: Measurement, compile_target: CompileTarget, start_dir: Path) -> None:
+    def __init__(self, settings: Settings, device: Device, store: BaselineStore, measurement: Measurement, compile_target: CompileTarget, start_dir: Path, rootdir: Path | None = None) -> None:
         self.settings = settings
         self.device = device
         self.store = store
         self.measurement = measurement
         self.compile_target = compile_target
         self.start_dir = start_dir
+        self.rootdir = rootdir
 
     def record(self, item: pytest.Item, outcome: str, duration: float, captured: Captured) -> TestRecord:
         """The test's record, its trace written and analysed where the session asks."""
@@ -78,7 +79,7 @@ class Checks:
             failure = fragmentation_verdict(record.devices, bound)
         tolerance = parse_tolerance(spec.tolerance) if spec is not None and spec.tolerance is not None else self.settings.tolerance
         record.tolerance = tolerance.spec
-        compared = baseline_verdict(record, self.store, tolerance, update=self.settings.update, strict=self.settings.strict)  # always: the record keeps it
+        compared = baseline_verdict(record, self.store, tolerance, update=self.settings.update, strict=self.settings.strict, rootdir=self.rootdir)  # always: the record keeps it
         failure = failure or compared
         return terminal_lines(failure) if failure is not None else None  # it quotes test ids, labels and baseline fields
 

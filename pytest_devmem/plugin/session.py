@@ -41,7 +41,7 @@ class DevmemSession:
         self.device = device
         self.compile_target = target
         self.measurement = Measurement(device, gpu_sizer(config, target))
-        self.checks = Checks(settings, device, store, self.measurement, target, config.invocation_params.dir)
+        self.checks = Checks(settings, device, store, self.measurement, target, config.invocation_params.dir, config.rootpath)
         self.results = SessionResults(config, settings, device, store, target)
         self.child_writer: ChildEventWriter | None = child[0] if child is not None else None
         self.child_nodes: set[str] = child[1] if child is not None else set()  # in a child: the tests it runs
