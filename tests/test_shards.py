@@ -458,6 +458,19 @@ def test_side_by_side_puts_each_test_in_its_own_process_with_the_peaks_together(
     assert run_machine(merged, {"pool": AllocatorSetup("pool", "ondemand")}, small).oom is not None
 
 
+def test_side_by_side_keeps_each_traces_own_order_where_its_clock_runs_back() -> None:
+    """TensorFlow's events carry its profiler's times, JAX's the capture's: in one test's trace a free
+    may bear an earlier time than the allocation before it. Sorting by time alone put the free first."""
+    skewed = Trace()
+    skewed.add(ALLOCATE_CODE, 1, 2 * MiB, 5.0, source="tensorflow")
+    skewed.add(FREE_CODE, 1, 2 * MiB, 4.0, source="tensorflow")  # stamped earlier than its allocation
+    skewed.add(ALLOCATE_CODE, 2, MiB, 6.0, source="jax")
+    merged, _ = side_by_side([skewed, pool_trace([MiB])])
+    spec = MachineSpec(capacity=64 * MiB, context_bytes=0)
+    setups = {name: AllocatorSetup(name, "ondemand") for name in ("tensorflow", "jax", "pool")}
+    assert run_machine(merged, setups, spec).oom is None  # and no InvalidFreeError
+
+
 def test_trace_columns_travel_as_plain_data() -> None:
     trace = pool_trace([MiB, 2 * MiB], process=3)
     again = Trace.from_columns(json.loads(json.dumps(trace.to_columns())))
