@@ -16,7 +16,7 @@ from ..gate.baseline import BaselineStore
 from ..gate.marks import compiles_verdict, fragmentation_verdict, leak_verdict, limit_verdict
 from ..gate.record import TestRecord
 from ..gate.tolerance import parse_tolerance
-from ..gate.verdicts import baseline_verdict, oom_verdict
+from ..gate.verdicts import baseline_verdict, oom_verdict, relative_to
 from ..model.device import Device
 from ..model.pool import Policy
 from ..present.text import terminal_lines
@@ -102,14 +102,21 @@ class Checks:
         directory = self.settings.artifacts_dir
         if directory is None or record.trace_events is None or record.run is None:
             return ""
+        from ..model.profile import decode_profile
         from ..model.timeline import build_view
-        from ..present.plot import write_plot
+        from ..present.plot import BaselineSide, write_plot
 
         name = f"{record.test_id}[{record.regime}]"
         trace, picture = path_in(directory, name, ".csv"), path_in(directory, name, ".html")
         try:
             record.trace_events.write_csv(trace)
-            write_plot(build_view(record.run, record.trace_events, record.regime), picture, f"{record.test_id} under {record.regime} on {self.device.name}")
+            entry = self.store.get(record.test_id, record.regime)
+            baseline = None
+            if entry is not None:
+                file = str(entry.path) if self.rootdir is None else relative_to(str(entry.path), self.rootdir)
+                peak = entry.metrics.get("peak_bytes_in_use")
+                baseline = BaselineSide(file, int(peak) if isinstance(peak, (int, float)) else None, entry.contributors, decode_profile(entry.profile))
+            write_plot(build_view(record.run, record.trace_events, record.regime), picture, f"{record.test_id} under {record.regime} on {self.device.name}", baseline)
         except OSError as exc:
             return terminal_lines(f"\n  artifacts not written to {directory}: {exc.strerror or exc}")
         return terminal_lines(f"\n  artifacts: {shown(picture, self.start_dir)} (timeline and memory map), {shown(trace, self.start_dir)} (trace)")
