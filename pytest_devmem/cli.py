@@ -358,7 +358,9 @@ def history_command(inputs: Sequence[Path], tolerance_spec: str, output: Path | 
     return 1 if moved else 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The `devmem` command's parser: its subcommands and their options (the documentation's CLI
+    reference is generated from it)."""
     from . import __version__
 
     parser = argparse.ArgumentParser(prog="devmem", description="Compare and list pytest-devmem measurements.")
@@ -398,6 +400,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     history_parser.add_argument("inputs", type=Path, nargs="*", help=f"JSON reports, or directories holding them (default: {AUTOSAVE_DIR}/, where --devmem-autosave keeps every run's report)")
     history_parser.add_argument("--tolerance", default=DEFAULT_TOLERANCE, help=f"What counts as a move ({TOLERANCE_HELP.replace('%', '%%')}); default {DEFAULT_TOLERANCE.replace('%', '%%')}")
     history_parser.add_argument("-o", "--output", type=Path, default=None, help="Also draw the tests that moved to FILE.png (needs matplotlib)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return _run(args)

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Create .venv (if missing) and install pytest-devmem with its test extras: JAX, TensorFlow-CPU,
-# nvidia-ml-py, hypothesis, pytest-xdist, pandas. Safe to run again; it only installs what is missing.
+# Create .venv (if missing) and install pytest-devmem with its test extras (JAX, TensorFlow-CPU,
+# nvidia-ml-py, hypothesis, pytest-xdist, pandas), the gpu-compile extra, and the docs extra (MkDocs
+# with Material, for `mkdocs build --strict`). Safe to run again; it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,gpu-compile]'
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,gpu-compile,docs]'

@@ -230,7 +230,7 @@ def _png_lane(axis: object, held_axis: object, lane: DeviceLane, view: TimelineV
         event = int(oom.get("event", 0))  # type: ignore[call-overload]
         for panel in (ax, hx):
             panel.axvline(event, color=OOM_COLOUR, linewidth=1.5)  # type: ignore[attr-defined]
-        ax.set_title(matplotlib_text(oom_caption(view)), color=OOM_COLOUR, fontsize=8, loc="right")  # type: ignore[attr-defined]
+        hx.set_title(matplotlib_text(oom_caption(view)), color=OOM_COLOUR, fontsize=8, loc="left")  # type: ignore[attr-defined]  # in place of the held panel's own title: never over a line or the peak's title
 
 
 def _png_map(axis: object, pools: list[PoolView], caption: str, colours: dict[str, str], plt: object, pinned: set[int], pins: list[str]) -> None:
