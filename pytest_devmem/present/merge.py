@@ -125,7 +125,7 @@ def _check_every_shard(reports: Sequence[ReportFile]) -> None:
     totals = {total for total, _ in parts}
     if len(totals) > 1 or not all(isinstance(total, int) and not isinstance(total, bool) for total in totals):
         raise MergeError(f"the shards' reports were split into different numbers of groups ({', '.join(sorted(map(str, totals)))}): merge the shards of one run")
-    total = int(next(iter(totals)))  # type: ignore[call-overload]
+    total = int(next(iter(totals)))  # type: ignore[arg-type]  # checked above: one int
     missing = sorted(set(range(1, total + 1)) - {group for _, group in parts})
     if missing:
         shown = ", ".join(str(group) for group in missing)
