@@ -192,7 +192,7 @@ def plot_input(path: Path, test: str | None, mode: str | None, fraction: str | N
         policy = regime_of_trace(path, mode, fraction)[0] if mode or fraction or TRACE_REGIME.search(path.stem) else Policy.of("prealloc")
         trace = _read_trace(path)
         spec, setups = _machine(device_spec or "sim", policy, unnamed_device(trace))
-        return build_view(run_machine(trace, setups, spec, timeline=True), trace, policy.label), f"{path.name} under {policy.label} on {spec.name}"
+        return build_view(run_machine(trace, setups, spec, timeline=True), trace, policy.label, setups), f"{path.name} under {policy.label} on {spec.name}"
     given = [name for name, value in (("--mode", mode), ("--fraction", fraction), ("--device", device_spec)) if value is not None]
     if given:
         raise InputError(f"{path}: {', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to a trace file (.csv); a report's record is drawn under its own regime and device")
@@ -214,7 +214,7 @@ def plot_input(path: Path, test: str | None, mode: str | None, fraction: str | N
     device_name = str(session.get("device", "device"))
     capability = session.get("device_compute_capability")
     spec, setups = _machine_of(capacity, device_name, capability[0] if isinstance(capability, list) and capability and isinstance(capability[0], int) and not isinstance(capability[0], bool) else None, policy, unnamed_device(trace))
-    return build_view(run_machine(trace, setups, spec, timeline=True), trace, policy.label), f"{record['test_id']} under {policy.label} on {device_name}"
+    return build_view(run_machine(trace, setups, spec, timeline=True), trace, policy.label, setups), f"{record['test_id']} under {policy.label} on {device_name}"
 
 
 def _peak_of(record: dict[str, object]) -> int:

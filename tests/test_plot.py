@@ -182,3 +182,25 @@ def test_the_failure_artifact_shows_the_baseline_beside_the_run(pytester: pytest
     assert "<h2>Baseline beside this run</h2><p>baselines/sim-16GiB/test_layer.py.json: peak in use 8.00 MiB; this run: 16.00 MiB on cpu:0.</p>" in html
     assert "cpu:0 at the baseline: bytes in use over its 1 event," in html
     assert "<tr><td>pool</td><td>8.00 MiB</td><td>16.00 MiB</td></tr>" in html  # the holders at both peaks
+
+
+def test_the_fragmentation_map_is_drawn_where_memory_is_still_held() -> None:
+    """Four 10 MiB activations, each followed by a 256 KiB summary, then the activations freed: the
+    pool is most fragmented (0.80) at the very end, when 1 MiB of its 41 MiB peak is left and no
+    allocation of the test waits for the holes. The picture maps the last moment that still holds a
+    tenth of the peak, with the summaries that pin its holes outlined."""
+    events = []
+    for i in range(4):
+        events += [TraceEvent("allocate", 2 * i + 1, 10 * MiB, source="pool", label=f"activation {i}"), TraceEvent("allocate", 2 * i + 2, 256 * 1024, source="pool", label=f"summary {i}")]
+    events += [TraceEvent("free", 2 * i + 1, 10 * MiB, source="pool") for i in range(4)]
+    trace = Trace(events)
+    policy = Policy.of("fraction", "0.05")
+    setups = setups_for(policy, 2**30)
+    run = run_machine(trace, setups, MachineSpec(2**30, "sim:1GiB"), timeline=True)
+    replayed = build_view(run, trace, policy.label).lanes[0]
+    assert (replayed.worst_map_event, round(replayed.worst_fragmentation or 0, 2)) == (11, 0.80)  # the replay's own worst moment
+    lane = build_view(run, trace, policy.label, setups).lanes[0]
+    assert lane.worst_map_event == 10 and round(lane.map_fragmentation or 0, 2) == 0.75
+    held = sum(chunk.size for pool in lane.pools_at_worst for chunk in pool.chunks if chunk.owner)
+    assert held >= lane.peak_in_use // 10 and len(lane.pins) == 2
+    assert "memory map of cpu:0 at its most fragmented while it held memory (event 10, fragmentation 0.75)" in render_html(build_view(run, trace, policy.label, setups), "t")

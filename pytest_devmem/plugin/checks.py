@@ -104,6 +104,7 @@ class Checks:
             return ""
         from ..model.profile import decode_profile
         from ..model.timeline import build_view
+        from .recording import allocator_setups
         from ..present.plot import BaselineSide, write_plot
 
         name = f"{record.test_id}[{record.regime}]"
@@ -116,7 +117,7 @@ class Checks:
                 file = str(entry.path) if self.rootdir is None else relative_to(str(entry.path), self.rootdir)
                 peak = entry.metrics.get("peak_bytes_in_use")
                 baseline = BaselineSide(file, int(peak) if isinstance(peak, (int, float)) else None, entry.contributors, decode_profile(entry.profile))
-            write_plot(build_view(record.run, record.trace_events, record.regime), picture, f"{record.test_id} under {record.regime} on {self.device.name}", baseline)
+            write_plot(build_view(record.run, record.trace_events, record.regime, allocator_setups(Policy.from_label(record.regime), self.device)), picture, f"{record.test_id} under {record.regime} on {self.device.name}", baseline)
         except OSError as exc:
             return terminal_lines(f"\n  artifacts not written to {directory}: {exc.strerror or exc}")
         return terminal_lines(f"\n  artifacts: {shown(picture, self.start_dir)} (timeline and memory map), {shown(trace, self.start_dir)} (trace)")

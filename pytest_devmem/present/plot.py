@@ -66,8 +66,9 @@ def maps(view: TimelineView) -> list[tuple[str, list[PoolView], set[int], list[s
         lane = view.headline
         drawn.append((f"memory map of {lane.device} at its peak (event {lane.peak_event})", lane.pools_at_peak, set(), []))
     for lane in view.lanes:
-        if lane.pools_at_worst and (lane.worst_fragmentation or 0.0) >= MARKED_FRAGMENTATION and not view.oom:
-            caption = f"memory map of {lane.device} at its most fragmented (event {lane.worst_map_event}, fragmentation {lane.worst_fragmentation:.2f}), pinning buffers outlined"
+        shown = lane.map_fragmentation if lane.map_fragmentation is not None else lane.worst_fragmentation
+        if lane.pools_at_worst and (shown or 0.0) >= MARKED_FRAGMENTATION and not view.oom:
+            caption = f"memory map of {lane.device} at its most fragmented while it held memory (event {lane.worst_map_event}, fragmentation {shown:.2f}), pinning buffers outlined"
             drawn.append((caption, lane.pools_at_worst, lane.pinned, lane.pins))
     return drawn
 
