@@ -465,3 +465,21 @@ def test_a_report_that_cannot_be_written_is_said_and_fails_the_session(pytester:
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*pytest-devmem: report not written: *out/r.json*"])
     assert "INTERNALERROR" not in result.stdout.str() and "Traceback" not in result.stdout.str()
+
+
+def test_a_refresh_with_the_same_figures_keeps_the_stored_profile(tmp_path: Path) -> None:
+    """A tf.data pipeline records a different number of events on each run: its profile would
+    change on every refresh. It changes only with the figures, so an unchanged test's file stays."""
+    store = BaselineStore(tmp_path, "sim-16GiB")
+
+    def measured(peak: int, events: int) -> TestRecord:
+        record = TestRecord("test_m.py::test_a", "prealloc", "sim:16GiB", "sim-16GiB", peak, 12 * 2**30, 0.0, None, "passed")
+        record.trace = {"profile": {"device": "cpu:0", "events": events, "in_use": f"0:0 {events - 1}:{peak}"}}
+        return record
+
+    (path,), _ = store.write([measured(8 * MiB, 100)], {})
+    before = path.read_bytes()
+    store.write([measured(8 * MiB, 140)], {})
+    assert path.read_bytes() == before
+    store.write([measured(9 * MiB, 140)], {})
+    assert '"events": 140' in path.read_text()
