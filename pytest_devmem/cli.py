@@ -1,9 +1,9 @@
 """The `devmem` command: compare two sets of measurements, list baselines, replay and draw traces.
 
-    devmem compare BASE NEW... [--tolerance SPEC] [--all] [--partial]   exit 1 when anything regressed
+    devmem compare BASE NEW... [--tolerance SPEC] [--all] [--partial] [--device-class C | --all-classes] [--sort KEY] [--columns A,B]   exit 1 when anything regressed
     devmem merge REPORT... -o MERGED.json [--baselines DIR] [--same-run]   one report from CI shards' reports
     devmem show [DIR]
-    devmem replay TRACE --mode M [--fraction F] [--device D]   exit 1 when the trace does not fit
+    devmem replay TRACE [--mode M] [--fraction F] [--device D]   exit 1 when the trace does not fit
     devmem plot REPORT|TRACE -o FILE.png|FILE.html [--test ID]
     devmem plot REPORT --targets -o FILE.png|FILE.html [--test ID]   every test on every target
     devmem history [REPORT...|DIR] [--tolerance SPEC] [-o trend.png]   exit 1 when a test moved (default: .devmem/)
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
@@ -30,7 +31,7 @@ from .errors import DevmemError
 from .files import read_json
 from .present.autosave import AUTOSAVE_DIR
 from .present.report import ReportFile, read_report
-from .present.comparison import compare_csv, compare_json, compare_markdown
+from .present.comparison import COLUMNS, SORT_KEYS, compare_csv, compare_json, compare_markdown, parse_columns, sort_verdicts
 from .present.text import markdown, terminal, terminal_lines
 from .gate.tolerance import DEFAULT_TOLERANCE, METRICS, TOLERANCE_HELP, format_metric, parse_tolerance
 
@@ -94,6 +95,28 @@ def _report_devices(devices: object) -> dict[str, dict[str, float | int | None]]
     return {str(device["device"]): {name: device.get(name) for name in METRICS} for device in devices}
 
 
+def select_classes(base: dict[Key, Measured], new: dict[Key, Measured], wanted: Sequence[str] | None, all_classes: bool) -> tuple[dict[Key, Measured], dict[Key, Measured], dict[str, int]]:
+    """The measurements to compare: by default only the device classes NEW measured (a CPU-only run
+    says nothing about the GPU runner's `cuda-*` baselines, nor a second preset's); `wanted` names
+    classes instead, `all_classes` keeps every one. Also how many of BASE's entries were left out,
+    per class, so the table can say so."""
+    if wanted:
+        known = {key[2] for key in base} | {key[2] for key in new}
+        unknown = [name for name in wanted if name not in known]
+        if unknown:
+            raise InputError(f"--device-class {unknown[0]!r}: neither BASE nor NEW holds it; they hold {', '.join(sorted(known)) or 'nothing'}")
+        keep = set(wanted)
+    elif all_classes:
+        return base, new, {}
+    else:
+        keep = {key[2] for key in new}
+    left_out: dict[str, int] = {}
+    for key in base:
+        if key[2] not in keep:
+            left_out[key[2]] = left_out.get(key[2], 0) + 1
+    return {k: v for k, v in base.items() if k[2] in keep}, {k: v for k, v in new.items() if k[2] in keep}, dict(sorted(left_out.items()))
+
+
 def show_table(measurements: dict[Key, Measured]) -> str:
     lines = ["| test | regime | device | peak in use | peak reserved | fragmentation | versions |", "|---|---|---|---|---|---|---|"]
     for (test_id, regime, device_class), m in sorted(measurements.items()):
@@ -105,17 +128,36 @@ def show_table(measurements: dict[Key, Measured]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def replay_table(path: Path, mode: str, fraction: str | None, device_spec: str) -> tuple[str, bool]:
+TRACE_REGIME = re.compile(r"\[(?:fraction=(?P<fraction>[0-9.]+)|(?P<mode>[a-z]+)(?:_fraction=(?P<limit>[0-9.]+)_)?)\](?:--[0-9a-f]+)?$")
+"""The regime at the end of a trace's name as the plugin writes it (`test_x.py__test_a[growth].csv`,
+`...[fraction=0.5]--1a2b3c4d5e6f.csv`; `growth(fraction=0.5)` becomes `growth_fraction=0.5_`)."""
+
+
+def regime_of_trace(path: Path, mode: str | None, fraction: str | None) -> tuple[Policy, str]:
+    """The regime to replay a trace under: the one given, else the one its file name carries (the
+    plugin names each trace `<test>[<regime>].csv`); and a note saying where it came from."""
+    from .model.pool import Policy
+
+    if mode is not None or fraction is not None:
+        return Policy.of(mode or "fraction", fraction), ""
+    found = TRACE_REGIME.search(path.stem)
+    if found is None:
+        raise InputError(f"{path}: its name does not say its regime (the plugin names traces <test>[<regime>].csv): give --mode (prealloc, fraction, ondemand, growth or compact)")
+    if found["fraction"]:
+        return Policy.of("fraction", found["fraction"]), " (from the trace's name)"
+    return Policy.of(found["mode"], found["limit"]), " (from the trace's name)"
+
+
+def replay_table(path: Path, mode: str | None, fraction: str | None, device_spec: str) -> tuple[str, bool]:
     """What a regime makes of a recorded trace (RMM-style CSV) on the model of the machine, as
     Markdown; and whether it fitted. The same replay as the plugin's and `devmem plot`'s."""
     from .model.explain import oom_lines
     from .model.machine import run_machine
-    from .model.pool import Policy
     from .model.regime import jax_fraction_variable
     from .model.whatif import proven_fixes
     from .units import format_size
 
-    policy = Policy.of(mode, fraction)
+    policy, origin = regime_of_trace(path, mode, fraction)
     trace = _read_trace(path)
     spec, setups = _machine(device_spec, policy, unnamed_device(trace))
     run = run_machine(trace, setups, spec)
@@ -132,7 +174,7 @@ def replay_table(path: Path, mode: str, fraction: str | None, device_spec: str) 
             rows.append((f"{allocator.name}{where}: peak in use, held", f"{allocator.peak_bytes_in_use}, {allocator.peak_bytes_reserved}", f"{format_size(allocator.peak_bytes_in_use)}, {format_size(allocator.peak_bytes_reserved)}"))
     for source, share in sorted(run.by_source.items()):
         rows.append((f"{source}: peak live", str(share.peak_live_bytes), format_size(share.peak_live_bytes)))
-    lines = [f"### Trace {markdown(str(path))} replayed under regime {markdown(policy.label)} on {markdown(spec.name)}", "", "| figure | value | readable |", "|---|---|---|"]
+    lines = [f"### Trace {markdown(str(path))} replayed under regime {markdown(policy.label)}{origin} on {markdown(spec.name)}", "", "| figure | value | readable |", "|---|---|---|"]
     lines += [f"| {markdown(figure)} | {value} | {readable} |" for figure, value, readable in rows]
     if run.oom is not None:
         oom = run.oom.to_json()
@@ -149,10 +191,10 @@ def plot_input(path: Path, test: str | None, mode: str | None, fraction: str | N
     from .model.timeline import build_view
 
     if path.suffix.lower() == ".csv":
-        policy = Policy.of(mode or "prealloc", fraction)
+        policy = regime_of_trace(path, mode, fraction)[0] if mode or fraction or TRACE_REGIME.search(path.stem) else Policy.of("prealloc")
         trace = _read_trace(path)
         spec, setups = _machine(device_spec or "sim", policy, unnamed_device(trace))
-        return build_view(run_machine(trace, setups, spec, timeline=True), trace, policy.label), f"{path.name} under {policy.label} on {spec.name}"
+        return build_view(run_machine(trace, setups, spec, timeline=True), trace, policy.label, setups), f"{path.name} under {policy.label} on {spec.name}"
     given = [name for name, value in (("--mode", mode), ("--fraction", fraction), ("--device", device_spec)) if value is not None]
     if given:
         raise InputError(f"{path}: {', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to a trace file (.csv); a report's record is drawn under its own regime and device")
@@ -174,7 +216,7 @@ def plot_input(path: Path, test: str | None, mode: str | None, fraction: str | N
     device_name = str(session.get("device", "device"))
     capability = session.get("device_compute_capability")
     spec, setups = _machine_of(capacity, device_name, capability[0] if isinstance(capability, list) and capability and isinstance(capability[0], int) and not isinstance(capability[0], bool) else None, policy, unnamed_device(trace))
-    return build_view(run_machine(trace, setups, spec, timeline=True), trace, policy.label), f"{record['test_id']} under {policy.label} on {device_name}"
+    return build_view(run_machine(trace, setups, spec, timeline=True), trace, policy.label, setups), f"{record['test_id']} under {policy.label} on {device_name}"
 
 
 def plot_targets(path: Path, output: Path, test: str | None, mode: str | None, fraction: str | None, device_spec: str | None) -> int:
@@ -298,14 +340,29 @@ def merge_command(reports: Sequence[Path], output: Path | None, baselines: Path 
             raise InputError(f"{output}: cannot write the merged report: {exc.strerror or exc}") from None
         print(f"wrote {output}")
     if refresh is not None:
+        before = _file_bytes(baselines)  # type: ignore[arg-type]  # refresh is made only with baselines
         written, problems = refresh()
         for path in written:
-            print(f"baseline written: {path}")
+            print(f"baseline {'unchanged' if before.get(path) == _read_bytes(path) else 'written'}: {path}")
         for problem in problems:
             print(f"devmem: baseline not written: {problem}", file=sys.stderr)
         if problems:
             return 2
     return 0
+
+
+def _file_bytes(directory: Path) -> dict[Path, bytes | None]:
+    """Every baseline file's bytes before a refresh, so that the refresh can say which it changed."""
+    if not directory.is_dir():
+        return {}
+    return {path: _read_bytes(path) for path in directory.rglob("*.json") if path.is_file() and not path.is_symlink()}
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
 
 
 def baselines_from_report(document: dict[str, object], directory: Path) -> tuple[list[Path], list[str]]:
@@ -351,7 +408,9 @@ def history_command(inputs: Sequence[Path], tolerance_spec: str, output: Path | 
     return 1 if moved else 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The `devmem` command's parser: its subcommands and their options (the documentation's CLI
+    reference is generated from it)."""
     from . import __version__
 
     parser = argparse.ArgumentParser(prog="devmem", description="Compare and list pytest-devmem measurements.")
@@ -362,6 +421,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     compare_parser.add_argument("new", type=Path, nargs="+", help="Baseline directory, baseline file or JSON report; or several JSON reports (CI shards), merged first")
     compare_parser.add_argument("--tolerance", default=DEFAULT_TOLERANCE, help=f"Allowed change ({TOLERANCE_HELP.replace('%', '%%')}); default {DEFAULT_TOLERANCE.replace('%', '%%')}")
     compare_parser.add_argument("--all", action="store_true", help="Also list metrics within tolerance")
+    compare_parser.add_argument("--device-class", action="append", default=None, metavar="CLASS", help="Compare only this device class (e.g. sim-16GiB, cuda-NVIDIA-H100-80GB-HBM3); repeat for several. Default: the classes NEW measured")
+    compare_parser.add_argument("--all-classes", action="store_true", help="Compare every device class in BASE and NEW, listing BASE's other classes as not run")
+    compare_parser.add_argument("--sort", choices=SORT_KEYS, default="status", help="Row order: status (failures first, the default), test, delta (largest growth first), percent, now or baseline (largest first)")
+    compare_parser.add_argument("--columns", default=None, help=f"Comma-separated columns of the Markdown table, in order (default: all): {', '.join(COLUMNS)}")
     compare_parser.add_argument("--format", choices=("markdown", "json", "csv"), default=None, help="Markdown for a pull-request comment (default), or JSON / CSV for tools")
     compare_parser.add_argument("--json", action="store_true", help="Same as --format=json")
     compare_parser.add_argument("--csv", action="store_true", help="Same as --format=csv")
@@ -375,14 +438,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     show_parser.add_argument("directory", type=Path, nargs="?", default=Path("baselines"), help="Baseline directory (default: baselines)")
     replay_parser = commands.add_parser("replay", help="Replay a recorded trace (--devmem-traces) under a regime; exit 1 if it does not fit")
     replay_parser.add_argument("trace", type=Path, help="Trace file (RMM-style CSV)")
-    replay_parser.add_argument("--mode", required=True, help="prealloc, fraction, ondemand (platform), growth or compact")
+    replay_parser.add_argument("--mode", default=None, help="prealloc, fraction, ondemand (platform), growth or compact (default: the regime the trace's name carries, as --devmem-traces names it)")
     replay_parser.add_argument("--fraction", default=None, help="Fraction of the device, in (0, 1]")
     replay_parser.add_argument("--device", default="sim", help="Device whose capacity to use: sim, sim:SIZE, cuda:N (default: sim, 16 GiB)")
     plot_parser = commands.add_parser("plot", help="Draw a test's memory over its events and the pool's map at its peak, as PNG or HTML")
     plot_parser.add_argument("input", type=Path, help="A JSON report with traces (--devmem-report and --devmem-traces), or one trace (.csv)")
     plot_parser.add_argument("-o", "--output", type=Path, required=True, help="FILE.png (needs matplotlib) or FILE.html (self-contained)")
     plot_parser.add_argument("--test", default=None, help="Part of the test id to draw (default: the record with the largest peak)")
-    plot_parser.add_argument("--mode", default=None, help="For a trace: the regime (default prealloc)")
+    plot_parser.add_argument("--mode", default=None, help="For a trace: the regime (default: the one its name carries, else prealloc)")
     plot_parser.add_argument("--fraction", default=None, help="For a trace: the fraction, in (0, 1]")
     plot_parser.add_argument("--device", default=None, help="For a trace: the device whose capacity to use (default sim, 16 GiB)")
     plot_parser.add_argument("--targets", action="store_true", help="Draw the report's targets table (--devmem-targets): each test's peak on each target against its capacity, and where it does not fit")
@@ -390,9 +453,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     history_parser.add_argument("inputs", type=Path, nargs="*", help=f"JSON reports, or directories holding them (default: {AUTOSAVE_DIR}/, where --devmem-autosave keeps every run's report)")
     history_parser.add_argument("--tolerance", default=DEFAULT_TOLERANCE, help=f"What counts as a move ({TOLERANCE_HELP.replace('%', '%%')}); default {DEFAULT_TOLERANCE.replace('%', '%%')}")
     history_parser.add_argument("-o", "--output", type=Path, default=None, help="Also draw the tests that moved to FILE.png (needs matplotlib)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "compare":
-        args.format = _output_format(compare_parser, args)
+        args.format = _output_format(parser, args)
     try:
         return _run(args)
     except (DevmemError, ValueError) as exc:
@@ -432,13 +500,18 @@ def _run(args: argparse.Namespace) -> int:
         return 0 if fitted else 1
     if args.command == "compare":
         parse_tolerance(args.tolerance)  # a bad tolerance is reported before any file is read
-        found = verdicts(load(args.base), load_new(args.new, args.partial), args.tolerance)
+        columns = parse_columns(args.columns)
+        base, new = load(args.base), load_new(args.new, args.partial)
+        base, new, left_out = select_classes(base, new, args.device_class, args.all_classes)
+        found = verdicts(base, new, args.tolerance)
+        if args.sort != "status":  # the tables put failures first themselves
+            found = sort_verdicts(found, args.sort)
         if args.format == "json":
-            _print(compare_json(found, args.tolerance))
+            _print(compare_json(found, args.tolerance, left_out))
         elif args.format == "csv":
-            _print(compare_csv(found))
+            _print(compare_csv(found, sort=args.sort))
         else:
-            _print(compare_markdown(found, args.tolerance, args.all))
+            _print(compare_markdown(found, args.tolerance, args.all, left_out=left_out, columns=columns, sort=args.sort))
         return 1 if any(v.failing for v in found) else 0
     _print(show_table(load(args.directory)))
     return 0

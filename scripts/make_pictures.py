@@ -1,4 +1,5 @@
-"""Draw the pictures the README shows, from real runs of the plugin: `python scripts/make_pictures.py`.
+"""Draw the pictures the README and the documentation show, from real runs of the plugin:
+`python scripts/make_pictures.py` (about a minute; the HTML screenshots need Chromium).
 
 Each picture is a test run under the plugin with its trace kept, then `devmem plot` as PNG and HTML
 into docs/pictures/. The suites are small and written here, so the pictures can be made again on
@@ -8,6 +9,7 @@ any machine (JAX and TensorFlow on their CPU backends; four CPU devices for the 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -109,6 +111,46 @@ def run(suite: dict[str, str] | Path, name: str, *options: str, select: str | No
         print(f"docs/pictures/{name}.png, .html")
 
 
+GROWING_LAYER = '''
+import os
+import jax, jax.numpy as jnp
+
+WIDTH = int(os.environ.get("LAYER_WIDTH", "1024"))
+
+def test_forward():
+    w = jnp.full((1024, WIDTH), 0.01)
+    x = jnp.ones((512, 1024))
+    forward = jax.jit(lambda w, x: jnp.tanh(x @ w).sum())
+    assert forward(w, x) > 0
+'''
+
+
+def failure_artifact() -> None:
+    """A test whose layer was made twice as wide, failing its baseline: the artifact
+    (--devmem-artifacts) that shows the baseline beside the run."""
+    with tempfile.TemporaryDirectory() as work:
+        where = Path(work)
+        (where / "test_model.py").write_text(GROWING_LAYER)
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--devmem-mode=prealloc", "test_model.py"]
+        subprocess.run([*command, "--devmem-update"], cwd=where, check=True, capture_output=True)
+        subprocess.run([*command, "--devmem-artifacts=artifacts"], cwd=where, env={**os.environ, "LAYER_WIDTH": "2048"}, check=False, capture_output=True)
+        (picture,) = (where / "artifacts").glob("*.html")
+        (OUT / "failure-artifact.html").write_text(picture.read_text())
+    print("docs/pictures/failure-artifact.html")
+
+
+def screenshots() -> None:
+    """The HTML pictures as a browser draws them (headless Chromium, where installed)."""
+    browser = next((name for name in ("chromium", "chromium-browser", "google-chrome") if shutil.which(name)), None)
+    if browser is None:
+        print("no Chromium found: the HTML screenshots were not remade")
+        return
+    for name, height in (("two-devices-two-frameworks", 1500), ("failure-artifact", 1500)):
+        target = OUT / f"{name}.html-screenshot.png"
+        subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--window-size=1100,{height}", f"--screenshot={target}", (OUT / f"{name}.html").as_uri()], check=True, capture_output=True)
+        print(f"docs/pictures/{name}.html-screenshot.png")
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     run(ROOT / "examples" / "test_jax_mlp.py", "short-trace", "--devmem-mode=growth", select="1024")
@@ -118,6 +160,8 @@ def main() -> None:
     run({"test_long.py": LONG}, "100k-events", "--devmem-mode=growth")
     run({"test_oom.py": OUT_OF_MEMORY}, "out-of-memory", "--devmem-mode=prealloc", "--devmem-device=sim:1GiB")
     run_targets({"test_targets.py": SEVERAL_TARGETS}, "several-targets", "--devmem-mode=prealloc", "--devmem-targets=sim:H100-80GB,sim:T4,sim:1GiB,sim:64MiB")
+    failure_artifact()
+    screenshots()
 
 
 if __name__ == "__main__":

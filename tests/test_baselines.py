@@ -61,7 +61,7 @@ def test_twice_the_memory_fails_the_test_with_the_numbers(pytester: pytest.Pytes
     result = run(pytester)
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines([
-        "*device memory regression against *test_workload.py.json (regime prealloc):*",
+        "device memory regression against baselines/sim-16GiB/test_workload.py.json (regime prealloc):*",  # from the rootdir, as in the repository
         "*peak_bytes_in_use: baseline 8.00 MiB, now 16.00 MiB, delta +8.00 MiB (+100.0%), allowed ±10% or 1.00 MiB*",
         "*refresh the baseline with --devmem-update*",
         "MEMORY PROBLEMS test_workload.py::test_model*",
@@ -465,3 +465,21 @@ def test_a_report_that_cannot_be_written_is_said_and_fails_the_session(pytester:
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*pytest-devmem: report not written: *out/r.json*"])
     assert "INTERNALERROR" not in result.stdout.str() and "Traceback" not in result.stdout.str()
+
+
+def test_a_refresh_with_the_same_figures_keeps_the_stored_profile(tmp_path: Path) -> None:
+    """A tf.data pipeline records a different number of events on each run: its profile would
+    change on every refresh. It changes only with the figures, so an unchanged test's file stays."""
+    store = BaselineStore(tmp_path, "sim-16GiB")
+
+    def measured(peak: int, events: int) -> TestRecord:
+        record = TestRecord("test_m.py::test_a", "prealloc", "sim:16GiB", "sim-16GiB", peak, 12 * 2**30, 0.0, None, "passed")
+        record.trace = {"profile": {"device": "cpu:0", "events": events, "in_use": f"0:0 {events - 1}:{peak}"}}
+        return record
+
+    (path,), _ = store.write([measured(8 * MiB, 100)], {})
+    before = path.read_bytes()
+    store.write([measured(8 * MiB, 140)], {})
+    assert path.read_bytes() == before
+    store.write([measured(9 * MiB, 140)], {})
+    assert '"events": 140' in path.read_text()

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmarks.reference import FirstFitPool
 from benchmarks.workloads import training_loop
 from pytest_devmem.model.pool import replay
@@ -13,6 +15,7 @@ from pytest_devmem.model.pool import replay
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # about 50 s: every benchmark once, in quick mode
 def test_the_benchmarks_run_in_quick_mode() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--quick"], cwd=ROOT, capture_output=True, text=True, check=True

@@ -58,8 +58,43 @@ def test_compare_within_tolerance_exits_0(tmp_path: Path, capsys: pytest.Capture
 def test_compare_never_matches_different_device_classes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = write_report(tmp_path / "base.json", [record("test_a", 10 * MiB, device_class="cuda-NVIDIA-H100")])
     new = write_report(tmp_path / "new.json", [record("test_a", 99 * MiB)])
-    assert main(["compare", str(base), str(new)]) == 0
+    assert main(["compare", str(base), str(new), "--all-classes"]) == 0
     assert "1 new, 1 missing" in capsys.readouterr().out
+
+
+def test_compare_on_baselines_of_two_classes_reports_only_the_measured_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    gpu = [record(name, 10 * MiB, device_class="cuda-NVIDIA-H100-80GB-HBM3") for name in ("test_a", "test_b", "test_c")]
+    base = write_baselines(tmp_path / "baselines", [record("test_a", 10 * MiB), record("test_b", 10 * MiB), *gpu])
+    new = write_report(tmp_path / "new.json", [record("test_a", 10 * MiB), record("test_b", 10 * MiB)])
+    assert main(["compare", str(base), str(new), "--all"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("### Device memory: 2 ok\n")  # not "2 ok, 3 missing": the GPU runner's baselines are not this run's
+    assert "cuda-NVIDIA" not in out.split("Not compared")[0] and "| cuda-" not in out
+    assert "Not compared: baselines of device classes this run did not measure: `cuda-NVIDIA-H100-80GB-HBM3` (3)" in out
+    assert main(["compare", str(base), str(new), "--all-classes"]) == 0
+    assert capsys.readouterr().out.startswith("### Device memory: 2 ok, 3 missing")
+    assert main(["compare", str(base), str(new), "--device-class", "cuda-NVIDIA-H100-80GB-HBM3"]) == 0
+    assert capsys.readouterr().out.startswith("### Device memory: 3 missing")
+    assert main(["compare", str(base), str(new), "--device-class", "sim-80GiB"]) == 2
+    assert "--device-class 'sim-80GiB': neither BASE nor NEW holds it; they hold cuda-NVIDIA-H100-80GB-HBM3, sim-16GiB" in capsys.readouterr().err
+    assert main(["compare", str(base), str(new), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["not_compared_classes"] == {"cuda-NVIDIA-H100-80GB-HBM3": 3}
+
+
+def test_compare_sorts_and_picks_columns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = write_report(tmp_path / "base.json", [record("test_a", 10 * MiB), record("test_b", 10 * MiB), record("test_c", 10 * MiB)])
+    new = write_report(tmp_path / "new.json", [record("test_a", 30 * MiB), record("test_b", 12 * MiB), record("test_c", 50 * MiB)])
+    assert main(["compare", str(base), str(new), "--sort", "delta", "--columns", "test,now,delta"]) == 1
+    out = capsys.readouterr().out
+    assert "| test | now | Δ |\n|---|---|---|\n" in out
+    rows = [line for line in out.splitlines() if line.startswith("| tests/")]
+    assert [row.split("::")[1][:6] for row in rows] == ["test_c", "test_a", "test_b"]
+    assert rows[0] == "| tests/test_m.py::test_c | 50.00 MiB | +40.00 MiB (+400.0%) |"
+    assert main(["compare", str(base), str(new), "--sort", "test"]) == 1
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| tests/")]
+    assert [row.split("::")[1][:6] for row in rows] == ["test_a", "test_b", "test_c"]
+    assert main(["compare", str(base), str(new), "--columns", "test,size"]) == 2
+    assert "--columns 'test,size': unknown column 'size'; allowed are test, regime, device, metric, baseline, now, delta, verdict" in capsys.readouterr().err
 
 
 def test_compare_counts_measured_failures_and_names_unmeasured_tests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -201,3 +236,27 @@ def test_compare_lists_regressions_first(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["compare", str(base), str(new)]) == 1
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| tests/")]
     assert "test_z" in rows[0] and "regressed" in rows[0] and "test_a" in rows[1]
+
+
+@pytest.mark.parametrize(
+    ("name", "regime"),
+    [
+        ("test_m.py__test_a[growth].csv", "growth"),
+        ("test_m.py__test_a[1024][fraction=0.5]--0123456789ab.csv", "fraction=0.5"),
+        ("test_m.py__test_a[growth_fraction=0.5_]--0123456789ab.csv", "growth(fraction=0.5)"),
+    ],
+)
+def test_replay_takes_the_regime_from_the_traces_name(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, regime: str) -> None:
+    trace = tmp_path / name
+    trace.write_text("Thread,Time,Action,Pointer,Size,Stream,Source,Label\n0,0.0,allocate,0x1,1048576,0,pool,\n0,1.0,free,0x1,1048576,0,pool,\n")
+    assert main(["replay", str(trace)]) == 0
+    assert f"replayed under regime {regime} (from the trace's name) on sim:16GiB" in capsys.readouterr().out
+    assert main(["replay", str(trace), "--mode", "ondemand"]) == 0  # given: it wins
+    assert "replayed under regime ondemand on" in capsys.readouterr().out
+
+
+def test_replay_of_a_trace_whose_name_says_no_regime_asks_for_mode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "rmm-log.csv"
+    trace.write_text("Thread,Time,Action,Pointer,Size,Stream\n0,0.0,allocate,0x1,1048576,0\n")
+    assert main(["replay", str(trace)]) == 2
+    assert "rmm-log.csv: its name does not say its regime" in capsys.readouterr().err

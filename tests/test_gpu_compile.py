@@ -154,6 +154,7 @@ def mlp_loss(params: tuple[Any, Any], x: Any) -> Any:
     return jnp.sum(jnp.tanh(x @ w1) @ w2)
 
 
+@pytest.mark.slow  # 5-16 s: deviceless XLA:GPU compiles
 @needs_compiler
 def test_attention_has_no_temporary_on_cpu_and_1GiB_on_an_h100(h100: GpuSizer) -> None:
     import jax.numpy as jnp
@@ -169,6 +170,7 @@ def test_attention_has_no_temporary_on_cpu_and_1GiB_on_an_h100(h100: GpuSizer) -
     assert h100.sizes_for(executable) is sizes  # once per executable
 
 
+@pytest.mark.slow  # 5-16 s: deviceless XLA:GPU compiles
 @needs_compiler
 def test_mlp_gradient_needs_32MiB_on_cpu_and_16MiB_on_an_h100(h100: GpuSizer) -> None:
     import jax
@@ -301,6 +303,7 @@ SHARDED_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # 5-16 s: deviceless XLA:GPU compiles
 @needs_compiler
 def test_a_sharded_executable_is_compiled_for_as_many_gpus(tmp_path: Path) -> None:
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1"}

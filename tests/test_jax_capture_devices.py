@@ -75,6 +75,7 @@ def allocations(trace: Trace, label: str | None = None) -> Counter[tuple[str, in
     return Counter((e.device, e.size) for e in trace if e.action == "allocate" and (label is None or e.label == label))
 
 
+@pytest.mark.slow  # about 15 s: a sharded JAX suite in a fresh process
 def test_each_allocation_is_on_its_device(jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
     pytester.makepyfile(test_devices=PER_DEVICE)

@@ -145,3 +145,62 @@ def test_a_test_failing_the_gate_leaves_its_trace_and_picture(pytester: pytest.P
     result.stdout.fnmatch_lines(["*artifacts: artifacts/test_a_test_failing_the_gate_leaves_its_trace_and_picture.py_test_big?prealloc?--*.html (timeline and memory map)*"])
     left = sorted(p.suffix for p in (pytester.path / "artifacts").iterdir())
     assert left == [".csv", ".html"]
+
+
+def _svg_ys(svg: str, element: str) -> list[float]:
+    start = svg.index(f"<{element} ")
+    points = svg[start:].split("points='", 1)[1].split("'", 1)[0]
+    return [float(pair.split(",")[1]) for pair in points.split()]
+
+
+def test_a_lane_draws_held_with_in_use_on_one_scale_and_numbers_its_events() -> None:
+    """36 MiB in use under a 12 GiB reservation: in use has a panel of its own scale, and in the
+    held panel both share one scale, so in use is never drawn above what holds it."""
+    trace = Trace([TraceEvent("allocate", 1, 36 * MiB, source="jax", label="jit(step)", device="cpu:0"), TraceEvent("free", 1, 36 * MiB, source="jax", device="cpu:0")])
+    html = render_html(view_of(trace, "prealloc", 16 * 2**30), "t")
+    held_band = html.split("held from the device (grey", 1)[1].split("</svg>", 1)[0]
+    held_top = min(_svg_ys(held_band, "polygon"))
+    in_use_top = min(_svg_ys(held_band, "polyline"))
+    assert in_use_top > held_top  # lower on the page: less than what is held
+    in_use_band = html.split("in use, on its own scale", 1)[1].split("held from the device (grey", 1)[0]
+    assert "36 MiB</text>" in in_use_band and "12 GiB</text>" in held_band  # each band's axis in its one unit
+    assert ">event</text>" in held_band and "text-anchor='middle'>0</text>" in held_band  # the x axis is numbered
+    heading = html.split("<h3>", 2)[1]
+    assert heading.startswith("cpu:0: peak in use 36.00 MiB at event 0 (jit(step) 36.00 MiB)")  # named above the lane, not over it
+
+
+def test_the_failure_artifact_shows_the_baseline_beside_the_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_layer="import os\n\ndef test_layer(devmem):\n    devmem.pool.alloc(int(os.environ['LAYER_MIB']) * 2**20)\n")
+    monkeypatch.setenv("LAYER_MIB", "8")
+    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-update").assert_outcomes(passed=1)
+    stored = json.loads((pytester.path / "baselines" / "sim-16GiB" / "test_layer.py.json").read_text())["records"]["test_layer.py::test_layer"]["prealloc"]
+    assert stored["profile"] == {"device": "cpu:0", "events": 1, "in_use": "0:0 0:8388608"}
+    monkeypatch.setenv("LAYER_MIB", "16")
+    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-artifacts=artifacts").assert_outcomes(failed=1)
+    (picture,) = (pytester.path / "artifacts").glob("*.html")
+    html = picture.read_text()
+    assert "<h2>Baseline beside this run</h2><p>baselines/sim-16GiB/test_layer.py.json: peak in use 8.00 MiB; this run: 16.00 MiB on cpu:0.</p>" in html
+    assert "cpu:0 at the baseline: bytes in use over its 1 event," in html
+    assert "<tr><td>pool</td><td>8.00 MiB</td><td>16.00 MiB</td></tr>" in html  # the holders at both peaks
+
+
+def test_the_fragmentation_map_is_drawn_where_memory_is_still_held() -> None:
+    """Four 10 MiB activations, each followed by a 256 KiB summary, then the activations freed: the
+    pool is most fragmented (0.80) at the very end, when 1 MiB of its 41 MiB peak is left and no
+    allocation of the test waits for the holes. The picture maps the last moment that still holds a
+    tenth of the peak, with the summaries that pin its holes outlined."""
+    events = []
+    for i in range(4):
+        events += [TraceEvent("allocate", 2 * i + 1, 10 * MiB, source="pool", label=f"activation {i}"), TraceEvent("allocate", 2 * i + 2, 256 * 1024, source="pool", label=f"summary {i}")]
+    events += [TraceEvent("free", 2 * i + 1, 10 * MiB, source="pool") for i in range(4)]
+    trace = Trace(events)
+    policy = Policy.of("fraction", "0.05")
+    setups = setups_for(policy, 2**30)
+    run = run_machine(trace, setups, MachineSpec(2**30, "sim:1GiB"), timeline=True)
+    replayed = build_view(run, trace, policy.label).lanes[0]
+    assert (replayed.worst_map_event, round(replayed.worst_fragmentation or 0, 2)) == (11, 0.80)  # the replay's own worst moment
+    lane = build_view(run, trace, policy.label, setups).lanes[0]
+    assert lane.worst_map_event == 10 and round(lane.map_fragmentation or 0, 2) == 0.75
+    held = sum(chunk.size for pool in lane.pools_at_worst for chunk in pool.chunks if chunk.owner)
+    assert held >= lane.peak_in_use // 10 and len(lane.pins) == 2
+    assert "memory map of cpu:0 at its most fragmented while it held memory (event 10, fragmentation 0.75)" in render_html(build_view(run, trace, policy.label, setups), "t")

@@ -313,3 +313,85 @@ def test_a_memory_failure_has_its_own_letter_and_summary_line(pytester: pytest.P
     result.stdout.fnmatch_lines(["*.py M.*", "*MEMORY PROBLEMS: 1 test(s) failed by pytest-devmem's checks alone: *test_big*"])
     verbose = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-limit=1MiB", "-v")
     verbose.stdout.fnmatch_lines(["*::test_big MEMORY PROBLEMS*"])
+
+
+# -- conventions from pytest-benchmark: --devmem-disable, --devmem-only, a hook for the run's metadata
+
+MEASURED_AND_NOT = """
+import pytest
+
+@pytest.mark.devmem(limit="1MiB")
+def test_marked(devmem):
+    devmem.pool.alloc(4 * 2**20)  # over its limit: fails when measured
+
+def test_plain(devmem):
+    devmem.pool.alloc(2**20)
+
+def test_no_fixture():
+    pass
+"""
+
+
+def test_disable_measures_nothing_and_keeps_markers_and_fixture_working(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(MEASURED_AND_NOT)
+    pytester.makepyfile(test_env="import os\ndef test_frameworks_environment_untouched():\n    assert os.environ.get('TF_CPU_ALLOCATOR_USE_BFC') is None\n")
+    monkeypatch.delenv("TF_CPU_ALLOCATOR_USE_BFC", raising=False)
+    measured = pytester.runpytest_inprocess("--strict-markers")
+    measured.assert_outcomes(passed=2, failed=2)  # the plugin set TensorFlow's CPU allocator variable
+    monkeypatch.delenv("TF_CPU_ALLOCATOR_USE_BFC", raising=False)
+    result = pytester.runpytest_inprocess("--strict-markers", "--devmem-disable", "--devmem-report=r.json", "--devmem-update")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["devmem: disabled (--devmem-disable): no test is measured, compared or recorded"])
+    assert not (pytester.path / "r.json").exists() and not (pytester.path / "baselines").exists()
+
+
+def test_disable_still_errors_a_bad_marker(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("import pytest\n@pytest.mark.devmem(fraction=3)\ndef test_bad():\n    pass\n")
+    result = pytester.runpytest_inprocess("--devmem-disable")
+    result.assert_outcomes(errors=1)
+    assert "invalid devmem fraction" in result.stdout.str()
+
+
+def test_only_runs_the_measured_tests(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(MEASURED_AND_NOT)
+    result = pytester.runpytest_inprocess("--devmem-only")
+    result.assert_outcomes(failed=1, deselected=2)  # only the marked test: measured, over its limit
+    every = pytester.runpytest_inprocess("--devmem-only", "--devmem-mode=ondemand", "--devmem-limit=64MiB")
+    every.assert_outcomes(passed=2, failed=1)  # with a session regime every test is measured
+
+
+def test_disable_and_only_together_are_refused(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(PASSING)
+    result = pytester.runpytest_inprocess("--devmem-disable", "--devmem-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--devmem-disable and --devmem-only contradict each other" in result.stderr.str()
+
+
+def test_a_conftest_hook_adds_to_the_runs_metadata(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        """
+        import pathlib
+
+        def pytest_devmem_update_run_info(config, run_info):
+            run_info["runner"] = "gpu-box-7"
+            run_info["where"] = pathlib.Path("/data")  # not JSON: kept as its text
+        """
+    )
+    pytester.makepyfile(MEASURED_AND_NOT)
+    pytester.runpytest_inprocess("--devmem-mode=ondemand", "--devmem-report=r.json")
+    import json
+
+    session = json.loads((pytester.path / "r.json").read_text())["session"]
+    assert session["run_info"] == {"runner": "gpu-box-7", "where": "/data"}
+    jsonschema = pytest.importorskip("jsonschema")
+    from pathlib import Path
+
+    schema = json.loads((Path(__file__).resolve().parents[1] / "docs" / "report.schema.json").read_text())
+    jsonschema.validate(json.loads((pytester.path / "r.json").read_text()), schema)
+
+
+def test_an_unknown_devmem_hook_in_a_conftest_is_refused_as_pytest_refuses_any(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("def pytest_devmem_update_run_infos(config, run_info):\n    pass\n")
+    pytester.makepyfile(PASSING)
+    result = pytester.runpytest_inprocess()
+    assert "pytest_devmem_update_run_infos" in result.stdout.str() + result.stderr.str()

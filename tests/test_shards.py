@@ -133,7 +133,7 @@ def test_a_test_is_gone_only_when_its_collected_parent_no_longer_holds_it() -> N
 # -- shards: one baseline refresh, one verdict -------------------------------------------------
 
 
-def test_three_pytest_split_shards_write_the_baselines_of_one_update_in_any_order(suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_three_pytest_split_shards_write_the_baselines_of_one_update_in_any_order(suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     split()
     whole = run(suite, "--devmem-update", "--devmem-baselines=whole")
     whole.assert_outcomes(passed=TESTS - 2, skipped=2)
@@ -151,6 +151,10 @@ def test_three_pytest_split_shards_write_the_baselines_of_one_update_in_any_orde
     reports = [str(suite.path / f"shard{group}.json") for group in (2, 3, 1)]
     assert main(["merge", *reports, "-o", str(suite.path / "merged.json"), "--baselines", str(suite.path / "from-reports")]) == 0
     assert snapshot(suite.path / "from-reports") == expected
+    capsys.readouterr()
+    assert main(["merge", *reports, "--baselines", str(suite.path / "whole")]) == 0  # files that already hold these figures
+    said = capsys.readouterr().out
+    assert "baseline unchanged: " in said and "baseline written" not in said and snapshot(suite.path / "whole") == expected
     merged = json.loads((suite.path / "merged.json").read_text())
     assert len(merged["records"]) == TESTS - 1 and [e["test_id"] for e in merged["unrecorded"]] == ["test_alpha.py::TestBlock::test_skipped"]
     assert [part["shard"]["group"] for part in merged["session"]["merged_from"]] == [1, 2, 3]
@@ -269,6 +273,19 @@ def test_reports_that_disagree_are_refused_naming_both(report: Path, capsys: pyt
     assert message in error and str(report) in error and str(other) in error
 
 
+def test_a_shard_whose_report_is_absent_is_refused_by_merge_and_compare(report: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def shard(group: int, keep: slice) -> object:
+        return lambda d: (d.update(records=d["records"][keep]), d["session"].update(shard={"plugin": "pytest-split", "group": group, "groups": 3, "run": "7-1"}))
+
+    parts = [variant(report, report.with_name(f"s{group}.json"), shard(group, keep)) for group, keep in ((1, slice(0, 3)), (2, slice(3, 6)), (3, slice(6, None)))]
+    assert main(["merge", *map(str, parts), "-o", str(report.with_name("merged.json"))]) == 0
+    capsys.readouterr()
+    for args in (["merge", str(parts[0]), str(parts[2]), "-o", str(report.with_name("bad.json"))], ["compare", str(report), str(parts[0]), str(parts[2])]):
+        assert main(args) == 2
+        assert "shard 2 of 3 missing: only 2 of 3 shards' reports were given" in capsys.readouterr().err
+    assert not report.with_name("bad.json").exists()
+
+
 def test_merge_needs_somewhere_to_write_and_a_report(report: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["merge", str(report)]) == 2
     assert "nothing to write" in capsys.readouterr().err
@@ -309,19 +326,52 @@ def test_shard_and_merged_reports_validate_against_the_report_schema(report: Pat
         assert errors == [], path
 
 
-def test_the_workflow_runs_a_sharded_gate_that_merges_every_shard() -> None:
+def workflow() -> dict:
     yaml = pytest.importorskip("yaml")
-    workflow = yaml.safe_load((Path(__file__).resolve().parents[1] / ".github" / "workflows" / "devmem.yml").read_text())
-    jobs = workflow["jobs"]
-    groups = jobs["shard"]["strategy"]["matrix"]["group"]
-    run_step = next(step["run"] for step in jobs["shard"]["steps"] if "--splits" in step.get("run", ""))
-    assert f"--splits {len(groups)} --group ${{{{ matrix.group }}}}" in run_step and "--devmem-report=devmem-shard-${{ matrix.group }}.json" in run_step
-    gate = jobs["sharded-gate"]
-    assert gate["needs"] == "shard" and gate["if"] == "always()"
+    return yaml.safe_load((Path(__file__).resolve().parents[1] / ".github" / "workflows" / "devmem.yml").read_text())
+
+
+def test_the_workflow_runs_the_suite_once_in_one_gate_sharded_in_one_place() -> None:
+    jobs = workflow()["jobs"]
+    runs_examples = [name for name, job in jobs.items() if any("pytest examples" in step.get("run", "") for step in job["steps"]) and name != "gpu"]
+    assert runs_examples == ["measure"]  # one job runs the suite on pull requests: no second gate, no refresh rerun
+    parts = jobs["measure"]["strategy"]["matrix"]["part"]
+    assert parts == list(range(1, len(parts) + 1))
+    suite = next(step["run"] for step in jobs["measure"]["steps"] if "pytest examples" in step.get("run", ""))
+    assert "--splits ${{ strategy.job-total }} --group ${{ matrix.part }}" in suite  # the matrix is the one place
+    assert "--devmem-strict" in suite and "--devmem-report=devmem-part-${{ matrix.part }}.json" in suite
+    gate = jobs["gate"]
+    assert gate["needs"] == "measure" and gate["if"] == "always()"
     script = next(step["run"] for step in gate["steps"] if "devmem compare" in step.get("run", ""))
-    assert "set -o pipefail" in script and f'"$count" -ne {len(groups)}' in script
-    assert "devmem merge shards/devmem-shard-*.json -o devmem-merged.json" in script and "devmem compare baselines devmem-merged.json" in script
-    assert {"gate", "refresh-on-label", "refresh-by-hand", "portable", "gpu"} <= set(jobs)  # the other jobs stay
+    assert "set -o pipefail" in script and 'devmem merge "${reports[@]}" -o devmem-report.json' in script
+    assert "devmem compare baselines devmem-report.json" in script
+    assert {"measure", "gate", "portable", "gpu"} == set(jobs)
+
+
+def test_the_workflow_cancels_superseded_runs_and_caches_pip() -> None:
+    document = workflow()
+    assert "devmem-${{ github.event.pull_request.number || github.ref }}" == document["concurrency"]["group"]
+    assert document["concurrency"]["cancel-in-progress"] == "${{ github.event_name == 'pull_request' }}"
+    on = document.get("on", document.get(True))  # YAML 1.1 reads a bare `on` as true
+    assert on["pull_request"] is None or "labeled" not in on["pull_request"].get("types", [])  # a label reruns nothing
+    for name, job in document["jobs"].items():
+        for step in job["steps"]:
+            if step.get("uses", "").startswith("actions/setup-python"):
+                assert step["with"].get("cache") == "pip", name
+    install = next(step["run"] for step in document["jobs"]["measure"]["steps"] if step.get("name") == "Install")
+    assert "[ci," in install and "[test" not in install  # what a gate needs, not the project's test tools
+
+
+def test_the_workflow_gives_one_refresh_artifact_and_keeps_the_history_on_a_branch() -> None:
+    jobs = workflow()["jobs"]
+    uploads = [step["with"]["name"] for job in jobs.values() for step in job["steps"] if step.get("uses", "").startswith("actions/upload-artifact")]
+    assert [name for name in uploads if "baseline" in name] == []  # no competing baselines artifacts
+    assert "devmem-report" in uploads
+    refresh = next(step["run"] for step in jobs["gate"]["steps"] if "--baselines baselines" in step.get("run", ""))
+    assert "devmem merge devmem-report/devmem-part-*.json --baselines baselines" in refresh and "baseline written" in refresh
+    history = next(step for step in jobs["gate"]["steps"] if step.get("uses", "").startswith("benchmark-action/github-action-benchmark"))
+    assert history["with"]["gh-pages-branch"] == "gh-pages" and "external-data-json-path" not in history["with"]
+    assert history["with"]["auto-push"] == "${{ github.event_name == 'push' }}" and history["with"]["fail-on-alert"] is False
 
 
 # -- strict mode knows what was selected --------------------------------------------------
@@ -406,6 +456,19 @@ def test_side_by_side_puts_each_test_in_its_own_process_with_the_peaks_together(
     assert run.oom is None and run.devices[0].peak_bytes_in_use == 10 * MiB
     small = MachineSpec(capacity=8 * MiB, context_bytes=0)
     assert run_machine(merged, {"pool": AllocatorSetup("pool", "ondemand")}, small).oom is not None
+
+
+def test_side_by_side_keeps_each_traces_own_order_where_its_clock_runs_back() -> None:
+    """TensorFlow's events carry its profiler's times, JAX's the capture's: in one test's trace a free
+    may bear an earlier time than the allocation before it. Sorting by time alone put the free first."""
+    skewed = Trace()
+    skewed.add(ALLOCATE_CODE, 1, 2 * MiB, 5.0, source="tensorflow")
+    skewed.add(FREE_CODE, 1, 2 * MiB, 4.0, source="tensorflow")  # stamped earlier than its allocation
+    skewed.add(ALLOCATE_CODE, 2, MiB, 6.0, source="jax")
+    merged, _ = side_by_side([skewed, pool_trace([MiB])])
+    spec = MachineSpec(capacity=64 * MiB, context_bytes=0)
+    setups = {name: AllocatorSetup(name, "ondemand") for name in ("tensorflow", "jax", "pool")}
+    assert run_machine(merged, setups, spec).oom is None  # and no InvalidFreeError
 
 
 def test_trace_columns_travel_as_plain_data() -> None:

@@ -20,6 +20,8 @@ from pytest_devmem.capture.tensorflow.events import WindowClock, allocator_devic
 from pytest_devmem.capture.tensorflow.xspace import AllocatorEvent, caller_name, function_name, read_profile
 from pytest_devmem.model.trace import Trace
 
+pytestmark = pytest.mark.slow  # real TensorFlow: about 25 s to start it and profile
+
 MiB = 2**20
 
 # -- pure parts ------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # about 30 s: mypy over the package
 def test_package_type_checks() -> None:
     pytest.importorskip("mypy")
     result = subprocess.run(

@@ -22,6 +22,7 @@ from typing import Iterable, Iterator
 
 from ..model.pool.policy import canonical_label
 from ..errors import FileFormatError
+from ..model.profile import decode_profile
 from ..files import TEMPORARY_SUFFIX, ensure_directory, file_name, read_json, temporary_prefix, write_atomic
 from .record import TestRecord
 from .changes import contributors_of, metrics_of
@@ -49,6 +50,7 @@ class BaselineEntry:
     reason: str = ""  # why it holds no figures: the test failed or was skipped when baselines were updated
     contributors: dict[str, int] = field(default_factory=dict)  # who held the memory at the peak
     devices: dict[str, dict[str, float | int | None]] = field(default_factory=dict)  # per device, for tests on several
+    profile: dict[str, object] = field(default_factory=dict)  # its memory over its events, in a few points (model/profile.py)
 
 
 def module_of(test_id: str) -> str:
@@ -124,11 +126,17 @@ class BaselineStore:
             stored = {(e.test_id, e.regime): _entry_json(e) for e in read_file(path, self.device_class)} if os.path.lexists(path) else {}
             for item in group:
                 if isinstance(item, TestRecord):
+                    earlier = stored.get((item.test_id, item.regime))
                     stored[(item.test_id, item.regime)] = {"device": item.device, "metrics": metrics_of(item), "versions": versions}
                     if contributors_of(item):
                         stored[(item.test_id, item.regime)]["contributors"] = contributors_of(item)
                     if item.device_metrics():
                         stored[(item.test_id, item.regime)]["devices"] = item.device_metrics()
+                    profile = (item.trace or {}).get("profile")
+                    if earlier is not None and earlier.get("profile") and earlier.get("metrics") == metrics_of(item):
+                        profile = earlier["profile"]  # the same figures: the profile stays (a tf.data pipeline's events vary from run to run)
+                    if decode_profile(profile) is not None:
+                        stored[(item.test_id, item.regime)]["profile"] = profile
                     continue
                 test_id, regime, device, reason = item
                 known = stored.get((test_id, regime))
@@ -145,6 +153,8 @@ def _entry_json(entry: BaselineEntry) -> dict[str, object]:
         data["contributors"] = entry.contributors
     if entry.devices:
         data["devices"] = entry.devices
+    if entry.profile:
+        data["profile"] = entry.profile
     return data
 
 
@@ -363,7 +373,10 @@ def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry
                     problem = figure_problem(name, value) if name in METRICS else f"unknown metric {name!r}"
                     if problem:
                         raise fail(f"record {test_id!r} device metric {problem}", json.dumps(name))
-            entries.append(BaselineEntry(test_id, regime, dict(metrics), str(data.get("device", "")), dict(versions), path, str(document.get("device_class", "")), reason, dict(contributors), {str(k): dict(v) for k, v in devices.items()}))
+            profile = data.get("profile", {})
+            if profile != {} and decode_profile(profile) is None:
+                raise fail(f"record {test_id!r} \"profile\" must be {{\"device\", \"events\", \"in_use\": \"event:bytes ...\"}}", needle)
+            entries.append(BaselineEntry(test_id, regime, dict(metrics), str(data.get("device", "")), dict(versions), path, str(document.get("device_class", "")), reason, dict(contributors), {str(k): dict(v) for k, v in devices.items()}, dict(profile)))
     return entries
 
 

@@ -16,6 +16,18 @@ from ..units import format_size, parse_size, shown_value
 
 MARK_NAME = "devmem"
 MARK_KEYS = ("mode", "fraction", "limit", "tolerance", "frameworks", "max_compiles", "max_leak", "max_fragmentation")
+MARK_ARGUMENTS = {
+    "mode": "the test's regime: prealloc, fraction, ondemand (alias platform), growth or compact; a regime other than the session's runs the test in a child process started with it",
+    "fraction": "a fraction in (0, 1]: what `fraction` preallocates, or the limit of another mode; given alone it means mode='fraction'",
+    "limit": "fail the test when its peak in use is above this size (e.g. '2GiB'); overrides --devmem-limit",
+    "tolerance": "this test's allowed change against its baseline (e.g. '5%', 'peak_bytes_in_use:5%,fragmentation:0.05'); overrides --devmem-tolerance",
+    "frameworks": "the frameworks the test uses together, e.g. ('jax', 'tf'): checked for valid names",
+    "max_compiles": "fail the test when JAX compiles any one function more than N times in it (a function retraced on every call), naming the functions",
+    "max_leak": "fail the test when, after it and a garbage collection, the frameworks still hold more than this size of the memory it allocated; overrides --devmem-max-leak",
+    "max_fragmentation": "fail the test when its pools' fragmentation (0 to 1, XLA's measure) goes above this at any moment; overrides --devmem-max-fragmentation",
+}
+"""Each argument of `@pytest.mark.devmem`, for people: the marker reference in the documentation is
+generated from this table (a test holds it to MARK_KEYS)."""
 FRAMEWORKS = {"jax": "jax", "tf": "tensorflow", "tensorflow": "tensorflow"}
 MARKER_HELP = (
     "devmem(mode=None, fraction=None, limit=None, tolerance=None, frameworks=(), max_compiles=None, max_leak=None, max_fragmentation=None): measure this test's "

@@ -4,6 +4,9 @@ marker's own checks in `marks`. `plugin.checks` applies them in order. No pytest
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 from .baseline import BaselineStore
 from .changes import compare, contributors_of, metrics_of
 from .record import TestRecord
@@ -20,9 +23,19 @@ def oom_verdict(record: TestRecord) -> str | None:
     return oom_message(record.oom, record.devices, record.regime, record.device)
 
 
-def baseline_verdict(record: TestRecord, store: BaselineStore, tolerance: Tolerance, *, update: bool, strict: bool) -> str | None:
+def relative_to(path: str, rootdir: Path) -> str:
+    """`path` from `rootdir`, in forward slashes, where it lies below it; else as it is."""
+    try:
+        return Path(path).relative_to(rootdir).as_posix()
+    except ValueError:
+        return path
+
+
+def baseline_verdict(record: TestRecord, store: BaselineStore, tolerance: Tolerance, *, update: bool, strict: bool, rootdir: Path | None = None) -> str | None:
     """Compare a measured record with its baseline (kept in `record.baseline`); the failure text, or
-    None where it may pass. Updating never fails; strict fails a test that has no baseline."""
+    None where it may pass. Updating never fails; strict fails a test that has no baseline. The
+    failure names the baseline file from `rootdir` where it lies below it (`baselines/sim-16GiB/...`),
+    as a reviewer finds it in the repository; the record keeps the full path."""
     if record.peak_bytes_in_use is None:
         return None  # nothing measured this test: nothing to compare
     entry = store.get(record.test_id, record.regime)
@@ -31,6 +44,8 @@ def baseline_verdict(record: TestRecord, store: BaselineStore, tolerance: Tolera
     if update:
         return None
     if comparison.status == "regressed":
+        if rootdir is not None and comparison.baseline_file is not None:
+            return dataclasses.replace(comparison, baseline_file=relative_to(comparison.baseline_file, rootdir)).failure_message()
         return comparison.failure_message()
     if comparison.status in ("new", "not baselined") and strict:
         why = f" ({comparison.reason})" if comparison.reason else ""

@@ -380,6 +380,17 @@ class Machine:
         )
 
 
+def maps_after(trace: Trace, setups: Mapping[str, AllocatorSetup], spec: MachineSpec, event: int) -> dict[str, MapSnapshot]:
+    """Each device's pools as they are right after `event`: the trace up to it replayed (through the
+    pools' own methods: one map, made when a picture asks for a moment the replay did not map)."""
+    columns = trace.to_columns()
+    count = max(0, min(event + 1, len(trace)))
+    prefix = Trace.from_columns({name: values if name == "names" else values[:count] for name, values in columns.items()})
+    replay = _Replay(Machine(spec, setups), prefix, False, True)
+    replay_lanes(replay)
+    return {name: snapshot_of(device, event) for name, device in replay.devices.items()}
+
+
 def run_machine(trace: Trace, setups: Mapping[str, AllocatorSetup], spec: MachineSpec, *, timeline: bool = False, stop_on_oom: bool = True) -> MachineRun:
     """Replay `trace` on the machine `spec` describes, each source's allocator set up by `setups`."""
     return Machine(spec, setups).run(trace, timeline=timeline, stop_on_oom=stop_on_oom)

@@ -47,7 +47,10 @@ def side_by_side(traces: list[Trace]) -> tuple[Trace, dict[int, int]]:
             owner[len(owner) + 1] = number
         renumber.append(mapping)
         shift = moment - shifts[number]
-        order += [(trace.times[index] + shift, number, index) for index in range(len(trace))]
+        clock = float("-inf")
+        for index in range(len(trace)):  # a trace's own order stands: its clock never runs back (TensorFlow's
+            clock = max(clock, trace.times[index] + shift)  # profiler stamps its events apart from JAX's)
+            order.append((clock, number, index))
     order.sort()
     merged = Trace()
     for time, number, index in order:

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bisect import bisect_right
+from typing import Mapping
+
 from .fragmentation import pinning_buffers
-from .machine import MachineRun, MapSnapshot, contributor, holders
+from .frameworks import AllocatorSetup
+from .machine import MachineRun, MapSnapshot, contributor, holders, maps_after
 from .trace import Trace
 
 MAX_POINTS = 2000
@@ -56,6 +60,7 @@ class DeviceLane:
     worst_map_event: int = -1
     pins: list[str] = field(default_factory=list)  # the buffers that pinned the holes then, for people
     pinned: set[int] = field(default_factory=set)  # their allocation events, to mark them on the map
+    map_fragmentation: float | None = None  # the fragmentation at the moment its fragmentation map shows
 
 
 @dataclass
@@ -107,6 +112,27 @@ def thin(xs: list[int], ys: list[int], extra: list[float] | None = None, limit: 
     return picked
 
 
+def remap(lane: DeviceLane, run: MachineRun, trace: Trace, setups: Mapping[str, AllocatorSetup], xs: list[int], in_use: list[int], reserved: list[int], fragmentation: list[float]) -> None:
+    """Map the lane's fragmentation where it matters, when the replay's map of its most fragmented
+    moment came after the device had freed nearly everything."""
+    mapped_at = lane.worst_map_event
+    position = bisect_right(xs, mapped_at) - 1
+    if position >= 0 and in_use[position] >= lane.peak_in_use * MEANINGFUL_IN_USE:
+        return  # the replay's own map is of a moment that matters
+    full = DeviceLane(lane.device, events=xs, in_use=in_use, reserved=reserved, fragmentation=fragmentation, peak_in_use=lane.peak_in_use)
+    moment = fragmentation_that_matters(full)
+    if moment is None:
+        lane.pools_at_worst, lane.pins, lane.pinned = [], [], set()  # nothing worth a map
+        return
+    event, value = moment
+    snapshot = maps_after(trace, setups, run.spec, event).get(lane.device)
+    if snapshot is None:
+        return
+    pins = pinning_buffers(snapshot, trace)
+    lane.pools_at_worst, lane.worst_map_event, lane.map_fragmentation = pool_views(snapshot, trace), event, value
+    lane.pins, lane.pinned = [pin.text() for pin in pins], {pin.event for pin in pins}
+
+
 def pool_views(snapshot: MapSnapshot | None, trace: Trace) -> list[PoolView]:
     if snapshot is None:
         return []
@@ -122,8 +148,30 @@ def pool_views(snapshot: MapSnapshot | None, trace: Trace) -> list[PoolView]:
     return views
 
 
-def build_view(run: MachineRun, trace: Trace, regime: str) -> TimelineView:
-    """The picture's data from a run made with `timeline=True` (without one: peaks and maps only)."""
+MEANINGFUL_IN_USE = 0.10
+"""A moment's fragmentation matters to a picture while the device still holds at least this share of
+its peak in use: a test that has freed nearly everything leaves holes no allocation of its is waiting for."""
+
+
+def fragmentation_that_matters(lane: DeviceLane) -> tuple[int, float] | None:
+    """The moment to map a device's fragmentation at, from its timeline: the most free but unusable
+    bytes (fragmentation x free, free taken as held - in use) while it holds a meaningful share of
+    its peak; None when no such moment strands anything."""
+    best: tuple[float, int, float] | None = None
+    floor = lane.peak_in_use * MEANINGFUL_IN_USE
+    for event, in_use, held, fragmentation in zip(lane.events, lane.in_use, lane.reserved, lane.fragmentation):
+        if in_use < floor or fragmentation <= 0:
+            continue
+        stranded = fragmentation * max(0, held - in_use)
+        if best is None or stranded > best[0]:
+            best = (stranded, event, fragmentation)
+    return None if best is None or best[0] <= 0 else (best[1], best[2])
+
+
+def build_view(run: MachineRun, trace: Trace, regime: str, setups: Mapping[str, AllocatorSetup] | None = None) -> TimelineView:
+    """The picture's data from a run made with `timeline=True` (without one: peaks and maps only).
+    With the run's `setups`, a device whose most fragmented moment came when it held almost nothing
+    is mapped instead where its fragmentation matters (`fragmentation_that_matters`)."""
     lanes = []
     recorded = run.timeline
     for figures in run.devices:
@@ -142,6 +190,7 @@ def build_view(run: MachineRun, trace: Trace, regime: str) -> TimelineView:
             pins = pinning_buffers(fragmented, trace)
             lane.pools_at_worst, lane.worst_map_event = pool_views(fragmented, trace), fragmented.event
             lane.pins, lane.pinned = [pin.text() for pin in pins], {pin.event for pin in pins}
+            lane.map_fragmentation = figures.worst_fragmentation
         if recorded is not None:
             xs, in_use, reserved, fragmentation = recorded.series(figures.device)
             keep = thin(xs, in_use, fragmentation)
@@ -149,6 +198,8 @@ def build_view(run: MachineRun, trace: Trace, regime: str) -> TimelineView:
             lane.in_use = [in_use[i] for i in keep]
             lane.reserved = [reserved[i] for i in keep]
             lane.fragmentation = [fragmentation[i] for i in keep]
+            if setups is not None and lane.pools_at_worst and run.oom is None:
+                remap(lane, run, trace, setups, xs, in_use, reserved, fragmentation)
         lanes.append(lane)
     oom = run.oom.to_json() if run.oom is not None else None
     oom_pins = pinning_buffers(run.failure, trace) if run.oom is not None and run.oom.kind == "fragmentation" else []

@@ -29,6 +29,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """The hooks a project may implement (pytest_devmem/hookspec.py)."""
+    from .. import hookspec
+
+    pluginmanager.add_hookspecs(hookspec)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
     """Set what JAX and TensorFlow read when they start, before any conftest can import them."""
@@ -36,6 +43,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
         settings = load_settings(early_config)
     except pytest.UsageError:
         return  # pytest_configure reports it properly
+    if settings.disable:
+        return  # measuring nothing: the frameworks start as the user set them
     prepare(early_config, settings)
 
 
@@ -43,6 +52,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
     try:
         settings = load_settings(config)
+        if settings.disable:
+            from .disabled import DisabledSession
+
+            config.pluginmanager.register(DisabledSession(), PLUGIN_NAME)
+            return
         if settings.regime is not None and settings.sets_framework_variables:
             conflicts = config.stash.get(conflicts_key, None)
             if conflicts is None:  # the plugin came too late for the early check: the environment is still the user's

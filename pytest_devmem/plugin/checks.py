@@ -16,7 +16,7 @@ from ..gate.baseline import BaselineStore
 from ..gate.marks import compiles_verdict, fragmentation_verdict, leak_verdict, limit_verdict
 from ..gate.record import TestRecord
 from ..gate.tolerance import parse_tolerance
-from ..gate.verdicts import baseline_verdict, oom_verdict
+from ..gate.verdicts import baseline_verdict, oom_verdict, relative_to
 from ..model.device import Device
 from ..model.pool import Policy
 from ..present.text import terminal_lines
@@ -29,13 +29,14 @@ from .settings import Settings
 class Checks:
     """Turns a measured test's window into its record and its verdict."""
 
-    def __init__(self, settings: Settings, device: Device, store: BaselineStore, measurement: Measurement, compile_target: CompileTarget, start_dir: Path) -> None:
+    def __init__(self, settings: Settings, device: Device, store: BaselineStore, measurement: Measurement, compile_target: CompileTarget, start_dir: Path, rootdir: Path | None = None) -> None:
         self.settings = settings
         self.device = device
         self.store = store
         self.measurement = measurement
         self.compile_target = compile_target
         self.start_dir = start_dir
+        self.rootdir = rootdir
 
     def record(self, item: pytest.Item, outcome: str, duration: float, captured: Captured) -> TestRecord:
         """The test's record, its trace written and analysed where the session asks."""
@@ -78,7 +79,7 @@ class Checks:
             failure = fragmentation_verdict(record.devices, bound)
         tolerance = parse_tolerance(spec.tolerance) if spec is not None and spec.tolerance is not None else self.settings.tolerance
         record.tolerance = tolerance.spec
-        compared = baseline_verdict(record, self.store, tolerance, update=self.settings.update, strict=self.settings.strict)  # always: the record keeps it
+        compared = baseline_verdict(record, self.store, tolerance, update=self.settings.update, strict=self.settings.strict, rootdir=self.rootdir)  # always: the record keeps it
         failure = failure or compared
         return terminal_lines(failure) if failure is not None else None  # it quotes test ids, labels and baseline fields
 
@@ -101,14 +102,22 @@ class Checks:
         directory = self.settings.artifacts_dir
         if directory is None or record.trace_events is None or record.run is None:
             return ""
+        from ..model.profile import decode_profile
         from ..model.timeline import build_view
-        from ..present.plot import write_plot
+        from .recording import allocator_setups
+        from ..present.plot import BaselineSide, write_plot
 
         name = f"{record.test_id}[{record.regime}]"
         trace, picture = path_in(directory, name, ".csv"), path_in(directory, name, ".html")
         try:
             record.trace_events.write_csv(trace)
-            write_plot(build_view(record.run, record.trace_events, record.regime), picture, f"{record.test_id} under {record.regime} on {self.device.name}")
+            entry = self.store.get(record.test_id, record.regime)
+            baseline = None
+            if entry is not None:
+                file = str(entry.path) if self.rootdir is None else relative_to(str(entry.path), self.rootdir)
+                peak = entry.metrics.get("peak_bytes_in_use")
+                baseline = BaselineSide(file, int(peak) if isinstance(peak, (int, float)) else None, entry.contributors, decode_profile(entry.profile))
+            write_plot(build_view(record.run, record.trace_events, record.regime, allocator_setups(Policy.from_label(record.regime), self.device)), picture, f"{record.test_id} under {record.regime} on {self.device.name}", baseline)
         except OSError as exc:
             return terminal_lines(f"\n  artifacts not written to {directory}: {exc.strerror or exc}")
         return terminal_lines(f"\n  artifacts: {shown(picture, self.start_dir)} (timeline and memory map), {shown(trace, self.start_dir)} (trace)")

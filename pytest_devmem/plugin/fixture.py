@@ -24,10 +24,11 @@ class DevmemFixture:
 @pytest.fixture
 def devmem(request: pytest.FixtureRequest) -> Generator[DevmemFixture, None, None]:
     """The test's regime and a pool under it on the session's device; the pool is closed afterwards."""
+    from .disabled import DisabledSession
     from .session import PLUGIN_NAME, DevmemSession
 
     session = request.config.pluginmanager.get_plugin(PLUGIN_NAME)
-    if not isinstance(session, DevmemSession):
+    if not isinstance(session, (DevmemSession, DisabledSession)):
         raise pytest.UsageError("the devmem fixture needs the pytest-devmem plugin, which is disabled here (-p no:devmem?)")
     fixture = session.make_fixture(request.node)
     try:

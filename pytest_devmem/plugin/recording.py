@@ -66,6 +66,10 @@ def make_record(
         notes=notes, outcome=outcome, real_oom=real_oom, limit_bytes=limit_bytes, duration_s=duration_s,
     )
     record.trace_events = trace  # kept in memory for --devmem-traces and trace analyses
+    if run is not None and record.trace is not None and record.peak_device is not None:
+        from ..model.profile import in_use_profile
+
+        record.trace["profile"] = in_use_profile(trace, record.peak_device, spec.default_device)  # kept in its baseline
     if run is not None:
         add_pins(record, run, trace)
     if run is not None and run.oom is not None and record.oom is not None:

@@ -183,6 +183,7 @@ class SessionResults:
                 pass
         driver = driver_info()
         tensorflow_cpu = self.config.stash.get(tensorflow_cpu_key, None)
+        run_info = self.run_info()
         return {
             "device": self.device.name,
             "device_class": self.device.device_class,
@@ -194,7 +195,17 @@ class SessionResults:
             **({"compile_target": self.compile_target.to_json()} if "jax" in versions else {}),
             **({"shard": shard} if (shard := shard_of(self.config)) is not None else {}),
             **provenance(self.config.rootpath, versions, self.device.device_class, {"driver_version": driver.driver_version, "cuda_version": driver.cuda_version}),
+            **({"run_info": run_info} if run_info else {}),
         }
+
+    def run_info(self) -> dict[str, object]:
+        """What the project's `pytest_devmem_update_run_info` hooks added (hookspec.py), as plain
+        JSON: a value JSON cannot hold is stored as its text, never lost, never a crash at the end."""
+        import json
+
+        run_info: dict[str, object] = {}
+        self.config.hook.pytest_devmem_update_run_info(config=self.config, run_info=run_info)
+        return json.loads(json.dumps({str(key): value for key, value in run_info.items()}, default=str))  # type: ignore[no-any-return]
 
     def facts(self, isolated: dict[str, int], xdist_note: str, tensorflow_cpu: CpuAllocatorSetting | None) -> SummaryFacts:
         """What the terminal summary shows, as plain data."""

@@ -41,7 +41,7 @@ class DevmemSession:
         self.device = device
         self.compile_target = target
         self.measurement = Measurement(device, gpu_sizer(config, target))
-        self.checks = Checks(settings, device, store, self.measurement, target, config.invocation_params.dir)
+        self.checks = Checks(settings, device, store, self.measurement, target, config.invocation_params.dir, config.rootpath)
         self.results = SessionResults(config, settings, device, store, target)
         self.child_writer: ChildEventWriter | None = child[0] if child is not None else None
         self.child_nodes: set[str] = child[1] if child is not None else set()  # in a child: the tests it runs
@@ -114,7 +114,14 @@ class DevmemSession:
         timeouts = config.pluginmanager.hasplugin("timeout")  # pytest-timeout
         self.results.shape.add_items(item.nodeid for item in items)
         for item in items:
-            regime = prepare_item(item, self.settings.regime, self.settings.tpu)
+            prepare_item(item, self.settings.regime, self.settings.tpu)
+        if self.settings.only and not self.is_child:
+            unmeasured = [item for item in items if not measured(item)]
+            if unmeasured:
+                config.hook.pytest_deselected(items=unmeasured)
+                items[:] = [item for item in items if measured(item)]
+        for item in items:
+            regime = item.stash[regime_key]
             if regime is not None and regime != self.settings.regime and not self.is_child:
                 self.isolated.setdefault(regime, []).append(item)
                 if timeouts:  # the child gets --timeout and times each test itself; here one timer
@@ -141,8 +148,12 @@ class DevmemSession:
 
     # -- a test: its window opens before its fixtures, closes after its call ----------------
 
-    @pytest.hookimpl(wrapper=True)
+    @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, None, None]:
+        """Inside pytest's output capture (trylast: the innermost wrapper), still before any fixture:
+        what starting the measurement prints (the first `jax.devices()` starts JAX's backends, whose
+        CUDA plugin logs `cudart_stub ... Could not find cuda drivers` on a machine without a GPU)
+        is the test's captured output, as it is without the plugin."""
         __tracebackhide__ = True
         spec = item.stash.get(mark_key, None)
         if isinstance(spec, str):
@@ -278,6 +289,8 @@ class DevmemSession:
             SessionSummary(facts, terminalreporter, everything=config.getoption("verbose", 0) > 0).write()
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.is_xdist_worker:
+            ignore_shutdown_interrupt_in_jax_gc()
         self.measurement.close()
         restore_all(config, self.regime_env)
         if self.child_writer is not None:
@@ -341,6 +354,23 @@ class DevmemSession:
         shares = process_shares(machine_spec(self.device, self.settings.cuda_context_bytes), AllocatorSetup("jax", "prealloc", regime.fraction), count)
         held = ", ".join(f"worker {i + 1} {format_size(share)}" for i, share in enumerate(shares))
         return f"; on {self.device.name}, started one after the other, each JAX preallocation backs off to what is left: {held}"
+
+
+def ignore_shutdown_interrupt_in_jax_gc() -> None:
+    """An xdist worker that is still busy 5 s after its controller ended the session gets a SIGINT
+    from execnet (`gateway_base._terminate_execution`); the KeyboardInterrupt lands wherever Python
+    is, most often in JAX's `_xla_gc_callback` (jax/_src/lib/__init__.py, run on every garbage
+    collection), where Python cannot raise it and pytest prints it as an unraisable-exception warning
+    at exit. What keeps a worker busy then is not pytest-devmem (it happens with `-p no:devmem`):
+    hypothesis's pytest plugin, for one, imports hypothesis in each worker's terminal summary, after
+    the worker has reported its results, and every collection during that import runs JAX's
+    callback. The worker has sent everything; only that one warning is dropped, in the worker, at
+    its very end: any other unraisable exception is still reported."""
+    warnings.filterwarnings(
+        "ignore",
+        message=r"(?s)Exception ignored in: <function _xla_gc_callback\b.*\bKeyboardInterrupt",
+        category=pytest.PytestUnraisableExceptionWarning,
+    )
 
 
 def gpu_sizer(config: pytest.Config, target: CompileTarget) -> object | None:

@@ -80,6 +80,8 @@ OPTIONS = (
     Option("traces", "Write each measured test's device-allocation trace to DIR, one RMM-style CSV per test and regime (columns Thread,Time,Action,Pointer,Size,Stream,Source,Label).", "DIR"),
     Option("what-if", "Report which measured tests would run out of memory on a device of SIZE (e.g. 16GiB), replaying their traces.", "SIZE"),
     Option("targets", "Also run every measured test on each of these simulated devices (comma-separated sim:SIZE or sim:PRESET, e.g. sim:H100-80GB,sim:T4,sim:16GiB) and report per test and target its peak, the target's capacity, whether it fits and which compile sized it: a table in the summary and the report, and a picture (devmem plot REPORT --targets). This reruns the measured tests once per target (one child process per target and regime, after the session's tests): the run costs about one more run of them per target. A what-if view: the targets' figures are never compared with baselines nor stored as ones. A TPU target runs under its runtime's regime (compact), every other under the test's.", "LIST"),
+    Option("disable", "Measure nothing: the tests run as without the plugin, its markers stay valid and the devmem fixture still gives a pool (unmeasured); nothing is compared or written. As pytest-benchmark's --benchmark-disable.", flag=True),
+    Option("only", "Run only the tests pytest-devmem measures (with --devmem-mode, every test; without it, those with the devmem marker) and deselect the rest. As pytest-benchmark's --benchmark-only.", flag=True),
     Option("autosave", "Keep this run's JSON report as .devmem/<machine id>/NNNN_<commit>_<time>[_dirty].json at the rootdir, as pytest-benchmark's --benchmark-autosave does; devmem history reads that folder.", flag=True),
 )
 
@@ -178,6 +180,8 @@ class Settings:
         """Whether the regime's JAX and TensorFlow variables apply: XLA_PYTHON_CLIENT_* are GPU
         settings (JAX does not preallocate on a TPU)."""
         return self.tpu is None
+    disable: bool = False
+    only: bool = False
 
     @property
     def effective_regime(self) -> Regime | None:
@@ -193,6 +197,10 @@ class Settings:
 def load_settings(config: pytest.Config) -> Settings:
     """Read and validate every setting; pytest.UsageError on the first bad one."""
     options = {option.name: option for option in OPTIONS}
+    disable = bool(_checked(config, options["disable"], parse_flag))
+    only = bool(_checked(config, options["only"], parse_flag))
+    if disable and only:
+        raise pytest.UsageError(f"{options['disable'].option} and {options['only'].option} contradict each other: one measures nothing, the other runs only what is measured (as pytest-benchmark's --benchmark-disable and --benchmark-only)")
     mode = _checked(config, options["mode"], parse_mode)
     fraction = _checked(config, options["fraction"], parse_fraction)
     regime = None
@@ -260,6 +268,8 @@ def load_settings(config: pytest.Config) -> Settings:
         autosave=bool(_checked(config, options["autosave"], parse_flag)),
         targets=_checked(config, options["targets"], parse_targets) or (),  # type: ignore[arg-type]
         tpu=tpu,
+        disable=disable,
+        only=only,
     )
 
 

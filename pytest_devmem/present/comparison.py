@@ -12,13 +12,65 @@ from ..spreadsheet import csv_cell, csv_writer
 from .text import markdown, markdown_code
 
 
+COLUMNS = ("test", "regime", "device", "metric", "baseline", "now", "delta", "verdict")
+"""The Markdown table's columns, in their default order (`devmem compare --columns` picks and orders them)."""
+HEADINGS = {"test": "test", "regime": "regime", "device": "device", "metric": "metric", "baseline": "baseline", "now": "now", "delta": "Δ", "verdict": "verdict"}
+SORT_KEYS = ("status", "test", "delta", "percent", "now", "baseline")
+"""`devmem compare --sort`: by status (failures first), by test id, or by a figure, largest first."""
+
+
+def parse_columns(spec: str | None) -> tuple[str, ...]:
+    """`--columns test,now,verdict`: the columns named, in that order; ValueError naming a bad one."""
+    if spec is None:
+        return COLUMNS
+    names = tuple(name.strip() for name in spec.split(",") if name.strip())
+    bad = [name for name in names if name not in COLUMNS]
+    if bad or not names:
+        raise ValueError(f"--columns {spec!r}: {'unknown column ' + repr(bad[0]) if bad else 'no column named'}; allowed are {', '.join(COLUMNS)}")
+    return names
+
+
+def _row_sort_key(sort: str) -> object:
+    def key(row: dict[str, object]) -> tuple[object, ...]:
+        if sort == "test":
+            return (str(row["test"]), str(row["regime"]), str(row["device_class"]), str(row["metric"]))
+        value = row.get(sort)
+        number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None  # type: ignore[arg-type]
+        return (number is None, -(number or 0.0), str(row["test"]))
+    return key
+
+
+def sort_verdicts(found: list[TestVerdict], sort: str) -> list[TestVerdict]:
+    """The verdicts in `--sort` order (JSON output); tables sort their rows the same way."""
+    if sort == "status":
+        return sorted(found, key=lambda v: (not v.failing, ORDER.index(v.status) if v.status in ORDER else len(ORDER), v.key))
+    if sort == "test":
+        return sorted(found, key=lambda v: v.key)
+    peak = "peak_bytes_in_use"
+
+    def figure(verdict: TestVerdict) -> float | None:
+        base = verdict.base.metrics.get(peak) if verdict.base is not None else None
+        now = verdict.new.metrics.get(peak) if verdict.new is not None else None
+        if sort == "now":
+            return now
+        if sort == "baseline":
+            return base
+        if base is None or now is None:
+            return None
+        if sort == "delta":
+            return now - base
+        return (now - base) / base * 100 if base else None
+
+    return sorted(found, key=lambda v: (figure(v) is None, -(figure(v) or 0.0), v.key))
+
+
 VERDICT_MARK = {
     "regressed": "❌ regressed", "out of memory": "❌ out of memory", "improved": "✅ improved", "ok": "ok", "unmeasured": "n/a",
     "new": "🆕 new", "missing": "⚠️ not run", "not measured": "⚠️ not measured", "not baselined": "⚠️ not baselined",
 }
 
 
-def compare_rows(found: list[TestVerdict], show_all: bool) -> list[dict[str, object]]:
+def compare_rows(found: list[TestVerdict], show_all: bool, sort: str = "status") -> list[dict[str, object]]:
     """One row per figure that needs a reviewer's eye (every figure with `show_all`), failures first."""
     rows: list[dict[str, object]] = []
     peak = "peak_bytes_in_use"
@@ -35,19 +87,26 @@ def compare_rows(found: list[TestVerdict], show_all: bool) -> list[dict[str, obj
             continue
         detail = verdict.new.oom if verdict.status == "out of memory" and verdict.new is not None else verdict.comparison.reason if verdict.comparison is not None and verdict.comparison.reason else ""
         rows.append({**row, "metric": peak, "baseline": base, "now": now, "delta": None if base is None or now is None else now - base, "percent": None, "verdict": verdict.status, "detail": detail})
-    rows.sort(key=lambda r: (r["verdict"] not in FAILING, ORDER.index(str(r["status"])) if r["status"] in ORDER else len(ORDER)))
+    if sort == "status":
+        rows.sort(key=lambda r: (r["verdict"] not in FAILING, ORDER.index(str(r["status"])) if r["status"] in ORDER else len(ORDER)))
+    else:
+        rows.sort(key=_row_sort_key(sort))  # type: ignore[arg-type]
     return rows
 
 
-def compare_markdown(found: list[TestVerdict], tolerance_spec: str, show_all: bool) -> str:
-    """The Markdown report of NEW against BASE, for a pull-request comment."""
-    rows = compare_rows(found, show_all)
+def compare_markdown(found: list[TestVerdict], tolerance_spec: str, show_all: bool, left_out: dict[str, int] | None = None, columns: tuple[str, ...] = COLUMNS, sort: str = "status") -> str:
+    """The Markdown report of NEW against BASE, for a pull-request comment; `left_out` counts BASE's
+    entries of device classes that were not compared (NEW did not measure them)."""
+    rows = compare_rows(found, show_all, sort)
     tally = counts(found)
     summary = ", ".join(f"{count} {status}" for status, count in tally.items())
     own = sorted({v.tolerance for v in found if v.tolerance and v.tolerance != tolerance_spec})
     lines = [f"### Device memory: {summary or 'nothing to compare'}", "", f"Tolerance: `{tolerance_spec}`" + (f"; tests with their own: {', '.join(f'`{t}`' for t in own)}." if own else "."), ""]  # each parsed: no backtick
+    if left_out:
+        shown = ", ".join(f"{markdown_code(name)} ({count})" for name, count in left_out.items())
+        lines += [f"Not compared: baselines of device classes this run did not measure: {shown} (`--all-classes` lists them, `--device-class` picks).", ""]
     if rows:
-        lines += ["| test | regime | device | metric | baseline | now | Δ | verdict |", "|---|---|---|---|---|---|---|---|"]
+        lines += ["| " + " | ".join(HEADINGS[c] for c in columns) + " |", "|" + "---|" * len(columns)]
         for row in rows:
             metric = str(row["metric"])
             name = metric.split(" on ")[0]
@@ -56,8 +115,8 @@ def compare_markdown(found: list[TestVerdict], tolerance_spec: str, show_all: bo
                 verdict += f": {row['detail']}"
             delta = row["delta"]
             shown_delta = "—" if delta is None else ("+" if delta >= 0 else "-") + format_metric(name, abs(delta)) + (f" ({row['percent']:+.1f}%)" if row["percent"] is not None else "")  # type: ignore[operator, arg-type]
-            cells = (row["test"], row["regime"], row["device_class"], metric, _shown(name, row["baseline"]), _shown(name, row["now"]), shown_delta, verdict)
-            lines.append("| " + " | ".join(markdown(str(cell)) for cell in cells) + " |")
+            cells = {"test": row["test"], "regime": row["regime"], "device": row["device_class"], "metric": metric, "baseline": _shown(name, row["baseline"]), "now": _shown(name, row["now"]), "delta": shown_delta, "verdict": verdict}
+            lines.append("| " + " | ".join(markdown(str(cells[c])) for c in columns) + " |")
     elif tally:
         lines.append("Every compared test is within tolerance.")
     growth = [f"- {markdown_code(v.key[0])} [{markdown(v.key[1])}]: {markdown(v.comparison.growth_text())}" for v in found if v.comparison is not None and v.comparison.grew]
@@ -70,7 +129,7 @@ def _shown(metric: str, value: object) -> str:
     return "—" if value is None else format_metric(metric, value)  # type: ignore[arg-type]
 
 
-def compare_json(found: list[TestVerdict], tolerance_spec: str) -> str:
+def compare_json(found: list[TestVerdict], tolerance_spec: str, left_out: dict[str, int] | None = None) -> str:
     """Machine-readable verdicts: one object per test, with each figure's comparison."""
     tests = []
     for verdict in found:
@@ -80,16 +139,16 @@ def compare_json(found: list[TestVerdict], tolerance_spec: str) -> str:
             "tolerance": verdict.tolerance, "oom": verdict.new.oom if verdict.new is not None else None,
             "comparison": verdict.comparison.to_json() if verdict.comparison is not None else None,
         })
-    document = {"format": "pytest-devmem-comparison", "version": 1, "tolerance": tolerance_spec, "counts": counts(found), "failing": any(v.failing for v in found), "tests": tests}
+    document = {"format": "pytest-devmem-comparison", "version": 1, "tolerance": tolerance_spec, "counts": counts(found), "failing": any(v.failing for v in found), "not_compared_classes": left_out or {}, "tests": tests}
     return json.dumps(document, indent=2) + "\n"
 
 
-def compare_csv(found: list[TestVerdict], show_all: bool = True) -> str:
+def compare_csv(found: list[TestVerdict], show_all: bool = True, sort: str = "status") -> str:
     """One line per figure compared, raw numbers, for spreadsheets and pandas."""
     out = io.StringIO()
     writer = csv_writer(out)
     columns = ["test", "regime", "device_class", "status", "metric", "baseline", "now", "delta", "percent", "verdict", "tolerance"]
     writer.writerow(columns)
-    for row in compare_rows(found, show_all):
+    for row in compare_rows(found, show_all, sort):
         writer.writerow(["" if row.get(c) is None else csv_cell(row.get(c)) for c in columns])  # no cell a spreadsheet would run
     return out.getvalue()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +66,9 @@ def maps(view: TimelineView) -> list[tuple[str, list[PoolView], set[int], list[s
         lane = view.headline
         drawn.append((f"memory map of {lane.device} at its peak (event {lane.peak_event})", lane.pools_at_peak, set(), []))
     for lane in view.lanes:
-        if lane.pools_at_worst and (lane.worst_fragmentation or 0.0) >= MARKED_FRAGMENTATION and not view.oom:
-            caption = f"memory map of {lane.device} at its most fragmented (event {lane.worst_map_event}, fragmentation {lane.worst_fragmentation:.2f}), pinning buffers outlined"
+        shown = lane.map_fragmentation if lane.map_fragmentation is not None else lane.worst_fragmentation
+        if lane.pools_at_worst and (shown or 0.0) >= MARKED_FRAGMENTATION and not view.oom:
+            caption = f"memory map of {lane.device} at its most fragmented while it held memory (event {lane.worst_map_event}, fragmentation {shown:.2f}), pinning buffers outlined"
             drawn.append((caption, lane.pools_at_worst, lane.pinned, lane.pins))
     return drawn
 
@@ -83,14 +85,26 @@ def check_picture_path(path: str | os.PathLike[str]) -> None:
         raise ValueError(f"cannot draw {os.fspath(path)!r}: it is a directory")
 
 
-def write_plot(view: TimelineView, path: str | os.PathLike[str], title: str) -> None:
+@dataclass(frozen=True)
+class BaselineSide:
+    """What a failure's picture shows of the test's baseline beside the run: its file, its peak, who
+    held the memory at that peak, and its memory over its events (its stored profile, when it has one)."""
+
+    file: str
+    peak_bytes_in_use: int | None
+    contributors: dict[str, int]
+    profile: tuple[str, int, list[int], list[int]] | None
+
+
+def write_plot(view: TimelineView, path: str | os.PathLike[str], title: str, baseline: BaselineSide | None = None) -> None:
     """A PNG or a self-contained HTML file, by the extension, written atomically; ValueError for
-    another extension, OSError (naming the file) when it cannot be written."""
+    another extension, OSError (naming the file) when it cannot be written. With `baseline` (a
+    failure's artifact), the HTML shows the baseline beside the run."""
     check_picture_path(path)
     if Path(path).suffix.lower() == ".png":
         render_png(view, path, title)
     else:
-        write_atomic(path, render_html(view, title))
+        write_atomic(path, render_html(view, title, baseline))
 
 
 def save_png(figure: Any, path: str | os.PathLike[str], dpi: int) -> None:
@@ -126,6 +140,33 @@ def _steps(xs: list[int], ys: list[float], last: int) -> tuple[list[float], list
 # -- PNG ------------------------------------------------------------------------------------
 
 
+def unit_of(largest: float) -> tuple[str, float]:
+    """The unit a panel's axis counts in: GiB from 1 GiB up, else MiB (KiB below 1 MiB)."""
+    if largest >= 2**30:
+        return "GiB", 2.0**30
+    if largest >= MiB or largest == 0:
+        return "MiB", float(MiB)
+    return "KiB", 1024.0
+
+
+def nice_ticks(last: int, count: int = 8) -> list[int]:
+    """Event numbers for the x axis: steps of 1, 2 or 5 times a power of ten, about `count` of them."""
+    if last <= 0:
+        return [0]
+    raw = last / count
+    power = 10 ** max(0, len(str(int(raw))) - 1)
+    step = next((m * power for m in (1, 2, 5, 10) if m * power >= raw), 10 * power)
+    return list(range(0, last + 1, max(1, int(step))))
+
+
+def peak_text(lane: DeviceLane, holders: int = 3) -> str:
+    """The peak and its largest holders, in one line: drawn above the lane, never over its line."""
+    if lane.peak_event < 0:
+        return f"{lane.device}: nothing allocated"
+    who = ", ".join(f"{name} {format_size(size)}" for name, size in list(lane.at_peak.items())[:holders])
+    return f"{lane.device}: peak in use {format_size(lane.peak_in_use)} at event {lane.peak_event}" + (f" ({who})" if who else "")
+
+
 def render_png(view: TimelineView, path: str | os.PathLike[str], title: str) -> None:
     try:
         import matplotlib
@@ -135,14 +176,14 @@ def render_png(view: TimelineView, path: str | os.PathLike[str], title: str) -> 
     except ImportError:
         raise ValueError("a PNG needs matplotlib (pip install 'pytest-devmem[plot]'); an .html file needs nothing") from None
     drawn = maps(view)
-    heights = [2.2] * len(view.lanes) + [1.2] + [max(1.0, 0.35 * sum(len(pool.region_sizes) for pool in pools) + 0.6 + 0.15 * len(pins)) for _, pools, _, pins in drawn]
-    figure, grid = plt.subplots(len(heights), 1, figsize=(11, sum(heights) + 0.8), gridspec_kw={"height_ratios": heights}, squeeze=False)
+    heights = [1.9, 1.0] * len(view.lanes) + [1.0] + [max(1.0, 0.35 * sum(len(pool.region_sizes) for pool in pools) + 0.6 + 0.15 * len(pins)) for _, pools, _, pins in drawn]
+    figure, grid = plt.subplots(len(heights), 1, figsize=(11, sum(heights) + 1.2), gridspec_kw={"height_ratios": heights}, squeeze=False)
     axes = list(grid[:, 0])  # a trace with no events has the fragmentation panel alone
     last = max(0, view.events - 1)
     colours = owner_colours(view)
-    for axis, lane in zip(axes, view.lanes):
-        _png_lane(axis, lane, view, last, plt)
-    frag = axes[len(view.lanes)]
+    for number, lane in enumerate(view.lanes):
+        _png_lane(axes[2 * number], axes[2 * number + 1], lane, view, last)
+    frag = axes[2 * len(view.lanes)]
     for i, lane in enumerate(view.lanes):
         xs, ys = _steps(lane.events, lane.fragmentation, last)
         frag.plot(xs, ys, color=PALETTE[i % len(PALETTE)], linewidth=1, label=matplotlib_text(lane.device))
@@ -152,43 +193,45 @@ def render_png(view: TimelineView, path: str | os.PathLike[str], title: str) -> 
     frag.set_xlabel("event", fontsize=8)
     if len(view.lanes) > 1:
         frag.legend(fontsize=7, loc="upper left")
-    for axis, (caption, pools, pinned, pins) in zip(axes[len(view.lanes) + 1:], drawn):
+    for axis, (caption, pools, pinned, pins) in zip(axes[2 * len(view.lanes) + 1:], drawn):
         _png_map(axis, pools, caption, colours, plt, pinned, pins)
     figure.suptitle(matplotlib_text(title), fontsize=10)
     figure.tight_layout()
     save_png(figure, path, dpi=110)
 
 
-def _png_lane(axis: object, lane: DeviceLane, view: TimelineView, last: int, plt: object) -> None:
-    ax = axis  # type: ignore[assignment]
-    xs, ys = _steps(lane.events, [b / MiB for b in lane.in_use], last)
+def _png_lane(axis: object, held_axis: object, lane: DeviceLane, view: TimelineView, last: int) -> None:
+    """Two panels, each on one scale: in use alone (its own detail), then held from the device with
+    in use under it on the same scale, so in use is never drawn above what holds it."""
+    ax, hx = axis, held_axis  # type: ignore[assignment]
+    top_in_use = max(lane.in_use, default=0)
+    unit, size = unit_of(top_in_use)
+    xs, ys = _steps(lane.events, [b / size for b in lane.in_use], last)
     ax.plot(xs, ys, color=PALETTE[0], linewidth=1.2, label="in use")  # type: ignore[attr-defined]
-    top_in_use = max(lane.in_use, default=0) / MiB or 1
-    ax.set_ylim(0, top_in_use * 1.25)  # type: ignore[attr-defined]
+    ax.set_ylim(0, (top_in_use / size or 1) * 1.15)  # type: ignore[attr-defined]
     ax.set_xlim(0, max(1, last))  # type: ignore[attr-defined]
-    ax.set_ylabel(f"{matplotlib_text(lane.device)}\nin use (MiB)", fontsize=8)  # type: ignore[attr-defined]
-    right = ax.twinx()  # type: ignore[attr-defined]
-    rx, ry = _steps(lane.events, [b / MiB for b in lane.reserved], last)
-    right.plot(rx, ry, color="#999999", linestyle="--", linewidth=1, label="held from the device")
-    right.set_ylim(0, (max(lane.reserved, default=0) / MiB or 1) * 1.25)  # from 0: a flat line sits where it is
-    right.set_ylabel("held (MiB)", color="#666666", fontsize=8)
+    ax.set_ylabel(f"{matplotlib_text(lane.device)}\nin use ({unit})", fontsize=8)  # type: ignore[attr-defined]
+    ax.set_title(matplotlib_text(peak_text(lane)), fontsize=8, loc="left")  # type: ignore[attr-defined]  # above the panel: never over its line
     if lane.peak_event >= 0:
-        peak = lane.peak_in_use / MiB
-        ax.plot([lane.peak_event], [peak], "o", color=OOM_COLOUR)  # type: ignore[attr-defined]
-        holders = "\n".join(f"{matplotlib_text(name)}: {format_size(size)}" for name, size in list(lane.at_peak.items())[:3])
-        on_left = lane.peak_event > last / 2
-        ax.annotate(  # type: ignore[attr-defined]
-            f"peak {format_size(lane.peak_in_use)}\n{holders}", (lane.peak_event, peak), textcoords="offset points",
-            xytext=(-12 if on_left else 12, -6), ha="right" if on_left else "left", va="top", fontsize=7,
-            bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.85, "edgecolor": "#cccccc"},
-        )
+        ax.plot([lane.peak_event], [lane.peak_in_use / size], "o", color=OOM_COLOUR, markersize=4)  # type: ignore[attr-defined]
+        ax.axvline(lane.peak_event, color=OOM_COLOUR, linewidth=0.6, linestyle=":")  # type: ignore[attr-defined]
+    top_held = max(max(lane.reserved, default=0), top_in_use)
+    held_unit, held_size = unit_of(top_held)
+    rx, ry = _steps(lane.events, [b / held_size for b in lane.reserved], last)
+    hx.fill_between(rx, ry, color="#cccccc", step=None, label="held from the device")  # type: ignore[attr-defined]
+    ix, iy = _steps(lane.events, [b / held_size for b in lane.in_use], last)
+    hx.plot(ix, iy, color=PALETTE[0], linewidth=1.0, label="in use")  # type: ignore[attr-defined]
+    hx.set_ylim(0, (top_held / held_size or 1) * 1.1)  # type: ignore[attr-defined]
+    hx.set_xlim(0, max(1, last))  # type: ignore[attr-defined]
+    hx.set_ylabel(f"held ({held_unit})", fontsize=8)  # type: ignore[attr-defined]
+    hx.legend(loc="upper left", fontsize=7)  # type: ignore[attr-defined]
+    hx.set_title(matplotlib_text(f"{lane.device}: held from the device (grey), at most {format_size(lane.peak_reserved)}, with in use on the same scale"), fontsize=7, loc="left", color="#555555")  # type: ignore[attr-defined]
     oom = view.oom
     if oom and oom.get("device") == lane.device:
         event = int(oom.get("event", 0))  # type: ignore[call-overload]
-        ax.axvline(event, color=OOM_COLOUR, linewidth=1.5)  # type: ignore[attr-defined]
-        ax.set_title(matplotlib_text(oom_caption(view)), color=OOM_COLOUR, fontsize=8)  # type: ignore[attr-defined]  # above the lane: never over its lines or legends
-    ax.legend(loc="upper left", fontsize=7)  # type: ignore[attr-defined]
-    right.legend(loc="upper right", fontsize=7)
+        for panel in (ax, hx):
+            panel.axvline(event, color=OOM_COLOUR, linewidth=1.5)  # type: ignore[attr-defined]
+        hx.set_title(matplotlib_text(oom_caption(view)), color=OOM_COLOUR, fontsize=8, loc="left")  # type: ignore[attr-defined]  # in place of the held panel's own title: never over a line or the peak's title
 
 
 def _png_map(axis: object, pools: list[PoolView], caption: str, colours: dict[str, str], plt: object, pinned: set[int], pins: list[str]) -> None:
@@ -216,41 +259,83 @@ def _png_map(axis: object, pools: list[PoolView], caption: str, colours: dict[st
 
 # -- HTML ------------------------------------------------------------------------------------
 
-WIDTH, LANE_HEIGHT, LEFT = 900.0, 150.0, 70.0
+WIDTH, LANE_HEIGHT, HELD_HEIGHT, LEFT = 900.0, 130.0, 60.0, 80.0
 
 
-def _svg_points(xs: list[float], ys: list[float], last: int, scale: float, top: float) -> str:
-    return " ".join(f"{LEFT + (x / max(1, last)) * WIDTH:.1f},{top + LANE_HEIGHT - (y / scale) * LANE_HEIGHT:.1f}" for x, y in zip(xs, ys))
+def _x(event: float, last: int) -> float:
+    return LEFT + (event / max(1, last)) * WIDTH
 
 
-def _lane_svg(lane: DeviceLane, view: TimelineView, last: int) -> str:
-    in_use_scale = (max(lane.in_use, default=0) or 1) * 1.15
-    reserved_scale = (max(lane.reserved, default=0) or 1) * 1.15
-    top = 10.0
-    xs, ys = _steps(lane.events, [float(v) for v in lane.in_use], last)
-    rx, ry = _steps(lane.events, [float(v) for v in lane.reserved], last)
+def _svg_points(xs: list[float], ys: list[float], last: int, scale: float, top: float, height: float = LANE_HEIGHT) -> str:
+    return " ".join(f"{_x(x, last):.1f},{top + height - (y / scale) * height:.1f}" for x, y in zip(xs, ys))
+
+
+def _band(values: list[int], events: list[int], last: int, top: float, height: float, scale: float, colour: str, fill: bool = False) -> str:
+    xs, ys = _steps(events, [float(v) for v in values], last)
+    if not xs:
+        return ""
+    points = _svg_points(xs, ys, last, scale, top, height)
+    if fill:
+        base = top + height
+        return f"<polygon fill='{colour}' stroke='none' points='{_x(xs[0], last):.1f},{base:.1f} {points} {_x(xs[-1], last):.1f},{base:.1f}'/>"
+    return f"<polyline fill='none' stroke='{colour}' stroke-width='1.5' points='{points}'/>"
+
+
+def _y_ticks(top: float, height: float, scale: float, largest: int) -> str:
+    """0, half and the top value of a band, in the band's one unit."""
+    unit, size = unit_of(largest)
+    parts = []
+    for value in (0.0, largest / 2, float(largest)):
+        y = top + height - (value / scale) * height
+        parts.append(f"<line x1='{LEFT - 4}' y1='{y:.1f}' x2='{LEFT}' y2='{y:.1f}' stroke='#666'/><text x='{LEFT - 6}' y='{y + 4:.1f}' font-size='10' text-anchor='end'>{value / size:.3g} {unit}</text>")
+    return "".join(parts)
+
+
+def _x_ticks(top: float, last: int) -> str:
+    """Event numbers under a band: the x axis's ticks."""
+    parts = [f"<line x1='{LEFT}' y1='{top:.1f}' x2='{LEFT + WIDTH}' y2='{top:.1f}' stroke='#666'/>"]
+    for event in nice_ticks(last):
+        x = _x(event, last)
+        parts.append(f"<line x1='{x:.1f}' y1='{top:.1f}' x2='{x:.1f}' y2='{top + 4:.1f}' stroke='#666'/><text x='{x:.1f}' y='{top + 15:.1f}' font-size='10' text-anchor='middle'>{event}</text>")
+    parts.append(f"<text x='{LEFT + WIDTH / 2:.0f}' y='{top + 28:.1f}' font-size='10' text-anchor='middle'>event</text>")
+    return "".join(parts)
+
+
+def _lane_svg(lane: DeviceLane, view: TimelineView, last: int, in_use_top: int | None = None) -> str:
+    """A device's lane: in use alone on its own scale, then held from the device with in use under it
+    on one scale (in use is never drawn above what holds it); event numbers below; the peak named
+    above the lane, outside the plot, so no label covers the line."""
+    largest = in_use_top if in_use_top is not None else max(lane.in_use, default=0)
+    in_use_scale = (largest or 1) * 1.15
+    held_largest = max(max(lane.reserved, default=0), max(lane.in_use, default=0))
+    held_scale = (held_largest or 1) * 1.1
+    top, held_top = 22.0, 22.0 + LANE_HEIGHT + 18.0
+    axis_top = held_top + HELD_HEIGHT
     parts = [
-        f"<h3>{html_text(lane.device)}: peak in use {format_size(lane.peak_in_use)}, held at most {format_size(lane.peak_reserved)}</h3>",
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH + LEFT + 110:.0f}' height='{LANE_HEIGHT + 45:.0f}' role='img' aria-label='bytes in use and held on {html_text(lane.device)} over the events'>",
+        f"<h3>{html_text(peak_text(lane, holders=5))}</h3>",
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH + LEFT + 20:.0f}' height='{axis_top + 36:.0f}' role='img' aria-label='bytes in use and held on {html_text(lane.device)} over the events'>",
+        f"<text x='{LEFT}' y='{top - 6:.0f}' font-size='11'>in use, on its own scale</text>",
         f"<rect x='{LEFT}' y='{top}' width='{WIDTH:.0f}' height='{LANE_HEIGHT:.0f}' fill='none' stroke='#ccc'/>",
-        f"<polyline fill='none' stroke='#999' stroke-dasharray='4 3' points='{_svg_points(rx, ry, last, reserved_scale, top)}'/>",
-        f"<polyline fill='none' stroke='{PALETTE[0]}' stroke-width='1.5' points='{_svg_points(xs, ys, last, in_use_scale, top)}'/>",
-        f"<text x='2' y='{top + LANE_HEIGHT - (max(lane.in_use, default=0) / in_use_scale) * LANE_HEIGHT + 4:.0f}' font-size='10'>{format_size(max(lane.in_use, default=0))}</text>",
-        f"<text x='2' y='{top + LANE_HEIGHT:.0f}' font-size='10'>0</text>",
-        f"<text x='{LEFT + WIDTH + 4:.0f}' y='{top + LANE_HEIGHT - (max(lane.reserved, default=0) / reserved_scale) * LANE_HEIGHT + 4:.0f}' font-size='10' fill='#666'>{format_size(max(lane.reserved, default=0))} held</text>",
-        f"<text x='{LEFT + WIDTH + 4:.0f}' y='{top + LANE_HEIGHT:.0f}' font-size='10' fill='#666'>0</text>",
-        f"<text x='{LEFT}' y='{top + LANE_HEIGHT + 30:.0f}' font-size='10'>in use (blue, left scale) and held from the device (grey dashes, right scale) over {view.events} events; each value holds until the next event</text>",
+        _band(lane.in_use, lane.events, last, top, LANE_HEIGHT, in_use_scale, PALETTE[0]),
+        _y_ticks(top, LANE_HEIGHT, in_use_scale, largest),
+        f"<text x='{LEFT}' y='{held_top - 6:.0f}' font-size='11' fill='#555'>held from the device (grey, at most {format_size(lane.peak_reserved)}) with in use (blue) on one scale</text>",
+        f"<rect x='{LEFT}' y='{held_top}' width='{WIDTH:.0f}' height='{HELD_HEIGHT:.0f}' fill='none' stroke='#ccc'/>",
+        _band(lane.reserved, lane.events, last, held_top, HELD_HEIGHT, held_scale, "#cccccc", fill=True),
+        _band(lane.in_use, lane.events, last, held_top, HELD_HEIGHT, held_scale, PALETTE[0]),
+        _y_ticks(held_top, HELD_HEIGHT, held_scale, held_largest),
+        _x_ticks(axis_top, last),
     ]
     if lane.peak_event >= 0:
-        x = LEFT + (lane.peak_event / max(1, last)) * WIDTH
+        x = _x(lane.peak_event, last)
         y = top + LANE_HEIGHT - (lane.peak_in_use / in_use_scale) * LANE_HEIGHT
-        anchor, dx = ("end", -8) if lane.peak_event > last / 2 else ("start", 8)
+        parts.append(f"<line x1='{x:.1f}' y1='{top}' x2='{x:.1f}' y2='{top + LANE_HEIGHT}' stroke='{OOM_COLOUR}' stroke-dasharray='2 3' stroke-width='0.8'/>")
         parts.append(f"<circle cx='{x:.1f}' cy='{y:.1f}' r='4' fill='{OOM_COLOUR}'><title>peak {format_size(lane.peak_in_use)} after event {lane.peak_event}</title></circle>")
-        parts.append(f"<text x='{x + dx:.1f}' y='{y + 14:.1f}' font-size='11' fill='{OOM_COLOUR}' text-anchor='{anchor}'>peak {format_size(lane.peak_in_use)}</text>")
+        anchor = "end" if lane.peak_event > last / 2 else "start"
+        parts.append(f"<text x='{x:.1f}' y='{top - 6:.1f}' font-size='11' fill='{OOM_COLOUR}' text-anchor='{anchor}'>peak {format_size(lane.peak_in_use)}</text>")  # in the margin above the plot
     oom = view.oom
     if oom and oom.get("device") == lane.device:
-        x = LEFT + (int(oom.get("event", 0)) / max(1, last)) * WIDTH  # type: ignore[call-overload]
-        parts.append(f"<line x1='{x:.1f}' y1='{top}' x2='{x:.1f}' y2='{top + LANE_HEIGHT}' stroke='{OOM_COLOUR}' stroke-width='2'><title>{html_text(oom_caption(view))}</title></line>")
+        x = _x(int(oom.get("event", 0)), last)  # type: ignore[call-overload]
+        parts.append(f"<line x1='{x:.1f}' y1='{top}' x2='{x:.1f}' y2='{axis_top}' stroke='{OOM_COLOUR}' stroke-width='2'><title>{html_text(oom_caption(view))}</title></line>")
     parts.append("</svg>")
     return "\n".join(parts)
 
@@ -259,7 +344,7 @@ def _fragmentation_svg(view: TimelineView, last: int) -> str:
     height = 80.0
     parts = [
         "<h3>Fragmentation over the events (XLA's measure: free bytes outside the largest free block, over free bytes)</h3>",
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH + LEFT + 110:.0f}' height='{height + 20:.0f}'>",
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH + LEFT + 20:.0f}' height='{height + 45:.0f}'>",
         f"<rect x='{LEFT}' y='5' width='{WIDTH:.0f}' height='{height:.0f}' fill='none' stroke='#ccc'/>",
         f"<text x='2' y='13' font-size='10'>1</text><text x='2' y='{height + 5:.0f}' font-size='10'>0</text>",
     ]
@@ -267,13 +352,14 @@ def _fragmentation_svg(view: TimelineView, last: int) -> str:
         xs, ys = _steps(lane.events, lane.fragmentation, last)
         points = " ".join(f"{LEFT + (x / max(1, last)) * WIDTH:.1f},{5 + height - y * height:.1f}" for x, y in zip(xs, ys))
         parts.append(f"<polyline fill='none' stroke='{PALETTE[i % len(PALETTE)]}' points='{points}'><title>{html_text(lane.device)}</title></polyline>")
+    parts.append(_x_ticks(5 + height, last))
     parts.append("</svg>")
     return "\n".join(parts)
 
 
-def render_html(view: TimelineView, title: str) -> str:
+def render_html(view: TimelineView, title: str, baseline: BaselineSide | None = None) -> str:
     """One HTML page, nothing fetched: a lane per device, fragmentation, the holders and the map as
-    inline SVG and tables."""
+    inline SVG and tables; with `baseline`, the baseline's memory and holders beside the run's."""
     last = max(0, view.events - 1)
     colours = owner_colours(view)
     head = view.headline
@@ -289,7 +375,12 @@ def render_html(view: TimelineView, title: str) -> str:
     ]
     if view.oom:
         parts.append(f"<p class='oom'>{html_text(oom_caption(view))}</p>")
-    parts += [_lane_svg(lane, view, last) for lane in view.lanes]
+    shared_top = None
+    if baseline is not None and head is not None:  # the run and its baseline on one scale
+        shared_top = max(max(head.in_use, default=0), max(baseline.profile[3], default=0) if baseline.profile else 0, baseline.peak_bytes_in_use or 0)
+    parts += [_lane_svg(lane, view, last, shared_top if lane is head else None) for lane in view.lanes]
+    if baseline is not None and head is not None:
+        parts.append(_baseline_html(baseline, head, shared_top or 0))
     parts.append(_fragmentation_svg(view, last))
     if head is not None:
         parts.append(f"<h3>Who held the memory at the peak of {html_text(head.device)}</h3><table><tr><th></th><th>holder</th><th>bytes</th></tr>")
@@ -302,6 +393,35 @@ def render_html(view: TimelineView, title: str) -> str:
             parts.append("<p>The holes are pinned by:</p><ul>" + "".join(f"<li>{html_text(pin)}</li>" for pin in pins) + "</ul>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _baseline_html(baseline: BaselineSide, head: DeviceLane, top_value: int) -> str:
+    """The baseline beside the run: its memory over its own events on the run's in-use scale, and who
+    held the memory at each peak."""
+    parts = [f"<h2>Baseline beside this run</h2><p>{html_text(baseline.file)}: peak in use {format_size(baseline.peak_bytes_in_use) if baseline.peak_bytes_in_use is not None else 'not stored'}; this run: {format_size(head.peak_in_use)} on {html_text(head.device)}.</p>"]
+    if baseline.profile is not None:
+        device, events, xs, ys = baseline.profile
+        last = max(0, events - 1)
+        scale = (top_value or 1) * 1.15
+        top = 22.0
+        parts += [
+            f"<h3>{html_text(device)} at the baseline: bytes in use over its {events} event{'s' if events != 1 else ''}, on the same scale as this run's lane above</h3>",
+            f"<svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH + LEFT + 20:.0f}' height='{top + LANE_HEIGHT + 36:.0f}' role='img' aria-label='the baseline&#39;s bytes in use over its events'>",
+            f"<rect x='{LEFT}' y='{top}' width='{WIDTH:.0f}' height='{LANE_HEIGHT:.0f}' fill='none' stroke='#ccc'/>",
+            _band(ys, xs, last, top, LANE_HEIGHT, scale, "#7f7f7f"),
+            _y_ticks(top, LANE_HEIGHT, scale, top_value),
+            _x_ticks(top + LANE_HEIGHT, last),
+            "</svg>",
+        ]
+    else:
+        parts.append("<p>The baseline stores no profile of its memory over its events (recorded by an older pytest-devmem): refresh it with --devmem-update to draw it here.</p>")
+    names = list(dict.fromkeys([*head.at_peak, *baseline.contributors]))
+    parts.append(f"<h3>Who held the memory at each peak</h3><table><tr><th>holder</th><th>at the baseline's peak</th><th>at this run's peak ({html_text(head.device)})</th></tr>")
+    for name in names:
+        before, now = baseline.contributors.get(name), head.at_peak.get(name)
+        parts.append(f"<tr><td>{html_text(name)}</td><td>{format_size(before) if before is not None else '—'}</td><td>{format_size(now) if now is not None else '—'}</td></tr>")
+    parts.append("</table><p>The baseline keeps its five largest holders; a holder it does not name shows —.</p>")
+    return "\n".join(parts)
 
 
 def _map_svg(pools: list[PoolView], caption: str, colours: dict[str, str], pinned: set[int]) -> str:

@@ -1,0 +1,74 @@
+"""The documentation site: its references are generated from the code (every option, marker
+argument, subcommand and schema field), its pages link only to what exists, and it builds with
+warnings as errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_devmem.gate.marks import MARK_ARGUMENTS, MARK_KEYS
+from pytest_devmem.plugin.settings import OPTIONS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def hooks():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("mkdocs_hooks", ROOT / "scripts" / "mkdocs_hooks.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_marker_table_describes_every_argument_the_marker_takes() -> None:
+    assert tuple(MARK_ARGUMENTS) == MARK_KEYS
+
+
+def test_the_generated_references_name_every_option_marker_argument_and_subcommand() -> None:
+    docs = hooks()
+    options = docs.options_reference()
+    assert all(f"`{option.option}" in options and f"`{option.env}`" in options for option in OPTIONS)
+    assert "--devmem-disable" in options and "--devmem-only" in options
+    marker = docs.marker_reference()
+    assert all(f"`{name}=`" in marker for name in MARK_KEYS)
+    cli = docs.cli_reference()
+    for command in ("compare", "merge", "show", "replay", "plot", "history"):
+        assert f"## devmem {command}" in cli
+    assert "`--device-class`" in cli and "`--all-classes`" in cli
+    report = docs.schema_reference("report")
+    assert "`session.run_info`" in report and "`records[].peak_bytes_in_use`" in report
+    assert "`records.*.*.profile`" in docs.schema_reference("baseline")
+
+
+def test_every_page_in_the_docs_folder_is_in_the_navigation_or_left_for_others() -> None:
+    yaml = pytest.importorskip("yaml")
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+
+    def pages(nav: object) -> list[str]:
+        if isinstance(nav, str):
+            return [nav]
+        if isinstance(nav, list):
+            return [page for item in nav for page in pages(item)]
+        if isinstance(nav, dict):
+            return [page for value in nav.values() for page in pages(value)]
+        return []
+
+    listed = set(pages(config["nav"]))
+    present = {str(path.relative_to(ROOT / "docs")) for path in (ROOT / "docs").rglob("*.md")}
+    assert present - listed == set() and listed - present == set()
+
+
+@pytest.mark.slow
+def test_the_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("material")
+    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    built = tmp_path / "site"
+    assert (built / "pictures" / "built" / "out-of-memory.png").stat().st_size > 0  # drawn in the build
+    assert "--devmem-only" in (built / "reference" / "options" / "index.html").read_text()
