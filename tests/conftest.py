@@ -1,10 +1,15 @@
 from __future__ import annotations
 
 import pytest
+from installed_libraries import keep_installed_libraries_imported
 
 from pytest_devmem.model.device import cuda_device_count
 
 pytest_plugins = ["pytester"]
+
+# a library first imported inside a pytester run stays imported: jaxlib and TensorFlow abort the
+# process when imported twice (tests/installed_libraries.py, docs/known-issues.md)
+keep_installed_libraries_imported()
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,59 @@
+"""Installed libraries stay imported across pytester's in-process runs.
+
+pytester restores `sys.modules` after each in-process run and at each test's end, so a library first
+imported inside one is dropped and imported afresh by the next test. Several cannot be imported twice
+in one process: jaxlib's `_jax` extension calls `absl::InitializeLog()` each time it is executed and
+abseil aborts the process on the second call ("SetTimeZone() has already been called"), TensorFlow's
+aborts on "PyExceptionRegistry::Init() already called", NumPy raises "cannot load module more than
+once per process" (and `import tensorflow` imports JAX where it is installed). Which test imports
+them first then decides whether the suite dies, so the restore keeps every module of an installed
+library (site-packages, the standard library) and drops only the rest: the tests' own files.
+docs/known-issues.md says the same for users' suites.
+"""
+
+from __future__ import annotations
+
+import os
+import site
+import sys
+import sysconfig
+from types import ModuleType
+
+from _pytest import pytester
+
+
+def _library_dirs() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    dirs = {paths["stdlib"], paths["platstdlib"], paths["purelib"], paths["platlib"], *site.getsitepackages()}
+    return tuple(os.path.join(os.path.realpath(d), "") for d in dirs)
+
+
+LIBRARY_DIRS = _library_dirs()
+
+
+def is_installed_library(module: ModuleType | None) -> bool:
+    """True for a module of the standard library or of an installed package, or a built-in one."""
+    if module is None:
+        return False
+    file = getattr(module, "__file__", None)
+    places = [file] if file else list(getattr(module, "__path__", None) or [])  # namespace packages name only their folders
+    if not places:
+        spec = getattr(module, "__spec__", None)
+        return spec is not None and spec.origin in ("built-in", "frozen")
+    return any(os.path.join(os.path.realpath(place), "").startswith(LIBRARY_DIRS) for place in places)
+
+
+class LibraryKeepingSnapshot(pytester.SysModulesSnapshot):
+    """pytester's snapshot of `sys.modules`, whose restore keeps the installed libraries imported since."""
+
+    def restore(self) -> None:
+        imported = {name: module for name, module in sys.modules.items() if is_installed_library(module)}
+        super().restore()
+        for name, module in imported.items():
+            sys.modules.setdefault(name, module)
+
+
+def keep_installed_libraries_imported() -> None:
+    """Make every pytester snapshot taken from now on a `LibraryKeepingSnapshot` (pytester looks the
+    class up when it takes one)."""
+    pytester.SysModulesSnapshot = LibraryKeepingSnapshot  # type: ignore[misc]
