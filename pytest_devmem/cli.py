@@ -1,7 +1,7 @@
 """The `devmem` command: compare two sets of measurements, list baselines, replay and draw traces.
 
     devmem compare BASE NEW... [--tolerance SPEC] [--all] [--partial] [--device-class C | --all-classes] [--sort KEY] [--columns A,B]   exit 1 when anything regressed
-    devmem merge REPORT... -o MERGED.json [--baselines DIR] [--same-run]   one report from CI shards' reports
+    devmem merge REPORT... -o MERGED.json [--baselines DIR] [--same-run] [--partial]   one report from CI shards' reports
     devmem show [DIR]
     devmem replay TRACE [--mode M] [--fraction F] [--device D]   exit 1 when the trace does not fit
     devmem plot REPORT|TRACE -o FILE.png|FILE.html [--test ID]
@@ -311,7 +311,7 @@ def _is_report(path: Path) -> bool:
     return isinstance(document, dict) and "records" in document and "session" in document
 
 
-def merge_command(reports: Sequence[Path], output: Path | None, baselines: Path | None, same_run: bool = False) -> int:
+def merge_command(reports: Sequence[Path], output: Path | None, baselines: Path | None, same_run: bool = False, partial: bool = False) -> int:
     """`devmem merge`: one report from several; with `baselines`, those files refreshed from it as
     one `--devmem-update` of the whole suite would write them. Everything is checked before
     anything is written."""
@@ -328,6 +328,13 @@ def merge_command(reports: Sequence[Path], output: Path | None, baselines: Path 
     document = merge_reports(reports, notes, same_run)
     for note in notes:
         _warn(note)
+    if not partial:  # a set with a group missing would refresh or gate only part of the suite
+        from .present.merge import missing_shards
+
+        shown = Path(f"the merged set of {len(reports)} report(s)")
+        problem = missing_shards(ReportFile(shown, document["session"], document["records"]))  # type: ignore[arg-type]
+        if problem:
+            raise InputError(problem)
     records = document["records"]
     assert isinstance(records, list)
     shards = document["session"]["merged_from"]  # type: ignore[index]
@@ -434,6 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     merge_parser.add_argument("-o", "--output", type=Path, default=None, help="Write the merged report to FILE.json")
     merge_parser.add_argument("--baselines", type=Path, default=None, help="Also refresh the baseline files under DIR from the merged report, as one --devmem-update of the whole suite would")
     merge_parser.add_argument("--same-run", action="store_true", help="Refuse reports of different commits, CI runs or versions (by default a warning)")
+    merge_parser.add_argument("--partial", action="store_true", help="The reports are part of a split suite on purpose (some groups left out): merge them without the others")
     show_parser = commands.add_parser("show", help="List stored baselines")
     show_parser.add_argument("directory", type=Path, nargs="?", default=Path("baselines"), help="Baseline directory (default: baselines)")
     replay_parser = commands.add_parser("replay", help="Replay a recorded trace (--devmem-traces) under a regime; exit 1 if it does not fit")
@@ -481,7 +489,7 @@ def _output_format(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
 
 def _run(args: argparse.Namespace) -> int:
     if args.command == "merge":
-        return merge_command(args.reports, args.output, args.baselines, args.same_run)
+        return merge_command(args.reports, args.output, args.baselines, args.same_run, args.partial)
     if args.command == "history":
         return history_command(args.inputs, args.tolerance, args.output)
     if args.command == "plot":

@@ -215,7 +215,8 @@ def test_one_shard_compared_alone_fails_unless_the_set_is_said_to_be_partial(tmp
     assert "1 missing" in capsys.readouterr().out
     assert main(["compare", str(base), str(one), str(two)]) == 0  # the whole set
     capsys.readouterr()
-    assert main(["merge", str(one), "-o", str(tmp_path / "m1.json")]) == 0  # merged alone, it is still one shard of two
+    assert main(["merge", str(one), "-o", str(tmp_path / "m1.json")]) == 2  # merged alone, a group is missing
+    assert main(["merge", str(one), "--partial", "-o", str(tmp_path / "m1.json")]) == 0  # said to be partial, it is still one shard of two
     capsys.readouterr()
     assert main(["compare", str(base), str(tmp_path / "m1.json")]) == 2
     assert "group 2" in capsys.readouterr().err

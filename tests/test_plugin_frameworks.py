@@ -222,17 +222,16 @@ def test_what_jax_prints_as_its_backends_start_stays_in_the_tests_captured_outpu
         """
         import os
         import jax
+        from jax._src import xla_bridge
 
-        _devices = jax.devices
-        _started = []
+        _backends = xla_bridge.backends
 
-        def noisy_devices(*args, **kwargs):
-            if not _started:  # as JAX's backends log once, when they start
-                _started.append(True)
+        def noisy_backends(*args, **kwargs):
+            if not xla_bridge._backends:  # as JAX's backends log once, when they start
                 os.write(2, b"BACKENDS STARTING\\n")
-            return _devices(*args, **kwargs)
+            return _backends(*args, **kwargs)
 
-        jax.devices = noisy_devices
+        xla_bridge.backends = noisy_backends
         """
     )
     pytester.makepyfile("import jax.numpy as jnp\n\ndef test_sum():\n    assert float(jnp.ones(3).sum()) == 3.0\n")

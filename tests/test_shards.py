@@ -282,7 +282,7 @@ def test_a_shard_whose_report_is_absent_is_refused_by_merge_and_compare(report: 
     capsys.readouterr()
     for args in (["merge", str(parts[0]), str(parts[2]), "-o", str(report.with_name("bad.json"))], ["compare", str(report), str(parts[0]), str(parts[2])]):
         assert main(args) == 2
-        assert "shard 2 of 3 missing: only 2 of 3 shards' reports were given" in capsys.readouterr().err
+        assert "groups 1, 3 of 3 of a split suite (pytest-split); group 2 missing" in capsys.readouterr().err
     assert not report.with_name("bad.json").exists()
 
 

@@ -95,7 +95,7 @@ def test_a_bad_targets_setting_is_a_usage_error_saying_where_it_came_from(pytest
 
 def test_a_tpu_target_runs_under_its_runtimes_regime_and_others_under_the_tests() -> None:
     for mode in ("prealloc", "growth", "ondemand"):
-        assert regime_on_target("sim:TPU-v5e", Regime.of(mode)) == Regime.of("compact")
+        assert regime_on_target("sim:TPU-v5e", Regime.of(mode)) == Regime.of("compact", 1.0)  # over all usable HBM, as a TPU preset runs
         assert regime_on_target("sim:H100-80GB", Regime.of(mode)) == Regime.of(mode)
     assert regime_on_target("sim:64MiB", Regime.of("fraction", 0.5)) == Regime.of("fraction", 0.5)
 
