@@ -373,6 +373,41 @@ class _RecordedAddresses(SimulatedDevice):
         return super().try_allocate(nbytes)
 
 
+def side_by_side(result: dict[str, Any], min_bytes: int = MiB) -> list[tuple[str, int, int, int, float, float, int, int]]:
+    """Each event of a group of at least `min_bytes` (TensorFlow's own small tensors left out):
+    (what, allocator's bytes in use, model's, allocator's bytes reserved... see the columns) as
+    (event, in use, model in use, reserved, fragmentation, model fragmentation, peak, model peak),
+    and the failing allocation, if any, as its own row. For the docs' table."""
+    from pytest_devmem.errors import OutOfMemoryError
+    from pytest_devmem.model.frameworks import tensorflow_cpu_setup, tensorflow_growth_pool
+    from pytest_devmem.model.trace import Trace
+
+    setup = tensorflow_cpu_setup({"TF_CPU_BFC_MEM_LIMIT_IN_MB": str(result["limit_mb"])})
+    assert setup.limit is not None
+    pool = tensorflow_growth_pool(setup, _RecordedAddresses(result["regions"]), setup.limit)
+    rows: list[tuple[str, int, int, int, float, float, int, int]] = []
+    for window in result["windows"]:
+        trace, handles, failure = Trace.from_columns(window["trace"]), {}, window["failure"]
+        for index in range(len(trace) + 1):
+            if failure is not None and index == failure["position"]:
+                try:
+                    pool.free(pool.alloc(failure["bytes"]))
+                    verdict = "fits (model)"
+                except OutOfMemoryError:
+                    verdict = "fails on both"
+                rows.append((f"allocate {failure['bytes'] // MiB} MiB: {verdict}", -1, pool.bytes_in_use, pool.pool_bytes, math.nan, pool._fragmentation(), -1, pool.peak_bytes_in_use))
+            if index == len(trace):
+                break
+            event, stats = trace.event(index), window["stats"][index]
+            if event.action == "allocate":
+                handles[event.pointer] = pool.alloc(event.size)
+            else:
+                pool.free(handles.pop(event.pointer))
+            if event.size >= min_bytes and stats is not None:
+                rows.append((f"{'allocate' if event.action == 'allocate' else 'free'} {event.size / MiB:g} MiB", stats[0], pool.bytes_in_use, pool.pool_bytes, stats[2], six_digits(pool._fragmentation()), stats[1], pool.peak_bytes_in_use))
+    return rows
+
+
 def summarize(results: Sequence[GroupResult]) -> str:
     """How many sequences agree, and the first disagreements."""
     sequences = sum(r.sequences for r in results)
