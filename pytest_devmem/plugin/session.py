@@ -180,9 +180,13 @@ class DevmemSession:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
-        if call.when == "setup" and report.skipped and measured(item):
+        if call.when in ("setup", "call") and report.skipped and not hasattr(report, "wasxfail") and measured(item):  # it measured nothing: no figure
             why = str(report.longrepr[2]).removeprefix("Skipped: ") if isinstance(report.longrepr, tuple) else "skipped"
             report.devmem_unrecorded = [(item.stash.get(regime_key, None) or DEFAULT_REGIME).label, f"skipped: {why}"]  # type: ignore[attr-defined]
+            if call.when == "call":
+                if captured_key in item.stash:
+                    del item.stash[captured_key]
+                return report
         if call.when != "call" or not measured(item):
             return report
         captured = item.stash.get(captured_key, None)
