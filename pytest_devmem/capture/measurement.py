@@ -38,21 +38,31 @@ TEMP, ARGUMENT = " temp", " argument"
 
 def executable_summary(trace: Trace, runs: dict[str, int]) -> dict[str, dict[str, int]]:
     """Per JAX executable that ran: its runs, and the bytes of its outputs, temp buffers and
-    transferred arguments over the test (from the trace's labels)."""
-    summary = {name: {"runs": count, "output_bytes": 0, "temp_bytes": 0, "argument_bytes": 0} for name, count in runs.items()}
+    transferred arguments over the test (from the trace's labels): these three are **sums** over
+    its runs and over the devices it ran on. `temp_bytes_per_device` is XLA's own figure
+    (`temp_size_in_bytes`: one run's temp on one device, the largest where they differ) and
+    `devices` how many devices its buffers were on."""
+    summary = {name: {"runs": count, "output_bytes": 0, "temp_bytes": 0, "argument_bytes": 0, "temp_bytes_per_device": 0, "devices": 0} for name, count in runs.items()}
     names = trace.names
     if "jax" not in names:
         return dict(sorted(summary.items()))
     jax_code = names.index("jax")
     kinds: dict[int, tuple[str, str] | None] = {}  # label code -> (executable, figure), read once per label
-    for action, source, label, size in zip(trace.actions, trace.sources, trace.labels, trace.sizes):
+    devices: dict[str, set[int]] = {}
+    for action, source, label, size, device in zip(trace.actions, trace.sources, trace.labels, trace.sizes, trace.devices):
         if action != ALLOCATE_CODE or source != jax_code or not label:
             continue
         if label not in kinds:
             kinds[label] = _executable_figure(names[label], summary)
         kind = kinds[label]
         if kind is not None:
-            summary[kind[0]][kind[1]] += size
+            figures = summary[kind[0]]
+            figures[kind[1]] += size
+            if kind[1] == "temp_bytes" and size > figures["temp_bytes_per_device"]:
+                figures["temp_bytes_per_device"] = size
+            devices.setdefault(kind[0], set()).add(device)
+    for name, used in devices.items():
+        summary[name]["devices"] = len(used)
     return dict(sorted(summary.items()))
 
 
