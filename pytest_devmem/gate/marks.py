@@ -38,6 +38,7 @@ class MarkSpec:
     max_compiles: int | None = None
     max_leak: int | None = None
     max_fragmentation: float | None = None
+    max_fragmentation_off: bool = False  # max_fragmentation=None given: the session's bound does not apply
 
     def regime(self, session: Regime | None) -> Regime | None:
         """The regime this test runs under: the marker's where it names one, else the session's.
@@ -84,7 +85,8 @@ def parse_mark(args: tuple[object, ...], kwargs: dict[str, object]) -> MarkSpec 
             max_fragmentation = parse_max_fragmentation(max_fragmentation)
     except (DevmemError, ValueError) as exc:
         return f"@pytest.mark.devmem: {exc}"
-    return MarkSpec(mode, fraction, limit, tolerance, frameworks, max_compiles, max_leak, max_fragmentation)  # type: ignore[arg-type]
+    off = "max_fragmentation" in kwargs and kwargs["max_fragmentation"] is None
+    return MarkSpec(mode, fraction, limit, tolerance, frameworks, max_compiles, max_leak, max_fragmentation, off)  # type: ignore[arg-type]
 
 
 def parse_max_fragmentation(value: object) -> float:

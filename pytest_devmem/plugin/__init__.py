@@ -76,7 +76,7 @@ def compile_target(settings: Settings, device: Device) -> CompileTarget:
     are not the device's own (so a baseline of one compile's sizes is never compared with another's)."""
     from ..capture.gpu_compile import cuda_compiler_problem
 
-    target = resolve_compile_target(settings.compile_target, device, cuda_compiler_problem())
+    target = resolve_compile_target(settings.compile_target, device, cuda_compiler_problem(), settings.compile_target_source)
     if target.class_suffix and hasattr(device, "class_suffix"):
         device.class_suffix = target.class_suffix
     return target

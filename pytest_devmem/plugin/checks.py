@@ -74,7 +74,10 @@ class Checks:
         if failure is None:
             failure = leak_verdict(captured.kept, self.max_leak(item))
         if failure is None:
-            bound = spec.max_fragmentation if spec is not None and spec.max_fragmentation is not None else self.settings.max_fragmentation
+            if spec is not None and spec.max_fragmentation_off:  # max_fragmentation=None: no bound for this test
+                bound = None
+            else:
+                bound = spec.max_fragmentation if spec is not None and spec.max_fragmentation is not None else self.settings.max_fragmentation
             failure = fragmentation_verdict(record.devices, bound)
         tolerance = parse_tolerance(spec.tolerance) if spec is not None and spec.tolerance is not None else self.settings.tolerance
         record.tolerance = tolerance.spec

@@ -45,10 +45,12 @@ class CompileTarget:
         return {"target": self.label, "note": self.note}
 
 
-def resolve(setting: str | None, device: Device, compiler_problem: str | None) -> CompileTarget:
+def resolve(setting: str | None, device: Device, compiler_problem: str | None, source: str = "") -> CompileTarget:
     """The compile target for `device` under `setting` (None: auto), given whether XLA:GPU's compiler
-    is installed (`compiler_problem` says why not)."""
+    is installed (`compiler_problem` says why not). `source`: the setting as the user wrote it
+    (`DEVMEM_COMPILE_TARGET=cpu`), named in the note."""
     choice = setting or "auto"
+    given = source or f"--devmem-compile-target={choice}"
     if getattr(device, "index", None) is not None:
         return CompileTarget("native", None, "JAX compiles for the real GPU: its own sizes")
     preset = getattr(device, "preset", None)
@@ -56,7 +58,7 @@ def resolve(setting: str | None, device: Device, compiler_problem: str | None) -
         return CompileTarget("cpu", None, f"{device.name} states a capacity, not a GPU: JAX's sizes are the CPU compile's (--devmem-compile-target=GPU, or a sim: GPU preset, sizes them for a GPU)")
     if choice == "cpu":
         suffix = "-cpu-sizes" if preset is not None else ""
-        return CompileTarget("cpu", None, "JAX's sizes are the CPU compile's (--devmem-compile-target=cpu)", suffix)
+        return CompileTarget("cpu", None, f"JAX's sizes are the CPU compile's ({given})", suffix)
     name = str(preset if choice == "auto" else choice)
     spec = gpu_spec(name)  # that GPU as its data sheet has it: the model's devices keep their own capacity
     label = name
@@ -64,4 +66,5 @@ def resolve(setting: str | None, device: Device, compiler_problem: str | None) -
     if compiler_problem is not None:
         suffix = "-cpu-sizes" if preset is not None else ""
         return CompileTarget("cpu", None, f"JAX's sizes stay the CPU compile's, not {label}'s: {compiler_problem}", suffix)
-    return CompileTarget(label, spec, f"JAX's executables are sized as {label}'s compile sizes them (deviceless), where they compile for it", "" if natural else f"-{name}-sizes")
+    chosen = f" ({given})" if source else ""
+    return CompileTarget(label, spec, f"JAX's executables are sized as {label}'s compile sizes them (deviceless), where they compile for it{chosen}", "" if natural else f"-{name}-sizes")

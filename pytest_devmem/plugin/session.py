@@ -277,7 +277,8 @@ class DevmemSession:
         pool = make_pool(self.device, (regime or DEFAULT_REGIME).policy)
         if measured(item):
             self.measurement.pool_source.attach(pool)
-        return DevmemFixture(regime or DEFAULT_REGIME, RecordingPool(pool, self.measurement.recorder), self.device)  # type: ignore[arg-type]
+        device = "gpu:0" if getattr(self.device, "index", None) is not None else "cpu:0"  # the first device, as the machine's spec names it
+        return DevmemFixture(regime or DEFAULT_REGIME, RecordingPool(pool, self.measurement.recorder, device), self.device)  # type: ignore[arg-type]
 
     def _configure_tensorflow_once(self) -> None:
         if self._tensorflow_configured or "tensorflow" not in sys.modules or self.settings.regime is None:
