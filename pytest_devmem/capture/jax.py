@@ -51,6 +51,7 @@ class JaxWindow:
     executables: dict[str, int] = field(default_factory=dict)  # name -> runs
     temp_unknown: set[str] = field(default_factory=set)  # executables whose memory analysis failed
     compiled: list[str] = field(default_factory=list)  # executables XLA compiled in the window, by name
+    used: dict[str, set[int]] = field(default_factory=dict)  # name -> the distinct executables run (compiled here or found in a cache)
     failure: str = ""  # the capture's own error, if one stopped it: the trace is then incomplete
 
 
@@ -179,6 +180,18 @@ class JaxCapture:
     def begin(self) -> None:
         self.window = JaxWindow()
 
+    def needed(self) -> dict[str, int]:
+        """Per function, the executables the window needed: each distinct executable it ran (compiled
+        in it or found in a cache, which depends on what ran before in the process), or, where more,
+        the compiles it made (an executable compiled and never run). The same in any test order."""
+        needed = {name: len(plans) for name, plans in self.window.used.items()}
+        compiled: dict[str, int] = {}
+        for name in self.window.compiled:
+            compiled[name] = compiled.get(name, 0) + 1
+        for name, count in compiled.items():
+            needed[name] = max(needed.get(name, 0), count)
+        return dict(sorted(needed.items()))
+
     def window_sizes(self) -> dict[str, dict[str, object]]:
         """Per executable run in the window, where a GPU sizer was asked for: the compile its temp
         bytes come from, the CPU compile's for comparison, and why where it kept the CPU's."""
@@ -298,6 +311,7 @@ class JaxCapture:
         allocations, then its temps."""
         label, runs = plan.label, self.window.executables
         runs[label] = runs.get(label, 0) + 1
+        self.window.used.setdefault(label, set()).add(id(plan))
         allocate = self._recorder.allocate
         self._holdings.hold_new(output, [allocate(size, SOURCE, label, device) for device, size in self._shards.of(output)])
         if plan.temps:
@@ -346,6 +360,7 @@ class JaxCapture:
         allocate, label, holdings, shards_of, array_type = self._recorder.allocate, plan.label, self._holdings, self._shards.of, self._array_type
         runs = self.window.executables
         runs[label] = runs.get(label, 0) + 1
+        self.window.used.setdefault(label, set()).add(id(plan))
         if not plan.temp_known:
             self.window.temp_unknown.add(label)
         for index, output in enumerate(outputs):

@@ -88,6 +88,7 @@ class Captured:
     kept: dict[str, int] | None = None  # what the frameworks still hold that the test allocated; None: not checked
     runs: dict[str, int] = field(default_factory=dict)  # JAX executables run in the test, by name
     sizes: dict[str, dict[str, object]] = field(default_factory=dict)  # per executable: whose compile sized it, where not the CPU's
+    needed: dict[str, int] | None = None  # per function, the executables the test needed, compiled or cached (JaxCapture.needed)
 
 
 class Measurement:
@@ -123,6 +124,14 @@ class Measurement:
 
     def start(self) -> None:
         self.watch_frameworks()
+        # Python's collector frees cyclic garbage (framework tensors among it) when its allocation
+        # counters say so, and those counters carry what ran before: a full collection here starts
+        # every test's counters at zero, so its buffers are freed at the same moments in any order.
+        # What survives it is frozen (kept out of later collections, as gc.freeze documents for
+        # long-lived objects), so the next test's collection scans only what is new: milliseconds,
+        # where a full scan of a process with JAX and TensorFlow loaded takes about half a second
+        gc.collect()
+        gc.freeze()
         for source in self.sources:  # first: what they ask the frameworks is no activity of the test's
             source.start()
         self.recorder.begin()
@@ -159,7 +168,8 @@ class Measurement:
             notes.append("no memory analysis for " + ", ".join(unknown) + ": their temp buffers are not in the trace")
         notes.extend(tensorflow_notes)
         compiled = list(self.jax_capture.window.compiled) if self.jax_capture.installed else None
-        return Captured(events, readings, notes, tensorflow_events, compiled, kept, dict(self.jax_capture.window.executables), self.jax_capture.window_sizes())
+        needed = self.jax_capture.needed() if self.jax_capture.installed else None
+        return Captured(events, readings, notes, tensorflow_events, compiled, kept, dict(self.jax_capture.window.executables), self.jax_capture.window_sizes(), needed)
 
     def jax_platform_problem(self) -> str | None:
         """On a GPU session, JAX must run on the GPU: jaxlib falls back to CPU, with only a log line,

@@ -82,10 +82,14 @@ def make_record(
         kept = {name: str(sized["note"]) for name, sized in captured.sizes.items() if sized.get("note")}
         if kept:
             notes.append(f"{len(kept)} executable(s) kept the CPU compile's sizes: " + "; ".join(f"{name} ({why})" for name, why in sorted(kept.items())))
-    if captured.compiled is not None:
-        record.compiles = len(captured.compiled)
+    if captured.compiled is not None and (captured.compiled or captured.needed):
+        # what the test needs, the same in any order (none: no figure, whether or not JAX was loaded
+        # before it); the compiles that happened in this process beside it
+        record.compiles = sum(captured.needed.values()) if captured.needed else len(captured.compiled)
         if record.trace is not None:
             record.trace["compiled"] = captured.compiled
+            if captured.needed:
+                record.trace["needed"] = captured.needed
     return record
 
 
