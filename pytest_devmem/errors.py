@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .units import format_size
+from .units import format_short_of, format_size
 
 
 class DevmemError(Exception):
@@ -72,8 +72,8 @@ class OutOfMemoryError(DevmemError, MemoryError):
             f"out of device memory: asked {format_size(f.requested)} ({f.requested} bytes, "
             f"{f.rounded} rounded) under regime {f.regime} on {f.device}",
             f"  in use {format_size(f.bytes_in_use)}; pool holds {format_size(f.pool_bytes)} of a "
-            f"{format_size(f.bytes_limit)} limit, {format_size(f.pool_free)} of it free; "
-            f"largest free block {format_size(f.largest_free_block)}",
+            f"{format_size(f.bytes_limit)} limit, {format_short_of(f.pool_free, f.rounded)} of it free; "
+            f"largest free block {format_short_of(f.largest_free_block, f.rounded)}",
             f"  device: {format_size(f.device_free)} free of {format_size(f.device_capacity)}",
             f"  fix: {self.suggestion}",
         ]

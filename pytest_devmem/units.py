@@ -68,6 +68,16 @@ def parse_size(text: str | int) -> int:
     return int(value)
 
 
+def format_short_of(available: int, needed: int) -> str:
+    """`available` as a size, with the bytes it lacks when rounding would hide them: a largest free
+    block of 2 GiB - 256 B for 2 GiB needed reads `2.00 GiB (256 bytes short of the 2147483648 needed)`,
+    never the same figure as the request it cannot hold."""
+    text = format_size(available)
+    if 0 <= available < needed and text == format_size(needed):
+        text += f" ({needed - available} bytes short of the {needed} needed)"
+    return text
+
+
 def format_size(nbytes: float) -> str:
     """Human-readable binary size, e.g. `1.50 GiB`; exact bytes below 1 KiB."""
     sign = "-" if nbytes < 0 else ""

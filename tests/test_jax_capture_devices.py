@@ -66,6 +66,55 @@ def test_spmd_step_and_its_donation():
 """
 
 
+def test_a_sharded_executables_temp_is_named_per_device_and_summed_apart() -> None:
+    """XLA's temp_size_in_bytes is per device: 268,435,456 on each of 4 devices is that figure per
+    device, and 1,073,741,824 only as the sum over devices."""
+    from pytest_devmem.capture.measurement import executable_summary
+    from pytest_devmem.model.trace import ALLOCATE_CODE
+
+    trace = Trace()
+    for device in range(4):
+        trace.add(ALLOCATE_CODE, device + 1, 268_435_456, 0.0, source="jax", label="jit(step) temp", device=f"cpu:{device}")
+        trace.add(ALLOCATE_CODE, device + 11, 4 * MiB, 0.0, source="jax", label="jit(step)", device=f"cpu:{device}")
+    step = executable_summary(trace, {"jit(step)": 1})["jit(step)"]
+    assert step["temp_bytes_per_device"] == 268_435_456 and step["devices"] == 4
+    assert step["temp_bytes"] == 1_073_741_824 and step["output_bytes"] == 16 * MiB  # sums, over the devices
+
+
+COPIES = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+mesh = Mesh(np.array(jax.devices()), ("x",))
+
+
+def test_jit_copies_an_uncommitted_weight():
+    w = jnp.ones((1024, 1024), jnp.float32)  # 4 MiB, made without a sharding: on device 0, uncommitted
+    x = jax.device_put(np.ones((1024, 1024), np.float32), NamedSharding(mesh, P("x")))  # 1 MiB a device
+    jax.jit(lambda w, x: x @ w)(w, x).block_until_ready()
+
+
+def test_pmap_copies_an_unmapped_weight():
+    w = jnp.ones((1024, 1024), jnp.float32)
+    jax.pmap(lambda w, x: x @ w, in_axes=(None, 0))(w, np.ones((4, 256, 1024), np.float32)).block_until_ready()
+"""
+
+
+def test_a_weight_jax_copies_to_the_other_devices_is_on_each_of_them(jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An uncommitted 4 MiB weight used beside an input sharded over 4 devices (or by pmap with
+    in_axes=None) is copied by JAX to devices 1-3 for the run (its buffer pointers show it; XLA's
+    arguments hold it on every device): each of them holds the 4 MiB, not only device 0."""
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+    pytester.makepyfile(test_copies=COPIES)
+    result = pytester.runpytest_subprocess("--devmem-mode=prealloc", "--devmem-traces=traces", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    for test in ("test_jit_copies", "test_pmap_copies"):
+        copies = Counter(e.device for e in trace_of(pytester.path / "traces", test) if e.action == "allocate" and e.label.endswith(" argument") and e.size == 4 * MiB)
+        assert copies == {"cpu:1": 1, "cpu:2": 1, "cpu:3": 1}, test
+
+
 def trace_of(directory: object, test: str) -> Trace:
     [path] = list(directory.glob(f"*{test}*.csv"))  # type: ignore[attr-defined]
     return Trace.read_csv(path)
@@ -79,7 +128,7 @@ def allocations(trace: Trace, label: str | None = None) -> Counter[tuple[str, in
 def test_each_allocation_is_on_its_device(jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
     pytester.makepyfile(test_devices=PER_DEVICE)
-    result = pytester.runpytest_subprocess("--devmem-mode=prealloc", "--devmem-traces=traces", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("--devmem-mode=prealloc", "--devmem-traces=traces", "--devmem-report=r.json", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=5)
     traces = pytester.path / "traces"
 
@@ -103,3 +152,7 @@ def test_each_allocation_is_on_its_device(jax_loaded: object, pytester: pytest.P
     assert layer_outputs == Counter({(f"cpu:{k}", 512 * 1024): 3 for k in range(4)})  # the donated update allocated nothing
     live = {e.pointer for e in spmd if e.action == "allocate"} - {e.pointer for e in spmd if e.action == "free"}
     assert not live  # everything the test made was freed when it ended
+    [record] = [r for r in json.loads((pytester.path / "r.json").read_text())["records"] if r["test_id"].endswith("spmd_step_and_its_donation")]
+    step = record["trace"]["executables"]["jit(<lambda>)"]
+    assert step["temp_bytes_per_device"] == temp and step["devices"] == 4  # XLA's figure, per device
+    assert step["temp_bytes"] == 3 * 4 * temp  # the sum over its runs and devices, named as one

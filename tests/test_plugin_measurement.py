@@ -192,3 +192,31 @@ def test_a_large_suite_summary_shows_what_a_reviewer_needs_and_v_shows_all(pytes
     result.stdout.fnmatch_lines(["*... and 41 more measured test(s), none failed, regressed or improved*", "*new, no baseline yet*and 51 more (-v lists them all)*"])
     verbose = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-limit=512MiB", "-v")
     assert any("test_many[0] " in line and "  prealloc  " in line for line in verbose.stdout.lines) and "more measured test(s)" not in verbose.stdout.str()
+
+
+def test_a_test_skipped_in_its_body_has_no_figure_and_is_not_new(pytester: pytest.Pytester) -> None:
+    """It measured nothing: no record (never peak 0 and "new"), listed with why, as a skip at setup
+    is; an xfailed test ran, and keeps its figures."""
+    pytester.makepyfile(
+        test_skips="""
+        import pytest
+
+        def test_skipped_in_body(devmem):
+            pytest.skip("not on this machine")
+
+        @pytest.mark.xfail(reason="known")
+        def test_xfailed(devmem):
+            devmem.pool.alloc(2**20)
+            assert False
+
+        def test_runs(devmem):
+            devmem.pool.alloc(2**20)
+        """
+    )
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-report=r.json")
+    result.assert_outcomes(passed=1, skipped=1, xfailed=1)
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert sorted(record["test_id"] for record in report["records"]) == ["test_skips.py::test_runs", "test_skips.py::test_xfailed"]
+    assert [(entry["test_id"], entry["reason"]) for entry in report["unrecorded"]] == [("test_skips.py::test_skipped_in_body", "skipped: not on this machine")]
+    result.stdout.fnmatch_lines(["*2 measured test(s)*"])
+    assert "test_skipped_in_body [prealloc]" not in result.stdout.str()

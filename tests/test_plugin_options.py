@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -395,3 +396,52 @@ def test_an_unknown_devmem_hook_in_a_conftest_is_refused_as_pytest_refuses_any(p
     pytester.makepyfile(PASSING)
     result = pytester.runpytest_inprocess()
     assert "pytest_devmem_update_run_infos" in result.stdout.str() + result.stderr.str()
+
+
+FRAGMENTING = """
+import pytest
+
+MiB = 2**20
+
+
+def fragment(devmem):
+    pool = devmem.pool
+    buffers = [pool.alloc(100 * MiB) for _ in range(6)]
+    for handle in buffers[::2]:
+        pool.free(handle)
+    return buffers
+
+
+@pytest.mark.devmem(max_fragmentation=None)
+def test_unbounded(devmem):
+    fragment(devmem)
+
+
+def test_bounded_by_the_session(devmem):
+    fragment(devmem)
+"""
+
+
+def test_a_markers_max_fragmentation_none_turns_the_sessions_bound_off(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_frag=FRAGMENTING)
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:1GiB", "--devmem-max-fragmentation=0.1", "-rf", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*test_frag.py::test_bounded_by_the_session - device memory fra*"])
+
+
+def test_the_fixtures_pool_events_name_their_device(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_pool="def test_alloc(devmem):\n    devmem.pool.free(devmem.pool.alloc(4096))\n")
+    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-traces=traces", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    [path] = list((pytester.path / "traces").glob("*.csv"))
+    from pytest_devmem.model.trace import Trace
+
+    assert {(event.source, event.device) for event in Trace.read_csv(path)} == {("pool", "cpu:0")}
+
+
+def test_the_compile_target_note_names_the_environment_variable_that_set_it(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEVMEM_COMPILE_TARGET", "cpu")
+    pytester.makepyfile(test_pool="def test_alloc(devmem):\n    devmem.pool.free(devmem.pool.alloc(4096))\n")
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:H100-80GB", "--devmem-report=r.json", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    note = json.loads((pytester.path / "r.json").read_text())["session"]["compile_target"]["note"]
+    assert "DEVMEM_COMPILE_TARGET=cpu" in note and "--devmem-compile-target" not in note

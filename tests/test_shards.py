@@ -156,7 +156,7 @@ def test_three_pytest_split_shards_write_the_baselines_of_one_update_in_any_orde
     said = capsys.readouterr().out
     assert "baseline unchanged: " in said and "baseline written" not in said and snapshot(suite.path / "whole") == expected
     merged = json.loads((suite.path / "merged.json").read_text())
-    assert len(merged["records"]) == TESTS - 1 and [e["test_id"] for e in merged["unrecorded"]] == ["test_alpha.py::TestBlock::test_skipped"]
+    assert len(merged["records"]) == TESTS - 2 and sorted(e["test_id"] for e in merged["unrecorded"]) == ["test_alpha.py::TestBlock::test_skipped", "test_alpha.py::TestBlock::test_skipped_inside"]  # skipped: no figure
     assert [part["shard"]["group"] for part in merged["session"]["merged_from"]] == [1, 2, 3]
     assert "shard" not in merged["session"]
 
@@ -177,7 +177,7 @@ def test_merged_shard_reports_give_the_verdicts_of_one_run(suite: pytest.Pyteste
     assert main(["compare", baselines, *shards, "--json"]) == 1
     merged = json.loads(capsys.readouterr().out)
     assert merged["tests"] == whole["tests"] and merged["counts"] == whole["counts"]
-    assert whole["counts"] == {"regressed": 1, "improved": 1, "ok": 5, "not baselined": 1, "missing": 1}  # the two skipped tests
+    assert whole["counts"] == {"regressed": 1, "improved": 1, "ok": 5, "missing": 2}  # the two skipped tests: no figure either way
     assert main(["compare", baselines, *shards]) == 1
     from_shards = capsys.readouterr().out
     assert main(["compare", baselines, str(suite.path / "whole.json")]) == 1
@@ -242,7 +242,7 @@ def test_a_test_measured_in_two_reports_with_different_figures_is_an_error_namin
     first = variant(report, report.with_name("shard-a.json"), lambda d: d.update(records=d["records"][:3]))
     same = variant(report, report.with_name("shard-b.json"), lambda d: d.update(records=d["records"][2:]))
     assert main(["merge", str(first), str(same), "-o", str(report.with_name("merged.json"))]) == 0  # the same figures twice: kept once
-    assert len(json.loads(report.with_name("merged.json").read_text())["records"]) == TESTS - 1
+    assert len(json.loads(report.with_name("merged.json").read_text())["records"]) == TESTS - 2  # the skipped ones have no record
 
     def bigger(document: dict) -> None:
         document["records"] = document["records"][2:]
@@ -301,7 +301,7 @@ def test_history_lines_up_a_sharded_run_as_one_commit(report: Path, capsys: pyte
     two = variant(report, report.with_name("s2.json"), shard(2, slice(4, None)))
     later = variant(report, report.with_name("later.json"), lambda d: d["session"].update(commit="c2", time="2999-01-01T00:00:00+00:00"))
     assert main(["history", str(one), str(two), str(later)]) == 0
-    assert "2 commit(s), 8 test(s)" in capsys.readouterr().out
+    assert "2 commit(s), 7 test(s)" in capsys.readouterr().out
 
     def clash(document: dict) -> None:
         shard(2, slice(3, None))(document)  # type: ignore[operator]

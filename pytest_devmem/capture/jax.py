@@ -32,7 +32,7 @@ from .jax_executables import ExecutablePlan, Executables
 from .jax_holdings import Holdings
 from .jax_lowering import compiling_for_target
 from .jax_post_hook import post_hook_slot
-from .jax_shards import ShardSizes, host_shards
+from .jax_shards import ShardSizes, device_label, host_shards
 from .patches import Patches
 from .recorder import TraceRecorder
 
@@ -51,6 +51,7 @@ class JaxWindow:
     executables: dict[str, int] = field(default_factory=dict)  # name -> runs
     temp_unknown: set[str] = field(default_factory=set)  # executables whose memory analysis failed
     compiled: list[str] = field(default_factory=list)  # executables XLA compiled in the window, by name
+    used: dict[str, set[int]] = field(default_factory=dict)  # name -> the distinct executables run (compiled here or found in a cache)
     failure: str = ""  # the capture's own error, if one stopped it: the trace is then incomplete
 
 
@@ -180,6 +181,18 @@ class JaxCapture:
     def begin(self) -> None:
         self.window = JaxWindow()
 
+    def needed(self) -> dict[str, int]:
+        """Per function, the executables the window needed: each distinct executable it ran (compiled
+        in it or found in a cache, which depends on what ran before in the process), or, where more,
+        the compiles it made (an executable compiled and never run). The same in any test order."""
+        needed = {name: len(plans) for name, plans in self.window.used.items()}
+        compiled: dict[str, int] = {}
+        for name in self.window.compiled:
+            compiled[name] = compiled.get(name, 0) + 1
+        for name, count in compiled.items():
+            needed[name] = max(needed.get(name, 0), count)
+        return dict(sorted(needed.items()))
+
     def window_sizes(self) -> dict[str, dict[str, object]]:
         """Per executable run in the window, where a GPU sizer was asked for: the compile its temp
         bytes come from, the CPU compile's for comparison, and why where it kept the CPU's."""
@@ -232,7 +245,7 @@ class JaxCapture:
         arguments a call has, whether host values come with it, the donations it made, and the
         first output, which names the executable."""
         deleted = [position for position, value in enumerate(parameters) if isinstance(value, self._jax_array) and value.is_deleted()]
-        plan.learn(len(args), any(self._is_host(value) for value in parameters), deleted)
+        plan.learn(len(args), any(self._is_host(value) or self._copies(plan, position, value) for position, value in enumerate(parameters)), deleted)
         if leaves and isinstance(leaves[0], self._array_type):
             self._executables.remember(leaves[0].aval, leaves[0].sharding, plan)
 
@@ -304,6 +317,7 @@ class JaxCapture:
         allocations, then its temps."""
         label, runs = plan.label, self.window.executables
         runs[label] = runs.get(label, 0) + 1
+        self.window.used.setdefault(label, set()).add(id(plan))
         allocate = self._recorder.allocate
         self._holdings.hold_new(output, [allocate(size, SOURCE, label, device) for device, size in self._shards.of(output)])
         if plan.temps:
@@ -333,11 +347,27 @@ class JaxCapture:
     def _is_host(self, value: Any) -> bool:
         return value is not None and not isinstance(value, self._jax_array) and bool(getattr(value, "nbytes", 0))
 
+    def _copies(self, plan: ExecutablePlan, position: int, value: Any) -> tuple[tuple[str, int], ...]:
+        """A device array the executable wants on devices it is not on (an uncommitted `jnp.ones`
+        beside an input sharded over 4 devices, a pmap's `in_axes=None`): JAX copies it there for
+        the run (`shard_args`), each of those devices its share under the executable's sharding."""
+        if not isinstance(value, self._jax_array) or position >= len(plan.in_shardings):
+            return ()
+        try:
+            have = {device_label(device) for device in value.sharding.device_set}
+            wanted = host_shards(value, int(value.nbytes), plan.in_shardings[position])
+        except Exception:  # a value or sharding this cannot read: no copy assumed
+            return ()
+        return tuple((device, size) for device, size in wanted if device not in have)
+
     def _transfer(self, plan: ExecutablePlan, parameters: list[Any]) -> list[int]:
-        """Host values among the parameters, allocated on their parameter's devices for the run."""
+        """Host values among the parameters, allocated on their parameter's devices for the run; and
+        device arrays copied to the devices they are not on. Both are freed when the run ends."""
         transfers: list[int] = []
         for position, value in enumerate(parameters):
             if not self._is_host(value):
+                for device, part in self._copies(plan, position, value):
+                    transfers.append(self._recorder.allocate(part, SOURCE, plan.argument_label, device))
                 continue
             size = int(value.nbytes)
             sharding = plan.in_shardings[position] if position < len(plan.in_shardings) else None
@@ -352,6 +382,7 @@ class JaxCapture:
         allocate, label, holdings, shards_of, array_type = self._recorder.allocate, plan.label, self._holdings, self._shards.of, self._array_type
         runs = self.window.executables
         runs[label] = runs.get(label, 0) + 1
+        self.window.used.setdefault(label, set()).add(id(plan))
         if not plan.temp_known:
             self.window.temp_unknown.add(label)
         for index, output in enumerate(outputs):

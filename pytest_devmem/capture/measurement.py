@@ -38,21 +38,31 @@ TEMP, ARGUMENT = " temp", " argument"
 
 def executable_summary(trace: Trace, runs: dict[str, int]) -> dict[str, dict[str, int]]:
     """Per JAX executable that ran: its runs, and the bytes of its outputs, temp buffers and
-    transferred arguments over the test (from the trace's labels)."""
-    summary = {name: {"runs": count, "output_bytes": 0, "temp_bytes": 0, "argument_bytes": 0} for name, count in runs.items()}
+    transferred arguments over the test (from the trace's labels): these three are **sums** over
+    its runs and over the devices it ran on. `temp_bytes_per_device` is XLA's own figure
+    (`temp_size_in_bytes`: one run's temp on one device, the largest where they differ) and
+    `devices` how many devices its buffers were on."""
+    summary = {name: {"runs": count, "output_bytes": 0, "temp_bytes": 0, "argument_bytes": 0, "temp_bytes_per_device": 0, "devices": 0} for name, count in runs.items()}
     names = trace.names
     if "jax" not in names:
         return dict(sorted(summary.items()))
     jax_code = names.index("jax")
     kinds: dict[int, tuple[str, str] | None] = {}  # label code -> (executable, figure), read once per label
-    for action, source, label, size in zip(trace.actions, trace.sources, trace.labels, trace.sizes):
+    devices: dict[str, set[int]] = {}
+    for action, source, label, size, device in zip(trace.actions, trace.sources, trace.labels, trace.sizes, trace.devices):
         if action != ALLOCATE_CODE or source != jax_code or not label:
             continue
         if label not in kinds:
             kinds[label] = _executable_figure(names[label], summary)
         kind = kinds[label]
         if kind is not None:
-            summary[kind[0]][kind[1]] += size
+            figures = summary[kind[0]]
+            figures[kind[1]] += size
+            if kind[1] == "temp_bytes" and size > figures["temp_bytes_per_device"]:
+                figures["temp_bytes_per_device"] = size
+            devices.setdefault(kind[0], set()).add(device)
+    for name, used in devices.items():
+        summary[name]["devices"] = len(used)
     return dict(sorted(summary.items()))
 
 
@@ -78,6 +88,7 @@ class Captured:
     kept: dict[str, int] | None = None  # what the frameworks still hold that the test allocated; None: not checked
     runs: dict[str, int] = field(default_factory=dict)  # JAX executables run in the test, by name
     sizes: dict[str, dict[str, object]] = field(default_factory=dict)  # per executable: whose compile sized it, where not the CPU's
+    needed: dict[str, int] | None = None  # per function, the executables the test needed, compiled or cached (JaxCapture.needed)
 
 
 class Measurement:
@@ -113,6 +124,14 @@ class Measurement:
 
     def start(self) -> None:
         self.watch_frameworks()
+        # Python's collector frees cyclic garbage (framework tensors among it) when its allocation
+        # counters say so, and those counters carry what ran before: a full collection here starts
+        # every test's counters at zero, so its buffers are freed at the same moments in any order.
+        # What survives it is frozen (kept out of later collections, as gc.freeze documents for
+        # long-lived objects), so the next test's collection scans only what is new: milliseconds,
+        # where a full scan of a process with JAX and TensorFlow loaded takes about half a second
+        gc.collect()
+        gc.freeze()
         for source in self.sources:  # first: what they ask the frameworks is no activity of the test's
             source.start()
         self.recorder.begin()
@@ -152,7 +171,8 @@ class Measurement:
             notes.append("no memory analysis for " + ", ".join(unknown) + ": their temp buffers are not in the trace")
         notes.extend(tensorflow_notes)
         compiled = list(self.jax_capture.window.compiled) if self.jax_capture.installed else None
-        return Captured(events, readings, notes, tensorflow_events, compiled, kept, dict(self.jax_capture.window.executables), self.jax_capture.window_sizes())
+        needed = self.jax_capture.needed() if self.jax_capture.installed else None
+        return Captured(events, readings, notes, tensorflow_events, compiled, kept, dict(self.jax_capture.window.executables), self.jax_capture.window_sizes(), needed)
 
     def jax_platform_problem(self) -> str | None:
         """On a GPU session, JAX must run on the GPU: jaxlib falls back to CPU, with only a log line,

@@ -21,9 +21,11 @@ class RecordingPool:
     Everything else (stats, memory_map, policy, device...) is the wrapped pool's.
     """
 
-    def __init__(self, pool: Pool, recorder: TraceRecorder) -> None:
+    def __init__(self, pool: Pool, recorder: TraceRecorder, device: str = "cpu:0") -> None:
+        """`device`: the device its events name, as JAX's and TensorFlow's name theirs (`cpu:0`, `gpu:0`)."""
         self.pool = pool
         self._recorder = recorder
+        self.device_name = device
         self._ids: dict[int, tuple[int, int]] = {}  # handle -> (trace id, bytes asked)
         self.closed = False
 
@@ -46,11 +48,11 @@ class RecordingPool:
             handle = self.pool.alloc(nbytes)
         except OutOfMemoryError as error:
             # the request happened: the trace keeps it, so the model replays the failure with its analysis
-            self._recorder.allocate(int(nbytes), SOURCE, site)
+            self._recorder.allocate(int(nbytes), SOURCE, site, self.device_name)
             __tracebackhide__ = True  # the test's line is where it failed; the pool's insides say nothing more
             raise error.with_traceback(None) from None
         size = int(nbytes)
-        self._ids[handle] = (self._recorder.allocate(size, SOURCE, site), size)
+        self._ids[handle] = (self._recorder.allocate(size, SOURCE, site, self.device_name), size)
         return handle
 
     def free(self, handle: int) -> None:

@@ -50,6 +50,7 @@ class MarkSpec:
     max_compiles: int | None = None
     max_leak: int | None = None
     max_fragmentation: float | None = None
+    max_fragmentation_off: bool = False  # max_fragmentation=None given: the session's bound does not apply
 
     def regime(self, session: Regime | None) -> Regime | None:
         """The regime this test runs under: the marker's where it names one, else the session's.
@@ -96,7 +97,8 @@ def parse_mark(args: tuple[object, ...], kwargs: dict[str, object]) -> MarkSpec 
             max_fragmentation = parse_max_fragmentation(max_fragmentation)
     except (DevmemError, ValueError, TypeError, OverflowError) as exc:  # whatever the value's type or size
         return f"@pytest.mark.devmem: {exc}"
-    return MarkSpec(mode, fraction, limit, tolerance, frameworks, max_compiles, max_leak, max_fragmentation)  # type: ignore[arg-type]
+    off = "max_fragmentation" in kwargs and kwargs["max_fragmentation"] is None
+    return MarkSpec(mode, fraction, limit, tolerance, frameworks, max_compiles, max_leak, max_fragmentation, off)  # type: ignore[arg-type]
 
 
 def parse_max_fragmentation(value: object) -> float:
@@ -145,20 +147,24 @@ def normalize_frameworks(value: object) -> tuple[str, ...]:
     return tuple(dict.fromkeys(result))
 
 
-def compiles_verdict(compiled: list[str] | None, max_compiles: int | None) -> str | None:
-    """The failure when JAX compiled one function more often in the test than its marker allows: a
+def compiles_verdict(compiled: list[str] | None, max_compiles: int | None, needed: dict[str, int] | None = None) -> str | None:
+    """The failure when the test needs more executables of one function than its marker allows: a
     function retraced on every call. Counted per function, so the small executables JAX compiles
-    for its own operations (`jnp.ones` and the like) do not add up against the user's."""
-    if max_compiles is None or compiled is None:
+    for its own operations (`jnp.ones` and the like) do not add up against the user's; and counted
+    as what the test needs (`needed`: each distinct executable it ran, compiled during it or found
+    in a cache), not as what happened to compile during it, which depends on what ran before in the
+    process: the same verdict alone, in a shard, under xdist or in the full run."""
+    if max_compiles is None or (compiled is None and needed is None):
         return None
-    counts: dict[str, int] = {}
-    for name in compiled:
-        counts[name] = counts.get(name, 0) + 1
+    counts: dict[str, int] = dict(needed) if needed is not None else {}
+    if needed is None:
+        for name in compiled or ():
+            counts[name] = counts.get(name, 0) + 1
     over = sorted(((name, count) for name, count in counts.items() if count > max_compiles), key=lambda item: (-item[1], item[0]))
     if not over:
         return None
-    named = ", ".join(f"{name} compiled {count} times" for name, count in over)
-    return f"JAX compiled a function more than max_compiles={max_compiles} times in this test: {named} (retraced on every call? shapes, dtypes or static arguments that change)"
+    named = ", ".join(f"{name} needed {count} executables" for name, count in over)
+    return f"the test needs more than max_compiles={max_compiles} compiles of a function (each executable it ran, compiled here or found in a cache): {named} (retraced on every call? shapes, dtypes or static arguments that change)"
 
 
 def leak_verdict(kept: dict[str, int] | None, max_leak: int | None) -> str | None:

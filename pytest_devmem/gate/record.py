@@ -50,7 +50,7 @@ class TestRecord:
     analysis: dict[str, object] | None = None  # min_fraction / what_if from the test's trace, when asked
     trace: dict[str, object] | None = None  # the replay: events, per-source figures, notes
     failed_by_devmem: bool = False  # the test passed, and pytest-devmem's checks failed it
-    compiles: int | None = None  # executables JAX compiled during the test (None: JAX not traced)
+    compiles: int | None = None  # executables the test needed, compiled during it or found in a cache: the same in any order (None: JAX not traced)
     leaked_bytes: int | None = None  # what the frameworks still hold of the test's own memory (None: not checked)
     devices: list[dict[str, object]] | None = None  # per device: figures and allocators
     peak_device: str | None = None  # the device the headline figures are from

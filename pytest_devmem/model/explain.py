@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from ..units import format_size
+from ..units import format_short_of, format_size
 from .machine import KIND_TEXT
 
 NAMES = {"jax": "JAX", "tensorflow": "TensorFlow", "pool": "the devmem pool"}
@@ -20,6 +20,15 @@ def allocator_name(name: str) -> str:
 
 def _size(value: object) -> str:
     return format_size(value) if isinstance(value, (int, float)) else "n/a"
+
+
+def _free(value: object, oom: Mapping[str, object]) -> str:
+    """Free bytes beside the bytes the allocation needs (`rounded`): the gap in bytes where rounding
+    to two decimals would show them equal."""
+    needed = oom.get("rounded", oom.get("requested"))
+    if isinstance(value, int) and isinstance(needed, int):
+        return format_short_of(value, needed)
+    return _size(value)
 
 
 def oom_lines(oom: Mapping[str, object], devices: Sequence[Mapping[str, object]] | None, regime: str, machine: str) -> list[str]:
@@ -40,7 +49,7 @@ def oom_lines(oom: Mapping[str, object], devices: Sequence[Mapping[str, object]]
         f"out of device memory under regime {regime} on {machine}: {who} could not allocate {_size(oom.get('requested'))} "
         f"({oom.get('requested')} bytes){label} on {oom.get('device')} -- {KIND_TEXT.get(kind, kind)}",
         f"  {who}: {_size(oom.get('in_use'))} in chunks, {_size(oom.get('pool_bytes'))} held of a {_size(oom.get('limit'))} limit, "
-        f"{_size(int(oom.get('pool_bytes', 0)) - int(oom.get('in_use', 0)))} of it free, largest free block {_size(oom.get('largest_free_block'))}"  # type: ignore[call-overload]
+        f"{_free(int(oom.get('pool_bytes', 0)) - int(oom.get('in_use', 0)), oom)} of it free, largest free block {_free(oom.get('largest_free_block'), oom)}"  # type: ignore[call-overload]
         + (f", fragmentation {float(oom['fragmentation']):.2f}" if isinstance(oom.get("fragmentation"), (int, float)) and oom.get("fragmentation") else ""),  # type: ignore[arg-type]
     ]
     others = oom.get("held_by_others")

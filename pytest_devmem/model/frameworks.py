@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from .device import DEFAULT_COMPUTE_CAPABILITY
+from .device import DEFAULT_COMPUTE_CAPABILITY, Device
+from .pool.bfc import BFCPool
 from .pool.policy import DEFAULT_PREALLOC_FRACTION, Mode, Policy
 from .regime import FRACTION_VARIABLE
 from ..units import format_size
@@ -125,6 +126,34 @@ def tensorflow_setup(policy: Policy, capacity: int, environ: Mapping[str, str] |
     if policy.mode is Mode.FRACTION:
         return AllocatorSetup("tensorflow", "limit", limit=int(capacity * policy.fraction), collect=collect)
     return AllocatorSetup("tensorflow", "default", collect=collect)
+
+
+TF_CPU_LIMIT_VARIABLE = "TF_CPU_BFC_MEM_LIMIT_IN_MB"
+DEFAULT_TF_CPU_LIMIT_MB = 1 << 16
+"""TensorFlow's CPU BFC limit when the variable is not set: 64 GiB (process_state.cc)."""
+
+
+def tensorflow_cpu_setup(environ: Mapping[str, str] | None = None) -> AllocatorSetup:
+    """TensorFlow's CPU allocator under TF_CPU_ALLOCATOR_USE_BFC=true (ProcessState::GetCPUAllocator,
+    tensorflow/core/common_runtime/process_state.cc): a BFC allocator with `allow_growth` always on,
+    so its first region is 2 MiB (or the limit, if smaller) and regions double from there; its limit
+    is TF_CPU_BFC_MEM_LIMIT_IN_MB x 2^20 (64 GiB when unset), not the memory free; and the other
+    options keep their defaults: no garbage collection (free regions are never given back) and
+    splitting at 128 MiB of waste. Where a GPU's allocator differs: XLA's preallocates the whole
+    fraction unless told to grow, TensorFlow's takes the memory free less a system reserve, and
+    TensorFlow's GPU allocator gives free regions back before failing."""
+    value = (environ or {}).get(TF_CPU_LIMIT_VARIABLE)
+    try:
+        megabytes = int(value) if value is not None else DEFAULT_TF_CPU_LIMIT_MB
+    except ValueError:  # TensorFlow logs the error and keeps its default
+        megabytes = DEFAULT_TF_CPU_LIMIT_MB
+    return AllocatorSetup("tensorflow", "growth", limit=megabytes * MiB, collect=False)
+
+
+def tensorflow_growth_pool(setup: AllocatorSetup, device: Device, limit: int) -> BFCPool:
+    """TensorFlow's BFC allocator growing under `limit` on `device` (allow_growth: its GPU allocator
+    under TF_FORCE_GPU_ALLOW_GROWTH=true, its CPU allocator always)."""
+    return BFCPool(device, Policy.of("growth", 1.0), bytes_limit=limit, release_free_regions=setup.collect)
 
 
 def setups_for(policy: Policy, capacity: int, environ: Mapping[str, str] | None = None) -> dict[str, AllocatorSetup]:

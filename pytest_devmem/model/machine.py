@@ -31,7 +31,7 @@ from typing import Mapping
 
 from ..errors import OutOfMemoryError
 from .device import SimulatedDevice
-from .frameworks import AllocatorSetup, tensorflow_memory_limit
+from .frameworks import AllocatorSetup, tensorflow_growth_pool, tensorflow_memory_limit
 from .machine_results import (  # the results, read where the model is used: re-exported here
     DEFAULT_SOURCE,
     FRAGMENTATION_STEP,
@@ -331,8 +331,8 @@ class Machine:
     def _pool(self, setup: AllocatorSetup, device: _Device, allocator: _Allocator) -> BFCPool | OnDemandPool:
         sim, capacity = device.device, self.spec.capacity
         if setup.kind == "tensorflow":
-            if setup.mode == "limit":
-                limit = setup.limit or 0
+            if setup.mode == "limit" or (setup.mode == "growth" and setup.limit is not None):
+                limit = setup.limit or 0  # a set limit (TensorFlow's CPU allocator states its own)
             else:
                 limit = tensorflow_memory_limit(sim.free_bytes(), self.spec.compute_capability, self.spec.environ)
             allocator.limit = limit
@@ -341,7 +341,7 @@ class Machine:
                 on_demand.bytes_limit = limit
                 return on_demand
             if setup.mode == "growth":
-                return BFCPool(sim, Policy.of("growth", 1.0), bytes_limit=limit, release_free_regions=setup.collect)
+                return tensorflow_growth_pool(setup, sim, limit)
             allocator.asked = limit & ~255  # the whole limit, taken by its first allocation
             return BFCPool(sim, Policy.of("fraction", 1.0), bytes_limit=limit, release_free_regions=setup.collect)
         policy = setup.policy

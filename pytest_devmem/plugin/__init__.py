@@ -91,7 +91,7 @@ def compile_target(settings: Settings, device: Device) -> CompileTarget:
     from ..capture.gpu_compile import cuda_compiler_problem
     from ..capture.tpu_compile import tpu_compiler_problem
 
-    target = resolve_compile_target(settings.compile_target, device, cuda_compiler_problem(), tpu_compiler_problem())
+    target = resolve_compile_target(settings.compile_target, device, cuda_compiler_problem(), tpu_compiler_problem(), settings.compile_target_source)
     if target.class_suffix and hasattr(device, "class_suffix"):
         device.class_suffix = target.class_suffix
     return target

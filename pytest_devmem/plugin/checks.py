@@ -71,11 +71,14 @@ class Checks:
         spec = marked(item)
         failure = oom_verdict(record) or limit_verdict(record.peak_bytes_in_use, record.limit_bytes)
         if failure is None and spec is not None:
-            failure = compiles_verdict(captured.compiled, spec.max_compiles)
+            failure = compiles_verdict(captured.compiled, spec.max_compiles, captured.needed)
         if failure is None:
             failure = leak_verdict(captured.kept, self.max_leak(item))
         if failure is None:
-            bound = spec.max_fragmentation if spec is not None and spec.max_fragmentation is not None else self.settings.max_fragmentation
+            if spec is not None and spec.max_fragmentation_off:  # max_fragmentation=None: no bound for this test
+                bound = None
+            else:
+                bound = spec.max_fragmentation if spec is not None and spec.max_fragmentation is not None else self.settings.max_fragmentation
             failure = fragmentation_verdict(record.devices, bound)
         tolerance = parse_tolerance(spec.tolerance) if spec is not None and spec.tolerance is not None else self.settings.tolerance
         record.tolerance = tolerance.spec

@@ -49,10 +49,12 @@ class CompileTarget:
         return {"target": self.label, "note": self.note}
 
 
-def resolve(setting: str | None, device: Device, compiler_problem: str | None, tpu_compiler_problem: str | None = None) -> CompileTarget:
+def resolve(setting: str | None, device: Device, compiler_problem: str | None, tpu_compiler_problem: str | None = None, source: str = "") -> CompileTarget:
     """The compile target for `device` under `setting` (None: auto), given whether XLA:GPU's and
-    XLA:TPU's compilers are installed (`compiler_problem`, `tpu_compiler_problem` say why not)."""
+    XLA:TPU's compilers are installed (`compiler_problem`, `tpu_compiler_problem` say why not).
+    `source`: the setting as the user wrote it (`DEVMEM_COMPILE_TARGET=cpu`), named in the note."""
     choice = setting or "auto"
+    given = source or f"--devmem-compile-target={choice}"
     if getattr(device, "index", None) is not None:
         return CompileTarget("native", None, "JAX compiles for the real GPU: its own sizes")
     preset = getattr(device, "preset", None)
@@ -60,7 +62,7 @@ def resolve(setting: str | None, device: Device, compiler_problem: str | None, t
         return CompileTarget("cpu", None, f"{device.name} states a capacity, not a GPU: JAX's sizes are the CPU compile's (--devmem-compile-target=GPU, or a sim: GPU preset, sizes them for a GPU)")
     if choice == "cpu":
         suffix = "-cpu-sizes" if preset is not None else ""
-        return CompileTarget("cpu", None, "JAX's sizes are the CPU compile's (--devmem-compile-target=cpu)", suffix)
+        return CompileTarget("cpu", None, f"JAX's sizes are the CPU compile's ({given})", suffix)
     name = str(preset if choice == "auto" else choice)
     natural = choice == "auto" or name == preset
     suffix = "" if natural else f"-{name}-sizes"
@@ -72,4 +74,5 @@ def resolve(setting: str | None, device: Device, compiler_problem: str | None, t
     spec = gpu_spec(name)  # that GPU as its data sheet has it: the model's devices keep their own capacity
     if compiler_problem is not None:
         return CompileTarget("cpu", None, f"JAX's sizes stay the CPU compile's, not {name}'s: {compiler_problem}", "-cpu-sizes" if preset is not None else "")
-    return CompileTarget(name, spec, f"JAX's executables are sized as {name}'s compile sizes them (deviceless), where they compile for it", suffix)
+    chosen = f" ({given})" if source else ""
+    return CompileTarget(name, spec, f"JAX's executables are sized as {name}'s compile sizes them (deviceless), where they compile for it{chosen}", suffix)

@@ -11,11 +11,8 @@ from typing import Mapping
 
 import pytest
 
-from ..capture.tensorflow.cpu_allocator import (
-    ONEDNN_VARIABLE,
-    CpuAllocatorSetting,
-    prepare_cpu_allocator,
-)
+from ..capture.tensorflow.cpu_allocator import ONEDNN_VARIABLE, CpuAllocatorSetting, prepare_cpu_allocator
+from ..capture.tensorflow.warmup import INTEROP_VARIABLE, prepare_interop
 from ..capture.tensorflow.cpu_allocator import VARIABLE as TF_CPU_BFC
 from ..model.regime import restore
 from .settings import Settings
@@ -25,6 +22,7 @@ conflicts_key = pytest.StashKey["list[str]"]()  # the user's JAX variables that 
 gpu_env_key = pytest.StashKey["str | None"]()  # CUDA_VISIBLE_DEVICES before this worker's GPU was chosen
 deviceless_env_key = pytest.StashKey["Mapping[str, str | None]"]()  # what the deviceless GPU compile's setting replaced
 tensorflow_cpu_key = pytest.StashKey[CpuAllocatorSetting]()  # TF_CPU_ALLOCATOR_USE_BFC, as this session left it
+interop_key = pytest.StashKey[bool]()  # TF_NUM_INTEROP_THREADS was set by this session
 
 
 def prepare(config: pytest.Config, settings: Settings) -> None:
@@ -39,6 +37,7 @@ def prepare(config: pytest.Config, settings: Settings) -> None:
     if settings.effective_regime is not None and settings.sets_framework_variables:
         config.stash[early_env_key] = settings.effective_regime.apply()
     config.stash[tensorflow_cpu_key] = prepare_cpu_allocator(os.environ)  # before TensorFlow creates its CPU device
+    config.stash[interop_key] = prepare_interop(os.environ)  # before TensorFlow creates its thread pools
     config.stash[deviceless_env_key] = prepare_deviceless_compile()  # before JAX starts its backends
     apply_worker_gpu(config, settings)
 
@@ -88,6 +87,8 @@ def restore_frameworks(config: pytest.Config) -> None:
         restore({TF_CPU_BFC: None})
     if setting is not None and setting.onednn_set_here:
         restore({ONEDNN_VARIABLE: None})
+    if config.stash.get(interop_key, False):
+        restore({INTEROP_VARIABLE: None})
     if deviceless_env_key in config.stash:
         restore(config.stash[deviceless_env_key])
 

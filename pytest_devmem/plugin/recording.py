@@ -90,10 +90,14 @@ def make_record(
     tpu = getattr(device, "tpu", None)
     if tpu is not None:
         describe_tpu(record, tpu.description, captured, trace, notes)
-    if captured.compiled is not None:
-        record.compiles = len(captured.compiled)
+    if captured.compiled is not None and (captured.compiled or captured.needed):
+        # what the test needs, the same in any order (none: no figure, whether or not JAX was loaded
+        # before it); the compiles that happened in this process beside it
+        record.compiles = sum(captured.needed.values()) if captured.needed else len(captured.compiled)
         if record.trace is not None:
             record.trace["compiled"] = captured.compiled
+            if captured.needed:
+                record.trace["needed"] = captured.needed
     return record
 
 

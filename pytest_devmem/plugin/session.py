@@ -196,9 +196,13 @@ class DevmemSession:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
-        if call.when == "setup" and report.skipped and measured(item):
+        if call.when in ("setup", "call") and report.skipped and not hasattr(report, "wasxfail") and measured(item):  # it measured nothing: no figure
             why = str(report.longrepr[2]).removeprefix("Skipped: ") if isinstance(report.longrepr, tuple) else "skipped"
             report.devmem_unrecorded = [(item.stash.get(regime_key, None) or self.settings.default_regime).label, f"skipped: {why}"]  # type: ignore[attr-defined]
+            if call.when == "call":
+                if captured_key in item.stash:
+                    del item.stash[captured_key]
+                return report
         if call.when != "call" or not measured(item):
             return report
         captured = item.stash.get(captured_key, None)
@@ -312,7 +316,8 @@ class DevmemSession:
         pool = make_pool(self.device, (regime or self.settings.default_regime).policy)
         if measured(item):
             self.measurement.pool_source.attach(pool)
-        return DevmemFixture(regime or self.settings.default_regime, RecordingPool(pool, self.measurement.recorder), self.device)  # type: ignore[arg-type]
+        device = "gpu:0" if getattr(self.device, "index", None) is not None else "cpu:0"  # the first device, as the machine's spec names it
+        return DevmemFixture(regime or self.settings.default_regime, RecordingPool(pool, self.measurement.recorder, device), self.device)  # type: ignore[arg-type]
 
     def _configure_tensorflow_once(self) -> None:
         if self._tensorflow_configured or "tensorflow" not in sys.modules or self.settings.regime is None:

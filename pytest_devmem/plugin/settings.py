@@ -116,6 +116,21 @@ def raw_value(config: pytest.Config, option: Option) -> tuple[str | None, str]:
     return None, "default"
 
 
+def _setting_text(config: pytest.Config, option: Option, value: object) -> str:
+    """How the user wrote a setting that is in effect: `--devmem-x=V`, `DEVMEM_X=V` or `devmem_x = V`
+    (in the ini file); "" when it is unset."""
+    if value is None:
+        return ""
+    _, where = raw_value(config, option)
+    if where == option.option:
+        return f"{option.option}={value}"
+    if where.startswith("environment variable "):
+        return f"{option.env}={value}"
+    if where.startswith("ini key "):
+        return f"{option.ini} = {value} (ini)"
+    return ""
+
+
 def _checked(config: pytest.Config, option: Option, parse: Callable[[str], object]) -> object:
     value, where = raw_value(config, option)
     if value is None:
@@ -158,6 +173,7 @@ class Settings:
     max_leak: int | None = None
     max_fragmentation: float | None = None
     compile_target: str | None = None  # auto, cpu or a GPU preset; None: auto
+    compile_target_source: str = ""  # the setting as the user gave it (`DEVMEM_COMPILE_TARGET=cpu`), for messages
     benchmark_json: Path | None = None
     artifacts_dir: Path | None = None
     cuda_context_bytes: int | None = None  # None: the model's default for the device's capacity
@@ -227,6 +243,7 @@ def load_settings(config: pytest.Config) -> Settings:
     max_leak = _checked(config, options["max-leak"], _size_or_zero)
     max_fragmentation = _checked(config, options["max-fragmentation"], parse_max_fragmentation)
     compile_target = _checked(config, options["compile-target"], parse_compile_target)
+    compile_target_source = _setting_text(config, options["compile-target"], compile_target)
     artifacts_dir = _path_setting(config, options["artifacts"], "artifacts directory", directory=True)
     benchmark_path = _path_setting(config, options["benchmark-json"], "benchmark JSON file", directory=False)
     traces_dir = _path_setting(config, options["traces"], "traces directory", directory=True)
@@ -260,6 +277,7 @@ def load_settings(config: pytest.Config) -> Settings:
         max_leak=max_leak,  # type: ignore[arg-type]
         max_fragmentation=max_fragmentation,  # type: ignore[arg-type]
         compile_target=compile_target,  # type: ignore[arg-type]
+        compile_target_source=compile_target_source,
         benchmark_json=benchmark_path,
         artifacts_dir=artifacts_dir,
         cuda_context_bytes=cuda_context,  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ from ..recorder import TraceRecorder
 from ..sources.base import Reading
 from .events import ONEDNN_CPU, SOURCE, WindowClock, trace_events
 from .profiler import ProfilerRun, ProfilerUnavailable
+from .warmup import warm_up
 from .xspace import read_profile
 
 PEAK_LABEL = "peak of TensorFlow's allocator over the test (get_memory_info): an upper bound"
@@ -48,6 +49,7 @@ class TensorFlowCapture:
         self._clock: WindowClock | None = None
         self._problem: str | None = None  # why this window has no profile
         self.installed = False
+        self._warmed = False  # the warm-up step has run (warmup.py)
         self.note = ""
 
     # -- the process -------------------------------------------------------------------------
@@ -97,6 +99,12 @@ class TensorFlowCapture:
 
     def _start(self) -> None:
         assert self._profiler is not None
+        if not self._warmed:  # at the first window, after the session has configured TensorFlow's devices
+            self._warmed = True
+            tensorflow = sys.modules.get("tensorflow")
+            if tensorflow is not None and hasattr(tensorflow, "function"):
+                with self._recorder.paused():  # no test's: every test is then measured as one after it
+                    self.note = warm_up(tensorflow) or self.note
         try:
             self._profiler.start()
         except ProfilerUnavailable as exc:

@@ -60,6 +60,7 @@ class Converted:
     events: Trace = field(default_factory=Trace)
     host_allocators: set[str] = field(default_factory=set)  # left out: host memory beside a GPU
     allocators: set[str] = field(default_factory=set)  # every allocator that allocated in the window
+    origins: list[AllocatorEvent] = field(default_factory=list)  # the allocator event behind each trace event
 
 
 def _paused(time: float, spans: Sequence[tuple[float, float]]) -> bool:
@@ -99,6 +100,7 @@ def trace_events(
             allocations[buffer_id] = (event.requested_bytes, name, device)
             thread = threads.setdefault(event.thread, len(threads))
             converted.events.add(ALLOCATE_CODE, buffer_id, event.requested_bytes, time, thread, 0, SOURCE, name, device)
+            converted.origins.append(event)
             continue
         stack = live.get(key)
         if not stack:
@@ -109,4 +111,5 @@ def trace_events(
         size, name, device = allocations[buffer_id]
         thread = threads.setdefault(event.thread, len(threads))
         converted.events.add(FREE_CODE, buffer_id, size, time, thread, 0, SOURCE, name, device)
+        converted.origins.append(event)
     return converted

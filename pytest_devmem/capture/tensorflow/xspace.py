@@ -26,6 +26,9 @@ HOST_PLANE = "/host:CPU"
 ENVIRONMENT_PLANE = "Task Environment"
 ALLOCATION, DEALLOCATION = "MemoryAllocation", "MemoryDeallocation"
 _WANTED_STATS = ("allocator_name", "requested_bytes", "addr", "tf_op", "id")
+ALLOCATOR_STATS = ("bytes_allocated", "peak_bytes_in_use", "fragmentation", "allocation_bytes")
+"""The allocator's own figures after each call (`AddTraceMe`): bytes in use, peak, fragmentation (its
+`GetFragmentation`, written with six significant digits, NaN when nothing is free) and the chunk's size."""
 _FUNCTION = re.compile(r"^__inference_(.+?)_\d+$")
 _ABSOLUTE_NS = 10**15  # line timestamps below this count from the session's start (about 11 days)
 
@@ -41,6 +44,16 @@ class AllocatorEvent(NamedTuple):
     op: str = ""  # the op that asked, "" when none was running
     function: str = ""  # the function (or tf.data stage) the op ran in, "" when unknown
     thread: int = 0  # the index of the thread's line in the profile
+    stats: AllocatorStats | None = None  # the allocator's figures after the call, when asked for
+
+
+class AllocatorStats(NamedTuple):
+    """What TensorFlow's BFC allocator states after one call (see ALLOCATOR_STATS)."""
+
+    bytes_in_use: int
+    peak_bytes_in_use: int
+    fragmentation: float
+    chunk_bytes: int
 
 
 @dataclass
@@ -96,22 +109,24 @@ _ALLOCATION, _DEALLOCATION, _RUN, _CALLER, _STEP = 1, 2, 3, 4, 5  # what an even
 _STEP_SCOPES = ("ExecutorState::Process", "ExecutorDoneCallback")  # events that run one step, with its id
 
 
-def read_profile(space: Any, start_ns: int | None = None) -> Profile:
+def read_profile(space: Any, start_ns: int | None = None, *, with_stats: bool = False) -> Profile:
     """The allocator events of an XSpace, in the order of their lines, each with its op and, where
     the profile shows it, the function it ran in. `start_ns`: when the session started, for a
-    profile that does not say.
+    profile that does not say. `with_stats`: keep the allocator's own figures of each call too
+    (for holding the model to the allocator; a test's capture does not need them).
 
     A profile holds some tens of thousands of events per second of TensorFlow work, so each event
     costs one dictionary lookup unless it is an allocator event, a `FunctionRun` or a caller; of
     an allocator event only the five statistics used are read."""
     profile = Profile(start_ns=_start_ns(space) or start_ns)
-    pending: list[tuple[int, bool, int, str, int, int, str, int, str, int, bool]] = []
+    pending: list[tuple[int, bool, int, str, int, int, str, int, str, int, bool, AllocatorStats | None]] = []
     run_callers: dict[int, str] = {}  # step id of a FunctionRun -> who called that function
     for plane in space.planes:
         if plane.name != HOST_PLANE:
             continue
         stat_names = {key: meta.name for key, meta in plane.stat_metadata.items()}
         wanted = {key: name for key, name in stat_names.items() if name in _WANTED_STATS}
+        figures = {key: name for key, name in stat_names.items() if name in ALLOCATOR_STATS} if with_stats else {}
         step_stat = next((key for key, name in wanted.items() if name == "id"), None)
         roles: dict[int, int] = {}
         callers: dict[int, str] = {}
@@ -187,11 +202,27 @@ def read_profile(space: Any, start_ns: int | None = None) -> Profile:
                     if found == len(_WANTED_STATS):
                         break
                 if role != _RUN:
-                    pending.append((base + start // 1000, role == _ALLOCATION, thread, allocator, address, requested, op, step, caller, scope, step_inside))
-    for time_ns, allocate, thread, allocator, address, requested, op, step, caller, scope, step_inside in pending:
+                    stats = _allocator_stats(event, figures) if figures else None
+                    pending.append((base + start // 1000, role == _ALLOCATION, thread, allocator, address, requested, op, step, caller, scope, step_inside, stats))
+    for time_ns, allocate, thread, allocator, address, requested, op, step, caller, scope, step_inside, stats in pending:
         function = run_callers.get(step, "") if step else ""
         if not op and not function:  # no op: the step it happened in, or what the thread was doing, the inner first
             in_step = run_callers.get(scope, "") if scope else ""
             function = (in_step or caller) if step_inside else (caller or in_step)
-        profile.events.append(AllocatorEvent(time_ns, allocate, allocator, address, requested, function_name(op) if op.startswith("__inference_") else op, function, thread))
+        profile.events.append(AllocatorEvent(time_ns, allocate, allocator, address, requested, function_name(op) if op.startswith("__inference_") else op, function, thread, stats))
     return profile
+
+
+def _allocator_stats(event: Any, figures: dict[int, str]) -> AllocatorStats:
+    values: dict[str, float] = {}
+    for stat in event.stats:
+        name = figures.get(stat.metadata_id)
+        if name is not None:
+            kind = stat.WhichOneof("value")
+            values[name] = getattr(stat, kind) if kind in ("int64_value", "uint64_value", "double_value") else float("nan")
+    return AllocatorStats(
+        int(values.get("bytes_allocated", -1)),
+        int(values.get("peak_bytes_in_use", -1)),
+        float(values.get("fragmentation", float("nan"))),
+        int(values.get("allocation_bytes", -1)),
+    )
