@@ -162,7 +162,16 @@ class Trace:
         return [self.names[code] for code in seen]
 
     def peak_live_bytes(self) -> int:
-        """Highest sum of requested bytes live at once: what any allocator must hold at least."""
+        """Highest sum of requested bytes live at once: what any allocator must hold at least.
+        By column with numpy where it is installed (a million events in some 0.1 s rather than 0.3 s)."""
+        try:
+            from .trace_numpy import peak_live_bytes
+        except ImportError:
+            return self._peak_live_bytes_by_event()
+        peak = peak_live_bytes(self.actions, self.pointers, self.sizes)
+        return self._peak_live_bytes_by_event() if peak is None else peak
+
+    def _peak_live_bytes_by_event(self) -> int:
         live: dict[int, int] = {}
         current = peak = 0
         for action, pointer, size in zip(self.actions, self.pointers, self.sizes):
@@ -243,6 +252,10 @@ class Trace:
             binary = open_regular(path, "trace (an RMM-style CSV file)", MAX_TRACE_BYTES)
         except FileFormatError as exc:
             raise TraceFormatError(str(exc)) from None
+        by_column = _read_by_column(cls, binary)
+        if by_column is not None:
+            binary.close()
+            return by_column
         trace = cls()
         line = 1
         try:
@@ -263,6 +276,28 @@ class Trace:
         except csv.Error as exc:
             raise TraceFormatError(f"{os.fspath(path)}:{line + 1}: not CSV: {exc}") from None
         return trace
+
+
+def _read_by_column(cls: type[Trace], binary: io.BufferedIOBase) -> Trace | None:
+    """The trace pyarrow's CSV reader makes of `binary` (see trace_arrow.py); None where pyarrow
+    is missing or anything is not as that reader expects: the caller reads the rows, which names
+    the line of a bad value. `binary` is left at its start."""
+    from . import trace_arrow
+
+    if not trace_arrow.available():
+        return None
+    try:
+        header = tuple(binary.readline(4096).decode("utf-8", "replace").rstrip("\r\n").split(","))
+        binary.seek(0)
+        if header not in (HEADER, SOURCE_HEADER, RMM_HEADER):
+            return None
+        trace = cls()
+        fitted = trace_arrow.read_columns(binary, header, trace, _READ_ACTIONS, ACTIONS)
+        binary.seek(0)
+    except OSError:
+        binary.seek(0)
+        return None
+    return trace if fitted else None
 
 
 def _first_line_not_utf8(path: str | os.PathLike[str]) -> int | str:
