@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from pytest_devmem.errors import DevmemError
 from pytest_devmem.model import machine as machine_module
 from pytest_devmem.model.frameworks import setups_for
+from pytest_devmem.model.loops import replay_lanes, replay_ondemand_columns
 from pytest_devmem.model.machine import Machine, MachineRun, MachineSpec
 from pytest_devmem.model.pool import Policy
 from pytest_devmem.model.trace import Trace
@@ -86,6 +87,47 @@ def test_a_one_lane_trace_replays_as_the_first_loop_replayed_it(ops: list[tuple[
     """One allocator on one device: the inline loop's own case, out of memory included (and
     TensorFlow's pool, which gives free regions back before it fails)."""
     assert_same_replay(build(ops, [("", 0, source)]), policy, capacity)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=operations, lanes=st.lists(st.sampled_from(LANES), min_size=1, max_size=4, unique=True), policy=st.sampled_from(REGIMES))
+def test_lanes_found_by_column_replay_as_the_first_loop_replayed_them(ops: list[tuple[int, int, int, int]], lanes: list[tuple[str, int, str]], policy: Policy) -> None:
+    """Long traces find their lanes by column (numpy): here every trace does."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(machine_module, "LANES_BY_COLUMN_FROM", 0)
+        assert_same_replay(build(ops, lanes), policy, GiB)
+
+
+fitting_operations = st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5), st.sampled_from(SIZES), st.integers(0, 10**6)), max_size=160)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=fitting_operations, lanes=st.lists(st.sampled_from(LANES), min_size=1, max_size=4, unique=True), capacity=st.sampled_from([64 * GiB, 128 * GiB]))
+def test_an_ondemand_trace_replayed_by_column_gives_what_the_first_loop_gave(ops: list[tuple[int, int, int, int]], lanes: list[tuple[str, int, str]], capacity: int) -> None:
+    """Every allocator on-demand, every allocation fitting: the running sums over the columns
+    (`replay_ondemand_columns`) give every figure, map and count the event loop gave."""
+    trace = build(ops, lanes)
+    setups, spec = setups_for(Policy.of("ondemand"), capacity), MachineSpec(capacity, "sim")
+    fitted = sum(trace.sizes) <= capacity // 2  # TensorFlow's limit is what is free less its reserve
+    if fitted and trace.actions.count(0):
+        by_column = machine_module._Replay(Machine(spec, setups), trace, False, True)
+        assert replay_ondemand_columns(by_column) is not None
+        by_event = machine_module._Replay(Machine(spec, setups), trace, False, True)
+        replay_lanes(by_event)
+        assert end_state(by_column) == end_state(by_event)  # what the pools and devices hold at the end
+    assert_same_replay(trace, Policy.of("ondemand"), capacity)
+
+
+def end_state(replay: Any) -> list[object]:
+    """Each device's bytes used and each allocator's buffers (trace pointer, size, asked, event)."""
+    state: list[object] = []
+    for device in replay.by_code:
+        state.append((device.name, device.device.used, device.in_use, device.held))
+        for allocator in device.allocators:
+            pool = allocator.pool
+            buffers = sorted((pointer, *pool._held[entry[0]], entry[1]) for pointer, entry in allocator.handles.items())
+            state.append((allocator.source, allocator.process, pool.bytes_in_use, pool.bytes_reserved, pool.requested_bytes_in_use, buffers, len(pool._held)))
+    return state
 
 
 def random_walk(seed: int, events: int, lanes: list[tuple[str, int, str]]) -> Trace:

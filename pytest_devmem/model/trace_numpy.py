@@ -35,3 +35,18 @@ def peak_live_bytes(actions: bytearray, pointers: array[int], sizes: array[int])
     change = np.empty(count, dtype=np.int64)
     change[order] = change_sorted
     return max(0, int(np.cumsum(change).max()))
+
+
+def lanes_by_column(devices: array[int], processes: array[int], sources: array[int]) -> tuple[list[tuple[int, int, int]], np.ndarray] | None:
+    """The distinct (device, process, source) name codes of the events, sorted, and for each event
+    the index of its own among them; None for no events, or codes too large to combine in 64 bits."""
+    if not len(devices):
+        return None
+    columns = [np.frombuffer(column, dtype=np.uint32).astype(np.uint64) for column in (devices, processes, sources)]
+    spans = [int(column.max()) + 1 for column in columns]
+    if spans[0] * spans[1] * spans[2] >= 2**63:
+        return None
+    key = (columns[0] * np.uint64(spans[1]) + columns[1]) * np.uint64(spans[2]) + columns[2]
+    unique, inverse = np.unique(key, return_inverse=True)
+    combinations = [(k // (spans[1] * spans[2]), k // spans[2] % spans[1], k % spans[2]) for k in unique.tolist()]
+    return combinations, inverse
