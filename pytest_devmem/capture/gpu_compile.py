@@ -9,8 +9,11 @@ describes (`model.gpu_targets`). Each executable's jaxpr is lowered again for th
 (`jax_lowering`: a sharded executable keeps its mesh and specs, on GPUs) and compiled on the
 compile-only client; its sizes are XLA's memory analysis of that compile, per device.
 
-Results are cached per executable, and on disk (when given a folder) under a key made of the GPU
-module's text, the target config, the jaxlib and plugin versions and XLA_FLAGS. An executable that
+Results are cached per executable; under a key made of the GPU module's text, the target config,
+the jaxlib and plugin versions and XLA_FLAGS for the session (another executable of the same
+module, in a later test, compiles nothing); and on disk under that key (when given a folder: a
+rerun of an unchanged suite compiles nothing; entries are written atomically, so xdist workers
+sharing the folder never read half an entry). An executable that
 cannot be compiled this way gets an `Unavailable` with the reason (no plugin, host callbacks, a
 custom call with no CUDA handler...), and keeps its CPU sizes. JAX is imported lazily.
 """
@@ -121,6 +124,8 @@ class GpuSizer:
         self.note = ""
         self.compiles = 0
         self.disk_hits = 0
+        self.session_hits = 0  # executables of a module compiled earlier in the session
+        self._by_key: dict[str, ExecutableSizes] = {}
         self.compile_seconds = 0.0
         self._lock = threading.RLock()
         self._results: weakref.WeakKeyDictionary[Any, ExecutableSizes | Unavailable] = weakref.WeakKeyDictionary()
@@ -181,9 +186,13 @@ class GpuSizer:
             with jax_lowering.retargeting():
                 computation = jax_lowering.lower_for(recipe, gpus)
                 key = self._cache_key(computation, len(gpus))
+                if key is not None and key in self._by_key:
+                    self.session_hits += 1
+                    return self._by_key[key]
                 cached = self._read_cache(key)
                 if cached is not None:
                     self.disk_hits += 1
+                    self._by_key[key] = cached  # type: ignore[index]
                     return cached
                 compiled = computation.compile()
                 stats = compiled.xla_executable.get_compiled_memory_stats()
@@ -205,6 +214,8 @@ class GpuSizer:
             compile_seconds=seconds,
             source="compiled",
         )
+        if key is not None:
+            self._by_key[key] = sizes
         self._write_cache(key, sizes)
         return sizes
 
@@ -232,8 +243,7 @@ class GpuSizer:
     # -- the disk cache ----------------------------------------------------------------------
 
     def _cache_key(self, computation: Any, devices: int) -> str | None:
-        if self.cache_dir is None:
-            return None
+        """The module's text with what else decides the compile, hashed; None where the text cannot be had."""
         try:
             from jax._src.interpreters import mlir  # type: ignore[import-not-found]
 
