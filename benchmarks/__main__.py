@@ -1,15 +1,17 @@
 """`python -m benchmarks`: the pool benchmark, the machine benchmark, the plugin-overhead benchmark,
-the step-loop benchmark, then TensorFlow's capture on a small Keras/TensorFlow suite (skipped where
-TensorFlow is not installed).
+the step-loop benchmark, TensorFlow's capture on a small Keras/TensorFlow suite (skipped where
+TensorFlow is not installed), then the performance targets' table (`benchmarks/targets.py`: each
+figure beside its target and its reference; docs/performance.md holds one as printed).
 
-Flags go to the pool benchmark; `--quick` also shortens the others.
+Flags go to the pool benchmark; `--quick` also shortens the others and leaves out the targets'
+table (run `python -m benchmarks.targets --quick` for a check of that one).
 """
 
 from __future__ import annotations
 
 import sys
 
-from . import bench_machine, bench_plugin, bench_pool, bench_steps, bench_tensorflow
+from . import bench_machine, bench_plugin, bench_pool, bench_steps, bench_tensorflow, targets
 
 if __name__ == "__main__":
     arguments = sys.argv[1:]
@@ -22,4 +24,8 @@ if __name__ == "__main__":
     print()
     status = status or bench_steps.main(["--quick"] if quick else [])
     print()
-    raise SystemExit(status or bench_tensorflow.main(["--quick"] if quick else []))
+    status = status or bench_tensorflow.main(["--quick"] if quick else [])
+    if not quick:
+        print()
+        status = status or targets.main([])
+    raise SystemExit(status)
