@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pytest_devmem.errors import DevmemError
 from pytest_devmem.model import machine as machine_module
 from pytest_devmem.model.frameworks import setups_for
-from pytest_devmem.model.loops import replay_lanes, replay_ondemand_columns
+from pytest_devmem.model.loops import bfc_lanes, inline_pools, one_bfc_lane, replay_lanes, replay_ondemand_columns
 from pytest_devmem.model.machine import Machine, MachineRun, MachineSpec
 from pytest_devmem.model.pool import Policy
 from pytest_devmem.model.trace import Trace
@@ -157,6 +157,49 @@ def test_maps_promised_at_many_peaks_are_made_from_copies_as_they_were(monkeypat
     trace = random_walk(7, 6000, lanes)
     assert_same_replay(trace, Policy.of(mode), 16 * GiB)
     assert advanced and max(advanced) > 1  # some maps were made by replaying events after a copy
+
+
+def fragmenting_walk(seed: int, events: int, lanes: list[tuple[str, int, str]]) -> Trace:
+    """Buffers of 300 KiB to 5 MiB freed in random order while the live bytes hover near a 96 MiB
+    device's compacting pool (72 MiB): the free bytes scatter, and a larger allocation then makes
+    the pool move its buffers (or fail)."""
+    rng = random.Random(seed)
+    operations, live = [], 0
+    for _ in range(events):
+        if live > 60 * MiB or (live > 20 * MiB and rng.random() < 0.45):
+            operations.append((2, 0, MiB, rng.randrange(10**6)))
+            live -= 2 * MiB  # about: the walk only steers
+        else:
+            size = rng.choice([300 * KiB, MiB, 2 * MiB + 5, 5 * MiB + 3])
+            operations.append((0, rng.randrange(len(lanes)), size, 0))
+            live += size
+    return build(operations, lanes)
+
+
+ONE_LANE, THREE_LANES = [("", 0, "jax")], [("gpu:0", 0, "jax"), ("gpu:1", 0, "jax"), ("gpu:1", 0, "tensorflow")]
+
+
+@pytest.mark.parametrize(
+    ("lanes", "capacity", "seed"),
+    [(ONE_LANE, 96 * MiB, seed) for seed in (2, 3, 4, 6, 7)] + [(THREE_LANES, 48 * MiB, seed) for seed in (0, 2, 6, 16, 20)],  # walks that move buffers twice or more
+    ids=[f"one lane {seed}" for seed in (2, 3, 4, 6, 7)] + [f"three lanes {seed}" for seed in (0, 2, 6, 16, 20)],
+)
+def test_a_compacting_pool_moving_its_buffers_replays_as_the_first_loop_replayed_it(lanes: list[tuple[str, int, str]], capacity: int, seed: int) -> None:
+    """The inline loops run a compacting pool too: where it moves its buffers (and where it moves
+    them and still fails) every figure and map is the event loop's."""
+    moved: list[bool] = []
+    original = inline_pools.allocate
+
+    def watching(pool: Any, size: int, handles: Any) -> Any:
+        result = original(pool, size, handles)
+        moved.append(result[2])
+        return result
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for module in (one_bfc_lane, bfc_lanes):
+            monkeypatch.setattr(module, "allocate", watching)
+        assert_same_replay(fragmenting_walk(seed, 1500, lanes), Policy.of("compact"), capacity)
+    assert any(moved), "the walk never made the pool move its buffers"
 
 
 def test_tensorflow_giving_regions_back_before_it_fails_leaves_its_pool_smaller_in_the_figures() -> None:

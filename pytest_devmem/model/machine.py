@@ -47,6 +47,7 @@ from .machine_results import (  # the results, read where the model is used: re-
     Timeline,
 )
 from .loops import replay_bfc_lanes, replay_lanes, replay_ondemand_columns, replay_one_bfc_lane
+from .loops.inline_pools import MovedThenFailed
 from .machine_maps import CHECKPOINT_SPACING_PER_ENTRY, Checkpoint, Promise, contributor, holders, pool_maps, snapshot_of
 from .pool import BFCPool, OnDemandPool, Policy
 from .pool.compacting import CompactingPool
@@ -316,7 +317,10 @@ class Machine:
         if replay.order:  # it started allocators before it found it does not apply: start afresh
             replay = _Replay(self, trace, timeline, stop_on_oom)
         if len(trace) and min(trace.sizes) > 0:  # the inline loops need no check of sizes
-            index = replay_one_bfc_lane(replay) if len(replay.lane_keys) == 1 else replay_bfc_lanes(replay)
+            try:
+                index = replay_one_bfc_lane(replay) if len(replay.lane_keys) == 1 else replay_bfc_lanes(replay)
+            except MovedThenFailed:  # the event loop replays it, afresh
+                replay, index = _Replay(self, trace, timeline, stop_on_oom), None
         if index is None:
             index = replay_lanes(replay)
         return replay.finish(index)
@@ -326,10 +330,9 @@ class Machine:
     def _setup(self, source: str) -> AllocatorSetup:
         return self.setups.get(source) or self.setups.get(DEFAULT_SOURCE) or AllocatorSetup(source, "prealloc")
 
-    def _is_plain_bfc(self, source: str) -> bool:
-        """Whether `source`'s allocators are BFCPools, no subclass (as `_pool` makes them)."""
-        setup = self._setup(source)
-        return setup.mode != "ondemand" and (setup.kind == "tensorflow" or setup.mode != "compact")
+    def _is_bfc(self, source: str) -> bool:
+        """Whether `source`'s allocators are BFC pools, plain or compacting (as `_pool` makes them)."""
+        return self._setup(source).mode != "ondemand"
 
     def _start(self, source: str, process: int, used: list[_Device], counts: dict[str, list[int]], order: list[str]) -> list[tuple[int, _Allocator]]:
         """A framework's allocators on every device it uses, created at its first event: the
