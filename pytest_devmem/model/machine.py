@@ -27,7 +27,7 @@ out whole). `peak_bytes_reserved` is the most its allocators held from it (conte
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from typing import Any, Mapping
 
 from ..errors import OutOfMemoryError
 from .device import SimulatedDevice
@@ -147,7 +147,7 @@ def _lanes_by_column(trace: Trace) -> tuple[list[tuple[int, int, int]], object] 
     return lanes_by_column(trace.devices, trace.processes, trace.sources)
 
 
-def _take(codes: list[int], indices: object) -> list[int]:
+def _take(codes: list[int], indices: Any) -> list[int]:
     """codes[i] for each i of `indices` (a numpy array), as a list."""
     import numpy as np
 

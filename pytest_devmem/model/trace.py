@@ -22,7 +22,7 @@ import os
 import re
 from array import array
 from dataclasses import dataclass
-from typing import Iterable, Iterator, overload
+from typing import BinaryIO, Iterable, Iterator, overload
 
 from ..errors import FileFormatError
 from ..files import MAX_TRACE_BYTES, open_regular, write_atomic
@@ -278,7 +278,7 @@ class Trace:
         return trace
 
 
-def _read_by_column(cls: type[Trace], binary: io.BufferedIOBase) -> Trace | None:
+def _read_by_column(cls: type[Trace], binary: BinaryIO) -> Trace | None:
     """The trace pyarrow's CSV reader makes of `binary` (see trace_arrow.py); None where pyarrow
     is missing or anything is not as that reader expects: the caller reads the rows, which names
     the line of a bad value. `binary` is left at its start."""

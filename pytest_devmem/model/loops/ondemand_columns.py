@@ -118,8 +118,8 @@ def replay_ondemand_columns(replay: _Replay) -> int | None:
     for source in {names[source] for _, _, source in (lane_keys[lane] for lane in positions_of)}:
         counts = replay.counts[source or "unknown"]
         mask = np.isin(lanes, [lane for lane in positions_of if names[lane_keys[lane][2]] == source])
-        live = np.cumsum(asked_change[mask])
-        counts[:] = counts[0] + int(np.count_nonzero(allocation & mask)), counts[1] + int(live[-1]), max(counts[2], counts[1] + int(live.max()))
+        asked_live = np.cumsum(asked_change[mask])
+        counts[:] = counts[0] + int(np.count_nonzero(allocation & mask)), counts[1] + int(asked_live[-1]), max(counts[2], counts[1] + int(asked_live.max()))
     for code, in_use in by_device.items():
         device = replay.by_code[code]
         on_device = devices == code
@@ -139,8 +139,8 @@ def replay_ondemand_columns(replay: _Replay) -> int | None:
                 continue  # started after the map was taken
             lane = lanes_of[id(allocator)]
             positions = positions_of.get(lane, np.zeros(0, dtype=np.int64))
-            live = positions[(positions <= peak_position) & (freed_at[positions] > peak_position) & allocation[positions]]
-            ordered = sorted(zip(rounded[live].tolist(), kept[live].tolist()))
+            at_peak = positions[(positions <= peak_position) & (freed_at[positions] > peak_position) & allocation[positions]]
+            ordered = sorted(zip(rounded[at_peak].tolist(), kept[at_peak].tolist()))
             pools.append(PoolMap(allocator.source, allocator.process, tuple(size for size, _ in ordered), tuple((i, 0, size, index) for i, (size, index) in enumerate(ordered))))
         replay.snapshots[device.name] = MapSnapshot(device.name, device.peak_event, tuple(pools))
     return count - 1

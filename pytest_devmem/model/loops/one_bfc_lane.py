@@ -8,6 +8,7 @@ from itertools import chain, count, islice
 from typing import TYPE_CHECKING
 
 from ...errors import InvalidFreeError, OutOfMemoryError
+from ..pool import BFCPool
 from ..pool.bfc import CHUNK_BITS, CHUNK_MASK, SIZE_SHIFT
 from .inline_pools import INLINE_POOLS, MovedThenFailed, allocate, compactions, sync
 
@@ -26,7 +27,7 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
         return len(actions) - 1
     allocator = replay.start(0)
     device, pool = allocator.device, allocator.pool
-    if type(pool) not in INLINE_POOLS:
+    if not isinstance(pool, BFCPool) or type(pool) not in INLINE_POOLS:
         return None
     recorded, stop_on_oom, step = replay.recorded, replay.stop_on_oom, replay.step
     record = recorded is not None
