@@ -110,6 +110,7 @@ TAIL = ",jax,jit(f),gpu:0,0"
         (HEADER, ["1,0.5,allocate,0x1g,5,0x0" + TAIL], False),
         (HEADER, ["1,0.5,allocate,0x10000000000000000,5,0x0" + TAIL], False),  # 2**64
         (HEADER, ["1,0.5,allocate,0x10,-5,0x0" + TAIL], False),
+        (HEADER, ["1,0.5,allocate,0x10,0,0x0" + TAIL], False),  # a size of 0: the row reader says what it means
         (HEADER, ["1,0.5,allocate,0x10,,0x0" + TAIL], False),
         (HEADER, ["1,nan,allocate,0x10,5,0x0" + TAIL], False),
         (HEADER, ["1,inf,allocate,0x10,5,0x0" + TAIL], False),

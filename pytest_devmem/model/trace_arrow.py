@@ -96,7 +96,7 @@ def _append_batch(batch: Any, trace: Trace, action_code: dict[str, int], np: Any
         return False
     size_values = sizes.to_numpy(zero_copy_only=False)
     time_values = times.to_numpy(zero_copy_only=False)
-    if (size_values < 0).any() or not np.isfinite(time_values).all():
+    if (size_values <= 0).any() or not np.isfinite(time_values).all():  # sizes of 0 too: the row reader decides what they mean
         return False
     names = _name_codes(trace, columns, np)
     if names is None:
