@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_devmem.model import trace_arrow
-from pytest_devmem.model.trace import HEADER, RMM_HEADER, SOURCE_HEADER, Trace, TraceFormatError
+from pytest_devmem.model.trace import BY_COLUMN_FROM, HEADER, RMM_HEADER, SOURCE_HEADER, Trace, TraceFormatError
 
 pytest.importorskip("pyarrow.csv", reason="the column reader needs pyarrow (the fast-traces extra)")
 
@@ -153,9 +153,11 @@ def test_peak_live_bytes_by_column_matches_the_count_by_event(seed: int) -> None
 
     rng = random.Random(seed)
     trace = Trace()
-    for _ in range(3000):  # pointers reused, freed twice, never allocated, allocated twice
+    for _ in range(BY_COLUMN_FROM):  # pointers reused, freed twice, never allocated, allocated twice
         trace.add(rng.choice([0, 0, 1, 1, 2]), rng.randrange(1, 40), rng.randrange(0, 10_000))
-    assert trace.peak_live_bytes() == trace._peak_live_bytes_by_event()
+    from pytest_devmem.model.trace_numpy import peak_live_bytes
+
+    assert peak_live_bytes(trace.actions, trace.pointers, trace.sizes) == trace.peak_live_bytes() == trace._peak_live_bytes_by_event()
 
 
 def test_devmem_replay_says_how_to_read_a_large_trace_faster_where_pyarrow_is_missing(

@@ -30,15 +30,15 @@ def replay_ondemand_columns(replay: _Replay) -> int | None:
     """The index of the last event, with every figure of the replay set as the event loop would
     set it; None (the replay to be made afresh: allocators may have started) where this does not
     apply."""
-    try:
-        import numpy as np
-    except ImportError:
-        return None
     trace, machine = replay.trace, replay.machine
     names, count = trace.names, len(trace)
     if replay.recorded is not None or not count:
         return None
     if not all(machine._setup(names[source]).mode == "ondemand" for _, _, source in replay.lane_keys):
+        return None
+    try:
+        import numpy as np
+    except ImportError:
         return None
     actions = np.frombuffer(trace.actions, dtype=np.uint8)
     if (actions > 2).any():
