@@ -22,10 +22,10 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .trace import Trace
 
-BLOCK_BYTES = 1 << 20
+BLOCK_BYTES = 4 << 20
 """Bytes of CSV text parsed at a time (pyarrow's block): small enough that a block's columns, as
 parsed and converted, stay a small part of a large trace; large enough that per-block work is
-negligible (1 MiB is about 18,000 events)."""
+negligible (4 MiB is some 70,000 events; 1 MiB blocks took 10% more CPU)."""
 
 UTF8_BOM = b"\xef\xbb\xbf"
 _DEVICE_NAME = re.compile(r"[a-z][a-z0-9_]{0,15}:(0|[1-9][0-9]{0,5})")

@@ -42,7 +42,10 @@ def lanes_by_column(devices: array[int], processes: array[int], sources: array[i
     the index of its own among them; None for no events, or codes too large to combine in 64 bits."""
     if not len(devices):
         return None
-    columns = [np.frombuffer(column, dtype=np.uint32).astype(np.uint64) for column in (devices, processes, sources)]
+    columns = [np.frombuffer(column, dtype=np.uint32) for column in (devices, processes, sources)]
+    if all((column == column[0]).all() for column in columns):  # one lane, the common case: no sort
+        return [(int(devices[0]), int(processes[0]), int(sources[0]))], np.zeros(len(devices), dtype=np.int64)
+    columns = [column.astype(np.uint64) for column in columns]
     spans = [int(column.max()) + 1 for column in columns]
     if spans[0] * spans[1] * spans[2] >= 2**63:
         return None
