@@ -42,9 +42,6 @@ if os.environ.get("BENCH_PYTHON_DISPATCH"):
     pjit._get_fastpath_data = lambda *args, **kwargs: None  # every call on JAX's Python dispatch path
 
 
-COLLECTIONS = []
-
-
 @jax.jit
 def step(x, w):
     return 0.9 * x + 0.1 * (x @ w)
@@ -56,16 +53,11 @@ def test_steps():
     for _ in range(100):  # compiled and warm before the timed loop
         x = step(x, w)
     x.block_until_ready()
-    if os.environ.get("BENCH_GC_STATS"):
-        import gc
-        gc.callbacks.append(lambda phase, info: phase == "stop" and COLLECTIONS.append(info["generation"]))
     start, start_cpu = time.perf_counter(), time.thread_time()
     for _ in range({steps}):
         x = step(x, w)
     x.block_until_ready()
     elapsed, cpu = time.perf_counter() - start, time.thread_time() - start_cpu
-    if os.environ.get("BENCH_GC_STATS"):
-        print("GC collections by generation", [COLLECTIONS.count(g) for g in range(3)])
     with open(os.environ["BENCH_LOOP_FILE"], "w") as handle:
         handle.write(f"{elapsed!r} {cpu!r}")
 '''
