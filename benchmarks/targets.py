@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     rows += step_rows(steps, max(1, repeat) if not args.quick else 1)
     rows += compile_rows()
     if args.suite:
-        rows += suite_rows(1 if args.quick else max(1, args.repeat - 1))
+        rows += suite_rows(1 if args.quick else args.repeat)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     print(f"performance targets: {platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs"
           + (f", load average {load:.1f} at the end" if load is not None else "") + f", {time.perf_counter() - started:.0f} s")
