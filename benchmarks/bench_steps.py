@@ -119,6 +119,22 @@ def recorder_figures(events: int = 1_000_000) -> tuple[float, float, float]:
     return held / events, peak / events, best / events * 1e6
 
 
+def measure(steps: int, repeat: int, configurations: dict[str, tuple[list[str], dict[str, str]]]) -> dict[str, tuple[float, float, float, float]]:
+    """(wall, session, loop, loop CPU) seconds of each configuration, the fastest of `repeat`
+    runs taken in turn (off, on, off, on...), so that a loaded machine slows each alike."""
+    with tempfile.TemporaryDirectory(prefix="devmem-steps-") as scratch:
+        directory = Path(scratch)
+        (directory / "test_steps.py").write_text(STEP_TEST.replace("{steps}", str(steps)))
+        best = {name: (float("inf"),) * 4 for name in configurations}
+        for _ in range(repeat):
+            for name, (extra, environment) in configurations.items():
+                figures = run_once(directory, extra, environment)
+                best[name] = tuple(min(old, new) for old, new in zip(best[name], figures))  # type: ignore[assignment]
+        if any("traces" in " ".join(extra) for extra, _ in configurations.values()) and not sorted((directory / "traces").glob("*.csv")):
+            raise SystemExit("the traces configuration wrote no trace")
+    return best  # type: ignore[return-value]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=20_000, help="Jitted steps in the loop (default 20000)")
@@ -132,17 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         configurations = {name: CONFIGURATIONS[name] for name in ("off", "on, traces written")}
     print(f"{args.steps} jitted steps on 64x64 arrays in one test, best of {args.repeat}")
     print(f"{'configuration':<22} {'µs/step':>8} {'loop ratio':>11} {'CPU µs/step':>12} {'session s':>10} {'session ratio':>14} {'wall s':>8}")
-    with tempfile.TemporaryDirectory(prefix="devmem-steps-") as scratch:
-        directory = Path(scratch)
-        (directory / "test_steps.py").write_text(STEP_TEST.replace("{steps}", str(args.steps)))
-        best = {name: (float("inf"),) * 4 for name in configurations}
-        for _ in range(args.repeat):
-            for name, (extra, environment) in configurations.items():
-                figures = run_once(directory, extra, environment)
-                best[name] = tuple(min(old, new) for old, new in zip(best[name], figures))  # type: ignore[assignment]
-        written = sorted((directory / "traces").glob("*.csv"))
-        if not written:
-            raise SystemExit("the traces configuration wrote no trace")
+    best = measure(args.steps, args.repeat, configurations)
     _, off_session, off_loop, off_cpu = best["off"]
     for name, (wall, session, loop, cpu) in best.items():
         print(

@@ -55,3 +55,15 @@ def test_first_fit_reference_is_a_correct_allocator() -> None:
     for offset in list(pool._sizes):  # the weights stay live in the trace; free them here
         pool.free(offset + 1)
     assert pool._free == [[0, 2**34]]  # every free merged back into one block
+
+
+def test_the_targets_table_shows_each_figure_beside_its_target_and_reference() -> None:
+    from benchmarks import bench_read, targets
+
+    rows = targets.reading_rows(3_000, 3_000, 1)
+    assert [row[2] for row in rows] == [f">= {bench_read.TARGET_EVENTS_PER_SECOND:,} events/s", f"<= {bench_read.TARGET_MEMORY_RATIO:g}x"]
+    assert "row reader" in rows[0][3] and rows[0][4] in ("yes", "no")
+    rows += targets.model_rows({"many-small": lambda: bench_read.recorded_trace(2_000)}, 1)
+    assert [row[0].rsplit(", ", 1)[1] for row in rows[2:]] == list(targets.POLICIES)
+    lines = targets.table(rows).splitlines()
+    assert lines[0] == "| figure | measured | target | reference (same run) | met |" and len(lines) == 2 + len(rows)

@@ -256,6 +256,26 @@ def test_disk_cache_answers_a_second_run_with_the_same_sizes(jax_loaded: Any, tm
 
 
 @needs_compiler
+def test_a_second_executable_of_the_same_module_compiles_nothing_without_a_cache_directory(jax_loaded: Any) -> None:
+    import jax.numpy as jnp
+
+    def step(a: Any, b: Any) -> Any:
+        return jnp.tanh(a @ b) * 3
+
+    first = executable_of(step, jnp.ones((256, 256)), jnp.ones((256, 256)))
+    again = executable_of(lambda a, b: jnp.tanh(a @ b) * 3, jnp.ones((256, 256)), jnp.ones((256, 256)))  # another jit: another executable
+    assert again is not first
+    sizer = GpuSizer(gpu_spec("A100-80GB"))  # no cache directory (pytest -p no:cacheprovider)
+    try:
+        assert sizer.install()
+        compiled, reused = sizer.sizes_for(first), sizer.sizes_for(again)
+    finally:
+        sizer.uninstall()
+    assert isinstance(compiled, ExecutableSizes) and reused == compiled
+    assert (sizer.compiles, sizer.session_hits, sizer.disk_hits) == (1, 1, 0)
+
+
+@needs_compiler
 @pytest.mark.parametrize("preset", sorted(GPU_SPECS))
 def test_xla_compiles_for_every_preset(jax_loaded: Any, preset: str) -> None:
     import jax.numpy as jnp

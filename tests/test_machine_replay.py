@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from pytest_devmem.errors import DevmemError
 from pytest_devmem.model import machine as machine_module
 from pytest_devmem.model.frameworks import setups_for
+from pytest_devmem.model.loops import bfc_lanes, inline_pools, one_bfc_lane, replay_lanes, replay_ondemand_columns
 from pytest_devmem.model.machine import Machine, MachineRun, MachineSpec
 from pytest_devmem.model.pool import Policy
 from pytest_devmem.model.trace import Trace
@@ -88,6 +89,47 @@ def test_a_one_lane_trace_replays_as_the_first_loop_replayed_it(ops: list[tuple[
     assert_same_replay(build(ops, [("", 0, source)]), policy, capacity)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=operations, lanes=st.lists(st.sampled_from(LANES), min_size=1, max_size=4, unique=True), policy=st.sampled_from(REGIMES))
+def test_lanes_found_by_column_replay_as_the_first_loop_replayed_them(ops: list[tuple[int, int, int, int]], lanes: list[tuple[str, int, str]], policy: Policy) -> None:
+    """Long traces find their lanes by column (numpy): here every trace does."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(machine_module, "LANES_BY_COLUMN_FROM", 0)
+        assert_same_replay(build(ops, lanes), policy, GiB)
+
+
+fitting_operations = st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5), st.sampled_from(SIZES), st.integers(0, 10**6)), max_size=160)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=fitting_operations, lanes=st.lists(st.sampled_from(LANES), min_size=1, max_size=4, unique=True), capacity=st.sampled_from([64 * GiB, 128 * GiB]))
+def test_an_ondemand_trace_replayed_by_column_gives_what_the_first_loop_gave(ops: list[tuple[int, int, int, int]], lanes: list[tuple[str, int, str]], capacity: int) -> None:
+    """Every allocator on-demand, every allocation fitting: the running sums over the columns
+    (`replay_ondemand_columns`) give every figure, map and count the event loop gave."""
+    trace = build(ops, lanes)
+    setups, spec = setups_for(Policy.of("ondemand"), capacity), MachineSpec(capacity, "sim")
+    fitted = sum(trace.sizes) <= capacity // 2  # TensorFlow's limit is what is free less its reserve
+    if fitted and trace.actions.count(0):
+        by_column = machine_module._Replay(Machine(spec, setups), trace, False, True)
+        assert replay_ondemand_columns(by_column) is not None
+        by_event = machine_module._Replay(Machine(spec, setups), trace, False, True)
+        replay_lanes(by_event)
+        assert end_state(by_column) == end_state(by_event)  # what the pools and devices hold at the end
+    assert_same_replay(trace, Policy.of("ondemand"), capacity)
+
+
+def end_state(replay: Any) -> list[object]:
+    """Each device's bytes used and each allocator's buffers (trace pointer, size, asked, event)."""
+    state: list[object] = []
+    for device in replay.by_code:
+        state.append((device.name, device.device.used, device.in_use, device.held))
+        for allocator in device.allocators:
+            pool = allocator.pool
+            buffers = sorted((pointer, *pool._held[entry[0]], entry[1]) for pointer, entry in allocator.handles.items())
+            state.append((allocator.source, allocator.process, pool.bytes_in_use, pool.bytes_reserved, pool.requested_bytes_in_use, buffers, len(pool._held)))
+    return state
+
+
 def random_walk(seed: int, events: int, lanes: list[tuple[str, int, str]]) -> Trace:
     """Many small buffers freed in random order around a slowly rising peak: thousands of peaks,
     each followed by a free, so the maps at the peak come from a copy and a replay since. Now and
@@ -115,6 +157,49 @@ def test_maps_promised_at_many_peaks_are_made_from_copies_as_they_were(monkeypat
     trace = random_walk(7, 6000, lanes)
     assert_same_replay(trace, Policy.of(mode), 16 * GiB)
     assert advanced and max(advanced) > 1  # some maps were made by replaying events after a copy
+
+
+def fragmenting_walk(seed: int, events: int, lanes: list[tuple[str, int, str]]) -> Trace:
+    """Buffers of 300 KiB to 5 MiB freed in random order while the live bytes hover near a 96 MiB
+    device's compacting pool (72 MiB): the free bytes scatter, and a larger allocation then makes
+    the pool move its buffers (or fail)."""
+    rng = random.Random(seed)
+    operations, live = [], 0
+    for _ in range(events):
+        if live > 60 * MiB or (live > 20 * MiB and rng.random() < 0.45):
+            operations.append((2, 0, MiB, rng.randrange(10**6)))
+            live -= 2 * MiB  # about: the walk only steers
+        else:
+            size = rng.choice([300 * KiB, MiB, 2 * MiB + 5, 5 * MiB + 3])
+            operations.append((0, rng.randrange(len(lanes)), size, 0))
+            live += size
+    return build(operations, lanes)
+
+
+ONE_LANE, THREE_LANES = [("", 0, "jax")], [("gpu:0", 0, "jax"), ("gpu:1", 0, "jax"), ("gpu:1", 0, "tensorflow")]
+
+
+@pytest.mark.parametrize(
+    ("lanes", "capacity", "seed"),
+    [(ONE_LANE, 96 * MiB, seed) for seed in (2, 3, 4, 6, 7)] + [(THREE_LANES, 48 * MiB, seed) for seed in (0, 2, 6, 16, 20)],  # walks that move buffers twice or more
+    ids=[f"one lane {seed}" for seed in (2, 3, 4, 6, 7)] + [f"three lanes {seed}" for seed in (0, 2, 6, 16, 20)],
+)
+def test_a_compacting_pool_moving_its_buffers_replays_as_the_first_loop_replayed_it(lanes: list[tuple[str, int, str]], capacity: int, seed: int) -> None:
+    """The inline loops run a compacting pool too: where it moves its buffers (and where it moves
+    them and still fails) every figure and map is the event loop's."""
+    moved: list[bool] = []
+    original = inline_pools.allocate
+
+    def watching(pool: Any, size: int, handles: Any) -> Any:
+        result = original(pool, size, handles)
+        moved.append(result[2])
+        return result
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for module in (one_bfc_lane, bfc_lanes):
+            monkeypatch.setattr(module, "allocate", watching)
+        assert_same_replay(fragmenting_walk(seed, 1500, lanes), Policy.of("compact"), capacity)
+    assert any(moved), "the walk never made the pool move its buffers"
 
 
 def test_tensorflow_giving_regions_back_before_it_fails_leaves_its_pool_smaller_in_the_figures() -> None:

@@ -9,8 +9,11 @@ describes (`model.gpu_targets`). Each executable's jaxpr is lowered again for th
 (`jax_lowering`: a sharded executable keeps its mesh and specs, on GPUs) and compiled on the
 compile-only client; its sizes are XLA's memory analysis of that compile, per device.
 
-Results are cached per executable, and on disk (when given a folder) under a key made of the GPU
-module's text, the target config, the jaxlib and plugin versions and XLA_FLAGS. An executable that
+Results are cached per executable; under a key made of the GPU module's text, the target config,
+the jaxlib and plugin versions and XLA_FLAGS for the session (another executable of the same
+module, in a later test, compiles nothing); and on disk under that key (when given a folder: a
+rerun of an unchanged suite compiles nothing; entries are written atomically, so xdist workers
+sharing the folder never read half an entry). An executable that
 cannot be compiled this way gets an `Unavailable` with the reason (no plugin, host callbacks, a
 custom call with no CUDA handler...), and keeps its CPU sizes. JAX is imported lazily.
 """
@@ -130,6 +133,7 @@ class GpuSizer:
         self.note = ""
         self.compiles = 0
         self.disk_hits = 0
+        self.session_hits = 0  # executables of a module compiled earlier in the session
         self.compile_seconds = 0.0
         self._lock = threading.RLock()
         self._results: weakref.WeakKeyDictionary[Any, ExecutableSizes | Unavailable] = weakref.WeakKeyDictionary()
@@ -189,7 +193,6 @@ class GpuSizer:
         known = self._source_key(recipe, len(gpus))  # a program sized before answers without lowering it again
         cached = self._read_cache(known)
         if cached is not None:
-            self.disk_hits += 1
             return cached
         try:
             started = time.perf_counter()
@@ -198,7 +201,6 @@ class GpuSizer:
                 key = known or self._cache_key(computation, len(gpus))
                 cached = self._read_cache(key)
                 if cached is not None:
-                    self.disk_hits += 1
                     return cached
                 compiled = computation.compile()
                 stats = compiled.xla_executable.get_compiled_memory_stats()
@@ -294,14 +296,18 @@ class GpuSizer:
 
     def _read_cache(self, key: str | None) -> ExecutableSizes | None:
         if key is not None and key in self._by_module:
+            self.session_hits += 1
             return self._by_module[key]
         if key is None or self.cache_dir is None:
             return None
         try:
             data = json.loads((self.cache_dir / f"{key}.json").read_text())
-            return ExecutableSizes(target=self.target, compile_seconds=0.0, source="disk cache", **{name: int(data[name]) for name in _CACHED_FIELDS})
+            found = ExecutableSizes(target=self.target, compile_seconds=0.0, source="disk cache", **{name: int(data[name]) for name in _CACHED_FIELDS})
         except (OSError, ValueError, TypeError, KeyError):
             return None
+        self.disk_hits += 1
+        self._by_module[key] = dataclasses.replace(found, source="cache")  # later in the session: the session's own cache
+        return found
 
     def _write_cache(self, key: str | None, sizes: ExecutableSizes) -> None:
         if key is not None:

@@ -27,7 +27,7 @@ out whole). `peak_bytes_reserved` is the most its allocators held from it (conte
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from typing import Any, Mapping
 
 from ..errors import OutOfMemoryError
 from .device import SimulatedDevice
@@ -46,7 +46,8 @@ from .machine_results import (  # the results, read where the model is used: re-
     SourceFigures,
     Timeline,
 )
-from .loops import replay_bfc_lanes, replay_lanes, replay_one_bfc_lane
+from .loops import replay_bfc_lanes, replay_lanes, replay_ondemand_columns, replay_one_bfc_lane
+from .loops.inline_pools import MovedThenFailed
 from .machine_maps import CHECKPOINT_SPACING_PER_ENTRY, Checkpoint, Promise, contributor, holders, pool_maps, snapshot_of
 from .pool import BFCPool, OnDemandPool, Policy
 from .pool.compacting import CompactingPool
@@ -134,6 +135,25 @@ class _Device:
 # the device's events since the copy before it into a second copy. Copies then cost O(1) an event
 # and the replays O(spacing) a device.
 
+LANES_BY_COLUMN_FROM = 20_000
+"""Traces of this many events or more find their lanes by column (numpy), where numpy is installed."""
+
+
+def _lanes_by_column(trace: Trace) -> tuple[list[tuple[int, int, int]], object] | None:
+    try:
+        from .trace_numpy import lanes_by_column
+    except ImportError:
+        return None
+    return lanes_by_column(trace.devices, trace.processes, trace.sources)
+
+
+def _take(codes: list[int], indices: Any) -> list[int]:
+    """codes[i] for each i of `indices` (a numpy array), as a list."""
+    import numpy as np
+
+    return np.asarray(codes, dtype=np.int64)[indices].tolist()  # type: ignore[no-any-return]
+
+
 class _Replay:
     """One replay's state: the devices, the lanes (one allocator each: device, process, source)
     and what the replay found so far. The loops (`loops/`) run the events."""
@@ -144,20 +164,30 @@ class _Replay:
         self.stop_on_oom = stop_on_oom
         self.step = FRAGMENTATION_STEP
         spec, names = machine.spec, trace.names
-        self.one_device = one_device = len(set(trace.devices)) <= 1  # sets of arrays: fast
-        device_codes = {trace.devices[0]} if one_device and len(trace) else set(trace.devices)
+        by_column = _lanes_by_column(trace) if len(trace) >= LANES_BY_COLUMN_FROM else None
+        if by_column is not None:
+            combinations, lane_of_event = set(by_column[0]), by_column[1]
+            device_codes = {d for d, _, _ in combinations}
+            self.one_device = one_device = len(device_codes) <= 1
+        else:
+            self.one_device = one_device = len(set(trace.devices)) <= 1  # sets of arrays: fast
+            device_codes = {trace.devices[0]} if one_device and len(trace) else set(trace.devices)
         device_name = {code: names[code] or spec.default_device for code in device_codes}
         self.devices: dict[str, _Device] = {}
         devices = self.devices
         for name in sorted(set(device_name.values()), key=_device_order):
             devices[name] = _Device(name, len(devices), spec.capacity)
         # a lane is one allocator: (device, process, source); each event names its lane
-        one_lane = one_device and len(set(trace.processes)) <= 1 and len(set(trace.sources)) <= 1
-        combinations = {(trace.devices[0], trace.processes[0], trace.sources[0])} if one_lane and len(trace) else set(zip(trace.devices, trace.processes, trace.sources))
+        if by_column is None:
+            one_lane = one_device and len(set(trace.processes)) <= 1 and len(set(trace.sources)) <= 1
+            combinations = {(trace.devices[0], trace.processes[0], trace.sources[0])} if one_lane and len(trace) else set(zip(trace.devices, trace.processes, trace.sources))
         self.lane_keys = lane_keys = sorted({(devices[device_name[d]].code, p, s) for d, p, s in combinations})
         self.lane_index = lane_index = {key: i for i, key in enumerate(lane_keys)}
         self.lane_codes: list[int] | None = None  # None: every event is on lane 0
-        if len(lane_keys) > 1:
+        if len(lane_keys) > 1 and by_column is not None:
+            codes = [lane_index[(devices[device_name[d]].code, p, s)] for d, p, s in by_column[0]]
+            self.lane_codes = _take(codes, lane_of_event)
+        elif len(lane_keys) > 1:
             code_of = {(d, p, s): lane_index[(devices[device_name[d]].code, p, s)] for d, p, s in combinations}
             self.lane_codes = [code_of[key] for key in zip(trace.devices, trace.processes, trace.sources)]
         self.by_code = list(devices.values())
@@ -281,9 +311,16 @@ class Machine:
         """Replay `trace`. With `timeline`, the figures after every event are kept for pictures;
         the figures themselves are the same either way."""
         replay = _Replay(self, trace, timeline, stop_on_oom)
-        index = None
+        index = replay_ondemand_columns(replay)
+        if index is not None:
+            return replay.finish(index)
+        if replay.order:  # it started allocators before it found it does not apply: start afresh
+            replay = _Replay(self, trace, timeline, stop_on_oom)
         if len(trace) and min(trace.sizes) > 0:  # the inline loops need no check of sizes
-            index = replay_one_bfc_lane(replay) if len(replay.lane_keys) == 1 else replay_bfc_lanes(replay)
+            try:
+                index = replay_one_bfc_lane(replay) if len(replay.lane_keys) == 1 else replay_bfc_lanes(replay)
+            except MovedThenFailed:  # the event loop replays it, afresh
+                replay, index = _Replay(self, trace, timeline, stop_on_oom), None
         if index is None:
             index = replay_lanes(replay)
         return replay.finish(index)
@@ -293,10 +330,9 @@ class Machine:
     def _setup(self, source: str) -> AllocatorSetup:
         return self.setups.get(source) or self.setups.get(DEFAULT_SOURCE) or AllocatorSetup(source, "prealloc")
 
-    def _is_plain_bfc(self, source: str) -> bool:
-        """Whether `source`'s allocators are BFCPools, no subclass (as `_pool` makes them)."""
-        setup = self._setup(source)
-        return setup.mode != "ondemand" and (setup.kind == "tensorflow" or setup.mode != "compact")
+    def _is_bfc(self, source: str) -> bool:
+        """Whether `source`'s allocators are BFC pools, plain or compacting (as `_pool` makes them)."""
+        return self._setup(source).mode != "ondemand"
 
     def _start(self, source: str, process: int, used: list[_Device], counts: dict[str, list[int]], order: list[str]) -> list[tuple[int, _Allocator]]:
         """A framework's allocators on every device it uses, created at its first event: the

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .machine_results import MapSnapshot, PoolMap
+from .loops.inline_pools import sync
 from .pool import BFCPool, OnDemandPool
 from .trace import Trace
 
@@ -49,8 +50,8 @@ class Checkpoint:
     def of(cls, device: _Device, upto: int) -> Checkpoint:
         checkpoint = cls(upto, device.device, [a.pool for a in device.allocators], [a.handles for a in device.allocators]).copy()
         for allocator, pool, handles in zip(device.allocators, checkpoint.pools, checkpoint.handles):
-            if allocator.inline:  # the copy's own handles, for the replay since
-                pool._in_use = {entry[0]: entry[2] for entry in handles.values()}
+            if allocator.inline:  # the copy's own maps of its buffers, for the replay since
+                sync(pool, handles)
         return checkpoint
 
     def copy(self) -> Checkpoint:
@@ -75,6 +76,9 @@ class Promise:
 def snapshot_of(device: _Device, event: int) -> MapSnapshot:
     """The device's pools as they are now."""
     allocators = device.allocators
+    for allocator in allocators:
+        if allocator.inline:  # an inline loop is running it: its pool's maps are made afresh
+            sync(allocator.pool, allocator.handles)
     return MapSnapshot(device.name, event, pool_maps([(a.source, a.process) for a in allocators], [a.pool for a in allocators], [a.handles for a in allocators]))
 
 

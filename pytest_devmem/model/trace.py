@@ -22,7 +22,7 @@ import os
 import re
 from array import array
 from dataclasses import dataclass
-from typing import Iterable, Iterator, overload
+from typing import BinaryIO, Iterable, Iterator, overload
 
 from ..errors import FileFormatError
 from ..files import MAX_TRACE_BYTES, open_regular, write_atomic
@@ -35,6 +35,8 @@ ALLOCATE, FREE, ALLOCATE_FAILURE = "allocate", "free", "allocate failure"
 ACTIONS = (ALLOCATE, FREE, ALLOCATE_FAILURE)
 """An event's action is stored as its index here: 0 allocate, 1 free, 2 allocate failure."""
 ALLOCATE_CODE, FREE_CODE, FAILURE_CODE = 0, 1, 2
+BY_COLUMN_FROM = 20_000
+"""Traces of this many events or more compute their figures by column (numpy), where it is installed."""
 _READ_ACTIONS = {"allocate": ALLOCATE, "free": FREE, "deallocate": FREE, "allocate failure": ALLOCATE_FAILURE}
 _LARGEST = 2**64
 
@@ -163,7 +165,19 @@ class Trace:
         return [self.names[code] for code in seen]
 
     def peak_live_bytes(self) -> int:
-        """Highest sum of requested bytes live at once: what any allocator must hold at least."""
+        """Highest sum of requested bytes live at once: what any allocator must hold at least.
+        By column with numpy where it is installed, for long traces (a million events in some 0.03 s
+        rather than 0.1 s)."""
+        if len(self.actions) < BY_COLUMN_FROM:
+            return self._peak_live_bytes_by_event()
+        try:
+            from .trace_numpy import peak_live_bytes
+        except ImportError:
+            return self._peak_live_bytes_by_event()
+        peak = peak_live_bytes(self.actions, self.pointers, self.sizes)
+        return self._peak_live_bytes_by_event() if peak is None else peak
+
+    def _peak_live_bytes_by_event(self) -> int:
         live: dict[int, int] = {}
         current = peak = 0
         for action, pointer, size in zip(self.actions, self.pointers, self.sizes):
@@ -244,6 +258,10 @@ class Trace:
             binary = open_regular(path, "trace (an RMM-style CSV file)", MAX_TRACE_BYTES)
         except FileFormatError as exc:
             raise TraceFormatError(str(exc)) from None
+        by_column = _read_by_column(cls, binary)
+        if by_column is not None:
+            binary.close()
+            return by_column
         trace = cls()
         line = 1
         try:
@@ -264,6 +282,28 @@ class Trace:
         except csv.Error as exc:
             raise TraceFormatError(f"{os.fspath(path)}:{line + 1}: not CSV: {exc}") from None
         return trace
+
+
+def _read_by_column(cls: type[Trace], binary: BinaryIO) -> Trace | None:
+    """The trace pyarrow's CSV reader makes of `binary` (see trace_arrow.py); None where pyarrow
+    is missing or anything is not as that reader expects: the caller reads the rows, which names
+    the line of a bad value. `binary` is left at its start."""
+    from . import trace_arrow
+
+    if not trace_arrow.available():
+        return None
+    try:
+        header = tuple(binary.readline(4096).decode("utf-8", "replace").rstrip("\r\n").split(","))
+        binary.seek(0)
+        if header not in (HEADER, SOURCE_HEADER, RMM_HEADER):
+            return None
+        trace = cls()
+        fitted = trace_arrow.read_columns(binary, header, trace, _READ_ACTIONS, ACTIONS)
+        binary.seek(0)
+    except OSError:
+        binary.seek(0)
+        return None
+    return trace if fitted else None
 
 
 def _first_line_not_utf8(path: str | os.PathLike[str]) -> int | str:

@@ -6,6 +6,7 @@ They run once for every event of every test, so they are written for speed in pl
 * `replay_one_bfc_lane`: a single lane (one allocator on one device, the common case) on a BFC
   pool; its counters live in local variables;
 * `replay_bfc_lanes`: several lanes, all on BFC pools; counters on the device and allocator objects;
+* `replay_ondemand_columns`: every allocator on-demand: running sums over the columns (numpy);
 * `replay_lanes`: any trace (on-demand and compacting pools, sizes that are not positive), each
   pool through its own methods.
 
@@ -19,6 +20,7 @@ The pools of a machine replay keep their chunks and the counters the model reads
 
 from .any_lanes import replay_lanes
 from .bfc_lanes import replay_bfc_lanes
+from .ondemand_columns import replay_ondemand_columns
 from .one_bfc_lane import replay_one_bfc_lane
 
-__all__ = ["replay_bfc_lanes", "replay_lanes", "replay_one_bfc_lane"]
+__all__ = ["replay_bfc_lanes", "replay_lanes", "replay_ondemand_columns", "replay_one_bfc_lane"]

@@ -8,21 +8,21 @@ from itertools import chain, count, islice
 from typing import TYPE_CHECKING, Any
 
 from ...errors import InvalidFreeError, OutOfMemoryError
-from ..pool import BFCPool
 from ..pool.bfc import CHUNK_BITS, CHUNK_MASK, SIZE_SHIFT
+from .inline_pools import INLINE_POOLS, allocate, compactions, sync
 
 if TYPE_CHECKING:
     from ..machine import _Replay
 
 
 def replay_bfc_lanes(replay: _Replay) -> int | None:
-    """A trace of several lanes whose allocators are all BFC pools (never a subclass) and whose
-    sizes are all positive; the index of the last event run, or None where some allocator would be
+    """A trace of several lanes whose allocators are all BFC pools (or compacting ones, no other
+    subclass) and whose sizes are all positive; the index of the last event run, or None where some allocator would be
     another kind. Each lane's pool runs inline; counters live on the device and allocator objects."""
     trace = replay.trace
     machine, names = replay.machine, trace.names
     lane_codes = replay.lane_codes
-    if lane_codes is None or not all(machine._is_plain_bfc(names[source]) for _, _, source in replay.lane_keys):
+    if lane_codes is None or not all(machine._is_bfc(names[source]) for _, _, source in replay.lane_keys):
         return None
     actions, pointers, sizes = trace.actions, trace.pointers, trace.sizes
     lanes = replay.lanes
@@ -50,13 +50,9 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
                 replay.start(lane)
             for code, started in enumerate(lanes):
                 if started is not None and refs[code] is None:
-                    pool = started.pool
-                    assert type(pool) is BFCPool
-                    started.inline = True  # its buffers are (address, event, chunk id, size, rounded); the pool's handles are left stale until the end
-                    refs[code] = (
-                        started, started.device, pool, started.handles, started.counts,
-                        pool._c_size, pool._c_address, pool._c_prev, pool._c_next, pool._c_asked, pool._spare, pool._free, pool.max_internal_fragmentation,
-                    )
+                    assert type(started.pool) in INLINE_POOLS
+                    started.inline = True  # its buffers are (address, event, chunk id, size, rounded); the pool's maps are left stale until the end (inline_pools.py)
+                    refs[code] = _refs(started)
             lane_refs = refs[lane]
             assert lane_refs is not None
         allocator, device, pool, handles, counts, size_of, address_of, prev_of, next_of, asked, spare, free_list, max_waste = lane_refs
@@ -145,9 +141,12 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
                     device.compared = may_skip
             else:  # the pool grows or fails; or a temporary in a timeline, or one that needs the pool to grow
                 in_use, held = pool.bytes_in_use, pool.pool_bytes
+                moves = compactions(pool)
                 try:
-                    address = pool.alloc(size)
+                    address, cid, moved = allocate(pool, size, handles)
                 except OutOfMemoryError as error:
+                    if compactions(pool) != moves:  # a compacting pool moved its buffers: its chunk table is new
+                        refs[lane] = _refs(allocator)
                     counts[0] -= 1
                     device.compared = False
                     if replay.oom is None:
@@ -157,7 +156,9 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
                     dropped.add((lane, pointer))
                     continue
                 counts[1] = live
-                handles[pointer] = (address, index, pool._in_use[address], size, rounded)
+                handles[pointer] = (address, index, cid, size, rounded)
+                if moved:
+                    refs[lane] = _refs(allocator)
                 device.chunks += pool.bytes_in_use - in_use
                 if device.chunks > device.peak_chunks:
                     device.peak_chunks = device.chunks
@@ -265,6 +266,16 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
             timeline_fragmentation(device.sampled)
     for allocator in lanes:
         if allocator is not None and allocator.inline:
-            allocator.pool._in_use = {entry[0]: entry[2] for entry in allocator.handles.values()}  # type: ignore[union-attr]
+            sync(allocator.pool, allocator.handles)
             allocator.inline = False
     return index
+
+
+def _refs(allocator: Any) -> tuple[Any, ...]:
+    """What the loop reads of a lane at each of its events: its allocator, device, pool, buffers,
+    counts, and the pool's chunk table (taken again after a compacting pool moved its buffers)."""
+    pool = allocator.pool
+    return (
+        allocator, allocator.device, pool, allocator.handles, allocator.counts,
+        pool._c_size, pool._c_address, pool._c_prev, pool._c_next, pool._c_asked, pool._spare, pool._free, pool.max_internal_fragmentation,
+    )

@@ -10,14 +10,16 @@ from typing import TYPE_CHECKING
 from ...errors import InvalidFreeError, OutOfMemoryError
 from ..pool import BFCPool
 from ..pool.bfc import CHUNK_BITS, CHUNK_MASK, SIZE_SHIFT
+from .inline_pools import INLINE_POOLS, MovedThenFailed, allocate, compactions, sync
 
 if TYPE_CHECKING:
     from ..machine import _Replay
 
 
 def replay_one_bfc_lane(replay: _Replay) -> int | None:
-    """A trace of one lane whose allocator is a BFC pool and whose sizes are all positive; the
-    index of the last event run, or None when the allocator is another kind (the general loop runs)."""
+    """A trace of one lane whose allocator is a BFC pool (or a compacting one) and whose sizes are
+    all positive; the index of the last event run, or None when the allocator is another kind (the
+    general loop runs). MovedThenFailed where a compacting pool moved its buffers and still failed."""
     trace = replay.trace
     actions, pointers, sizes = trace.actions, trace.pointers, trace.sizes
     first = len(actions) - len(actions.lstrip(b"\x02"))  # recorded failures first: nothing started yet
@@ -25,7 +27,7 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
         return len(actions) - 1
     allocator = replay.start(0)
     device, pool = allocator.device, allocator.pool
-    if type(pool) is not BFCPool:
+    if not isinstance(pool, BFCPool) or type(pool) not in INLINE_POOLS:
         return None
     recorded, stop_on_oom, step = replay.recorded, replay.stop_on_oom, replay.step
     record = recorded is not None
@@ -36,7 +38,7 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
     # the pool's chunk table (see bfc.py): sizes, addresses, neighbours, bytes asked (0 free, -1 no chunk) by chunk id
     size_of, address_of, prev_of, next_of, asked, spare, free_list = pool._c_size, pool._c_address, pool._c_prev, pool._c_next, pool._c_asked, pool._spare, pool._free
     max_waste, shift, id_shift, id_mask = pool.max_internal_fragmentation, SIZE_SHIFT, CHUNK_BITS, CHUNK_MASK
-    allocator.inline = True  # its buffers are (address, event, chunk id, size, rounded); the pool's handles are left stale until the end
+    allocator.inline = True  # its buffers are (address, event, chunk id, size, rounded); the pool's maps are left stale until the end (inline_pools.py)
     # counters, in locals while the loop runs: the pool's, the device's (which here are also its
     # allocator's: in use, peaks, held) and the source's
     chunk_bytes, pool_bytes = pool.bytes_in_use, pool.pool_bytes
@@ -124,10 +126,12 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
                     compared = may_skip
             else:  # the pool grows or fails; or a temporary in a timeline, or one that needs the pool to grow
                 pool.bytes_in_use = chunk_bytes
+                moves = compactions(pool)
                 try:
-                    address = pool.alloc(size)
-                    cid = pool._in_use[address]
+                    address, cid, moved = allocate(pool, size, handles)
                 except OutOfMemoryError as error:
+                    if compactions(pool) != moves:  # its bytes in use are no longer the device's chunks
+                        raise MovedThenFailed from None
                     pool_bytes = pool.pool_bytes  # it may have given regions back
                     live -= size
                     failed += 1
@@ -141,6 +145,8 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
                     dropped.add(pointer)
                     continue
                 chunk_bytes = pool.bytes_in_use
+                if moved:  # a compacting pool moved its buffers: its chunk table is new
+                    size_of, address_of, prev_of, next_of, asked, spare, free_list = pool._c_size, pool._c_address, pool._c_prev, pool._c_next, pool._c_asked, pool._spare, pool._free
                 grew = pool.pool_bytes - pool_bytes
                 if grew:  # what the device holds for it (not lowered where a failed allocation gave regions back)
                     pool_bytes += grew
@@ -251,7 +257,7 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
             timeline_reserved(held)
             timeline_fragmentation(fragmentation)
     pool.bytes_in_use = chunk_bytes
-    pool._in_use = {entry[0]: entry[2] for entry in handles.values()}
+    sync(pool, handles)
     allocator.inline = False
     device.in_use = allocator.in_use = in_use
     device.peak_in_use = allocator.peak_in_use = peak_in_use

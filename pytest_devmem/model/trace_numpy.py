@@ -1,0 +1,55 @@
+"""A trace's figures computed by column with numpy, for traces of millions of events; importing
+this module fails where numpy is missing, and the callers compute the same figure event by event."""
+
+from __future__ import annotations
+
+from array import array
+
+import numpy as np
+
+ALLOCATE_CODE, FREE_CODE = 0, 1  # as trace.py codes them (not imported: trace.py imports this module)
+
+
+def peak_live_bytes(actions: bytearray, pointers: array[int], sizes: array[int]) -> int | None:
+    """The highest sum of requested bytes live at once, exactly as `Trace.peak_live_bytes` counts
+    it event by event: an allocation adds its size (and its pointer now names it); a free takes
+    away the size of its pointer's allocation when that is the pointer's last event before it
+    (a free of a pointer not live takes nothing); other events do nothing. None where the sums
+    might not fit 64 bits (the caller counts event by event then)."""
+    codes = np.frombuffer(actions, dtype=np.uint8)
+    kept = np.flatnonzero(codes <= FREE_CODE)
+    count = len(kept)
+    if not count:
+        return 0
+    size_values = np.frombuffer(sizes, dtype=np.int64)[kept]
+    if int(size_values.max()) >= 2**63 // count or int(size_values.min()) < 0:
+        return None
+    kinds = codes[kept]
+    order = np.argsort(np.frombuffer(pointers, dtype=np.uint64)[kept], kind="stable")  # each pointer's events, in trace order
+    pointer_sorted, kind_sorted, size_sorted = np.frombuffer(pointers, dtype=np.uint64)[kept][order], kinds[order], size_values[order]
+    after_own_allocation = np.zeros(count, dtype=bool)
+    after_own_allocation[1:] = (pointer_sorted[1:] == pointer_sorted[:-1]) & (kind_sorted[:-1] == ALLOCATE_CODE)
+    taken = np.zeros(count, dtype=np.int64)
+    taken[1:] = size_sorted[:-1]
+    change_sorted = np.where(kind_sorted == ALLOCATE_CODE, size_sorted, np.where(after_own_allocation, -taken, 0))
+    change = np.empty(count, dtype=np.int64)
+    change[order] = change_sorted
+    return max(0, int(np.cumsum(change).max()))
+
+
+def lanes_by_column(devices: array[int], processes: array[int], sources: array[int]) -> tuple[list[tuple[int, int, int]], np.ndarray] | None:
+    """The distinct (device, process, source) name codes of the events, sorted, and for each event
+    the index of its own among them; None for no events, or codes too large to combine in 64 bits."""
+    if not len(devices):
+        return None
+    columns = [np.frombuffer(column, dtype=np.uint32) for column in (devices, processes, sources)]
+    if all((column == column[0]).all() for column in columns):  # one lane, the common case: no sort
+        return [(int(devices[0]), int(processes[0]), int(sources[0]))], np.zeros(len(devices), dtype=np.int64)
+    columns = [column.astype(np.uint64) for column in columns]
+    spans = [int(column.max()) + 1 for column in columns]
+    if spans[0] * spans[1] * spans[2] >= 2**63:
+        return None
+    key = (columns[0] * np.uint64(spans[1]) + columns[1]) * np.uint64(spans[2]) + columns[2]
+    unique, inverse = np.unique(key, return_inverse=True)
+    combinations = [(k // (spans[1] * spans[2]), k // spans[2] % spans[1], k % spans[2]) for k in unique.tolist()]
+    return combinations, inverse
