@@ -220,3 +220,47 @@ def test_a_test_skipped_in_its_body_has_no_figure_and_is_not_new(pytester: pytes
     assert [(entry["test_id"], entry["reason"]) for entry in report["unrecorded"]] == [("test_skips.py::test_skipped_in_body", "skipped: not on this machine")]
     result.stdout.fnmatch_lines(["*2 measured test(s)*"])
     assert "test_skipped_in_body [prealloc]" not in result.stdout.str()
+
+
+def test_cyclic_garbage_a_modules_fixture_left_is_collected_once_the_module_is_done(pytester: pytest.Pytester) -> None:
+    """Each measured test starts with a full collection and freezes what survives (so the next
+    one's collection is cheap); frozen objects are never collected, so the first test of each
+    module thaws them first: a fixture's object in a reference cycle (a Keras model, say) is freed
+    after its module, as without the plugin, not kept for the rest of the session."""
+    pytester.makeconftest(
+        """
+        import weakref
+
+        refs = {}
+        """
+    )
+    pytester.makepyfile(
+        test_a="""
+        import pytest
+        import conftest
+
+        class Node:
+            pass
+
+        @pytest.fixture(scope="module")
+        def cyclic():
+            node = Node()
+            node.me = node  # freed only by the cyclic collector
+            conftest.refs["node"] = __import__("weakref").ref(node)
+            yield node
+
+        def test_one(cyclic):
+            pass
+
+        def test_two(cyclic):
+            pass
+        """,
+        test_b="""
+        import conftest
+
+        def test_after():
+            assert conftest.refs["node"]() is None, "the module's cyclic garbage was never collected"
+        """,
+    )
+    result = pytester.runpytest_subprocess("--devmem-mode=ondemand", "-p", "no:cacheprovider", "-p", "no:randomly")
+    result.assert_outcomes(passed=3)

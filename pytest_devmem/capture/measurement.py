@@ -122,14 +122,20 @@ class Measurement:
     def _install_tensorflow(self, module: object) -> None:
         self.tensorflow_capture.install()
 
-    def start(self) -> None:
+    def start(self, thaw: bool = False) -> None:
+        """Open the test's window. `thaw`: first return what earlier windows froze to the collector
+        (the first test of a module: what the last module's fixtures left is collected then)."""
         self.watch_frameworks()
         # Python's collector frees cyclic garbage (framework tensors among it) when its allocation
         # counters say so, and those counters carry what ran before: a full collection here starts
         # every test's counters at zero, so its buffers are freed at the same moments in any order.
         # What survives it is frozen (kept out of later collections, as gc.freeze documents for
         # long-lived objects), so the next test's collection scans only what is new: milliseconds,
-        # where a full scan of a process with JAX and TensorFlow loaded takes about half a second
+        # where a full scan of a process with JAX and TensorFlow loaded takes about half a second.
+        # Frozen objects are never collected, so they are thawed once per module: a Keras model a
+        # module's fixture built (cycles) is freed after the module, with its device memory.
+        if thaw:
+            gc.unfreeze()
         gc.collect()
         gc.freeze()
         for source in self.sources:  # first: what they ask the frameworks is no activity of the test's
@@ -199,6 +205,7 @@ class Measurement:
         return trace, list(captured.notes), traced_nothing
 
     def close(self) -> None:
+        gc.unfreeze()  # the process's collector as it was: nothing stays frozen after the session
         for source in self.sources:
             source.close()
         self.sampler.close()

@@ -51,6 +51,7 @@ class DevmemSession:
         self.target_items: list[pytest.Item] = []  # measured tests this process ran, to run again on --devmem-targets
         self.xdist_note = self._plan_workers()
         self._tensorflow_configured = False
+        self._frozen_in: str | None = None  # the module whose first measured test last thawed the collector
         self.regime_env: dict[str, str | None] | None = config.stash.get(early_env_key, None)  # what the regime replaced
         if settings.regime is not None:
             self.measurement.watch_frameworks()  # every test is measured: hook JAX before it runs anything
@@ -162,7 +163,9 @@ class DevmemSession:
             return (yield)
         self._configure_tensorflow_once()
         item.stash[oom_key] = None
-        self.measurement.start()  # before fixtures: what a function-scoped fixture allocates counts
+        module = item.nodeid.split("::", 1)[0]
+        self.measurement.start(thaw=module != self._frozen_in)  # before fixtures: what a function-scoped fixture allocates counts
+        self._frozen_in = module
         try:
             return (yield)
         except BaseException:  # no call phase will stop the measurement: stop it here
