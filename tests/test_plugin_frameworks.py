@@ -270,3 +270,16 @@ def test_a_worker_interrupted_in_jaxs_gc_callback_at_shutdown_prints_no_warning(
     result.assert_outcomes(passed=2)
     output = result.stdout.str() + result.stderr.str()
     assert "_xla_gc_callback" not in output and "still reported" in output
+
+
+def test_the_header_says_when_the_plugin_set_tensorflows_inter_op_threads(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TF_NUM_INTEROP_THREADS=1 changes how TensorFlow runs a graph: set by the plugin, it is said,
+    as the oneDNN setting is; set by the user, it is theirs and unsaid."""
+    pytest.importorskip("tensorflow")
+    monkeypatch.delenv("TF_NUM_INTEROP_THREADS", raising=False)
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = pytester.runpytest_subprocess("--devmem-mode=prealloc", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["devmem: TensorFlow's inter-op threads: 1 (TF_NUM_INTEROP_THREADS=1, set by pytest-devmem*"])
+    monkeypatch.setenv("TF_NUM_INTEROP_THREADS", "4")
+    yours = pytester.runpytest_subprocess("--devmem-mode=prealloc", "-p", "no:cacheprovider")
+    assert "inter-op threads" not in yours.stdout.str()

@@ -18,7 +18,7 @@ from ..model.regime import Regime, configure_tensorflow_gpus, jax_backend_starte
 from ..units import format_size
 from .checks import Checks
 from .compile_target import CompileTarget
-from .environment import early_env_key, restore_all, tensorflow_cpu_key, tensorflow_installed
+from .environment import early_env_key, interop_key, restore_all, tensorflow_cpu_key, tensorflow_installed
 from .items import captured_key, id_of_test, mark_key, measured, oom_key, out_of_memory_text, prepare_item, regime_key
 from .results import SessionResults
 from .settings import Settings
@@ -85,6 +85,8 @@ class DevmemSession:
             lines.append(f"devmem: {self.compile_target.note}")
         if self.tensorflow_cpu is not None and tensorflow_installed():
             lines.append(f"devmem: {self.tensorflow_cpu.describe()}")
+            if config.stash.get(interop_key, False):
+                lines.append("devmem: TensorFlow's inter-op threads: 1 (TF_NUM_INTEROP_THREADS=1, set by pytest-devmem: a graph's ops run one after another, so which buffers live together is the same in every run)")
         return lines
 
     # -- collection: what exists, then what runs, under which regime ------------------------
