@@ -159,7 +159,7 @@ def main() -> None:
     run(ROOT / "examples" / "test_jax_fragmentation.py", "fragmentation-pins")
     run({"test_long.py": LONG}, "100k-events", "--devmem-mode=growth")
     run({"test_oom.py": OUT_OF_MEMORY}, "out-of-memory", "--devmem-mode=prealloc", "--devmem-device=sim:1GiB")
-    run_targets({"test_targets.py": SEVERAL_TARGETS}, "several-targets", "--devmem-mode=prealloc", "--devmem-targets=sim:H100-80GB,sim:T4,sim:1GiB,sim:64MiB")
+    run_targets({"test_targets.py": SEVERAL_TARGETS}, "several-targets", "--devmem-mode=prealloc", "--devmem-targets=sim:H100-80GB,sim:TPU-v5e,sim:T4,sim:1GiB,sim:64MiB")
     failure_artifact()
     screenshots()
 

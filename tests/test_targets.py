@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_devmem.capture.gpu_compile import cuda_compiler_problem
+from pytest_devmem.capture.tpu_compile import tpu_compiler_problem
 from pytest_devmem.cli import main
 from pytest_devmem.errors import InvalidSettingError
 from pytest_devmem.gate.record import TestRecord
@@ -23,6 +24,7 @@ from pytest_devmem.present.report import render
 
 MiB = 2**20
 needs_compiler = pytest.mark.skipif(cuda_compiler_problem() is not None, reason=f"needs the gpu-compile extra: {cuda_compiler_problem()}")
+needs_libtpu = pytest.mark.skipif(tpu_compiler_problem() is not None, reason=f"needs the tpu-compile extra: {tpu_compiler_problem()}")
 
 SUITE = """
 import jax
@@ -165,8 +167,8 @@ def check_markdown_and_csv(report: dict[str, object]) -> None:
     table = TargetTable.from_json(report["targets"])
     text = render("r.md", records, report["session"], targets=table)  # type: ignore[arg-type]
     assert "## On several targets (--devmem-targets)" in text
-    assert f"| prealloc | sim:64MiB | {64 * MiB} | " in text and "| OOM (capacity) | cpu |" in text
-    assert "| n/a | n/a | not measured | cpu | skipped: needs 1 GiB |" in text
+    assert f"| prealloc | sim:64MiB | prealloc | {64 * MiB} | " in text and "| OOM (capacity) | cpu |" in text
+    assert "| n/a | n/a | not measured | no JAX | skipped: needs 1 GiB |" in text  # skipped before any JAX executable ran there
     rows = list(csv.DictReader(io.StringIO(render("r.csv", records, report["session"], targets=table))))  # type: ignore[arg-type]
     forty = next(row for row in rows if row["test_id"].endswith("test_forty_mib"))
     assert (forty["sim:64MiB status"], forty["sim:64MiB oom_kind"], forty["sim:64MiB capacity_bytes"]) == ("oom", "capacity", str(64 * MiB))
@@ -184,6 +186,74 @@ def check_the_pictures(report: Path, directory: Path) -> None:
         else:
             text = data.decode()
             assert "sim:H100-80GB" in text and "out of memory" in text and "not measured" in text and "<script" not in text
+
+
+TINY = """
+import jax.numpy as jnp
+
+def test_plus_one():
+    x = jnp.ones((8, 3), dtype=jnp.float32)
+    (x + 1).block_until_ready()
+
+def test_pool_only(devmem):
+    devmem.pool.alloc(2**20)
+"""
+
+
+@needs_libtpu
+def test_a_tpu_target_fills_the_row_of_the_tests_own_regime_beside_a_gpu_preset(jax_loaded: object, matplotlib_loaded: object, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_tiny=TINY)
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-report=r.json", "--devmem-targets=sim:TPU-v5e,sim:H100-80GB")
+    result.assert_outcomes(passed=2)
+    report = json.loads((pytester.path / "r.json").read_text())
+    table = TargetTable.from_json(report["targets"])
+    rows = table.rows()
+    assert [(test.split("::")[-1], regime, sorted(cells)) for test, regime, cells in rows] == [
+        (name, "prealloc", ["sim:16GiB", "sim:H100-80GB", "sim:TPU-v5e"]) for name in ("test_plus_one", "test_pool_only")
+    ]  # one row per test, under the regime the session ran it under: the TPU's cell in it
+    tpu = table.cell(rows[0][0], "prealloc", "sim:TPU-v5e")
+    assert tpu is not None and (tpu.regime, tpu.row_regime, tpu.sized_by) == ("compact(fraction=1)", "prealloc", "TPU-v5e")
+    assert tpu.peak_bytes_in_use == 2 * 2048  # x and x + 1: an f32[8,3] is one (8, 128) tile on a v5e (tests/test_tpu_compile.py), 512 B on the CPU
+    assert table.cell(rows[0][0], "prealloc", "sim:16GiB").peak_bytes_in_use == 512  # type: ignore[union-attr]
+    assert table.cell(rows[1][0], "prealloc", "sim:TPU-v5e").peak_bytes_in_use == 2**20  # type: ignore[union-attr]
+    gpu = table.cell(rows[0][0], "prealloc", "sim:H100-80GB")
+    assert gpu is not None and not gpu.other_regime and gpu.regime == "prealloc"
+    summary = result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "  test  *regime  *sim:16GiB  *sim:TPU-v5e  *sim:H100-80GB",
+        "  test_tiny.py::test_plus_one  *prealloc  512 B (0.0%)  *4.00 KiB (0.0%)[*]  *512 B (0.0%)",
+        "  test_tiny.py::test_pool_only  *prealloc  *",
+        "  [*] sim:TPU-v5e: run under compact(fraction=1) (that target's regime), not the row's",
+    ])
+    assert "sim:TPU-v5e: 15.75 GiB per device, run again, regime compact(fraction=1)" in summary
+    assert len([line for line in summary.splitlines() if line.startswith("  test_tiny.py::")]) == 2  # a line per test in the targets' table
+    check_the_schema(report)
+    records = [TestRecord.from_json(r) for r in report["records"]]
+    lines = list(csv.DictReader(io.StringIO(render("r.csv", records, report["session"], targets=table))))
+    assert [(line["test_id"].split("::")[-1], line["regime"]) for line in lines] == [("test_plus_one", "prealloc"), ("test_pool_only", "prealloc")]
+    assert (lines[0]["sim:TPU-v5e peak_bytes_in_use"], lines[0]["sim:TPU-v5e regime"], lines[0]["sim:H100-80GB regime"]) == ("4096", "compact(fraction=1)", "prealloc")
+    text = render("r.md", records, report["session"], targets=table)
+    assert "| test_tiny.py::test_plus_one | prealloc | 512 B (0.0%) | 4.00 KiB (0.0%)\\* |" in text
+    assert "| test_tiny.py::test_plus_one | prealloc | sim:TPU-v5e | compact(fraction=1) | " in text
+    page = pytester.path / "t.html"
+    assert main(["plot", str(pytester.path / "r.json"), "--targets", "-o", str(page)]) == 0
+    html = page.read_text()
+    assert html.count("<tr><th class='test'>") == 2 and "* run under compact(fraction=1)" in html
+    assert main(["plot", str(pytester.path / "r.json"), "--targets", "-o", str(pytester.path / "t.png")]) == 0
+
+
+def test_an_older_reports_tpu_rows_join_their_tests_row() -> None:
+    """A report written before results named their session's regime: the TPU's result is put in the
+    row of the session's own record of the test, as a report written now has it."""
+    def row(target: str, regime: str, peak: int) -> dict[str, object]:
+        return {"test_id": "t.py::test_a", "target": target, "regime": regime, "status": "fits", "capacity_bytes": 2**34, "peak_bytes_in_use": peak}
+
+    older = {"targets": [{"name": "sim:16GiB", "capacity_bytes": 2**34, "session": True}, {"name": "sim:TPU-v5e", "capacity_bytes": 2**34}],
+             "results": [row("sim:TPU-v5e", "compact(fraction=1)", 4096), row("sim:16GiB", "prealloc", 512)]}
+    table = TargetTable.from_json(older)
+    assert [(test, regime, sorted(cells)) for test, regime, cells in table.rows()] == [("t.py::test_a", "prealloc", ["sim:16GiB", "sim:TPU-v5e"])]
+    assert table.cell("t.py::test_a", "prealloc", "sim:TPU-v5e").peak_bytes_in_use == 4096  # type: ignore[union-attr]
+    assert TargetTable.from_json(table.to_json()).to_json() == table.to_json()
 
 
 def test_plot_targets_refuses_a_report_without_them_and_options_for_traces(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,12 +1,14 @@
 """Each measured test on each target of `--devmem-targets`: whether it fits there, out of memory (of
 what kind), or was not measured (and why), with its peak, the target's capacity and the compile that
 sized JAX's executables. A what-if view beside the session's own records: it never gates, and no
-baseline is read or written for it. Plain data that crosses processes as JSON (a child, an xdist
+baseline is read or written for it. A row is a test under the regime the session ran it under; a
+target whose regime differs (a TPU's runtime has one) fills that row's cell with its own regime's
+result, and says so. Plain data that crosses processes as JSON (a child, an xdist
 worker), combined in one order whatever order it arrived in."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from .record import TestRecord
@@ -49,18 +51,31 @@ class TargetResult:
     sized_by: str | None = None  # whose compile sized JAX's executables: cpu, a GPU or TPU preset; None: no JAX
     outcome: str | None = None  # the test's own outcome on that target
     reason: str | None = None  # why not measured; or what else to know (executables that kept the CPU's sizes)
+    session_regime: str | None = None  # the regime the session ran the test under (its row); None: `regime` (an older report)
+
+    @property
+    def row_regime(self) -> str:
+        """The regime of the table's row this result belongs to: the test's own in the session."""
+        return self.session_regime or self.regime
+
+    @property
+    def other_regime(self) -> bool:
+        """Whether the test ran under another regime on this target than its row's (a TPU's own)."""
+        return self.regime != self.row_regime
 
     @classmethod
-    def from_record(cls, record: TestRecord, target: str, capacity: int, why: str | None = None) -> TargetResult:
+    def from_record(cls, record: TestRecord, target: str, capacity: int, why: str | None = None, session_regime: str | None = None) -> TargetResult:
         """What a test's record on `target` says: out of memory (in the replay or for real), fits, or
         not measured: skipped part-way, or nothing traced (in the capture's words). `why`: what the
-        test's reports there say, for a test skipped or failed there."""
+        test's reports there say, for a test skipped or failed there. `session_regime`: the regime
+        the session ran it under (the record's own for the session's device)."""
         found = (record.trace or {}).get("notes")
         notes = [str(note) for note in found] if isinstance(found, list) else []
         kept_cpu = [note for note in notes if "kept the CPU compile's sizes" in note]
         common = {
             "test_id": record.test_id, "target": target, "regime": record.regime, "capacity_bytes": capacity,
             "sized_by": record.compile_target, "outcome": record.outcome, "devices": record.device_count,
+            "session_regime": session_regime or record.regime,
         }
         if record.outcome == "skipped":
             return cls(status=NOT_MEASURED, reason=why or "skipped while it ran", **common)  # type: ignore[arg-type]
@@ -82,8 +97,8 @@ class TargetResult:
         )
 
     @classmethod
-    def not_measured(cls, test_id: str, target: str, regime: str, capacity: int, reason: str, outcome: str | None = None) -> TargetResult:
-        return cls(test_id=test_id, target=target, regime=regime, status=NOT_MEASURED, capacity_bytes=capacity, reason=reason, outcome=outcome)
+    def not_measured(cls, test_id: str, target: str, regime: str, capacity: int, reason: str, outcome: str | None = None, session_regime: str | None = None) -> TargetResult:
+        return cls(test_id=test_id, target=target, regime=regime, status=NOT_MEASURED, capacity_bytes=capacity, reason=reason, outcome=outcome, session_regime=session_regime or regime)
 
     @property
     def share(self) -> float | None:
@@ -98,6 +113,7 @@ class TargetResult:
             "peak_bytes_in_use": self.peak_bytes_in_use, "peak_bytes_reserved": self.peak_bytes_reserved,
             "capacity_bytes": self.capacity_bytes, "peak_device": self.peak_device, "devices": self.devices,
             "oom_kind": self.oom_kind, "sized_by": self.sized_by, "outcome": self.outcome, "reason": self.reason,
+            "session_regime": self.row_regime,
         }
 
     @classmethod
@@ -118,13 +134,14 @@ class TargetResult:
             capacity_bytes=size("capacity_bytes") or 0, peak_bytes_in_use=size("peak_bytes_in_use"),
             peak_bytes_reserved=size("peak_bytes_reserved"), peak_device=text("peak_device"), devices=size("devices") or 0,
             oom_kind=text("oom_kind"), sized_by=text("sized_by"), outcome=text("outcome"), reason=text("reason"),
+            session_regime=text("session_regime"),
         )
 
 
 @dataclass
 class TargetTable:
-    """The targets (the session's device first) and every result, in one order: by test, regime,
-    then the targets' order."""
+    """The targets (the session's device first) and every result, in one order: by test, the
+    test's regime in the session (its row), then the targets' order."""
 
     targets: list[Target] = field(default_factory=list)
     results: list[TargetResult] = field(default_factory=list)
@@ -139,26 +156,27 @@ class TargetTable:
 
     def sort(self) -> None:
         order = {target.name: index for index, target in enumerate(self.targets)}
-        unique = {(r.test_id, r.regime, r.target): r for r in self.results}  # one per test, regime and target
-        self.results = sorted(unique.values(), key=lambda r: (r.test_id, r.regime, order.get(r.target, len(order)), r.target))
+        unique = {(r.test_id, r.row_regime, r.target): r for r in self.results}  # one per row and target
+        self.results = sorted(unique.values(), key=lambda r: (r.test_id, r.row_regime, order.get(r.target, len(order)), r.target))
         self._index = None
 
     def tests(self) -> list[tuple[str, str]]:
-        """(test id, regime) of every row, in order."""
-        return list(dict.fromkeys((r.test_id, r.regime) for r in self.results))
+        """(test id, the test's regime in the session) of every row, in order."""
+        return list(dict.fromkeys((r.test_id, r.row_regime) for r in self.results))
 
     def cell(self, test_id: str, regime: str, target: str) -> TargetResult | None:
-        """One test's row on one target (looked up in a dict built once per set of results)."""
+        """One test's cell on one target, by its row (the regime the session ran it under), whatever
+        regime the target ran it under (looked up in a dict built once per set of results)."""
         if self._index is None or self._indexed != len(self.results):
-            self._index = {(r.test_id, r.regime, r.target): r for r in self.results}
+            self._index = {(r.test_id, r.row_regime, r.target): r for r in self.results}
             self._indexed = len(self.results)
         return self._index.get((test_id, regime, target))
 
     def rows(self) -> list[tuple[str, str, dict[str, TargetResult]]]:
-        """Per (test id, regime): its result on each target, by target name."""
+        """Per (test id, the test's regime in the session): its result on each target, by target name."""
         found: dict[tuple[str, str], dict[str, TargetResult]] = {}
         for result in self.results:
-            found.setdefault((result.test_id, result.regime), {})[result.target] = result
+            found.setdefault((result.test_id, result.row_regime), {})[result.target] = result
         return [(test_id, regime, cells) for (test_id, regime), cells in found.items()]
 
     def to_json(self) -> dict[str, object]:
@@ -173,4 +191,24 @@ class TargetTable:
             table = cls([Target.from_json(t) for t in data["targets"]], [TargetResult.from_json(r) for r in data["results"]], int(data.get("children") or 0), str(data.get("skipped") or ""))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"\"targets\": an entry cannot be read: {exc}") from None
+        if any(r.session_regime is None for r in table.results):
+            table.results = table.rows_of_older_results()
+            table.sort()
         return table
+
+    def rows_of_older_results(self) -> list[TargetResult]:
+        """The results, those from a report written before `session_regime` was recorded given the
+        regime of the session's own record of the test where it had one (a TPU target's result then
+        joins its test's row); the others as they are."""
+        session = {target.name for target in self.targets if target.session}
+        own: dict[str, set[str]] = {}
+        for r in self.results:
+            if r.target in session:
+                own.setdefault(r.test_id, set()).add(r.regime)
+        results = []
+        for r in self.results:
+            regimes = own.get(r.test_id, set())
+            if r.session_regime is None and len(regimes) == 1:
+                r = replace(r, session_regime=next(iter(regimes)))
+            results.append(r)
+        return results

@@ -3,7 +3,7 @@
 A target's regime is fixed for a process once JAX or TensorFlow start, and so is the compile that
 sizes JAX's executables for it; so each target gets child processes of its own (isolation.py), one
 per target and regime, not one per test: the tests this process ran, under `--devmem-device=TARGET`,
-the regime `model.targets.regime_on_target` gives, and the compile target `auto` (a GPU or TPU
+the regime `model.targets.regime_on_target` gives (each row still the test's session regime), and the compile target `auto` (a GPU or TPU
 preset sized by its own deviceless compile, `sim:SIZE` by the CPU's). The children compare with no
 baseline, write none, and fail nothing here: their records become rows of the targets table, never
 the session's records. Under pytest-xdist each worker reruns the tests it ran and sends the rows
@@ -108,14 +108,17 @@ def target_cache(config: pytest.Config, target: Target) -> list[str]:
 
 
 def result_of(item: pytest.Item, target: Target, regime: Regime, outcome: ChildOutcome) -> TargetResult:
-    """The row of one test on one target: its record from the child's call report, or why there is none."""
+    """The cell of one test on one target: its record from the child's call report, or why there is
+    none; in the row of the regime the session ran the test under, whatever `regime` ran it there
+    (a TPU's own)."""
     reports = outcome.reports.get(item.nodeid, [])
     test_id = id_of_test(item.nodeid, item.location[0])
+    session_regime = regime_of(item).label
     for report in reports:
         data = getattr(report, "devmem_record", None)
         if report.when == "call" and isinstance(data, dict):
-            return TargetResult.from_record(TestRecord.from_json(data), target.name, target.capacity_bytes, why_not_measured(reports))
-    return TargetResult.not_measured(test_id, target.name, regime.label, target.capacity_bytes, why_not_measured(reports), outcome=_outcome(reports))
+            return TargetResult.from_record(TestRecord.from_json(data), target.name, target.capacity_bytes, why_not_measured(reports), session_regime=session_regime)
+    return TargetResult.not_measured(test_id, target.name, regime.label, target.capacity_bytes, why_not_measured(reports), outcome=_outcome(reports), session_regime=session_regime)
 
 
 def why_not_measured(reports: Sequence[pytest.TestReport]) -> str:

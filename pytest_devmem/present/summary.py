@@ -121,11 +121,18 @@ class SessionSummary:
             self.line(f"  {line}", red=True)
 
     def targets(self) -> None:
-        """--devmem-targets: a test per row, a target per column, and where each fits."""
+        """--devmem-targets: a test per row (its session's regime), a target per column, and where each fits."""
         table = self.facts.targets
         if table is None:
             return
-        from .targets import aligned, pivot_rows, reasons, target_lines, verdict_counts
+        from .targets import (
+            aligned,
+            other_regime_notes,
+            pivot_rows,
+            reasons,
+            target_lines,
+            verdict_counts,
+        )
 
         reruns = sum(1 for target in table.targets if not target.session)
         self.line(f"on several targets (--devmem-targets; each measured test run again on {reruns} target(s), {table.children} child process(es)):")
@@ -139,6 +146,8 @@ class SessionSummary:
                 self.line(f"  {row}")
             if hidden:
                 self.line(f"  ... and {hidden} more test(s) that fit everywhere (-v or the report lists them all)")
+            for line in other_regime_notes(table):
+                self.line(f"  {line}")
         for line in verdict_counts(table):
             self.line(f"  {line}")
         notes = reasons(table)

@@ -1,6 +1,8 @@
-"""The targets table (`--devmem-targets`) as people read it: tests down, targets across, each cell
-the test's peak there and whether it fits, out of memory (of what kind) or was not measured; the
-same in Markdown with a row per test and target, and as CSV columns. Takes plain data."""
+"""The targets table (`--devmem-targets`) as people read it: tests down (one row per test, under the
+regime the session ran it under), targets across, each cell the test's peak there and whether it
+fits, out of memory (of what kind) or was not measured, marked `*` where the target ran it under
+another regime (a TPU's own), with a note naming it; the same in Markdown with a row per test and
+target, and as CSV columns. Takes plain data."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from .text import markdown
 
 ROWS_SHOWN = 20
 """Tests the terminal shows without -v: those that do not fit (or were not measured) somewhere first."""
+OTHER_REGIME = "*"
+"""After a cell whose target ran the test under another regime than its row's."""
 
 
 def cell_text(result: TargetResult | None) -> str:
@@ -55,8 +59,24 @@ def verdict_counts(table: TargetTable) -> list[str]:
     return lines
 
 
+def marked_cell(result: TargetResult | None) -> str:
+    """The cell's text, `*` after it where the target ran the test under another regime than the row's."""
+    text = cell_text(result)
+    return text + OTHER_REGIME if result is not None and result.other_regime else text
+
+
+def other_regime_notes(table: TargetTable) -> list[str]:
+    """What `*` means, per target that ran some test under another regime than its row's."""
+    lines = []
+    for target in table.targets:
+        regimes = sorted({r.regime for r in table.results if r.target == target.name and r.other_regime})
+        if regimes:
+            lines.append(f"{OTHER_REGIME} {target.name}: run under {', '.join(regimes)} (that target's regime), not the row's")
+    return lines
+
+
 def pivot_rows(table: TargetTable, everything: bool = True) -> tuple[list[tuple[str, ...]], int]:
-    """The header and a row per (test, regime), a cell per target; without `everything`, at most
+    """The header and a row per test (under the regime the session ran it under), a cell per target; without `everything`, at most
     ROWS_SHOWN rows, those that do not fit or were not measured somewhere first; and how many are hidden."""
     rows = table.rows()
     hidden = 0
@@ -70,7 +90,7 @@ def pivot_rows(table: TargetTable, everything: bool = True) -> tuple[list[tuple[
         hidden = len(rows) - len(kept)
         rows = [row for row in rows if (row[0], row[1]) in kept]
     header = ("test", "regime", *(target.name for target in table.targets))
-    body = [(test, regime, *(cell_text(cells.get(target.name)) for target in table.targets)) for test, regime, cells in rows]
+    body = [(test, regime, *(marked_cell(cells.get(target.name)) for target in table.targets)) for test, regime, cells in rows]
     return [header, *body], hidden
 
 
@@ -81,12 +101,12 @@ def aligned(rows: Sequence[tuple[str, ...]]) -> list[str]:
 
 def reasons(table: TargetTable) -> list[str]:
     """Why each test not measured on a target was not, and what else a row notes."""
-    return [f"{r.test_id} [{r.regime}] on {r.target}: {r.reason}" for r in table.results if r.reason]
+    return [f"{r.test_id} [{r.row_regime}] on {r.target}: {r.reason}" for r in table.results if r.reason]
 
 
 def markdown_section(table: TargetTable) -> str:
     """The report's Markdown: the targets, a grid of tests by targets, then a row per test and target
-    with the figures in bytes."""
+    with the figures in bytes and the regime the target ran it under."""
     lines = ["", "## On several targets (--devmem-targets)", ""]
     lines += [f"- {markdown(line)}" for line in target_lines(table)]
     if table.skipped:
@@ -94,10 +114,13 @@ def markdown_section(table: TargetTable) -> str:
     grid, _ = pivot_rows(table)
     lines += ["", "| " + " | ".join(markdown(cell) for cell in grid[0]) + " |", "|" + "---|" * len(grid[0])]
     lines += ["| " + " | ".join(markdown(cell) for cell in row) + " |" for row in grid[1:]]
-    lines += ["", "| test | regime | target | capacity (bytes) | peak in use (bytes) | peak reserved (bytes) | verdict | sized by | note |", "|---|---|---|---|---|---|---|---|---|"]
+    notes = other_regime_notes(table)
+    if notes:
+        lines += [""] + [f"{markdown(line)}  " for line in notes]
+    lines += ["", "| test | regime | target | regime there | capacity (bytes) | peak in use (bytes) | peak reserved (bytes) | verdict | sized by | note |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in table.results:
         verdict = f"OOM ({r.oom_kind})" if r.status == OOM else r.status
-        cells = (r.test_id, r.regime, r.target, str(r.capacity_bytes), _bytes(r.peak_bytes_in_use), _bytes(r.peak_bytes_reserved), verdict, r.sized_by or "no JAX", r.reason or "")
+        cells = (r.test_id, r.row_regime, r.target, r.regime, str(r.capacity_bytes), _bytes(r.peak_bytes_in_use), _bytes(r.peak_bytes_reserved), verdict, r.sized_by or "no JAX", r.reason or "")
         lines.append("| " + " | ".join(markdown(cell) for cell in cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -106,7 +129,8 @@ def _bytes(value: int | None) -> str:
     return "n/a" if value is None else str(value)
 
 
-CSV_FIELDS = ("status", "peak_bytes_in_use", "peak_bytes_reserved", "capacity_bytes", "oom_kind", "sized_by", "reason")
+CSV_FIELDS = ("status", "peak_bytes_in_use", "peak_bytes_reserved", "capacity_bytes", "oom_kind", "sized_by", "reason", "regime")
+"""Per target run again; `regime`: the one it ran the test under there (a TPU's own, or the line's)."""
 
 
 def csv_header(targets: Sequence[Target]) -> list[str]:
@@ -115,6 +139,7 @@ def csv_header(targets: Sequence[Target]) -> list[str]:
 
 
 def csv_cells(table: TargetTable, test_id: str, regime: str) -> list[object]:
+    """A record's line's cells for the targets run again: the test under `regime`, its session's, on each."""
     cells: list[object] = []
     for target in table.targets:
         if target.session:

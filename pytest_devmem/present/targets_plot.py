@@ -1,5 +1,6 @@
-"""The picture of a targets table (`devmem plot REPORT --targets`): a test per row, a target per
-column, each cell the test's peak in use there as a share of that target's capacity per device (the
+"""The picture of a targets table (`devmem plot REPORT --targets`): a test per row (under the regime
+the session ran it under), a target per column (named with the regime it ran the tests under where
+that is not the row's, as a TPU's runtime does), each cell the test's peak in use there as a share of that target's capacity per device (the
 colour, from green for little to orange for nearly all), red where it ran out of memory (with its
 kind), grey where it was not measured. PNG through matplotlib (imported only for a PNG); HTML
 self-contained (a table, no script, no network)."""
@@ -13,6 +14,7 @@ from ..files import write_atomic
 from ..gate.targets import FITS, NOT_MEASURED, OOM, TargetResult, TargetTable
 from ..units import format_size
 from .plot import FREE_COLOUR, OOM_COLOUR, check_picture_path, save_png
+from .targets import OTHER_REGIME
 from .text import html_text, matplotlib_text
 
 ROWS_DRAWN = 60
@@ -36,9 +38,15 @@ def fill_colour(result: TargetResult | None) -> str:
 
 
 def cell_lines(result: TargetResult | None) -> tuple[str, str]:
-    """The two lines a cell shows."""
+    """The two lines a cell shows; `*` after the first where the target ran the test under another
+    regime than the row's (its column's title names it)."""
     if result is None:
         return "-", ""
+    first, second = _cell_lines(result)
+    return first + (OTHER_REGIME if result.other_regime else ""), second
+
+
+def _cell_lines(result: TargetResult) -> tuple[str, str]:
     if result.status == NOT_MEASURED:
         return "not measured", (result.reason or "")[:40]
     if result.status == OOM:
@@ -62,12 +70,15 @@ def drawn_rows(table: TargetTable, test: str | None = None) -> tuple[list[tuple[
     return [row for row in rows if (row[0], row[1]) in kept], len(rows) - len(kept)
 
 
-def column_title(table: TargetTable, index: int) -> tuple[str, str, str]:
-    """A column's name, capacity per device, and the compile that sized JAX's executables there."""
+def column_title(table: TargetTable, index: int) -> tuple[str, ...]:
+    """A column's name, capacity per device, the compile that sized JAX's executables there, and
+    the regime it ran tests under where that is not their row's (never silently another regime)."""
     target = table.targets[index]
     from .targets import sized_by
 
-    return target.name + (" (this run)" if target.session else ""), f"{format_size(target.capacity_bytes)} per device", f"sized by {sized_by(table, target.name)}"
+    title = (target.name + (" (this run)" if target.session else ""), f"{format_size(target.capacity_bytes)} per device", f"sized by {sized_by(table, target.name)}")
+    others = sorted({r.regime for r in table.results if r.target == target.name and r.other_regime})
+    return title + ((f"{OTHER_REGIME} run under {', '.join(others)}",) if others else ())
 
 
 def write_targets_plot(table: TargetTable, path: str | os.PathLike[str], title: str, test: str | None = None) -> None:
@@ -95,7 +106,9 @@ def render_png(table: TargetTable, rows: list[tuple[str, str, dict[str, TargetRe
         raise ValueError("a PNG needs matplotlib (pip install 'pytest-devmem[plot]'); an .html file needs nothing") from None
     columns = len(table.targets)
     label_width = min(5.5, 0.3 + 0.06 * max(len(f"{t} [{r}]") for t, r, _ in rows))
-    cell_width, cell_height, top, bottom, right = 1.9, 0.55, 1.15, 0.45, 0.2
+    titles = [column_title(table, x) for x in range(columns)]
+    cell_width, cell_height, bottom, right = 1.9, 0.55, 0.45, 0.2
+    top = 0.7 + 0.15 * max(len(title) for title in titles)  # 1.15 for three lines
     width, height = label_width + cell_width * columns + right, top + bottom + cell_height * len(rows)
     figure = plt.figure(figsize=(width, height))
     axis = figure.add_axes((label_width / width, bottom / height, cell_width * columns / width, cell_height * len(rows) / height))
@@ -111,7 +124,7 @@ def render_png(table: TargetTable, rows: list[tuple[str, str, dict[str, TargetRe
     axis.set_xlim(0, columns)
     axis.set_ylim(len(rows), 0)
     axis.set_yticks([y + 0.5 for y in range(len(rows))], [matplotlib_text(f"{test} [{regime}]") for test, regime, _ in rows], fontsize=7)
-    axis.set_xticks([x + 0.5 for x in range(columns)], ["\n".join(matplotlib_text(part) for part in column_title(table, x)) for x in range(columns)], fontsize=7)
+    axis.set_xticks([x + 0.5 for x in range(columns)], ["\n".join(matplotlib_text(part) for part in title) for title in titles], fontsize=7)
     axis.xaxis.tick_top()
     axis.tick_params(length=0)
     for side in axis.spines.values():
@@ -135,8 +148,8 @@ def render_html(table: TargetTable, rows: list[tuple[str, str, dict[str, TargetR
         "<table><tr><th></th>",
     ]
     for index in range(len(table.targets)):
-        name, capacity, sized = column_title(table, index)
-        parts.append(f"<th>{html_text(name)}<br><small>{html_text(capacity)}<br>{html_text(sized)}</small></th>")
+        name, *details = column_title(table, index)
+        parts.append(f"<th>{html_text(name)}<br><small>{'<br>'.join(html_text(part) for part in details)}</small></th>")
     parts.append("</tr>")
     for test, regime, cells in rows:
         parts.append(f"<tr><th class='test'>{html_text(test)} [{html_text(regime)}]</th>")
@@ -155,7 +168,8 @@ def render_html(table: TargetTable, rows: list[tuple[str, str, dict[str, TargetR
 def _tooltip(result: TargetResult | None) -> str:
     if result is None:
         return "not run on this target"
-    figures = [f"{result.status}" + (f" ({result.oom_kind})" if result.oom_kind else ""), f"regime {result.regime}", f"capacity {result.capacity_bytes} bytes"]
+    regime = f"regime {result.regime}" + (f" (the target's; the test's own: {result.row_regime})" if result.other_regime else "")
+    figures = [f"{result.status}" + (f" ({result.oom_kind})" if result.oom_kind else ""), regime, f"capacity {result.capacity_bytes} bytes"]
     if result.peak_bytes_in_use is not None:
         figures.append(f"peak in use {result.peak_bytes_in_use} bytes, reserved {result.peak_bytes_reserved} bytes")
     figures.append(f"sized by {result.sized_by or 'no JAX'}")
