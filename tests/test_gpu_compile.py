@@ -7,6 +7,8 @@ throughout, as on a CPU-only CI machine.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import subprocess
@@ -262,16 +264,18 @@ def test_a_second_executable_of_the_same_module_compiles_nothing_without_a_cache
     def step(a: Any, b: Any) -> Any:
         return jnp.tanh(a @ b) * 3
 
-    first = executable_of(step, jnp.ones((256, 256)), jnp.ones((256, 256)))
-    again = executable_of(lambda a, b: jnp.tanh(a @ b) * 3, jnp.ones((256, 256)), jnp.ones((256, 256)))  # another jit: another executable
-    assert again is not first
     sizer = GpuSizer(gpu_spec("A100-80GB"))  # no cache directory (pytest -p no:cacheprovider)
     try:
-        assert sizer.install()
+        assert sizer.install()  # before the executables are built: the sizer learns how each was lowered
+        first = executable_of(step, jnp.ones((256, 256)), jnp.ones((256, 256)))
+        again = executable_of(lambda a, b: jnp.tanh(a @ b) * 3, jnp.ones((256, 256)), jnp.ones((256, 256)))  # another jit: another executable
+        assert again is not first
         compiled, reused = sizer.sizes_for(first), sizer.sizes_for(again)
     finally:
         sizer.uninstall()
-    assert isinstance(compiled, ExecutableSizes) and reused == compiled
+    assert isinstance(compiled, ExecutableSizes) and isinstance(reused, ExecutableSizes)
+    assert (compiled.source, reused.source, reused.compile_seconds) == ("compiled", "cache", 0.0)
+    assert dataclasses.replace(reused, source="compiled", compile_seconds=compiled.compile_seconds) == compiled
     assert (sizer.compiles, sizer.session_hits, sizer.disk_hits) == (1, 1, 0)
 
 
