@@ -110,8 +110,10 @@ def schema_reference(name: str) -> str:
 
 
 def changelog() -> str:
+    """CHANGELOG.md, its links to `docs/PAGE.md` made relative to the docs folder it is shown in."""
     text = (ROOT / "CHANGELOG.md").read_text()
-    return text.split("\n", 1)[1] if text.startswith("# ") else text
+    text = text.split("\n", 1)[1] if text.startswith("# ") else text
+    return text.replace("](docs/", "](")
 
 
 GENERATORS = {"cli": cli_reference, "options": options_reference, "marker": marker_reference, "changelog": changelog}

@@ -22,7 +22,7 @@ MARK_ARGUMENTS = {
     "limit": "fail the test when its peak in use is above this size (e.g. '2GiB'); overrides --devmem-limit",
     "tolerance": "this test's allowed change against its baseline (e.g. '5%', 'peak_bytes_in_use:5%,fragmentation:0.05'); overrides --devmem-tolerance",
     "frameworks": "the frameworks the test uses together, e.g. ('jax', 'tf'): checked for valid names",
-    "max_compiles": "fail the test when JAX compiles any one function more than N times in it (a function retraced on every call), naming the functions",
+    "max_compiles": "fail the test when it needs more than N executables of any one JAX function (each distinct one it ran, compiled during it or found in a cache: a function retraced on every call), naming the functions",
     "max_leak": "fail the test when, after it and a garbage collection, the frameworks still hold more than this size of the memory it allocated; overrides --devmem-max-leak",
     "max_fragmentation": "fail the test when its pools' fragmentation (0 to 1, XLA's measure) goes above this at any moment; overrides --devmem-max-fragmentation",
 }
@@ -32,7 +32,7 @@ FRAMEWORKS = {"jax": "jax", "tf": "tensorflow", "tensorflow": "tensorflow"}
 MARKER_HELP = (
     "devmem(mode=None, fraction=None, limit=None, tolerance=None, frameworks=(), max_compiles=None, max_leak=None, max_fragmentation=None): measure this test's "
     "device memory, under the given regime (a child process when it differs from the session's); "
-    "fail it above `limit` bytes (e.g. '2GiB'), when JAX compiles one function more than `max_compiles` times in it, "
+    "fail it above `limit` bytes (e.g. '2GiB'), when it needs more than `max_compiles` executables of one JAX function, "
     "when the frameworks still hold more than `max_leak` of its memory after it (e.g. '1MiB'), "
     "or when its pools' fragmentation goes above `max_fragmentation` (0 to 1)."
 )
