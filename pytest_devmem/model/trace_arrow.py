@@ -19,6 +19,8 @@ import math
 import re
 from typing import IO, TYPE_CHECKING, Any
 
+from ..spreadsheet import csv_text
+
 if TYPE_CHECKING:
     from .trace import Trace
 
@@ -126,7 +128,7 @@ def _name_codes(trace: Trace, columns: dict[str, Any], np: Any) -> dict[str, Any
     for rank, name, column in present:
         if column.null_count:
             return None
-        texts = [text.strip() for text in column.dictionary.to_pylist()]
+        texts = [_as_written(name, text) for text in column.dictionary.to_pylist()]
         if name == "Device" and any(text and not _DEVICE_NAME.fullmatch(text) for text in texts):
             return None
         codes, first_rows = np.unique(column.indices.to_numpy(zero_copy_only=False), return_index=True)
@@ -134,9 +136,15 @@ def _name_codes(trace: Trace, columns: dict[str, Any], np: Any) -> dict[str, Any
     code_of = {text: trace.name_code(text) for _, _, text in sorted(used)}
     found = {}
     for _, name, column in present:
-        lookup = np.array([code_of.get(text.strip(), 0) for text in column.dictionary.to_pylist()] or [0], dtype=np.int64)
+        lookup = np.array([code_of.get(_as_written(name, text), 0) for text in column.dictionary.to_pylist()] or [0], dtype=np.int64)
         found[name] = lookup[column.indices.to_numpy(zero_copy_only=False)]
     return found
+
+
+def _as_written(name: str, text: str) -> str:
+    """A Source or Label as the trace was given it (the quote `csv_cell` put before a formula taken
+    off, as the row reader does); a Device as it stands."""
+    return csv_text(text.strip()) if name != "Device" else text.strip()
 
 
 def _text_codes(column: Any, code_of: Any) -> Any:
