@@ -61,7 +61,9 @@ def parse_size(text: str | int) -> int:
             f"or {number}{unit.upper()}B (powers of 1000)"
         )
     if unit not in _UNITS:
-        raise ValueError(f"invalid size {shown_value(text)}: unknown unit {match.group('unit')!r}; allowed: {ALLOWED_UNITS}")
+        raise ValueError(
+            f"invalid size {shown_value(text)}: unknown unit {match.group('unit')!r}; allowed: {ALLOWED_UNITS}"
+        )
     value = float(match.group("number")) * _UNITS[unit]
     if not math.isfinite(value):
         raise ValueError(f"invalid size {shown_value(text)}: too large")

@@ -6,8 +6,8 @@ import pickle
 
 import pytest
 
-from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.errors import InvalidFreeError, InvalidRequestError, InvalidSettingError, OutOfMemoryError
+from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.model.pool import BFCPool, Mode, OnDemandPool, Policy, make_pool
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
@@ -30,7 +30,15 @@ def test_policy_of(mode: str, fraction: object, expected: Policy) -> None:
     assert Policy.of(mode, fraction) == expected
 
 
-@pytest.mark.parametrize(("policy", "label"), [(Policy.of("prealloc"), "prealloc"), (Policy.of("fraction", 0.5), "fraction=0.5"), (Policy.of("growth", 0.4), "growth(fraction=0.4)"), (Policy.of("platform"), "ondemand")])
+@pytest.mark.parametrize(
+    ("policy", "label"),
+    [
+        (Policy.of("prealloc"), "prealloc"),
+        (Policy.of("fraction", 0.5), "fraction=0.5"),
+        (Policy.of("growth", 0.4), "growth(fraction=0.4)"),
+        (Policy.of("platform"), "ondemand"),
+    ],
+)
 def test_policy_label(policy: Policy, label: str) -> None:
     assert policy.label == label
 
@@ -38,7 +46,11 @@ def test_policy_label(policy: Policy, label: str) -> None:
 @pytest.mark.parametrize(
     ("mode", "fraction", "message"),
     [
-        ("bogus", None, "unknown devmem mode 'bogus': allowed are prealloc, fraction, ondemand, growth, compact, platform (= ondemand)"),
+        (
+            "bogus",
+            None,
+            "unknown devmem mode 'bogus': allowed are prealloc, fraction, ondemand, growth, compact, platform (= ondemand)",
+        ),
         ("fraction", None, "devmem mode 'fraction' needs a fraction in (0, 1]"),
         ("fraction", 0, "invalid devmem fraction 0: must be in (0, 1]"),
         ("fraction", 1.5, "invalid devmem fraction 1.5"),
@@ -162,7 +174,12 @@ def test_ondemand_allocates_exactly_and_frees_at_once() -> None:
     handle = pool.alloc(1000)
     assert device.used == 1024
     stats = pool.stats()
-    assert (stats["bytes_in_use"], stats["bytes_reserved"], stats["pool_bytes"], stats["fragmentation"]) == (1024, 1024, 0, 0.0)
+    assert (stats["bytes_in_use"], stats["bytes_reserved"], stats["pool_bytes"], stats["fragmentation"]) == (
+        1024,
+        1024,
+        0,
+        0.0,
+    )
     pool.free(handle)
     assert device.used == 0
     assert pool.stats()["peak_bytes_reserved"] == 1024

@@ -50,7 +50,9 @@ class TestRecord:
     analysis: dict[str, object] | None = None  # min_fraction / what_if from the test's trace, when asked
     trace: dict[str, object] | None = None  # the replay: events, per-source figures, notes
     failed_by_devmem: bool = False  # the test passed, and pytest-devmem's checks failed it
-    compiles: int | None = None  # executables the test needed, compiled during it or found in a cache: the same in any order (None: JAX not traced)
+    compiles: int | None = (
+        None  # executables the test needed, compiled during it or found in a cache: the same in any order (None: JAX not traced)
+    )
     leaked_bytes: int | None = None  # what the frameworks still hold of the test's own memory (None: not checked)
     devices: list[dict[str, object]] | None = None  # per device: figures and allocators
     peak_device: str | None = None  # the device the headline figures are from
@@ -108,7 +110,9 @@ class TestRecord:
             device=device,
             device_class=device_class,
             peak_bytes_in_use=headline.peak_bytes_in_use if headline is not None else (0 if run is not None else None),
-            peak_bytes_reserved=headline.peak_bytes_reserved if headline is not None else (0 if run is not None else None),
+            peak_bytes_reserved=headline.peak_bytes_reserved
+            if headline is not None
+            else (0 if run is not None else None),
             fragmentation=headline.fragmentation if headline is not None else None,
             oom=oom,
             outcome=outcome,
@@ -140,7 +144,12 @@ class TestRecord:
         """Each device's gated figures, by device name (empty for a one-device test: the headline is its figures)."""
         if not self.devices or len(self.devices) < 2:
             return {}
-        return {str(d.get("device")): {name: _figure(d.get(name)) for name in ("peak_bytes_in_use", "peak_bytes_reserved", "fragmentation")} for d in self.devices}
+        return {
+            str(d.get("device")): {
+                name: _figure(d.get(name)) for name in ("peak_bytes_in_use", "peak_bytes_reserved", "fragmentation")
+            }
+            for d in self.devices
+        }
 
     def to_json(self) -> dict[str, object]:
         """Plain JSON data with a stable key order."""

@@ -72,9 +72,18 @@ class SimulatedDevice:
 
     BASE_ADDRESS = 0x7F00_0000_0000
 
-    def __init__(self, capacity: int = DEFAULT_SIM_CAPACITY, name: str | None = None, compute_capability: tuple[int, int] = DEFAULT_COMPUTE_CAPABILITY, preset: str | None = None, tpu: TpuSpec | None = None) -> None:
+    def __init__(
+        self,
+        capacity: int = DEFAULT_SIM_CAPACITY,
+        name: str | None = None,
+        compute_capability: tuple[int, int] = DEFAULT_COMPUTE_CAPABILITY,
+        preset: str | None = None,
+        tpu: TpuSpec | None = None,
+    ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
-            raise InvalidSettingError(f"invalid simulated device capacity {capacity!r}: must be a positive number of bytes")
+            raise InvalidSettingError(
+                f"invalid simulated device capacity {capacity!r}: must be a positive number of bytes"
+            )
         self.capacity = capacity
         self.compute_capability = compute_capability
         self.preset = preset
@@ -108,7 +117,9 @@ class SimulatedDevice:
         with self._lock:
             size = self._ranges.pop(address, None)
             if size is None:
-                raise InvalidFreeError(f"{self.name}: address {address:#x} was not allocated on this device (or was already freed)")
+                raise InvalidFreeError(
+                    f"{self.name}: address {address:#x} was not allocated on this device (or was already freed)"
+                )
             self.used -= size
 
     def free_bytes(self) -> int:
@@ -148,7 +159,9 @@ class CudaDevice:
         self.model = self.driver.device_name(index)
         self.capacity = self.driver.mem_get_info(index)[1]
         capability = getattr(self.driver, "compute_capability", None)
-        self.compute_capability: tuple[int, int] = capability(index) if capability is not None else DEFAULT_COMPUTE_CAPABILITY
+        self.compute_capability: tuple[int, int] = (
+            capability(index) if capability is not None else DEFAULT_COMPUTE_CAPABILITY
+        )
         uuid = getattr(self.driver, "device_uuid", None)
         self.uuid: str | None = uuid(index) if uuid is not None else None
         self.name = f"cuda:{index} ({self.model})"
@@ -170,7 +183,9 @@ class CudaDevice:
     def free(self, address: int) -> None:
         with self._lock:
             if self._held.pop(address, None) is None:
-                raise InvalidFreeError(f"{self.name}: address {address:#x} was not allocated through this device (or was already freed)")
+                raise InvalidFreeError(
+                    f"{self.name}: address {address:#x} was not allocated through this device (or was already freed)"
+                )
             self.driver.mem_free(self.index, address)
 
     def free_bytes(self) -> int:
@@ -210,7 +225,9 @@ def cuda_device_count() -> int:
         return 0
 
 
-DEVICE_SPEC_HELP = f"auto, sim, sim:SIZE (e.g. sim:16GiB), sim:PRESET ({', '.join(PRESETS)}, {', '.join(TPU_SPECS)}), cuda or cuda:N"
+DEVICE_SPEC_HELP = (
+    f"auto, sim, sim:SIZE (e.g. sim:16GiB), sim:PRESET ({', '.join(PRESETS)}, {', '.join(TPU_SPECS)}), cuda or cuda:N"
+)
 
 
 def open_device(spec: str = "auto") -> Device:
@@ -235,7 +252,9 @@ def open_device(spec: str = "auto") -> Device:
         try:
             capacity = parse_size(spec.strip()[4:])
         except ValueError as exc:
-            raise InvalidSettingError(f"invalid device {spec!r}: {exc}; or name a preset: {', '.join([*PRESETS, *TPU_SPECS])}") from None
+            raise InvalidSettingError(
+                f"invalid device {spec!r}: {exc}; or name a preset: {', '.join([*PRESETS, *TPU_SPECS])}"
+            ) from None
         if capacity <= 0:
             raise InvalidSettingError(f"invalid device {spec!r}: the capacity must be more than 0 bytes")
         return SimulatedDevice(capacity)

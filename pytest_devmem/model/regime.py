@@ -10,8 +10,8 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import Mapping, MutableMapping
 
 from .pool.policy import DEFAULT_PREALLOC_FRACTION, Mode, Policy
 
@@ -32,7 +32,7 @@ FRAMEWORK_VARIABLES = (*JAX_VARIABLES, *TENSORFLOW_VARIABLES)
 """Every variable a regime may set; the JAX ones it does not set are removed so no stale setting leaks in."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def jax_fraction_variable() -> str:
     """The one memory-fraction variable the installed jaxlib reads.
 
@@ -94,7 +94,11 @@ class Regime:
         if self.mode in (Mode.PREALLOC, Mode.FRACTION, Mode.COMPACT):  # compaction is the model's: JAX preallocates
             return {"XLA_PYTHON_CLIENT_PREALLOCATE": "true", name: fraction, "TF_FORCE_GPU_ALLOW_GROWTH": "false"}
         if self.mode is Mode.ONDEMAND:
-            return {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_PYTHON_CLIENT_ALLOCATOR": "platform", "TF_GPU_ALLOCATOR": "cuda_malloc_async"}
+            return {
+                "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+                "XLA_PYTHON_CLIENT_ALLOCATOR": "platform",
+                "TF_GPU_ALLOCATOR": "cuda_malloc_async",
+            }
         variables = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
         if self.fraction != DEFAULT_PREALLOC_FRACTION:  # JAX caps growth at .75 by itself
             variables[name] = fraction
@@ -120,7 +124,9 @@ class Regime:
             regime_value = wanted.get(FRACTION_VARIABLE if name == DEPRECATED_FRACTION_VARIABLE else name)
             if not _same_setting(name, value, regime_value, self):
                 sets = f"sets {regime_value}" if regime_value is not None else "leaves it unset"
-                problems.append(f"{name}={value} in the environment contradicts regime {self.label}, which {sets}; unset it or choose the regime that matches it")
+                problems.append(
+                    f"{name}={value} in the environment contradicts regime {self.label}, which {sets}; unset it or choose the regime that matches it"
+                )
         return problems
 
     def tensorflow_memory_limit(self, capacity: int) -> int | None:
@@ -139,7 +145,9 @@ class Regime:
         """
         target = os.environ if environ is None else environ
         previous = {name: target.get(name) for name in FRAMEWORK_VARIABLES}
-        user_tensorflow = {name: value for name, value in previous.items() if name in TENSORFLOW_VARIABLES and value is not None}
+        user_tensorflow = {
+            name: value for name, value in previous.items() if name in TENSORFLOW_VARIABLES and value is not None
+        }
         for name in FRAMEWORK_VARIABLES:
             target.pop(name, None)
         target.update(self.environment())
@@ -220,5 +228,7 @@ def configure_tensorflow_gpus(regime: Regime, capacity: int) -> str | None:
                         gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=limit // 2**20)]
                     )
     except RuntimeError as exc:  # "Physical devices cannot be modified after being initialized"
-        return f"TensorFlow had already initialised its GPUs, so regime {regime.label} could not be applied to it: {exc}"
+        return (
+            f"TensorFlow had already initialised its GPUs, so regime {regime.label} could not be applied to it: {exc}"
+        )
     return None

@@ -74,7 +74,10 @@ def pytest_configure(config: pytest.Config) -> None:
         except BaselineFormatError as exc:
             raise pytest.UsageError(terminal_lines(f"corrupt or foreign baseline file: {exc}")) from None
         child = None
-        if config.getoption("devmem_child_output", default=None) is not None or config.getoption("devmem_child_nodes", default=None) is not None:
+        if (
+            config.getoption("devmem_child_output", default=None) is not None
+            or config.getoption("devmem_child_nodes", default=None) is not None
+        ):
             from .isolation import open_child_channel
 
             child = open_child_channel(config)
@@ -91,7 +94,9 @@ def compile_target(settings: Settings, device: Device) -> CompileTarget:
     from ..capture.gpu_compile import cuda_compiler_problem
     from ..capture.tpu_compile import tpu_compiler_problem
 
-    target = resolve_compile_target(settings.compile_target, device, cuda_compiler_problem(), tpu_compiler_problem(), settings.compile_target_source)
+    target = resolve_compile_target(
+        settings.compile_target, device, cuda_compiler_problem(), tpu_compiler_problem(), settings.compile_target_source
+    )
     if target.class_suffix and hasattr(device, "class_suffix"):
         device.class_suffix = target.class_suffix
     return target

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Mapping
+from collections.abc import Mapping
 
 import pytest
 
 from ..capture.tensorflow.cpu_allocator import ONEDNN_VARIABLE, CpuAllocatorSetting, prepare_cpu_allocator
-from ..capture.tensorflow.warmup import INTEROP_VARIABLE, prepare_interop
 from ..capture.tensorflow.cpu_allocator import VARIABLE as TF_CPU_BFC
+from ..capture.tensorflow.warmup import INTEROP_VARIABLE, prepare_interop
 from ..model.regime import restore
 from .settings import Settings
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Generator
 
 import pytest
 
@@ -29,7 +29,9 @@ def devmem(request: pytest.FixtureRequest) -> Generator[DevmemFixture, None, Non
 
     session = request.config.pluginmanager.get_plugin(PLUGIN_NAME)
     if not isinstance(session, (DevmemSession, DisabledSession)):
-        raise pytest.UsageError("the devmem fixture needs the pytest-devmem plugin, which is disabled here (-p no:devmem?)")
+        raise pytest.UsageError(
+            "the devmem fixture needs the pytest-devmem plugin, which is disabled here (-p no:devmem?)"
+        )
     fixture = session.make_fixture(request.node)
     try:
         yield fixture
