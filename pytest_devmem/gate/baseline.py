@@ -17,7 +17,6 @@ import math
 import os
 import stat
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import FileFormatError
@@ -25,7 +24,7 @@ from ..files import TEMPORARY_SUFFIX, ensure_directory, file_name, read_json, te
 from ..model.pool.policy import canonical_label
 from ..model.profile import decode_profile
 from .changes import contributors_of, metrics_of
-from .record import TestRecord
+from .record import BaselineEntry, TestRecord
 from .tolerance import METRICS
 
 FORMAT = "pytest-devmem-baseline"
@@ -34,25 +33,6 @@ VERSION = 1
 
 class BaselineFormatError(FileFormatError):
     """A baseline file that cannot be trusted; the message names the file, the line and the problem."""
-
-
-@dataclass(frozen=True)
-class BaselineEntry:
-    """One stored record: the metrics of one test under one regime on one device class."""
-
-    test_id: str
-    regime: str
-    metrics: dict[str, float | int | None]
-    device: str
-    versions: dict[str, str]
-    path: Path
-    device_class: str = ""
-    reason: str = ""  # why it holds no figures: the test failed or was skipped when baselines were updated
-    contributors: dict[str, int] = field(default_factory=dict)  # who held the memory at the peak
-    devices: dict[str, dict[str, float | int | None]] = field(default_factory=dict)  # per device, for tests on several
-    profile: dict[str, object] = field(
-        default_factory=dict
-    )  # its memory over its events, in a few points (model/profile.py)
 
 
 def module_of(test_id: str) -> str:

@@ -4,14 +4,10 @@ its tolerance, on the headline and on each device, and what grew at the peak. No
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from ..units import format_size
-from .record import TestRecord
+from .record import BaselineEntry, TestRecord
 from .tolerance import Tolerance, format_metric, format_metrics_apart
-
-if TYPE_CHECKING:
-    from .baseline import BaselineEntry
 
 
 @dataclass(frozen=True)

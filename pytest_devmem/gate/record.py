@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..capture.sources.base import Reading
@@ -15,6 +16,24 @@ if TYPE_CHECKING:
 
 def _figure(value: object) -> float | int | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class BaselineEntry:
+    """One stored record: the metrics of one test under one regime on one device class."""
+
+    test_id: str
+    regime: str
+    metrics: dict[str, float | int | None]
+    device: str
+    versions: dict[str, str]
+    path: Path
+    device_class: str = ""
+    reason: str = ""  # why it holds no figures: the test failed or was skipped when baselines were updated
+    contributors: dict[str, int] = field(default_factory=dict)  # who held the memory at the peak
+    devices: dict[str, dict[str, float | int | None]] = field(default_factory=dict)  # per device, for tests on several
+    # its memory over its events, in a few points (model/profile.py)
+    profile: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass

@@ -6,6 +6,7 @@ life of a test."""
 from __future__ import annotations
 
 import os
+from collections.abc import Generator
 
 import pytest
 
@@ -16,11 +17,12 @@ from ..model.device import Device, open_device
 from ..present.text import terminal_lines
 from .compile_target import CompileTarget
 from .compile_target import resolve as resolve_compile_target
+from .disabled import DisabledSession
 from .environment import conflicts_key, early_env_key, prepare, prepare_late, restore_all, tensorflow_cpu_key
-from .fixture import DevmemFixture, devmem
+from .fixture import DevmemFixture
 from .items import DEFAULT_REGIME
-from .session import PLUGIN_NAME, DevmemSession
-from .settings import Settings, add_options, load_settings
+from .session import DevmemSession
+from .settings import PLUGIN_NAME, Settings, add_options, load_settings
 
 __all__ = ["DEFAULT_REGIME", "PLUGIN_NAME", "DevmemFixture", "DevmemSession", "devmem"]
 
@@ -53,8 +55,6 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         settings = load_settings(config)
         if settings.disable:
-            from .disabled import DisabledSession
-
             config.pluginmanager.register(DisabledSession(), PLUGIN_NAME)
             return
         if settings.regime is not None and settings.sets_framework_variables:
@@ -86,6 +86,21 @@ def pytest_configure(config: pytest.Config) -> None:
         raise
     prepare_late(config, settings)
     config.pluginmanager.register(DevmemSession(config, settings, device, store, target, child), PLUGIN_NAME)
+
+
+@pytest.fixture
+def devmem(request: pytest.FixtureRequest) -> Generator[DevmemFixture, None, None]:
+    """The test's regime and a pool under it on the session's device; the pool is closed afterwards."""
+    session = request.config.pluginmanager.get_plugin(PLUGIN_NAME)
+    if not isinstance(session, (DevmemSession, DisabledSession)):
+        raise pytest.UsageError(
+            "the devmem fixture needs the pytest-devmem plugin, which is disabled here (-p no:devmem?)"
+        )
+    fixture = session.make_fixture(request.node)
+    try:
+        yield fixture
+    finally:
+        fixture.pool.close()
 
 
 def compile_target(settings: Settings, device: Device) -> CompileTarget:

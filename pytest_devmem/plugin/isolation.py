@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import pytest
 
@@ -28,9 +28,6 @@ from ..errors import FileFormatError
 from ..files import read_text
 from ..model.regime import Regime, restore
 from .settings import Settings
-
-if TYPE_CHECKING:
-    from .session import DevmemSession
 
 OUTPUT_TAIL_CHARS = 3000
 
@@ -389,21 +386,28 @@ def _crash_report(
 
 
 def replay_from_children(
-    session: DevmemSession, item: pytest.Item, nextitem: pytest.Item | None, regime: Regime
+    config: pytest.Config,
+    settings: Settings,
+    regime_env: dict[str, str | None] | None,
+    outcomes: dict[Regime, ChildOutcome],
+    group: list[pytest.Item],
+    item: pytest.Item,
+    nextitem: pytest.Item | None,
+    regime: Regime,
 ) -> None:
-    """Run `item`'s regime group in a child (once per regime; one child per test under xdist,
-    where a worker does not know its whole group), then report the item's results here as if it
-    had run in place, and tear down what the next item does not share."""
-    outcome = session.child_outcomes.get(regime)
+    """Run `item`'s regime group in a child (once per regime; `group` is the item alone under
+    xdist, where a worker does not know its whole group), then report the item's results here as
+    if it had run in place, and tear down what the next item does not share. `outcomes` is the
+    session's, per regime, filled here."""
+    outcome = outcomes.get(regime)
     if outcome is None or item.nodeid not in outcome.reports:
-        group = [item] if session.is_xdist_worker else session.isolated.get(regime, [item])
-        fresh = run_in_children(session.config, regime, session.settings, group, session.regime_env)
+        fresh = run_in_children(config, regime, settings, group, regime_env)
         if outcome is None:
-            session.child_outcomes[regime] = fresh
+            outcomes[regime] = fresh
         else:
             outcome.reports.update(fresh.reports)
             outcome.children_started += fresh.children_started
-        outcome = session.child_outcomes[regime]
+        outcome = outcomes[regime]
     ihook = item.ihook
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     for report in outcome.reports.pop(item.nodeid, []):

@@ -20,6 +20,7 @@ from ..units import format_size
 from .checks import Checks
 from .compile_target import CompileTarget
 from .environment import early_env_key, interop_key, restore_all, tensorflow_cpu_key, tensorflow_installed
+from .fixture import DevmemFixture
 from .items import captured_key, id_of_test, mark_key, measured, oom_key, out_of_memory_text, prepare_item, regime_key
 from .results import SessionResults
 from .settings import Settings
@@ -27,10 +28,7 @@ from .workers import LargestTests, plan_workers
 
 if TYPE_CHECKING:  # isolation pulls in subprocess and json: imported only when a test needs a child
     from ..capture.tensorflow.cpu_allocator import CpuAllocatorSetting
-    from .fixture import DevmemFixture
     from .isolation import ChildEventWriter, ChildOutcome
-
-PLUGIN_NAME = "devmem-manager"
 
 
 class DevmemSession:
@@ -172,7 +170,10 @@ class DevmemSession:
             return None
         from .isolation import replay_from_children
 
-        replay_from_children(self, item, nextitem, regime)
+        group = [item] if self.is_xdist_worker else self.isolated.get(regime, [item])
+        replay_from_children(
+            self.config, self.settings, self.regime_env, self.child_outcomes, group, item, nextitem, regime
+        )
         return True
 
     def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
@@ -367,8 +368,6 @@ class DevmemSession:
     def make_fixture(self, item: pytest.Item) -> DevmemFixture:
         """The `devmem` fixture of one test: its regime and a pool under it on the session's device,
         which records while the test is measured and refuses use once the test has ended."""
-        from .fixture import DevmemFixture
-
         regime = item.stash.get(regime_key, None)
         if regime is not None and regime == self.settings.regime:
             regime = self.settings.effective_regime  # this xdist worker's share of the session regime

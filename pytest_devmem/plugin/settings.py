@@ -32,6 +32,9 @@ from .compile_target import HELP as COMPILE_TARGET_HELP
 from .compile_target import parse_compile_target
 from .workers import WorkerPlan, gpu_count, plan_workers, worker_index
 
+PLUGIN_NAME = "devmem-manager"
+"""The name the session object is registered under (`config.pluginmanager.get_plugin(PLUGIN_NAME)`)."""
+
 
 @dataclass(frozen=True)
 class Option:
