@@ -370,7 +370,7 @@ def unnamed_device(trace: Trace) -> str:
 def _machine(device_spec: str, policy: Policy, default_device: str) -> tuple[MachineSpec, dict[str, AllocatorSetup]]:
     """The machine a device spec names (every device of its capacity; a real GPU is let go at
     once) and each framework's allocator under `policy`."""
-    from .model.device import open_device
+    from .hardware.devices import open_device
 
     device = open_device(device_spec)
     try:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from installed_libraries import keep_installed_libraries_imported
 
-from pytest_devmem.model.device import cuda_device_count
+from pytest_devmem.hardware.devices import cuda_device_count
 
 pytest_plugins = ["pytester"]
 

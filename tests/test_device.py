@@ -3,14 +3,8 @@ from __future__ import annotations
 import pytest
 
 from pytest_devmem.errors import DevmemError, InvalidFreeError, InvalidSettingError
-from pytest_devmem.model.device import (
-    DEFAULT_SIM_CAPACITY,
-    CudaDevice,
-    Device,
-    SimulatedDevice,
-    cuda_device_count,
-    open_device,
-)
+from pytest_devmem.hardware.devices import CudaDevice, cuda_device_count, open_device
+from pytest_devmem.model.device import DEFAULT_SIM_CAPACITY, Device, SimulatedDevice
 from pytest_devmem.model.pool import BFCPool, Policy
 
 MiB, GiB = 2**20, 2**30
@@ -100,7 +94,7 @@ def test_auto_falls_back_to_a_simulated_device_without_gpu() -> None:
 
 
 class FakeDriver:
-    """Stands in for libcuda in unit tests: same calls as pytest_devmem.model.device.LibCuda."""
+    """Stands in for libcuda in unit tests: same calls as pytest_devmem.hardware.cuda_driver.LibCuda."""
 
     def __init__(self, total: int = 80 * GiB, gpus: int = 1) -> None:
         self.total = total

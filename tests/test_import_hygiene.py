@@ -20,6 +20,29 @@ def test_pool_imports_no_framework_or_pytest() -> None:
     assert output.strip() == "[]"
 
 
+FOREIGN_TO_THE_MODEL = {"pytest", "_pytest", "jax", "jaxlib", "tensorflow", "pynvml", "ctypes"}
+"""What `model/` never imports, at module level or inside a function: pytest, the frameworks, and the drivers
+(NVML's bindings, ctypes for libcuda); those live in plugin/, capture/ and hardware/."""
+
+
+def test_the_model_imports_no_pytest_framework_or_driver() -> None:
+    found = []
+    for path in sorted((PACKAGE / "model").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            found += [
+                f"{path.relative_to(PACKAGE)}: {name}" for name in names if name.split(".")[0] in FOREIGN_TO_THE_MODEL
+            ]
+        source = path.read_text(encoding="utf-8")
+        found += [f"{path.relative_to(PACKAGE)}: sys.modules" for _ in range(source.count("sys.modules"))]
+    assert found == []
+
+
 # -- the import graph: one way down, no cycles --------------------------------------------------------------------
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_devmem"

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from pytest_devmem.errors import DeviceError
-from pytest_devmem.model import cuda_driver, driver_info
-from pytest_devmem.model.cuda_driver import LibCuda, driver_library_names
-from pytest_devmem.model.device import cuda_device_count
-from pytest_devmem.model.driver_info import DriverInfo, cuda_version_text, nvml_library_names, query_nvml
+from pytest_devmem.hardware import cuda_driver, driver_info
+from pytest_devmem.hardware.cuda_driver import LibCuda, driver_library_names
+from pytest_devmem.hardware.devices import cuda_device_count
+from pytest_devmem.hardware.driver_info import DriverInfo, cuda_version_text, nvml_library_names, query_nvml
 from pytest_devmem.plugin.isolation import describe_exit, looks_like_out_of_memory
 from pytest_devmem.plugin.workers import gpu_count
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pytest_devmem.model.pool.policy import Mode
-from pytest_devmem.model.regime import FRAMEWORK_VARIABLES, Regime, jax_fraction_variable, restore
+from pytest_devmem.model.regime import FRAMEWORK_VARIABLES, Regime, jax_fraction_variable
+from pytest_devmem.plugin.environment import restore
 
 FRACTION = "XLA_CLIENT_MEM_FRACTION"  # the variable jaxlib 0.10 reads (XLA_PYTHON_CLIENT_MEM_FRACTION is deprecated)
 

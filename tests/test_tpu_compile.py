@@ -15,7 +15,7 @@ import pytest
 
 from pytest_devmem.capture.tpu_compile import QUIET_LIBTPU, TpuSizer, parse_refusal, quiet_libtpu, tpu_compiler_problem
 from pytest_devmem.errors import InvalidSettingError
-from pytest_devmem.model.device import open_device
+from pytest_devmem.hardware.devices import open_device
 from pytest_devmem.model.tpu_targets import TPU_SPECS, tpu_spec
 from pytest_devmem.plugin.compile_target import resolve
 

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..model.device import Device
-from ..model.regime import jax_backend_started
 from ..model.trace import ALLOCATE_CODE, Trace
 from . import TraceRecorder
 from .imports import on_import
 from .jax import JaxCapture
+from .jax_backend import jax_backend_started
 from .merge import merge
 from .sources import Reading, Sampler, Source
 from .sources.jax import JaxSource

@@ -9,7 +9,7 @@ is no target: the session's own device is the only one a run holds.
 from __future__ import annotations
 
 from ..errors import InvalidSettingError
-from .device import PRESETS, open_device
+from .device import PRESETS, open_simulated
 from .regime import TPU_RUNTIME, Regime
 from .tpu_targets import TPU_SPECS
 
@@ -37,7 +37,7 @@ def parse_targets(value: str) -> tuple[str, ...]:
                 f"invalid devmem target {entry!r}: a target is simulated (the session's own device is --devmem-device); allowed: {allowed_targets()}"
             )
         try:
-            device = open_device(entry)
+            device = open_simulated(entry)
         except InvalidSettingError as exc:
             raise InvalidSettingError(f"invalid devmem target {entry!r}: {exc}; allowed: {allowed_targets()}") from None
         if device.name in names:

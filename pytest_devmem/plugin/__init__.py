@@ -13,7 +13,8 @@ import pytest
 from ..errors import DevmemError
 from ..gate.baseline import BaselineFormatError, BaselineStore
 from ..gate.marks import MARKER_HELP
-from ..model.device import Device, open_device
+from ..hardware.devices import open_device
+from ..model.device import Device
 from ..present.text import terminal_lines
 from .compile_target import CompileTarget
 from .compile_target import resolve as resolve_compile_target

@@ -26,7 +26,8 @@ import pytest
 
 from ..errors import FileFormatError
 from ..files import read_text
-from ..model.regime import Regime, restore
+from ..model.regime import Regime
+from .environment import restore
 from .settings import Settings
 
 OUTPUT_TAIL_CHARS = 3000

@@ -216,7 +216,7 @@ class SessionResults:
     def session_info(self) -> dict[str, object]:
         """The report's session: the device, the regime, versions, and where the figures came from."""
         from .. import __version__
-        from ..model.driver_info import driver_info
+        from ..hardware.driver_info import driver_info
         from ..provenance import provenance
         from .environment import tensorflow_cpu_key
 

@@ -10,16 +10,24 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ..capture.jax_backend import jax_backend_started
 from ..capture.measurement import Measurement
 from ..capture.pool import RecordingPool
 from ..gate.baseline import BaselineStore
 from ..model.device import Device
 from ..model.pool import make_pool
-from ..model.regime import Regime, configure_tensorflow_gpus, jax_backend_started
+from ..model.regime import Regime
 from ..units import format_size
 from .checks import Checks
 from .compile_target import CompileTarget
-from .environment import early_env_key, interop_key, restore_all, tensorflow_cpu_key, tensorflow_installed
+from .environment import (
+    configure_tensorflow_gpus,
+    early_env_key,
+    interop_key,
+    restore_all,
+    tensorflow_cpu_key,
+    tensorflow_installed,
+)
 from .fixture import DevmemFixture
 from .items import captured_key, id_of_test, mark_key, measured, oom_key, out_of_memory_text, prepare_item, regime_key
 from .results import SessionResults

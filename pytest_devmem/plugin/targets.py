@@ -21,7 +21,7 @@ import pytest
 
 from ..gate.record import TestRecord
 from ..gate.targets import Target, TargetResult
-from ..model.device import open_device
+from ..hardware.devices import open_device
 from ..model.regime import Regime
 from ..model.targets import regime_on_target
 from .items import id_of_test, measured, regime_of
