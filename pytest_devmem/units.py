@@ -10,6 +10,9 @@ from __future__ import annotations
 import math
 import re
 
+KiB, MiB, GiB, TiB = 2**10, 2**20, 2**30, 2**40
+"""The binary units as numbers of bytes, for code and tests that write sizes (`64 * MiB`)."""
+
 _UNITS: dict[str, int] = {
     "": 1,
     "b": 1,

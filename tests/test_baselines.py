@@ -13,8 +13,7 @@ from pytest_devmem.gate.baseline import BaselineStore, read_file
 from pytest_devmem.gate.changes import compare
 from pytest_devmem.gate.record import TestRecord
 from pytest_devmem.gate.tolerance import parse_tolerance
-
-MiB = 2**20
+from pytest_devmem.units import MiB
 
 WORKLOAD = """
 import os

@@ -33,8 +33,8 @@ from pytest_devmem.model.machine import run_machine
 from pytest_devmem.model.machine_results import MachineSpec
 from pytest_devmem.model.pool import BFCPool, Policy
 from pytest_devmem.model.trace import ALLOCATE_CODE, FREE_CODE, Trace
+from pytest_devmem.units import MiB
 
-MiB = 2**20
 needs_tensorflow = pytest.mark.skipif(
     importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed"
 )

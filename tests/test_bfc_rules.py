@@ -8,8 +8,7 @@ from pytest_devmem.errors import OutOfMemoryError
 from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.model.pool import BFCPool, Policy, bin_for_size, rounded_bytes
 from pytest_devmem.model.pool.bfc import BACKOFF_FACTOR, NUM_BINS
-
-KiB, MiB, GiB = 2**10, 2**20, 2**30
+from pytest_devmem.units import GiB, KiB, MiB
 
 
 def bfc(mode: str = "growth", fraction: float | None = None, capacity: int = GiB, **options: object) -> BFCPool:

@@ -12,8 +12,7 @@ import pytest
 from pytest_devmem.cli import main
 from pytest_devmem.gate.baseline import BaselineStore
 from pytest_devmem.gate.record import TestRecord
-
-MiB = 2**20
+from pytest_devmem.units import MiB
 
 
 def record(

@@ -11,11 +11,11 @@ import pytest
 from pytest_devmem.capture.gpu_compile import cuda_compiler_problem
 from pytest_devmem.hardware.devices import open_device
 from pytest_devmem.plugin.compile_target import parse_compile_target, resolve
+from pytest_devmem.units import GiB, MiB
 
 needs_compiler = pytest.mark.skipif(
     cuda_compiler_problem() is not None, reason=f"needs the gpu-compile extra: {cuda_compiler_problem()}"
 )
-MiB, GiB = 2**20, 2**30
 
 ATTENTION = """
 import jax

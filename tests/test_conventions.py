@@ -17,10 +17,7 @@ from pytest_devmem.gate.record import TestRecord
 from pytest_devmem.model.pool import Policy
 from pytest_devmem.model.pool.policy import canonical_label
 from pytest_devmem.present.report import COLUMNS, csv_text, terminal_table
-from pytest_devmem.units import parse_size
-
-MiB = 2**20
-
+from pytest_devmem.units import MiB, parse_size
 
 # -- sizes: MB is 10**6 bytes, MiB is 2**20 --------------------------------------------------------
 

@@ -6,8 +6,7 @@ from pytest_devmem.errors import DevmemError, InvalidFreeError, InvalidSettingEr
 from pytest_devmem.hardware.devices import CudaDevice, cuda_device_count, open_device
 from pytest_devmem.model.device import DEFAULT_SIM_CAPACITY, Device, SimulatedDevice
 from pytest_devmem.model.pool import BFCPool, Policy
-
-MiB, GiB = 2**20, 2**30
+from pytest_devmem.units import GiB, MiB
 
 
 def test_simulated_device_hands_out_disjoint_ranges_and_refuses_beyond_capacity() -> None:

@@ -16,8 +16,8 @@ from pytest_devmem.model.pool import Policy, make_pool
 from pytest_devmem.model.pool.compacting import CompactingPool
 from pytest_devmem.model.trace import Trace, TraceEvent
 from pytest_devmem.model.whatif import proven_fixes
+from pytest_devmem.units import GiB, MiB
 
-MiB, GiB = 2**20, 2**30
 SPEC = MachineSpec(GiB, "sim:1GiB")
 
 FRAGMENTED = """

@@ -25,9 +25,8 @@ from pytest_devmem.capture.patches import Patches
 from pytest_devmem.errors import InvalidSettingError
 from pytest_devmem.model.device import DEFAULT_COMPUTE_CAPABILITY, PRESETS
 from pytest_devmem.model.gpu_targets import CAPABILITY_LIMITS, DEFAULT_TARGET, GPU_SPECS, gpu_spec
+from pytest_devmem.units import GiB, MiB
 
-MiB = 2**20
-GiB = 2**30
 COMPILER_PROBLEM = gpu_compile.cuda_compiler_problem()
 needs_compiler = pytest.mark.skipif(
     COMPILER_PROBLEM is not None, reason=f"needs the gpu-compile extra: {COMPILER_PROBLEM}"

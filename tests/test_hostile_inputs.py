@@ -27,8 +27,8 @@ from pytest_devmem.gate.baseline import BaselineStore, relative_path
 from pytest_devmem.gate.record import TestRecord
 from pytest_devmem.model.trace import Trace, TraceEvent
 from pytest_devmem.present.text import html_text, markdown, markdown_code, matplotlib_text, terminal
+from pytest_devmem.units import MiB
 
-MiB = 2**20
 POSIX = pytest.mark.skipif(sys.platform == "win32", reason="FIFOs, symbolic links and signals")
 RAW_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 """Control characters other than the line break: none may reach a terminal, a table or a page."""

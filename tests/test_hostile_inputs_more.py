@@ -20,8 +20,7 @@ from pytest_devmem.cli import main
 from pytest_devmem.gate.baseline import BaselineStore
 from pytest_devmem.gate.record import TestRecord
 from pytest_devmem.model.trace import Trace, TraceEvent
-
-MiB = 2**20
+from pytest_devmem.units import MiB
 
 
 def clean(result: pytest.RunResult) -> None:

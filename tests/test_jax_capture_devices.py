@@ -10,8 +10,7 @@ from collections import Counter
 import pytest
 
 from pytest_devmem.model.trace import Trace
-
-MiB = 2**20
+from pytest_devmem.units import MiB
 
 PER_DEVICE = """
 import json

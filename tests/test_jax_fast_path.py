@@ -3,7 +3,7 @@ there exactly the trace of JAX's Python dispatch path, without asking the device
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -11,19 +11,7 @@ import pytest
 from pytest_devmem.capture import TraceRecorder
 from pytest_devmem.capture.jax import JaxCapture
 from pytest_devmem.capture.jax_executables import parse_donations
-
-MiB = 2**20
-
-
-@pytest.fixture
-def capture(jax_loaded: object) -> Iterator[tuple[TraceRecorder, JaxCapture]]:
-    recorder = TraceRecorder()
-    jax_capture = JaxCapture(recorder)
-    assert jax_capture.install(), jax_capture.note
-    try:
-        yield recorder, jax_capture
-    finally:
-        jax_capture.uninstall()
+from pytest_devmem.units import MiB
 
 
 def events(recorder: TraceRecorder, work: Callable[[], Any]) -> list[tuple[str, int, int, str, str]]:

@@ -23,8 +23,8 @@ from pytest_devmem.model.regime import Regime
 from pytest_devmem.model.trace import Trace, TraceEvent
 from pytest_devmem.model.whatif import find_min_fraction, process_shares, proven_fixes, what_if
 from pytest_devmem.plugin.workers import plan_workers, worker_index
+from pytest_devmem.units import GiB, KiB, MiB
 
-KiB, MiB, GiB = 2**10, 2**20, 2**30
 PREALLOC = Policy.of("prealloc")
 
 

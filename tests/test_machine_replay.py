@@ -19,8 +19,8 @@ from pytest_devmem.model.loops import bfc_lanes, inline_pools, one_bfc_lane, rep
 from pytest_devmem.model.machine import Machine, MachineRun, MachineSpec
 from pytest_devmem.model.pool import Policy
 from pytest_devmem.model.trace import Trace
+from pytest_devmem.units import GiB, KiB, MiB
 
-KiB, MiB, GiB = 2**10, 2**20, 2**30
 SIZES = [1, 255, 256, 1000, 4 * KiB, 64 * KiB + 17, 300 * KiB, MiB, 5 * MiB + 3, 40 * MiB, 300 * MiB]
 LANES = [
     ("", 0, "jax"),

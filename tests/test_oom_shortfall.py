@@ -7,9 +7,7 @@ from pytest_devmem.errors import OutOfMemoryError
 from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.model.explain import oom_message
 from pytest_devmem.model.pool import BFCPool, Policy
-from pytest_devmem.units import format_short_of
-
-GiB = 2**30
+from pytest_devmem.units import GiB, format_short_of
 
 
 def test_a_256_byte_shortfall_hidden_by_rounding_is_shown_in_bytes() -> None:

@@ -15,8 +15,7 @@ from pytest_devmem.model.pool import Policy
 from pytest_devmem.model.timeline import build_view, thin
 from pytest_devmem.model.trace import Trace, TraceEvent
 from pytest_devmem.present.plot import render_html
-
-MiB = 2**20
+from pytest_devmem.units import MiB
 
 
 def view_of(trace: Trace, mode: str = "growth", capacity: int = 2**30):  # type: ignore[no-untyped-def]

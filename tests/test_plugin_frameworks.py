@@ -10,10 +10,10 @@ import pytest
 
 from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.model.pool import Policy, TracingPool, make_pool, replay
+from pytest_devmem.units import MiB
 
 pytestmark = pytest.mark.slow  # JAX and TensorFlow together, xdist workers and subprocesses: 2-10 s a test
 
-MiB = 2**20
 
 TF_FIRST = """
 import pytest

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 
@@ -147,10 +148,16 @@ def test_a_run_that_uses_no_framework_imports_none(pytester: pytest.Pytester) ->
 
 
 def test_plugin_loads_through_its_entry_point() -> None:
-    output = subprocess.run(
-        [sys.executable, "-m", "pytest", "--version", "--version"], capture_output=True, text=True
-    ).stdout
-    assert "pytest-devmem" in output or "devmem" in output
+    """pytest lists the plugins its entry points loaded as `NAME-VERSION at PATH`; without the plugin (`-p no:devmem`)
+    the line is missing, whatever the paths around it contain."""
+    line = re.compile(r"^\s*pytest-devmem-\S+ at .*pytest_devmem[/\\]plugin[/\\]__init__\.py$", re.MULTILINE)
+
+    def plugins(*options: str) -> str:
+        command = [sys.executable, "-m", "pytest", *options, "--version", "--version"]
+        return subprocess.run(command, capture_output=True, text=True).stdout
+
+    assert line.search(plugins()), plugins()
+    assert not line.search(plugins("-p", "no:devmem"))
 
 
 def test_subtests_do_not_add_records_one_test_one_record(pytester: pytest.Pytester) -> None:

@@ -9,8 +9,7 @@ import pytest
 from pytest_devmem.errors import InvalidFreeError, InvalidRequestError, InvalidSettingError, OutOfMemoryError
 from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.model.pool import BFCPool, Mode, OnDemandPool, Policy, make_pool
-
-KiB, MiB, GiB = 2**10, 2**20, 2**30
+from pytest_devmem.units import GiB, KiB, MiB
 
 
 @pytest.mark.parametrize(
@@ -82,7 +81,12 @@ def test_bad_sizes_are_refused_and_change_nothing(pool: BFCPool, size: object) -
 
 def test_numpy_integers_are_fine_sizes(pool: BFCPool) -> None:
     numpy = pytest.importorskip("numpy")
-    pool.free(pool.alloc(numpy.int64(4096)))
+    handle = pool.alloc(numpy.int64(4096))
+    held = pool.stats()
+    assert held["bytes_in_use"] == 4096 and type(held["bytes_in_use"]) is int  # a plain int: reports stay JSON
+    assert all(type(value) is not numpy.int64 for value in held.values())
+    pool.free(handle)
+    assert pool.stats()["bytes_in_use"] == 0
 
 
 def test_double_free_is_refused_and_changes_nothing(pool: BFCPool) -> None:

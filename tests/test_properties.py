@@ -8,8 +8,7 @@ from hypothesis import strategies as st
 from pytest_devmem.errors import OutOfMemoryError
 from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.model.pool import BFCPool, OnDemandPool, Policy, TracingPool, make_pool, replay
-
-KiB, MiB = 2**10, 2**20
+from pytest_devmem.units import KiB, MiB
 
 sizes = st.one_of(st.integers(1, 4 * KiB), st.integers(1, 512 * KiB), st.integers(1, 6 * MiB))
 operations = st.lists(st.tuples(st.booleans(), sizes, st.integers(0, 10**6)), max_size=120)

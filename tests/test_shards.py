@@ -14,8 +14,7 @@ from pytest_devmem.model.frameworks import AllocatorSetup
 from pytest_devmem.model.machine import MachineSpec, run_machine
 from pytest_devmem.model.side_by_side import side_by_side
 from pytest_devmem.model.trace import ALLOCATE_CODE, FREE_CODE, Trace
-
-MiB = 2**20
+from pytest_devmem.units import MiB
 
 ALPHA = """
 import os

@@ -17,8 +17,7 @@ from pytest_devmem.capture.sources.pool import PoolSource
 from pytest_devmem.capture.sources.tensorflow import TensorFlowSource
 from pytest_devmem.gate.record import TestRecord
 from pytest_devmem.model.pool import Policy
-
-GiB, MiB = 2**30, 2**20
+from pytest_devmem.units import GiB, MiB
 
 
 class FakeNvml:

@@ -21,8 +21,8 @@ from pytest_devmem.gate.targets import TargetTable
 from pytest_devmem.model.regime import Regime
 from pytest_devmem.model.targets import parse_targets, regime_on_target
 from pytest_devmem.present.report import render
+from pytest_devmem.units import MiB
 
-MiB = 2**20
 needs_compiler = pytest.mark.skipif(
     cuda_compiler_problem() is not None, reason=f"needs the gpu-compile extra: {cuda_compiler_problem()}"
 )

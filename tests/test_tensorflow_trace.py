@@ -19,10 +19,10 @@ from pytest_devmem.capture.tensorflow.cpu_allocator import VARIABLE, prepare_cpu
 from pytest_devmem.capture.tensorflow.events import WindowClock, allocator_device, label, trace_events
 from pytest_devmem.capture.tensorflow.xspace import AllocatorEvent, caller_name, function_name, read_profile
 from pytest_devmem.model.trace import Trace
+from pytest_devmem.units import MiB
 
 pytestmark = pytest.mark.slow  # real TensorFlow: about 25 s to start it and profile
 
-MiB = 2**20
 
 # -- pure parts ------------------------------------------------------------------------------
 

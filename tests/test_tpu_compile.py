@@ -18,8 +18,8 @@ from pytest_devmem.errors import InvalidSettingError
 from pytest_devmem.hardware.devices import open_device
 from pytest_devmem.model.tpu_targets import TPU_SPECS, tpu_spec
 from pytest_devmem.plugin.compile_target import resolve
+from pytest_devmem.units import GiB, MiB
 
-MiB, GiB = 2**20, 2**30
 PROBLEM = tpu_compiler_problem()
 needs_libtpu = pytest.mark.skipif(PROBLEM is not None, reason=f"needs the tpu-compile extra: {PROBLEM}")
 

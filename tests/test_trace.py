@@ -8,8 +8,7 @@ from pytest_devmem.errors import InvalidFreeError, OutOfMemoryError
 from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.model.pool import Policy, Trace, TraceEvent, TracingPool, make_pool, replay
 from pytest_devmem.model.trace import ALLOCATE, ALLOCATE_FAILURE, FREE, TraceFormatError
-
-KiB, MiB, GiB = 2**10, 2**20, 2**30
+from pytest_devmem.units import GiB, MiB
 
 
 def record_workload(mode: str = "growth", fraction: float | None = None, capacity: int = GiB) -> TracingPool:

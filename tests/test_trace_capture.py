@@ -4,7 +4,6 @@ trace XLA's allocations imply, and the same work gives the same figures in any o
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,17 +12,6 @@ from pytest_devmem.capture import TraceRecorder
 from pytest_devmem.capture.jax import JaxCapture
 from pytest_devmem.capture.merge import merge
 from pytest_devmem.model.trace import Trace
-
-
-@pytest.fixture
-def capture(jax_loaded: object) -> Iterator[tuple[TraceRecorder, JaxCapture]]:
-    recorder = TraceRecorder()
-    jax_capture = JaxCapture(recorder)
-    assert jax_capture.install(), jax_capture.note
-    try:
-        yield recorder, jax_capture
-    finally:
-        jax_capture.uninstall()
 
 
 def shape(events: Any) -> list[tuple[str, int, int, str]]:
