@@ -56,17 +56,26 @@ def run_suite(cache_dir: str, target: str, functions: int) -> dict[str, object]:
     seconds = time.perf_counter() - started
     recorder.end()
     capture.uninstall()
-    return {"target": sizer.target, "compiles": sizer.compiles, "compile_seconds": sizer.compile_seconds, "disk_hits": sizer.disk_hits, "session_hits": sizer.session_hits, "seconds": seconds}
+    return {
+        "target": sizer.target,
+        "compiles": sizer.compiles,
+        "compile_seconds": sizer.compile_seconds,
+        "disk_hits": sizer.disk_hits,
+        "session_hits": sizer.session_hits,
+        "seconds": seconds,
+    }
 
 
 def run_in_fresh_process(cache_dir: str, target: str, functions: int) -> dict[str, object]:
     code = f"import json; from benchmarks.bench_compile import run_suite; print('RESULT', json.dumps(run_suite({cache_dir!r}, {target!r}, {functions})))"
     environment = dict(os.environ, JAX_PLATFORMS="cpu")
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=environment, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=environment, check=False
+    )
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
     if not lines:
         return {"problem": f"the run failed: {(result.stderr or result.stdout).strip().splitlines()[-1:]}"}
-    return json.loads(lines[-1][len("RESULT "):])  # type: ignore[no-any-return]
+    return json.loads(lines[-1][len("RESULT ") :])  # type: ignore[no-any-return]
 
 
 def figures(target: str, functions: int) -> list[tuple[str, dict[str, object]]]:
@@ -92,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", default="H100-80GB", help="GPU preset to compile for (default H100-80GB)")
     parser.add_argument("--functions", type=int, default=6, help="Jitted functions in the suite (default 6)")
     args = parser.parse_args(argv)
-    print(f"deviceless compiles for {args.target}, {args.functions} executables, two fresh processes sharing one cache directory")
+    print(
+        f"deviceless compiles for {args.target}, {args.functions} executables, two fresh processes sharing one cache directory"
+    )
     for run, counts in figures(args.target, args.functions):
         print(f"  {run:<18} {describe(counts)}")
     return 0

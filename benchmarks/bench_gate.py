@@ -51,7 +51,19 @@ def suite_directory() -> Path:
     archive = CACHE / f"optax-{OPTAX_VERSION}.tar.gz"
     if not archive.exists():
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:", f"optax=={OPTAX_VERSION}", "-d", str(CACHE)],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                f"optax=={OPTAX_VERSION}",
+                "-d",
+                str(CACHE),
+            ],
             check=True,
         )
     with tarfile.open(archive) as tar:
@@ -66,7 +78,9 @@ def check_installed() -> None:
         raise SystemExit(f"optax is not installed: pip install -e '.[bench]' (optax=={OPTAX_VERSION})") from None
 
 
-def run(suite: Path, files: list[str], extra: list[str], report: Path | None, environment: dict[str, str]) -> tuple[float, dict[str, object]]:
+def run(
+    suite: Path, files: list[str], extra: list[str], report: Path | None, environment: dict[str, str]
+) -> tuple[float, dict[str, object]]:
     """One pytest session over the suite; its wall time and its report (or its outcome counts)."""
     command = [sys.executable, "-m", "pytest", *COMMON, *extra, *files]
     if report is not None:
@@ -75,7 +89,9 @@ def run(suite: Path, files: list[str], extra: list[str], report: Path | None, en
     completed = subprocess.run(command, cwd=suite, capture_output=True, text=True, env=environment, check=False)
     wall = time.perf_counter() - start
     if completed.returncode not in (0, 1):
-        raise SystemExit(f"the suite did not run ({' '.join(command)}):\n{completed.stdout[-3000:]}\n{completed.stderr[-3000:]}")
+        raise SystemExit(
+            f"the suite did not run ({' '.join(command)}):\n{completed.stdout[-3000:]}\n{completed.stderr[-3000:]}"
+        )
     data: dict[str, object] = {"returncode": completed.returncode, "tail": completed.stdout.strip().splitlines()[-1:]}
     if report is not None and report.exists():
         data["report"] = json.loads(report.read_text())
@@ -106,8 +122,15 @@ def gate_failures(data: dict[str, object]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=1, help="Timed runs of each configuration, alternated; the fastest counts (default 1)")
-    parser.add_argument("--files", type=int, default=len(TEST_FILES), help=f"Use the first N test files (default all {len(TEST_FILES)})")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="Timed runs of each configuration, alternated; the fastest counts (default 1)",
+    )
+    parser.add_argument(
+        "--files", type=int, default=len(TEST_FILES), help=f"Use the first N test files (default all {len(TEST_FILES)})"
+    )
     parser.add_argument("--mode", default="prealloc", help="Regime of the measured runs (default prealloc)")
     parser.add_argument("--json", type=Path, default=None, help="Also write the figures as JSON")
     args = parser.parse_args(argv)
@@ -151,7 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         from pytest_devmem.files import write_atomic
 
-        write_atomic(args.json, json.dumps({"tests": tested, "false_failures": results, "peaks_moved": changed, "wall_s": best}, indent=2) + "\n")
+        write_atomic(
+            args.json,
+            json.dumps({"tests": tested, "false_failures": results, "peaks_moved": changed, "wall_s": best}, indent=2)
+            + "\n",
+        )
     return 1 if any(results.values()) else 0
 
 

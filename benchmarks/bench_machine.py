@@ -24,7 +24,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.model.frameworks import setups_for
@@ -33,7 +33,14 @@ from pytest_devmem.model.pool import Policy, make_pool, replay
 from pytest_devmem.model.trace import Trace
 from pytest_devmem.units import format_size, parse_size
 
-from .workloads import MACHINE_WORKLOADS, jax_step_loop, many_small_tensors, mixed_small_and_huge, sharded_step_loop, training_loop
+from .workloads import (
+    MACHINE_WORKLOADS,
+    jax_step_loop,
+    many_small_tensors,
+    mixed_small_and_huge,
+    sharded_step_loop,
+    training_loop,
+)
 
 TARGET_EVENTS_PER_SECOND = 1_500_000
 """The speed the model of the machine aims at on this kind of machine (pure Python, one core)."""
@@ -55,7 +62,9 @@ def best_of_alternating(runs: list[Callable[[], object]], repeat: int) -> list[f
     return best
 
 
-def measure_speed(workloads: dict[str, Callable[[], Trace]], capacity: int, mode: str, repeat: int) -> list[tuple[str, int, int, int, float, float]]:
+def measure_speed(
+    workloads: dict[str, Callable[[], Trace]], capacity: int, mode: str, repeat: int
+) -> list[tuple[str, int, int, int, float, float]]:
     """(workload, events, devices, allocators, machine events/s, pool-only events/s) per workload."""
     spec, setups, policy = MachineSpec(capacity, "sim"), setups_for(Policy.of(mode), capacity), Policy.of(mode)
     rows = []
@@ -64,9 +73,15 @@ def measure_speed(workloads: dict[str, Callable[[], Trace]], capacity: int, mode
         run = run_machine(trace, setups, spec)
         allocators = sum(len(device.allocators) for device in run.devices)
         machine_seconds, pool_seconds = best_of_alternating(
-            [lambda: run_machine(trace, setups, spec), lambda: replay(trace, make_pool(SimulatedDevice(capacity), policy))], repeat
+            [
+                lambda: run_machine(trace, setups, spec),
+                lambda: replay(trace, make_pool(SimulatedDevice(capacity), policy)),
+            ],
+            repeat,
         )
-        rows.append((name, len(trace), len(run.devices), allocators, len(trace) / machine_seconds, len(trace) / pool_seconds))
+        rows.append(
+            (name, len(trace), len(run.devices), allocators, len(trace) / machine_seconds, len(trace) / pool_seconds)
+        )
     return rows
 
 
@@ -114,7 +129,18 @@ def record_steps(events: int) -> Trace:
 
 def trace_bytes(trace: Trace) -> int:
     """The bytes a Trace's columns take (their buffers, as allocated)."""
-    columns = (trace.actions, trace.pointers, trace.sizes, trace.times, trace.threads, trace.streams, trace.sources, trace.labels, trace.devices, trace.processes)
+    columns = (
+        trace.actions,
+        trace.pointers,
+        trace.sizes,
+        trace.times,
+        trace.threads,
+        trace.streams,
+        trace.sources,
+        trace.labels,
+        trace.devices,
+        trace.processes,
+    )
     return sum(sys.getsizeof(column) for column in columns) + sum(sys.getsizeof(name) for name in trace.names)
 
 
@@ -159,10 +185,17 @@ def shown_bytes(value: float | int | None, events: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="Small traces, one repeat: checks the benchmark runs")
-    parser.add_argument("--repeat", type=int, default=5, help="Runs per measurement, alternating; the fastest counts (default 5)")
+    parser.add_argument(
+        "--repeat", type=int, default=5, help="Runs per measurement, alternating; the fastest counts (default 5)"
+    )
     parser.add_argument("--capacity", default="80GiB", help="Simulated device capacity (default 80GiB, an H100)")
     parser.add_argument("--mode", default="prealloc", help="Allocation regime of every allocator (default prealloc)")
-    parser.add_argument("--events", type=int, default=1_000_000, help="Events of the recorded trace of the memory part (default a million)")
+    parser.add_argument(
+        "--events",
+        type=int,
+        default=1_000_000,
+        help="Events of the recorded trace of the memory part (default a million)",
+    )
     args = parser.parse_args(argv)
     capacity = parse_size(args.capacity)
     if args.quick:
@@ -176,17 +209,27 @@ def main(argv: list[str] | None = None) -> int:
         repeat, events = 1, 20_000
     else:
         workloads, repeat, events = MACHINE_WORKLOADS, args.repeat, args.events
-    print(f"model of the machine: device sim:{args.capacity}, regime {args.mode}, best of {repeat} (alternating with the pool-only replay)")
-    print(f"{'trace':<18} {'events':>8} {'devices':>7} {'allocators':>10} {'events/s':>12} {'pool only':>12} {'vs pool':>8}  target")
+    print(
+        f"model of the machine: device sim:{args.capacity}, regime {args.mode}, best of {repeat} (alternating with the pool-only replay)"
+    )
+    print(
+        f"{'trace':<18} {'events':>8} {'devices':>7} {'allocators':>10} {'events/s':>12} {'pool only':>12} {'vs pool':>8}  target"
+    )
     for name, count, devices, allocators, speed, pool_speed in measure_speed(workloads, capacity, args.mode, repeat):
         reached = "yes" if speed >= TARGET_EVENTS_PER_SECOND else "no"
-        print(f"{name:<18} {count:>8} {devices:>7} {allocators:>10} {speed:>12,.0f} {pool_speed:>12,.0f} {speed / pool_speed:>7.2f}x  {reached}")
+        print(
+            f"{name:<18} {count:>8} {devices:>7} {allocators:>10} {speed:>12,.0f} {pool_speed:>12,.0f} {speed / pool_speed:>7.2f}x  {reached}"
+        )
     memory = memory_in_fresh_process(events, capacity)
     count = int(memory["events"] or 1)
     print(f"a recorded JAX step loop of {count:,} events (fresh process):")
-    print(f"  trace     {format_size(int(memory['trace_bytes'] or 0))} ({(memory['trace_bytes'] or 0) / count:.1f} B/event)")
+    print(
+        f"  trace     {format_size(int(memory['trace_bytes'] or 0))} ({(memory['trace_bytes'] or 0) / count:.1f} B/event)"
+    )
     print(f"  recording {shown_bytes(memory['recording_bytes'], count)} peak RSS growth")
-    print(f"  replay    {shown_bytes(memory['replay_bytes'], count)} peak RSS growth, {memory['replay_events_per_second']:,.0f} events/s")
+    print(
+        f"  replay    {shown_bytes(memory['replay_bytes'], count)} peak RSS growth, {memory['replay_events_per_second']:,.0f} events/s"
+    )
     return 0
 
 

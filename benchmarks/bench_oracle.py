@@ -8,7 +8,7 @@ import argparse
 import random
 import time
 
-from .bfc_oracle import MiB, Group, build_group, compare_group, run_on_tensorflow, side_by_side, summarize
+from .bfc_oracle import Group, MiB, build_group, compare_group, run_on_tensorflow, side_by_side, summarize
 
 SEVEN_THEN_LARGER = [100 * MiB] * 7 + [-1, -2, -3, -4] + [200 * MiB] + [-1] * 4
 """The README's fragmentation case: 100 MiB seven times, every other freed, then 200 MiB."""
@@ -20,10 +20,14 @@ def readme_case() -> int:
     for result in results:
         regions = ", ".join(f"{size / MiB:g}" for _, size in result["regions"])
         print(f"limit {result['limit_mb']} MiB, regions (MiB): {regions}")
-        print(f"  {'event':<34} {'in use (allocator / model)':>28} {'reserved (model)':>17} {'fragmentation (allocator / model)':>36}")
+        print(
+            f"  {'event':<34} {'in use (allocator / model)':>28} {'reserved (model)':>17} {'fragmentation (allocator / model)':>36}"
+        )
         for what, in_use, model_in_use, reserved, fragmentation, model_fragmentation, _, _ in side_by_side(result):
             real = f"{in_use / MiB:.2f}" if in_use >= 0 else "-"
-            print(f"  {what:<34} {real + ' / ' + format(model_in_use / MiB, '.2f'):>28} {reserved / MiB:>17.2f} {format(fragmentation, 'g') + ' / ' + format(model_fragmentation, 'g'):>36}")
+            print(
+                f"  {what:<34} {real + ' / ' + format(model_in_use / MiB, '.2f'):>28} {reserved / MiB:>17.2f} {format(fragmentation, 'g') + ' / ' + format(model_fragmentation, 'g'):>36}"
+            )
     agree = all(not compare_group(result).disagreements for result in results)
     print("every figure agrees" if agree else "DISAGREEMENT: run the oracle test for details")
     return 0 if agree else 1
@@ -32,10 +36,16 @@ def readme_case() -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_oracle", description=__doc__)
     parser.add_argument("--sequences", type=int, default=5000, help="how many sequences (default 5000)")
-    parser.add_argument("--per-group", type=int, default=5, help="sequences run one after another on one allocator (default 5)")
+    parser.add_argument(
+        "--per-group", type=int, default=5, help="sequences run one after another on one allocator (default 5)"
+    )
     parser.add_argument("--parallel", type=int, default=16, help="allocators (forked processes) at once (default 16)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--readme", action="store_true", help="the README's fragmentation case under 1024, 768 and 760 MiB, side by side")
+    parser.add_argument(
+        "--readme",
+        action="store_true",
+        help="the README's fragmentation case under 1024, 768 and 760 MiB, side by side",
+    )
     args = parser.parse_args(argv)
     if args.readme:
         return readme_case()

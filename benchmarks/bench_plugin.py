@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SMALL_TEST = '''
+SMALL_TEST = """
 import time
 import pytest
 
@@ -29,7 +29,7 @@ def test_small(n):
     while time.perf_counter() < deadline:
         values = [v + 1 for v in values]
     assert sum(values) > n
-'''
+"""
 WORK_MS = (0, 1)
 """Per-test work: a trivial test (the worst case for any plugin) and one doing ~1 ms, still a small test."""
 
@@ -45,7 +45,13 @@ def run_once(directory: Path, extra: list[str]) -> tuple[float, float]:
     # from source on every run while pytest's come precompiled, which measures the compiler, not the plugin
     environment = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
     start = time.perf_counter()
-    completed = subprocess.run([sys.executable, "-m", "pytest", *COMMON, *extra, str(directory)], capture_output=True, text=True, check=False, env=environment)
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", *COMMON, *extra, str(directory)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=environment,
+    )
     wall = time.perf_counter() - start
     if completed.returncode != 0:
         raise SystemExit(f"benchmark suite failed:\n{completed.stdout}\n{completed.stderr}")
@@ -56,10 +62,14 @@ def run_once(directory: Path, extra: list[str]) -> tuple[float, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tests", type=int, default=200, help="Number of small tests (default 200)")
-    parser.add_argument("--repeat", type=int, default=5, help="Runs of each configuration; the fastest counts (default 5)")
+    parser.add_argument(
+        "--repeat", type=int, default=5, help="Runs of each configuration; the fastest counts (default 5)"
+    )
     args = parser.parse_args(argv)
     print(f"{args.tests} small tests per suite, best of {args.repeat}")
-    print(f"{'work/test':>9} {'configuration':<28} {'wall s':>8} {'session s':>10} {'wall ratio':>11} {'session ratio':>14}")
+    print(
+        f"{'work/test':>9} {'configuration':<28} {'wall s':>8} {'session s':>10} {'wall ratio':>11} {'session ratio':>14}"
+    )
     for work_ms in WORK_MS:
         with tempfile.TemporaryDirectory(prefix="devmem-bench-") as scratch:
             directory = Path(scratch)
@@ -71,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
                     best[name] = (min(best[name][0], wall), min(best[name][1], session))
         off_wall, off_session = best["off"]
         for name, (wall, session) in best.items():
-            print(f"{work_ms:>7} ms {name:<28} {wall:>8.3f} {session:>10.3f} {wall / off_wall:>10.3f}x {session / off_session:>13.3f}x")
+            print(
+                f"{work_ms:>7} ms {name:<28} {wall:>8.3f} {session:>10.3f} {wall / off_wall:>10.3f}x {session / off_session:>13.3f}x"
+            )
     return 0
 
 

@@ -45,7 +45,9 @@ def measure(trace: Trace, capacity: int, repeat: int) -> list[tuple[str, float, 
     seconds, reference = best_time(lambda: _replay_reference(trace, capacity), repeat)
     rows.append(("first-fit (reference)", len(trace) / seconds, reference.peak_end / trace.peak_live_bytes(), True))
     for mode in POLICIES:
-        seconds, result = best_time(lambda: replay(trace, make_pool(SimulatedDevice(capacity), Policy.of(mode))), repeat)
+        seconds, result = best_time(
+            lambda: replay(trace, make_pool(SimulatedDevice(capacity), Policy.of(mode))), repeat
+        )
         held = result.stats["peak_pool_bytes"] or result.stats["peak_bytes_reserved"]
         rows.append((mode, len(trace) / seconds, held / result.peak_live_bytes, result.ok))
     return rows

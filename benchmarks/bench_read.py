@@ -43,31 +43,45 @@ def write_trace_csv(trace: Trace, path: Path) -> None:
     import pyarrow.csv as pacsv
 
     def texts(codes: object, names: list[str]) -> pa.Array:
-        return pa.DictionaryArray.from_arrays(pa.array(np.frombuffer(codes, dtype=np.uint32).astype(np.int32)), pa.array(names)).cast(pa.string())  # type: ignore[arg-type]
+        return pa.DictionaryArray.from_arrays(
+            pa.array(np.frombuffer(codes, dtype=np.uint32).astype(np.int32)), pa.array(names)
+        ).cast(pa.string())  # type: ignore[arg-type]
 
     def hexadecimal(values: object) -> pa.Array:
         numbers = np.frombuffer(values, dtype=np.uint64)  # type: ignore[call-overload]
         nibbles = ((numbers[:, None] >> (4 * np.arange(15, -1, -1, dtype=np.uint64))) & 15).astype(np.uint8)
         digits = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)[nibbles]
-        padded = pa.Array.from_buffers(pa.string(), len(numbers), [None, pa.py_buffer(np.arange(0, 16 * len(numbers) + 1, 16, dtype=np.int32).tobytes()), pa.py_buffer(digits.tobytes())])
+        padded = pa.Array.from_buffers(
+            pa.string(),
+            len(numbers),
+            [
+                None,
+                pa.py_buffer(np.arange(0, 16 * len(numbers) + 1, 16, dtype=np.int32).tobytes()),
+                pa.py_buffer(digits.tobytes()),
+            ],
+        )
         import pyarrow.compute as pc
 
         trimmed = pc.utf8_ltrim(padded, "0")
         return pc.binary_join_element_wise("0x", pc.if_else(pc.equal(trimmed, ""), "0", trimmed), "")
 
     actions = np.frombuffer(bytes(trace.actions), dtype=np.uint8)
-    table = pa.table({
-        "Thread": pa.array(np.frombuffer(trace.threads, dtype=np.uint64)),
-        "Time": pa.array(np.frombuffer(trace.times, dtype=np.float64)),
-        "Action": pa.DictionaryArray.from_arrays(pa.array(actions.astype(np.int32)), pa.array(list(ACTIONS))).cast(pa.string()),
-        "Pointer": hexadecimal(trace.pointers),
-        "Size": pa.array(np.frombuffer(trace.sizes, dtype=np.int64)),
-        "Stream": hexadecimal(trace.streams),
-        "Source": texts(trace.sources, trace.names),
-        "Label": texts(trace.labels, trace.names),
-        "Device": texts(trace.devices, trace.names),
-        "Process": pa.array(np.frombuffer(trace.processes, dtype=np.uint32)),
-    })
+    table = pa.table(
+        {
+            "Thread": pa.array(np.frombuffer(trace.threads, dtype=np.uint64)),
+            "Time": pa.array(np.frombuffer(trace.times, dtype=np.float64)),
+            "Action": pa.DictionaryArray.from_arrays(pa.array(actions.astype(np.int32)), pa.array(list(ACTIONS))).cast(
+                pa.string()
+            ),
+            "Pointer": hexadecimal(trace.pointers),
+            "Size": pa.array(np.frombuffer(trace.sizes, dtype=np.int64)),
+            "Stream": hexadecimal(trace.streams),
+            "Source": texts(trace.sources, trace.names),
+            "Label": texts(trace.labels, trace.names),
+            "Device": texts(trace.devices, trace.names),
+            "Process": pa.array(np.frombuffer(trace.processes, dtype=np.uint32)),
+        }
+    )
     with open(path, "wb") as handle:
         handle.write((",".join(HEADER) + "\n").encode())
         pacsv.write_csv(table, handle, write_options=pacsv.WriteOptions(include_header=False, quoting_style="needed"))
@@ -118,7 +132,18 @@ def parse_seconds(path: Path, repeat: int) -> float:
     import pyarrow.csv as pacsv
 
     texts = pa.dictionary(pa.int32(), pa.string())
-    types = {"Thread": pa.uint64(), "Time": pa.float64(), "Action": texts, "Pointer": pa.string(), "Size": pa.int64(), "Stream": texts, "Source": texts, "Label": texts, "Device": texts, "Process": pa.uint32()}
+    types = {
+        "Thread": pa.uint64(),
+        "Time": pa.float64(),
+        "Action": texts,
+        "Pointer": pa.string(),
+        "Size": pa.int64(),
+        "Stream": texts,
+        "Source": texts,
+        "Label": texts,
+        "Device": texts,
+        "Process": pa.uint32(),
+    }
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()
@@ -217,11 +242,21 @@ def print_figures(found: dict[str, float | int | None]) -> None:
     from pytest_devmem.units import format_size
 
     speed, events = float(found["replay_events_per_second"] or 0), int(found["events"] or 0)
-    print(f"devmem replay of a recorded JAX step loop of {events:,} events ({format_size(int(found['file_bytes'] or 0))} of CSV), in process")
-    print(f"  read + replay + table  {speed:>12,.0f} events/s  target >= {TARGET_EVENTS_PER_SECOND:,}  {'yes' if speed >= TARGET_EVENTS_PER_SECOND else 'no'}")
-    print(f"  by CPU time            {float(found['replay_events_per_cpu_second'] or 0):>12,.0f} events per CPU second (every thread of the process)")
-    print(f"  row-by-row reader      {float(found['row_reader_events_per_second'] or 0):>12,.0f} events/s  (read + replay where pyarrow is missing)")
-    print(f"  pyarrow parse alone    {float(found['pyarrow_parse_events_per_second'] or 0):>12,.0f} events/s  (the CSV into a table, no trace made)")
+    print(
+        f"devmem replay of a recorded JAX step loop of {events:,} events ({format_size(int(found['file_bytes'] or 0))} of CSV), in process"
+    )
+    print(
+        f"  read + replay + table  {speed:>12,.0f} events/s  target >= {TARGET_EVENTS_PER_SECOND:,}  {'yes' if speed >= TARGET_EVENTS_PER_SECOND else 'no'}"
+    )
+    print(
+        f"  by CPU time            {float(found['replay_events_per_cpu_second'] or 0):>12,.0f} events per CPU second (every thread of the process)"
+    )
+    print(
+        f"  row-by-row reader      {float(found['row_reader_events_per_second'] or 0):>12,.0f} events/s  (read + replay where pyarrow is missing)"
+    )
+    print(
+        f"  pyarrow parse alone    {float(found['pyarrow_parse_events_per_second'] or 0):>12,.0f} events/s  (the CSV into a table, no trace made)"
+    )
     growth, size = found["memory_growth_bytes"], int(found["memory_trace_bytes"] or 1)
     memory_events = int(found["memory_events"] or 0)
     if growth is None:
@@ -236,8 +271,15 @@ def print_figures(found: dict[str, float | int | None]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=1_000_000, help="Events of the trace replayed end to end (default a million)")
-    parser.add_argument("--memory-events", type=int, default=2_000_000, help="Events of the trace whose reading memory is measured (10000000: the target's size; default 2000000)")
+    parser.add_argument(
+        "--events", type=int, default=1_000_000, help="Events of the trace replayed end to end (default a million)"
+    )
+    parser.add_argument(
+        "--memory-events",
+        type=int,
+        default=2_000_000,
+        help="Events of the trace whose reading memory is measured (10000000: the target's size; default 2000000)",
+    )
     parser.add_argument("--repeat", type=int, default=3, help="Runs per timing; the fastest counts (default 3)")
     parser.add_argument("--quick", action="store_true", help="100,000 events, one run: checks the benchmark runs")
     args = parser.parse_args(argv)

@@ -29,7 +29,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-STEP_TEST = '''
+STEP_TEST = """
 import os
 import time
 
@@ -60,7 +60,7 @@ def test_steps():
     elapsed, cpu = time.perf_counter() - start, time.thread_time() - start_cpu
     with open(os.environ["BENCH_LOOP_FILE"], "w") as handle:
         handle.write(f"{elapsed!r} {cpu!r}")
-'''
+"""
 
 COMMON = ["-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:xdist"]
 CONFIGURATIONS: dict[str, tuple[list[str], dict[str, str]]] = {
@@ -79,7 +79,14 @@ def run_once(directory: Path, extra: list[str], environment_extra: dict[str, str
     traces = directory / "traces"
     arguments = [argument.format(traces=traces) for argument in extra]
     start = time.perf_counter()
-    completed = subprocess.run([sys.executable, "-m", "pytest", *COMMON, *arguments, str(directory / "test_steps.py")], capture_output=True, text=True, check=False, env=environment, cwd=directory)
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", *COMMON, *arguments, str(directory / "test_steps.py")],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=environment,
+        cwd=directory,
+    )
     wall = time.perf_counter() - start
     if completed.returncode != 0:
         raise SystemExit(f"step benchmark failed:\n{completed.stdout}\n{completed.stderr}")
@@ -119,7 +126,9 @@ def recorder_figures(events: int = 1_000_000) -> tuple[float, float, float]:
     return held / events, peak / events, best / events * 1e6
 
 
-def measure(steps: int, repeat: int, configurations: dict[str, tuple[list[str], dict[str, str]]]) -> dict[str, tuple[float, float, float, float]]:
+def measure(
+    steps: int, repeat: int, configurations: dict[str, tuple[list[str], dict[str, str]]]
+) -> dict[str, tuple[float, float, float, float]]:
     """(wall, session, loop, loop CPU) seconds of each configuration, the fastest of `repeat`
     runs taken in turn (off, on, off, on...), so that a loaded machine slows each alike."""
     with tempfile.TemporaryDirectory(prefix="devmem-steps-") as scratch:
@@ -130,7 +139,9 @@ def measure(steps: int, repeat: int, configurations: dict[str, tuple[list[str], 
             for name, (extra, environment) in configurations.items():
                 figures = run_once(directory, extra, environment)
                 best[name] = tuple(min(old, new) for old, new in zip(best[name], figures))  # type: ignore[assignment]
-        if any("traces" in " ".join(extra) for extra, _ in configurations.values()) and not sorted((directory / "traces").glob("*.csv")):
+        if any("traces" in " ".join(extra) for extra, _ in configurations.values()) and not sorted(
+            (directory / "traces").glob("*.csv")
+        ):
             raise SystemExit("the traces configuration wrote no trace")
     return best  # type: ignore[return-value]
 
@@ -138,16 +149,26 @@ def measure(steps: int, repeat: int, configurations: dict[str, tuple[list[str], 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=20_000, help="Jitted steps in the loop (default 20000)")
-    parser.add_argument("--repeat", type=int, default=5, help="Runs of each configuration; the fastest counts (default 5)")
-    parser.add_argument("--events", type=int, default=1_000_000, help="Events recorded for the recorder figures (default 1000000)")
-    parser.add_argument("--quick", action="store_true", help="1,000 steps, plugin off and on with traces, 100,000 events: checks the benchmark runs")
+    parser.add_argument(
+        "--repeat", type=int, default=5, help="Runs of each configuration; the fastest counts (default 5)"
+    )
+    parser.add_argument(
+        "--events", type=int, default=1_000_000, help="Events recorded for the recorder figures (default 1000000)"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="1,000 steps, plugin off and on with traces, 100,000 events: checks the benchmark runs",
+    )
     args = parser.parse_args(argv)
     configurations = CONFIGURATIONS
     if args.quick:
         args.steps, args.repeat, args.events = 1_000, 1, 100_000
         configurations = {name: CONFIGURATIONS[name] for name in ("off", "on, traces written")}
     print(f"{args.steps} jitted steps on 64x64 arrays in one test, best of {args.repeat}")
-    print(f"{'configuration':<22} {'µs/step':>8} {'loop ratio':>11} {'CPU µs/step':>12} {'session s':>10} {'session ratio':>14} {'wall s':>8}")
+    print(
+        f"{'configuration':<22} {'µs/step':>8} {'loop ratio':>11} {'CPU µs/step':>12} {'session s':>10} {'session ratio':>14} {'wall s':>8}"
+    )
     best = measure(args.steps, args.repeat, configurations)
     _, off_session, off_loop, off_cpu = best["off"]
     for name, (wall, session, loop, cpu) in best.items():
@@ -158,9 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     on = "on (prealloc)" if "on (prealloc)" in best else "on, traces written"
     cost = (best[on][2] - off_loop) / args.steps * 1e6
     cpu_cost = (best[on][3] - off_cpu) / args.steps * 1e6
-    print(f"capture cost per executable run: {cost:.2f} µs wall, {cpu_cost:.2f} µs CPU of the test's thread ({on} less off)")
+    print(
+        f"capture cost per executable run: {cost:.2f} µs wall, {cpu_cost:.2f} µs CPU of the test's thread ({on} less off)"
+    )
     per_event_bytes, peak_bytes, per_event_us = recorder_figures(args.events)
-    print(f"recorder, {args.events:,} events: {per_event_bytes:.1f} bytes held per event ({peak_bytes:.1f} at most), {per_event_us:.2f} µs per event")
+    print(
+        f"recorder, {args.events:,} events: {per_event_bytes:.1f} bytes held per event ({peak_bytes:.1f} at most), {per_event_us:.2f} µs per event"
+    )
     return 0
 
 

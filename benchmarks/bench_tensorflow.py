@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SUITE = '''
+SUITE = """
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -78,9 +78,9 @@ def test_eager_ops(n):
     for _ in range(10):
         a = tf.nn.relu(tf.matmul(a, a) / 512.0)
     assert a.shape == (512, 512)
-'''
+"""
 
-TIMING_CONFTEST = '''
+TIMING_CONFTEST = """
 import json
 import os
 import time
@@ -134,7 +134,7 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     with open(os.environ["DEVMEM_BENCH_TIMES"], "w") as file:
         json.dump(TIMES, file)
-'''
+"""
 
 COMMON = ["-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:xdist"]
 ON = "on (prealloc, in-process)"
@@ -149,13 +149,24 @@ CONFIGURATIONS = {
 def run_once(directory: Path, name: str) -> tuple[float, float, dict[str, object]]:
     times = directory / "times.json"
     # bytecode caching on, as in a normal install (see bench_plugin); TensorFlow's C++ log lines off
-    environment = {key: value for key, value in os.environ.items() if key not in ("PYTHONDONTWRITEBYTECODE", "DEVMEM_BENCH_NO_TF_CAPTURE")}
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("PYTHONDONTWRITEBYTECODE", "DEVMEM_BENCH_NO_TF_CAPTURE")
+    }
     environment.update(DEVMEM_BENCH_TIMES=str(times), TF_CPP_MIN_LOG_LEVEL=environment.get("TF_CPP_MIN_LOG_LEVEL", "2"))
     if name == NO_CAPTURE:
         environment["DEVMEM_BENCH_NO_TF_CAPTURE"] = "1"
     extra = CONFIGURATIONS[name]
     start = time.perf_counter()
-    completed = subprocess.run([sys.executable, "-m", "pytest", *COMMON, *extra, str(directory)], capture_output=True, text=True, check=False, env=environment, cwd=directory)
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", *COMMON, *extra, str(directory)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=environment,
+        cwd=directory,
+    )
     wall = time.perf_counter() - start
     if completed.returncode != 0:
         raise SystemExit(f"benchmark suite failed:\n{completed.stdout}\n{completed.stderr}")
@@ -166,8 +177,12 @@ def run_once(directory: Path, name: str) -> tuple[float, float, dict[str, object
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tests", type=int, default=5, help="Tests of each of the 4 kinds (default 5)")
-    parser.add_argument("--repeat", type=int, default=3, help="Runs of each configuration; the fastest counts (default 3)")
-    parser.add_argument("--quick", action="store_true", help="One test of each kind, one run, off and on only: a check that it runs")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="Runs of each configuration; the fastest counts (default 3)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="One test of each kind, one run, off and on only: a check that it runs"
+    )
     args = parser.parse_args(argv)
     names = [name for name in CONFIGURATIONS if not (args.quick and name == NO_CAPTURE)]
     if args.quick:
@@ -176,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
         print("TensorFlow is not installed: the TensorFlow benchmark is skipped")
         return 0
     count = 4 * args.tests
-    print(f"TensorFlow suite: {count} tests (train step, Keras fit, tf.data, eager ops; {args.tests} each), best of {args.repeat}")
+    print(
+        f"TensorFlow suite: {count} tests (train step, Keras fit, tf.data, eager ops; {args.tests} each), best of {args.repeat}"
+    )
     best: dict[str, tuple[float, float, float]] = {name: (float("inf"),) * 3 for name in names}
     captures: dict[str, list[list[float]]] = {}
     with tempfile.TemporaryDirectory(prefix="devmem-bench-tf-") as scratch:
@@ -192,12 +209,20 @@ def main(argv: list[str] | None = None) -> int:
                     if name == ON:
                         captures = times["capture"]  # type: ignore[assignment]
     off_wall, off_session, off_tests = best["off"]
-    print(f"{'configuration':<28} {'wall s':>8} {'session s':>10} {'tests s':>8} {'tests ratio':>12} {'ms/test added':>14}")
+    print(
+        f"{'configuration':<28} {'wall s':>8} {'session s':>10} {'tests s':>8} {'tests ratio':>12} {'ms/test added':>14}"
+    )
     for name, (wall, session, tests) in best.items():
-        print(f"{name:<28} {wall:>8.3f} {session:>10.3f} {tests:>8.3f} {tests / off_tests:>11.3f}x {(tests - off_tests) / count * 1000:>14.1f}")
+        print(
+            f"{name:<28} {wall:>8.3f} {session:>10.3f} {tests:>8.3f} {tests / off_tests:>11.3f}x {(tests - off_tests) / count * 1000:>14.1f}"
+        )
     if NO_CAPTURE in best:
-        print(f"TensorFlow's capture in all, per test: {(best[ON][2] - best[NO_CAPTURE][2]) / count * 1000:.1f} ms (the two \"on\" rows' difference)")
-    print("TensorFlow capture per test (begin + end: profiler session, XSpace read, trace events), from the fastest run:")
+        print(
+            f"TensorFlow's capture in all, per test: {(best[ON][2] - best[NO_CAPTURE][2]) / count * 1000:.1f} ms (the two \"on\" rows' difference)"
+        )
+    print(
+        "TensorFlow capture per test (begin + end: profiler session, XSpace read, trace events), from the fastest run:"
+    )
     print(f"{'kind':<22} {'tests':>6} {'median ms':>10} {'max ms':>8} {'events':>8}")
     everything = [entry for entries in captures.values() for entry in entries]
     for kind, entries in sorted(captures.items()) + [("all", everything)]:

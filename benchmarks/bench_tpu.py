@@ -37,7 +37,14 @@ def run_once(directory: Path, extra: list[str], cached: bool) -> float:
     environment = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
     cache = [] if cached else ["-p", "no:cacheprovider"]
     start = time.perf_counter()
-    completed = subprocess.run([sys.executable, "-m", "pytest", *COMMON, *cache, *extra, str(directory)], capture_output=True, text=True, check=False, env=environment, cwd=directory)
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", *COMMON, *cache, *extra, str(directory)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=environment,
+        cwd=directory,
+    )
     wall = time.perf_counter() - start
     if completed.returncode != 0:
         raise SystemExit(f"benchmark suite failed:\n{completed.stdout[-3000:]}\n{completed.stderr[-3000:]}")
@@ -46,8 +53,12 @@ def run_once(directory: Path, extra: list[str], cached: bool) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=3, help="Runs of each configuration; the fastest counts (default 3)")
-    parser.add_argument("--quick", action="store_true", help="One run of each, the MLP example only, without the cache folder")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="Runs of each configuration; the fastest counts (default 3)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="One run of each, the MLP example only, without the cache folder"
+    )
     args = parser.parse_args(argv)
     repeat = 1 if args.quick else args.repeat
     suite = SUITE[:2] if args.quick else SUITE

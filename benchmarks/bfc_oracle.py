@@ -36,9 +36,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from pytest_devmem.model.device import SimulatedDevice
 
@@ -176,11 +177,13 @@ def _run_group(index: int, group: dict[str, Any], out_dir: Path) -> None:
         if failure is not None:  # before the failing call's first free: the shape it was given is freed after it
             times = [origin.time_ns for origin in converted.origins]
             position = next((i for i, t in enumerate(times) if t >= failure[0] and trace.actions[i] == 1), len(trace))
-        windows.append({
-            "trace": trace.to_columns(),
-            "stats": stats,
-            "failure": None if failure is None else {"position": position, "bytes": failure[1], "step": failure[2]},
-        })
+        windows.append(
+            {
+                "trace": trace.to_columns(),
+                "stats": stats,
+                "failure": None if failure is None else {"position": position, "bytes": failure[1], "step": failure[2]},
+            }
+        )
     profiler.close()
     text = log_path.read_text(errors="replace")
     regions = [(int(a, 16), int(b, 16) - int(a, 16)) for a, b in _REGION.findall(text)]
@@ -196,20 +199,28 @@ def run_on_tensorflow(groups: Sequence[Group], *, parallel: int = 16, timeout: f
     """Each group run on TensorFlow's real allocator (in a server process); their results, in order."""
     with tempfile.TemporaryDirectory(prefix="devmem-oracle-") as folder:
         job = Path(folder) / "job.json"
-        job.write_text(json.dumps([{"limit_mb": g.limit_mb, "sequences": [list(s) for s in g.sequences]} for g in groups]))
+        job.write_text(
+            json.dumps([{"limit_mb": g.limit_mb, "sequences": [list(s) for s in g.sequences]} for g in groups])
+        )
         environ = dict(os.environ)
         _environment(environ)
         root = str(Path(__file__).resolve().parent.parent)
         environ["PYTHONPATH"] = root + (os.pathsep + environ["PYTHONPATH"] if environ.get("PYTHONPATH") else "")
         done = subprocess.run(
             [sys.executable, "-m", "benchmarks.bfc_oracle", job.as_posix(), folder, str(parallel)],
-            cwd=root, env=environ, capture_output=True, text=True, timeout=timeout,
+            cwd=root,
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         results = []
         for index in range(len(groups)):
             path = Path(folder) / f"group-{index}.json"
             if not path.exists():
-                raise RuntimeError(f"group {index} did not finish on TensorFlow (server exit {done.returncode}): {done.stderr[-2000:]}")
+                raise RuntimeError(
+                    f"group {index} did not finish on TensorFlow (server exit {done.returncode}): {done.stderr[-2000:]}"
+                )
             results.append(json.loads(path.read_text()))
         return results
 
@@ -257,7 +268,7 @@ def largest_free_visible(free: int, fragmentation: float) -> int | None:
     if free <= 0 or math.isnan(fragmentation):
         return None
     digits = max(0, 5 - math.floor(math.log10(abs(fragmentation)))) if fragmentation else 6
-    half = 0.5 * 10.0 ** -digits
+    half = 0.5 * 10.0**-digits
     low, high = free * (1 - fragmentation - half), free * (1 - fragmentation + half)
     first, last = math.ceil(low / 256), math.floor(high / 256)
     return first * 256 if first == last else None
@@ -302,7 +313,13 @@ def compare_group(result: dict[str, Any]) -> GroupResult:
                     outcome.failures += 1
                     check(number, index, "first failing allocation", failure["step"], failure["step"])
                     if largest_at_failures:
-                        check(number, index, "largest free chunk (at the failure)", largest_at_failures.pop(0), pool._largest_free_block())
+                        check(
+                            number,
+                            index,
+                            "largest free chunk (at the failure)",
+                            largest_at_failures.pop(0),
+                            pool._largest_free_block(),
+                        )
                 else:
                     pool.free(handle)
                     check(number, index, "first failing allocation", failure["step"], "none: it fits")
@@ -338,9 +355,21 @@ def compare_group(result: dict[str, Any]) -> GroupResult:
                 check(number, index, "fragmentation", fragmentation, six_digits(pool._fragmentation()))
                 largest = largest_free_visible(free, fragmentation)
                 if largest is not None:
-                    check(number, index, "largest free chunk (where the fragmentation shows it)", largest, pool._largest_free_block())
+                    check(
+                        number,
+                        index,
+                        "largest free chunk (where the fragmentation shows it)",
+                        largest,
+                        pool._largest_free_block(),
+                    )
             else:  # nothing free: the allocator divides 0 by 0
-                check(number, index, "fragmentation (nothing free)", "nan", "nan" if math.isnan(fragmentation) else fragmentation)
+                check(
+                    number,
+                    index,
+                    "fragmentation (nothing free)",
+                    "nan",
+                    "nan" if math.isnan(fragmentation) else fragmentation,
+                )
         if stopped:
             break
     check(-1, -1, "regions taken", [tuple(region) for region in regions], pool.regions())
@@ -373,7 +402,9 @@ class _RecordedAddresses(SimulatedDevice):
         return super().try_allocate(nbytes)
 
 
-def side_by_side(result: dict[str, Any], min_bytes: int = MiB) -> list[tuple[str, int, int, int, float, float, int, int]]:
+def side_by_side(
+    result: dict[str, Any], min_bytes: int = MiB
+) -> list[tuple[str, int, int, int, float, float, int, int]]:
     """Each event of a group of at least `min_bytes` (TensorFlow's own small tensors left out):
     (what, allocator's bytes in use, model's, allocator's bytes reserved... see the columns) as
     (event, in use, model in use, reserved, fragmentation, model fragmentation, peak, model peak),
@@ -395,7 +426,18 @@ def side_by_side(result: dict[str, Any], min_bytes: int = MiB) -> list[tuple[str
                     verdict = "fits (model)"
                 except OutOfMemoryError:
                     verdict = "fails on both"
-                rows.append((f"allocate {failure['bytes'] // MiB} MiB: {verdict}", -1, pool.bytes_in_use, pool.pool_bytes, math.nan, pool._fragmentation(), -1, pool.peak_bytes_in_use))
+                rows.append(
+                    (
+                        f"allocate {failure['bytes'] // MiB} MiB: {verdict}",
+                        -1,
+                        pool.bytes_in_use,
+                        pool.pool_bytes,
+                        math.nan,
+                        pool._fragmentation(),
+                        -1,
+                        pool.peak_bytes_in_use,
+                    )
+                )
             if index == len(trace):
                 break
             event, stats = trace.event(index), window["stats"][index]
@@ -404,7 +446,18 @@ def side_by_side(result: dict[str, Any], min_bytes: int = MiB) -> list[tuple[str
             else:
                 pool.free(handles.pop(event.pointer))
             if event.size >= min_bytes and stats is not None:
-                rows.append((f"{'allocate' if event.action == 'allocate' else 'free'} {event.size / MiB:g} MiB", stats[0], pool.bytes_in_use, pool.pool_bytes, stats[2], six_digits(pool._fragmentation()), stats[1], pool.peak_bytes_in_use))
+                rows.append(
+                    (
+                        f"{'allocate' if event.action == 'allocate' else 'free'} {event.size / MiB:g} MiB",
+                        stats[0],
+                        pool.bytes_in_use,
+                        pool.pool_bytes,
+                        stats[2],
+                        six_digits(pool._fragmentation()),
+                        stats[1],
+                        pool.peak_bytes_in_use,
+                    )
+                )
     return rows
 
 
@@ -416,7 +469,9 @@ def summarize(results: Sequence[GroupResult]) -> str:
     for r in results:
         for name, count in r.checks.items():
             checks[name] = checks.get(name, 0) + count
-    lines = [f"{agreeing} of {sequences} sequences agree with TensorFlow's BFC allocator ({sum(r.failures for r in results)} failing allocations)"]
+    lines = [
+        f"{agreeing} of {sequences} sequences agree with TensorFlow's BFC allocator ({sum(r.failures for r in results)} failing allocations)"
+    ]
     lines += [f"  {count:>8} x {name}" for name, count in sorted(checks.items())]
     shown = 0
     for group, r in enumerate(results):

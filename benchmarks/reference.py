@@ -48,4 +48,8 @@ class FirstFitPool:
             self._free.insert(index, [offset, size])
 
     def stats(self) -> dict[str, int | float]:
-        return {"peak_bytes_reserved": self.peak_end, "peak_pool_bytes": self.peak_end, "peak_bytes_in_use": self.peak_live}
+        return {
+            "peak_bytes_reserved": self.peak_end,
+            "peak_pool_bytes": self.peak_end,
+            "peak_bytes_in_use": self.peak_live,
+        }

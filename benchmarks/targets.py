@@ -30,8 +30,8 @@ import os
 import platform
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from pytest_devmem.model.frameworks import setups_for
 from pytest_devmem.model.machine import MachineSpec, run_machine
@@ -39,7 +39,14 @@ from pytest_devmem.model.pool import Policy
 from pytest_devmem.model.trace import Trace
 
 from . import bench_read, bench_steps
-from .workloads import MACHINE_WORKLOADS, jax_step_loop, many_small_tensors, mixed_small_and_huge, sharded_step_loop, training_loop
+from .workloads import (
+    MACHINE_WORKLOADS,
+    jax_step_loop,
+    many_small_tensors,
+    mixed_small_and_huge,
+    sharded_step_loop,
+    training_loop,
+)
 
 MODEL_TARGET = 2_000_000
 STEPS_TARGET = 1.25
@@ -52,20 +59,38 @@ Row = tuple[str, str, str, str, str]  # figure, measured, target, reference, met
 def reading_rows(events: int, memory_events: int, repeat: int) -> list[Row]:
     found = bench_read.figures(events, memory_events, repeat)
     speed = float(found["replay_events_per_second"] or 0)
-    rows: list[Row] = [(
-        f"reading: `devmem replay` of a recorded trace, {int(found['events'] or 0):,} events, end to end",
-        f"{speed:,.0f} events/s ({float(found['replay_events_per_cpu_second'] or 0):,.0f} per CPU second)",
-        f">= {bench_read.TARGET_EVENTS_PER_SECOND:,} events/s",
-        f"row reader {float(found['row_reader_events_per_second'] or 0):,.0f} events/s; pyarrow's parse alone {float(found['pyarrow_parse_events_per_second'] or 0):,.0f} events/s",
-        _met(speed >= bench_read.TARGET_EVENTS_PER_SECOND),
-    )]
+    rows: list[Row] = [
+        (
+            f"reading: `devmem replay` of a recorded trace, {int(found['events'] or 0):,} events, end to end",
+            f"{speed:,.0f} events/s ({float(found['replay_events_per_cpu_second'] or 0):,.0f} per CPU second)",
+            f">= {bench_read.TARGET_EVENTS_PER_SECOND:,} events/s",
+            f"row reader {float(found['row_reader_events_per_second'] or 0):,.0f} events/s; pyarrow's parse alone {float(found['pyarrow_parse_events_per_second'] or 0):,.0f} events/s",
+            _met(speed >= bench_read.TARGET_EVENTS_PER_SECOND),
+        )
+    ]
     growth, size = found["memory_growth_bytes"], int(found["memory_trace_bytes"] or 1)
     figure = f"reading: peak memory growth reading {int(found['memory_events'] or 0):,} events, over the trace's size"
     if growth is None:
-        rows.append((figure, "not measured (no VmHWM here)", f"<= {bench_read.TARGET_MEMORY_RATIO:g}x", f"trace {size / 2**20:,.0f} MiB", "n/a"))
+        rows.append(
+            (
+                figure,
+                "not measured (no VmHWM here)",
+                f"<= {bench_read.TARGET_MEMORY_RATIO:g}x",
+                f"trace {size / 2**20:,.0f} MiB",
+                "n/a",
+            )
+        )
     else:
         ratio = growth / size
-        rows.append((figure, f"{ratio:.2f}x ({growth / 2**20:,.0f} MiB)", f"<= {bench_read.TARGET_MEMORY_RATIO:g}x", f"trace {size / 2**20:,.0f} MiB", _met(ratio <= bench_read.TARGET_MEMORY_RATIO)))
+        rows.append(
+            (
+                figure,
+                f"{ratio:.2f}x ({growth / 2**20:,.0f} MiB)",
+                f"<= {bench_read.TARGET_MEMORY_RATIO:g}x",
+                f"trace {size / 2**20:,.0f} MiB",
+                _met(ratio <= bench_read.TARGET_MEMORY_RATIO),
+            )
+        )
     return rows
 
 
@@ -81,16 +106,22 @@ def model_rows(workloads: dict[str, Callable[[], Trace]], repeat: int, capacity:
             policy = Policy.of(mode)
             setups = setups_for(policy, capacity)
             (machine, machine_cpu), (pool, _) = best_of_both(
-                [lambda: run_machine(trace, setups, spec), lambda: replay(trace, make_pool(SimulatedDevice(capacity), Policy.of("prealloc")))], repeat
+                [
+                    lambda: run_machine(trace, setups, spec),
+                    lambda: replay(trace, make_pool(SimulatedDevice(capacity), Policy.of("prealloc"))),
+                ],
+                repeat,
             )
             speed = len(trace) / machine
-            rows.append((
-                f"model: {name} ({len(trace):,} events), {mode}",
-                f"{speed:,.0f} events/s ({len(trace) / machine_cpu:,.0f} per CPU second)",
-                f">= {MODEL_TARGET:,} events/s",
-                f"one BFC pool alone {len(trace) / pool:,.0f} events/s",
-                _met(speed >= MODEL_TARGET),
-            ))
+            rows.append(
+                (
+                    f"model: {name} ({len(trace):,} events), {mode}",
+                    f"{speed:,.0f} events/s ({len(trace) / machine_cpu:,.0f} per CPU second)",
+                    f">= {MODEL_TARGET:,} events/s",
+                    f"one BFC pool alone {len(trace) / pool:,.0f} events/s",
+                    _met(speed >= MODEL_TARGET),
+                )
+            )
     return rows
 
 
@@ -116,13 +147,15 @@ def step_rows(steps: int, repeat: int) -> list[Row]:
     best = bench_steps.measure(steps, repeat, configurations)
     off, on = best["off"], best["on, traces written"]
     ratio = on[2] / off[2]
-    return [(
-        f"capture: {steps:,} jitted steps, plugin on with traces, over off (loop time)",
-        f"{ratio:.2f}x ({on[2] / steps * 1e6:.1f} µs/step; CPU of the test's thread {on[3] / off[3]:.2f}x)",
-        f"<= {STEPS_TARGET:g}x",
-        f"off {off[2] / steps * 1e6:.1f} µs/step ({off[3] / steps * 1e6:.1f} µs CPU); session {on[1] / off[1]:.2f}x",
-        _met(ratio <= STEPS_TARGET),
-    )]
+    return [
+        (
+            f"capture: {steps:,} jitted steps, plugin on with traces, over off (loop time)",
+            f"{ratio:.2f}x ({on[2] / steps * 1e6:.1f} µs/step; CPU of the test's thread {on[3] / off[3]:.2f}x)",
+            f"<= {STEPS_TARGET:g}x",
+            f"off {off[2] / steps * 1e6:.1f} µs/step ({off[3] / steps * 1e6:.1f} µs CPU); session {on[1] / off[1]:.2f}x",
+            _met(ratio <= STEPS_TARGET),
+        )
+    ]
 
 
 def suite_rows(repeat: int) -> list[Row]:
@@ -131,19 +164,42 @@ def suite_rows(repeat: int) -> list[Row]:
     try:
         import optax  # type: ignore[import-not-found]  # noqa: F401
     except ImportError:
-        return [("suite: optax's tests, plugin on with traces, over off", "not measured (optax missing: pip install -e '.[bench]')", f"<= {SUITE_TARGET:g}x", "", "n/a")]
+        return [
+            (
+                "suite: optax's tests, plugin on with traces, over off",
+                "not measured (optax missing: pip install -e '.[bench]')",
+                f"<= {SUITE_TARGET:g}x",
+                "",
+                "n/a",
+            )
+        ]
     suite = bench_gate.suite_directory()
     files = list(bench_gate.TEST_FILES)
     best = {"off": float("inf"), "on, traces": float("inf")}
     with tempfile.TemporaryDirectory(prefix="devmem-suite-") as scratch:
         environment = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
-        timings = {"off": ["-p", "no:devmem"], "on, traces": ["--devmem-mode=prealloc", f"--devmem-traces={Path(scratch) / 'traces'}", f"--devmem-baselines={Path(scratch) / 'baselines'}"]}
+        timings = {
+            "off": ["-p", "no:devmem"],
+            "on, traces": [
+                "--devmem-mode=prealloc",
+                f"--devmem-traces={Path(scratch) / 'traces'}",
+                f"--devmem-baselines={Path(scratch) / 'baselines'}",
+            ],
+        }
         for _ in range(repeat):
             for name, extra in timings.items():
                 wall, _ = bench_gate.run(suite, files, extra, None, environment)
                 best[name] = min(best[name], wall)
     ratio = best["on, traces"] / best["off"]
-    return [(f"suite: optax {bench_gate.OPTAX_VERSION}'s tests ({len(files)} files), plugin on with traces, over off (wall)", f"{ratio:.2f}x ({best['on, traces']:.1f} s)", f"<= {SUITE_TARGET:g}x", f"off {best['off']:.1f} s", _met(ratio <= SUITE_TARGET))]
+    return [
+        (
+            f"suite: optax {bench_gate.OPTAX_VERSION}'s tests ({len(files)} files), plugin on with traces, over off (wall)",
+            f"{ratio:.2f}x ({best['on, traces']:.1f} s)",
+            f"<= {SUITE_TARGET:g}x",
+            f"off {best['off']:.1f} s",
+            _met(ratio <= SUITE_TARGET),
+        )
+    ]
 
 
 def compile_rows(target: str = "H100-80GB") -> list[Row]:
@@ -152,14 +208,24 @@ def compile_rows(target: str = "H100-80GB") -> list[Row]:
     runs = dict(bench_compile.figures(target, 6))
     first, rerun = runs.get("first run", {}), runs.get("rerun, same cache")
     if rerun is None or "problem" in first:
-        return [(f"compiles for {target}: a rerun of an unchanged suite", bench_compile.describe(first), "0 compiles", "", "n/a")]
-    return [(
-        f"compiles for {target}: a rerun of an unchanged suite (fresh process, same cache directory)",
-        bench_compile.describe(rerun),
-        "0 compiles",
-        f"first run: {bench_compile.describe(first)}",
-        _met(rerun.get("compiles") == 0),
-    )]
+        return [
+            (
+                f"compiles for {target}: a rerun of an unchanged suite",
+                bench_compile.describe(first),
+                "0 compiles",
+                "",
+                "n/a",
+            )
+        ]
+    return [
+        (
+            f"compiles for {target}: a rerun of an unchanged suite (fresh process, same cache directory)",
+            bench_compile.describe(rerun),
+            "0 compiles",
+            f"first run: {bench_compile.describe(first)}",
+            _met(rerun.get("compiles") == 0),
+        )
+    ]
 
 
 def _met(reached: bool) -> str:
@@ -175,9 +241,18 @@ def table(rows: list[Row]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="Small sizes, one run each: checks that it runs")
-    parser.add_argument("--full", action="store_true", help="The targets' full sizes where the default is smaller (a 10,000,000-event trace read)")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="The targets' full sizes where the default is smaller (a 10,000,000-event trace read)",
+    )
     parser.add_argument("--suite", action="store_true", help="Also time optax's suite (minutes; needs the bench extra)")
-    parser.add_argument("--repeat", type=int, default=3, help="Runs per timing, alternating with its reference; the fastest counts (default 3)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="Runs per timing, alternating with its reference; the fastest counts (default 3)",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     if args.quick:
@@ -199,8 +274,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.suite:
         rows += suite_rows(1 if args.quick else args.repeat)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    print(f"performance targets: {platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs"
-          + (f", load average {load:.1f} at the end" if load is not None else "") + f", {time.perf_counter() - started:.0f} s")
+    print(
+        f"performance targets: {platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs"
+        + (f", load average {load:.1f} at the end" if load is not None else "")
+        + f", {time.perf_counter() - started:.0f} s"
+    )
     print()
     print(table(rows))
     return 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from typing import Callable
+from collections.abc import Callable
 
 from pytest_devmem.model.trace import ALLOCATE, FREE, Trace, TraceEvent
 
@@ -130,25 +130,37 @@ def sharded_step_loop(steps: int = 40_000, devices: int = 4, seed: int = 5) -> T
     and a lane that changes at every event."""
     rng = random.Random(seed)
     names = [f"gpu:{d}" for d in range(devices)]
-    events = [TraceEvent(ALLOCATE, 1 + d, 32 * MiB, source="jax", label="params", device=name) for d, name in enumerate(names)]
+    events = [
+        TraceEvent(ALLOCATE, 1 + d, 32 * MiB, source="jax", label="params", device=name) for d, name in enumerate(names)
+    ]
     pointer, previous, previous_size, batch = devices, 0, 0, 0
     while len(events) < steps * (2 * devices + 2):
         if rng.random() < 0.3:  # the input pipeline's next batch
             pointer += 1
             if batch:
-                events.append(TraceEvent(FREE, batch, 256 * KiB, source="tensorflow", label="IteratorGetNext", device=names[0]))
+                events.append(
+                    TraceEvent(FREE, batch, 256 * KiB, source="tensorflow", label="IteratorGetNext", device=names[0])
+                )
             batch = pointer
-            events.append(TraceEvent(ALLOCATE, batch, 256 * KiB, source="tensorflow", label="IteratorGetNext", device=names[0]))
+            events.append(
+                TraceEvent(ALLOCATE, batch, 256 * KiB, source="tensorflow", label="IteratorGetNext", device=names[0])
+            )
         output = pointer + 1
         size = rng.choice([48, 64, 80]) * KiB
-        events.extend(TraceEvent(ALLOCATE, output + d, size, source="jax", label="jit(step)", device=name) for d, name in enumerate(names))
+        events.extend(
+            TraceEvent(ALLOCATE, output + d, size, source="jax", label="jit(step)", device=name)
+            for d, name in enumerate(names)
+        )
         temporary = output + devices
         temp_size = rng.choice([16, 32, 48]) * KiB
         events.append(TraceEvent(ALLOCATE, temporary, temp_size, source="jax", label="jit(step) temp", device=names[0]))
         events.append(TraceEvent(FREE, temporary, temp_size, source="jax", label="jit(step) temp", device=names[0]))
         if previous:
             freed = previous_size
-            events.extend(TraceEvent(FREE, previous + d, freed, source="jax", label="jit(step)", device=name) for d, name in enumerate(names))
+            events.extend(
+                TraceEvent(FREE, previous + d, freed, source="jax", label="jit(step)", device=name)
+                for d, name in enumerate(names)
+            )
         previous, previous_size, pointer = output, size, temporary
     return Trace(events)
 

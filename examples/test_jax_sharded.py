@@ -22,7 +22,9 @@ def train_step(weights: jax.Array, batch: jax.Array) -> jax.Array:
 def test_sharded_train_step() -> None:
     devices = jax.devices()
     if len(devices) < 4:
-        pytest.skip("needs 4 devices: XLA_FLAGS=--xla_force_host_platform_device_count=4 before JAX starts (examples/conftest.py sets it)")
+        pytest.skip(
+            "needs 4 devices: XLA_FLAGS=--xla_force_host_platform_device_count=4 before JAX starts (examples/conftest.py sets it)"
+        )
     mesh = Mesh(devices[:4], ("data",))
     batch = jax.device_put(jnp.ones((4096, 1024)), NamedSharding(mesh, PartitionSpec("data", None)))
     weights = jax.device_put(jnp.full((1024, 1024), 0.01), NamedSharding(mesh, PartitionSpec()))

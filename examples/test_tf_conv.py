@@ -8,14 +8,16 @@ tf = pytest.importorskip("tensorflow")
 
 
 def make_model() -> tf.keras.Model:
-    return tf.keras.Sequential([
-        tf.keras.layers.Input((32, 32, 3)),
-        tf.keras.layers.Conv2D(32, 3, activation="relu"),
-        tf.keras.layers.MaxPooling2D(),
-        tf.keras.layers.Conv2D(64, 3, activation="relu"),
-        tf.keras.layers.GlobalAveragePooling2D(),
-        tf.keras.layers.Dense(10),
-    ])
+    return tf.keras.Sequential(
+        [
+            tf.keras.layers.Input((32, 32, 3)),
+            tf.keras.layers.Conv2D(32, 3, activation="relu"),
+            tf.keras.layers.MaxPooling2D(),
+            tf.keras.layers.Conv2D(64, 3, activation="relu"),
+            tf.keras.layers.GlobalAveragePooling2D(),
+            tf.keras.layers.Dense(10),
+        ]
+    )
 
 
 def test_conv_train_step() -> None:

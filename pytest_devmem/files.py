@@ -35,8 +35,17 @@ DIGEST_CHARS = 16
 _UNSAFE = re.compile(r"[^A-Za-z0-9._\-\[\]=+, ]+")
 """What a name may keep as it is: characters every common file system takes (Windows refuses
 `<>:"/\\|?*` and control characters; `/` and `\\` would leave the directory)."""
-_DIGESTED = re.compile(r"--[0-9a-f]{%d}$" % DIGEST_CHARS, re.IGNORECASE)
-_WINDOWS_DEVICES = {"con", "prn", "aux", "nul", "conin$", "conout$", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))}
+_DIGESTED = re.compile(rf"--[0-9a-f]{{{DIGEST_CHARS}}}$", re.IGNORECASE)
+_WINDOWS_DEVICES = {
+    "con",
+    "prn",
+    "aux",
+    "nul",
+    "conin$",
+    "conout$",
+    *(f"com{i}" for i in range(10)),
+    *(f"lpt{i}" for i in range(10)),
+}
 """Names Windows keeps for devices, whatever follows their first dot (`NUL.csv` is the device NUL)."""
 
 
@@ -55,7 +64,12 @@ def file_name(text: str, suffix: str = "", *, keep_case: bool = False) -> str:
     readable = re.sub(r"^\.", "_", readable).rstrip(". ") or "_"
     if readable.split(".", 1)[0].lower().rstrip() in _WINDOWS_DEVICES:
         readable = "_" + readable
-    plain = readable == text and (keep_case or text == text.lower()) and len(text) <= MAX_FILE_STEM and not _DIGESTED.search(text)
+    plain = (
+        readable == text
+        and (keep_case or text == text.lower())
+        and len(text) <= MAX_FILE_STEM
+        and not _DIGESTED.search(text)
+    )
     if not plain:
         digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:DIGEST_CHARS]
         readable = readable[: MAX_FILE_STEM - DIGEST_CHARS - 2].rstrip(". ") + "--" + digest
@@ -124,7 +138,9 @@ def read_text(path: str | os.PathLike[str], what: str, limit: int | None = None)
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise FileFormatError(f"{os.fspath(path)}:{line}: not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x}): not a {what}") from None
+        raise FileFormatError(
+            f"{os.fspath(path)}:{line}: not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x}): not a {what}"
+        ) from None
 
 
 def read_json(path: str | os.PathLike[str], what: str) -> tuple[str, object]:
@@ -155,7 +171,9 @@ def temporary_prefix(target: Path) -> str:
     return f".{target.name[:80]}."
 
 
-def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, within: str | os.PathLike[str] | None = None) -> None:
+def write_atomic(
+    path: str | os.PathLike[str], data: str | bytes, *, within: str | os.PathLike[str] | None = None
+) -> None:
     """Write `data` (text as UTF-8) to `path` so that readers never see half of it and a failure
     loses nothing: a temporary file beside it, flushed to disk, renamed over it. The file keeps its
     mode, or a new one gets the user's umask. A link at `path` is replaced, never written through;
@@ -166,7 +184,9 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, within: str
     try:
         directory = ensure_directory(target.parent, within)
     except OSError as exc:
-        raise OSError(exc.errno, f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror, os.fspath(target)) from None
+        raise OSError(
+            exc.errno, f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror, os.fspath(target)
+        ) from None
     try:
         existing = os.lstat(target)
     except FileNotFoundError:
@@ -179,7 +199,11 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, within: str
     temporary = directory / f"{temporary_prefix(target)}{_HOST}-{os.getpid()}-{secrets.token_hex(4)}{TEMPORARY_SUFFIX}"
     payload = data.encode("utf-8") if isinstance(data, str) else data
     try:
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0), 0o666)
+        descriptor = os.open(
+            temporary,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0),
+            0o666,
+        )
         try:
             with os.fdopen(descriptor, "wb") as handle:
                 handle.write(payload)
@@ -205,7 +229,10 @@ def ensure_directory(directory: str | os.PathLike[str], within: str | os.PathLik
         try:
             path.mkdir(parents=True, exist_ok=True)
         except FileExistsError:  # a file where a directory is needed: name it
-            blocking = next((parent for parent in (path, *path.parents) if os.path.lexists(parent) and not os.path.isdir(parent)), path)
+            blocking = next(
+                (parent for parent in (path, *path.parents) if os.path.lexists(parent) and not os.path.isdir(parent)),
+                path,
+            )
             raise NotADirectoryError(errno.ENOTDIR, "not a directory", os.fspath(blocking)) from None
         return path
     base = Path(within)
@@ -226,7 +253,11 @@ def ensure_directory(directory: str | os.PathLike[str], within: str | os.PathLik
             pass
         mode = os.lstat(current).st_mode
         if stat.S_ISLNK(mode):
-            raise OSError(errno.ELOOP, "a symbolic link: pytest-devmem never writes through one below the directory you named", os.fspath(current))
+            raise OSError(
+                errno.ELOOP,
+                "a symbolic link: pytest-devmem never writes through one below the directory you named",
+                os.fspath(current),
+            )
         if not stat.S_ISDIR(mode):
             raise NotADirectoryError(errno.ENOTDIR, "not a directory", os.fspath(current))
     return path

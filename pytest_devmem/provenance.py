@@ -15,7 +15,9 @@ from pathlib import Path
 
 def _git(directory: Path, *args: str) -> str | None:
     try:
-        completed = subprocess.run(["git", *args], cwd=directory, capture_output=True, text=True, timeout=5, check=False)
+        completed = subprocess.run(
+            ["git", *args], cwd=directory, capture_output=True, text=True, timeout=5, check=False
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return completed.stdout.strip() or None if completed.returncode == 0 else None
@@ -25,7 +27,14 @@ def work_tree_dirty(directory: Path) -> bool | None:
     """Whether tracked files differ from the commit (untracked files do not count, as in
     `git describe --dirty`, which pytest-benchmark uses); None outside a git work tree."""
     try:
-        completed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=directory, capture_output=True, text=True, timeout=10, check=False)
+        completed = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=directory,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if completed.returncode != 0:
@@ -36,16 +45,30 @@ def work_tree_dirty(directory: Path) -> bool | None:
 def machine_id() -> str:
     """pytest-benchmark's machine id: `Linux-CPython-3.11-64bit` (OS, Python implementation and
     version, pointer width); autosaved reports are kept in a folder of that name."""
-    return "-".join((platform.system() or "unknown", platform.python_implementation(), ".".join(platform.python_version_tuple()[:2]), platform.architecture()[0]))
+    return "-".join(
+        (
+            platform.system() or "unknown",
+            platform.python_implementation(),
+            ".".join(platform.python_version_tuple()[:2]),
+            platform.architecture()[0],
+        )
+    )
 
 
-def provenance(directory: Path, versions: dict[str, str], device_class: str, driver: dict[str, str | None] | None = None) -> dict[str, object]:
+def provenance(
+    directory: Path, versions: dict[str, str], device_class: str, driver: dict[str, str | None] | None = None
+) -> dict[str, object]:
     """`commit`, `dirty` and `branch` (CI's variables first, then git; None where neither says),
     `time` (UTC), the machine (`machine_id`, `os`, `python`, and from `driver` the NVIDIA
     `driver_version` and the `cuda_version` it supports, None where unknown), and
     `environment_hash`: equal hashes mean the same versions on the same class of device."""
     commit = os.environ.get("GITHUB_SHA") or os.environ.get("CI_COMMIT_SHA") or _git(directory, "rev-parse", "HEAD")
-    branch = os.environ.get("GITHUB_HEAD_REF") or os.environ.get("GITHUB_REF_NAME") or os.environ.get("CI_COMMIT_REF_NAME") or _git(directory, "rev-parse", "--abbrev-ref", "HEAD")
+    branch = (
+        os.environ.get("GITHUB_HEAD_REF")
+        or os.environ.get("GITHUB_REF_NAME")
+        or os.environ.get("CI_COMMIT_REF_NAME")
+        or _git(directory, "rev-parse", "--abbrev-ref", "HEAD")
+    )
     environment = json.dumps({"versions": versions, "device_class": device_class}, sort_keys=True)
     driver = driver or {}
     return {

@@ -10,6 +10,9 @@ from __future__ import annotations
 import math
 import re
 
+KiB, MiB, GiB, TiB = 2**10, 2**20, 2**30, 2**40
+"""The binary units as numbers of bytes, for code and tests that write sizes (`64 * MiB`)."""
+
 _UNITS: dict[str, int] = {
     "": 1,
     "b": 1,
@@ -61,7 +64,9 @@ def parse_size(text: str | int) -> int:
             f"or {number}{unit.upper()}B (powers of 1000)"
         )
     if unit not in _UNITS:
-        raise ValueError(f"invalid size {shown_value(text)}: unknown unit {match.group('unit')!r}; allowed: {ALLOWED_UNITS}")
+        raise ValueError(
+            f"invalid size {shown_value(text)}: unknown unit {match.group('unit')!r}; allowed: {ALLOWED_UNITS}"
+        )
     value = float(match.group("number")) * _UNITS[unit]
     if not math.isfinite(value):
         raise ValueError(f"invalid size {shown_value(text)}: too large")

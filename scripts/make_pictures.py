@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "pictures"
 
-TWO_DEVICES_TWO_FRAMEWORKS = '''
+TWO_DEVICES_TWO_FRAMEWORKS = """
 import jax, jax.numpy as jnp
 import tensorflow as tf
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -33,18 +33,18 @@ def test_tf_pipeline_then_a_jax_step_on_two_devices():
     for _ in range(2):
         w = step(w, x)
     del features, batch
-'''
+"""
 
-LONG = '''
+LONG = """
 def test_many_small_steps_and_one_large_one(devmem):
     for step in range(50_000):
         devmem.pool.free(devmem.pool.alloc(4096 + 256 * (step % 64)))
         if step == 31_000:
             big = devmem.pool.alloc(64 * 2**20)
             devmem.pool.free(big)
-'''
+"""
 
-OUT_OF_MEMORY = '''
+OUT_OF_MEMORY = """
 MiB = 2**20
 
 def test_every_other_buffer_freed(devmem):
@@ -52,9 +52,9 @@ def test_every_other_buffer_freed(devmem):
     for handle in buffers[1::2]:
         devmem.pool.free(handle)
     devmem.pool.alloc(200 * MiB)
-'''
+"""
 
-SEVERAL_TARGETS = '''
+SEVERAL_TARGETS = """
 import jax
 import jax.numpy as jnp
 
@@ -76,7 +76,7 @@ def test_forty_mib_array():
 
 def test_half_gib_array():
     (jnp.ones((2**27,), dtype=jnp.float32) * 2).block_until_ready()
-'''
+"""
 
 
 def run_targets(suite: dict[str, str], name: str, *options: str) -> None:
@@ -85,10 +85,34 @@ def run_targets(suite: dict[str, str], name: str, *options: str) -> None:
         where = Path(work)
         for file, text in suite.items():
             (where / file).write_text(text)
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--devmem-baselines", str(where / "b"), f"--devmem-report={where / 'r.json'}", *options, *suite]
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--devmem-baselines",
+            str(where / "b"),
+            f"--devmem-report={where / 'r.json'}",
+            *options,
+            *suite,
+        ]
         subprocess.run(command, cwd=where, check=False, capture_output=True)
         for suffix in ("png", "html"):
-            subprocess.run([sys.executable, "-m", "pytest_devmem.cli", "plot", str(where / "r.json"), "--targets", "-o", str(OUT / f"{name}.{suffix}")], check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest_devmem.cli",
+                    "plot",
+                    str(where / "r.json"),
+                    "--targets",
+                    "-o",
+                    str(OUT / f"{name}.{suffix}"),
+                ],
+                check=True,
+            )
         print(f"docs/pictures/{name}.png, .html")
 
 
@@ -103,15 +127,38 @@ def run(suite: dict[str, str] | Path, name: str, *options: str, select: str | No
         else:
             paths = [str(suite)]
         environment = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--devmem-baselines", str(where / "b"), f"--devmem-traces={where / 'traces'}", f"--devmem-report={where / 'r.json'}", *options, *paths]
-        subprocess.run(command, cwd=where if isinstance(suite, dict) else ROOT, env=environment, check=False, capture_output=True)
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--devmem-baselines",
+            str(where / "b"),
+            f"--devmem-traces={where / 'traces'}",
+            f"--devmem-report={where / 'r.json'}",
+            *options,
+            *paths,
+        ]
+        subprocess.run(
+            command, cwd=where if isinstance(suite, dict) else ROOT, env=environment, check=False, capture_output=True
+        )
         for suffix in ("png", "html"):
-            plot = [sys.executable, "-m", "pytest_devmem.cli", "plot", str(where / "r.json"), "-o", str(OUT / f"{name}.{suffix}")]
+            plot = [
+                sys.executable,
+                "-m",
+                "pytest_devmem.cli",
+                "plot",
+                str(where / "r.json"),
+                "-o",
+                str(OUT / f"{name}.{suffix}"),
+            ]
             subprocess.run(plot + (["--test", select] if select else []), check=True)
         print(f"docs/pictures/{name}.png, .html")
 
 
-GROWING_LAYER = '''
+GROWING_LAYER = """
 import os
 import jax, jax.numpy as jnp
 
@@ -122,7 +169,7 @@ def test_forward():
     x = jnp.ones((512, 1024))
     forward = jax.jit(lambda w, x: jnp.tanh(x @ w).sum())
     assert forward(w, x) > 0
-'''
+"""
 
 
 def failure_artifact() -> None:
@@ -131,9 +178,24 @@ def failure_artifact() -> None:
     with tempfile.TemporaryDirectory() as work:
         where = Path(work)
         (where / "test_model.py").write_text(GROWING_LAYER)
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--devmem-mode=prealloc", "test_model.py"]
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--devmem-mode=prealloc",
+            "test_model.py",
+        ]
         subprocess.run([*command, "--devmem-update"], cwd=where, check=True, capture_output=True)
-        subprocess.run([*command, "--devmem-artifacts=artifacts"], cwd=where, env={**os.environ, "LAYER_WIDTH": "2048"}, check=False, capture_output=True)
+        subprocess.run(
+            [*command, "--devmem-artifacts=artifacts"],
+            cwd=where,
+            env={**os.environ, "LAYER_WIDTH": "2048"},
+            check=False,
+            capture_output=True,
+        )
         (picture,) = (where / "artifacts").glob("*.html")
         (OUT / "failure-artifact.html").write_text(picture.read_text())
     print("docs/pictures/failure-artifact.html")
@@ -147,7 +209,20 @@ def screenshots() -> None:
         return
     for name, height in (("two-devices-two-frameworks", 1500), ("failure-artifact", 1500)):
         target = OUT / f"{name}.html-screenshot.png"
-        subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--window-size=1100,{height}", f"--screenshot={target}", (OUT / f"{name}.html").as_uri()], check=True, capture_output=True)
+        subprocess.run(
+            [
+                browser,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                f"--window-size=1100,{height}",
+                f"--screenshot={target}",
+                (OUT / f"{name}.html").as_uri(),
+            ],
+            check=True,
+            capture_output=True,
+        )
         print(f"docs/pictures/{name}.html-screenshot.png")
 
 
@@ -159,7 +234,12 @@ def main() -> None:
     run(ROOT / "examples" / "test_jax_fragmentation.py", "fragmentation-pins")
     run({"test_long.py": LONG}, "100k-events", "--devmem-mode=growth")
     run({"test_oom.py": OUT_OF_MEMORY}, "out-of-memory", "--devmem-mode=prealloc", "--devmem-device=sim:1GiB")
-    run_targets({"test_targets.py": SEVERAL_TARGETS}, "several-targets", "--devmem-mode=prealloc", "--devmem-targets=sim:H100-80GB,sim:TPU-v5e,sim:T4,sim:1GiB,sim:64MiB")
+    run_targets(
+        {"test_targets.py": SEVERAL_TARGETS},
+        "several-targets",
+        "--devmem-mode=prealloc",
+        "--devmem-targets=sim:H100-80GB,sim:TPU-v5e,sim:T4,sim:1GiB,sim:64MiB",
+    )
     failure_artifact()
     screenshots()
 

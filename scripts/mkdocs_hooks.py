@@ -41,17 +41,35 @@ def cli_reference() -> str:
     commands = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
     helps = {choice.dest: choice.help for choice in commands._choices_actions}
     for name, sub in commands.choices.items():
-        lines += [f"## devmem {name}", "", cell(helps.get(name) or ""), "", "```", sub.format_usage().replace("usage: ", "").strip(), "```", ""]
+        lines += [
+            f"## devmem {name}",
+            "",
+            cell(helps.get(name) or ""),
+            "",
+            "```",
+            sub.format_usage().replace("usage: ", "").strip(),
+            "```",
+            "",
+        ]
         lines += ["| argument | meaning | default |", "|---|---|---|"]
         for action in sub._actions:
             if isinstance(action, argparse._HelpAction):
                 continue
-            names = ", ".join(f"`{flag}`" for flag in action.option_strings) or f"`{action.dest.upper()}`" + (" ..." if action.nargs in ("+", "*") else "")
+            names = ", ".join(f"`{flag}`" for flag in action.option_strings) or f"`{action.dest.upper()}`" + (
+                " ..." if action.nargs in ("+", "*") else ""
+            )
             choices = f" (one of {', '.join(map(str, action.choices))})" if action.choices else ""
-            default = "" if action.default in (None, False, argparse.SUPPRESS) or action.option_strings == [] else f"`{action.default}`"
+            default = (
+                ""
+                if action.default in (None, False, argparse.SUPPRESS) or action.option_strings == []
+                else f"`{action.default}`"
+            )
             lines.append(f"| {names} | {cell((action.help or '').replace('%%', '%'))}{choices} | {default} |")
         lines.append("")
-    lines += ["Exit status: 0 when nothing regressed, 1 on a regression, an out-of-memory result (compare, replay) or a moved test (history), 2 on bad input.", ""]
+    lines += [
+        "Exit status: 0 when nothing regressed, 1 on a regression, an out-of-memory result (compare, replay) or a moved test (history), 2 on bad input.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -80,14 +98,18 @@ def _resolved(spec: Any, root: dict[str, Any]) -> Any:
     return spec
 
 
-def _fields(schema: dict[str, Any], prefix: str, rows: list[str], depth: int, root: dict[str, Any] | None = None) -> None:
+def _fields(
+    schema: dict[str, Any], prefix: str, rows: list[str], depth: int, root: dict[str, Any] | None = None
+) -> None:
     root = root if root is not None else schema
     for name, spec in schema.get("properties", {}).items():
         spec = _resolved(spec, root)
         kind = spec.get("type", "")
         kind = " or ".join(kind) if isinstance(kind, list) else kind
         required = name in schema.get("required", [])
-        rows.append(f"| `{prefix}{name}` | {kind}{' (required)' if required else ''} | {cell(spec.get('description', ''))} |")
+        rows.append(
+            f"| `{prefix}{name}` | {kind}{' (required)' if required else ''} | {cell(spec.get('description', ''))} |"
+        )
         if depth > 0:
             if "properties" in spec:
                 _fields(spec, f"{prefix}{name}.", rows, depth - 1, root)
@@ -106,7 +128,11 @@ def schema_reference(name: str) -> str:
     schema = json.loads(path.read_text())
     rows = ["| field | type | meaning |", "|---|---|---|"]
     _fields(schema, "", rows, 3)
-    return f"{cell(schema.get('description', ''))}\n\nThe schema itself: [{path.name}](../{path.name}).\n\n" + "\n".join(rows) + "\n"
+    return (
+        f"{cell(schema.get('description', ''))}\n\nThe schema itself: [{path.name}](../{path.name}).\n\n"
+        + "\n".join(rows)
+        + "\n"
+    )
 
 
 def changelog() -> str:
@@ -139,7 +165,10 @@ def built_pictures(directory: Path) -> list[str]:
     from pytest_devmem.present.plot import write_plot
 
     mib, capacity = 2**20, 2**30
-    events = [TraceEvent("allocate", pointer, 100 * mib, source="pool", label=f"test_frag.py:4 buffer {pointer}") for pointer in range(1, 8)]
+    events = [
+        TraceEvent("allocate", pointer, 100 * mib, source="pool", label=f"test_frag.py:4 buffer {pointer}")
+        for pointer in range(1, 8)
+    ]
     events += [TraceEvent("free", pointer, 100 * mib, source="pool") for pointer in (2, 4, 6)]
     events.append(TraceEvent("allocate", 8, 200 * mib, source="pool", label="test_frag.py:7 the large one"))
     trace = Trace(events)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 MiB = 2**20
 
@@ -26,7 +27,14 @@ def attention(q: Any, k: Any, v: Any) -> Any:
     return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1), v)
 
 
-def compiled(function: Callable[..., Any], devices: list[Any], shape: tuple[int, ...], dtype: Any, arguments: int, shard: bool = False) -> Any:
+def compiled(
+    function: Callable[..., Any],
+    devices: list[Any],
+    shape: tuple[int, ...],
+    dtype: Any,
+    arguments: int,
+    shard: bool = False,
+) -> Any:
     import jax
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -97,13 +105,41 @@ def main(argv: list[str] | None = None) -> int:
         columns = targets()
         rows: list[tuple[str, dict[str, str]]] = []
         b2 = (2, 16, 1024, 64)
-        rows.append(("attention f32 b2 h16 s1024 d64, temp", {n: mib(figure(t, lambda d: compiled(attention, d(1), b2, jnp.float32, 3).temp_size_in_bytes)) for n, t in columns.items()}))
+        rows.append(
+            (
+                "attention f32 b2 h16 s1024 d64, temp",
+                {
+                    n: mib(figure(t, lambda d: compiled(attention, d(1), b2, jnp.float32, 3).temp_size_in_bytes))
+                    for n, t in columns.items()
+                },
+            )
+        )
         sharded = {n: "" for n in columns}
-        sharded["v5e"] = mib(figure(columns["v5e"], lambda d: compiled(attention, d(4), (8, 16, 1024, 64), jnp.float32, 3, shard=True).temp_size_in_bytes))
+        sharded["v5e"] = mib(
+            figure(
+                columns["v5e"],
+                lambda d: compiled(attention, d(4), (8, 16, 1024, 64), jnp.float32, 3, shard=True).temp_size_in_bytes,
+            )
+        )
         rows.append(("same at b8 sharded over 4 chips (v5e 2x2), temp per chip", sharded))
-        rows.append(("`x + 1` on f32[8,3] (96 B in numpy), argument", {n: figure(t, lambda d: compiled(lambda x: x + 1, d(1), (8, 3), jnp.float32, 1).argument_size_in_bytes) for n, t in columns.items() if n != "H100"} | {"H100": ""}))
+        rows.append(
+            (
+                "`x + 1` on f32[8,3] (96 B in numpy), argument",
+                {
+                    n: figure(
+                        t, lambda d: compiled(lambda x: x + 1, d(1), (8, 3), jnp.float32, 1).argument_size_in_bytes
+                    )
+                    for n, t in columns.items()
+                    if n != "H100"
+                }
+                | {"H100": ""},
+            )
+        )
         bf16 = {n: "" for n in columns}
-        bf16["v5e"] = figure(columns["v5e"], lambda d: compiled(lambda x: x + 1, d(1), (1000, 1000), jnp.bfloat16, 1).argument_size_in_bytes)
+        bf16["v5e"] = figure(
+            columns["v5e"],
+            lambda d: compiled(lambda x: x + 1, d(1), (1000, 1000), jnp.bfloat16, 1).argument_size_in_bytes,
+        )
         rows.append(("bf16[1000,1000] (2,000,000 B), argument", bf16))
         names = list(columns)
         print("| executable | " + " | ".join("TPU " + n if n[0] == "v" else n for n in names) + " |")
@@ -127,17 +163,24 @@ def hbm_table() -> str:
     from pytest_devmem.capture.tpu_compile import TpuSizer
     from pytest_devmem.model.tpu_targets import TPU_SPECS
 
-    lines = [f"| preset | HBM per chip (data sheet) | JAX devices per chip | available HBM per device (libtpu {importlib.metadata.version('libtpu')}) | pytest-devmem's table |", "| --- | --- | --- | --- | --- |"]
+    lines = [
+        f"| preset | HBM per chip (data sheet) | JAX devices per chip | available HBM per device (libtpu {importlib.metadata.version('libtpu')}) | pytest-devmem's table |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for name, spec in TPU_SPECS.items():
         chip = TpuSizer(spec)._target_devices(1)[0]
-        too_big = jax.ShapeDtypeStruct((spec.hbm_per_chip // 4 // 1024, 1024), jnp.float32, sharding=SingleDeviceSharding(chip))
+        too_big = jax.ShapeDtypeStruct(
+            (spec.hbm_per_chip // 4 // 1024, 1024), jnp.float32, sharding=SingleDeviceSharding(chip)
+        )
         try:
             jax.jit(lambda x: x + 1).lower(too_big).compile()
             stated = "(compiled: no refusal)"
         except Exception as exc:
             match = re.search(r"available HBM \(([\d.]+G)\)", str(exc))
             stated = match.group(1) if match else f"({type(exc).__name__})"
-        lines.append(f"| sim:{name} | {spec.hbm_per_chip // 2**30} GiB | {spec.devices_per_chip} | {stated} | {spec.usable_text} |")
+        lines.append(
+            f"| sim:{name} | {spec.hbm_per_chip // 2**30} GiB | {spec.devices_per_chip} | {stated} | {spec.usable_text} |"
+        )
     return "\n".join(lines)
 
 

@@ -1,9 +1,16 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 import pytest
 from installed_libraries import keep_installed_libraries_imported
 
-from pytest_devmem.model.device import cuda_device_count
+from pytest_devmem.hardware.devices import cuda_device_count
+
+if TYPE_CHECKING:
+    from pytest_devmem.capture import TraceRecorder
+    from pytest_devmem.capture.jax import JaxCapture
 
 pytest_plugins = ["pytester"]
 
@@ -33,6 +40,21 @@ def jax_loaded() -> object:
     """JAX imported before any pytester snapshot of sys.modules: pytester drops modules imported
     during a test, and importing jaxlib twice in one process aborts it."""
     return pytest.importorskip("jax")
+
+
+@pytest.fixture
+def capture(jax_loaded: object) -> Iterator[tuple[TraceRecorder, JaxCapture]]:
+    """A recorder and JAX's capture installed into it, for the test alone; uninstalled afterwards."""
+    from pytest_devmem.capture import TraceRecorder
+    from pytest_devmem.capture.jax import JaxCapture
+
+    recorder = TraceRecorder()
+    jax_capture = JaxCapture(recorder)
+    assert jax_capture.install(), jax_capture.note
+    try:
+        yield recorder, jax_capture
+    finally:
+        jax_capture.uninstall()
 
 
 @pytest.fixture(scope="session")

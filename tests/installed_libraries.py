@@ -36,7 +36,9 @@ def is_installed_library(module: ModuleType | None) -> bool:
     if module is None:
         return False
     file = getattr(module, "__file__", None)
-    places = [file] if file else list(getattr(module, "__path__", None) or [])  # namespace packages name only their folders
+    places = (
+        [file] if file else list(getattr(module, "__path__", None) or [])
+    )  # namespace packages name only their folders
     if not places:
         spec = getattr(module, "__spec__", None)
         return spec is not None and spec.origin in ("built-in", "frozen")

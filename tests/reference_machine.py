@@ -5,8 +5,8 @@ identical results."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from itertools import repeat
-from typing import Iterable, Mapping
 
 from pytest_devmem.errors import InvalidFreeError, OutOfMemoryError
 from pytest_devmem.model.device import SimulatedDevice
@@ -32,7 +32,22 @@ from pytest_devmem.model.trace import ALLOCATE_CODE, FREE_CODE, Trace
 
 
 class _Allocator:
-    __slots__ = ("source", "process", "setup", "pool", "bfc", "device", "handles", "limit", "asked", "took", "peak_held", "in_use", "peak_in_use", "counts")
+    __slots__ = (
+        "source",
+        "process",
+        "setup",
+        "pool",
+        "bfc",
+        "device",
+        "handles",
+        "limit",
+        "asked",
+        "took",
+        "peak_held",
+        "in_use",
+        "peak_in_use",
+        "counts",
+    )
 
     def __init__(self, source: str, process: int, setup: AllocatorSetup, device: _Device, counts: list[int]) -> None:
         self.source = source
@@ -56,8 +71,28 @@ class _Allocator:
 
 
 class _Device:
-    __slots__ = ("name", "code", "device", "allocators", "contexts", "in_use", "held", "chunks", "peak_in_use", "peak_held", "peak_chunks",
-                 "peak_event", "fragmentation_at_peak", "worst_fragmentation", "worst_event", "pending", "solo", "sampled", "fragmented", "mapped")
+    __slots__ = (
+        "name",
+        "code",
+        "device",
+        "allocators",
+        "contexts",
+        "in_use",
+        "held",
+        "chunks",
+        "peak_in_use",
+        "peak_held",
+        "peak_chunks",
+        "peak_event",
+        "fragmentation_at_peak",
+        "worst_fragmentation",
+        "worst_event",
+        "pending",
+        "solo",
+        "sampled",
+        "fragmented",
+        "mapped",
+    )
 
     def __init__(self, name: str, code: int, capacity: int) -> None:
         self.name = name
@@ -108,8 +143,14 @@ class ReferenceMachine:
         for name in sorted(set(device_name.values()), key=_device_order):
             devices[name] = _Device(name, len(devices), spec.capacity)
         # a lane is one allocator: (device, process, source); each event names its lane
-        one_lane = len(set(trace.devices)) <= 1 and len(set(trace.processes)) <= 1 and len(set(trace.sources)) <= 1  # sets of arrays: fast
-        combinations = {(trace.devices[0], trace.processes[0], trace.sources[0])} if one_lane and len(trace) else set(zip(trace.devices, trace.processes, trace.sources))
+        one_lane = (
+            len(set(trace.devices)) <= 1 and len(set(trace.processes)) <= 1 and len(set(trace.sources)) <= 1
+        )  # sets of arrays: fast
+        combinations = (
+            {(trace.devices[0], trace.processes[0], trace.sources[0])}
+            if one_lane and len(trace)
+            else set(zip(trace.devices, trace.processes, trace.sources))
+        )
         lane_keys = sorted({(devices[device_name[d]].code, p, s) for d, p, s in combinations})
         lane_index = {key: i for i, key in enumerate(lane_keys)}
         if len(lane_keys) <= 1:
@@ -141,7 +182,13 @@ class ReferenceMachine:
             allocator = lanes[lane]
             if allocator is None:
                 _, process, source = lane_keys[lane]
-                for code, allocator in self._start(names[source], process, [by_code[d] for d, p, s in lane_keys if p == process and s == source], counts, order):
+                for code, allocator in self._start(
+                    names[source],
+                    process,
+                    [by_code[d] for d, p, s in lane_keys if p == process and s == source],
+                    counts,
+                    order,
+                ):
                     lanes[lane_index[(code, process, source)]] = allocator
                 allocator = lanes[lane]
                 assert allocator is not None
@@ -150,7 +197,9 @@ class ReferenceMachine:
             assert pool is not None
             rounded = (size + 255) & ~255
             if device.fragmented:  # the state after its last event is its most fragmented so far
-                fragmented[device.name] = _snapshot(device, device.worst_event if device.worst_event is not None else index - 1)
+                fragmented[device.name] = _snapshot(
+                    device, device.worst_event if device.worst_event is not None else index - 1
+                )
                 device.fragmented = False
             if action == ALLOCATE_CODE:
                 counts_ = allocator.counts
@@ -158,7 +207,10 @@ class ReferenceMachine:
                 if counts_[1] + size > counts_[2]:
                     counts_[2] = counts_[1] + size
                 transient = (
-                    allocator.bfc and index < last and actions[index + 1] == FREE_CODE and pointers[index + 1] == pointer
+                    allocator.bfc
+                    and index < last
+                    and actions[index + 1] == FREE_CODE
+                    and pointers[index + 1] == pointer
                     and device.in_use + rounded <= device.peak_in_use
                 )
                 if transient and recorded is None:
@@ -222,7 +274,9 @@ class ReferenceMachine:
                     if (lane, pointer) in dropped:
                         dropped.discard((lane, pointer))
                         continue
-                    raise InvalidFreeError(f"trace event {index}: free of {pointer:#x}, which the trace never allocated on {device.name}")
+                    raise InvalidFreeError(
+                        f"trace event {index}: free of {pointer:#x}, which the trace never allocated on {device.name}"
+                    )
                 in_use, held = pool.bytes_in_use, pool.pool_bytes + pool.bytes_reserved
                 pool.free(entry[0])
                 device.chunks += pool.bytes_in_use - in_use
@@ -246,7 +300,9 @@ class ReferenceMachine:
                 device.sampled = fragmentation
                 if device.worst_fragmentation is None or fragmentation > device.worst_fragmentation:
                     device.worst_fragmentation, device.worst_event = fragmentation, index
-                    if fragmentation >= device.mapped + FRAGMENTATION_STEP:  # at most 1/FRAGMENTATION_STEP maps a device
+                    if (
+                        fragmentation >= device.mapped + FRAGMENTATION_STEP
+                    ):  # at most 1/FRAGMENTATION_STEP maps a device
                         device.fragmented, device.mapped = True, fragmentation
             else:
                 fragmentation = device.sampled = 0.0
@@ -259,15 +315,21 @@ class ReferenceMachine:
             if device.pending:
                 snapshots[device.name] = _snapshot(device, device.peak_event)
             if device.fragmented and oom is None:
-                fragmented[device.name] = _snapshot(device, device.worst_event if device.worst_event is not None else -1)
+                fragmented[device.name] = _snapshot(
+                    device, device.worst_event if device.worst_event is not None else -1
+                )
         figures = [_device_figures(device, snapshots.get(device.name), trace, spec) for device in devices.values()]
         by_source = {source: SourceFigures(c[0], c[2]) for source, c in sorted(counts.items()) if c[0]}
         replayed = index + 1 if oom is None or not stop_on_oom else oom.event
-        return MachineRun(spec, len(trace), figures, order, oom, by_source, recorded, snapshots, failure, replayed, fragmented)
+        return MachineRun(
+            spec, len(trace), figures, order, oom, by_source, recorded, snapshots, failure, replayed, fragmented
+        )
 
     # -- allocators ------------------------------------------------------------------------
 
-    def _start(self, source: str, process: int, used: list[_Device], counts: dict[str, list[int]], order: list[str]) -> list[tuple[int, _Allocator]]:
+    def _start(
+        self, source: str, process: int, used: list[_Device], counts: dict[str, list[int]], order: list[str]
+    ) -> list[tuple[int, _Allocator]]:
         """A framework's allocators on every device it uses, created at its first event: the
         process's context on each (once), then each allocator sized by its framework's rules."""
         setup = self.setups.get(source) or self.setups.get(DEFAULT_SOURCE) or AllocatorSetup(source, "prealloc")
@@ -342,10 +404,23 @@ class ReferenceMachine:
         else:
             kind = "tenant"
         return OutOfMemory(
-            event=index, device=device.name, source=allocator.source, process=allocator.process, label=label,
-            requested=figures.requested, rounded=figures.rounded, in_use=figures.bytes_in_use, pool_bytes=figures.pool_bytes,
-            largest_free_block=figures.largest_free_block, limit=allocator.limit, device_free=device.device.free_bytes(),
-            capacity=self.spec.capacity, device_in_use=device.in_use, held_by_others=others, kind=kind, fragmentation=fragmentation,
+            event=index,
+            device=device.name,
+            source=allocator.source,
+            process=allocator.process,
+            label=label,
+            requested=figures.requested,
+            rounded=figures.rounded,
+            in_use=figures.bytes_in_use,
+            pool_bytes=figures.pool_bytes,
+            largest_free_block=figures.largest_free_block,
+            limit=allocator.limit,
+            device_free=device.device.free_bytes(),
+            capacity=self.spec.capacity,
+            device_in_use=device.in_use,
+            held_by_others=others,
+            kind=kind,
+            fragmentation=fragmentation,
         )
 
 
@@ -361,19 +436,38 @@ def _snapshot(device: _Device, event: int) -> MapSnapshot:
             chunks = []
             for region_start, address, size, in_use, _ in pool.chunks():
                 region = starts.setdefault(region_start, len(starts))
-                chunks.append((region, address - region_start, size, born.get(pool.handle_at(address), -1) if in_use else -1))
-            maps.append(PoolMap(allocator.source, allocator.process, tuple(size for _, size in pool.regions()), tuple(chunks)))
+                chunks.append(
+                    (region, address - region_start, size, born.get(pool.handle_at(address), -1) if in_use else -1)
+                )
+            maps.append(
+                PoolMap(allocator.source, allocator.process, tuple(size for _, size in pool.regions()), tuple(chunks))
+            )
         elif isinstance(pool, OnDemandPool):  # each buffer its own allocation from the device
             buffers = sorted((pool.allocated_size(handle), index) for handle, index in born.items())
-            maps.append(PoolMap(allocator.source, allocator.process, tuple(size for size, _ in buffers), tuple((i, 0, size, index) for i, (size, index) in enumerate(buffers))))
+            maps.append(
+                PoolMap(
+                    allocator.source,
+                    allocator.process,
+                    tuple(size for size, _ in buffers),
+                    tuple((i, 0, size, index) for i, (size, index) in enumerate(buffers)),
+                )
+            )
     return MapSnapshot(device.name, event, tuple(maps))
 
 
 def _device_figures(device: _Device, snapshot: MapSnapshot | None, trace: Trace, spec: MachineSpec) -> DeviceFigures:
     allocators = tuple(
         AllocatorFigures(
-            a.source, a.process, a.setup.describe(), a.limit, a.asked, a.took, a.peak_in_use, a.peak_held,
-            getattr(a.pool, "moved_bytes", 0), getattr(a.pool, "compactions", 0),
+            a.source,
+            a.process,
+            a.setup.describe(),
+            a.limit,
+            a.asked,
+            a.took,
+            a.peak_in_use,
+            a.peak_held,
+            getattr(a.pool, "moved_bytes", 0),
+            getattr(a.pool, "compactions", 0),
         )
         for a in device.allocators
     )

@@ -13,8 +13,7 @@ from pytest_devmem.gate.baseline import BaselineStore, read_file
 from pytest_devmem.gate.changes import compare
 from pytest_devmem.gate.record import TestRecord
 from pytest_devmem.gate.tolerance import parse_tolerance
-
-MiB = 2**20
+from pytest_devmem.units import MiB
 
 WORKLOAD = """
 import os
@@ -54,18 +53,22 @@ def test_save_then_rerun_passes(pytester: pytest.Pytester) -> None:
     again.stdout.fnmatch_lines(["*baselines (*sim-16GiB): 3 ok*"])
 
 
-def test_twice_the_memory_fails_the_test_with_the_numbers(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_twice_the_memory_fails_the_test_with_the_numbers(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytester.makepyfile(test_workload=WORKLOAD)
     run(pytester, "--devmem-update").assert_outcomes(passed=3)
     monkeypatch.setenv("WORKLOAD_MIB", "16")
     result = run(pytester)
     result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines([
-        "device memory regression against baselines/sim-16GiB/test_workload.py.json (regime prealloc):*",  # from the rootdir, as in the repository
-        "*peak_bytes_in_use: baseline 8.00 MiB, now 16.00 MiB, delta +8.00 MiB (+100.0%), allowed ±10% or 1.00 MiB*",
-        "*refresh the baseline with --devmem-update*",
-        "MEMORY PROBLEMS test_workload.py::test_model*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "device memory regression against baselines/sim-16GiB/test_workload.py.json (regime prealloc):*",  # from the rootdir, as in the repository
+            "*peak_bytes_in_use: baseline 8.00 MiB, now 16.00 MiB, delta +8.00 MiB (+100.0%), allowed ±10% or 1.00 MiB*",
+            "*refresh the baseline with --devmem-update*",
+            "MEMORY PROBLEMS test_workload.py::test_model*",
+        ]
+    )
 
 
 def test_improvement_is_reported_for_a_refresh(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -74,17 +77,28 @@ def test_improvement_is_reported_for_a_refresh(pytester: pytest.Pytester, monkey
     monkeypatch.setenv("WORKLOAD_MIB", "4")
     result = run(pytester)
     result.assert_outcomes(passed=3)
-    result.stdout.fnmatch_lines(["*1 improved, 2 ok*", "*improved beyond tolerance (refresh with --devmem-update): test_workload.py::test_model ?prealloc?*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*1 improved, 2 ok*",
+            "*improved beyond tolerance (refresh with --devmem-update): test_workload.py::test_model ?prealloc?*",
+        ]
+    )
 
 
-def test_update_refreshes_only_the_tests_that_ran_and_keeps_the_rest(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_update_refreshes_only_the_tests_that_ran_and_keeps_the_rest(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytester.makepyfile(test_workload=WORKLOAD)
     run(pytester, "--devmem-update")
     monkeypatch.setenv("WORKLOAD_MIB", "12")
     run(pytester, "--devmem-update", "-k", "test_model").assert_outcomes(passed=1)
     records = json.loads(baseline_file(pytester).read_text())["records"]
     assert records["test_workload.py::test_model"]["prealloc"]["metrics"]["peak_bytes_in_use"] == 12 * MiB
-    assert set(records) == {"test_workload.py::test_model", "test_workload.py::test_layers[1]", "test_workload.py::test_layers[2]"}
+    assert set(records) == {
+        "test_workload.py::test_model",
+        "test_workload.py::test_layers[1]",
+        "test_workload.py::test_layers[2]",
+    }
 
 
 @pytest.mark.parametrize(
@@ -99,7 +113,9 @@ def test_update_refreshes_only_the_tests_that_ran_and_keeps_the_rest(pytester: p
         ("peak_bytes_reserved:1%", "9", "passed"),
     ],
 )
-def test_tolerance_specs(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, spec: str, env_mib: str, outcome: str) -> None:
+def test_tolerance_specs(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, spec: str, env_mib: str, outcome: str
+) -> None:
     pytester.makepyfile(test_workload=WORKLOAD)
     run(pytester, "--devmem-update")
     monkeypatch.setenv("WORKLOAD_MIB", env_mib)
@@ -134,7 +150,10 @@ def test_marker_tolerance_overrides_the_session(pytester: pytest.Pytester, monke
         ("-5%", "a percentage must be 0 or more"),
         ("5%,peak_bytes_in_use:6%", "peak_bytes_in_use is given two relative amounts"),
         ("16G", "ambiguous size '16G'"),
-        ("10", "'10' for peak_bytes_in_use: a number without a unit is ambiguous for a byte metric; write 10% for a share of the baseline, or a size such as 10MiB or 10B"),
+        (
+            "10",
+            "'10' for peak_bytes_in_use: a number without a unit is ambiguous for a byte metric; write 10% for a share of the baseline, or a size such as 10MiB or 10B",
+        ),
         ("0.1", "write 0.1% for a share of the baseline, or a size such as 0.1MiB or 0.1B"),
         ("peak_bytes_reserved:64", "'64' for peak_bytes_reserved: a number without a unit is ambiguous"),
     ],
@@ -153,35 +172,52 @@ def test_bad_marker_tolerance_errors_that_test(pytester: pytest.Pytester) -> Non
     result.stdout.fnmatch_lines(["*invalid devmem tolerance 'lots'*"])
 
 
-CORRUPT_HEAD = '{\n  "format": "pytest-devmem-baseline",\n  "version": 1,\n  "device_class": "sim-16GiB",\n  "records": {\n'
+CORRUPT_HEAD = (
+    '{\n  "format": "pytest-devmem-baseline",\n  "version": 1,\n  "device_class": "sim-16GiB",\n  "records": {\n'
+)
 CORRUPT = {
-    "not json": ("{\n  \"format\": \"pytest-devmem-baseline\",\n  oops\n}\n", ":3: not valid JSON"),
-    "truncated": ("{\n  \"format\": \"pytest-devmem-baseline\",\n  \"records\": {\n", "(the file looks cut short)"),
-    "foreign": ("{\n  \"name\": \"some other tool\"\n}\n", ":1: not a pytest-devmem baseline"),
-    "future version": ('{\n  "format": "pytest-devmem-baseline",\n  "version": 7,\n  "device_class": "sim-16GiB",\n  "records": {}\n}\n', ":3: baseline format version 7 is not supported"),
-    "wrong device": ('{\n  "format": "pytest-devmem-baseline",\n  "version": 1,\n  "device_class": "cuda-H100",\n  "records": {}\n}\n', ":4: holds device class 'cuda-H100'"),
+    "not json": ('{\n  "format": "pytest-devmem-baseline",\n  oops\n}\n', ":3: not valid JSON"),
+    "truncated": ('{\n  "format": "pytest-devmem-baseline",\n  "records": {\n', "(the file looks cut short)"),
+    "foreign": ('{\n  "name": "some other tool"\n}\n', ":1: not a pytest-devmem baseline"),
+    "future version": (
+        '{\n  "format": "pytest-devmem-baseline",\n  "version": 7,\n  "device_class": "sim-16GiB",\n  "records": {}\n}\n',
+        ":3: baseline format version 7 is not supported",
+    ),
+    "wrong device": (
+        '{\n  "format": "pytest-devmem-baseline",\n  "version": 1,\n  "device_class": "cuda-H100",\n  "records": {}\n}\n',
+        ":4: holds device class 'cuda-H100'",
+    ),
     "bad metric": (
         '{\n  "format": "pytest-devmem-baseline",\n  "version": 1,\n  "device_class": "sim-16GiB",\n  "records": {\n'
         '    "test_workload.py::test_model": {"prealloc": {"metrics": {\n      "peak_bytes_in_use": "big"}}}\n  }\n}\n',
         ":7: record 'test_workload.py::test_model' metric peak_bytes_in_use is 'big', not a number",
     ),
     "400-digit peak": (
-        CORRUPT_HEAD + '    "test_workload.py::test_model": {"prealloc": {"metrics": {\n      "peak_bytes_in_use": ' + "9" * 400 + '}}}\n  }\n}\n',
+        CORRUPT_HEAD
+        + '    "test_workload.py::test_model": {"prealloc": {"metrics": {\n      "peak_bytes_in_use": '
+        + "9" * 400
+        + "}}}\n  }\n}\n",
         "metric peak_bytes_in_use is a 400-digit number, far beyond any device",
     ),
     "5000-digit peak": (
-        CORRUPT_HEAD + '    "test_workload.py::test_model": {"prealloc": {"metrics": {\n      "peak_bytes_in_use": ' + "9" * 5000 + '}}}\n  }\n}\n',
+        CORRUPT_HEAD
+        + '    "test_workload.py::test_model": {"prealloc": {"metrics": {\n      "peak_bytes_in_use": '
+        + "9" * 5000
+        + "}}}\n  }\n}\n",
         "not usable JSON: Exceeds the limit",
     ),
     "negative peak": (
-        CORRUPT_HEAD + '    "test_workload.py::test_model": {"prealloc": {"metrics": {\n      "peak_bytes_in_use": -20971620}}}\n  }\n}\n',
+        CORRUPT_HEAD
+        + '    "test_workload.py::test_model": {"prealloc": {"metrics": {\n      "peak_bytes_in_use": -20971620}}}\n  }\n}\n',
         "metric peak_bytes_in_use is -20971620: figures are never negative",
     ),
 }
 HEAD_BYTES = CORRUPT_HEAD.encode()
 
 
-@pytest.mark.parametrize("content", [HEAD_BYTES + b"\xff\xfe not utf-8", bytes(range(256)) * 4], ids=["non-utf8", "binary"])
+@pytest.mark.parametrize(
+    "content", [HEAD_BYTES + b"\xff\xfe not utf-8", bytes(range(256)) * 4], ids=["non-utf8", "binary"]
+)
 def test_a_baseline_that_is_not_utf8_text_names_its_file(pytester: pytest.Pytester, content: bytes) -> None:
     pytester.makepyfile(test_workload=WORKLOAD)
     path = baseline_file(pytester)
@@ -216,11 +252,21 @@ def test_odd_things_named_json_in_the_baselines_never_hang_or_crash(pytester: py
 @pytest.mark.parametrize(
     ("option", "make", "message"),
     [
-        ("--devmem-baselines=taken", "file", "invalid devmem baselines directory 'taken' (from --devmem-baselines): it exists and is not a directory"),
-        ("--devmem-report=taken.json", "dir", "invalid devmem report file 'taken.json' (from --devmem-report): it is a directory"),
+        (
+            "--devmem-baselines=taken",
+            "file",
+            "invalid devmem baselines directory 'taken' (from --devmem-baselines): it exists and is not a directory",
+        ),
+        (
+            "--devmem-report=taken.json",
+            "dir",
+            "invalid devmem report file 'taken.json' (from --devmem-report): it is a directory",
+        ),
     ],
 )
-def test_output_paths_of_the_wrong_kind_are_usage_errors(pytester: pytest.Pytester, option: str, make: str, message: str) -> None:
+def test_output_paths_of_the_wrong_kind_are_usage_errors(
+    pytester: pytest.Pytester, option: str, make: str, message: str
+) -> None:
     pytester.makepyfile(test_workload=WORKLOAD)
     target = pytester.path / option.split("=")[1]
     target.mkdir() if make == "dir" else target.write_text("mine")
@@ -229,7 +275,9 @@ def test_output_paths_of_the_wrong_kind_are_usage_errors(pytester: pytest.Pytest
     assert message in result.stderr.str()
 
 
-def test_a_baseline_that_cannot_be_written_fails_the_session_and_others_are_still_written(pytester: pytest.Pytester) -> None:
+def test_a_baseline_that_cannot_be_written_fails_the_session_and_others_are_still_written(
+    pytester: pytest.Pytester,
+) -> None:
     pytester.makepyfile(test_other="def test_other(devmem):\n    devmem.pool.alloc(2**20)\n")
     pytester.mkdir("sub")
     (pytester.path / "sub" / "test_workload.py").write_text(WORKLOAD)
@@ -240,7 +288,9 @@ def test_a_baseline_that_cannot_be_written_fails_the_session_and_others_are_stil
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*pytest-devmem: baseline not written: *sub*"])
     assert (locked / "test_other.py.json").is_file()
-    assert (locked / "sub").read_text().startswith("a file of the user's")  # (a directory in the way: tests/test_hostile_inputs_more.py)
+    assert (
+        (locked / "sub").read_text().startswith("a file of the user's")
+    )  # (a directory in the way: tests/test_hostile_inputs_more.py)
 
 
 def test_a_test_outside_the_rootdir_gets_a_baseline_file_too(tmp_path: Path) -> None:
@@ -248,7 +298,9 @@ def test_a_test_outside_the_rootdir_gets_a_baseline_file_too(tmp_path: Path) -> 
 
     store = BaselineStore(tmp_path, "sim-16GiB")
     outside = TestRecord("::test_o", "prealloc", "sim:16GiB", "sim-16GiB", MiB, MiB, 0.0, False, "passed")
-    long_module = TestRecord("tests/" + "m" * 240 + ".py::test_long", "prealloc", "sim:16GiB", "sim-16GiB", MiB, MiB, 0.0, False, "passed")
+    long_module = TestRecord(
+        "tests/" + "m" * 240 + ".py::test_long", "prealloc", "sim:16GiB", "sim-16GiB", MiB, MiB, 0.0, False, "passed"
+    )
     written, problems = store.write([outside, long_module], {})
     assert problems == [] and len(written) == 2
     assert store.load().get("::test_o", "prealloc") is not None
@@ -256,7 +308,9 @@ def test_a_test_outside_the_rootdir_gets_a_baseline_file_too(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("case", sorted(CORRUPT))
-def test_corrupt_or_foreign_baseline_stops_the_run_and_is_never_overwritten(pytester: pytest.Pytester, case: str) -> None:
+def test_corrupt_or_foreign_baseline_stops_the_run_and_is_never_overwritten(
+    pytester: pytest.Pytester, case: str
+) -> None:
     content, message = CORRUPT[case]
     pytester.makepyfile(test_workload=WORKLOAD)
     path = baseline_file(pytester)
@@ -274,13 +328,21 @@ def test_strict_fails_new_tests_and_stale_baselines(pytester: pytest.Pytester) -
     pytester.makepyfile(test_workload=WORKLOAD)
     first = run(pytester, "--devmem-strict")
     first.assert_outcomes(failed=3)
-    first.stdout.fnmatch_lines(["*no baseline for test_workload.py::test_model under regime prealloc on sim-16GiB (--devmem-strict); record one with --devmem-update*"])
+    first.stdout.fnmatch_lines(
+        [
+            "*no baseline for test_workload.py::test_model under regime prealloc on sim-16GiB (--devmem-strict); record one with --devmem-update*"
+        ]
+    )
     run(pytester, "--devmem-update").assert_outcomes(passed=3)
     pytester.makepyfile(test_workload=WORKLOAD.replace("def test_model", "def test_renamed"))
     result = run(pytester, "--devmem-strict", "-k", "layers")
     result.assert_outcomes(passed=2)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["*stale baselines, for tests that no longer exist (failing the session (--devmem-strict)): test_workload.py::test_model ?prealloc?*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*stale baselines, for tests that no longer exist (failing the session (--devmem-strict)): test_workload.py::test_model ?prealloc?*"
+        ]
+    )
     lenient = run(pytester, "-k", "layers")
     assert lenient.ret == pytest.ExitCode.OK
     lenient.stdout.fnmatch_lines(["*stale baselines*delete them or run with --devmem-strict*"])
@@ -340,7 +402,9 @@ def test_compare_unit() -> None:
         ("10%,0B", 4, 8, "regressed"),  # without a floor, as asked
     ],
 )
-def test_default_tolerance_has_a_floor_and_never_fails_a_percentage_of_zero(spec: str, baseline: int, now: int, status: str) -> None:
+def test_default_tolerance_has_a_floor_and_never_fails_a_percentage_of_zero(
+    spec: str, baseline: int, now: int, status: str
+) -> None:
     from pytest_devmem.gate.baseline import BaselineEntry
 
     entry = BaselineEntry("t", "prealloc", {"peak_bytes_in_use": baseline}, "sim:16GiB", {}, Path("b.json"))
@@ -352,11 +416,23 @@ def test_what_grew_compares_contributors_and_says_when_the_baseline_named_none()
 
     tolerance = parse_tolerance("10%,1MiB")
     now = {"peak_bytes_in_use": 64 * MiB}
-    named = BaselineEntry("t", "prealloc", {"peak_bytes_in_use": 8 * MiB}, "sim:16GiB", {}, Path("b.json"), contributors={"jit(step) temp": 8 * MiB})
-    text = compare(named, "t", "prealloc", now, tolerance, {"jit(step) temp": 40 * MiB, "Conv2D": 24 * MiB}).growth_text()
+    named = BaselineEntry(
+        "t",
+        "prealloc",
+        {"peak_bytes_in_use": 8 * MiB},
+        "sim:16GiB",
+        {},
+        Path("b.json"),
+        contributors={"jit(step) temp": 8 * MiB},
+    )
+    text = compare(
+        named, "t", "prealloc", now, tolerance, {"jit(step) temp": 40 * MiB, "Conv2D": 24 * MiB}
+    ).growth_text()
     assert text == "jit(step) temp 8.00 MiB → 40.00 MiB, Conv2D none → 24.00 MiB"
     unnamed = BaselineEntry("t", "prealloc", {"peak_bytes_in_use": 8 * MiB}, "sim:16GiB", {}, Path("b.json"))
-    text = compare(unnamed, "t", "prealloc", now, tolerance, {"jit(step) temp": 40 * MiB, "Conv2D": 24 * MiB}).growth_text()
+    text = compare(
+        unnamed, "t", "prealloc", now, tolerance, {"jit(step) temp": 40 * MiB, "Conv2D": 24 * MiB}
+    ).growth_text()
     assert text == "(the baseline names no one to compare with) largest now: jit(step) temp 40.00 MiB, Conv2D 24.00 MiB"
 
 
@@ -370,7 +446,13 @@ def test_default_tolerance_is_ten_percent_or_one_mebibyte() -> None:
 
 @pytest.mark.parametrize(
     ("spec", "relative", "absolute"),
-    [("5%", 0.05, MiB), ("5%,0B", 0.05, 0.0), ("5%,4MiB", 0.05, 4 * MiB), ("64MiB", None, 64 * MiB), ("peak_bytes_reserved:1%", 0.01, MiB)],
+    [
+        ("5%", 0.05, MiB),
+        ("5%,0B", 0.05, 0.0),
+        ("5%,4MiB", 0.05, 4 * MiB),
+        ("64MiB", None, 64 * MiB),
+        ("peak_bytes_reserved:1%", 0.01, MiB),
+    ],
 )
 def test_a_percentage_alone_keeps_the_default_floor(spec: str, relative: float | None, absolute: float) -> None:
     metric = "peak_bytes_reserved" if spec.startswith("peak_bytes_reserved") else "peak_bytes_in_use"
@@ -391,7 +473,9 @@ def test_baselines_follow_the_umask_keep_a_files_mode_and_clear_a_killed_writers
     from pytest_devmem.gate.record import TestRecord
 
     def record(peak: int) -> TestRecord:
-        return TestRecord("tests/test_m.py::test_a", "prealloc", "sim:16GiB", "sim-16GiB", peak, peak, 0.0, False, "passed")
+        return TestRecord(
+            "tests/test_m.py::test_a", "prealloc", "sim:16GiB", "sim-16GiB", peak, peak, 0.0, False, "passed"
+        )
 
     store = BaselineStore(tmp_path, "sim-16GiB")
     previous = os.umask(0o022)
@@ -413,11 +497,17 @@ def test_the_plugin_imports_where_there_is_no_fcntl() -> None:
     import subprocess
     import sys
 
-    code = "import sys; sys.modules['fcntl'] = None; import pytest_devmem.plugin, pytest_devmem.gate.baseline; print('ok')"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "ok"
+    code = (
+        "import sys; sys.modules['fcntl'] = None; import pytest_devmem.plugin, pytest_devmem.gate.baseline; print('ok')"
+    )
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "ok"
+    )
 
 
-def test_a_test_that_failed_or_was_skipped_at_update_says_why_later(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_test_that_failed_or_was_skipped_at_update_says_why_later(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     pytester.makepyfile(
         test_flaky="""
         import os
@@ -439,12 +529,20 @@ def test_a_test_that_failed_or_was_skipped_at_update_says_why_later(pytester: py
     monkeypatch.setenv("FLAKY_PASSES", "1")
     result = run(pytester, "--devmem-report=now.json")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*baselines (*): 2 not baselined*", "*not baselined, and why*test_flaky.py::test_flaky ?prealloc?: failed when the baselines were updated*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*baselines (*): 2 not baselined*",
+            "*not baselined, and why*test_flaky.py::test_flaky ?prealloc?: failed when the baselines were updated*",
+        ]
+    )
     from pytest_devmem.cli import main
 
     assert main(["compare", str(pytester.path / "baselines"), str(pytester.path / "now.json")]) == 0
     out = capsys.readouterr().out
-    assert "⚠️ not baselined: failed when the baselines were updated" in out and "⚠️ not baselined: skipped: needs the dataset" in out
+    assert (
+        "⚠️ not baselined: failed when the baselines were updated" in out
+        and "⚠️ not baselined: skipped: needs the dataset" in out
+    )
     assert "new" not in out.splitlines()[0]
     run(pytester, "--devmem-update").assert_outcomes(passed=2)  # once they pass, real baselines replace the reasons
     stored = json.loads((pytester.path / "baselines" / "sim-16GiB" / "test_flaky.py.json").read_text())["records"]
@@ -460,7 +558,10 @@ def test_a_report_name_the_file_system_refuses_is_a_usage_error(pytester: pytest
 
 
 def test_a_report_that_cannot_be_written_is_said_and_fails_the_session(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_workload=WORKLOAD, test_in_the_way="def test_in_the_way():\n    open('out', 'w').write('a file where the report directory will be needed')\n")
+    pytester.makepyfile(
+        test_workload=WORKLOAD,
+        test_in_the_way="def test_in_the_way():\n    open('out', 'w').write('a file where the report directory will be needed')\n",
+    )
     result = run(pytester, "--devmem-report=out/r.json")  # fine when the session starts
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*pytest-devmem: report not written: *out/r.json*"])
@@ -473,7 +574,9 @@ def test_a_refresh_with_the_same_figures_keeps_the_stored_profile(tmp_path: Path
     store = BaselineStore(tmp_path, "sim-16GiB")
 
     def measured(peak: int, events: int) -> TestRecord:
-        record = TestRecord("test_m.py::test_a", "prealloc", "sim:16GiB", "sim-16GiB", peak, 12 * 2**30, 0.0, None, "passed")
+        record = TestRecord(
+            "test_m.py::test_a", "prealloc", "sim:16GiB", "sim-16GiB", peak, 12 * 2**30, 0.0, None, "passed"
+        )
         record.trace = {"profile": {"device": "cpu:0", "events": events, "in_use": f"0:0 {events - 1}:{peak}"}}
         return record
 

@@ -27,11 +27,15 @@ def test_the_benchmarks_run_in_quick_mode() -> None:
         policies = [line.split()[2] for line in lines if line.startswith(trace)]
         assert policies == ["first-fit", "prealloc", "growth", "ondemand"]
     assert "capture cost per executable run:" in result.stdout and "bytes held per event" in result.stdout
-    step_table = result.stdout[result.stdout.index("jitted steps"):result.stdout.index("TensorFlow")]
+    step_table = result.stdout[result.stdout.index("jitted steps") : result.stdout.index("TensorFlow")]
     steps = [line.split()[0] for line in step_table.splitlines() if line.startswith(("off ", "on, traces written "))]
     assert steps == ["off", "on,"], result.stdout
-    tpu = result.stdout[result.stdout.index("\n\nJAX examples") :] if "\n\nJAX examples" in result.stdout else ""  # the TPU sizing table, last
-    tensorflow = result.stdout[result.stdout.index("TensorFlow") : len(result.stdout) - len(tpu)]  # the TensorFlow suite's table
+    tpu = (
+        result.stdout[result.stdout.index("\n\nJAX examples") :] if "\n\nJAX examples" in result.stdout else ""
+    )  # the TPU sizing table, last
+    tensorflow = result.stdout[
+        result.stdout.index("TensorFlow") : len(result.stdout) - len(tpu)
+    ]  # the TensorFlow suite's table
     if tpu:
         assert "sized by the CPU" in tpu and "sized by the TPU v5e" in tpu and "target 1.3x" in tpu
     assert tensorflow.startswith(("TensorFlow suite: 4 tests", "TensorFlow is not installed"))
@@ -61,7 +65,10 @@ def test_the_targets_table_shows_each_figure_beside_its_target_and_reference() -
     from benchmarks import bench_read, targets
 
     rows = targets.reading_rows(3_000, 3_000, 1)
-    assert [row[2] for row in rows] == [f">= {bench_read.TARGET_EVENTS_PER_SECOND:,} events/s", f"<= {bench_read.TARGET_MEMORY_RATIO:g}x"]
+    assert [row[2] for row in rows] == [
+        f">= {bench_read.TARGET_EVENTS_PER_SECOND:,} events/s",
+        f"<= {bench_read.TARGET_MEMORY_RATIO:g}x",
+    ]
     assert "row reader" in rows[0][3] and rows[0][4] in ("yes", "no")
     rows += targets.model_rows({"many-small": lambda: bench_read.recorded_trace(2_000)}, 1)
     assert [row[0].rsplit(", ", 1)[1] for row in rows[2:]] == list(targets.POLICIES)

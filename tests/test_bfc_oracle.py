@@ -11,17 +11,33 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from benchmarks.bfc_oracle import Group, GroupResult, build_group, compare_group, largest_free_visible, run_on_tensorflow, six_digits, summarize
+from benchmarks.bfc_oracle import (
+    Group,
+    GroupResult,
+    build_group,
+    compare_group,
+    largest_free_visible,
+    run_on_tensorflow,
+    six_digits,
+    summarize,
+)
 from pytest_devmem.errors import OutOfMemoryError
 from pytest_devmem.model.device import SimulatedDevice
-from pytest_devmem.model.frameworks import setup_for_policy, tensorflow_cpu_setup, tensorflow_growth_pool, tensorflow_setup
+from pytest_devmem.model.frameworks import (
+    setup_for_policy,
+    tensorflow_cpu_setup,
+    tensorflow_growth_pool,
+    tensorflow_setup,
+)
 from pytest_devmem.model.machine import run_machine
 from pytest_devmem.model.machine_results import MachineSpec
 from pytest_devmem.model.pool import BFCPool, Policy
 from pytest_devmem.model.trace import ALLOCATE_CODE, FREE_CODE, Trace
+from pytest_devmem.units import MiB
 
-MiB = 2**20
-needs_tensorflow = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed")
+needs_tensorflow = pytest.mark.skipif(
+    importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed"
+)
 
 
 def _agree(groups: list[Group], parallel: int = 16) -> None:
@@ -34,7 +50,9 @@ def _agree(groups: list[Group], parallel: int = 16) -> None:
 
 
 @needs_tensorflow
-@settings(max_examples=1, phases=[Phase.generate], deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=1, phases=[Phase.generate], deadline=None, database=None, suppress_health_check=list(HealthCheck)
+)
 @given(st.data())
 def test_three_hundred_random_sequences_agree_with_tensorflows_allocator(data: st.DataObject) -> None:
     """150 allocators, two sequences each (the second starts with the regions the first left),
@@ -110,13 +128,17 @@ def test_tensorflows_cpu_allocator_grows_from_2_mib_under_its_own_limit() -> Non
     setup = tensorflow_cpu_setup({"TF_CPU_BFC_MEM_LIMIT_IN_MB": "1024"})
     assert (setup.mode, setup.limit, setup.collect) == ("growth", 1024 * MiB, False)
     assert tensorflow_cpu_setup({}).limit == 64 * 2**30
-    assert tensorflow_cpu_setup({"TF_CPU_BFC_MEM_LIMIT_IN_MB": "lots"}).limit == 64 * 2**30  # TensorFlow keeps its default
+    assert (
+        tensorflow_cpu_setup({"TF_CPU_BFC_MEM_LIMIT_IN_MB": "lots"}).limit == 64 * 2**30
+    )  # TensorFlow keeps its default
     pool = tensorflow_growth_pool(setup, SimulatedDevice(2**40), 1024 * MiB)
     pool.alloc(4)
     assert pool.regions()[0][1] == 2 * MiB
     pool.alloc(100 * MiB)  # the region size doubles until it fits: 128 MiB
     assert [size for _, size in pool.regions()] == [2 * MiB, 128 * MiB]
-    small = tensorflow_growth_pool(tensorflow_cpu_setup({"TF_CPU_BFC_MEM_LIMIT_IN_MB": "1"}), SimulatedDevice(2**40), MiB)
+    small = tensorflow_growth_pool(
+        tensorflow_cpu_setup({"TF_CPU_BFC_MEM_LIMIT_IN_MB": "1"}), SimulatedDevice(2**40), MiB
+    )
     small.alloc(4)
     assert small.regions()[0][1] == MiB  # min(limit, 2 MiB)
 
@@ -124,7 +146,9 @@ def test_tensorflows_cpu_allocator_grows_from_2_mib_under_its_own_limit() -> Non
 def test_tensorflows_cpu_allocator_keeps_free_regions_when_an_allocation_fails() -> None:
     """Without garbage collection, a free 2 MiB region stays: 7 MiB under an 8 MiB limit fails
     (a GPU allocator of TensorFlow's would give the region back and fit it)."""
-    cpu = tensorflow_growth_pool(tensorflow_cpu_setup({"TF_CPU_BFC_MEM_LIMIT_IN_MB": "8"}), SimulatedDevice(2**40), 8 * MiB)
+    cpu = tensorflow_growth_pool(
+        tensorflow_cpu_setup({"TF_CPU_BFC_MEM_LIMIT_IN_MB": "8"}), SimulatedDevice(2**40), 8 * MiB
+    )
     cpu.free(cpu.alloc(MiB))
     with pytest.raises(OutOfMemoryError):
         cpu.alloc(7 * MiB)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.errors import OutOfMemoryError
+from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.model.pool import BFCPool, Policy, bin_for_size, rounded_bytes
 from pytest_devmem.model.pool.bfc import BACKOFF_FACTOR, NUM_BINS
-
-KiB, MiB, GiB = 2**10, 2**20, 2**30
+from pytest_devmem.units import GiB, KiB, MiB
 
 
 def bfc(mode: str = "growth", fraction: float | None = None, capacity: int = GiB, **options: object) -> BFCPool:
@@ -22,7 +21,10 @@ def chunk_layout(pool: BFCPool) -> list[tuple[int, int, bool]]:
     return [(address - base, size, in_use) for _, address, size, in_use, _ in pool.chunks()]
 
 
-@pytest.mark.parametrize(("request_bytes", "chunk"), [(1, 256), (255, 256), (256, 256), (257, 512), (1000, 1024), (3 * KiB + 1, 3 * KiB + 256)])
+@pytest.mark.parametrize(
+    ("request_bytes", "chunk"),
+    [(1, 256), (255, 256), (256, 256), (257, 512), (1000, 1024), (3 * KiB + 1, 3 * KiB + 256)],
+)
 def test_requests_round_up_to_256_bytes(request_bytes: int, chunk: int) -> None:
     assert rounded_bytes(request_bytes) == chunk
     pool = bfc()
@@ -33,7 +35,16 @@ def test_requests_round_up_to_256_bytes(request_bytes: int, chunk: int) -> None:
 
 @pytest.mark.parametrize(
     ("size", "expected_bin"),
-    [(256, 0), (512, 1), (768, 1), (1024, 2), (256 << 10, 10), ((256 << 20) - 256, 19), (256 << 20, 20), (64 * GiB, 20)],
+    [
+        (256, 0),
+        (512, 1),
+        (768, 1),
+        (1024, 2),
+        (256 << 10, 10),
+        ((256 << 20) - 256, 19),
+        (256 << 20, 20),
+        (64 * GiB, 20),
+    ],
 )
 def test_bin_numbers(size: int, expected_bin: int) -> None:
     assert bin_for_size(size) == expected_bin
@@ -275,8 +286,17 @@ def test_stats_use_xla_names_and_track_peaks() -> None:
     pool.free(a)
     stats = pool.stats()
     for key in (
-        "num_allocs", "bytes_in_use", "peak_bytes_in_use", "largest_alloc_size", "bytes_limit", "bytes_reserved",
-        "peak_bytes_reserved", "largest_free_block_bytes", "pool_bytes", "peak_pool_bytes", "fragmentation",
+        "num_allocs",
+        "bytes_in_use",
+        "peak_bytes_in_use",
+        "largest_alloc_size",
+        "bytes_limit",
+        "bytes_reserved",
+        "peak_bytes_reserved",
+        "largest_free_block_bytes",
+        "pool_bytes",
+        "peak_pool_bytes",
+        "fragmentation",
     ):
         assert key in stats
     assert stats["num_allocs"] == 2

@@ -9,20 +9,33 @@ from pathlib import Path
 
 import pytest
 
-from pytest_devmem.gate.baseline import BaselineStore
 from pytest_devmem.cli import main
+from pytest_devmem.gate.baseline import BaselineStore
 from pytest_devmem.gate.record import TestRecord
+from pytest_devmem.units import MiB
 
-MiB = 2**20
 
-
-def record(test: str, peak: int, regime: str = "prealloc", device_class: str = "sim-16GiB", fragmentation: float = 0.0) -> TestRecord:
-    return TestRecord(f"tests/test_m.py::{test}", regime, "sim:16GiB", device_class, peak, 12 * 1024 * MiB, fragmentation, False, "passed")
+def record(
+    test: str, peak: int, regime: str = "prealloc", device_class: str = "sim-16GiB", fragmentation: float = 0.0
+) -> TestRecord:
+    return TestRecord(
+        f"tests/test_m.py::{test}",
+        regime,
+        "sim:16GiB",
+        device_class,
+        peak,
+        12 * 1024 * MiB,
+        fragmentation,
+        False,
+        "passed",
+    )
 
 
 def write_baselines(root: Path, records: list[TestRecord]) -> Path:
     for device_class in {r.device_class for r in records}:
-        BaselineStore(root, device_class).write([r for r in records if r.device_class == device_class], {"pytest-devmem": "0.1.0"})
+        BaselineStore(root, device_class).write(
+            [r for r in records if r.device_class == device_class], {"pytest-devmem": "0.1.0"}
+        )
     return root
 
 
@@ -32,14 +45,24 @@ def write_report(path: Path, records: list[TestRecord]) -> Path:
 
 
 def test_compare_regression_exits_1_with_a_markdown_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    base = write_baselines(tmp_path / "baselines", [record("test_a", 10 * MiB), record("test_b", 10 * MiB), record("test_gone", MiB)])
-    new = write_report(tmp_path / "new.json", [record("test_a", 20 * MiB), record("test_b", 5 * MiB), record("test_added", MiB)])
+    base = write_baselines(
+        tmp_path / "baselines", [record("test_a", 10 * MiB), record("test_b", 10 * MiB), record("test_gone", MiB)]
+    )
+    new = write_report(
+        tmp_path / "new.json", [record("test_a", 20 * MiB), record("test_b", 5 * MiB), record("test_added", MiB)]
+    )
     assert main(["compare", str(base), str(new)]) == 1
     out = capsys.readouterr().out
     assert out.startswith("### Device memory: 1 regressed, 1 improved, 1 new, 1 missing")
     assert "| test | regime | device | metric | baseline | now | Δ | verdict |" in out
-    assert "| tests/test_m.py::test_a | prealloc | sim-16GiB | peak_bytes_in_use | 10.00 MiB | 20.00 MiB | +10.00 MiB (+100.0%) | ❌ regressed |" in out
-    assert "| tests/test_m.py::test_b | prealloc | sim-16GiB | peak_bytes_in_use | 10.00 MiB | 5.00 MiB | -5.00 MiB (-50.0%) | ✅ improved |" in out
+    assert (
+        "| tests/test_m.py::test_a | prealloc | sim-16GiB | peak_bytes_in_use | 10.00 MiB | 20.00 MiB | +10.00 MiB (+100.0%) | ❌ regressed |"
+        in out
+    )
+    assert (
+        "| tests/test_m.py::test_b | prealloc | sim-16GiB | peak_bytes_in_use | 10.00 MiB | 5.00 MiB | -5.00 MiB (-50.0%) | ✅ improved |"
+        in out
+    )
     assert "test_added | prealloc | sim-16GiB | peak_bytes_in_use | — | 1.00 MiB | — | 🆕 new |" in out
     assert "test_gone | prealloc | sim-16GiB | peak_bytes_in_use | 1.00 MiB | — | — | ⚠️ not run |" in out
 
@@ -51,7 +74,9 @@ def test_compare_within_tolerance_exits_0(tmp_path: Path, capsys: pytest.Capture
     assert "Every compared test is within tolerance." in capsys.readouterr().out
     assert main(["compare", str(base), str(new), "--tolerance", "15%", "--all"]) == 0
     assert "| ok |" in capsys.readouterr().out
-    assert main(["compare", str(base), str(new), "--tolerance", "5%"]) == 0  # +1 MiB: within the floor a percentage keeps
+    assert (
+        main(["compare", str(base), str(new), "--tolerance", "5%"]) == 0
+    )  # +1 MiB: within the floor a percentage keeps
     assert main(["compare", str(base), str(new), "--tolerance", "5%,0B"]) == 1
 
 
@@ -62,13 +87,17 @@ def test_compare_never_matches_different_device_classes(tmp_path: Path, capsys: 
     assert "1 new, 1 missing" in capsys.readouterr().out
 
 
-def test_compare_on_baselines_of_two_classes_reports_only_the_measured_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_compare_on_baselines_of_two_classes_reports_only_the_measured_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     gpu = [record(name, 10 * MiB, device_class="cuda-NVIDIA-H100-80GB-HBM3") for name in ("test_a", "test_b", "test_c")]
     base = write_baselines(tmp_path / "baselines", [record("test_a", 10 * MiB), record("test_b", 10 * MiB), *gpu])
     new = write_report(tmp_path / "new.json", [record("test_a", 10 * MiB), record("test_b", 10 * MiB)])
     assert main(["compare", str(base), str(new), "--all"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("### Device memory: 2 ok\n")  # not "2 ok, 3 missing": the GPU runner's baselines are not this run's
+    assert out.startswith(
+        "### Device memory: 2 ok\n"
+    )  # not "2 ok, 3 missing": the GPU runner's baselines are not this run's
     assert "cuda-NVIDIA" not in out.split("Not compared")[0] and "| cuda-" not in out
     assert "Not compared: baselines of device classes this run did not measure: `cuda-NVIDIA-H100-80GB-HBM3` (3)" in out
     assert main(["compare", str(base), str(new), "--all-classes"]) == 0
@@ -76,14 +105,21 @@ def test_compare_on_baselines_of_two_classes_reports_only_the_measured_one(tmp_p
     assert main(["compare", str(base), str(new), "--device-class", "cuda-NVIDIA-H100-80GB-HBM3"]) == 0
     assert capsys.readouterr().out.startswith("### Device memory: 3 missing")
     assert main(["compare", str(base), str(new), "--device-class", "sim-80GiB"]) == 2
-    assert "--device-class 'sim-80GiB': neither BASE nor NEW holds it; they hold cuda-NVIDIA-H100-80GB-HBM3, sim-16GiB" in capsys.readouterr().err
+    assert (
+        "--device-class 'sim-80GiB': neither BASE nor NEW holds it; they hold cuda-NVIDIA-H100-80GB-HBM3, sim-16GiB"
+        in capsys.readouterr().err
+    )
     assert main(["compare", str(base), str(new), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["not_compared_classes"] == {"cuda-NVIDIA-H100-80GB-HBM3": 3}
 
 
 def test_compare_sorts_and_picks_columns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    base = write_report(tmp_path / "base.json", [record("test_a", 10 * MiB), record("test_b", 10 * MiB), record("test_c", 10 * MiB)])
-    new = write_report(tmp_path / "new.json", [record("test_a", 30 * MiB), record("test_b", 12 * MiB), record("test_c", 50 * MiB)])
+    base = write_report(
+        tmp_path / "base.json", [record("test_a", 10 * MiB), record("test_b", 10 * MiB), record("test_c", 10 * MiB)]
+    )
+    new = write_report(
+        tmp_path / "new.json", [record("test_a", 30 * MiB), record("test_b", 12 * MiB), record("test_c", 50 * MiB)]
+    )
     assert main(["compare", str(base), str(new), "--sort", "delta", "--columns", "test,now,delta"]) == 1
     out = capsys.readouterr().out
     assert "| test | now | Δ |\n|---|---|---|\n" in out
@@ -94,10 +130,15 @@ def test_compare_sorts_and_picks_columns(tmp_path: Path, capsys: pytest.CaptureF
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| tests/")]
     assert [row.split("::")[1][:6] for row in rows] == ["test_a", "test_b", "test_c"]
     assert main(["compare", str(base), str(new), "--columns", "test,size"]) == 2
-    assert "--columns 'test,size': unknown column 'size'; allowed are test, regime, device, metric, baseline, now, delta, verdict" in capsys.readouterr().err
+    assert (
+        "--columns 'test,size': unknown column 'size'; allowed are test, regime, device, metric, baseline, now, delta, verdict"
+        in capsys.readouterr().err
+    )
 
 
-def test_compare_counts_measured_failures_and_names_unmeasured_tests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_compare_counts_measured_failures_and_names_unmeasured_tests(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     failed = record("test_a", 99 * MiB)  # failed by the gate itself: its measurement is what matters
     failed.outcome = "failed"
     unmeasured = record("test_b", 0)
@@ -107,7 +148,10 @@ def test_compare_counts_measured_failures_and_names_unmeasured_tests(tmp_path: P
     assert main(["compare", str(base), str(new)]) == 1
     out = capsys.readouterr().out
     assert "1 regressed, 1 not measured" in out  # it ran: "not measured", never "not run", never "improved"
-    assert "| tests/test_m.py::test_b | prealloc | sim-16GiB | peak_bytes_in_use | 1.00 MiB | — | — | ⚠️ not measured |" in out
+    assert (
+        "| tests/test_m.py::test_b | prealloc | sim-16GiB | peak_bytes_in_use | 1.00 MiB | — | — | ⚠️ not measured |"
+        in out
+    )
 
 
 @pytest.mark.parametrize(
@@ -119,7 +163,9 @@ def test_compare_counts_measured_failures_and_names_unmeasured_tests(tmp_path: P
         (["compare", "empty", "empty", "--tolerance", "fast"], "invalid devmem tolerance 'fast'"),
     ],
 )
-def test_bad_input_exits_2_with_the_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+def test_bad_input_exits_2_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "bad.json").write_text("{nope")
     (tmp_path / "foreign.json").write_text('{"hello": 1}')
@@ -129,11 +175,19 @@ def test_bad_input_exits_2_with_the_reason(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_show_lists_baselines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    base = write_baselines(tmp_path / "baselines", [record("test_a", 3 * MiB, fragmentation=0.25), record("test_a", 4 * MiB, regime="growth")])
+    base = write_baselines(
+        tmp_path / "baselines",
+        [record("test_a", 3 * MiB, fragmentation=0.25), record("test_a", 4 * MiB, regime="growth")],
+    )
     assert main(["show", str(base)]) == 0
     out = capsys.readouterr().out
-    assert "| tests/test_m.py::test_a | growth | sim-16GiB | 4.00 MiB | 12.00 GiB | 0.0000 | pytest-devmem 0.1.0 |" in out
-    assert "| tests/test_m.py::test_a | prealloc | sim-16GiB | 3.00 MiB | 12.00 GiB | 0.2500 | pytest-devmem 0.1.0 |" in out
+    assert (
+        "| tests/test_m.py::test_a | growth | sim-16GiB | 4.00 MiB | 12.00 GiB | 0.0000 | pytest-devmem 0.1.0 |" in out
+    )
+    assert (
+        "| tests/test_m.py::test_a | prealloc | sim-16GiB | 3.00 MiB | 12.00 GiB | 0.2500 | pytest-devmem 0.1.0 |"
+        in out
+    )
 
 
 def test_console_script_is_installed(tmp_path: Path) -> None:
@@ -158,9 +212,18 @@ def test_project_examples_have_baselines() -> None:
     assert sorted(p.name for p in root.glob("*.json")) == [f"{name}.json" for name in examples]
 
 
-def report_with(path: Path, session: object = None, peak: object = MiB, test_id: str = "tests/test_m.py::test_a") -> Path:
-    data = {"session": {"versions": {}} if session is None else session, "records": [dict(record("test_a", MiB).to_json(), peak_bytes_in_use=peak, test_id=test_id)]}
-    path.write_text(json.dumps(data).replace('"PEAK"', str(peak)) if isinstance(peak, str) and peak.startswith("1e") else json.dumps(data))
+def report_with(
+    path: Path, session: object = None, peak: object = MiB, test_id: str = "tests/test_m.py::test_a"
+) -> Path:
+    data = {
+        "session": {"versions": {}} if session is None else session,
+        "records": [dict(record("test_a", MiB).to_json(), peak_bytes_in_use=peak, test_id=test_id)],
+    }
+    path.write_text(
+        json.dumps(data).replace('"PEAK"', str(peak))
+        if isinstance(peak, str) and peak.startswith("1e")
+        else json.dumps(data)
+    )
     return path
 
 
@@ -175,7 +238,9 @@ def report_with(path: Path, session: object = None, peak: object = MiB, test_id:
         (None, -5, "peak_bytes_in_use is -5: figures are never negative"),
     ],
 )
-def test_compare_rejects_a_bad_report_naming_it_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], session: object, peak: object, message: str) -> None:
+def test_compare_rejects_a_bad_report_naming_it_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], session: object, peak: object, message: str
+) -> None:
     base = report_with(tmp_path / "base.json")
     bad = report_with(tmp_path / "bad.json", session, peak)
     assert main(["compare", str(base), str(bad)]) == 2
@@ -186,7 +251,11 @@ def test_compare_rejects_a_bad_report_naming_it_with_exit_2(tmp_path: Path, caps
 def test_a_nan_peak_is_a_bad_input_never_ok(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = report_with(tmp_path / "base.json")
     bad = tmp_path / "nan.json"
-    bad.write_text(report_with(tmp_path / "tmp.json").read_text().replace(f'"peak_bytes_in_use": {MiB}', '"peak_bytes_in_use": NaN'))
+    bad.write_text(
+        report_with(tmp_path / "tmp.json")
+        .read_text()
+        .replace(f'"peak_bytes_in_use": {MiB}', '"peak_bytes_in_use": NaN')
+    )
     assert main(["compare", str(base), str(bad)]) == 2
     assert "peak_bytes_in_use is nan, not a finite number" in capsys.readouterr().err
 
@@ -201,15 +270,21 @@ def test_compare_names_a_binary_input(tmp_path: Path, capsys: pytest.CaptureFixt
     assert f"{bad}:" in error and ": not UTF-8 text" in error
 
 
-def test_an_empty_baseline_directory_is_an_error_not_all_new(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_empty_baseline_directory_is_an_error_not_all_new(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "empty").mkdir()
     assert main(["compare", str(tmp_path / "empty"), str(report_with(tmp_path / "new.json"))]) == 2
     assert "no baseline files (*.json) in it" in capsys.readouterr().err
 
 
-def test_a_subdirectory_named_json_is_searched_and_a_dangling_link_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_subdirectory_named_json_is_searched_and_a_dangling_link_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     base = write_baselines(tmp_path / "baselines", [record("test_a", MiB)])
-    package = TestRecord("pkg.json/test_p.py::test_p", "prealloc", "sim:16GiB", "sim-16GiB", MiB, MiB, 0.0, False, "passed")
+    package = TestRecord(
+        "pkg.json/test_p.py::test_p", "prealloc", "sim:16GiB", "sim-16GiB", MiB, MiB, 0.0, False, "passed"
+    )
     BaselineStore(base, "sim-16GiB").write([package], {})  # a test package named pkg.json: its baselines are found
     assert main(["show", str(base)]) == 0
     assert "pkg.json/test_p.py::test_p" in capsys.readouterr().out
@@ -246,16 +321,22 @@ def test_compare_lists_regressions_first(tmp_path: Path, capsys: pytest.CaptureF
         ("test_m.py__test_a[growth_fraction=0.5_]--0123456789ab.csv", "growth(fraction=0.5)"),
     ],
 )
-def test_replay_takes_the_regime_from_the_traces_name(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, regime: str) -> None:
+def test_replay_takes_the_regime_from_the_traces_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, regime: str
+) -> None:
     trace = tmp_path / name
-    trace.write_text("Thread,Time,Action,Pointer,Size,Stream,Source,Label\n0,0.0,allocate,0x1,1048576,0,pool,\n0,1.0,free,0x1,1048576,0,pool,\n")
+    trace.write_text(
+        "Thread,Time,Action,Pointer,Size,Stream,Source,Label\n0,0.0,allocate,0x1,1048576,0,pool,\n0,1.0,free,0x1,1048576,0,pool,\n"
+    )
     assert main(["replay", str(trace)]) == 0
     assert f"replayed under regime {regime} (from the trace's name) on sim:16GiB" in capsys.readouterr().out
     assert main(["replay", str(trace), "--mode", "ondemand"]) == 0  # given: it wins
     assert "replayed under regime ondemand on" in capsys.readouterr().out
 
 
-def test_replay_of_a_trace_whose_name_says_no_regime_asks_for_mode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_replay_of_a_trace_whose_name_says_no_regime_asks_for_mode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     trace = tmp_path / "rmm-log.csv"
     trace.write_text("Thread,Time,Action,Pointer,Size,Stream\n0,0.0,allocate,0x1,1048576,0\n")
     assert main(["replay", str(trace)]) == 2

@@ -9,11 +9,13 @@ import json
 import pytest
 
 from pytest_devmem.capture.gpu_compile import cuda_compiler_problem
-from pytest_devmem.model.device import open_device
+from pytest_devmem.hardware.devices import open_device
 from pytest_devmem.plugin.compile_target import parse_compile_target, resolve
+from pytest_devmem.units import GiB, MiB
 
-needs_compiler = pytest.mark.skipif(cuda_compiler_problem() is not None, reason=f"needs the gpu-compile extra: {cuda_compiler_problem()}")
-MiB, GiB = 2**20, 2**30
+needs_compiler = pytest.mark.skipif(
+    cuda_compiler_problem() is not None, reason=f"needs the gpu-compile extra: {cuda_compiler_problem()}"
+)
 
 ATTENTION = """
 import jax
@@ -38,10 +40,18 @@ def test_attention_step():
         (None, "sim:16GiB", None, "cpu", ""),  # a capacity names no GPU
         ("T4", "sim:16GiB", None, "T4", "-T4-sizes"),
         ("A100-40GB", "sim:H100-80GB", None, "A100-40GB", "-A100-40GB-sizes"),
-        (None, "sim:H100-80GB", "the CUDA compiler for JAX is not installed", "cpu", "-cpu-sizes"),  # never GPU sizes claimed
+        (
+            None,
+            "sim:H100-80GB",
+            "the CUDA compiler for JAX is not installed",
+            "cpu",
+            "-cpu-sizes",
+        ),  # never GPU sizes claimed
     ],
 )
-def test_the_target_and_the_device_class_it_gives(setting: str | None, device: str, problem: str | None, label: str, suffix: str) -> None:
+def test_the_target_and_the_device_class_it_gives(
+    setting: str | None, device: str, problem: str | None, label: str, suffix: str
+) -> None:
     target = resolve(setting, open_device(device), problem)
     assert (target.label, target.class_suffix) == (label, suffix)
     if problem:
@@ -58,14 +68,26 @@ def test_a_bad_target_option_is_a_usage_error(pytester: pytest.Pytester) -> None
     pytester.makepyfile("def test_x():\n    pass\n")
     result = pytester.runpytest_inprocess("--devmem-compile-target=V100")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "invalid devmem compile target 'V100'" in result.stderr.str() and "(from --devmem-compile-target)" in result.stderr.str()
+    assert (
+        "invalid devmem compile target 'V100'" in result.stderr.str()
+        and "(from --devmem-compile-target)" in result.stderr.str()
+    )
 
 
 @needs_compiler
-def test_an_attention_step_is_sized_as_an_h100_sizes_it_and_cpu_keeps_the_cpu_figure(jax_loaded: object, pytester: pytest.Pytester) -> None:
+def test_an_attention_step_is_sized_as_an_h100_sizes_it_and_cpu_keeps_the_cpu_figure(
+    jax_loaded: object, pytester: pytest.Pytester
+) -> None:
     pytester.makepyfile(test_attention=ATTENTION)
-    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:H100-80GB", "--devmem-report=gpu.json").assert_outcomes(passed=1)
-    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:H100-80GB", "--devmem-compile-target=cpu", "--devmem-report=cpu.json").assert_outcomes(passed=1)
+    pytester.runpytest_inprocess(
+        "--devmem-mode=prealloc", "--devmem-device=sim:H100-80GB", "--devmem-report=gpu.json"
+    ).assert_outcomes(passed=1)
+    pytester.runpytest_inprocess(
+        "--devmem-mode=prealloc",
+        "--devmem-device=sim:H100-80GB",
+        "--devmem-compile-target=cpu",
+        "--devmem-report=cpu.json",
+    ).assert_outcomes(passed=1)
     gpu = json.loads((pytester.path / "gpu.json").read_text())
     cpu = json.loads((pytester.path / "cpu.json").read_text())
     on_gpu, on_cpu = gpu["records"][0], cpu["records"][0]
@@ -75,12 +97,17 @@ def test_an_attention_step_is_sized_as_an_h100_sizes_it_and_cpu_keeps_the_cpu_fi
     assert on_gpu["peak_bytes_in_use"] >= GiB + 64 * MiB and on_gpu["compile_target"] == "H100-80GB"
     assert on_cpu["peak_bytes_in_use"] == 64 * MiB and on_cpu["compile_target"] == "cpu"
     assert gpu["session"]["compile_target"]["target"] == "H100-80GB"
-    assert (on_gpu["device_class"], on_cpu["device_class"]) == ("sim-H100-80GB", "sim-H100-80GB-cpu-sizes")  # never compared with each other
+    assert (on_gpu["device_class"], on_cpu["device_class"]) == (
+        "sim-H100-80GB",
+        "sim-H100-80GB-cpu-sizes",
+    )  # never compared with each other
 
 
 @pytest.mark.gpu
 @needs_compiler
-def test_real_gpu_native_compile_and_the_deviceless_compile_for_its_preset_size_alike(pytester: pytest.Pytester) -> None:
+def test_real_gpu_native_compile_and_the_deviceless_compile_for_its_preset_size_alike(
+    pytester: pytest.Pytester,
+) -> None:
     """On a GPU whose name is a preset's, the attention step's peak from JAX's own compile (native) and
     from the deviceless compile for that preset (what a CPU-only CI gets) agree within 10%."""
     import jax
@@ -94,7 +121,12 @@ def test_real_gpu_native_compile_and_the_deviceless_compile_for_its_preset_size_
     pytester.makepyfile(test_attention=ATTENTION)
     peaks = {}
     for target in ("auto", presets[0]):
-        result = pytester.runpytest_subprocess("--devmem-mode=prealloc", "--devmem-device=cuda:0", f"--devmem-compile-target={target}", f"--devmem-report={target}.json")
+        result = pytester.runpytest_subprocess(
+            "--devmem-mode=prealloc",
+            "--devmem-device=cuda:0",
+            f"--devmem-compile-target={target}",
+            f"--devmem-report={target}.json",
+        )
         result.assert_outcomes(passed=1)
         record = json.loads((pytester.path / f"{target}.json").read_text())["records"][0]
         peaks[target] = record["peak_bytes_in_use"]

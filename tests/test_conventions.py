@@ -17,10 +17,7 @@ from pytest_devmem.gate.record import TestRecord
 from pytest_devmem.model.pool import Policy
 from pytest_devmem.model.pool.policy import canonical_label
 from pytest_devmem.present.report import COLUMNS, csv_text, terminal_table
-from pytest_devmem.units import parse_size
-
-MiB = 2**20
-
+from pytest_devmem.units import MiB, parse_size
 
 # -- sizes: MB is 10**6 bytes, MiB is 2**20 --------------------------------------------------------
 
@@ -49,8 +46,13 @@ def test_a_limit_ported_from_pytest_memray_shows_its_bytes(pytester: pytest.Pyte
 
 
 def record_measured_by_nvml_with_jax_in_the_trace() -> TestRecord:
-    record = TestRecord("t.py::test_x", "prealloc", "cuda:0 (GPU)", "cuda-GPU", 8 * MiB, 12 * 1024 * MiB, 0.0, False, "passed")
-    record.sources = {"nvml": Reading("nvml", True, peak_bytes_in_use=9 * MiB), "jax": Reading("jax", False, note="no statistics")}
+    record = TestRecord(
+        "t.py::test_x", "prealloc", "cuda:0 (GPU)", "cuda-GPU", 8 * MiB, 12 * 1024 * MiB, 0.0, False, "passed"
+    )
+    record.sources = {
+        "nvml": Reading("nvml", True, peak_bytes_in_use=9 * MiB),
+        "jax": Reading("jax", False, note="no statistics"),
+    }
     record.trace = {"events": 4, "by_source": {"jax": {"peak_live_bytes": 8 * MiB}, "pool": {"peak_live_bytes": MiB}}}
     return record
 
@@ -60,7 +62,10 @@ def test_sources_means_the_raw_sources_and_allocators_whose_allocations_the_trac
     rows = list(csv.DictReader(csv_text([record]).splitlines()))
     assert rows[0]["sources"] == "nvml"  # as the JSON record's "sources": what measured, raw
     assert rows[0]["allocators"] == "jax;pool"  # as the terminal's column
-    assert list(rows[0])[11:13] == ["sources", "allocators"]  # columns added at the end: readers by position keep working
+    assert list(rows[0])[11:13] == [
+        "sources",
+        "allocators",
+    ]  # columns added at the end: readers by position keep working
     assert COLUMNS[-1] == "allocators" and "sources" not in COLUMNS
     assert terminal_table([record])[1].endswith("jax, pool")
     assert record.to_json()["sources"]["nvml"]["available"] is True  # type: ignore[index]
@@ -87,22 +92,36 @@ def test_a_marked_test_without_a_regime_runs_and_is_stored_under_prealloc(pytest
     result = pytester.runpytest_inprocess("--devmem-update", "--devmem-report=r.json", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
     records = json.loads((pytester.path / "r.json").read_text())["records"]
-    assert [(r["test_id"], r["regime"]) for r in records] == [("test_a_marked_test_without_a_regime_runs_and_is_stored_under_prealloc.py::test_marked", "prealloc")]
+    assert [(r["test_id"], r["regime"]) for r in records] == [
+        ("test_a_marked_test_without_a_regime_runs_and_is_stored_under_prealloc.py::test_marked", "prealloc")
+    ]
     stored = json.loads(next((pytester.path / "baselines").rglob("*.json")).read_text())["records"]
     assert list(next(iter(stored.values()))) == ["prealloc"]
-    result.stdout.fnmatch_lines(["devmem: device sim:16GiB, regime none (marked tests only, under prealloc unless the marker names one)"])
+    result.stdout.fnmatch_lines(
+        ["devmem: device sim:16GiB, regime none (marked tests only, under prealloc unless the marker names one)"]
+    )
 
 
 LEGACY_BASELINE = {
     "format": "pytest-devmem-baseline",
     "version": 1,
     "device_class": "sim-16GiB",
-    "records": {"test_old.py::test_marked": {"default": {"device": "sim:16GiB", "metrics": {"peak_bytes_in_use": MiB, "peak_bytes_reserved": 12 * 1024 * MiB, "fragmentation": 0.0}, "versions": {}}}},
+    "records": {
+        "test_old.py::test_marked": {
+            "default": {
+                "device": "sim:16GiB",
+                "metrics": {"peak_bytes_in_use": MiB, "peak_bytes_reserved": 12 * 1024 * MiB, "fragmentation": 0.0},
+                "versions": {},
+            }
+        }
+    },
 }
 
 
 def test_an_older_baseline_that_says_default_is_read_as_prealloc(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_old="import pytest\n\n@pytest.mark.devmem()\ndef test_marked(devmem):\n    devmem.pool.alloc(2**20)\n")
+    pytester.makepyfile(
+        test_old="import pytest\n\n@pytest.mark.devmem()\ndef test_marked(devmem):\n    devmem.pool.alloc(2**20)\n"
+    )
     baseline = pytester.path / "baselines" / "sim-16GiB" / "test_old.py.json"
     baseline.parent.mkdir(parents=True)
     baseline.write_text(json.dumps(LEGACY_BASELINE))
@@ -111,7 +130,9 @@ def test_an_older_baseline_that_says_default_is_read_as_prealloc(pytester: pytes
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*baselines (*sim-16GiB): 1 ok*"])  # compared, not "new"
     pytester.runpytest_inprocess("--devmem-update", "-p", "no:cacheprovider").assert_outcomes(passed=1)
-    assert list(json.loads(baseline.read_text())["records"]["test_old.py::test_marked"]) == ["prealloc"]  # rewritten under its name
+    assert list(json.loads(baseline.read_text())["records"]["test_old.py::test_marked"]) == [
+        "prealloc"
+    ]  # rewritten under its name
 
 
 def test_when_a_file_has_both_names_the_explicit_one_wins(tmp_path: Path) -> None:
@@ -124,9 +145,13 @@ def test_when_a_file_has_both_names_the_explicit_one_wins(tmp_path: Path) -> Non
     assert [(entry.regime, entry.metrics["peak_bytes_in_use"]) for entry in entries] == [("prealloc", 2 * MiB)]
 
 
-def test_an_older_report_that_says_default_compares_with_prealloc(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_older_report_that_says_default_compares_with_prealloc(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     def report(regime: str, peak: int) -> Path:
-        record = TestRecord("t.py::test_x", regime, "sim:16GiB", "sim-16GiB", peak, 12 * 1024 * MiB, 0.0, False, "passed")
+        record = TestRecord(
+            "t.py::test_x", regime, "sim:16GiB", "sim-16GiB", peak, 12 * 1024 * MiB, 0.0, False, "passed"
+        )
         path = tmp_path / f"{regime}.json"
         path.write_text(json.dumps({"session": {"versions": {}}, "records": [record.to_json()]}))
         return path

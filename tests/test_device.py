@@ -2,18 +2,11 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_devmem.model.device import (
-    DEFAULT_SIM_CAPACITY,
-    CudaDevice,
-    Device,
-    SimulatedDevice,
-    cuda_device_count,
-    open_device,
-)
 from pytest_devmem.errors import DevmemError, InvalidFreeError, InvalidSettingError
+from pytest_devmem.hardware.devices import CudaDevice, cuda_device_count, open_device
+from pytest_devmem.model.device import DEFAULT_SIM_CAPACITY, Device, SimulatedDevice
 from pytest_devmem.model.pool import BFCPool, Policy
-
-MiB, GiB = 2**20, 2**30
+from pytest_devmem.units import GiB, MiB
 
 
 def test_simulated_device_hands_out_disjoint_ranges_and_refuses_beyond_capacity() -> None:
@@ -48,7 +41,10 @@ def test_simulated_device_describes_itself() -> None:
     assert isinstance(device, Device)
 
 
-@pytest.mark.parametrize(("spec", "capacity"), [("sim", 16 * GiB), ("sim:8GiB", 8 * GiB), ("sim:1.5GB", 1_500_000_000), ("SIM:512MiB", 512 * MiB)])
+@pytest.mark.parametrize(
+    ("spec", "capacity"),
+    [("sim", 16 * GiB), ("sim:8GiB", 8 * GiB), ("sim:1.5GB", 1_500_000_000), ("SIM:512MiB", 512 * MiB)],
+)
 def test_open_device_parses_simulated_specs(spec: str, capacity: int) -> None:
     device = open_device(spec)
     assert isinstance(device, SimulatedDevice)
@@ -57,9 +53,16 @@ def test_open_device_parses_simulated_specs(spec: str, capacity: int) -> None:
 
 @pytest.mark.parametrize(
     ("spec", "capacity", "capability", "device_class"),
-    [("sim:H100-80GB", 81559 * MiB, (9, 0), "sim-H100-80GB"), ("sim:a100-40gb", 40 * GiB, (8, 0), "sim-A100-40GB"), ("sim:T4", 15 * GiB, (7, 5), "sim-T4"), ("sim:16GiB", 16 * GiB, (8, 0), "sim-16GiB")],
+    [
+        ("sim:H100-80GB", 81559 * MiB, (9, 0), "sim-H100-80GB"),
+        ("sim:a100-40gb", 40 * GiB, (8, 0), "sim-A100-40GB"),
+        ("sim:T4", 15 * GiB, (7, 5), "sim-T4"),
+        ("sim:16GiB", 16 * GiB, (8, 0), "sim-16GiB"),
+    ],
 )
-def test_simulated_presets_know_their_capacity_and_compute_capability(spec: str, capacity: int, capability: tuple[int, int], device_class: str) -> None:
+def test_simulated_presets_know_their_capacity_and_compute_capability(
+    spec: str, capacity: int, capability: tuple[int, int], device_class: str
+) -> None:
     device = open_device(spec)
     assert isinstance(device, SimulatedDevice)
     assert (device.capacity, device.compute_capability, device.device_class) == (capacity, capability, device_class)
@@ -90,7 +93,7 @@ def test_auto_falls_back_to_a_simulated_device_without_gpu() -> None:
 
 
 class FakeDriver:
-    """Stands in for libcuda in unit tests: same calls as pytest_devmem.model.device.LibCuda."""
+    """Stands in for libcuda in unit tests: same calls as pytest_devmem.hardware.cuda_driver.LibCuda."""
 
     def __init__(self, total: int = 80 * GiB, gpus: int = 1) -> None:
         self.total = total

@@ -67,7 +67,12 @@ def test_every_page_in_the_docs_folder_is_in_the_navigation_or_left_for_others()
 def test_the_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
     pytest.importorskip("mkdocs")
     pytest.importorskip("material")
-    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     built = tmp_path / "site"
     assert (built / "pictures" / "built" / "out-of-memory.png").stat().st_size > 0  # drawn in the build

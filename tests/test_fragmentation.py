@@ -16,8 +16,8 @@ from pytest_devmem.model.pool import Policy, make_pool
 from pytest_devmem.model.pool.compacting import CompactingPool
 from pytest_devmem.model.trace import Trace, TraceEvent
 from pytest_devmem.model.whatif import proven_fixes
+from pytest_devmem.units import GiB, MiB
 
-MiB, GiB = 2**20, 2**30
 SPEC = MachineSpec(GiB, "sim:1GiB")
 
 FRAGMENTED = """
@@ -70,7 +70,13 @@ def test_the_fixture_case_is_a_fragmentation_failure_with_its_pins_and_proven_fi
     assert run.devices[0].peak_bytes_in_use == 700 * MiB  # the live data, not the pool
     pins = pinning_buffers(run.failure, trace)
     assert [(pin.size, pin.free_before, pin.free_after) for pin in pins] == [(100 * MiB, 100 * MiB, 100 * MiB)] * 2
-    assert pins[0].text().startswith("a 100.00 MiB buffer of test.py:4 buffer 2 (pool, allocated at event 2) sits between free blocks of 100.00 MiB and 100.00 MiB")
+    assert (
+        pins[0]
+        .text()
+        .startswith(
+            "a 100.00 MiB buffer of test.py:4 buffer 2 (pool, allocated at event 2) sits between free blocks of 100.00 MiB and 100.00 MiB"
+        )
+    )
     fixes = proven_fixes(trace, setups, SPEC, run)
     assert fixes.defragmentation is not None and fixes.defragmentation.fits and fixes.defragmentation.moved_bytes > 0
     offered = fixes.settings
@@ -100,16 +106,20 @@ def test_every_out_of_memory_has_a_kind(sizes: tuple[int, ...], capacity: int, k
 
 def test_the_fixture_test_fails_saying_fragmentation_with_every_line(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_fragmented=FRAGMENTED)
-    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:1GiB", "--devmem-report=r.json")
+    result = pytester.runpytest_inprocess(
+        "--devmem-mode=prealloc", "--devmem-device=sim:1GiB", "--devmem-report=r.json"
+    )
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*the devmem pool could not allocate 200.00 MiB (209715200 bytes) for test_fragmented.py:* in test_fragmented on cpu:0 -- fragmentation*",
-        "*300.00 MiB of it free, largest free block 100.00 MiB, fragmentation 0.67*",
-        "*cpu:0 (1.00 GiB): 400.00 MiB of live data*",
-        "*a 100.00 MiB buffer of test_fragmented.py:* in * sits between free blocks of 100.00 MiB and 100.00 MiB*",
-        "*fix (each replayed on this trace):*a defragmenting allocator (regime compact) would fit it*",
-        "*fragmentation 0.67*failed*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*the devmem pool could not allocate 200.00 MiB (209715200 bytes) for test_fragmented.py:* in test_fragmented on cpu:0 -- fragmentation*",
+            "*300.00 MiB of it free, largest free block 100.00 MiB, fragmentation 0.67*",
+            "*cpu:0 (1.00 GiB): 400.00 MiB of live data*",
+            "*a 100.00 MiB buffer of test_fragmented.py:* in * sits between free blocks of 100.00 MiB and 100.00 MiB*",
+            "*fix (each replayed on this trace):*a defragmenting allocator (regime compact) would fit it*",
+            "*fragmentation 0.67*failed*",
+        ]
+    )
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
     assert record["oom"]["kind"] == "fragmentation" and record["oom"]["fragmentation"] == pytest.approx(2 / 3)
     assert record["oom"]["defragmentation"]["fits"] is True and record["oom"]["real"] is True
@@ -119,7 +129,11 @@ def test_the_fixture_test_fails_saying_fragmentation_with_every_line(pytester: p
 
 
 def test_the_compact_regime_runs_the_whole_test_that_way(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_fragmented=FRAGMENTED.replace("def test_fragmented(devmem):", "def test_fragmented(devmem):\n    assert devmem.regime.label == 'compact'"))
+    pytester.makepyfile(
+        test_fragmented=FRAGMENTED.replace(
+            "def test_fragmented(devmem):", "def test_fragmented(devmem):\n    assert devmem.regime.label == 'compact'"
+        )
+    )
     result = pytester.runpytest_inprocess("--devmem-mode=compact", "--devmem-device=sim:1GiB", "--devmem-report=r.json")
     result.assert_outcomes(passed=1)
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
@@ -127,15 +141,29 @@ def test_the_compact_regime_runs_the_whole_test_that_way(pytester: pytest.Pytest
     assert pool["compactions"] == 1 and pool["moved_bytes"] > 0 and record["oom"] is None
 
 
-def test_a_compact_test_over_its_limit_is_offered_a_compact_fraction_that_the_replay_proves(pytester: pytest.Pytester) -> None:
+def test_a_compact_test_over_its_limit_is_offered_a_compact_fraction_that_the_replay_proves(
+    pytester: pytest.Pytester,
+) -> None:
     """400 MiB asked beside 400 MiB live in a 768 MiB compacting pool: its limit is too low; a fraction
     alone would mean mode 'fraction', which does not defragment, so the fix names the mode too."""
     pytester.makepyfile(test_fragmented=FRAGMENTED.replace("alloc(200 * MiB)", "alloc(400 * MiB)"))
     result = pytester.runpytest_inprocess("--devmem-mode=compact", "--devmem-device=sim:1GiB")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*its regime's limit is too low*", "*fix (each replayed on this trace): run it under mode 'compact' with fraction 0.79 (marker devmem(mode='compact', fraction=0.79)*"])
-    assert "or use mode 'growth'" not in result.stdout.str()  # growth is capped at the same fraction: never offered for a limit
-    pytester.makepyfile(test_fragmented=FRAGMENTED.replace("alloc(200 * MiB)", "alloc(400 * MiB)").replace("def test_fragmented", "import pytest\n\n@pytest.mark.devmem(mode='compact', fraction=0.79)\ndef test_fragmented"))
+    result.stdout.fnmatch_lines(
+        [
+            "*its regime's limit is too low*",
+            "*fix (each replayed on this trace): run it under mode 'compact' with fraction 0.79 (marker devmem(mode='compact', fraction=0.79)*",
+        ]
+    )
+    assert (
+        "or use mode 'growth'" not in result.stdout.str()
+    )  # growth is capped at the same fraction: never offered for a limit
+    pytester.makepyfile(
+        test_fragmented=FRAGMENTED.replace("alloc(200 * MiB)", "alloc(400 * MiB)").replace(
+            "def test_fragmented",
+            "import pytest\n\n@pytest.mark.devmem(mode='compact', fraction=0.79)\ndef test_fragmented",
+        )
+    )
     pytester.runpytest_inprocess("--devmem-device=sim:1GiB").assert_outcomes(passed=1)  # the fix, taken, fits
 
 
@@ -155,13 +183,17 @@ def test_max_fragmentation_fails_a_test_naming_the_pinning_buffers(pytester: pyt
             devmem.pool.alloc(100 * MiB)
         """
     )
-    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:1GiB", "--devmem-max-fragmentation=0.5")
+    result = pytester.runpytest_inprocess(
+        "--devmem-mode=prealloc", "--devmem-device=sim:1GiB", "--devmem-max-fragmentation=0.5"
+    )
     result.assert_outcomes(failed=1, passed=1)
-    result.stdout.fnmatch_lines([
-        "*device memory fragmented: fragmentation reached 0.667 on cpu:0 after event *, above max_fragmentation 0.3*",
-        "*the holes were pinned by:*",
-        "*- a 100.00 MiB buffer of * sits between free blocks of 100.00 MiB and 100.00 MiB*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*device memory fragmented: fragmentation reached 0.667 on cpu:0 after event *, above max_fragmentation 0.3*",
+            "*the holes were pinned by:*",
+            "*- a 100.00 MiB buffer of * sits between free blocks of 100.00 MiB and 100.00 MiB*",
+        ]
+    )
 
 
 @pytest.mark.parametrize("value", ["1.5", "-0.1", "nan", "lots"])

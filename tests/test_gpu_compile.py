@@ -8,14 +8,14 @@ throughout, as on a CPU-only CI machine.
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -25,11 +25,12 @@ from pytest_devmem.capture.patches import Patches
 from pytest_devmem.errors import InvalidSettingError
 from pytest_devmem.model.device import DEFAULT_COMPUTE_CAPABILITY, PRESETS
 from pytest_devmem.model.gpu_targets import CAPABILITY_LIMITS, DEFAULT_TARGET, GPU_SPECS, gpu_spec
+from pytest_devmem.units import GiB, MiB
 
-MiB = 2**20
-GiB = 2**30
 COMPILER_PROBLEM = gpu_compile.cuda_compiler_problem()
-needs_compiler = pytest.mark.skipif(COMPILER_PROBLEM is not None, reason=f"needs the gpu-compile extra: {COMPILER_PROBLEM}")
+needs_compiler = pytest.mark.skipif(
+    COMPILER_PROBLEM is not None, reason=f"needs the gpu-compile extra: {COMPILER_PROBLEM}"
+)
 
 
 # -- the targets: pure data -----------------------------------------------------------------
@@ -96,7 +97,9 @@ def test_without_the_extra_the_sizer_says_how_to_install_it(jax_loaded: Any) -> 
 
 @needs_compiler
 def test_environment_lets_the_plugin_register_only_where_nobody_chose() -> None:
-    assert gpu_compile.environment_for_deviceless_compile({}, gpu_present=False) == {"JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1"}
+    assert gpu_compile.environment_for_deviceless_compile({}, gpu_present=False) == {
+        "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1"
+    }
     assert gpu_compile.environment_for_deviceless_compile({"JAX_PLATFORMS": "cpu"}, gpu_present=False) == {}
     assert gpu_compile.environment_for_deviceless_compile({}, gpu_present=True) == {}
 
@@ -244,7 +247,10 @@ def test_disk_cache_answers_a_second_run_with_the_same_sizes(jax_loaded: Any, tm
     import jax.numpy as jnp
 
     executable = executable_of(lambda a, b: jnp.tanh(a @ b), jnp.ones((512, 512)), jnp.ones((512, 512)))
-    first, second = GpuSizer(gpu_spec("A100-80GB"), cache_dir=tmp_path), GpuSizer(gpu_spec("A100-80GB"), cache_dir=tmp_path)
+    first, second = (
+        GpuSizer(gpu_spec("A100-80GB"), cache_dir=tmp_path),
+        GpuSizer(gpu_spec("A100-80GB"), cache_dir=tmp_path),
+    )
     try:
         assert first.install() and second.install()
         compiled, cached = first.sizes_for(executable), second.sizes_for(executable)
@@ -268,7 +274,9 @@ def test_a_second_executable_of_the_same_module_compiles_nothing_without_a_cache
     try:
         assert sizer.install()  # before the executables are built: the sizer learns how each was lowered
         first = executable_of(step, jnp.ones((256, 256)), jnp.ones((256, 256)))
-        again = executable_of(lambda a, b: jnp.tanh(a @ b) * 3, jnp.ones((256, 256)), jnp.ones((256, 256)))  # another jit: another executable
+        again = executable_of(
+            lambda a, b: jnp.tanh(a @ b) * 3, jnp.ones((256, 256)), jnp.ones((256, 256))
+        )  # another jit: another executable
         assert again is not first
         compiled, reused = sizer.sizes_for(first), sizer.sizes_for(again)
     finally:
@@ -330,7 +338,11 @@ SHARDED_SCRIPT = textwrap.dedent(
 @pytest.mark.slow  # 5-16 s: deviceless XLA:GPU compiles
 @needs_compiler
 def test_a_sharded_executable_is_compiled_for_as_many_gpus(tmp_path: Path) -> None:
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1"}
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+        "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1",
+    }
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent.parent), env.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, "-c", SHARDED_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

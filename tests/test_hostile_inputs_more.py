@@ -20,8 +20,7 @@ from pytest_devmem.cli import main
 from pytest_devmem.gate.baseline import BaselineStore
 from pytest_devmem.gate.record import TestRecord
 from pytest_devmem.model.trace import Trace, TraceEvent
-
-MiB = 2**20
+from pytest_devmem.units import MiB
 
 
 def clean(result: pytest.RunResult) -> None:
@@ -51,8 +50,13 @@ BAD_MARKERS = {
 
 
 def test_a_marker_number_too_large_or_negative_errors_its_own_test_only(pytester: pytest.Pytester) -> None:
-    tests = "\n".join(f"@pytest.mark.devmem({kwargs})\ndef test_bad_{n}(devmem):\n    devmem.pool.alloc(2**20)\n" for n, kwargs in enumerate(BAD_MARKERS))
-    pytester.makepyfile(test_marks=f"import pytest\n\n{tests}\n@pytest.mark.devmem(mode='compact')\ndef test_good(devmem):\n    devmem.pool.alloc(2**20)\n")
+    tests = "\n".join(
+        f"@pytest.mark.devmem({kwargs})\ndef test_bad_{n}(devmem):\n    devmem.pool.alloc(2**20)\n"
+        for n, kwargs in enumerate(BAD_MARKERS)
+    )
+    pytester.makepyfile(
+        test_marks=f"import pytest\n\n{tests}\n@pytest.mark.devmem(mode='compact')\ndef test_good(devmem):\n    devmem.pool.alloc(2**20)\n"
+    )
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     clean(result)
     result.assert_outcomes(passed=1, errors=len(BAD_MARKERS))
@@ -69,18 +73,27 @@ WORKLOAD = "def test_model(devmem):\n    devmem.pool.alloc(8 * 2**20)\n"
 
 
 @pytest.mark.parametrize("inside", ["empty", "holding a file of the user's"])
-def test_a_directory_where_a_baseline_file_belongs_is_an_error_naming_it(pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str], inside: str) -> None:
+def test_a_directory_where_a_baseline_file_belongs_is_an_error_naming_it(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str], inside: str
+) -> None:
     pytester.makepyfile(test_workload=WORKLOAD)
     directory = pytester.path / "b" / "sim-16GiB" / "test_workload.py.json"
     directory.mkdir(parents=True)
     if inside != "empty":
         (directory / "notes.txt").write_text("mine")
     for args in ((), ("--devmem-update",), ("--devmem-strict",)):
-        result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--devmem-mode=prealloc", "--devmem-baselines=b", *args)
+        result = pytester.runpytest_inprocess(
+            "-p", "no:cacheprovider", "--devmem-mode=prealloc", "--devmem-baselines=b", *args
+        )
         clean(result)
         assert result.ret == pytest.ExitCode.USAGE_ERROR, (args, result.stdout.str())
-        assert str(directory) in result.stderr.str() and "a directory where a baseline file belongs" in result.stderr.str()
-    for command in (["show", str(pytester.path / "b")], ["compare", str(pytester.path / "b"), str(pytester.path / "b")]):
+        assert (
+            str(directory) in result.stderr.str() and "a directory where a baseline file belongs" in result.stderr.str()
+        )
+    for command in (
+        ["show", str(pytester.path / "b")],
+        ["compare", str(pytester.path / "b"), str(pytester.path / "b")],
+    ):
         assert main(command) == 2
         assert str(directory) in capsys.readouterr().err
     assert directory.is_dir() and (inside == "empty" or (directory / "notes.txt").read_text() == "mine")
@@ -96,10 +109,17 @@ GONE = "def test_gone(devmem):\n    devmem.pool.alloc(2**20)\n"
 def deleted_modules(pytester: pytest.Pytester) -> pytest.Pytester:
     """tests/test_kept.py stays; tests/test_gone.py and the whole of tests/old/ are deleted after the
     baselines were written; other/test_other.py lives in a directory of its own."""
-    for path, source in (("tests/test_kept.py", KEPT), ("tests/test_gone.py", GONE), ("tests/old/test_deep.py", GONE), ("other/test_other.py", KEPT)):
+    for path, source in (
+        ("tests/test_kept.py", KEPT),
+        ("tests/test_gone.py", GONE),
+        ("tests/old/test_deep.py", GONE),
+        ("other/test_other.py", KEPT),
+    ):
         (pytester.path / path).parent.mkdir(parents=True, exist_ok=True)
         (pytester.path / path).write_text(source)
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--devmem-mode=prealloc", "--devmem-update", "tests", "other")
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "--devmem-mode=prealloc", "--devmem-update", "tests", "other"
+    )
     result.assert_outcomes(passed=4)
     (pytester.path / "tests" / "test_gone.py").unlink()
     shutil.rmtree(pytester.path / "tests" / "old")
@@ -111,13 +131,25 @@ GONE_LINE = "*stale baselines, for tests that no longer exist (failing the sessi
 
 @pytest.mark.parametrize(
     "selection",
-    [(), ("tests",), ("tests/test_kept.py",), ("tests/test_kept.py::test_kept",), ("-k", "kept"), ("--deselect", "tests/test_kept.py::test_kept", "tests", "other"), ("-n", "2")],
+    [
+        (),
+        ("tests",),
+        ("tests/test_kept.py",),
+        ("tests/test_kept.py::test_kept",),
+        ("-k", "kept"),
+        ("--deselect", "tests/test_kept.py::test_kept", "tests", "other"),
+        ("-n", "2"),
+    ],
     ids=["all", "directory", "module", "one test", "-k", "deselected", "-n 2"],
 )
-def test_a_deleted_modules_baselines_are_stale_for_every_selection_that_collects_its_directory(deleted_modules: pytest.Pytester, selection: tuple[str, ...]) -> None:
+def test_a_deleted_modules_baselines_are_stale_for_every_selection_that_collects_its_directory(
+    deleted_modules: pytest.Pytester, selection: tuple[str, ...]
+) -> None:
     if "-n" in selection:
         pytest.importorskip("xdist")
-    result = deleted_modules.runpytest_inprocess("-p", "no:cacheprovider", "--devmem-mode=prealloc", "--devmem-strict", *selection)
+    result = deleted_modules.runpytest_inprocess(
+        "-p", "no:cacheprovider", "--devmem-mode=prealloc", "--devmem-strict", *selection
+    )
     clean(result)
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.stdout.fnmatch_lines([GONE_LINE])
@@ -125,31 +157,61 @@ def test_a_deleted_modules_baselines_are_stale_for_every_selection_that_collects
 
 
 def test_a_deleted_modules_baselines_are_never_judged_from_another_directory(deleted_modules: pytest.Pytester) -> None:
-    result = deleted_modules.runpytest_inprocess("-p", "no:cacheprovider", "--devmem-mode=prealloc", "--devmem-strict", "other")
+    result = deleted_modules.runpytest_inprocess(
+        "-p", "no:cacheprovider", "--devmem-mode=prealloc", "--devmem-strict", "other"
+    )
     clean(result)
     assert result.ret == pytest.ExitCode.OK and "stale" not in result.stdout.str()
-    ignored = deleted_modules.runpytest_inprocess("-p", "no:cacheprovider", "--devmem-mode=prealloc", "--devmem-strict", "tests", "--ignore=tests/test_kept.py")
+    ignored = deleted_modules.runpytest_inprocess(
+        "-p", "no:cacheprovider", "--devmem-mode=prealloc", "--devmem-strict", "tests", "--ignore=tests/test_kept.py"
+    )
     clean(ignored)  # ignored, but on disk: never stale
     assert "tests/test_kept.py::test_kept" not in ignored.stdout.str()
     ignored.stdout.fnmatch_lines([GONE_LINE])
     lenient = deleted_modules.runpytest_inprocess("-p", "no:cacheprovider", "--devmem-mode=prealloc", "tests")
     assert lenient.ret == pytest.ExitCode.OK
-    lenient.stdout.fnmatch_lines(["*stale baselines*delete them or run with --devmem-strict*tests/test_gone.py::test_gone*"])
-    assert (deleted_modules.path / "baselines" / "sim-16GiB" / "tests" / "test_gone.py.json").is_file()  # said, never deleted
+    lenient.stdout.fnmatch_lines(
+        ["*stale baselines*delete them or run with --devmem-strict*tests/test_gone.py::test_gone*"]
+    )
+    assert (
+        deleted_modules.path / "baselines" / "sim-16GiB" / "tests" / "test_gone.py.json"
+    ).is_file()  # said, never deleted
 
 
 # -- sets of reports: a test twice, one shard of several, shards that do not belong together ---
 
 
 def record(test_id: str, peak: int, **extra: object) -> dict[str, object]:
-    return {"test_id": test_id, "regime": "prealloc", "device": "sim:16GiB", "device_class": "sim-16GiB", "peak_bytes_in_use": peak, "outcome": "passed", **extra}
+    return {
+        "test_id": test_id,
+        "regime": "prealloc",
+        "device": "sim:16GiB",
+        "device_class": "sim-16GiB",
+        "peak_bytes_in_use": peak,
+        "outcome": "passed",
+        **extra,
+    }
 
 
-def write_report(path: Path, records: list[dict[str, object]], shard: dict[str, object] | None = None, **session: object) -> Path:
-    info: dict[str, object] = {"device": "sim:16GiB", "device_class": "sim-16GiB", "regime": "prealloc", "commit": "c1", "versions": {"pytest-devmem": "1.0", "jax": "0.10.2"}, **session}
+def write_report(
+    path: Path, records: list[dict[str, object]], shard: dict[str, object] | None = None, **session: object
+) -> Path:
+    info: dict[str, object] = {
+        "device": "sim:16GiB",
+        "device_class": "sim-16GiB",
+        "regime": "prealloc",
+        "commit": "c1",
+        "versions": {"pytest-devmem": "1.0", "jax": "0.10.2"},
+        **session,
+    }
     if shard is not None:
         info["shard"] = shard
-    path.write_text(json.dumps({"format": "pytest-devmem-report", "version": 2, "session": info, "records": records, "unrecorded": []}, indent=1))
+    path.write_text(
+        json.dumps(
+            {"format": "pytest-devmem-report", "version": 2, "session": info, "records": records, "unrecorded": []},
+            indent=1,
+        )
+    )
     return path
 
 
@@ -158,12 +220,19 @@ def split_of(group: int, groups: int = 2, run: str = "7-1") -> dict[str, object]
 
 
 @pytest.mark.parametrize("order", ["small first", "large first"])
-def test_a_report_holding_a_test_twice_is_an_error_naming_it_whatever_the_order(tmp_path: Path, capsys: pytest.CaptureFixture[str], order: str) -> None:
+def test_a_report_holding_a_test_twice_is_an_error_naming_it_whatever_the_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], order: str
+) -> None:
     base = write_report(tmp_path / "base.json", [record("t.py::test_a", MiB)])
     copies = [record("t.py::test_a", MiB), record("t.py::test_a", 50 * MiB)]
     new = write_report(tmp_path / "new.json", copies if order == "small first" else copies[::-1])
     other = write_report(tmp_path / "other.json", [record("t.py::test_b", MiB)])
-    for command in (["compare", str(base), str(new)], ["compare", str(base), str(new), str(other)], ["merge", str(new), "-o", str(tmp_path / "m.json")], ["history", str(base), str(new)]):
+    for command in (
+        ["compare", str(base), str(new)],
+        ["compare", str(base), str(new), str(other)],
+        ["merge", str(new), "-o", str(tmp_path / "m.json")],
+        ["history", str(base), str(new)],
+    ):
         assert main(command) == 2, command
         error = capsys.readouterr().err
         assert "'t.py::test_a'" in error and "twice" in error and str(new) in error, (command, error)
@@ -193,18 +262,28 @@ def pytest_runtest_protocol(item, nextitem):  # as pytest-rerunfailures does: th
 """
 
 
-def test_a_test_run_twice_in_one_session_is_reported_once_by_its_last_run(pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_test_run_twice_in_one_session_is_reported_once_by_its_last_run(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
     pytester.makeconftest(RERUN)
-    pytester.makepyfile(test_rerun="RUNS = []\n\ndef test_grows(devmem):\n    RUNS.append(1)\n    devmem.pool.alloc(len(RUNS) * 2**20)\n")
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--devmem-mode=prealloc", "--devmem-report=r.json", "--devmem-update")
+    pytester.makepyfile(
+        test_rerun="RUNS = []\n\ndef test_grows(devmem):\n    RUNS.append(1)\n    devmem.pool.alloc(len(RUNS) * 2**20)\n"
+    )
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "--devmem-mode=prealloc", "--devmem-report=r.json", "--devmem-update"
+    )
     clean(result)
     records = json.loads((pytester.path / "r.json").read_text())["records"]
     assert [(r["test_id"], r["peak_bytes_in_use"]) for r in records] == [("test_rerun.py::test_grows", 2 * MiB)]
-    assert main(["compare", str(pytester.path / "baselines"), str(pytester.path / "r.json")]) == 0  # the report its own command reads
+    assert (
+        main(["compare", str(pytester.path / "baselines"), str(pytester.path / "r.json")]) == 0
+    )  # the report its own command reads
     capsys.readouterr()
 
 
-def test_one_shard_compared_alone_fails_unless_the_set_is_said_to_be_partial(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_one_shard_compared_alone_fails_unless_the_set_is_said_to_be_partial(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     base = write_report(tmp_path / "base.json", [record("t.py::test_a", MiB), record("t.py::test_b", MiB)])
     one = write_report(tmp_path / "s1.json", [record("t.py::test_a", MiB)], split_of(1))
     two = write_report(tmp_path / "s2.json", [record("t.py::test_b", MiB)], split_of(2))
@@ -216,7 +295,9 @@ def test_one_shard_compared_alone_fails_unless_the_set_is_said_to_be_partial(tmp
     assert main(["compare", str(base), str(one), str(two)]) == 0  # the whole set
     capsys.readouterr()
     assert main(["merge", str(one), "-o", str(tmp_path / "m1.json")]) == 2  # merged alone, a group is missing
-    assert main(["merge", str(one), "--partial", "-o", str(tmp_path / "m1.json")]) == 0  # said to be partial, it is still one shard of two
+    assert (
+        main(["merge", str(one), "--partial", "-o", str(tmp_path / "m1.json")]) == 0
+    )  # said to be partial, it is still one shard of two
     capsys.readouterr()
     assert main(["compare", str(base), str(tmp_path / "m1.json")]) == 2
     assert "group 2" in capsys.readouterr().err
@@ -224,14 +305,27 @@ def test_one_shard_compared_alone_fails_unless_the_set_is_said_to_be_partial(tmp
 
 @pytest.mark.parametrize(
     "shard",
-    [{"group": 1, "groups": 10**18, "plugin": "x", "run": "r"}, {"group": [1], "groups": [2], "plugin": {"a": 1}, "run": ["r"]}, {"group": True, "groups": 2}, {"groups": -3}, {}],
+    [
+        {"group": 1, "groups": 10**18, "plugin": "x", "run": "r"},
+        {"group": [1], "groups": [2], "plugin": {"a": 1}, "run": ["r"]},
+        {"group": True, "groups": 2},
+        {"groups": -3},
+        {},
+    ],
     ids=["a huge split", "lists and objects", "a boolean group", "negative groups", "empty"],
 )
-def test_a_shard_that_describes_itself_oddly_is_judged_without_a_crash_or_a_hang(tmp_path: Path, capsys: pytest.CaptureFixture[str], shard: dict[str, object]) -> None:
+def test_a_shard_that_describes_itself_oddly_is_judged_without_a_crash_or_a_hang(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], shard: dict[str, object]
+) -> None:
     base = write_report(tmp_path / "base.json", [record("t.py::test_a", MiB)])
     one = write_report(tmp_path / "s1.json", [record("t.py::test_a", MiB)], shard)
     two = write_report(tmp_path / "s2.json", [record("t.py::test_b", MiB)], {**shard, "run": {"other": 1}})
-    for command in (["compare", str(base), str(one)], ["compare", str(base), str(one), str(two)], ["merge", str(one), str(two), "-o", str(tmp_path / "m.json")], ["history", str(one), str(two)]):
+    for command in (
+        ["compare", str(base), str(one)],
+        ["compare", str(base), str(one), str(two)],
+        ["merge", str(one), str(two), "-o", str(tmp_path / "m.json")],
+        ["history", str(one), str(two)],
+    ):
         assert main(command) in (0, 1, 2), command
         out, error = capsys.readouterr()
         assert "Traceback" not in error and len(out) + len(error) < 20_000, command
@@ -242,7 +336,10 @@ def test_a_shard_that_describes_itself_oddly_is_judged_without_a_crash_or_a_hang
 def test_shards_of_different_splits_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     one = write_report(tmp_path / "s1.json", [record("t.py::test_a", MiB)], split_of(1, 2))
     two = write_report(tmp_path / "s2.json", [record("t.py::test_b", MiB)], split_of(2, 3))
-    for command in (["merge", str(one), str(two), "-o", str(tmp_path / "m.json")], ["compare", str(one), str(one), str(two)]):
+    for command in (
+        ["merge", str(one), str(two), "-o", str(tmp_path / "m.json")],
+        ["compare", str(one), str(one), str(two)],
+    ):
         assert main(command) == 2
         error = capsys.readouterr().err
         assert str(one) in error and str(two) in error and "2 groups" in error and "3 groups" in error
@@ -259,7 +356,9 @@ def test_shards_of_different_splits_are_refused(tmp_path: Path, capsys: pytest.C
     ],
     ids=["run", "commit", "jax", "pytest-devmem"],
 )
-def test_shards_of_different_runs_or_versions_merge_with_a_warning_or_are_refused_when_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict[str, object], warning: str) -> None:
+def test_shards_of_different_runs_or_versions_merge_with_a_warning_or_are_refused_when_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict[str, object], warning: str
+) -> None:
     one = write_report(tmp_path / "s1.json", [record("t.py::test_a", MiB)], split_of(1))
     two = write_report(tmp_path / "s2.json", [record("t.py::test_b", MiB)], **{"shard": split_of(2), **change})  # type: ignore[arg-type]
     assert main(["merge", str(one), str(two), "-o", str(tmp_path / "m.json")]) == 0
@@ -278,7 +377,9 @@ def test_the_same_run_merges_without_a_word(tmp_path: Path, capsys: pytest.Captu
     assert capsys.readouterr().err == ""
 
 
-def test_a_merge_conflict_shows_the_bytes_when_rounding_hides_the_difference(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_merge_conflict_shows_the_bytes_when_rounding_hides_the_difference(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     one = write_report(tmp_path / "s1.json", [record("t.py::test_a", MiB)], split_of(1))
     two = write_report(tmp_path / "s2.json", [record("t.py::test_a", MiB + 4096)], split_of(2))
     assert main(["merge", str(one), str(two), "-o", str(tmp_path / "m.json")]) == 2
@@ -289,39 +390,71 @@ def test_a_merge_conflict_shows_the_bytes_when_rounding_hides_the_difference(tmp
     assert "peak_bytes_in_use 1.00 MiB and 2.00 MiB" in capsys.readouterr().err  # told apart without them
 
 
-UNRECORDED = {"not a list": "x", "entry not an object": ["x"], "reason missing": [{"test_id": "t", "regime": "prealloc", "device": "d"}], "test id a number": [{"test_id": 5, "regime": "prealloc", "device": "d", "reason": "r"}]}
+UNRECORDED = {
+    "not a list": "x",
+    "entry not an object": ["x"],
+    "reason missing": [{"test_id": "t", "regime": "prealloc", "device": "d"}],
+    "test id a number": [{"test_id": 5, "regime": "prealloc", "device": "d", "reason": "r"}],
+}
 
 
 @pytest.mark.parametrize("case", sorted(UNRECORDED))
-def test_a_malformed_unrecorded_list_is_refused_by_every_reader_alike(tmp_path: Path, capsys: pytest.CaptureFixture[str], pandas_loaded: object, case: str) -> None:
+def test_a_malformed_unrecorded_list_is_refused_by_every_reader_alike(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], pandas_loaded: object, case: str
+) -> None:
     report = write_report(tmp_path / "r.json", [record("t.py::test_a", MiB)])
     document = json.loads(report.read_text())
     document["unrecorded"] = UNRECORDED[case]
     report.write_text(json.dumps(document))
     messages = set()
-    for command in (["compare", str(report), str(report)], ["history", str(report)], ["merge", str(report), "-o", str(tmp_path / "m.json")], ["plot", str(report), "-o", str(tmp_path / "p.html")]):
+    for command in (
+        ["compare", str(report), str(report)],
+        ["history", str(report)],
+        ["merge", str(report), "-o", str(tmp_path / "m.json")],
+        ["plot", str(report), "-o", str(tmp_path / "p.html")],
+    ):
         assert main(command) == 2, command
         error = capsys.readouterr().err
-        assert str(report) in error and '"unrecorded" must be a list of objects with test_id, regime, device and reason (as text)' in error, (command, error)
+        assert (
+            str(report) in error
+            and '"unrecorded" must be a list of objects with test_id, regime, device and reason (as text)' in error
+        ), (command, error)
         messages.add(error)
     assert len(messages) == 1  # one reader, one rule, one message
 
 
-def test_merge_into_a_baselines_path_that_is_a_file_says_what_was_expected(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_merge_into_a_baselines_path_that_is_a_file_says_what_was_expected(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     report = write_report(tmp_path / "r.json", [record("t.py::test_a", MiB)])
     mine = tmp_path / "baselines.txt"
     mine.write_text("my notes")
     assert main(["merge", str(report), "--baselines", str(mine), "-o", str(tmp_path / "m.json")]) == 2
     error = capsys.readouterr().err
-    assert "File exists" not in error and str(mine) in error and "--baselines names the directory of baseline files" in error
+    assert (
+        "File exists" not in error
+        and str(mine) in error
+        and "--baselines names the directory of baseline files" in error
+    )
     assert mine.read_text() == "my notes" and not (tmp_path / "m.json").exists()  # refused before anything is written
 
 
 # -- output flags that contradict each other --------------------------------------------------
 
 
-@pytest.mark.parametrize("flags", [["--json", "--format=markdown"], ["--format=markdown", "--json"], ["--json", "--csv"], ["--csv", "--json"], ["--format=csv", "--json"]])
-def test_contradicting_output_flags_are_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str]) -> None:
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--json", "--format=markdown"],
+        ["--format=markdown", "--json"],
+        ["--json", "--csv"],
+        ["--csv", "--json"],
+        ["--format=csv", "--json"],
+    ],
+)
+def test_contradicting_output_flags_are_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str]
+) -> None:
     report = write_report(tmp_path / "r.json", [record("t.py::test_a", MiB)])
     with pytest.raises(SystemExit) as exit_:
         main(["compare", str(report), str(report), *flags])
@@ -331,7 +464,9 @@ def test_contradicting_output_flags_are_a_usage_error(tmp_path: Path, capsys: py
 
 
 @pytest.mark.parametrize("flags", [["--json", "--format=json"], ["--csv", "--format=csv"], ["--json", "--json"]])
-def test_output_flags_that_agree_are_accepted(tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str]) -> None:
+def test_output_flags_that_agree_are_accepted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str]
+) -> None:
     report = write_report(tmp_path / "r.json", [record("t.py::test_a", MiB)])
     assert main(["compare", str(report), str(report), *flags]) == 0
     out = capsys.readouterr().out
@@ -340,7 +475,15 @@ def test_output_flags_that_agree_are_accepted(tmp_path: Path, capsys: pytest.Cap
 
 # -- spreadsheet formulas in CSV cells (OWASP CSV injection) -----------------------------------
 
-FORMULAS = ["=HYPERLINK(\"http://x\",\"y\")", "+1+cmd|' /C calc'!A0", "-2+3+cmd", "@SUM(1+1)*cmd", "\t=1", "\r=1", "'=already quoted"]
+FORMULAS = [
+    '=HYPERLINK("http://x","y")',
+    "+1+cmd|' /C calc'!A0",
+    "-2+3+cmd",
+    "@SUM(1+1)*cmd",
+    "\t=1",
+    "\r=1",
+    "'=already quoted",
+]
 
 
 def test_a_cell_that_a_spreadsheet_would_run_is_neutralised_and_numbers_stay_numbers() -> None:
@@ -354,8 +497,12 @@ def test_a_cell_that_a_spreadsheet_would_run_is_neutralised_and_numbers_stay_num
         assert csv_cell(text) == text
 
 
-def test_compare_csv_neutralises_formulas_in_every_text_cell(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    printable = [text for text in FORMULAS if text[0] not in "\t\r"]  # the command shows a tab or CR escaped, as every control character
+def test_compare_csv_neutralises_formulas_in_every_text_cell(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    printable = [
+        text for text in FORMULAS if text[0] not in "\t\r"
+    ]  # the command shows a tab or CR escaped, as every control character
     base = write_report(tmp_path / "base.json", [record(text, 10 * MiB) for text in printable])
     new = write_report(tmp_path / "new.json", [record(text, MiB) for text in printable])
     assert main(["compare", str(base), str(new), "--csv"]) == 0
@@ -363,21 +510,33 @@ def test_compare_csv_neutralises_formulas_in_every_text_cell(tmp_path: Path, cap
     assert sorted(row["test"] for row in rows) == sorted("'" + text for text in printable)
     assert all(row["delta"] == str(-9 * MiB) for row in rows)  # a negative number is a number
     for row in rows:
-        assert not any(cell[:1] in ("=", "+", "@", "\t", "\r") or (cell[:1] == "-" and cell != str(-9 * MiB) and not cell.startswith("-9")) for cell in row.values()), row
+        assert not any(
+            cell[:1] in ("=", "+", "@", "\t", "\r")
+            or (cell[:1] == "-" and cell != str(-9 * MiB) and not cell.startswith("-9"))
+            for cell in row.values()
+        ), row
 
 
 def test_the_report_csv_neutralises_formulas(tmp_path: Path) -> None:
     from pytest_devmem.present.report import csv_text
 
-    records = [TestRecord(text, "prealloc", "=cmd|' /C calc'!A0", "@class", MiB, MiB, 0.0, None, "-passed") for text in FORMULAS]
+    records = [
+        TestRecord(text, "prealloc", "=cmd|' /C calc'!A0", "@class", MiB, MiB, 0.0, None, "-passed")
+        for text in FORMULAS
+    ]
     rows = list(csv.DictReader(io.StringIO(csv_text(records), newline="")))
     assert [row["test_id"] for row in rows] == ["'" + text for text in FORMULAS]
-    assert {row["device"] for row in rows} == {"'=cmd|' /C calc'!A0"} and {row["outcome"] for row in rows} == {"'-passed"}
+    assert {row["device"] for row in rows} == {"'=cmd|' /C calc'!A0"} and {row["outcome"] for row in rows} == {
+        "'-passed"
+    }
     assert {row["peak_bytes_in_use"] for row in rows} == {str(MiB)}
 
 
 def test_a_trace_csv_neutralises_labels_and_reads_them_back_as_they_were(tmp_path: Path) -> None:
-    events = [TraceEvent("allocate", n + 1, MiB, source="jax", label=text) for n, text in enumerate([*FORMULAS, "''=two quotes", "plain"])]
+    events = [
+        TraceEvent("allocate", n + 1, MiB, source="jax", label=text)
+        for n, text in enumerate([*FORMULAS, "''=two quotes", "plain"])
+    ]
     path = tmp_path / "t.csv"
     Trace(events).write_csv(path)
     with open(path, newline="", encoding="utf-8") as handle:
@@ -391,19 +550,27 @@ def test_a_trace_csv_neutralises_labels_and_reads_them_back_as_they_were(tmp_pat
 
 def test_a_test_id_with_a_line_break_runs_in_its_child_process_with_id_escaping_off(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\ndisable_test_id_escaping_and_forfeit_all_rights_to_community_support = true\n")
-    pytester.makepyfile(test_ids="""
+    pytester.makepyfile(
+        test_ids="""
 import pytest
 
 @pytest.mark.devmem(mode="growth")
 @pytest.mark.parametrize("n", [1, 2, 3], ids=["line\\nbreak", " padded ", "plain"])
 def test_child(devmem, n):
     devmem.pool.alloc(n * 2**20)
-""")
+"""
+    )
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--devmem-mode=prealloc", "--devmem-report=r.json")
     clean(result)
     result.assert_outcomes(passed=3)
-    peaks = {r["test_id"]: r["peak_bytes_in_use"] for r in json.loads((pytester.path / "r.json").read_text())["records"]}
-    assert peaks == {"test_ids.py::test_child[line\nbreak]": MiB, "test_ids.py::test_child[ padded ]": 2 * MiB, "test_ids.py::test_child[plain]": 3 * MiB}
+    peaks = {
+        r["test_id"]: r["peak_bytes_in_use"] for r in json.loads((pytester.path / "r.json").read_text())["records"]
+    }
+    assert peaks == {
+        "test_ids.py::test_child[line\nbreak]": MiB,
+        "test_ids.py::test_child[ padded ]": 2 * MiB,
+        "test_ids.py::test_child[plain]": 3 * MiB,
+    }
 
 
 # -- nothing stored is lost ----------------------------------------------------------------------
@@ -411,16 +578,26 @@ def test_child(devmem, n):
 
 def test_a_refused_merge_never_touches_the_baselines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     baselines = tmp_path / "baselines"
-    BaselineStore(baselines, "sim-16GiB").write([TestRecord("t.py::test_a", "prealloc", "sim:16GiB", "sim-16GiB", MiB, MiB, 0.0, None, "passed")], {})
+    BaselineStore(baselines, "sim-16GiB").write(
+        [TestRecord("t.py::test_a", "prealloc", "sim:16GiB", "sim-16GiB", MiB, MiB, 0.0, None, "passed")], {}
+    )
     before = {path: path.read_bytes() for path in baselines.rglob("*") if path.is_file()}
     new = write_report(tmp_path / "new.json", [record("t.py::test_a", MiB), record("t.py::test_a", 2 * MiB)])
     one = write_report(tmp_path / "s1.json", [record("t.py::test_a", 3 * MiB)], split_of(1, 2))
     two = write_report(tmp_path / "s2.json", [record("t.py::test_b", MiB)], split_of(2, 3))
-    for command in (["merge", str(new), "--baselines", str(baselines)], ["merge", str(one), str(two), "--baselines", str(baselines)]):
+    for command in (
+        ["merge", str(new), "--baselines", str(baselines)],
+        ["merge", str(one), str(two), "--baselines", str(baselines)],
+    ):
         assert main(command) == 2
     assert {path: path.read_bytes() for path in baselines.rglob("*") if path.is_file()} == before
-    (baselines / "sim-16GiB" / "u.py.json").mkdir()  # the baselines cannot be read: neither they nor the merged report are written
+    (
+        baselines / "sim-16GiB" / "u.py.json"
+    ).mkdir()  # the baselines cannot be read: neither they nor the merged report are written
     good = write_report(tmp_path / "good.json", [record("t.py::test_a", 2 * MiB)])
     assert main(["merge", str(good), "-o", str(tmp_path / "merged.json"), "--baselines", str(baselines)]) == 2
     assert "a directory where a baseline file belongs" in capsys.readouterr().err
-    assert not (tmp_path / "merged.json").exists() and {path: path.read_bytes() for path in baselines.rglob("*") if path.is_file()} == before
+    assert (
+        not (tmp_path / "merged.json").exists()
+        and {path: path.read_bytes() for path in baselines.rglob("*") if path.is_file()} == before
+    )

@@ -42,7 +42,18 @@ def run_reimport(tmp_path: Path, *, guarded: bool) -> subprocess.CompletedProces
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")])))
     env.pop("PYTEST_ADDOPTS", None)
     # -s: abseil's message goes to the real stderr, not to a capture file lost with the process
-    command = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "test_reimport.py"]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-s",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:hypothesispytest",
+        "test_reimport.py",
+    ]
     return subprocess.run(command, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -56,7 +67,9 @@ def test_without_the_guard_jaxlib_imported_twice_aborts_the_process(jax_loaded: 
     """What the guard prevents, with the installed jaxlib (its `_jax` module calls absl::InitializeLog()
     each time it is executed). Should a jaxlib survive this, docs/known-issues.md can say so."""
     result = run_reimport(tmp_path, guarded=False)
-    assert result.returncode == -signal.SIGABRT, "this jaxlib survives being imported twice: docs/known-issues.md may say since which version"
+    assert result.returncode == -signal.SIGABRT, (
+        "this jaxlib survives being imported twice: docs/known-issues.md may say since which version"
+    )
     assert "SetTimeZone() has already been called" in result.stdout + result.stderr
 
 

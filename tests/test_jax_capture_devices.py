@@ -10,8 +10,7 @@ from collections import Counter
 import pytest
 
 from pytest_devmem.model.trace import Trace
-
-MiB = 2**20
+from pytest_devmem.units import MiB
 
 PER_DEVICE = """
 import json
@@ -74,7 +73,9 @@ def test_a_sharded_executables_temp_is_named_per_device_and_summed_apart() -> No
 
     trace = Trace()
     for device in range(4):
-        trace.add(ALLOCATE_CODE, device + 1, 268_435_456, 0.0, source="jax", label="jit(step) temp", device=f"cpu:{device}")
+        trace.add(
+            ALLOCATE_CODE, device + 1, 268_435_456, 0.0, source="jax", label="jit(step) temp", device=f"cpu:{device}"
+        )
         trace.add(ALLOCATE_CODE, device + 11, 4 * MiB, 0.0, source="jax", label="jit(step)", device=f"cpu:{device}")
     step = executable_summary(trace, {"jit(step)": 1})["jit(step)"]
     assert step["temp_bytes_per_device"] == 268_435_456 and step["devices"] == 4
@@ -102,7 +103,9 @@ def test_pmap_copies_an_unmapped_weight():
 """
 
 
-def test_a_weight_jax_copies_to_the_other_devices_is_on_each_of_them(jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_weight_jax_copies_to_the_other_devices_is_on_each_of_them(
+    jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An uncommitted 4 MiB weight used beside an input sharded over 4 devices (or by pmap with
     in_axes=None) is copied by JAX to devices 1-3 for the run (its buffer pointers show it; XLA's
     arguments hold it on every device): each of them holds the 4 MiB, not only device 0."""
@@ -111,7 +114,11 @@ def test_a_weight_jax_copies_to_the_other_devices_is_on_each_of_them(jax_loaded:
     result = pytester.runpytest_subprocess("--devmem-mode=prealloc", "--devmem-traces=traces", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
     for test in ("test_jit_copies", "test_pmap_copies"):
-        copies = Counter(e.device for e in trace_of(pytester.path / "traces", test) if e.action == "allocate" and e.label.endswith(" argument") and e.size == 4 * MiB)
+        copies = Counter(
+            e.device
+            for e in trace_of(pytester.path / "traces", test)
+            if e.action == "allocate" and e.label.endswith(" argument") and e.size == 4 * MiB
+        )
         assert copies == {"cpu:1": 1, "cpu:2": 1, "cpu:3": 1}, test
 
 
@@ -125,18 +132,26 @@ def allocations(trace: Trace, label: str | None = None) -> Counter[tuple[str, in
 
 
 @pytest.mark.slow  # about 15 s: a sharded JAX suite in a fresh process
-def test_each_allocation_is_on_its_device(jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_allocation_is_on_its_device(
+    jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
     pytester.makepyfile(test_devices=PER_DEVICE)
-    result = pytester.runpytest_subprocess("--devmem-mode=prealloc", "--devmem-traces=traces", "--devmem-report=r.json", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(
+        "--devmem-mode=prealloc", "--devmem-traces=traces", "--devmem-report=r.json", "-p", "no:cacheprovider"
+    )
     result.assert_outcomes(passed=5)
     traces = pytester.path / "traces"
 
-    assert allocations(trace_of(traces, "test_two_devices")) == Counter({("cpu:1", 64 * MiB): 1, ("cpu:2", 64 * MiB): 1})
+    assert allocations(trace_of(traces, "test_two_devices")) == Counter(
+        {("cpu:1", 64 * MiB): 1, ("cpu:2", 64 * MiB): 1}
+    )
 
     pmap = trace_of(traces, "test_pmap_of_a_host_array")
     arguments = Counter((e.device, e.size) for e in pmap if e.action == "allocate" and e.label.endswith(" argument"))
-    outputs = Counter((e.device, e.size) for e in pmap if e.action == "allocate" and not e.label.endswith((" argument", " temp")))
+    outputs = Counter(
+        (e.device, e.size) for e in pmap if e.action == "allocate" and not e.label.endswith((" argument", " temp"))
+    )
     per_device = Counter({(f"cpu:{k}", 16 * MiB): 1 for k in range(4)})
     assert arguments == per_device and outputs == per_device
 
@@ -147,12 +162,20 @@ def test_each_allocation_is_on_its_device(jax_loaded: object, pytester: pytest.P
     temp = json.loads((pytester.path / "expected.json").read_text())["temp"]
     assert temp > 0
     assert allocations(spmd, "device_put") == Counter({(f"cpu:{k}", 512 * 1024): 1 for k in range(4)})
-    assert allocations(spmd, "jit(<lambda>) temp") == Counter({(f"cpu:{k}", temp): 3 for k in range(4)})  # per device, per run
+    assert allocations(spmd, "jit(<lambda>) temp") == Counter(
+        {(f"cpu:{k}", temp): 3 for k in range(4)}
+    )  # per device, per run
     layer_outputs = allocations(spmd, "jit(<lambda>)")
-    assert layer_outputs == Counter({(f"cpu:{k}", 512 * 1024): 3 for k in range(4)})  # the donated update allocated nothing
+    assert layer_outputs == Counter(
+        {(f"cpu:{k}", 512 * 1024): 3 for k in range(4)}
+    )  # the donated update allocated nothing
     live = {e.pointer for e in spmd if e.action == "allocate"} - {e.pointer for e in spmd if e.action == "free"}
     assert not live  # everything the test made was freed when it ended
-    [record] = [r for r in json.loads((pytester.path / "r.json").read_text())["records"] if r["test_id"].endswith("spmd_step_and_its_donation")]
+    [record] = [
+        r
+        for r in json.loads((pytester.path / "r.json").read_text())["records"]
+        if r["test_id"].endswith("spmd_step_and_its_donation")
+    ]
     step = record["trace"]["executables"]["jit(<lambda>)"]
     assert step["temp_bytes_per_device"] == temp and step["devices"] == 4  # XLA's figure, per device
     assert step["temp_bytes"] == 3 * 4 * temp  # the sum over its runs and devices, named as one

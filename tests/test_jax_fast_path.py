@@ -3,26 +3,15 @@ there exactly the trace of JAX's Python dispatch path, without asking the device
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from pytest_devmem.capture import TraceRecorder
 from pytest_devmem.capture.jax import JaxCapture
 from pytest_devmem.capture.jax_executables import parse_donations
-
-MiB = 2**20
-
-
-@pytest.fixture
-def capture(jax_loaded: object) -> Iterator[tuple[TraceRecorder, JaxCapture]]:
-    recorder = TraceRecorder()
-    jax_capture = JaxCapture(recorder)
-    assert jax_capture.install(), jax_capture.note
-    try:
-        yield recorder, jax_capture
-    finally:
-        jax_capture.uninstall()
+from pytest_devmem.units import MiB
 
 
 def events(recorder: TraceRecorder, work: Callable[[], Any]) -> list[tuple[str, int, int, str, str]]:
@@ -60,7 +49,9 @@ def test_runs_after_the_first_take_jax_fast_path_and_are_all_traced(capture: tup
         setattr(pxla.ExecuteReplicated, "__call__", through_python)
     assert python_runs == ["jit(<lambda>)"]  # the first run compiles; the other four never reach Python dispatch
     assert jax_capture.window.executables == {"jit(<lambda>)": 5} and jax_capture.window.failure == ""
-    assert [(action, size) for action, _, size, _, _ in trace if action == "allocate"] == [("allocate", 64 * 64 * 4)] * 5
+    assert [(action, size) for action, _, size, _, _ in trace if action == "allocate"] == [
+        ("allocate", 64 * 64 * 4)
+    ] * 5
 
 
 def workload() -> None:
@@ -71,7 +62,9 @@ def workload() -> None:
     import numpy as np
 
     layer = jax.jit(lambda a, b: jnp.tanh(a @ b) @ b)
-    update = jax.jit(lambda params, grads, scale: params - scale * grads, donate_argnames=("params",), static_argnames=("scale",))
+    update = jax.jit(
+        lambda params, grads, scale: params - scale * grads, donate_argnames=("params",), static_argnames=("scale",)
+    )
     weights = jnp.ones((32, 32))
     with_constant = jax.jit(lambda x: x @ weights + np.arange(32.0, dtype=np.float32))
     keyed = jax.jit(lambda key, x: (jax.random.split(key)[0], x + jax.random.normal(key, x.shape)))
@@ -123,7 +116,9 @@ def test_the_capture_never_asks_the_device_for_pointers_or_sizes(capture: tuple[
 
     recorder, jax_capture = capture
     asked = []
-    originals = {name: getattr(xla_client.ArrayImpl, name) for name in ("unsafe_buffer_pointer", "on_device_size_in_bytes")}
+    originals = {
+        name: getattr(xla_client.ArrayImpl, name) for name in ("unsafe_buffer_pointer", "on_device_size_in_bytes")
+    }
 
     def refuse(name: str) -> Callable[..., Any]:
         def ask(array: Any) -> Any:
@@ -197,7 +192,16 @@ def test_executables_that_share_a_first_output_but_run_differently_leave_the_fas
     aval, sharding = object(), object()
 
     def plan(temp: int) -> ExecutablePlan:
-        return ExecutablePlan(label="jit(f)", devices=("cpu:0",), temps=(("cpu:0", temp),), temp_known=True, aliases={}, donated=(), kept=(0,), in_shardings=(sharding,))
+        return ExecutablePlan(
+            label="jit(f)",
+            devices=("cpu:0",),
+            temps=(("cpu:0", temp),),
+            temp_known=True,
+            aliases={},
+            donated=(),
+            kept=(0,),
+            in_shardings=(sharding,),
+        )
 
     class Output:
         def __init__(self) -> None:

@@ -20,7 +20,18 @@ def record(recorder: TraceRecorder, events: int) -> None:
 
 
 def column_bytes(trace: Trace) -> int:
-    columns = (trace.actions, trace.pointers, trace.sizes, trace.times, trace.threads, trace.streams, trace.sources, trace.labels, trace.devices, trace.processes)
+    columns = (
+        trace.actions,
+        trace.pointers,
+        trace.sizes,
+        trace.times,
+        trace.threads,
+        trace.streams,
+        trace.sources,
+        trace.labels,
+        trace.devices,
+        trace.processes,
+    )
     return sum(sys.getsizeof(column) for column in columns)
 
 

@@ -23,14 +23,21 @@ from pytest_devmem.model.regime import Regime
 from pytest_devmem.model.trace import Trace, TraceEvent
 from pytest_devmem.model.whatif import find_min_fraction, process_shares, proven_fixes, what_if
 from pytest_devmem.plugin.workers import plan_workers, worker_index
+from pytest_devmem.units import GiB, KiB, MiB
 
-KiB, MiB, GiB = 2**10, 2**20, 2**30
 PREALLOC = Policy.of("prealloc")
 
 
 def events(*items: tuple[str, int, int, str, str], start: float = 0.0) -> Trace:
     """(action, buffer, bytes, source, device) tuples, one time step apart."""
-    return Trace([TraceEvent(action, pointer, size, start + i, source=source, device=device, label=f"{source} buffer {pointer}") for i, (action, pointer, size, source, device) in enumerate(items)])
+    return Trace(
+        [
+            TraceEvent(
+                action, pointer, size, start + i, source=source, device=device, label=f"{source} buffer {pointer}"
+            )
+            for i, (action, pointer, size, source, device) in enumerate(items)
+        ]
+    )
 
 
 def machine(capacity: int, name: str = "sim", **spec: object) -> MachineSpec:
@@ -48,7 +55,10 @@ def test_each_device_has_its_own_pool_64_mib_on_two_devices_fit_128_mib_devices(
     trace = events(("allocate", 1, 64 * MiB, "jax", "cpu:1"), ("allocate", 2, 64 * MiB, "jax", "cpu:2"))
     result = run(trace, 128 * MiB)
     assert result.fits
-    assert [(d.device, d.peak_bytes_in_use, d.peak_bytes_reserved) for d in result.devices] == [("cpu:1", 64 * MiB, 96 * MiB), ("cpu:2", 64 * MiB, 96 * MiB)]
+    assert [(d.device, d.peak_bytes_in_use, d.peak_bytes_reserved) for d in result.devices] == [
+        ("cpu:1", 64 * MiB, 96 * MiB),
+        ("cpu:2", 64 * MiB, 96 * MiB),
+    ]
     headline = result.headline
     assert headline is not None and headline.device == "cpu:1" and headline.peak_bytes_in_use == 64 * MiB
     # XLA's own counter counts the unsplit chunk: 96 MiB is under twice 64 MiB and wastes under 128 MiB
@@ -70,7 +80,11 @@ def test_devices_are_ordered_by_their_ordinal_not_their_name() -> None:
 def test_jax_preallocates_on_every_device_it_uses_at_its_first_event() -> None:
     """JAX's client reserves its fraction on all its GPUs at start-up (gpu_helpers.cc), so
     TensorFlow starting later on GPU 1 finds only what JAX left there."""
-    trace = events(("allocate", 1, MiB, "jax", "gpu:0"), ("allocate", 2, MiB, "tensorflow", "gpu:1"), ("allocate", 3, MiB, "jax", "gpu:1"))
+    trace = events(
+        ("allocate", 1, MiB, "jax", "gpu:0"),
+        ("allocate", 2, MiB, "tensorflow", "gpu:1"),
+        ("allocate", 3, MiB, "jax", "gpu:1"),
+    )
     result = run(trace, 16 * GiB, default_device="gpu:0")
     gpu1 = result.device("gpu:1")
     assert gpu1 is not None
@@ -109,7 +123,10 @@ def test_tensorflow_first_starves_jax_and_the_fixes_are_proven() -> None:
     assert oom is not None and (oom.kind, oom.source, oom.device, oom.requested) == ("tenant", "jax", "cpu:0", 2 * GiB)
     assert oom.held_by_others == {"tensorflow": 2 * GiB, "CUDA context": 512 * MiB}
     fixes = proven_fixes(trace, setups_for(PREALLOC, 4 * GiB), machine(4 * GiB), result)
-    assert fixes.settings == ["set TF_FORCE_GPU_ALLOW_GROWTH=true", 'hide the GPU from TensorFlow (tf.config.set_visible_devices([], "GPU"))']
+    assert fixes.settings == [
+        "set TF_FORCE_GPU_ALLOW_GROWTH=true",
+        'hide the GPU from TensorFlow (tf.config.set_visible_devices([], "GPU"))',
+    ]
     assert run(trace, 4 * GiB, environ={"TF_FORCE_GPU_ALLOW_GROWTH": "true"}).fits
 
 
@@ -122,7 +139,9 @@ def test_jax_first_with_a_small_tensorflow_step_fits() -> None:
 
 
 def test_a_framework_fails_only_at_an_allocation_that_cannot_be_served() -> None:
-    one_at_a_time = events(("allocate", 1, GiB, "jax", "cpu:0"), ("free", 1, GiB, "jax", "cpu:0"), ("allocate", 2, GiB, "jax", "cpu:0"))
+    one_at_a_time = events(
+        ("allocate", 1, GiB, "jax", "cpu:0"), ("free", 1, GiB, "jax", "cpu:0"), ("allocate", 2, GiB, "jax", "cpu:0")
+    )
     assert run(one_at_a_time, 2 * GiB).fits  # JAX gets 1.5 GiB: enough, one GiB at a time
     both = events(("allocate", 1, GiB, "jax", "cpu:0"), ("allocate", 2, 600 * MiB, "jax", "cpu:0"))
     result = run(both, 2 * GiB)  # the device has room (a 256 MiB context), JAX's 1.5 GiB limit has not
@@ -134,12 +153,19 @@ def test_a_framework_fails_only_at_an_allocation_that_cannot_be_served() -> None
 
 def test_each_process_holds_one_cuda_context_and_users_can_size_it() -> None:
     def tensorflow_limit(process: int, **spec: object) -> int:
-        trace = Trace([TraceEvent("allocate", 1, GiB, 0.0, source="jax"), TraceEvent("allocate", 2, MiB, 1.0, source="tensorflow", process=process)])
+        trace = Trace(
+            [
+                TraceEvent("allocate", 1, GiB, 0.0, source="jax"),
+                TraceEvent("allocate", 2, MiB, 1.0, source="tensorflow", process=process),
+            ]
+        )
         return run(trace, 8 * GiB, **spec).devices[0].allocators[1].limit
 
     assert tensorflow_limit(0) == 8 * GiB - 6 * GiB - 512 * MiB - 225 * MiB
     assert tensorflow_limit(1) == tensorflow_limit(0) - 512 * MiB
-    assert tensorflow_limit(0, context_bytes=0) == 2 * GiB - 1536 * MiB  # 2 GiB free: the reserve for compute capability 8
+    assert (
+        tensorflow_limit(0, context_bytes=0) == 2 * GiB - 1536 * MiB
+    )  # 2 GiB free: the reserve for compute capability 8
 
 
 def test_the_default_context_is_at_most_an_eighth_of_a_small_device() -> None:
@@ -163,7 +189,9 @@ def test_the_computed_fraction_is_the_largest_that_fits() -> None:
     fraction = float(fixes.settings[0].split("=")[1])
     setups = setups_for(PREALLOC, 16 * GiB)
     assert run_machine(trace, {**setups, "jax": AllocatorSetup("jax", "prealloc", fraction)}, machine(16 * GiB)).fits
-    assert not run_machine(trace, {**setups, "jax": AllocatorSetup("jax", "prealloc", round(fraction + 0.01, 2))}, machine(16 * GiB)).fits
+    assert not run_machine(
+        trace, {**setups, "jax": AllocatorSetup("jax", "prealloc", round(fraction + 0.01, 2))}, machine(16 * GiB)
+    ).fits
 
 
 def test_when_no_setting_fits_it_says_so_and_why() -> None:
@@ -176,9 +204,18 @@ def test_when_no_setting_fits_it_says_so_and_why() -> None:
 
 @pytest.mark.parametrize(
     ("available", "capability", "environ", "reserve"),
-    [(GiB, 8, {}, 225 * MiB), (40 * GiB, 6, {}, 500 * MiB), (40 * GiB, 7, {}, 1050 * MiB), (40 * GiB, 8, {}, 1536 * MiB), (80 * GiB, 9, {}, 1800 * MiB), (40 * GiB, 8, {"TF_DEVICE_MIN_SYS_MEMORY_IN_MB": "64"}, 64 * MiB)],
+    [
+        (GiB, 8, {}, 225 * MiB),
+        (40 * GiB, 6, {}, 500 * MiB),
+        (40 * GiB, 7, {}, 1050 * MiB),
+        (40 * GiB, 8, {}, 1536 * MiB),
+        (80 * GiB, 9, {}, 1800 * MiB),
+        (40 * GiB, 8, {"TF_DEVICE_MIN_SYS_MEMORY_IN_MB": "64"}, 64 * MiB),
+    ],
 )
-def test_tensorflow_system_reserve_gpu_device_cc_min_system_memory(available: int, capability: int, environ: dict[str, str], reserve: int) -> None:
+def test_tensorflow_system_reserve_gpu_device_cc_min_system_memory(
+    available: int, capability: int, environ: dict[str, str], reserve: int
+) -> None:
     assert tensorflow_system_reserve(available, capability, environ) == reserve
 
 
@@ -191,7 +228,9 @@ def test_a_reserve_not_smaller_than_what_is_free_is_ignored() -> None:
 def test_tensorflow_setup_follows_its_own_variables_then_the_regime() -> None:
     assert tensorflow_setup(PREALLOC, GiB, {}).mode == "default"
     assert tensorflow_setup(PREALLOC, GiB, {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}).mode == "growth"
-    assert tensorflow_setup(PREALLOC, GiB, {"TF_FORCE_GPU_ALLOW_GROWTH": "True"}).mode == "default"  # matched exactly, as TensorFlow does
+    assert (
+        tensorflow_setup(PREALLOC, GiB, {"TF_FORCE_GPU_ALLOW_GROWTH": "True"}).mode == "default"
+    )  # matched exactly, as TensorFlow does
     assert tensorflow_setup(PREALLOC, GiB, {"TF_GPU_ALLOCATOR": "cuda_malloc_async"}).mode == "ondemand"
     assert tensorflow_setup(Policy.of("growth"), GiB, {}).mode == "growth"
     limited = tensorflow_setup(Policy.of("fraction", 0.5), 16 * GiB, {})
@@ -199,7 +238,9 @@ def test_tensorflow_setup_follows_its_own_variables_then_the_regime() -> None:
     # the environment the regime sets is read back as the same setup
     for mode in ("prealloc", "growth", "ondemand"):
         policy = Policy.of(mode)
-        assert tensorflow_setup(policy, GiB, Regime(policy).environment()).mode == tensorflow_setup(policy, GiB, {}).mode
+        assert (
+            tensorflow_setup(policy, GiB, Regime(policy).environment()).mode == tensorflow_setup(policy, GiB, {}).mode
+        )
 
 
 def test_worker_plans() -> None:
@@ -208,7 +249,10 @@ def test_worker_plans() -> None:
     assert split.regime == Regime.of("fraction", 0.25) and "0.75 split 3 ways" in split.note
     chosen = plan_workers(Regime.of("fraction", 0.75), True, 1, 3, 0, False)
     assert chosen.regime == Regime.of("fraction", 0.75)
-    assert "3 pytest-xdist workers x fraction 0.75 = 2.25 of one device: they cannot all fit; use --devmem-fraction=0.33" in chosen.warning
+    assert (
+        "3 pytest-xdist workers x fraction 0.75 = 2.25 of one device: they cannot all fit; use --devmem-fraction=0.33"
+        in chosen.warning
+    )
     gpus = plan_workers(prealloc, False, 5, 8, 4, True)
     assert gpus.cuda_visible_devices == "1" and gpus.regime == prealloc
     assert plan_workers(prealloc, False, 0, 1, 0, False).regime == prealloc
@@ -230,7 +274,9 @@ def test_min_fraction_and_what_if_replay_the_whole_machine() -> None:
     answer = find_min_fraction(trace, setups, machine(GiB))
     assert answer is not None
     assert run_machine(trace, {**setups, "pool": AllocatorSetup("pool", "prealloc", answer)}, machine(GiB)).fits
-    assert not run_machine(trace, {**setups, "pool": AllocatorSetup("pool", "prealloc", round(answer - 0.01, 2))}, machine(GiB)).fits
+    assert not run_machine(
+        trace, {**setups, "pool": AllocatorSetup("pool", "prealloc", round(answer - 0.01, 2))}, machine(GiB)
+    ).fits
     small = what_if(trace, setups, machine(160 * MiB))
     assert not small.ok and small.message.startswith("event 1: pool could not allocate 40.00 MiB on cpu:0")
 

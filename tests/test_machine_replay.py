@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from reference_machine import ReferenceMachine
 
 from pytest_devmem.errors import DevmemError
 from pytest_devmem.model import machine as machine_module
@@ -18,12 +19,24 @@ from pytest_devmem.model.loops import bfc_lanes, inline_pools, one_bfc_lane, rep
 from pytest_devmem.model.machine import Machine, MachineRun, MachineSpec
 from pytest_devmem.model.pool import Policy
 from pytest_devmem.model.trace import Trace
-from reference_machine import ReferenceMachine
+from pytest_devmem.units import GiB, KiB, MiB
 
-KiB, MiB, GiB = 2**10, 2**20, 2**30
 SIZES = [1, 255, 256, 1000, 4 * KiB, 64 * KiB + 17, 300 * KiB, MiB, 5 * MiB + 3, 40 * MiB, 300 * MiB]
-LANES = [("", 0, "jax"), ("gpu:0", 0, "jax"), ("gpu:1", 0, "jax"), ("gpu:0", 0, "tensorflow"), ("gpu:1", 1, "jax"), ("", 0, "pool")]
-REGIMES = [Policy.of("prealloc"), Policy.of("fraction", 0.3), Policy.of("growth"), Policy.of("ondemand"), Policy.of("compact")]
+LANES = [
+    ("", 0, "jax"),
+    ("gpu:0", 0, "jax"),
+    ("gpu:1", 0, "jax"),
+    ("gpu:0", 0, "tensorflow"),
+    ("gpu:1", 1, "jax"),
+    ("", 0, "pool"),
+]
+REGIMES = [
+    Policy.of("prealloc"),
+    Policy.of("fraction", 0.3),
+    Policy.of("growth"),
+    Policy.of("ondemand"),
+    Policy.of("compact"),
+]
 
 
 def build(operations: list[tuple[int, int, int, int]], lanes: list[tuple[str, int, str]]) -> Trace:
@@ -68,42 +81,77 @@ def assert_same_replay(trace: Trace, policy: Policy, capacity: int) -> None:
             if isinstance(expected, MachineRun) and isinstance(got, MachineRun):  # field by field: a clearer failure
                 assert (got.devices, got.oom, got.failure) == (expected.devices, expected.oom, expected.failure)
                 assert (got.snapshots, got.fragmented) == (expected.snapshots, expected.fragmented)
-                assert (got.by_source, got.order, got.events_replayed, got.timeline) == (expected.by_source, expected.order, expected.events_replayed, expected.timeline)
+                assert (got.by_source, got.order, got.events_replayed, got.timeline) == (
+                    expected.by_source,
+                    expected.order,
+                    expected.events_replayed,
+                    expected.timeline,
+                )
             assert got == expected
 
 
-operations = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 5), st.sampled_from(SIZES), st.integers(0, 10**6)), max_size=160)
+operations = st.lists(
+    st.tuples(st.integers(0, 6), st.integers(0, 5), st.sampled_from(SIZES), st.integers(0, 10**6)), max_size=160
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=operations, lanes=st.lists(st.sampled_from(LANES), min_size=1, max_size=4, unique=True), policy=st.sampled_from(REGIMES), capacity=st.sampled_from([96 * MiB, GiB, 16 * GiB]))
-def test_a_random_trace_replays_as_the_first_loop_replayed_it(ops: list[tuple[int, int, int, int]], lanes: list[tuple[str, int, str]], policy: Policy, capacity: int) -> None:
+@given(
+    ops=operations,
+    lanes=st.lists(st.sampled_from(LANES), min_size=1, max_size=4, unique=True),
+    policy=st.sampled_from(REGIMES),
+    capacity=st.sampled_from([96 * MiB, GiB, 16 * GiB]),
+)
+def test_a_random_trace_replays_as_the_first_loop_replayed_it(
+    ops: list[tuple[int, int, int, int]], lanes: list[tuple[str, int, str]], policy: Policy, capacity: int
+) -> None:
     assert_same_replay(build(ops, lanes), policy, capacity)
 
 
 @settings(max_examples=80, deadline=None)
-@given(ops=operations, source=st.sampled_from(["jax", "tensorflow", "pool"]), policy=st.sampled_from([*REGIMES[:3], Policy.of("fraction", 0.97)]), capacity=st.sampled_from([96 * MiB, GiB]))
-def test_a_one_lane_trace_replays_as_the_first_loop_replayed_it(ops: list[tuple[int, int, int, int]], source: str, policy: Policy, capacity: int) -> None:
+@given(
+    ops=operations,
+    source=st.sampled_from(["jax", "tensorflow", "pool"]),
+    policy=st.sampled_from([*REGIMES[:3], Policy.of("fraction", 0.97)]),
+    capacity=st.sampled_from([96 * MiB, GiB]),
+)
+def test_a_one_lane_trace_replays_as_the_first_loop_replayed_it(
+    ops: list[tuple[int, int, int, int]], source: str, policy: Policy, capacity: int
+) -> None:
     """One allocator on one device: the inline loop's own case, out of memory included (and
     TensorFlow's pool, which gives free regions back before it fails)."""
     assert_same_replay(build(ops, [("", 0, source)]), policy, capacity)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=operations, lanes=st.lists(st.sampled_from(LANES), min_size=1, max_size=4, unique=True), policy=st.sampled_from(REGIMES))
-def test_lanes_found_by_column_replay_as_the_first_loop_replayed_them(ops: list[tuple[int, int, int, int]], lanes: list[tuple[str, int, str]], policy: Policy) -> None:
+@given(
+    ops=operations,
+    lanes=st.lists(st.sampled_from(LANES), min_size=1, max_size=4, unique=True),
+    policy=st.sampled_from(REGIMES),
+)
+def test_lanes_found_by_column_replay_as_the_first_loop_replayed_them(
+    ops: list[tuple[int, int, int, int]], lanes: list[tuple[str, int, str]], policy: Policy
+) -> None:
     """Long traces find their lanes by column (numpy): here every trace does."""
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.setattr(machine_module, "LANES_BY_COLUMN_FROM", 0)
         assert_same_replay(build(ops, lanes), policy, GiB)
 
 
-fitting_operations = st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5), st.sampled_from(SIZES), st.integers(0, 10**6)), max_size=160)
+fitting_operations = st.lists(
+    st.tuples(st.integers(0, 5), st.integers(0, 5), st.sampled_from(SIZES), st.integers(0, 10**6)), max_size=160
+)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=fitting_operations, lanes=st.lists(st.sampled_from(LANES), min_size=1, max_size=4, unique=True), capacity=st.sampled_from([64 * GiB, 128 * GiB]))
-def test_an_ondemand_trace_replayed_by_column_gives_what_the_first_loop_gave(ops: list[tuple[int, int, int, int]], lanes: list[tuple[str, int, str]], capacity: int) -> None:
+@given(
+    ops=fitting_operations,
+    lanes=st.lists(st.sampled_from(LANES), min_size=1, max_size=4, unique=True),
+    capacity=st.sampled_from([64 * GiB, 128 * GiB]),
+)
+def test_an_ondemand_trace_replayed_by_column_gives_what_the_first_loop_gave(
+    ops: list[tuple[int, int, int, int]], lanes: list[tuple[str, int, str]], capacity: int
+) -> None:
     """Every allocator on-demand, every allocation fitting: the running sums over the columns
     (`replay_ondemand_columns`) give every figure, map and count the event loop gave."""
     trace = build(ops, lanes)
@@ -126,7 +174,17 @@ def end_state(replay: Any) -> list[object]:
         for allocator in device.allocators:
             pool = allocator.pool
             buffers = sorted((pointer, *pool._held[entry[0]], entry[1]) for pointer, entry in allocator.handles.items())
-            state.append((allocator.source, allocator.process, pool.bytes_in_use, pool.bytes_reserved, pool.requested_bytes_in_use, buffers, len(pool._held)))
+            state.append(
+                (
+                    allocator.source,
+                    allocator.process,
+                    pool.bytes_in_use,
+                    pool.bytes_reserved,
+                    pool.requested_bytes_in_use,
+                    buffers,
+                    len(pool._held),
+                )
+            )
     return state
 
 
@@ -137,15 +195,23 @@ def random_walk(seed: int, events: int, lanes: list[tuple[str, int, str]]) -> Tr
     rng = random.Random(seed)
     operations = []
     for _ in range(events):
-        operations.append((0 if rng.random() < 0.52 else 2, rng.randrange(len(lanes)), rng.choice(SIZES[:7]), rng.randrange(10**6)))
+        operations.append(
+            (0 if rng.random() < 0.52 else 2, rng.randrange(len(lanes)), rng.choice(SIZES[:7]), rng.randrange(10**6))
+        )
         if operations[-1][0] == 2 and rng.random() < 0.01:  # right after a free: no new peak, a temporary
             operations.append((6, rng.randrange(len(lanes)), 1, 0))
     return build(operations, lanes)
 
 
-@pytest.mark.parametrize("lanes", [[("", 0, "jax")], [("gpu:0", 0, "jax"), ("gpu:1", 0, "jax"), ("gpu:0", 0, "tensorflow")]], ids=["one lane", "three lanes"])
+@pytest.mark.parametrize(
+    "lanes",
+    [[("", 0, "jax")], [("gpu:0", 0, "jax"), ("gpu:1", 0, "jax"), ("gpu:0", 0, "tensorflow")]],
+    ids=["one lane", "three lanes"],
+)
 @pytest.mark.parametrize("mode", ["prealloc", "growth"])
-def test_maps_promised_at_many_peaks_are_made_from_copies_as_they_were(monkeypatch: pytest.MonkeyPatch, lanes: list[tuple[str, int, str]], mode: str) -> None:
+def test_maps_promised_at_many_peaks_are_made_from_copies_as_they_were(
+    monkeypatch: pytest.MonkeyPatch, lanes: list[tuple[str, int, str]], mode: str
+) -> None:
     advanced: list[int] = []
     original = machine_module._Replay._advance
 
@@ -181,10 +247,13 @@ ONE_LANE, THREE_LANES = [("", 0, "jax")], [("gpu:0", 0, "jax"), ("gpu:1", 0, "ja
 
 @pytest.mark.parametrize(
     ("lanes", "capacity", "seed"),
-    [(ONE_LANE, 96 * MiB, seed) for seed in (2, 3, 4, 6, 7)] + [(THREE_LANES, 48 * MiB, seed) for seed in (0, 2, 6, 16, 20)],  # walks that move buffers twice or more
+    [(ONE_LANE, 96 * MiB, seed) for seed in (2, 3, 4, 6, 7)]
+    + [(THREE_LANES, 48 * MiB, seed) for seed in (0, 2, 6, 16, 20)],  # walks that move buffers twice or more
     ids=[f"one lane {seed}" for seed in (2, 3, 4, 6, 7)] + [f"three lanes {seed}" for seed in (0, 2, 6, 16, 20)],
 )
-def test_a_compacting_pool_moving_its_buffers_replays_as_the_first_loop_replayed_it(lanes: list[tuple[str, int, str]], capacity: int, seed: int) -> None:
+def test_a_compacting_pool_moving_its_buffers_replays_as_the_first_loop_replayed_it(
+    lanes: list[tuple[str, int, str]], capacity: int, seed: int
+) -> None:
     """The inline loops run a compacting pool too: where it moves its buffers (and where it moves
     them and still fails) every figure and map is the event loop's."""
     moved: list[bool] = []
@@ -206,7 +275,15 @@ def test_tensorflow_giving_regions_back_before_it_fails_leaves_its_pool_smaller_
     """TensorFlow's pool gives a wholly free region back before an allocation fails (bfc_allocator.cc
     DeallocateFreeRegions); where the device then cannot give a new one, the allocation fails with
     the pool smaller than before, and the replay (going on past it) sees the smaller pool."""
-    events = [(0, 1, 600 * MiB), (0, 2, 290 * MiB), (0, 3, 3 * MiB // 2), (1, 3, 3 * MiB // 2), (0, 4, 50 * MiB), (1, 1, 600 * MiB), (0, 5, MiB)]
+    events = [
+        (0, 1, 600 * MiB),
+        (0, 2, 290 * MiB),
+        (0, 3, 3 * MiB // 2),
+        (1, 3, 3 * MiB // 2),
+        (0, 4, 50 * MiB),
+        (1, 1, 600 * MiB),
+        (0, 5, MiB),
+    ]
     trace = Trace()
     for action, pointer, size in events:
         trace.add(action, pointer, size, source="tensorflow")

@@ -7,16 +7,24 @@ from pytest_devmem.errors import OutOfMemoryError
 from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.model.explain import oom_message
 from pytest_devmem.model.pool import BFCPool, Policy
-from pytest_devmem.units import format_short_of
-
-GiB = 2**30
+from pytest_devmem.units import GiB, format_short_of
 
 
 def test_a_256_byte_shortfall_hidden_by_rounding_is_shown_in_bytes() -> None:
     oom = {
-        "kind": "fragmentation", "allocator": "jax", "device": "gpu:0", "requested": 2 * GiB, "rounded": 2 * GiB,
-        "in_use": 256, "pool_bytes": 2 * GiB + 256 + 2 * GiB - 256, "largest_free_block": 2 * GiB - 256, "limit": 6 * GiB,
-        "fragmentation": 0.5, "capacity": 8 * GiB, "device_in_use": 256, "device_free": 2 * GiB,
+        "kind": "fragmentation",
+        "allocator": "jax",
+        "device": "gpu:0",
+        "requested": 2 * GiB,
+        "rounded": 2 * GiB,
+        "in_use": 256,
+        "pool_bytes": 2 * GiB + 256 + 2 * GiB - 256,
+        "largest_free_block": 2 * GiB - 256,
+        "limit": 6 * GiB,
+        "fragmentation": 0.5,
+        "capacity": 8 * GiB,
+        "device_in_use": 256,
+        "device_free": 2 * GiB,
     }
     text = oom_message(oom, None, "prealloc", "sim:8GiB")
     assert "largest free block 2.00 GiB (256 bytes short of the 2147483648 needed)" in text

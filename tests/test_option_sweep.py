@@ -17,7 +17,9 @@ def value_settings() -> list[str]:
 
 @pytest.mark.parametrize("where", ["cli", "ini", "env"])
 @pytest.mark.parametrize("name", value_settings())
-def test_hostile_values_never_crash_the_plugin(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, name: str, where: str) -> None:
+def test_hostile_values_never_crash_the_plugin(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, name: str, where: str
+) -> None:
     option = next(o for o in OPTIONS if o.name == name)
     pytester.makepyfile("def test_one(devmem):\n    devmem.pool.alloc(1024)\n")
     for value in BAD_VALUES:
@@ -32,7 +34,9 @@ def test_hostile_values_never_crash_the_plugin(pytester: pytest.Pytester, monkey
             monkeypatch.setenv(option.env, value)
         result = pytester.runpytest_inprocess(*args)
         output = result.stdout.str() + result.stderr.str()
-        allowed = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.USAGE_ERROR) + ((pytest.ExitCode.NO_TESTS_COLLECTED,) if name == "only" else ())  # --devmem-only deselects the unmarked test
+        allowed = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.USAGE_ERROR) + (
+            (pytest.ExitCode.NO_TESTS_COLLECTED,) if name == "only" else ()
+        )  # --devmem-only deselects the unmarked test
         assert result.ret in allowed, (value[:40], output[-2000:])
         assert "INTERNALERROR" not in output and "Traceback" not in output, (value[:40], output[-2000:])
         if result.ret == pytest.ExitCode.USAGE_ERROR:

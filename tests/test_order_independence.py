@@ -91,7 +91,17 @@ def pytest_collection_modifyitems(session, config, items):
         items.reverse()
 """
 
-COMPARED = ("outcome", "peak_bytes_in_use", "peak_bytes_reserved", "fragmentation", "worst_fragmentation", "oom", "compiles", "leaked_bytes", "failed_by_devmem")
+COMPARED = (
+    "outcome",
+    "peak_bytes_in_use",
+    "peak_bytes_reserved",
+    "fragmentation",
+    "worst_fragmentation",
+    "oom",
+    "compiles",
+    "leaked_bytes",
+    "failed_by_devmem",
+)
 
 
 TENSORFLOW_RUN_TO_RUN = 1024
@@ -105,7 +115,11 @@ def same(found: dict[str, dict[str, object]], expected: dict[str, dict[str, obje
     for test, figures_found in found.items():
         wanted = expected[test]
         if "test_tf_" in test:
-            if figures_found["outcome"] != wanted["outcome"] or abs(int(figures_found["peak_bytes_in_use"]) - int(wanted["peak_bytes_in_use"])) > TENSORFLOW_RUN_TO_RUN:  # type: ignore[call-overload]
+            if (
+                figures_found["outcome"] != wanted["outcome"]
+                or abs(int(figures_found["peak_bytes_in_use"]) - int(wanted["peak_bytes_in_use"]))
+                > TENSORFLOW_RUN_TO_RUN
+            ):  # type: ignore[call-overload]
                 return False
         elif figures_found != wanted:
             return False
@@ -116,12 +130,19 @@ def figures(report: Path) -> dict[str, dict[str, object]]:
     """Per test: its verdict and figures, and what held memory at its peak (by name)."""
     records = json.loads(report.read_text())["records"]
     return {
-        r["test_id"]: {**{key: r.get(key) for key in COMPARED}, "at_peak": (r.get("trace") or {}).get("at_peak"), "devices": r.get("devices"), "needed": (r.get("trace") or {}).get("needed")}
+        r["test_id"]: {
+            **{key: r.get(key) for key in COMPARED},
+            "at_peak": (r.get("trace") or {}).get("at_peak"),
+            "devices": r.get("devices"),
+            "needed": (r.get("trace") or {}).get("needed"),
+        }
         for r in records
     }
 
 
-def test_forward_reverse_alone_shards_and_xdist_give_the_same_records(jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_forward_reverse_alone_shards_and_xdist_give_the_same_records(
+    jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("tensorflow")
     pytest.importorskip("pytest_split", reason="pytest-split (the test-tools extra) is not installed")
     pytester.makepyfile(test_suite=SUITE)

@@ -15,8 +15,7 @@ from pytest_devmem.model.pool import Policy
 from pytest_devmem.model.timeline import build_view, thin
 from pytest_devmem.model.trace import Trace, TraceEvent
 from pytest_devmem.present.plot import render_html
-
-MiB = 2**20
+from pytest_devmem.units import MiB
 
 
 def view_of(trace: Trace, mode: str = "growth", capacity: int = 2**30):  # type: ignore[no-untyped-def]
@@ -25,18 +24,23 @@ def view_of(trace: Trace, mode: str = "growth", capacity: int = 2**30):  # type:
 
 
 def test_the_view_follows_the_machine_and_names_the_holders_at_each_devices_peak() -> None:
-    trace = Trace([
-        TraceEvent("allocate", 1, 4 * MiB, source="jax", label="jit(layer)", device="cpu:0"),
-        TraceEvent("allocate", 2, 8 * MiB, source="jax", label="jit(layer) temp", device="cpu:0"),
-        TraceEvent("free", 2, 8 * MiB, source="jax", device="cpu:0"),
-        TraceEvent("allocate", 3, MiB, source="pool", device="cpu:1"),
-    ])
+    trace = Trace(
+        [
+            TraceEvent("allocate", 1, 4 * MiB, source="jax", label="jit(layer)", device="cpu:0"),
+            TraceEvent("allocate", 2, 8 * MiB, source="jax", label="jit(layer) temp", device="cpu:0"),
+            TraceEvent("free", 2, 8 * MiB, source="jax", device="cpu:0"),
+            TraceEvent("allocate", 3, MiB, source="pool", device="cpu:1"),
+        ]
+    )
     view = view_of(trace)
     first, second = view.lanes
     assert (first.device, first.in_use, first.events) == ("cpu:0", [4 * MiB, 12 * MiB, 4 * MiB], [0, 1, 2])
     assert first.peak_event == 1 and first.peak_in_use == 12 * MiB and view.peak_in_use == 12 * MiB
     assert first.at_peak == {"jit(layer) temp": 8 * MiB, "jit(layer)": 4 * MiB}
-    assert {chunk.owner for pool in first.pools_at_peak for chunk in pool.chunks} - {""} == {"jit(layer) temp", "jit(layer)"}
+    assert {chunk.owner for pool in first.pools_at_peak for chunk in pool.chunks} - {""} == {
+        "jit(layer) temp",
+        "jit(layer)",
+    }
     assert sum(size for pool in first.pools_at_peak for size in pool.region_sizes) == first.reserved[1]
     assert (second.device, second.in_use, second.at_peak) == ("cpu:1", [MiB], {"pool": MiB})
 
@@ -58,10 +62,14 @@ def test_a_long_trace_keeps_its_true_peak_when_thinned() -> None:
     assert thin(list(range(10)), [0] * 10) == list(range(10))  # short series are drawn whole
 
 
-def test_an_out_of_memory_trace_is_drawn_as_one_and_replay_agrees(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_out_of_memory_trace_is_drawn_as_one_and_replay_agrees(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from pytest_devmem.cli import main
 
-    trace = Trace([TraceEvent("allocate", 1, 600 * MiB, source="jax"), TraceEvent("allocate", 2, 600 * MiB, source="jax")])
+    trace = Trace(
+        [TraceEvent("allocate", 1, 600 * MiB, source="jax"), TraceEvent("allocate", 2, 600 * MiB, source="jax")]
+    )
     path = tmp_path / "t.csv"
     trace.write_csv(path)
     assert main(["replay", str(path), "--mode", "prealloc", "--device", "sim:1GiB"]) == 1
@@ -71,7 +79,9 @@ def test_an_out_of_memory_trace_is_drawn_as_one_and_replay_agrees(tmp_path: Path
     assert "out of memory at event 1: JAX asked 600.00 MiB on cpu:0" in page and "when it ran out of memory" in page
 
 
-def test_devmem_plot_draws_a_real_jax_test_as_png_and_html(jax_loaded: object, matplotlib_loaded: object, pytester: pytest.Pytester) -> None:
+def test_devmem_plot_draws_a_real_jax_test_as_png_and_html(
+    jax_loaded: object, matplotlib_loaded: object, pytester: pytest.Pytester
+) -> None:
     pytester.makepyfile(
         """
         import jax
@@ -85,7 +95,9 @@ def test_devmem_plot_draws_a_real_jax_test_as_png_and_html(jax_loaded: object, m
             forward_layer(jnp.ones((512, 512)), jnp.ones((512, 1024))).block_until_ready()
         """
     )
-    pytester.runpytest_inprocess("--devmem-mode=growth", "--devmem-traces=traces", "--devmem-report=r.json").assert_outcomes(passed=1)
+    pytester.runpytest_inprocess(
+        "--devmem-mode=growth", "--devmem-traces=traces", "--devmem-report=r.json"
+    ).assert_outcomes(passed=1)
     from pytest_devmem.cli import main
 
     png, page = pytester.path / "layer.png", pytester.path / "layer.html"
@@ -101,7 +113,16 @@ def test_devmem_plot_says_what_is_missing(tmp_path: Path, capsys: pytest.Capture
     from pytest_devmem.cli import main
 
     report = tmp_path / "r.json"
-    report.write_text(json.dumps({"format": "pytest-devmem-report", "version": 1, "session": {"device_capacity_bytes": 2**30}, "records": [{"test_id": "t", "trace": {"events": 3}}]}))
+    report.write_text(
+        json.dumps(
+            {
+                "format": "pytest-devmem-report",
+                "version": 1,
+                "session": {"device_capacity_bytes": 2**30},
+                "records": [{"test_id": "t", "trace": {"events": 3}}],
+            }
+        )
+    )
     assert main(["plot", str(report), "-o", str(tmp_path / "x.html")]) == 2
     assert "no record has a trace file: run pytest with --devmem-traces=DIR" in capsys.readouterr().err
     trace = tmp_path / "t.csv"
@@ -109,7 +130,9 @@ def test_devmem_plot_says_what_is_missing(tmp_path: Path, capsys: pytest.Capture
     assert main(["plot", str(trace), "-o", str(tmp_path / "x.svg")]) == 2
     assert "must end in .png or .html" in capsys.readouterr().err
     assert main(["plot", str(trace), "--mode", "growth", "-o", str(tmp_path / "x.html")]) == 0
-    assert main(["plot", str(report), "--mode", "growth", "-o", str(tmp_path / "x.html")]) == 2  # never ignored silently
+    assert (
+        main(["plot", str(report), "--mode", "growth", "-o", str(tmp_path / "x.html")]) == 2
+    )  # never ignored silently
     assert "--mode applies only to a trace file (.csv)" in capsys.readouterr().err
     assert main(["plot", str(report), "--test", "nowhere", "-o", str(tmp_path / "x.html")]) == 2
     assert "no record's test id contains 'nowhere'" in capsys.readouterr().err
@@ -125,24 +148,36 @@ def test_a_trace_with_no_events_is_drawn_as_png_and_html(matplotlib_loaded: obje
     assert (tmp_path / "e.png").stat().st_size > 0
 
 
-def test_events_naming_no_device_are_on_device_0_of_the_traces_platform(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_events_naming_no_device_are_on_device_0_of_the_traces_platform(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The fixture's pool names no device; beside a GPU's JAX events it was on gpu:0, whichever machine replays it."""
     from pytest_devmem.cli import main
 
     trace = tmp_path / "gpu.csv"
-    Trace([
-        TraceEvent("allocate", 1, 8 * 2**30, source="jax", device="gpu:0"),
-        TraceEvent("allocate", 2, 8 * 2**30, source="pool"),
-    ]).write_csv(trace)
-    assert main(["replay", str(trace), "--mode", "prealloc", "--device", "sim:16GiB"]) == 1  # one device: they do not fit
+    Trace(
+        [
+            TraceEvent("allocate", 1, 8 * 2**30, source="jax", device="gpu:0"),
+            TraceEvent("allocate", 2, 8 * 2**30, source="pool"),
+        ]
+    ).write_csv(trace)
+    assert (
+        main(["replay", str(trace), "--mode", "prealloc", "--device", "sim:16GiB"]) == 1
+    )  # one device: they do not fit
     assert "on gpu:0" in capsys.readouterr().out
 
 
 def test_a_test_failing_the_gate_leaves_its_trace_and_picture(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_big(devmem):\n    devmem.pool.alloc(3 * 2**20)\n")
-    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-limit=1MiB", "--devmem-artifacts=artifacts")
+    result = pytester.runpytest_inprocess(
+        "--devmem-mode=prealloc", "--devmem-limit=1MiB", "--devmem-artifacts=artifacts"
+    )
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*artifacts: artifacts/test_a_test_failing_the_gate_leaves_its_trace_and_picture.py_test_big?prealloc?--*.html (timeline and memory map)*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*artifacts: artifacts/test_a_test_failing_the_gate_leaves_its_trace_and_picture.py_test_big?prealloc?--*.html (timeline and memory map)*"
+        ]
+    )
     left = sorted(p.suffix for p in (pytester.path / "artifacts").iterdir())
     assert left == [".csv", ".html"]
 
@@ -156,7 +191,12 @@ def _svg_ys(svg: str, element: str) -> list[float]:
 def test_a_lane_draws_held_with_in_use_on_one_scale_and_numbers_its_events() -> None:
     """36 MiB in use under a 12 GiB reservation: in use has a panel of its own scale, and in the
     held panel both share one scale, so in use is never drawn above what holds it."""
-    trace = Trace([TraceEvent("allocate", 1, 36 * MiB, source="jax", label="jit(step)", device="cpu:0"), TraceEvent("free", 1, 36 * MiB, source="jax", device="cpu:0")])
+    trace = Trace(
+        [
+            TraceEvent("allocate", 1, 36 * MiB, source="jax", label="jit(step)", device="cpu:0"),
+            TraceEvent("free", 1, 36 * MiB, source="jax", device="cpu:0"),
+        ]
+    )
     html = render_html(view_of(trace, "prealloc", 16 * 2**30), "t")
     held_band = html.split("held from the device (grey", 1)[1].split("</svg>", 1)[0]
     held_top = min(_svg_ys(held_band, "polygon"))
@@ -166,20 +206,31 @@ def test_a_lane_draws_held_with_in_use_on_one_scale_and_numbers_its_events() -> 
     assert "36 MiB</text>" in in_use_band and "12 GiB</text>" in held_band  # each band's axis in its one unit
     assert ">event</text>" in held_band and "text-anchor='middle'>0</text>" in held_band  # the x axis is numbered
     heading = html.split("<h3>", 2)[1]
-    assert heading.startswith("cpu:0: peak in use 36.00 MiB at event 0 (jit(step) 36.00 MiB)")  # named above the lane, not over it
+    assert heading.startswith(
+        "cpu:0: peak in use 36.00 MiB at event 0 (jit(step) 36.00 MiB)"
+    )  # named above the lane, not over it
 
 
-def test_the_failure_artifact_shows_the_baseline_beside_the_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytester.makepyfile(test_layer="import os\n\ndef test_layer(devmem):\n    devmem.pool.alloc(int(os.environ['LAYER_MIB']) * 2**20)\n")
+def test_the_failure_artifact_shows_the_baseline_beside_the_run(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(
+        test_layer="import os\n\ndef test_layer(devmem):\n    devmem.pool.alloc(int(os.environ['LAYER_MIB']) * 2**20)\n"
+    )
     monkeypatch.setenv("LAYER_MIB", "8")
     pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-update").assert_outcomes(passed=1)
-    stored = json.loads((pytester.path / "baselines" / "sim-16GiB" / "test_layer.py.json").read_text())["records"]["test_layer.py::test_layer"]["prealloc"]
+    stored = json.loads((pytester.path / "baselines" / "sim-16GiB" / "test_layer.py.json").read_text())["records"][
+        "test_layer.py::test_layer"
+    ]["prealloc"]
     assert stored["profile"] == {"device": "cpu:0", "events": 1, "in_use": "0:0 0:8388608"}
     monkeypatch.setenv("LAYER_MIB", "16")
     pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-artifacts=artifacts").assert_outcomes(failed=1)
     (picture,) = (pytester.path / "artifacts").glob("*.html")
     html = picture.read_text()
-    assert "<h2>Baseline beside this run</h2><p>baselines/sim-16GiB/test_layer.py.json: peak in use 8.00 MiB; this run: 16.00 MiB on cpu:0.</p>" in html
+    assert (
+        "<h2>Baseline beside this run</h2><p>baselines/sim-16GiB/test_layer.py.json: peak in use 8.00 MiB; this run: 16.00 MiB on cpu:0.</p>"
+        in html
+    )
     assert "cpu:0 at the baseline: bytes in use over its 1 event," in html
     assert "<tr><td>pool</td><td>8.00 MiB</td><td>16.00 MiB</td></tr>" in html  # the holders at both peaks
 
@@ -191,16 +242,25 @@ def test_the_fragmentation_map_is_drawn_where_memory_is_still_held() -> None:
     tenth of the peak, with the summaries that pin its holes outlined."""
     events = []
     for i in range(4):
-        events += [TraceEvent("allocate", 2 * i + 1, 10 * MiB, source="pool", label=f"activation {i}"), TraceEvent("allocate", 2 * i + 2, 256 * 1024, source="pool", label=f"summary {i}")]
+        events += [
+            TraceEvent("allocate", 2 * i + 1, 10 * MiB, source="pool", label=f"activation {i}"),
+            TraceEvent("allocate", 2 * i + 2, 256 * 1024, source="pool", label=f"summary {i}"),
+        ]
     events += [TraceEvent("free", 2 * i + 1, 10 * MiB, source="pool") for i in range(4)]
     trace = Trace(events)
     policy = Policy.of("fraction", "0.05")
     setups = setups_for(policy, 2**30)
     run = run_machine(trace, setups, MachineSpec(2**30, "sim:1GiB"), timeline=True)
     replayed = build_view(run, trace, policy.label).lanes[0]
-    assert (replayed.worst_map_event, round(replayed.worst_fragmentation or 0, 2)) == (11, 0.80)  # the replay's own worst moment
+    assert (replayed.worst_map_event, round(replayed.worst_fragmentation or 0, 2)) == (
+        11,
+        0.80,
+    )  # the replay's own worst moment
     lane = build_view(run, trace, policy.label, setups).lanes[0]
     assert lane.worst_map_event == 10 and round(lane.map_fragmentation or 0, 2) == 0.75
     held = sum(chunk.size for pool in lane.pools_at_worst for chunk in pool.chunks if chunk.owner)
     assert held >= lane.peak_in_use // 10 and len(lane.pins) == 2
-    assert "memory map of cpu:0 at its most fragmented while it held memory (event 10, fragmentation 0.75)" in render_html(build_view(run, trace, policy.label, setups), "t")
+    assert (
+        "memory map of cpu:0 at its most fragmented while it held memory (event 10, fragmentation 0.75)"
+        in render_html(build_view(run, trace, policy.label, setups), "t")
+    )

@@ -10,10 +10,10 @@ import pytest
 
 from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.model.pool import Policy, TracingPool, make_pool, replay
+from pytest_devmem.units import MiB
 
 pytestmark = pytest.mark.slow  # JAX and TensorFlow together, xdist workers and subprocesses: 2-10 s a test
 
-MiB = 2**20
 
 TF_FIRST = """
 import pytest
@@ -40,35 +40,49 @@ def test_jax_first():
 """
 
 
-def test_tensorflow_first_starves_jax_and_the_fix_is_proven(jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tensorflow_first_starves_jax_and_the_fix_is_proven(
+    jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)
     pytester.makepyfile(TF_FIRST)
-    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:2GiB", "--devmem-report=r.json")
+    result = pytester.runpytest_inprocess(
+        "--devmem-mode=prealloc", "--devmem-device=sim:2GiB", "--devmem-report=r.json"
+    )
     result.assert_outcomes(failed=1)
     # sim:2GiB: a 256 MiB context (an eighth of the device); TensorFlow then sees 1.75 GiB free, under
     # 2 GiB, so it keeps 225 MiB (gpu_device.cc MinSystemMemory) and takes the other 1.53 GiB
-    result.stdout.fnmatch_lines([
-        "*out of device memory under regime prealloc on sim:2GiB: JAX could not allocate 256.00 MiB (268435456 bytes) for jit(broadcast_in_dim) on cpu:0 -- another tenant*",
-        "*cpu:0 (2.00 GiB): *also held: TensorFlow 1.53 GiB, CUDA context 256.00 MiB*",
-        "*started in this order: TensorFlow, then JAX*",
-        "*TensorFlow (default: all free memory but the system reserve): limit 1.53 GiB, took 1.53 GiB at its first allocation*",
-        "*JAX (preallocate, XLA_CLIENT_MEM_FRACTION=0.75): limit 1.50 GiB, took * at its first allocation (asked 1.50 GiB, backed off: the device had no more)*",
-        "*fix (each replayed on this trace): set TF_FORCE_GPU_ALLOW_GROWTH=true, or hide the GPU from TensorFlow*",
-        "*out of device memory: 1 test(s): *test_tf_first (tenant)*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*out of device memory under regime prealloc on sim:2GiB: JAX could not allocate 256.00 MiB (268435456 bytes) for jit(broadcast_in_dim) on cpu:0 -- another tenant*",
+            "*cpu:0 (2.00 GiB): *also held: TensorFlow 1.53 GiB, CUDA context 256.00 MiB*",
+            "*started in this order: TensorFlow, then JAX*",
+            "*TensorFlow (default: all free memory but the system reserve): limit 1.53 GiB, took 1.53 GiB at its first allocation*",
+            "*JAX (preallocate, XLA_CLIENT_MEM_FRACTION=0.75): limit 1.50 GiB, took * at its first allocation (asked 1.50 GiB, backed off: the device had no more)*",
+            "*fix (each replayed on this trace): set TF_FORCE_GPU_ALLOW_GROWTH=true, or hide the GPU from TensorFlow*",
+            "*out of device memory: 1 test(s): *test_tf_first (tenant)*",
+        ]
+    )
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
-    assert record["oom"]["kind"] == "tenant" and record["oom"]["allocator"] == "jax" and record["oom"]["device"] == "cpu:0"
+    assert (
+        record["oom"]["kind"] == "tenant" and record["oom"]["allocator"] == "jax" and record["oom"]["device"] == "cpu:0"
+    )
     assert record["trace"]["order"] == ["tensorflow", "jax"]
     assert [a["allocator"] for a in record["devices"][0]["allocators"]] == ["tensorflow", "jax"]
     assert record["baseline"]["status"] == "out of memory"  # never "new", "ok" or "improved"
-    monkeypatch.setenv("TF_FORCE_GPU_ALLOW_GROWTH", "true")  # the proven fix; TensorFlow's own variable, which the regime keeps
+    monkeypatch.setenv(
+        "TF_FORCE_GPU_ALLOW_GROWTH", "true"
+    )  # the proven fix; TensorFlow's own variable, which the regime keeps
     pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:2GiB").assert_outcomes(passed=1)
 
 
-def test_jax_first_with_a_small_tensorflow_step_passes(jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_jax_first_with_a_small_tensorflow_step_passes(
+    jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)
     pytester.makepyfile(JAX_FIRST)
-    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:4GiB", "--devmem-report=r.json")
+    result = pytester.runpytest_inprocess(
+        "--devmem-mode=prealloc", "--devmem-device=sim:4GiB", "--devmem-report=r.json"
+    )
     result.assert_outcomes(passed=1)
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
     assert record["oom"] is None and record["trace"]["order"] == ["jax", "tensorflow"]
@@ -79,10 +93,14 @@ def test_jax_first_with_a_small_tensorflow_step_passes(jax_loaded: object, tenso
     assert tensorflow["limit"] == 512 * MiB - 225 * MiB
 
 
-def test_the_cuda_context_size_is_the_users_to_set(jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cuda_context_size_is_the_users_to_set(
+    jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)
     pytester.makepyfile(JAX_FIRST)
-    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:4GiB", "--devmem-cuda-context=300MiB", "--devmem-report=r.json").assert_outcomes(passed=1)
+    pytester.runpytest_inprocess(
+        "--devmem-mode=prealloc", "--devmem-device=sim:4GiB", "--devmem-cuda-context=300MiB", "--devmem-report=r.json"
+    ).assert_outcomes(passed=1)
     device = json.loads((pytester.path / "r.json").read_text())["records"][0]["devices"][0]
     assert device["context_bytes"] == 300 * MiB
     assert device["allocators"][1]["limit"] == 4 * 2**30 - 3 * 2**30 - 300 * MiB - 225 * MiB
@@ -112,7 +130,9 @@ def test_three_xdist_workers_split_the_fraction_by_default(pytester: pytest.Pyte
     pytester.makepyfile(WORKER_TEST + "\n    assert os.environ['XLA_CLIENT_MEM_FRACTION'] == '0.25'\n")
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "-n", "3", "--devmem-report=r.json")
     result.assert_outcomes(passed=6)
-    result.stdout.fnmatch_lines(["*xdist: 3 workers share one device: each gets fraction 0.25 (prealloc's 0.75 split 3 ways)*"])
+    result.stdout.fnmatch_lines(
+        ["*xdist: 3 workers share one device: each gets fraction 0.25 (prealloc's 0.75 split 3 ways)*"]
+    )
     records = json.loads((pytester.path / "r.json").read_text())["records"]
     assert {r["regime"] for r in records} == {"prealloc"}  # baselines keep the session regime's name
 
@@ -121,10 +141,12 @@ def test_three_xdist_workers_at_a_chosen_point_75_are_warned(pytester: pytest.Py
     pytester.makepyfile(WORKER_TEST)
     result = pytester.runpytest_inprocess("--devmem-mode=fraction", "--devmem-fraction=.75", "-n", "3")
     result.assert_outcomes(passed=6)
-    result.stdout.fnmatch_lines([
-        "*3 pytest-xdist workers x fraction 0.75 = 2.25 of one device: they cannot all fit; use --devmem-fraction=0.33 or less*"
-        "each JAX preallocation backs off to what is left: worker 1 12.00 GiB, worker 2 2.75 GiB, worker 3 0 B*"  # the third cannot even create its context
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*3 pytest-xdist workers x fraction 0.75 = 2.25 of one device: they cannot all fit; use --devmem-fraction=0.33 or less*"
+            "each JAX preallocation backs off to what is left: worker 1 12.00 GiB, worker 2 2.75 GiB, worker 3 0 B*"  # the third cannot even create its context
+        ]
+    )
 
 
 TRACE_TEST = """
@@ -155,19 +177,33 @@ def replay_workload(fraction: float | None, capacity: int, mode: str = "fraction
 def test_min_fraction_and_what_if_are_confirmed_by_replay(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(TRACE_TEST)
     result = pytester.runpytest_inprocess(
-        "--devmem-mode=prealloc", "--devmem-device=sim:1GiB", "--devmem-find-min-fraction", "--devmem-what-if=160MiB", "--devmem-report=r.json"
+        "--devmem-mode=prealloc",
+        "--devmem-device=sim:1GiB",
+        "--devmem-find-min-fraction",
+        "--devmem-what-if=160MiB",
+        "--devmem-report=r.json",
     )
     result.assert_outcomes(passed=2)
     records = {r["test_id"].split("::")[-1]: r for r in json.loads((pytester.path / "r.json").read_text())["records"]}
     answer = records["test_workload"]["analysis"]["min_fraction"]
-    result.stdout.fnmatch_lines(["*smallest prealloc fraction that passes (traces replayed on sim:1GiB):*", f"*test_workload ?prealloc?: {answer:.2f}*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*smallest prealloc fraction that passes (traces replayed on sim:1GiB):*",
+            f"*test_workload ?prealloc?: {answer:.2f}*",
+        ]
+    )
     assert replay_workload(answer, 2**30)  # passes at the answer
     assert not replay_workload(round(answer - 0.01, 2), 2**30)  # and not one hundredth below
     assert records["test_small"]["analysis"]["min_fraction"] == 0.01  # the search's floor, and it says so
     assert records["test_small"]["analysis"]["min_fraction_at_floor"] is True
     assert records["test_workload"]["analysis"]["min_fraction_at_floor"] is False
     result.stdout.fnmatch_lines(["*test_small ?prealloc?: 0.01 or less (the search stops at 0.01)*"])
-    result.stdout.fnmatch_lines(["*what if the device had 160.00 MiB: 1 of 2 replayed test(s) would run out of memory*", "*test_workload ?prealloc?: event 1: pool could not allocate 40.00 MiB on cpu:0 (its regime's limit is too low)*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*what if the device had 160.00 MiB: 1 of 2 replayed test(s) would run out of memory*",
+            "*test_workload ?prealloc?: event 1: pool could not allocate 40.00 MiB on cpu:0 (its regime's limit is too low)*",
+        ]
+    )
     assert records["test_workload"]["analysis"]["what_if"]["ok"] is False
     assert records["test_small"]["analysis"]["what_if"]["ok"] is True
     assert not replay_workload(None, 160 * MiB, "prealloc")
@@ -201,15 +237,21 @@ def test_real_tensorflow_first_jax_oom_on_a_gpu_is_reported_with_the_fix(pyteste
     )
     result = pytester.runpytest_subprocess("--devmem-mode=prealloc", "--devmem-device=cuda:0")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*RESOURCE_EXHAUSTED*", "*out of device memory*", "*started in this order: TensorFlow, then JAX*", "*fix*"])
+    result.stdout.fnmatch_lines(
+        ["*RESOURCE_EXHAUSTED*", "*out of device memory*", "*started in this order: TensorFlow, then JAX*", "*fix*"]
+    )
 
 
-def test_a_test_that_fails_anyway_gets_the_out_of_memory_result_as_a_section(jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_test_that_fails_anyway_gets_the_out_of_memory_result_as_a_section(
+    jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)
     pytester.makepyfile(TF_FIRST.replace("== 2.0", "== 3.0"))
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:2GiB")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*AssertionError*", "*pytest-devmem*", "*JAX could not allocate 256.00 MiB*another tenant*"])
+    result.stdout.fnmatch_lines(
+        ["*AssertionError*", "*pytest-devmem*", "*JAX could not allocate 256.00 MiB*another tenant*"]
+    )
 
 
 def test_what_jax_prints_as_its_backends_start_stays_in_the_tests_captured_output(pytester: pytest.Pytester) -> None:
@@ -265,21 +307,27 @@ def test_a_worker_interrupted_in_jaxs_gc_callback_at_shutdown_prints_no_warning(
                 gc.callbacks.remove(another_callback)
         """
     )
-    pytester.makepyfile("def test_one(devmem):\n    devmem.pool.alloc(2**20)\n\ndef test_two(devmem):\n    devmem.pool.alloc(2**20)\n")
+    pytester.makepyfile(
+        "def test_one(devmem):\n    devmem.pool.alloc(2**20)\n\ndef test_two(devmem):\n    devmem.pool.alloc(2**20)\n"
+    )
     result = pytester.runpytest_subprocess("-n", "2", "--devmem-mode=ondemand", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
     output = result.stdout.str() + result.stderr.str()
     assert "_xla_gc_callback" not in output and "still reported" in output
 
 
-def test_the_header_says_when_the_plugin_set_tensorflows_inter_op_threads(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_header_says_when_the_plugin_set_tensorflows_inter_op_threads(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """TF_NUM_INTEROP_THREADS=1 changes how TensorFlow runs a graph: set by the plugin, it is said,
     as the oneDNN setting is; set by the user, it is theirs and unsaid."""
     pytest.importorskip("tensorflow")
     monkeypatch.delenv("TF_NUM_INTEROP_THREADS", raising=False)
     pytester.makepyfile("def test_nothing():\n    pass\n")
     result = pytester.runpytest_subprocess("--devmem-mode=prealloc", "-p", "no:cacheprovider")
-    result.stdout.fnmatch_lines(["devmem: TensorFlow's inter-op threads: 1 (TF_NUM_INTEROP_THREADS=1, set by pytest-devmem*"])
+    result.stdout.fnmatch_lines(
+        ["devmem: TensorFlow's inter-op threads: 1 (TF_NUM_INTEROP_THREADS=1, set by pytest-devmem*"]
+    )
     monkeypatch.setenv("TF_NUM_INTEROP_THREADS", "4")
     yours = pytester.runpytest_subprocess("--devmem-mode=prealloc", "-p", "no:cacheprovider")
     assert "inter-op threads" not in yours.stdout.str()

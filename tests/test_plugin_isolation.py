@@ -13,7 +13,7 @@ def test_fraction_marker_runs_in_a_child_with_the_jax_variable_set_before_jax_st
         """
         import os
         import pytest
-        from pytest_devmem.model.regime import jax_backend_started
+        from pytest_devmem.capture.jax_backend import jax_backend_started
 
         @pytest.mark.devmem(fraction=.5)
         def test_child():
@@ -30,7 +30,14 @@ def test_fraction_marker_runs_in_a_child_with_the_jax_variable_set_before_jax_st
     )
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "-rA")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*AssertionError: show me the output*", "*Captured stdout call*", "CHILD PID *", "*isolated regimes: fraction=0.5 (1 child process(es))*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*AssertionError: show me the output*",
+            "*Captured stdout call*",
+            "CHILD PID *",
+            "*isolated regimes: fraction=0.5 (1 child process(es))*",
+        ]
+    )
     child_pid = int(next(line for line in result.outlines if line.startswith("CHILD PID")).split()[-1])
     assert child_pid != os.getpid()
 
@@ -93,10 +100,12 @@ def test_child_crash_fails_that_test_and_the_session_goes_on(pytester: pytest.Py
     )
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc")
     result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines([
-        "*the child process for regime growth died while running this test: killed by SIGKILL (signal 9) (a real out-of-memory kill looks like this)*",
-        "*isolated regimes: growth (2 child process(es))*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*the child process for regime growth died while running this test: killed by SIGKILL (signal 9) (a real out-of-memory kill looks like this)*",
+            "*isolated regimes: growth (2 child process(es))*",
+        ]
+    )
 
 
 def test_skips_xfails_and_records_come_back(pytester: pytest.Pytester) -> None:
@@ -120,7 +129,9 @@ def test_skips_xfails_and_records_come_back(pytester: pytest.Pytester) -> None:
     )
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "-rsx", "--devmem-report=r.json")
     result.assert_outcomes(passed=1, skipped=1, xfailed=1)
-    result.stdout.fnmatch_lines(["*test_measured*ondemand*5.00 MiB*", "*SKIPPED*no accelerator today*", "*XFAIL*known leak*"])
+    result.stdout.fnmatch_lines(
+        ["*test_measured*ondemand*5.00 MiB*", "*SKIPPED*no accelerator today*", "*XFAIL*known leak*"]
+    )
     import json
 
     records = json.loads((pytester.path / "r.json").read_text())["records"]
@@ -168,7 +179,9 @@ def test_marked_tests_run_in_children_under_xdist(pytester: pytest.Pytester) -> 
     result.assert_outcomes(passed=2)
 
 
-def test_a_child_starts_from_the_users_variables_not_the_parents_regime(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_child_starts_from_the_users_variables_not_the_parents_regime(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)
     pytester.makepyfile(
         """
@@ -247,10 +260,14 @@ def test_an_isolated_test_that_hangs_fails_alone_under_pytest_timeout(pytester: 
         (["--cov", "--timeout=5", "tests"], ["--timeout=5"]),
     ],
 )
-def test_parent_arguments_keep_options_and_drop_paths_and_the_parents_files(args: list[str], expected: list[str]) -> None:
+def test_parent_arguments_keep_options_and_drop_paths_and_the_parents_files(
+    args: list[str], expected: list[str]
+) -> None:
     from types import SimpleNamespace
 
     from pytest_devmem.plugin.isolation import parent_arguments
 
-    config = SimpleNamespace(option=SimpleNamespace(file_or_dir=["tests"]), invocation_params=SimpleNamespace(args=tuple(args)))
+    config = SimpleNamespace(
+        option=SimpleNamespace(file_or_dir=["tests"]), invocation_params=SimpleNamespace(args=tuple(args))
+    )
     assert parent_arguments(config) == expected  # type: ignore[arg-type]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 
@@ -32,12 +33,17 @@ def test_jax_peak_doubles_when_the_test_allocates_twice_as_much(jax_loaded: obje
     result.assert_outcomes(passed=2)
     records = records_by_test(pytester)
     one, two = records["test_alloc[1]"], records["test_alloc[2]"]
-    assert one["sources"]["jax"] == {"available": False, "note": "JAX keeps no memory statistics on cpu; its allocations are in the trace"}
+    assert one["sources"]["jax"] == {
+        "available": False,
+        "note": "JAX keeps no memory statistics on cpu; its allocations are in the trace",
+    }
     assert one["trace"]["by_source"]["jax"]["peak_live_bytes"] >= 16_000_000  # x and y, 8 MB each
     assert 1.8 < two["peak_bytes_in_use"] / one["peak_bytes_in_use"] < 2.2
 
 
-def test_tensorflow_peak_doubles_when_the_test_allocates_twice_as_much(tensorflow_loaded: object, pytester: pytest.Pytester) -> None:
+def test_tensorflow_peak_doubles_when_the_test_allocates_twice_as_much(
+    tensorflow_loaded: object, pytester: pytest.Pytester
+) -> None:
     pytester.makepyfile(
         """
         import pytest
@@ -82,7 +88,11 @@ def test_report_formats(pandas_loaded: object, pytester: pytest.Pytester, suffix
         assert pool["peak_bytes_in_use"] == 3 * 2**20
         assert pool["sources"]["pool"]["figures"]["peak_pool_bytes"] == 12 * 2**30
         nothing = next(r for r in data["records"] if r["test_id"].endswith("test_nothing"))
-        assert nothing["sources"]["pool"] == {"available": False, "unused": True, "note": "the test did not use the devmem fixture"}
+        assert nothing["sources"]["pool"] == {
+            "available": False,
+            "unused": True,
+            "note": "the test did not use the devmem fixture",
+        }
     elif suffix == ".csv":
         rows = list(csv.DictReader(text.splitlines()))
         assert [row["test_id"].split("::")[-1] for row in rows] == ["test_nothing", "test_pool"]
@@ -130,12 +140,24 @@ def test_a_run_that_uses_no_framework_imports_none(pytester: pytest.Pytester) ->
     nothing = records_by_test(pytester)["test_nothing"]
     assert nothing["peak_bytes_in_use"] == 0 and nothing["trace"]["events"] == 0  # traced, and it allocated nothing
     assert nothing["fragmentation"] is None  # no pool was used: no fragmentation to speak of
-    assert nothing["sources"]["jax"] == {"available": False, "unused": True, "note": "JAX was not imported by this test"}
+    assert nothing["sources"]["jax"] == {
+        "available": False,
+        "unused": True,
+        "note": "JAX was not imported by this test",
+    }
 
 
 def test_plugin_loads_through_its_entry_point() -> None:
-    output = subprocess.run([sys.executable, "-m", "pytest", "--version", "--version"], capture_output=True, text=True).stdout
-    assert "pytest-devmem" in output or "devmem" in output
+    """pytest lists the plugins its entry points loaded as `NAME-VERSION at PATH`; without the plugin (`-p no:devmem`)
+    the line is missing, whatever the paths around it contain."""
+    line = re.compile(r"^\s*pytest-devmem-\S+ at .*pytest_devmem[/\\]plugin[/\\]__init__\.py$", re.MULTILINE)
+
+    def plugins(*options: str) -> str:
+        command = [sys.executable, "-m", "pytest", *options, "--version", "--version"]
+        return subprocess.run(command, capture_output=True, text=True).stdout
+
+    assert line.search(plugins()), plugins()
+    assert not line.search(plugins("-p", "no:devmem"))
 
 
 def test_subtests_do_not_add_records_one_test_one_record(pytester: pytest.Pytester) -> None:
@@ -165,9 +187,18 @@ def test_subtests_do_not_add_records_one_test_one_record(pytester: pytest.Pytest
 
 def test_benchmark_json_is_github_action_benchmarks_format(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_pool(devmem):\n    devmem.pool.alloc(3 * 2**20)\n")
-    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-benchmark-json=bench.json").assert_outcomes(passed=1)
+    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-benchmark-json=bench.json").assert_outcomes(
+        passed=1
+    )
     entries = json.loads((pytester.path / "bench.json").read_text())
-    assert entries == [{"name": "test_benchmark_json_is_github_action_benchmarks_format.py::test_pool [prealloc]", "unit": "bytes", "value": 3 * 2**20, "extra": "peak reserved 12.00 GiB; device sim:16GiB"}]
+    assert entries == [
+        {
+            "name": "test_benchmark_json_is_github_action_benchmarks_format.py::test_pool [prealloc]",
+            "unit": "bytes",
+            "value": 3 * 2**20,
+            "extra": "peak reserved 12.00 GiB; device sim:16GiB",
+        }
+    ]
 
 
 def test_a_large_suite_summary_shows_what_a_reviewer_needs_and_v_shows_all(pytester: pytest.Pytester) -> None:
@@ -188,10 +219,20 @@ def test_a_large_suite_summary_shows_what_a_reviewer_needs_and_v_shows_all(pytes
     out = result.stdout.str()
     assert "test_over_the_limit" in out.split("device memory (pytest-devmem)")[1]
     table_rows = [line for line in out.splitlines() if "  prealloc  " in line]
-    assert any("test_many[59]" in line for line in table_rows) and not any("test_many[0] " in line for line in table_rows)  # the largest, not the smallest
-    result.stdout.fnmatch_lines(["*... and 41 more measured test(s), none failed, regressed or improved*", "*new, no baseline yet*and 51 more (-v lists them all)*"])
+    assert any("test_many[59]" in line for line in table_rows) and not any(
+        "test_many[0] " in line for line in table_rows
+    )  # the largest, not the smallest
+    result.stdout.fnmatch_lines(
+        [
+            "*... and 41 more measured test(s), none failed, regressed or improved*",
+            "*new, no baseline yet*and 51 more (-v lists them all)*",
+        ]
+    )
     verbose = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-limit=512MiB", "-v")
-    assert any("test_many[0] " in line and "  prealloc  " in line for line in verbose.stdout.lines) and "more measured test(s)" not in verbose.stdout.str()
+    assert (
+        any("test_many[0] " in line and "  prealloc  " in line for line in verbose.stdout.lines)
+        and "more measured test(s)" not in verbose.stdout.str()
+    )
 
 
 def test_a_test_skipped_in_its_body_has_no_figure_and_is_not_new(pytester: pytest.Pytester) -> None:
@@ -216,8 +257,13 @@ def test_a_test_skipped_in_its_body_has_no_figure_and_is_not_new(pytester: pytes
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-report=r.json")
     result.assert_outcomes(passed=1, skipped=1, xfailed=1)
     report = json.loads((pytester.path / "r.json").read_text())
-    assert sorted(record["test_id"] for record in report["records"]) == ["test_skips.py::test_runs", "test_skips.py::test_xfailed"]
-    assert [(entry["test_id"], entry["reason"]) for entry in report["unrecorded"]] == [("test_skips.py::test_skipped_in_body", "skipped: not on this machine")]
+    assert sorted(record["test_id"] for record in report["records"]) == [
+        "test_skips.py::test_runs",
+        "test_skips.py::test_xfailed",
+    ]
+    assert [(entry["test_id"], entry["reason"]) for entry in report["unrecorded"]] == [
+        ("test_skips.py::test_skipped_in_body", "skipped: not on this machine")
+    ]
     result.stdout.fnmatch_lines(["*2 measured test(s)*"])
     assert "test_skipped_in_body [prealloc]" not in result.stdout.str()
 

@@ -16,16 +16,30 @@ def test_one():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--devmem-mode=turbo"], "unknown devmem mode 'turbo': allowed are prealloc, fraction, ondemand, growth, compact, platform (= ondemand) (from --devmem-mode)"),
-        (["--devmem-fraction=1.5"], "invalid devmem fraction '1.5': must be in (0, 1], e.g. 0.5 (from --devmem-fraction)"),
+        (
+            ["--devmem-mode=turbo"],
+            "unknown devmem mode 'turbo': allowed are prealloc, fraction, ondemand, growth, compact, platform (= ondemand) (from --devmem-mode)",
+        ),
+        (
+            ["--devmem-fraction=1.5"],
+            "invalid devmem fraction '1.5': must be in (0, 1], e.g. 0.5 (from --devmem-fraction)",
+        ),
         (["--devmem-fraction=0"], "invalid devmem fraction '0'"),
         (["--devmem-fraction=half"], "invalid devmem fraction 'half': must be a number in (0, 1]"),
-        (["--devmem-device=tpu:0"], "invalid device 'tpu:0': allowed are auto, sim, sim:SIZE (e.g. sim:16GiB), sim:PRESET (H100-80GB, H200, A100-40GB, A100-80GB, L4, A10G, V100-16GB, T4, TPU-v4, TPU-v5e, TPU-v5p, TPU-v6e), cuda or cuda:N (from --devmem-device)"),
+        (
+            ["--devmem-device=tpu:0"],
+            "invalid device 'tpu:0': allowed are auto, sim, sim:SIZE (e.g. sim:16GiB), sim:PRESET (H100-80GB, H200, A100-40GB, A100-80GB, L4, A10G, V100-16GB, T4, TPU-v4, TPU-v5e, TPU-v5p, TPU-v6e), cuda or cuda:N (from --devmem-device)",
+        ),
         (["--devmem-device=sim:16G"], "ambiguous size '16G': write 16GiB (powers of 1024) or 16GB (powers of 1000)"),
-        (["--devmem-report=out.xml"], "invalid devmem report file 'out.xml' (from --devmem-report): the extension must be one of .json, .csv, .md"),
+        (
+            ["--devmem-report=out.xml"],
+            "invalid devmem report file 'out.xml' (from --devmem-report): the extension must be one of .json, .csv, .md",
+        ),
     ],
 )
-def test_bad_option_is_a_usage_error_naming_value_and_rule(pytester: pytest.Pytester, args: list[str], message: str) -> None:
+def test_bad_option_is_a_usage_error_naming_value_and_rule(
+    pytester: pytest.Pytester, args: list[str], message: str
+) -> None:
     pytester.makepyfile(PASSING)
     result = pytester.runpytest_inprocess(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -41,7 +55,9 @@ def test_bad_ini_value_says_where_it_came_from(pytester: pytest.Pytester) -> Non
     assert "unknown devmem mode 'fast'" in result.stderr.str() and "(from ini key devmem_mode)" in result.stderr.str()
 
 
-def test_bad_environment_value_says_where_it_came_from(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_environment_value_says_where_it_came_from(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("DEVMEM_FRACTION", "2")
     pytester.makepyfile(PASSING)
     result = pytester.runpytest_inprocess()
@@ -54,16 +70,24 @@ def test_bad_device_from_the_environment_says_so(pytester: pytest.Pytester, monk
     pytester.makepyfile(PASSING)
     result = pytester.runpytest_inprocess()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "invalid device 'tpu'" in result.stderr.str() and "(from environment variable DEVMEM_DEVICE)" in result.stderr.str()
+    assert (
+        "invalid device 'tpu'" in result.stderr.str()
+        and "(from environment variable DEVMEM_DEVICE)" in result.stderr.str()
+    )
 
 
 @pytest.mark.parametrize("variable", ["DEVMEM_UPDATE", "DEVMEM_STRICT", "DEVMEM_FIND_MIN_FRACTION"])
-def test_bad_switch_value_is_a_usage_error(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+def test_bad_switch_value_is_a_usage_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
     monkeypatch.setenv(variable, "maybe")
     pytester.makepyfile(PASSING)
     result = pytester.runpytest_inprocess()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert f"invalid switch value 'maybe': use true/false, yes/no, on/off or 1/0 (from environment variable {variable})" in result.stderr.str()
+    assert (
+        f"invalid switch value 'maybe': use true/false, yes/no, on/off or 1/0 (from environment variable {variable})"
+        in result.stderr.str()
+    )
 
 
 def test_failed_configure_leaves_no_framework_variable_behind(pytester: pytest.Pytester) -> None:
@@ -78,7 +102,9 @@ def test_failed_configure_leaves_no_framework_variable_behind(pytester: pytest.P
     ("source", "args"),
     [("cli", ["--devmem-mode=growth"]), ("ini", []), ("env", [])],
 )
-def test_mode_from_cli_ini_or_environment_measures_every_test(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, source: str, args: list[str]) -> None:
+def test_mode_from_cli_ini_or_environment_measures_every_test(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, source: str, args: list[str]
+) -> None:
     if source == "ini":
         pytester.makeini("[pytest]\ndevmem_mode = growth\n")
     if source == "env":
@@ -96,8 +122,12 @@ def test_mode_from_cli_ini_or_environment_measures_every_test(pytester: pytest.P
     )
     result = pytester.runpytest_inprocess(*args)
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*device memory (pytest-devmem)*", "*2 measured test(s)*", "*test_sees_growth_settings*growth*"])
-    assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in os.environ or os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE") != "false"
+    result.stdout.fnmatch_lines(
+        ["*device memory (pytest-devmem)*", "*2 measured test(s)*", "*test_sees_growth_settings*growth*"]
+    )
+    assert (
+        "XLA_PYTHON_CLIENT_PREALLOCATE" not in os.environ or os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE") != "false"
+    )
 
 
 def test_cli_beats_environment_beats_ini(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,7 +151,9 @@ def test_without_mode_only_marked_tests_are_measured(pytester: pytest.Pytester) 
     )
     result = pytester.runpytest_inprocess()
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*1 measured test(s)*", "*test_marked*prealloc*"])  # JAX's and TensorFlow's defaults: prealloc
+    result.stdout.fnmatch_lines(
+        ["*1 measured test(s)*", "*test_marked*prealloc*"]
+    )  # JAX's and TensorFlow's defaults: prealloc
     result.stdout.no_fnmatch_line("*test_plain*prealloc*")
 
 
@@ -140,7 +172,15 @@ def test_header_names_device_and_regime(pytester: pytest.Pytester) -> None:
 
 def test_help_documents_options_and_default_device(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_inprocess("--help")
-    result.stdout.fnmatch_lines(["*--devmem-mode=MODE*", "*--devmem-fraction=F*", "*--devmem-device=SPEC*", "*simulated 16.00 GiB device*", "*--devmem-report=FILE*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*--devmem-mode=MODE*",
+            "*--devmem-fraction=F*",
+            "*--devmem-device=SPEC*",
+            "*simulated 16.00 GiB device*",
+            "*--devmem-report=FILE*",
+        ]
+    )
 
 
 @pytest.mark.parametrize(
@@ -189,7 +229,11 @@ def test_limit_fails_the_test_with_the_numbers(pytester: pytest.Pytester) -> Non
     )
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc")  # a big region: chunks are split to size
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*device memory limit exceeded: peak 3.00 MiB (3145728 bytes) > limit 1.00 MiB (1048576 bytes), over by 2.00 MiB (200.0%)*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*device memory limit exceeded: peak 3.00 MiB (3145728 bytes) > limit 1.00 MiB (1048576 bytes), over by 2.00 MiB (200.0%)*"
+        ]
+    )
 
 
 def test_fixture_gives_regime_pool_and_device(pytester: pytest.Pytester) -> None:
@@ -217,8 +261,11 @@ def test_pool_oom_in_a_test_is_recorded(pytester: pytest.Pytester) -> None:
     )
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-report=r.json")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*OutOfMemoryError: out of device memory: asked 15.00 GiB*", "*fix: raise the fraction to at least 0.94*"])
+    result.stdout.fnmatch_lines(
+        ["*OutOfMemoryError: out of device memory: asked 15.00 GiB*", "*fix: raise the fraction to at least 0.94*"]
+    )
     import json
+
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
     assert record["oom"]["real"] is True and record["outcome"] == "failed"
     assert record["oom"]["error"].startswith("OutOfMemoryError: out of device memory: asked 15.00 GiB")
@@ -227,11 +274,19 @@ def test_pool_oom_in_a_test_is_recorded(pytester: pytest.Pytester) -> None:
 @pytest.mark.parametrize(
     ("environ", "message"),
     [
-        ({"XLA_PYTHON_CLIENT_MEM_FRACTION": ".5"}, "XLA_PYTHON_CLIENT_MEM_FRACTION=.5 in the environment contradicts regime prealloc, which sets 0.75"),
-        ({"XLA_CLIENT_MEM_FRACTION": ".75", "XLA_PYTHON_CLIENT_MEM_FRACTION": ".75"}, "XLA_CLIENT_MEM_FRACTION=.75 and XLA_PYTHON_CLIENT_MEM_FRACTION=.75 are both set, which jaxlib refuses"),
+        (
+            {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".5"},
+            "XLA_PYTHON_CLIENT_MEM_FRACTION=.5 in the environment contradicts regime prealloc, which sets 0.75",
+        ),
+        (
+            {"XLA_CLIENT_MEM_FRACTION": ".75", "XLA_PYTHON_CLIENT_MEM_FRACTION": ".75"},
+            "XLA_CLIENT_MEM_FRACTION=.75 and XLA_PYTHON_CLIENT_MEM_FRACTION=.75 are both set, which jaxlib refuses",
+        ),
     ],
 )
-def test_a_jax_variable_that_contradicts_the_regime_is_a_usage_error(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], message: str) -> None:
+def test_a_jax_variable_that_contradicts_the_regime_is_a_usage_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], message: str
+) -> None:
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
     pytester.makepyfile(PASSING)
@@ -246,7 +301,10 @@ def test_a_traces_directory_that_is_a_file_is_a_usage_error(pytester: pytest.Pyt
     (pytester.path / "traces").write_text("not a directory")
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-traces=traces")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "invalid devmem traces directory 'traces' (from --devmem-traces): it exists and is not a directory" in result.stderr.str()
+    assert (
+        "invalid devmem traces directory 'traces' (from --devmem-traces): it exists and is not a directory"
+        in result.stderr.str()
+    )
 
 
 def test_a_pool_kept_after_its_test_refuses_to_allocate(pytester: pytest.Pytester) -> None:
@@ -296,7 +354,9 @@ def test_a_session_limit_fails_tests_above_it_and_the_marker_overrides_it(pytest
     )
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-limit=1MiB")
     result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines(["*device memory limit exceeded: peak 3.00 MiB (3145728 bytes) > limit 1.00 MiB (1048576 bytes)*"])
+    result.stdout.fnmatch_lines(
+        ["*device memory limit exceeded: peak 3.00 MiB (3145728 bytes) > limit 1.00 MiB (1048576 bytes)*"]
+    )
 
 
 def test_a_memory_failure_has_its_own_letter_and_summary_line(pytester: pytest.Pytester) -> None:
@@ -311,7 +371,9 @@ def test_a_memory_failure_has_its_own_letter_and_summary_line(pytester: pytest.P
     )
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-limit=1MiB")
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*.py M.*", "*MEMORY PROBLEMS: 1 test(s) failed by pytest-devmem's checks alone: *test_big*"])
+    result.stdout.fnmatch_lines(
+        ["*.py M.*", "*MEMORY PROBLEMS: 1 test(s) failed by pytest-devmem's checks alone: *test_big*"]
+    )
     verbose = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-limit=1MiB", "-v")
     verbose.stdout.fnmatch_lines(["*::test_big MEMORY PROBLEMS*"])
 
@@ -333,14 +395,20 @@ def test_no_fixture():
 """
 
 
-def test_disable_measures_nothing_and_keeps_markers_and_fixture_working(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_disable_measures_nothing_and_keeps_markers_and_fixture_working(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytester.makepyfile(MEASURED_AND_NOT)
-    pytester.makepyfile(test_env="import os\ndef test_frameworks_environment_untouched():\n    assert os.environ.get('TF_CPU_ALLOCATOR_USE_BFC') is None\n")
+    pytester.makepyfile(
+        test_env="import os\ndef test_frameworks_environment_untouched():\n    assert os.environ.get('TF_CPU_ALLOCATOR_USE_BFC') is None\n"
+    )
     monkeypatch.delenv("TF_CPU_ALLOCATOR_USE_BFC", raising=False)
     measured = pytester.runpytest_inprocess("--strict-markers")
     measured.assert_outcomes(passed=2, failed=2)  # the plugin set TensorFlow's CPU allocator variable
     monkeypatch.delenv("TF_CPU_ALLOCATOR_USE_BFC", raising=False)
-    result = pytester.runpytest_inprocess("--strict-markers", "--devmem-disable", "--devmem-report=r.json", "--devmem-update")
+    result = pytester.runpytest_inprocess(
+        "--strict-markers", "--devmem-disable", "--devmem-report=r.json", "--devmem-update"
+    )
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(["devmem: disabled (--devmem-disable): no test is measured, compared or recorded"])
     assert not (pytester.path / "r.json").exists() and not (pytester.path / "baselines").exists()
@@ -424,24 +492,37 @@ def test_bounded_by_the_session(devmem):
 
 def test_a_markers_max_fragmentation_none_turns_the_sessions_bound_off(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_frag=FRAGMENTING)
-    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:1GiB", "--devmem-max-fragmentation=0.1", "-rf", "-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess(
+        "--devmem-mode=prealloc",
+        "--devmem-device=sim:1GiB",
+        "--devmem-max-fragmentation=0.1",
+        "-rf",
+        "-p",
+        "no:cacheprovider",
+    )
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*test_frag.py::test_bounded_by_the_session - device memory fra*"])
 
 
 def test_the_fixtures_pool_events_name_their_device(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_pool="def test_alloc(devmem):\n    devmem.pool.free(devmem.pool.alloc(4096))\n")
-    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-traces=traces", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    pytester.runpytest_inprocess(
+        "--devmem-mode=prealloc", "--devmem-traces=traces", "-p", "no:cacheprovider"
+    ).assert_outcomes(passed=1)
     [path] = list((pytester.path / "traces").glob("*.csv"))
     from pytest_devmem.model.trace import Trace
 
     assert {(event.source, event.device) for event in Trace.read_csv(path)} == {("pool", "cpu:0")}
 
 
-def test_the_compile_target_note_names_the_environment_variable_that_set_it(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_compile_target_note_names_the_environment_variable_that_set_it(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("DEVMEM_COMPILE_TARGET", "cpu")
     pytester.makepyfile(test_pool="def test_alloc(devmem):\n    devmem.pool.free(devmem.pool.alloc(4096))\n")
-    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:H100-80GB", "--devmem-report=r.json", "-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess(
+        "--devmem-mode=prealloc", "--devmem-device=sim:H100-80GB", "--devmem-report=r.json", "-p", "no:cacheprovider"
+    )
     result.assert_outcomes(passed=1)
     note = json.loads((pytester.path / "r.json").read_text())["session"]["compile_target"]["note"]
     assert "DEVMEM_COMPILE_TARGET=cpu" in note and "--devmem-compile-target" not in note

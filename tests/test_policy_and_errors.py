@@ -6,11 +6,10 @@ import pickle
 
 import pytest
 
-from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.errors import InvalidFreeError, InvalidRequestError, InvalidSettingError, OutOfMemoryError
+from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.model.pool import BFCPool, Mode, OnDemandPool, Policy, make_pool
-
-KiB, MiB, GiB = 2**10, 2**20, 2**30
+from pytest_devmem.units import GiB, KiB, MiB
 
 
 @pytest.mark.parametrize(
@@ -30,7 +29,15 @@ def test_policy_of(mode: str, fraction: object, expected: Policy) -> None:
     assert Policy.of(mode, fraction) == expected
 
 
-@pytest.mark.parametrize(("policy", "label"), [(Policy.of("prealloc"), "prealloc"), (Policy.of("fraction", 0.5), "fraction=0.5"), (Policy.of("growth", 0.4), "growth(fraction=0.4)"), (Policy.of("platform"), "ondemand")])
+@pytest.mark.parametrize(
+    ("policy", "label"),
+    [
+        (Policy.of("prealloc"), "prealloc"),
+        (Policy.of("fraction", 0.5), "fraction=0.5"),
+        (Policy.of("growth", 0.4), "growth(fraction=0.4)"),
+        (Policy.of("platform"), "ondemand"),
+    ],
+)
 def test_policy_label(policy: Policy, label: str) -> None:
     assert policy.label == label
 
@@ -38,7 +45,11 @@ def test_policy_label(policy: Policy, label: str) -> None:
 @pytest.mark.parametrize(
     ("mode", "fraction", "message"),
     [
-        ("bogus", None, "unknown devmem mode 'bogus': allowed are prealloc, fraction, ondemand, growth, compact, platform (= ondemand)"),
+        (
+            "bogus",
+            None,
+            "unknown devmem mode 'bogus': allowed are prealloc, fraction, ondemand, growth, compact, platform (= ondemand)",
+        ),
         ("fraction", None, "devmem mode 'fraction' needs a fraction in (0, 1]"),
         ("fraction", 0, "invalid devmem fraction 0: must be in (0, 1]"),
         ("fraction", 1.5, "invalid devmem fraction 1.5"),
@@ -70,7 +81,12 @@ def test_bad_sizes_are_refused_and_change_nothing(pool: BFCPool, size: object) -
 
 def test_numpy_integers_are_fine_sizes(pool: BFCPool) -> None:
     numpy = pytest.importorskip("numpy")
-    pool.free(pool.alloc(numpy.int64(4096)))
+    handle = pool.alloc(numpy.int64(4096))
+    held = pool.stats()
+    assert held["bytes_in_use"] == 4096 and type(held["bytes_in_use"]) is int  # a plain int: reports stay JSON
+    assert all(type(value) is not numpy.int64 for value in held.values())
+    pool.free(handle)
+    assert pool.stats()["bytes_in_use"] == 0
 
 
 def test_double_free_is_refused_and_changes_nothing(pool: BFCPool) -> None:
@@ -162,7 +178,12 @@ def test_ondemand_allocates_exactly_and_frees_at_once() -> None:
     handle = pool.alloc(1000)
     assert device.used == 1024
     stats = pool.stats()
-    assert (stats["bytes_in_use"], stats["bytes_reserved"], stats["pool_bytes"], stats["fragmentation"]) == (1024, 1024, 0, 0.0)
+    assert (stats["bytes_in_use"], stats["bytes_reserved"], stats["pool_bytes"], stats["fragmentation"]) == (
+        1024,
+        1024,
+        0,
+        0.0,
+    )
     pool.free(handle)
     assert device.used == 0
     assert pool.stats()["peak_bytes_reserved"] == 1024

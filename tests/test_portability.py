@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from pytest_devmem.errors import DeviceError
-from pytest_devmem.model import cuda_driver, driver_info
-from pytest_devmem.model.cuda_driver import LibCuda, driver_library_names
-from pytest_devmem.model.device import cuda_device_count
-from pytest_devmem.model.driver_info import DriverInfo, cuda_version_text, nvml_library_names, query_nvml
+from pytest_devmem.hardware import cuda_driver, driver_info
+from pytest_devmem.hardware.cuda_driver import LibCuda, driver_library_names
+from pytest_devmem.hardware.devices import cuda_device_count
+from pytest_devmem.hardware.driver_info import DriverInfo, cuda_version_text, nvml_library_names, query_nvml
 from pytest_devmem.plugin.isolation import describe_exit, looks_like_out_of_memory
 from pytest_devmem.plugin.workers import gpu_count
 
@@ -41,7 +41,9 @@ def test_sigkill_is_still_named_where_it_exists() -> None:
     assert describe_exit(-signal.SIGKILL) == f"killed by SIGKILL (signal {int(signal.SIGKILL)})"
 
 
-def test_a_child_that_dies_fails_its_test_and_the_session_goes_on_without_sigkill(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_child_that_dies_fails_its_test_and_the_session_goes_on_without_sigkill(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytester.makepyfile(
         """
         import os
@@ -62,7 +64,12 @@ def test_a_child_that_dies_fails_its_test_and_the_session_goes_on_without_sigkil
     monkeypatch.delattr(signal, "SIGKILL", raising=False)  # the parent runs as on Windows
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines(["*the child process for regime growth died while running this test: exit status 7*", "*isolated regimes: growth (2 child process(es))*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*the child process for regime growth died while running this test: exit status 7*",
+            "*isolated regimes: growth (2 child process(es))*",
+        ]
+    )
     assert "INTERNALERROR" not in result.stdout.str()
 
 
@@ -122,7 +129,9 @@ def test_windows_loads_nvcuda_dll(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_missing_driver_names_every_library_tried(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "platform", "linux")
     loads_only(monkeypatch, set())
-    with pytest.raises(DeviceError, match=r"cannot load the CUDA driver library: tried 'libcuda.so.1': .*; 'libcuda.so': "):
+    with pytest.raises(
+        DeviceError, match=r"cannot load the CUDA driver library: tried 'libcuda.so.1': .*; 'libcuda.so': "
+    ):
         LibCuda()
 
 
@@ -202,8 +211,12 @@ def test_driver_versions_come_from_nvml(monkeypatch: pytest.MonkeyPatch) -> None
     assert driver_info.driver_info() == DriverInfo(gpus=3, driver_version="550.54.15", cuda_version="12.4")
 
 
-def test_driver_versions_without_nvml_come_from_proc_and_cu_driver_get_version(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    (tmp_path / "version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\nGCC version:  gcc version 12.2.0\n")
+def test_driver_versions_without_nvml_come_from_proc_and_cu_driver_get_version(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "version").write_text(
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\nGCC version:  gcc version 12.2.0\n"
+    )
     monkeypatch.setattr(sys, "platform", "linux")
 
     def load(names: tuple[str, ...], what: str) -> Any:

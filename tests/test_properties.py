@@ -5,16 +5,21 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.errors import OutOfMemoryError
+from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.model.pool import BFCPool, OnDemandPool, Policy, TracingPool, make_pool, replay
-
-KiB, MiB = 2**10, 2**20
+from pytest_devmem.units import KiB, MiB
 
 sizes = st.one_of(st.integers(1, 4 * KiB), st.integers(1, 512 * KiB), st.integers(1, 6 * MiB))
 operations = st.lists(st.tuples(st.booleans(), sizes, st.integers(0, 10**6)), max_size=120)
 policies = st.sampled_from(
-    [Policy.of("prealloc"), Policy.of("fraction", 0.3), Policy.of("growth"), Policy.of("growth", 0.6), Policy.of("ondemand")]
+    [
+        Policy.of("prealloc"),
+        Policy.of("fraction", 0.3),
+        Policy.of("growth"),
+        Policy.of("growth", 0.6),
+        Policy.of("ondemand"),
+    ]
 )
 
 
@@ -74,4 +79,6 @@ def test_replaying_a_recorded_trace_gives_the_same_statistics(policy: Policy, op
     result = replay(recorder.trace, make_pool(SimulatedDevice(32 * MiB), policy))
     expected = recorder.stats()
     assert result.ok
-    assert {k: v for k, v in result.stats.items() if k != "num_ooms"} == {k: v for k, v in expected.items() if k != "num_ooms"}
+    assert {k: v for k, v in result.stats.items() if k != "num_ooms"} == {
+        k: v for k, v in expected.items() if k != "num_ooms"
+    }

@@ -18,7 +18,9 @@ def validator(name: str):  # type: ignore[no-untyped-def]
     return jsonschema.Draft202012Validator(schema)
 
 
-def test_reports_and_baselines_validate_against_their_schemas(jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester) -> None:
+def test_reports_and_baselines_validate_against_their_schemas(
+    jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester
+) -> None:
     pytester.makepyfile(
         """
         import pytest
@@ -45,7 +47,9 @@ def test_reports_and_baselines_validate_against_their_schemas(jax_loaded: object
             pass
         """
     )
-    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-update", "--devmem-report=r.json").assert_outcomes(passed=3, failed=1, skipped=1)
+    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-update", "--devmem-report=r.json").assert_outcomes(
+        passed=3, failed=1, skipped=1
+    )
     report = json.loads((pytester.path / "r.json").read_text())
     assert report["format"] == "pytest-devmem-report" and report["version"] == 2
     errors = [f"{list(e.path)}: {e.message}" for e in validator("report.schema.json").iter_errors(report)]
@@ -53,11 +57,16 @@ def test_reports_and_baselines_validate_against_their_schemas(jax_loaded: object
     baseline_files = sorted((pytester.path / "baselines").rglob("*.json"))
     assert baseline_files
     for path in baseline_files:
-        errors = [f"{list(e.path)}: {e.message}" for e in validator("baseline.schema.json").iter_errors(json.loads(path.read_text()))]
+        errors = [
+            f"{list(e.path)}: {e.message}"
+            for e in validator("baseline.schema.json").iter_errors(json.loads(path.read_text()))
+        ]
         assert errors == [], path
 
 
-def test_devmem_compare_refuses_a_report_of_another_format_or_version(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_devmem_compare_refuses_a_report_of_another_format_or_version(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from pytest_devmem.cli import main
 
     future = tmp_path / "future.json"

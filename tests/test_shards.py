@@ -12,10 +12,9 @@ from pytest_devmem.cli import main
 from pytest_devmem.gate.stale import SuiteShape, node_path
 from pytest_devmem.model.frameworks import AllocatorSetup
 from pytest_devmem.model.machine import MachineSpec, run_machine
-from pytest_devmem.model.trace import ALLOCATE_CODE, FREE_CODE, Trace
 from pytest_devmem.model.side_by_side import side_by_side
-
-MiB = 2**20
+from pytest_devmem.model.trace import ALLOCATE_CODE, FREE_CODE, Trace
+from pytest_devmem.units import MiB
 
 ALPHA = """
 import os
@@ -98,7 +97,9 @@ def use_shard_plugin(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:
-    return {str(path.relative_to(directory)): path.read_bytes() for path in sorted(directory.rglob("*")) if path.is_file()}
+    return {
+        str(path.relative_to(directory)): path.read_bytes() for path in sorted(directory.rglob("*")) if path.is_file()
+    }
 
 
 # -- the node ids of a test ------------------------------------------------------------------
@@ -133,35 +134,61 @@ def test_a_test_is_gone_only_when_its_collected_parent_no_longer_holds_it() -> N
 # -- shards: one baseline refresh, one verdict -------------------------------------------------
 
 
-def test_three_pytest_split_shards_write_the_baselines_of_one_update_in_any_order(suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_three_pytest_split_shards_write_the_baselines_of_one_update_in_any_order(
+    suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     split()
     whole = run(suite, "--devmem-update", "--devmem-baselines=whole")
     whole.assert_outcomes(passed=TESTS - 2, skipped=2)
     expected = snapshot(suite.path / "whole")
     assert list(expected) == ["sim-16GiB/test_alpha.py.json", "sim-16GiB/test_beta.py.json"]
-    skipped = json.loads(expected["sim-16GiB/test_alpha.py.json"])["records"]["test_alpha.py::TestBlock::test_skipped"]["prealloc"]
-    assert skipped["reason"] == "skipped: no accelerator for this one" and skipped["metrics"]["peak_bytes_in_use"] is None
+    skipped = json.loads(expected["sim-16GiB/test_alpha.py.json"])["records"]["test_alpha.py::TestBlock::test_skipped"][
+        "prealloc"
+    ]
+    assert (
+        skipped["reason"] == "skipped: no accelerator for this one" and skipped["metrics"]["peak_bytes_in_use"] is None
+    )
     for order in ((1, 2, 3), (3, 1, 2)):
         directory = "shards-" + "".join(map(str, order))
         for group in order:
-            shard = run(suite, "--devmem-update", f"--devmem-baselines={directory}", *shard_args(group, "pytest-split"), f"--devmem-report=shard{group}.json")
+            shard = run(
+                suite,
+                "--devmem-update",
+                f"--devmem-baselines={directory}",
+                *shard_args(group, "pytest-split"),
+                f"--devmem-report=shard{group}.json",
+            )
             assert shard.ret == pytest.ExitCode.OK
         assert snapshot(suite.path / directory) == expected, order
     # the same files from the shards' reports, without running anything again
     reports = [str(suite.path / f"shard{group}.json") for group in (2, 3, 1)]
-    assert main(["merge", *reports, "-o", str(suite.path / "merged.json"), "--baselines", str(suite.path / "from-reports")]) == 0
+    assert (
+        main(
+            ["merge", *reports, "-o", str(suite.path / "merged.json"), "--baselines", str(suite.path / "from-reports")]
+        )
+        == 0
+    )
     assert snapshot(suite.path / "from-reports") == expected
     capsys.readouterr()
-    assert main(["merge", *reports, "--baselines", str(suite.path / "whole")]) == 0  # files that already hold these figures
+    assert (
+        main(["merge", *reports, "--baselines", str(suite.path / "whole")]) == 0
+    )  # files that already hold these figures
     said = capsys.readouterr().out
-    assert "baseline unchanged: " in said and "baseline written" not in said and snapshot(suite.path / "whole") == expected
+    assert (
+        "baseline unchanged: " in said and "baseline written" not in said and snapshot(suite.path / "whole") == expected
+    )
     merged = json.loads((suite.path / "merged.json").read_text())
-    assert len(merged["records"]) == TESTS - 2 and sorted(e["test_id"] for e in merged["unrecorded"]) == ["test_alpha.py::TestBlock::test_skipped", "test_alpha.py::TestBlock::test_skipped_inside"]  # skipped: no figure
+    assert len(merged["records"]) == TESTS - 2 and sorted(e["test_id"] for e in merged["unrecorded"]) == [
+        "test_alpha.py::TestBlock::test_skipped",
+        "test_alpha.py::TestBlock::test_skipped_inside",
+    ]  # skipped: no figure
     assert [part["shard"]["group"] for part in merged["session"]["merged_from"]] == [1, 2, 3]
     assert "shard" not in merged["session"]
 
 
-def test_merged_shard_reports_give_the_verdicts_of_one_run(suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_merged_shard_reports_give_the_verdicts_of_one_run(
+    suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     split()
     run(suite, "--devmem-update").assert_outcomes(passed=TESTS - 2, skipped=2)
     monkeypatch.setenv("ALPHA_MIB", "16")  # test_model regresses
@@ -177,26 +204,46 @@ def test_merged_shard_reports_give_the_verdicts_of_one_run(suite: pytest.Pyteste
     assert main(["compare", baselines, *shards, "--json"]) == 1
     merged = json.loads(capsys.readouterr().out)
     assert merged["tests"] == whole["tests"] and merged["counts"] == whole["counts"]
-    assert whole["counts"] == {"regressed": 1, "improved": 1, "ok": 5, "missing": 2}  # the two skipped tests: no figure either way
+    assert whole["counts"] == {
+        "regressed": 1,
+        "improved": 1,
+        "ok": 5,
+        "missing": 2,
+    }  # the two skipped tests: no figure either way
     assert main(["compare", baselines, *shards]) == 1
     from_shards = capsys.readouterr().out
     assert main(["compare", baselines, str(suite.path / "whole.json")]) == 1
     assert capsys.readouterr().out == from_shards
 
 
-def test_a_test_run_in_no_shard_is_missing_not_a_regression(suite: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_test_run_in_no_shard_is_missing_not_a_regression(
+    suite: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
     run(suite, "--devmem-update", "--devmem-report=whole.json").assert_outcomes(passed=TESTS - 2, skipped=2)
     run(suite, "test_alpha.py", "--devmem-report=alpha.json")
     run(suite, "-k", "test_step", "--devmem-report=step.json")
     capsys.readouterr()
-    assert main(["compare", str(suite.path / "baselines"), str(suite.path / "alpha.json"), str(suite.path / "step.json"), "--json"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                str(suite.path / "baselines"),
+                str(suite.path / "alpha.json"),
+                str(suite.path / "step.json"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     statuses = {test["test_id"]: test["status"] for test in json.loads(capsys.readouterr().out)["tests"]}
     assert statuses["test_beta.py::test_other"] == "missing" and statuses["test_beta.py::test_step"] == "ok"
     assert statuses["test_alpha.py::TestBlock::test_skipped"] == "missing"  # skipped in every run
 
 
 @pytest.mark.parametrize("how", ["pytest-split", "a plugin that drops items silently"])
-def test_a_test_under_another_regime_runs_in_its_child_in_the_shard_that_holds_it(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+def test_a_test_under_another_regime_runs_in_its_child_in_the_shard_that_holds_it(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
     use_shard_plugin(pytester, monkeypatch, how)
     pytester.makepyfile(
         test_regimes="""
@@ -238,11 +285,17 @@ def variant(source: Path, target: Path, change: object) -> Path:
     return target
 
 
-def test_a_test_measured_in_two_reports_with_different_figures_is_an_error_naming_both(report: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_test_measured_in_two_reports_with_different_figures_is_an_error_naming_both(
+    report: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     first = variant(report, report.with_name("shard-a.json"), lambda d: d.update(records=d["records"][:3]))
     same = variant(report, report.with_name("shard-b.json"), lambda d: d.update(records=d["records"][2:]))
-    assert main(["merge", str(first), str(same), "-o", str(report.with_name("merged.json"))]) == 0  # the same figures twice: kept once
-    assert len(json.loads(report.with_name("merged.json").read_text())["records"]) == TESTS - 2  # the skipped ones have no record
+    assert (
+        main(["merge", str(first), str(same), "-o", str(report.with_name("merged.json"))]) == 0
+    )  # the same figures twice: kept once
+    assert (
+        len(json.loads(report.with_name("merged.json").read_text())["records"]) == TESTS - 2
+    )  # the skipped ones have no record
 
     def bigger(document: dict) -> None:
         document["records"] = document["records"][2:]
@@ -250,10 +303,18 @@ def test_a_test_measured_in_two_reports_with_different_figures_is_an_error_namin
 
     other = variant(report, report.with_name("shard-c.json"), bigger)
     capsys.readouterr()
-    for args in (["merge", str(first), str(other), "-o", str(report.with_name("bad.json"))], ["compare", str(report), str(first), str(other)]):
+    for args in (
+        ["merge", str(first), str(other), "-o", str(report.with_name("bad.json"))],
+        ["compare", str(report), str(first), str(other)],
+    ):
         assert main(args) == 2
         error = capsys.readouterr().err
-        assert str(first) in error and str(other) in error and "different figures" in error and "peak_bytes_in_use" in error
+        assert (
+            str(first) in error
+            and str(other) in error
+            and "different figures" in error
+            and "peak_bytes_in_use" in error
+        )
     assert not report.with_name("bad.json").exists()
 
 
@@ -266,21 +327,34 @@ def test_a_test_measured_in_two_reports_with_different_figures_is_an_error_namin
     ],
     ids=["device class", "regime", "format version"],
 )
-def test_reports_that_disagree_are_refused_naming_both(report: Path, capsys: pytest.CaptureFixture[str], change: object, message: str) -> None:
+def test_reports_that_disagree_are_refused_naming_both(
+    report: Path, capsys: pytest.CaptureFixture[str], change: object, message: str
+) -> None:
     other = variant(report, report.with_name("zother.json"), change)
     assert main(["merge", str(report), str(other), "-o", str(report.with_name("merged.json"))]) == 2
     error = capsys.readouterr().err
     assert message in error and str(report) in error and str(other) in error
 
 
-def test_a_shard_whose_report_is_absent_is_refused_by_merge_and_compare(report: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_shard_whose_report_is_absent_is_refused_by_merge_and_compare(
+    report: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     def shard(group: int, keep: slice) -> object:
-        return lambda d: (d.update(records=d["records"][keep]), d["session"].update(shard={"plugin": "pytest-split", "group": group, "groups": 3, "run": "7-1"}))
+        return lambda d: (
+            d.update(records=d["records"][keep]),
+            d["session"].update(shard={"plugin": "pytest-split", "group": group, "groups": 3, "run": "7-1"}),
+        )
 
-    parts = [variant(report, report.with_name(f"s{group}.json"), shard(group, keep)) for group, keep in ((1, slice(0, 3)), (2, slice(3, 6)), (3, slice(6, None)))]
+    parts = [
+        variant(report, report.with_name(f"s{group}.json"), shard(group, keep))
+        for group, keep in ((1, slice(0, 3)), (2, slice(3, 6)), (3, slice(6, None)))
+    ]
     assert main(["merge", *map(str, parts), "-o", str(report.with_name("merged.json"))]) == 0
     capsys.readouterr()
-    for args in (["merge", str(parts[0]), str(parts[2]), "-o", str(report.with_name("bad.json"))], ["compare", str(report), str(parts[0]), str(parts[2])]):
+    for args in (
+        ["merge", str(parts[0]), str(parts[2]), "-o", str(report.with_name("bad.json"))],
+        ["compare", str(report), str(parts[0]), str(parts[2])],
+    ):
         assert main(args) == 2
         assert "groups 1, 3 of 3 of a split suite (pytest-split); group 2 missing" in capsys.readouterr().err
     assert not report.with_name("bad.json").exists()
@@ -290,16 +364,29 @@ def test_merge_needs_somewhere_to_write_and_a_report(report: Path, capsys: pytes
     assert main(["merge", str(report)]) == 2
     assert "nothing to write" in capsys.readouterr().err
     assert main(["merge", str(report.parent), "-o", str(report.with_name("m.json"))]) == 2
-    assert "cannot read the pytest-devmem JSON report: is a directory" in capsys.readouterr().err  # the one report reader
+    assert (
+        "cannot read the pytest-devmem JSON report: is a directory" in capsys.readouterr().err
+    )  # the one report reader
 
 
-def test_history_lines_up_a_sharded_run_as_one_commit(report: Path, capsys: pytest.CaptureFixture[str], pandas_loaded: object) -> None:
+def test_history_lines_up_a_sharded_run_as_one_commit(
+    report: Path, capsys: pytest.CaptureFixture[str], pandas_loaded: object
+) -> None:
     def shard(group: int, keep: slice) -> object:
-        return lambda d: (d.update(records=d["records"][keep]), d["session"].update(commit="c1", shard={"plugin": "pytest-split", "group": group, "groups": 2, "run": "7-1"}))
+        return lambda d: (
+            d.update(records=d["records"][keep]),
+            d["session"].update(
+                commit="c1", shard={"plugin": "pytest-split", "group": group, "groups": 2, "run": "7-1"}
+            ),
+        )
 
     one = variant(report, report.with_name("s1.json"), shard(1, slice(0, 4)))
     two = variant(report, report.with_name("s2.json"), shard(2, slice(4, None)))
-    later = variant(report, report.with_name("later.json"), lambda d: d["session"].update(commit="c2", time="2999-01-01T00:00:00+00:00"))
+    later = variant(
+        report,
+        report.with_name("later.json"),
+        lambda d: d["session"].update(commit="c2", time="2999-01-01T00:00:00+00:00"),
+    )
     assert main(["history", str(one), str(two), str(later)]) == 0
     assert "2 commit(s), 7 test(s)" in capsys.readouterr().out
 
@@ -317,12 +404,21 @@ def test_shard_and_merged_reports_validate_against_the_report_schema(report: Pat
     schema = json.loads((Path(__file__).resolve().parents[1] / "docs" / "report.schema.json").read_text())
 
     def shard(group: int, keep: slice) -> object:
-        return lambda d: (d.update(records=d["records"][keep]), d["session"].update(shard={"plugin": "pytest-split", "group": group, "groups": 2, "run": None}))
+        return lambda d: (
+            d.update(records=d["records"][keep]),
+            d["session"].update(shard={"plugin": "pytest-split", "group": group, "groups": 2, "run": None}),
+        )
 
-    parts = [variant(report, report.with_name(f"s{group}.json"), shard(group, keep)) for group, keep in ((1, slice(0, 4)), (2, slice(4, None)))]
+    parts = [
+        variant(report, report.with_name(f"s{group}.json"), shard(group, keep))
+        for group, keep in ((1, slice(0, 4)), (2, slice(4, None)))
+    ]
     assert main(["merge", *map(str, parts), "-o", str(report.with_name("merged.json"))]) == 0
     for path in (*parts, report.with_name("merged.json")):
-        errors = [f"{list(e.path)}: {e.message}" for e in jsonschema.Draft202012Validator(schema).iter_errors(json.loads(path.read_text()))]
+        errors = [
+            f"{list(e.path)}: {e.message}"
+            for e in jsonschema.Draft202012Validator(schema).iter_errors(json.loads(path.read_text()))
+        ]
         assert errors == [], path
 
 
@@ -333,7 +429,11 @@ def workflow() -> dict:
 
 def test_the_workflow_runs_the_suite_once_in_one_gate_sharded_in_one_place() -> None:
     jobs = workflow()["jobs"]
-    runs_examples = [name for name, job in jobs.items() if any("pytest examples" in step.get("run", "") for step in job["steps"]) and name != "gpu"]
+    runs_examples = [
+        name
+        for name, job in jobs.items()
+        if any("pytest examples" in step.get("run", "") for step in job["steps"]) and name != "gpu"
+    ]
     assert runs_examples == ["measure"]  # one job runs the suite on pull requests: no second gate, no refresh rerun
     parts = jobs["measure"]["strategy"]["matrix"]["part"]
     assert parts == list(range(1, len(parts) + 1))
@@ -364,14 +464,29 @@ def test_the_workflow_cancels_superseded_runs_and_caches_pip() -> None:
 
 def test_the_workflow_gives_one_refresh_artifact_and_keeps_the_history_on_a_branch() -> None:
     jobs = workflow()["jobs"]
-    uploads = [step["with"]["name"] for job in jobs.values() for step in job["steps"] if step.get("uses", "").startswith("actions/upload-artifact")]
+    uploads = [
+        step["with"]["name"]
+        for job in jobs.values()
+        for step in job["steps"]
+        if step.get("uses", "").startswith("actions/upload-artifact")
+    ]
     assert [name for name in uploads if "baseline" in name] == []  # no competing baselines artifacts
     assert "devmem-report" in uploads
     refresh = next(step["run"] for step in jobs["gate"]["steps"] if "--baselines baselines" in step.get("run", ""))
-    assert "devmem merge devmem-report/devmem-part-*.json --baselines baselines" in refresh and "baseline written" in refresh
-    history = next(step for step in jobs["gate"]["steps"] if step.get("uses", "").startswith("benchmark-action/github-action-benchmark"))
+    assert (
+        "devmem merge devmem-report/devmem-part-*.json --baselines baselines" in refresh
+        and "baseline written" in refresh
+    )
+    history = next(
+        step
+        for step in jobs["gate"]["steps"]
+        if step.get("uses", "").startswith("benchmark-action/github-action-benchmark")
+    )
     assert history["with"]["gh-pages-branch"] == "gh-pages" and "external-data-json-path" not in history["with"]
-    assert history["with"]["auto-push"] == "${{ github.event_name == 'push' }}" and history["with"]["fail-on-alert"] is False
+    assert (
+        history["with"]["auto-push"] == "${{ github.event_name == 'push' }}"
+        and history["with"]["fail-on-alert"] is False
+    )
 
 
 # -- strict mode knows what was selected --------------------------------------------------
@@ -379,15 +494,29 @@ def test_the_workflow_gives_one_refresh_artifact_and_keeps_the_history_on_a_bran
 
 def test_strict_knows_a_node_id_selection_from_a_renamed_test(suite: pytest.Pytester) -> None:
     run(suite, "--devmem-update").assert_outcomes(passed=TESTS - 2, skipped=2)
-    for selection in (["test_alpha.py::test_model"], ["test_alpha.py::test_layers[2]"], ["test_alpha.py::TestBlock::test_small"], ["test_beta.py"], ["-k", "layers"], ["--deselect", "test_alpha.py::test_model"], ["-m", "not slow"]):
+    for selection in (
+        ["test_alpha.py::test_model"],
+        ["test_alpha.py::test_layers[2]"],
+        ["test_alpha.py::TestBlock::test_small"],
+        ["test_beta.py"],
+        ["-k", "layers"],
+        ["--deselect", "test_alpha.py::test_model"],
+        ["-m", "not slow"],
+    ):
         result = run(suite, "--devmem-strict", *selection)
         assert result.ret == pytest.ExitCode.OK, (selection, result.stdout.str())
         assert "stale baselines" not in result.stdout.str()
-    suite.makepyfile(test_alpha=ALPHA.replace("def test_model", "def test_renamed").replace("class TestBlock", "class TestRenamed"))
+    suite.makepyfile(
+        test_alpha=ALPHA.replace("def test_model", "def test_renamed").replace("class TestBlock", "class TestRenamed")
+    )
     result = run(suite, "--devmem-strict", "test_alpha.py::test_layers[1]")
     result.assert_outcomes(passed=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["*stale baselines, for tests that no longer exist (failing the session (--devmem-strict)): test_alpha.py::TestBlock::test_skipped ?prealloc?, test_alpha.py::TestBlock::test_skipped_inside ?prealloc?, test_alpha.py::TestBlock::test_small ?prealloc?, test_alpha.py::test_model ?prealloc?"])
+    result.stdout.fnmatch_lines(
+        [
+            "*stale baselines, for tests that no longer exist (failing the session (--devmem-strict)): test_alpha.py::TestBlock::test_skipped ?prealloc?, test_alpha.py::TestBlock::test_skipped_inside ?prealloc?, test_alpha.py::TestBlock::test_small ?prealloc?, test_alpha.py::test_model ?prealloc?"
+        ]
+    )
     beta_only = run(suite, "--devmem-strict", "test_beta.py")
     assert beta_only.ret == pytest.ExitCode.OK  # test_alpha.py was not collected: nothing can tell
 
@@ -400,11 +529,17 @@ def test_strict_under_xdist_knows_what_the_workers_collected(suite: pytest.Pytes
     result = run(suite, "--devmem-strict", "-n", "2", "-k", "step")
     result.assert_outcomes(passed=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["*stale baselines, for tests that no longer exist (failing the session (--devmem-strict)): test_beta.py::test_other ?prealloc?"])
+    result.stdout.fnmatch_lines(
+        [
+            "*stale baselines, for tests that no longer exist (failing the session (--devmem-strict)): test_beta.py::test_other ?prealloc?"
+        ]
+    )
 
 
 @pytest.mark.parametrize("how", ["pytest-split", "a plugin that drops items silently"])
-def test_strict_in_a_shard_knows_the_whole_suite(suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+def test_strict_in_a_shard_knows_the_whole_suite(
+    suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
     use_shard_plugin(suite, monkeypatch, how)
     run(suite, "--devmem-update").assert_outcomes(passed=TESTS - 2, skipped=2)
     ran = 0
@@ -491,15 +626,25 @@ def test_big(devmem, n):
 def test_xdist_workers_whose_largest_tests_cannot_share_the_device_fail_the_session(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_wide=SIDE_BY_SIDE.format(size=600))
     # the user's fraction is kept for each worker (with a warning), so each test fits alone
-    result = pytester.runpytest_inprocess("--devmem-mode=ondemand", "--devmem-fraction=1", "--devmem-device=sim:1GiB", "-n", "2", "-W", "ignore::pytest.PytestWarning")
+    result = pytester.runpytest_inprocess(
+        "--devmem-mode=ondemand",
+        "--devmem-fraction=1",
+        "--devmem-device=sim:1GiB",
+        "-n",
+        "2",
+        "-W",
+        "ignore::pytest.PytestWarning",
+    )
     result.assert_outcomes(passed=3)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines([
-        "*xdist: the 2 largest tests do not fit side by side on sim:1GiB, each worker under ondemand, as 2 workers sharing it may run them*failing the session. At most 1 of them fit at once: run with -n 1*",
-        "*process 1: test_wide.py::test_big[[]1[]]*",
-        "*process 2: test_wide.py::test_big[[]2[]]*",
-        "*out of device memory*could not allocate 600.00 MiB*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*xdist: the 2 largest tests do not fit side by side on sim:1GiB, each worker under ondemand, as 2 workers sharing it may run them*failing the session. At most 1 of them fit at once: run with -n 1*",
+            "*process 1: test_wide.py::test_big[[]1[]]*",
+            "*process 2: test_wide.py::test_big[[]2[]]*",
+            "*out of device memory*could not allocate 600.00 MiB*",
+        ]
+    )
 
 
 def test_xdist_workers_whose_largest_tests_fit_together_say_so(pytester: pytest.Pytester) -> None:
@@ -507,7 +652,11 @@ def test_xdist_workers_whose_largest_tests_fit_together_say_so(pytester: pytest.
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:1GiB", "-n", "2")
     result.assert_outcomes(passed=3)
     assert result.ret == pytest.ExitCode.OK
-    result.stdout.fnmatch_lines(["*xdist: the 2 largest tests fit side by side on sim:1GiB, each worker under fraction=0.375 (each at its peak at once): 600.00 MiB in use at most*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*xdist: the 2 largest tests fit side by side on sim:1GiB, each worker under fraction=0.375 (each at its peak at once): 600.00 MiB in use at most*"
+        ]
+    )
 
 
 def test_jax_tests_that_fit_alone_but_not_in_two_workers_shares_fail_the_session(pytester: pytest.Pytester) -> None:
@@ -526,8 +675,10 @@ def test_jax_tests_that_fit_alone_but_not_in_two_workers_shares_fail_the_session
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-device=sim:64MiB", "-n", "2")
     result.assert_outcomes(passed=2)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines([
-        "*xdist: 2 workers share one device: each gets fraction 0.375*",
-        "*xdist: the 2 largest tests do not fit side by side on sim:64MiB, each worker under fraction=0.375*",
-        "*JAX (process *) could not allocate 40.00 MiB*its regime's limit is too low*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*xdist: 2 workers share one device: each gets fraction 0.375*",
+            "*xdist: the 2 largest tests do not fit side by side on sim:64MiB, each worker under fraction=0.375*",
+            "*JAX (process *) could not allocate 40.00 MiB*its regime's limit is too low*",
+        ]
+    )

@@ -11,14 +11,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_devmem.model.pool import Policy
-from pytest_devmem.gate.record import TestRecord
 from pytest_devmem.capture.sources import Reading, Sampler
 from pytest_devmem.capture.sources.nvml import NvmlSource
 from pytest_devmem.capture.sources.pool import PoolSource
 from pytest_devmem.capture.sources.tensorflow import TensorFlowSource
-
-GiB, MiB = 2**30, 2**20
+from pytest_devmem.gate.record import TestRecord
+from pytest_devmem.model.pool import Policy
+from pytest_devmem.units import GiB, MiB
 
 
 class FakeNvml:
@@ -56,7 +55,10 @@ class FakeNvml:
     def nvmlDeviceGetComputeRunningProcesses(self, handle: str) -> list[SimpleNamespace]:
         if not self.per_process:
             raise RuntimeError("Insufficient Permissions")
-        return [SimpleNamespace(pid=12345, usedGpuMemory=5 * GiB), SimpleNamespace(pid=os.getpid(), usedGpuMemory=self.mine)]
+        return [
+            SimpleNamespace(pid=12345, usedGpuMemory=5 * GiB),
+            SimpleNamespace(pid=os.getpid(), usedGpuMemory=self.mine),
+        ]
 
 
 def test_nvml_sampler_catches_a_short_peak() -> None:
@@ -169,7 +171,13 @@ def test_record_figures_come_from_the_machine_and_the_raw_sources_stay_beside() 
     from pytest_devmem.model.machine import MachineSpec, run_machine
     from pytest_devmem.model.trace import Trace, TraceEvent
 
-    trace = Trace([TraceEvent("allocate", 1, 3 * 2**20, source="jax"), TraceEvent("allocate", 2, 1000, source="pool"), TraceEvent("free", 1, 3 * 2**20, source="jax")])
+    trace = Trace(
+        [
+            TraceEvent("allocate", 1, 3 * 2**20, source="jax"),
+            TraceEvent("allocate", 2, 1000, source="pool"),
+            TraceEvent("free", 1, 3 * 2**20, source="jax"),
+        ]
+    )
     run = run_machine(trace, setups_for(Policy.of("growth"), 2**30), MachineSpec(2**30, "sim:1GiB"))
     nvml = Reading("nvml", True, peak_bytes_in_use=64 * 2**20, peak_bytes_reserved=64 * 2**20)
     record = TestRecord.from_run("t", "growth", "sim:1GiB", "sim-1GiB", run, [nvml], notes=[], outcome="passed")
@@ -177,11 +185,21 @@ def test_record_figures_come_from_the_machine_and_the_raw_sources_stay_beside() 
     # JAX's first region doubles to 4 MiB for the 3 MiB request, the devmem pool's is 2 MiB
     assert (record.peak_bytes_in_use, record.peak_bytes_reserved) == (3 * 2**20 + 1024, 6 * 2**20)
     assert record.peak_device == "cpu:0" and record.devices is not None
-    assert [(a["allocator"], a["peak_bytes_reserved"]) for a in record.devices[0]["allocators"]] == [("jax", 4 * 2**20), ("pool", 2 * 2**20)]  # type: ignore[index]
+    assert [(a["allocator"], a["peak_bytes_reserved"]) for a in record.devices[0]["allocators"]] == [
+        ("jax", 4 * 2**20),
+        ("pool", 2 * 2**20),
+    ]  # type: ignore[index]
     assert record.sources["nvml"].peak_bytes_in_use == 64 * 2**20  # raw, for validating the replay
-    assert record.trace is not None and record.trace["by_source"] == {"jax": {"allocations": 1, "peak_live_bytes": 3 * 2**20}, "pool": {"allocations": 1, "peak_live_bytes": 1000}}
-    untraced = TestRecord.from_run("t", "growth", "sim:1GiB", "sim-1GiB", None, [], notes=["JAX 0.1 lacks its hooks"], outcome="passed")
-    assert untraced.peak_bytes_in_use is None and untraced.fragmentation is None  # never a zero in place of a measurement
+    assert record.trace is not None and record.trace["by_source"] == {
+        "jax": {"allocations": 1, "peak_live_bytes": 3 * 2**20},
+        "pool": {"allocations": 1, "peak_live_bytes": 1000},
+    }
+    untraced = TestRecord.from_run(
+        "t", "growth", "sim:1GiB", "sim-1GiB", None, [], notes=["JAX 0.1 lacks its hooks"], outcome="passed"
+    )
+    assert (
+        untraced.peak_bytes_in_use is None and untraced.fragmentation is None
+    )  # never a zero in place of a measurement
     assert TestRecord.from_json(record.to_json()).to_json() == record.to_json()
 
 
@@ -200,6 +218,8 @@ def test_real_nvml_sees_jax_preallocate_75_percent(tmp_path) -> None:
         "print(reading.figures['device_total_bytes'], reading.figures.get('process_used_peak_bytes', reading.figures['device_used_peak_bytes']))\n"
     )
     env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="true", XLA_PYTHON_CLIENT_MEM_FRACTION=".75")
-    output = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, check=True).stdout.split()
+    output = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
     total, used = int(output[-2]), int(output[-1])
     assert 0.70 * total < used < 0.80 * total

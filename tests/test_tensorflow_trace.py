@@ -19,10 +19,10 @@ from pytest_devmem.capture.tensorflow.cpu_allocator import VARIABLE, prepare_cpu
 from pytest_devmem.capture.tensorflow.events import WindowClock, allocator_device, label, trace_events
 from pytest_devmem.capture.tensorflow.xspace import AllocatorEvent, caller_name, function_name, read_profile
 from pytest_devmem.model.trace import Trace
+from pytest_devmem.units import MiB
 
 pytestmark = pytest.mark.slow  # real TensorFlow: about 25 s to start it and profile
 
-MiB = 2**20
 
 # -- pure parts ------------------------------------------------------------------------------
 
@@ -55,7 +55,14 @@ def test_names_of_functions_and_callers() -> None:
     assert label(AllocatorEvent(0, True, "a", 1, 8)) == "(no op)"
 
 
-def event(time_ns: int, allocate: bool, address: int, size: int = 0, allocator: str = "bfc_cpu_allocator_for_gpu", op: str = "Op") -> AllocatorEvent:
+def event(
+    time_ns: int,
+    allocate: bool,
+    address: int,
+    size: int = 0,
+    allocator: str = "bfc_cpu_allocator_for_gpu",
+    op: str = "Op",
+) -> AllocatorEvent:
     return AllocatorEvent(time_ns, allocate, allocator, address, size, op if allocate else "")
 
 
@@ -85,8 +92,16 @@ def test_frees_pair_by_address_latest_first_and_what_came_before_is_left_out() -
 
 
 def test_at_equal_times_a_free_comes_before_the_allocation_that_reuses_its_address() -> None:
-    events = [event(1_100_000_000, True, 0xB, 64), event(1_200_000_000, True, 0xB, 32), event(1_200_000_000, False, 0xB)]
-    assert [(e.action, e.pointer) for e in trace_events(events, CLOCK, end=10.0, tensorflow_has_gpu=False).events] == [("allocate", 1), ("free", 1), ("allocate", 2)]
+    events = [
+        event(1_100_000_000, True, 0xB, 64),
+        event(1_200_000_000, True, 0xB, 32),
+        event(1_200_000_000, False, 0xB),
+    ]
+    assert [(e.action, e.pointer) for e in trace_events(events, CLOCK, end=10.0, tensorflow_has_gpu=False).events] == [
+        ("allocate", 1),
+        ("free", 1),
+        ("allocate", 2),
+    ]
 
 
 def test_paused_spans_after_the_end_and_host_memory_beside_a_gpu_are_left_out() -> None:
@@ -124,7 +139,9 @@ def test_the_fallback_is_the_peak_held_for_the_whole_test_and_says_it_is_an_uppe
     assert events is not None
     assert shape(events) == [("allocate", 1, 3 * MiB, 0.0, PEAK_LABEL)] and events[0].device == "cpu:0"
     assert notes[0].startswith("TensorFlow's profiler did not start: ") and "upper bound" in notes[0]
-    assert peak_window(Reading("tensorflow", False, note="TensorFlow was not imported by this test", unused=True), "x") == (Trace(), [])
+    assert peak_window(
+        Reading("tensorflow", False, note="TensorFlow was not imported by this test", unused=True), "x"
+    ) == (Trace(), [])
     events, notes = peak_window(Reading("tensorflow", False, note="Allocator stats not available"), "no profiler")
     assert events is not None and not len(events)  # nothing to show: an empty trace with a note has no figure, never 0
     assert notes == ["TensorFlow's allocations are not measured: no profiler, and Allocator stats not available"]
@@ -145,14 +162,21 @@ def test_the_cpu_allocator_variable_is_set_unless_the_user_set_it(monkeypatch: p
     assert setting.problem() is None
     environ = {VARIABLE: "false", "TF_ENABLE_ONEDNN_OPTS": "1"}
     setting = prepare_cpu_allocator(environ)
-    assert environ == {VARIABLE: "false", "TF_ENABLE_ONEDNN_OPTS": "1"} and not setting.set_here and not setting.effective
+    assert (
+        environ == {VARIABLE: "false", "TF_ENABLE_ONEDNN_OPTS": "1"} and not setting.set_here and not setting.effective
+    )
     assert "oneDNN as you set it (TF_ENABLE_ONEDNN_OPTS=1)" in setting.describe()
     assert "not BFC (TF_CPU_ALLOCATOR_USE_BFC=false, yours)" in setting.describe()
-    assert setting.problem() == "TF_CPU_ALLOCATOR_USE_BFC=false (yours): TensorFlow's CPU allocations are traced only in part, or not at all"
+    assert (
+        setting.problem()
+        == "TF_CPU_ALLOCATOR_USE_BFC=false (yours): TensorFlow's CPU allocations are traced only in part, or not at all"
+    )
     environ = {"TF_ENABLE_ONEDNN_OPTS": "1"}  # oneDNN on by the user's choice: kept, and said to change the figures
     setting = prepare_cpu_allocator(environ)
     assert environ == {VARIABLE: "true", "TF_ENABLE_ONEDNN_OPTS": "1"} and setting.effective
-    assert (setting.problem() or "").startswith("TF_ENABLE_ONEDNN_OPTS=1 (yours): oneDNN's kernels take their scratch outside TensorFlow's allocator")
+    assert (setting.problem() or "").startswith(
+        "TF_ENABLE_ONEDNN_OPTS=1 (yours): oneDNN's kernels take their scratch outside TensorFlow's allocator"
+    )
 
 
 # -- the profile TensorFlow writes -------------------------------------------------------------
@@ -168,10 +192,19 @@ def make_space(tensorflow_loaded: Any) -> Any:
     environment.stat_metadata[1].name = "profile_start_time"
     environment.stats.add(metadata_id=1, uint64_value=5_000_000_000)
     host = space.planes.add(name="/host:CPU")
-    names = ["EagerLocalExecute: __inference_step_7", "FunctionRun", "MemoryAllocation", "MemoryDeallocation", "ExecutorDoneCallback", "EagerExecute"]
+    names = [
+        "EagerLocalExecute: __inference_step_7",
+        "FunctionRun",
+        "MemoryAllocation",
+        "MemoryDeallocation",
+        "ExecutorDoneCallback",
+        "EagerExecute",
+    ]
     for key, name in enumerate(names, start=1):
         host.event_metadata[key].name = name
-    for key, name in enumerate(["allocator_name", "requested_bytes", "addr", "tf_op", "id", "allocation_bytes"], start=1):
+    for key, name in enumerate(
+        ["allocator_name", "requested_bytes", "addr", "tf_op", "id", "allocation_bytes"], start=1
+    ):
         host.stat_metadata[key].name = name
 
     def memory(line: Any, offset_ps: int, allocate: bool, address: int, size: int, op: str = "", step: int = 0) -> None:
@@ -191,7 +224,9 @@ def make_space(tensorflow_loaded: Any) -> Any:
     python = host.lines.add(id=1, name="python", timestamp_ns=1000)
     python.events.add(metadata_id=6, offset_ps=0, duration_ps=10_000_000)  # EagerExecute: not a caller
     python.events.add(metadata_id=1, offset_ps=1_000_000, duration_ps=8_000_000)
-    python.events.add(metadata_id=2, offset_ps=2_000_000, duration_ps=1_000_000).stats.add(metadata_id=5, int64_value=-42)
+    python.events.add(metadata_id=2, offset_ps=2_000_000, duration_ps=1_000_000).stats.add(
+        metadata_id=5, int64_value=-42
+    )
     memory(python, 20_000_000, True, 0x10, 512, op="Fill", step=99)  # an eager op: its step runs no function
     compute = host.lines.add(id=2, name="tf_Compute/1", timestamp_ns=1000)
     memory(compute, 2_500_000, True, 0x20, 4096, op="MatMul", step=-42)
@@ -205,13 +240,17 @@ def make_space(tensorflow_loaded: Any) -> Any:
 def test_a_profile_gives_each_allocation_its_op_function_and_time(tensorflow_loaded: object) -> None:
     profile = read_profile(make_space(tensorflow_loaded))
     assert profile.start_ns == 5_000_000_000 and profile.host_events == 8
-    assert [(e.time_ns, e.allocate, e.address, e.requested_bytes, e.op, e.function, e.thread) for e in profile.events] == [
+    assert [
+        (e.time_ns, e.allocate, e.address, e.requested_bytes, e.op, e.function, e.thread) for e in profile.events
+    ] == [
         (5_000_021_000, True, 0x10, 512, "Fill", "", 0),
         (5_000_003_500, True, 0x20, 4096, "MatMul", "step", 1),  # in the function's step, on another thread
         (5_000_003_700, True, 0x30, 64, "", "step", 1),  # outside any op, inside the step's done callback
         (5_000_003_800, False, 0x20, 4096, "", "step", 1),
     ]
-    converted = trace_events(profile.events, WindowClock(wall_ns=5_000_000_000, window_s=0.0), end=1.0, tensorflow_has_gpu=False)
+    converted = trace_events(
+        profile.events, WindowClock(wall_ns=5_000_000_000, window_s=0.0), end=1.0, tensorflow_has_gpu=False
+    )
     assert [(e.action, e.size, e.label) for e in converted.events] == [
         ("allocate", 4096, "MatMul in step"),
         ("allocate", 64, "step"),
@@ -222,7 +261,7 @@ def test_a_profile_gives_each_allocation_its_op_function_and_time(tensorflow_loa
 
 # -- real TensorFlow, one process per oneDNN setting ---------------------------------------------
 
-WORK = '''
+WORK = """
 import numpy as np
 import tensorflow as tf
 
@@ -268,11 +307,13 @@ def test_keras_fit():
     model = tf.keras.Sequential([tf.keras.layers.Input((32,)), tf.keras.layers.Dense(64, activation="relu"), tf.keras.layers.Dense(4)])
     model.compile("sgd", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     model.fit(np.ones((256, 32), np.float32), np.zeros((256,), np.int64), batch_size=64, epochs=1, verbose=0)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
-def work_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict[str, dict[str, Any]], dict[str, Trace], str, dict[str, Any]]]:
+def work_runs(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, tuple[dict[str, dict[str, Any]], dict[str, Trace], str, dict[str, Any]]]:
     """The WORK suite run once with oneDNN off and once on, each in a fresh process (TensorFlow reads
     both variables when it starts), without TF_CPU_ALLOCATOR_USE_BFC: the plugin sets it."""
     import subprocess
@@ -283,14 +324,39 @@ def work_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict[
     (folder / "test_work.py").write_text(WORK)
     runs = {}
     for onednn in ("0", "1"):
-        environment = {key: value for key, value in os.environ.items() if key not in (VARIABLE, "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT")}
-        environment.update(TF_ENABLE_ONEDNN_OPTS=onednn, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.pathsep.join(p for p in (str(Path(__file__).parents[1]), environment.get("PYTHONPATH", "")) if p))
-        command = [sys.executable, "-m", "pytest", "test_work.py", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "--devmem-mode=prealloc", f"--devmem-report=r{onednn}.json", f"--devmem-traces=traces{onednn}"]
+        environment = {
+            key: value
+            for key, value in os.environ.items()
+            if key not in (VARIABLE, "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT")
+        }
+        environment.update(
+            TF_ENABLE_ONEDNN_OPTS=onednn,
+            TF_CPP_MIN_LOG_LEVEL="2",
+            PYTHONPATH=os.pathsep.join(
+                p for p in (str(Path(__file__).parents[1]), environment.get("PYTHONPATH", "")) if p
+            ),
+        )
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "test_work.py",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:hypothesispytest",
+            "--devmem-mode=prealloc",
+            f"--devmem-report=r{onednn}.json",
+            f"--devmem-traces=traces{onednn}",
+        ]
         done = subprocess.run(command, cwd=folder, env=environment, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         report = json.loads((folder / f"r{onednn}.json").read_text())
         records = {r["test_id"].split("::")[-1]: r for r in report["records"]}
-        traces = {path.name.split("::")[-1].split("test_work.py_")[-1].split("[")[0]: Trace.read_csv(path) for path in (folder / f"traces{onednn}").glob("*.csv")}
+        traces = {
+            path.name.split("::")[-1].split("test_work.py_")[-1].split("[")[0]: Trace.read_csv(path)
+            for path in (folder / f"traces{onednn}").glob("*.csv")
+        }
         runs[onednn] = (records, traces, done.stdout, report["session"])
     return runs
 
@@ -306,7 +372,9 @@ def test_a_100_mib_variable_is_one_100_mib_allocation(work_runs: Any, onednn: st
     if onednn == "1":  # the user's choice, kept and said
         said += "; oneDNN as you set it (TF_ENABLE_ONEDNN_OPTS=1): its kernels' scratch is outside TensorFlow's allocator, and on CPUs without AVX-512 it is off"
     assert f"devmem: {said}" in output and session["tensorflow_cpu_allocator"] == said  # the header and the report
-    assert session["device_class"] == ("sim-16GiB-onednn" if onednn == "1" else "sim-16GiB")  # oneDNN's figures: baselines apart
+    assert session["device_class"] == (
+        "sim-16GiB-onednn" if onednn == "1" else "sim-16GiB"
+    )  # oneDNN's figures: baselines apart
     big = [e for e in allocations(traces["test_variable"]) if e.size >= MiB]
     assert [(e.size, e.label, e.device) for e in big] == [(100 * MiB, "Fill", "cpu:0")]  # not 128 MiB: what was asked
     assert 100 * MiB <= records["test_variable"]["peak_bytes_in_use"] < 100 * MiB + 64 * 1024
@@ -315,10 +383,19 @@ def test_a_100_mib_variable_is_one_100_mib_allocation(work_runs: Any, onednn: st
 def test_the_same_figures_with_onednn_on_and_off(work_runs: Any) -> None:
     off, on = work_runs["0"][0], work_runs["1"][0]
     assert off["test_variable"]["peak_bytes_in_use"] == on["test_variable"]["peak_bytes_in_use"]
-    for test in ("test_ops", "test_temporary_is_freed", "test_function"):  # a scalar may be freed a moment earlier or later
+    for test in (
+        "test_ops",
+        "test_temporary_is_freed",
+        "test_function",
+    ):  # a scalar may be freed a moment earlier or later
         assert abs(off[test]["peak_bytes_in_use"] - on[test]["peak_bytes_in_use"]) <= 4096, test
-    for test in ("test_data", "test_keras_fit"):  # tf.data's threads hold as many batches in flight as their timing lets them
-        assert abs(off[test]["peak_bytes_in_use"] - on[test]["peak_bytes_in_use"]) <= max(0.1 * off[test]["peak_bytes_in_use"], MiB), test  # the gate's default tolerance
+    for test in (
+        "test_data",
+        "test_keras_fit",
+    ):  # tf.data's threads hold as many batches in flight as their timing lets them
+        assert abs(off[test]["peak_bytes_in_use"] - on[test]["peak_bytes_in_use"]) <= max(
+            0.1 * off[test]["peak_bytes_in_use"], MiB
+        ), test  # the gate's default tolerance
 
 
 @pytest.mark.parametrize("onednn", ["0", "1"])
@@ -330,7 +407,9 @@ def test_each_allocation_of_a_few_ops_is_one_event_labelled_with_its_op(work_run
     assert sorted(outputs) == sorted(["RandomStandardNormal", "Mul", "AddV2", matmul, "Relu", "AddV2"])
     assert len({e.pointer for e in allocations(trace)}) == len(allocations(trace))  # one event per allocation
     freed = {e.pointer for e in trace if e.action == "free"}
-    assert all(e.pointer in freed for e in allocations(trace) if e.label in ("RandomStandardNormal", "Mul"))  # a's temporaries
+    assert all(
+        e.pointer in freed for e in allocations(trace) if e.label in ("RandomStandardNormal", "Mul")
+    )  # a's temporaries
 
 
 @pytest.mark.parametrize("onednn", ["0", "1"])
@@ -338,18 +417,29 @@ def test_a_temporary_made_and_dropped_is_freed_so_the_next_does_not_stack_on_it(
     records, traces = work_runs[onednn][:2]
     trace = traces["test_temporary_is_freed"]
     big = [(e.action, e.label) for e in trace if e.size == 16 * MiB]
-    assert big == [("allocate", "Fill"), ("free", "Fill"), ("allocate", "Fill"), ("free", "Fill")]  # u too, when the test returns
+    assert big == [
+        ("allocate", "Fill"),
+        ("free", "Fill"),
+        ("allocate", "Fill"),
+        ("free", "Fill"),
+    ]  # u too, when the test returns
     assert 16 * MiB <= records["test_temporary_is_freed"]["peak_bytes_in_use"] < 17 * MiB  # not 32 MiB
 
 
 @pytest.mark.parametrize("onednn", ["0", "1"])
 def test_ops_in_a_function_keras_fit_and_tf_data_name_where_they_ran(work_runs: Any, onednn: str) -> None:
     traces = work_runs[onednn][1]
-    assert "step" in {e.label.rsplit(" in ", 1)[-1] for e in allocations(traces["test_function"]) if e.size == 128 * 128 * 4}
+    assert "step" in {
+        e.label.rsplit(" in ", 1)[-1] for e in allocations(traces["test_function"]) if e.size == 128 * 128 * 4
+    }
     fit = {e.label for e in allocations(traces["test_keras_fit"])}
-    assert any(label.endswith(" in multi_step_on_iterator") or label.endswith(" in one_step_on_iterator") for label in fit), sorted(fit)[:20]
+    assert any(
+        label.endswith(" in multi_step_on_iterator") or label.endswith(" in one_step_on_iterator") for label in fit
+    ), sorted(fit)[:20]
     data = [e for e in allocations(traces["test_data"]) if e.size == 4096]
-    assert len(data) == 256 and {e.label for e in data} == {"Fill in tf.data MapAndBatch"}  # the map, fused with the batch
+    assert len(data) == 256 and {e.label for e in data} == {
+        "Fill in tf.data MapAndBatch"
+    }  # the map, fused with the batch
     batches = [e for e in allocations(traces["test_data"]) if e.size == 32 * 4096]
     assert len(batches) == 8 and {e.label for e in batches} == {"tf.data MapAndBatch"}
 
@@ -375,11 +465,19 @@ def test_tensorflow_temporary_then_jax():
 """
 
 
-def test_tensorflow_and_jax_events_keep_their_real_order(jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester) -> None:
+def test_tensorflow_and_jax_events_keep_their_real_order(
+    jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester
+) -> None:
     pytester.makepyfile(test_together=TOGETHER)
-    pytester.runpytest_inprocess("--devmem-mode=growth", "--devmem-report=r.json", "--devmem-traces=traces").assert_outcomes(passed=2)
+    pytester.runpytest_inprocess(
+        "--devmem-mode=growth", "--devmem-report=r.json", "--devmem-traces=traces"
+    ).assert_outcomes(passed=2)
     trace = Trace.read_csv(next((pytester.path / "traces").glob("*test_order*.csv")))
-    assert [(e.source, e.size) for e in allocations(trace) if e.size >= MiB] == [("jax", 4 * MiB), ("tensorflow", 8 * MiB), ("jax", 2 * MiB)]
+    assert [(e.source, e.size) for e in allocations(trace) if e.size >= MiB] == [
+        ("jax", 4 * MiB),
+        ("tensorflow", 8 * MiB),
+        ("jax", 2 * MiB),
+    ]
     records = {r["test_id"].split("::")[-1]: r for r in json.loads((pytester.path / "r.json").read_text())["records"]}
     # TensorFlow's 64 MiB is given back before JAX's 64 MiB: the two never stack
     assert 64 * MiB <= records["test_tensorflow_temporary_then_jax"]["peak_bytes_in_use"] < 66 * MiB
@@ -400,12 +498,19 @@ def test_after():
 """
 
 
-def test_a_test_with_its_own_profiler_session_gets_it_and_its_record_falls_back_to_the_peak(tensorflow_loaded: object, pytester: pytest.Pytester) -> None:
+def test_a_test_with_its_own_profiler_session_gets_it_and_its_record_falls_back_to_the_peak(
+    tensorflow_loaded: object, pytester: pytest.Pytester
+) -> None:
     pytester.makepyfile(test_own=OWN_PROFILER)
-    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-report=r.json", "--devmem-traces=traces").assert_outcomes(passed=2)
+    pytester.runpytest_inprocess(
+        "--devmem-mode=prealloc", "--devmem-report=r.json", "--devmem-traces=traces"
+    ).assert_outcomes(passed=2)
     records = {r["test_id"].split("::")[-1]: r for r in json.loads((pytester.path / "r.json").read_text())["records"]}
     own = records["test_profiles_itself"]
-    assert any(note.startswith("the test started a TensorFlow profiler session of its own") and "an upper bound" in note for note in own["trace"]["notes"])
+    assert any(
+        note.startswith("the test started a TensorFlow profiler session of its own") and "an upper bound" in note
+        for note in own["trace"]["notes"]
+    )
     assert own["peak_bytes_in_use"] >= 4_000_000
     trace = Trace.read_csv(next((pytester.path / "traces").glob("*test_profiles_itself*.csv")))
     assert [(e.action, e.label) for e in trace] == [("allocate", PEAK_LABEL)]
@@ -413,7 +518,9 @@ def test_a_test_with_its_own_profiler_session_gets_it_and_its_record_falls_back_
     assert after["trace"]["notes"] == [] and 8_000_000 <= after["peak_bytes_in_use"] < 8_100_000
 
 
-def test_a_tensorflow_without_the_profiler_api_falls_back_to_the_peak(tensorflow_loaded: object, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_tensorflow_without_the_profiler_api_falls_back_to_the_peak(
+    tensorflow_loaded: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from tensorflow.python.profiler.internal import _pywrap_profiler
 
     class OldSession:
@@ -429,19 +536,27 @@ def test_a_tensorflow_without_the_profiler_api_falls_back_to_the_peak(tensorflow
     recorder.end()
     events, notes = capture.end(Reading("tensorflow", True, peak_bytes_in_use=MiB, figures={"device": "CPU:0"}))
     assert events is not None and [(e.size, e.label) for e in events] == [(MiB, PEAK_LABEL)]
-    assert notes[0].startswith("this TensorFlow's profiler session lacks export_to_tb: ") and notes[0].endswith("an upper bound")
+    assert notes[0].startswith("this TensorFlow's profiler session lacks export_to_tb: ") and notes[0].endswith(
+        "an upper bound"
+    )
 
 
-def test_tensorflow_started_before_the_plugin_says_so_in_the_summary(tensorflow_loaded: Any, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tensorflow_started_before_the_plugin_says_so_in_the_summary(
+    tensorflow_loaded: Any, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert float(tensorflow_loaded.reduce_sum(tensorflow_loaded.ones((4,)))) == 4.0  # TensorFlow has started here
     monkeypatch.delenv(VARIABLE, raising=False)  # as if nobody had set it before TensorFlow started
-    pytester.makepyfile(test_late="import tensorflow as tf\n\ndef test_tf():\n    assert tf.ones((1024,)).shape[0] == 1024\n")
+    pytester.makepyfile(
+        test_late="import tensorflow as tf\n\ndef test_tf():\n    assert tf.ones((1024,)).shape[0] == 1024\n"
+    )
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([
-        "devmem: TensorFlow had started before pytest-devmem could set TF_CPU_ALLOCATOR_USE_BFC=true*",
-        "pytest-devmem: TensorFlow had started before pytest-devmem could set TF_CPU_ALLOCATOR_USE_BFC=true*what could be measured",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "devmem: TensorFlow had started before pytest-devmem could set TF_CPU_ALLOCATOR_USE_BFC=true*",
+            "pytest-devmem: TensorFlow had started before pytest-devmem could set TF_CPU_ALLOCATOR_USE_BFC=true*what could be measured",
+        ]
+    )
     assert VARIABLE not in os.environ  # what the plugin set, it took back
 
 
@@ -456,13 +571,19 @@ def _plain_cpu_allocator(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.usefixtures("_plain_cpu_allocator")
 def test_a_tensorflow_that_keeps_no_statistics_has_no_figure_and_says_why(pytester: pytest.Pytester) -> None:
     pytest.importorskip("tensorflow")
-    pytester.makepyfile(test_plain="import tensorflow as tf\n\ndef test_tf():\n    assert float(tf.reduce_sum(tf.ones((1024,)))) == 1024.0\n")
+    pytester.makepyfile(
+        test_plain="import tensorflow as tf\n\ndef test_tf():\n    assert float(tf.reduce_sum(tf.ones((1024,)))) == 1024.0\n"
+    )
     result = pytester.runpytest_subprocess("--devmem-mode=prealloc", "--devmem-report=r.json", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([
-        "devmem: TensorFlow's CPU allocator: not BFC (TF_CPU_ALLOCATOR_USE_BFC=false, yours)*",
-        "pytest-devmem: TF_CPU_ALLOCATOR_USE_BFC=false (yours)*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "devmem: TensorFlow's CPU allocator: not BFC (TF_CPU_ALLOCATOR_USE_BFC=false, yours)*",
+            "pytest-devmem: TF_CPU_ALLOCATOR_USE_BFC=false (yours)*",
+        ]
+    )
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
     assert record["peak_bytes_in_use"] is None  # not measured: never 0
-    assert any(note.startswith("TensorFlow ran but its allocator keeps no statistics") for note in record["trace"]["notes"])
+    assert any(
+        note.startswith("TensorFlow ran but its allocator keeps no statistics") for note in record["trace"]["notes"]
+    )

@@ -15,11 +15,11 @@ import pytest
 
 from pytest_devmem.capture.tpu_compile import QUIET_LIBTPU, TpuSizer, parse_refusal, quiet_libtpu, tpu_compiler_problem
 from pytest_devmem.errors import InvalidSettingError
-from pytest_devmem.model.device import open_device
+from pytest_devmem.hardware.devices import open_device
 from pytest_devmem.model.tpu_targets import TPU_SPECS, tpu_spec
 from pytest_devmem.plugin.compile_target import resolve
+from pytest_devmem.units import GiB, MiB
 
-MiB, GiB = 2**20, 2**30
 PROBLEM = tpu_compiler_problem()
 needs_libtpu = pytest.mark.skipif(PROBLEM is not None, reason=f"needs the tpu-compile extra: {PROBLEM}")
 
@@ -46,7 +46,11 @@ def tpu_devices(topology: str, bounds: tuple[int, int, int] | None = None) -> li
     from jax.experimental import topologies
 
     with quiet_libtpu():
-        return list(topologies.get_topology_desc(topology_name=topology, platform="tpu", **({"chips_per_host_bounds": bounds} if bounds else {})).devices)
+        return list(
+            topologies.get_topology_desc(
+                topology_name=topology, platform="tpu", **({"chips_per_host_bounds": bounds} if bounds else {})
+            ).devices
+        )
 
 
 # -- the presets: pure data -----------------------------------------------------------------
@@ -62,14 +66,26 @@ def test_each_tpu_preset_is_a_device_with_the_hbm_its_compiler_says_is_available
     assert TPU_SPECS["TPU-v5e"].usable_bytes == round(15.75 * GiB)
 
 
-@pytest.mark.parametrize(("preset", "devices", "topology"), [("TPU-v5e", 1, "v5e:1x1"), ("TPU-v5e", 4, "v5e:2x2"), ("TPU-v5e", 8, "v5e:2x4"), ("TPU-v5p", 4, "v5p:2x2x1"), ("TPU-v6e", 16, "v6e:4x4"), ("TPU-v4", 8, "v4:2x2x1")])
+@pytest.mark.parametrize(
+    ("preset", "devices", "topology"),
+    [
+        ("TPU-v5e", 1, "v5e:1x1"),
+        ("TPU-v5e", 4, "v5e:2x2"),
+        ("TPU-v5e", 8, "v5e:2x4"),
+        ("TPU-v5p", 4, "v5p:2x2x1"),
+        ("TPU-v6e", 16, "v6e:4x4"),
+        ("TPU-v4", 8, "v4:2x2x1"),
+    ],
+)
 def test_n_devices_form_the_generations_topology(preset: str, devices: int, topology: str) -> None:
     assert TPU_SPECS[preset].topology_for(devices)[0] == topology
 
 
 @pytest.mark.parametrize("devices", [2, 3, 5, 6])
 def test_a_count_with_no_topology_is_refused_naming_the_counts_allowed(devices: int) -> None:
-    with pytest.raises(InvalidSettingError, match=rf"TPU v5e has no topology of {devices} device\(s\): a test may use 1, 4, 8"):
+    with pytest.raises(
+        InvalidSettingError, match=rf"TPU v5e has no topology of {devices} device\(s\): a test may use 1, 4, 8"
+    ):
         TPU_SPECS["TPU-v5e"].topology_for(devices)
 
 
@@ -84,7 +100,10 @@ def test_tpu_presets_are_compile_targets_like_gpu_ones() -> None:
     assert (on_tpu.label, on_tpu.platform, on_tpu.class_suffix) == ("TPU-v5p", "tpu", "")
     assert resolve("TPU-v5e", open_device("sim:16GiB"), None, None).class_suffix == "-TPU-v5e-sizes"
     missing = resolve(None, open_device("sim:TPU-v5e"), None, "libtpu missing")
-    assert (missing.label, missing.class_suffix) == ("cpu", "-cpu-sizes") and "not a TPU v5e's" in missing.note  # never TPU sizes claimed
+    assert (missing.label, missing.class_suffix) == (
+        "cpu",
+        "-cpu-sizes",
+    ) and "not a TPU v5e's" in missing.note  # never TPU sizes claimed
 
 
 # -- the installed compiler agrees with the table -------------------------------------------
@@ -99,7 +118,9 @@ def test_the_usable_hbm_is_what_the_installed_tpu_compiler_states(jax_loaded: An
 
     spec = TPU_SPECS[preset]
     chip = tpu_devices(spec.topology_for(1)[0], (1, 1, 1))[0]
-    too_big = jax.ShapeDtypeStruct((spec.hbm_per_chip // 4 // 1024, 1024), jnp.float32, sharding=SingleDeviceSharding(chip))
+    too_big = jax.ShapeDtypeStruct(
+        (spec.hbm_per_chip // 4 // 1024, 1024), jnp.float32, sharding=SingleDeviceSharding(chip)
+    )
     with pytest.raises(Exception, match="RESOURCE_EXHAUSTED") as refused:
         jax.jit(lambda x: x + 1).lower(too_big).compile()
     assert re.search(r"available HBM \(([\d.]+G)\)", str(refused.value)).group(1) == spec.usable_text  # type: ignore[union-attr]
@@ -140,7 +161,9 @@ def test_libtpu_starts_without_a_word_on_a_machine_without_a_tpu(pytester: pytes
 
 
 @needs_libtpu
-def test_an_attention_step_records_the_v5e_compiles_temp_not_the_gpus_nor_the_cpus(jax_loaded: Any, pytester: pytest.Pytester) -> None:
+def test_an_attention_step_records_the_v5e_compiles_temp_not_the_gpus_nor_the_cpus(
+    jax_loaded: Any, pytester: pytest.Pytester
+) -> None:
     import jax
     import jax.numpy as jnp
     from jax.sharding import SingleDeviceSharding
@@ -149,14 +172,23 @@ def test_an_attention_step_records_the_v5e_compiles_temp_not_the_gpus_nor_the_cp
     q = jax.ShapeDtypeStruct((2, 16, 1024, 64), jnp.float32, sharding=SingleDeviceSharding(chip))
     expected = int(jax.jit(attention).lower(q, q, q).compile().memory_analysis().temp_size_in_bytes)
     assert 128 * MiB < expected < 129 * MiB  # 128.06 MiB: an H100 takes 256 MiB, the CPU none
-    pytester.makepyfile(test_attention=ATTENTION + "\ndef test_step():\n    q = jnp.ones((2, 16, 1024, 64), jnp.float32)\n    attention(q, q, q).block_until_ready()\n")
-    result = pytester.runpytest_inprocess("--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json")
+    pytester.makepyfile(
+        test_attention=ATTENTION
+        + "\ndef test_step():\n    q = jnp.ones((2, 16, 1024, 64), jnp.float32)\n    attention(q, q, q).block_until_ready()\n"
+    )
+    result = pytester.runpytest_inprocess(
+        "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json"
+    )
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*sized as the TPU v5e compiler*"])
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
     step = record["trace"]["executables"]["jit(attention)"]
     assert (step["temp_bytes"], step["sized_for"], step["cpu_temp_bytes"]) == (expected, "TPU-v5e", 0)
-    assert record["compile_target"] == "TPU-v5e" and record["tpu"]["target"] == "TPU v5e" and record["device_class"] == "sim-TPU-v5e"
+    assert (
+        record["compile_target"] == "TPU-v5e"
+        and record["tpu"]["target"] == "TPU v5e"
+        and record["device_class"] == "sim-TPU-v5e"
+    )
     assert record["peak_bytes_in_use"] >= expected + 8 * MiB  # the temp beside the 8 MiB input and output
 
 
@@ -171,13 +203,17 @@ def test_small_arrays_take_their_tiled_size(jax_loaded: Any, pytester: pytest.Py
             assert len(held) == 2000
         """
     )
-    pytester.runpytest_inprocess("--devmem-device=sim:TPU-v5e", "--devmem-report=r.json", "--devmem-mode=compact").assert_outcomes(passed=1)
+    pytester.runpytest_inprocess(
+        "--devmem-device=sim:TPU-v5e", "--devmem-report=r.json", "--devmem-mode=compact"
+    ).assert_outcomes(passed=1)
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
     assert 2000 * 2048 <= record["peak_bytes_in_use"] < 2000 * 2048 + 64 * 1024  # about 4 MB, not 192 KB
 
 
 @needs_libtpu
-def test_a_step_sharded_over_4_devices_records_4_chips_at_the_2x2_compiles_size(jax_loaded: Any, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_step_sharded_over_4_devices_records_4_chips_at_the_2x2_compiles_size(
+    jax_loaded: Any, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -202,12 +238,16 @@ def test_sharded_step():
 """
     )
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
-    result = pytester.runpytest_subprocess("--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json")
+    result = pytester.runpytest_subprocess(
+        "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json"
+    )
     result.assert_outcomes(passed=1)
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
     assert record["trace"]["executables"]["jit(attention)"]["temp_bytes"] == 4 * per_chip
     devices = {d["device"]: d["peak_bytes_in_use"] for d in record["devices"]}
-    assert len(devices) == 4 and len(set(devices.values())) == 1 and min(devices.values()) >= per_chip  # each chip alike
+    assert (
+        len(devices) == 4 and len(set(devices.values())) == 1 and min(devices.values()) >= per_chip
+    )  # each chip alike
 
 
 @pytest.mark.parametrize("option", ["--devmem-mode=prealloc", "--devmem-mode=growth", "--devmem-fraction=0.5"])
@@ -241,7 +281,9 @@ def test_a_markers_fraction_on_a_tpu_preset_errors_that_test(pytester: pytest.Py
 
 
 @needs_libtpu
-def test_a_program_the_tpu_compiler_refuses_is_a_clean_out_of_memory_verdict(jax_loaded: Any, pytester: pytest.Pytester) -> None:
+def test_a_program_the_tpu_compiler_refuses_is_a_clean_out_of_memory_verdict(
+    jax_loaded: Any, pytester: pytest.Pytester
+) -> None:
     pytester.makepyfile(
         test_long=ATTENTION
         + """
@@ -257,9 +299,16 @@ def test_long_context():
     step(False, jnp.ones((1, 20, 16384, 8), jnp.float32)).block_until_ready()
 """
     )
-    result = pytester.runpytest_inprocess("--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json")
+    result = pytester.runpytest_inprocess(
+        "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json"
+    )
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*out of device memory at compile time on sim:TPU-v5e: the TPU v5e compiler refused jit(step)*", "*available HBM (15.75G)*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*out of device memory at compile time on sim:TPU-v5e: the TPU v5e compiler refused jit(step)*",
+            "*available HBM (15.75G)*",
+        ]
+    )
     assert "Traceback" not in result.stdout.str()
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
     assert record["oom"]["kind"] == "capacity" and record["oom"]["compile_time"] is True
@@ -276,11 +325,23 @@ def test_tpu_preset_names_are_found_in_any_case() -> None:
 
 @needs_libtpu
 def test_the_plugins_output_carries_no_libtpu_or_cuda_noise(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_plain="import jax.numpy as jnp\n\ndef test_x():\n    assert jnp.ones((8, 3)).sum() == 24\n")
-    result = pytester.runpytest_subprocess("--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "-p", "no:cacheprovider")
+    pytester.makepyfile(
+        test_plain="import jax.numpy as jnp\n\ndef test_x():\n    assert jnp.ones((8, 3)).sum() == 24\n"
+    )
+    result = pytester.runpytest_subprocess(
+        "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "-p", "no:cacheprovider"
+    )
     result.assert_outcomes(passed=1)
     output = result.stdout.str() + result.stderr.str()
-    for noise in ("cudart_stub", "TPU accelerator type", "TPU_WORKER_HOSTNAMES", "libtpu_lockfile", "Traceback", "InitializeLog", "CUDA"):
+    for noise in (
+        "cudart_stub",
+        "TPU accelerator type",
+        "TPU_WORKER_HOSTNAMES",
+        "libtpu_lockfile",
+        "Traceback",
+        "InitializeLog",
+        "CUDA",
+    ):
         assert noise not in output, output
 
 
@@ -302,14 +363,24 @@ def test_a_record_on_a_tpu_says_what_compaction_moved_and_when_an_oom_is_capacit
             devmem.pool.alloc(20 * 2**30)
         """
     )
-    result = pytester.runpytest_inprocess("--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json")
+    result = pytester.runpytest_inprocess(
+        "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json"
+    )
     result.assert_outcomes(passed=1, failed=1)
     records = {r["test_id"].split("::")[1]: r for r in json.loads((pytester.path / "r.json").read_text())["records"]}
-    assert records["test_holes"]["tpu"]["compaction_moved_bytes"] == 5 * GiB and records["test_holes"]["tpu"]["compactions"] == 1
-    assert records["test_too_big"]["oom"]["kind"] == "capacity" and records["test_too_big"]["tpu"]["compaction_moved_bytes"] == 0
+    assert (
+        records["test_holes"]["tpu"]["compaction_moved_bytes"] == 5 * GiB
+        and records["test_holes"]["tpu"]["compactions"] == 1
+    )
+    assert (
+        records["test_too_big"]["oom"]["kind"] == "capacity"
+        and records["test_too_big"]["tpu"]["compaction_moved_bytes"] == 0
+    )
 
 
-def test_tensorflow_figures_under_a_tpu_preset_are_said_to_be_its_cpu_allocators(tensorflow_loaded: Any, pytester: pytest.Pytester) -> None:
+def test_tensorflow_figures_under_a_tpu_preset_are_said_to_be_its_cpu_allocators(
+    tensorflow_loaded: Any, pytester: pytest.Pytester
+) -> None:
     pytester.makepyfile(
         """
         import tensorflow as tf
@@ -319,11 +390,15 @@ def test_tensorflow_figures_under_a_tpu_preset_are_said_to_be_its_cpu_allocators
             assert float(tf.reduce_sum(x @ x)) > 0
         """
     )
-    result = pytester.runpytest_inprocess("--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json")
+    result = pytester.runpytest_inprocess(
+        "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json"
+    )
     result.assert_outcomes(passed=1)
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
     assert record["tpu"]["tensorflow"] == "CPU allocator's figures, not sized for the TPU"
-    assert any("TensorFlow's figures are its CPU allocator's, not a TPU v5e's" in note for note in record["trace"]["notes"])
+    assert any(
+        "TensorFlow's figures are its CPU allocator's, not a TPU v5e's" in note for note in record["trace"]["notes"]
+    )
 
 
 @pytest.mark.tpu
@@ -336,8 +411,13 @@ def test_real_tpu_replayed_peak_matches_jax_memory_stats(jax_loaded: Any, pytest
     preset = {"TPU v5 lite": "TPU-v5e", "TPU v5": "TPU-v5p", "TPU v4": "TPU-v4", "TPU v6 lite": "TPU-v6e"}.get(kind)
     if preset is None:
         pytest.skip(f"no preset for {kind}")
-    pytester.makepyfile(test_attention=ATTENTION + "\ndef test_step():\n    q = jnp.ones((2, 16, 1024, 64), jnp.float32)\n    attention(q, q, q).block_until_ready()\n")
-    pytester.runpytest_subprocess(f"--devmem-device=sim:{preset}", "--devmem-mode=compact", "--devmem-report=r.json").assert_outcomes(passed=1)
+    pytester.makepyfile(
+        test_attention=ATTENTION
+        + "\ndef test_step():\n    q = jnp.ones((2, 16, 1024, 64), jnp.float32)\n    attention(q, q, q).block_until_ready()\n"
+    )
+    pytester.runpytest_subprocess(
+        f"--devmem-device=sim:{preset}", "--devmem-mode=compact", "--devmem-report=r.json"
+    ).assert_outcomes(passed=1)
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
     measured = record["sources"]["jax"]["peak_bytes_in_use"]
     assert abs(record["peak_bytes_in_use"] - measured) <= max(0.1 * measured, MiB)
@@ -351,11 +431,16 @@ def test_sizes_are_cached_on_disk_for_the_next_run(jax_loaded: Any, tmp_path: An
 
     from pytest_devmem.capture.patches import Patches
 
-    first, second = TpuSizer(TPU_SPECS["TPU-v5e"], cache_dir=tmp_path), TpuSizer(TPU_SPECS["TPU-v5e"], cache_dir=tmp_path)
+    first, second = (
+        TpuSizer(TPU_SPECS["TPU-v5e"], cache_dir=tmp_path),
+        TpuSizer(TPU_SPECS["TPU-v5e"], cache_dir=tmp_path),
+    )
     assert first.install() and second.install()
     runs: list[Any] = []
     patches = Patches()
-    patches.replace(pxla.ExecuteReplicated, "__call__", lambda original: lambda self, *a: (runs.append(self), original(self, *a))[1])
+    patches.replace(
+        pxla.ExecuteReplicated, "__call__", lambda original: lambda self, *a: (runs.append(self), original(self, *a))[1]
+    )
     try:
         jax.block_until_ready(jax.jit(lambda a: jnp.tanh(a @ a.T))(jnp.ones((256, 384))))
         executable = runs[-1]
@@ -384,7 +469,9 @@ def test_a_marker_naming_another_tpu_regime_runs_in_a_child_under_the_tpu_preset
             devmem.pool.free(devmem.pool.alloc(2**20))
         """
     )
-    result = pytester.runpytest_subprocess("--devmem-device=sim:TPU-v5e", "--devmem-report=r.json", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(
+        "--devmem-device=sim:TPU-v5e", "--devmem-report=r.json", "-p", "no:cacheprovider"
+    )
     result.assert_outcomes(passed=2)
     regimes = sorted(r["regime"] for r in json.loads((pytester.path / "r.json").read_text())["records"])
     assert regimes == ["compact(fraction=1)", "ondemand"]

@@ -4,12 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.errors import InvalidFreeError, OutOfMemoryError
+from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.model.pool import Policy, Trace, TraceEvent, TracingPool, make_pool, replay
 from pytest_devmem.model.trace import ALLOCATE, ALLOCATE_FAILURE, FREE, TraceFormatError
-
-KiB, MiB, GiB = 2**10, 2**20, 2**30
+from pytest_devmem.units import GiB, MiB
 
 
 def record_workload(mode: str = "growth", fraction: float | None = None, capacity: int = GiB) -> TracingPool:
@@ -37,7 +36,9 @@ def test_tracing_pool_records_failures() -> None:
     pool = TracingPool(make_pool(SimulatedDevice(GiB), Policy.of("fraction", 0.1)))
     with pytest.raises(OutOfMemoryError):
         pool.alloc(GiB)
-    assert pool.trace.events == [TraceEvent(ALLOCATE_FAILURE, 0, GiB, pool.trace.events[0].time, pool.trace.events[0].thread)]
+    assert pool.trace.events == [
+        TraceEvent(ALLOCATE_FAILURE, 0, GiB, pool.trace.events[0].time, pool.trace.events[0].thread)
+    ]
 
 
 def test_trace_round_trips_through_rmm_csv(tmp_path: Path) -> None:
@@ -72,12 +73,30 @@ def test_reads_rmm_logs_with_deallocate_and_clock_times(tmp_path: Path) -> None:
         ("", "trace.csv:1: not a memory-event log"),
         ("a,b\n", "trace.csv:1: not a memory-event log"),
         ("Thread,Time,Action,Pointer,Size,Stream\n1,0.0,allocate,0x10\n", "trace.csv:2: expected 6 columns, got 4"),
-        ("Thread,Time,Action,Pointer,Size,Stream\n1,0.0,allocate,0x10,5,0\n1,0.0,grab,0x10,5,0\n", "trace.csv:3: unknown action 'grab'"),
-        ("Thread,Time,Action,Pointer,Size,Stream\n1,0.0,allocate,zz,5,0\n", "trace.csv:2: Pointer 'zz' is not a whole number"),
-        ("Thread,Time,Action,Pointer,Size,Stream,Source,Label,Device,Process\n1,0.0,allocate,1,5,0,jax,,cpu:0,0.5\n", "trace.csv:2: Process '0.5' is not a whole number"),
-        ("Thread,Time,Action,Pointer,Size,Stream,Source,Label,Device,Process\n1,0.0,allocate,1,5,0,jax,,CPU:0,0\n", "trace.csv:2: Device 'CPU:0' is not a device: write PLATFORM:N in lower case"),
-        ("Thread,Time,Action,Pointer,Size,Stream,Source,Label,Device,Process\n1,0.0,allocate,1,5,0,jax,,cpu:00,0\n", "trace.csv:2: Device 'cpu:00' is not a device"),
-        ("Thread,Time,Action,Pointer,Size,Stream,Source,Label,Device,Process\n1,0.0,allocate,1,5,0,jax,,banana,0\n", "trace.csv:2: Device 'banana' is not a device"),
+        (
+            "Thread,Time,Action,Pointer,Size,Stream\n1,0.0,allocate,0x10,5,0\n1,0.0,grab,0x10,5,0\n",
+            "trace.csv:3: unknown action 'grab'",
+        ),
+        (
+            "Thread,Time,Action,Pointer,Size,Stream\n1,0.0,allocate,zz,5,0\n",
+            "trace.csv:2: Pointer 'zz' is not a whole number",
+        ),
+        (
+            "Thread,Time,Action,Pointer,Size,Stream,Source,Label,Device,Process\n1,0.0,allocate,1,5,0,jax,,cpu:0,0.5\n",
+            "trace.csv:2: Process '0.5' is not a whole number",
+        ),
+        (
+            "Thread,Time,Action,Pointer,Size,Stream,Source,Label,Device,Process\n1,0.0,allocate,1,5,0,jax,,CPU:0,0\n",
+            "trace.csv:2: Device 'CPU:0' is not a device: write PLATFORM:N in lower case",
+        ),
+        (
+            "Thread,Time,Action,Pointer,Size,Stream,Source,Label,Device,Process\n1,0.0,allocate,1,5,0,jax,,cpu:00,0\n",
+            "trace.csv:2: Device 'cpu:00' is not a device",
+        ),
+        (
+            "Thread,Time,Action,Pointer,Size,Stream,Source,Label,Device,Process\n1,0.0,allocate,1,5,0,jax,,banana,0\n",
+            "trace.csv:2: Device 'banana' is not a device",
+        ),
     ],
 )
 def test_malformed_trace_names_file_and_line(tmp_path: Path, content: str, message: str) -> None:

@@ -4,25 +4,14 @@ trace XLA's allocations imply, and the same work gives the same figures in any o
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from pytest_devmem.model.trace import Trace
 from pytest_devmem.capture import TraceRecorder
 from pytest_devmem.capture.jax import JaxCapture
 from pytest_devmem.capture.merge import merge
-
-
-@pytest.fixture
-def capture(jax_loaded: object) -> Iterator[tuple[TraceRecorder, JaxCapture]]:
-    recorder = TraceRecorder()
-    jax_capture = JaxCapture(recorder)
-    assert jax_capture.install(), jax_capture.note
-    try:
-        yield recorder, jax_capture
-    finally:
-        jax_capture.uninstall()
+from pytest_devmem.model.trace import Trace
 
 
 def shape(events: Any) -> list[tuple[str, int, int, str]]:
@@ -43,10 +32,15 @@ def test_a_jax_without_a_hook_is_not_traced_and_says_so(jax_loaded: object, monk
     monkeypatch.delattr(dispatch, "_batched_device_put_impl")
     jax_capture = JaxCapture(TraceRecorder())
     assert not jax_capture.install()
-    assert "lacks dispatch._batched_device_put_impl" in jax_capture.note and "JAX allocations are not traced" in jax_capture.note
+    assert (
+        "lacks dispatch._batched_device_put_impl" in jax_capture.note
+        and "JAX allocations are not traced" in jax_capture.note
+    )
 
 
-def test_a_jitted_matmul_gives_exactly_its_outputs_temp_donation_and_deletions(capture: tuple[TraceRecorder, JaxCapture]) -> None:
+def test_a_jitted_matmul_gives_exactly_its_outputs_temp_donation_and_deletions(
+    capture: tuple[TraceRecorder, JaxCapture],
+) -> None:
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -92,7 +86,9 @@ def test_a_cache_hit_gives_the_same_trace_as_the_compile(capture: tuple[TraceRec
     assert any(label == "jit(<lambda>) temp" for _, _, _, label in traces[0])
 
 
-def test_memory_that_existed_before_the_window_stays_out_of_the_trace(capture: tuple[TraceRecorder, JaxCapture]) -> None:
+def test_memory_that_existed_before_the_window_stays_out_of_the_trace(
+    capture: tuple[TraceRecorder, JaxCapture],
+) -> None:
     import jax.numpy as jnp
 
     recorder, _ = capture
@@ -128,7 +124,11 @@ def test_merge_keeps_time_order_and_separate_ids() -> None:
     jax_events = [TraceEvent("allocate", 1, 10, 0.5, source="jax"), TraceEvent("free", 1, 10, 0.7, source="jax")]
     tf_events = [TraceEvent("allocate", 1, 99, 0.0, source="tensorflow")]
     merged = merge(jax_events, tf_events)
-    assert [(e.action, e.pointer, e.source) for e in merged] == [("allocate", 1, "tensorflow"), ("allocate", 2, "jax"), ("free", 2, "jax")]
+    assert [(e.action, e.pointer, e.source) for e in merged] == [
+        ("allocate", 1, "tensorflow"),
+        ("allocate", 2, "jax"),
+        ("free", 2, "jax"),
+    ]
 
 
 SAME_WORK = """
@@ -161,10 +161,15 @@ def pytest_collection_modifyitems(items):
 
 def peaks(pytester: pytest.Pytester, name: str = "r.json") -> dict[str, tuple[int, int, float]]:
     records = json.loads((pytester.path / name).read_text())["records"]
-    return {r["test_id"].split("::")[-1]: (r["peak_bytes_in_use"], r["peak_bytes_reserved"], r["fragmentation"]) for r in records}
+    return {
+        r["test_id"].split("::")[-1]: (r["peak_bytes_in_use"], r["peak_bytes_reserved"], r["fragmentation"])
+        for r in records
+    }
 
 
-def test_same_work_same_figures_compiled_cached_reversed_in_a_child_and_under_xdist(jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_same_work_same_figures_compiled_cached_reversed_in_a_child_and_under_xdist(
+    jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytester.makepyfile(test_work=SAME_WORK)
     pytester.makeconftest(REVERSE_CONFTEST)
     pytester.runpytest_inprocess("--devmem-mode=growth", "--devmem-report=r.json").assert_outcomes(passed=3)
@@ -175,7 +180,9 @@ def test_same_work_same_figures_compiled_cached_reversed_in_a_child_and_under_xd
     pytester.runpytest_inprocess("--devmem-mode=growth", "--devmem-report=reversed.json").assert_outcomes(passed=3)
     assert peaks(pytester, "reversed.json") == in_order
     monkeypatch.delenv("REVERSE_ORDER")
-    pytester.runpytest_inprocess("--devmem-mode=growth", "-n", "2", "--devmem-report=xdist.json").assert_outcomes(passed=3)
+    pytester.runpytest_inprocess("--devmem-mode=growth", "-n", "2", "--devmem-report=xdist.json").assert_outcomes(
+        passed=3
+    )
     assert peaks(pytester, "xdist.json") == in_order
     pytester.makepyfile(test_work="import pytest\npytestmark = pytest.mark.devmem(mode='growth')\n" + SAME_WORK)
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-report=child.json")
@@ -184,7 +191,9 @@ def test_same_work_same_figures_compiled_cached_reversed_in_a_child_and_under_xd
     assert peaks(pytester, "child.json") == in_order
 
 
-def test_growth_and_prealloc_reserve_differently_for_the_same_jax_test(jax_loaded: object, pytester: pytest.Pytester) -> None:
+def test_growth_and_prealloc_reserve_differently_for_the_same_jax_test(
+    jax_loaded: object, pytester: pytest.Pytester
+) -> None:
     pytester.makepyfile(test_work=SAME_WORK)
     pytester.runpytest_inprocess("--devmem-mode=growth", "--devmem-report=growth.json").assert_outcomes(passed=3)
     pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-report=prealloc.json").assert_outcomes(passed=3)
@@ -237,7 +246,9 @@ def test_a_module_scoped_fixture_is_nobodys_memory(jax_loaded: object, pytester:
     assert 2 * 2**20 <= figures["test_a"][0] < 4 * 2**20  # the 1 MiB batch and product; never the 4 MiB weights
 
 
-def test_tensorflow_allocations_enter_the_trace_as_requested(tensorflow_loaded: object, pytester: pytest.Pytester) -> None:
+def test_tensorflow_allocations_enter_the_trace_as_requested(
+    tensorflow_loaded: object, pytester: pytest.Pytester
+) -> None:
     pytester.makepyfile(
         """
         import tensorflow as tf
@@ -247,23 +258,35 @@ def test_tensorflow_allocations_enter_the_trace_as_requested(tensorflow_loaded: 
             assert float(tf.reduce_sum(x * 2.0)) > 0
         """
     )
-    pytester.runpytest_inprocess("--devmem-mode=growth", "--devmem-report=r.json", "--devmem-traces=traces").assert_outcomes(passed=1)
+    pytester.runpytest_inprocess(
+        "--devmem-mode=growth", "--devmem-report=r.json", "--devmem-traces=traces"
+    ).assert_outcomes(passed=1)
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
     trace = Trace.read_csv(next((pytester.path / "traces").glob("*.csv")))
     sizes = {e.label: e.size for e in trace if e.action == "allocate"}
     assert sizes["Fill"] == sizes["Mul"] == 16_000_000  # x and x * 2.0, as requested
     assert {e.source for e in trace} == {"tensorflow"} and record["trace"]["notes"] == []
     # the allocator's own peak counts its chunks, rounded up: never below what was requested
-    assert record["sources"]["tensorflow"]["peak_bytes_in_use"] >= record["trace"]["by_source"]["tensorflow"]["peak_live_bytes"] >= 32_000_000
+    assert (
+        record["sources"]["tensorflow"]["peak_bytes_in_use"]
+        >= record["trace"]["by_source"]["tensorflow"]["peak_live_bytes"]
+        >= 32_000_000
+    )
 
 
-def test_traces_are_written_as_rmm_csv_and_replay_with_the_devmem_command(jax_loaded: object, pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
+def test_traces_are_written_as_rmm_csv_and_replay_with_the_devmem_command(
+    jax_loaded: object, pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
     pytester.makepyfile(test_work=SAME_WORK)
-    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-traces=traces", "--devmem-report=r.json").assert_outcomes(passed=3)
+    pytester.runpytest_inprocess(
+        "--devmem-mode=prealloc", "--devmem-traces=traces", "--devmem-report=r.json"
+    ).assert_outcomes(passed=3)
     files = sorted((pytester.path / "traces").glob("*.csv"))
     from pytest_devmem.files import file_name
 
-    assert [f.name for f in files] == sorted(file_name(f"test_work.py::test_{n}[prealloc]", ".csv") for n in ("first", "second", "third"))
+    assert [f.name for f in files] == sorted(
+        file_name(f"test_work.py::test_{n}[prealloc]", ".csv") for n in ("first", "second", "third")
+    )
     assert files[0].name.startswith("test_work.py_test_first[prealloc]--")
     trace = Trace.read_csv(files[0])
     assert {e.source for e in trace} == {"jax"}
@@ -289,7 +312,13 @@ def test_real_gpu_regime_leaves_jax_on_the_gpu() -> None:
     for regime in (Regime.of("prealloc"), Regime.of("fraction", 0.5), Regime.of("growth"), Regime.of("ondemand")):
         environment = dict(os.environ)
         regime.apply(environment)
-        backend = subprocess.run([sys.executable, "-c", "import jax; print(jax.default_backend())"], env=environment, capture_output=True, text=True, check=True).stdout.strip()
+        backend = subprocess.run(
+            [sys.executable, "-c", "import jax; print(jax.default_backend())"],
+            env=environment,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         assert backend == "gpu", (regime.label, backend)
 
 
@@ -309,8 +338,8 @@ def test_real_gpu_replayed_peak_matches_jax_memory_stats(pytester: pytest.Pytest
 def test_a_gpu_session_where_jax_fell_back_to_cpu_says_so_loudly(jax_loaded: object) -> None:
     import jax.numpy as jnp
 
-    from pytest_devmem.model.device import SimulatedDevice
     from pytest_devmem.capture.measurement import Measurement
+    from pytest_devmem.model.device import SimulatedDevice
 
     class CudaLike(SimulatedDevice):
         """Stands for a CUDA device (it has an index); JAX, on this machine, runs on CPU."""
@@ -321,14 +350,18 @@ def test_a_gpu_session_where_jax_fell_back_to_cpu_says_so_loudly(jax_loaded: obj
     measurement = Measurement(CudaLike(2**30, name="cuda:0 (test)"))
     try:
         measurement.start()
-        with pytest.warns(RuntimeWarning, match=r"JAX runs on cpu, not on cuda:0 \(test\): jaxlib did not take the GPU"):
+        with pytest.warns(
+            RuntimeWarning, match=r"JAX runs on cpu, not on cuda:0 \(test\): jaxlib did not take the GPU"
+        ):
             captured = measurement.stop()
     finally:
         measurement.close()
     assert any(note.startswith("JAX runs on cpu, not on cuda:0") for note in captured.notes)
 
 
-def test_an_untraceable_jax_gives_no_figures_never_a_zero(jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_untraceable_jax_gives_no_figures_never_a_zero(
+    jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from jax._src import dispatch
 
     monkeypatch.delattr(dispatch, "_batched_device_put_impl")
@@ -339,7 +372,9 @@ def test_an_untraceable_jax_gives_no_figures_never_a_zero(jax_loaded: object, py
     assert any("JAX allocations are not traced" in note for note in record["trace"]["notes"])
 
 
-def test_a_function_retraced_on_every_call_is_caught_by_max_compiles(jax_loaded: object, pytester: pytest.Pytester) -> None:
+def test_a_function_retraced_on_every_call_is_caught_by_max_compiles(
+    jax_loaded: object, pytester: pytest.Pytester
+) -> None:
     pytester.makepyfile(
         """
         import jax
@@ -363,10 +398,15 @@ def test_a_function_retraced_on_every_call_is_caught_by_max_compiles(jax_loaded:
     )
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-report=r.json")
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*the test needs more than max_compiles=1 compiles of a function*jit(scale) needed 4 executables*"])
+    result.stdout.fnmatch_lines(
+        ["*the test needs more than max_compiles=1 compiles of a function*jit(scale) needed 4 executables*"]
+    )
     records = {r["test_id"].split("::")[-1]: r for r in json.loads((pytester.path / "r.json").read_text())["records"]}
     assert records["test_stable"]["trace"]["needed"]["jit(scale)"] == 1 and records["test_stable"]["compiles"] >= 1
-    assert records["test_retraces"]["trace"]["compiled"].count("jit(scale)") == 4 and records["test_retraces"]["trace"]["needed"]["jit(scale)"] == 4
+    assert (
+        records["test_retraces"]["trace"]["compiled"].count("jit(scale)") == 4
+        and records["test_retraces"]["trace"]["needed"]["jit(scale)"] == 4
+    )
 
 
 LAYER = """
@@ -387,13 +427,22 @@ def test_layer():
 """
 
 
-def test_a_layer_made_four_times_wider_fails_with_its_function_named(jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_layer_made_four_times_wider_fails_with_its_function_named(
+    jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     pytester.makepyfile(test_layer=LAYER)
-    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-update", "--devmem-report=base.json").assert_outcomes(passed=1)
+    pytester.runpytest_inprocess(
+        "--devmem-mode=prealloc", "--devmem-update", "--devmem-report=base.json"
+    ).assert_outcomes(passed=1)
     monkeypatch.setenv("LAYER_WIDTH", "1024")
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-report=now.json")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*device memory regression against*", "*what grew at the peak: *jit(forward_layer) temp 512.00 KiB → 2.00 MiB*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*device memory regression against*",
+            "*what grew at the peak: *jit(forward_layer) temp 512.00 KiB → 2.00 MiB*",
+        ]
+    )
     from pytest_devmem.cli import main
 
     assert main(["compare", str(pytester.path / "baselines"), str(pytester.path / "now.json")]) == 1
@@ -401,7 +450,9 @@ def test_a_layer_made_four_times_wider_fails_with_its_function_named(jax_loaded:
     assert "What grew at the peak:" in out and "jit(forward_layer) temp 512.00 KiB → 2.00 MiB" in out
 
 
-def test_a_test_that_keeps_an_array_in_a_module_list_leaks_and_a_clean_one_does_not(jax_loaded: object, pytester: pytest.Pytester) -> None:
+def test_a_test_that_keeps_an_array_in_a_module_list_leaks_and_a_clean_one_does_not(
+    jax_loaded: object, pytester: pytest.Pytester
+) -> None:
     pytester.makepyfile(
         """
         import jax.numpy as jnp
@@ -422,7 +473,11 @@ def test_a_test_that_keeps_an_array_in_a_module_list_leaks_and_a_clean_one_does_
     )
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-max-leak=1MiB", "--devmem-report=r.json")
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*device memory leaked: 4.00 MiB (4194304 bytes) that the test allocated is still held after it, more than max_leak 1.00 MiB: jit(add) 4.00 MiB*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*device memory leaked: 4.00 MiB (4194304 bytes) that the test allocated is still held after it, more than max_leak 1.00 MiB: jit(add) 4.00 MiB*"
+        ]
+    )
     records = {r["test_id"].split("::")[-1]: r for r in json.loads((pytester.path / "r.json").read_text())["records"]}
     assert records["test_keeps"]["leaked_bytes"] == 4 * 2**20 and records["test_clean"]["leaked_bytes"] == 0
 
@@ -432,4 +487,9 @@ def test_each_executable_is_summed_up_in_the_record(jax_loaded: object, pytester
     pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-report=r.json").assert_outcomes(passed=1)
     executables = json.loads((pytester.path / "r.json").read_text())["records"][0]["trace"]["executables"]
     layer = executables["jit(forward_layer)"]
-    assert layer["runs"] == 1 and layer["output_bytes"] == 512 * 512 * 4 and layer["temp_bytes"] > 0 and layer["argument_bytes"] == 0
+    assert (
+        layer["runs"] == 1
+        and layer["output_bytes"] == 512 * 512 * 4
+        and layer["temp_bytes"] > 0
+        and layer["argument_bytes"] == 0
+    )

@@ -58,7 +58,9 @@ events = st.tuples(
 
 @settings(max_examples=25, deadline=None)
 @given(st.lists(events, max_size=40))
-def test_a_written_trace_reads_the_same_by_column_and_by_row(tmp_path_factory: pytest.TempPathFactory, rows: list[tuple]) -> None:  # type: ignore[type-arg]
+def test_a_written_trace_reads_the_same_by_column_and_by_row(
+    tmp_path_factory: pytest.TempPathFactory, rows: list[tuple]
+) -> None:  # type: ignore[type-arg]
     trace = Trace()
     for row in rows:
         trace.add(*row)
@@ -72,7 +74,18 @@ def test_a_written_trace_reads_the_same_by_column_and_by_row(tmp_path_factory: p
 def test_a_recorded_trace_is_read_by_column(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trace = Trace()
     for step in range(2000):
-        trace.add(0, 0x7F0000000000 + step * 256, 4096 + step, step / 1000, 140000000000 + step % 3, 0, "jax", f"jit(step_{step % 7})", f"gpu:{step % 4}", step % 2)
+        trace.add(
+            0,
+            0x7F0000000000 + step * 256,
+            4096 + step,
+            step / 1000,
+            140000000000 + step % 3,
+            0,
+            "jax",
+            f"jit(step_{step % 7})",
+            f"gpu:{step % 4}",
+            step % 2,
+        )
         trace.add(1, 0x7F0000000000 + step * 256, 4096 + step, step / 1000, 1, 0x10, "tensorflow", "", "", 0)
     path = tmp_path / "trace.csv"
     trace.write_csv(path)
@@ -122,7 +135,9 @@ TAIL = ",jax,jit(f),gpu:0,0"
         (HEADER, [ROW + ',jax,"a\nb",gpu:0,0'], True),  # a line break inside a quoted label
     ],
 )
-def test_odd_cells_read_alike_both_ways(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, header: tuple[str, ...], rows: list[str], taken: bool) -> None:
+def test_odd_cells_read_alike_both_ways(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, header: tuple[str, ...], rows: list[str], taken: bool
+) -> None:
     path = tmp_path / "trace.csv"
     path.write_bytes(("\r\n" if "deallocate" in rows[-1] else "\n").join([",".join(header), *rows, ""]).encode())
     by_column, by_row, took = read_both(path, monkeypatch)
@@ -130,7 +145,9 @@ def test_odd_cells_read_alike_both_ways(tmp_path: Path, monkeypatch: pytest.Monk
     assert took == taken
 
 
-def test_a_byte_order_mark_is_refused_as_the_row_reader_refuses_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_byte_order_mark_is_refused_as_the_row_reader_refuses_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "trace.csv"
     path.write_bytes(b"\xef\xbb\xbf" + (",".join(HEADER) + "\n" + ROW + TAIL + "\n").encode())
     by_column, by_row, taken = read_both(path, monkeypatch)
@@ -157,7 +174,11 @@ def test_peak_live_bytes_by_column_matches_the_count_by_event(seed: int) -> None
         trace.add(rng.choice([0, 0, 1, 1, 2]), rng.randrange(1, 40), rng.randrange(0, 10_000))
     from pytest_devmem.model.trace_numpy import peak_live_bytes
 
-    assert peak_live_bytes(trace.actions, trace.pointers, trace.sizes) == trace.peak_live_bytes() == trace._peak_live_bytes_by_event()
+    assert (
+        peak_live_bytes(trace.actions, trace.pointers, trace.sizes)
+        == trace.peak_live_bytes()
+        == trace._peak_live_bytes_by_event()
+    )
 
 
 def test_devmem_replay_says_how_to_read_a_large_trace_faster_where_pyarrow_is_missing(

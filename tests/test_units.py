@@ -47,7 +47,14 @@ def test_parse_size_names_the_bad_value(text: object, message: str) -> None:
 
 @pytest.mark.parametrize(
     ("nbytes", "text"),
-    [(0, "0 B"), (1023, "1023 B"), (1024, "1.00 KiB"), (1536 * 2**20, "1.50 GiB"), (-2048, "-2.00 KiB"), (2**50, "1024.00 TiB")],
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1.00 KiB"),
+        (1536 * 2**20, "1.50 GiB"),
+        (-2048, "-2.00 KiB"),
+        (2**50, "1024.00 TiB"),
+    ],
 )
 def test_format_size(nbytes: int, text: str) -> None:
     assert format_size(nbytes) == text

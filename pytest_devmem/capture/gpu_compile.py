@@ -29,9 +29,10 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..files import write_atomic
 from ..model.gpu_targets import GpuSpec
@@ -39,7 +40,14 @@ from ..units import format_size
 from . import jax_lowering
 from .jax_lowering import compiling_for_target
 
-__all__ = ["ExecutableSizes", "GpuSizer", "Unavailable", "compiling_for_target", "cuda_compiler_problem", "environment_for_deviceless_compile"]
+__all__ = [
+    "ExecutableSizes",
+    "GpuSizer",
+    "Unavailable",
+    "compiling_for_target",
+    "cuda_compiler_problem",
+    "environment_for_deviceless_compile",
+]
 
 CUDA_PLUGIN_MODULE = "jax_plugins.xla_cuda12"
 """The PJRT plugin (package `jax-cuda12-pjrt`) that holds XLA:GPU's compiler."""
@@ -87,7 +95,11 @@ def _module_found(name: str) -> bool:
 
 def cuda_compiler_problem() -> str | None:
     """Why XLA:GPU's compiler is not installed here, or None. Imports no framework."""
-    missing = [package for package, module in (("jax-cuda12-pjrt", CUDA_PLUGIN_MODULE), ("jax-cuda12-plugin", CUDA_KERNELS_MODULE)) if not _module_found(module)]
+    missing = [
+        package
+        for package, module in (("jax-cuda12-pjrt", CUDA_PLUGIN_MODULE), ("jax-cuda12-plugin", CUDA_KERNELS_MODULE))
+        if not _module_found(module)
+    ]
     if missing:
         return f"the CUDA compiler for JAX is not installed ({', '.join(missing)} missing): {INSTALL_HINT}"
     return None
@@ -123,7 +135,11 @@ class GpuSizer:
 
     def __init__(self, spec: GpuSpec, cache_dir: str | os.PathLike[str] | None = None) -> None:
         self.spec = spec
-        self.target = spec.preset if spec.memory_bytes == _preset_memory(spec.preset) else f"{spec.preset} with {format_size(spec.memory_bytes)}"
+        self.target = (
+            spec.preset
+            if spec.memory_bytes == _preset_memory(spec.preset)
+            else f"{spec.preset} with {format_size(spec.memory_bytes)}"
+        )
         self._start(cache_dir)
 
     def _start(self, cache_dir: str | os.PathLike[str] | None) -> None:
@@ -269,7 +285,14 @@ class GpuSizer:
 
     def _digest(self, devices: int, *texts: str) -> str:
         digest = hashlib.sha256()
-        for part in (str(CACHE_FORMAT), self._software_versions(), self._target_text(), os.environ.get("XLA_FLAGS", ""), str(devices), *texts):
+        for part in (
+            str(CACHE_FORMAT),
+            self._software_versions(),
+            self._target_text(),
+            os.environ.get("XLA_FLAGS", ""),
+            str(devices),
+            *texts,
+        ):
             digest.update(part.encode())
             digest.update(b"\0")
         return digest.hexdigest()
@@ -302,11 +325,18 @@ class GpuSizer:
             return None
         try:
             data = json.loads((self.cache_dir / f"{key}.json").read_text())
-            found = ExecutableSizes(target=self.target, compile_seconds=0.0, source="disk cache", **{name: int(data[name]) for name in _CACHED_FIELDS})
+            found = ExecutableSizes(
+                target=self.target,
+                compile_seconds=0.0,
+                source="disk cache",
+                **{name: int(data[name]) for name in _CACHED_FIELDS},
+            )
         except (OSError, ValueError, TypeError, KeyError):
             return None
         self.disk_hits += 1
-        self._by_module[key] = dataclasses.replace(found, source="cache")  # later in the session: the session's own cache
+        self._by_module[key] = dataclasses.replace(
+            found, source="cache"
+        )  # later in the session: the session's own cache
         return found
 
     def _write_cache(self, key: str | None, sizes: ExecutableSizes) -> None:
@@ -380,10 +410,19 @@ def _first_line(exc: BaseException) -> str:
 
 
 _EXPLANATIONS: tuple[tuple[str, str], ...] = (
-    ("Unknown backend: 'gpu'", "it calls back to Python (jax.debug.print, pure_callback, io_callback), which XLA:GPU compiles only where a GPU backend runs"),
+    (
+        "Unknown backend: 'gpu'",
+        "it calls back to Python (jax.debug.print, pure_callback, io_callback), which XLA:GPU compiles only where a GPU backend runs",
+    ),
     ("No FFI handler registered for", "it calls a custom kernel that has no CUDA implementation registered here"),
-    ("No registered implementation for custom call", "it calls a custom kernel that has no CUDA implementation registered here"),
-    ("No PTX compilation provider", "XLA found no ptxas to compile GPU kernels (install nvidia-cuda-nvcc-cu12, part of the gpu-compile extra)"),
+    (
+        "No registered implementation for custom call",
+        "it calls a custom kernel that has no CUDA implementation registered here",
+    ),
+    (
+        "No PTX compilation provider",
+        "XLA found no ptxas to compile GPU kernels (install nvidia-cuda-nvcc-cu12, part of the gpu-compile extra)",
+    ),
     ("ptxas too old", "the ptxas XLA found does not support this GPU's compute capability"),
     ("utotun", "XLA needed to autotune on a real GPU"),
 )

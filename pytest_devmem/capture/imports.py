@@ -5,8 +5,9 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import sys
+from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any, Callable, Sequence
+from typing import Any
 
 
 class _PostImportFinder(importlib.abc.MetaPathFinder):

@@ -25,8 +25,9 @@ rather than report a partial figure. Tested with JAX 0.10.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from .jax_executables import ExecutablePlan, Executables
 from .jax_holdings import Holdings
@@ -51,7 +52,9 @@ class JaxWindow:
     executables: dict[str, int] = field(default_factory=dict)  # name -> runs
     temp_unknown: set[str] = field(default_factory=set)  # executables whose memory analysis failed
     compiled: list[str] = field(default_factory=list)  # executables XLA compiled in the window, by name
-    used: dict[str, set[int]] = field(default_factory=dict)  # name -> the distinct executables run (compiled here or found in a cache)
+    used: dict[str, set[int]] = field(
+        default_factory=dict
+    )  # name -> the distinct executables run (compiled here or found in a cache)
     failure: str = ""  # the capture's own error, if one stopped it: the trace is then incomplete
 
 
@@ -88,11 +91,11 @@ class JaxCapture:
         if self.installed:
             return True
         try:
+            import jax as jax_module  # type: ignore[import-not-found]
             from jax._src import dispatch, pjit  # type: ignore[import-not-found]
             from jax._src.interpreters import pxla  # type: ignore[import-not-found]
             from jax._src.lib import _jax, xla_client  # type: ignore[import-not-found]
             from jax._src.tree_util import dispatch_registry  # type: ignore[import-not-found]
-            import jax as jax_module  # type: ignore[import-not-found]
         except ImportError as exc:
             self.note = f"JAX's dispatch internals could not be imported ({exc}): JAX allocations are not traced"
             return False
@@ -124,8 +127,12 @@ class JaxCapture:
         self._flatten = lambda tree: dispatch_registry.flatten(tree, None)[0]  # as the fast path flattens
         if self.sizer is not None and not self.sizer.install():
             self.sizing_note = self.sizer.note
-        self._executables = Executables(cache.clear_all, self.sizer if self.sizer is not None and self.sizer.installed else None)
-        self._shards = ShardSizes(getattr(self.sizer, "shard_bytes", None) if self.sizer is not None and self.sizer.installed else None)
+        self._executables = Executables(
+            cache.clear_all, self.sizer if self.sizer is not None and self.sizer.installed else None
+        )
+        self._shards = ShardSizes(
+            getattr(self.sizer, "shard_bytes", None) if self.sizer is not None and self.sizer.installed else None
+        )
         self._donate_input = getattr(getattr(xla_client, "ArrayCopySemantics", None), "DONATE_INPUT", None)
         self._patches.replace(pjit, "_get_fastpath_data", self._wrap_fastpath_data)
         self._patches.replace(pxla.ExecuteReplicated, "__call__", self._wrap_execute)
@@ -170,7 +177,9 @@ class JaxCapture:
         capture = self
 
         def on_event(event: str, duration_secs: float, **details: str | int) -> None:
-            if event == BACKEND_COMPILE_EVENT and capture._recorder.recording and not compiling_for_target():  # the GPU sizer's compiles are not the test's
+            if (
+                event == BACKEND_COMPILE_EVENT and capture._recorder.recording and not compiling_for_target()
+            ):  # the GPU sizer's compiles are not the test's
                 capture.window.compiled.append(str(details.get("fun_name", "executable")))
 
         jax.monitoring.register_event_duration_secs_listener(on_event)
@@ -211,7 +220,9 @@ class JaxCapture:
         return found
 
     def _fail(self, exc: Exception) -> None:
-        self.window.failure = f"the JAX capture stopped on an internal error ({type(exc).__name__}: {exc}): the trace is incomplete"
+        self.window.failure = (
+            f"the JAX capture stopped on an internal error ({type(exc).__name__}: {exc}): the trace is incomplete"
+        )
 
     # -- which executable runs ----------------------------------------------------------
 
@@ -240,12 +251,24 @@ class JaxCapture:
 
         return create_cpp_call
 
-    def _learn(self, plan: ExecutablePlan, args: Sequence[Any], parameters: Sequence[Any], leaves: Sequence[Any]) -> None:
+    def _learn(
+        self, plan: ExecutablePlan, args: Sequence[Any], parameters: Sequence[Any], leaves: Sequence[Any]
+    ) -> None:
         """What a run on the Python path teaches about later runs on the fast path: how many flat
         arguments a call has, whether host values come with it, the donations it made, and the
         first output, which names the executable."""
-        deleted = [position for position, value in enumerate(parameters) if isinstance(value, self._jax_array) and value.is_deleted()]
-        plan.learn(len(args), any(self._is_host(value) or self._copies(plan, position, value) for position, value in enumerate(parameters)), deleted)
+        deleted = [
+            position
+            for position, value in enumerate(parameters)
+            if isinstance(value, self._jax_array) and value.is_deleted()
+        ]
+        plan.learn(
+            len(args),
+            any(
+                self._is_host(value) or self._copies(plan, position, value) for position, value in enumerate(parameters)
+            ),
+            deleted,
+        )
         if leaves and isinstance(leaves[0], self._array_type):
             self._executables.remember(leaves[0].aval, leaves[0].sharding, plan)
 
@@ -303,10 +326,14 @@ class JaxCapture:
                 leaves = self._flatten(outputs)
                 plan = self._executables.named_by(leaves[0])
             if plan is None:
-                raise LookupError(f"a run of {getattr(function, '__name__', function)!r} on JAX's fast path names no executable the capture has seen")
+                raise LookupError(
+                    f"a run of {getattr(function, '__name__', function)!r} on JAX's fast path names no executable the capture has seen"
+                )
             if plan.runs_read_arguments:
                 parameters = self._fast_parameters(plan, function, args, kwargs)
-                self._record_run(plan, parameters, leaves, self._transfer(plan, parameters) if plan.host_arguments else [])
+                self._record_run(
+                    plan, parameters, leaves, self._transfer(plan, parameters) if plan.host_arguments else []
+                )
             else:
                 self._record_run(plan, None, leaves, [])
         except Exception as exc:
@@ -319,7 +346,9 @@ class JaxCapture:
         runs[label] = runs.get(label, 0) + 1
         self.window.used.setdefault(label, set()).add(id(plan))
         allocate = self._recorder.allocate
-        self._holdings.hold_new(output, [allocate(size, SOURCE, label, device) for device, size in self._shards.of(output)])
+        self._holdings.hold_new(
+            output, [allocate(size, SOURCE, label, device) for device, size in self._shards.of(output)]
+        )
         if plan.temps:
             free = self._recorder.free
             for temp in [allocate(size, SOURCE, plan.temp_label, device) for device, size in plan.temps]:
@@ -327,7 +356,9 @@ class JaxCapture:
         elif not plan.temp_known:
             self.window.temp_unknown.add(label)
 
-    def _fast_parameters(self, plan: ExecutablePlan, function: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    def _fast_parameters(
+        self, plan: ExecutablePlan, function: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> list[Any]:
         """The executable's parameters in a fast-path call: its arguments flattened as JAX flattens
         them (static ones left out, keywords by name), behind the constants JAX passes first."""
         info = getattr(function, "_jit_info", None)
@@ -341,7 +372,9 @@ class JaxCapture:
         flat = self._flatten((args, kwargs))
         constants = plan.arguments - len(flat)
         if plan.arguments < 0 or constants < 0:
-            raise LookupError(f"{plan.label} was called on JAX's fast path with {len(flat)} arguments, its runs took {plan.arguments}")
+            raise LookupError(
+                f"{plan.label} was called on JAX's fast path with {len(flat)} arguments, its runs took {plan.arguments}"
+            )
         return [flat[position - constants] if position >= constants else None for position in plan.kept]
 
     def _is_host(self, value: Any) -> bool:
@@ -371,25 +404,45 @@ class JaxCapture:
                 continue
             size = int(value.nbytes)
             sharding = plan.in_shardings[position] if position < len(plan.in_shardings) else None
-            shards = host_shards(value, size, sharding) if sharding is not None else ((plan.devices[0] if plan.devices else "", size),)
+            shards = (
+                host_shards(value, size, sharding)
+                if sharding is not None
+                else ((plan.devices[0] if plan.devices else "", size),)
+            )
             for device, part in shards:
                 transfers.append(self._recorder.allocate(part, SOURCE, plan.argument_label, device))
         return transfers
 
-    def _record_run(self, plan: ExecutablePlan, parameters: list[Any] | None, outputs: Sequence[Any], transfers: list[int]) -> None:
+    def _record_run(
+        self, plan: ExecutablePlan, parameters: list[Any] | None, outputs: Sequence[Any], transfers: list[int]
+    ) -> None:
         """Outputs allocated (or handed a donated input's allocation), the temp buffers for the run,
         donated inputs and transfers freed."""
-        allocate, label, holdings, shards_of, array_type = self._recorder.allocate, plan.label, self._holdings, self._shards.of, self._array_type
+        allocate, label, holdings, shards_of, array_type = (
+            self._recorder.allocate,
+            plan.label,
+            self._holdings,
+            self._shards.of,
+            self._array_type,
+        )
         runs = self.window.executables
         runs[label] = runs.get(label, 0) + 1
         self.window.used.setdefault(label, set()).add(id(plan))
         if not plan.temp_known:
             self.window.temp_unknown.add(label)
         for index, output in enumerate(outputs):
-            if type(output) is not array_type and not isinstance(output, array_type) or holdings.held_by(output) is not None:
+            if (
+                type(output) is not array_type
+                and not isinstance(output, array_type)
+                or holdings.held_by(output) is not None
+            ):
                 continue  # not an array, or one the run was given and gave back
             if parameters is not None and index in plan.aliases:
-                donor = self._device_array(parameters[plan.aliases[index]]) if plan.aliases[index] < len(parameters) else None
+                donor = (
+                    self._device_array(parameters[plan.aliases[index]])
+                    if plan.aliases[index] < len(parameters)
+                    else None
+                )
                 held = holdings.hand_over(donor) if donor is not None and donor.is_deleted() else None
                 if held is not None:
                     holdings.hold(output, held)
@@ -449,7 +502,13 @@ class JaxCapture:
                 elif source.sharding == result.sharding:
                     held = holdings.held_by(source)
             if held is None:
-                holdings.hold_new(result, [self._recorder.allocate(size, SOURCE, DEVICE_PUT, device) for device, size in self._shards.of(result)])
+                holdings.hold_new(
+                    result,
+                    [
+                        self._recorder.allocate(size, SOURCE, DEVICE_PUT, device)
+                        for device, size in self._shards.of(result)
+                    ],
+                )
             else:
                 holdings.hold(result, held)
 

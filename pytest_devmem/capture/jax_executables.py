@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import re
 import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from .jax_shards import Shards, device_label
 
@@ -60,7 +61,9 @@ class ExecutablePlan:
     def same_runs_as(self, other: ExecutablePlan) -> bool:
         """Whether a run of either gives the same events (so either may stand for the other)."""
         facts = ("label", "devices", "temps", "aliases", "donated", "kept", "arguments", "host_arguments")
-        return all(getattr(self, name) == getattr(other, name) for name in facts) and all(a is b or a == b for a, b in zip(self.in_shardings, other.in_shardings))
+        return all(getattr(self, name) == getattr(other, name) for name in facts) and all(
+            a is b or a == b for a, b in zip(self.in_shardings, other.in_shardings)
+        )
 
 
 def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
@@ -76,12 +79,20 @@ def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
         if hasattr(sizes, "temp_bytes"):
             temp, sized_for = int(sizes.temp_bytes), str(sizes.target)
         elif hasattr(sizes, "available"):  # the target's compiler refused it: it would never run there
-            refused, sized_for, temp = sizes.to_json(), str(sizes.target), 0  # no temp of its own: the record's OOM says why
+            refused, sized_for, temp = (
+                sizes.to_json(),
+                str(sizes.target),
+                0,
+            )  # no temp of its own: the record's OOM says why
         else:
             note = str(getattr(sizes, "reason", "not compiled for the GPU target"))
     tokens = len(getattr(executable, "ordered_effects", ()) or ())  # effect tokens lead inputs and outputs
     aliases, donors = _donations(xla_executable)
-    aliases = {output - tokens: parameter - tokens for output, parameter in aliases.items() if output >= tokens and parameter >= tokens}
+    aliases = {
+        output - tokens: parameter - tokens
+        for output, parameter in aliases.items()
+        if output >= tokens and parameter >= tokens
+    }
     donated = tuple(sorted(set(aliases.values()) | {parameter - tokens for parameter in donors if parameter >= tokens}))
     handler = getattr(executable, "in_handler", None)
     return ExecutablePlan(
@@ -127,7 +138,10 @@ def parse_donations(header: str) -> tuple[dict[int, int], set[int]]:
         if len(output_index) > 1:
             continue
         aliases[output_index[0] if output_index else 0] = _parameter(int(parameter), _index(index))
-    donors = {_parameter(int(parameter), _index(index)) for parameter, index in _DONOR_ENTRY.findall(_attribute(header, "buffer_donor"))}
+    donors = {
+        _parameter(int(parameter), _index(index))
+        for parameter, index in _DONOR_ENTRY.findall(_attribute(header, "buffer_donor"))
+    }
     return aliases, donors - set(aliases.values())
 
 

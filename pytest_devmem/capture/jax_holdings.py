@@ -14,7 +14,8 @@ callbacks may run in the middle of any of this, from the garbage collector.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .recorder import TraceRecorder
 

@@ -20,9 +20,10 @@ import inspect
 import sys
 import threading
 import weakref
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from .patches import Patches
 
@@ -84,7 +85,10 @@ class LoweringHooks:
                 name
                 for name, present in (
                     ("pxla.lower_sharding_computation", callable(getattr(pxla, "lower_sharding_computation", None))),
-                    ("pxla.MeshComputation.compile", callable(getattr(getattr(pxla, "MeshComputation", None), "compile", None))),
+                    (
+                        "pxla.MeshComputation.compile",
+                        callable(getattr(getattr(pxla, "MeshComputation", None), "compile", None)),
+                    ),
                     ("pxla.ExecuteReplicated", isinstance(getattr(pxla, "ExecuteReplicated", None), type)),
                 )
                 if not present
@@ -248,9 +252,16 @@ class DeviceMap:
             mesh = self.value(value.mesh)
             if mesh is value.mesh:
                 return value
-            return self._named(mesh, value.spec, memory_kind=value.memory_kind, _logical_device_ids=getattr(value, "_logical_device_ids", None))
+            return self._named(
+                mesh,
+                value.spec,
+                memory_kind=value.memory_kind,
+                _logical_device_ids=getattr(value, "_logical_device_ids", None),
+            )
         if isinstance(value, self._gspmd):
-            return self._gspmd(tuple(self.device(d) for d in value._devices), value._hlo_sharding, memory_kind=value.memory_kind)
+            return self._gspmd(
+                tuple(self.device(d) for d in value._devices), value._hlo_sharding, memory_kind=value.memory_kind
+            )
         if isinstance(value, self._mesh):
             if value.empty:
                 return value
@@ -314,4 +325,8 @@ def _names_a_device(arguments: dict[str, Any]) -> bool:
     from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding  # type: ignore[import-not-found]
 
     shardings = (*arguments.get("in_shardings", ()), *arguments.get("out_shardings", ()))
-    return any(isinstance(s, SingleDeviceSharding) or (isinstance(s, NamedSharding) and isinstance(s.mesh, Mesh) and not s.mesh.empty) for s in shardings)
+    return any(
+        isinstance(s, SingleDeviceSharding)
+        or (isinstance(s, NamedSharding) and isinstance(s.mesh, Mesh) and not s.mesh.empty)
+        for s in shardings
+    )

@@ -12,7 +12,8 @@ they never drop the subscribers.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 PostHook = Callable[[Any, tuple[Any, ...], dict[str, Any], Any], None]
 

@@ -12,7 +12,8 @@ dtype (`ShardSizes(size_of=...)`, capture/tpu_compile.py), never a padding rule 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 ShardSize = Callable[[tuple[int, ...], Any], "int | None"]
 """(shard shape, dtype) -> the bytes a target's compiler lays that shard out in; None: unknown."""
@@ -30,14 +31,16 @@ def device_label(device: Any) -> str:
     return f"{device.platform}:{device.id}"
 
 
-def shards_of(shape: tuple[int, ...], itemsize: int, sharding: Any, size_of: ShardSize | None = None, dtype: Any = None) -> Shards:
+def shards_of(
+    shape: tuple[int, ...], itemsize: int, sharding: Any, size_of: ShardSize | None = None, dtype: Any = None
+) -> Shards:
     """(device, bytes) of each addressable shard of an array of `shape` placed by `sharding`; with
     `size_of`, each shard's bytes as it says (where it knows), else dense."""
     shape = tuple(shape)
     shards = []
     for device, index in sharding.addressable_devices_indices_map(shape).items():
         index = tuple(index or ())
-        extents = tuple(_extent(part, size) for part, size in zip(index, shape)) + shape[len(index):]
+        extents = tuple(_extent(part, size) for part, size in zip(index, shape)) + shape[len(index) :]
         sized = size_of(extents, dtype) if size_of is not None else None
         shards.append((device_label(device), sized if sized is not None else math.prod(extents) * itemsize))
     return tuple(shards)

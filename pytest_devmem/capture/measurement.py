@@ -11,16 +11,16 @@ from typing import Any
 
 from ..model.device import Device
 from ..model.trace import ALLOCATE_CODE, Trace
-from ..model.regime import jax_backend_started
+from . import TraceRecorder
+from .imports import on_import
+from .jax import JaxCapture
+from .jax_backend import jax_backend_started
+from .merge import merge
 from .sources import Reading, Sampler, Source
 from .sources.jax import JaxSource
 from .sources.nvml import NvmlSource
 from .sources.pool import PoolSource
 from .sources.tensorflow import TensorFlowSource
-from . import TraceRecorder
-from .imports import on_import
-from .jax import JaxCapture
-from .merge import merge
 from .tensorflow import TensorFlowCapture
 
 
@@ -42,14 +42,26 @@ def executable_summary(trace: Trace, runs: dict[str, int]) -> dict[str, dict[str
     its runs and over the devices it ran on. `temp_bytes_per_device` is XLA's own figure
     (`temp_size_in_bytes`: one run's temp on one device, the largest where they differ) and
     `devices` how many devices its buffers were on."""
-    summary = {name: {"runs": count, "output_bytes": 0, "temp_bytes": 0, "argument_bytes": 0, "temp_bytes_per_device": 0, "devices": 0} for name, count in runs.items()}
+    summary = {
+        name: {
+            "runs": count,
+            "output_bytes": 0,
+            "temp_bytes": 0,
+            "argument_bytes": 0,
+            "temp_bytes_per_device": 0,
+            "devices": 0,
+        }
+        for name, count in runs.items()
+    }
     names = trace.names
     if "jax" not in names:
         return dict(sorted(summary.items()))
     jax_code = names.index("jax")
     kinds: dict[int, tuple[str, str] | None] = {}  # label code -> (executable, figure), read once per label
     devices: dict[str, set[int]] = {}
-    for action, source, label, size, device in zip(trace.actions, trace.sources, trace.labels, trace.sizes, trace.devices):
+    for action, source, label, size, device in zip(
+        trace.actions, trace.sources, trace.labels, trace.sizes, trace.devices
+    ):
         if action != ALLOCATE_CODE or source != jax_code or not label:
             continue
         if label not in kinds:
@@ -87,8 +99,12 @@ class Captured:
     compiled: list[str] | None = None  # executables JAX compiled during the test; None where JAX is not traced
     kept: dict[str, int] | None = None  # what the frameworks still hold that the test allocated; None: not checked
     runs: dict[str, int] = field(default_factory=dict)  # JAX executables run in the test, by name
-    sizes: dict[str, dict[str, object]] = field(default_factory=dict)  # per executable: whose compile sized it, where not the CPU's
-    needed: dict[str, int] | None = None  # per function, the executables the test needed, compiled or cached (JaxCapture.needed)
+    sizes: dict[str, dict[str, object]] = field(
+        default_factory=dict
+    )  # per executable: whose compile sized it, where not the CPU's
+    needed: dict[str, int] | None = (
+        None  # per function, the executables the test needed, compiled or cached (JaxCapture.needed)
+    )
 
 
 class Measurement:
@@ -155,7 +171,9 @@ class Measurement:
             kept = self.recorder.held_since_mark("jax")
         events = self.recorder.end()
         readings = [source.stop() for source in self.sources]
-        tensorflow_events, tensorflow_notes = self.tensorflow_capture.end(next((r for r in readings if r.source == "tensorflow"), None))
+        tensorflow_events, tensorflow_notes = self.tensorflow_capture.end(
+            next((r for r in readings if r.source == "tensorflow"), None)
+        )
         if kept is not None:
             kept.update(_tensorflow_kept(readings))
         notes = []
@@ -171,14 +189,26 @@ class Measurement:
             notes.append(self.jax_capture.window.failure)
         unsized = sorted(getattr(self.jax_capture.sizer, "unsized_arrays", ()) or ())
         if unsized and self.jax_capture.window.executables:
-            notes.append(f"arrays of dtype {', '.join(unsized)} keep their dense size: the target's compiler could not size them")
+            notes.append(
+                f"arrays of dtype {', '.join(unsized)} keep their dense size: the target's compiler could not size them"
+            )
         unknown = sorted(self.jax_capture.window.temp_unknown)
         if unknown:
             notes.append("no memory analysis for " + ", ".join(unknown) + ": their temp buffers are not in the trace")
         notes.extend(tensorflow_notes)
         compiled = list(self.jax_capture.window.compiled) if self.jax_capture.installed else None
         needed = self.jax_capture.needed() if self.jax_capture.installed else None
-        return Captured(events, readings, notes, tensorflow_events, compiled, kept, dict(self.jax_capture.window.executables), self.jax_capture.window_sizes(), needed)
+        return Captured(
+            events,
+            readings,
+            notes,
+            tensorflow_events,
+            compiled,
+            kept,
+            dict(self.jax_capture.window.executables),
+            self.jax_capture.window_sizes(),
+            needed,
+        )
 
     def jax_platform_problem(self) -> str | None:
         """On a GPU session, JAX must run on the GPU: jaxlib falls back to CPU, with only a log line,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..model.trace import ACTIONS, ALLOCATE, Trace, TraceEvent
 
@@ -15,7 +15,11 @@ def merge(*streams: Trace | Iterable[TraceEvent]) -> Trace:
     present = [stream for stream in listed if len(stream)]
     if len(present) == 1 and isinstance(present[0], Trace):
         return present[0]
-    tagged = [(event.time, index, position, event) for index, stream in enumerate(present) for position, event in enumerate(stream)]
+    tagged = [
+        (event.time, index, position, event)
+        for index, stream in enumerate(present)
+        for position, event in enumerate(stream)
+    ]
     tagged.sort(key=lambda item: item[:3])
     numbers: dict[tuple[int, int], int] = {}
     merged = Trace()
@@ -23,6 +27,16 @@ def merge(*streams: Trace | Iterable[TraceEvent]) -> Trace:
         key = (index, event.pointer)
         if event.action == ALLOCATE or key not in numbers:
             numbers[key] = len(numbers) + 1
-        merged.add(ACTIONS.index(event.action), numbers[key], event.size, event.time, event.thread, event.stream, event.source, event.label, event.device, event.process)
+        merged.add(
+            ACTIONS.index(event.action),
+            numbers[key],
+            event.size,
+            event.time,
+            event.thread,
+            event.stream,
+            event.source,
+            event.label,
+            event.device,
+            event.process,
+        )
     return merged
-

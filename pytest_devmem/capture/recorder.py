@@ -5,8 +5,9 @@ from __future__ import annotations
 import threading
 import time
 from array import array
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from ..model.trace import ALLOCATE_CODE, FREE_CODE, Trace
 
@@ -35,8 +36,12 @@ class TraceRecorder:
         self._base = 0
         self._threads: dict[int, int] = {}  # thread ident -> its number in this window
         self._trace: Trace | None = None
-        self._live: dict[int, tuple[int, tuple[str, str, str, int, int, int]]] = {}  # id -> (bytes, its names), allocated in this window
-        self._names: dict[tuple[str, str, str], tuple[str, str, str, int, int, int]] = {}  # (source, label, device) and their codes in the trace
+        self._live: dict[
+            int, tuple[int, tuple[str, str, str, int, int, int]]
+        ] = {}  # id -> (bytes, its names), allocated in this window
+        self._names: dict[
+            tuple[str, str, str], tuple[str, str, str, int, int, int]
+        ] = {}  # (source, label, device) and their codes in the trace
         self._columns: tuple[Callable[[Any], None], ...] = ()  # the appends of the window's columns that vary
         self._mark = 0  # ids above this were allocated after mark()
         self._paused = 0
@@ -74,7 +79,19 @@ class TraceRecorder:
         """Open a window; events from before are forgotten."""
         with self._lock:
             trace = self._trace = Trace()
-            self._columns = tuple(column.append for column in (trace.actions, trace.pointers, trace.sizes, trace.times, trace.threads, trace.sources, trace.labels, trace.devices))
+            self._columns = tuple(
+                column.append
+                for column in (
+                    trace.actions,
+                    trace.pointers,
+                    trace.sizes,
+                    trace.times,
+                    trace.threads,
+                    trace.sources,
+                    trace.labels,
+                    trace.devices,
+                )
+            )
             self._names = {}
             self._live = {}
             self._first_id = self._next_id
@@ -144,7 +161,14 @@ class TraceRecorder:
             self._next_id = buffer_id + 1
             names = self._names.get((source, label, device))
             if names is None:
-                names = self._names[(source, label, device)] = (source, label, device, trace.name_code(source), trace.name_code(label), trace.name_code(device))
+                names = self._names[(source, label, device)] = (
+                    source,
+                    label,
+                    device,
+                    trace.name_code(source),
+                    trace.name_code(label),
+                    trace.name_code(device),
+                )
             self._live[buffer_id] = (size, names)
             thread = self._threads.get(get_ident())
             if thread is None:

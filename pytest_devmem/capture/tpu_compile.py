@@ -30,9 +30,10 @@ import os
 import re
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..files import write_atomic
 from ..model.tpu_targets import TpuSpec
@@ -60,7 +61,10 @@ without a TPU, and only where the user set none of them. The compile target is n
 topology (`v5p:2x2x1`...), not by TPU_ACCELERATOR_TYPE: the sizes of every generation were checked
 with it set (tests/test_tpu_compile.py)."""
 
-_REFUSAL = re.compile(r"(?:required for HLO temporaries|Used)\s*\(?\s*([\d.]+)\s*([KMGT]?)\)?.*?available HBM\s*\(\s*([\d.]+)\s*([KMGT]?)\s*\)", re.DOTALL)
+_REFUSAL = re.compile(
+    r"(?:required for HLO temporaries|Used)\s*\(?\s*([\d.]+)\s*([KMGT]?)\)?.*?available HBM\s*\(\s*([\d.]+)\s*([KMGT]?)\s*\)",
+    re.DOTALL,
+)
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
@@ -127,7 +131,11 @@ def tpu_present() -> bool:
             spec = importlib.util.find_spec("jax")
             locations = list(spec.submodule_search_locations or []) if spec is not None else []
             path = Path(locations[0]) / "_src" / "hardware_utils.py" if locations else None
-            loaded = importlib.util.spec_from_file_location("_devmem_jax_hardware_utils", path) if path is not None and path.is_file() else None
+            loaded = (
+                importlib.util.spec_from_file_location("_devmem_jax_hardware_utils", path)
+                if path is not None and path.is_file()
+                else None
+            )
             if loaded is None or loaded.loader is None:
                 return False
             module = importlib.util.module_from_spec(loaded)
@@ -262,7 +270,9 @@ class TpuSizer(GpuSizer):
     def _array_cache_key(self, key: tuple[tuple[int, ...], str]) -> str | None:
         if self.cache_dir is None:
             return None
-        digest = hashlib.sha256(f"array:{ARRAY_CACHE_FORMAT}\0{self._software_versions()}\0{self._target_text()}\0{key}".encode())
+        digest = hashlib.sha256(
+            f"array:{ARRAY_CACHE_FORMAT}\0{self._software_versions()}\0{self._target_text()}\0{key}".encode()
+        )
         return digest.hexdigest()
 
     def _read_array_cache(self, key: str | None) -> int | None:

@@ -16,16 +16,15 @@ import json
 import math
 import os
 import stat
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
-from ..model.pool.policy import canonical_label
 from ..errors import FileFormatError
-from ..model.profile import decode_profile
 from ..files import TEMPORARY_SUFFIX, ensure_directory, file_name, read_json, temporary_prefix, write_atomic
-from .record import TestRecord
+from ..model.pool.policy import canonical_label
+from ..model.profile import decode_profile
 from .changes import contributors_of, metrics_of
+from .record import BaselineEntry, TestRecord
 from .tolerance import METRICS
 
 FORMAT = "pytest-devmem-baseline"
@@ -34,23 +33,6 @@ VERSION = 1
 
 class BaselineFormatError(FileFormatError):
     """A baseline file that cannot be trusted; the message names the file, the line and the problem."""
-
-
-@dataclass(frozen=True)
-class BaselineEntry:
-    """One stored record: the metrics of one test under one regime on one device class."""
-
-    test_id: str
-    regime: str
-    metrics: dict[str, float | int | None]
-    device: str
-    versions: dict[str, str]
-    path: Path
-    device_class: str = ""
-    reason: str = ""  # why it holds no figures: the test failed or was skipped when baselines were updated
-    contributors: dict[str, int] = field(default_factory=dict)  # who held the memory at the peak
-    devices: dict[str, dict[str, float | int | None]] = field(default_factory=dict)  # per device, for tests on several
-    profile: dict[str, object] = field(default_factory=dict)  # its memory over its events, in a few points (model/profile.py)
 
 
 def module_of(test_id: str) -> str:
@@ -72,7 +54,9 @@ class BaselineStore:
         and on a file that holds a test whose baseline belongs in another file (a stray copy)."""
         self._entries.clear()
         if self.directory.is_symlink():
-            raise BaselineFormatError(f"{self.directory}: a link to a directory inside the baselines: pytest-devmem neither reads nor writes through one; put the directory itself there")
+            raise BaselineFormatError(
+                f"{self.directory}: a link to a directory inside the baselines: pytest-devmem neither reads nor writes through one; put the directory itself there"
+            )
         if self.directory.is_dir():
             for entry in read_directory(self.directory, self.device_class):
                 self._entries[(entry.test_id, entry.regime)] = entry
@@ -88,7 +72,12 @@ class BaselineStore:
         """`<directory>/<module path>.json` (see `relative_path`)."""
         return self.directory / relative_path(test_id)
 
-    def write(self, records: Iterable[TestRecord], versions: dict[str, str], unrecorded: dict[tuple[str, str], tuple[str, str]] | None = None) -> tuple[list[Path], list[str]]:
+    def write(
+        self,
+        records: Iterable[TestRecord],
+        versions: dict[str, str],
+        unrecorded: dict[tuple[str, str], tuple[str, str]] | None = None,
+    ) -> tuple[list[Path], list[str]]:
         """Store these records, merged into what each file holds: the files written, and a line for
         each file that could not be (full disk, read-only mount, a damaged file it will not
         overwrite). One file's failure never stops the others.
@@ -118,30 +107,47 @@ class BaselineStore:
             pass  # reported above, or by the next session's load
         return written, problems
 
-    def _write_file(self, path: Path, group: list[TestRecord | tuple[str, str, str, str]], versions: dict[str, str]) -> None:
+    def _write_file(
+        self, path: Path, group: list[TestRecord | tuple[str, str, str, str]], versions: dict[str, str]
+    ) -> None:
         ensure_directory(path.parent, within=self.root)  # a linked directory in the way is refused, never followed
         with _locked(path.parent):
             for stale in path.parent.glob(temporary_prefix(path) + "*" + TEMPORARY_SUFFIX):
                 stale.unlink(missing_ok=True)  # left by a writer that was killed: no writer holds the lock now
-            stored = {(e.test_id, e.regime): _entry_json(e) for e in read_file(path, self.device_class)} if os.path.lexists(path) else {}
+            stored = (
+                {(e.test_id, e.regime): _entry_json(e) for e in read_file(path, self.device_class)}
+                if os.path.lexists(path)
+                else {}
+            )
             for item in group:
                 if isinstance(item, TestRecord):
                     earlier = stored.get((item.test_id, item.regime))
-                    stored[(item.test_id, item.regime)] = {"device": item.device, "metrics": metrics_of(item), "versions": versions}
+                    stored[(item.test_id, item.regime)] = {
+                        "device": item.device,
+                        "metrics": metrics_of(item),
+                        "versions": versions,
+                    }
                     if contributors_of(item):
                         stored[(item.test_id, item.regime)]["contributors"] = contributors_of(item)
                     if item.device_metrics():
                         stored[(item.test_id, item.regime)]["devices"] = item.device_metrics()
                     profile = (item.trace or {}).get("profile")
                     if earlier is not None and earlier.get("profile") and earlier.get("metrics") == metrics_of(item):
-                        profile = earlier["profile"]  # the same figures: the profile stays (a tf.data pipeline's events vary from run to run)
+                        profile = earlier[
+                            "profile"
+                        ]  # the same figures: the profile stays (a tf.data pipeline's events vary from run to run)
                     if decode_profile(profile) is not None:
                         stored[(item.test_id, item.regime)]["profile"] = profile
                     continue
                 test_id, regime, device, reason = item
                 known = stored.get((test_id, regime))
                 if known is None or not any(value is not None for value in known["metrics"].values()):  # type: ignore[attr-defined]
-                    stored[(test_id, regime)] = {"device": device, "metrics": {name: None for name in METRICS}, "reason": reason, "versions": versions}
+                    stored[(test_id, regime)] = {
+                        "device": device,
+                        "metrics": {name: None for name in METRICS},
+                        "reason": reason,
+                        "versions": versions,
+                    }
             write_atomic(path, render_file(self.device_class, stored), within=self.root)
 
 
@@ -216,7 +222,9 @@ def json_files(directory: Path) -> list[Path]:
     for top, directories, files in os.walk(directory, onerror=_raise):
         for name in sorted(directories):
             if os.path.islink(os.path.join(top, name)):
-                raise BaselineFormatError(f"{os.path.join(top, name)}: a link to a directory inside the baselines: pytest-devmem neither reads nor writes through one; put the directory itself there")
+                raise BaselineFormatError(
+                    f"{os.path.join(top, name)}: a link to a directory inside the baselines: pytest-devmem neither reads nor writes through one; put the directory itself there"
+                )
             if name.endswith(".json") and not _holds_json(Path(top, name)):
                 raise BaselineFormatError(
                     f"{os.path.join(top, name)}: a directory where a baseline file belongs: no verdict is given against it and "
@@ -229,9 +237,13 @@ def json_files(directory: Path) -> list[Path]:
             try:
                 mode = path.stat().st_mode  # follows a link to a file
             except OSError as exc:
-                raise BaselineFormatError(f"{path}: cannot be read ({exc.strerror or exc}): a dangling or looping link? remove it") from None
+                raise BaselineFormatError(
+                    f"{path}: cannot be read ({exc.strerror or exc}): a dangling or looping link? remove it"
+                ) from None
             if not stat.S_ISREG(mode):
-                raise BaselineFormatError(f"{path}: not a regular file (a FIFO, socket or device): remove it or give it another name")
+                raise BaselineFormatError(
+                    f"{path}: not a regular file (a FIFO, socket or device): remove it or give it another name"
+                )
             found.append(path)
     return sorted(found)
 
@@ -264,7 +276,9 @@ def read_directory(directory: Path, device_class: str | None = None) -> list[Bas
             key = (entry.test_id, entry.regime, entry.device_class)
             other = seen.setdefault(key, path)
             if other != path and not _same_file(other, path):
-                raise BaselineFormatError(f"{path} and {other} both hold the baseline of {entry.test_id!r} under regime {entry.regime}: keep one; {NEVER_OVERWRITTEN}")
+                raise BaselineFormatError(
+                    f"{path} and {other} both hold the baseline of {entry.test_id!r} under regime {entry.regime}: keep one; {NEVER_OVERWRITTEN}"
+                )
             entries.append(entry)
     return entries
 
@@ -324,11 +338,17 @@ def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry
         return BaselineFormatError(f"{path}:{line}: {problem}; {NEVER_OVERWRITTEN}")
 
     if not isinstance(document, dict) or document.get("format") != FORMAT:
-        raise fail(f"not a pytest-devmem baseline (expected \"format\": \"{FORMAT}\")", '"format"')
+        raise fail(f'not a pytest-devmem baseline (expected "format": "{FORMAT}")', '"format"')
     if document.get("version") != VERSION:
-        raise fail(f"baseline format version {document.get('version')!r} is not supported (this pytest-devmem reads version {VERSION})", '"version"')
+        raise fail(
+            f"baseline format version {document.get('version')!r} is not supported (this pytest-devmem reads version {VERSION})",
+            '"version"',
+        )
     if device_class is not None and document.get("device_class") != device_class:
-        raise fail(f"holds device class {document.get('device_class')!r} but sits in the directory of {device_class!r}", '"device_class"')
+        raise fail(
+            f"holds device class {document.get('device_class')!r} but sits in the directory of {device_class!r}",
+            '"device_class"',
+        )
     records = document.get("records")
     if not isinstance(records, dict):
         raise fail('"records" must be an object of test ids', '"records"')
@@ -342,32 +362,39 @@ def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry
                 continue  # the record under its explicit name wins
             needle = json.dumps(test_id)
             if not isinstance(data, dict) or not isinstance(data.get("metrics"), dict):
-                raise fail(f"record {test_id!r} regime {stored_regime!r} has no \"metrics\" object", needle)
+                raise fail(f'record {test_id!r} regime {stored_regime!r} has no "metrics" object', needle)
             metrics = data["metrics"]
             for name, value in metrics.items():
                 if name not in METRICS:
-                    raise fail(f"record {test_id!r} has unknown metric {name!r}; known: {', '.join(METRICS)}", json.dumps(name))
+                    raise fail(
+                        f"record {test_id!r} has unknown metric {name!r}; known: {', '.join(METRICS)}", json.dumps(name)
+                    )
                 problem = figure_problem(name, value)
                 if problem:
                     raise fail(f"record {test_id!r} metric {problem}", json.dumps(name))
             reason = data.get("reason", "")
             if not isinstance(reason, str):
-                raise fail(f"record {test_id!r} \"reason\" must be text", needle)
+                raise fail(f'record {test_id!r} "reason" must be text', needle)
             if metrics.get("peak_bytes_in_use") is None and not reason:
                 raise fail(
-                    f"record {test_id!r} regime {stored_regime!r} has no peak_bytes_in_use figure and no \"reason\" why: "
+                    f'record {test_id!r} regime {stored_regime!r} has no peak_bytes_in_use figure and no "reason" why: '
                     "a baseline without figures would let any change pass",
                     needle,
                 )
             versions = data.get("versions", {})
             if not isinstance(versions, dict):
-                raise fail(f"record {test_id!r} \"versions\" must be an object", needle)
+                raise fail(f'record {test_id!r} "versions" must be an object', needle)
             contributors = data.get("contributors", {})
-            if not isinstance(contributors, dict) or any(not isinstance(name, str) or figure_problem("bytes", size) or size is None for name, size in contributors.items()):
-                raise fail(f"record {test_id!r} \"contributors\" must map names to byte counts", needle)
+            if not isinstance(contributors, dict) or any(
+                not isinstance(name, str) or figure_problem("bytes", size) or size is None
+                for name, size in contributors.items()
+            ):
+                raise fail(f'record {test_id!r} "contributors" must map names to byte counts', needle)
             devices = data.get("devices", {})
-            if not isinstance(devices, dict) or any(not isinstance(name, str) or not isinstance(figures, dict) for name, figures in devices.items()):
-                raise fail(f"record {test_id!r} \"devices\" must map device names to metrics", needle)
+            if not isinstance(devices, dict) or any(
+                not isinstance(name, str) or not isinstance(figures, dict) for name, figures in devices.items()
+            ):
+                raise fail(f'record {test_id!r} "devices" must map device names to metrics', needle)
             for figures in devices.values():
                 for name, value in figures.items():
                     problem = figure_problem(name, value) if name in METRICS else f"unknown metric {name!r}"
@@ -375,8 +402,24 @@ def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry
                         raise fail(f"record {test_id!r} device metric {problem}", json.dumps(name))
             profile = data.get("profile", {})
             if profile != {} and decode_profile(profile) is None:
-                raise fail(f"record {test_id!r} \"profile\" must be {{\"device\", \"events\", \"in_use\": \"event:bytes ...\"}}", needle)
-            entries.append(BaselineEntry(test_id, regime, dict(metrics), str(data.get("device", "")), dict(versions), path, str(document.get("device_class", "")), reason, dict(contributors), {str(k): dict(v) for k, v in devices.items()}, dict(profile)))
+                raise fail(
+                    f'record {test_id!r} "profile" must be {{"device", "events", "in_use": "event:bytes ..."}}', needle
+                )
+            entries.append(
+                BaselineEntry(
+                    test_id,
+                    regime,
+                    dict(metrics),
+                    str(data.get("device", "")),
+                    dict(versions),
+                    path,
+                    str(document.get("device_class", "")),
+                    reason,
+                    dict(contributors),
+                    {str(k): dict(v) for k, v in devices.items()},
+                    dict(profile),
+                )
+            )
     return entries
 
 

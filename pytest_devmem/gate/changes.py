@@ -4,14 +4,10 @@ its tolerance, on the headline and on each device, and what grew at the peak. No
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from ..units import format_size
-from .record import TestRecord
+from .record import BaselineEntry, TestRecord
 from .tolerance import Tolerance, format_metric, format_metrics_apart
-
-if TYPE_CHECKING:
-    from .baseline import BaselineEntry
 
 
 @dataclass(frozen=True)
@@ -68,8 +64,13 @@ class Comparison:
     def growth_text(self) -> str:
         """`jit(layer) temp 2.00 MiB -> 32.00 MiB, ...`: what held more at the peak than at the baseline's."""
         if not self.baseline_named_contributors:
-            return "(the baseline names no one to compare with) largest now: " + ", ".join(f"{name} {format_size(now)}" for name, _, now in self.grew)
-        return ", ".join(f"{name} {format_size(before) if before is not None else 'none'} → {format_size(now)}" for name, before, now in self.grew)
+            return "(the baseline names no one to compare with) largest now: " + ", ".join(
+                f"{name} {format_size(now)}" for name, _, now in self.grew
+            )
+        return ", ".join(
+            f"{name} {format_size(before) if before is not None else 'none'} → {format_size(now)}"
+            for name, before, now in self.grew
+        )
 
     def failure_message(self) -> str:
         broken = [change for change in self.changes if change.verdict == "regressed"]
@@ -82,7 +83,14 @@ class Comparison:
 
     def to_json(self) -> dict[str, object]:
         def change(c: MetricChange) -> dict[str, object]:
-            return {"baseline": c.baseline, "now": c.now, "delta": c.delta, "percent": c.percent, "allowed": c.allowed, "verdict": c.verdict}
+            return {
+                "baseline": c.baseline,
+                "now": c.now,
+                "delta": c.delta,
+                "percent": c.percent,
+                "allowed": c.allowed,
+                "verdict": c.verdict,
+            }
 
         devices: dict[str, dict[str, object]] = {}
         for c in self.changes:
@@ -92,14 +100,22 @@ class Comparison:
             "status": self.status,
             "file": self.baseline_file,
             **({"reason": self.reason} if self.reason else {}),
-            **({"grew": [{"name": name, "baseline": before, "now": now} for name, before, now in self.grew]} if self.grew else {}),
+            **(
+                {"grew": [{"name": name, "baseline": before, "now": now} for name, before, now in self.grew]}
+                if self.grew
+                else {}
+            ),
             "metrics": {c.metric: change(c) for c in self.changes if c.device is None},
             **({"devices": devices} if devices else {}),
         }
 
 
 def metrics_of(record: TestRecord) -> dict[str, float | int | None]:
-    return {"peak_bytes_in_use": record.peak_bytes_in_use, "peak_bytes_reserved": record.peak_bytes_reserved, "fragmentation": record.fragmentation}
+    return {
+        "peak_bytes_in_use": record.peak_bytes_in_use,
+        "peak_bytes_reserved": record.peak_bytes_reserved,
+        "fragmentation": record.fragmentation,
+    }
 
 
 def compare(
@@ -121,7 +137,13 @@ def compare(
     if entry is None:
         return Comparison(test_id, regime, "out of memory" if out_of_memory else "new")
     if entry.reason and all(value is None for value in entry.metrics.values()):
-        return Comparison(test_id, regime, "out of memory" if out_of_memory else "not baselined", baseline_file=path, reason=entry.reason)
+        return Comparison(
+            test_id,
+            regime,
+            "out of memory" if out_of_memory else "not baselined",
+            baseline_file=path,
+            reason=entry.reason,
+        )
     changes = _changes(entry.metrics, now, tolerance, None)
     for device, stored in sorted(entry.devices.items()):
         if now_devices and device in now_devices:
@@ -138,10 +160,20 @@ def compare(
     else:
         status = "ok"
     grew = what_grew(entry.contributors, contributors or {}) if status == "regressed" else []
-    return Comparison(test_id, regime, status, changes, str(entry.path), grew=grew, baseline_named_contributors=bool(entry.contributors))
+    return Comparison(
+        test_id,
+        regime,
+        status,
+        changes,
+        str(entry.path),
+        grew=grew,
+        baseline_named_contributors=bool(entry.contributors),
+    )
 
 
-def _changes(stored: dict[str, float | int | None], now: dict[str, float | int | None], tolerance: Tolerance, device: str | None) -> list[MetricChange]:
+def _changes(
+    stored: dict[str, float | int | None], now: dict[str, float | int | None], tolerance: Tolerance, device: str | None
+) -> list[MetricChange]:
     changes = []
     for metric, allowance in tolerance.allowances.items():
         baseline, current = stored.get(metric), now.get(metric)

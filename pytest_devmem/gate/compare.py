@@ -15,7 +15,17 @@ Key = tuple[str, str, str]  # test id, regime, device class
 
 FAILING = ("regressed", "out of memory")
 """Statuses that fail the gate (exit 1 from `devmem compare`)."""
-ORDER = ("out of memory", "regressed", "improved", "ok", "unmeasured", "not measured", "new", "not baselined", "missing")
+ORDER = (
+    "out of memory",
+    "regressed",
+    "improved",
+    "ok",
+    "unmeasured",
+    "not measured",
+    "new",
+    "not baselined",
+    "missing",
+)
 """Statuses in the order a reviewer reads them."""
 
 
@@ -81,8 +91,27 @@ def verdicts(base: dict[Key, Measured], new: dict[Key, Measured], default_tolera
 
 def _compare(key: Key, before: Measured, now: Measured, spec: str) -> Comparison:
     test_id, regime, _ = key
-    entry = BaselineEntry(test_id, regime, before.metrics, "", before.versions, Path("BASE"), reason=before.reason, contributors=before.contributors, devices=before.devices)
-    return compare(entry, test_id, regime, now.metrics, parse_tolerance(spec), now.contributors, now.devices, out_of_memory=now.oom is not None)
+    entry = BaselineEntry(
+        test_id,
+        regime,
+        before.metrics,
+        "",
+        before.versions,
+        Path("BASE"),
+        reason=before.reason,
+        contributors=before.contributors,
+        devices=before.devices,
+    )
+    return compare(
+        entry,
+        test_id,
+        regime,
+        now.metrics,
+        parse_tolerance(spec),
+        now.contributors,
+        now.devices,
+        out_of_memory=now.oom is not None,
+    )
 
 
 def counts(found: list[TestVerdict]) -> dict[str, int]:

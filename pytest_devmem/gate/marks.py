@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from ..errors import DevmemError
 from ..model.pool.policy import Mode, parse_fraction, parse_mode
 from ..model.regime import Regime
-from .tolerance import parse_tolerance
 from ..units import format_size, parse_size, shown_value
+from .tolerance import parse_tolerance
 
 MARK_NAME = "devmem"
 MARK_KEYS = ("mode", "fraction", "limit", "tolerance", "frameworks", "max_compiles", "max_leak", "max_fragmentation")
@@ -90,7 +90,9 @@ def parse_mark(args: tuple[object, ...], kwargs: dict[str, object]) -> MarkSpec 
         if max_leak is not None and max_leak < 0:
             return f"@pytest.mark.devmem max_leak={kwargs['max_leak']!r}: must be 0 bytes or more, e.g. max_leak='1MiB'"
         max_compiles = kwargs.get("max_compiles")
-        if max_compiles is not None and (isinstance(max_compiles, bool) or not isinstance(max_compiles, int) or max_compiles < 0):
+        if max_compiles is not None and (
+            isinstance(max_compiles, bool) or not isinstance(max_compiles, int) or max_compiles < 0
+        ):
             return f"@pytest.mark.devmem max_compiles={shown_value(max_compiles)}: must be a whole number, 0 or more, e.g. max_compiles=1"
         max_fragmentation = kwargs.get("max_fragmentation")
         if max_fragmentation is not None:
@@ -104,13 +106,19 @@ def parse_mark(args: tuple[object, ...], kwargs: dict[str, object]) -> MarkSpec 
 def parse_max_fragmentation(value: object) -> float:
     """A fragmentation bound in [0, 1]; ValueError naming the value and the rule."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"max_fragmentation={shown_value(value)}: must be a number from 0 to 1, e.g. max_fragmentation=0.3")
+        raise ValueError(
+            f"max_fragmentation={shown_value(value)}: must be a number from 0 to 1, e.g. max_fragmentation=0.3"
+        )
     try:
         bound = float(value)
     except (ValueError, OverflowError):  # an int beyond any float (10**400) overflows
-        raise ValueError(f"max_fragmentation={shown_value(value)}: must be a number from 0 to 1, e.g. max_fragmentation=0.3") from None
+        raise ValueError(
+            f"max_fragmentation={shown_value(value)}: must be a number from 0 to 1, e.g. max_fragmentation=0.3"
+        ) from None
     if not 0.0 <= bound <= 1.0:  # also NaN
-        raise ValueError(f"max_fragmentation={shown_value(value)}: must be from 0 to 1 (XLA's measure: free bytes outside the largest free block, over free bytes)")
+        raise ValueError(
+            f"max_fragmentation={shown_value(value)}: must be from 0 to 1 (XLA's measure: free bytes outside the largest free block, over free bytes)"
+        )
     return bound
 
 
@@ -147,7 +155,9 @@ def normalize_frameworks(value: object) -> tuple[str, ...]:
     return tuple(dict.fromkeys(result))
 
 
-def compiles_verdict(compiled: list[str] | None, max_compiles: int | None, needed: dict[str, int] | None = None) -> str | None:
+def compiles_verdict(
+    compiled: list[str] | None, max_compiles: int | None, needed: dict[str, int] | None = None
+) -> str | None:
     """The failure when the test needs more executables of one function than its marker allows: a
     function retraced on every call. Counted per function, so the small executables JAX compiles
     for its own operations (`jnp.ones` and the like) do not add up against the user's; and counted
@@ -160,7 +170,9 @@ def compiles_verdict(compiled: list[str] | None, max_compiles: int | None, neede
     if needed is None:
         for name in compiled or ():
             counts[name] = counts.get(name, 0) + 1
-    over = sorted(((name, count) for name, count in counts.items() if count > max_compiles), key=lambda item: (-item[1], item[0]))
+    over = sorted(
+        ((name, count) for name, count in counts.items() if count > max_compiles), key=lambda item: (-item[1], item[0])
+    )
     if not over:
         return None
     named = ", ".join(f"{name} needed {count} executables" for name, count in over)
@@ -175,7 +187,9 @@ def leak_verdict(kept: dict[str, int] | None, max_leak: int | None) -> str | Non
     leaked = sum(kept.values())
     if leaked <= max_leak:
         return None
-    held = ", ".join(f"{name} {format_size(size)}" for name, size in sorted(kept.items(), key=lambda item: (-item[1], item[0])))
+    held = ", ".join(
+        f"{name} {format_size(size)}" for name, size in sorted(kept.items(), key=lambda item: (-item[1], item[0]))
+    )
     return (
         f"device memory leaked: {format_size(leaked)} ({leaked} bytes) that the test allocated is still held after it, "
         f"more than max_leak {format_size(max_leak)}: {held} (kept in a global, a cache or a closure?)"

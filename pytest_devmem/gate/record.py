@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..capture.sources.base import Reading
@@ -15,6 +16,24 @@ if TYPE_CHECKING:
 
 def _figure(value: object) -> float | int | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class BaselineEntry:
+    """One stored record: the metrics of one test under one regime on one device class."""
+
+    test_id: str
+    regime: str
+    metrics: dict[str, float | int | None]
+    device: str
+    versions: dict[str, str]
+    path: Path
+    device_class: str = ""
+    reason: str = ""  # why it holds no figures: the test failed or was skipped when baselines were updated
+    contributors: dict[str, int] = field(default_factory=dict)  # who held the memory at the peak
+    devices: dict[str, dict[str, float | int | None]] = field(default_factory=dict)  # per device, for tests on several
+    # its memory over its events, in a few points (model/profile.py)
+    profile: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass
@@ -50,7 +69,9 @@ class TestRecord:
     analysis: dict[str, object] | None = None  # min_fraction / what_if from the test's trace, when asked
     trace: dict[str, object] | None = None  # the replay: events, per-source figures, notes
     failed_by_devmem: bool = False  # the test passed, and pytest-devmem's checks failed it
-    compiles: int | None = None  # executables the test needed, compiled during it or found in a cache: the same in any order (None: JAX not traced)
+    compiles: int | None = (
+        None  # executables the test needed, compiled during it or found in a cache: the same in any order (None: JAX not traced)
+    )
     leaked_bytes: int | None = None  # what the frameworks still hold of the test's own memory (None: not checked)
     devices: list[dict[str, object]] | None = None  # per device: figures and allocators
     peak_device: str | None = None  # the device the headline figures are from
@@ -108,7 +129,9 @@ class TestRecord:
             device=device,
             device_class=device_class,
             peak_bytes_in_use=headline.peak_bytes_in_use if headline is not None else (0 if run is not None else None),
-            peak_bytes_reserved=headline.peak_bytes_reserved if headline is not None else (0 if run is not None else None),
+            peak_bytes_reserved=headline.peak_bytes_reserved
+            if headline is not None
+            else (0 if run is not None else None),
             fragmentation=headline.fragmentation if headline is not None else None,
             oom=oom,
             outcome=outcome,
@@ -140,7 +163,12 @@ class TestRecord:
         """Each device's gated figures, by device name (empty for a one-device test: the headline is its figures)."""
         if not self.devices or len(self.devices) < 2:
             return {}
-        return {str(d.get("device")): {name: _figure(d.get(name)) for name in ("peak_bytes_in_use", "peak_bytes_reserved", "fragmentation")} for d in self.devices}
+        return {
+            str(d.get("device")): {
+                name: _figure(d.get(name)) for name in ("peak_bytes_in_use", "peak_bytes_reserved", "fragmentation")
+            }
+            for d in self.devices
+        }
 
     def to_json(self) -> dict[str, object]:
         """Plain JSON data with a stable key order."""

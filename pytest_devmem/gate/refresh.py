@@ -11,8 +11,8 @@ as one unsplit update.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from .baseline import BaselineStore
 from .record import TestRecord
@@ -21,12 +21,17 @@ Unrecorded = dict[tuple[str, str], tuple[str, str]]
 """(test id, regime) -> (device, why it has no figures)."""
 
 
-def refresh_baselines(store: BaselineStore, records: Iterable[TestRecord], versions: dict[str, str], unrecorded: Unrecorded) -> tuple[list[Path], list[str]]:
+def refresh_baselines(
+    store: BaselineStore, records: Iterable[TestRecord], versions: dict[str, str], unrecorded: Unrecorded
+) -> tuple[list[Path], list[str]]:
     """Store the session's measurements in `store`: the files written, and a line per file that could not be."""
     records = list(records)
     keep = [r for r in records if r.outcome == "passed" and r.peak_bytes_in_use is not None]
     reasons = dict(unrecorded)
     for record in records:
         if record.outcome != "passed":
-            reasons[(record.test_id, record.regime)] = (record.device, f"{record.outcome} when the baselines were updated")
+            reasons[(record.test_id, record.regime)] = (
+                record.device,
+                f"{record.outcome} when the baselines were updated",
+            )
     return store.write(keep, versions, reasons)

@@ -13,8 +13,8 @@ expanded) cannot be judged and is never called stale.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from .baseline import BaselineEntry, module_of
 
@@ -79,7 +79,13 @@ class SuiteShape:
 
     def _module_deleted(self, module: str) -> bool:
         parts = module.split("/")
-        if self.root is None or not module or ".." in parts or os.path.isabs(module) or os.path.lexists(self.root / module):
+        if (
+            self.root is None
+            or not module
+            or ".." in parts
+            or os.path.isabs(module)
+            or os.path.lexists(self.root / module)
+        ):
             return False
         directory = parts[:-1]
         while directory and not (self.root / "/".join(directory)).is_dir():

@@ -8,8 +8,8 @@ worker), combined in one order whatever order it arrived in."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Iterable
 
 from .record import TestRecord
 
@@ -51,7 +51,9 @@ class TargetResult:
     sized_by: str | None = None  # whose compile sized JAX's executables: cpu, a GPU or TPU preset; None: no JAX
     outcome: str | None = None  # the test's own outcome on that target
     reason: str | None = None  # why not measured; or what else to know (executables that kept the CPU's sizes)
-    session_regime: str | None = None  # the regime the session ran the test under (its row); None: `regime` (an older report)
+    session_regime: str | None = (
+        None  # the regime the session ran the test under (its row); None: `regime` (an older report)
+    )
 
     @property
     def row_regime(self) -> str:
@@ -64,7 +66,9 @@ class TargetResult:
         return self.regime != self.row_regime
 
     @classmethod
-    def from_record(cls, record: TestRecord, target: str, capacity: int, why: str | None = None, session_regime: str | None = None) -> TargetResult:
+    def from_record(
+        cls, record: TestRecord, target: str, capacity: int, why: str | None = None, session_regime: str | None = None
+    ) -> TargetResult:
         """What a test's record on `target` says: out of memory (in the replay or for real), fits, or
         not measured: skipped part-way, or nothing traced (in the capture's words). `why`: what the
         test's reports there say, for a test skipped or failed there. `session_regime`: the regime
@@ -73,8 +77,13 @@ class TargetResult:
         notes = [str(note) for note in found] if isinstance(found, list) else []
         kept_cpu = [note for note in notes if "kept the CPU compile's sizes" in note]
         common = {
-            "test_id": record.test_id, "target": target, "regime": record.regime, "capacity_bytes": capacity,
-            "sized_by": record.compile_target, "outcome": record.outcome, "devices": record.device_count,
+            "test_id": record.test_id,
+            "target": target,
+            "regime": record.regime,
+            "capacity_bytes": capacity,
+            "sized_by": record.compile_target,
+            "outcome": record.outcome,
+            "devices": record.device_count,
             "session_regime": session_regime or record.regime,
         }
         if record.outcome == "skipped":
@@ -92,13 +101,34 @@ class TargetResult:
             peak_bytes_reserved=record.peak_bytes_reserved,
             peak_device=record.peak_device,
             oom_kind=kind,
-            reason="; ".join(([why or "the test failed"] if record.outcome == "failed" and oom is None else []) + kept_cpu) or None,  # an OOM's failure is the OOM
+            reason="; ".join(
+                ([why or "the test failed"] if record.outcome == "failed" and oom is None else []) + kept_cpu
+            )
+            or None,  # an OOM's failure is the OOM
             **common,  # type: ignore[arg-type]
         )
 
     @classmethod
-    def not_measured(cls, test_id: str, target: str, regime: str, capacity: int, reason: str, outcome: str | None = None, session_regime: str | None = None) -> TargetResult:
-        return cls(test_id=test_id, target=target, regime=regime, status=NOT_MEASURED, capacity_bytes=capacity, reason=reason, outcome=outcome, session_regime=session_regime or regime)
+    def not_measured(
+        cls,
+        test_id: str,
+        target: str,
+        regime: str,
+        capacity: int,
+        reason: str,
+        outcome: str | None = None,
+        session_regime: str | None = None,
+    ) -> TargetResult:
+        return cls(
+            test_id=test_id,
+            target=target,
+            regime=regime,
+            status=NOT_MEASURED,
+            capacity_bytes=capacity,
+            reason=reason,
+            outcome=outcome,
+            session_regime=session_regime or regime,
+        )
 
     @property
     def share(self) -> float | None:
@@ -109,10 +139,19 @@ class TargetResult:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "test_id": self.test_id, "target": self.target, "regime": self.regime, "status": self.status,
-            "peak_bytes_in_use": self.peak_bytes_in_use, "peak_bytes_reserved": self.peak_bytes_reserved,
-            "capacity_bytes": self.capacity_bytes, "peak_device": self.peak_device, "devices": self.devices,
-            "oom_kind": self.oom_kind, "sized_by": self.sized_by, "outcome": self.outcome, "reason": self.reason,
+            "test_id": self.test_id,
+            "target": self.target,
+            "regime": self.regime,
+            "status": self.status,
+            "peak_bytes_in_use": self.peak_bytes_in_use,
+            "peak_bytes_reserved": self.peak_bytes_reserved,
+            "capacity_bytes": self.capacity_bytes,
+            "peak_device": self.peak_device,
+            "devices": self.devices,
+            "oom_kind": self.oom_kind,
+            "sized_by": self.sized_by,
+            "outcome": self.outcome,
+            "reason": self.reason,
             "session_regime": self.row_regime,
         }
 
@@ -130,10 +169,19 @@ class TargetResult:
         if status not in STATUSES:
             raise ValueError(f"invalid target status {status!r}: allowed are {', '.join(STATUSES)}")
         return cls(
-            test_id=str(data["test_id"]), target=str(data["target"]), regime=str(data["regime"]), status=status,
-            capacity_bytes=size("capacity_bytes") or 0, peak_bytes_in_use=size("peak_bytes_in_use"),
-            peak_bytes_reserved=size("peak_bytes_reserved"), peak_device=text("peak_device"), devices=size("devices") or 0,
-            oom_kind=text("oom_kind"), sized_by=text("sized_by"), outcome=text("outcome"), reason=text("reason"),
+            test_id=str(data["test_id"]),
+            target=str(data["target"]),
+            regime=str(data["regime"]),
+            status=status,
+            capacity_bytes=size("capacity_bytes") or 0,
+            peak_bytes_in_use=size("peak_bytes_in_use"),
+            peak_bytes_reserved=size("peak_bytes_reserved"),
+            peak_device=text("peak_device"),
+            devices=size("devices") or 0,
+            oom_kind=text("oom_kind"),
+            sized_by=text("sized_by"),
+            outcome=text("outcome"),
+            reason=text("reason"),
             session_regime=text("session_regime"),
         )
 
@@ -157,7 +205,9 @@ class TargetTable:
     def sort(self) -> None:
         order = {target.name: index for index, target in enumerate(self.targets)}
         unique = {(r.test_id, r.row_regime, r.target): r for r in self.results}  # one per row and target
-        self.results = sorted(unique.values(), key=lambda r: (r.test_id, r.row_regime, order.get(r.target, len(order)), r.target))
+        self.results = sorted(
+            unique.values(), key=lambda r: (r.test_id, r.row_regime, order.get(r.target, len(order)), r.target)
+        )
         self._index = None
 
     def tests(self) -> list[tuple[str, str]]:
@@ -180,17 +230,31 @@ class TargetTable:
         return [(test_id, regime, cells) for (test_id, regime), cells in found.items()]
 
     def to_json(self) -> dict[str, object]:
-        return {"targets": [t.to_json() for t in self.targets], "children": self.children, "skipped": self.skipped or None, "results": [r.to_json() for r in self.results]}
+        return {
+            "targets": [t.to_json() for t in self.targets],
+            "children": self.children,
+            "skipped": self.skipped or None,
+            "results": [r.to_json() for r in self.results],
+        }
 
     @classmethod
     def from_json(cls, data: object) -> TargetTable:
         """A report's `targets` object; ValueError naming what is wrong."""
-        if not isinstance(data, dict) or not isinstance(data.get("targets"), list) or not isinstance(data.get("results"), list):
-            raise ValueError("\"targets\" must be an object with a list of \"targets\" and a list of \"results\"")
+        if (
+            not isinstance(data, dict)
+            or not isinstance(data.get("targets"), list)
+            or not isinstance(data.get("results"), list)
+        ):
+            raise ValueError('"targets" must be an object with a list of "targets" and a list of "results"')
         try:
-            table = cls([Target.from_json(t) for t in data["targets"]], [TargetResult.from_json(r) for r in data["results"]], int(data.get("children") or 0), str(data.get("skipped") or ""))
+            table = cls(
+                [Target.from_json(t) for t in data["targets"]],
+                [TargetResult.from_json(r) for r in data["results"]],
+                int(data.get("children") or 0),
+                str(data.get("skipped") or ""),
+            )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ValueError(f"\"targets\": an entry cannot be read: {exc}") from None
+            raise ValueError(f'"targets": an entry cannot be read: {exc}') from None
         if any(r.session_regime is None for r in table.results):
             table.results = table.rows_of_older_results()
             table.sort()

@@ -97,14 +97,21 @@ def parse_tolerance(spec: str) -> Tolerance:
         metric = metric.strip() or "peak_bytes_in_use"
         amount = amount.strip()
         if metric not in METRICS:
-            raise ValueError(f"invalid devmem tolerance {spec!r}: unknown metric {metric!r}; metrics: {', '.join(METRICS)}")
+            raise ValueError(
+                f"invalid devmem tolerance {spec!r}: unknown metric {metric!r}; metrics: {', '.join(METRICS)}"
+            )
         allowance = _parse_amount(spec, metric, amount)
         known = allowances.get(metric)
         if known is not None:
             kinds = {"relative" if a.relative is not None else "absolute" for a in (known, allowance)}
             if len(kinds) == 1:
-                raise ValueError(f"invalid devmem tolerance {spec!r}: {metric} is given two {kinds.pop()} amounts; give at most one percentage and one absolute amount")
-            allowance = Allowance(relative=known.relative if known.relative is not None else allowance.relative, absolute=known.absolute if known.absolute is not None else allowance.absolute)
+                raise ValueError(
+                    f"invalid devmem tolerance {spec!r}: {metric} is given two {kinds.pop()} amounts; give at most one percentage and one absolute amount"
+                )
+            allowance = Allowance(
+                relative=known.relative if known.relative is not None else allowance.relative,
+                absolute=known.absolute if known.absolute is not None else allowance.absolute,
+            )
         allowances[metric] = allowance
     floor = float(parse_size(DEFAULT_FLOOR))
     for metric, allowance in allowances.items():
@@ -125,7 +132,9 @@ def _parse_amount(spec: str, metric: str, amount: str) -> Allowance:
         return Allowance(relative=value / 100)
     if _UNIT_RE.search(amount):
         if metric not in BYTE_METRICS:
-            raise ValueError(f"{problem}: a byte size only fits {', '.join(BYTE_METRICS)}; use a number or a percentage")
+            raise ValueError(
+                f"{problem}: a byte size only fits {', '.join(BYTE_METRICS)}; use a number or a percentage"
+            )
         try:
             return Allowance(absolute=float(parse_size(amount)))
         except ValueError as exc:
@@ -135,7 +144,9 @@ def _parse_amount(spec: str, metric: str, amount: str) -> Allowance:
     except ValueError:
         raise ValueError(f"{problem}: expected a percentage, a size or a number ({TOLERANCE_HELP})") from None
     if metric in BYTE_METRICS:
-        raise ValueError(f"{problem}: a number without a unit is ambiguous for a byte metric; write {amount}% for a share of the baseline, or a size such as {amount}MiB or {amount}B")
+        raise ValueError(
+            f"{problem}: a number without a unit is ambiguous for a byte metric; write {amount}% for a share of the baseline, or a size such as {amount}MiB or {amount}B"
+        )
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{problem}: must be 0 or more")
     return Allowance(absolute=value)

@@ -31,7 +31,15 @@ def relative_to(path: str, rootdir: Path) -> str:
         return path
 
 
-def baseline_verdict(record: TestRecord, store: BaselineStore, tolerance: Tolerance, *, update: bool, strict: bool, rootdir: Path | None = None) -> str | None:
+def baseline_verdict(
+    record: TestRecord,
+    store: BaselineStore,
+    tolerance: Tolerance,
+    *,
+    update: bool,
+    strict: bool,
+    rootdir: Path | None = None,
+) -> str | None:
     """Compare a measured record with its baseline (kept in `record.baseline`); the failure text, or
     None where it may pass. Updating never fails; strict fails a test that has no baseline. The
     failure names the baseline file from `rootdir` where it lies below it (`baselines/sim-16GiB/...`),
@@ -39,13 +47,24 @@ def baseline_verdict(record: TestRecord, store: BaselineStore, tolerance: Tolera
     if record.peak_bytes_in_use is None:
         return None  # nothing measured this test: nothing to compare
     entry = store.get(record.test_id, record.regime)
-    comparison = compare(entry, record.test_id, record.regime, metrics_of(record), tolerance, contributors_of(record), record.device_metrics(), out_of_memory=record.out_of_memory)
+    comparison = compare(
+        entry,
+        record.test_id,
+        record.regime,
+        metrics_of(record),
+        tolerance,
+        contributors_of(record),
+        record.device_metrics(),
+        out_of_memory=record.out_of_memory,
+    )
     record.baseline = comparison.to_json()
     if update:
         return None
     if comparison.status == "regressed":
         if rootdir is not None and comparison.baseline_file is not None:
-            return dataclasses.replace(comparison, baseline_file=relative_to(comparison.baseline_file, rootdir)).failure_message()
+            return dataclasses.replace(
+                comparison, baseline_file=relative_to(comparison.baseline_file, rootdir)
+            ).failure_message()
         return comparison.failure_message()
     if comparison.status in ("new", "not baselined") and strict:
         why = f" ({comparison.reason})" if comparison.reason else ""

@@ -1,19 +1,16 @@
-"""Devices a pool draws memory from: a simulated one with a stated capacity, or a real CUDA GPU.
+"""Devices a pool draws memory from: the `Device` protocol, and a simulated device with a stated capacity.
 
-Both sit behind the small `Device` protocol, so the pool runs the same code path with or without a
-GPU. A device hands out address ranges that never overlap and refuses (returns None) once its
+A real CUDA GPU (`hardware/devices.py`) sits behind the same protocol, so the pool runs the same code path
+with or without a GPU. A device hands out address ranges that never overlap and refuses (returns None) once its
 capacity is spent, as `cuMemAlloc` does with CUDA_ERROR_OUT_OF_MEMORY.
 """
 
 from __future__ import annotations
 
-import os
-import re
-import sys
 import threading
 from typing import Protocol, runtime_checkable
 
-from ..errors import DeviceError, InvalidFreeError, InvalidSettingError
+from ..errors import InvalidFreeError, InvalidSettingError
 from ..units import format_size, parse_size, round_up
 from .tpu_targets import TPU_SPECS, TpuSpec, tpu_spec
 
@@ -72,9 +69,18 @@ class SimulatedDevice:
 
     BASE_ADDRESS = 0x7F00_0000_0000
 
-    def __init__(self, capacity: int = DEFAULT_SIM_CAPACITY, name: str | None = None, compute_capability: tuple[int, int] = DEFAULT_COMPUTE_CAPABILITY, preset: str | None = None, tpu: TpuSpec | None = None) -> None:
+    def __init__(
+        self,
+        capacity: int = DEFAULT_SIM_CAPACITY,
+        name: str | None = None,
+        compute_capability: tuple[int, int] = DEFAULT_COMPUTE_CAPABILITY,
+        preset: str | None = None,
+        tpu: TpuSpec | None = None,
+    ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
-            raise InvalidSettingError(f"invalid simulated device capacity {capacity!r}: must be a positive number of bytes")
+            raise InvalidSettingError(
+                f"invalid simulated device capacity {capacity!r}: must be a positive number of bytes"
+            )
         self.capacity = capacity
         self.compute_capability = compute_capability
         self.preset = preset
@@ -108,7 +114,9 @@ class SimulatedDevice:
         with self._lock:
             size = self._ranges.pop(address, None)
             if size is None:
-                raise InvalidFreeError(f"{self.name}: address {address:#x} was not allocated on this device (or was already freed)")
+                raise InvalidFreeError(
+                    f"{self.name}: address {address:#x} was not allocated on this device (or was already freed)"
+                )
             self.used -= size
 
     def free_bytes(self) -> int:
@@ -118,109 +126,19 @@ class SimulatedDevice:
         return f"SimulatedDevice({self.name}, used={format_size(self.used)})"
 
 
-class CudaDriver(Protocol):
-    """The few CUDA driver calls a CudaDevice makes; the real one is cuda_driver.LibCuda, tests may fake it."""
-
-    def device_count(self) -> int: ...
-    def device_name(self, index: int) -> str: ...
-    def mem_get_info(self, index: int) -> tuple[int, int]: ...
-    def mem_alloc(self, index: int, nbytes: int) -> int | None: ...
-    def mem_free(self, index: int, address: int) -> None: ...
+DEVICE_SPEC_HELP = (
+    f"auto, sim, sim:SIZE (e.g. sim:16GiB), sim:PRESET ({', '.join(PRESETS)}, {', '.join(TPU_SPECS)}), cuda or cuda:N"
+)
+"""Every device a session may name (`--devmem-device`); `auto` and `cuda:N` are opened by `hardware/`."""
 
 
-class CudaDevice:
-    """GPU `index` through the CUDA driver: real allocations, real free/total figures.
+def open_simulated(spec: str = "sim") -> SimulatedDevice:
+    """Build the simulated device a spec names: `sim`, `sim:SIZE`, `sim:PRESET` (a GPU or a TPU).
 
-    It remembers what it handed out, so a foreign free is refused here rather than crashing the
-    driver, and `close()` returns everything still held.
-    """
-
-    def __init__(self, index: int = 0, driver: CudaDriver | None = None) -> None:
-        if driver is None:
-            from .cuda_driver import LibCuda
-
-            driver = LibCuda()
-        self.driver: CudaDriver = driver
-        count = self.driver.device_count()
-        if not 0 <= index < count:
-            raise InvalidSettingError(f"invalid CUDA device cuda:{index}: this machine has {count} GPU(s)")
-        self.index = index
-        self.model = self.driver.device_name(index)
-        self.capacity = self.driver.mem_get_info(index)[1]
-        capability = getattr(self.driver, "compute_capability", None)
-        self.compute_capability: tuple[int, int] = capability(index) if capability is not None else DEFAULT_COMPUTE_CAPABILITY
-        uuid = getattr(self.driver, "device_uuid", None)
-        self.uuid: str | None = uuid(index) if uuid is not None else None
-        self.name = f"cuda:{index} ({self.model})"
-        self._held: dict[int, int] = {}
-        self._lock = threading.Lock()
-
-    @property
-    def device_class(self) -> str:
-        return "cuda-" + re.sub(r"[^A-Za-z0-9]+", "-", self.model).strip("-")
-
-    def try_allocate(self, nbytes: int) -> int | None:
-        size = round_up(nbytes, DEVICE_ALIGNMENT)
-        with self._lock:
-            address = self.driver.mem_alloc(self.index, size)
-            if address is not None:
-                self._held[address] = size
-            return address
-
-    def free(self, address: int) -> None:
-        with self._lock:
-            if self._held.pop(address, None) is None:
-                raise InvalidFreeError(f"{self.name}: address {address:#x} was not allocated through this device (or was already freed)")
-            self.driver.mem_free(self.index, address)
-
-    def free_bytes(self) -> int:
-        return self.driver.mem_get_info(self.index)[0]
-
-    @property
-    def used(self) -> int:
-        """Bytes this object holds on the GPU (not what other processes hold)."""
-        return sum(self._held.values())
-
-    def close(self) -> None:
-        """Free everything still held; safe to call twice."""
-        with self._lock:
-            for address in list(self._held):
-                self.driver.mem_free(self.index, address)
-            self._held.clear()
-
-    def __repr__(self) -> str:
-        return f"CudaDevice({self.name}, capacity={format_size(self.capacity)})"
-
-
-NVIDIA_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/dxg")
-"""Where a loaded NVIDIA driver shows itself on Linux (/dev/dxg: WSL); without one, libcuda is not tried."""
-
-
-def cuda_device_count() -> int:
-    """Number of CUDA GPUs visible here; 0 where there is no driver or no GPU (always on macOS)."""
-    if not sys.platform.startswith(("linux", "win32", "cygwin")):
-        return 0  # NVIDIA ships no CUDA driver for macOS since CUDA 10.2
-    if sys.platform.startswith("linux") and not any(os.path.exists(path) for path in NVIDIA_DRIVER_PATHS):
-        return 0
-    from .cuda_driver import LibCuda
-
-    try:
-        return LibCuda().device_count()
-    except DeviceError:
-        return 0
-
-
-DEVICE_SPEC_HELP = f"auto, sim, sim:SIZE (e.g. sim:16GiB), sim:PRESET ({', '.join(PRESETS)}, {', '.join(TPU_SPECS)}), cuda or cuda:N"
-
-
-def open_device(spec: str = "auto") -> Device:
-    """Build the device a spec names: `auto`, `sim`, `sim:SIZE`, `cuda`, `cuda:N`.
-
-    `auto` takes GPU 0 where the CUDA driver sees one, else a simulated device of DEFAULT_SIM_CAPACITY.
+    The devices a session may name beside these (`auto`, `cuda:N`) are opened by
+    `hardware.devices.open_device`.
     """
     text = spec.strip().lower() if isinstance(spec, str) else ""
-    if text == "auto":
-        return CudaDevice(0) if cuda_device_count() > 0 else SimulatedDevice()
     if text == "sim":
         return SimulatedDevice()
     if text.startswith("sim:"):
@@ -235,13 +153,12 @@ def open_device(spec: str = "auto") -> Device:
         try:
             capacity = parse_size(spec.strip()[4:])
         except ValueError as exc:
-            raise InvalidSettingError(f"invalid device {spec!r}: {exc}; or name a preset: {', '.join([*PRESETS, *TPU_SPECS])}") from None
+            raise InvalidSettingError(
+                f"invalid device {spec!r}: {exc}; or name a preset: {', '.join([*PRESETS, *TPU_SPECS])}"
+            ) from None
         if capacity <= 0:
             raise InvalidSettingError(f"invalid device {spec!r}: the capacity must be more than 0 bytes")
         return SimulatedDevice(capacity)
-    match = re.fullmatch(r"cuda(?::(\d+))?", text)
-    if match:
-        return CudaDevice(int(match.group(1) or 0))
     raise InvalidSettingError(f"invalid device {spec!r}: allowed are {DEVICE_SPEC_HELP}")
 
 

@@ -4,7 +4,7 @@ in the pytest failure, the report and `devmem replay`."""
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from ..units import format_short_of, format_size
 from .machine import KIND_TEXT
@@ -31,7 +31,9 @@ def _free(value: object, oom: Mapping[str, object]) -> str:
     return _size(value)
 
 
-def oom_lines(oom: Mapping[str, object], devices: Sequence[Mapping[str, object]] | None, regime: str, machine: str) -> list[str]:
+def oom_lines(
+    oom: Mapping[str, object], devices: Sequence[Mapping[str, object]] | None, regime: str, machine: str
+) -> list[str]:
     """The out-of-memory result as lines, headline first."""
     if oom.get("compile_time"):  # the target's compiler refused the program: it never runs there
         return [
@@ -41,7 +43,9 @@ def oom_lines(oom: Mapping[str, object], devices: Sequence[Mapping[str, object]]
             f"  the compiler said: {oom.get('error')}",
         ]
     if "kind" not in oom:  # only a real error, the model fitted (or nothing was traced)
-        return [f"out of device memory for real under regime {regime} on {machine}: {oom.get('error', 'the test raised an out-of-memory error')}"]
+        return [
+            f"out of device memory for real under regime {regime} on {machine}: {oom.get('error', 'the test raised an out-of-memory error')}"
+        ]
     who = allocator_name(str(oom.get("allocator", "")))
     label = f" for {oom['label']}" if oom.get("label") else ""
     kind = str(oom.get("kind"))
@@ -50,18 +54,31 @@ def oom_lines(oom: Mapping[str, object], devices: Sequence[Mapping[str, object]]
         f"({oom.get('requested')} bytes){label} on {oom.get('device')} -- {KIND_TEXT.get(kind, kind)}",
         f"  {who}: {_size(oom.get('in_use'))} in chunks, {_size(oom.get('pool_bytes'))} held of a {_size(oom.get('limit'))} limit, "
         f"{_free(int(oom.get('pool_bytes', 0)) - int(oom.get('in_use', 0)), oom)} of it free, largest free block {_free(oom.get('largest_free_block'), oom)}"  # type: ignore[call-overload]
-        + (f", fragmentation {float(oom['fragmentation']):.2f}" if isinstance(oom.get("fragmentation"), (int, float)) and oom.get("fragmentation") else ""),  # type: ignore[arg-type]
+        + (
+            f", fragmentation {float(oom['fragmentation']):.2f}"  # type: ignore[arg-type]
+            if isinstance(oom.get("fragmentation"), (int, float)) and oom.get("fragmentation")
+            else ""
+        ),
     ]
     others = oom.get("held_by_others")
-    held = ", ".join(f"{allocator_name(str(name))} {_size(size)}" for name, size in others.items()) if isinstance(others, dict) and others else "nothing else"
-    lines.append(f"  {oom.get('device')} ({_size(oom.get('capacity'))}): {_size(oom.get('device_in_use'))} of live data, {_size(oom.get('device_free'))} free; also held: {held}")
+    held = (
+        ", ".join(f"{allocator_name(str(name))} {_size(size)}" for name, size in others.items())
+        if isinstance(others, dict) and others
+        else "nothing else"
+    )
+    lines.append(
+        f"  {oom.get('device')} ({_size(oom.get('capacity'))}): {_size(oom.get('device_in_use'))} of live data, {_size(oom.get('device_free'))} free; also held: {held}"
+    )
     pinning = oom.get("pinning")
     if isinstance(pinning, list):
         lines += [f"  {line}" for line in pinning if isinstance(line, str)]
     device = next((d for d in devices or [] if d.get("device") == oom.get("device")), None)
     allocators = device.get("allocators") if device is not None else None
     if isinstance(allocators, list) and len(allocators) > 1:
-        lines.append("  started in this order: " + ", then ".join(allocator_name(str(a.get("allocator"))) for a in allocators if isinstance(a, dict)))
+        lines.append(
+            "  started in this order: "
+            + ", then ".join(allocator_name(str(a.get("allocator"))) for a in allocators if isinstance(a, dict))
+        )
         for a in allocators:
             if isinstance(a, dict):
                 lines.append("  " + allocator_story(a))
@@ -85,7 +102,9 @@ def allocator_story(allocator: Mapping[str, object]) -> str:
     )
 
 
-def oom_message(oom: Mapping[str, object], devices: Sequence[Mapping[str, object]] | None, regime: str, machine: str) -> str:
+def oom_message(
+    oom: Mapping[str, object], devices: Sequence[Mapping[str, object]] | None, regime: str, machine: str
+) -> str:
     return "\n".join(oom_lines(oom, devices, regime, machine))
 
 

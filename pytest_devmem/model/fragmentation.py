@@ -4,8 +4,8 @@ Each answer comes from the machine's own maps and replays. No pytest, no framewo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Mapping
 
 from ..units import format_size
 from .frameworks import AllocatorSetup
@@ -35,7 +35,15 @@ class Pin:
         )
 
     def to_json(self) -> dict[str, object]:
-        return {"allocator": self.allocator, "owner": self.owner, "size": self.size, "event": self.event, "offset": self.offset, "free_before": self.free_before, "free_after": self.free_after}
+        return {
+            "allocator": self.allocator,
+            "owner": self.owner,
+            "size": self.size,
+            "event": self.event,
+            "offset": self.offset,
+            "free_before": self.free_before,
+            "free_after": self.free_after,
+        }
 
 
 def pinning_buffers(snapshot: MapSnapshot | None, trace: Trace, top: int = TOP_PINS) -> list[Pin]:
@@ -53,7 +61,9 @@ def pinning_buffers(snapshot: MapSnapshot | None, trace: Trace, top: int = TOP_P
             if chunk[3] < 0 or before[3] >= 0 or after[3] >= 0 or not before[0] == chunk[0] == after[0]:
                 continue
             event = chunk[3]
-            owner = names[trace.labels[event]] or contributor(names[trace.sources[event]], "")  # the fixture's call site too
+            owner = names[trace.labels[event]] or contributor(
+                names[trace.sources[event]], ""
+            )  # the fixture's call site too
             pins.append(Pin(allocator, owner, trace.sizes[event], chunk[2], event, chunk[1], before[2], after[2]))
     pins.sort(key=lambda pin: (-(pin.free_before + pin.free_after), pin.event))
     return pins[:top]
@@ -76,9 +86,14 @@ class Defragmentation:
         return {"fits": self.fits, "peak_bytes_in_use": self.peak_bytes_in_use, "moved_bytes": self.moved_bytes}
 
 
-def defragment(trace: Trace, setups: Mapping[str, AllocatorSetup], spec: MachineSpec, sources: tuple[str, ...]) -> Defragmentation:
+def defragment(
+    trace: Trace, setups: Mapping[str, AllocatorSetup], spec: MachineSpec, sources: tuple[str, ...]
+) -> Defragmentation:
     """Replay with the allocators of `sources` compacting (at their own fractions)."""
-    compacting = {kind: replace(setup, mode="compact") if kind in sources and setup.mode in ("prealloc", "compact") else setup for kind, setup in setups.items()}
+    compacting = {
+        kind: replace(setup, mode="compact") if kind in sources and setup.mode in ("prealloc", "compact") else setup
+        for kind, setup in setups.items()
+    }
     run = run_machine(trace, compacting, spec)
     peak = max((d.peak_bytes_in_use for d in run.devices), default=0)
     moved = sum(a.moved_bytes for d in run.devices for a in d.allocators)
@@ -90,7 +105,9 @@ def long_lived_first(trace: Trace, run: MachineRun) -> Trace:
     rest as it was: what "allocate long-lived buffers first" means for this test."""
     assert run.oom is not None
     live: set[tuple[int, int, int, int]] = set()
-    for index, (action, pointer, source, device, process) in enumerate(zip(trace.actions, trace.pointers, trace.sources, trace.devices, trace.processes)):
+    for index, (action, pointer, source, device, process) in enumerate(
+        zip(trace.actions, trace.pointers, trace.sources, trace.devices, trace.processes)
+    ):
         if index >= run.oom.event:
             break
         key = (pointer, source, device, process)
@@ -98,7 +115,12 @@ def long_lived_first(trace: Trace, run: MachineRun) -> Trace:
             live.add(key)
         else:
             live.discard(key)
-    early = [i for i in range(run.oom.event) if trace.actions[i] == ALLOCATE_CODE and (trace.pointers[i], trace.sources[i], trace.devices[i], trace.processes[i]) in live]
+    early = [
+        i
+        for i in range(run.oom.event)
+        if trace.actions[i] == ALLOCATE_CODE
+        and (trace.pointers[i], trace.sources[i], trace.devices[i], trace.processes[i]) in live
+    ]
     moved = set(early)
     reordered = Trace()
     first_time = trace.times[0] if len(trace) else 0.0

@@ -16,14 +16,14 @@ with these rules. No pytest, no frameworks here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
+from ..units import format_size
 from .device import DEFAULT_COMPUTE_CAPABILITY, Device
 from .pool.bfc import BFCPool
 from .pool.policy import DEFAULT_PREALLOC_FRACTION, Mode, Policy
 from .regime import FRACTION_VARIABLE
-from ..units import format_size
 
 MiB = 2**20
 DEFAULT_CUDA_CONTEXT_BYTES = 512 * MiB
@@ -95,7 +95,9 @@ class AllocatorSetup:
         if self.mode == "ondemand":
             return "XLA_PYTHON_CLIENT_ALLOCATOR=platform"
         if self.mode == "growth":
-            return "XLA_PYTHON_CLIENT_PREALLOCATE=false" + (f", {fraction_variable}={self.fraction:g}" if self.fraction != DEFAULT_PREALLOC_FRACTION else "")
+            return "XLA_PYTHON_CLIENT_PREALLOCATE=false" + (
+                f", {fraction_variable}={self.fraction:g}" if self.fraction != DEFAULT_PREALLOC_FRACTION else ""
+            )
         text = f"preallocate, {fraction_variable}={self.fraction:g}"
         return text + (", with compaction" if self.mode == "compact" else "")
 
@@ -166,7 +168,9 @@ def setups_for(policy: Policy, capacity: int, environ: Mapping[str, str] | None 
     }
 
 
-def tensorflow_system_reserve(available: int, compute_capability: int = DEFAULT_COMPUTE_CAPABILITY[0], environ: Mapping[str, str] | None = None) -> int:
+def tensorflow_system_reserve(
+    available: int, compute_capability: int = DEFAULT_COMPUTE_CAPABILITY[0], environ: Mapping[str, str] | None = None
+) -> int:
     """The bytes TensorFlow leaves to the system (gpu_device.cc MinSystemMemory): 225 MiB below 2 GiB
     available, else 500, 1050, 1536 or 1800 MiB for compute capability up to 6, 7, 8, or above.
     TF_DEVICE_MIN_SYS_MEMORY_IN_MB overrides it."""
@@ -184,7 +188,9 @@ def tensorflow_system_reserve(available: int, compute_capability: int = DEFAULT_
     return 1800 * MiB
 
 
-def tensorflow_memory_limit(available: int, compute_capability: int = DEFAULT_COMPUTE_CAPABILITY[0], environ: Mapping[str, str] | None = None) -> int:
+def tensorflow_memory_limit(
+    available: int, compute_capability: int = DEFAULT_COMPUTE_CAPABILITY[0], environ: Mapping[str, str] | None = None
+) -> int:
     """TensorFlow's allocator size when none is set (gpu_device.cc SingleVirtualDeviceMemoryLimit):
     what is free when its device is created, less the system reserve; a reserve that is not
     smaller than what is free is ignored, and TensorFlow takes everything."""

@@ -72,7 +72,9 @@ class GpuSpec:
     def with_memory(self, memory_bytes: int) -> GpuSpec:
         """The same GPU with another memory size (a `sim:SIZE` device compiled for this model)."""
         if isinstance(memory_bytes, bool) or not isinstance(memory_bytes, int) or memory_bytes <= 0:
-            raise InvalidSettingError(f"invalid memory size {memory_bytes!r} for {self.preset}: must be a positive number of bytes")
+            raise InvalidSettingError(
+                f"invalid memory size {memory_bytes!r} for {self.preset}: must be a positive number of bytes"
+            )
         return replace(self, memory_bytes=memory_bytes)
 
     def target_config(self) -> str:
@@ -109,7 +111,9 @@ def _memory(preset: str) -> int:
     return PRESETS[preset][0]
 
 
-def _spec(preset: str, description: str, sm_count: int, fp32_lanes: int, l2: int, clock: float, bandwidth_gb_s: float) -> GpuSpec:
+def _spec(
+    preset: str, description: str, sm_count: int, fp32_lanes: int, l2: int, clock: float, bandwidth_gb_s: float
+) -> GpuSpec:
     return GpuSpec(
         preset=preset,
         description=description,

@@ -27,11 +27,23 @@ out whole). `peak_bytes_reserved` is the most its allocators held from it (conte
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import OutOfMemoryError
 from .device import SimulatedDevice
 from .frameworks import AllocatorSetup, tensorflow_growth_pool, tensorflow_memory_limit
+from .loops import replay_bfc_lanes, replay_lanes, replay_ondemand_columns, replay_one_bfc_lane
+from .loops.inline_pools import MovedThenFailed
+from .machine_maps import (
+    CHECKPOINT_SPACING_PER_ENTRY,
+    Checkpoint,
+    Promise,
+    contributor,
+    holders,
+    pool_maps,
+    snapshot_of,
+)
 from .machine_results import (  # the results, read where the model is used: re-exported here
     DEFAULT_SOURCE,
     FRAGMENTATION_STEP,
@@ -46,23 +58,50 @@ from .machine_results import (  # the results, read where the model is used: re-
     SourceFigures,
     Timeline,
 )
-from .loops import replay_bfc_lanes, replay_lanes, replay_ondemand_columns, replay_one_bfc_lane
-from .loops.inline_pools import MovedThenFailed
-from .machine_maps import CHECKPOINT_SPACING_PER_ENTRY, Checkpoint, Promise, contributor, holders, pool_maps, snapshot_of
 from .pool import BFCPool, OnDemandPool, Policy
 from .pool.compacting import CompactingPool
 from .trace import ALLOCATE_CODE, FREE_CODE, Trace
 
 __all__ = [  # the model's results live in machine_results; they are read from here too
-    "DEFAULT_SOURCE", "FRAGMENTATION_STEP", "KIND_TEXT", "AllocatorFigures", "DeviceFigures", "Machine", "MachineRun", "MachineSpec", "MapSnapshot",
-    "OutOfMemory", "PoolMap", "SourceFigures", "Timeline", "contributor", "holders", "run_machine",
+    "DEFAULT_SOURCE",
+    "FRAGMENTATION_STEP",
+    "KIND_TEXT",
+    "AllocatorFigures",
+    "DeviceFigures",
+    "Machine",
+    "MachineRun",
+    "MachineSpec",
+    "MapSnapshot",
+    "OutOfMemory",
+    "PoolMap",
+    "SourceFigures",
+    "Timeline",
+    "contributor",
+    "holders",
+    "run_machine",
 ]
 
 # -- the replay ------------------------------------------------------------------------------
 
 
 class _Allocator:
-    __slots__ = ("source", "process", "setup", "pool", "bfc", "inline", "device", "handles", "limit", "asked", "took", "peak_held", "in_use", "peak_in_use", "counts")
+    __slots__ = (
+        "source",
+        "process",
+        "setup",
+        "pool",
+        "bfc",
+        "inline",
+        "device",
+        "handles",
+        "limit",
+        "asked",
+        "took",
+        "peak_held",
+        "in_use",
+        "peak_in_use",
+        "counts",
+    )
 
     def __init__(self, source: str, process: int, setup: AllocatorSetup, device: _Device, counts: list[int]) -> None:
         self.source = source
@@ -72,7 +111,9 @@ class _Allocator:
         self.pool: BFCPool | OnDemandPool | None = None
         self.bfc = False  # a BFC pool: a temporary freed at once leaves it as it was
         self.inline = False  # an inline loop runs its BFC pool: handles also hold chunk id, size, rounded size; the pool's own are stale
-        self.handles: dict[int, tuple[int, ...]] = {}  # trace pointer -> (pool handle, event index[, chunk id, size, rounded])
+        self.handles: dict[
+            int, tuple[int, ...]
+        ] = {}  # trace pointer -> (pool handle, event index[, chunk id, size, rounded])
         self.limit = self.asked = self.took = self.peak_held = 0
         self.in_use = self.peak_in_use = 0  # live data, each request rounded to 256 bytes
         self.counts = counts  # its source's [allocations, bytes asked and live, their peak], over all devices
@@ -87,9 +128,31 @@ class _Allocator:
 
 
 class _Device:
-    __slots__ = ("name", "code", "device", "allocators", "contexts", "in_use", "held", "chunks", "peak_in_use", "peak_held", "peak_chunks",
-                 "peak_event", "fragmentation_at_peak", "worst_fragmentation", "worst_event", "pending", "solo", "sampled", "fragmented", "mapped",
-                 "compared", "checkpoint", "stale")
+    __slots__ = (
+        "name",
+        "code",
+        "device",
+        "allocators",
+        "contexts",
+        "in_use",
+        "held",
+        "chunks",
+        "peak_in_use",
+        "peak_held",
+        "peak_chunks",
+        "peak_event",
+        "fragmentation_at_peak",
+        "worst_fragmentation",
+        "worst_event",
+        "pending",
+        "solo",
+        "sampled",
+        "fragmented",
+        "mapped",
+        "compared",
+        "checkpoint",
+        "stale",
+    )
 
     def __init__(self, name: str, code: int, capacity: int) -> None:
         self.name = name
@@ -108,7 +171,9 @@ class _Device:
         self.sampled = 0.0  # its fragmentation after its last event (a temporary's allocation is no moment of its own)
         self.fragmented = False  # its worst fragmentation rose markedly at its last event: map it
         self.mapped = 0.0  # the fragmentation of its last map at its worst
-        self.compared = False  # its fragmentation now is known not to exceed its worst (the loops may skip a sample then)
+        self.compared = (
+            False  # its fragmentation now is known not to exceed its worst (the loops may skip a sample then)
+        )
         self.checkpoint: Checkpoint | None = None  # its allocators copied at a moment a map was asked for
         self.stale = True  # it gained an allocator since that copy
 
@@ -180,7 +245,11 @@ class _Replay:
         # a lane is one allocator: (device, process, source); each event names its lane
         if by_column is None:
             one_lane = one_device and len(set(trace.processes)) <= 1 and len(set(trace.sources)) <= 1
-            combinations = {(trace.devices[0], trace.processes[0], trace.sources[0])} if one_lane and len(trace) else set(zip(trace.devices, trace.processes, trace.sources))
+            combinations = (
+                {(trace.devices[0], trace.processes[0], trace.sources[0])}
+                if one_lane and len(trace)
+                else set(zip(trace.devices, trace.processes, trace.sources))
+            )
         self.lane_keys = lane_keys = sorted({(devices[device_name[d]].code, p, s) for d, p, s in combinations})
         self.lane_index = lane_index = {key: i for i, key in enumerate(lane_keys)}
         self.lane_codes: list[int] | None = None  # None: every event is on lane 0
@@ -243,13 +312,27 @@ class _Replay:
             if device.pending:
                 self.snapshots[device.name] = snapshot_of(device, device.peak_event)
             if device.fragmented and oom is None:
-                self.fragmented[device.name] = snapshot_of(device, device.worst_event if device.worst_event is not None else -1)
+                self.fragmented[device.name] = snapshot_of(
+                    device, device.worst_event if device.worst_event is not None else -1
+                )
         snapshots = {name: self._keep(name, map_) for name, map_ in self.snapshots.items()}
         fragmented = {name: self._keep(name, map_) for name, map_ in self.fragmented.items()}
         figures = [_device_figures(device, snapshots.get(device.name), trace, spec) for device in self.devices.values()]
         by_source = {source: SourceFigures(c[0], c[2]) for source, c in sorted(self.counts.items()) if c[0]}
         replayed = index + 1 if oom is None or not self.stop_on_oom else oom.event
-        return MachineRun(spec, len(trace), figures, self.order, oom, by_source, self.recorded, snapshots, self.failure, replayed, fragmented)
+        return MachineRun(
+            spec,
+            len(trace),
+            figures,
+            self.order,
+            oom,
+            by_source,
+            self.recorded,
+            snapshots,
+            self.failure,
+            replayed,
+            fragmented,
+        )
 
     def _keep(self, name: str, map_: MapSnapshot | Promise) -> MapSnapshot:
         """A promised map made: from its checkpoint, after replaying the device's events since."""
@@ -270,7 +353,11 @@ class _Replay:
         fails again and its free is ignored, as in the loop."""
         trace = self.trace
         actions, pointers, sizes, codes = trace.actions, trace.pointers, trace.sizes, self.lane_codes
-        position = {lane: device.allocators.index(a) for lane, a in enumerate(self.lanes) if a is not None and a.device is device}
+        position = {
+            lane: device.allocators.index(a)
+            for lane, a in enumerate(self.lanes)
+            if a is not None and a.device is device
+        }
         dropped: set[tuple[int, int]] = set()
         skipped = self.skipped
         for index in range(checkpoint.upto, upto):
@@ -334,7 +421,9 @@ class Machine:
         """Whether `source`'s allocators are BFC pools, plain or compacting (as `_pool` makes them)."""
         return self._setup(source).mode != "ondemand"
 
-    def _start(self, source: str, process: int, used: list[_Device], counts: dict[str, list[int]], order: list[str]) -> list[tuple[int, _Allocator]]:
+    def _start(
+        self, source: str, process: int, used: list[_Device], counts: dict[str, list[int]], order: list[str]
+    ) -> list[tuple[int, _Allocator]]:
         """A framework's allocators on every device it uses, created at its first event: the
         process's context on each (once), then each allocator sized by its framework's rules."""
         setup = self._setup(source)
@@ -409,25 +498,49 @@ class Machine:
         else:
             kind = "tenant"
         return OutOfMemory(
-            event=index, device=device.name, source=allocator.source, process=allocator.process, label=label,
-            requested=figures.requested, rounded=figures.rounded, in_use=figures.bytes_in_use, pool_bytes=figures.pool_bytes,
-            largest_free_block=figures.largest_free_block, limit=allocator.limit, device_free=device.device.free_bytes(),
-            capacity=self.spec.capacity, device_in_use=device.in_use, held_by_others=others, kind=kind, fragmentation=fragmentation,
+            event=index,
+            device=device.name,
+            source=allocator.source,
+            process=allocator.process,
+            label=label,
+            requested=figures.requested,
+            rounded=figures.rounded,
+            in_use=figures.bytes_in_use,
+            pool_bytes=figures.pool_bytes,
+            largest_free_block=figures.largest_free_block,
+            limit=allocator.limit,
+            device_free=device.device.free_bytes(),
+            capacity=self.spec.capacity,
+            device_in_use=device.in_use,
+            held_by_others=others,
+            kind=kind,
+            fragmentation=fragmentation,
         )
 
 
-def maps_after(trace: Trace, setups: Mapping[str, AllocatorSetup], spec: MachineSpec, event: int) -> dict[str, MapSnapshot]:
+def maps_after(
+    trace: Trace, setups: Mapping[str, AllocatorSetup], spec: MachineSpec, event: int
+) -> dict[str, MapSnapshot]:
     """Each device's pools as they are right after `event`: the trace up to it replayed (through the
     pools' own methods: one map, made when a picture asks for a moment the replay did not map)."""
     columns = trace.to_columns()
     count = max(0, min(event + 1, len(trace)))
-    prefix = Trace.from_columns({name: values if name == "names" else values[:count] for name, values in columns.items()})
+    prefix = Trace.from_columns(
+        {name: values if name == "names" else values[:count] for name, values in columns.items()}
+    )
     replay = _Replay(Machine(spec, setups), prefix, False, True)
     replay_lanes(replay)
     return {name: snapshot_of(device, event) for name, device in replay.devices.items()}
 
 
-def run_machine(trace: Trace, setups: Mapping[str, AllocatorSetup], spec: MachineSpec, *, timeline: bool = False, stop_on_oom: bool = True) -> MachineRun:
+def run_machine(
+    trace: Trace,
+    setups: Mapping[str, AllocatorSetup],
+    spec: MachineSpec,
+    *,
+    timeline: bool = False,
+    stop_on_oom: bool = True,
+) -> MachineRun:
     """Replay `trace` on the machine `spec` describes, each source's allocator set up by `setups`."""
     return Machine(spec, setups).run(trace, timeline=timeline, stop_on_oom=stop_on_oom)
 
@@ -440,8 +553,16 @@ def _device_order(name: str) -> tuple[str, int, str]:
 def _device_figures(device: _Device, snapshot: MapSnapshot | None, trace: Trace, spec: MachineSpec) -> DeviceFigures:
     allocators = tuple(
         AllocatorFigures(
-            a.source, a.process, a.setup.describe(), a.limit, a.asked, a.took, a.peak_in_use, a.peak_held,
-            getattr(a.pool, "moved_bytes", 0), getattr(a.pool, "compactions", 0),
+            a.source,
+            a.process,
+            a.setup.describe(),
+            a.limit,
+            a.asked,
+            a.took,
+            a.peak_in_use,
+            a.peak_held,
+            getattr(a.pool, "moved_bytes", 0),
+            getattr(a.pool, "compactions", 0),
         )
         for a in device.allocators
     )

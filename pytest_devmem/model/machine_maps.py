@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .machine_results import MapSnapshot, PoolMap
 from .loops.inline_pools import sync
+from .machine_results import MapSnapshot, PoolMap
 from .pool import BFCPool, OnDemandPool
 from .trace import Trace
 
@@ -48,7 +48,9 @@ class Checkpoint:
 
     @classmethod
     def of(cls, device: _Device, upto: int) -> Checkpoint:
-        checkpoint = cls(upto, device.device, [a.pool for a in device.allocators], [a.handles for a in device.allocators]).copy()
+        checkpoint = cls(
+            upto, device.device, [a.pool for a in device.allocators], [a.handles for a in device.allocators]
+        ).copy()
         for allocator, pool, handles in zip(device.allocators, checkpoint.pools, checkpoint.handles):
             if allocator.inline:  # the copy's own maps of its buffers, for the replay since
                 sync(pool, handles)
@@ -79,10 +81,18 @@ def snapshot_of(device: _Device, event: int) -> MapSnapshot:
     for allocator in allocators:
         if allocator.inline:  # an inline loop is running it: its pool's maps are made afresh
             sync(allocator.pool, allocator.handles)
-    return MapSnapshot(device.name, event, pool_maps([(a.source, a.process) for a in allocators], [a.pool for a in allocators], [a.handles for a in allocators]))
+    return MapSnapshot(
+        device.name,
+        event,
+        pool_maps(
+            [(a.source, a.process) for a in allocators], [a.pool for a in allocators], [a.handles for a in allocators]
+        ),
+    )
 
 
-def pool_maps(owners: list[tuple[str, int]], pools: list[Any], buffers: list[dict[int, tuple[int, ...]]]) -> tuple[PoolMap, ...]:
+def pool_maps(
+    owners: list[tuple[str, int]], pools: list[Any], buffers: list[dict[int, tuple[int, ...]]]
+) -> tuple[PoolMap, ...]:
     """Each pool's regions and chunks, each chunk in use naming the event that allocated it."""
     maps = []
     for (source, process), pool, handles in zip(owners, pools, buffers):
@@ -92,11 +102,20 @@ def pool_maps(owners: list[tuple[str, int]], pools: list[Any], buffers: list[dic
             chunks = []
             for region_start, address, size, in_use, _ in pool.chunks():
                 region = starts.setdefault(region_start, len(starts))
-                chunks.append((region, address - region_start, size, born.get(pool.handle_at(address), -1) if in_use else -1))
+                chunks.append(
+                    (region, address - region_start, size, born.get(pool.handle_at(address), -1) if in_use else -1)
+                )
             maps.append(PoolMap(source, process, tuple(size for _, size in pool.regions()), tuple(chunks)))
         elif isinstance(pool, OnDemandPool):  # each buffer its own allocation from the device
             ordered = sorted((pool.allocated_size(handle), index) for handle, index in born.items())
-            maps.append(PoolMap(source, process, tuple(size for size, _ in ordered), tuple((i, 0, size, index) for i, (size, index) in enumerate(ordered))))
+            maps.append(
+                PoolMap(
+                    source,
+                    process,
+                    tuple(size for size, _ in ordered),
+                    tuple((i, 0, size, index) for i, (size, index) in enumerate(ordered)),
+                )
+            )
     return tuple(maps)
 
 

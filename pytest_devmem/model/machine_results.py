@@ -5,8 +5,8 @@ them; the plugin, the gate and the pictures read them. No pytest, no frameworks 
 from __future__ import annotations
 
 from array import array
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from .device import DEFAULT_COMPUTE_CAPABILITY
 from .frameworks import context_bytes_for
@@ -65,8 +65,13 @@ class AllocatorFigures:
 
     def to_json(self) -> dict[str, object]:
         data: dict[str, object] = {
-            "allocator": self.name, "setup": self.setup, "limit": self.limit, "asked": self.asked, "took": self.took,
-            "peak_bytes_in_use": self.peak_bytes_in_use, "peak_bytes_reserved": self.peak_bytes_reserved,
+            "allocator": self.name,
+            "setup": self.setup,
+            "limit": self.limit,
+            "asked": self.asked,
+            "took": self.took,
+            "peak_bytes_in_use": self.peak_bytes_in_use,
+            "peak_bytes_reserved": self.peak_bytes_reserved,
         }
         if self.compactions:
             data.update(moved_bytes=self.moved_bytes, compactions=self.compactions)
@@ -162,10 +167,21 @@ class OutOfMemory:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "kind": self.kind, "event": self.event, "device": self.device, "allocator": self.allocator, "label": self.label,
-            "requested": self.requested, "rounded": self.rounded, "in_use": self.in_use, "pool_bytes": self.pool_bytes,
-            "largest_free_block": self.largest_free_block, "limit": self.limit, "device_free": self.device_free,
-            "capacity": self.capacity, "device_in_use": self.device_in_use, "held_by_others": self.held_by_others,
+            "kind": self.kind,
+            "event": self.event,
+            "device": self.device,
+            "allocator": self.allocator,
+            "label": self.label,
+            "requested": self.requested,
+            "rounded": self.rounded,
+            "in_use": self.in_use,
+            "pool_bytes": self.pool_bytes,
+            "largest_free_block": self.largest_free_block,
+            "limit": self.limit,
+            "device_free": self.device_free,
+            "capacity": self.capacity,
+            "device_in_use": self.device_in_use,
+            "held_by_others": self.held_by_others,
             "fragmentation": self.fragmentation,
         }
 
@@ -199,7 +215,12 @@ class Timeline:
         """(event indexes, in use, reserved, fragmentation) of the events that touched `device`."""
         code = self.device_names.index(device)
         picked = [i for i, d in enumerate(self.devices) if d == code]
-        return picked, [self.in_use[i] for i in picked], [self.reserved[i] for i in picked], [float(self.fragmentation[i]) for i in picked]
+        return (
+            picked,
+            [self.in_use[i] for i in picked],
+            [self.reserved[i] for i in picked],
+            [float(self.fragmentation[i]) for i in picked],
+        )
 
 
 @dataclass
@@ -216,7 +237,9 @@ class MachineRun:
     snapshots: dict[str, MapSnapshot] = field(default_factory=dict)  # each device's pools at its peak
     failure: MapSnapshot | None = None  # the failing device's pools when its allocation failed
     events_replayed: int = 0
-    fragmented: dict[str, MapSnapshot] = field(default_factory=dict)  # each device's pools at (about) its most fragmented
+    fragmented: dict[str, MapSnapshot] = field(
+        default_factory=dict
+    )  # each device's pools at (about) its most fragmented
 
     @property
     def fits(self) -> bool:

@@ -40,7 +40,12 @@ def decode_profile(profile: object) -> tuple[str, int, list[int], list[int]] | N
     if not isinstance(profile, dict):
         return None
     device, events, text = profile.get("device"), profile.get("events"), profile.get("in_use")
-    if not isinstance(device, str) or isinstance(events, bool) or not isinstance(events, int) or not isinstance(text, str):
+    if (
+        not isinstance(device, str)
+        or isinstance(events, bool)
+        or not isinstance(events, int)
+        or not isinstance(text, str)
+    ):
         return None
     xs, ys = [], []
     try:

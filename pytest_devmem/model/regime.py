@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import Mapping, MutableMapping
 
 from .pool.policy import DEFAULT_PREALLOC_FRACTION, Mode, Policy
 
@@ -32,7 +31,7 @@ FRAMEWORK_VARIABLES = (*JAX_VARIABLES, *TENSORFLOW_VARIABLES)
 """Every variable a regime may set; the JAX ones it does not set are removed so no stale setting leaks in."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def jax_fraction_variable() -> str:
     """The one memory-fraction variable the installed jaxlib reads.
 
@@ -85,7 +84,7 @@ class Regime:
 
         JAX gets exactly one fraction variable, the one its jaxlib reads. TensorFlow: `prealloc`
         leaves it its default (all free memory but the system reserve, no limit), `fraction` adds a
-        memory limit through tf.config (see configure_tensorflow_gpus), `growth` is allow_growth
+        memory limit through tf.config (plugin/environment.configure_tensorflow_gpus), `growth` is allow_growth
         (`TF_FORCE_GPU_ALLOW_GROWTH`, which TensorFlow matches exactly: `true` or `false`), and
         `ondemand` is TensorFlow's on-demand allocator, `TF_GPU_ALLOCATOR=cuda_malloc_async`.
         """
@@ -94,7 +93,11 @@ class Regime:
         if self.mode in (Mode.PREALLOC, Mode.FRACTION, Mode.COMPACT):  # compaction is the model's: JAX preallocates
             return {"XLA_PYTHON_CLIENT_PREALLOCATE": "true", name: fraction, "TF_FORCE_GPU_ALLOW_GROWTH": "false"}
         if self.mode is Mode.ONDEMAND:
-            return {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_PYTHON_CLIENT_ALLOCATOR": "platform", "TF_GPU_ALLOCATOR": "cuda_malloc_async"}
+            return {
+                "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+                "XLA_PYTHON_CLIENT_ALLOCATOR": "platform",
+                "TF_GPU_ALLOCATOR": "cuda_malloc_async",
+            }
         variables = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
         if self.fraction != DEFAULT_PREALLOC_FRACTION:  # JAX caps growth at .75 by itself
             variables[name] = fraction
@@ -120,7 +123,9 @@ class Regime:
             regime_value = wanted.get(FRACTION_VARIABLE if name == DEPRECATED_FRACTION_VARIABLE else name)
             if not _same_setting(name, value, regime_value, self):
                 sets = f"sets {regime_value}" if regime_value is not None else "leaves it unset"
-                problems.append(f"{name}={value} in the environment contradicts regime {self.label}, which {sets}; unset it or choose the regime that matches it")
+                problems.append(
+                    f"{name}={value} in the environment contradicts regime {self.label}, which {sets}; unset it or choose the regime that matches it"
+                )
         return problems
 
     def tensorflow_memory_limit(self, capacity: int) -> int | None:
@@ -135,11 +140,13 @@ class Regime:
         TensorFlow variables the user set are kept: TensorFlow's regime comes from its own variables
         (so JAX at a fraction beside TensorFlow with TF_FORCE_GPU_ALLOW_GROWTH=true can be tested);
         the regime's TensorFlow values apply where the user set none. Returns the previous values so
-        `restore` can undo it.
+        `plugin/environment.restore` can undo it.
         """
         target = os.environ if environ is None else environ
         previous = {name: target.get(name) for name in FRAMEWORK_VARIABLES}
-        user_tensorflow = {name: value for name, value in previous.items() if name in TENSORFLOW_VARIABLES and value is not None}
+        user_tensorflow = {
+            name: value for name, value in previous.items() if name in TENSORFLOW_VARIABLES and value is not None
+        }
         for name in FRAMEWORK_VARIABLES:
             target.pop(name, None)
         target.update(self.environment())
@@ -178,47 +185,3 @@ def _same_setting(name: str, value: str, regime_value: str | None, regime: Regim
     if name == "XLA_PYTHON_CLIENT_PREALLOCATE":
         return (value not in ("false", "False", "0")) == (regime_value not in ("false", None))
     return regime_value is not None and value.lower() == regime_value.lower()
-
-
-def restore(previous: Mapping[str, str | None], environ: MutableMapping[str, str] | None = None) -> None:
-    """Put back the variables `Regime.apply` replaced."""
-    target = os.environ if environ is None else environ
-    for name, value in previous.items():
-        if value is None:
-            target.pop(name, None)
-        else:
-            target[name] = value
-
-
-def jax_backend_started() -> bool:
-    """True once JAX has created a backend here, after which its memory settings no longer change."""
-    if "jax" not in sys.modules:
-        return False
-    bridge = sys.modules.get("jax._src.xla_bridge")
-    return bool(getattr(bridge, "_backends", None))
-
-
-def configure_tensorflow_gpus(regime: Regime, capacity: int) -> str | None:
-    """Apply the regime to TensorFlow's GPUs through tf.config, if TensorFlow is imported and has GPUs.
-
-    `capacity` is the GPU's total memory (TensorFlow cannot tell it before initialising).
-    Returns a warning when TensorFlow had already initialised its GPUs (the settings then cannot change).
-    Does nothing, and imports nothing, when TensorFlow is not loaded.
-    """
-    tf = sys.modules.get("tensorflow")
-    if tf is None:
-        return None
-    gpus = tf.config.list_physical_devices("GPU")
-    try:
-        for gpu in gpus:
-            if regime.mode is Mode.GROWTH:
-                tf.config.experimental.set_memory_growth(gpu, True)
-            elif regime.mode is Mode.FRACTION:
-                limit = regime.tensorflow_memory_limit(capacity)
-                if limit:
-                    tf.config.set_logical_device_configuration(
-                        gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=limit // 2**20)]
-                    )
-    except RuntimeError as exc:  # "Physical devices cannot be modified after being initialized"
-        return f"TensorFlow had already initialised its GPUs, so regime {regime.label} could not be applied to it: {exc}"
-    return None

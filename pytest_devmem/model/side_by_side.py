@@ -4,8 +4,8 @@ at the same moment, the worst their schedules could reach. No pytest, no framewo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .frameworks import AllocatorSetup
 from .machine import MachineRun, MachineSpec, run_machine
@@ -57,8 +57,16 @@ def side_by_side(traces: list[Trace]) -> tuple[Trace, dict[int, int]]:
         trace = traces[number]
         names = trace.names
         merged.add(
-            trace.actions[index], trace.pointers[index], trace.sizes[index], time, trace.threads[index], trace.streams[index],
-            names[trace.sources[index]], names[trace.labels[index]], names[trace.devices[index]], renumber[number][trace.processes[index]],
+            trace.actions[index],
+            trace.pointers[index],
+            trace.sizes[index],
+            time,
+            trace.threads[index],
+            trace.streams[index],
+            names[trace.sources[index]],
+            names[trace.labels[index]],
+            names[trace.devices[index]],
+            renumber[number][trace.processes[index]],
         )
     return merged, owner
 

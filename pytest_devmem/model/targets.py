@@ -8,10 +8,10 @@ is no target: the session's own device is the only one a run holds.
 
 from __future__ import annotations
 
-from .device import PRESETS, open_device
-from .tpu_targets import TPU_SPECS
 from ..errors import InvalidSettingError
+from .device import PRESETS, open_simulated
 from .regime import TPU_RUNTIME, Regime
+from .tpu_targets import TPU_SPECS
 
 TPU_PREFIX = "TPU-"
 """Presets whose name starts so are TPU chips (`sim:TPU-v5e`): their runtime's regime is `compact`."""
@@ -33,9 +33,11 @@ def parse_targets(value: str) -> tuple[str, ...]:
         if not entry:
             continue
         if not entry.lower().startswith("sim"):
-            raise InvalidSettingError(f"invalid devmem target {entry!r}: a target is simulated (the session's own device is --devmem-device); allowed: {allowed_targets()}")
+            raise InvalidSettingError(
+                f"invalid devmem target {entry!r}: a target is simulated (the session's own device is --devmem-device); allowed: {allowed_targets()}"
+            )
         try:
-            device = open_device(entry)
+            device = open_simulated(entry)
         except InvalidSettingError as exc:
             raise InvalidSettingError(f"invalid devmem target {entry!r}: {exc}; allowed: {allowed_targets()}") from None
         if device.name in names:

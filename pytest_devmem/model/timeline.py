@@ -5,10 +5,9 @@ data for the renderers in `present/plot.py`. No pytest, no plotting library here
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from bisect import bisect_right
-from typing import Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from .fragmentation import pinning_buffers
 from .frameworks import AllocatorSetup
@@ -112,14 +111,30 @@ def thin(xs: list[int], ys: list[int], extra: list[float] | None = None, limit: 
     return picked
 
 
-def remap(lane: DeviceLane, run: MachineRun, trace: Trace, setups: Mapping[str, AllocatorSetup], xs: list[int], in_use: list[int], reserved: list[int], fragmentation: list[float]) -> None:
+def remap(
+    lane: DeviceLane,
+    run: MachineRun,
+    trace: Trace,
+    setups: Mapping[str, AllocatorSetup],
+    xs: list[int],
+    in_use: list[int],
+    reserved: list[int],
+    fragmentation: list[float],
+) -> None:
     """Map the lane's fragmentation where it matters, when the replay's map of its most fragmented
     moment came after the device had freed nearly everything."""
     mapped_at = lane.worst_map_event
     position = bisect_right(xs, mapped_at) - 1
     if position >= 0 and in_use[position] >= lane.peak_in_use * MEANINGFUL_IN_USE:
         return  # the replay's own map is of a moment that matters
-    full = DeviceLane(lane.device, events=xs, in_use=in_use, reserved=reserved, fragmentation=fragmentation, peak_in_use=lane.peak_in_use)
+    full = DeviceLane(
+        lane.device,
+        events=xs,
+        in_use=in_use,
+        reserved=reserved,
+        fragmentation=fragmentation,
+        peak_in_use=lane.peak_in_use,
+    )
     moment = fragmentation_that_matters(full)
     if moment is None:
         lane.pools_at_worst, lane.pins, lane.pinned = [], [], set()  # nothing worth a map
@@ -140,7 +155,13 @@ def pool_views(snapshot: MapSnapshot | None, trace: Trace) -> list[PoolView]:
     views = []
     for pool in snapshot.pools:
         chunks = [
-            Chunk(region, offset, size, contributor(names[trace.sources[event]], names[trace.labels[event]]) if event >= 0 else "", event)
+            Chunk(
+                region,
+                offset,
+                size,
+                contributor(names[trace.sources[event]], names[trace.labels[event]]) if event >= 0 else "",
+                event,
+            )
             for region, offset, size, event in pool.chunks
         ]
         allocator = pool.source if not pool.process else f"{pool.source} (process {pool.process})"
@@ -168,7 +189,9 @@ def fragmentation_that_matters(lane: DeviceLane) -> tuple[int, float] | None:
     return None if best is None or best[0] <= 0 else (best[1], best[2])
 
 
-def build_view(run: MachineRun, trace: Trace, regime: str, setups: Mapping[str, AllocatorSetup] | None = None) -> TimelineView:
+def build_view(
+    run: MachineRun, trace: Trace, regime: str, setups: Mapping[str, AllocatorSetup] | None = None
+) -> TimelineView:
     """The picture's data from a run made with `timeline=True` (without one: peaks and maps only).
     With the run's `setups`, a device whose most fragmented moment came when it held almost nothing
     is mapped instead where its fragmentation matters (`fragmentation_that_matters`)."""
@@ -204,6 +227,13 @@ def build_view(run: MachineRun, trace: Trace, regime: str, setups: Mapping[str, 
     oom = run.oom.to_json() if run.oom is not None else None
     oom_pins = pinning_buffers(run.failure, trace) if run.oom is not None and run.oom.kind == "fragmentation" else []
     return TimelineView(
-        regime, run.spec.name or run.spec.default_device, run.spec.capacity, run.events, lanes, oom, pool_views(run.failure, trace),
-        [pin.text() for pin in oom_pins], {pin.event for pin in oom_pins},
+        regime,
+        run.spec.name or run.spec.default_device,
+        run.spec.capacity,
+        run.events,
+        lanes,
+        oom,
+        pool_views(run.failure, trace),
+        [pin.text() for pin in oom_pins],
+        {pin.event for pin in oom_pins},
     )

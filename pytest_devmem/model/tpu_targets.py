@@ -52,7 +52,9 @@ class TpuSpec:
         if self.devices_per_chip > 1 and 0 < devices < self.devices_per_chip:  # part of one chip: its first cores
             return self.topologies[0][1], (1, 1, 1), devices
         counts = ", ".join(str(count) for count, _ in self.topologies)
-        raise InvalidSettingError(f"{self.description} has no topology of {devices} device(s): a test may use {counts} JAX devices on sim:{self.preset}")
+        raise InvalidSettingError(
+            f"{self.description} has no topology of {devices} device(s): a test may use {counts} JAX devices on sim:{self.preset}"
+        )
 
 
 def _usable(text: str) -> int:
@@ -61,10 +63,27 @@ def _usable(text: str) -> int:
 
 
 _TWO_D = ((1, "1x1"), (4, "2x2"), (8, "2x4"), (16, "4x4"), (32, "4x8"), (64, "8x8"), (128, "8x16"), (256, "16x16"))
-_THREE_D = ((1, "1x1x1"), (4, "2x2x1"), (8, "2x2x2"), (16, "2x2x4"), (32, "2x4x4"), (64, "4x4x4"), (128, "4x4x8"), (256, "4x8x8"))
+_THREE_D = (
+    (1, "1x1x1"),
+    (4, "2x2x1"),
+    (8, "2x2x2"),
+    (16, "2x2x4"),
+    (32, "2x4x4"),
+    (64, "4x4x4"),
+    (128, "4x4x8"),
+    (256, "4x8x8"),
+)
 
 
-def _spec(preset: str, generation: str, description: str, hbm_gib: int, devices_per_chip: int, usable: str, shapes: tuple[tuple[int, str], ...]) -> TpuSpec:
+def _spec(
+    preset: str,
+    generation: str,
+    description: str,
+    hbm_gib: int,
+    devices_per_chip: int,
+    usable: str,
+    shapes: tuple[tuple[int, str], ...],
+) -> TpuSpec:
     return TpuSpec(
         preset=preset,
         generation=generation,

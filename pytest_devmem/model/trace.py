@@ -21,8 +21,9 @@ import io
 import os
 import re
 from array import array
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Iterable, Iterator, overload
+from typing import BinaryIO, overload
 
 from ..errors import FileFormatError
 from ..files import MAX_TRACE_BYTES, open_regular, write_atomic
@@ -73,7 +74,20 @@ class Trace:
     `sources`, `labels`, `devices` (indexes into `names`), `processes`.
     """
 
-    __slots__ = ("actions", "pointers", "sizes", "times", "threads", "streams", "sources", "labels", "devices", "processes", "names", "_name_index")
+    __slots__ = (
+        "actions",
+        "pointers",
+        "sizes",
+        "times",
+        "threads",
+        "streams",
+        "sources",
+        "labels",
+        "devices",
+        "processes",
+        "names",
+        "_name_index",
+    )
 
     def __init__(self, events: Iterable[TraceEvent] = ()) -> None:
         self.actions = bytearray()
@@ -101,7 +115,19 @@ class Trace:
             self.names.append(text)
         return code
 
-    def add(self, action: int, pointer: int, size: int, time: float = 0.0, thread: int = 0, stream: int = 0, source: str = "", label: str = "", device: str = "", process: int = 0) -> None:
+    def add(
+        self,
+        action: int,
+        pointer: int,
+        size: int,
+        time: float = 0.0,
+        thread: int = 0,
+        stream: int = 0,
+        source: str = "",
+        label: str = "",
+        device: str = "",
+        process: int = 0,
+    ) -> None:
         """Append one event given by its column values (`action` a code: ALLOCATE_CODE, ...)."""
         self.actions.append(action)
         self.pointers.append(pointer)
@@ -116,7 +142,18 @@ class Trace:
         self.processes.append(process)
 
     def append(self, event: TraceEvent) -> None:
-        self.add(ACTIONS.index(event.action), event.pointer, event.size, event.time, event.thread, event.stream, event.source, event.label, event.device, event.process)
+        self.add(
+            ACTIONS.index(event.action),
+            event.pointer,
+            event.size,
+            event.time,
+            event.thread,
+            event.stream,
+            event.source,
+            event.label,
+            event.device,
+            event.process,
+        )
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -126,8 +163,16 @@ class Trace:
     def event(self, index: int) -> TraceEvent:
         names = self.names
         return TraceEvent(
-            ACTIONS[self.actions[index]], self.pointers[index], self.sizes[index], self.times[index], self.threads[index], self.streams[index],
-            names[self.sources[index]], names[self.labels[index]], names[self.devices[index]], self.processes[index],
+            ACTIONS[self.actions[index]],
+            self.pointers[index],
+            self.sizes[index],
+            self.times[index],
+            self.threads[index],
+            self.streams[index],
+            names[self.sources[index]],
+            names[self.labels[index]],
+            names[self.devices[index]],
+            self.processes[index],
         )
 
     def __iter__(self) -> Iterator[TraceEvent]:
@@ -195,9 +240,17 @@ class Trace:
     def to_columns(self) -> dict[str, list[object]]:
         """The columns as plain lists (JSON, or what pytest-xdist sends from a worker)."""
         return {
-            "actions": list(self.actions), "pointers": list(self.pointers), "sizes": list(self.sizes), "times": list(self.times),
-            "threads": list(self.threads), "streams": list(self.streams), "sources": list(self.sources), "labels": list(self.labels),
-            "devices": list(self.devices), "processes": list(self.processes), "names": list(self.names),
+            "actions": list(self.actions),
+            "pointers": list(self.pointers),
+            "sizes": list(self.sizes),
+            "times": list(self.times),
+            "threads": list(self.threads),
+            "streams": list(self.streams),
+            "sources": list(self.sources),
+            "labels": list(self.labels),
+            "devices": list(self.devices),
+            "processes": list(self.processes),
+            "names": list(self.names),
         }
 
     @classmethod
@@ -207,8 +260,13 @@ class Trace:
         if not isinstance(data, dict):
             raise TraceFormatError(f"trace columns must be an object, not {type(data).__name__}")
         names = data.get("names")
-        if not isinstance(names, list) or not names or names[0] != "" or not all(isinstance(name, str) for name in names):
-            raise TraceFormatError("trace columns need \"names\": a list of text starting with \"\"")
+        if (
+            not isinstance(names, list)
+            or not names
+            or names[0] != ""
+            or not all(isinstance(name, str) for name in names)
+        ):
+            raise TraceFormatError('trace columns need "names": a list of text starting with ""')
         trace = cls()
         try:
             trace.actions = bytearray(data["actions"])
@@ -223,10 +281,22 @@ class Trace:
             trace.processes = array("I", data["processes"])
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise TraceFormatError(f"trace columns: {exc}") from None
-        columns = (trace.pointers, trace.sizes, trace.times, trace.threads, trace.streams, trace.sources, trace.labels, trace.devices, trace.processes)
+        columns = (
+            trace.pointers,
+            trace.sizes,
+            trace.times,
+            trace.threads,
+            trace.streams,
+            trace.sources,
+            trace.labels,
+            trace.devices,
+            trace.processes,
+        )
         if any(len(column) != len(trace.actions) for column in columns):
             raise TraceFormatError("trace columns of unequal length")
-        if any(action >= len(ACTIONS) for action in trace.actions) or any(code >= len(names) for column in columns[5:8] for code in column):
+        if any(action >= len(ACTIONS) for action in trace.actions) or any(
+            code >= len(names) for column in columns[5:8] for code in column
+        ):
             raise TraceFormatError("trace columns: an action or name index out of range")
         if any(size < 0 for size in trace.sizes):
             raise TraceFormatError("trace columns: a negative size")
@@ -240,11 +310,35 @@ class Trace:
         """Write the trace atomically in RMM's log format (with Source, Label, Device, Process)."""
         out = io.StringIO()
         names = self.names
-        writer = csv_writer(out) if any("\r" in name for name in names) else csv.writer(out, lineterminator="\n")  # a CR in a label: quoted
+        writer = (
+            csv_writer(out) if any("\r" in name for name in names) else csv.writer(out, lineterminator="\n")
+        )  # a CR in a label: quoted
         writer.writerow(HEADER)
-        rows = zip(self.threads, self.times, self.actions, self.pointers, self.sizes, self.streams, self.sources, self.labels, self.devices, self.processes)
+        rows = zip(
+            self.threads,
+            self.times,
+            self.actions,
+            self.pointers,
+            self.sizes,
+            self.streams,
+            self.sources,
+            self.labels,
+            self.devices,
+            self.processes,
+        )
         writer.writerows(
-            (thread, f"{time:.6f}", ACTIONS[action], f"{pointer:#x}", size, f"{stream:#x}", csv_cell(names[source]), csv_cell(names[label]), names[device], process)
+            (
+                thread,
+                f"{time:.6f}",
+                ACTIONS[action],
+                f"{pointer:#x}",
+                size,
+                f"{stream:#x}",
+                csv_cell(names[source]),
+                csv_cell(names[label]),
+                names[device],
+                process,
+            )
             for thread, time, action, pointer, size, stream, source, label, device, process in rows
         )
         write_atomic(path, out.getvalue())
@@ -271,14 +365,18 @@ class Trace:
                 columns = tuple(column.strip() for column in header) if header is not None else ()
                 if columns not in (HEADER, SOURCE_HEADER, RMM_HEADER):
                     shown = ",".join(header)[:200] if header else "nothing"
-                    raise TraceFormatError(f"{os.fspath(path)}:1: not a memory-event log: expected the header {','.join(RMM_HEADER)} (optionally ,Source,Label,Device,Process), got {shown!r}")
+                    raise TraceFormatError(
+                        f"{os.fspath(path)}:1: not a memory-event log: expected the header {','.join(RMM_HEADER)} (optionally ,Source,Label,Device,Process), got {shown!r}"
+                    )
                 for line, row in enumerate(rows, start=2):
                     if row:
                         _add_row(trace, path, line, row, len(columns))
         except OSError as exc:
             raise TraceFormatError(f"{os.fspath(path)}: cannot read the trace: {exc.strerror or exc}") from None
         except UnicodeDecodeError:
-            raise TraceFormatError(f"{os.fspath(path)}:{_first_line_not_utf8(path)}: not UTF-8 text: not a trace") from None
+            raise TraceFormatError(
+                f"{os.fspath(path)}:{_first_line_not_utf8(path)}: not UTF-8 text: not a trace"
+            ) from None
         except csv.Error as exc:
             raise TraceFormatError(f"{os.fspath(path)}:{line + 1}: not CSV: {exc}") from None
         return trace
@@ -330,31 +428,62 @@ def _add_row(trace: Trace, path: object, line: int, row: list[str], width: int) 
     if len(row) != width:
         raise TraceFormatError(f"{where}: expected {width} columns, got {len(row)}")
     thread, stamp, action, pointer, size, stream = (cell.strip() for cell in row[:6])
-    source, label = (csv_text(row[6].strip()), csv_text(row[7].strip())) if width >= len(SOURCE_HEADER) else ("", "")  # as written, before csv_cell
+    source, label = (
+        (csv_text(row[6].strip()), csv_text(row[7].strip())) if width >= len(SOURCE_HEADER) else ("", "")
+    )  # as written, before csv_cell
     device, process = (row[8].strip(), row[9].strip()) if width == len(HEADER) else ("", "0")
     if action not in _READ_ACTIONS:
         raise TraceFormatError(f"{where}: unknown action {action[:40]!r}; allowed: {', '.join(_READ_ACTIONS)}")
     if device and not _DEVICE_NAME.fullmatch(device):
-        raise TraceFormatError(f"{where}: Device {device[:40]!r} is not a device: write PLATFORM:N in lower case (cpu:0, gpu:1), or leave it empty for the first device")
+        raise TraceFormatError(
+            f"{where}: Device {device[:40]!r} is not a device: write PLATFORM:N in lower case (cpu:0, gpu:1), or leave it empty for the first device"
+        )
     try:
         values = (int(pointer, 0), int(size), int(thread), int(stream, 0), int(process or "0"))
     except ValueError:  # rare: find the column to name, off the path every row takes
-        for name, text, base in (("Pointer", pointer, 0), ("Size", size, 10), ("Thread", thread, 10), ("Stream", stream, 0), ("Process", process or "0", 10)):
+        for name, text, base in (
+            ("Pointer", pointer, 0),
+            ("Size", size, 10),
+            ("Thread", thread, 10),
+            ("Stream", stream, 0),
+            ("Process", process or "0", 10),
+        ):
             try:
                 int(text, base)
             except ValueError:
                 raise TraceFormatError(f"{where}: {name} {text[:40]!r} is not a whole number") from None
-        raise AssertionError("unreachable: one of the columns above failed")
+        raise AssertionError("unreachable: one of the columns above failed") from None
     try:
         time = _parse_time(stamp)
     except ValueError as exc:
         raise TraceFormatError(f"{where}: {str(exc)[:200]}") from None
     pointer_value, size_value, thread_value, stream_value, process_value = values
-    if size_value <= 0 or any(not 0 <= value < _LARGEST for value in (pointer_value, size_value, thread_value, stream_value)) or not 0 <= process_value < 2**32:
-        if size_value == 0:  # XLA's BFC allocator hands out nothing for 0 bytes (bfc_allocator.cc, AllocateRawInternal: "tried to allocate 0 bytes")
-            raise TraceFormatError(f"{where}: Size 0: an allocation of no bytes is no event (XLA's and RMM's allocators allocate nothing for it, and pytest-devmem records none): remove the row")
-        raise TraceFormatError(f"{where}: a pointer, size, thread, stream or process out of range (0 to 2**64 - 1, process below 2**32)")
-    trace.add(ACTIONS.index(_READ_ACTIONS[action]), pointer_value, size_value, time, thread_value, stream_value, source, label, device, process_value)
+    if (
+        size_value <= 0
+        or any(not 0 <= value < _LARGEST for value in (pointer_value, size_value, thread_value, stream_value))
+        or not 0 <= process_value < 2**32
+    ):
+        if (
+            size_value == 0
+        ):  # XLA's BFC allocator hands out nothing for 0 bytes (bfc_allocator.cc, AllocateRawInternal: "tried to allocate 0 bytes")
+            raise TraceFormatError(
+                f"{where}: Size 0: an allocation of no bytes is no event (XLA's and RMM's allocators allocate nothing for it, and pytest-devmem records none): remove the row"
+            )
+        raise TraceFormatError(
+            f"{where}: a pointer, size, thread, stream or process out of range (0 to 2**64 - 1, process below 2**32)"
+        )
+    trace.add(
+        ACTIONS.index(_READ_ACTIONS[action]),
+        pointer_value,
+        size_value,
+        time,
+        thread_value,
+        stream_value,
+        source,
+        label,
+        device,
+        process_value,
+    )
 
 
 def _parse_time(stamp: str) -> float:

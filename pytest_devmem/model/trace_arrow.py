@@ -43,7 +43,9 @@ def available() -> bool:
     return True
 
 
-def read_columns(binary: IO[bytes], header: tuple[str, ...], trace: Trace, read_actions: dict[str, str], actions: tuple[str, ...]) -> bool:
+def read_columns(
+    binary: IO[bytes], header: tuple[str, ...], trace: Trace, read_actions: dict[str, str], actions: tuple[str, ...]
+) -> bool:
     """Append the events of `binary` (an RMM-style log whose header is exactly `header`) to
     `trace`; False where anything is not as the fast path expects (the caller reads the file
     again with the row reader). `read_actions` maps each accepted Action text to its action,
@@ -59,8 +61,16 @@ def read_columns(binary: IO[bytes], header: tuple[str, ...], trace: Trace, read_
     binary.seek(0)
     texts = pa.dictionary(pa.int32(), pa.string())
     types = {
-        "Thread": pa.uint64(), "Time": pa.float64(), "Action": texts, "Pointer": pa.string(), "Size": pa.int64(), "Stream": texts,
-        "Source": texts, "Label": texts, "Device": texts, "Process": pa.uint32(),
+        "Thread": pa.uint64(),
+        "Time": pa.float64(),
+        "Action": texts,
+        "Pointer": pa.string(),
+        "Size": pa.int64(),
+        "Stream": texts,
+        "Source": texts,
+        "Label": texts,
+        "Device": texts,
+        "Process": pa.uint32(),
     }
     try:
         reader = pacsv.open_csv(
@@ -68,7 +78,10 @@ def read_columns(binary: IO[bytes], header: tuple[str, ...], trace: Trace, read_
             read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, use_threads=True),
             parse_options=pacsv.ParseOptions(newlines_in_values=False),
             convert_options=pacsv.ConvertOptions(
-                column_types={name: types[name] for name in header}, null_values=[""], strings_can_be_null=False, include_columns=list(header)
+                column_types={name: types[name] for name in header},
+                null_values=[""],
+                strings_can_be_null=False,
+                include_columns=list(header),
             ),
         )
         if tuple(reader.schema.names) != header:
@@ -92,13 +105,18 @@ def _append_batch(batch: Any, trace: Trace, action_code: dict[str, int], np: Any
         return False
     stream = columns["Stream"]  # a few streams: each parsed once
     stream_values = _integers(stream.dictionary, np) if not stream.null_count else None
-    pointers, streams = _integers(columns["Pointer"], np), None if stream_values is None else stream_values[stream.indices.to_numpy(zero_copy_only=False)]
+    pointers, streams = (
+        _integers(columns["Pointer"], np),
+        None if stream_values is None else stream_values[stream.indices.to_numpy(zero_copy_only=False)],
+    )
     sizes, threads, times = columns["Size"], columns["Thread"], columns["Time"]
     if pointers is None or streams is None or sizes.null_count or threads.null_count or times.null_count:
         return False
     size_values = sizes.to_numpy(zero_copy_only=False)
     time_values = times.to_numpy(zero_copy_only=False)
-    if (size_values <= 0).any() or not np.isfinite(time_values).all():  # sizes of 0 too: the row reader decides what they mean
+    if (size_values <= 0).any() or not np.isfinite(
+        time_values
+    ).all():  # sizes of 0 too: the row reader decides what they mean
         return False
     names = _name_codes(trace, columns, np)
     if names is None:
@@ -123,7 +141,9 @@ def _name_codes(trace: Trace, columns: dict[str, Any], np: Any) -> dict[str, Any
     """The name codes of the Source, Label and Device columns present; None where a Device is not
     PLATFORM:N. Texts new to the trace are added to its names in the order the row reader adds
     them (row by row; in a row Source, Label, Device), so both readers give the same `names`."""
-    present = [(rank, name, columns[name]) for rank, name in enumerate(("Source", "Label", "Device")) if name in columns]
+    present = [
+        (rank, name, columns[name]) for rank, name in enumerate(("Source", "Label", "Device")) if name in columns
+    ]
     used: list[tuple[int, int, str]] = []  # (first row, column rank, text) of each text the rows use
     for rank, name, column in present:
         if column.null_count:
@@ -136,7 +156,9 @@ def _name_codes(trace: Trace, columns: dict[str, Any], np: Any) -> dict[str, Any
     code_of = {text: trace.name_code(text) for _, _, text in sorted(used)}
     found = {}
     for _, name, column in present:
-        lookup = np.array([code_of.get(_as_written(name, text), 0) for text in column.dictionary.to_pylist()] or [0], dtype=np.int64)
+        lookup = np.array(
+            [code_of.get(_as_written(name, text), 0) for text in column.dictionary.to_pylist()] or [0], dtype=np.int64
+        )
         found[name] = lookup[column.indices.to_numpy(zero_copy_only=False)]
     return found
 
@@ -158,9 +180,7 @@ def _text_codes(column: Any, code_of: Any) -> Any:
     return lookup[indices] if len(lookup) else None
 
 
-_HEX_VALUE = bytes(
-    int(chr(c), 16) if chr(c) in "0123456789abcdefABCDEF" else 255 for c in range(256)
-)
+_HEX_VALUE = bytes(int(chr(c), 16) if chr(c) in "0123456789abcdefABCDEF" else 255 for c in range(256))
 
 
 def _integers(column: Any, np: Any) -> Any:

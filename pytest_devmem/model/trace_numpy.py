@@ -25,8 +25,14 @@ def peak_live_bytes(actions: bytearray, pointers: array[int], sizes: array[int])
     if int(size_values.max()) >= 2**63 // count or int(size_values.min()) < 0:
         return None
     kinds = codes[kept]
-    order = np.argsort(np.frombuffer(pointers, dtype=np.uint64)[kept], kind="stable")  # each pointer's events, in trace order
-    pointer_sorted, kind_sorted, size_sorted = np.frombuffer(pointers, dtype=np.uint64)[kept][order], kinds[order], size_values[order]
+    order = np.argsort(
+        np.frombuffer(pointers, dtype=np.uint64)[kept], kind="stable"
+    )  # each pointer's events, in trace order
+    pointer_sorted, kind_sorted, size_sorted = (
+        np.frombuffer(pointers, dtype=np.uint64)[kept][order],
+        kinds[order],
+        size_values[order],
+    )
     after_own_allocation = np.zeros(count, dtype=bool)
     after_own_allocation[1:] = (pointer_sorted[1:] == pointer_sorted[:-1]) & (kind_sorted[:-1] == ALLOCATE_CODE)
     taken = np.zeros(count, dtype=np.int64)
@@ -37,7 +43,9 @@ def peak_live_bytes(actions: bytearray, pointers: array[int], sizes: array[int])
     return max(0, int(np.cumsum(change).max()))
 
 
-def lanes_by_column(devices: array[int], processes: array[int], sources: array[int]) -> tuple[list[tuple[int, int, int]], np.ndarray] | None:
+def lanes_by_column(
+    devices: array[int], processes: array[int], sources: array[int]
+) -> tuple[list[tuple[int, int, int]], np.ndarray] | None:
     """The distinct (device, process, source) name codes of the events, sorted, and for each event
     the index of its own among them; None for no events, or codes too large to combine in 64 bits."""
     if not len(devices):

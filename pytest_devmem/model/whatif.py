@@ -5,8 +5,8 @@ test fit. Every answer is a replay, never a guess. No pytest, no frameworks here
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping
 
 from ..units import format_size
 from .fragmentation import Defragmentation, Pin, defragment, long_lived_first, pinning_buffers
@@ -26,8 +26,13 @@ def fits(trace: Trace, setups: Setups, spec: MachineSpec) -> bool:
     return run_machine(trace, setups, spec).fits
 
 
-def _with_fraction(setups: Setups, kinds: tuple[str, ...], fraction: float, mode: str | None = None) -> dict[str, AllocatorSetup]:
-    return {kind: replace(setup, fraction=fraction, mode=mode or setup.mode) if kind in kinds else setup for kind, setup in setups.items()}
+def _with_fraction(
+    setups: Setups, kinds: tuple[str, ...], fraction: float, mode: str | None = None
+) -> dict[str, AllocatorSetup]:
+    return {
+        kind: replace(setup, fraction=fraction, mode=mode or setup.mode) if kind in kinds else setup
+        for kind, setup in setups.items()
+    }
 
 
 def _search(passes: Callable[[int], bool], low: int, high: int, smallest: bool) -> int | None:
@@ -66,7 +71,9 @@ def find_min_fraction(trace: Trace, setups: Setups, spec: MachineSpec) -> float 
     if peak == 0:
         return MIN_FRACTION_FLOOR
     start = max(1, math.floor(peak / spec.capacity * 100))
-    found = _search(lambda h: fits(trace, _with_fraction(setups, kinds, h / 100, "prealloc"), spec), start, 100, smallest=True)
+    found = _search(
+        lambda h: fits(trace, _with_fraction(setups, kinds, h / 100, "prealloc"), spec), start, 100, smallest=True
+    )
     return None if found is None else found / 100
 
 
@@ -95,9 +102,11 @@ def what_if(trace: Trace, setups: Setups, spec: MachineSpec) -> WhatIf:
     if run.oom is None:
         return WhatIf(spec.capacity, True)
     oom = run.oom
-    return WhatIf(spec.capacity, False, f"event {oom.event}: {oom.allocator} could not allocate {format_size(oom.requested)} on {oom.device} ({KIND_TEXT[oom.kind]})")
-
-
+    return WhatIf(
+        spec.capacity,
+        False,
+        f"event {oom.event}: {oom.allocator} could not allocate {format_size(oom.requested)} on {oom.device} ({KIND_TEXT[oom.kind]})",
+    )
 
 
 @dataclass(frozen=True)
@@ -127,7 +136,9 @@ class Fixes:
         return "none found: " + self.why_none
 
 
-def proven_fixes(trace: Trace, setups: Setups, spec: MachineSpec, run: MachineRun, fraction_variable: str = FRACTION_VARIABLE) -> Fixes:
+def proven_fixes(
+    trace: Trace, setups: Setups, spec: MachineSpec, run: MachineRun, fraction_variable: str = FRACTION_VARIABLE
+) -> Fixes:
     """Each setting a user could change for the allocators this trace uses, replayed; those that fit."""
     oom = run.oom
     if oom is None:
@@ -169,7 +180,11 @@ def proven_fixes(trace: Trace, setups: Setups, spec: MachineSpec, run: MachineRu
     defragmentation = None
     if oom.kind == "fragmentation":
         pins = pinning_buffers(run.failure, trace)
-        attempt("allocate the long-lived buffers first (those still live when it failed)", setups, long_lived_first(trace, run))
+        attempt(
+            "allocate the long-lived buffers first (those still live when it failed)",
+            setups,
+            long_lived_first(trace, run),
+        )
         if present.get(oom.source) is not None and present[oom.source].mode == "prealloc":
             defragmentation = defragment(trace, setups, spec, (oom.source,))
             tried.append("a defragmenting allocator")
@@ -180,7 +195,11 @@ def proven_fixes(trace: Trace, setups: Setups, spec: MachineSpec, run: MachineRu
         if tensorflow.mode in ("default", "limit"):
             attempt("set TF_FORCE_GPU_ALLOW_GROWTH=true", {**setups, "tensorflow": replace(tensorflow, mode="growth")})
         if len(present) > 1:
-            attempt('hide the GPU from TensorFlow (tf.config.set_visible_devices([], "GPU"))', setups, _without_source(trace, "tensorflow"))
+            attempt(
+                'hide the GPU from TensorFlow (tf.config.set_visible_devices([], "GPU"))',
+                setups,
+                _without_source(trace, "tensorflow"),
+            )
     if found:
         return Fixes(found, pins=pins, defragmentation=defragmentation)
     return Fixes([], _why_none(oom.kind, run, spec, tried), pins, defragmentation)
@@ -196,7 +215,11 @@ def _fraction_fix(kind: str, fraction: float, fraction_variable: str, mode: str 
 
 def _mode_fix(kind: str, mode: str) -> str:
     if kind == "jax":
-        return "set XLA_PYTHON_CLIENT_PREALLOCATE=false" if mode == "growth" else "set XLA_PYTHON_CLIENT_ALLOCATOR=platform"
+        return (
+            "set XLA_PYTHON_CLIENT_PREALLOCATE=false"
+            if mode == "growth"
+            else "set XLA_PYTHON_CLIENT_ALLOCATOR=platform"
+        )
     return f"run it under mode {mode!r} (marker devmem(mode={mode!r}) or --devmem-mode={mode})"
 
 

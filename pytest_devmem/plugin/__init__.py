@@ -6,21 +6,24 @@ life of a test."""
 from __future__ import annotations
 
 import os
+from collections.abc import Generator
 
 import pytest
 
 from ..errors import DevmemError
 from ..gate.baseline import BaselineFormatError, BaselineStore
 from ..gate.marks import MARKER_HELP
-from ..model.device import Device, open_device
+from ..hardware.devices import open_device
+from ..model.device import Device
 from ..present.text import terminal_lines
 from .compile_target import CompileTarget
 from .compile_target import resolve as resolve_compile_target
+from .disabled import DisabledSession
 from .environment import conflicts_key, early_env_key, prepare, prepare_late, restore_all, tensorflow_cpu_key
-from .fixture import DevmemFixture, devmem
+from .fixture import DevmemFixture
 from .items import DEFAULT_REGIME
-from .session import PLUGIN_NAME, DevmemSession
-from .settings import Settings, add_options, load_settings
+from .session import DevmemSession
+from .settings import PLUGIN_NAME, Settings, add_options, load_settings
 
 __all__ = ["DEFAULT_REGIME", "PLUGIN_NAME", "DevmemFixture", "DevmemSession", "devmem"]
 
@@ -53,8 +56,6 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         settings = load_settings(config)
         if settings.disable:
-            from .disabled import DisabledSession
-
             config.pluginmanager.register(DisabledSession(), PLUGIN_NAME)
             return
         if settings.regime is not None and settings.sets_framework_variables:
@@ -74,7 +75,10 @@ def pytest_configure(config: pytest.Config) -> None:
         except BaselineFormatError as exc:
             raise pytest.UsageError(terminal_lines(f"corrupt or foreign baseline file: {exc}")) from None
         child = None
-        if config.getoption("devmem_child_output", default=None) is not None or config.getoption("devmem_child_nodes", default=None) is not None:
+        if (
+            config.getoption("devmem_child_output", default=None) is not None
+            or config.getoption("devmem_child_nodes", default=None) is not None
+        ):
             from .isolation import open_child_channel
 
             child = open_child_channel(config)
@@ -85,13 +89,30 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(DevmemSession(config, settings, device, store, target, child), PLUGIN_NAME)
 
 
+@pytest.fixture
+def devmem(request: pytest.FixtureRequest) -> Generator[DevmemFixture, None, None]:
+    """The test's regime and a pool under it on the session's device; the pool is closed afterwards."""
+    session = request.config.pluginmanager.get_plugin(PLUGIN_NAME)
+    if not isinstance(session, (DevmemSession, DisabledSession)):
+        raise pytest.UsageError(
+            "the devmem fixture needs the pytest-devmem plugin, which is disabled here (-p no:devmem?)"
+        )
+    fixture = session.make_fixture(request.node)
+    try:
+        yield fixture
+    finally:
+        fixture.pool.close()
+
+
 def compile_target(settings: Settings, device: Device) -> CompileTarget:
     """Whose compile sizes JAX's executables this session; the device class says so where the sizes
     are not the device's own (so a baseline of one compile's sizes is never compared with another's)."""
     from ..capture.gpu_compile import cuda_compiler_problem
     from ..capture.tpu_compile import tpu_compiler_problem
 
-    target = resolve_compile_target(settings.compile_target, device, cuda_compiler_problem(), tpu_compiler_problem(), settings.compile_target_source)
+    target = resolve_compile_target(
+        settings.compile_target, device, cuda_compiler_problem(), tpu_compiler_problem(), settings.compile_target_source
+    )
     if target.class_suffix and hasattr(device, "class_suffix"):
         device.class_suffix = target.class_suffix
     return target

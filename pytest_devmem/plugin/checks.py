@@ -29,7 +29,16 @@ from .settings import Settings
 class Checks:
     """Turns a measured test's window into its record and its verdict."""
 
-    def __init__(self, settings: Settings, device: Device, store: BaselineStore, measurement: Measurement, compile_target: CompileTarget, start_dir: Path, rootdir: Path | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        device: Device,
+        store: BaselineStore,
+        measurement: Measurement,
+        compile_target: CompileTarget,
+        start_dir: Path,
+        rootdir: Path | None = None,
+    ) -> None:
         self.settings = settings
         self.device = device
         self.store = store
@@ -78,13 +87,30 @@ class Checks:
             if spec is not None and spec.max_fragmentation_off:  # max_fragmentation=None: no bound for this test
                 bound = None
             else:
-                bound = spec.max_fragmentation if spec is not None and spec.max_fragmentation is not None else self.settings.max_fragmentation
+                bound = (
+                    spec.max_fragmentation
+                    if spec is not None and spec.max_fragmentation is not None
+                    else self.settings.max_fragmentation
+                )
             failure = fragmentation_verdict(record.devices, bound)
-        tolerance = parse_tolerance(spec.tolerance) if spec is not None and spec.tolerance is not None else self.settings.tolerance
+        tolerance = (
+            parse_tolerance(spec.tolerance)
+            if spec is not None and spec.tolerance is not None
+            else self.settings.tolerance
+        )
         record.tolerance = tolerance.spec
-        compared = baseline_verdict(record, self.store, tolerance, update=self.settings.update, strict=self.settings.strict, rootdir=self.rootdir)  # always: the record keeps it
+        compared = baseline_verdict(
+            record,
+            self.store,
+            tolerance,
+            update=self.settings.update,
+            strict=self.settings.strict,
+            rootdir=self.rootdir,
+        )  # always: the record keeps it
         failure = failure or compared
-        return terminal_lines(failure) if failure is not None else None  # it quotes test ids, labels and baseline fields
+        return (
+            terminal_lines(failure) if failure is not None else None
+        )  # it quotes test ids, labels and baseline fields
 
     def write_trace(self, record: TestRecord) -> None:
         """With --devmem-traces=DIR: the test's trace as an RMM-style CSV, named after the test and regime."""
@@ -95,7 +121,14 @@ class Checks:
         try:
             record.trace_events.write_csv(path)
         except OSError as exc:  # the test's outcome does not depend on it: say so, and go on
-            warnings.warn(pytest.PytestWarning(terminal_lines(f"pytest-devmem could not write the trace of {record.test_id} to {path}: {exc.strerror or exc}")), stacklevel=1)
+            warnings.warn(
+                pytest.PytestWarning(
+                    terminal_lines(
+                        f"pytest-devmem could not write the trace of {record.test_id} to {path}: {exc.strerror or exc}"
+                    )
+                ),
+                stacklevel=1,
+            )
             return
         if record.trace is not None:
             record.trace["file"] = str(path)
@@ -107,8 +140,8 @@ class Checks:
             return ""
         from ..model.profile import decode_profile
         from ..model.timeline import build_view
-        from .recording import allocator_setups
         from ..present.plot import BaselineSide, write_plot
+        from .recording import allocator_setups
 
         name = f"{record.test_id}[{record.regime}]"
         trace, picture = path_in(directory, name, ".csv"), path_in(directory, name, ".html")
@@ -119,11 +152,28 @@ class Checks:
             if entry is not None:
                 file = str(entry.path) if self.rootdir is None else relative_to(str(entry.path), self.rootdir)
                 peak = entry.metrics.get("peak_bytes_in_use")
-                baseline = BaselineSide(file, int(peak) if isinstance(peak, (int, float)) else None, entry.contributors, decode_profile(entry.profile))
-            write_plot(build_view(record.run, record.trace_events, record.regime, allocator_setups(Policy.from_label(record.regime), self.device)), picture, f"{record.test_id} under {record.regime} on {self.device.name}", baseline)
+                baseline = BaselineSide(
+                    file,
+                    int(peak) if isinstance(peak, (int, float)) else None,
+                    entry.contributors,
+                    decode_profile(entry.profile),
+                )
+            write_plot(
+                build_view(
+                    record.run,
+                    record.trace_events,
+                    record.regime,
+                    allocator_setups(Policy.from_label(record.regime), self.device),
+                ),
+                picture,
+                f"{record.test_id} under {record.regime} on {self.device.name}",
+                baseline,
+            )
         except OSError as exc:
             return terminal_lines(f"\n  artifacts not written to {directory}: {exc.strerror or exc}")
-        return terminal_lines(f"\n  artifacts: {shown(picture, self.start_dir)} (timeline and memory map), {shown(trace, self.start_dir)} (trace)")
+        return terminal_lines(
+            f"\n  artifacts: {shown(picture, self.start_dir)} (timeline and memory map), {shown(trace, self.start_dir)} (trace)"
+        )
 
     def analyse(self, record: TestRecord, policy: Policy) -> None:
         """Replay the test's trace: the smallest prealloc fraction it needs, and how a device of another size fares."""

@@ -49,7 +49,13 @@ class CompileTarget:
         return {"target": self.label, "note": self.note}
 
 
-def resolve(setting: str | None, device: Device, compiler_problem: str | None, tpu_compiler_problem: str | None = None, source: str = "") -> CompileTarget:
+def resolve(
+    setting: str | None,
+    device: Device,
+    compiler_problem: str | None,
+    tpu_compiler_problem: str | None = None,
+    source: str = "",
+) -> CompileTarget:
     """The compile target for `device` under `setting` (None: auto), given whether XLA:GPU's and
     XLA:TPU's compilers are installed (`compiler_problem`, `tpu_compiler_problem` say why not).
     `source`: the setting as the user wrote it (`DEVMEM_COMPILE_TARGET=cpu`), named in the note."""
@@ -59,7 +65,11 @@ def resolve(setting: str | None, device: Device, compiler_problem: str | None, t
         return CompileTarget("native", None, "JAX compiles for the real GPU: its own sizes")
     preset = getattr(device, "preset", None)
     if choice == "auto" and preset is None:
-        return CompileTarget("cpu", None, f"{device.name} states a capacity, not a GPU: JAX's sizes are the CPU compile's (--devmem-compile-target=GPU, or a sim: GPU preset, sizes them for a GPU)")
+        return CompileTarget(
+            "cpu",
+            None,
+            f"{device.name} states a capacity, not a GPU: JAX's sizes are the CPU compile's (--devmem-compile-target=GPU, or a sim: GPU preset, sizes them for a GPU)",
+        )
     if choice == "cpu":
         suffix = "-cpu-sizes" if preset is not None else ""
         return CompileTarget("cpu", None, f"JAX's sizes are the CPU compile's ({given})", suffix)
@@ -69,10 +79,30 @@ def resolve(setting: str | None, device: Device, compiler_problem: str | None, t
     tpu = tpu_spec(name)
     if tpu is not None:
         if tpu_compiler_problem is not None:
-            return CompileTarget("cpu", None, f"JAX's sizes stay the CPU compile's, not a {tpu.description}'s: {tpu_compiler_problem}", "-cpu-sizes" if preset is not None else "")
-        return CompileTarget(name, tpu, f"JAX's executables and arrays are sized as the {tpu.description} compiler (libtpu, deviceless) sizes them, where they compile for it", suffix)
+            return CompileTarget(
+                "cpu",
+                None,
+                f"JAX's sizes stay the CPU compile's, not a {tpu.description}'s: {tpu_compiler_problem}",
+                "-cpu-sizes" if preset is not None else "",
+            )
+        return CompileTarget(
+            name,
+            tpu,
+            f"JAX's executables and arrays are sized as the {tpu.description} compiler (libtpu, deviceless) sizes them, where they compile for it",
+            suffix,
+        )
     spec = gpu_spec(name)  # that GPU as its data sheet has it: the model's devices keep their own capacity
     if compiler_problem is not None:
-        return CompileTarget("cpu", None, f"JAX's sizes stay the CPU compile's, not {name}'s: {compiler_problem}", "-cpu-sizes" if preset is not None else "")
+        return CompileTarget(
+            "cpu",
+            None,
+            f"JAX's sizes stay the CPU compile's, not {name}'s: {compiler_problem}",
+            "-cpu-sizes" if preset is not None else "",
+        )
     chosen = f" ({given})" if source else ""
-    return CompileTarget(name, spec, f"JAX's executables are sized as {name}'s compile sizes them (deviceless), where they compile for it{chosen}", suffix)
+    return CompileTarget(
+        name,
+        spec,
+        f"JAX's executables are sized as {name}'s compile sizes them (deviceless), where they compile for it{chosen}",
+        suffix,
+    )

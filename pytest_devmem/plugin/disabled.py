@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..model.device import open_device
+from ..model.device import open_simulated
 from ..model.pool import make_pool
 from .fixture import DevmemFixture
 from .items import DEFAULT_REGIME, mark_key, prepare_item, regime_of
@@ -18,7 +18,7 @@ class DisabledSession:
     """Registered in place of the measuring session under --devmem-disable."""
 
     def __init__(self) -> None:
-        self.device = open_device("sim")  # a pool needs a device; no driver is asked
+        self.device = open_simulated("sim")  # a pool needs a device; no driver is asked
 
     def pytest_report_header(self, config: pytest.Config) -> str:
         return "devmem: disabled (--devmem-disable): no test is measured, compared or recorded"

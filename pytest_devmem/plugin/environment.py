@@ -1,20 +1,22 @@
 """The process environment a session sets before any framework starts, and puts back after it: the
 session regime's JAX and TensorFlow variables, TensorFlow's CPU allocator, the deviceless GPU
 compile's setting, and an xdist worker's GPU. Frameworks read these once, when they start, which is
-why this runs in pytest_load_initial_conftests, before any conftest can import them."""
+why this runs in pytest_load_initial_conftests, before any conftest can import them. TensorFlow's GPUs
+also take the regime through tf.config once it is imported (`configure_tensorflow_gpus`)."""
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import Mapping
+from collections.abc import Mapping, MutableMapping
 
 import pytest
 
 from ..capture.tensorflow.cpu_allocator import ONEDNN_VARIABLE, CpuAllocatorSetting, prepare_cpu_allocator
-from ..capture.tensorflow.warmup import INTEROP_VARIABLE, prepare_interop
 from ..capture.tensorflow.cpu_allocator import VARIABLE as TF_CPU_BFC
-from ..model.regime import restore
+from ..capture.tensorflow.warmup import INTEROP_VARIABLE, prepare_interop
+from ..model.pool.policy import Mode
+from ..model.regime import Regime
 from .settings import Settings
 
 early_env_key = pytest.StashKey["dict[str, str | None]"]()  # framework variables before this session's regime
@@ -111,3 +113,41 @@ def tensorflow_installed() -> bool:
         return importlib.util.find_spec("tensorflow") is not None
     except (ImportError, ValueError):
         return False
+
+
+def restore(previous: Mapping[str, str | None], environ: MutableMapping[str, str] | None = None) -> None:
+    """Put back the variables `Regime.apply` replaced."""
+    target = os.environ if environ is None else environ
+    for name, value in previous.items():
+        if value is None:
+            target.pop(name, None)
+        else:
+            target[name] = value
+
+
+def configure_tensorflow_gpus(regime: Regime, capacity: int) -> str | None:
+    """Apply the regime to TensorFlow's GPUs through tf.config, if TensorFlow is imported and has GPUs.
+
+    `capacity` is the GPU's total memory (TensorFlow cannot tell it before initialising).
+    Returns a warning when TensorFlow had already initialised its GPUs (the settings then cannot change).
+    Does nothing, and imports nothing, when TensorFlow is not loaded.
+    """
+    tf = sys.modules.get("tensorflow")
+    if tf is None:
+        return None
+    gpus = tf.config.list_physical_devices("GPU")
+    try:
+        for gpu in gpus:
+            if regime.mode is Mode.GROWTH:
+                tf.config.experimental.set_memory_growth(gpu, True)
+            elif regime.mode is Mode.FRACTION:
+                limit = regime.tensorflow_memory_limit(capacity)
+                if limit:
+                    tf.config.set_logical_device_configuration(
+                        gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=limit // 2**20)]
+                    )
+    except RuntimeError as exc:  # "Physical devices cannot be modified after being initialized"
+        return (
+            f"TensorFlow had already initialised its GPUs, so regime {regime.label} could not be applied to it: {exc}"
+        )
+    return None

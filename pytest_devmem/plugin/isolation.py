@@ -17,19 +17,18 @@ import stat
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Sequence
+from typing import IO, Any
 
 import pytest
 
 from ..errors import FileFormatError
 from ..files import read_text
-from ..model.regime import Regime, restore
+from ..model.regime import Regime
+from .environment import restore
 from .settings import Settings
-
-if TYPE_CHECKING:
-    from .session import DevmemSession
 
 OUTPUT_TAIL_CHARS = 3000
 
@@ -53,7 +52,10 @@ def open_child_channel(config: pytest.Config) -> tuple[ChildEventWriter, set[str
     """In a child process: where to send its events, and the node ids it is to run. None in any
     other process. A pytest.UsageError, never a hang or an INTERNALERROR, when the two options are
     not given together, or name something other than regular files (a FIFO would block)."""
-    output, nodes = config.getoption("devmem_child_output", default=None), config.getoption("devmem_child_nodes", default=None)
+    output, nodes = (
+        config.getoption("devmem_child_output", default=None),
+        config.getoption("devmem_child_nodes", default=None),
+    )
     if output is None and nodes is None:
         return None
     if not output or not nodes:
@@ -67,7 +69,9 @@ def open_child_channel(config: pytest.Config) -> tuple[ChildEventWriter, set[str
     except json.JSONDecodeError:
         nodes_given = None
     if not isinstance(nodes_given, list) or not all(isinstance(node, str) for node in nodes_given):
-        raise pytest.UsageError(f"invalid --devmem-child-nodes: {nodes}: not a JSON list of node ids ({CHILD_OPTIONS_ERROR})")
+        raise pytest.UsageError(
+            f"invalid --devmem-child-nodes: {nodes}: not a JSON list of node ids ({CHILD_OPTIONS_ERROR})"
+        )
     return ChildEventWriter(config, output), set(nodes_given)
 
 
@@ -103,7 +107,9 @@ def _open_for_events(path: str) -> IO[str]:
     try:
         descriptor = os.open(path, flags, 0o666)
     except OSError as exc:
-        raise pytest.UsageError(f"invalid --devmem-child-output {path!r}: {exc.strerror or exc} ({CHILD_OPTIONS_ERROR})") from None
+        raise pytest.UsageError(
+            f"invalid --devmem-child-output {path!r}: {exc.strerror or exc} ({CHILD_OPTIONS_ERROR})"
+        ) from None
     if not stat.S_ISREG(os.fstat(descriptor).st_mode):
         os.close(descriptor)
         raise pytest.UsageError(f"invalid --devmem-child-output {path!r}: not a regular file ({CHILD_OPTIONS_ERROR})")
@@ -113,8 +119,17 @@ def _open_for_events(path: str) -> IO[str]:
 
 
 NOT_FOR_CHILDREN = (
-    "--junitxml", "--junit-xml", "--junitprefix", "--html", "--report-log", "--resultlog", "--result-log",
-    "--basetemp", "--cov-report", "--cov-config", "--json-report-file",
+    "--junitxml",
+    "--junit-xml",
+    "--junitprefix",
+    "--html",
+    "--report-log",
+    "--resultlog",
+    "--result-log",
+    "--basetemp",
+    "--cov-report",
+    "--cov-config",
+    "--json-report-file",
 )
 """Options whose output a child would write over the parent's (reports, coverage data, the base
 temporary directory the parent owns); each takes a value."""
@@ -136,7 +151,9 @@ def parent_arguments(config: pytest.Config) -> list[str]:
         argument = words[index]
         index += 1
         name, has_value = argument.split("=", 1)[0], "=" in argument
-        if name in NOT_FOR_CHILDREN_FLAGS or (has_value and name in (*NOT_FOR_CHILDREN, *NOT_FOR_CHILDREN_OPTIONAL_VALUE)):
+        if name in NOT_FOR_CHILDREN_FLAGS or (
+            has_value and name in (*NOT_FOR_CHILDREN, *NOT_FOR_CHILDREN_OPTIONAL_VALUE)
+        ):
             continue
         if name in NOT_FOR_CHILDREN:
             index += 1  # and its value
@@ -152,7 +169,16 @@ def parent_arguments(config: pytest.Config) -> list[str]:
     return arguments
 
 
-def child_command(config: pytest.Config, regime: Regime, settings: Settings, output: Path, nodes: Path, paths: Sequence[str], extra: Sequence[str] = (), drop: Sequence[str] = ()) -> list[str]:
+def child_command(
+    config: pytest.Config,
+    regime: Regime,
+    settings: Settings,
+    output: Path,
+    nodes: Path,
+    paths: Sequence[str],
+    extra: Sequence[str] = (),
+    drop: Sequence[str] = (),
+) -> list[str]:
     """The pytest command line of a child running `regime`: the parent's options (less the flags in
     `drop`), then the child's own and `extra` (later options win), with a cache of its own so the
     parent's last-failed state is untouched."""
@@ -166,13 +192,20 @@ def child_command(config: pytest.Config, regime: Regime, settings: Settings, out
     if capture:
         command.append(f"--capture={capture}")
     command += [
-        "--devmem-mode", regime.mode.value,
-        "--devmem-fraction", repr(regime.fraction),
-        "--devmem-device", settings.device_spec,
-        "--devmem-child-output", str(output),
-        "--devmem-child-nodes", str(nodes),
-        "--devmem-baselines", str(settings.baselines),
-        "--devmem-tolerance", settings.tolerance.spec,
+        "--devmem-mode",
+        regime.mode.value,
+        "--devmem-fraction",
+        repr(regime.fraction),
+        "--devmem-device",
+        settings.device_spec,
+        "--devmem-child-output",
+        str(output),
+        "--devmem-child-nodes",
+        str(nodes),
+        "--devmem-baselines",
+        str(settings.baselines),
+        "--devmem-tolerance",
+        settings.tolerance.spec,
     ]
     if settings.update:
         command.append("--devmem-update")  # the child compares without failing; only the parent writes
@@ -207,7 +240,14 @@ class ChildExtras:
     environment: tuple[tuple[str, str], ...] = ()
 
 
-def run_in_children(config: pytest.Config, regime: Regime, settings: Settings, items: Sequence[pytest.Item], original_environment: dict[str, str | None] | None = None, extras: ChildExtras = ChildExtras()) -> ChildOutcome:
+def run_in_children(
+    config: pytest.Config,
+    regime: Regime,
+    settings: Settings,
+    items: Sequence[pytest.Item],
+    original_environment: dict[str, str | None] | None = None,
+    extras: ChildExtras = ChildExtras(),
+) -> ChildOutcome:
     """Run `items` under `regime` in child processes until each has a result.
 
     `original_environment` holds the framework variables as the user set them, before this process
@@ -218,7 +258,9 @@ def run_in_children(config: pytest.Config, regime: Regime, settings: Settings, i
         while remaining:
             outcome.children_started += 1
             attempt = Path(scratch) / f"child{outcome.children_started}"
-            events, returncode, output = _run_child(config, regime, settings, remaining, attempt, original_environment, extras)
+            events, returncode, output = _run_child(
+                config, regime, settings, remaining, attempt, original_environment, extras
+            )
             started, finished = _apply_events(config, events, outcome)
             crashed = [item for item in remaining if item.nodeid in started and item.nodeid not in finished]
             for item in crashed:
@@ -232,9 +274,19 @@ def run_in_children(config: pytest.Config, regime: Regime, settings: Settings, i
     return outcome
 
 
-def _run_child(config: pytest.Config, regime: Regime, settings: Settings, items: Sequence[pytest.Item], stem: Path, original_environment: dict[str, str | None] | None, extras: ChildExtras) -> tuple[list[dict[str, Any]], int, str]:
+def _run_child(
+    config: pytest.Config,
+    regime: Regime,
+    settings: Settings,
+    items: Sequence[pytest.Item],
+    stem: Path,
+    original_environment: dict[str, str | None] | None,
+    extras: ChildExtras,
+) -> tuple[list[dict[str, Any]], int, str]:
     nodes, events_path, log_path = stem.with_suffix(".nodes"), stem.with_suffix(".jsonl"), stem.with_suffix(".log")
-    nodes.write_text(json.dumps([item.nodeid for item in items]), encoding="utf-8")  # JSON: a node id may hold a line break or end in a space
+    nodes.write_text(
+        json.dumps([item.nodeid for item in items]), encoding="utf-8"
+    )  # JSON: a node id may hold a line break or end in a space
     paths = sorted({os.path.relpath(item.path, config.invocation_params.dir) for item in items})
     command = child_command(config, regime, settings, events_path, nodes, paths, extras.arguments, extras.dropped)
     environment = dict(os.environ)
@@ -244,7 +296,14 @@ def _run_child(config: pytest.Config, regime: Regime, settings: Settings, items:
     environment.pop("PYTEST_XDIST_WORKER", None)  # the child is no xdist worker: no second split
     environment.pop("PYTEST_XDIST_WORKER_COUNT", None)
     with open(log_path, "w", encoding="utf-8") as log:
-        completed = subprocess.run(command, cwd=config.invocation_params.dir, env=environment, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        completed = subprocess.run(
+            command,
+            cwd=config.invocation_params.dir,
+            env=environment,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     output = log_path.read_text(encoding="utf-8", errors="replace")[-OUTPUT_TAIL_CHARS:]
     events = []
     if events_path.exists():
@@ -256,7 +315,9 @@ def _run_child(config: pytest.Config, regime: Regime, settings: Settings, items:
     return events, completed.returncode, output
 
 
-def _apply_events(config: pytest.Config, events: list[dict[str, Any]], outcome: ChildOutcome) -> tuple[set[str], set[str]]:
+def _apply_events(
+    config: pytest.Config, events: list[dict[str, Any]], outcome: ChildOutcome
+) -> tuple[set[str], set[str]]:
     started: set[str] = set()
     finished: set[str] = set()
     for event in events:
@@ -306,7 +367,9 @@ def looks_like_out_of_memory(returncode: int) -> bool:
     return (kill is not None and returncode == -kill) or returncode in WINDOWS_OUT_OF_MEMORY
 
 
-def _crash_report(item: pytest.Item, regime: Regime, returncode: int, output: str, started: bool = True) -> pytest.TestReport:
+def _crash_report(
+    item: pytest.Item, regime: Regime, returncode: int, output: str, started: bool = True
+) -> pytest.TestReport:
     where = "while running this test" if started else "before running this test"
     hint = " (a real out-of-memory kill looks like this)" if looks_like_out_of_memory(returncode) else ""
     message = (
@@ -323,20 +386,29 @@ def _crash_report(item: pytest.Item, regime: Regime, returncode: int, output: st
     )
 
 
-def replay_from_children(session: DevmemSession, item: pytest.Item, nextitem: pytest.Item | None, regime: Regime) -> None:
-    """Run `item`'s regime group in a child (once per regime; one child per test under xdist,
-    where a worker does not know its whole group), then report the item's results here as if it
-    had run in place, and tear down what the next item does not share."""
-    outcome = session.child_outcomes.get(regime)
+def replay_from_children(
+    config: pytest.Config,
+    settings: Settings,
+    regime_env: dict[str, str | None] | None,
+    outcomes: dict[Regime, ChildOutcome],
+    group: list[pytest.Item],
+    item: pytest.Item,
+    nextitem: pytest.Item | None,
+    regime: Regime,
+) -> None:
+    """Run `item`'s regime group in a child (once per regime; `group` is the item alone under
+    xdist, where a worker does not know its whole group), then report the item's results here as
+    if it had run in place, and tear down what the next item does not share. `outcomes` is the
+    session's, per regime, filled here."""
+    outcome = outcomes.get(regime)
     if outcome is None or item.nodeid not in outcome.reports:
-        group = [item] if session.is_xdist_worker else session.isolated.get(regime, [item])
-        fresh = run_in_children(session.config, regime, session.settings, group, session.regime_env)
+        fresh = run_in_children(config, regime, settings, group, regime_env)
         if outcome is None:
-            session.child_outcomes[regime] = fresh
+            outcomes[regime] = fresh
         else:
             outcome.reports.update(fresh.reports)
             outcome.children_started += fresh.children_started
-        outcome = session.child_outcomes[regime]
+        outcome = outcomes[regime]
     ihook = item.ihook
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     for report in outcome.reports.pop(item.nodeid, []):

@@ -29,14 +29,23 @@ def prepare_item(item: pytest.Item, session_regime: Regime | None, tpu: TpuSpec 
     measured, its regime. On a TPU preset a marker's GPU regime is that test's error."""
     marker = item.get_closest_marker(MARK_NAME)
     spec = parse_mark(marker.args, dict(marker.kwargs)) if marker is not None else None
-    if tpu is not None and isinstance(spec, MarkSpec) and ((spec.fraction is not None and spec.fraction != 1.0) or spec.mode in GPU_ONLY_MODES):
+    if (
+        tpu is not None
+        and isinstance(spec, MarkSpec)
+        and ((spec.fraction is not None and spec.fraction != 1.0) or spec.mode in GPU_ONLY_MODES)
+    ):
         asked = f"@pytest.mark.devmem({', '.join(f'{k}={v!r}' for k, v in (('mode', spec.mode.value if spec.mode else None), ('fraction', spec.fraction)) if v is not None)})"
         spec = tpu_regime_refusal(tpu, asked)
     item.stash[mark_key] = spec
     item.stash[measured_key] = session_regime is not None or marker is not None
     try:
         regime = spec.regime(session_regime) if isinstance(spec, MarkSpec) else session_regime
-    except (DevmemError, ValueError, TypeError, OverflowError) as exc:  # the marker's regime with the session's: this test's error
+    except (
+        DevmemError,
+        ValueError,
+        TypeError,
+        OverflowError,
+    ) as exc:  # the marker's regime with the session's: this test's error
         item.stash[mark_key] = f"@pytest.mark.devmem: {exc}"
         regime = session_regime
     if tpu is not None and regime is not session_regime and regime is not None:
@@ -72,6 +81,11 @@ def out_of_memory_text(exc: BaseException) -> str | None:
     """The first line of our pool's OOM, or of a framework's (XLA's RESOURCE_EXHAUSTED, TensorFlow's
     ResourceExhaustedError); None for any other error."""
     text = f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, (OutOfMemoryError, MemoryError)) or "RESOURCE_EXHAUSTED" in text or "ResourceExhausted" in text or "out of memory" in text.lower():
+    if (
+        isinstance(exc, (OutOfMemoryError, MemoryError))
+        or "RESOURCE_EXHAUSTED" in text
+        or "ResourceExhausted" in text
+        or "out of memory" in text.lower()
+    ):
         return text.splitlines()[0][:500]
     return None

@@ -62,8 +62,17 @@ def make_record(
     setups = allocator_setups(policy, device)
     run = None if traced_nothing else run_machine(trace, setups, spec, timeline=timeline)
     record = TestRecord.from_run(
-        test_id, regime, device.name, device.device_class, run, captured.readings,
-        notes=notes, outcome=outcome, real_oom=real_oom, limit_bytes=limit_bytes, duration_s=duration_s,
+        test_id,
+        regime,
+        device.name,
+        device.device_class,
+        run,
+        captured.readings,
+        notes=notes,
+        outcome=outcome,
+        real_oom=real_oom,
+        limit_bytes=limit_bytes,
+        duration_s=duration_s,
     )
     record.trace_events = trace  # kept in memory for --devmem-traces and trace analyses
     if run is not None and record.trace is not None and record.peak_device is not None:
@@ -86,7 +95,10 @@ def make_record(
         record.trace["executables"] = executables
         kept = {name: str(sized["note"]) for name, sized in captured.sizes.items() if sized.get("note")}
         if kept:
-            notes.append(f"{len(kept)} executable(s) kept the CPU compile's sizes: " + "; ".join(f"{name} ({why})" for name, why in sorted(kept.items())))
+            notes.append(
+                f"{len(kept)} executable(s) kept the CPU compile's sizes: "
+                + "; ".join(f"{name} ({why})" for name, why in sorted(kept.items()))
+            )
     tpu = getattr(device, "tpu", None)
     if tpu is not None:
         describe_tpu(record, tpu.description, captured, trace, notes)
@@ -117,11 +129,19 @@ def describe_tpu(record: TestRecord, description: str, captured: Captured, trace
         "compactions": compactions,
     }
     if sized is None and "jax" in trace.names:
-        notes.append(f"JAX's figures are the CPU compile's, not a {description}'s (the TPU compiler was not used: see the session's compile target)")
+        notes.append(
+            f"JAX's figures are the CPU compile's, not a {description}'s (the TPU compiler was not used: see the session's compile target)"
+        )
     if "tensorflow" in trace.names:
-        notes.append(f"TensorFlow's figures are its CPU allocator's, not a {description}'s: no TPU compile sizes TensorFlow's tensors")
+        notes.append(
+            f"TensorFlow's figures are its CPU allocator's, not a {description}'s: no TPU compile sizes TensorFlow's tensors"
+        )
         record.tpu["tensorflow"] = "CPU allocator's figures, not sized for the TPU"
-    refusals = [(name, sized_by) for name, sized_by in sorted(captured.sizes.items()) if isinstance(sized_by.get("refused"), dict)]
+    refusals = [
+        (name, sized_by)
+        for name, sized_by in sorted(captured.sizes.items())
+        if isinstance(sized_by.get("refused"), dict)
+    ]
     if refusals and record.oom is None:
         name, sized_by = refusals[0]
         refusal: dict[str, object] = sized_by["refused"]  # type: ignore[assignment]

@@ -36,7 +36,14 @@ if TYPE_CHECKING:
 class SessionResults:
     """What the session measured and stored; only the xdist controller (or a single process) writes."""
 
-    def __init__(self, config: pytest.Config, settings: Settings, device: Device, store: BaselineStore, compile_target: CompileTarget) -> None:
+    def __init__(
+        self,
+        config: pytest.Config,
+        settings: Settings,
+        device: Device,
+        store: BaselineStore,
+        compile_target: CompileTarget,
+    ) -> None:
         self.config = config
         self.settings = settings
         self.device = device
@@ -44,8 +51,12 @@ class SessionResults:
         self.compile_target = compile_target
         self.records: list[TestRecord] = []
         self.local: dict[str, TestRecord] = {}  # made in this process, waiting for their report: no JSON round trip
-        self.unrecorded: dict[tuple[str, str], tuple[str, str]] = {}  # skipped at setup: (test, regime) -> (device, why)
-        self.shape = SuiteShape(config.rootpath)  # what pytest collected, before any selection, and the disk: for stale baselines
+        self.unrecorded: dict[
+            tuple[str, str], tuple[str, str]
+        ] = {}  # skipped at setup: (test, regime) -> (device, why)
+        self.shape = SuiteShape(
+            config.rootpath
+        )  # what pytest collected, before any selection, and the disk: for stale baselines
         self.stale: list[str] = []
         self.workers_reported = 0  # xdist controller: workers that sent their results
         self.stale_from_workers: set[str] = set()
@@ -81,15 +92,25 @@ class SessionResults:
         self.largest_from_workers += LargestTests.from_json(sent.get("largest"))
         targets = sent.get("targets")
         if isinstance(targets, dict):
-            self.target_results += [TargetResult.from_json(entry) for entry in targets.get("results") or [] if isinstance(entry, dict)]
+            self.target_results += [
+                TargetResult.from_json(entry) for entry in targets.get("results") or [] if isinstance(entry, dict)
+            ]
             children = targets.get("children")
             self.target_children += children if isinstance(children, int) else 0
             self.targets_skipped = self.targets_skipped or str(targets.get("skipped") or "")
 
     def worker_output(self, largest: LargestTests | None) -> dict[str, object]:
         """What an xdist worker sends its controller, which alone writes."""
-        targets = {"results": [r.to_json() for r in self.target_results], "children": self.target_children, "skipped": self.targets_skipped}
-        return {"stale": stale_baselines(self.store.entries(), self.shape), "largest": largest.to_json() if largest is not None else [], "targets": targets}
+        targets = {
+            "results": [r.to_json() for r in self.target_results],
+            "children": self.target_children,
+            "skipped": self.targets_skipped,
+        }
+        return {
+            "stale": stale_baselines(self.store.entries(), self.shape),
+            "largest": largest.to_json() if largest is not None else [],
+            "targets": targets,
+        }
 
     def target_table(self) -> TargetTable | None:
         """--devmem-targets: every measured test on the session's device (its records) and on each
@@ -99,7 +120,12 @@ class SessionResults:
         from .targets import session_results, table_columns
 
         columns = table_columns(self.device.name, self.device.capacity, self.settings.targets)
-        table = TargetTable(columns, session_results(self.records, self.device.name, self.device.capacity) + self.target_results, self.target_children, self.targets_skipped)
+        table = TargetTable(
+            columns,
+            session_results(self.records, self.device.name, self.device.capacity) + self.target_results,
+            self.target_children,
+            self.targets_skipped,
+        )
         table.sort()
         return table
 
@@ -108,8 +134,12 @@ class SessionResults:
     def finish(self, session: pytest.Session) -> None:
         """Write what was asked, find stale baselines and check the workers side by side; the
         session fails where any of it fails."""
-        last = {(r.test_id, r.regime, r.device_class): r for r in self.records}  # a test run again (a rerun plugin): its last run, as pytest's outcome and --devmem-update take it
-        self.records = sorted(last.values(), key=lambda r: r.test_id)  # once, for the summary and the report: each test once
+        last = {
+            (r.test_id, r.regime, r.device_class): r for r in self.records
+        }  # a test run again (a rerun plugin): its last run, as pytest's outcome and --devmem-update take it
+        self.records = sorted(
+            last.values(), key=lambda r: r.test_id
+        )  # once, for the summary and the report: each test once
         info = self.session_info()
         if self.settings.update:
             written, problems = refresh_baselines(self.store, self.records, info["versions"], self.unrecorded)  # type: ignore[arg-type]
@@ -121,17 +151,27 @@ class SessionResults:
         failed = failed or (self.side_by_side is not None and not self.side_by_side.fits)
         unrecorded = self.unrecorded_json()
         self.targets = self.target_table()
-        self._write(self.settings.report_path, "report", lambda: render(self.settings.report_path, self.records, info, unrecorded, self.targets))  # type: ignore[arg-type]
+        self._write(
+            self.settings.report_path,
+            "report",
+            lambda: render(self.settings.report_path, self.records, info, unrecorded, self.targets),  # type: ignore[arg-type]
+        )
         self._write(self.settings.benchmark_json, "benchmark JSON", lambda: benchmark_json(self.records))
         if self.settings.autosave and self.records:  # a run that measured nothing leaves no file
             from ..present.autosave import autosave
 
             try:
-                self.autosaved = autosave(self.config.rootpath, render("report.json", self.records, info, unrecorded, self.targets), info)
+                self.autosaved = autosave(
+                    self.config.rootpath, render("report.json", self.records, info, unrecorded, self.targets), info
+                )
             except OSError as exc:
-                self.write_problems.append(f"report not autosaved: {exc.filename or self.config.rootpath}: {exc.strerror or exc}")
+                self.write_problems.append(
+                    f"report not autosaved: {exc.filename or self.config.rootpath}: {exc.strerror or exc}"
+                )
         if (failed or self.write_problems) and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # what the user asked to be stored is not, or strict found stale ones
+            session.exitstatus = (
+                pytest.ExitCode.TESTS_FAILED
+            )  # what the user asked to be stored is not, or strict found stale ones
 
     def _write(self, path: Path | None, what: str, text: object) -> None:
         if path is None:
@@ -144,7 +184,10 @@ class SessionResults:
     def unrecorded_json(self) -> list[dict[str, str]]:
         """The measured tests skipped at setup, for the report: a refresh from reports
         (`devmem merge --baselines`) stores them as `--devmem-update` does."""
-        return [{"test_id": test_id, "regime": regime, "device": device, "reason": reason} for (test_id, regime), (device, reason) in sorted(self.unrecorded.items())]
+        return [
+            {"test_id": test_id, "regime": regime, "device": device, "reason": reason}
+            for (test_id, regime), (device, reason) in sorted(self.unrecorded.items())
+        ]
 
     def check_side_by_side(self) -> SideBySide | None:
         """xdist controller: the suite's largest tests replayed at once, as the workers sharing a
@@ -166,12 +209,14 @@ class SessionResults:
             policy = (regime or self.settings.default_regime).policy
             return policy.label, allocator_setups(policy, self.device)
 
-        return check_side_by_side(self.largest_from_workers, sharing, setups_for, machine_spec(self.device, self.settings.cuda_context_bytes))
+        return check_side_by_side(
+            self.largest_from_workers, sharing, setups_for, machine_spec(self.device, self.settings.cuda_context_bytes)
+        )
 
     def session_info(self) -> dict[str, object]:
         """The report's session: the device, the regime, versions, and where the figures came from."""
         from .. import __version__
-        from ..model.driver_info import driver_info
+        from ..hardware.driver_info import driver_info
         from ..provenance import provenance
         from .environment import tensorflow_cpu_key
 
@@ -191,10 +236,19 @@ class SessionResults:
             "device_compute_capability": list(getattr(self.device, "compute_capability", DEFAULT_COMPUTE_CAPABILITY)),
             "regime": self.settings.regime.label if self.settings.regime else None,
             "versions": versions,
-            **({"tensorflow_cpu_allocator": tensorflow_cpu.describe()} if tensorflow_cpu is not None and any(name.startswith("tensorflow") for name in versions) else {}),
+            **(
+                {"tensorflow_cpu_allocator": tensorflow_cpu.describe()}
+                if tensorflow_cpu is not None and any(name.startswith("tensorflow") for name in versions)
+                else {}
+            ),
             **({"compile_target": self.compile_target.to_json()} if "jax" in versions else {}),
             **({"shard": shard} if (shard := shard_of(self.config)) is not None else {}),
-            **provenance(self.config.rootpath, versions, self.device.device_class, {"driver_version": driver.driver_version, "cuda_version": driver.cuda_version}),
+            **provenance(
+                self.config.rootpath,
+                versions,
+                self.device.device_class,
+                {"driver_version": driver.driver_version, "cuda_version": driver.cuda_version},
+            ),
             **({"run_info": run_info} if run_info else {}),
         }
 
@@ -207,13 +261,20 @@ class SessionResults:
         self.config.hook.pytest_devmem_update_run_info(config=self.config, run_info=run_info)
         return json.loads(json.dumps({str(key): value for key, value in run_info.items()}, default=str))  # type: ignore[no-any-return]
 
-    def facts(self, isolated: dict[str, int], xdist_note: str, tensorflow_cpu: CpuAllocatorSetting | None) -> SummaryFacts:
+    def facts(
+        self, isolated: dict[str, int], xdist_note: str, tensorflow_cpu: CpuAllocatorSetting | None
+    ) -> SummaryFacts:
         """What the terminal summary shows, as plain data."""
         start = self.config.invocation_params.dir
         report = self.settings.report_path
         report_written = report is not None and not any(p.startswith("report not written") for p in self.write_problems)
         tensorflow_problem = tensorflow_cpu.problem() if tensorflow_cpu is not None else None
-        if tensorflow_problem and not any(not reading.unused for record in self.records for name, reading in record.sources.items() if name == "tensorflow"):
+        if tensorflow_problem and not any(
+            not reading.unused
+            for record in self.records
+            for name, reading in record.sources.items()
+            if name == "tensorflow"
+        ):
             tensorflow_problem = None  # no test used TensorFlow: nothing to say
         return SummaryFacts(
             device=self.device.name,
@@ -232,7 +293,9 @@ class SessionResults:
             write_problems=self.write_problems,
             report=shown(report, start) if report is not None and report_written else None,
             autosaved=shown(self.autosaved, start) if self.autosaved is not None else None,
-            compile_note=self.compile_target.note if self.compile_target.spec is not None or self.compile_target.class_suffix else "",
+            compile_note=self.compile_target.note
+            if self.compile_target.spec is not None or self.compile_target.class_suffix
+            else "",
             tensorflow_problem=tensorflow_problem,
             targets=self.targets,
         )

@@ -5,20 +5,30 @@ from __future__ import annotations
 
 import sys
 import warnings
-from typing import TYPE_CHECKING, Any, Generator
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ..capture.jax_backend import jax_backend_started
 from ..capture.measurement import Measurement
 from ..capture.pool import RecordingPool
 from ..gate.baseline import BaselineStore
 from ..model.device import Device
 from ..model.pool import make_pool
-from ..model.regime import Regime, configure_tensorflow_gpus, jax_backend_started
+from ..model.regime import Regime
 from ..units import format_size
 from .checks import Checks
 from .compile_target import CompileTarget
-from .environment import early_env_key, interop_key, restore_all, tensorflow_cpu_key, tensorflow_installed
+from .environment import (
+    configure_tensorflow_gpus,
+    early_env_key,
+    interop_key,
+    restore_all,
+    tensorflow_cpu_key,
+    tensorflow_installed,
+)
+from .fixture import DevmemFixture
 from .items import captured_key, id_of_test, mark_key, measured, oom_key, out_of_memory_text, prepare_item, regime_key
 from .results import SessionResults
 from .settings import Settings
@@ -26,22 +36,29 @@ from .workers import LargestTests, plan_workers
 
 if TYPE_CHECKING:  # isolation pulls in subprocess and json: imported only when a test needs a child
     from ..capture.tensorflow.cpu_allocator import CpuAllocatorSetting
-    from .fixture import DevmemFixture
     from .isolation import ChildEventWriter, ChildOutcome
-
-PLUGIN_NAME = "devmem-manager"
 
 
 class DevmemSession:
     """Registered once per session by pytest_configure; holds what the session shares."""
 
-    def __init__(self, config: pytest.Config, settings: Settings, device: Device, store: BaselineStore, target: CompileTarget, child: tuple[ChildEventWriter, set[str]] | None = None) -> None:
+    def __init__(
+        self,
+        config: pytest.Config,
+        settings: Settings,
+        device: Device,
+        store: BaselineStore,
+        target: CompileTarget,
+        child: tuple[ChildEventWriter, set[str]] | None = None,
+    ) -> None:
         self.config = config
         self.settings = settings
         self.device = device
         self.compile_target = target
         self.measurement = Measurement(device, gpu_sizer(config, target))
-        self.checks = Checks(settings, device, store, self.measurement, target, config.invocation_params.dir, config.rootpath)
+        self.checks = Checks(
+            settings, device, store, self.measurement, target, config.invocation_params.dir, config.rootpath
+        )
         self.results = SessionResults(config, settings, device, store, target)
         self.child_writer: ChildEventWriter | None = child[0] if child is not None else None
         self.child_nodes: set[str] = child[1] if child is not None else set()  # in a child: the tests it runs
@@ -52,12 +69,19 @@ class DevmemSession:
         self.xdist_note = self._plan_workers()
         self._tensorflow_configured = False
         self._frozen_in: str | None = None  # the module whose first measured test last thawed the collector
-        self.regime_env: dict[str, str | None] | None = config.stash.get(early_env_key, None)  # what the regime replaced
+        self.regime_env: dict[str, str | None] | None = config.stash.get(
+            early_env_key, None
+        )  # what the regime replaced
         if settings.regime is not None:
             self.measurement.watch_frameworks()  # every test is measured: hook JAX before it runs anything
         if settings.effective_regime is not None and settings.sets_framework_variables:
             if jax_backend_started():
-                warnings.warn(pytest.PytestWarning(f"JAX had already started before pytest-devmem could apply regime {settings.effective_regime.label}; its settings do not apply in this process"), stacklevel=1)
+                warnings.warn(
+                    pytest.PytestWarning(
+                        f"JAX had already started before pytest-devmem could apply regime {settings.effective_regime.label}; its settings do not apply in this process"
+                    ),
+                    stacklevel=1,
+                )
             previous = settings.effective_regime.apply()
             if self.regime_env is None:
                 self.regime_env = previous
@@ -77,22 +101,32 @@ class DevmemSession:
     # -- the session starts ---------------------------------------------------------------
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        regime = self.settings.regime.label if self.settings.regime else f"none (marked tests only, under {self.settings.default_regime.label} unless the marker names one)"
+        regime = (
+            self.settings.regime.label
+            if self.settings.regime
+            else f"none (marked tests only, under {self.settings.default_regime.label} unless the marker names one)"
+        )
         lines = [f"devmem: device {self.device.name}, regime {regime}"]
         if self.settings.tpu is not None:
-            lines.append(f"devmem: {self.settings.tpu.description}: HBM on demand, defragmented when an allocation does not fit (regime compact); JAX's XLA_PYTHON_CLIENT_* settings do not apply")
+            lines.append(
+                f"devmem: {self.settings.tpu.description}: HBM on demand, defragmented when an allocation does not fit (regime compact); JAX's XLA_PYTHON_CLIENT_* settings do not apply"
+            )
         if self.compile_target.spec is not None or self.compile_target.class_suffix:
             lines.append(f"devmem: {self.compile_target.note}")
         if self.tensorflow_cpu is not None and tensorflow_installed():
             lines.append(f"devmem: {self.tensorflow_cpu.describe()}")
             if config.stash.get(interop_key, False):
-                lines.append("devmem: TensorFlow's inter-op threads: 1 (TF_NUM_INTEROP_THREADS=1, set by pytest-devmem: a graph's ops run one after another, so which buffers live together is the same in every run)")
+                lines.append(
+                    "devmem: TensorFlow's inter-op threads: 1 (TF_NUM_INTEROP_THREADS=1, set by pytest-devmem: a graph's ops run one after another, so which buffers live together is the same in every run)"
+                )
         return lines
 
     # -- collection: what exists, then what runs, under which regime ------------------------
 
     @pytest.hookimpl(wrapper=True, trylast=True)
-    def pytest_make_collect_report(self, collector: pytest.Collector) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    def pytest_make_collect_report(
+        self, collector: pytest.Collector
+    ) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
         """What each collector holds, as it collected it: the innermost wrapper, so before any
         plugin filters the result (--lf does); selection (-k, node ids, shards) comes later."""
         report = yield
@@ -101,7 +135,9 @@ class DevmemSession:
         return report
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> Generator[None, None, None]:
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> Generator[None, None, None]:
         """After every plugin has chosen (-k, shard plugins such as pytest-split, which run
         trylast): each item that runs gets its regime, and those under another regime their child
         group. A child runs exactly the nodes its parent gave it, whatever a shard plugin on the
@@ -142,7 +178,10 @@ class DevmemSession:
             return None
         from .isolation import replay_from_children
 
-        replay_from_children(self, item, nextitem, regime)
+        group = [item] if self.is_xdist_worker else self.isolated.get(regime, [item])
+        replay_from_children(
+            self.config, self.settings, self.regime_env, self.child_outcomes, group, item, nextitem, regime
+        )
         return True
 
     def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
@@ -166,7 +205,9 @@ class DevmemSession:
         self._configure_tensorflow_once()
         item.stash[oom_key] = None
         module = item.nodeid.split("::", 1)[0]
-        self.measurement.start(thaw=module != self._frozen_in)  # before fixtures: what a function-scoped fixture allocates counts
+        self.measurement.start(
+            thaw=module != self._frozen_in
+        )  # before fixtures: what a function-scoped fixture allocates counts
         self._frozen_in = module
         try:
             return (yield)
@@ -175,7 +216,9 @@ class DevmemSession:
             raise
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_fixture_setup(self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> Generator[None, object, object]:
+    def pytest_fixture_setup(
+        self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
+    ) -> Generator[None, object, object]:
         """A fixture shared by several tests is set up by whichever runs first: its memory belongs to
         none of them, so it stays out of the trace (test order must not change a test's figures)."""
         if fixturedef.scope == "function" or not self.measurement.recorder.recording:
@@ -199,11 +242,18 @@ class DevmemSession:
     # -- its record and its verdict ---------------------------------------------------------
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
-        if call.when in ("setup", "call") and report.skipped and not hasattr(report, "wasxfail") and measured(item):  # it measured nothing: no figure
+        if (
+            call.when in ("setup", "call") and report.skipped and not hasattr(report, "wasxfail") and measured(item)
+        ):  # it measured nothing: no figure
             why = str(report.longrepr[2]).removeprefix("Skipped: ") if isinstance(report.longrepr, tuple) else "skipped"
-            report.devmem_unrecorded = [(item.stash.get(regime_key, None) or self.settings.default_regime).label, f"skipped: {why}"]  # type: ignore[attr-defined]
+            report.devmem_unrecorded = [  # type: ignore[attr-defined]
+                (item.stash.get(regime_key, None) or self.settings.default_regime).label,
+                f"skipped: {why}",
+            ]
             if call.when == "call":
                 if captured_key in item.stash:
                     del item.stash[captured_key]
@@ -224,7 +274,9 @@ class DevmemSession:
             record.failed_by_devmem = True
         elif failure is not None:  # failed already (a real OOM, say): add what pytest-devmem found
             report.sections.append(("pytest-devmem", failure))
-        if self.largest is not None and item.stash.get(regime_key, None) == self.settings.regime:  # ran in this worker's own process
+        if (
+            self.largest is not None and item.stash.get(regime_key, None) == self.settings.regime
+        ):  # ran in this worker's own process
             self.largest.offer(record.test_id, record.peak_bytes_in_use, record.trace_events)
         if self.is_child or self.is_xdist_worker:  # the record travels to another process with the report
             report.devmem_record = record.to_json()  # type: ignore[attr-defined]
@@ -232,7 +284,9 @@ class DevmemSession:
             self.results.local[item.nodeid] = record
         return report
 
-    def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
+    def pytest_report_teststatus(
+        self, report: pytest.TestReport, config: pytest.Config
+    ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
         """A test failed by pytest-devmem alone shows `M` and MEMORY PROBLEMS, as pytest-memray's do."""
         if report.when == "call" and getattr(report, "devmem_failure", False):
             return "failed", "M", ("MEMORY PROBLEMS", {"red": True})
@@ -243,7 +297,10 @@ class DevmemSession:
             self.child_writer.report(report)
         unrecorded = getattr(report, "devmem_unrecorded", None)
         if isinstance(unrecorded, list) and len(unrecorded) == 2:  # from here, a worker or a child
-            self.results.unrecorded[(id_of_test(report.nodeid, report.location[0]), str(unrecorded[0]))] = (self.device.name, str(unrecorded[1]))
+            self.results.unrecorded[(id_of_test(report.nodeid, report.location[0]), str(unrecorded[0]))] = (
+                self.device.name,
+                str(unrecorded[1]),
+            )
         if report.when == "call":
             self.results.add(report.nodeid, getattr(report, "devmem_record", None))
 
@@ -283,14 +340,20 @@ class DevmemSession:
         if reruns and reporter is not None and not self.is_xdist_worker:
             if self.config.get_verbosity() < 0:
                 reporter.write_line("")  # -q leaves the progress line open
-            reporter.write_line(f"devmem: running {len(self.target_items)} measured test(s) again on {len(reruns)} other target(s): {', '.join(reruns)} (--devmem-targets)")
+            reporter.write_line(
+                f"devmem: running {len(self.target_items)} measured test(s) again on {len(reruns)} other target(s): {', '.join(reruns)} (--devmem-targets)"
+            )
         results, children = rerun_on_targets(self.config, self.settings, self.target_items, columns, self.regime_env)
         self.results.target_results += results
         self.results.target_children += children
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
         results = self.results
-        if (results.records or results.stale or results.side_by_side is not None) and not self.is_child and not self.is_xdist_worker:
+        if (
+            (results.records or results.stale or results.side_by_side is not None)
+            and not self.is_child
+            and not self.is_xdist_worker
+        ):
             from ..present.summary import SessionSummary
 
             isolated = {regime.label: outcome.children_started for regime, outcome in self.child_outcomes.items()}
@@ -313,16 +376,18 @@ class DevmemSession:
     def make_fixture(self, item: pytest.Item) -> DevmemFixture:
         """The `devmem` fixture of one test: its regime and a pool under it on the session's device,
         which records while the test is measured and refuses use once the test has ended."""
-        from .fixture import DevmemFixture
-
         regime = item.stash.get(regime_key, None)
         if regime is not None and regime == self.settings.regime:
             regime = self.settings.effective_regime  # this xdist worker's share of the session regime
         pool = make_pool(self.device, (regime or self.settings.default_regime).policy)
         if measured(item):
             self.measurement.pool_source.attach(pool)
-        device = "gpu:0" if getattr(self.device, "index", None) is not None else "cpu:0"  # the first device, as the machine's spec names it
-        return DevmemFixture(regime or self.settings.default_regime, RecordingPool(pool, self.measurement.recorder, device), self.device)  # type: ignore[arg-type]
+        device = (
+            "gpu:0" if getattr(self.device, "index", None) is not None else "cpu:0"
+        )  # the first device, as the machine's spec names it
+        return DevmemFixture(
+            regime or self.settings.default_regime, RecordingPool(pool, self.measurement.recorder, device), self.device
+        )  # type: ignore[arg-type]
 
     def _configure_tensorflow_once(self) -> None:
         if self._tensorflow_configured or "tensorflow" not in sys.modules or self.settings.regime is None:
@@ -345,7 +410,9 @@ class DevmemSession:
         uses_gpu = getattr(self.device, "index", None) is not None
         from .workers import gpu_count
 
-        plan = plan_workers(self.settings.regime, self.settings.fraction_chosen, 0, count, gpu_count() if uses_gpu else 0, uses_gpu)
+        plan = plan_workers(
+            self.settings.regime, self.settings.fraction_chosen, 0, count, gpu_count() if uses_gpu else 0, uses_gpu
+        )
         if not plan.warning:
             return plan.note
         warning = plan.warning + self._crowding(count)
@@ -361,7 +428,11 @@ class DevmemSession:
         regime = self.settings.regime
         if regime is None or not regime.policy.preallocates:
             return ""
-        shares = process_shares(machine_spec(self.device, self.settings.cuda_context_bytes), AllocatorSetup("jax", "prealloc", regime.fraction), count)
+        shares = process_shares(
+            machine_spec(self.device, self.settings.cuda_context_bytes),
+            AllocatorSetup("jax", "prealloc", regime.fraction),
+            count,
+        )
         held = ", ".join(f"worker {i + 1} {format_size(share)}" for i, share in enumerate(shares))
         return f"; on {self.device.name}, started one after the other, each JAX preallocation backs off to what is left: {held}"
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import argparse
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -31,6 +31,9 @@ from ..units import format_size, parse_size
 from .compile_target import HELP as COMPILE_TARGET_HELP
 from .compile_target import parse_compile_target
 from .workers import WorkerPlan, gpu_count, plan_workers, worker_index
+
+PLUGIN_NAME = "devmem-manager"
+"""The name the session object is registered under (`config.pluginmanager.get_plugin(PLUGIN_NAME)`)."""
 
 
 @dataclass(frozen=True)
@@ -61,28 +64,108 @@ class Option:
 
 OPTIONS = (
     Option("mode", f"Measure every test under this allocation regime: {ALLOWED_MODES}.", "MODE"),
-    Option("fraction", "Fraction of device memory for the 'fraction' regime (or the limit of another), in (0, 1]. Implies --devmem-mode=fraction when no mode is given.", "F"),
-    Option("device", f"Device to measure on: {DEVICE_SPEC_HELP}. Default: auto (GPU 0 when one is present, else a simulated {format_size(DEFAULT_SIM_CAPACITY)} device).", "SPEC"),
-    Option("report", f"Write the per-test records to FILE; the format follows the extension: {', '.join(REPORT_FORMATS)}.", "FILE"),
+    Option(
+        "fraction",
+        "Fraction of device memory for the 'fraction' regime (or the limit of another), in (0, 1]. Implies --devmem-mode=fraction when no mode is given.",
+        "F",
+    ),
+    Option(
+        "device",
+        f"Device to measure on: {DEVICE_SPEC_HELP}. Default: auto (GPU 0 when one is present, else a simulated {format_size(DEFAULT_SIM_CAPACITY)} device).",
+        "SPEC",
+    ),
+    Option(
+        "report",
+        f"Write the per-test records to FILE; the format follows the extension: {', '.join(REPORT_FORMATS)}.",
+        "FILE",
+    ),
     Option("baselines", "Directory of stored baselines. Default: baselines/ at the rootdir.", "DIR"),
-    Option("update", "Write or refresh the baselines of the tests that ran (and only those); no test fails for a change.", flag=True),
-    Option("tolerance", f"How far a metric may move from its baseline: {TOLERANCE_HELP}. Default: {DEFAULT_TOLERANCE} on peak_bytes_in_use.", "SPEC"),
-    Option("strict", "Fail tests that have no baseline, and the session when baselines exist for tests that no longer exist.", flag=True),
-    Option("frameworks", "Frameworks the suite runs together, e.g. jax,tf. Every measured test's frameworks share its devices in the model of the machine anyway; this says which to expect.", "LIST"),
-    Option("artifacts", "For each test that fails pytest-devmem's checks, leave its trace (.csv) and a self-contained picture of it (.html) in DIR; the failure says where.", "DIR"),
-    Option("benchmark-json", "Write each measured test's peak as github-action-benchmark's customSmallerIsBetter JSON to FILE.", "FILE"),
-    Option("max-leak", "Fail every measured test after which the frameworks still hold more than SIZE of the memory it allocated (e.g. 1MiB); the marker's max_leak= overrides it.", "SIZE"),
-    Option("max-fragmentation", "Fail every measured test whose pools' fragmentation goes above F (0 to 1, XLA's measure) at any moment; the marker's max_fragmentation= overrides it.", "F"),
-    Option("limit", "Fail every measured test whose peak device memory is above SIZE (e.g. 2GiB); the marker's limit= overrides it for one test.", "SIZE"),
-    Option("cuda-context", "Device memory one process's CUDA context holds on each device in the model of the machine. Default: 512MiB, at most an eighth of the device.", "SIZE"),
-    Option("find-min-fraction", "Report for each measured test the smallest fraction at which it passes under prealloc (replaying its trace).", flag=True),
+    Option(
+        "update",
+        "Write or refresh the baselines of the tests that ran (and only those); no test fails for a change.",
+        flag=True,
+    ),
+    Option(
+        "tolerance",
+        f"How far a metric may move from its baseline: {TOLERANCE_HELP}. Default: {DEFAULT_TOLERANCE} on peak_bytes_in_use.",
+        "SPEC",
+    ),
+    Option(
+        "strict",
+        "Fail tests that have no baseline, and the session when baselines exist for tests that no longer exist.",
+        flag=True,
+    ),
+    Option(
+        "frameworks",
+        "Frameworks the suite runs together, e.g. jax,tf. Every measured test's frameworks share its devices in the model of the machine anyway; this says which to expect.",
+        "LIST",
+    ),
+    Option(
+        "artifacts",
+        "For each test that fails pytest-devmem's checks, leave its trace (.csv) and a self-contained picture of it (.html) in DIR; the failure says where.",
+        "DIR",
+    ),
+    Option(
+        "benchmark-json",
+        "Write each measured test's peak as github-action-benchmark's customSmallerIsBetter JSON to FILE.",
+        "FILE",
+    ),
+    Option(
+        "max-leak",
+        "Fail every measured test after which the frameworks still hold more than SIZE of the memory it allocated (e.g. 1MiB); the marker's max_leak= overrides it.",
+        "SIZE",
+    ),
+    Option(
+        "max-fragmentation",
+        "Fail every measured test whose pools' fragmentation goes above F (0 to 1, XLA's measure) at any moment; the marker's max_fragmentation= overrides it.",
+        "F",
+    ),
+    Option(
+        "limit",
+        "Fail every measured test whose peak device memory is above SIZE (e.g. 2GiB); the marker's limit= overrides it for one test.",
+        "SIZE",
+    ),
+    Option(
+        "cuda-context",
+        "Device memory one process's CUDA context holds on each device in the model of the machine. Default: 512MiB, at most an eighth of the device.",
+        "SIZE",
+    ),
+    Option(
+        "find-min-fraction",
+        "Report for each measured test the smallest fraction at which it passes under prealloc (replaying its trace).",
+        flag=True,
+    ),
     Option("compile-target", COMPILE_TARGET_HELP, "TARGET"),
-    Option("traces", "Write each measured test's device-allocation trace to DIR, one RMM-style CSV per test and regime (columns Thread,Time,Action,Pointer,Size,Stream,Source,Label).", "DIR"),
-    Option("what-if", "Report which measured tests would run out of memory on a device of SIZE (e.g. 16GiB), replaying their traces.", "SIZE"),
-    Option("targets", "Also run every measured test on each of these simulated devices (comma-separated sim:SIZE or sim:PRESET, e.g. sim:H100-80GB,sim:T4,sim:16GiB) and report per test and target its peak, the target's capacity, whether it fits and which compile sized it: a table in the summary and the report, and a picture (devmem plot REPORT --targets). This reruns the measured tests once per target (one child process per target and regime, after the session's tests): the run costs about one more run of them per target. A what-if view: the targets' figures are never compared with baselines nor stored as ones. A TPU target runs under its runtime's regime (compact), every other under the test's.", "LIST"),
-    Option("disable", "Measure nothing: the tests run as without the plugin, its markers stay valid and the devmem fixture still gives a pool (unmeasured); nothing is compared or written. As pytest-benchmark's --benchmark-disable.", flag=True),
-    Option("only", "Run only the tests pytest-devmem measures (with --devmem-mode, every test; without it, those with the devmem marker) and deselect the rest. As pytest-benchmark's --benchmark-only.", flag=True),
-    Option("autosave", "Keep this run's JSON report as .devmem/<machine id>/NNNN_<commit>_<time>[_dirty].json at the rootdir, as pytest-benchmark's --benchmark-autosave does; devmem history reads that folder.", flag=True),
+    Option(
+        "traces",
+        "Write each measured test's device-allocation trace to DIR, one RMM-style CSV per test and regime (columns Thread,Time,Action,Pointer,Size,Stream,Source,Label).",
+        "DIR",
+    ),
+    Option(
+        "what-if",
+        "Report which measured tests would run out of memory on a device of SIZE (e.g. 16GiB), replaying their traces.",
+        "SIZE",
+    ),
+    Option(
+        "targets",
+        "Also run every measured test on each of these simulated devices (comma-separated sim:SIZE or sim:PRESET, e.g. sim:H100-80GB,sim:T4,sim:16GiB) and report per test and target its peak, the target's capacity, whether it fits and which compile sized it: a table in the summary and the report, and a picture (devmem plot REPORT --targets). This reruns the measured tests once per target (one child process per target and regime, after the session's tests): the run costs about one more run of them per target. A what-if view: the targets' figures are never compared with baselines nor stored as ones. A TPU target runs under its runtime's regime (compact), every other under the test's.",
+        "LIST",
+    ),
+    Option(
+        "disable",
+        "Measure nothing: the tests run as without the plugin, its markers stay valid and the devmem fixture still gives a pool (unmeasured); nothing is compared or written. As pytest-benchmark's --benchmark-disable.",
+        flag=True,
+    ),
+    Option(
+        "only",
+        "Run only the tests pytest-devmem measures (with --devmem-mode, every test; without it, those with the devmem marker) and deselect the rest. As pytest-benchmark's --benchmark-only.",
+        flag=True,
+    ),
+    Option(
+        "autosave",
+        "Keep this run's JSON report as .devmem/<machine id>/NNNN_<commit>_<time>[_dirty].json at the rootdir, as pytest-benchmark's --benchmark-autosave does; devmem history reads that folder.",
+        flag=True,
+    ),
 )
 
 
@@ -196,6 +279,7 @@ class Settings:
         """Whether the regime's JAX and TensorFlow variables apply: XLA_PYTHON_CLIENT_* are GPU
         settings (JAX does not preallocate on a TPU)."""
         return self.tpu is None
+
     disable: bool = False
     only: bool = False
 
@@ -216,7 +300,9 @@ def load_settings(config: pytest.Config) -> Settings:
     disable = bool(_checked(config, options["disable"], parse_flag))
     only = bool(_checked(config, options["only"], parse_flag))
     if disable and only:
-        raise pytest.UsageError(f"{options['disable'].option} and {options['only'].option} contradict each other: one measures nothing, the other runs only what is measured (as pytest-benchmark's --benchmark-disable and --benchmark-only)")
+        raise pytest.UsageError(
+            f"{options['disable'].option} and {options['only'].option} contradict each other: one measures nothing, the other runs only what is measured (as pytest-benchmark's --benchmark-disable and --benchmark-only)"
+        )
     mode = _checked(config, options["mode"], parse_mode)
     fraction = _checked(config, options["fraction"], parse_fraction)
     regime = None
@@ -229,12 +315,22 @@ def load_settings(config: pytest.Config) -> Settings:
     device_spec = device_spec or "auto"
     tpu = tpu_spec(device_spec)
     if tpu is not None and regime is not None:
-        if (fraction is not None and fraction != 1.0) or regime.mode in GPU_ONLY_MODES:  # (1: all usable HBM, as a child is told)
-            asked = f"--devmem-fraction={fraction:g}" if fraction is not None and mode is None else f"--devmem-mode={regime.label}"
-            raise pytest.UsageError(f"{tpu_regime_refusal(tpu, asked)} (from {options['mode'].option} and {options['fraction'].option}, device {device_spec})")
+        if (
+            fraction is not None and fraction != 1.0
+        ) or regime.mode in GPU_ONLY_MODES:  # (1: all usable HBM, as a child is told)
+            asked = (
+                f"--devmem-fraction={fraction:g}"
+                if fraction is not None and mode is None
+                else f"--devmem-mode={regime.label}"
+            )
+            raise pytest.UsageError(
+                f"{tpu_regime_refusal(tpu, asked)} (from {options['mode'].option} and {options['fraction'].option}, device {device_spec})"
+            )
         regime = on_tpu(regime)
     report_path = _path_setting(config, options["report"], "report file", directory=False, suffixes=REPORT_FORMATS)
-    baselines = _path_setting(config, options["baselines"], "baselines directory", directory=True, default=config.rootpath / "baselines")
+    baselines = _path_setting(
+        config, options["baselines"], "baselines directory", directory=True, default=config.rootpath / "baselines"
+    )
     tolerance = _checked(config, options["tolerance"], parse_tolerance) or parse_tolerance(DEFAULT_TOLERANCE)
     frameworks = _checked(config, options["frameworks"], parse_frameworks) or ()
     what_if = _checked(config, options["what-if"], _positive_size)
@@ -254,12 +350,20 @@ def load_settings(config: pytest.Config) -> Settings:
         try:
             count = int(count_text)
         except ValueError:
-            raise pytest.UsageError(f"invalid PYTEST_XDIST_WORKER_COUNT={count_text!r}: pytest-xdist sets it to the number of workers, a whole number") from None
+            raise pytest.UsageError(
+                f"invalid PYTEST_XDIST_WORKER_COUNT={count_text!r}: pytest-xdist sets it to the number of workers, a whole number"
+            ) from None
         uses_gpu = not device_spec.startswith("sim")
-        if tpu is not None:  # a TPU's chips belong to one process: workers never share one, each keeps the runtime's regime
-            plan = WorkerPlan(regime, note=f"{count} workers, each measured as the only process on its {tpu.description} chips")
+        if (
+            tpu is not None
+        ):  # a TPU's chips belong to one process: workers never share one, each keeps the runtime's regime
+            plan = WorkerPlan(
+                regime, note=f"{count} workers, each measured as the only process on its {tpu.description} chips"
+            )
         else:
-            plan = plan_workers(regime, fraction is not None, worker_index(worker), count, gpu_count() if uses_gpu else 0, uses_gpu)
+            plan = plan_workers(
+                regime, fraction is not None, worker_index(worker), count, gpu_count() if uses_gpu else 0, uses_gpu
+            )
     return Settings(
         regime=regime,
         device_spec=device_spec,
@@ -295,7 +399,15 @@ def parse_frameworks(value: str) -> tuple[str, ...]:
     return normalize_frameworks(tuple(name.strip() for name in value.split(",") if name.strip()))
 
 
-def _path_setting(config: pytest.Config, option: Option, what: str, *, directory: bool, default: Path | None = None, suffixes: tuple[str, ...] = ()) -> Path | None:
+def _path_setting(
+    config: pytest.Config,
+    option: Option,
+    what: str,
+    *,
+    directory: bool,
+    default: Path | None = None,
+    suffixes: tuple[str, ...] = (),
+) -> Path | None:
     """A file or directory setting, made absolute against where pytest was started (`default` when
     unset). A usage error, naming the value and where it came from, when it has the wrong
     extension, is a directory where a file is written (or the reverse), or is a path the OS refuses."""
@@ -307,7 +419,9 @@ def _path_setting(config: pytest.Config, option: Option, what: str, *, directory
     else:
         path = Path(text)
     if suffixes and path.suffix.lower() not in suffixes:
-        raise pytest.UsageError(f"invalid devmem {what} {text!r} (from {where}): the extension must be one of {', '.join(suffixes)}")
+        raise pytest.UsageError(
+            f"invalid devmem {what} {text!r} (from {where}): the extension must be one of {', '.join(suffixes)}"
+        )
     if not path.is_absolute():
         path = config.invocation_params.dir / path
     kind = _kind_of(path, what, where)
@@ -319,7 +433,7 @@ def _path_setting(config: pytest.Config, option: Option, what: str, *, directory
 
 
 def _kind_of(path: Path, what: str, where: str) -> str:
-    """"directory", "other" (a file, say) or "missing"; a path the OS refuses (a name too long, a
+    """ "directory", "other" (a file, say) or "missing"; a path the OS refuses (a name too long, a
     component that is a file) is a usage error naming it."""
     try:
         return "directory" if stat.S_ISDIR(os.stat(path).st_mode) else "other"

@@ -12,15 +12,16 @@ to the controller as plain JSON."""
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import pytest
 
 from ..gate.record import TestRecord
 from ..gate.targets import Target, TargetResult
-from ..model.device import open_device
+from ..hardware.devices import open_device
 from ..model.regime import Regime
 from ..model.targets import regime_on_target
 from .items import id_of_test, measured, regime_of
@@ -31,7 +32,12 @@ if TYPE_CHECKING:
 
 CHILD_FLAGS_DROPPED = ("--devmem-strict", "--devmem-update", "--devmem-find-min-fraction", "--devmem-autosave")
 """The session's flags a target's child does not take: it gates nothing and writes nothing."""
-CHILD_ENVIRONMENT = (("DEVMEM_STRICT", "0"), ("DEVMEM_UPDATE", "0"), ("DEVMEM_FIND_MIN_FRACTION", "0"), ("DEVMEM_AUTOSAVE", "0"))
+CHILD_ENVIRONMENT = (
+    ("DEVMEM_STRICT", "0"),
+    ("DEVMEM_UPDATE", "0"),
+    ("DEVMEM_FIND_MIN_FRACTION", "0"),
+    ("DEVMEM_AUTOSAVE", "0"),
+)
 """The same, where the user set them in the environment or the ini file (the environment wins over the ini)."""
 
 
@@ -49,7 +55,9 @@ def session_results(records: Sequence[TestRecord], device: str, capacity: int) -
     return [TargetResult.from_record(record, device, capacity) for record in records]
 
 
-def rerun_groups(items: Sequence[pytest.Item], columns: Sequence[Target]) -> list[tuple[Target, Regime, list[pytest.Item]]]:
+def rerun_groups(
+    items: Sequence[pytest.Item], columns: Sequence[Target]
+) -> list[tuple[Target, Regime, list[pytest.Item]]]:
     """One group per target and regime (the children to start), in the targets' order."""
     groups: list[tuple[Target, Regime, list[pytest.Item]]] = []
     for target in columns:
@@ -63,7 +71,13 @@ def rerun_groups(items: Sequence[pytest.Item], columns: Sequence[Target]) -> lis
     return groups
 
 
-def rerun_on_targets(config: pytest.Config, settings: Settings, items: Sequence[pytest.Item], columns: Sequence[Target], original_environment: dict[str, str | None] | None) -> tuple[list[TargetResult], int]:
+def rerun_on_targets(
+    config: pytest.Config,
+    settings: Settings,
+    items: Sequence[pytest.Item],
+    columns: Sequence[Target],
+    original_environment: dict[str, str | None] | None,
+) -> tuple[list[TargetResult], int]:
     """Run `items` on every target that is not the session's device; their rows and the number of
     child processes started."""
     from .isolation import ChildExtras, run_in_children
@@ -74,8 +88,16 @@ def rerun_on_targets(config: pytest.Config, settings: Settings, items: Sequence[
         for target, regime, group in rerun_groups(items, columns):
             where = Path(scratch) / f"target{children}"
             child_settings = replace(
-                settings, device_spec=target.name, baselines=where / "baselines", update=False, strict=False,
-                find_min_fraction=False, what_if=None, traces_dir=None, artifacts_dir=None, autosave=False,
+                settings,
+                device_spec=target.name,
+                baselines=where / "baselines",
+                update=False,
+                strict=False,
+                find_min_fraction=False,
+                what_if=None,
+                traces_dir=None,
+                artifacts_dir=None,
+                autosave=False,
             )
             arguments = ["--devmem-compile-target", "auto", *target_cache(config, target)]
             if settings.traces_dir is not None:  # the session's traces are its own: a target's go to scratch
@@ -101,7 +123,9 @@ def target_cache(config: pytest.Config, target: Target) -> list[str]:
     if cache is None:
         return []
     try:
-        directory = cache.mkdir("devmem-targets") / "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in target.name)
+        directory = cache.mkdir("devmem-targets") / "".join(
+            ch if ch.isalnum() or ch in "-." else "_" for ch in target.name
+        )
     except OSError:
         return []
     return ["-o", f"cache_dir={directory}"]
@@ -117,8 +141,22 @@ def result_of(item: pytest.Item, target: Target, regime: Regime, outcome: ChildO
     for report in reports:
         data = getattr(report, "devmem_record", None)
         if report.when == "call" and isinstance(data, dict):
-            return TargetResult.from_record(TestRecord.from_json(data), target.name, target.capacity_bytes, why_not_measured(reports), session_regime=session_regime)
-    return TargetResult.not_measured(test_id, target.name, regime.label, target.capacity_bytes, why_not_measured(reports), outcome=_outcome(reports), session_regime=session_regime)
+            return TargetResult.from_record(
+                TestRecord.from_json(data),
+                target.name,
+                target.capacity_bytes,
+                why_not_measured(reports),
+                session_regime=session_regime,
+            )
+    return TargetResult.not_measured(
+        test_id,
+        target.name,
+        regime.label,
+        target.capacity_bytes,
+        why_not_measured(reports),
+        outcome=_outcome(reports),
+        session_regime=session_regime,
+    )
 
 
 def why_not_measured(reports: Sequence[pytest.TestReport]) -> str:

@@ -33,7 +33,7 @@ def gpu_count() -> int:
     """GPUs the NVIDIA driver lists, without initialising CUDA (which would fix CUDA_VISIBLE_DEVICES
     for this process before it can be set): NVML's count where NVML loads (Linux and Windows), else
     the entries of Linux's /proc/driver/nvidia/gpus, else 0 (macOS, or no driver)."""
-    from ..model.driver_info import proc_gpu_count, query_nvml
+    from ..hardware.driver_info import proc_gpu_count, query_nvml
 
     nvml = query_nvml()
     if nvml is not None and nvml.gpus is not None:
@@ -47,13 +47,17 @@ def worker_index(worker_id: str) -> int:
     return int(digits) if digits else 0
 
 
-def plan_workers(regime: Regime | None, fraction_chosen: bool, index: int, count: int, gpus: int, uses_gpu: bool) -> WorkerPlan:
+def plan_workers(
+    regime: Regime | None, fraction_chosen: bool, index: int, count: int, gpus: int, uses_gpu: bool
+) -> WorkerPlan:
     """What worker `index` of `count` should run under."""
     if count <= 1 or regime is None:
         return WorkerPlan(regime)
     if uses_gpu and gpus > 1:
         device = index % gpus
-        return WorkerPlan(regime, str(device), note=f"{count} workers over {gpus} GPUs: one GPU each (CUDA_VISIBLE_DEVICES)")
+        return WorkerPlan(
+            regime, str(device), note=f"{count} workers over {gpus} GPUs: one GPU each (CUDA_VISIBLE_DEVICES)"
+        )
     if fraction_chosen:
         total = regime.fraction * count
         if total > 1.0 + 1e-9:
@@ -65,7 +69,9 @@ def plan_workers(regime: Regime | None, fraction_chosen: bool, index: int, count
                     f"pytest-devmem split the regime's fraction {count} ways"
                 ),
             )
-        return WorkerPlan(regime, note=f"{count} workers share one device, each with the chosen fraction {regime.fraction:g}")
+        return WorkerPlan(
+            regime, note=f"{count} workers share one device, each with the chosen fraction {regime.fraction:g}"
+        )
     share = math.floor(regime.fraction / count * 10000) / 10000
     mode = "fraction" if regime.policy.preallocates else regime.mode
     return WorkerPlan(
@@ -93,17 +99,24 @@ class LargestTests:
             return
         self.kept.append((peak, test_id, trace))
         self.kept.sort(key=lambda item: (-item[0], item[1]))
-        del self.kept[self.limit:]
+        del self.kept[self.limit :]
 
     def to_json(self) -> list[dict[str, object]]:
-        return [{"test_id": test_id, "peak_bytes_in_use": peak, "trace": trace.to_columns()} for peak, test_id, trace in self.kept]
+        return [
+            {"test_id": test_id, "peak_bytes_in_use": peak, "trace": trace.to_columns()}
+            for peak, test_id, trace in self.kept
+        ]
 
     @staticmethod
     def from_json(data: object) -> list[tuple[int, str, Trace]]:
         """What a worker sent; entries that are not its plain data are left out."""
         found = []
         for entry in data if isinstance(data, list) else []:
-            if isinstance(entry, dict) and isinstance(entry.get("test_id"), str) and isinstance(entry.get("peak_bytes_in_use"), int):
+            if (
+                isinstance(entry, dict)
+                and isinstance(entry.get("test_id"), str)
+                and isinstance(entry.get("peak_bytes_in_use"), int)
+            ):
                 try:
                     found.append((entry["peak_bytes_in_use"], entry["test_id"], Trace.from_columns(entry.get("trace"))))
                 except ValueError:

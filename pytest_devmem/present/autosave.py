@@ -48,13 +48,17 @@ def autosave(root: Path, text: str, session: dict[str, object]) -> Path:
     """Write `text` (a JSON report) as the next numbered file of this machine's folder under
     `root/.devmem`; its path. OSError when the folder or file cannot be written."""
     base = root / AUTOSAVE_DIR
-    folder = ensure_directory(base / file_name(str(session.get("machine_id") or "unknown-machine"), keep_case=True), within=base)
+    folder = ensure_directory(
+        base / file_name(str(session.get("machine_id") or "unknown-machine"), keep_case=True), within=base
+    )
     stem = file_stem(session)
     number = next_number(folder)
     for _ in range(CLAIM_ATTEMPTS):
         path = folder / f"{number:04d}_{stem}.json"
         try:
-            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0), 0o666))  # claim the number
+            os.close(
+                os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0), 0o666)
+            )  # claim the number
         except FileExistsError:
             number = max(number + 1, next_number(folder))
             continue

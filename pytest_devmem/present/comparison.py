@@ -11,10 +11,18 @@ from ..gate.tolerance import format_metric
 from ..spreadsheet import csv_cell, csv_writer
 from .text import markdown, markdown_code
 
-
 COLUMNS = ("test", "regime", "device", "metric", "baseline", "now", "delta", "verdict")
 """The Markdown table's columns, in their default order (`devmem compare --columns` picks and orders them)."""
-HEADINGS = {"test": "test", "regime": "regime", "device": "device", "metric": "metric", "baseline": "baseline", "now": "now", "delta": "Δ", "verdict": "verdict"}
+HEADINGS = {
+    "test": "test",
+    "regime": "regime",
+    "device": "device",
+    "metric": "metric",
+    "baseline": "baseline",
+    "now": "now",
+    "delta": "Δ",
+    "verdict": "verdict",
+}
 SORT_KEYS = ("status", "test", "delta", "percent", "now", "baseline")
 """`devmem compare --sort`: by status (failures first), by test id, or by a figure, largest first."""
 
@@ -26,7 +34,9 @@ def parse_columns(spec: str | None) -> tuple[str, ...]:
     names = tuple(name.strip() for name in spec.split(",") if name.strip())
     bad = [name for name in names if name not in COLUMNS]
     if bad or not names:
-        raise ValueError(f"--columns {spec!r}: {'unknown column ' + repr(bad[0]) if bad else 'no column named'}; allowed are {', '.join(COLUMNS)}")
+        raise ValueError(
+            f"--columns {spec!r}: {'unknown column ' + repr(bad[0]) if bad else 'no column named'}; allowed are {', '.join(COLUMNS)}"
+        )
     return names
 
 
@@ -37,13 +47,16 @@ def _row_sort_key(sort: str) -> object:
         value = row.get(sort)
         number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None  # type: ignore[arg-type]
         return (number is None, -(number or 0.0), str(row["test"]))
+
     return key
 
 
 def sort_verdicts(found: list[TestVerdict], sort: str) -> list[TestVerdict]:
     """The verdicts in `--sort` order (JSON output); tables sort their rows the same way."""
     if sort == "status":
-        return sorted(found, key=lambda v: (not v.failing, ORDER.index(v.status) if v.status in ORDER else len(ORDER), v.key))
+        return sorted(
+            found, key=lambda v: (not v.failing, ORDER.index(v.status) if v.status in ORDER else len(ORDER), v.key)
+        )
     if sort == "test":
         return sorted(found, key=lambda v: v.key)
     peak = "peak_bytes_in_use"
@@ -65,8 +78,15 @@ def sort_verdicts(found: list[TestVerdict], sort: str) -> list[TestVerdict]:
 
 
 VERDICT_MARK = {
-    "regressed": "❌ regressed", "out of memory": "❌ out of memory", "improved": "✅ improved", "ok": "ok", "unmeasured": "n/a",
-    "new": "🆕 new", "missing": "⚠️ not run", "not measured": "⚠️ not measured", "not baselined": "⚠️ not baselined",
+    "regressed": "❌ regressed",
+    "out of memory": "❌ out of memory",
+    "improved": "✅ improved",
+    "ok": "ok",
+    "unmeasured": "n/a",
+    "new": "🆕 new",
+    "missing": "⚠️ not run",
+    "not measured": "⚠️ not measured",
+    "not baselined": "⚠️ not baselined",
 }
 
 
@@ -78,33 +98,87 @@ def compare_rows(found: list[TestVerdict], show_all: bool, sort: str = "status")
         test_id, regime, device_class = verdict.key
         base = verdict.base.metrics.get(peak) if verdict.base is not None else None
         now = verdict.new.metrics.get(peak) if verdict.new is not None else None
-        row = {"test": test_id, "regime": regime, "device_class": device_class, "tolerance": verdict.tolerance, "status": verdict.status}
+        row = {
+            "test": test_id,
+            "regime": regime,
+            "device_class": device_class,
+            "tolerance": verdict.tolerance,
+            "status": verdict.status,
+        }
         changes = verdict.comparison.changes if verdict.comparison is not None else []
         shown = [c for c in changes if show_all or c.verdict not in ("ok",)]
         if verdict.status in ("ok", "improved", "regressed", "unmeasured") and changes:
             for change in shown:
-                rows.append({**row, "metric": change.name, "baseline": change.baseline, "now": change.now, "delta": change.delta, "percent": change.percent, "verdict": change.verdict})
+                rows.append(
+                    {
+                        **row,
+                        "metric": change.name,
+                        "baseline": change.baseline,
+                        "now": change.now,
+                        "delta": change.delta,
+                        "percent": change.percent,
+                        "verdict": change.verdict,
+                    }
+                )
             continue
-        detail = verdict.new.oom if verdict.status == "out of memory" and verdict.new is not None else verdict.comparison.reason if verdict.comparison is not None and verdict.comparison.reason else ""
-        rows.append({**row, "metric": peak, "baseline": base, "now": now, "delta": None if base is None or now is None else now - base, "percent": None, "verdict": verdict.status, "detail": detail})
+        detail = (
+            verdict.new.oom
+            if verdict.status == "out of memory" and verdict.new is not None
+            else verdict.comparison.reason
+            if verdict.comparison is not None and verdict.comparison.reason
+            else ""
+        )
+        rows.append(
+            {
+                **row,
+                "metric": peak,
+                "baseline": base,
+                "now": now,
+                "delta": None if base is None or now is None else now - base,
+                "percent": None,
+                "verdict": verdict.status,
+                "detail": detail,
+            }
+        )
     if sort == "status":
-        rows.sort(key=lambda r: (r["verdict"] not in FAILING, ORDER.index(str(r["status"])) if r["status"] in ORDER else len(ORDER)))
+        rows.sort(
+            key=lambda r: (
+                r["verdict"] not in FAILING,
+                ORDER.index(str(r["status"])) if r["status"] in ORDER else len(ORDER),
+            )
+        )
     else:
         rows.sort(key=_row_sort_key(sort))  # type: ignore[arg-type]
     return rows
 
 
-def compare_markdown(found: list[TestVerdict], tolerance_spec: str, show_all: bool, left_out: dict[str, int] | None = None, columns: tuple[str, ...] = COLUMNS, sort: str = "status") -> str:
+def compare_markdown(
+    found: list[TestVerdict],
+    tolerance_spec: str,
+    show_all: bool,
+    left_out: dict[str, int] | None = None,
+    columns: tuple[str, ...] = COLUMNS,
+    sort: str = "status",
+) -> str:
     """The Markdown report of NEW against BASE, for a pull-request comment; `left_out` counts BASE's
     entries of device classes that were not compared (NEW did not measure them)."""
     rows = compare_rows(found, show_all, sort)
     tally = counts(found)
     summary = ", ".join(f"{count} {status}" for status, count in tally.items())
     own = sorted({v.tolerance for v in found if v.tolerance and v.tolerance != tolerance_spec})
-    lines = [f"### Device memory: {summary or 'nothing to compare'}", "", f"Tolerance: `{tolerance_spec}`" + (f"; tests with their own: {', '.join(f'`{t}`' for t in own)}." if own else "."), ""]  # each parsed: no backtick
+    lines = [
+        f"### Device memory: {summary or 'nothing to compare'}",
+        "",
+        f"Tolerance: `{tolerance_spec}`"
+        + (f"; tests with their own: {', '.join(f'`{t}`' for t in own)}." if own else "."),
+        "",
+    ]  # each parsed: no backtick
     if left_out:
         shown = ", ".join(f"{markdown_code(name)} ({count})" for name, count in left_out.items())
-        lines += [f"Not compared: baselines of device classes this run did not measure: {shown} (`--all-classes` lists them, `--device-class` picks).", ""]
+        lines += [
+            f"Not compared: baselines of device classes this run did not measure: {shown} (`--all-classes` lists them, `--device-class` picks).",
+            "",
+        ]
     if rows:
         lines += ["| " + " | ".join(HEADINGS[c] for c in columns) + " |", "|" + "---|" * len(columns)]
         for row in rows:
@@ -114,12 +188,31 @@ def compare_markdown(found: list[TestVerdict], tolerance_spec: str, show_all: bo
             if row.get("detail"):
                 verdict += f": {row['detail']}"
             delta = row["delta"]
-            shown_delta = "—" if delta is None else ("+" if delta >= 0 else "-") + format_metric(name, abs(delta)) + (f" ({row['percent']:+.1f}%)" if row["percent"] is not None else "")  # type: ignore[operator, arg-type]
-            cells = {"test": row["test"], "regime": row["regime"], "device": row["device_class"], "metric": metric, "baseline": _shown(name, row["baseline"]), "now": _shown(name, row["now"]), "delta": shown_delta, "verdict": verdict}
+            shown_delta = (
+                "—"
+                if delta is None
+                else ("+" if delta >= 0 else "-")  # type: ignore[operator, arg-type]
+                + format_metric(name, abs(delta))  # type: ignore[operator, arg-type]
+                + (f" ({row['percent']:+.1f}%)" if row["percent"] is not None else "")
+            )
+            cells = {
+                "test": row["test"],
+                "regime": row["regime"],
+                "device": row["device_class"],
+                "metric": metric,
+                "baseline": _shown(name, row["baseline"]),
+                "now": _shown(name, row["now"]),
+                "delta": shown_delta,
+                "verdict": verdict,
+            }
             lines.append("| " + " | ".join(markdown(str(cells[c])) for c in columns) + " |")
     elif tally:
         lines.append("Every compared test is within tolerance.")
-    growth = [f"- {markdown_code(v.key[0])} [{markdown(v.key[1])}]: {markdown(v.comparison.growth_text())}" for v in found if v.comparison is not None and v.comparison.grew]
+    growth = [
+        f"- {markdown_code(v.key[0])} [{markdown(v.key[1])}]: {markdown(v.comparison.growth_text())}"
+        for v in found
+        if v.comparison is not None and v.comparison.grew
+    ]
     if growth:
         lines += ["", "What grew at the peak:", *growth]
     return "\n".join(lines) + "\n"
@@ -134,12 +227,27 @@ def compare_json(found: list[TestVerdict], tolerance_spec: str, left_out: dict[s
     tests = []
     for verdict in found:
         test_id, regime, device_class = verdict.key
-        tests.append({
-            "test_id": test_id, "regime": regime, "device_class": device_class, "status": verdict.status, "failing": verdict.failing,
-            "tolerance": verdict.tolerance, "oom": verdict.new.oom if verdict.new is not None else None,
-            "comparison": verdict.comparison.to_json() if verdict.comparison is not None else None,
-        })
-    document = {"format": "pytest-devmem-comparison", "version": 1, "tolerance": tolerance_spec, "counts": counts(found), "failing": any(v.failing for v in found), "not_compared_classes": left_out or {}, "tests": tests}
+        tests.append(
+            {
+                "test_id": test_id,
+                "regime": regime,
+                "device_class": device_class,
+                "status": verdict.status,
+                "failing": verdict.failing,
+                "tolerance": verdict.tolerance,
+                "oom": verdict.new.oom if verdict.new is not None else None,
+                "comparison": verdict.comparison.to_json() if verdict.comparison is not None else None,
+            }
+        )
+    document = {
+        "format": "pytest-devmem-comparison",
+        "version": 1,
+        "tolerance": tolerance_spec,
+        "counts": counts(found),
+        "failing": any(v.failing for v in found),
+        "not_compared_classes": left_out or {},
+        "tests": tests,
+    }
     return json.dumps(document, indent=2) + "\n"
 
 
@@ -147,8 +255,22 @@ def compare_csv(found: list[TestVerdict], show_all: bool = True, sort: str = "st
     """One line per figure compared, raw numbers, for spreadsheets and pandas."""
     out = io.StringIO()
     writer = csv_writer(out)
-    columns = ["test", "regime", "device_class", "status", "metric", "baseline", "now", "delta", "percent", "verdict", "tolerance"]
+    columns = [
+        "test",
+        "regime",
+        "device_class",
+        "status",
+        "metric",
+        "baseline",
+        "now",
+        "delta",
+        "percent",
+        "verdict",
+        "tolerance",
+    ]
     writer.writerow(columns)
     for row in compare_rows(found, show_all, sort):
-        writer.writerow(["" if row.get(c) is None else csv_cell(row.get(c)) for c in columns])  # no cell a spreadsheet would run
+        writer.writerow(
+            ["" if row.get(c) is None else csv_cell(row.get(c)) for c in columns]
+        )  # no cell a spreadsheet would run
     return out.getvalue()

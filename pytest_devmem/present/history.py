@@ -8,17 +8,18 @@ simulated 16 GiB device and of an H100 are different series, never one step of +
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..errors import DevmemError
+from ..gate.tolerance import Tolerance, format_metric, format_metrics_apart
 from ..model.pool.policy import canonical_label
 from .autosave import AUTOSAVE_DIR
 from .report import ReportFile, read_report
 from .text import markdown as markdown_text
 from .text import markdown_code, matplotlib_text
-from ..gate.tolerance import Tolerance, format_metric, format_metrics_apart
 
 METRIC = "peak_bytes_in_use"
 
@@ -50,7 +51,9 @@ def report_files(inputs: Sequence[Path]) -> list[Path]:
     those --devmem-autosave kept in .devmem/ here."""
     if not inputs:
         if not Path(AUTOSAVE_DIR).is_dir():
-            raise HistoryError(f"no reports: name JSON reports (--devmem-report=FILE.json) or directories that hold them, or run pytest with --devmem-autosave to keep every run's report in {AUTOSAVE_DIR}/")
+            raise HistoryError(
+                f"no reports: name JSON reports (--devmem-report=FILE.json) or directories that hold them, or run pytest with --devmem-autosave to keep every run's report in {AUTOSAVE_DIR}/"
+            )
         inputs = [Path(AUTOSAVE_DIR)]
     files: list[Path] = []
     for path in inputs:
@@ -111,10 +114,16 @@ def load_frame(files: Sequence[Path]) -> Any:
         for record in report.records:
             if record.get(METRIC) is None:
                 continue
-            rows.append({
-                "order": index, "time": time, "commit": commit, "device_class": str(record.get("device_class", "")),
-                "test": f"{record['test_id']} [{canonical_label(str(record.get('regime', 'prealloc')))}]", METRIC: float(record[METRIC]),  # type: ignore[arg-type]
-            })
+            rows.append(
+                {
+                    "order": index,
+                    "time": time,
+                    "commit": commit,
+                    "device_class": str(record.get("device_class", "")),
+                    "test": f"{record['test_id']} [{canonical_label(str(record.get('regime', 'prealloc')))}]",
+                    METRIC: float(record[METRIC]),  # type: ignore[arg-type]
+                }
+            )
     if not rows:
         raise HistoryError("the reports hold no measured test")
     frame = pd.DataFrame(rows)
@@ -151,11 +160,19 @@ def steps(table: Any, tolerance: Tolerance) -> list[Step]:
 def markdown(table: Any, moved: list[Step], tolerance: Tolerance, last: int = 8, classes: Sequence[str] = ()) -> str:
     """For a job summary: what moved, then the peaks of the tests that moved over the last commits."""
     commits = list(table.columns)
-    lines = [f"### Device memory history: {len(commits)} commit(s), {len(table)} test(s), {len({s.test for s in moved})} moved", "", f"Tolerance: `{tolerance.spec}`."]
+    lines = [
+        f"### Device memory history: {len(commits)} commit(s), {len(table)} test(s), {len({s.test for s in moved})} moved",
+        "",
+        f"Tolerance: `{tolerance.spec}`.",
+    ]
     if len(classes) == 1:
         lines.append(f"Device class: {markdown_code(classes[0])}.")
     elif classes:
-        lines.append("Device classes: " + ", ".join(markdown_code(name) for name in classes) + " (each test is lined up within its own class).")
+        lines.append(
+            "Device classes: "
+            + ", ".join(markdown_code(name) for name in classes)
+            + " (each test is lined up within its own class)."
+        )
     lines.append("")
     if not moved:
         lines.append("No test's peak moved beyond the tolerance.")

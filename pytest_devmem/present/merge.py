@@ -15,13 +15,13 @@ result does not depend on the order the reports are named in: they are taken in 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from ..errors import DevmemError
-from ..model.pool.policy import canonical_label
 from ..gate.targets import TargetTable
 from ..gate.tolerance import METRICS, format_metrics_apart
+from ..model.pool.policy import canonical_label
 from .report import ReportFile
 
 
@@ -68,7 +68,11 @@ def figures(record: dict[str, object]) -> dict[str, object]:
                 for name in METRICS:
                     found[f"{name} on {device.get('device')}"] = device.get(name)
     oom = record.get("oom")
-    found["oom"] = (oom.get("kind") or ("real" if oom.get("real") else "yes")) if isinstance(oom, dict) else ("real" if oom is True else None)
+    found["oom"] = (
+        (oom.get("kind") or ("real" if oom.get("real") else "yes"))
+        if isinstance(oom, dict)
+        else ("real" if oom is True else None)
+    )
     return found
 
 
@@ -93,7 +97,11 @@ def unique_records(report: ReportFile) -> dict[Key, dict[str, object]]:
     compare`, `merge` and `history` read a report's records through this one rule."""
     found: dict[Key, dict[str, object]] = {}
     for record in report.records:
-        key = (str(record["test_id"]), canonical_label(str(record.get("regime") or "prealloc")), str(record.get("device_class") or ""))
+        key = (
+            str(record["test_id"]),
+            canonical_label(str(record.get("regime") or "prealloc")),
+            str(record.get("device_class") or ""),
+        )
         known = found.setdefault(key, record)
         if known is not record and figures(known) != figures(record):
             raise MergeError(
@@ -108,7 +116,10 @@ def shards_of(report: ReportFile) -> list[dict[str, object] | None]:
     """The shard each part of a report ran (`None`: a whole run): its own, or a merged report's parts'."""
     merged = report.session.get("merged_from")
     if isinstance(merged, list):
-        return [part.get("shard") if isinstance(part, dict) and isinstance(part.get("shard"), dict) else None for part in merged]
+        return [
+            part.get("shard") if isinstance(part, dict) and isinstance(part.get("shard"), dict) else None
+            for part in merged
+        ]
     shard = report.session.get("shard")
     return [shard if isinstance(shard, dict) else None]
 
@@ -131,9 +142,15 @@ def missing_shards(report: ReportFile) -> str | None:
     count = total - len(present)
     if count == 0:
         return None
-    missing = list(itertools.islice((group for group in range(1, total + 1) if group not in present), 10))  # never a list of 10**18
+    missing = list(
+        itertools.islice((group for group in range(1, total + 1) if group not in present), 10)
+    )  # never a list of 10**18
     named = ", ".join(map(str, missing)) + (f" and {count - len(missing)} more" if count > len(missing) else "")
-    held = ", ".join(map(str, present[:10])) + (f" and {len(present) - 10} more" if len(present) > 10 else "") if present else "none"
+    held = (
+        ", ".join(map(str, present[:10])) + (f" and {len(present) - 10} more" if len(present) > 10 else "")
+        if present
+        else "none"
+    )
     return (
         f"{report.path} is {'group' if len(present) == 1 else 'groups'} {held} of {total} of a split suite ({str(shards[0].get('plugin'))[:60]}); "
         f"{'group' if count == 1 else 'groups'} {named} missing: compare every group's report together "
@@ -153,11 +170,19 @@ def _mixed(first: ReportFile, other: ReportFile) -> list[str]:
     if (a.get("commit"), a.get("dirty")) != (b.get("commit"), b.get("dirty")):
         shown = [f"{s.get('commit')}{' (dirty)' if s.get('dirty') else ''}" for s in (a, b)]
         said.append(f"{first.path} and {other.path} measured different commits ({shown[0]} and {shown[1]})")
-    runs = [{str(shard.get("run"))[:80] for shard in shards_of(report) if shard is not None} for report in (first, other)]
+    runs = [
+        {str(shard.get("run"))[:80] for shard in shards_of(report) if shard is not None} for report in (first, other)
+    ]
     if runs[0] and runs[1] and runs[0] != runs[1]:
-        said.append(f"{first.path} and {other.path} come from different CI runs ({', '.join(sorted(runs[0]))} and {', '.join(sorted(runs[1]))})")
+        said.append(
+            f"{first.path} and {other.path} come from different CI runs ({', '.join(sorted(runs[0]))} and {', '.join(sorted(runs[1]))})"
+        )
     versions: list[dict[str, object]] = [v if isinstance(v := s.get("versions"), dict) else {} for s in (a, b)]
-    changed = [f"{name} {versions[0].get(name)} and {versions[1].get(name)}" for name in VERSIONS_THAT_MEASURE if versions[0].get(name) != versions[1].get(name)]
+    changed = [
+        f"{name} {versions[0].get(name)} and {versions[1].get(name)}"
+        for name in VERSIONS_THAT_MEASURE
+        if versions[0].get(name) != versions[1].get(name)
+    ]
     if changed:
         said.append(f"{first.path} and {other.path} were measured with different versions: {', '.join(changed)}")
     return said
@@ -169,7 +194,12 @@ def _check_alike(reports: Sequence[ReportFile], same_run: bool = False) -> list[
     a MergeError too with `same_run`."""
     first = reports[0]
     notes: list[str] = []
-    splits = {(str(shard.get("groups")), str(shard.get("plugin"))): (report, shard) for report in reports for shard in shards_of(report) if shard is not None}
+    splits = {
+        (str(shard.get("groups")), str(shard.get("plugin"))): (report, shard)
+        for report in reports
+        for shard in shards_of(report)
+        if shard is not None
+    }
     if len(splits) > 1:
         (one, shard_one), (two, shard_two) = list(splits.values())[:2]
         raise MergeError(
@@ -178,13 +208,19 @@ def _check_alike(reports: Sequence[ReportFile], same_run: bool = False) -> list[
         )
     for other in reports[1:]:
         if other.version != first.version:
-            raise MergeError(f"{first.path} is a version {first.version} report and {other.path} a version {other.version} one: merge reports written by one pytest-devmem (rerun the older shards)")
+            raise MergeError(
+                f"{first.path} is a version {first.version} report and {other.path} a version {other.version} one: merge reports written by one pytest-devmem (rerun the older shards)"
+            )
         classes = (first.session.get("device_class"), other.session.get("device_class"))
         if classes[0] != classes[1]:
-            raise MergeError(f"{first.path} measured on device class {classes[0]!r} and {other.path} on {classes[1]!r}: figures of different devices are never one report (run every shard with the same --devmem-device)")
+            raise MergeError(
+                f"{first.path} measured on device class {classes[0]!r} and {other.path} on {classes[1]!r}: figures of different devices are never one report (run every shard with the same --devmem-device)"
+            )
         if session_regime(other) != session_regime(first):
             shown = [regime or "none (marked tests only)" for regime in (session_regime(first), session_regime(other))]
-            raise MergeError(f"{first.path} ran under session regime {shown[0]} and {other.path} under {shown[1]}: run every shard with the same --devmem-mode and --devmem-fraction")
+            raise MergeError(
+                f"{first.path} ran under session regime {shown[0]} and {other.path} under {shown[1]}: run every shard with the same --devmem-mode and --devmem-fraction"
+            )
         notes += _mixed(first, other)
     if notes and same_run:
         raise MergeError("; ".join(notes) + ": --same-run asks for the shards of one run, measured alike")
@@ -245,8 +281,15 @@ def merged_targets(reports: Sequence[ReportFile]) -> TargetTable | None:
         theirs = [target.name for target in report.targets.targets] if report.targets is not None else None
         if theirs != names:
             shown = ", ".join(theirs) if theirs is not None else "no --devmem-targets"
-            raise MergeError(f"{first_path} ran on targets {', '.join(names)} and {report.path} on {shown}: run every shard with the same --devmem-targets")
-    merged = TargetTable(list(first.targets), [row for _, table in tables for row in table.results], sum(table.children for _, table in tables), "; ".join(sorted({table.skipped for _, table in tables if table.skipped})))
+            raise MergeError(
+                f"{first_path} ran on targets {', '.join(names)} and {report.path} on {shown}: run every shard with the same --devmem-targets"
+            )
+    merged = TargetTable(
+        list(first.targets),
+        [row for _, table in tables for row in table.results],
+        sum(table.children for _, table in tables),
+        "; ".join(sorted({table.skipped for _, table in tables if table.skipped})),
+    )
     merged.sort()
     return merged
 
@@ -264,10 +307,15 @@ def merged_session(reports: Sequence[ReportFile]) -> dict[str, object]:
         if isinstance(earlier, list):
             parts += earlier
             continue
-        parts.append({
-            "report": str(report.path), "records": len(report.records), "commit": report.session.get("commit"),
-            "time": report.session.get("time"), "shard": report.session.get("shard"),
-        })
+        parts.append(
+            {
+                "report": str(report.path),
+                "records": len(report.records),
+                "commit": report.session.get("commit"),
+                "time": report.session.get("time"),
+                "shard": report.session.get("shard"),
+            }
+        )
     session["merged_from"] = parts
     return session
 
@@ -278,4 +326,10 @@ def shard_run(session: dict[str, object]) -> tuple[str, ...] | None:
     shard = session.get("shard")
     if not isinstance(shard, dict):
         return None
-    return (str(session.get("commit")), str(session.get("dirty")), str(shard.get("run")), str(shard.get("groups")), str(shard.get("plugin")))
+    return (
+        str(session.get("commit")),
+        str(session.get("dirty")),
+        str(shard.get("run")),
+        str(shard.get("groups")),
+        str(shard.get("plugin")),
+    )

@@ -61,10 +61,19 @@ def maps(view: TimelineView) -> list[tuple[str, list[PoolView], set[int], list[s
     and each device's at its most fragmented, where that is marked, with the buffers that pin its holes."""
     drawn = []
     if view.oom and view.oom_pools:
-        drawn.append((f"memory map of {view.oom.get('device')} when it ran out of memory", view.oom_pools, view.oom_pinned, view.oom_pins))
+        drawn.append(
+            (
+                f"memory map of {view.oom.get('device')} when it ran out of memory",
+                view.oom_pools,
+                view.oom_pinned,
+                view.oom_pins,
+            )
+        )
     elif view.headline is not None:
         lane = view.headline
-        drawn.append((f"memory map of {lane.device} at its peak (event {lane.peak_event})", lane.pools_at_peak, set(), []))
+        drawn.append(
+            (f"memory map of {lane.device} at its peak (event {lane.peak_event})", lane.pools_at_peak, set(), [])
+        )
     for lane in view.lanes:
         shown = lane.map_fragmentation if lane.map_fragmentation is not None else lane.worst_fragmentation
         if lane.pools_at_worst and (shown or 0.0) >= MARKED_FRAGMENTATION and not view.oom:
@@ -96,7 +105,9 @@ class BaselineSide:
     profile: tuple[str, int, list[int], list[int]] | None
 
 
-def write_plot(view: TimelineView, path: str | os.PathLike[str], title: str, baseline: BaselineSide | None = None) -> None:
+def write_plot(
+    view: TimelineView, path: str | os.PathLike[str], title: str, baseline: BaselineSide | None = None
+) -> None:
     """A PNG or a self-contained HTML file, by the extension, written atomically; ValueError for
     another extension, OSError (naming the file) when it cannot be written. With `baseline` (a
     failure's artifact), the HTML shows the baseline beside the run."""
@@ -164,7 +175,9 @@ def peak_text(lane: DeviceLane, holders: int = 3) -> str:
     if lane.peak_event < 0:
         return f"{lane.device}: nothing allocated"
     who = ", ".join(f"{name} {format_size(size)}" for name, size in list(lane.at_peak.items())[:holders])
-    return f"{lane.device}: peak in use {format_size(lane.peak_in_use)} at event {lane.peak_event}" + (f" ({who})" if who else "")
+    return f"{lane.device}: peak in use {format_size(lane.peak_in_use)} at event {lane.peak_event}" + (
+        f" ({who})" if who else ""
+    )
 
 
 def render_png(view: TimelineView, path: str | os.PathLike[str], title: str) -> None:
@@ -174,10 +187,21 @@ def render_png(view: TimelineView, path: str | os.PathLike[str], title: str) -> 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ValueError("a PNG needs matplotlib (pip install 'pytest-devmem[plot]'); an .html file needs nothing") from None
+        raise ValueError(
+            "a PNG needs matplotlib (pip install 'pytest-devmem[plot]'); an .html file needs nothing"
+        ) from None
     drawn = maps(view)
-    heights = [1.9, 1.0] * len(view.lanes) + [1.0] + [max(1.0, 0.35 * sum(len(pool.region_sizes) for pool in pools) + 0.6 + 0.15 * len(pins)) for _, pools, _, pins in drawn]
-    figure, grid = plt.subplots(len(heights), 1, figsize=(11, sum(heights) + 1.2), gridspec_kw={"height_ratios": heights}, squeeze=False)
+    heights = (
+        [1.9, 1.0] * len(view.lanes)
+        + [1.0]
+        + [
+            max(1.0, 0.35 * sum(len(pool.region_sizes) for pool in pools) + 0.6 + 0.15 * len(pins))
+            for _, pools, _, pins in drawn
+        ]
+    )
+    figure, grid = plt.subplots(
+        len(heights), 1, figsize=(11, sum(heights) + 1.2), gridspec_kw={"height_ratios": heights}, squeeze=False
+    )
     axes = list(grid[:, 0])  # a trace with no events has the fragmentation panel alone
     last = max(0, view.events - 1)
     colours = owner_colours(view)
@@ -193,7 +217,7 @@ def render_png(view: TimelineView, path: str | os.PathLike[str], title: str) -> 
     frag.set_xlabel("event", fontsize=8)
     if len(view.lanes) > 1:
         frag.legend(fontsize=7, loc="upper left")
-    for axis, (caption, pools, pinned, pins) in zip(axes[2 * len(view.lanes) + 1:], drawn):
+    for axis, (caption, pools, pinned, pins) in zip(axes[2 * len(view.lanes) + 1 :], drawn):
         _png_map(axis, pools, caption, colours, plt, pinned, pins)
     figure.suptitle(matplotlib_text(title), fontsize=10)
     figure.tight_layout()
@@ -225,7 +249,14 @@ def _png_lane(axis: object, held_axis: object, lane: DeviceLane, view: TimelineV
     hx.set_xlim(0, max(1, last))  # type: ignore[attr-defined]
     hx.set_ylabel(f"held ({held_unit})", fontsize=8)  # type: ignore[attr-defined]
     hx.legend(loc="upper left", fontsize=7)  # type: ignore[attr-defined]
-    hx.set_title(matplotlib_text(f"{lane.device}: held from the device (grey), at most {format_size(lane.peak_reserved)}, with in use on the same scale"), fontsize=7, loc="left", color="#555555")  # type: ignore[attr-defined]
+    hx.set_title(  # type: ignore[attr-defined]
+        matplotlib_text(
+            f"{lane.device}: held from the device (grey), at most {format_size(lane.peak_reserved)}, with in use on the same scale"
+        ),
+        fontsize=7,
+        loc="left",
+        color="#555555",
+    )
     oom = view.oom
     if oom and oom.get("device") == lane.device:
         event = int(oom.get("event", 0))  # type: ignore[call-overload]
@@ -234,7 +265,15 @@ def _png_lane(axis: object, held_axis: object, lane: DeviceLane, view: TimelineV
         hx.set_title(matplotlib_text(oom_caption(view)), color=OOM_COLOUR, fontsize=8, loc="left")  # type: ignore[attr-defined]  # in place of the held panel's own title: never over a line or the peak's title
 
 
-def _png_map(axis: object, pools: list[PoolView], caption: str, colours: dict[str, str], plt: object, pinned: set[int], pins: list[str]) -> None:
+def _png_map(
+    axis: object,
+    pools: list[PoolView],
+    caption: str,
+    colours: dict[str, str],
+    plt: object,
+    pinned: set[int],
+    pins: list[str],
+) -> None:
     ax = axis  # type: ignore[assignment]
     labels, row = [], 0
     for pool in pools:
@@ -246,15 +285,37 @@ def _png_map(axis: object, pools: list[PoolView], caption: str, colours: dict[st
                 width = min(chunk.size, extent - chunk.offset)
                 colour = colours.get(chunk.owner, PALETTE[-1]) if chunk.owner else FREE_COLOUR
                 marked = chunk.event in pinned
-                ax.barh(row, width / MiB, left=chunk.offset / MiB, color=colour, edgecolor="black" if marked else "white", linewidth=1.5 if marked else 0.5)  # type: ignore[attr-defined]
+                ax.barh(  # type: ignore[attr-defined]
+                    row,
+                    width / MiB,
+                    left=chunk.offset / MiB,
+                    color=colour,
+                    edgecolor="black" if marked else "white",
+                    linewidth=1.5 if marked else 0.5,
+                )
             labels.append(matplotlib_text(f"{allocator_name(pool.allocator)} region {region} ({format_size(size)})"))
             row += 1
     ax.set_yticks(range(len(labels)), labels, fontsize=7)  # type: ignore[attr-defined]
     ax.invert_yaxis()  # type: ignore[attr-defined]
-    ax.set_xlabel("\n".join(matplotlib_text(line) for line in [f"MiB from the region's start ({MAP_SHOWN})", *(f"pinning: {pin}" for pin in pins)]), fontsize=7)  # type: ignore[attr-defined]
+    ax.set_xlabel(  # type: ignore[attr-defined]
+        "\n".join(
+            matplotlib_text(line)
+            for line in [f"MiB from the region's start ({MAP_SHOWN})", *(f"pinning: {pin}" for pin in pins)]
+        ),
+        fontsize=7,
+    )
     ax.set_title(matplotlib_text(f"{caption}: coloured in use, grey free"), fontsize=9)  # type: ignore[attr-defined]
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colour) for colour in colours.values()] + [plt.Rectangle((0, 0), 1, 1, color=FREE_COLOUR)]  # type: ignore[attr-defined]
-    ax.legend(handles, [*(matplotlib_text(owner) for owner in colours), "free"], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # type: ignore[attr-defined]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colour) for colour in colours.values()] + [  # type: ignore[attr-defined]
+        plt.Rectangle((0, 0), 1, 1, color=FREE_COLOUR)  # type: ignore[attr-defined]
+    ]
+    ax.legend(  # type: ignore[attr-defined]
+        handles,
+        [*(matplotlib_text(owner) for owner in colours), "free"],
+        fontsize=7,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        borderaxespad=0.0,
+    )
 
 
 # -- HTML ------------------------------------------------------------------------------------
@@ -266,11 +327,22 @@ def _x(event: float, last: int) -> float:
     return LEFT + (event / max(1, last)) * WIDTH
 
 
-def _svg_points(xs: list[float], ys: list[float], last: int, scale: float, top: float, height: float = LANE_HEIGHT) -> str:
+def _svg_points(
+    xs: list[float], ys: list[float], last: int, scale: float, top: float, height: float = LANE_HEIGHT
+) -> str:
     return " ".join(f"{_x(x, last):.1f},{top + height - (y / scale) * height:.1f}" for x, y in zip(xs, ys))
 
 
-def _band(values: list[int], events: list[int], last: int, top: float, height: float, scale: float, colour: str, fill: bool = False) -> str:
+def _band(
+    values: list[int],
+    events: list[int],
+    last: int,
+    top: float,
+    height: float,
+    scale: float,
+    colour: str,
+    fill: bool = False,
+) -> str:
     xs, ys = _steps(events, [float(v) for v in values], last)
     if not xs:
         return ""
@@ -287,7 +359,9 @@ def _y_ticks(top: float, height: float, scale: float, largest: int) -> str:
     parts = []
     for value in (0.0, largest / 2, float(largest)):
         y = top + height - (value / scale) * height
-        parts.append(f"<line x1='{LEFT - 4}' y1='{y:.1f}' x2='{LEFT}' y2='{y:.1f}' stroke='#666'/><text x='{LEFT - 6}' y='{y + 4:.1f}' font-size='10' text-anchor='end'>{value / size:.3g} {unit}</text>")
+        parts.append(
+            f"<line x1='{LEFT - 4}' y1='{y:.1f}' x2='{LEFT}' y2='{y:.1f}' stroke='#666'/><text x='{LEFT - 6}' y='{y + 4:.1f}' font-size='10' text-anchor='end'>{value / size:.3g} {unit}</text>"
+        )
     return "".join(parts)
 
 
@@ -296,8 +370,12 @@ def _x_ticks(top: float, last: int) -> str:
     parts = [f"<line x1='{LEFT}' y1='{top:.1f}' x2='{LEFT + WIDTH}' y2='{top:.1f}' stroke='#666'/>"]
     for event in nice_ticks(last):
         x = _x(event, last)
-        parts.append(f"<line x1='{x:.1f}' y1='{top:.1f}' x2='{x:.1f}' y2='{top + 4:.1f}' stroke='#666'/><text x='{x:.1f}' y='{top + 15:.1f}' font-size='10' text-anchor='middle'>{event}</text>")
-    parts.append(f"<text x='{LEFT + WIDTH / 2:.0f}' y='{top + 28:.1f}' font-size='10' text-anchor='middle'>event</text>")
+        parts.append(
+            f"<line x1='{x:.1f}' y1='{top:.1f}' x2='{x:.1f}' y2='{top + 4:.1f}' stroke='#666'/><text x='{x:.1f}' y='{top + 15:.1f}' font-size='10' text-anchor='middle'>{event}</text>"
+        )
+    parts.append(
+        f"<text x='{LEFT + WIDTH / 2:.0f}' y='{top + 28:.1f}' font-size='10' text-anchor='middle'>event</text>"
+    )
     return "".join(parts)
 
 
@@ -328,14 +406,22 @@ def _lane_svg(lane: DeviceLane, view: TimelineView, last: int, in_use_top: int |
     if lane.peak_event >= 0:
         x = _x(lane.peak_event, last)
         y = top + LANE_HEIGHT - (lane.peak_in_use / in_use_scale) * LANE_HEIGHT
-        parts.append(f"<line x1='{x:.1f}' y1='{top}' x2='{x:.1f}' y2='{top + LANE_HEIGHT}' stroke='{OOM_COLOUR}' stroke-dasharray='2 3' stroke-width='0.8'/>")
-        parts.append(f"<circle cx='{x:.1f}' cy='{y:.1f}' r='4' fill='{OOM_COLOUR}'><title>peak {format_size(lane.peak_in_use)} after event {lane.peak_event}</title></circle>")
+        parts.append(
+            f"<line x1='{x:.1f}' y1='{top}' x2='{x:.1f}' y2='{top + LANE_HEIGHT}' stroke='{OOM_COLOUR}' stroke-dasharray='2 3' stroke-width='0.8'/>"
+        )
+        parts.append(
+            f"<circle cx='{x:.1f}' cy='{y:.1f}' r='4' fill='{OOM_COLOUR}'><title>peak {format_size(lane.peak_in_use)} after event {lane.peak_event}</title></circle>"
+        )
         anchor = "end" if lane.peak_event > last / 2 else "start"
-        parts.append(f"<text x='{x:.1f}' y='{top - 6:.1f}' font-size='11' fill='{OOM_COLOUR}' text-anchor='{anchor}'>peak {format_size(lane.peak_in_use)}</text>")  # in the margin above the plot
+        parts.append(
+            f"<text x='{x:.1f}' y='{top - 6:.1f}' font-size='11' fill='{OOM_COLOUR}' text-anchor='{anchor}'>peak {format_size(lane.peak_in_use)}</text>"
+        )  # in the margin above the plot
     oom = view.oom
     if oom and oom.get("device") == lane.device:
         x = _x(int(oom.get("event", 0)), last)  # type: ignore[call-overload]
-        parts.append(f"<line x1='{x:.1f}' y1='{top}' x2='{x:.1f}' y2='{axis_top}' stroke='{OOM_COLOUR}' stroke-width='2'><title>{html_text(oom_caption(view))}</title></line>")
+        parts.append(
+            f"<line x1='{x:.1f}' y1='{top}' x2='{x:.1f}' y2='{axis_top}' stroke='{OOM_COLOUR}' stroke-width='2'><title>{html_text(oom_caption(view))}</title></line>"
+        )
     parts.append("</svg>")
     return "\n".join(parts)
 
@@ -350,8 +436,12 @@ def _fragmentation_svg(view: TimelineView, last: int) -> str:
     ]
     for i, lane in enumerate(view.lanes):
         xs, ys = _steps(lane.events, lane.fragmentation, last)
-        points = " ".join(f"{LEFT + (x / max(1, last)) * WIDTH:.1f},{5 + height - y * height:.1f}" for x, y in zip(xs, ys))
-        parts.append(f"<polyline fill='none' stroke='{PALETTE[i % len(PALETTE)]}' points='{points}'><title>{html_text(lane.device)}</title></polyline>")
+        points = " ".join(
+            f"{LEFT + (x / max(1, last)) * WIDTH:.1f},{5 + height - y * height:.1f}" for x, y in zip(xs, ys)
+        )
+        parts.append(
+            f"<polyline fill='none' stroke='{PALETTE[i % len(PALETTE)]}' points='{points}'><title>{html_text(lane.device)}</title></polyline>"
+        )
     parts.append(_x_ticks(5 + height, last))
     parts.append("</svg>")
     return "\n".join(parts)
@@ -377,20 +467,30 @@ def render_html(view: TimelineView, title: str, baseline: BaselineSide | None = 
         parts.append(f"<p class='oom'>{html_text(oom_caption(view))}</p>")
     shared_top = None
     if baseline is not None and head is not None:  # the run and its baseline on one scale
-        shared_top = max(max(head.in_use, default=0), max(baseline.profile[3], default=0) if baseline.profile else 0, baseline.peak_bytes_in_use or 0)
+        shared_top = max(
+            max(head.in_use, default=0),
+            max(baseline.profile[3], default=0) if baseline.profile else 0,
+            baseline.peak_bytes_in_use or 0,
+        )
     parts += [_lane_svg(lane, view, last, shared_top if lane is head else None) for lane in view.lanes]
     if baseline is not None and head is not None:
         parts.append(_baseline_html(baseline, head, shared_top or 0))
     parts.append(_fragmentation_svg(view, last))
     if head is not None:
-        parts.append(f"<h3>Who held the memory at the peak of {html_text(head.device)}</h3><table><tr><th></th><th>holder</th><th>bytes</th></tr>")
+        parts.append(
+            f"<h3>Who held the memory at the peak of {html_text(head.device)}</h3><table><tr><th></th><th>holder</th><th>bytes</th></tr>"
+        )
         for owner, size in head.at_peak.items():
-            parts.append(f"<tr><td style='background:{colours.get(owner, PALETTE[-1])}'>&nbsp;&nbsp;</td><td>{html_text(owner)}</td><td>{format_size(size)}</td></tr>")
+            parts.append(
+                f"<tr><td style='background:{colours.get(owner, PALETTE[-1])}'>&nbsp;&nbsp;</td><td>{html_text(owner)}</td><td>{format_size(size)}</td></tr>"
+            )
         parts.append("</table>")
     for caption, pools, pinned, pins in maps(view):
         parts.append(_map_svg(pools, caption, colours, pinned))
         if pins:
-            parts.append("<p>The holes are pinned by:</p><ul>" + "".join(f"<li>{html_text(pin)}</li>" for pin in pins) + "</ul>")
+            parts.append(
+                "<p>The holes are pinned by:</p><ul>" + "".join(f"<li>{html_text(pin)}</li>" for pin in pins) + "</ul>"
+            )
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
@@ -398,7 +498,9 @@ def render_html(view: TimelineView, title: str, baseline: BaselineSide | None = 
 def _baseline_html(baseline: BaselineSide, head: DeviceLane, top_value: int) -> str:
     """The baseline beside the run: its memory over its own events on the run's in-use scale, and who
     held the memory at each peak."""
-    parts = [f"<h2>Baseline beside this run</h2><p>{html_text(baseline.file)}: peak in use {format_size(baseline.peak_bytes_in_use) if baseline.peak_bytes_in_use is not None else 'not stored'}; this run: {format_size(head.peak_in_use)} on {html_text(head.device)}.</p>"]
+    parts = [
+        f"<h2>Baseline beside this run</h2><p>{html_text(baseline.file)}: peak in use {format_size(baseline.peak_bytes_in_use) if baseline.peak_bytes_in_use is not None else 'not stored'}; this run: {format_size(head.peak_in_use)} on {html_text(head.device)}.</p>"
+    ]
     if baseline.profile is not None:
         device, events, xs, ys = baseline.profile
         last = max(0, events - 1)
@@ -414,19 +516,29 @@ def _baseline_html(baseline: BaselineSide, head: DeviceLane, top_value: int) -> 
             "</svg>",
         ]
     else:
-        parts.append("<p>The baseline stores no profile of its memory over its events (recorded by an older pytest-devmem): refresh it with --devmem-update to draw it here.</p>")
+        parts.append(
+            "<p>The baseline stores no profile of its memory over its events (recorded by an older pytest-devmem): refresh it with --devmem-update to draw it here.</p>"
+        )
     names = list(dict.fromkeys([*head.at_peak, *baseline.contributors]))
-    parts.append(f"<h3>Who held the memory at each peak</h3><table><tr><th>holder</th><th>at the baseline's peak</th><th>at this run's peak ({html_text(head.device)})</th></tr>")
+    parts.append(
+        f"<h3>Who held the memory at each peak</h3><table><tr><th>holder</th><th>at the baseline's peak</th><th>at this run's peak ({html_text(head.device)})</th></tr>"
+    )
     for name in names:
         before, now = baseline.contributors.get(name), head.at_peak.get(name)
-        parts.append(f"<tr><td>{html_text(name)}</td><td>{format_size(before) if before is not None else '—'}</td><td>{format_size(now) if now is not None else '—'}</td></tr>")
+        parts.append(
+            f"<tr><td>{html_text(name)}</td><td>{format_size(before) if before is not None else '—'}</td><td>{format_size(now) if now is not None else '—'}</td></tr>"
+        )
     parts.append("</table><p>The baseline keeps its five largest holders; a holder it does not name shows —.</p>")
     return "\n".join(parts)
 
 
 def _map_svg(pools: list[PoolView], caption: str, colours: dict[str, str], pinned: set[int]) -> str:
     row, width, label_width = 26, 900.0, 230.0
-    rows = [(pool, region, size, extent) for pool in pools for region, (size, extent) in enumerate(zip(pool.region_sizes, map_extent(pool)))]
+    rows = [
+        (pool, region, size, extent)
+        for pool in pools
+        for region, (size, extent) in enumerate(zip(pool.region_sizes, map_extent(pool)))
+    ]
     parts = [
         f"<h3>{html_text(caption)} ({html_text(MAP_SHOWN)}): coloured in use, grey free</h3>",
         f"<svg xmlns='http://www.w3.org/2000/svg' width='{width + label_width + 10:.0f}' height='{row * len(rows) + 10}'>",
@@ -434,14 +546,19 @@ def _map_svg(pools: list[PoolView], caption: str, colours: dict[str, str], pinne
     scale = width / max((extent for *_, extent in rows), default=1)
     for index, (pool, region, size, extent) in enumerate(rows):
         y = index * row + 4
-        parts.append(f"<text x='0' y='{y + 15}' font-size='11'>{html_text(allocator_name(pool.allocator))} region {region} ({format_size(size)})</text>")
+        parts.append(
+            f"<text x='0' y='{y + 15}' font-size='11'>{html_text(allocator_name(pool.allocator))} region {region} ({format_size(size)})</text>"
+        )
         for chunk in pool.chunks:
             if chunk.region != region or chunk.offset >= extent:
                 continue
             shown = min(chunk.size, extent - chunk.offset)
             colour = colours.get(chunk.owner, PALETTE[-1]) if chunk.owner else FREE_COLOUR
             marked = chunk.event in pinned
-            label = html_text(f"{chunk.owner or 'free'}: {format_size(chunk.size)} at +{format_size(chunk.offset)}" + (" (pins the holes beside it)" if marked else ""))
+            label = html_text(
+                f"{chunk.owner or 'free'}: {format_size(chunk.size)} at +{format_size(chunk.offset)}"
+                + (" (pins the holes beside it)" if marked else "")
+            )
             stroke = "stroke='black' stroke-width='2'" if marked else "stroke='white' stroke-width='0.5'"
             parts.append(
                 f"<rect x='{label_width + chunk.offset * scale:.2f}' y='{y}' width='{max(shown * scale, 0.5):.2f}' height='{row - 8}' "

@@ -5,9 +5,9 @@ from __future__ import annotations
 import io
 import json
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from ..errors import FileFormatError
 from ..files import read_json
@@ -71,16 +71,36 @@ def table_rows(records: Iterable[TestRecord], per_device: bool = True) -> list[t
         peak = _size(r.peak_bytes_in_use)
         if r.device_count > 1:
             peak += f" (max of {r.device_count} devices: {r.peak_device})"
-        rows.append((r.test_id, r.regime, peak, _size(r.peak_bytes_reserved), _fragmentation(r), oom_summary(r.oom), r.outcome, _saw_memory(r)))
+        rows.append(
+            (
+                r.test_id,
+                r.regime,
+                peak,
+                _size(r.peak_bytes_reserved),
+                _fragmentation(r),
+                oom_summary(r.oom),
+                r.outcome,
+                _saw_memory(r),
+            )
+        )
         if per_device and r.device_count > 1:
             for device in r.devices or []:
-                rows.append((
-                    f"  {device.get('device')}", "",
-                    _size(device.get("peak_bytes_in_use")),  # type: ignore[arg-type]
-                    _size(device.get("peak_bytes_reserved")),  # type: ignore[arg-type]
-                    _fraction(device.get("fragmentation")),  # type: ignore[arg-type]
-                    "", "", ", ".join(str(a.get("allocator")) for a in device.get("allocators") or [] if isinstance(a, dict)),  # type: ignore[attr-defined]
-                ))
+                rows.append(
+                    (
+                        f"  {device.get('device')}",
+                        "",
+                        _size(device.get("peak_bytes_in_use")),  # type: ignore[arg-type]
+                        _size(device.get("peak_bytes_reserved")),  # type: ignore[arg-type]
+                        _fraction(device.get("fragmentation")),  # type: ignore[arg-type]
+                        "",
+                        "",
+                        ", ".join(
+                            str(a.get("allocator"))
+                            for a in device.get("allocators") or []  # type: ignore[attr-defined]
+                            if isinstance(a, dict)
+                        ),
+                    )
+                )
     return rows
 
 
@@ -135,26 +155,72 @@ def csv_text(records: Sequence[TestRecord], targets: TargetTable | None = None) 
     out = io.StringIO()
     writer = csv_writer(out)
     extra = csv_header(targets.targets) if targets is not None else []
-    writer.writerow([csv_cell(cell) for cell in ("test_id", "regime", "device", "device_class", "peak_bytes_in_use", "peak_bytes_reserved", "fragmentation", "oom", "outcome", "limit_bytes", "duration_s", "sources", "allocators", "peak_device", "devices", *extra)])
+    writer.writerow(
+        [
+            csv_cell(cell)
+            for cell in (
+                "test_id",
+                "regime",
+                "device",
+                "device_class",
+                "peak_bytes_in_use",
+                "peak_bytes_reserved",
+                "fragmentation",
+                "oom",
+                "outcome",
+                "limit_bytes",
+                "duration_s",
+                "sources",
+                "allocators",
+                "peak_device",
+                "devices",
+                *extra,
+            )
+        ]
+    )
     for r in records:
-        writer.writerow([csv_cell(cell) for cell in (  # no cell a spreadsheet would run
-            r.test_id, r.regime, r.device, r.device_class,
-            "" if r.peak_bytes_in_use is None else r.peak_bytes_in_use,
-            "" if r.peak_bytes_reserved is None else r.peak_bytes_reserved,
-            "" if r.fragmentation is None else f"{r.fragmentation:.6f}",
-            oom_summary(r.oom) if r.oom else "", r.outcome,
-            "" if r.limit_bytes is None else r.limit_bytes,
-            f"{r.duration_s:.6f}", ";".join(r.measured_by), ";".join(allocators(r)), r.peak_device or "", r.device_count,
-            *(csv_cells(targets, r.test_id, r.regime) if targets is not None else []),
-        )])
+        writer.writerow(
+            [
+                csv_cell(cell)
+                for cell in (  # no cell a spreadsheet would run
+                    r.test_id,
+                    r.regime,
+                    r.device,
+                    r.device_class,
+                    "" if r.peak_bytes_in_use is None else r.peak_bytes_in_use,
+                    "" if r.peak_bytes_reserved is None else r.peak_bytes_reserved,
+                    "" if r.fragmentation is None else f"{r.fragmentation:.6f}",
+                    oom_summary(r.oom) if r.oom else "",
+                    r.outcome,
+                    "" if r.limit_bytes is None else r.limit_bytes,
+                    f"{r.duration_s:.6f}",
+                    ";".join(r.measured_by),
+                    ";".join(allocators(r)),
+                    r.peak_device or "",
+                    r.device_count,
+                    *(csv_cells(targets, r.test_id, r.regime) if targets is not None else []),
+                )
+            ]
+        )
     return out.getvalue()
 
 
-def json_text(records: Sequence[TestRecord], session: dict[str, object], unrecorded: Sequence[dict[str, str]] = (), targets: TargetTable | None = None) -> str:
+def json_text(
+    records: Sequence[TestRecord],
+    session: dict[str, object],
+    unrecorded: Sequence[dict[str, str]] = (),
+    targets: TargetTable | None = None,
+) -> str:
     """The JSON report. `unrecorded`: the measured tests skipped at setup ({test_id, regime, device,
     reason}), which a baseline refresh from reports (`devmem merge --baselines`) stores as
     `--devmem-update` does. `targets`: with --devmem-targets, every test on every target."""
-    document: dict[str, object] = {"format": FORMAT, "version": VERSION, "session": session, "records": [r.to_json() for r in records], "unrecorded": list(unrecorded)}
+    document: dict[str, object] = {
+        "format": FORMAT,
+        "version": VERSION,
+        "session": session,
+        "records": [r.to_json() for r in records],
+        "unrecorded": list(unrecorded),
+    }
     if targets is not None:
         document["targets"] = targets.to_json()
     return json.dumps(document, indent=2) + "\n"
@@ -164,14 +230,25 @@ def benchmark_json(records: Sequence[TestRecord]) -> str:
     """github-action-benchmark's `customSmallerIsBetter` input: one entry per measured test, its peak
     in bytes, so a repository gets hosted history charts and alerts from that action."""
     entries = [
-        {"name": f"{r.test_id} [{r.regime}]", "unit": "bytes", "value": r.peak_bytes_in_use, "extra": f"peak reserved {_size(r.peak_bytes_reserved)}; device {r.device}"}
+        {
+            "name": f"{r.test_id} [{r.regime}]",
+            "unit": "bytes",
+            "value": r.peak_bytes_in_use,
+            "extra": f"peak reserved {_size(r.peak_bytes_reserved)}; device {r.device}",
+        }
         for r in records
         if r.peak_bytes_in_use is not None
     ]
     return json.dumps(entries, indent=2) + "\n"
 
 
-def render(path: str | os.PathLike[str], records: Sequence[TestRecord], session: dict[str, object], unrecorded: Sequence[dict[str, str]] = (), targets: TargetTable | None = None) -> str:
+def render(
+    path: str | os.PathLike[str],
+    records: Sequence[TestRecord],
+    session: dict[str, object],
+    unrecorded: Sequence[dict[str, str]] = (),
+    targets: TargetTable | None = None,
+) -> str:
     """The report text for `path`'s extension; ValueError for an extension not in REPORT_FORMATS."""
     suffix = Path(path).suffix.lower()
     if suffix == ".json":
@@ -222,14 +299,18 @@ def read_report(path: str | os.PathLike[str]) -> ReportFile:
         raise ReportFormatError(str(exc)) from None
     shown = os.fspath(path)
     if not isinstance(document, dict) or not isinstance(document.get("records"), list) or "session" not in document:
-        raise ReportFormatError(f"{shown}:1: not a pytest-devmem JSON report (--devmem-report=FILE.json): it needs \"session\" and a list of \"records\"")
+        raise ReportFormatError(
+            f'{shown}:1: not a pytest-devmem JSON report (--devmem-report=FILE.json): it needs "session" and a list of "records"'
+        )
     if "format" in document and (document.get("format") != FORMAT or document.get("version") not in READABLE_VERSIONS):
-        raise ReportFormatError(f"{shown}: a {str(document.get('format'))[:60]!r} version {str(document.get('version'))[:20]!r} report; this devmem reads {FORMAT!r} versions {', '.join(map(str, READABLE_VERSIONS))}")
+        raise ReportFormatError(
+            f"{shown}: a {str(document.get('format'))[:60]!r} version {str(document.get('version'))[:20]!r} report; this devmem reads {FORMAT!r} versions {', '.join(map(str, READABLE_VERSIONS))}"
+        )
     session = document["session"]
     if not isinstance(session, dict):
-        raise ReportFormatError(f"{shown}: \"session\" must be an object, not {type(session).__name__}")
+        raise ReportFormatError(f'{shown}: "session" must be an object, not {type(session).__name__}')
     if not isinstance(session.get("versions", {}), dict):
-        raise ReportFormatError(f"{shown}: \"session\".\"versions\" must be an object")
+        raise ReportFormatError(f'{shown}: "session"."versions" must be an object')
     records = document["records"]
     for index, record in enumerate(records):
         problem = _record_problem(record)
@@ -239,7 +320,11 @@ def read_report(path: str | os.PathLike[str]) -> ReportFile:
             line = _line_of(text, json.dumps(test_id)) if isinstance(test_id, str) else 1
             raise ReportFormatError(f"{shown}:{line}: record {index}{named}: {problem}")
     unrecorded = document.get("unrecorded", [])
-    if not isinstance(unrecorded, list) or not all(isinstance(entry, dict) and all(isinstance(entry.get(name), str) for name in ("test_id", "regime", "device", "reason")) for entry in unrecorded):
+    if not isinstance(unrecorded, list) or not all(
+        isinstance(entry, dict)
+        and all(isinstance(entry.get(name), str) for name in ("test_id", "regime", "device", "reason"))
+        for entry in unrecorded
+    ):
         raise ReportFormatError(f"{shown}:{_line_of(text, json.dumps('unrecorded'))}: {UNRECORDED_RULE}")
     version = document.get("version", 1)
     targets = None
@@ -271,21 +356,27 @@ def _record_problem(record: object) -> str | None:
         try:
             parse_tolerance(tolerance)
         except ValueError as exc:
-            return f"\"tolerance\": {exc}"
+            return f'"tolerance": {exc}'
     trace = record.get("trace")
-    if trace is not None and (not isinstance(trace, dict) or not isinstance(trace.get("file", ""), str) or not isinstance(trace.get("at_peak", {}), dict)):
-        return "\"trace\" must be an object whose \"file\" is text and \"at_peak\" an object"
+    if trace is not None and (
+        not isinstance(trace, dict)
+        or not isinstance(trace.get("file", ""), str)
+        or not isinstance(trace.get("at_peak", {}), dict)
+    ):
+        return '"trace" must be an object whose "file" is text and "at_peak" an object'
     devices = record.get("devices")
     if devices is not None:
-        if not isinstance(devices, list) or not all(isinstance(d, dict) and isinstance(d.get("device"), str) for d in devices):
-            return "\"devices\" must be a list of objects that name their device"
+        if not isinstance(devices, list) or not all(
+            isinstance(d, dict) and isinstance(d.get("device"), str) for d in devices
+        ):
+            return '"devices" must be a list of objects that name their device'
         for device in devices:
             for name in METRICS:
                 problem = figure_problem(name, device.get(name))
                 if problem:
                     return f"device {device['device'][:40]!r}: {problem}"
     if record.get("oom") is not None and not isinstance(record.get("oom"), (dict, bool)):
-        return "\"oom\" must be an object, true, false or null"
+        return '"oom" must be an object, true, false or null'
     return None
 
 

@@ -67,12 +67,16 @@ class SessionSummary:
         for row in terminal_table(shown):
             self.line(row)
         if hidden:
-            self.line(f"... and {hidden} more measured test(s), none failed, regressed or improved (-v or the report lists them all)")
+            self.line(
+                f"... and {hidden} more measured test(s), none failed, regressed or improved (-v or the report lists them all)"
+            )
         self.sources()
         if facts.compile_note:
             self.line(f"JAX sizes: {facts.compile_note}")
         if facts.isolated:
-            self.line(f"isolated regimes: {', '.join(facts.isolated)} ({sum(facts.isolated.values())} child process(es))")
+            self.line(
+                f"isolated regimes: {', '.join(facts.isolated)} ({sum(facts.isolated.values())} child process(es))"
+            )
         self.analysis()
         self.targets()
         if facts.xdist_note:
@@ -81,12 +85,21 @@ class SessionSummary:
         self.baselines()
         memory = [r.test_id for r in facts.records if r.failed_by_devmem]
         if memory:
-            self.line(f"MEMORY PROBLEMS: {len(memory)} test(s) failed by pytest-devmem's checks alone: " + capped(memory, self.everything), red=True, bold=True)
+            self.line(
+                f"MEMORY PROBLEMS: {len(memory)} test(s) failed by pytest-devmem's checks alone: "
+                + capped(memory, self.everything),
+                red=True,
+                bold=True,
+            )
         problems = facts.write_problems
         for problem in problems if self.everything else problems[:PROBLEMS_SHOWN]:
             self.line(f"pytest-devmem: {problem}", red=True, bold=True)
         if len(problems) > PROBLEMS_SHOWN and not self.everything:
-            self.line(f"pytest-devmem: and {len(problems) - PROBLEMS_SHOWN} more files not written (-v lists them all)", red=True, bold=True)
+            self.line(
+                f"pytest-devmem: and {len(problems) - PROBLEMS_SHOWN} more files not written (-v lists them all)",
+                red=True,
+                bold=True,
+            )
         if facts.report is not None:
             self.line(f"report written to {facts.report}")
         if facts.autosaved is not None:
@@ -104,14 +117,22 @@ class SessionSummary:
         where = f"{self.facts.device}, each worker under {check.regime}"
         if check.fits:
             top = run.headline
-            peak = f": {format_size(top.peak_bytes_in_use)} in use at most, {format_size(top.peak_bytes_reserved)} held, of {format_size(top.capacity)}" if top is not None else ""
-            self.line(f"xdist: the {count} largest tests fit side by side on {where} (each at its peak at once){peak}: " + capped(check.tests, self.everything))
+            peak = (
+                f": {format_size(top.peak_bytes_in_use)} in use at most, {format_size(top.peak_bytes_reserved)} held, of {format_size(top.capacity)}"
+                if top is not None
+                else ""
+            )
+            self.line(
+                f"xdist: the {count} largest tests fit side by side on {where} (each at its peak at once){peak}: "
+                + capped(check.tests, self.everything)
+            )
             return
         self.line(
             f"xdist: the {count} largest tests do not fit side by side on {where}, as {count} workers sharing it may run them "
             f"(each at its peak at once); failing the session. At most {check.at_most} of them fit at once: run with -n {check.at_most}, "
             "or keep the largest tests on one worker (pytest-xdist's --dist loadgroup and xdist_group marks)",
-            red=True, bold=True,
+            red=True,
+            bold=True,
         )
         for process, index in sorted(check.owner.items()):
             self.line(f"  process {process}: {check.tests[index]}", red=True)
@@ -135,7 +156,9 @@ class SessionSummary:
         )
 
         reruns = sum(1 for target in table.targets if not target.session)
-        self.line(f"on several targets (--devmem-targets; each measured test run again on {reruns} target(s), {table.children} child process(es)):")
+        self.line(
+            f"on several targets (--devmem-targets; each measured test run again on {reruns} target(s), {table.children} child process(es)):"
+        )
         for line in target_lines(table):
             self.line(f"  {line}")
         if table.skipped:
@@ -156,7 +179,14 @@ class SessionSummary:
 
     def sources(self) -> None:
         facts = self.facts
-        notes = sorted({f"{name}: {reading.note}" for r in facts.records for name, reading in r.sources.items() if not reading.available and not reading.unused and reading.note})
+        notes = sorted(
+            {
+                f"{name}: {reading.note}"
+                for r in facts.records
+                for name, reading in r.sources.items()
+                if not reading.available and not reading.unused and reading.note
+            }
+        )
         if facts.simulated:
             notes.append("nvml: not used, the device is simulated")
         if notes:
@@ -175,9 +205,13 @@ class SessionSummary:
                     self.line(f"  {r.test_id} [{r.regime}]: " + min_fraction_text(r.analysis["min_fraction"]))  # type: ignore[arg-type]
         if facts.what_if is not None:
             size = format_size(facts.what_if)
-            answers = [(r, r.analysis["what_if"]) for r in records if r.analysis is not None and "what_if" in r.analysis]
+            answers = [
+                (r, r.analysis["what_if"]) for r in records if r.analysis is not None and "what_if" in r.analysis
+            ]
             failing = [(r, answer) for r, answer in answers if isinstance(answer, dict) and not answer.get("ok", True)]
-            self.line(f"what if the device had {size}: {len(failing)} of {len(answers)} replayed test(s) would run out of memory")
+            self.line(
+                f"what if the device had {size}: {len(failing)} of {len(answers)} replayed test(s) would run out of memory"
+            )
             for r, answer in failing:
                 self.line(f"  {r.test_id} [{r.regime}]: {answer['message']}")
 
@@ -191,14 +225,35 @@ class SessionSummary:
         counts = ", ".join(f"{len(ids)} {status}" for status, ids in sorted(statuses.items()))
         self.line(f"baselines ({facts.baselines_directory}): {counts or 'none compared'}")
         if statuses.get("improved") and not updating:
-            self.line("improved beyond tolerance (refresh with --devmem-update): " + capped(sorted(statuses["improved"]), everything))
+            self.line(
+                "improved beyond tolerance (refresh with --devmem-update): "
+                + capped(sorted(statuses["improved"]), everything)
+            )
         if statuses.get("new") and not updating:
-            self.line("new, no baseline yet (record with --devmem-update): " + capped(sorted(statuses["new"]), everything))
-        reasons = [f"{r.test_id} [{r.regime}]: {r.baseline.get('reason')}" for r in facts.records if r.baseline is not None and r.baseline.get("status") == "not baselined"]
+            self.line(
+                "new, no baseline yet (record with --devmem-update): " + capped(sorted(statuses["new"]), everything)
+            )
+        reasons = [
+            f"{r.test_id} [{r.regime}]: {r.baseline.get('reason')}"
+            for r in facts.records
+            if r.baseline is not None and r.baseline.get("status") == "not baselined"
+        ]
         if reasons and not updating:
-            self.line("not baselined, and why (record with --devmem-update once they pass): " + capped(sorted(reasons), everything, separator="; "))
+            self.line(
+                "not baselined, and why (record with --devmem-update once they pass): "
+                + capped(sorted(reasons), everything, separator="; ")
+            )
         if facts.baselines_written:
-            self.line(f"baselines written: {len(facts.baselines_written)} file(s): " + capped(facts.baselines_written, everything))
+            self.line(
+                f"baselines written: {len(facts.baselines_written)} file(s): "
+                + capped(facts.baselines_written, everything)
+            )
         if facts.stale:
-            verdict = "failing the session (--devmem-strict)" if facts.strict else "delete them or run with --devmem-strict to fail"
-            self.line(f"stale baselines, for tests that no longer exist ({verdict}): " + capped(facts.stale, everything))
+            verdict = (
+                "failing the session (--devmem-strict)"
+                if facts.strict
+                else "delete them or run with --devmem-strict to fail"
+            )
+            self.line(
+                f"stale baselines, for tests that no longer exist ({verdict}): " + capped(facts.stale, everything)
+            )

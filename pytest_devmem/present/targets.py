@@ -6,7 +6,7 @@ target, and as CSV columns. Takes plain data."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..gate.targets import FITS, NOT_MEASURED, OOM, Target, TargetResult, TargetTable
 from ..units import format_size
@@ -36,7 +36,12 @@ def sized_by(table: TargetTable, target: str) -> str:
     found = sorted({r.sized_by for r in table.results if r.target == target and r.sized_by})
     if not found:
         return "no JAX executable"
-    return ", ".join(f"{name}'s compile" if name not in ("cpu", "native") else ("the CPU compile" if name == "cpu" else "the GPU's own compile") for name in found)
+    return ", ".join(
+        f"{name}'s compile"
+        if name not in ("cpu", "native")
+        else ("the CPU compile" if name == "cpu" else "the GPU's own compile")
+        for name in found
+    )
 
 
 def target_lines(table: TargetTable) -> list[str]:
@@ -45,7 +50,9 @@ def target_lines(table: TargetTable) -> list[str]:
     for target in table.targets:
         regimes = sorted({r.regime for r in table.results if r.target == target.name})
         own = "this run's own device" if target.session else "run again"
-        lines.append(f"{target.name}: {format_size(target.capacity_bytes)} per device, {own}, regime {', '.join(regimes) or 'n/a'}, sized by {sized_by(table, target.name)}")
+        lines.append(
+            f"{target.name}: {format_size(target.capacity_bytes)} per device, {own}, regime {', '.join(regimes) or 'n/a'}, sized by {sized_by(table, target.name)}"
+        )
     return lines
 
 
@@ -55,7 +62,9 @@ def verdict_counts(table: TargetTable) -> list[str]:
     for target in table.targets:
         results = [r for r in table.results if r.target == target.name]
         counts = {status: sum(1 for r in results if r.status == status) for status in (FITS, OOM, NOT_MEASURED)}
-        lines.append(f"{target.name}: {counts[FITS]} fit, {counts[OOM]} out of memory, {counts[NOT_MEASURED]} not measured")
+        lines.append(
+            f"{target.name}: {counts[FITS]} fit, {counts[OOM]} out of memory, {counts[NOT_MEASURED]} not measured"
+        )
     return lines
 
 
@@ -71,7 +80,9 @@ def other_regime_notes(table: TargetTable) -> list[str]:
     for target in table.targets:
         regimes = sorted({r.regime for r in table.results if r.target == target.name and r.other_regime})
         if regimes:
-            lines.append(f"{OTHER_REGIME} {target.name}: run under {', '.join(regimes)} (that target's regime), not the row's")
+            lines.append(
+                f"{OTHER_REGIME} {target.name}: run under {', '.join(regimes)} (that target's regime), not the row's"
+            )
     return lines
 
 
@@ -81,6 +92,7 @@ def pivot_rows(table: TargetTable, everything: bool = True) -> tuple[list[tuple[
     rows = table.rows()
     hidden = 0
     if not everything and len(rows) > ROWS_SHOWN:
+
         def key(row: tuple[str, str, dict[str, TargetResult]]) -> tuple[int, int]:
             cells = row[2].values()
             trouble = any(c.status != FITS for c in cells)
@@ -90,7 +102,10 @@ def pivot_rows(table: TargetTable, everything: bool = True) -> tuple[list[tuple[
         hidden = len(rows) - len(kept)
         rows = [row for row in rows if (row[0], row[1]) in kept]
     header = ("test", "regime", *(target.name for target in table.targets))
-    body = [(test, regime, *(marked_cell(cells.get(target.name)) for target in table.targets)) for test, regime, cells in rows]
+    body = [
+        (test, regime, *(marked_cell(cells.get(target.name)) for target in table.targets))
+        for test, regime, cells in rows
+    ]
     return [header, *body], hidden
 
 
@@ -117,10 +132,25 @@ def markdown_section(table: TargetTable) -> str:
     notes = other_regime_notes(table)
     if notes:
         lines += [""] + [f"{markdown(line)}  " for line in notes]
-    lines += ["", "| test | regime | target | regime there | capacity (bytes) | peak in use (bytes) | peak reserved (bytes) | verdict | sized by | note |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| test | regime | target | regime there | capacity (bytes) | peak in use (bytes) | peak reserved (bytes) | verdict | sized by | note |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in table.results:
         verdict = f"OOM ({r.oom_kind})" if r.status == OOM else r.status
-        cells = (r.test_id, r.row_regime, r.target, r.regime, str(r.capacity_bytes), _bytes(r.peak_bytes_in_use), _bytes(r.peak_bytes_reserved), verdict, r.sized_by or "no JAX", r.reason or "")
+        cells = (
+            r.test_id,
+            r.row_regime,
+            r.target,
+            r.regime,
+            str(r.capacity_bytes),
+            _bytes(r.peak_bytes_in_use),
+            _bytes(r.peak_bytes_reserved),
+            verdict,
+            r.sized_by or "no JAX",
+            r.reason or "",
+        )
         lines.append("| " + " | ".join(markdown(cell) for cell in cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -129,7 +159,16 @@ def _bytes(value: int | None) -> str:
     return "n/a" if value is None else str(value)
 
 
-CSV_FIELDS = ("status", "peak_bytes_in_use", "peak_bytes_reserved", "capacity_bytes", "oom_kind", "sized_by", "reason", "regime")
+CSV_FIELDS = (
+    "status",
+    "peak_bytes_in_use",
+    "peak_bytes_reserved",
+    "capacity_bytes",
+    "oom_kind",
+    "sized_by",
+    "reason",
+    "regime",
+)
 """Per target run again; `regime`: the one it ran the test under there (a TPU's own, or the line's)."""
 
 

@@ -56,7 +56,9 @@ def _cell_lines(result: TargetResult) -> tuple[str, str]:
     return peak, f"{share:.1%} of capacity" if share is not None else ""
 
 
-def drawn_rows(table: TargetTable, test: str | None = None) -> tuple[list[tuple[str, str, dict[str, TargetResult]]], int]:
+def drawn_rows(
+    table: TargetTable, test: str | None = None
+) -> tuple[list[tuple[str, str, dict[str, TargetResult]]], int]:
     """The rows to draw (matching `test`, at most ROWS_DRAWN) and how many matching rows are left out."""
     rows = [row for row in table.rows() if test is None or test in row[0]]
     if len(rows) <= ROWS_DRAWN:
@@ -76,7 +78,11 @@ def column_title(table: TargetTable, index: int) -> tuple[str, ...]:
     target = table.targets[index]
     from .targets import sized_by
 
-    title = (target.name + (" (this run)" if target.session else ""), f"{format_size(target.capacity_bytes)} per device", f"sized by {sized_by(table, target.name)}")
+    title = (
+        target.name + (" (this run)" if target.session else ""),
+        f"{format_size(target.capacity_bytes)} per device",
+        f"sized by {sized_by(table, target.name)}",
+    )
     others = sorted({r.regime for r in table.results if r.target == target.name and r.other_regime})
     return title + ((f"{OTHER_REGIME} run under {', '.join(others)}",) if others else ())
 
@@ -95,7 +101,9 @@ def write_targets_plot(table: TargetTable, path: str | os.PathLike[str], title: 
         write_atomic(path, render_html(table, rows, title))
 
 
-def render_png(table: TargetTable, rows: list[tuple[str, str, dict[str, TargetResult]]], path: str | os.PathLike[str], title: str) -> None:
+def render_png(
+    table: TargetTable, rows: list[tuple[str, str, dict[str, TargetResult]]], path: str | os.PathLike[str], title: str
+) -> None:
     try:
         import matplotlib
 
@@ -103,7 +111,9 @@ def render_png(table: TargetTable, rows: list[tuple[str, str, dict[str, TargetRe
         import matplotlib.pyplot as plt
         from matplotlib.patches import Patch, Rectangle
     except ImportError:
-        raise ValueError("a PNG needs matplotlib (pip install 'pytest-devmem[plot]'); an .html file needs nothing") from None
+        raise ValueError(
+            "a PNG needs matplotlib (pip install 'pytest-devmem[plot]'); an .html file needs nothing"
+        ) from None
     columns = len(table.targets)
     label_width = min(5.5, 0.3 + 0.06 * max(len(f"{t} [{r}]") for t, r, _ in rows))
     titles = [column_title(table, x) for x in range(columns)]
@@ -111,25 +121,50 @@ def render_png(table: TargetTable, rows: list[tuple[str, str, dict[str, TargetRe
     top = 0.7 + 0.15 * max(len(title) for title in titles)  # 1.15 for three lines
     width, height = label_width + cell_width * columns + right, top + bottom + cell_height * len(rows)
     figure = plt.figure(figsize=(width, height))
-    axis = figure.add_axes((label_width / width, bottom / height, cell_width * columns / width, cell_height * len(rows) / height))
-    for y, (test, regime, cells) in enumerate(rows):
+    axis = figure.add_axes(
+        (label_width / width, bottom / height, cell_width * columns / width, cell_height * len(rows) / height)
+    )
+    for y, (_test, _regime, cells) in enumerate(rows):
         for x, target in enumerate(table.targets):
             result = cells.get(target.name)
             colour = fill_colour(result)
             axis.add_patch(Rectangle((x, y), 1, 1, facecolor=colour, edgecolor="white", linewidth=2))
             first, second = cell_lines(result)
             ink = "white" if colour == OOM_COLOUR else "black"
-            axis.text(x + 0.5, y + 0.38, matplotlib_text(first), ha="center", va="center", fontsize=8, color=ink, weight="bold" if result is not None and result.status == OOM else "normal")
+            axis.text(
+                x + 0.5,
+                y + 0.38,
+                matplotlib_text(first),
+                ha="center",
+                va="center",
+                fontsize=8,
+                color=ink,
+                weight="bold" if result is not None and result.status == OOM else "normal",
+            )
             axis.text(x + 0.5, y + 0.7, matplotlib_text(second), ha="center", va="center", fontsize=6.5, color=ink)
     axis.set_xlim(0, columns)
     axis.set_ylim(len(rows), 0)
-    axis.set_yticks([y + 0.5 for y in range(len(rows))], [matplotlib_text(f"{test} [{regime}]") for test, regime, _ in rows], fontsize=7)
-    axis.set_xticks([x + 0.5 for x in range(columns)], ["\n".join(matplotlib_text(part) for part in title) for title in titles], fontsize=7)
+    axis.set_yticks(
+        [y + 0.5 for y in range(len(rows))],
+        [matplotlib_text(f"{test} [{regime}]") for test, regime, _ in rows],
+        fontsize=7,
+    )
+    axis.set_xticks(
+        [x + 0.5 for x in range(columns)],
+        ["\n".join(matplotlib_text(part) for part in title) for title in titles],
+        fontsize=7,
+    )
     axis.xaxis.tick_top()
     axis.tick_params(length=0)
     for side in axis.spines.values():
         side.set_visible(False)
-    handles = [Patch(color=fill_colour(TargetResult("", "", "", FITS, 100, peak_bytes_in_use=share)), label=f"fits, {share}% of capacity in use") for share in (0, 50, 100)]
+    handles = [
+        Patch(
+            color=fill_colour(TargetResult("", "", "", FITS, 100, peak_bytes_in_use=share)),
+            label=f"fits, {share}% of capacity in use",
+        )
+        for share in (0, 50, 100)
+    ]
     handles += [Patch(color=OOM_COLOUR, label="out of memory"), Patch(color=FREE_COLOUR, label="not measured")]
     figure.legend(handles=handles, loc="lower center", ncol=5, fontsize=7, frameon=False, bbox_to_anchor=(0.5, 0.0))
     figure.suptitle(matplotlib_text(title), fontsize=9, y=1 - 0.08 / height, va="top")
@@ -143,8 +178,10 @@ def render_html(table: TargetTable, rows: list[tuple[str, str, dict[str, TargetR
         f"<title>{html_text(title)}</title>",
         "<style>body{font-family:sans-serif;margin:20px}table{border-collapse:collapse}td,th{padding:4px 10px;border:2px solid white;text-align:center;font-size:13px}th.test{text-align:left;font-weight:normal}small{color:#333}</style>",
         f"</head><body><h2>{html_text(title)}</h2>",
-        ("<p>Each measured test's peak in use on each target, as a share of that target's capacity per device: "
-         "green little, orange nearly all, red out of memory, grey not measured.</p>"),
+        (
+            "<p>Each measured test's peak in use on each target, as a share of that target's capacity per device: "
+            "green little, orange nearly all, red out of memory, grey not measured.</p>"
+        ),
         "<table><tr><th></th>",
     ]
     for index in range(len(table.targets)):
@@ -159,7 +196,9 @@ def render_html(table: TargetTable, rows: list[tuple[str, str, dict[str, TargetR
             colour = fill_colour(result)
             ink = "white" if colour == OOM_COLOUR else "black"
             tip = _tooltip(result)
-            parts.append(f"<td style='background:{colour};color:{ink}' title='{html_text(tip)}'>{html_text(first)}<br><small style='color:{ink}'>{html_text(second)}</small></td>")
+            parts.append(
+                f"<td style='background:{colour};color:{ink}' title='{html_text(tip)}'>{html_text(first)}<br><small style='color:{ink}'>{html_text(second)}</small></td>"
+            )
         parts.append("</tr>")
     parts.append("</table></body></html>")
     return "\n".join(parts) + "\n"
@@ -168,8 +207,14 @@ def render_html(table: TargetTable, rows: list[tuple[str, str, dict[str, TargetR
 def _tooltip(result: TargetResult | None) -> str:
     if result is None:
         return "not run on this target"
-    regime = f"regime {result.regime}" + (f" (the target's; the test's own: {result.row_regime})" if result.other_regime else "")
-    figures = [f"{result.status}" + (f" ({result.oom_kind})" if result.oom_kind else ""), regime, f"capacity {result.capacity_bytes} bytes"]
+    regime = f"regime {result.regime}" + (
+        f" (the target's; the test's own: {result.row_regime})" if result.other_regime else ""
+    )
+    figures = [
+        f"{result.status}" + (f" ({result.oom_kind})" if result.oom_kind else ""),
+        regime,
+        f"capacity {result.capacity_bytes} bytes",
+    ]
     if result.peak_bytes_in_use is not None:
         figures.append(f"peak in use {result.peak_bytes_in_use} bytes, reserved {result.peak_bytes_reserved} bytes")
     figures.append(f"sized by {result.sized_by or 'no JAX'}")

@@ -29,7 +29,9 @@ def terminal_lines(text: str) -> str:
     return "\n".join(terminal(line) for line in text.split("\n"))
 
 
-_MARKDOWN = str.maketrans({"\\": "\\\\", "|": "\\|", "`": "\\`", "*": "\\*", "~": "\\~", "<": "&lt;", ">": "&gt;", "&": "&amp;"})
+_MARKDOWN = str.maketrans(
+    {"\\": "\\\\", "|": "\\|", "`": "\\`", "*": "\\*", "~": "\\~", "<": "&lt;", ">": "&gt;", "&": "&amp;"}
+)
 
 
 def markdown(text: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ...model.regime import jax_backend_started
+from ..jax_backend import jax_backend_started
 from .base import Reading, unavailable
 
 
@@ -45,13 +45,17 @@ class JaxSource:
         if platform == "none":
             return unavailable(self.name, "JAX started no backend in this test", unused=True)
         if not stats:
-            return unavailable(self.name, f"JAX keeps no memory statistics on {platform}; its allocations are in the trace")
+            return unavailable(
+                self.name, f"JAX keeps no memory statistics on {platform}; its allocations are in the trace"
+            )
         start = self._start or {}
         in_use_start = int(start.get("bytes_in_use", 0))
         peak = int(stats.get("peak_bytes_in_use", 0))
         if peak <= int(start.get("peak_bytes_in_use", 0)):  # the process peak was set before this test
             peak = max(in_use_start, int(stats.get("bytes_in_use", 0)))
-        figures: dict[str, int | float | str] = {key: value for key, value in stats.items() if isinstance(value, (int, float))}
+        figures: dict[str, int | float | str] = {
+            key: value for key, value in stats.items() if isinstance(value, (int, float))
+        }
         figures["platform"] = platform
         figures["bytes_in_use_start"] = in_use_start
         return Reading(

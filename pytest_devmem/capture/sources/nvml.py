@@ -23,7 +23,9 @@ class NvmlSource:
 
     name = "nvml"
 
-    def __init__(self, sampler: Sampler, index: int = 0, nvml: ModuleType | Any = None, uuid: str | None = None) -> None:
+    def __init__(
+        self, sampler: Sampler, index: int = 0, nvml: ModuleType | Any = None, uuid: str | None = None
+    ) -> None:
         self.index = index
         self.uuid = uuid
         self.available = False

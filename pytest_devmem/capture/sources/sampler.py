@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 DEFAULT_INTERVAL = 0.002
 """Seconds between samples: NVML answers in tens of microseconds, so 2 ms costs little."""

@@ -63,7 +63,12 @@ class TensorFlowSource:
             note,
             peak_bytes_in_use=peak,
             peak_bytes_reserved=peak,
-            figures={"device": device, "current_bytes": int(info["current"]), "peak_bytes": int(info["peak"]), "start_bytes": self._start},
+            figures={
+                "device": device,
+                "current_bytes": int(info["current"]),
+                "peak_bytes": int(info["peak"]),
+                "start_bytes": self._start,
+            },
         )
 
     def close(self) -> None:

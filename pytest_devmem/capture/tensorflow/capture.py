@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from ...model.trace import ALLOCATE_CODE, Trace
 from ..patches import Patches
@@ -145,7 +146,9 @@ class TensorFlowCapture:
         )
         notes = []
         if converted.host_allocators:
-            notes.append(f"TensorFlow's host allocations ({', '.join(sorted(converted.host_allocators))}) are host memory beside its GPU: not in the trace")
+            notes.append(
+                f"TensorFlow's host allocations ({', '.join(sorted(converted.host_allocators))}) are host memory beside its GPU: not in the trace"
+            )
         if ONEDNN_CPU in converted.allocators:
             notes.append(
                 "TensorFlow's CPU allocator here is oneDNN's, which records only its large allocations: "
@@ -175,7 +178,10 @@ def peak_window(reading: Reading | None, why: str) -> TensorFlowWindow:
     if reading is None or reading.unused:
         return TensorFlowWindow(Trace(), [])
     if not reading.available:
-        return TensorFlowWindow(Trace(), [f"TensorFlow's allocations are not measured: {why}, and {reading.note or 'it keeps no statistics'}"])
+        return TensorFlowWindow(
+            Trace(),
+            [f"TensorFlow's allocations are not measured: {why}, and {reading.note or 'it keeps no statistics'}"],
+        )
     peak = int(reading.peak_bytes_in_use or 0)
     if peak <= 0:
         return TensorFlowWindow(Trace(), [])

@@ -21,8 +21,8 @@ imported.
 from __future__ import annotations
 
 import sys
+from collections.abc import MutableMapping
 from dataclasses import dataclass
-from typing import MutableMapping
 
 VARIABLE = "TF_CPU_ALLOCATOR_USE_BFC"
 ONEDNN_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
@@ -59,7 +59,10 @@ class CpuAllocatorSetting:
         if self.onednn_set_here:
             return text + f"; oneDNN off ({ONEDNN_VARIABLE}=0, set by pytest-devmem: the same figures on every CPU)"
         if self.onednn_on:
-            return text + f"; oneDNN as you set it ({ONEDNN_VARIABLE}={self.onednn}): its kernels' scratch is outside TensorFlow's allocator, and on CPUs without AVX-512 it is off"
+            return (
+                text
+                + f"; oneDNN as you set it ({ONEDNN_VARIABLE}={self.onednn}): its kernels' scratch is outside TensorFlow's allocator, and on CPUs without AVX-512 it is off"
+            )
         return text
 
     def problem(self) -> str | None:
@@ -71,7 +74,9 @@ class CpuAllocatorSetting:
                 "TensorFlow's figures here are what could be measured"
             )
         if not _on(self.value):
-            return f"{VARIABLE}={self.value} (yours): TensorFlow's CPU allocations are traced only in part, or not at all"
+            return (
+                f"{VARIABLE}={self.value} (yours): TensorFlow's CPU allocations are traced only in part, or not at all"
+            )
         if self.onednn_on:
             return (
                 f"{ONEDNN_VARIABLE}={self.onednn} (yours): oneDNN's kernels take their scratch outside TensorFlow's allocator, "
@@ -106,6 +111,10 @@ def prepare_cpu_allocator(environ: MutableMapping[str, str]) -> CpuAllocatorSett
         environ[ONEDNN_VARIABLE] = onednn = "0"
     value = environ.get(VARIABLE)
     if value is not None:
-        return CpuAllocatorSetting(value, set_here=False, too_late=False, onednn=onednn, onednn_set_here=onednn_set_here)
+        return CpuAllocatorSetting(
+            value, set_here=False, too_late=False, onednn=onednn, onednn_set_here=onednn_set_here
+        )
     environ[VARIABLE] = "true"
-    return CpuAllocatorSetting("true", set_here=True, too_late=tensorflow_started(), onednn=onednn, onednn_set_here=onednn_set_here)
+    return CpuAllocatorSetting(
+        "true", set_here=True, too_late=tensorflow_started(), onednn=onednn, onednn_set_here=onednn_set_here
+    )

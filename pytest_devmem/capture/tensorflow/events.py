@@ -13,8 +13,8 @@ and are left out.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 from ...model.trace import ALLOCATE_CODE, FREE_CODE, Trace
 from .xspace import AllocatorEvent

@@ -22,9 +22,10 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 OPTIONS = {"host_tracer_level": 2, "device_tracer_level": 0, "python_tracer_level": 0}
 
@@ -104,7 +105,9 @@ class ProfilerRun:
             with _quiet_stderr():
                 session.start(str(self._folder), dict(OPTIONS))
         except Exception as exc:  # AlreadyExistsError when another session runs, whatever an old TensorFlow raises
-            raise ProfilerUnavailable(f"TensorFlow's profiler did not start: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+            raise ProfilerUnavailable(
+                f"TensorFlow's profiler did not start: {type(exc).__name__}: {exc}".rstrip(": ")
+            ) from None
         self._session = session
 
     def stop(self) -> Any:
@@ -119,11 +122,15 @@ class ProfilerRun:
                 finally:
                     session = None  # its end, logged too
         except Exception as exc:
-            raise ProfilerUnavailable(f"TensorFlow's profiler could not collect its events: {type(exc).__name__}: {exc}") from None
+            raise ProfilerUnavailable(
+                f"TensorFlow's profiler could not collect its events: {type(exc).__name__}: {exc}"
+            ) from None
         files = sorted(self._folder.glob("plugins/profile/*/*.xplane.pb"))
         try:
             if len(files) != 1:
-                raise ProfilerUnavailable(f"TensorFlow's profiler wrote {len(files)} XSpace files where one was expected")
+                raise ProfilerUnavailable(
+                    f"TensorFlow's profiler wrote {len(files)} XSpace files where one was expected"
+                )
             space = self._xspace()
             space.ParseFromString(files[0].read_bytes())
             return space

@@ -17,8 +17,8 @@ ops then run one after another in the executor's order, the same in every run.
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from types import ModuleType
-from typing import MutableMapping
 
 INTEROP_VARIABLE = "TF_NUM_INTEROP_THREADS"
 
@@ -44,7 +44,8 @@ def warm_up(tf: ModuleType) -> str | None:
             return loss
 
         step(tf.ones((2, 4)))
-        del step, variable
+        del step
+        variable = None  # the step is gone: nothing holds the variable now
     except Exception as exc:  # an odd TensorFlow: measure as before, and say so
         return f"TensorFlow's warm-up step failed ({type(exc).__name__}: {exc}): its first test in a process may measure a little differently"
     return None

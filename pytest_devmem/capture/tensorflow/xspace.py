@@ -75,7 +75,7 @@ def caller_name(event_name: str) -> str | None:
     """What an enclosing event says about who ran the code inside it, or None: a function (or an
     op) called eagerly, a stage of a tf.data pipeline, host data made a tensor."""
     if event_name.startswith("EagerLocalExecute: "):
-        return function_name(event_name[len("EagerLocalExecute: "):])
+        return function_name(event_name[len("EagerLocalExecute: ") :])
     if event_name.startswith("Iterator::"):
         stage = event_name.rsplit("::", 1)[-1]
         return "tf.data " + stage.split("[", 1)[0]
@@ -166,7 +166,14 @@ def read_profile(space: Any, start_ns: int | None = None, *, with_stats: bool = 
                     continue
                 if role == _STEP:
                     if event.duration_ps > 0 and step_stat is not None:
-                        scope = next((stat.int64_value or stat.uint64_value for stat in event.stats if stat.metadata_id == step_stat), 0)
+                        scope = next(
+                            (
+                                stat.int64_value or stat.uint64_value
+                                for stat in event.stats
+                                if stat.metadata_id == step_stat
+                            ),
+                            0,
+                        )
                         stack.append((start + event.duration_ps, "", scope))
                     continue
                 caller, scope, step_inside = "", 0, False  # the innermost caller and step, and which is inside
@@ -203,13 +210,53 @@ def read_profile(space: Any, start_ns: int | None = None, *, with_stats: bool = 
                         break
                 if role != _RUN:
                     stats = _allocator_stats(event, figures) if figures else None
-                    pending.append((base + start // 1000, role == _ALLOCATION, thread, allocator, address, requested, op, step, caller, scope, step_inside, stats))
-    for time_ns, allocate, thread, allocator, address, requested, op, step, caller, scope, step_inside, stats in pending:
+                    pending.append(
+                        (
+                            base + start // 1000,
+                            role == _ALLOCATION,
+                            thread,
+                            allocator,
+                            address,
+                            requested,
+                            op,
+                            step,
+                            caller,
+                            scope,
+                            step_inside,
+                            stats,
+                        )
+                    )
+    for (
+        time_ns,
+        allocate,
+        thread,
+        allocator,
+        address,
+        requested,
+        op,
+        step,
+        caller,
+        scope,
+        step_inside,
+        stats,
+    ) in pending:
         function = run_callers.get(step, "") if step else ""
         if not op and not function:  # no op: the step it happened in, or what the thread was doing, the inner first
             in_step = run_callers.get(scope, "") if scope else ""
             function = (in_step or caller) if step_inside else (caller or in_step)
-        profile.events.append(AllocatorEvent(time_ns, allocate, allocator, address, requested, function_name(op) if op.startswith("__inference_") else op, function, thread, stats))
+        profile.events.append(
+            AllocatorEvent(
+                time_ns,
+                allocate,
+                allocator,
+                address,
+                requested,
+                function_name(op) if op.startswith("__inference_") else op,
+                function,
+                thread,
+                stats,
+            )
+        )
     return profile
 
 
@@ -219,7 +266,9 @@ def _allocator_stats(event: Any, figures: dict[int, str]) -> AllocatorStats:
         name = figures.get(stat.metadata_id)
         if name is not None:
             kind = stat.WhichOneof("value")
-            values[name] = getattr(stat, kind) if kind in ("int64_value", "uint64_value", "double_value") else float("nan")
+            values[name] = (
+                getattr(stat, kind) if kind in ("int64_value", "uint64_value", "double_value") else float("nan")
+            )
     return AllocatorStats(
         int(values.get("bytes_allocated", -1)),
         int(values.get("peak_bytes_in_use", -1)),

@@ -40,7 +40,9 @@ def replay_lanes(replay: _Replay) -> int:
         assert pool is not None
         rounded = (size + 255) & ~255
         if device.fragmented:  # the state after its last event is its most fragmented so far
-            fragmented[device.name] = replay.promise(device, device.worst_event if device.worst_event is not None else index - 1, index)
+            fragmented[device.name] = replay.promise(
+                device, device.worst_event if device.worst_event is not None else index - 1, index
+            )
             device.fragmented = False
         if action == 0:
             counts_ = allocator.counts
@@ -48,7 +50,10 @@ def replay_lanes(replay: _Replay) -> int:
             if counts_[1] + size > counts_[2]:
                 counts_[2] = counts_[1] + size
             transient = (
-                allocator.bfc and index < last and actions[index + 1] == 1 and pointers[index + 1] == pointer
+                allocator.bfc
+                and index < last
+                and actions[index + 1] == 1
+                and pointers[index + 1] == pointer
                 and device.in_use + rounded <= device.peak_in_use
             )
             if transient and recorded is None:
@@ -62,7 +67,9 @@ def replay_lanes(replay: _Replay) -> int:
                     if allocator.in_use + rounded > allocator.peak_in_use:
                         allocator.peak_in_use = allocator.in_use + rounded
                     skip, transient = True, False
-                    if replay.lane_codes is not None and replay.lane_codes[index + 1] != lane:  # the same pointer freed on another lane
+                    if (
+                        replay.lane_codes is not None and replay.lane_codes[index + 1] != lane
+                    ):  # the same pointer freed on another lane
                         replay.skipped.update((index, index + 1))
                     continue
             in_use, held = pool.bytes_in_use, pool.pool_bytes + pool.bytes_reserved
@@ -110,7 +117,9 @@ def replay_lanes(replay: _Replay) -> int:
                 if (lane, pointer) in dropped:
                     dropped.discard((lane, pointer))
                     continue
-                raise InvalidFreeError(f"trace event {index}: free of {pointer:#x}, which the trace never allocated on {device.name}")
+                raise InvalidFreeError(
+                    f"trace event {index}: free of {pointer:#x}, which the trace never allocated on {device.name}"
+                )
             in_use, held = pool.bytes_in_use, pool.pool_bytes + pool.bytes_reserved
             pool.free(entry[0])
             device.chunks += pool.bytes_in_use - in_use

@@ -30,7 +30,11 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
     recorded, stop_on_oom, step = replay.recorded, replay.stop_on_oom, replay.step
     record = recorded is not None
     if recorded is not None:
-        timeline_in_use, timeline_reserved, timeline_fragmentation = recorded.in_use.append, recorded.reserved.append, recorded.fragmentation.append
+        timeline_in_use, timeline_reserved, timeline_fragmentation = (
+            recorded.in_use.append,
+            recorded.reserved.append,
+            recorded.fragmentation.append,
+        )
         timeline_devices = recorded.devices.append
     shift, id_shift, id_mask, may_skip = SIZE_SHIFT, CHUNK_BITS, CHUNK_MASK, not record
     snapshots, fragmented_maps, skipped = replay.snapshots, replay.fragmented, replay.skipped
@@ -38,7 +42,9 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
     skip = False
     index = -1
     upcoming = chain(islice(pointers, 1, None), (-1,))
-    for index, action, pointer, size, next_pointer, lane in zip(count(), actions, pointers, sizes, upcoming, lane_codes):
+    for index, action, pointer, size, next_pointer, lane in zip(
+        count(), actions, pointers, sizes, upcoming, lane_codes
+    ):
         if skip:  # the free of a temporary handled with its allocation
             skip = False
             continue
@@ -55,9 +61,25 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
                     refs[code] = _refs(started)
             lane_refs = refs[lane]
             assert lane_refs is not None
-        allocator, device, pool, handles, counts, size_of, address_of, prev_of, next_of, asked, spare, free_list, max_waste = lane_refs
+        (
+            allocator,
+            device,
+            pool,
+            handles,
+            counts,
+            size_of,
+            address_of,
+            prev_of,
+            next_of,
+            asked,
+            spare,
+            free_list,
+            max_waste,
+        ) = lane_refs
         if device.fragmented:  # the state after its last event is its most fragmented so far
-            fragmented_maps[device.name] = replay.promise(device, device.worst_event if device.worst_event is not None else index - 1, index)
+            fragmented_maps[device.name] = replay.promise(
+                device, device.worst_event if device.worst_event is not None else index - 1, index
+            )
             device.fragmented = False
         if not action:  # an allocation
             rounded = (size + 255) & -256
@@ -72,13 +94,17 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
                     i = bisect_left(free_list, rounded << shift)
                     if i < len(free_list):
                         chunk = free_list[i] >> shift
-                        taken = device.chunks + (rounded if chunk >= 2 * rounded or chunk - rounded >= max_waste else chunk)
+                        taken = device.chunks + (
+                            rounded if chunk >= 2 * rounded or chunk - rounded >= max_waste else chunk
+                        )
                         if taken > device.peak_chunks:
                             device.peak_chunks = taken
                         if allocator.in_use + rounded > allocator.peak_in_use:
                             allocator.peak_in_use = allocator.in_use + rounded
                         skip = True
-                        if lane_codes[index + 1] != lane:  # the same pointer freed on another lane: that free is skipped too
+                        if (
+                            lane_codes[index + 1] != lane
+                        ):  # the same pointer freed on another lane: that free is skipped too
                             skipped.update((index, index + 1))
                         continue
                 transient, i = True, -1
@@ -96,7 +122,13 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
                     rest_size, rest_address, after = chunk - rounded, address + rounded, next_of[cid]
                     if spare:
                         rest = spare.pop()
-                        size_of[rest], address_of[rest], prev_of[rest], next_of[rest], asked[rest] = rest_size, rest_address, cid, after, 0
+                        size_of[rest], address_of[rest], prev_of[rest], next_of[rest], asked[rest] = (
+                            rest_size,
+                            rest_address,
+                            cid,
+                            after,
+                            0,
+                        )
                     else:
                         rest = pool._new_chunk(rest_size, rest_address, cid, after, 0)
                     size_of[cid] = rounded
@@ -127,7 +159,9 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
                         device.fragmentation_at_peak = (free - (solo._free[-1] >> shift)) / free if free > 0 else 0.0
                     else:
                         device.fragmentation_at_peak = device.fragmentation()
-                if i == n - 1 or not device.compared:  # it took its pool's largest free chunk, or the state before was not sampled
+                if (
+                    i == n - 1 or not device.compared
+                ):  # it took its pool's largest free chunk, or the state before was not sampled
                     if solo is not None:
                         free = solo.pool_bytes - solo.bytes_in_use
                         fragmentation = (free - (solo._free[-1] >> shift)) / free if free > 0 else 0.0
@@ -199,7 +233,9 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
                 if (lane, pointer) in dropped:
                     dropped.discard((lane, pointer))
                     continue
-                raise InvalidFreeError(f"trace event {index}: free of {pointer:#x}, which the trace never allocated on {device.name}")
+                raise InvalidFreeError(
+                    f"trace event {index}: free of {pointer:#x}, which the trace never allocated on {device.name}"
+                )
             # BFCPool.free, inline: merge with the next chunk, then the previous one, if free
             address, _, cid, size, rounded = entry
             chunk = size_of[cid]
@@ -276,6 +312,17 @@ def _refs(allocator: Any) -> tuple[Any, ...]:
     counts, and the pool's chunk table (taken again after a compacting pool moved its buffers)."""
     pool = allocator.pool
     return (
-        allocator, allocator.device, pool, allocator.handles, allocator.counts,
-        pool._c_size, pool._c_address, pool._c_prev, pool._c_next, pool._c_asked, pool._spare, pool._free, pool.max_internal_fragmentation,
+        allocator,
+        allocator.device,
+        pool,
+        allocator.handles,
+        allocator.counts,
+        pool._c_size,
+        pool._c_address,
+        pool._c_prev,
+        pool._c_next,
+        pool._c_asked,
+        pool._spare,
+        pool._free,
+        pool.max_internal_fragmentation,
     )

@@ -52,13 +52,19 @@ def replay_ondemand_columns(replay: _Replay) -> int | None:
         return None
     allocation = actions[kept] == 0
     pointers = np.frombuffer(trace.pointers, dtype=np.uint64)[kept]
-    lanes = np.zeros(events, dtype=np.int64) if replay.lane_codes is None else np.asarray(replay.lane_codes, dtype=np.int64)[kept]
+    lanes = (
+        np.zeros(events, dtype=np.int64)
+        if replay.lane_codes is None
+        else np.asarray(replay.lane_codes, dtype=np.int64)[kept]
+    )
 
     # each free matched to its allocation: a lane's events of one pointer, in trace order
     order = np.lexsort((pointers, lanes))
     sorted_lanes, sorted_pointers, sorted_allocation = lanes[order], pointers[order], allocation[order]
     follows_own = np.zeros(events, dtype=bool)
-    follows_own[1:] = (sorted_lanes[1:] == sorted_lanes[:-1]) & (sorted_pointers[1:] == sorted_pointers[:-1]) & sorted_allocation[:-1]
+    follows_own[1:] = (
+        (sorted_lanes[1:] == sorted_lanes[:-1]) & (sorted_pointers[1:] == sorted_pointers[:-1]) & sorted_allocation[:-1]
+    )
     if (~sorted_allocation & ~follows_own).any() or (sorted_allocation & follows_own).any():
         return None  # a free of a buffer not live on its lane, or a pointer allocated twice while live
     allocated_at = np.zeros(events, dtype=np.int64)  # for a free: the position of its allocation
@@ -114,12 +120,24 @@ def replay_ondemand_columns(replay: _Replay) -> int | None:
         allocator.in_use = int(held[-1])
         allocator.peak_in_use = allocator.peak_held = max(allocator.peak_held, int(held.max()))
         allocator.took = allocator.took or int(rounded[positions[0]])
-        _keep_live_buffers(allocator, pool, positions[(freed_at[positions] == events) & allocation[positions]], kept, pointers, sizes, rounded)
+        _keep_live_buffers(
+            allocator,
+            pool,
+            positions[(freed_at[positions] == events) & allocation[positions]],
+            kept,
+            pointers,
+            sizes,
+            rounded,
+        )
     for source in {names[source] for _, _, source in (lane_keys[lane] for lane in positions_of)}:
         counts = replay.counts[source or "unknown"]
         mask = np.isin(lanes, [lane for lane in positions_of if names[lane_keys[lane][2]] == source])
         asked_live = np.cumsum(asked_change[mask])
-        counts[:] = counts[0] + int(np.count_nonzero(allocation & mask)), counts[1] + int(asked_live[-1]), max(counts[2], counts[1] + int(asked_live.max()))
+        counts[:] = (
+            counts[0] + int(np.count_nonzero(allocation & mask)),
+            counts[1] + int(asked_live[-1]),
+            max(counts[2], counts[1] + int(asked_live.max())),
+        )
     for code, in_use in by_device.items():
         device = replay.by_code[code]
         on_device = devices == code
@@ -129,7 +147,9 @@ def replay_ondemand_columns(replay: _Replay) -> int | None:
         device.peak_in_use = device.peak_held = device.peak_chunks = int(in_use[peak_position])
         device.peak_event = int(kept[peak_position])
         device.fragmentation_at_peak = device.worst_fragmentation = device.sampled = 0.0
-        device.worst_event = int(kept[int(on_device.argmax())])  # its first allocation: the first moment it holds anything
+        device.worst_event = int(
+            kept[int(on_device.argmax())]
+        )  # its first allocation: the first moment it holds anything
         device.pending = False
         later_frees = np.flatnonzero(on_device[peak_position + 1 :] & ~allocation[peak_position + 1 :])
         upto = int(kept[peak_position + 1 + int(later_frees[0])]) if len(later_frees) else count
@@ -139,14 +159,25 @@ def replay_ondemand_columns(replay: _Replay) -> int | None:
                 continue  # started after the map was taken
             lane = lanes_of[id(allocator)]
             positions = positions_of.get(lane, np.zeros(0, dtype=np.int64))
-            at_peak = positions[(positions <= peak_position) & (freed_at[positions] > peak_position) & allocation[positions]]
+            at_peak = positions[
+                (positions <= peak_position) & (freed_at[positions] > peak_position) & allocation[positions]
+            ]
             ordered = sorted(zip(rounded[at_peak].tolist(), kept[at_peak].tolist()))
-            pools.append(PoolMap(allocator.source, allocator.process, tuple(size for size, _ in ordered), tuple((i, 0, size, index) for i, (size, index) in enumerate(ordered))))
+            pools.append(
+                PoolMap(
+                    allocator.source,
+                    allocator.process,
+                    tuple(size for size, _ in ordered),
+                    tuple((i, 0, size, index) for i, (size, index) in enumerate(ordered)),
+                )
+            )
         replay.snapshots[device.name] = MapSnapshot(device.name, device.peak_event, tuple(pools))
     return count - 1
 
 
-def _keep_live_buffers(allocator: Any, pool: OnDemandPool, live: Any, kept: Any, pointers: Any, sizes: Any, rounded: Any) -> None:
+def _keep_live_buffers(
+    allocator: Any, pool: OnDemandPool, live: Any, kept: Any, pointers: Any, sizes: Any, rounded: Any
+) -> None:
     """The buffers still live at the end, held by the pool and its device as the event loop leaves
     them (addresses from the device's bump pointer)."""
     device = pool.device

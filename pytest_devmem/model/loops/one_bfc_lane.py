@@ -32,18 +32,41 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
     recorded, stop_on_oom, step = replay.recorded, replay.stop_on_oom, replay.step
     record = recorded is not None
     if recorded is not None:
-        timeline_in_use, timeline_reserved, timeline_fragmentation = recorded.in_use.append, recorded.reserved.append, recorded.fragmentation.append
+        timeline_in_use, timeline_reserved, timeline_fragmentation = (
+            recorded.in_use.append,
+            recorded.reserved.append,
+            recorded.fragmentation.append,
+        )
         timeline_devices, code = recorded.devices.append, device.code
     handles = allocator.handles
     # the pool's chunk table (see bfc.py): sizes, addresses, neighbours, bytes asked (0 free, -1 no chunk) by chunk id
-    size_of, address_of, prev_of, next_of, asked, spare, free_list = pool._c_size, pool._c_address, pool._c_prev, pool._c_next, pool._c_asked, pool._spare, pool._free
+    size_of, address_of, prev_of, next_of, asked, spare, free_list = (
+        pool._c_size,
+        pool._c_address,
+        pool._c_prev,
+        pool._c_next,
+        pool._c_asked,
+        pool._spare,
+        pool._free,
+    )
     max_waste, shift, id_shift, id_mask = pool.max_internal_fragmentation, SIZE_SHIFT, CHUNK_BITS, CHUNK_MASK
     allocator.inline = True  # its buffers are (address, event, chunk id, size, rounded); the pool's maps are left stale until the end (inline_pools.py)
     # counters, in locals while the loop runs: the pool's, the device's (which here are also its
     # allocator's: in use, peaks, held) and the source's
     chunk_bytes, pool_bytes = pool.bytes_in_use, pool.pool_bytes
-    in_use, peak_in_use, peak_chunks, held, peak_held = device.in_use, device.peak_in_use, device.peak_chunks, device.held, device.peak_held
-    peak_event, pending, fragmentation, fragmentation_at_peak = device.peak_event, device.pending, device.sampled, device.fragmentation_at_peak
+    in_use, peak_in_use, peak_chunks, held, peak_held = (
+        device.in_use,
+        device.peak_in_use,
+        device.peak_chunks,
+        device.held,
+        device.peak_held,
+    )
+    peak_event, pending, fragmentation, fragmentation_at_peak = (
+        device.peak_event,
+        device.pending,
+        device.sampled,
+        device.fragmentation_at_peak,
+    )
     worst = -1.0 if device.worst_fragmentation is None else device.worst_fragmentation
     worst_event, fragmented, mapped = device.worst_event, device.fragmented, device.mapped
     counts = allocator.counts
@@ -58,12 +81,24 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
     index = first - 1
     # each event with the pointer of the next one (-1, never a pointer, after the last)
     upcoming = chain(islice(pointers, first + 1, None), (-1,))
-    events = zip(count(first), islice(actions, first, None), islice(pointers, first, None), islice(sizes, first, None), upcoming) if first else zip(count(), actions, pointers, sizes, upcoming)
+    events = (
+        zip(
+            count(first),
+            islice(actions, first, None),
+            islice(pointers, first, None),
+            islice(sizes, first, None),
+            upcoming,
+        )
+        if first
+        else zip(count(), actions, pointers, sizes, upcoming)
+    )
     for index, action, pointer, size, next_pointer in events:
         if not action:  # an allocation
             if fragmented:  # the state after its last event is its most fragmented so far
                 pool.bytes_in_use = chunk_bytes
-                replay.fragmented[device.name] = replay.promise(device, worst_event if worst_event is not None else index - 1, index)
+                replay.fragmented[device.name] = replay.promise(
+                    device, worst_event if worst_event is not None else index - 1, index
+                )
                 fragmented = False
             rounded = (size + 255) & -256
             live += size
@@ -76,7 +111,9 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
                     i = bisect_left(free_list, rounded << shift)
                     if i < len(free_list):
                         chunk = free_list[i] >> shift
-                        taken = chunk_bytes + (rounded if chunk >= 2 * rounded or chunk - rounded >= max_waste else chunk)
+                        taken = chunk_bytes + (
+                            rounded if chunk >= 2 * rounded or chunk - rounded >= max_waste else chunk
+                        )
                         if taken > peak_chunks:
                             peak_chunks = taken
                         live -= size
@@ -97,7 +134,13 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
                     rest_size, rest_address, after = chunk - rounded, address + rounded, next_of[cid]
                     if spare:
                         rest = spare.pop()
-                        size_of[rest], address_of[rest], prev_of[rest], next_of[rest], asked[rest] = rest_size, rest_address, cid, after, 0
+                        size_of[rest], address_of[rest], prev_of[rest], next_of[rest], asked[rest] = (
+                            rest_size,
+                            rest_address,
+                            cid,
+                            after,
+                            0,
+                        )
                     else:
                         rest = pool._new_chunk(rest_size, rest_address, cid, after, 0)
                     size_of[cid] = rounded
@@ -146,7 +189,15 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
                     continue
                 chunk_bytes = pool.bytes_in_use
                 if moved:  # a compacting pool moved its buffers: its chunk table is new
-                    size_of, address_of, prev_of, next_of, asked, spare, free_list = pool._c_size, pool._c_address, pool._c_prev, pool._c_next, pool._c_asked, pool._spare, pool._free
+                    size_of, address_of, prev_of, next_of, asked, spare, free_list = (
+                        pool._c_size,
+                        pool._c_address,
+                        pool._c_prev,
+                        pool._c_next,
+                        pool._c_asked,
+                        pool._spare,
+                        pool._free,
+                    )
                 grew = pool.pool_bytes - pool_bytes
                 if grew:  # what the device holds for it (not lowered where a failed allocation gave regions back)
                     pool_bytes += grew
@@ -182,7 +233,9 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
             if fragmented or pending:
                 pool.bytes_in_use = chunk_bytes
                 if fragmented:
-                    replay.fragmented[device.name] = replay.promise(device, worst_event if worst_event is not None else index - 1, index)
+                    replay.fragmented[device.name] = replay.promise(
+                        device, worst_event if worst_event is not None else index - 1, index
+                    )
                     fragmented = False
                 if pending:  # its peak is the state right before this free
                     replay.snapshots[device.name] = replay.promise(device, peak_event, index)
@@ -192,7 +245,9 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
                 if pointer in dropped:
                     dropped.discard(pointer)
                     continue
-                raise InvalidFreeError(f"trace event {index}: free of {pointer:#x}, which the trace never allocated on {device.name}")
+                raise InvalidFreeError(
+                    f"trace event {index}: free of {pointer:#x}, which the trace never allocated on {device.name}"
+                )
             # BFCPool.free, inline: merge with the next chunk, then the previous one, if free
             address, _, cid, size, rounded = entry
             chunk = size_of[cid]
@@ -240,7 +295,9 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
         else:  # an action of no known kind changes nothing, but is a moment of its own
             if fragmented:
                 pool.bytes_in_use = chunk_bytes
-                replay.fragmented[device.name] = replay.promise(device, worst_event if worst_event is not None else index - 1, index)
+                replay.fragmented[device.name] = replay.promise(
+                    device, worst_event if worst_event is not None else index - 1, index
+                )
                 fragmented = False
             if in_use:
                 free = pool_bytes - chunk_bytes
@@ -262,7 +319,12 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
     device.in_use = allocator.in_use = in_use
     device.peak_in_use = allocator.peak_in_use = peak_in_use
     device.chunks, device.peak_chunks, device.held, device.peak_held = chunk_bytes, peak_chunks, held, peak_held
-    device.peak_event, device.pending, device.sampled, device.fragmentation_at_peak = peak_event, pending, fragmentation, fragmentation_at_peak
+    device.peak_event, device.pending, device.sampled, device.fragmentation_at_peak = (
+        peak_event,
+        pending,
+        fragmentation,
+        fragmentation_at_peak,
+    )
     device.worst_fragmentation = None if worst < 0 else worst
     device.worst_event, device.fragmented, device.mapped = worst_event, fragmented, mapped
     counts[:] = allocations + actions.count(0, first, index + 1) - failed, live, peak_live

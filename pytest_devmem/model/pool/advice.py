@@ -47,5 +47,9 @@ def suggest_fix(policy: Policy, f: OutOfMemoryFigures) -> str:
     return (
         f"raise the fraction to at least {fraction:.2f}: {FRACTION_VARIABLE}={fraction:.2f} "
         f"(marker devmem(fraction={fraction:.2f}) or --devmem-fraction={fraction:.2f})"
-        + (f"; with {format_size(f.pool_free)} of the pool free but split, it may need more: pytest-devmem replays the test's trace to say what fits" if f.pool_free > f.largest_free_block else "")
+        + (
+            f"; with {format_size(f.pool_free)} of the pool free but split, it may need more: pytest-devmem replays the test's trace to say what fits"
+            if f.pool_free > f.largest_free_block
+            else ""
+        )
     )

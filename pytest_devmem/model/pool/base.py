@@ -5,8 +5,8 @@ from __future__ import annotations
 import operator
 from typing import Protocol, runtime_checkable
 
-from ..device import Device
 from ...errors import InvalidRequestError, OutOfMemoryError, OutOfMemoryFigures
+from ..device import Device
 from .advice import suggest_fix
 from .policy import Policy
 

@@ -36,8 +36,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 
-from ..device import Device
 from ...errors import DeviceError, InvalidFreeError, InvalidSettingError, OutOfMemoryError
+from ..device import Device
 from .base import PoolCounters, checked_size
 from .policy import Policy
 
@@ -285,7 +285,13 @@ class BFCPool(PoolCounters):
             self._c_asked.extend([NO_CHUNK] * CHUNK_BATCH)
             spare.extend(range(first + CHUNK_BATCH - 1, first - 1, -1))  # the lowest id first
         chunk = spare.pop()
-        self._c_size[chunk], self._c_address[chunk], self._c_prev[chunk], self._c_next[chunk], self._c_asked[chunk] = size, address, previous, following, asked
+        self._c_size[chunk], self._c_address[chunk], self._c_prev[chunk], self._c_next[chunk], self._c_asked[chunk] = (
+            size,
+            address,
+            previous,
+            following,
+            asked,
+        )
         return chunk
 
     def _drop(self, chunk: int) -> None:
@@ -320,7 +326,9 @@ class BFCPool(PoolCounters):
             self._next_region_size *= 2
         if start + region_size > ADDRESS_MASK:  # a free chunk's key holds its address in ADDRESS_BITS
             self.device.free(start)
-            raise DeviceError(f"{self.device.name} handed out {start:#x}+{region_size}: beyond the 64-bit address space this pool orders chunks by")
+            raise DeviceError(
+                f"{self.device.name} handed out {start:#x}+{region_size}: beyond the 64-bit address space this pool orders chunks by"
+            )
         self._regions[start] = region_size
         chunk = self._first[start] = self._new_chunk(region_size, start, 0, 0, 0)
         self._link_free(chunk)
@@ -332,7 +340,11 @@ class BFCPool(PoolCounters):
     def _free_regions(self) -> list[tuple[int, int]]:
         """(start, size) of every region that is one free chunk."""
         first, size_of, asked = self._first, self._c_size, self._c_asked
-        return [(start, size) for start, size in self._regions.items() if not asked[first[start]] and size_of[first[start]] == size]
+        return [
+            (start, size)
+            for start, size in self._regions.items()
+            if not asked[first[start]] and size_of[first[start]] == size
+        ]
 
     def _release_free_regions(self, rounded: int | None = None) -> bool:
         """Give back every wholly free region; True if any was released.
@@ -386,9 +398,13 @@ class BFCPool(PoolCounters):
         if isinstance(handle, int) and any(address == handle for _, address in self.free_chunks()):
             return InvalidFreeError(f"double free of {handle:#x}: that chunk is already free in this pool")
         if isinstance(handle, int) and any(start <= handle < start + size for start, size in self._regions.items()):
-            return InvalidFreeError(f"invalid free of {handle:#x}: it lies inside a chunk but is not the start of one in use")
+            return InvalidFreeError(
+                f"invalid free of {handle:#x}: it lies inside a chunk but is not the start of one in use"
+            )
         shown = f"{handle:#x}" if isinstance(handle, int) else repr(handle)
-        return InvalidFreeError(f"invalid free of {shown}: this pool never allocated it (foreign pointer or double free)")
+        return InvalidFreeError(
+            f"invalid free of {shown}: this pool never allocated it (foreign pointer or double free)"
+        )
 
     def chunks(self) -> list[tuple[int, int, int, bool, int]]:
         """Every chunk as (region start, address, size, in use, requested bytes), by address within region."""

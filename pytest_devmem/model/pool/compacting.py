@@ -43,7 +43,9 @@ class CompactingPool(BFCPool):
         try:
             address = self._address_of.pop(handle)
         except (KeyError, TypeError):
-            raise InvalidFreeError(f"invalid free of {handle!r}: this pool never allocated it, or it was already freed") from None
+            raise InvalidFreeError(
+                f"invalid free of {handle!r}: this pool never allocated it, or it was already freed"
+            ) from None
         del self._handle_at[address]
         super().free(address)
 

@@ -26,12 +26,16 @@ def memory_map(pool: BFCPool, max_chunks_per_region: int = 200) -> str:
     for size, _ in pool.free_chunks():
         bins.setdefault(bin_for_size(size), []).append(size)
     for b, sizes in sorted(bins.items()):
-        lines.append(f"  bin {b:2d} (>= {format_size(bin_lower_bound(b))}): {len(sizes)} chunk(s), {format_size(sum(sizes))}")
+        lines.append(
+            f"  bin {b:2d} (>= {format_size(bin_lower_bound(b))}): {len(sizes)} chunk(s), {format_size(sum(sizes))}"
+        )
     by_region: dict[int, list[tuple[int, int, int, bool, int]]] = {}
     for chunk in pool.chunks():
         by_region.setdefault(chunk[0], []).append(chunk)
     for index, (start, region_chunks) in enumerate(by_region.items()):
-        lines.append(f"region {index} at {start:#x}, {format_size(pool._regions[start])}, {len(region_chunks)} chunk(s):")
+        lines.append(
+            f"region {index} at {start:#x}, {format_size(pool._regions[start])}, {len(region_chunks)} chunk(s):"
+        )
         for _, address, size, in_use, requested in region_chunks[:max_chunks_per_region]:
             state = f"in use (asked {requested} B)" if in_use else "free"
             lines.append(f"  {address:#x} +{address - start:#x} {size:>12d} B  {state}")
@@ -52,7 +56,13 @@ def check_invariants(pool: BFCPool) -> list[str]:
     seen: set[int] = set()
     free_keys: list[int] = []
     handles: dict[int, int] = {}
-    size_of, address_of, prev_of, next_of, asked = pool._c_size, pool._c_address, pool._c_prev, pool._c_next, pool._c_asked
+    size_of, address_of, prev_of, next_of, asked = (
+        pool._c_size,
+        pool._c_address,
+        pool._c_prev,
+        pool._c_next,
+        pool._c_asked,
+    )
     if set(pool._first) != set(pool._regions):
         problems.append("regions and their first chunks disagree")
     for start, region_size in pool._regions.items():
@@ -64,7 +74,9 @@ def check_invariants(pool: BFCPool) -> list[str]:
             seen.add(chunk)
             size = size_of[chunk]
             if size <= 0 or size % MIN_ALLOCATION_SIZE or address_of[chunk] != address:
-                problems.append(f"chunk {chunk} at {address_of[chunk]:#x} has bad size {size} or is not at {address:#x}")
+                problems.append(
+                    f"chunk {chunk} at {address_of[chunk]:#x} has bad size {size} or is not at {address:#x}"
+                )
                 break
             if prev_of[chunk] != previous:
                 problems.append(f"chunk {address:#x} prev is {prev_of[chunk]}, expected {previous}")
@@ -81,7 +93,9 @@ def check_invariants(pool: BFCPool) -> list[str]:
             previous, address, chunk = chunk, address + size, next_of[chunk]
         if address != end:
             problems.append(f"region {start:#x} ends at {end:#x} but its last chunk ends at {address:#x}")
-    if sorted(seen | set(pool._spare) | {0}) != list(range(len(size_of))) or any(asked[chunk] != NO_CHUNK for chunk in pool._spare):
+    if sorted(seen | set(pool._spare) | {0}) != list(range(len(size_of))) or any(
+        asked[chunk] != NO_CHUNK for chunk in pool._spare
+    ):
         problems.append("chunk ids are neither in a region nor spare, or spare ids are marked in use")
     if sorted(free_keys) != pool._free:
         problems.append(f"the free list holds {len(pool._free)} chunks, {len(free_keys)} chunks are free")
@@ -90,7 +104,9 @@ def check_invariants(pool: BFCPool) -> list[str]:
     if handles != pool._in_use:
         problems.append(f"{len(pool._in_use)} handles for {len(handles)} chunks in use")
     if in_use != pool.bytes_in_use or requested != pool.requested_bytes_in_use:
-        problems.append(f"bytes_in_use {pool.bytes_in_use} / requested {pool.requested_bytes_in_use}, recount {in_use} / {requested}")
+        problems.append(
+            f"bytes_in_use {pool.bytes_in_use} / requested {pool.requested_bytes_in_use}, recount {in_use} / {requested}"
+        )
     if sum(pool._regions.values()) != pool.pool_bytes:
         problems.append(f"pool_bytes {pool.pool_bytes} but regions sum to {sum(pool._regions.values())}")
     if pool.pool_bytes > pool.bytes_limit:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..device import DEVICE_ALIGNMENT, Device
 from ...errors import InvalidFreeError
 from ...units import format_size, round_up
+from ..device import DEVICE_ALIGNMENT, Device
 from .base import PoolCounters, checked_size
 from .policy import Policy
 

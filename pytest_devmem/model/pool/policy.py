@@ -29,7 +29,9 @@ class Mode(str, enum.Enum):
 
 
 MODE_ALIASES = {"platform": Mode.ONDEMAND}
-ALLOWED_MODES = ", ".join([m.value for m in Mode] + [f"{alias} (= {mode.value})" for alias, mode in MODE_ALIASES.items()])
+ALLOWED_MODES = ", ".join(
+    [m.value for m in Mode] + [f"{alias} (= {mode.value})" for alias, mode in MODE_ALIASES.items()]
+)
 
 DEFAULT_PREALLOC_FRACTION = 0.75
 """JAX's default XLA_PYTHON_CLIENT_MEM_FRACTION."""
@@ -62,7 +64,9 @@ def parse_fraction(value: object) -> float:
     try:
         fraction = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError, OverflowError):  # an int beyond any float (10**400) overflows
-        raise InvalidSettingError(f"invalid devmem fraction {shown_value(value)}: must be a number in (0, 1], e.g. 0.5") from None
+        raise InvalidSettingError(
+            f"invalid devmem fraction {shown_value(value)}: must be a number in (0, 1], e.g. 0.5"
+        ) from None
     if isinstance(value, bool) or not math.isfinite(fraction) or not 0.0 < fraction <= 1.0:
         raise InvalidSettingError(f"invalid devmem fraction {shown_value(value)}: must be in (0, 1], e.g. 0.5")
     return fraction

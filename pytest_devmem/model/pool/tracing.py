@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ...errors import InvalidFreeError, OutOfMemoryError
 from ..trace import ALLOCATE_CODE, FAILURE_CODE, FREE_CODE, Trace

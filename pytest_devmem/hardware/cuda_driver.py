@@ -1,6 +1,6 @@
 """The CUDA driver API through ctypes: no build step, no package beyond the driver itself.
 
-Kept apart from device.py so that runs without a GPU never load ctypes or libcuda. The driver's
+Kept apart from devices.py so that runs without a GPU never load ctypes or libcuda. The driver's
 library has another name on each system (`libcuda.so.1` on Linux, `nvcuda.dll` on Windows), and
 macOS has none: NVIDIA's last CUDA for macOS was 10.2.
 """

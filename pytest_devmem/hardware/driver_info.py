@@ -14,8 +14,9 @@ import ctypes
 import os
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import DeviceError
 from .cuda_driver import driver_library_names, load_library
@@ -76,7 +77,11 @@ def query_nvml(load: Loader | None = None) -> DriverInfo | None:
         if _call(lib, "nvmlSystemGetDriverVersion", buffer, _VERSION_BUFFER):
             driver = buffer.value.decode(errors="replace") or None
         encoded = ctypes.c_int()
-        cuda = cuda_version_text(encoded.value) if _call(lib, "nvmlSystemGetCudaDriverVersion_v2", ctypes.byref(encoded)) and encoded.value > 0 else None
+        cuda = (
+            cuda_version_text(encoded.value)
+            if _call(lib, "nvmlSystemGetCudaDriverVersion_v2", ctypes.byref(encoded)) and encoded.value > 0
+            else None
+        )
     finally:
         _call(lib, "nvmlShutdown")
     return DriverInfo(gpus, driver, cuda)
