@@ -131,19 +131,9 @@ def parse_seconds(path: Path, repeat: int) -> float:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    texts = pa.dictionary(pa.int32(), pa.string())
-    types = {
-        "Thread": pa.uint64(),
-        "Time": pa.float64(),
-        "Action": texts,
-        "Pointer": pa.string(),
-        "Size": pa.int64(),
-        "Stream": texts,
-        "Source": texts,
-        "Label": texts,
-        "Device": texts,
-        "Process": pa.uint32(),
-    }
+    from pytest_devmem.model.trace_arrow import column_types
+
+    types = column_types(pa)
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()

@@ -162,7 +162,7 @@ class GpuSizer:
         """Hook JAX's lowering (JAX imported already); False, with `note` saying why, where it cannot be."""
         if self.installed:
             return True
-        problem = cuda_compiler_problem()
+        problem = self._compiler_problem()
         if problem is not None:
             self.note = problem
             return False
@@ -171,6 +171,10 @@ class GpuSizer:
             return False
         self.installed = True
         return True
+
+    def _compiler_problem(self) -> str | None:
+        """Why the target's compiler is not installed here, or None."""
+        return cuda_compiler_problem()
 
     def uninstall(self) -> None:
         if self.installed:

@@ -161,20 +161,10 @@ class TpuSizer(GpuSizer):
         self._arrays: dict[tuple[tuple[int, ...], str], int | None] = {}
         self.unsized_arrays: set[str] = set()  # dtypes the compiler could not size: kept dense, noted
 
-    def install(self) -> bool:
-        if self.installed:
-            return True
-        problem = tpu_compiler_problem()
-        if problem is not None:
-            self.note = problem
-            return False
-        if not jax_lowering.hooks.install():
-            self.note = jax_lowering.hooks.note
-            return False
-        self.installed = True
-        return True
-
     # -- what differs from the GPU sizer ----------------------------------------------------
+
+    def _compiler_problem(self) -> str | None:
+        return tpu_compiler_problem()
 
     def _software_versions(self) -> str:
         if not self._versions:  # libtpu has no __version__: its distribution's

@@ -59,19 +59,7 @@ def read_columns(
     if binary.read(len(UTF8_BOM)) == UTF8_BOM:  # pyarrow would skip it; the row reader does not
         return False
     binary.seek(0)
-    texts = pa.dictionary(pa.int32(), pa.string())
-    types = {
-        "Thread": pa.uint64(),
-        "Time": pa.float64(),
-        "Action": texts,
-        "Pointer": pa.string(),
-        "Size": pa.int64(),
-        "Stream": texts,
-        "Source": texts,
-        "Label": texts,
-        "Device": texts,
-        "Process": pa.uint32(),
-    }
+    types = column_types(pa)
     try:
         reader = pacsv.open_csv(
             binary,
@@ -93,6 +81,23 @@ def read_columns(
     except (pa.ArrowException, UnicodeDecodeError):  # a conversion or a row the fast path does not take
         return False
     return True
+
+
+def column_types(pa: Any) -> dict[str, Any]:
+    """The type pyarrow reads each trace column as: texts as dictionaries (each distinct text once)."""
+    texts = pa.dictionary(pa.int32(), pa.string())
+    return {
+        "Thread": pa.uint64(),
+        "Time": pa.float64(),
+        "Action": texts,
+        "Pointer": pa.string(),
+        "Size": pa.int64(),
+        "Stream": texts,
+        "Source": texts,
+        "Label": texts,
+        "Device": texts,
+        "Process": pa.uint32(),
+    }
 
 
 def _append_batch(batch: Any, trace: Trace, action_code: dict[str, int], np: Any) -> bool:
