@@ -47,9 +47,20 @@ def test_the_model_imports_no_pytest_framework_or_driver() -> None:
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_devmem"
 
-LAYERS = {"plugin": 3, "cli": 3, "hookspec": 3, "capture": 2, "gate": 2, "present": 2, "hardware": 2, "model": 1}
+LAYERS = {
+    "plugin": 4,
+    "cli": 4,
+    "hookspec": 4,
+    "options": 3,
+    "capture": 2,
+    "gate": 2,
+    "present": 2,
+    "hardware": 2,
+    "model": 1,
+}
 """docs/architecture.md's pipeline: plugin and cli drive capture, gate and present (and hardware, the drivers);
-those use model; everything may use the shared ground (units, errors, files, provenance, spreadsheet: layer 0)."""
+those use model; everything may use the shared ground (units, errors, files, provenance, spreadsheet: layer 0).
+The settings both drivers build their flags from (options.py) sit between them and the stages they configure."""
 
 SIDE_PATHS = {("present", "gate"), ("gate", "capture.sources")}
 """The two imports across the middle layer that docs/architecture.md names: present shows gate's comparisons, and a
@@ -149,7 +160,7 @@ def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
 def _layer(module: str) -> tuple[int, str]:
     parts = module.split(".")
     if len(parts) == 1:
-        return 3, "plugin"  # the package's __init__: what `import pytest_devmem` runs
+        return 4, "plugin"  # the package's __init__: what `import pytest_devmem` runs
     return LAYERS.get(parts[1], 0), parts[1]
 
 
@@ -185,3 +196,4 @@ def test_the_import_graph_test_sees_cycles_and_upward_imports() -> None:
         < _layer("pytest_devmem.plugin.session")
     )
     assert _layer("pytest_devmem.units")[0] == 0
+    assert _layer("pytest_devmem.gate.tolerance") < _layer("pytest_devmem.options") < _layer("pytest_devmem.cli.compare")

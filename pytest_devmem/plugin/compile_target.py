@@ -11,25 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..model.device import Device
-from ..model.gpu_targets import GPU_SPECS, GpuSpec, gpu_spec
-from ..model.tpu_targets import TPU_SPECS, TpuSpec, tpu_spec
+from ..model.gpu_targets import GpuSpec, gpu_spec
+from ..model.tpu_targets import TpuSpec, tpu_spec
+from ..options import COMPILE_TARGET_CHOICES as CHOICES
+from ..options import COMPILE_TARGET_HELP as HELP
+from ..options import parse_compile_target
 
-CHOICES = ("auto", "cpu", *GPU_SPECS, *TPU_SPECS)
-HELP = (
-    "Whose compile sizes each JAX executable's buffers: auto (default: a sim: GPU or TPU preset is sized as "
-    "that device; sim:SIZE, which names no GPU, and a real GPU keep their own compile's), cpu, or a GPU or TPU to size "
-    f"them for ({', '.join([*GPU_SPECS, *TPU_SPECS])}). A GPU needs pip install 'pytest-devmem[gpu-compile]', "
-    "a TPU 'pytest-devmem[tpu-compile]'."
-)
-
-
-def parse_compile_target(value: str) -> str:
-    """`auto`, `cpu` or a GPU or TPU preset's name (any case); ValueError naming the value and the choices."""
-    names = {name.lower(): name for name in CHOICES}
-    found = names.get(str(value).strip().lower())
-    if found is None:
-        raise ValueError(f"invalid devmem compile target {value!r}: allowed are {', '.join(CHOICES)}")
-    return found
+__all__ = ["CHOICES", "HELP", "CompileTarget", "parse_compile_target", "resolve"]
+"""The setting's choices, help and parser are `options.py`'s (shared with the devmem command); kept importable here."""
 
 
 @dataclass(frozen=True)

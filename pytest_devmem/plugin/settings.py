@@ -15,168 +15,26 @@ import pytest
 
 from ..errors import DevmemError
 from ..gate.marks import normalize_frameworks, parse_max_fragmentation
-from ..gate.tolerance import (
-    DEFAULT_TOLERANCE,
-    TOLERANCE_HELP,
-    Tolerance,
-    parse_tolerance,
-)
-from ..model.device import DEFAULT_SIM_CAPACITY, DEVICE_SPEC_HELP
-from ..model.pool.policy import ALLOWED_MODES, parse_fraction, parse_mode
+from ..gate.tolerance import Tolerance, parse_tolerance
 from ..model.regime import GPU_ONLY_MODES, TPU_RUNTIME, Regime, on_tpu
 from ..model.targets import parse_targets
 from ..model.tpu_targets import TpuSpec, tpu_regime_refusal, tpu_spec
+from ..options import OPTIONS, Option, add_option
 from ..present.report import REPORT_FORMATS
-from ..units import format_size, parse_size
-from .compile_target import HELP as COMPILE_TARGET_HELP
-from .compile_target import parse_compile_target
+from ..units import parse_size
 from .workers import WorkerPlan, gpu_count, plan_workers, worker_index
+
+__all__ = ["OPTIONS", "PLUGIN_NAME", "Option", "Settings", "add_options", "load_settings"]
+"""`Option` and `OPTIONS` are defined in `options.py`, which the devmem command shares; they stay importable here."""
 
 PLUGIN_NAME = "devmem-manager"
 """The name the session object is registered under (`config.pluginmanager.get_plugin(PLUGIN_NAME)`)."""
 
 
-@dataclass(frozen=True)
-class Option:
-    """One user setting: its command-line option, ini key and environment variable."""
-
-    name: str
-    help: str
-    metavar: str = ""
-    flag: bool = False
-
-    @property
-    def option(self) -> str:
-        return f"--devmem-{self.name}"
-
-    @property
-    def dest(self) -> str:
-        return f"devmem_{self.name.replace('-', '_')}"
-
-    @property
-    def ini(self) -> str:
-        return self.dest
-
-    @property
-    def env(self) -> str:
-        return f"DEVMEM_{self.name.replace('-', '_').upper()}"
-
-
-OPTIONS = (
-    Option("mode", f"Measure every test under this allocation regime: {ALLOWED_MODES}.", "MODE"),
-    Option(
-        "fraction",
-        "Fraction of device memory for the 'fraction' regime (or the limit of another), in (0, 1]. Implies --devmem-mode=fraction when no mode is given.",
-        "F",
-    ),
-    Option(
-        "device",
-        f"Device to measure on: {DEVICE_SPEC_HELP}. Default: auto (GPU 0 when one is present, else a simulated {format_size(DEFAULT_SIM_CAPACITY)} device).",
-        "SPEC",
-    ),
-    Option(
-        "report",
-        f"Write the per-test records to FILE; the format follows the extension: {', '.join(REPORT_FORMATS)}.",
-        "FILE",
-    ),
-    Option("baselines", "Directory of stored baselines. Default: baselines/ at the rootdir.", "DIR"),
-    Option(
-        "update",
-        "Write or refresh the baselines of the tests that ran (and only those); no test fails for a change.",
-        flag=True,
-    ),
-    Option(
-        "tolerance",
-        f"How far a metric may move from its baseline: {TOLERANCE_HELP}. Default: {DEFAULT_TOLERANCE} on peak_bytes_in_use.",
-        "SPEC",
-    ),
-    Option(
-        "strict",
-        "Fail tests that have no baseline, and the session when baselines exist for tests that no longer exist.",
-        flag=True,
-    ),
-    Option(
-        "frameworks",
-        "Frameworks the suite runs together, e.g. jax,tf. Every measured test's frameworks share its devices in the model of the machine anyway; this says which to expect.",
-        "LIST",
-    ),
-    Option(
-        "artifacts",
-        "For each test that fails pytest-devmem's checks, leave its trace (.csv) and a self-contained picture of it (.html) in DIR; the failure says where.",
-        "DIR",
-    ),
-    Option(
-        "benchmark-json",
-        "Write each measured test's peak as github-action-benchmark's customSmallerIsBetter JSON to FILE.",
-        "FILE",
-    ),
-    Option(
-        "max-leak",
-        "Fail every measured test after which the frameworks still hold more than SIZE of the memory it allocated (e.g. 1MiB); the marker's max_leak= overrides it.",
-        "SIZE",
-    ),
-    Option(
-        "max-fragmentation",
-        "Fail every measured test whose pools' fragmentation goes above F (0 to 1, XLA's measure) at any moment; the marker's max_fragmentation= overrides it.",
-        "F",
-    ),
-    Option(
-        "limit",
-        "Fail every measured test whose peak device memory is above SIZE (e.g. 2GiB); the marker's limit= overrides it for one test.",
-        "SIZE",
-    ),
-    Option(
-        "cuda-context",
-        "Device memory one process's CUDA context holds on each device in the model of the machine. Default: 512MiB, at most an eighth of the device.",
-        "SIZE",
-    ),
-    Option(
-        "find-min-fraction",
-        "Report for each measured test the smallest fraction at which it passes under prealloc (replaying its trace).",
-        flag=True,
-    ),
-    Option("compile-target", COMPILE_TARGET_HELP, "TARGET"),
-    Option(
-        "traces",
-        "Write each measured test's device-allocation trace to DIR, one RMM-style CSV per test and regime (columns Thread,Time,Action,Pointer,Size,Stream,Source,Label).",
-        "DIR",
-    ),
-    Option(
-        "what-if",
-        "Report which measured tests would run out of memory on a device of SIZE (e.g. 16GiB), replaying their traces.",
-        "SIZE",
-    ),
-    Option(
-        "targets",
-        "Also run every measured test on each of these simulated devices (comma-separated sim:SIZE or sim:PRESET, e.g. sim:H100-80GB,sim:T4,sim:16GiB) and report per test and target its peak, the target's capacity, whether it fits and which compile sized it: a table in the summary and the report, and a picture (devmem plot REPORT --targets). This reruns the measured tests once per target (one child process per target and regime, after the session's tests): the run costs about one more run of them per target. A what-if view: the targets' figures are never compared with baselines nor stored as ones. A TPU target runs under its runtime's regime (compact), every other under the test's.",
-        "LIST",
-    ),
-    Option(
-        "disable",
-        "Measure nothing: the tests run as without the plugin, its markers stay valid and the devmem fixture still gives a pool (unmeasured); nothing is compared or written. As pytest-benchmark's --benchmark-disable.",
-        flag=True,
-    ),
-    Option(
-        "only",
-        "Run only the tests pytest-devmem measures (with --devmem-mode, every test; without it, those with the devmem marker) and deselect the rest. As pytest-benchmark's --benchmark-only.",
-        flag=True,
-    ),
-    Option(
-        "autosave",
-        "Keep this run's JSON report as .devmem/<machine id>/NNNN_<commit>_<time>[_dirty].json at the rootdir, as pytest-benchmark's --benchmark-autosave does; devmem history reads that folder.",
-        flag=True,
-    ),
-)
-
-
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("devmem", "device memory (pytest-devmem)")
     for option in OPTIONS:
-        text = option.help.replace("%", "%%")  # argparse formats help strings with %
-        if option.flag:
-            group.addoption(option.option, action="store_true", default=None, dest=option.dest, help=text)
-        else:
-            group.addoption(option.option, default=None, dest=option.dest, metavar=option.metavar, help=text)
+        add_option(group.addoption, option)
         parser.addini(option.ini, f"{option.help} (ini form of {option.option})", default=None)
     # internal: how a parent hands tests to a child process (isolation.py); hidden from --help
     group.addoption("--devmem-child-output", default=None, help=argparse.SUPPRESS)
@@ -222,6 +80,11 @@ def _checked(config: pytest.Config, option: Option, parse: Callable[[str], objec
         return parse(value)
     except (DevmemError, ValueError) as exc:
         raise pytest.UsageError(f"{exc} (from {where})") from None
+
+
+def _parsed(config: pytest.Config, option: Option) -> object:
+    """The setting checked by its own parser (`options.py`), the one the devmem command runs too."""
+    return _checked(config, option, option.parsed)
 
 
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
@@ -303,8 +166,8 @@ def load_settings(config: pytest.Config) -> Settings:
         raise pytest.UsageError(
             f"{options['disable'].option} and {options['only'].option} contradict each other: one measures nothing, the other runs only what is measured (as pytest-benchmark's --benchmark-disable and --benchmark-only)"
         )
-    mode = _checked(config, options["mode"], parse_mode)
-    fraction = _checked(config, options["fraction"], parse_fraction)
+    mode = _parsed(config, options["mode"])
+    fraction = _parsed(config, options["fraction"])
     regime = None
     if mode is not None or fraction is not None:
         try:
@@ -312,7 +175,7 @@ def load_settings(config: pytest.Config) -> Settings:
         except DevmemError as exc:
             raise pytest.UsageError(f"{exc} (from {options['mode'].option} and {options['fraction'].option})") from None
     device_spec, device_from = raw_value(config, options["device"])
-    device_spec = device_spec or "auto"
+    device_spec = device_spec or str(options["device"].default)
     tpu = tpu_spec(device_spec)
     if tpu is not None and regime is not None:
         if (
@@ -331,14 +194,14 @@ def load_settings(config: pytest.Config) -> Settings:
     baselines = _path_setting(
         config, options["baselines"], "baselines directory", directory=True, default=config.rootpath / "baselines"
     )
-    tolerance = _checked(config, options["tolerance"], parse_tolerance) or parse_tolerance(DEFAULT_TOLERANCE)
+    tolerance = _parsed(config, options["tolerance"]) or parse_tolerance(str(options["tolerance"].default))
     frameworks = _checked(config, options["frameworks"], parse_frameworks) or ()
     what_if = _checked(config, options["what-if"], _positive_size)
     cuda_context = _checked(config, options["cuda-context"], _size_or_zero)
     limit = _checked(config, options["limit"], _positive_size)
     max_leak = _checked(config, options["max-leak"], _size_or_zero)
     max_fragmentation = _checked(config, options["max-fragmentation"], parse_max_fragmentation)
-    compile_target = _checked(config, options["compile-target"], parse_compile_target)
+    compile_target = _parsed(config, options["compile-target"])
     compile_target_source = _setting_text(config, options["compile-target"], compile_target)
     artifacts_dir = _path_setting(config, options["artifacts"], "artifacts directory", directory=True)
     benchmark_path = _path_setting(config, options["benchmark-json"], "benchmark JSON file", directory=False)

@@ -1,0 +1,74 @@
+"""The `devmem` command: compare two sets of measurements, list baselines, replay and draw traces.
+
+    devmem compare BASE NEW... [--tolerance SPEC] [--all] [--partial] [--device-class C | --all-classes] [--sort KEY] [--columns A,B]   exit 1 when anything regressed
+    devmem merge REPORT... -o MERGED.json [--baselines DIR] [--same-run] [--partial]   one report from CI shards' reports
+    devmem show [DIR]
+    devmem replay TRACE [--mode M] [--fraction F] [--device D]   exit 1 when the trace does not fit
+    devmem plot REPORT|TRACE -o FILE.png|FILE.html [--test ID]
+    devmem plot REPORT --targets -o FILE.png|FILE.html [--test ID]   every test on every target
+    devmem history [REPORT...|DIR] [--tolerance SPEC] [-o trend.png]   exit 1 when a test moved (default: .devmem/)
+    devmem --version
+
+BASE and NEW are each a JSON report (`--devmem-report=FILE.json`), a baseline directory, or one
+baseline file; several NEW reports (CI shards) are merged first, as `devmem merge` does. Measurements
+are matched by (test id, regime, device class); a simulated device, a GPU model and a CPU backend are
+different classes and never compared. Exit status: 0 no regression, 1 regression, 2 bad input.
+
+Each subcommand is a module of this package (`compare.py`, ...) with its `HELP`, `add_arguments(parser)`
+and `run(args, parser) -> int` (a usage error through `parser.error`, bad input as a DevmemError or
+ValueError, which `main` turns into exit 2); what several share is `common.py`'s. The flags the plugin has too (`--mode`,
+`--fraction`, `--device`, `--tolerance`, `--baselines`) are built from `options.OPTIONS`. This package
+never imports pytest or the plugin.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from types import ModuleType
+
+from ..errors import DevmemError
+from . import compare, history, merge, plot, replay, show
+from .common import InputError, error
+from .replay import replay_table
+
+__all__ = ["COMMANDS", "SLOW_READ_BYTES", "InputError", "build_parser", "main", "replay_table"]
+
+SLOW_READ_BYTES = 16 * 2**20
+"""A trace larger than this, read row by row (no pyarrow), gets a note on how to read it faster."""
+
+COMMANDS: dict[str, ModuleType] = {
+    "compare": compare,
+    "merge": merge,
+    "show": show,
+    "replay": replay,
+    "plot": plot,
+    "history": history,
+}
+"""Each subcommand's module, in the order `devmem --help` lists them."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `devmem` command's parser: its subcommands and their options (the documentation's CLI
+    reference is generated from it)."""
+    from .. import __version__  # the root package's lazy attribute: distribution metadata, read only here
+
+    parser = argparse.ArgumentParser(prog="devmem", description="Compare and list pytest-devmem measurements.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s (pytest-devmem) {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, module in COMMANDS.items():
+        module.add_arguments(commands.add_parser(name, help=module.HELP))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(COMMANDS[args.command].run(args, parser))
+    except (DevmemError, ValueError) as exc:
+        error(str(exc))
+    except OSError as exc:  # an output that cannot be written: a directory in the way, no room, no permission
+        where = f"{exc.filename}: " if exc.filename else ""
+        error(f"cannot write {where}{exc.strerror or exc}")
+    return 2

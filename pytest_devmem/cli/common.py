@@ -1,0 +1,204 @@
+"""What several of the devmem command's subcommands share: the input error (exit 2), reading
+measurements (`compare`, `show`), reading a trace and the machine to replay it on (`replay`, `plot`),
+and printing through the terminal's escaping."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+from ..errors import DevmemError
+from ..files import read_json
+from ..gate.baseline import read_directory, read_file
+from ..gate.compare import Key, Measured
+from ..gate.record import BaselineEntry
+from ..gate.tolerance import METRICS
+from ..hardware.devices import open_device
+from ..model import trace_arrow
+from ..model.device import DEFAULT_COMPUTE_CAPABILITY
+from ..model.frameworks import AllocatorSetup, setups_for
+from ..model.machine import MachineSpec
+from ..model.pool import Policy
+from ..model.trace import Trace
+from ..present.merge import unique_records
+from ..present.report import ReportFile, read_report
+from ..present.text import terminal, terminal_lines
+
+
+class InputError(DevmemError, ValueError):
+    """An input path that is neither a report nor baselines."""
+
+
+# -- output ------------------------------------------------------------------------------------------------------
+
+
+def print_text(text: str) -> None:
+    """Everything the command prints goes out here: no control character from a test id, a trace
+    or a file reaches the terminal as itself (the renderers escape each value; this is the net)."""
+    sys.stdout.write(terminal_lines(text))
+
+
+def warn(message: str) -> None:
+    print(f"devmem: warning: {terminal_lines(message)}", file=sys.stderr)
+
+
+def error(message: str) -> None:
+    print(f"devmem: error: {terminal_lines(message)}", file=sys.stderr)
+
+
+# -- measurements: reports and baselines -------------------------------------------------------------------------
+
+
+def load(path: Path) -> dict[Key, Measured]:
+    """Measurements from a JSON report, a baseline file, or a directory of baseline files."""
+    if path.is_dir():
+        entries = read_directory(path)
+        if not entries:
+            raise InputError(f"{path}: a directory with no baseline files (*.json) in it: nothing to compare against")
+        return _from_baseline(entries)
+    if not os.path.lexists(path):
+        raise InputError(f"{path}: no such file or directory")
+    if is_report(path):
+        return from_report(read_report(path))
+    return _from_baseline(read_file(path))
+
+
+def is_report(path: Path) -> bool:
+    """Whether a JSON file is a report (`--devmem-report`), not a baseline file."""
+    _, document = read_json(path, "report or baseline file")
+    return isinstance(document, dict) and "records" in document and "session" in document
+
+
+def _from_baseline(entries: list[BaselineEntry]) -> dict[Key, Measured]:
+    return {
+        (e.test_id, e.regime, e.device_class): Measured(e.metrics, e.versions, e.reason, e.contributors, e.devices)
+        for e in entries
+    }
+
+
+def from_report(report: ReportFile) -> dict[Key, Measured]:
+    """One Measured per record of a report (read and checked by read_report)."""
+    if not report.records:
+        raise InputError(f"{report.path}: a report with no records (no test was measured): nothing to compare")
+    versions = report.session.get("versions", {})
+    assert isinstance(versions, dict)  # read_report checked it
+    for index, record in enumerate(report.records):
+        if "regime" not in record or "device_class" not in record:
+            raise InputError(
+                f"{report.path}: record {index} ({str(record['test_id'])[:200]!r}) lacks its regime or device_class: nothing to match it by"
+            )
+    found = {}
+    for key, record in unique_records(report).items():  # a test twice: kept once, or an error naming it, as merge does
+        metrics: dict[str, float | int | None] = {name: record.get(name) for name in METRICS}  # type: ignore[misc]
+        trace = record.get("trace")
+        at_peak = trace.get("at_peak") if isinstance(trace, dict) else None
+        contributors = (
+            {
+                str(name): size
+                for name, size in at_peak.items()
+                if isinstance(size, int) and not isinstance(size, bool) and 0 <= size
+            }
+            if isinstance(at_peak, dict)
+            else {}
+        )
+        oom = record.get("oom")
+        kind = (
+            str(oom.get("kind") or ("real" if oom.get("real") else "yes"))
+            if isinstance(oom, dict)
+            else "real"
+            if oom is True
+            else None
+        )
+        tolerance = record.get("tolerance")
+        found[key] = Measured(
+            metrics,
+            {str(k): str(v) for k, v in versions.items()},
+            contributors=contributors,
+            devices=_report_devices(record.get("devices")),
+            oom=kind,
+            tolerance=tolerance if isinstance(tolerance, str) else None,
+        )
+    return found
+
+
+def _report_devices(devices: object) -> dict[str, dict[str, float | int | None]]:
+    """Each device's gated figures of a report's record (checked by read_report), for a test on several devices."""
+    if not isinstance(devices, list) or len(devices) < 2:
+        return {}
+    return {str(device["device"]): {name: device.get(name) for name in METRICS} for device in devices}
+
+
+# -- traces and the machine they are replayed on -----------------------------------------------------------------
+
+TRACE_REGIME = re.compile(
+    r"\[(?:fraction=(?P<fraction>[0-9.]+)|(?P<mode>[a-z]+)(?:_fraction=(?P<limit>[0-9.]+)_)?)\](?:--[0-9a-f]+)?$"
+)
+"""The regime at the end of a trace's name as the plugin writes it (`test_x.py__test_a[growth].csv`,
+`...[fraction=0.5]--1a2b3c4d5e6f.csv`; `growth(fraction=0.5)` becomes `growth_fraction=0.5_`)."""
+
+
+def regime_of_trace(path: Path, mode: str | None, fraction: str | None) -> tuple[Policy, str]:
+    """The regime to replay a trace under: the one given, else the one its file name carries (the
+    plugin names each trace `<test>[<regime>].csv`); and a note saying where it came from."""
+    if mode is not None or fraction is not None:
+        return Policy.of(mode or "fraction", fraction), ""
+    found = TRACE_REGIME.search(path.stem)
+    if found is None:
+        raise InputError(
+            f"{path}: its name does not say its regime (the plugin names traces <test>[<regime>].csv): give --mode (prealloc, fraction, ondemand, growth or compact)"
+        )
+    if found["fraction"]:
+        return Policy.of("fraction", found["fraction"]), " (from the trace's name)"
+    return Policy.of(found["mode"], found["limit"]), " (from the trace's name)"
+
+
+def read_trace(path: Path) -> Trace:
+    """A trace file, or an InputError naming it; a note on stderr where a large one is read row by
+    row (no pyarrow), above the package's `SLOW_READ_BYTES`."""
+    # The threshold is the package's attribute, read at each call so that setting
+    # `pytest_devmem.cli.SLOW_READ_BYTES` takes effect; imported here since the package imports this module.
+    from . import SLOW_READ_BYTES
+
+    try:
+        if not trace_arrow.available() and path.is_file() and path.stat().st_size > SLOW_READ_BYTES:
+            print(
+                f"devmem: note: reading {terminal(str(path))} row by row, since pyarrow is not installed; "
+                "pip install 'pytest-devmem[fast-traces]' reads traces by column, some 30 times faster",
+                file=sys.stderr,
+            )
+        return Trace.read_csv(path)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the trace: {exc.strerror or exc}") from None
+
+
+def unnamed_device(trace: Trace) -> str:
+    """Where the events that name no device (the devmem fixture's pool, an RMM log) were: device 0 of
+    the platform the trace's other events name, as the plugin records it (`gpu:0` beside a GPU's
+    events, else `cpu:0`), whatever machine replays it."""
+    return "gpu:0" if any(name.startswith("gpu:") for name in trace.device_names()) else "cpu:0"
+
+
+def machine(device_spec: str, policy: Policy, default_device: str) -> tuple[MachineSpec, dict[str, AllocatorSetup]]:
+    """The machine a device spec names (every device of its capacity; a real GPU is let go at
+    once) and each framework's allocator under `policy`."""
+    device = open_device(device_spec)
+    try:
+        return machine_of(
+            device.capacity, device.name, getattr(device, "compute_capability", (None,))[0], policy, default_device
+        )
+    finally:
+        close = getattr(device, "close", None)
+        if close is not None:
+            close()
+
+
+def machine_of(
+    capacity: int, name: str, compute_capability: int | None, policy: Policy, default_device: str = "cpu:0"
+) -> tuple[MachineSpec, dict[str, AllocatorSetup]]:
+    """The machine of a device's capacity, name and compute capability (a report's session names them)."""
+    spec = MachineSpec(
+        capacity, name, compute_capability or DEFAULT_COMPUTE_CAPABILITY[0], default_device=default_device
+    )
+    return spec, setups_for(policy, capacity)

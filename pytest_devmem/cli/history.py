@@ -1,0 +1,54 @@
+"""`devmem history [REPORT...|DIR] [--tolerance SPEC] [-o trend.png]`: reports of many commits lined
+up, tests x commits, and the steps where a peak moved; exit 1 when a test moved."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..gate.tolerance import parse_tolerance
+from ..options import OPTION, add_option
+from ..present import history
+from ..present.autosave import AUTOSAVE_DIR
+from .common import print_text
+
+HELP = "Line up reports of many commits: tests x commits, and the steps where a peak moved"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "inputs",
+        type=Path,
+        nargs="*",
+        help=f"JSON reports, or directories holding them (default: {AUTOSAVE_DIR}/, where --devmem-autosave keeps every run's report)",
+    )
+    tolerance = OPTION["tolerance"]
+    add_option(
+        parser.add_argument,
+        tolerance,
+        prefix="",
+        help=f"What counts as a move ({tolerance.values}); default {tolerance.default}",
+        default=tolerance.default,
+    )
+    parser.add_argument(
+        "-o", "--output", type=Path, default=None, help="Also draw the tests that moved to FILE.png (needs matplotlib)"
+    )
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    return history_command(args.inputs, args.tolerance, args.output)
+
+
+def history_command(inputs: Sequence[Path], tolerance_spec: str, output: Path | None) -> int:
+    tolerance = parse_tolerance(tolerance_spec)  # the --tolerance option's own parser (options.py)
+    if output is not None:
+        history.check_trend_path(output)  # before any work or output
+    frame = history.load_frame(history.report_files(inputs))
+    table = history.pivot(frame)
+    moved = history.steps(table, tolerance)
+    print_text(history.markdown(table, moved, tolerance, classes=history.device_classes(frame)))
+    if output is not None:
+        history.draw_trend(table, moved, output)
+        print_text(f"\nwrote {output}\n")
+    return 1 if moved else 0

@@ -1,0 +1,171 @@
+"""`devmem plot REPORT|TRACE -o FILE.png|FILE.html [--test ID]`: a test's memory over its events and
+the pools' map at its peak; with `--targets`, a report's targets table (every test on every target)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..model.machine import run_machine
+from ..model.pool import Policy
+from ..model.timeline import TimelineView, build_view
+from ..options import OPTION, add_option
+from ..present.plot import check_picture_path, write_plot
+from ..present.report import read_report
+from ..present.targets_plot import write_targets_plot
+from .common import (
+    TRACE_REGIME,
+    InputError,
+    machine,
+    machine_of,
+    print_text,
+    read_trace,
+    regime_of_trace,
+    unnamed_device,
+)
+
+HELP = "Draw a test's memory over its events and the pool's map at its peak, as PNG or HTML"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "input", type=Path, help="A JSON report with traces (--devmem-report and --devmem-traces), or one trace (.csv)"
+    )
+    parser.add_argument(
+        "-o", "--output", type=Path, required=True, help="FILE.png (needs matplotlib) or FILE.html (self-contained)"
+    )
+    parser.add_argument(
+        "--test", default=None, help="Part of the test id to draw (default: the record with the largest peak)"
+    )
+    add_option(
+        parser.add_argument,
+        OPTION["mode"],
+        prefix="",
+        help=f"For a trace: the regime, {OPTION['mode'].values} (default: the one its name carries, else prealloc)",
+    )
+    add_option(
+        parser.add_argument,
+        OPTION["fraction"],
+        prefix="",
+        help=f"For a trace: the fraction, {OPTION['fraction'].values}",
+    )
+    add_option(
+        parser.add_argument,
+        OPTION["device"],
+        prefix="",
+        help=f"For a trace: the device whose capacity to use, {OPTION['device'].values} (default sim, 16 GiB)",
+    )
+    parser.add_argument(
+        "--targets",
+        action="store_true",
+        help="Draw the report's targets table (--devmem-targets): each test's peak on each target against its capacity, and where it does not fit",
+    )
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    check_picture_path(args.output)  # before any work: a wrong extension, a directory in the way
+    if args.targets:
+        return plot_targets(args.input, args.output, args.test, args.mode, args.fraction, args.device)
+    timeline, title = plot_input(args.input, args.test, args.mode, args.fraction, args.device)
+    write_plot(timeline, args.output, title)
+    print_text(f"wrote {args.output}\n")
+    return 0
+
+
+def plot_input(
+    path: Path, test: str | None, mode: str | None, fraction: str | None, device_spec: str | None
+) -> tuple[TimelineView, str]:
+    """The picture to draw and its title: from a trace file (with the regime and device given), or
+    from a JSON report's record (its regime and device; its trace written by --devmem-traces)."""
+    if path.suffix.lower() == ".csv":
+        policy = (
+            regime_of_trace(path, mode, fraction)[0]
+            if mode or fraction or TRACE_REGIME.search(path.stem)
+            else Policy.of("prealloc")
+        )
+        trace = read_trace(path)
+        spec, setups = machine(device_spec or "sim", policy, unnamed_device(trace))
+        return build_view(
+            run_machine(trace, setups, spec, timeline=True), trace, policy.label, setups
+        ), f"{path.name} under {policy.label} on {spec.name}"
+    given = [
+        name
+        for name, value in (("--mode", mode), ("--fraction", fraction), ("--device", device_spec))
+        if value is not None
+    ]
+    if given:
+        raise InputError(
+            f"{path}: {', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to a trace file (.csv); a report's record is drawn under its own regime and device"
+        )
+    report = read_report(path)
+    records = [r for r in report.records if test is None or test in str(r["test_id"])]
+    if not records:
+        raise InputError(f"{path}: no record's test id contains {test!r}")
+    traced = [r for r in records if isinstance(r.get("trace"), dict) and isinstance(r["trace"].get("file"), str)]  # type: ignore[attr-defined]
+    if not traced:
+        which = f" matching {test!r}" if test else ""
+        raise InputError(
+            f"{path}: no record{which} has a trace file: run pytest with --devmem-traces=DIR and --devmem-report"
+        )
+    record = max(traced, key=_peak_of)  # several match: the largest, as without --test
+    session = report.session
+    capacity = session.get("device_capacity_bytes")
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
+        raise InputError(f"{path}: the session's device_capacity_bytes is missing or not a positive number")
+    trace = read_trace(Path(record["trace"]["file"]))  # type: ignore[index]
+    policy = Policy.from_label(str(record.get("regime", "prealloc")))
+    device_name = str(session.get("device", "device"))
+    capability = session.get("device_compute_capability")
+    spec, setups = machine_of(
+        capacity,
+        device_name,
+        capability[0]
+        if isinstance(capability, list)
+        and capability
+        and isinstance(capability[0], int)
+        and not isinstance(capability[0], bool)
+        else None,
+        policy,
+        unnamed_device(trace),
+    )
+    return build_view(
+        run_machine(trace, setups, spec, timeline=True), trace, policy.label, setups
+    ), f"{record['test_id']} under {policy.label} on {device_name}"
+
+
+def plot_targets(
+    path: Path, output: Path, test: str | None, mode: str | None, fraction: str | None, device_spec: str | None
+) -> int:
+    """`devmem plot REPORT --targets`: the report's targets table as a picture."""
+    given = [
+        name
+        for name, value in (("--mode", mode), ("--fraction", fraction), ("--device", device_spec))
+        if value is not None
+    ]
+    if given:
+        raise InputError(
+            f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to a trace file (.csv), not to --targets: each target's figures are the report's"
+        )
+    if path.suffix.lower() == ".csv":
+        raise InputError(
+            f"{path}: --targets draws a JSON report's targets table (pytest --devmem-targets=... --devmem-report=FILE.json), not a trace"
+        )
+    report = read_report(path)
+    if report.targets is None:
+        raise InputError(
+            f"{path}: the report has no targets table: run pytest with --devmem-targets=sim:H100-80GB,sim:T4 (say) and --devmem-report=FILE.json"
+        )
+    session = report.session
+    write_targets_plot(
+        report.targets,
+        output,
+        f"Peak device memory per test on each target (regime {session.get('regime') or 'per test'}, {len(report.targets.targets)} targets)",
+        test,
+    )
+    print_text(f"wrote {output}\n")
+    return 0
+
+
+def _peak_of(record: dict[str, object]) -> int:
+    peak = record.get("peak_bytes_in_use")
+    return peak if isinstance(peak, int) else 0
