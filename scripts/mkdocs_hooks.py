@@ -3,7 +3,7 @@ and one picture is drawn by the tool in every build, so the site cannot drift fr
 
 - `<!-- generated: cli -->`: the `devmem` command's subcommands and options, from its argparse parser;
 - `<!-- generated: options -->` and `<!-- generated: marker -->`: the options, ini keys and
-  environment variables from `plugin/settings.OPTIONS`, the marker's arguments from `gate/marks.MARK_ARGUMENTS`;
+  environment variables from `options.OPTIONS`, the marker's arguments from `gate/marks.MARK_ARGUMENTS`;
 - `<!-- generated: schema NAME -->`: the fields of `docs/NAME.schema.json`;
 - `<!-- generated: changelog -->`: CHANGELOG.md;
 - `pictures/built/out-of-memory.png` and `.html`: a pool that runs out of memory with enough bytes
@@ -74,7 +74,7 @@ def cli_reference() -> str:
 
 
 def options_reference() -> str:
-    from pytest_devmem.plugin.settings import OPTIONS
+    from pytest_devmem.options import OPTIONS
 
     lines = ["| option | ini key | environment variable | meaning |", "|---|---|---|---|"]
     for option in OPTIONS:

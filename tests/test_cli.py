@@ -341,3 +341,49 @@ def test_replay_of_a_trace_whose_name_says_no_regime_asks_for_mode(
     trace.write_text("Thread,Time,Action,Pointer,Size,Stream\n0,0.0,allocate,0x1,1048576,0\n")
     assert main(["replay", str(trace)]) == 2
     assert "rmm-log.csv: its name does not say its regime" in capsys.readouterr().err
+
+
+SHARED_FLAGS = ("mode", "fraction", "device", "tolerance", "baselines")
+"""The settings the command shares with the plugin (`plot --targets`, a switch to draw the targets table, is not
+`--devmem-targets`'s list of devices)."""
+
+
+def test_the_flags_the_plugin_has_too_are_built_from_its_options() -> None:
+    """`--mode`, `--fraction`, `--device`, `--tolerance` and `--baselines` of every subcommand take their
+    metavar, allowed values and default from `options.OPTIONS`, as `--devmem-*` does: the two cannot drift."""
+    import argparse
+
+    from pytest_devmem.cli import build_parser
+    from pytest_devmem.options import OPTION
+
+    parser = build_parser()
+    commands = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    shared = {}
+    for name, sub in commands.choices.items():
+        for action in sub._actions:
+            flag = next((f for f in action.option_strings if f.removeprefix("--") in SHARED_FLAGS), None)
+            if flag is not None:
+                shared[f"{name} {flag}"] = action
+    assert set(shared) >= {
+        "compare --tolerance",
+        "history --tolerance",
+        "merge --baselines",
+        "replay --mode",
+        "replay --fraction",
+        "replay --device",
+        "plot --mode",
+        "plot --fraction",
+        "plot --device",
+    }
+    for where, action in shared.items():
+        option = OPTION[where.split("--")[1]]
+        assert action.metavar == option.metavar, where
+        assert option.values.replace("%", "%%") in (action.help or ""), where
+    assert shared["compare --tolerance"].default == shared["history --tolerance"].default == OPTION["tolerance"].default
+
+
+def test_a_bad_mode_is_the_plugins_message_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("Thread,Time,Action,Pointer,Size,Stream,Source,Label\n")
+    assert main(["replay", str(trace), "--mode", "warp"]) == 2
+    assert "devmem: error: unknown devmem mode 'warp': allowed are prealloc, fraction" in capsys.readouterr().err

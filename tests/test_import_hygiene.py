@@ -20,6 +20,18 @@ def test_pool_imports_no_framework_or_pytest() -> None:
     assert output.strip() == "[]"
 
 
+def test_the_devmem_command_imports_neither_pytest_nor_the_plugin_nor_a_heavy_package() -> None:
+    """`devmem` starts without pytest, the plugin (its flags come from options.py), a framework, or the optional
+    packages only a picture or a fast read needs (matplotlib, pyarrow, pandas, numpy: imported where used)."""
+    code = (
+        "import sys; import pytest_devmem.cli; pytest_devmem.cli.build_parser(); "
+        "heavy = {'pytest', '_pytest', 'pytest_devmem.plugin', 'jax', 'tensorflow', 'pynvml', 'matplotlib', "
+        "'pyarrow', 'pandas', 'numpy'} & set(sys.modules); print(sorted(heavy))"
+    )
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert output.strip() == "[]"
+
+
 FOREIGN_TO_THE_MODEL = {"pytest", "_pytest", "jax", "jaxlib", "tensorflow", "pynvml", "ctypes"}
 """What `model/` never imports, at module level or inside a function: pytest, the frameworks, and the drivers
 (NVML's bindings, ctypes for libcuda); those live in plugin/, capture/ and hardware/."""
@@ -196,4 +208,6 @@ def test_the_import_graph_test_sees_cycles_and_upward_imports() -> None:
         < _layer("pytest_devmem.plugin.session")
     )
     assert _layer("pytest_devmem.units")[0] == 0
-    assert _layer("pytest_devmem.gate.tolerance") < _layer("pytest_devmem.options") < _layer("pytest_devmem.cli.compare")
+    assert (
+        _layer("pytest_devmem.gate.tolerance") < _layer("pytest_devmem.options") < _layer("pytest_devmem.cli.compare")
+    )
