@@ -192,7 +192,11 @@ def load_settings(config: pytest.Config) -> Settings:
         regime = on_tpu(regime)
     report_path = _path_setting(config, options["report"], "report file", directory=False, suffixes=REPORT_FORMATS)
     baselines = _path_setting(
-        config, options["baselines"], "baselines directory", directory=True, default=config.rootpath / "baselines"
+        config,
+        options["baselines"],
+        "baselines directory",
+        directory=True,
+        default=config.rootpath / str(options["baselines"].default),
     )
     tolerance = _parsed(config, options["tolerance"]) or parse_tolerance(str(options["tolerance"].default))
     frameworks = _checked(config, options["frameworks"], parse_frameworks) or ()
