@@ -206,6 +206,15 @@ class Trace:
 
     def device_names(self) -> list[str]:
         """The devices the events name, in the order they first appear."""
+        if len(self.devices) >= BY_COLUMN_FROM:
+            try:
+                from .trace_numpy import first_appearances
+            except ImportError:
+                pass
+            else:
+                found = first_appearances(self.devices)
+                if found is not None:
+                    return [self.names[code] for code in found]
         seen = dict.fromkeys(self.devices)
         return [self.names[code] for code in seen]
 
@@ -343,15 +352,41 @@ class Trace:
         )
         write_atomic(path, out.getvalue())
 
+    def write_arrow(self, path: str | os.PathLike[str]) -> None:
+        """Write the trace atomically as an Arrow IPC (Feather v2) file: its columns as they are,
+        read back some ten times faster than the CSV (trace_ipc.py; needs pyarrow and numpy)."""
+        from .trace_ipc import write_arrow
+
+        write_arrow(self, path)
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> Trace:
+        """Read a trace in either form, told apart by its first bytes: an Arrow IPC file
+        (`write_arrow`) or an RMM-style CSV (`write_csv`). TraceFormatError names the file and what
+        is wrong, and refuses what is not a regular file or is larger than MAX_TRACE_BYTES."""
+        return cls.read_csv(path)
+
     @classmethod
     def read_csv(cls, path: str | os.PathLike[str]) -> Trace:
         """Read an RMM-style log; TraceFormatError names the file and line of anything malformed,
         and refuses what is not a regular file (a FIFO or a device would hang the read) or is
-        larger than MAX_TRACE_BYTES."""
+        larger than MAX_TRACE_BYTES. An Arrow IPC trace file (trace_ipc.py), known by its first
+        bytes, is read as one."""
         try:
-            binary = open_regular(path, "trace (an RMM-style CSV file)", MAX_TRACE_BYTES)
+            binary = open_regular(path, "trace (an RMM-style CSV file or an Arrow IPC trace file)", MAX_TRACE_BYTES)
         except FileFormatError as exc:
             raise TraceFormatError(str(exc)) from None
+        try:
+            start = binary.read(8)
+            binary.seek(0)
+        except OSError as exc:
+            binary.close()
+            raise TraceFormatError(f"{os.fspath(path)}: cannot read the trace: {exc.strerror or exc}") from None
+        from .trace_ipc import is_arrow, read_arrow
+
+        if is_arrow(start):
+            with binary:
+                return read_arrow(cls, binary, os.fspath(path))
         by_column = _read_by_column(cls, binary)
         if by_column is not None:
             binary.close()
