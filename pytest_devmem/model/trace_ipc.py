@@ -30,6 +30,8 @@ import os
 from array import array
 from typing import IO, TYPE_CHECKING, Any
 
+from .trace_arrow import numbers
+
 if TYPE_CHECKING:
     from .trace import Trace
 
@@ -238,7 +240,7 @@ class _Columns:
                     f"{shown}: a Size of 0 or less at event {start + int(np.argmin(values > 0)) + 1}: every event has a size above 0"
                 )
             memoryview(target).cast("B")[start * target.itemsize : end * target.itemsize] = values.view(np.uint8)
-        times = columns["Time"].to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+        times = numbers(columns["Time"], np).astype(np.float64, copy=False)
         if not np.isfinite(times).all():
             raise TraceFormatError(
                 f"{shown}: a Time that is not a finite number at event {start + int(np.argmin(np.isfinite(times))) + 1}"
@@ -259,10 +261,9 @@ class _Columns:
         a plain text column is dictionary-encoded first), then taken by index."""
         import numpy as np
         import pyarrow as pa
-        import pyarrow.compute as pc
 
-        if not pa.types.is_dictionary(column.type):
-            column = pc.dictionary_encode(column)
+        if not pa.types.is_dictionary(column.type):  # a file made elsewhere
+            column = column.dictionary_encode()
         dictionary = column.dictionary
         cached = self._lookups.get(name)
         if cached is not None and cached[0].equals(dictionary):
@@ -270,7 +271,7 @@ class _Columns:
         else:
             lookup = np.array([code_of(text) for text in dictionary.to_pylist()] or [0], dtype=np.int64)
             self._lookups[name] = (dictionary, lookup)
-        indices = column.indices.to_numpy(zero_copy_only=False)
+        indices = numbers(column.indices, np)
         return lookup[indices]
 
     @staticmethod
@@ -288,7 +289,7 @@ class _Columns:
                     f"{shown}: column {name} has a text that is not a whole number (0x and hex digits, or decimal digits)"
                 )
             return parsed.astype(target, copy=False)
-        values = column.to_numpy(zero_copy_only=False)
+        values = numbers(column, np)
         if values.dtype == target:
             return values
         limits = np.iinfo(target)
