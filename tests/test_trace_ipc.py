@@ -250,3 +250,38 @@ def test_devices_found_by_column_appear_in_the_order_the_events_name_them(codes:
     column = array("I", codes * repeat)
     assert first_appearances(column) == list(dict.fromkeys(column))
     assert first_appearances(column, most=1) in (None, [codes[0]])
+
+
+LONG_AND_SHORT = """
+def test_long(devmem):
+    for _ in range(11_000):  # 22,000 events: at least ARROW_FROM
+        devmem.pool.free(devmem.pool.alloc(4096))
+
+
+def test_short(devmem):
+    devmem.pool.alloc(4096)
+"""
+
+
+def test_the_plugin_writes_a_long_traces_arrow_file_beside_its_csv(pytester: pytest.Pytester) -> None:
+    from pytest_devmem.plugin.trace_files import ARROW_FROM
+
+    assert ARROW_FROM <= 22_000
+    pytester.makepyfile(test_traces=LONG_AND_SHORT)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--devmem-mode=prealloc", "--devmem-traces=traces")
+    result.assert_outcomes(passed=2)
+    names = sorted(path.name for path in (pytester.path / "traces").iterdir())
+    long_csv, long_arrow, short_csv = (
+        next(name for name in names if "test_long" in name and name.endswith(".csv")),
+        next(name for name in names if "test_long" in name and name.endswith(".arrow")),
+        next(name for name in names if "test_short" in name and name.endswith(".csv")),
+    )
+    assert len(names) == 3 and short_csv  # a short trace gets its CSV only
+    traces = pytester.path / "traces"
+    from_arrow = Trace.read(traces / long_arrow)
+    from_csv = Trace.read(traces / long_csv)
+    assert len(from_arrow) == len(from_csv) == 22_000
+    for name in COLUMNS:  # the Arrow file keeps each time exactly, the CSV to the microsecond
+        if name != "times":
+            assert getattr(from_arrow, name) == getattr(from_csv, name), name
+    assert max(abs(a - b) for a, b in zip(from_arrow.times, from_csv.times)) <= 5e-7
