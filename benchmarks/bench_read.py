@@ -265,6 +265,7 @@ def figures(events: int, memory_events: int, repeat: int) -> dict[str, float | i
         "memory_trace_bytes": memory["trace_bytes"],
         "memory_growth_bytes": memory["growth_bytes"],
         "memory_seconds": memory["seconds"],
+        "csv_memory_trace_bytes": csv_memory["trace_bytes"],
         "csv_memory_growth_bytes": csv_memory["growth_bytes"],
         "csv_memory_seconds": csv_memory["seconds"],
     }
@@ -300,11 +301,15 @@ def print_figures(found: dict[str, float | int | None]) -> None:
     print(
         f"  replay alone, trace already read   {rate('model_events_per_second'):>12,.0f} events/s  ({rate('model_events_per_cpu_second'):,.0f} per CPU second; the model's loops)"
     )
-    size = int(found["memory_trace_bytes"] or 1)
     memory_events = int(found["memory_events"] or 0)
-    for form, growth, seconds in (
-        ("Arrow file", found["memory_growth_bytes"], found["memory_seconds"]),
-        ("CSV", found["csv_memory_growth_bytes"], found["csv_memory_seconds"]),
+    for form, growth, size, seconds in (
+        ("Arrow file", found["memory_growth_bytes"], int(found["memory_trace_bytes"] or 1), found["memory_seconds"]),
+        (
+            "CSV",
+            found["csv_memory_growth_bytes"],
+            int(found["csv_memory_trace_bytes"] or 1),
+            found["csv_memory_seconds"],
+        ),
     ):
         if growth is None:
             print(f"  reading {memory_events:,} events ({form}): memory not measured (no VmHWM on this platform)")

@@ -74,8 +74,10 @@ def reading_rows(events: int, memory_events: int, repeat: int) -> list[Row]:
             _met(speed >= bench_read.TARGET_EVENTS_PER_SECOND),
         )
     ]
-    size = int(found["memory_trace_bytes"] or 1)
-    for form, growth in (("Arrow file", found["memory_growth_bytes"]), ("CSV", found["csv_memory_growth_bytes"])):
+    for form, growth, size in (
+        ("Arrow file", found["memory_growth_bytes"], int(found["memory_trace_bytes"] or 1)),
+        ("CSV", found["csv_memory_growth_bytes"], int(found["csv_memory_trace_bytes"] or 1)),
+    ):  # each over the trace it made (the CSV's columns grow as it reads, and keep their slack)
         figure = f"reading: peak memory growth reading {int(found['memory_events'] or 0):,} events ({form}), over the trace's size"
         if growth is None:
             measured, met = "not measured (no VmHWM here)", "n/a"
