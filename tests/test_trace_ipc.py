@@ -79,6 +79,50 @@ def recorded(steps: int) -> Trace:
     return trace
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.lists(events, min_size=1, max_size=30), st.data())
+def test_a_file_made_elsewhere_with_other_column_types_reads_as_the_trace(
+    tmp_path_factory: pytest.TempPathFactory,
+    rows: list[tuple],  # type: ignore[type-arg]
+    data: st.DataObject,
+) -> None:
+    trace = built(rows)
+
+    def integers(name: str, values: list[int]) -> object:
+        fitting = [kind for kind in (pa.int64(), pa.uint64(), pa.int32(), pa.uint32()) if _fits(kind, values)]
+        kind = data.draw(st.sampled_from(fitting), label=name)
+        if name in ("Pointer", "Stream") and data.draw(st.booleans(), label=f"{name} as text"):
+            return pa.array([data.draw(st.sampled_from([f"{value:#x}", str(value)])) for value in values])
+        return pa.array(values, kind)
+
+    def texts(codes: list[int], names: list[str]) -> object:
+        plain = pa.array([names[code] for code in codes], data.draw(st.sampled_from([pa.string(), pa.large_string()])))
+        return plain.dictionary_encode() if data.draw(st.booleans(), label="dictionary") else plain
+
+    columns = {
+        "Thread": integers("Thread", list(trace.threads)),
+        "Time": pa.array(list(trace.times)),
+        "Action": texts(
+            list(trace.actions), ["allocate", data.draw(st.sampled_from(["free", "deallocate"])), "allocate failure"]
+        ),  # fmt: skip
+        "Pointer": integers("Pointer", list(trace.pointers)),
+        "Size": integers("Size", list(trace.sizes)),
+        "Stream": integers("Stream", list(trace.streams)),
+        "Source": texts(list(trace.sources), trace.names),
+        "Label": texts(list(trace.labels), trace.names),
+        "Device": texts(list(trace.devices), trace.names),
+        "Process": integers("Process", list(trace.processes)),
+    }
+    order = data.draw(st.permutations(list(columns)), label="column order")
+    path = write_table(tmp_path_factory.mktemp("foreign") / "trace.feather", {name: columns[name] for name in order})
+    assert Trace.read(path) == trace
+
+
+def _fits(kind: object, values: list[int]) -> bool:
+    info = np.iinfo(kind.to_pandas_dtype())  # type: ignore[attr-defined]
+    return all(info.min <= value <= info.max for value in values)
+
+
 def test_a_trace_of_many_batches_reads_back_column_for_column(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(trace_ipc, "BATCH_ROWS", 1000)
     trace = recorded(BY_COLUMN_FROM // 2 + 7)

@@ -36,6 +36,8 @@ ALLOCATE, FREE, ALLOCATE_FAILURE = "allocate", "free", "allocate failure"
 ACTIONS = (ALLOCATE, FREE, ALLOCATE_FAILURE)
 """An event's action is stored as its index here: 0 allocate, 1 free, 2 allocate failure."""
 ALLOCATE_CODE, FREE_CODE, FAILURE_CODE = 0, 1, 2
+TRACE_SUFFIXES = (".csv", ".arrow", ".feather")
+"""The names a trace file ends with: its CSV, or its Arrow IPC file (trace_ipc.py; Feather v2 is one)."""
 BY_COLUMN_FROM = 20_000
 """Traces of this many events or more compute their figures by column (numpy), where it is installed."""
 _READ_ACTIONS = {"allocate": ALLOCATE, "free": FREE, "deallocate": FREE, "allocate failure": ALLOCATE_FAILURE}

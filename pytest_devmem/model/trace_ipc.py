@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 
 MAGIC = b"ARROW1"
 """The first bytes of an Arrow IPC file (and of a Feather v2 file, which is one)."""
-SUFFIXES = (".arrow", ".feather")
 BATCH_ROWS = 1 << 16
 """Events per record batch written: small beside a large trace, large enough that per-batch work is negligible."""
 FORMAT_KEY, FORMAT_VALUE = b"pytest-devmem", b"trace 1"
