@@ -329,3 +329,23 @@ def test_the_plugin_writes_a_long_traces_arrow_file_beside_its_csv(pytester: pyt
         if name != "times":
             assert getattr(from_arrow, name) == getattr(from_csv, name), name
     assert max(abs(a - b) for a, b in zip(from_arrow.times, from_csv.times)) <= 5e-7
+
+
+def test_a_trace_converts_to_its_arrow_file_and_back(tmp_path: Path) -> None:
+    from pytest_devmem.model.trace_ipc import convert_trace
+
+    trace = recorded(400)
+    trace.write_csv(tmp_path / "t.csv")
+    assert (
+        convert_trace(tmp_path / "t.csv", tmp_path / "t.arrow")
+        == f"wrote {tmp_path / 't.arrow'} (801 events, Arrow IPC file)"
+    )
+    assert Trace.read(tmp_path / "t.arrow") == Trace.read(tmp_path / "t.csv")
+    convert_trace(tmp_path / "t.arrow", tmp_path / "back.csv")
+    assert (tmp_path / "back.csv").read_bytes() == (tmp_path / "t.csv").read_bytes()
+    for target, expected in (
+        ("t.parquet", "a trace file's name ends with .csv, .arrow, .feather"),
+        ("t.csv", "is the trace read"),
+    ):
+        with pytest.raises(TraceFormatError, match=expected):
+            convert_trace(tmp_path / "t.csv", tmp_path / target)

@@ -313,3 +313,24 @@ class _Columns:
                         f"{shown}: Device {device[:40]!r} is not a device: write PLATFORM:N in lower case (cpu:0, gpu:1), or leave it empty for the first device"
                     )
         return trace
+
+
+def convert_trace(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> str:
+    """Write the trace at `source` (either form) to `target` in the form its name asks for (`.arrow`
+    or `.feather`: the Arrow file; `.csv`: the CSV), atomically; what was done, in one line.
+    TraceFormatError for a bad `source`, or a `target` that names no form or is `source` itself."""
+    from .trace import TRACE_SUFFIXES, Trace, TraceFormatError
+
+    suffix = os.path.splitext(os.fspath(target))[1].lower()
+    if suffix not in TRACE_SUFFIXES:
+        raise TraceFormatError(
+            f"{os.fspath(target)}: a trace file's name ends with {', '.join(TRACE_SUFFIXES)} (.csv: the CSV; .arrow or .feather: the Arrow IPC file)"
+        )
+    if os.path.exists(target) and os.path.exists(source) and os.path.samefile(source, target):
+        raise TraceFormatError(f"{os.fspath(target)}: is the trace read: write the other form to another file")
+    trace = Trace.read(source)
+    if suffix == ".csv":
+        trace.write_csv(target)
+    else:
+        trace.write_arrow(target)
+    return f"wrote {os.fspath(target)} ({len(trace):,} events, {'CSV' if suffix == '.csv' else 'Arrow IPC file'})"
