@@ -349,3 +349,26 @@ def test_a_trace_converts_to_its_arrow_file_and_back(tmp_path: Path) -> None:
     ):
         with pytest.raises(TraceFormatError, match=expected):
             convert_trace(tmp_path / "t.csv", tmp_path / target)
+
+
+def test_bytes_changed_anywhere_in_the_file_read_as_a_trace_or_as_a_named_error(tmp_path: Path) -> None:
+    """No checksum guards the file: a changed number may read as another number (as in a CSV), but
+    never as a crash, whatever the bytes changed (offsets, dictionary indices, the footer)."""
+    import random
+
+    data = trace_ipc.arrow_bytes(recorded(1500)).to_pybytes()
+    path = tmp_path / "changed.arrow"
+    rng = random.Random(30)
+    outcomes = set()
+    for _ in range(300):
+        changed = bytearray(data)
+        for _ in range(rng.choice([1, 2, 8, 64])):
+            changed[rng.randrange(len(changed))] = rng.randrange(256)
+        path.write_bytes(bytes(changed[: rng.randrange(len(changed))] if rng.random() < 0.2 else changed))
+        try:
+            Trace.read(path)
+            outcomes.add("read")
+        except TraceFormatError as exc:
+            assert str(exc).startswith(str(path))
+            outcomes.add("refused")
+    assert outcomes == {"read", "refused"}

@@ -143,7 +143,9 @@ def read_arrow(cls: type[Trace], binary: IO[bytes], shown: str) -> Trace:
         _check_schema(schema, shown, pa)
         trace = _Columns(cls, _rows(reader, os.fstat(binary.fileno()).st_size, shown))
         for index in range(reader.num_record_batches):
-            trace.append(reader.get_batch(index), shown, np, pa)
+            batch = reader.get_batch(index)
+            batch.validate(full=True)  # offsets, dictionary indices, UTF-8: a corrupt body is refused here
+            trace.append(batch, shown, np, pa)
     except (pa.ArrowException, OSError, ValueError, TypeError) as exc:
         if isinstance(exc, TraceFormatError):
             raise
