@@ -152,6 +152,19 @@ def test_pandas_reads_the_file_and_a_file_pandas_makes_of_the_csv_reads_as_the_c
     assert Trace.read(tmp_path / "pandas.feather") == Trace.read(tmp_path / "trace.csv") == trace
 
 
+def test_a_count_too_large_for_the_file_is_not_trusted_and_a_compressed_file_reads(tmp_path: Path) -> None:
+    path = write_table(tmp_path / "huge.arrow", good_columns(), {trace_ipc.ROWS_KEY: b"99999999999"})
+    assert len(Trace.read(path)) == 2  # counted batch by batch, not 99,999,999,999 events allocated
+    trace = recorded(2000)
+    table = ipc.open_file(pa.py_buffer(trace_ipc.arrow_bytes(trace))).read_all()  # its metadata kept
+    with ipc.new_file(
+        str(tmp_path / "zstd.arrow"), table.schema, options=ipc.IpcWriteOptions(compression="zstd")
+    ) as out:
+        out.write_table(table)
+    assert (tmp_path / "zstd.arrow").stat().st_size < len(trace) * trace_ipc.MIN_EVENT_BYTES  # so: counted
+    same_columns(Trace.read(tmp_path / "zstd.arrow"), trace)
+
+
 def test_devmem_replay_of_the_arrow_file_prints_what_it_prints_for_the_csv(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -218,7 +231,8 @@ def bad_file(tmp_path: Path, kind: str) -> tuple[Path, str]:
         "not a device": "Device 'GPU0' is not a device",
         "nan time": "a Time that is not a finite number at event 1",
         "pointer text": "column Pointer has a text that is not a whole number",
-        "lying count": "more than its",
+        "lying count": "its metadata says 3 events, its record batches hold 2",
+        "short count": "its metadata says 1 events, its record batches hold more",
     }[kind]
     if kind == "missing column":
         del columns["Stream"]
@@ -245,13 +259,14 @@ def bad_file(tmp_path: Path, kind: str) -> tuple[Path, str]:
         columns["Time"] = pa.array([float("nan"), 1.0])
     elif kind == "pointer text":
         columns["Pointer"] = pa.array(["0x10", "sixteen"])
-    elif kind == "lying count":
-        metadata = {trace_ipc.ROWS_KEY: b"99999999999"}
+    elif kind in ("lying count", "short count"):
+        metadata = {trace_ipc.ROWS_KEY: b"3" if kind == "lying count" else b"1"}
     return write_table(path, columns, metadata), expected
 
 
 BAD = ["truncated", "corrupt", "magic only", "missing column", "size as text", "time as text", "null",
-       "unknown action", "size 0", "negative thread", "not a device", "nan time", "pointer text", "lying count"]  # fmt: skip
+       "unknown action", "size 0", "negative thread", "not a device", "nan time", "pointer text", "lying count",
+       "short count"]  # fmt: skip
 
 
 @pytest.mark.parametrize("kind", BAD)

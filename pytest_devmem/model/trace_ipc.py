@@ -43,6 +43,8 @@ FORMAT_KEY, FORMAT_VALUE = b"pytest-devmem", b"trace 1"
 """Schema metadata written with the file (informative: a file without it, made by pandas say, reads too)."""
 ROWS_KEY = b"pytest-devmem events"
 """Schema metadata: the number of events, so that reading allocates each column once."""
+MIN_EVENT_BYTES = 7
+"""The fewest bytes an event takes in an uncompressed file (RMM's six columns, one byte each but the time's two)."""
 
 _UNSIGNED = {"Thread": "uint64", "Pointer": "uint64", "Stream": "uint64", "Process": "uint32", "Size": "int64"}
 _TEXTS = ("Action", "Source", "Label", "Device")
@@ -141,7 +143,7 @@ def read_arrow(cls: type[Trace], binary: IO[bytes], shown: str) -> Trace:
         reader = ipc.open_file(binary)
         schema = reader.schema
         _check_schema(schema, shown, pa)
-        trace = _Columns(cls, _rows(reader, os.fstat(binary.fileno()).st_size, shown))
+        trace = _Columns(cls, _rows(reader, os.fstat(binary.fileno()).st_size))
         for index in range(reader.num_record_batches):
             batch = reader.get_batch(index)
             batch.validate(full=True)  # offsets, dictionary indices, UTF-8: a corrupt body is refused here
@@ -155,17 +157,13 @@ def read_arrow(cls: type[Trace], binary: IO[bytes], shown: str) -> Trace:
     return trace.finish(shown, np)
 
 
-def _rows(reader: Any, file_bytes: int, shown: str) -> int:
-    """The events in the file: as `write_arrow` notes in the schema's metadata, or else counted
-    batch by batch (a file made elsewhere: each batch is then read twice)."""
-    from .trace import TraceFormatError
-
+def _rows(reader: Any, file_bytes: int) -> int:
+    """The events in the file: as `write_arrow` notes in the schema's metadata where the file is
+    large enough to hold them uncompressed, or else counted batch by batch (a file made elsewhere,
+    or compressed: each batch is then read twice). A count that is wrong is found once the batches
+    are read; one too large for the file is never trusted to size the columns."""
     noted = (reader.schema.metadata or {}).get(ROWS_KEY, b"")
-    if noted.isdigit():
-        if int(noted) > file_bytes:  # every event takes bytes in the file: a larger count is a lie
-            raise TraceFormatError(
-                f"{shown}: its metadata says {int(noted)} events, more than its {file_bytes} bytes hold"
-            )
+    if noted.isdigit() and int(noted) * MIN_EVENT_BYTES <= file_bytes:
         return int(noted)
     return sum(int(reader.get_batch(index).num_rows) for index in range(reader.num_record_batches))
 
@@ -211,7 +209,7 @@ class _Columns:
             return
         start, end = self.filled, self.filled + rows
         if end > self.rows:
-            raise TraceFormatError(f"{shown}: more events than the file's record batches say: {ALLOWED}")
+            raise TraceFormatError(f"{shown}: its metadata says {self.rows} events, its record batches hold more")
         columns = dict(zip(batch.schema.names, batch.columns))
         for name, column in columns.items():
             if column.null_count:
@@ -305,7 +303,9 @@ class _Columns:
 
         trace = self.trace
         if self.filled != self.rows:
-            raise TraceFormatError(f"{shown}: fewer events than the file's record batches say: {ALLOWED}")
+            raise TraceFormatError(
+                f"{shown}: its metadata says {self.rows} events, its record batches hold {self.filled}"
+            )
         if self.rows:
             used = np.flatnonzero(np.bincount(np.frombuffer(trace.devices, dtype=np.uint32)))
             for code in used.tolist():
