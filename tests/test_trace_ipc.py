@@ -387,3 +387,21 @@ def test_bytes_changed_anywhere_in_the_file_read_as_a_trace_or_as_a_named_error(
             assert str(exc).startswith(str(path))
             outcomes.add("refused")
     assert outcomes == {"read", "refused"}
+
+
+def test_reading_either_form_imports_no_pandas(tmp_path: Path) -> None:
+    """pyarrow's to_numpy and fill_null import pandas where it is installed: half a second and some
+    50 MiB in `devmem replay`, more than reading a million events from the Arrow file takes."""
+    import subprocess
+
+    pytest.importorskip("pandas")
+    trace = recorded(BY_COLUMN_FROM)
+    trace.write_csv(tmp_path / "t.csv")
+    trace.write_arrow(tmp_path / "t.arrow")
+    for name in ("t.csv", "t.arrow"):
+        code = (
+            "import sys; from pytest_devmem.model.trace import Trace; "
+            f"trace = Trace.read({str(tmp_path / name)!r}); print(len(trace), 'pandas' in sys.modules)"
+        )
+        found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+        assert found == [str(len(trace)), "False"], name

@@ -106,6 +106,7 @@ TAIL = ",jax,jit(f),gpu:0,0"
         (SOURCE_HEADER, [ROW + ",jax,jit(f)"], True),  # the eight columns of older traces
         (HEADER, [ROW + TAIL, "", "2,0.7,free,16,5,0" + TAIL], True),  # a blank line, decimal pointer and stream
         (HEADER, [ROW + ',jax,"a, b ""c""",,'], True),  # a quoted label; no device, no process
+        (HEADER, [ROW + ",jax,f,gpu:0,7", ROW + ",jax,f,gpu:0,", ROW + ",jax,f,gpu:0,9"], True),  # one process empty
         (HEADER, ["1,0.5,allocate failure,0x0,5,0x0" + TAIL], True),
         (HEADER, [ROW + ", jax , label ,gpu:0,0"], True),  # texts are stripped as the row reader strips them
         (HEADER, ["1,13:39:51:124000,allocate,0x10,5,0x0" + TAIL], False),  # RMM's older clock

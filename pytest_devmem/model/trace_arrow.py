@@ -138,7 +138,7 @@ def _append_batch(batch: Any, trace: Trace, action_code: dict[str, int], np: Any
     if process is None:
         trace.processes.frombytes(np.zeros(rows, np.uint32).tobytes())
     else:
-        trace.processes.frombytes(numbers(process.fill_null(0), np).astype(np.uint32).tobytes())
+        trace.processes.frombytes(_zero_where_null(process, np).astype(np.uint32).tobytes())
     return True
 
 
@@ -198,6 +198,16 @@ def numbers(column: Any, np: Any) -> Any:
     if data is None or not len(column):
         return np.zeros(len(column), dtype)
     return np.frombuffer(data, dtype=dtype, count=len(column), offset=column.offset * dtype.itemsize)
+
+
+def _zero_where_null(column: Any, np: Any) -> Any:
+    """A numeric column's values, 0 where it is empty (null), by its validity bitmap (not
+    `fill_null`, which imports pandas where it is installed)."""
+    values = numbers(column, np)
+    if not column.null_count:
+        return values
+    bits = np.unpackbits(np.frombuffer(column.buffers()[0], dtype=np.uint8), bitorder="little")
+    return np.where(bits[column.offset : column.offset + len(column)].astype(bool), values, 0)
 
 
 _HEX_VALUE = bytes(int(chr(c), 16) if chr(c) in "0123456789abcdefABCDEF" else 255 for c in range(256))
