@@ -391,7 +391,7 @@ def test_bytes_changed_anywhere_in_the_file_read_as_a_trace_or_as_a_named_error(
 
 def test_reading_either_form_imports_no_pandas(tmp_path: Path) -> None:
     """pyarrow's to_numpy and fill_null import pandas where it is installed: half a second and some
-    50 MiB in `devmem replay`, more than reading a million events from the Arrow file takes."""
+    40 MiB in `devmem replay`, more than reading a million events from the Arrow file takes."""
     import subprocess
 
     pytest.importorskip("pandas")

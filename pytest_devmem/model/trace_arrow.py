@@ -190,7 +190,7 @@ _FLOATS = {"halffloat": "float16", "float": "float32", "double": "float64"}
 
 def numbers(column: Any, np: Any) -> Any:
     """A numeric Arrow array with no nulls as a numpy view of its buffer (no copy). Not
-    `to_numpy`, which imports pandas where it is installed (half a second and some 50 MiB, more
+    `to_numpy`, which imports pandas where it is installed (half a second and some 40 MiB, more
     than reading a million events takes)."""
     name = str(column.type)
     dtype = np.dtype(_FLOATS.get(name, name))
