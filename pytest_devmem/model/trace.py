@@ -29,7 +29,7 @@ from typing import BinaryIO, overload
 
 from ..errors import FileFormatError
 from ..files import MAX_TRACE_BYTES, open_regular, write_atomic
-from ..spreadsheet import csv_cell, csv_text, csv_writer
+from ..spreadsheet import csv_cell, csv_text
 
 RMM_HEADER = ("Thread", "Time", "Action", "Pointer", "Size", "Stream")
 SOURCE_HEADER = (*RMM_HEADER, "Source", "Label")
@@ -321,40 +321,30 @@ class Trace:
 
     def write_csv(self, path: str | os.PathLike[str]) -> None:
         """Write the trace atomically in RMM's log format (with Source, Label, Device, Process)."""
-        out = io.StringIO()
-        names = self.names
-        writer = (
-            csv_writer(out) if any("\r" in name for name in names) else csv.writer(out, lineterminator="\n")
-        )  # a CR in a label: quoted
-        writer.writerow(HEADER)
-        rows = zip(
-            self.threads,
-            self.times,
-            self.actions,
-            self.pointers,
-            self.sizes,
-            self.streams,
-            self.sources,
-            self.labels,
-            self.devices,
-            self.processes,
+        write_atomic(path, self.csv_text())
+
+    def csv_text(self) -> str:
+        """The trace's CSV, as `write_csv` writes it: csv.writer's cells (a CR in a text quoted),
+        made column by column, each distinct text quoted once (some three times faster than a
+        writer row by row)."""
+        texts = [_csv_field(csv_cell(name)) for name in self.names]  # type: ignore[arg-type]  # str in, str out
+        devices = [_csv_field(name) for name in self.names]
+        rows = map(
+            ",".join,
+            zip(
+                map(str, self.threads),
+                map("{:.6f}".format, self.times),
+                map(ACTIONS.__getitem__, self.actions),
+                map("{:#x}".format, self.pointers),
+                map(str, self.sizes),
+                map("{:#x}".format, self.streams),
+                map(texts.__getitem__, self.sources),
+                map(texts.__getitem__, self.labels),
+                map(devices.__getitem__, self.devices),
+                map(str, self.processes),
+            ),
         )
-        writer.writerows(
-            (
-                thread,
-                f"{time:.6f}",
-                ACTIONS[action],
-                f"{pointer:#x}",
-                size,
-                f"{stream:#x}",
-                csv_cell(names[source]),
-                csv_cell(names[label]),
-                names[device],
-                process,
-            )
-            for thread, time, action, pointer, size, stream, source, label, device, process in rows
-        )
-        write_atomic(path, out.getvalue())
+        return ",".join(HEADER) + "\n" + "".join(row + "\n" for row in rows)
 
     def write_arrow(self, path: str | os.PathLike[str]) -> None:
         """Write the trace atomically as an Arrow IPC (Feather v2) file: its columns as they are,
@@ -441,6 +431,16 @@ def _read_by_column(cls: type[Trace], binary: BinaryIO) -> Trace | None:
         binary.seek(0)
         return None
     return trace if fitted else None
+
+
+def _csv_field(text: str) -> str:
+    """`text` as csv.writer writes it in a row (quoted where it holds a comma, a quote or a line
+    break, a CR included, as CsvWriter quotes one)."""
+    if not any(character in text for character in ',"\r\n'):
+        return text
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\r\n").writerow([text, ""])
+    return out.getvalue()[: -len(",\r\n")]
 
 
 def _first_line_not_utf8(path: str | os.PathLike[str]) -> int | str:
