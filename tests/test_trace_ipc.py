@@ -152,6 +152,12 @@ def test_pandas_reads_the_file_and_a_file_pandas_makes_of_the_csv_reads_as_the_c
     assert Trace.read(tmp_path / "pandas.feather") == Trace.read(tmp_path / "trace.csv") == trace
 
 
+def test_texts_the_column_parser_leaves_to_python_read_as_the_row_reader_reads_them(tmp_path: Path) -> None:
+    columns = good_columns() | {"Pointer": pa.array(["10000000000000000000", "0X1F"])}  # 20 digits; 0X
+    read = Trace.read(write_table(tmp_path / "t.arrow", columns))
+    assert list(read.pointers) == [10**19, 31]
+
+
 def test_a_count_too_large_for_the_file_is_not_trusted_and_a_compressed_file_reads(tmp_path: Path) -> None:
     path = write_table(tmp_path / "huge.arrow", good_columns(), {trace_ipc.ROWS_KEY: b"99999999999"})
     assert len(Trace.read(path)) == 2  # counted batch by batch, not 99,999,999,999 events allocated
@@ -231,6 +237,7 @@ def bad_file(tmp_path: Path, kind: str) -> tuple[Path, str]:
         "not a device": "Device 'GPU0' is not a device",
         "nan time": "a Time that is not a finite number at event 1",
         "pointer text": "column Pointer has a text that is not a whole number",
+        "negative pointer text": "column Pointer has a value out of range",
         "lying count": "its metadata says 3 events, its record batches hold 2",
         "short count": "its metadata says 1 events, its record batches hold more",
     }[kind]
@@ -259,14 +266,16 @@ def bad_file(tmp_path: Path, kind: str) -> tuple[Path, str]:
         columns["Time"] = pa.array([float("nan"), 1.0])
     elif kind == "pointer text":
         columns["Pointer"] = pa.array(["0x10", "sixteen"])
+    elif kind == "negative pointer text":
+        columns["Pointer"] = pa.array(["0x10", "-1"])
     elif kind in ("lying count", "short count"):
         metadata = {trace_ipc.ROWS_KEY: b"3" if kind == "lying count" else b"1"}
     return write_table(path, columns, metadata), expected
 
 
 BAD = ["truncated", "corrupt", "magic only", "missing column", "size as text", "time as text", "null",
-       "unknown action", "size 0", "negative thread", "not a device", "nan time", "pointer text", "lying count",
-       "short count"]  # fmt: skip
+       "unknown action", "size 0", "negative thread", "not a device", "nan time", "pointer text",
+       "negative pointer text", "lying count", "short count"]  # fmt: skip
 
 
 @pytest.mark.parametrize("kind", BAD)

@@ -189,6 +189,21 @@ def _check_schema(schema: Any, shown: str, pa: Any) -> None:
             raise TraceFormatError(f"{shown}: column {field.name} is {kind}; {ALLOWED}")
 
 
+def _integers_by_text(texts: list[str], name: str, shown: str, np: Any) -> Any:
+    """Texts as Python's int(text, 0) reads them, as the CSV's row reader does, each from 0 to 2**64 - 1."""
+    from .trace import TraceFormatError
+
+    try:
+        values = [int(text.strip(), 0) for text in texts]
+    except ValueError:
+        raise TraceFormatError(
+            f"{shown}: column {name} has a text that is not a whole number (0x and hex digits, or decimal digits)"
+        ) from None
+    if any(not 0 <= value < 2**64 for value in values):
+        raise TraceFormatError(f"{shown}: column {name} has a value out of range (0 to {2**64 - 1})")
+    return np.array(values, dtype=np.uint64)
+
+
 class _Columns:
     """The trace being read: its columns allocated once at the file's length, filled batch by batch."""
 
@@ -283,10 +298,8 @@ class _Columns:
             return np.zeros(rows, target)
         if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
             parsed = parse_integers(column.cast(pa.string()), np)
-            if parsed is None:
-                raise TraceFormatError(
-                    f"{shown}: column {name} has a text that is not a whole number (0x and hex digits, or decimal digits)"
-                )
+            if parsed is None:  # a form the column parser leaves to Python (20 decimal digits, 0X, 0o)
+                parsed = _integers_by_text(column.to_pylist(), name, shown, np)
             return parsed.astype(target, copy=False)
         values = numbers(column, np)
         if values.dtype == target:
