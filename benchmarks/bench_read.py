@@ -3,16 +3,20 @@
     python -m benchmarks.bench_read [--events 1000000] [--memory-events 2000000] [--repeat 3] [--quick]
 
 A JAX step loop of `--events` events is recorded through TraceRecorder (as a capture records one)
-and written as a trace CSV. `devmem replay` of it is then timed in this process (what the command
-does after Python starts: read the trace, replay it on the model of the machine, make its table),
-the fastest of `--repeat`, as events/s. Beside it, in the same run: the row-by-row reader (what
-reads a trace where pyarrow is missing; once, it is slow), and pyarrow's own parse of the file into
-a table (the floor any column reader of this CSV stands on).
+and written in both of a trace's forms: its Arrow IPC file (`Trace.write_arrow`, the columnar form)
+and its CSV (for people, pandas and RMM). `devmem replay` of each is then timed in this process
+(what the command does after Python starts: read the trace, replay it on the model of the machine,
+make its table), the fastest of `--repeat`, as events/s; the Arrow file's is the figure the target
+names. Beside it, in the same run: the CSV read by column (pyarrow's CSV reader), the row-by-row
+reader (what reads a CSV where pyarrow is missing; once, it is slow), pyarrow's own parse of the
+CSV into a table (the floor any column reader of the CSV stands on), and the replay alone on the
+trace already read (what is left once reading costs nothing).
 
 Memory: a trace of `--memory-events` events (10,000,000 for the figure the target names) is read
-in a fresh process, and the growth of its resident memory at its peak while reading (Linux's
-VmHWM, reset before the read where the kernel allows) is compared with the bytes of the trace it
-made (its columns). pyarrow and numpy are imported before, so their libraries are not counted.
+from each form in a fresh process, and the growth of its resident memory at its peak while
+reading (Linux's VmHWM, reset before the read where the kernel allows) is compared with the bytes
+of the trace it made (its columns). pyarrow and numpy are imported before, so their libraries are
+not counted.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def write_trace_csv(trace: Trace, path: Path) -> None:
-    """`trace` as a trace CSV, by column with pyarrow (Trace.write_csv writes row by row, some 5 s
+    """`trace` as a trace CSV, by column with pyarrow (Trace.write_csv takes some 1.4 s of CPU
     a million events): the same columns and texts, numbers in their shortest form."""
     import numpy as np
     import pyarrow as pa
@@ -94,6 +98,28 @@ def recorded_trace(events: int) -> Trace:
     trace = record_steps(events)
     trace.devices = type(trace.devices)("I", [trace.name_code("gpu:0")]) * len(trace)
     return trace
+
+
+def model_seconds(path: Path, repeat: int) -> tuple[float, float]:
+    """(wall, CPU) seconds of the fastest of `repeat` replays of the trace at `path`, already read,
+    on the machine `devmem replay --mode prealloc` builds for it (80 GiB devices, the trace's GPU):
+    the part of the end-to-end figure that is not reading."""
+    from pytest_devmem.model.device import DEFAULT_COMPUTE_CAPABILITY
+    from pytest_devmem.model.frameworks import setups_for
+    from pytest_devmem.model.machine import MachineSpec, run_machine
+    from pytest_devmem.model.pool import Policy
+
+    trace = Trace.read(path)
+    capacity = 80 * 2**30
+    spec = MachineSpec(capacity, "sim:80GiB", DEFAULT_COMPUTE_CAPABILITY[0], default_device="gpu:0")
+    setups = setups_for(Policy.of("prealloc", None), capacity)
+    best = (float("inf"), float("inf"))
+    for _ in range(repeat):
+        gc.collect()
+        start, start_cpu = time.perf_counter(), time.process_time()
+        run_machine(trace, setups, spec)
+        best = min(best, (time.perf_counter() - start, time.process_time() - start_cpu))
+    return best
 
 
 def replay_seconds(path: Path, repeat: int, by_row: bool = False) -> float:
@@ -161,8 +187,9 @@ def measure_reading_memory(path: str) -> dict[str, float | int | None]:
     reading, the trace's own bytes, and the seconds. Run it in a fresh process."""
     import numpy  # noqa: F401  (the libraries' own memory is not the reading's)
     import pyarrow.csv  # noqa: F401
+    import pyarrow.ipc  # noqa: F401
 
-    from pytest_devmem.model import trace_arrow  # noqa: F401
+    from pytest_devmem.model import trace_arrow, trace_ipc  # noqa: F401
 
     from .bench_machine import trace_bytes
 
@@ -176,7 +203,7 @@ def measure_reading_memory(path: str) -> dict[str, float | int | None]:
         pass
     before = _status("VmRSS") if reset else _status("VmHWM")
     start = time.perf_counter()
-    trace = Trace.read_csv(path)
+    trace = Trace.read(path)
     seconds = time.perf_counter() - start
     peak = _status("VmHWM")
     return {
@@ -200,62 +227,97 @@ def memory_in_fresh_process(path: Path) -> dict[str, float | int | None]:
 def figures(events: int, memory_events: int, repeat: int) -> dict[str, float | int | None]:
     """Every figure of this benchmark, as `python -m benchmarks` prints it beside its target."""
     with tempfile.TemporaryDirectory(prefix="devmem-read-") as scratch:
-        path = Path(scratch) / "trace.csv"
+        path, columnar = Path(scratch) / "trace.csv", Path(scratch) / "trace.arrow"
         trace = recorded_trace(events)
         count = len(trace)
         write_trace_csv(trace, path)
+        start = time.perf_counter()
+        trace.write_arrow(columnar)
+        write_seconds = time.perf_counter() - start
         del trace
-        seconds, cpu_seconds = replay_times(path, repeat)
+        seconds, cpu_seconds = replay_times(columnar, repeat)
+        csv_seconds, csv_cpu_seconds = replay_times(path, repeat)
+        alone, alone_cpu = model_seconds(columnar, repeat)
         row_seconds = replay_seconds(path, 1, by_row=True)
         parse = parse_seconds(path, repeat)
-        size = path.stat().st_size
+        size, columnar_size = path.stat().st_size, columnar.stat().st_size
         if memory_events != events:
             trace = recorded_trace(memory_events)
             write_trace_csv(trace, path)
+            trace.write_arrow(columnar)
             del trace
-        memory = memory_in_fresh_process(path)
+        memory = memory_in_fresh_process(columnar)
+        csv_memory = memory_in_fresh_process(path)
     return {
         "events": count,
         "file_bytes": size,
+        "arrow_file_bytes": columnar_size,
+        "arrow_write_seconds": write_seconds,
         "replay_events_per_second": count / seconds,
         "replay_events_per_cpu_second": count / cpu_seconds,
+        "csv_replay_events_per_second": count / csv_seconds,
+        "csv_replay_events_per_cpu_second": count / csv_cpu_seconds,
+        "model_events_per_second": count / alone,
+        "model_events_per_cpu_second": count / alone_cpu,
         "row_reader_events_per_second": count / row_seconds,
         "pyarrow_parse_events_per_second": count / parse,
         "memory_events": memory["events"],
         "memory_trace_bytes": memory["trace_bytes"],
         "memory_growth_bytes": memory["growth_bytes"],
         "memory_seconds": memory["seconds"],
+        "csv_memory_trace_bytes": csv_memory["trace_bytes"],
+        "csv_memory_growth_bytes": csv_memory["growth_bytes"],
+        "csv_memory_seconds": csv_memory["seconds"],
     }
 
 
 def print_figures(found: dict[str, float | int | None]) -> None:
     from pytest_devmem.units import format_size
 
-    speed, events = float(found["replay_events_per_second"] or 0), int(found["events"] or 0)
+    def rate(key: str) -> float:
+        return float(found[key] or 0)
+
+    speed, events = rate("replay_events_per_second"), int(found["events"] or 0)
     print(
-        f"devmem replay of a recorded JAX step loop of {events:,} events ({format_size(int(found['file_bytes'] or 0))} of CSV), in process"
+        f"devmem replay of a recorded JAX step loop of {events:,} events, in process: its Arrow file"
+        f" ({format_size(int(found['arrow_file_bytes'] or 0))}, written in {rate('arrow_write_seconds'):.2f} s)"
+        f" and its CSV ({format_size(int(found['file_bytes'] or 0))})"
     )
     print(
-        f"  read + replay + table  {speed:>12,.0f} events/s  target >= {TARGET_EVENTS_PER_SECOND:,}  {'yes' if speed >= TARGET_EVENTS_PER_SECOND else 'no'}"
+        f"  Arrow file: read + replay + table  {speed:>12,.0f} events/s  target >= {TARGET_EVENTS_PER_SECOND:,}  {'yes' if speed >= TARGET_EVENTS_PER_SECOND else 'no'}"
     )
     print(
-        f"  by CPU time            {float(found['replay_events_per_cpu_second'] or 0):>12,.0f} events per CPU second (every thread of the process)"
+        f"    by CPU time                      {rate('replay_events_per_cpu_second'):>12,.0f} events per CPU second (every thread of the process)"
     )
     print(
-        f"  row-by-row reader      {float(found['row_reader_events_per_second'] or 0):>12,.0f} events/s  (read + replay where pyarrow is missing)"
+        f"  CSV: read + replay + table         {rate('csv_replay_events_per_second'):>12,.0f} events/s  ({rate('csv_replay_events_per_cpu_second'):,.0f} per CPU second; pyarrow's CSV reader)"
     )
     print(
-        f"  pyarrow parse alone    {float(found['pyarrow_parse_events_per_second'] or 0):>12,.0f} events/s  (the CSV into a table, no trace made)"
+        f"  CSV, row-by-row reader             {rate('row_reader_events_per_second'):>12,.0f} events/s  (read + replay where pyarrow is missing)"
     )
-    growth, size = found["memory_growth_bytes"], int(found["memory_trace_bytes"] or 1)
+    print(
+        f"  pyarrow's CSV parse alone          {rate('pyarrow_parse_events_per_second'):>12,.0f} events/s  (the CSV into a table, no trace made)"
+    )
+    print(
+        f"  replay alone, trace already read   {rate('model_events_per_second'):>12,.0f} events/s  ({rate('model_events_per_cpu_second'):,.0f} per CPU second; the model's loops)"
+    )
     memory_events = int(found["memory_events"] or 0)
-    if growth is None:
-        print(f"  reading {memory_events:,} events: memory not measured (no VmHWM on this platform)")
-    else:
+    for form, growth, size, seconds in (
+        ("Arrow file", found["memory_growth_bytes"], int(found["memory_trace_bytes"] or 1), found["memory_seconds"]),
+        (
+            "CSV",
+            found["csv_memory_growth_bytes"],
+            int(found["csv_memory_trace_bytes"] or 1),
+            found["csv_memory_seconds"],
+        ),
+    ):
+        if growth is None:
+            print(f"  reading {memory_events:,} events ({form}): memory not measured (no VmHWM on this platform)")
+            continue
         ratio = growth / size
         print(
-            f"  reading {memory_events:,} events: {format_size(int(growth))} peak RSS growth for a trace of {format_size(size)} = {ratio:.2f}x"
-            f"  target <= {TARGET_MEMORY_RATIO:g}x  {'yes' if ratio <= TARGET_MEMORY_RATIO else 'no'}  ({float(found['memory_seconds'] or 0):.1f} s)"
+            f"  reading {memory_events:,} events ({form}): {format_size(int(growth))} peak RSS growth for a trace of {format_size(size)} = {ratio:.2f}x"
+            f"  target <= {TARGET_MEMORY_RATIO:g}x  {'yes' if ratio <= TARGET_MEMORY_RATIO else 'no'}  ({float(seconds or 0):.1f} s)"
         )
 
 

@@ -106,6 +106,7 @@ TAIL = ",jax,jit(f),gpu:0,0"
         (SOURCE_HEADER, [ROW + ",jax,jit(f)"], True),  # the eight columns of older traces
         (HEADER, [ROW + TAIL, "", "2,0.7,free,16,5,0" + TAIL], True),  # a blank line, decimal pointer and stream
         (HEADER, [ROW + ',jax,"a, b ""c""",,'], True),  # a quoted label; no device, no process
+        (HEADER, [ROW + ",jax,f,gpu:0,7", ROW + ",jax,f,gpu:0,", ROW + ",jax,f,gpu:0,9"], True),  # one process empty
         (HEADER, ["1,0.5,allocate failure,0x0,5,0x0" + TAIL], True),
         (HEADER, [ROW + ", jax , label ,gpu:0,0"], True),  # texts are stripped as the row reader strips them
         (HEADER, ["1,13:39:51:124000,allocate,0x10,5,0x0" + TAIL], False),  # RMM's older clock
@@ -194,3 +195,41 @@ def test_devmem_replay_says_how_to_read_a_large_trace_faster_where_pyarrow_is_mi
     monkeypatch.setattr(trace_arrow, "available", lambda: False)
     assert cli.main(["replay", str(path), "--mode", "prealloc"]) == 0
     assert "pip install 'pytest-devmem[fast-traces]'" in capsys.readouterr().err
+
+
+def csv_row_by_row(trace: Trace) -> str:
+    """The CSV as csv.writer writes it row by row (how write_csv wrote it before it went by column)."""
+    import csv
+    import io
+
+    from pytest_devmem.model.trace import ACTIONS
+    from pytest_devmem.spreadsheet import csv_cell, csv_writer
+
+    out = io.StringIO()
+    names = trace.names
+    writer = csv_writer(out) if any("\r" in name for name in names) else csv.writer(out, lineterminator="\n")
+    writer.writerow(HEADER)
+    for thread, time, action, pointer, size, stream, source, label, device, process in zip(
+        trace.threads, trace.times, trace.actions, trace.pointers, trace.sizes, trace.streams,
+        trace.sources, trace.labels, trace.devices, trace.processes,
+    ):  # fmt: skip
+        writer.writerow((thread, f"{time:.6f}", ACTIONS[action], f"{pointer:#x}", size, f"{stream:#x}",
+                         csv_cell(names[source]), csv_cell(names[label]), names[device], process))  # fmt: skip
+    return out.getvalue()
+
+
+odd_texts = st.text(st.sampled_from(list(",\"\r\n =+-@'x1. \té")), max_size=8) | texts
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(events, max_size=30), st.lists(st.tuples(odd_texts, odd_texts, odd_texts), max_size=6))
+def test_the_csv_is_written_by_column_as_csv_writer_writes_it_row_by_row(
+    rows: list[tuple],  # type: ignore[type-arg]
+    names: list[tuple[str, str, str]],
+) -> None:
+    trace = Trace()
+    for row in rows:
+        trace.add(*row)
+    for source, label, device in names:  # any text, a CR, a quote, a formula, a line break
+        trace.add(0, 1, 1, 0.5, 0, 0, source, label, device, 0)
+    assert trace.csv_text() == csv_row_by_row(trace)

@@ -11,7 +11,9 @@ recorded here replays in RMM's REPLAY_BENCHMARK and an RMM log replays here. Act
 `allocate`, `free` (RMM's older spelling; `deallocate` is read too) and `allocate failure`. Four
 more columns, which RMM's reader does not look at, say who made each event and where: `Source`,
 `Label` (e.g. the executable's name), `Device` and `Process`. Logs with RMM's six columns, or with
-the first eight of ours (pytest-devmem before per-device traces), read too. No pytest, no frameworks.
+the first eight of ours (pytest-devmem before per-device traces), read too. The columnar form, an
+Arrow IPC file of the same columns (`write_arrow`, trace_ipc.py), reads some ten times faster;
+`read` and `read_csv` take either form, told apart by the file's first bytes. No pytest, no frameworks.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import BinaryIO, overload
 
 from ..errors import FileFormatError
 from ..files import MAX_TRACE_BYTES, open_regular, write_atomic
-from ..spreadsheet import csv_cell, csv_text, csv_writer
+from ..spreadsheet import csv_cell, csv_text
 
 RMM_HEADER = ("Thread", "Time", "Action", "Pointer", "Size", "Stream")
 SOURCE_HEADER = (*RMM_HEADER, "Source", "Label")
@@ -36,6 +38,8 @@ ALLOCATE, FREE, ALLOCATE_FAILURE = "allocate", "free", "allocate failure"
 ACTIONS = (ALLOCATE, FREE, ALLOCATE_FAILURE)
 """An event's action is stored as its index here: 0 allocate, 1 free, 2 allocate failure."""
 ALLOCATE_CODE, FREE_CODE, FAILURE_CODE = 0, 1, 2
+TRACE_SUFFIXES = (".csv", ".arrow", ".feather")
+"""The names a trace file ends with: its CSV, or its Arrow IPC file (trace_ipc.py; Feather v2 is one)."""
 BY_COLUMN_FROM = 20_000
 """Traces of this many events or more compute their figures by column (numpy), where it is installed."""
 _READ_ACTIONS = {"allocate": ALLOCATE, "free": FREE, "deallocate": FREE, "allocate failure": ALLOCATE_FAILURE}
@@ -206,6 +210,15 @@ class Trace:
 
     def device_names(self) -> list[str]:
         """The devices the events name, in the order they first appear."""
+        if len(self.devices) >= BY_COLUMN_FROM:
+            try:
+                from .trace_numpy import first_appearances
+            except ImportError:
+                pass
+            else:
+                found = first_appearances(self.devices)
+                if found is not None:
+                    return [self.names[code] for code in found]
         seen = dict.fromkeys(self.devices)
         return [self.names[code] for code in seen]
 
@@ -308,50 +321,66 @@ class Trace:
 
     def write_csv(self, path: str | os.PathLike[str]) -> None:
         """Write the trace atomically in RMM's log format (with Source, Label, Device, Process)."""
-        out = io.StringIO()
-        names = self.names
-        writer = (
-            csv_writer(out) if any("\r" in name for name in names) else csv.writer(out, lineterminator="\n")
-        )  # a CR in a label: quoted
-        writer.writerow(HEADER)
-        rows = zip(
-            self.threads,
-            self.times,
-            self.actions,
-            self.pointers,
-            self.sizes,
-            self.streams,
-            self.sources,
-            self.labels,
-            self.devices,
-            self.processes,
+        write_atomic(path, self.csv_text())
+
+    def csv_text(self) -> str:
+        """The trace's CSV, as `write_csv` writes it: csv.writer's cells (a CR in a text quoted),
+        made column by column, each distinct text quoted once (some three times faster than a
+        writer row by row)."""
+        texts = [_csv_field(csv_cell(name)) for name in self.names]  # type: ignore[arg-type]  # str in, str out
+        devices = [_csv_field(name) for name in self.names]
+        rows = map(
+            ",".join,
+            zip(
+                map(str, self.threads),
+                map("{:.6f}".format, self.times),
+                map(ACTIONS.__getitem__, self.actions),
+                map("{:#x}".format, self.pointers),
+                map(str, self.sizes),
+                map("{:#x}".format, self.streams),
+                map(texts.__getitem__, self.sources),
+                map(texts.__getitem__, self.labels),
+                map(devices.__getitem__, self.devices),
+                map(str, self.processes),
+            ),
         )
-        writer.writerows(
-            (
-                thread,
-                f"{time:.6f}",
-                ACTIONS[action],
-                f"{pointer:#x}",
-                size,
-                f"{stream:#x}",
-                csv_cell(names[source]),
-                csv_cell(names[label]),
-                names[device],
-                process,
-            )
-            for thread, time, action, pointer, size, stream, source, label, device, process in rows
-        )
-        write_atomic(path, out.getvalue())
+        return ",".join(HEADER) + "\n" + "".join(row + "\n" for row in rows)
+
+    def write_arrow(self, path: str | os.PathLike[str]) -> None:
+        """Write the trace atomically as an Arrow IPC (Feather v2) file: its columns as they are,
+        read back some ten times faster than the CSV (trace_ipc.py; needs pyarrow and numpy)."""
+        from .trace_ipc import write_arrow
+
+        write_arrow(self, path)
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> Trace:
+        """Read a trace in either form, told apart by its first bytes: an Arrow IPC file
+        (`write_arrow`) or an RMM-style CSV (`write_csv`). TraceFormatError names the file and what
+        is wrong, and refuses what is not a regular file or is larger than MAX_TRACE_BYTES."""
+        return cls.read_csv(path)
 
     @classmethod
     def read_csv(cls, path: str | os.PathLike[str]) -> Trace:
         """Read an RMM-style log; TraceFormatError names the file and line of anything malformed,
         and refuses what is not a regular file (a FIFO or a device would hang the read) or is
-        larger than MAX_TRACE_BYTES."""
+        larger than MAX_TRACE_BYTES. An Arrow IPC trace file (trace_ipc.py), known by its first
+        bytes, is read as one."""
         try:
-            binary = open_regular(path, "trace (an RMM-style CSV file)", MAX_TRACE_BYTES)
+            binary = open_regular(path, "trace (an RMM-style CSV file or an Arrow IPC trace file)", MAX_TRACE_BYTES)
         except FileFormatError as exc:
             raise TraceFormatError(str(exc)) from None
+        try:
+            start = binary.read(8)
+            binary.seek(0)
+        except OSError as exc:
+            binary.close()
+            raise TraceFormatError(f"{os.fspath(path)}: cannot read the trace: {exc.strerror or exc}") from None
+        from .trace_ipc import is_arrow, read_arrow
+
+        if is_arrow(start):
+            with binary:
+                return read_arrow(cls, binary, os.fspath(path))
         by_column = _read_by_column(cls, binary)
         if by_column is not None:
             binary.close()
@@ -402,6 +431,16 @@ def _read_by_column(cls: type[Trace], binary: BinaryIO) -> Trace | None:
         binary.seek(0)
         return None
     return trace if fitted else None
+
+
+def _csv_field(text: str) -> str:
+    """`text` as csv.writer writes it in a row (quoted where it holds a comma, a quote or a line
+    break, a CR included, as CsvWriter quotes one)."""
+    if not any(character in text for character in ',"\r\n'):
+        return text
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\r\n").writerow([text, ""])
+    return out.getvalue()[: -len(",\r\n")]
 
 
 def _first_line_not_utf8(path: str | os.PathLike[str]) -> int | str:

@@ -112,13 +112,13 @@ def _append_batch(batch: Any, trace: Trace, action_code: dict[str, int], np: Any
     stream_values = _integers(stream.dictionary, np) if not stream.null_count else None
     pointers, streams = (
         _integers(columns["Pointer"], np),
-        None if stream_values is None else stream_values[stream.indices.to_numpy(zero_copy_only=False)],
+        None if stream_values is None else stream_values[numbers(stream.indices, np)],
     )
     sizes, threads, times = columns["Size"], columns["Thread"], columns["Time"]
     if pointers is None or streams is None or sizes.null_count or threads.null_count or times.null_count:
         return False
-    size_values = sizes.to_numpy(zero_copy_only=False)
-    time_values = times.to_numpy(zero_copy_only=False)
+    size_values = numbers(sizes, np)
+    time_values = numbers(times, np)
     if (size_values <= 0).any() or not np.isfinite(
         time_values
     ).all():  # sizes of 0 too: the row reader decides what they mean
@@ -131,14 +131,14 @@ def _append_batch(batch: Any, trace: Trace, action_code: dict[str, int], np: Any
     trace.pointers.frombytes(pointers.tobytes())
     trace.sizes.frombytes(size_values.astype(np.int64).tobytes())
     trace.times.frombytes(time_values.astype(np.float64).tobytes())
-    trace.threads.frombytes(threads.to_numpy(zero_copy_only=False).astype(np.uint64).tobytes())
+    trace.threads.frombytes(numbers(threads, np).astype(np.uint64).tobytes())
     trace.streams.frombytes(streams.tobytes())
     for column, target in (("Source", trace.sources), ("Label", trace.labels), ("Device", trace.devices)):
         target.frombytes((names[column] if column in names else np.zeros(rows, np.int64)).astype(np.uint32).tobytes())
     if process is None:
         trace.processes.frombytes(np.zeros(rows, np.uint32).tobytes())
     else:
-        trace.processes.frombytes(process.fill_null(0).to_numpy(zero_copy_only=False).astype(np.uint32).tobytes())
+        trace.processes.frombytes(_zero_where_null(process, np).astype(np.uint32).tobytes())
     return True
 
 
@@ -156,7 +156,7 @@ def _name_codes(trace: Trace, columns: dict[str, Any], np: Any) -> dict[str, Any
         texts = [_as_written(name, text) for text in column.dictionary.to_pylist()]
         if name == "Device" and any(text and not _DEVICE_NAME.fullmatch(text) for text in texts):
             return None
-        codes, first_rows = np.unique(column.indices.to_numpy(zero_copy_only=False), return_index=True)
+        codes, first_rows = np.unique(numbers(column.indices, np), return_index=True)
         used += [(row, rank, texts[code]) for code, row in zip(codes.tolist(), first_rows.tolist())]
     code_of = {text: trace.name_code(text) for _, _, text in sorted(used)}
     found = {}
@@ -164,7 +164,7 @@ def _name_codes(trace: Trace, columns: dict[str, Any], np: Any) -> dict[str, Any
         lookup = np.array(
             [code_of.get(_as_written(name, text), 0) for text in column.dictionary.to_pylist()] or [0], dtype=np.int64
         )
-        found[name] = lookup[column.indices.to_numpy(zero_copy_only=False)]
+        found[name] = lookup[numbers(column.indices, np)]
     return found
 
 
@@ -181,8 +181,33 @@ def _text_codes(column: Any, code_of: Any) -> Any:
     if column.null_count:
         return None
     lookup = np.array([code_of(text) for text in column.dictionary.to_pylist()], dtype=np.int64)
-    indices = column.indices.to_numpy(zero_copy_only=False)
+    indices = numbers(column.indices, np)
     return lookup[indices] if len(lookup) else None
+
+
+_FLOATS = {"halffloat": "float16", "float": "float32", "double": "float64"}
+
+
+def numbers(column: Any, np: Any) -> Any:
+    """A numeric Arrow array with no nulls as a numpy view of its buffer (no copy). Not
+    `to_numpy`, which imports pandas where it is installed (half a second and some 40 MiB, more
+    than reading a million events takes)."""
+    name = str(column.type)
+    dtype = np.dtype(_FLOATS.get(name, name))
+    data = column.buffers()[1]
+    if data is None or not len(column):
+        return np.zeros(len(column), dtype)
+    return np.frombuffer(data, dtype=dtype, count=len(column), offset=column.offset * dtype.itemsize)
+
+
+def _zero_where_null(column: Any, np: Any) -> Any:
+    """A numeric column's values, 0 where it is empty (null), by its validity bitmap (not
+    `fill_null`, which imports pandas where it is installed)."""
+    values = numbers(column, np)
+    if not column.null_count:
+        return values
+    bits = np.unpackbits(np.frombuffer(column.buffers()[0], dtype=np.uint8), bitorder="little")
+    return np.where(bits[column.offset : column.offset + len(column)].astype(bool), values, 0)
 
 
 _HEX_VALUE = bytes(int(chr(c), 16) if chr(c) in "0123456789abcdefABCDEF" else 255 for c in range(256))

@@ -24,6 +24,7 @@ from .compile_target import CompileTarget
 from .items import id_of_test, marked, oom_key, regime_of
 from .recording import make_record
 from .settings import Settings
+from .trace_files import write_trace_files
 
 
 class Checks:
@@ -119,7 +120,7 @@ class Checks:
             return
         path = path_in(directory, f"{record.test_id}[{record.regime}]", ".csv")
         try:
-            record.trace_events.write_csv(path)
+            write_trace_files(record.trace_events, path)  # and a long trace's Arrow file beside it
         except OSError as exc:  # the test's outcome does not depend on it: say so, and go on
             warnings.warn(
                 pytest.PytestWarning(
