@@ -375,6 +375,21 @@ def test_a_trace_converts_to_its_arrow_file_and_back(tmp_path: Path) -> None:
             convert_trace(tmp_path / "t.csv", tmp_path / target)
 
 
+def test_devmem_convert_and_plot_take_the_arrow_file_and_a_bad_name_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recorded(300).write_csv(tmp_path / "t.csv")
+    assert cli.main(["convert", str(tmp_path / "t.csv"), str(tmp_path / "t.arrow")]) == 0
+    assert "Arrow IPC file" in capsys.readouterr().out
+    assert Trace.read(tmp_path / "t.arrow") == Trace.read(tmp_path / "t.csv")
+    assert cli.main(["plot", str(tmp_path / "t.arrow"), "--mode", "prealloc", "-o", str(tmp_path / "t.html")]) == 0
+    assert (tmp_path / "t.html").stat().st_size > 0
+    capsys.readouterr()
+    assert cli.main(["convert", str(tmp_path / "t.csv"), str(tmp_path / "t.parquet")]) == 2
+    error = capsys.readouterr().err
+    assert "t.parquet" in error and ".arrow" in error and "Traceback" not in error
+
+
 def test_bytes_changed_anywhere_in_the_file_read_as_a_trace_or_as_a_named_error(tmp_path: Path) -> None:
     """No checksum guards the file: a changed number may read as another number (as in a CSV), but
     never as a crash, whatever the bytes changed (offsets, dictionary indices, the footer)."""

@@ -4,6 +4,7 @@
     devmem merge REPORT... -o MERGED.json [--baselines DIR] [--same-run] [--partial]   one report from CI shards' reports
     devmem show [DIR]
     devmem replay TRACE [--mode M] [--fraction F] [--device D]   exit 1 when the trace does not fit
+    devmem convert TRACE OUTPUT   a trace's CSV as its Arrow IPC file (.arrow), or back
     devmem plot REPORT|TRACE -o FILE.png|FILE.html [--test ID]
     devmem plot REPORT --targets -o FILE.png|FILE.html [--test ID]   every test on every target
     devmem history [REPORT...|DIR] [--tolerance SPEC] [-o trend.png]   exit 1 when a test moved (default: .devmem/)
@@ -28,7 +29,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from ..errors import DevmemError
-from . import compare, history, merge, plot, replay, show
+from . import compare, convert, history, merge, plot, replay, show
 from .common import InputError, error
 from .replay import replay_table
 
@@ -42,6 +43,7 @@ COMMANDS: dict[str, ModuleType] = {
     "merge": merge,
     "show": show,
     "replay": replay,
+    "convert": convert,
     "plot": plot,
     "history": history,
 }

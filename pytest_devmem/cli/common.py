@@ -162,13 +162,18 @@ def read_trace(path: Path) -> Trace:
     from . import SLOW_READ_BYTES
 
     try:
-        if not trace_arrow.available() and path.is_file() and path.stat().st_size > SLOW_READ_BYTES:
+        if (
+            not trace_arrow.available()
+            and path.suffix.lower() == ".csv"
+            and path.is_file()
+            and path.stat().st_size > SLOW_READ_BYTES
+        ):
             print(
                 f"devmem: note: reading {terminal(str(path))} row by row, since pyarrow is not installed; "
                 "pip install 'pytest-devmem[fast-traces]' reads traces by column, some 30 times faster",
                 file=sys.stderr,
             )
-        return Trace.read_csv(path)
+        return Trace.read(path)
     except OSError as exc:
         raise InputError(f"{path}: cannot read the trace: {exc.strerror or exc}") from None
 

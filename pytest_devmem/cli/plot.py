@@ -9,6 +9,7 @@ from pathlib import Path
 from ..model.machine import run_machine
 from ..model.pool import Policy
 from ..model.timeline import TimelineView, build_view
+from ..model.trace import TRACE_SUFFIXES
 from ..options import OPTION, add_option
 from ..present.plot import check_picture_path, write_plot
 from ..present.report import read_report
@@ -29,7 +30,9 @@ HELP = "Draw a test's memory over its events and the pool's map at its peak, as 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "input", type=Path, help="A JSON report with traces (--devmem-report and --devmem-traces), or one trace (.csv)"
+        "input",
+        type=Path,
+        help="A JSON report with traces (--devmem-report and --devmem-traces), or one trace (.csv, or its Arrow file .arrow)",
     )
     parser.add_argument(
         "-o", "--output", type=Path, required=True, help="FILE.png (needs matplotlib) or FILE.html (self-contained)"
@@ -77,7 +80,7 @@ def plot_input(
 ) -> tuple[TimelineView, str]:
     """The picture to draw and its title: from a trace file (with the regime and device given), or
     from a JSON report's record (its regime and device; its trace written by --devmem-traces)."""
-    if path.suffix.lower() == ".csv":
+    if path.suffix.lower() in TRACE_SUFFIXES:  # a trace's CSV or Arrow file; else a JSON report
         policy = (
             regime_of_trace(path, mode, fraction)[0]
             if mode or fraction or TRACE_REGIME.search(path.stem)
@@ -95,7 +98,7 @@ def plot_input(
     ]
     if given:
         raise InputError(
-            f"{path}: {', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to a trace file (.csv); a report's record is drawn under its own regime and device"
+            f"{path}: {', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to a trace file (.csv, .arrow); a report's record is drawn under its own regime and device"
         )
     report = read_report(path)
     records = [r for r in report.records if test is None or test in str(r["test_id"])]
@@ -144,9 +147,9 @@ def plot_targets(
     ]
     if given:
         raise InputError(
-            f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to a trace file (.csv), not to --targets: each target's figures are the report's"
+            f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to a trace file (.csv, .arrow), not to --targets: each target's figures are the report's"
         )
-    if path.suffix.lower() == ".csv":
+    if path.suffix.lower() in TRACE_SUFFIXES:
         raise InputError(
             f"{path}: --targets draws a JSON report's targets table (pytest --devmem-targets=... --devmem-report=FILE.json), not a trace"
         )

@@ -19,7 +19,7 @@ HELP = "Replay a recorded trace (--devmem-traces) under a regime; exit 1 if it d
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("trace", type=Path, help="Trace file (RMM-style CSV)")
+    parser.add_argument("trace", type=Path, help="Trace file (RMM-style CSV, or its Arrow IPC file)")
     add_option(
         parser.add_argument,
         OPTION["mode"],
