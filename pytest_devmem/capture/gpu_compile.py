@@ -151,6 +151,7 @@ class GpuSizer:
         self.disk_hits = 0
         self.session_hits = 0  # executables of a module compiled earlier in the session
         self.compile_seconds = 0.0
+        self.lowering_seconds = 0.0  # of compile_seconds: JAX lowering the program again for the target
         self._lock = threading.RLock()
         self._results: weakref.WeakKeyDictionary[Any, ExecutableSizes | Unavailable] = weakref.WeakKeyDictionary()
         self._by_module: dict[str, ExecutableSizes] = {}  # the same computation jitted again (another test's closure)
@@ -204,6 +205,10 @@ class GpuSizer:
             return Unavailable(
                 "JAX built this executable outside jit's lowering (pmap, an internal helper) or before the GPU sizer was installed"
             )
+        return self._size_recipe(recipe)
+
+    def _size_recipe(self, recipe: Any) -> ExecutableSizes | Unavailable:
+        """The program JAX lowered in `recipe`, compiled for the target (or found in a cache)."""
         if not recipe.devices:
             return Unavailable("the executable's device assignment is not known")
         try:
@@ -218,6 +223,7 @@ class GpuSizer:
             started = time.perf_counter()
             with jax_lowering.retargeting():
                 computation = jax_lowering.lower_for(recipe, gpus)
+                self.lowering_seconds += time.perf_counter() - started
                 key = known or self._cache_key(computation, len(gpus))
                 cached = self._read_cache(key)
                 if cached is not None:

@@ -25,7 +25,7 @@ from ..model.device import DEFAULT_SIM_CAPACITY, DEVICE_SPEC_HELP
 from ..model.pool.policy import ALLOWED_MODES, parse_fraction, parse_mode
 from ..model.regime import GPU_ONLY_MODES, TPU_RUNTIME, Regime, on_tpu
 from ..model.targets import parse_targets
-from ..model.tpu_targets import TpuSpec, tpu_regime_refusal, tpu_spec
+from ..model.tpu_targets import TpuSpec, tpu_min_fraction_refusal, tpu_regime_refusal, tpu_spec
 from ..present.report import REPORT_FORMATS
 from ..units import format_size, parse_size
 from .compile_target import HELP as COMPILE_TARGET_HELP
@@ -327,6 +327,8 @@ def load_settings(config: pytest.Config) -> Settings:
                 f"{tpu_regime_refusal(tpu, asked)} (from {options['mode'].option} and {options['fraction'].option}, device {device_spec})"
             )
         regime = on_tpu(regime)
+    if tpu is not None and _checked(config, options["find-min-fraction"], parse_flag):
+        raise pytest.UsageError(f"{tpu_min_fraction_refusal(tpu)} (device {device_spec})")
     report_path = _path_setting(config, options["report"], "report file", directory=False, suffixes=REPORT_FORMATS)
     baselines = _path_setting(
         config, options["baselines"], "baselines directory", directory=True, default=config.rootpath / "baselines"
