@@ -586,3 +586,19 @@ def test_the_tpu_compile_starts_beside_jaxs_own_and_a_run_waits_only_for_its_siz
     costs = sizer.sizing_costs()
     assert [name for name, devices, _ in costs.compiled] == ["<lambda>"] and costs.executables_compiled == 1
     assert costs.executable_seconds > 0 and costs.to_json()["executables_compiled"] == 1
+
+
+def test_a_trace_replayed_on_a_tpu_preset_takes_the_tpu_runtimes_regime_and_refuses_a_gpu_one() -> None:
+    from pytest_devmem.model.pool.policy import Policy
+    from pytest_devmem.model.regime import TPU_RUNTIME
+    from pytest_devmem.model.tpu_replay import tpu_replay_policy
+
+    assert tpu_replay_policy("sim:TPU-v5e", Policy.of("compact")).label == TPU_RUNTIME.label == "compact(fraction=1)"
+    assert tpu_replay_policy("sim:tpu-v6e", Policy.of("ondemand")) == Policy.of("ondemand")
+    assert tpu_replay_policy("sim:16GiB", Policy.of("prealloc")) == Policy.of("prealloc")  # not a TPU: as given
+    with pytest.raises(InvalidSettingError) as refused:
+        tpu_replay_policy("sim:TPU-v5e", Policy.of("fraction", 0.5), fraction="0.5")
+    assert str(refused.value).startswith("--fraction 0.5 is a GPU regime, and sim:TPU-v5e is a TPU v5e")
+    assert "JAX does not preallocate on a TPU" in str(refused.value) and "use --mode compact" in str(refused.value)
+    with pytest.raises(InvalidSettingError, match=r"^the regime growth \(from the trace's name\) is a GPU regime"):
+        tpu_replay_policy("sim:TPU-v5p", Policy.of("growth"))

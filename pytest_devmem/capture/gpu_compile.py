@@ -26,6 +26,7 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import threading
 import time
 import weakref
@@ -224,10 +225,15 @@ class GpuSizer:
             with jax_lowering.retargeting():
                 computation = jax_lowering.lower_for(recipe, gpus)
                 self.lowering_seconds += time.perf_counter() - started
-                key = known or self._cache_key(computation, len(gpus))
-                cached = self._read_cache(key)
+                # the same program as the target's lowering has it (another jit object, or shardings
+                # that lower alike): compiled once
+                lowered = self._cache_key(computation, len(gpus))
+                cached = self._read_cache(lowered)
                 if cached is not None:
+                    if known is not None:
+                        self._by_module[known] = dataclasses.replace(cached, compile_seconds=0.0, source="cache")
                     return cached
+                key = known or lowered
                 compiled = computation.compile()
                 stats = compiled.xla_executable.get_compiled_memory_stats()
             seconds = time.perf_counter() - started
@@ -249,6 +255,8 @@ class GpuSizer:
             source="compiled",
         )
         self._write_cache(key, sizes)
+        if lowered is not None and lowered != key:
+            self._by_module[lowered] = dataclasses.replace(sizes, compile_seconds=0.0, source="cache")
         return sizes
 
     def _failed(self, exc: Exception) -> Any:
@@ -314,7 +322,7 @@ class GpuSizer:
             text = mlir.module_to_string(computation.stablehlo(), enable_debug_info=False)
         except Exception:
             return None
-        return self._digest(devices, "lowered", text)
+        return self._digest(devices, "lowered", _MODULE_NAME.sub("module @program", text, count=1))
 
     def _software_versions(self) -> str:
         if not self._versions:
@@ -361,6 +369,10 @@ class GpuSizer:
         except OSError:
             pass  # a cache that cannot be written only costs a compile next time
 
+
+_MODULE_NAME = re.compile(r"^module @[\w$.\-]+", re.MULTILINE)
+"""The module's name (`module @jit_step`), the jit object's: left out of what names a program, which
+is sized alike under any name."""
 
 _CACHED_FIELDS = ("devices", "temp_bytes", "output_bytes", "argument_bytes", "alias_bytes", "code_bytes")
 

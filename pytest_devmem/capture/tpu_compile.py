@@ -178,9 +178,7 @@ class TpuSizer(GpuSizer):
 
     VERSION_MODULES = ("jaxlib", "libtpu")
 
-    def __init__(
-        self, spec: TpuSpec, cache_dir: str | os.PathLike[str] | None = None, *, beside: bool = False
-    ) -> None:
+    def __init__(self, spec: TpuSpec, cache_dir: str | os.PathLike[str] | None = None, *, beside: bool = False) -> None:
         self.spec = spec  # type: ignore[assignment]
         self.beside = beside  # compile each program for the TPU in a worker as JAX compiles it (`install`)
         self.target = spec.preset
