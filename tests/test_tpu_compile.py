@@ -602,3 +602,42 @@ def test_a_trace_replayed_on_a_tpu_preset_takes_the_tpu_runtimes_regime_and_refu
     assert "JAX does not preallocate on a TPU" in str(refused.value) and "use --mode compact" in str(refused.value)
     with pytest.raises(InvalidSettingError, match=r"^the regime growth \(from the trace's name\) is a GPU regime"):
         tpu_replay_policy("sim:TPU-v5p", Policy.of("growth"))
+
+
+@needs_libtpu
+def test_two_jit_objects_of_one_program_compile_once_for_the_tpu(jax_loaded: Any, tmp_path: Any) -> None:
+    import jax
+    import jax.numpy as jnp
+    from jax._src.interpreters import pxla
+
+    from pytest_devmem.capture.patches import Patches
+
+    def first_step(a: Any) -> Any:
+        return jnp.tanh(a @ a.T).sum(axis=0)
+
+    def second_step(a: Any) -> Any:  # the same computation under another name: another module name
+        return jnp.tanh(a @ a.T).sum(axis=0)
+
+    argument = jnp.ones((136, 264))
+    sizer, later = (
+        TpuSizer(TPU_SPECS["TPU-v5e"], cache_dir=tmp_path),
+        TpuSizer(TPU_SPECS["TPU-v5e"], cache_dir=tmp_path),
+    )
+    assert sizer.install() and later.install()
+    runs: list[Any] = []
+    patches = Patches()
+    patches.replace(
+        pxla.ExecuteReplicated, "__call__", lambda original: lambda self, *a: (runs.append(self), original(self, *a))[1]
+    )
+    try:
+        jax.block_until_ready(jax.jit(first_step)(argument))
+        jax.block_until_ready(jax.jit(second_step)(argument))
+        one, other = sizer.sizes_for(runs[-2]), sizer.sizes_for(runs[-1])
+        from_disk = later.sizes_for(runs[-1])  # a later run: the second program's own entry answers
+    finally:
+        patches.restore()
+        sizer.uninstall()
+        later.uninstall()
+    assert (sizer.compiles, sizer.session_hits, later.compiles) == (1, 1, 0)
+    assert one.temp_bytes == other.temp_bytes == from_disk.temp_bytes  # type: ignore[union-attr]
+    assert (one.source, from_disk.source) == ("compiled", "disk cache")  # type: ignore[union-attr]

@@ -230,8 +230,8 @@ class GpuSizer:
                 lowered = self._cache_key(computation, len(gpus))
                 cached = self._read_cache(lowered)
                 if cached is not None:
-                    if known is not None:
-                        self._by_module[known] = dataclasses.replace(cached, compile_seconds=0.0, source="cache")
+                    if known is not None:  # on disk under its own name too: the next run need not lower it
+                        self._write_cache(known, cached)
                     return cached
                 key = known or lowered
                 compiled = computation.compile()
