@@ -562,9 +562,15 @@ def test_two():
     )
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
     result = pytester.runpytest_subprocess(
-        "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-compile-target=cpu", "--devmem-report=r.md"
+        "--devmem-device=sim:TPU-v5e",
+        "--devmem-mode=compact",
+        "--devmem-compile-target=cpu",
+        "--devmem-report=r.md",
+        "--devmem-traces=traces",
     )
     result.assert_outcomes(passed=1)
+    (trace,) = (pytester.path / "traces").glob("*.csv")
+    assert ",tpu:1," in trace.read_text() and ",cpu:" not in trace.read_text()
     result.stdout.fnmatch_lines(["*(max of 2 devices: tpu:1)*", "  tpu:0 *", "  tpu:1 *"])
     assert "cpu:" not in result.stdout.str().split("device memory (pytest-devmem)")[1]
     report = (pytester.path / "r.md").read_text()
