@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -44,7 +45,7 @@ CONFIGURATIONS = {
 
 def run_once(
     directory: Path, targets: list[str], extra: list[str], cached: bool
-) -> tuple[float, float, dict[str, float]]:
+) -> tuple[float, float, dict[str, Any]]:
     """The run's wall and CPU seconds, and the TPU sizer's measured costs in it (empty where none ran)."""
     environment = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
     costs_file = directory / "sizing-costs.json"
@@ -74,7 +75,7 @@ def run_once(
     return wall, cpu, costs
 
 
-def describe(costs: dict[str, float]) -> list[str]:
+def describe(costs: dict[str, Any]) -> list[str]:
     """The TPU sizer's costs in one run, as lines: what the TPU-sized run pays beyond the CPU's."""
     if not costs:
         return []
@@ -91,17 +92,17 @@ def describe(costs: dict[str, float]) -> list[str]:
     ]
 
 
-def slowest(compiled: list[list[object]], count: int = 3) -> list[str]:
+def slowest(compiled: list[Any], count: int = 3) -> list[str]:
     """The TPU compiles that took longest, and what JAX's small helpers (one-primitive programs) took."""
     if not compiled:
         return []
-    ordered = sorted(compiled, key=lambda entry: -float(entry[2]))  # type: ignore[arg-type]
-    top = ", ".join(f"{name} on {devices} {float(seconds):.2f} s" for name, devices, seconds in ordered[:count])  # type: ignore[arg-type]
-    helpers = [entry for entry in compiled if float(entry[2]) < 0.1]  # type: ignore[arg-type]
+    ordered = sorted(compiled, key=lambda entry: -float(entry[2]))
+    top = ", ".join(f"{name} on {devices} {float(seconds):.2f} s" for name, devices, seconds in ordered[:count])
+    helpers = [entry for entry in compiled if float(entry[2]) < 0.1]
     return [
         f"slowest TPU compiles: {top}",
         f"compiles under 0.1 s each (JAX's small helpers mostly): {len(helpers)},"
-        f" {sum(float(entry[2]) for entry in helpers):.2f} s in all",  # type: ignore[arg-type]
+        f" {sum(float(entry[2]) for entry in helpers):.2f} s in all",
     ]
 
 
@@ -121,8 +122,8 @@ def prepare(suite: str, scratch: Path, quick: bool) -> tuple[Path, list[str], li
     if importlib.util.find_spec("optax") is None:  # not imported here: it would start JAX in this process
         raise SystemExit(f"optax is not installed: pip install -e '.[bench]' (optax=={OPTAX_VERSION})")
     shutil.copytree(suite_directory(), directory)
-    files = list(TEST_FILES[: 1 if quick else OPTAX_FILES])
-    return directory, files, ["-W", "ignore::DeprecationWarning"], f"optax {OPTAX_VERSION}'s tests ({', '.join(files)})"
+    tests = list(TEST_FILES[: 1 if quick else OPTAX_FILES])
+    return directory, tests, ["-W", "ignore::DeprecationWarning"], f"optax {OPTAX_VERSION}'s tests ({', '.join(tests)})"
 
 
 def measure(directory: Path, targets: list[str], options: list[str], repeat: int, caches: tuple[bool, ...]) -> None:
@@ -131,7 +132,7 @@ def measure(directory: Path, targets: list[str], options: list[str], repeat: int
             for extra in CONFIGURATIONS.values():
                 run_once(directory, targets, [*options, *extra], cached=True)
         best = {name: (float("inf"), 0.0) for name in CONFIGURATIONS}
-        costs: dict[str, float] = {}
+        costs: dict[str, Any] = {}
         for _ in range(repeat):
             for name, extra in CONFIGURATIONS.items():
                 wall, cpu, run_costs = run_once(directory, targets, [*options, *extra], cached)
