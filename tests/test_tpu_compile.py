@@ -647,3 +647,38 @@ def test_two_jit_objects_of_one_program_compile_once_for_the_tpu(jax_loaded: Any
     assert (sizer.compiles, sizer.session_hits, later.compiles) == (1, 1, 0)
     assert one.temp_bytes == other.temp_bytes == from_disk.temp_bytes  # type: ignore[union-attr]
     assert (one.source, from_disk.source) == ("compiled", "disk cache")  # type: ignore[union-attr]
+
+
+@needs_libtpu
+def test_a_program_lowered_under_the_tests_own_jax_settings_is_sized_in_the_tests_thread(
+    jax_loaded: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    import jax
+    import jax.numpy as jnp
+    from jax._src.interpreters import pxla
+
+    from pytest_devmem.capture.patches import Patches
+
+    argument = jnp.ones((128, 256))
+    sizer = TpuSizer(TPU_SPECS["TPU-v5e"], beside=True)
+    threads: list[str] = []
+    size_recipe = sizer._size_recipe
+    monkeypatch.setattr(
+        sizer, "_size_recipe", lambda recipe: (threads.append(threading.current_thread().name), size_recipe(recipe))[1]
+    )
+    assert sizer.install()
+    runs: list[Any] = []
+    patches = Patches()
+    patches.replace(
+        pxla.ExecuteReplicated, "__call__", lambda original: lambda self, *a: (runs.append(self), original(self, *a))[1]
+    )
+    try:
+        with jax.default_matmul_precision("float32"):  # a thread-local setting the worker's thread lacks
+            jax.block_until_ready(jax.jit(lambda a: jnp.tanh(a @ a.T))(argument))
+            sizes = sizer.sizes_for(runs[-1])
+    finally:
+        patches.restore()
+        sizer.uninstall()
+    assert threads == [threading.current_thread().name] and sizes.source == "compiled"  # type: ignore[union-attr]

@@ -252,10 +252,16 @@ class TpuSizer(GpuSizer):
         pool = self._pool
         if pool is None:
             return
+        context = _trace_context()
         with self._lock:
-            self._pending[id(recipe)] = (recipe, pool.submit(self._size_beside, recipe))
+            self._pending[id(recipe)] = (recipe, pool.submit(self._size_beside, recipe, context))
 
-    def _size_beside(self, recipe: Any) -> Any:
+    def _size_beside(self, recipe: Any, context: object) -> Any:
+        """The recipe's sizes, compiled in the worker; `_ELSEWHERE` where the test's thread had JAX
+        settings of its own in force (`with jax.default_matmul_precision(...)`, a mesh in context:
+        JAX's trace context, which its own caches key on), which this thread would not lower with."""
+        if context is None or _trace_context() != context:
+            return _ELSEWHERE
         try:
             return self._size_recipe(recipe)
         except Exception as exc:  # the worker never raises into the run that waits for it
@@ -277,6 +283,8 @@ class TpuSizer(GpuSizer):
         if entry is None or entry[0] is not recipe:
             return super().sizes_for(executable)
         result = entry[1].result()  # the lock is free meanwhile: arrays are sized as before
+        if result is _ELSEWHERE:
+            return super().sizes_for(executable)  # lowered here, in the test's own JAX settings
         with self._lock:
             self._results[executable] = result
         return result
@@ -426,6 +434,21 @@ class TpuSizer(GpuSizer):
             write_atomic(self.cache_dir / f"{key}.json", json.dumps({"array_bytes": size}))
         except OSError:
             pass
+
+
+_ELSEWHERE = object()
+"""What the worker gives for a program it leaves to the test's thread."""
+
+
+def _trace_context() -> object:
+    """JAX's trace context in this thread (the thread-local settings that tracing and lowering
+    read), or None where this JAX has none to compare."""
+    try:
+        from jax._src import config  # type: ignore[import-not-found]
+
+        return config.trace_context()
+    except Exception:
+        return None
 
 
 _beside: TpuSizer | None = None
