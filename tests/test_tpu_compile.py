@@ -491,3 +491,214 @@ def test_libtpus_settings_keep_what_the_user_set_and_are_put_back(monkeypatch: p
     with quiet_libtpu():
         assert os.environ["ALLOW_MULTIPLE_LIBTPU_LOAD"] == "1" and os.environ["TPU_WORKER_HOSTNAMES"] == "10.0.0.2"
     assert "ALLOW_MULTIPLE_LIBTPU_LOAD" not in os.environ and os.environ["TPU_WORKER_HOSTNAMES"] == "10.0.0.2"
+
+
+HOLES = """
+def test_holes(devmem):
+    MiB = 2**20
+    pool = devmem.pool
+    held = [pool.alloc(5 * 1024 * MiB) for _ in range(3)]
+    pool.free(held[0]); pool.free(held[2])  # 10 GiB free in two 5 GiB holes around the middle buffer
+    big = pool.alloc(10 * 1024 * MiB)  # fits only where the runtime moves the middle buffer
+    pool.free(big); pool.free(held[1])
+"""
+
+
+def test_find_min_fraction_on_a_tpu_preset_is_refused_saying_what_a_tpu_does(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest_inprocess("--devmem-device=sim:TPU-v5p", "--devmem-find-min-fraction")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    text = " ".join(result.stderr.str().split())
+    assert "--devmem-find-min-fraction searches the smallest JAX memory fraction" in text
+    assert "sim:TPU-v5p is a TPU v5p: JAX does not preallocate on a TPU" in text
+    assert "defragments" in text and "95.74G of usable HBM" in text and "--devmem-what-if=SIZE" in text
+
+
+@pytest.mark.parametrize(("size", "fits"), [("15616MiB", True), ("14GiB", False)])
+def test_what_if_on_a_tpu_preset_replays_on_a_chip_of_that_size_defragmenting(
+    pytester: pytest.Pytester, size: str, fits: bool
+) -> None:
+    # 15 GiB live at most, in holes a non-defragmenting pool of 15.25 GiB could not serve
+    pytester.makepyfile(HOLES)
+    result = pytester.runpytest_inprocess(
+        "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", f"--devmem-what-if={size}", "--devmem-report=r.json"
+    )
+    result.assert_outcomes(passed=1)
+    answer = json.loads((pytester.path / "r.json").read_text())["records"][0]["analysis"]["what_if"]
+    assert answer["ok"] is fits
+    if not fits:
+        assert "capacity" in answer["message"]
+    result.stdout.fnmatch_lines([f"*what if the device had*: {0 if fits else 1} of 1 replayed test(s)*"])
+
+
+def test_a_traces_cpu_devices_are_named_as_the_chips_they_stand_for() -> None:
+    from pytest_devmem.model.tpu_devices import as_tpu_chips, chip_label
+    from pytest_devmem.model.trace import Trace, TraceEvent
+
+    trace = Trace(
+        [
+            TraceEvent("allocate", 1, 256, source="jax", label="cpu:1", device="cpu:1"),
+            TraceEvent("allocate", 2, 256, source="pool", label="x", device=""),
+            TraceEvent("allocate", 3, 256, source="jax", label="y", device="gpu:0"),
+        ]
+    )
+    assert as_tpu_chips(trace).device_names() == ["tpu:1", "tpu:0", "gpu:0"]
+    assert [event.label for event in trace.events][0] == "cpu:1"  # only devices are renamed
+    assert [chip_label(name) for name in ("cpu:0", "cpu:12", "", "tpu:3")] == ["tpu:0", "tpu:12", "tpu:0", "tpu:3"]
+
+
+def test_a_tpu_presets_devices_are_chips_in_the_record_the_summary_and_the_report(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(
+        test_two="""
+import jax
+import jax.numpy as jnp
+
+def test_two():
+    a = jax.device_put(jnp.ones((256, 256)), jax.devices()[1])
+    (a * 2).block_until_ready()
+"""
+    )
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    result = pytester.runpytest_subprocess(
+        "--devmem-device=sim:TPU-v5e",
+        "--devmem-mode=compact",
+        "--devmem-compile-target=cpu",
+        "--devmem-report=r.md",
+        "--devmem-traces=traces",
+    )
+    result.assert_outcomes(passed=1)
+    (trace,) = (pytester.path / "traces").glob("*.csv")
+    assert ",tpu:1," in trace.read_text() and ",cpu:" not in trace.read_text()
+    result.stdout.fnmatch_lines(["*(max of 2 devices: tpu:1)*", "  tpu:0 *", "  tpu:1 *"])
+    assert "cpu:" not in result.stdout.str().split("device memory (pytest-devmem)")[1]
+    report = (pytester.path / "r.md").read_text()
+    assert "|   tpu:1 |" in report and "cpu:" not in report
+
+
+@needs_libtpu
+def test_the_tpu_compile_starts_beside_jaxs_own_and_a_run_waits_only_for_its_sizes(jax_loaded: Any) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    argument = jnp.ones((128, 256))  # made before: its own helper is not the program to size
+    sizer = TpuSizer(TPU_SPECS["TPU-v5e"], beside=True)
+    assert sizer.install()
+    try:
+        jax.jit(lambda a: jnp.tanh(a @ a.T)).lower(argument).compile()  # compiled for the CPU, never run
+    finally:
+        sizer.uninstall()  # waits for the worker
+    costs = sizer.sizing_costs()
+    assert [name for name, devices, _ in costs.compiled] == ["<lambda>"] and costs.executables_compiled == 1
+    assert costs.executable_seconds > 0 and costs.to_json()["executables_compiled"] == 1
+
+
+def test_a_trace_replayed_on_a_tpu_preset_takes_the_tpu_runtimes_regime_and_refuses_a_gpu_one() -> None:
+    from pytest_devmem.model.pool.policy import Policy
+    from pytest_devmem.model.regime import TPU_RUNTIME
+    from pytest_devmem.model.tpu_replay import tpu_replay_policy
+
+    assert tpu_replay_policy("sim:TPU-v5e", Policy.of("compact")).label == TPU_RUNTIME.label == "compact(fraction=1)"
+    assert tpu_replay_policy("sim:tpu-v6e", Policy.of("ondemand")) == Policy.of("ondemand")
+    assert tpu_replay_policy("sim:16GiB", Policy.of("prealloc")) == Policy.of("prealloc")  # not a TPU: as given
+    with pytest.raises(InvalidSettingError) as refused:
+        tpu_replay_policy("sim:TPU-v5e", Policy.of("fraction", 0.5), fraction="0.5")
+    assert str(refused.value).startswith("--fraction 0.5 is a GPU regime, and sim:TPU-v5e is a TPU v5e")
+    assert "JAX does not preallocate on a TPU" in str(refused.value) and "use --mode compact" in str(refused.value)
+    with pytest.raises(InvalidSettingError, match=r"^the regime growth \(from the trace's name\) is a GPU regime"):
+        tpu_replay_policy("sim:TPU-v5p", Policy.of("growth"))
+
+
+def test_devmem_replay_on_a_tpu_preset_uses_the_tpu_runtime_and_refuses_a_gpu_regime_with_exit_2(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_devmem import cli
+    from pytest_devmem.model.trace import Trace, TraceEvent
+
+    trace = Trace()
+    for index, (action, size) in enumerate((("allocate", 3 << 20), ("allocate", 1 << 20), ("free", 3 << 20))):
+        trace.append(
+            TraceEvent(action, 0x1000 if size == 3 << 20 else 0x9000, size, float(index), source="jax", device="tpu:0")
+        )
+    trace.write_csv(tmp_path / "t.csv")
+    assert cli.main(["replay", str(tmp_path / "t.csv"), "--device", "sim:TPU-v5e", "--mode", "compact"]) == 0
+    out = capsys.readouterr().out
+    assert "compact(fraction=1) on sim:TPU-v5e" in out and "| events | 3 |" in out
+    assert cli.main(["replay", str(tmp_path / "t.csv"), "--device", "sim:TPU-v5e", "--mode", "prealloc"]) == 2
+    error = capsys.readouterr().err
+    assert "is a GPU regime" in error and "TPU v5e" in error and "Traceback" not in error
+
+
+@needs_libtpu
+def test_two_jit_objects_of_one_program_compile_once_for_the_tpu(jax_loaded: Any, tmp_path: Any) -> None:
+    import jax
+    import jax.numpy as jnp
+    from jax._src.interpreters import pxla
+
+    from pytest_devmem.capture.patches import Patches
+
+    def first_step(a: Any) -> Any:
+        return jnp.tanh(a @ a.T).sum(axis=0)
+
+    def second_step(a: Any) -> Any:  # the same computation under another name: another module name
+        return jnp.tanh(a @ a.T).sum(axis=0)
+
+    argument = jnp.ones((136, 264))
+    sizer, later = (
+        TpuSizer(TPU_SPECS["TPU-v5e"], cache_dir=tmp_path),
+        TpuSizer(TPU_SPECS["TPU-v5e"], cache_dir=tmp_path),
+    )
+    assert sizer.install() and later.install()
+    runs: list[Any] = []
+    patches = Patches()
+    patches.replace(
+        pxla.ExecuteReplicated, "__call__", lambda original: lambda self, *a: (runs.append(self), original(self, *a))[1]
+    )
+    try:
+        jax.block_until_ready(jax.jit(first_step)(argument))
+        jax.block_until_ready(jax.jit(second_step)(argument))
+        one, other = sizer.sizes_for(runs[-2]), sizer.sizes_for(runs[-1])
+        from_disk = later.sizes_for(runs[-1])  # a later run: the second program's own entry answers
+    finally:
+        patches.restore()
+        sizer.uninstall()
+        later.uninstall()
+    assert (sizer.compiles, sizer.session_hits, later.compiles) == (1, 1, 0)
+    assert one.temp_bytes == other.temp_bytes == from_disk.temp_bytes  # type: ignore[union-attr]
+    assert (one.source, from_disk.source) == ("compiled", "disk cache")  # type: ignore[union-attr]
+
+
+@needs_libtpu
+def test_a_program_lowered_under_the_tests_own_jax_settings_is_sized_in_the_tests_thread(
+    jax_loaded: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    import jax
+    import jax.numpy as jnp
+    from jax._src.interpreters import pxla
+
+    from pytest_devmem.capture.patches import Patches
+
+    argument = jnp.ones((128, 256))
+    sizer = TpuSizer(TPU_SPECS["TPU-v5e"], beside=True)
+    threads: list[str] = []
+    size_recipe = sizer._size_recipe
+    monkeypatch.setattr(
+        sizer, "_size_recipe", lambda recipe: (threads.append(threading.current_thread().name), size_recipe(recipe))[1]
+    )
+    assert sizer.install()
+    runs: list[Any] = []
+    patches = Patches()
+    patches.replace(
+        pxla.ExecuteReplicated, "__call__", lambda original: lambda self, *a: (runs.append(self), original(self, *a))[1]
+    )
+    try:
+        with jax.default_matmul_precision("float32"):  # a thread-local setting the worker's thread lacks
+            jax.block_until_ready(jax.jit(lambda a: jnp.tanh(a @ a.T))(argument))
+            sizes = sizer.sizes_for(runs[-1])
+    finally:
+        patches.restore()
+        sizer.uninstall()
+    assert threads == [threading.current_thread().name] and sizes.source == "compiled"  # type: ignore[union-attr]

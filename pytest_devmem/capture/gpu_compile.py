@@ -26,6 +26,7 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import threading
 import time
 import weakref
@@ -151,6 +152,7 @@ class GpuSizer:
         self.disk_hits = 0
         self.session_hits = 0  # executables of a module compiled earlier in the session
         self.compile_seconds = 0.0
+        self.lowering_seconds = 0.0  # of compile_seconds: JAX lowering the program again for the target
         self._lock = threading.RLock()
         self._results: weakref.WeakKeyDictionary[Any, ExecutableSizes | Unavailable] = weakref.WeakKeyDictionary()
         self._by_module: dict[str, ExecutableSizes] = {}  # the same computation jitted again (another test's closure)
@@ -204,6 +206,10 @@ class GpuSizer:
             return Unavailable(
                 "JAX built this executable outside jit's lowering (pmap, an internal helper) or before the GPU sizer was installed"
             )
+        return self._size_recipe(recipe)
+
+    def _size_recipe(self, recipe: Any) -> ExecutableSizes | Unavailable:
+        """The program JAX lowered in `recipe`, compiled for the target (or found in a cache)."""
         if not recipe.devices:
             return Unavailable("the executable's device assignment is not known")
         try:
@@ -218,10 +224,16 @@ class GpuSizer:
             started = time.perf_counter()
             with jax_lowering.retargeting():
                 computation = jax_lowering.lower_for(recipe, gpus)
-                key = known or self._cache_key(computation, len(gpus))
-                cached = self._read_cache(key)
+                self.lowering_seconds += time.perf_counter() - started
+                # the same program as the target's lowering has it (another jit object, or shardings
+                # that lower alike): compiled once
+                lowered = self._cache_key(computation, len(gpus))
+                cached = self._read_cache(lowered)
                 if cached is not None:
+                    if known is not None:  # on disk under its own name too: the next run need not lower it
+                        self._write_cache(known, cached)
                     return cached
+                key = known or lowered
                 compiled = computation.compile()
                 stats = compiled.xla_executable.get_compiled_memory_stats()
             seconds = time.perf_counter() - started
@@ -243,6 +255,8 @@ class GpuSizer:
             source="compiled",
         )
         self._write_cache(key, sizes)
+        if lowered is not None and lowered != key:
+            self._by_module[lowered] = dataclasses.replace(sizes, compile_seconds=0.0, source="cache")
         return sizes
 
     def _failed(self, exc: Exception) -> Any:
@@ -308,7 +322,7 @@ class GpuSizer:
             text = mlir.module_to_string(computation.stablehlo(), enable_debug_info=False)
         except Exception:
             return None
-        return self._digest(devices, "lowered", text)
+        return self._digest(devices, "lowered", _MODULE_NAME.sub("module @program", text, count=1))
 
     def _software_versions(self) -> str:
         if not self._versions:
@@ -355,6 +369,10 @@ class GpuSizer:
         except OSError:
             pass  # a cache that cannot be written only costs a compile next time
 
+
+_MODULE_NAME = re.compile(r"^module @[\w$.\-]+", re.MULTILINE)
+"""The module's name (`module @jit_step`), the jit object's: left out of what names a program, which
+is sized alike under any name."""
 
 _CACHED_FIELDS = ("devices", "temp_bytes", "output_bytes", "argument_bytes", "alias_bytes", "code_bytes")
 

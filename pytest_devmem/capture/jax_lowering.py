@@ -69,6 +69,9 @@ class LoweringHooks:
         self._by_computation: weakref.WeakKeyDictionary[Any, Recipe] = weakref.WeakKeyDictionary()
         self.by_executable: weakref.WeakKeyDictionary[Any, Recipe] = weakref.WeakKeyDictionary()
         self.note = ""
+        self.on_lowered: list[Callable[[Recipe], None]] = []
+        """Called with each recipe whose devices and module are known, before JAX compiles it for its
+        own devices: a sizer may start the target's compile then, beside JAX's."""
 
     def install(self) -> bool:
         """Hook JAX (imported already); False, with `note` saying why, where this JAX offers no hook."""
@@ -137,6 +140,13 @@ class LoweringHooks:
         hooks = self
 
         def compile(computation: Any, *args: Any, **kwargs: Any) -> Any:
+            if hooks.on_lowered and not compiling_for_target():
+                early = hooks._by_computation.get(computation)
+                if early is not None and not early.devices:
+                    hooks._describe(early, computation)
+                    if early.devices:
+                        for listener in list(hooks.on_lowered):
+                            listener(early)
             executable = original(computation, *args, **kwargs)
             # once attached, the executable holds the recipe (compile() returns that same executable again)
             recipe = hooks._by_computation.pop(computation, None) if not compiling_for_target() else None
@@ -148,16 +158,8 @@ class LoweringHooks:
 
     def _attach(self, executable: Any, recipe: Recipe, computation: Any) -> None:
         """Link the `ExecuteReplicated` that `executable` (a MeshExecutable) builds, lazily, to `recipe`."""
-        device_list = getattr(computation, "_device_list", None)
-        if device_list is None:
-            device_list = devices_of(getattr(executable, "xla_executable", None))
-        recipe.devices = tuple(device_list or ())
-        try:
-            from jax._src.interpreters import mlir  # type: ignore[import-not-found]
-
-            recipe.source = mlir.module_to_string(computation.stablehlo(), enable_debug_info=False)
-        except Exception:  # unnamed: a sizer lowers it again to name it
-            recipe.source = ""
+        if not recipe.devices:
+            self._describe(recipe, computation, executable)
         built = getattr(executable, "_unsafe_call", None)
         if built is not None:
             self._remember(built, recipe)
@@ -177,6 +179,22 @@ class LoweringHooks:
             executable.build_unsafe_call = build_unsafe_call
         except AttributeError:
             pass
+
+    def _describe(self, recipe: Recipe, computation: Any, executable: Any = None) -> None:
+        """The recipe's devices (its device assignment, in order) and module text; no devices where
+        neither the computation nor the executable names them yet."""
+        device_list = getattr(computation, "_device_list", None)
+        if device_list is None and executable is not None:
+            device_list = devices_of(getattr(executable, "xla_executable", None))
+        recipe.devices = tuple(device_list or ())
+        if recipe.source:
+            return
+        try:
+            from jax._src.interpreters import mlir  # type: ignore[import-not-found]
+
+            recipe.source = mlir.module_to_string(computation.stablehlo(), enable_debug_info=False)
+        except Exception:  # unnamed: a sizer lowers it again to name it
+            recipe.source = ""
 
     def _remember(self, call: Any, recipe: Recipe) -> None:
         try:

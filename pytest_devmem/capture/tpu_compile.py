@@ -29,9 +29,11 @@ import json
 import os
 import re
 import sys
+import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +42,7 @@ from ..model.tpu_targets import TpuSpec
 from . import jax_lowering
 from .gpu_compile import GpuSizer, Unavailable, _first_line, _SizerError
 
-__all__ = ["QUIET_LIBTPU", "Refused", "TpuSizer", "parse_refusal", "tpu_compiler_problem"]
+__all__ = ["QUIET_LIBTPU", "Refused", "SizingCosts", "TpuSizer", "parse_refusal", "tpu_compiler_problem"]
 
 INSTALL_HINT = "pip install 'pytest-devmem[tpu-compile]'"
 ARRAY_CACHE_FORMAT = 1
@@ -79,6 +81,28 @@ class Refused:
 
     def to_json(self) -> dict[str, object]:
         return {"target": self.target, "message": self.message, "needed": self.needed, "available": self.available}
+
+
+@dataclass
+class SizingCosts:
+    """Where a session's TPU sizing spent its time, measured: what a cold run pays beyond the CPU's
+    own compiles (benchmarks/bench_tpu.py prints it)."""
+
+    client_start_seconds: float = 0.0  # loading libtpu and starting its compile-only client (first topology)
+    topologies: int = 0  # topologies made after the first (2x2, 2x4...)
+    topology_seconds: float = 0.0
+    executables_compiled: int = 0  # lowered again and compiled by XLA:TPU
+    executable_seconds: float = 0.0  # lowering and compiling
+    executable_lowering_seconds: float = 0.0  # of which JAX's lowering for the TPU (Python)
+    executables_from_disk: int = 0
+    executables_from_session: int = 0  # the same program (module text and jaxpr) compiled earlier in the session
+    arrays_compiled: int = 0  # (shard shape, dtype) sized by an identity program's compile
+    array_seconds: float = 0.0
+    arrays_from_disk: int = 0
+    compiled: list[tuple[str, int, float]] = field(default_factory=list)  # (executable, devices, seconds)
+
+    def to_json(self) -> dict[str, float | int]:
+        return {name: round(value, 4) if isinstance(value, float) else value for name, value in vars(self).items()}  # type: ignore[misc]
 
 
 def parse_refusal(text: str) -> tuple[int | None, int | None] | None:
@@ -154,14 +178,125 @@ class TpuSizer(GpuSizer):
 
     VERSION_MODULES = ("jaxlib", "libtpu")
 
-    def __init__(self, spec: TpuSpec, cache_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, spec: TpuSpec, cache_dir: str | os.PathLike[str] | None = None, *, beside: bool = False) -> None:
         self.spec = spec  # type: ignore[assignment]
+        self.beside = beside  # compile each program for the TPU in a worker as JAX compiles it (`install`)
         self.target = spec.preset
         self._start(cache_dir)
         self._arrays: dict[tuple[tuple[int, ...], str], int | None] = {}
+        self.costs = SizingCosts()
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: dict[int, tuple[Any, Future[Any]]] = {}  # id(recipe) -> (recipe, its compile in the worker)
+        self._counting = threading.Lock()  # one compile at a time counts its own seconds
+        self._topology_lock = threading.Lock()
         self.unsized_arrays: set[str] = set()  # dtypes the compiler could not size: kept dense, noted
 
+    def sizing_costs(self) -> SizingCosts:
+        """The session's sizing costs so far, the executables' counted by the shared machinery."""
+        costs = self.costs
+        costs.executables_compiled = self.compiles
+        costs.executable_seconds = self.compile_seconds - costs.array_seconds
+        costs.executable_lowering_seconds = self.lowering_seconds
+        costs.executables_from_disk = self.disk_hits
+        costs.executables_from_session = self.session_hits
+        return costs
+
     # -- what differs from the GPU sizer ----------------------------------------------------
+
+    # -- compiling beside the test ---------------------------------------------------------------
+
+    def install(self) -> bool:
+        """Hook JAX's lowering, and start the worker that compiles for the TPU beside the test: XLA's
+        compile releases the GIL (jaxlib's bindings), so while JAX compiles a program for the CPU,
+        and while the test runs, the TPU compile of that program goes on in the worker. A run waits
+        only for the sizes of its own executable. Only a sizer made with `beside` has a worker, and one
+        in a process (the session's); any other sizes each executable when it first runs."""
+        global _beside
+        if self.installed:
+            return True
+        if not super().install():
+            return False
+        with _beside_lock:
+            if not self.beside or _beside is not None:
+                return True
+            _beside = self
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="devmem-tpu-sizer")
+        jax_lowering.hooks.on_lowered.append(self._compile_beside)
+        self._pool.submit(self._warm_up)
+        return True
+
+    def uninstall(self) -> None:
+        global _beside
+        if self.installed and self._pool is not None:
+            try:
+                jax_lowering.hooks.on_lowered.remove(self._compile_beside)
+            except ValueError:
+                pass
+            pool, self._pool = self._pool, None
+            pool.shutdown(wait=True, cancel_futures=True)  # nothing compiles for the TPU once the session is over
+            self._pending.clear()
+            with _beside_lock:
+                if _beside is self:
+                    _beside = None
+        super().uninstall()
+
+    def _warm_up(self) -> None:
+        """The compile-only client and the one-chip topology, made before the first compile needs them."""
+        try:
+            self._target_devices(1)
+        except _SizerError:
+            pass
+
+    def _compile_beside(self, recipe: Any) -> None:
+        """Start the TPU compile of a program JAX is about to compile for the CPU."""
+        pool = self._pool
+        if pool is None:
+            return
+        context = _trace_context()
+        with self._lock:
+            self._pending[id(recipe)] = (recipe, pool.submit(self._size_beside, recipe, context))
+
+    def _size_beside(self, recipe: Any, context: object) -> Any:
+        """The recipe's sizes, compiled in the worker; `_ELSEWHERE` where the test's thread had JAX
+        settings of its own in force (`with jax.default_matmul_precision(...)`, a mesh in context:
+        JAX's trace context, which its own caches key on), which this thread would not lower with."""
+        if context is None or _trace_context() != context:
+            return _ELSEWHERE
+        try:
+            return self._size_recipe(recipe)
+        except Exception as exc:  # the worker never raises into the run that waits for it
+            return Unavailable(f"XLA:TPU could not compile it ({_first_line(exc)})")
+
+    def sizes_for(self, executable: Any) -> Any:
+        """As the GPU sizer's, waiting for the worker where it compiles this executable already."""
+        if not self.installed:
+            return super().sizes_for(executable)
+        with self._lock:
+            try:
+                return self._results[executable]
+            except KeyError:
+                pass
+            except TypeError:  # not weak-referenceable: the GPU sizer says so
+                return super().sizes_for(executable)
+            recipe = jax_lowering.hooks.by_executable.get(executable)
+            entry = self._pending.pop(id(recipe), None) if recipe is not None else None
+        if entry is None or entry[0] is not recipe:
+            return super().sizes_for(executable)
+        result = entry[1].result()  # the lock is free meanwhile: arrays are sized as before
+        if result is _ELSEWHERE:
+            return super().sizes_for(executable)  # lowered here, in the test's own JAX settings
+        with self._lock:
+            self._results[executable] = result
+        return result
+
+    def _size_recipe(self, recipe: Any) -> Any:
+        with self._counting:
+            compiles, seconds = self.compiles, self.compile_seconds
+            result = super()._size_recipe(recipe)
+            if self.compiles > compiles:
+                name = str(recipe.arguments.get("fun_name", "executable"))
+                self.costs.compiled.append((name, getattr(result, "devices", 0), self.compile_seconds - seconds))
+        return result
 
     def _compiler_problem(self) -> str | None:
         return tpu_compiler_problem()
@@ -193,6 +328,12 @@ class TpuSizer(GpuSizer):
         """`count` compile-only devices of the generation's topology of that many devices."""
         if count in self._topologies:
             return self._topologies[count]
+        with self._topology_lock:  # the worker and the test's thread may both ask first
+            return self._make_topology(count)
+
+    def _make_topology(self, count: int) -> list[Any]:
+        if count in self._topologies:
+            return self._topologies[count]
         if self._problem is not None:
             raise _SizerError(self._problem)
         spec: TpuSpec = self.spec  # type: ignore[assignment]
@@ -206,11 +347,18 @@ class TpuSizer(GpuSizer):
             self._problem = f"jax.experimental.topologies could not be imported ({exc})"
             raise _SizerError(self._problem) from None
         options = {"chips_per_host_bounds": bounds} if bounds is not None else {}
+        started = time.perf_counter()
         try:
             with quiet_libtpu():
                 topology = topologies.get_topology_desc(topology_name=name, platform="tpu", **options)
         except Exception as exc:
             raise _SizerError(f"libtpu gives no {name} topology ({_first_line(exc)})") from None
+        seconds = time.perf_counter() - started
+        if self._topologies:
+            self.costs.topologies += 1
+            self.costs.topology_seconds += seconds
+        else:
+            self.costs.client_start_seconds += seconds
         devices = list(topology.devices)[:take]
         self._topologies[count] = devices
         return devices
@@ -227,11 +375,12 @@ class TpuSizer(GpuSizer):
         with self._lock:
             if key in self._arrays:
                 return self._arrays[key]
-            size = self._array_bytes(key, dtype)
+        size = self._array_bytes(key, dtype)  # unlocked: the worker's compile may be under way
+        with self._lock:
             self._arrays[key] = size
             if size is None:
                 self.unsized_arrays.add(key[1])
-            return size
+        return size
 
     def _array_bytes(self, key: tuple[tuple[int, ...], str], dtype: Any) -> int | None:
         shape = key[0]
@@ -240,6 +389,7 @@ class TpuSizer(GpuSizer):
         disk_key = self._array_cache_key(key)
         cached = self._read_array_cache(disk_key)
         if cached is not None:
+            self.costs.arrays_from_disk += 1
             return cached
         try:
             import jax  # type: ignore[import-not-found]
@@ -250,7 +400,10 @@ class TpuSizer(GpuSizer):
             with jax_lowering.retargeting():
                 argument = jax.ShapeDtypeStruct(shape, dtype, sharding=SingleDeviceSharding(chip))
                 stats = jax.jit(_identity).lower(argument).compile().memory_analysis()
-            self.compile_seconds += time.perf_counter() - started
+            seconds = time.perf_counter() - started
+            self.compile_seconds += seconds
+            self.costs.arrays_compiled += 1
+            self.costs.array_seconds += seconds
             size = int(stats.argument_size_in_bytes)  # type: ignore[union-attr]
         except Exception:
             return None
@@ -281,6 +434,26 @@ class TpuSizer(GpuSizer):
             write_atomic(self.cache_dir / f"{key}.json", json.dumps({"array_bytes": size}))
         except OSError:
             pass
+
+
+_ELSEWHERE = object()
+"""What the worker gives for a program it leaves to the test's thread."""
+
+
+def _trace_context() -> object:
+    """JAX's trace context in this thread (the thread-local settings that tracing and lowering
+    read), or None where this JAX has none to compare."""
+    try:
+        from jax._src import config  # type: ignore[import-not-found]
+
+        return config.trace_context()
+    except Exception:
+        return None
+
+
+_beside: TpuSizer | None = None
+"""The sizer whose worker compiles beside the tests: one per process."""
+_beside_lock = threading.Lock()
 
 
 def _identity(x: Any) -> Any:

@@ -181,8 +181,12 @@ def read_trace(path: Path) -> Trace:
 def unnamed_device(trace: Trace) -> str:
     """Where the events that name no device (the devmem fixture's pool, an RMM log) were: device 0 of
     the platform the trace's other events name, as the plugin records it (`gpu:0` beside a GPU's
-    events, else `cpu:0`), whatever machine replays it."""
-    return "gpu:0" if any(name.startswith("gpu:") for name in trace.device_names()) else "cpu:0"
+    events, `tpu:0` beside a TPU preset's chips, else `cpu:0`), whatever machine replays it."""
+    names = trace.device_names()
+    for platform in ("gpu", "tpu"):
+        if any(name.startswith(f"{platform}:") for name in names):
+            return f"{platform}:0"
+    return "cpu:0"
 
 
 def machine(device_spec: str, policy: Policy, default_device: str) -> tuple[MachineSpec, dict[str, AllocatorSetup]]:

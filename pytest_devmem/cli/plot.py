@@ -9,6 +9,8 @@ from pathlib import Path
 from ..model.machine import run_machine
 from ..model.pool import Policy
 from ..model.timeline import TimelineView, build_view
+from ..model.tpu_replay import tpu_replay_policy
+from ..model.tpu_targets import tpu_spec
 from ..model.trace import TRACE_SUFFIXES
 from ..options import OPTION, add_option
 from ..present.plot import check_picture_path, write_plot
@@ -84,8 +86,11 @@ def plot_input(
         policy = (
             regime_of_trace(path, mode, fraction)[0]
             if mode or fraction or TRACE_REGIME.search(path.stem)
+            else Policy.of("compact")
+            if tpu_spec(device_spec)
             else Policy.of("prealloc")
         )
+        policy = tpu_replay_policy(device_spec, policy, mode, fraction)
         trace = read_trace(path)
         spec, setups = machine(device_spec or "sim", policy, unnamed_device(trace))
         return build_view(

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..model.explain import oom_lines
 from ..model.machine import run_machine
 from ..model.regime import jax_fraction_variable
+from ..model.tpu_replay import tpu_replay_policy
 from ..model.whatif import proven_fixes
 from ..options import OPTION, add_option
 from ..present.text import markdown, terminal
@@ -48,6 +49,7 @@ def replay_table(path: Path, mode: str | None, fraction: str | None, device_spec
     """What a regime makes of a recorded trace (RMM-style CSV) on the model of the machine, as
     Markdown; and whether it fitted. The same replay as the plugin's and `devmem plot`'s."""
     policy, origin = regime_of_trace(path, mode, fraction)
+    policy = tpu_replay_policy(device_spec, policy, mode, fraction)
     trace = read_trace(path)
     spec, setups = machine(device_spec, policy, unnamed_device(trace))
     run = run_machine(trace, setups, spec)

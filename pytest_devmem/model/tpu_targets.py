@@ -127,6 +127,20 @@ def tpu_regime_refusal(spec: TpuSpec, asked: str) -> str:
     )
 
 
+def tpu_min_fraction_refusal(spec: TpuSpec, asked: str = "--devmem-find-min-fraction") -> str:
+    """Why the search for the smallest JAX memory fraction has no meaning on a TPU, and what to ask
+    instead: the fraction is what JAX preallocates on a GPU (XLA_CLIENT_MEM_FRACTION), and JAX sets
+    no fraction on a TPU (jax-ml/jax #9064: HBM is taken on demand, defragmented when needed)."""
+    return (
+        f"{asked} searches the smallest JAX memory fraction (what XLA_CLIENT_MEM_FRACTION preallocates on a GPU), "
+        f"and sim:{spec.preset} is a {spec.description}: JAX does not preallocate on a TPU and no fraction applies there; "
+        "the TPU runtime takes HBM on demand and defragments it when an allocation does not fit. What a test needs "
+        f"on a chip is its peak in use (each record's peak_bytes_in_use, against {spec.usable_text} of usable HBM per "
+        "device); to see whether it fits a chip with less HBM, use --devmem-what-if=SIZE, which replays each test "
+        "under the TPU runtime's regime (defragmenting) on a chip of SIZE. Leave --devmem-find-min-fraction out"
+    )
+
+
 def require_count(spec: TpuSpec, devices: int) -> None:
     """InvalidSettingError where `devices` JAX devices form no topology of this generation."""
     if devices <= 0:
@@ -134,4 +148,12 @@ def require_count(spec: TpuSpec, devices: int) -> None:
     spec.topology_for(devices)
 
 
-__all__ = ["MEASURED_WITH", "TPU_SPECS", "TpuSpec", "require_count", "tpu_regime_refusal", "tpu_spec"]
+__all__ = [
+    "MEASURED_WITH",
+    "TPU_SPECS",
+    "TpuSpec",
+    "require_count",
+    "tpu_min_fraction_refusal",
+    "tpu_regime_refusal",
+    "tpu_spec",
+]

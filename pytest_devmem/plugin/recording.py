@@ -30,7 +30,7 @@ def machine_spec(device: Device, context_bytes: int | None) -> MachineSpec:
         name=device.name,
         compute_capability=getattr(device, "compute_capability", DEFAULT_COMPUTE_CAPABILITY)[0],
         context_bytes=0 if on_tpu else context_bytes,
-        default_device="gpu:0" if on_gpu else "cpu:0",
+        default_device="gpu:0" if on_gpu else "tpu:0" if on_tpu else "cpu:0",
         environ=dict(os.environ),
     )
 
@@ -58,6 +58,10 @@ def make_record(
 ) -> TestRecord:
     """The test's record: its trace replayed once on the machine under `policy`."""
     trace, notes, traced_nothing = measurement.trace_of(captured)
+    if getattr(device, "tpu", None) is not None:  # each CPU device stands for a chip: named as one
+        from ..model.tpu_devices import as_tpu_chips
+
+        trace = as_tpu_chips(trace)
     spec = machine_spec(device, context_bytes)
     setups = allocator_setups(policy, device)
     run = None if traced_nothing else run_machine(trace, setups, spec, timeline=timeline)

@@ -472,7 +472,7 @@ def gpu_sizer(config: pytest.Config, target: CompileTarget) -> object | None:
     if isinstance(target.spec, TpuSpec):
         from ..capture.tpu_compile import TpuSizer
 
-        return TpuSizer(target.spec, directory)
+        return TpuSizer(target.spec, directory, beside=True)
     return GpuSizer(target.spec, directory)
 
 

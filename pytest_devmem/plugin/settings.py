@@ -18,7 +18,7 @@ from ..gate.marks import normalize_frameworks, parse_max_fragmentation
 from ..gate.tolerance import Tolerance, parse_tolerance
 from ..model.regime import GPU_ONLY_MODES, TPU_RUNTIME, Regime, on_tpu
 from ..model.targets import parse_targets
-from ..model.tpu_targets import TpuSpec, tpu_regime_refusal, tpu_spec
+from ..model.tpu_targets import TpuSpec, tpu_min_fraction_refusal, tpu_regime_refusal, tpu_spec
 from ..options import OPTIONS, Option, add_option
 from ..present.report import REPORT_FORMATS
 from ..units import parse_size
@@ -190,6 +190,8 @@ def load_settings(config: pytest.Config) -> Settings:
                 f"{tpu_regime_refusal(tpu, asked)} (from {options['mode'].option} and {options['fraction'].option}, device {device_spec})"
             )
         regime = on_tpu(regime)
+    if tpu is not None and _checked(config, options["find-min-fraction"], parse_flag):
+        raise pytest.UsageError(f"{tpu_min_fraction_refusal(tpu)} (device {device_spec})")
     report_path = _path_setting(config, options["report"], "report file", directory=False, suffixes=REPORT_FORMATS)
     baselines = _path_setting(
         config,
