@@ -15,7 +15,14 @@ from reference_machine import ReferenceMachine
 from pytest_devmem.errors import DevmemError
 from pytest_devmem.model import machine as machine_module
 from pytest_devmem.model.frameworks import setups_for
-from pytest_devmem.model.loops import bfc_lanes, inline_pools, one_bfc_lane, replay_lanes, replay_ondemand_columns
+from pytest_devmem.model.loops import (
+    bfc_lanes,
+    compiled_bfc,
+    inline_pools,
+    one_bfc_lane,
+    replay_lanes,
+    replay_ondemand_columns,
+)
 from pytest_devmem.model.machine import Machine, MachineRun, MachineSpec
 from pytest_devmem.model.pool import Policy
 from pytest_devmem.model.trace import Trace
@@ -292,3 +299,57 @@ def test_tensorflow_giving_regions_back_before_it_fails_leaves_its_pool_smaller_
     assert run.oom is not None and run.oom.event == 4
     assert run.devices[0].allocators[0].peak_bytes_reserved > run.oom.pool_bytes  # a region went back
     assert_same_replay(trace, Policy.of("fraction", 0.97), GiB)
+
+
+compiled = pytest.mark.skipif(not compiled_bfc.available(), reason="numba is not installed (the fast-model extra)")
+
+
+@pytest.fixture
+def every_trace_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled single-lane loop runs every trace without a timeline, however short."""
+    monkeypatch.setattr(compiled_bfc, "COMPILED_FROM_EVENTS", 0)
+
+
+@compiled
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    ops=operations,
+    source=st.sampled_from(["jax", "tensorflow", "pool"]),
+    policy=st.sampled_from([*REGIMES[:3], Policy.of("fraction", 0.97), Policy.of("compact")]),
+    capacity=st.sampled_from([96 * MiB, GiB]),
+)
+def test_a_one_lane_trace_replayed_compiled_gives_what_the_first_loop_gave(
+    every_trace_compiled: None, ops: list[tuple[int, int, int, int]], source: str, policy: Policy, capacity: int
+) -> None:
+    """The compiled loop (numba) and the Python loop it hands the pool's growth, failures, moves and
+    unknown pointers to: every figure, map and out-of-memory result of the first loop."""
+    assert_same_replay(build(ops, [("", 0, source)]), policy, capacity)
+
+
+@compiled
+@pytest.mark.parametrize("mode", ["prealloc", "growth"])
+def test_maps_promised_at_many_peaks_of_a_compiled_replay_are_made_from_copies_as_they_were(
+    every_trace_compiled: None, mode: str
+) -> None:
+    """Thousands of peaks, each a map owed: most promised without leaving the compiled loop, some
+    from copies of the pool made when one is due."""
+    handed_back: list[int] = []
+    original = one_bfc_lane.run_events
+
+    def counting(replay: Any, allocator: Any, first: int, stop: int) -> int:
+        handed_back.append(stop - first)
+        return original(replay, allocator, first, stop)
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(one_bfc_lane, "run_events", counting)
+        assert_same_replay(random_walk(7, 6000, ONE_LANE), Policy.of(mode), 16 * GiB)
+    # Python ran the two replays with a timeline whole; of the others, at most single events
+    assert sum(1 for events in handed_back if events > 2) == 2
+
+
+@compiled
+@pytest.mark.parametrize("seed", [2, 3, 4, 6, 7])
+def test_a_compacting_pool_moving_its_buffers_replays_compiled_as_the_first_loop_replayed_it(
+    every_trace_compiled: None, seed: int
+) -> None:
+    assert_same_replay(fragmenting_walk(seed, 1500, ONE_LANE), Policy.of("compact"), 96 * MiB)

@@ -1,0 +1,258 @@
+"""The single-lane BFC loop compiled, where numba is installed (`pip install 'pytest-devmem[fast-model]'`).
+
+`compiled_kernel.run_events` runs the common events over arrays (a copy of the pool's chunk table,
+its free chunks, each buffer by slot); before any other event it stops, this module writes its state
+back into the pool, the device and the allocator, and `one_bfc_lane.run_events` runs that event in
+Python, after which the arrays are read again from the pool. A map owed costs no such round trip
+unless the device is copied for it (`_Replay.promise`). The decisions are the Python loop's, event
+for event: the property tests replay random traces through both.
+
+Without numba, or for a short trace (where compiling, or loading the compiled loop from numba's
+cache, would cost more than it saves), or with a timeline, the Python loop runs alone.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+from collections.abc import Callable
+from typing import Any, TypeAlias
+
+from ..pool.bfc import CHUNK_BITS, CHUNK_MASK, SIZE_SHIFT
+from .inline_pools import sync
+
+# the machine's replay and allocator (machine.py), named loosely: no import back up
+_Replay: TypeAlias = Any
+_Allocator: TypeAlias = Any
+
+COMPILED_FROM_EVENTS = 20_000
+"""Traces of this many events or more run compiled (where numba is): below it, loading the compiled
+loop (about 0.1 s from numba's cache, seconds to compile it the first time) costs more than it saves."""
+
+LARGEST_VALUE = 2**62
+"""Sizes and addresses at or above this do not fit the compiled loop's 64-bit integers: Python runs them."""
+
+PYTHON_RUNS_BEFORE_GIVING_UP = 256
+"""After this many events handed back to Python (a trace of many failed allocations, say), the rest
+of the trace runs in Python: each costs a copy of the chunk table both ways."""
+
+NO_EVENT = -(2**62)
+"""The compiled loop's `None` for an event index."""
+
+_kernel: Any = None
+_available: bool | None = None
+
+
+def available() -> bool:
+    """Whether numba (and numpy) can be imported; `PYTEST_DEVMEM_COMPILED=0` turns the compiled loop off."""
+    global _available, _kernel
+    if _available is None:
+        if os.environ.get("PYTEST_DEVMEM_COMPILED", "1") == "0":
+            _available = False
+        else:
+            try:  # numba compiles it, or loads it from its cache, on import
+                _kernel, _available = importlib.import_module(".compiled_kernel", __package__), True
+            except ImportError:
+                _available = False
+    return _available
+
+
+def suits(replay: _Replay, allocator: _Allocator) -> bool:
+    """Whether the compiled loop runs this replay: numba is there, the trace is long, no timeline."""
+    return replay.recorded is None and len(replay.trace) >= COMPILED_FROM_EVENTS and available()
+
+
+def replay_compiled(
+    replay: _Replay, allocator: _Allocator, first: int, python_events: Callable[[_Replay, _Allocator, int, int], int]
+) -> int:
+    """Run the lane's events from `first` compiled, handing each event the compiled loop cannot
+    decide to `python_events` (one_bfc_lane.run_events); the index of the last event run."""
+    import numpy as np
+
+    kernel = _kernel
+    trace = replay.trace
+    actions = np.frombuffer(trace.actions, dtype=np.uint8)
+    pointers = np.frombuffer(trace.pointers, dtype=np.uint64)
+    requested = np.frombuffer(trace.sizes, dtype=np.uint64)
+    end = len(actions)
+    if end and int(requested.max()) >= LARGEST_VALUE:
+        return python_events(replay, allocator, first, end)
+    requested = requested.astype(np.int64)
+    slot_pointers, slots = np.unique(pointers, return_inverse=True)
+    slots = slots.astype(np.int64)
+    state = _State(allocator, slot_pointers, kernel, replay.step)
+    allocator.inline = True
+    try:
+        return _run(replay, allocator, python_events, state, actions, pointers, slots, requested, first)
+    finally:
+        allocator.inline = False
+
+
+def _run(
+    replay: _Replay,
+    allocator: _Allocator,
+    python_events: Callable[[_Replay, _Allocator, int, int], int],
+    state: _State,
+    actions: Any,
+    pointers: Any,
+    slots: Any,
+    requested: Any,
+    first: int,
+) -> int:
+    kernel, end = _kernel, len(actions)
+    index, python_runs = first, 0
+    while True:
+        if not state.load():
+            return python_events(replay, allocator, index, end)
+        stopped, why = kernel.run_events(actions, slots, requested, index, *state.arrays, state.ints, state.floats)
+        while why == kernel.EXIT_PROMISE:
+            state.promise(replay, stopped, actions[stopped] == 1)
+            stopped, why = kernel.run_events(
+                actions, slots, requested, stopped, *state.arrays, state.ints, state.floats
+            )
+        state.store()
+        if why == kernel.EXIT_DONE:
+            return end - 1 if end > first else first - 1
+        python_runs += 1
+        if python_runs > PYTHON_RUNS_BEFORE_GIVING_UP:
+            return python_events(replay, allocator, stopped, end)
+        temporary = stopped + 1 < end and pointers[stopped + 1] == pointers[stopped] and actions[stopped + 1] == 1
+        last = python_events(replay, allocator, stopped, min(end, stopped + (2 if temporary else 1)))
+        allocator.inline = True
+        if replay.oom is not None and replay.stop_on_oom:
+            return last
+        index = last + 1
+        if index >= end:
+            return last
+
+
+class _State:
+    """The compiled loop's arrays and counters, read from and written back to the pool, its device
+    and its allocator (whose counters the Python loop reads and writes the same way)."""
+
+    def __init__(self, allocator: _Allocator, slot_pointers: Any, kernel: Any, step: float) -> None:
+        import numpy as np
+
+        self.np, self.kernel, self.allocator, self.step = np, kernel, allocator, step
+        self.slot_pointers = slot_pointers
+        slots = len(slot_pointers)
+        self.held = np.zeros(slots, dtype=np.uint8)
+        self.held_columns = [np.zeros(slots, dtype=np.int64) for _ in range(4)]  # address, event, chunk id, size
+        self.ints = np.zeros(kernel.INTS, dtype=np.int64)
+        self.floats = np.zeros(kernel.FLOATS, dtype=np.float64)
+        self.arrays: tuple[Any, ...] = ()
+        self.chunks = 0  # live ids in the chunk table (its length), for the spacing of copies
+
+    def load(self) -> bool:
+        """Read the pool's state into arrays; False where a value is too large for them."""
+        np, kernel, allocator = self.np, self.kernel, self.allocator
+        pool, device, handles = allocator.pool, allocator.device, allocator.handles
+        table = pool.chunk_columns()
+        length = len(table[0])
+        if length and (max(table[1]) >= LARGEST_VALUE or max(table[0]) >= LARGEST_VALUE):
+            return False
+        capacity = length + 64 * kernel.CHUNK_BATCH
+        columns = []
+        for column in table:
+            array = np.zeros(capacity, dtype=np.int64)
+            array[:length] = column
+            columns.append(array)
+        spare = np.zeros(capacity, dtype=np.int64)
+        spare[: len(pool.spare_ids())] = pool.spare_ids()
+        keys = pool.free_keys()
+        free = [np.zeros(capacity, dtype=np.int64) for _ in range(3)]
+        free[0][: len(keys)] = [key >> SIZE_SHIFT for key in keys]
+        free[1][: len(keys)] = [key >> CHUNK_BITS & ((1 << (SIZE_SHIFT - CHUNK_BITS)) - 1) for key in keys]
+        free[2][: len(keys)] = [key & CHUNK_MASK for key in keys]
+        held = self.held
+        held[:] = 0
+        address, event, chunk, size = self.held_columns
+        if handles:
+            pointers = np.fromiter(handles, dtype=np.uint64, count=len(handles))
+            slots = np.searchsorted(self.slot_pointers, pointers)
+            entries = np.array(list(handles.values()), dtype=np.int64)[:, :4]
+            held[slots] = 1
+            address[slots], event[slots], chunk[slots], size[slots] = entries.T
+        self.arrays = (*columns, spare, *free, held, address, event, chunk, size)
+        k, ints, floats = kernel, self.ints, self.floats
+        ints[k.CHUNK_BYTES], ints[k.POOL_BYTES] = pool.bytes_in_use, pool.pool_bytes
+        ints[k.IN_USE], ints[k.PEAK_IN_USE], ints[k.PEAK_CHUNKS] = device.in_use, device.peak_in_use, device.peak_chunks
+        ints[k.PEAK_EVENT], ints[k.PENDING] = device.peak_event, device.pending
+        ints[k.WORST_EVENT] = NO_EVENT if device.worst_event is None else device.worst_event
+        ints[k.FRAGMENTED], ints[k.COMPARED] = device.fragmented, device.compared
+        ints[k.LIVE], ints[k.PEAK_LIVE], ints[k.ALLOCATIONS] = allocator.counts[1], allocator.counts[2], 0
+        ints[k.FREE_CHUNKS], ints[k.SPARE_IDS], ints[k.TABLE_IDS] = len(keys), len(pool.spare_ids()), length
+        ints[k.MAY_SKIP], ints[k.MAX_WASTE] = 1, pool.max_internal_fragmentation
+        floats[k.FRAGMENTATION], floats[k.MAPPED] = device.sampled, device.mapped
+        floats[k.AT_PEAK] = math.nan if device.fragmentation_at_peak is None else device.fragmentation_at_peak
+        floats[k.WORST] = -1.0 if device.worst_fragmentation is None else device.worst_fragmentation
+        floats[k.STEP] = self.step
+        return True
+
+    def store(self) -> None:
+        """Write the arrays and counters back: the pool's chunk table, its buffers, the counters."""
+        k, ints, floats, allocator = self.kernel, self.ints, self.floats, self.allocator
+        pool, device, handles = allocator.pool, allocator.device, allocator.handles
+        length, nfree, nspare = int(ints[k.TABLE_IDS]), int(ints[k.FREE_CHUNKS]), int(ints[k.SPARE_IDS])
+        size_of, address_of, prev_of, next_of, asked, spare, free_sizes, free_addresses, free_ids = self.arrays[:9]
+        keys = [
+            size << SIZE_SHIFT | address << CHUNK_BITS | chunk
+            for size, address, chunk in zip(
+                free_sizes[:nfree].tolist(), free_addresses[:nfree].tolist(), free_ids[:nfree].tolist()
+            )
+        ]
+        pool.set_chunk_table(
+            [column[:length].tolist() for column in (size_of, address_of, prev_of, next_of, asked)],
+            spare[:nspare].tolist(),
+            keys,
+        )
+        self.store_buffers(handles)
+        sync(pool, handles)
+        in_use = int(ints[k.IN_USE])
+        pool.bytes_in_use = device.chunks = int(ints[k.CHUNK_BYTES])
+        device.in_use = allocator.in_use = in_use
+        device.peak_in_use = allocator.peak_in_use = int(ints[k.PEAK_IN_USE])
+        device.peak_chunks, device.peak_event = int(ints[k.PEAK_CHUNKS]), int(ints[k.PEAK_EVENT])
+        device.pending, device.fragmented = bool(ints[k.PENDING]), bool(ints[k.FRAGMENTED])
+        device.compared = bool(ints[k.COMPARED])
+        worst_event = int(ints[k.WORST_EVENT])
+        device.worst_event = None if worst_event == NO_EVENT else worst_event
+        device.sampled, device.mapped = float(floats[k.FRAGMENTATION]), float(floats[k.MAPPED])
+        at_peak, worst = float(floats[k.AT_PEAK]), float(floats[k.WORST])
+        device.fragmentation_at_peak = None if math.isnan(at_peak) else at_peak
+        device.worst_fragmentation = None if worst < 0 else worst
+        counts = allocator.counts
+        counts[:] = counts[0] + int(ints[k.ALLOCATIONS]), int(ints[k.LIVE]), int(ints[k.PEAK_LIVE])
+        ints[k.ALLOCATIONS] = 0
+
+    def store_buffers(self, handles: dict[int, tuple[int, ...]]) -> None:
+        """The allocator's buffers (pointer -> address, event, chunk id, size, rounded) from the slots."""
+        np = self.np
+        (slots,) = np.nonzero(self.held)
+        address, event, chunk, size = (column[slots].tolist() for column in self.held_columns)
+        handles.clear()
+        handles.update(
+            (pointer, (a, e, c, s, (s + 255) & -256))
+            for pointer, a, e, c, s in zip(self.slot_pointers[slots].tolist(), address, event, chunk, size)
+        )
+
+    def promise(self, replay: _Replay, index: int, at_free: bool) -> None:
+        """The maps owed before event `index` (the loop's own promises, as `one_bfc_lane` makes them)."""
+        k, ints, allocator = self.kernel, self.ints, self.allocator
+        device, pool = allocator.device, allocator.pool
+        pool.bytes_in_use = int(ints[k.CHUNK_BYTES])
+        copy = replay.copy_due(device, index, len(allocator.handles) + int(ints[k.TABLE_IDS]))
+        if copy:  # the device is copied: its pools as they are now
+            self.store()
+            self.load()
+        if ints[k.FRAGMENTED]:
+            worst_event = int(ints[k.WORST_EVENT])
+            replay.fragmented[device.name] = replay.promise(
+                device, worst_event if worst_event != NO_EVENT else index - 1, index, copy
+            )
+            ints[k.FRAGMENTED] = 0
+            copy = False
+        if at_free and ints[k.PENDING]:
+            replay.snapshots[device.name] = replay.promise(device, int(ints[k.PEAK_EVENT]), index, copy)
+            ints[k.PENDING] = 0

@@ -1,0 +1,305 @@
+"""The single-lane BFC loop's common events, compiled by numba (imported only where numba is).
+
+`run_events` is `one_bfc_lane.run_events` for the events it can decide alone (an allocation that a
+free chunk can serve, the free of a buffer it holds, a recorded failure) over arrays instead of the
+pool's lists: the same best fit, split, merge, counters and fragmentation samples, in the same
+order. It stops, its state whole, before any other event (the pool must grow, move buffers or fail;
+an unknown pointer or action) and where a map is owed (`EXIT_PROMISE`); `compiled_bfc` then does
+that event in Python and runs it on.
+
+The free chunks are three sorted columns (size, address, id) ordered by (size, address), XLA's bins
+in one list as in `BFCPool._free`; each buffer has a slot (its pointer's rank among the trace's
+pointers).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+EXIT_DONE, EXIT_PROMISE, EXIT_PYTHON = 0, 1, 2
+"""Why `run_events` stopped: the events ran out, a map is owed before this event, Python must run it."""
+
+# the integer state, by position
+(
+    CHUNK_BYTES,
+    POOL_BYTES,
+    IN_USE,
+    PEAK_IN_USE,
+    PEAK_CHUNKS,
+    PEAK_EVENT,
+    PENDING,
+    WORST_EVENT,
+    FRAGMENTED,
+    LIVE,
+    PEAK_LIVE,
+    COMPARED,
+    ALLOCATIONS,
+    FREE_CHUNKS,
+    SPARE_IDS,
+    TABLE_IDS,
+    MAY_SKIP,
+    MAX_WASTE,
+    INTS,
+) = range(19)
+# the float state, by position
+FRAGMENTATION, AT_PEAK, WORST, MAPPED, STEP, FLOATS = range(6)
+CHUNK_BATCH = 64  # as bfc.CHUNK_BATCH: the table grows by this many ids, the lowest taken first
+
+
+@numba.njit(cache=True, inline="always")
+def _first_at_least(sizes: np.ndarray, count: int, size: int) -> int:  # type: ignore[type-arg]
+    low, high = 0, count
+    while low < high:
+        middle = (low + high) >> 1
+        if sizes[middle] < size:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+@numba.njit(cache=True, inline="always")
+def _position(sizes: np.ndarray, addresses: np.ndarray, count: int, size: int, address: int) -> int:  # type: ignore[type-arg]
+    low, high = 0, count
+    while low < high:
+        middle = (low + high) >> 1
+        if sizes[middle] < size or (sizes[middle] == size and addresses[middle] < address):
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+@numba.njit(cache=True)
+def run_events(  # noqa: PLR0912, PLR0913, PLR0915
+    actions: np.ndarray,  # type: ignore[type-arg]
+    slots: np.ndarray,  # type: ignore[type-arg]
+    requested: np.ndarray,  # type: ignore[type-arg]
+    begin: int,
+    size_of: np.ndarray,  # type: ignore[type-arg]
+    address_of: np.ndarray,  # type: ignore[type-arg]
+    prev_of: np.ndarray,  # type: ignore[type-arg]
+    next_of: np.ndarray,  # type: ignore[type-arg]
+    asked: np.ndarray,  # type: ignore[type-arg]
+    spare: np.ndarray,  # type: ignore[type-arg]
+    free_sizes: np.ndarray,  # type: ignore[type-arg]
+    free_addresses: np.ndarray,  # type: ignore[type-arg]
+    free_ids: np.ndarray,  # type: ignore[type-arg]
+    held: np.ndarray,  # type: ignore[type-arg]
+    held_address: np.ndarray,  # type: ignore[type-arg]
+    held_event: np.ndarray,  # type: ignore[type-arg]
+    held_chunk: np.ndarray,  # type: ignore[type-arg]
+    held_size: np.ndarray,  # type: ignore[type-arg]
+    ints: np.ndarray,  # type: ignore[type-arg]
+    floats: np.ndarray,  # type: ignore[type-arg]
+) -> tuple[int, int]:
+    """Run events from `begin`; (the event it stopped at, why)."""
+    end = len(actions)
+    chunk_bytes, pool_bytes, in_use, peak_in_use = ints[CHUNK_BYTES], ints[POOL_BYTES], ints[IN_USE], ints[PEAK_IN_USE]
+    peak_chunks, peak_event, pending, worst_event = (
+        ints[PEAK_CHUNKS],
+        ints[PEAK_EVENT],
+        ints[PENDING],
+        ints[WORST_EVENT],
+    )
+    fragmented, live, peak_live, compared = ints[FRAGMENTED], ints[LIVE], ints[PEAK_LIVE], ints[COMPARED]
+    allocations, nfree, nspare, table = ints[ALLOCATIONS], ints[FREE_CHUNKS], ints[SPARE_IDS], ints[TABLE_IDS]
+    may_skip, max_waste = ints[MAY_SKIP], ints[MAX_WASTE]
+    fragmentation, at_peak, worst, mapped, step = (
+        floats[FRAGMENTATION],
+        floats[AT_PEAK],
+        floats[WORST],
+        floats[MAPPED],
+        floats[STEP],
+    )
+    capacity = len(size_of)
+    index = begin
+    why = EXIT_DONE
+    while index < end:
+        action = actions[index]
+        if action == 0:  # an allocation
+            if fragmented:
+                why = EXIT_PROMISE
+                break
+            size = requested[index]
+            rounded = (size + 255) & -256
+            slot = slots[index]
+            i = _first_at_least(free_sizes, nfree, rounded)
+            if i == nfree:  # the pool grows or fails
+                why = EXIT_PYTHON
+                break
+            chunk = free_sizes[i]
+            split = chunk >= 2 * rounded or chunk - rounded >= max_waste
+            if (
+                index + 1 < end
+                and slots[index + 1] == slot
+                and actions[index + 1] == 1
+                and in_use + rounded <= peak_in_use
+            ):  # a temporary freed by the next event that sets no new peak: the pool is left as it was
+                taken = chunk_bytes + (rounded if split else chunk)
+                if taken > peak_chunks:
+                    peak_chunks = taken
+                if live + size > peak_live:
+                    peak_live = live + size
+                allocations += 1
+                index += 2
+                continue
+            if split and nspare == 0 and table + CHUNK_BATCH > capacity:
+                why = EXIT_PYTHON  # Python grows the table
+                break
+            live += size
+            if live > peak_live:
+                peak_live = live
+            allocations += 1
+            n = nfree
+            cid = free_ids[i]
+            address = free_addresses[i]
+            for j in range(i, nfree - 1):
+                free_sizes[j] = free_sizes[j + 1]
+                free_addresses[j] = free_addresses[j + 1]
+                free_ids[j] = free_ids[j + 1]
+            nfree -= 1
+            if split:
+                rest_size, rest_address, after = chunk - rounded, address + rounded, next_of[cid]
+                if nspare == 0:
+                    for j in range(CHUNK_BATCH):
+                        spare[j] = table + CHUNK_BATCH - 1 - j
+                        size_of[table + j] = 0
+                        address_of[table + j] = 0
+                        prev_of[table + j] = 0
+                        next_of[table + j] = 0
+                        asked[table + j] = -1
+                    nspare = CHUNK_BATCH
+                    table += CHUNK_BATCH
+                nspare -= 1
+                rest = spare[nspare]
+                size_of[rest] = rest_size
+                address_of[rest] = rest_address
+                prev_of[rest] = cid
+                next_of[rest] = after
+                asked[rest] = 0
+                size_of[cid] = rounded
+                next_of[cid] = rest
+                if after:
+                    prev_of[after] = rest
+                p = _position(free_sizes, free_addresses, nfree, rest_size, rest_address)
+                for j in range(nfree, p, -1):
+                    free_sizes[j] = free_sizes[j - 1]
+                    free_addresses[j] = free_addresses[j - 1]
+                    free_ids[j] = free_ids[j - 1]
+                free_sizes[p] = rest_size
+                free_addresses[p] = rest_address
+                free_ids[p] = rest
+                nfree += 1
+                chunk = rounded
+            asked[cid] = size
+            chunk_bytes += chunk
+            held[slot] = 1
+            held_address[slot] = address
+            held_event[slot] = index
+            held_chunk[slot] = cid
+            held_size[slot] = size
+            if chunk_bytes > peak_chunks:
+                peak_chunks = chunk_bytes
+            in_use += rounded
+            if in_use > peak_in_use:
+                peak_in_use, peak_event, pending = in_use, index, 1
+                free = pool_bytes - chunk_bytes
+                at_peak = (free - free_sizes[nfree - 1]) / free if nfree else 0.0
+            if i == n - 1 or not compared:
+                free = pool_bytes - chunk_bytes
+                fragmentation = (free - free_sizes[nfree - 1]) / free if nfree else 0.0
+                if fragmentation > worst:
+                    worst, worst_event = fragmentation, index
+                    if fragmentation >= mapped + step:
+                        fragmented, mapped = 1, fragmentation
+                compared = may_skip
+        elif action == 1:  # a free
+            if fragmented or pending:
+                why = EXIT_PROMISE
+                break
+            slot = slots[index]
+            if not held[slot]:  # dropped after a failure, or never allocated
+                why = EXIT_PYTHON
+                break
+            held[slot] = 0
+            address, cid, size = held_address[slot], held_chunk[slot], held_size[slot]
+            rounded = (size + 255) & -256
+            chunk = size_of[cid]
+            asked[cid] = 0
+            chunk_bytes -= chunk
+            following = next_of[cid]
+            if asked[following] == 0:
+                merged = size_of[following]
+                p = _position(free_sizes, free_addresses, nfree, merged, address_of[following])
+                for j in range(p, nfree - 1):
+                    free_sizes[j] = free_sizes[j + 1]
+                    free_addresses[j] = free_addresses[j + 1]
+                    free_ids[j] = free_ids[j + 1]
+                nfree -= 1
+                chunk += merged
+                size_of[cid] = chunk
+                after = next_of[following]
+                next_of[cid] = after
+                if after:
+                    prev_of[after] = cid
+                asked[following] = -1
+                spare[nspare] = following
+                nspare += 1
+            previous = prev_of[cid]
+            if asked[previous] == 0:
+                merged = size_of[previous]
+                address = address_of[previous]
+                p = _position(free_sizes, free_addresses, nfree, merged, address)
+                for j in range(p, nfree - 1):
+                    free_sizes[j] = free_sizes[j + 1]
+                    free_addresses[j] = free_addresses[j + 1]
+                    free_ids[j] = free_ids[j + 1]
+                nfree -= 1
+                chunk += merged
+                size_of[previous] = chunk
+                after = next_of[cid]
+                next_of[previous] = after
+                if after:
+                    prev_of[after] = previous
+                asked[cid] = -1
+                spare[nspare] = cid
+                nspare += 1
+                cid = previous
+            p = _position(free_sizes, free_addresses, nfree, chunk, address)
+            for j in range(nfree, p, -1):
+                free_sizes[j] = free_sizes[j - 1]
+                free_addresses[j] = free_addresses[j - 1]
+                free_ids[j] = free_ids[j - 1]
+            free_sizes[p] = chunk
+            free_addresses[p] = address
+            free_ids[p] = cid
+            nfree += 1
+            in_use -= rounded
+            live -= size
+            if in_use:
+                free = pool_bytes - chunk_bytes
+                fragmentation = (free - free_sizes[nfree - 1]) / free
+                if fragmentation > worst:
+                    worst, worst_event = fragmentation, index
+                    if fragmentation >= mapped + step:
+                        fragmented, mapped = 1, fragmentation
+            else:
+                fragmentation = 0.0
+                compared = 0
+        elif action != 2:  # an action of no known kind: Python
+            why = EXIT_PYTHON
+            break
+        index += 1
+    ints[CHUNK_BYTES], ints[IN_USE], ints[PEAK_IN_USE] = chunk_bytes, in_use, peak_in_use
+    ints[PEAK_CHUNKS], ints[PEAK_EVENT], ints[PENDING], ints[WORST_EVENT] = (
+        peak_chunks,
+        peak_event,
+        pending,
+        worst_event,
+    )
+    ints[FRAGMENTED], ints[LIVE], ints[PEAK_LIVE], ints[COMPARED] = fragmented, live, peak_live, compared
+    ints[ALLOCATIONS], ints[FREE_CHUNKS], ints[SPARE_IDS], ints[TABLE_IDS] = allocations, nfree, nspare, table
+    floats[FRAGMENTATION], floats[AT_PEAK], floats[WORST], floats[MAPPED] = fragmentation, at_peak, worst, mapped
+    return index, why
