@@ -79,8 +79,7 @@ def replay_compiled(
     if end and int(requested.max()) >= LARGEST_VALUE:
         return python_events(replay, allocator, first, end)
     requested = requested.astype(np.int64)
-    slot_pointers, slots = np.unique(pointers, return_inverse=True)
-    slots = slots.astype(np.int64)
+    slots, slot_pointers = kernel.slots_of(pointers)
     state = _State(allocator, slot_pointers, kernel, replay.step)
     allocator.inline = True
     try:
@@ -136,6 +135,7 @@ class _State:
 
         self.np, self.kernel, self.allocator, self.step = np, kernel, allocator, step
         self.slot_pointers = slot_pointers
+        self._slot_of: dict[int, int] | None = None
         slots = len(slot_pointers)
         self.held = np.zeros(slots, dtype=np.uint8)
         self.held_columns = [np.zeros(slots, dtype=np.int64) for _ in range(4)]  # address, event, chunk id, size
@@ -169,8 +169,7 @@ class _State:
         held[:] = 0
         address, event, chunk, size = self.held_columns
         if handles:
-            pointers = np.fromiter(handles, dtype=np.uint64, count=len(handles))
-            slots = np.searchsorted(self.slot_pointers, pointers)
+            slots = np.array([self.slot_of[pointer] for pointer in handles], dtype=np.int64)
             entries = np.array(list(handles.values()), dtype=np.int64)[:, :4]
             held[slots] = 1
             address[slots], event[slots], chunk[slots], size[slots] = entries.T
@@ -189,6 +188,13 @@ class _State:
         floats[k.WORST] = -1.0 if device.worst_fragmentation is None else device.worst_fragmentation
         floats[k.STEP] = self.step
         return True
+
+    @property
+    def slot_of(self) -> dict[int, int]:
+        """Each pointer's slot (made when first needed: only after Python ran an event)."""
+        if self._slot_of is None:
+            self._slot_of = {pointer: slot for slot, pointer in enumerate(self.slot_pointers.tolist())}
+        return self._slot_of
 
     def store(self) -> None:
         """Write the arrays and counters back: the pool's chunk table, its buffers, the counters."""
