@@ -32,8 +32,10 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pytest_devmem.model.frameworks import setups_for
+from pytest_devmem.model.loops import compiled_bfc
 from pytest_devmem.model.machine import MachineSpec, run_machine
 from pytest_devmem.model.pool import Policy
 from pytest_devmem.model.trace import Trace
@@ -100,29 +102,39 @@ def model_rows(workloads: dict[str, Callable[[], Trace]], repeat: int, capacity:
 
     rows: list[Row] = []
     spec = MachineSpec(capacity, "sim")
+    compiled_bfc.available()  # loaded once a process (about half a second), before any timing
     for name, make in workloads.items():
         trace = make()
         for mode in POLICIES:
             policy = Policy.of(mode)
             setups = setups_for(policy, capacity)
-            (machine, machine_cpu), (pool, _) = best_of_both(
+            (machine, machine_cpu), (python, python_cpu), (pool, _) = best_of_both(
                 [
                     lambda: run_machine(trace, setups, spec),
+                    lambda: python_loop(trace, setups, spec),
                     lambda: replay(trace, make_pool(SimulatedDevice(capacity), Policy.of("prealloc"))),
                 ],
                 repeat,
             )
             speed = len(trace) / machine
+            loop = "compiled loop" if compiled_bfc.available() else "Python loop (numba not installed)"
             rows.append(
                 (
                     f"model: {name} ({len(trace):,} events), {mode}",
-                    f"{speed:,.0f} events/s ({len(trace) / machine_cpu:,.0f} per CPU second)",
+                    f"{speed:,.0f} events/s ({len(trace) / machine_cpu:,.0f} per CPU second; {loop})",
                     f">= {MODEL_TARGET:,} events/s",
-                    f"one BFC pool alone {len(trace) / pool:,.0f} events/s",
+                    f"Python loop {len(trace) / python:,.0f} events/s ({len(trace) / python_cpu:,.0f} per CPU second);"
+                    f" one BFC pool alone {len(trace) / pool:,.0f} events/s",
                     _met(speed >= MODEL_TARGET),
                 )
             )
     return rows
+
+
+def python_loop(trace: Trace, setups: Any, spec: MachineSpec) -> object:
+    """The replay as a machine without numba runs it (the compiled loop's reference)."""
+    with compiled_bfc.python_only():
+        return run_machine(trace, setups, spec)
 
 
 def best_of_both(runs: list[Callable[[], object]], repeat: int) -> list[tuple[float, float]]:

@@ -308,6 +308,7 @@ compiled = pytest.mark.skipif(not compiled_bfc.available(), reason="numba is not
 def every_trace_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
     """The compiled single-lane loop runs every trace without a timeline, however short."""
     monkeypatch.setattr(compiled_bfc, "COMPILED_FROM_EVENTS", 0)
+    monkeypatch.setattr(compiled_bfc, "LOADED_FROM_EVENTS", 0)
 
 
 @compiled

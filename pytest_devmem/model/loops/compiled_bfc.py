@@ -16,7 +16,8 @@ from __future__ import annotations
 import importlib
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeAlias
 
 from ..pool.bfc import CHUNK_BITS, CHUNK_MASK, SIZE_SHIFT
@@ -27,8 +28,12 @@ _Replay: TypeAlias = Any
 _Allocator: TypeAlias = Any
 
 COMPILED_FROM_EVENTS = 20_000
-"""Traces of this many events or more run compiled (where numba is): below it, loading the compiled
-loop (about 0.1 s from numba's cache, seconds to compile it the first time) costs more than it saves."""
+"""Traces of this many events or more run compiled once the compiled loop is loaded in the process."""
+
+LOADED_FROM_EVENTS = 500_000
+"""A trace of this many events loads the compiled loop: importing numba and loading the loop from
+its cache costs about half a second and 140 MiB once a process (compiling it the first time on a
+machine, seconds), which the compiled loop saves back over about a million events."""
 
 LARGEST_VALUE = 2**62
 """Sizes and addresses at or above this do not fit the compiled loop's 64-bit integers: Python runs them."""
@@ -60,7 +65,24 @@ def available() -> bool:
 
 def suits(replay: _Replay, allocator: _Allocator) -> bool:
     """Whether the compiled loop runs this replay: numba is there, the trace is long, no timeline."""
-    return replay.recorded is None and len(replay.trace) >= COMPILED_FROM_EVENTS and available()
+    if replay.recorded is not None or _python_only or len(replay.trace) < COMPILED_FROM_EVENTS:
+        return False
+    return available() if _available is not None or len(replay.trace) >= LOADED_FROM_EVENTS else False
+
+
+_python_only = False
+
+
+@contextmanager
+def python_only() -> Iterator[None]:
+    """Within it, the Python loop runs every replay (what a machine without numba runs): the
+    benchmarks' reference."""
+    global _python_only
+    before, _python_only = _python_only, True
+    try:
+        yield
+    finally:
+        _python_only = before
 
 
 def replay_compiled(
