@@ -354,3 +354,49 @@ def test_a_compacting_pool_moving_its_buffers_replays_compiled_as_the_first_loop
     every_trace_compiled: None, seed: int
 ) -> None:
     assert_same_replay(fragmenting_walk(seed, 1500, ONE_LANE), Policy.of("compact"), 96 * MiB)
+
+
+@compiled
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    ops=operations,
+    lanes=st.lists(st.sampled_from(LANES), min_size=2, max_size=4, unique=True),
+    policy=st.sampled_from([REGIMES[0], REGIMES[1], REGIMES[2], REGIMES[4]]),
+    capacity=st.sampled_from([96 * MiB, GiB, 16 * GiB]),
+)
+def test_a_trace_of_several_lanes_replayed_compiled_gives_what_the_first_loop_gave(
+    every_trace_compiled: None,
+    ops: list[tuple[int, int, int, int]],
+    lanes: list[tuple[str, int, str]],
+    policy: Policy,
+    capacity: int,
+) -> None:
+    """Several lanes on BFC pools, compiled: lanes that start mid-trace, devices shared by two
+    pools, temporaries freed on another lane, failures, all as the first loop replayed them."""
+    assert_same_replay(build(ops, lanes), policy, capacity)
+
+
+@compiled
+@pytest.mark.parametrize("mode", ["prealloc", "growth"])
+def test_maps_promised_at_many_peaks_of_several_lanes_compiled_are_made_as_they_were(
+    every_trace_compiled: None, mode: str
+) -> None:
+    handed_back: list[int] = []
+    original = bfc_lanes.run_events
+
+    def counting(replay: Any, first: int, stop: int) -> int:
+        handed_back.append(stop - first)
+        return original(replay, first, stop)
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(bfc_lanes, "run_events", counting)
+        assert_same_replay(random_walk(7, 6000, THREE_LANES), Policy.of(mode), 16 * GiB)
+    assert sum(1 for events in handed_back if events > 2) == 2  # the two replays with a timeline
+
+
+@compiled
+@pytest.mark.parametrize("seed", [0, 2, 6, 16, 20])
+def test_compacting_pools_of_several_lanes_replay_compiled_as_the_first_loop_replayed_them(
+    every_trace_compiled: None, seed: int
+) -> None:
+    assert_same_replay(fragmenting_walk(seed, 1500, THREE_LANES), Policy.of("compact"), 48 * MiB)

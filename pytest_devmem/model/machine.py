@@ -273,6 +273,7 @@ class _Replay:
         self.failure: MapSnapshot | None = None
         self.oom: OutOfMemory | None = None
         self.skipped: set[int] = set()  # events the loop skipped that were not a temporary's pair on one lane
+        self.dropped: set[tuple[int, int]] = set()  # (lane, pointer) of allocations that failed, the replay going on
 
     def start(self, lane: int) -> _Allocator:
         """The allocator of `lane`, created with its framework's allocators on every device it uses."""

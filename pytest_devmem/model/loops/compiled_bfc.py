@@ -284,3 +284,278 @@ class _State:
         if at_free and ints[k.PENDING]:
             replay.snapshots[device.name] = replay.promise(device, int(ints[k.PEAK_EVENT]), index, copy)
             ints[k.PENDING] = 0
+
+
+# -- several lanes -----------------------------------------------------------------------------
+
+
+def lanes_suit(replay: _Replay) -> bool:
+    """Whether the compiled loop runs this replay of several lanes (as `suits` for one)."""
+    return suits(replay, None)
+
+
+def replay_lanes_compiled(replay: _Replay, python_events: Callable[[_Replay, int, int], int]) -> int:
+    """Run a trace of several lanes (all on BFC pools) compiled, handing each event the compiled
+    loop cannot decide to `python_events` (bfc_lanes.run_events); the index of the last event run."""
+    import numpy as np
+
+    kernel = _kernel
+    trace = replay.trace
+    actions = np.frombuffer(trace.actions, dtype=np.uint8)
+    pointers = np.frombuffer(trace.pointers, dtype=np.uint64)
+    requested = np.frombuffer(trace.sizes, dtype=np.uint64)
+    end = len(actions)
+    if not end:
+        return -1
+    if int(requested.max()) >= LARGEST_VALUE:
+        return python_events(replay, 0, end)
+    requested = requested.astype(np.int64)
+    lanes = np.asarray(replay.lane_codes, dtype=np.int64)
+    slots, slot_lanes, slot_pointers = kernel.slots_of_pairs(pointers, lanes)
+    state = _LanesState(replay, slot_lanes, slot_pointers, kernel)
+    index, python_runs = 0, 0
+    try:
+        while True:
+            if not state.load():
+                return python_events(replay, index, end)
+            stopped, why = state.run(actions, lanes, pointers, slots, requested, index)
+            while why == kernel.EXIT_PROMISE:
+                state.promise(stopped, int(lanes[stopped]), actions[stopped] == 1)
+                stopped, why = state.run(actions, lanes, pointers, slots, requested, stopped)
+            state.store()
+            if why == kernel.EXIT_DONE:
+                return end - 1
+            python_runs += 1
+            if python_runs > PYTHON_RUNS_BEFORE_GIVING_UP:
+                return python_events(replay, stopped, end)
+            temporary = stopped + 1 < end and pointers[stopped + 1] == pointers[stopped] and actions[stopped + 1] == 1
+            last = python_events(replay, stopped, min(end, stopped + (2 if temporary else 1)))
+            if replay.oom is not None and replay.stop_on_oom:
+                return last
+            index = last + 1
+            if index >= end:
+                return last
+    finally:
+        for allocator in replay.lanes:
+            if allocator is not None:
+                allocator.inline = False
+
+
+class _LanesState:
+    """The compiled loop's arrays for several lanes: each started lane's pool a slice of the chunk
+    and free columns, its device's and its source's counters in rows."""
+
+    def __init__(self, replay: _Replay, slot_lanes: Any, slot_pointers: Any, kernel: Any) -> None:
+        import numpy as np
+
+        self.np, self.kernel, self.replay = np, kernel, replay
+        self.slot_lanes, self.slot_pointers = slot_lanes, slot_pointers
+        slots = len(slot_pointers)
+        self.held = np.zeros(slots, dtype=np.uint8)
+        self.held_columns = [np.zeros(slots, dtype=np.int64) for _ in range(4)]
+        self._slot_of: dict[tuple[int, int], int] | None = None
+        self.arrays: tuple[Any, ...] = ()
+
+    @property
+    def slot_of(self) -> dict[tuple[int, int], int]:
+        if self._slot_of is None:
+            self._slot_of = {
+                key: slot for slot, key in enumerate(zip(self.slot_lanes.tolist(), self.slot_pointers.tolist()))
+            }
+        return self._slot_of
+
+    def load(self) -> bool:
+        """Read every started lane's pool, device and counts into arrays; False where a value is too large."""
+        np, k, replay = self.np, self.kernel, self.replay
+        lanes = replay.lanes
+        started = [(lane, allocator) for lane, allocator in enumerate(lanes) if allocator is not None]
+        self.started = started
+        devices: list[Any] = []
+        device_index: dict[int, int] = {}
+        counts: list[list[int]] = []
+        counts_index: dict[int, int] = {}
+        pool_lane = {id(allocator.pool): lane for lane, allocator in started}
+        for _, allocator in started:
+            allocator.inline = True
+            if id(allocator.device) not in device_index:
+                device_index[id(allocator.device)] = len(devices)
+                devices.append(allocator.device)
+            if id(allocator.counts) not in counts_index:
+                counts_index[id(allocator.counts)] = len(counts)
+                counts.append(allocator.counts)
+        self.devices, self.device_index, self.counts = devices, device_index, counts
+        pools = np.zeros((len(lanes), k.P_FIELDS), dtype=np.int64)
+        tables = []
+        base = 0
+        for lane, allocator in started:
+            pool = allocator.pool
+            table = pool.chunk_columns()
+            length = len(table[0])
+            if length and (max(table[1]) >= LARGEST_VALUE or max(table[0]) >= LARGEST_VALUE):
+                return False
+            capacity = length + 64 * k.CHUNK_BATCH
+            row = pools[lane]
+            row[k.P_STARTED], row[k.P_BASE], row[k.P_CAPACITY], row[k.P_TABLE_IDS] = 1, base, capacity, length
+            row[k.P_SPARE_IDS], row[k.P_FREE_CHUNKS] = len(pool.spare_ids()), len(pool.free_keys())
+            row[k.P_IN_USE], row[k.P_BYTES], row[k.P_MAX_WASTE] = (
+                pool.bytes_in_use,
+                pool.pool_bytes,
+                pool.max_internal_fragmentation,
+            )
+            row[k.P_DEVICE] = device_index[id(allocator.device)]
+            row[k.P_ALLOCATOR_IN_USE], row[k.P_ALLOCATOR_PEAK] = allocator.in_use, allocator.peak_in_use
+            row[k.P_COUNTS] = counts_index[id(allocator.counts)]
+            tables.append((base, length, table, pool.spare_ids(), pool.free_keys()))
+            base += capacity
+        columns = [np.zeros(max(base, 1), dtype=np.int64) for _ in range(9)]
+        size_of, address_of, prev_of, next_of, asked, spare, free_sizes, free_addresses, free_ids = columns
+        for start, length, table, spare_ids, keys in tables:
+            for column, values in zip(columns[:5], table):
+                column[start : start + length] = values
+            spare[start : start + len(spare_ids)] = spare_ids
+            stop = start + len(keys)
+            free_sizes[start:stop] = [key >> SIZE_SHIFT for key in keys]
+            free_addresses[start:stop] = [key >> CHUNK_BITS & ((1 << (SIZE_SHIFT - CHUNK_BITS)) - 1) for key in keys]
+            free_ids[start:stop] = [key & CHUNK_MASK for key in keys]
+        held = self.held
+        held[:] = 0
+        address, event, chunk, size = self.held_columns
+        for lane, allocator in started:
+            handles = allocator.handles
+            if handles:
+                slot_of = self.slot_of
+                slots = np.array([slot_of[(lane, pointer)] for pointer in handles], dtype=np.int64)
+                entries = np.array(list(handles.values()), dtype=np.int64)[:, :4]
+                held[slots] = 1
+                address[slots], event[slots], chunk[slots], size[slots] = entries.T
+        most = max((len(device.allocators) for device in devices), default=1)
+        device_rows = np.zeros((len(devices), k.D_FIELDS), dtype=np.int64)
+        device_floats = np.zeros((len(devices), k.DF_FIELDS), dtype=np.float64)
+        device_pools = np.zeros((len(devices), max(most, 1)), dtype=np.int64)
+        for d, device in enumerate(devices):
+            row = device_rows[d]
+            row[k.D_IN_USE], row[k.D_PEAK_IN_USE] = device.in_use, device.peak_in_use
+            row[k.D_CHUNKS], row[k.D_PEAK_CHUNKS] = device.chunks, device.peak_chunks
+            row[k.D_PEAK_EVENT], row[k.D_PENDING] = device.peak_event, device.pending
+            row[k.D_WORST_EVENT] = NO_EVENT if device.worst_event is None else device.worst_event
+            row[k.D_FRAGMENTED], row[k.D_COMPARED] = device.fragmented, device.compared
+            row[k.D_SOLO] = -1 if device.solo is None else pool_lane[id(device.solo)]
+            members = [pool_lane[id(a.pool)] for a in device.allocators if id(a.pool) in pool_lane]
+            if len(members) != len(device.allocators):
+                return False  # an allocator of no lane: Python runs it
+            row[k.D_POOLS] = len(members)
+            device_pools[d, : len(members)] = members
+            floats = device_floats[d]
+            floats[k.DF_SAMPLED], floats[k.DF_MAPPED] = device.sampled, device.mapped
+            at_peak = device.fragmentation_at_peak
+            floats[k.DF_AT_PEAK] = math.nan if at_peak is None else at_peak
+            worst = device.worst_fragmentation
+            floats[k.DF_WORST] = -1.0 if worst is None else worst
+        count_rows = np.array(counts, dtype=np.int64).reshape(len(counts), 3)
+        self.pools, self.device_rows, self.device_floats, self.device_pools, self.count_rows = (
+            pools,
+            device_rows,
+            device_floats,
+            device_pools,
+            count_rows,
+        )
+        self.arrays = (*columns, held, address, event, chunk, size)
+        return True
+
+    def run(self, actions: Any, lanes: Any, pointers: Any, slots: Any, requested: Any, begin: int) -> tuple[int, int]:
+        return self.kernel.run_lanes(  # type: ignore[no-any-return]
+            actions,
+            lanes,
+            pointers,
+            slots,
+            requested,
+            begin,
+            *self.arrays,
+            self.pools,
+            self.device_rows,
+            self.device_floats,
+            self.device_pools,
+            self.count_rows,
+            self.replay.step,
+        )
+
+    def store(self) -> None:
+        """Write the arrays back into every started lane's pool, buffers, allocator, device and counts."""
+        np, k = self.np, self.kernel
+        size_of, address_of, prev_of, next_of, asked, spare, free_sizes, free_addresses, free_ids = self.arrays[:9]
+        (slots,) = np.nonzero(self.held)
+        slot_lanes = self.slot_lanes[slots].tolist()
+        slot_pointers = self.slot_pointers[slots].tolist()
+        entries = list(zip(*(column[slots].tolist() for column in self.held_columns)))
+        by_lane: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
+        for lane, pointer, (a, e, c, s) in zip(slot_lanes, slot_pointers, entries):
+            by_lane.setdefault(lane, []).append((pointer, (a, e, c, s, (s + 255) & -256)))
+        for lane, allocator in self.started:
+            row = self.pools[lane]
+            pool = allocator.pool
+            start, length = int(row[k.P_BASE]), int(row[k.P_TABLE_IDS])
+            nfree, nspare = int(row[k.P_FREE_CHUNKS]), int(row[k.P_SPARE_IDS])
+            keys = [
+                size << SIZE_SHIFT | address << CHUNK_BITS | chunk
+                for size, address, chunk in zip(
+                    free_sizes[start : start + nfree].tolist(),
+                    free_addresses[start : start + nfree].tolist(),
+                    free_ids[start : start + nfree].tolist(),
+                )
+            ]
+            pool.set_chunk_table(
+                [column[start : start + length].tolist() for column in (size_of, address_of, prev_of, next_of, asked)],
+                spare[start : start + nspare].tolist(),
+                keys,
+            )
+            pool.bytes_in_use = int(row[k.P_IN_USE])
+            handles = allocator.handles
+            handles.clear()
+            handles.update(by_lane.get(lane, ()))
+            sync(pool, handles)
+            allocator.in_use, allocator.peak_in_use = int(row[k.P_ALLOCATOR_IN_USE]), int(row[k.P_ALLOCATOR_PEAK])
+        for d, device in enumerate(self.devices):
+            row, floats = self.device_rows[d], self.device_floats[d]
+            device.in_use, device.peak_in_use = int(row[k.D_IN_USE]), int(row[k.D_PEAK_IN_USE])
+            device.chunks, device.peak_chunks = int(row[k.D_CHUNKS]), int(row[k.D_PEAK_CHUNKS])
+            device.peak_event, device.pending = int(row[k.D_PEAK_EVENT]), bool(row[k.D_PENDING])
+            worst_event = int(row[k.D_WORST_EVENT])
+            device.worst_event = None if worst_event == NO_EVENT else worst_event
+            device.fragmented, device.compared = bool(row[k.D_FRAGMENTED]), bool(row[k.D_COMPARED])
+            device.sampled, device.mapped = float(floats[k.DF_SAMPLED]), float(floats[k.DF_MAPPED])
+            at_peak, worst = float(floats[k.DF_AT_PEAK]), float(floats[k.DF_WORST])
+            device.fragmentation_at_peak = None if math.isnan(at_peak) else at_peak
+            device.worst_fragmentation = None if worst < 0 else worst
+        for counts, row in zip(self.counts, self.count_rows.tolist()):
+            counts[:] = row
+
+    def promise(self, index: int, lane: int, at_free: bool) -> None:
+        """The maps owed before event `index` on the device of `lane` (as `bfc_lanes` makes them)."""
+        k, replay = self.kernel, self.replay
+        d = int(self.pools[lane, k.P_DEVICE])
+        device, row = self.devices[d], self.device_rows[d]
+        entries = sum(
+            len(a.handles) + int(self.pools[lane_of, k.P_TABLE_IDS])
+            for lane_of, a in self.started
+            if a.device is device
+        )
+        copy = replay.copy_due(device, index, entries)
+        if copy:
+            self.store()
+        else:
+            for (
+                lane_of,
+                allocator,
+            ) in self.started:  # the counters a map reads (the chunks are copied only with the device)
+                if allocator.device is device:
+                    allocator.pool.bytes_in_use = int(self.pools[lane_of, k.P_IN_USE])
+        if row[k.D_FRAGMENTED]:
+            worst_event = int(row[k.D_WORST_EVENT])
+            replay.fragmented[device.name] = replay.promise(
+                device, worst_event if worst_event != NO_EVENT else index - 1, index, copy
+            )
+            row[k.D_FRAGMENTED] = 0
+            copy = False
+        if at_free and row[k.D_PENDING]:
+            replay.snapshots[device.name] = replay.promise(device, int(row[k.D_PEAK_EVENT]), index, copy)
+            row[k.D_PENDING] = 0

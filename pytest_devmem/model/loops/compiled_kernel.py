@@ -331,3 +331,395 @@ def slots_of(pointers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # type: ig
             count += 1
         slots[index] = values[position]
     return slots, firsts[:count]
+
+
+# -- several lanes ---------------------------------------------------------------------------
+# each lane's pool, by position in a row of `pools`
+(
+    P_STARTED,
+    P_BASE,
+    P_CAPACITY,
+    P_TABLE_IDS,
+    P_SPARE_IDS,
+    P_FREE_CHUNKS,
+    P_IN_USE,
+    P_BYTES,
+    P_MAX_WASTE,
+    P_DEVICE,
+    P_ALLOCATOR_IN_USE,
+    P_ALLOCATOR_PEAK,
+    P_COUNTS,
+    P_FIELDS,
+) = range(14)
+# each device's counters, by position in a row of `devices` (ints) and `device_floats`
+(
+    D_IN_USE,
+    D_PEAK_IN_USE,
+    D_CHUNKS,
+    D_PEAK_CHUNKS,
+    D_PEAK_EVENT,
+    D_PENDING,
+    D_WORST_EVENT,
+    D_FRAGMENTED,
+    D_COMPARED,
+    D_SOLO,
+    D_POOLS,
+    D_FIELDS,
+) = range(12)
+DF_SAMPLED, DF_AT_PEAK, DF_WORST, DF_MAPPED, DF_FIELDS = range(5)
+
+
+@numba.njit(cache=True)
+def slots_of_pairs(pointers: np.ndarray, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # type: ignore[type-arg]
+    """As `slots_of`, for (lane, pointer) pairs: (slot of each event, lane and pointer of each slot)."""
+    size = 1
+    while size < 2 * len(pointers) + 2:
+        size *= 2
+    mask = size - 1
+    keys = np.zeros(size, dtype=np.uint64)
+    key_lanes = np.zeros(size, dtype=np.int64)
+    values = np.full(size, -1, dtype=np.int64)
+    slots = np.empty(len(pointers), dtype=np.int64)
+    first_pointers = np.empty(len(pointers), dtype=np.uint64)
+    first_lanes = np.empty(len(pointers), dtype=np.int64)
+    count = 0
+    for index in range(len(pointers)):
+        pointer, lane = pointers[index], lanes[index]
+        h = ((pointer + np.uint64(lane) * np.uint64(0xBF58476D1CE4E5B9)) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(
+            40
+        )
+        position = np.int64(h) & mask
+        while values[position] >= 0 and (keys[position] != pointer or key_lanes[position] != lane):
+            position = (position + 1) & mask
+        if values[position] < 0:
+            keys[position] = pointer
+            key_lanes[position] = lane
+            values[position] = count
+            first_pointers[count] = pointer
+            first_lanes[count] = lane
+            count += 1
+        slots[index] = values[position]
+    return slots, first_lanes[:count], first_pointers[:count]
+
+
+@numba.njit(cache=True)
+def _pool_fragmentation(pools: np.ndarray, free_sizes: np.ndarray, p: int, guarded: bool) -> float:  # type: ignore[type-arg]
+    """(free - largest free chunk) / free of one pool (0.0 where nothing is free and `guarded`)."""
+    free = pools[p, P_BYTES] - pools[p, P_IN_USE]
+    if guarded and free <= 0:
+        return 0.0
+    n = pools[p, P_FREE_CHUNKS]
+    largest = free_sizes[pools[p, P_BASE] + n - 1] if n else 0
+    return (free - largest) / free
+
+
+@numba.njit(cache=True)
+def _device_fragmentation(
+    devices: np.ndarray,  # type: ignore[type-arg]
+    device_pools: np.ndarray,  # type: ignore[type-arg]
+    pools: np.ndarray,  # type: ignore[type-arg]
+    free_sizes: np.ndarray,  # type: ignore[type-arg]
+    d: int,
+) -> float:
+    """The device's fragmentation over its pools (`_Device.fragmentation`)."""
+    free = stranded = 0
+    for k in range(devices[d, D_POOLS]):
+        p = device_pools[d, k]
+        pool_free = pools[p, P_BYTES] - pools[p, P_IN_USE]
+        n = pools[p, P_FREE_CHUNKS]
+        free += pool_free
+        stranded += pool_free - (free_sizes[pools[p, P_BASE] + n - 1] if n else 0)
+    return stranded / free if free > 0 else 0.0
+
+
+@numba.njit(cache=True)
+def run_lanes(  # noqa: PLR0912, PLR0913, PLR0915
+    actions: np.ndarray,  # type: ignore[type-arg]
+    lanes: np.ndarray,  # type: ignore[type-arg]
+    pointers: np.ndarray,  # type: ignore[type-arg]
+    slots: np.ndarray,  # type: ignore[type-arg]
+    requested: np.ndarray,  # type: ignore[type-arg]
+    begin: int,
+    size_of: np.ndarray,  # type: ignore[type-arg]
+    address_of: np.ndarray,  # type: ignore[type-arg]
+    prev_of: np.ndarray,  # type: ignore[type-arg]
+    next_of: np.ndarray,  # type: ignore[type-arg]
+    asked: np.ndarray,  # type: ignore[type-arg]
+    spare: np.ndarray,  # type: ignore[type-arg]
+    free_sizes: np.ndarray,  # type: ignore[type-arg]
+    free_addresses: np.ndarray,  # type: ignore[type-arg]
+    free_ids: np.ndarray,  # type: ignore[type-arg]
+    held: np.ndarray,  # type: ignore[type-arg]
+    held_address: np.ndarray,  # type: ignore[type-arg]
+    held_event: np.ndarray,  # type: ignore[type-arg]
+    held_chunk: np.ndarray,  # type: ignore[type-arg]
+    held_size: np.ndarray,  # type: ignore[type-arg]
+    pools: np.ndarray,  # type: ignore[type-arg]
+    devices: np.ndarray,  # type: ignore[type-arg]
+    device_floats: np.ndarray,  # type: ignore[type-arg]
+    device_pools: np.ndarray,  # type: ignore[type-arg]
+    counts: np.ndarray,  # type: ignore[type-arg]
+    step: float,
+) -> tuple[int, int]:
+    """`bfc_lanes.run_events` for the events it can decide alone, as `run_events` for one lane: each
+    lane's pool its own slice of the chunk and free columns (from its base); (event stopped at, why)."""
+    end = len(actions)
+    index = begin
+    why = EXIT_DONE
+    while index < end:
+        action = actions[index]
+        if action == 2:
+            index += 1
+            continue
+        p = lanes[index]
+        if not pools[p, P_STARTED] or (action != 0 and action != 1):
+            why = EXIT_PYTHON
+            break
+        d = pools[p, P_DEVICE]
+        if devices[d, D_FRAGMENTED]:
+            why = EXIT_PROMISE
+            break
+        base = pools[p, P_BASE]
+        nfree = pools[p, P_FREE_CHUNKS]
+        solo = devices[d, D_SOLO]
+        if action == 0:
+            size = requested[index]
+            rounded = (size + 255) & -256
+            low, high = 0, nfree
+            while low < high:
+                middle = (low + high) >> 1
+                if free_sizes[base + middle] < rounded:
+                    low = middle + 1
+                else:
+                    high = middle
+            i = low
+            if i == nfree:
+                why = EXIT_PYTHON
+                break
+            chunk = free_sizes[base + i]
+            split = chunk >= 2 * rounded or chunk - rounded >= pools[p, P_MAX_WASTE]
+            c = pools[p, P_COUNTS]
+            if (
+                index + 1 < end
+                and pointers[index + 1] == pointers[index]
+                and actions[index + 1] == 1
+                and devices[d, D_IN_USE] + rounded <= devices[d, D_PEAK_IN_USE]
+            ):
+                if lanes[index + 1] != p:  # freed on another lane: Python notes the skipped free
+                    why = EXIT_PYTHON
+                    break
+                counts[c, 0] += 1
+                if counts[c, 1] + size > counts[c, 2]:
+                    counts[c, 2] = counts[c, 1] + size
+                taken = devices[d, D_CHUNKS] + (rounded if split else chunk)
+                if taken > devices[d, D_PEAK_CHUNKS]:
+                    devices[d, D_PEAK_CHUNKS] = taken
+                if pools[p, P_ALLOCATOR_IN_USE] + rounded > pools[p, P_ALLOCATOR_PEAK]:
+                    pools[p, P_ALLOCATOR_PEAK] = pools[p, P_ALLOCATOR_IN_USE] + rounded
+                index += 2
+                continue
+            nspare, table = pools[p, P_SPARE_IDS], pools[p, P_TABLE_IDS]
+            if split and nspare == 0 and table + CHUNK_BATCH > pools[p, P_CAPACITY]:
+                why = EXIT_PYTHON
+                break
+            counts[c, 0] += 1
+            live = counts[c, 1] + size
+            if live > counts[c, 2]:
+                counts[c, 2] = live
+            counts[c, 1] = live
+            n = nfree
+            cid = free_ids[base + i]
+            address = free_addresses[base + i]
+            for j in range(base + i, base + nfree - 1):
+                free_sizes[j] = free_sizes[j + 1]
+                free_addresses[j] = free_addresses[j + 1]
+                free_ids[j] = free_ids[j + 1]
+            nfree -= 1
+            if split:
+                rest_size, rest_address, after = chunk - rounded, address + rounded, next_of[base + cid]
+                if nspare == 0:
+                    for j in range(CHUNK_BATCH):
+                        spare[base + j] = table + CHUNK_BATCH - 1 - j
+                        size_of[base + table + j] = 0
+                        address_of[base + table + j] = 0
+                        prev_of[base + table + j] = 0
+                        next_of[base + table + j] = 0
+                        asked[base + table + j] = -1
+                    nspare = CHUNK_BATCH
+                    table += CHUNK_BATCH
+                    pools[p, P_TABLE_IDS] = table
+                nspare -= 1
+                pools[p, P_SPARE_IDS] = nspare
+                rest = spare[base + nspare]
+                size_of[base + rest] = rest_size
+                address_of[base + rest] = rest_address
+                prev_of[base + rest] = cid
+                next_of[base + rest] = after
+                asked[base + rest] = 0
+                size_of[base + cid] = rounded
+                next_of[base + cid] = rest
+                if after:
+                    prev_of[base + after] = rest
+                low, high = 0, nfree
+                while low < high:
+                    middle = (low + high) >> 1
+                    if free_sizes[base + middle] < rest_size or (
+                        free_sizes[base + middle] == rest_size and free_addresses[base + middle] < rest_address
+                    ):
+                        low = middle + 1
+                    else:
+                        high = middle
+                for j in range(base + nfree, base + low, -1):
+                    free_sizes[j] = free_sizes[j - 1]
+                    free_addresses[j] = free_addresses[j - 1]
+                    free_ids[j] = free_ids[j - 1]
+                free_sizes[base + low] = rest_size
+                free_addresses[base + low] = rest_address
+                free_ids[base + low] = rest
+                nfree += 1
+                chunk = rounded
+            pools[p, P_FREE_CHUNKS] = nfree
+            asked[base + cid] = size
+            pools[p, P_IN_USE] += chunk
+            slot = slots[index]
+            held[slot] = 1
+            held_address[slot] = address
+            held_event[slot] = index
+            held_chunk[slot] = cid
+            held_size[slot] = size
+            chunks = devices[d, D_CHUNKS] + chunk
+            devices[d, D_CHUNKS] = chunks
+            if chunks > devices[d, D_PEAK_CHUNKS]:
+                devices[d, D_PEAK_CHUNKS] = chunks
+            in_use = pools[p, P_ALLOCATOR_IN_USE] + rounded
+            pools[p, P_ALLOCATOR_IN_USE] = in_use
+            if in_use > pools[p, P_ALLOCATOR_PEAK]:
+                pools[p, P_ALLOCATOR_PEAK] = in_use
+            in_use = devices[d, D_IN_USE] + rounded
+            devices[d, D_IN_USE] = in_use
+            if in_use > devices[d, D_PEAK_IN_USE]:
+                devices[d, D_PEAK_IN_USE], devices[d, D_PEAK_EVENT], devices[d, D_PENDING] = in_use, index, 1
+                if solo >= 0:
+                    device_floats[d, DF_AT_PEAK] = _pool_fragmentation(pools, free_sizes, solo, True)
+                else:
+                    device_floats[d, DF_AT_PEAK] = _device_fragmentation(devices, device_pools, pools, free_sizes, d)
+            if i == n - 1 or not devices[d, D_COMPARED]:
+                if solo >= 0:
+                    fragmentation = _pool_fragmentation(pools, free_sizes, solo, True)
+                else:
+                    fragmentation = _device_fragmentation(devices, device_pools, pools, free_sizes, d)
+                device_floats[d, DF_SAMPLED] = fragmentation
+                if fragmentation > device_floats[d, DF_WORST]:
+                    device_floats[d, DF_WORST], devices[d, D_WORST_EVENT] = fragmentation, index
+                    if fragmentation >= device_floats[d, DF_MAPPED] + step:
+                        devices[d, D_FRAGMENTED], device_floats[d, DF_MAPPED] = 1, fragmentation
+                devices[d, D_COMPARED] = 1
+        else:  # a free
+            if devices[d, D_PENDING]:
+                why = EXIT_PROMISE
+                break
+            slot = slots[index]
+            if not held[slot]:
+                why = EXIT_PYTHON
+                break
+            held[slot] = 0
+            address, cid, size = held_address[slot], held_chunk[slot], held_size[slot]
+            rounded = (size + 255) & -256
+            nspare = pools[p, P_SPARE_IDS]
+            chunk = size_of[base + cid]
+            asked[base + cid] = 0
+            pools[p, P_IN_USE] -= chunk
+            devices[d, D_CHUNKS] -= chunk
+            following = next_of[base + cid]
+            if asked[base + following] == 0:
+                merged = size_of[base + following]
+                merged_address = address_of[base + following]
+                low, high = 0, nfree
+                while low < high:
+                    middle = (low + high) >> 1
+                    if free_sizes[base + middle] < merged or (
+                        free_sizes[base + middle] == merged and free_addresses[base + middle] < merged_address
+                    ):
+                        low = middle + 1
+                    else:
+                        high = middle
+                for j in range(base + low, base + nfree - 1):
+                    free_sizes[j] = free_sizes[j + 1]
+                    free_addresses[j] = free_addresses[j + 1]
+                    free_ids[j] = free_ids[j + 1]
+                nfree -= 1
+                chunk += merged
+                size_of[base + cid] = chunk
+                after = next_of[base + following]
+                next_of[base + cid] = after
+                if after:
+                    prev_of[base + after] = cid
+                asked[base + following] = -1
+                spare[base + nspare] = following
+                nspare += 1
+            previous = prev_of[base + cid]
+            if asked[base + previous] == 0:
+                merged = size_of[base + previous]
+                address = address_of[base + previous]
+                low, high = 0, nfree
+                while low < high:
+                    middle = (low + high) >> 1
+                    if free_sizes[base + middle] < merged or (
+                        free_sizes[base + middle] == merged and free_addresses[base + middle] < address
+                    ):
+                        low = middle + 1
+                    else:
+                        high = middle
+                for j in range(base + low, base + nfree - 1):
+                    free_sizes[j] = free_sizes[j + 1]
+                    free_addresses[j] = free_addresses[j + 1]
+                    free_ids[j] = free_ids[j + 1]
+                nfree -= 1
+                chunk += merged
+                size_of[base + previous] = chunk
+                after = next_of[base + cid]
+                next_of[base + previous] = after
+                if after:
+                    prev_of[base + after] = previous
+                asked[base + cid] = -1
+                spare[base + nspare] = cid
+                nspare += 1
+                cid = previous
+            low, high = 0, nfree
+            while low < high:
+                middle = (low + high) >> 1
+                if free_sizes[base + middle] < chunk or (
+                    free_sizes[base + middle] == chunk and free_addresses[base + middle] < address
+                ):
+                    low = middle + 1
+                else:
+                    high = middle
+            for j in range(base + nfree, base + low, -1):
+                free_sizes[j] = free_sizes[j - 1]
+                free_addresses[j] = free_addresses[j - 1]
+                free_ids[j] = free_ids[j - 1]
+            free_sizes[base + low] = chunk
+            free_addresses[base + low] = address
+            free_ids[base + low] = cid
+            nfree += 1
+            pools[p, P_FREE_CHUNKS] = nfree
+            pools[p, P_SPARE_IDS] = nspare
+            pools[p, P_ALLOCATOR_IN_USE] -= rounded
+            in_use = devices[d, D_IN_USE] - rounded
+            devices[d, D_IN_USE] = in_use
+            counts[pools[p, P_COUNTS], 1] -= size
+            if in_use:
+                if solo >= 0:
+                    fragmentation = _pool_fragmentation(pools, free_sizes, solo, False)
+                else:
+                    fragmentation = _device_fragmentation(devices, device_pools, pools, free_sizes, d)
+                device_floats[d, DF_SAMPLED] = fragmentation
+                if fragmentation > device_floats[d, DF_WORST]:
+                    device_floats[d, DF_WORST], devices[d, D_WORST_EVENT] = fragmentation, index
+                    if fragmentation >= device_floats[d, DF_MAPPED] + step:
+                        devices[d, D_FRAGMENTED], device_floats[d, DF_MAPPED] = 1, fragmentation
+            else:
+                device_floats[d, DF_SAMPLED] = 0.0
+                devices[d, D_COMPARED] = 0
+        index += 1
+    return index, why
