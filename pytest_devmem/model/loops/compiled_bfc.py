@@ -311,8 +311,8 @@ def replay_lanes_compiled(replay: _Replay, python_events: Callable[[_Replay, int
         return python_events(replay, 0, end)
     requested = requested.astype(np.int64)
     lanes = np.asarray(replay.lane_codes, dtype=np.int64)
-    slots, slot_lanes, slot_pointers = kernel.slots_of_pairs(pointers, lanes)
-    state = _LanesState(replay, slot_lanes, slot_pointers, kernel)
+    slots, slot_lanes, slot_pointers, *table = kernel.slots_of_pairs(pointers, lanes)
+    state = _LanesState(replay, slot_lanes, slot_pointers, kernel, table)
     index, python_runs = 0, 0
     try:
         while True:
@@ -345,7 +345,7 @@ class _LanesState:
     """The compiled loop's arrays for several lanes: each started lane's pool a slice of the chunk
     and free columns, its device's and its source's counters in rows."""
 
-    def __init__(self, replay: _Replay, slot_lanes: Any, slot_pointers: Any, kernel: Any) -> None:
+    def __init__(self, replay: _Replay, slot_lanes: Any, slot_pointers: Any, kernel: Any, table: list[Any]) -> None:
         import numpy as np
 
         self.np, self.kernel, self.replay = np, kernel, replay
@@ -353,16 +353,8 @@ class _LanesState:
         slots = len(slot_pointers)
         self.held = np.zeros(slots, dtype=np.uint8)
         self.held_columns = [np.zeros(slots, dtype=np.int64) for _ in range(4)]
-        self._slot_of: dict[tuple[int, int], int] | None = None
+        self.table = table
         self.arrays: tuple[Any, ...] = ()
-
-    @property
-    def slot_of(self) -> dict[tuple[int, int], int]:
-        if self._slot_of is None:
-            self._slot_of = {
-                key: slot for slot, key in enumerate(zip(self.slot_lanes.tolist(), self.slot_pointers.tolist()))
-            }
-        return self._slot_of
 
     def load(self) -> bool:
         """Read every started lane's pool, device and counts into arrays; False where a value is too large."""
@@ -423,8 +415,8 @@ class _LanesState:
         for lane, allocator in started:
             handles = allocator.handles
             if handles:
-                slot_of = self.slot_of
-                slots = np.array([slot_of[(lane, pointer)] for pointer in handles], dtype=np.int64)
+                pointers = np.fromiter(handles, dtype=np.uint64, count=len(handles))
+                slots = k.slots_for_pairs(pointers, np.full(len(handles), lane, dtype=np.int64), *self.table)
                 entries = np.array(list(handles.values()), dtype=np.int64)[:, :4]
                 held[slots] = 1
                 address[slots], event[slots], chunk[slots], size[slots] = entries.T

@@ -399,7 +399,30 @@ def slots_of_pairs(pointers: np.ndarray, lanes: np.ndarray) -> tuple[np.ndarray,
             first_lanes[count] = lane
             count += 1
         slots[index] = values[position]
-    return slots, first_lanes[:count], first_pointers[:count]
+    return slots, first_lanes[:count], first_pointers[:count], keys, key_lanes, values
+
+
+@numba.njit(cache=True)
+def slots_for_pairs(
+    pointers: np.ndarray,  # type: ignore[type-arg]
+    lanes: np.ndarray,  # type: ignore[type-arg]
+    keys: np.ndarray,  # type: ignore[type-arg]
+    key_lanes: np.ndarray,  # type: ignore[type-arg]
+    values: np.ndarray,  # type: ignore[type-arg]
+) -> np.ndarray:  # type: ignore[type-arg]
+    """The slots of (lane, pointer) pairs of the trace, looked up in the table `slots_of_pairs` made."""
+    mask = len(keys) - 1
+    slots = np.empty(len(pointers), dtype=np.int64)
+    for index in range(len(pointers)):
+        pointer, lane = pointers[index], lanes[index]
+        h = ((pointer + np.uint64(lane) * np.uint64(0xBF58476D1CE4E5B9)) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(
+            40
+        )
+        position = np.int64(h) & mask
+        while keys[position] != pointer or key_lanes[position] != lane:
+            position = (position + 1) & mask
+        slots[index] = values[position]
+    return slots
 
 
 @numba.njit(cache=True)
