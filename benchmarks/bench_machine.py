@@ -2,6 +2,7 @@
 million events costs in memory.
 
     python -m benchmarks.bench_machine [--quick] [--repeat N] [--capacity 80GiB] [--mode prealloc] [--events 1000000]
+    python -m benchmarks.bench_machine --targets [--repeat 3]    # the model's rows of benchmarks.targets alone
 
 events/s counts every event of a trace (allocations and frees) replayed by `run_machine`: every
 device, allocator, peak, map and fragmentation figure of a test (compiled by numba where the
@@ -203,6 +204,33 @@ def shown_bytes(value: float | int | None, events: int) -> str:
     return f"{format_size(max(0, int(value)))} ({max(0.0, value) / events:.1f} B/event)"
 
 
+def print_target_rows(quick: bool, repeat: int) -> int:
+    """The model's rows of the targets' table, as `benchmarks.targets` prints them."""
+    import platform
+
+    from .targets import model_rows, table
+
+    started, started_cpu = time.perf_counter(), time.process_time()
+    if quick:
+        workloads: dict[str, Callable[[], Trace]] = {
+            "many-small": lambda: many_small_tensors(operations=5_000, live_target=200),
+            "sharded-steps": lambda: sharded_step_loop(steps=500),
+        }
+        repeat = 1
+    else:
+        workloads = MACHINE_WORKLOADS
+    rows = model_rows(workloads, repeat)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    print(
+        f"the model's targets: {platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs"
+        + (f", load average {load:.1f} at the end" if load is not None else "")
+        + f", {time.perf_counter() - started:.0f} s ({time.process_time() - started_cpu:.0f} s CPU)"
+    )
+    print()
+    print(table(rows))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="Small traces, one repeat: checks the benchmark runs")
@@ -217,7 +245,14 @@ def main(argv: list[str] | None = None) -> int:
         default=1_000_000,
         help="Events of the recorded trace of the memory part (default a million)",
     )
+    parser.add_argument(
+        "--targets",
+        action="store_true",
+        help="Only the model's rows of `benchmarks.targets` (every workload under every regime, beside its target)",
+    )
     args = parser.parse_args(argv)
+    if args.targets:
+        return print_target_rows(args.quick, args.repeat if args.repeat != 5 else 3)
     capacity = parse_size(args.capacity)
     if args.quick:
         workloads: dict[str, Callable[[], Trace]] = {
