@@ -400,3 +400,23 @@ def test_compacting_pools_of_several_lanes_replay_compiled_as_the_first_loop_rep
     every_trace_compiled: None, seed: int
 ) -> None:
     assert_same_replay(fragmenting_walk(seed, 1500, THREE_LANES), Policy.of("compact"), 48 * MiB)
+
+
+@compiled
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    ops=operations,
+    policy=st.sampled_from([REGIMES[0], REGIMES[2], REGIMES[4]]),
+    capacity=st.sampled_from([96 * MiB, GiB]),
+)
+def test_bins_of_free_chunks_made_wider_as_they_fill_change_nothing(
+    every_trace_compiled: None,
+    monkeypatch: pytest.MonkeyPatch,
+    ops: list[tuple[int, int, int, int]],
+    policy: Policy,
+    capacity: int,
+) -> None:
+    """The compiled loop keeps each bin's free chunks in a row of fixed width and makes the rows
+    wider when one nearly fills: from two places a bin, that happens at nearly every event."""
+    monkeypatch.setattr(compiled_bfc, "MIN_BIN_WIDTH", 2)
+    assert_same_replay(build(ops, [("", 0, "jax")]), policy, capacity)

@@ -42,6 +42,9 @@ PYTHON_RUNS_BEFORE_GIVING_UP = 256
 """After this many events handed back to Python (a trace of many failed allocations, say), the rest
 of the trace runs in Python: each costs a copy of the chunk table both ways."""
 
+MIN_BIN_WIDTH = 64
+"""Room for free chunks in each bin when the arrays are made; a bin nearly full makes them wider."""
+
 NO_EVENT = -(2**62)
 """The compiled loop's `None` for an event index."""
 
@@ -101,8 +104,8 @@ def replay_compiled(
     if end and int(requested.max()) >= LARGEST_VALUE:
         return python_events(replay, allocator, first, end)
     requested = requested.astype(np.int64)
-    slots, slot_pointers = kernel.slots_of(pointers)
-    state = _State(allocator, slot_pointers, kernel, replay.step)
+    slots, _, slot_pointers, *table = kernel.slots_of_pairs(pointers, np.zeros(len(pointers), dtype=np.int64))
+    state = _State(allocator, slot_pointers, kernel, replay.step, table)
     allocator.inline = True
     try:
         return _run(replay, allocator, python_events, state, actions, pointers, slots, requested, first)
@@ -127,8 +130,12 @@ def _run(
         if not state.load():
             return python_events(replay, allocator, index, end)
         stopped, why = kernel.run_events(actions, slots, requested, index, *state.arrays, state.ints, state.floats)
-        while why == kernel.EXIT_PROMISE:
-            state.promise(replay, stopped, actions[stopped] == 1)
+        while why in (kernel.EXIT_PROMISE, kernel.EXIT_FULL):
+            if why == kernel.EXIT_PROMISE:
+                state.promise(replay, stopped, actions[stopped] == 1)
+            else:  # a bin nearly full: wider arrays
+                state.store()
+                state.load()
             stopped, why = kernel.run_events(
                 actions, slots, requested, stopped, *state.arrays, state.ints, state.floats
             )
@@ -152,12 +159,12 @@ class _State:
     """The compiled loop's arrays and counters, read from and written back to the pool, its device
     and its allocator (whose counters the Python loop reads and writes the same way)."""
 
-    def __init__(self, allocator: _Allocator, slot_pointers: Any, kernel: Any, step: float) -> None:
+    def __init__(self, allocator: _Allocator, slot_pointers: Any, kernel: Any, step: float, table: list[Any]) -> None:
         import numpy as np
 
         self.np, self.kernel, self.allocator, self.step = np, kernel, allocator, step
         self.slot_pointers = slot_pointers
-        self._slot_of: dict[int, int] | None = None
+        self.table = table  # the hash table of the trace's pointers (`slots_of_pairs`, every lane 0)
         slots = len(slot_pointers)
         self.held = np.zeros(slots, dtype=np.uint8)
         self.held_columns = [np.zeros(slots, dtype=np.int64) for _ in range(4)]  # address, event, chunk id, size
@@ -183,19 +190,29 @@ class _State:
         spare = np.zeros(capacity, dtype=np.int64)
         spare[: len(pool.spare_ids())] = pool.spare_ids()
         keys = pool.free_keys()
-        free = [np.zeros(capacity, dtype=np.int64) for _ in range(3)]
-        free[0][: len(keys)] = [key >> SIZE_SHIFT for key in keys]
-        free[1][: len(keys)] = [key >> CHUNK_BITS & ((1 << (SIZE_SHIFT - CHUNK_BITS)) - 1) for key in keys]
-        free[2][: len(keys)] = [key & CHUNK_MASK for key in keys]
+        # the free chunks by XLA's bins, each bin in (size, address) order: their concatenation is the pool's list
+        bins = [min((key >> SIZE_SHIFT + 8).bit_length() - 1, kernel.NUM_BINS - 1) for key in keys]
+        width = max(MIN_BIN_WIDTH, 2 * max((bins.count(b) for b in set(bins)), default=0), len(keys) // 4)
+        free = [np.zeros((kernel.NUM_BINS, width), dtype=np.int64) for _ in range(3)]
+        bin_counts = np.zeros(kernel.NUM_BINS, dtype=np.int64)
+        for key in keys:
+            size = key >> SIZE_SHIFT
+            b = min((size >> 8).bit_length() - 1, kernel.NUM_BINS - 1)
+            position = bin_counts[b]
+            free[0][b, position] = size
+            free[1][b, position] = key >> CHUNK_BITS & ((1 << (SIZE_SHIFT - CHUNK_BITS)) - 1)
+            free[2][b, position] = key & CHUNK_MASK
+            bin_counts[b] = position + 1
         held = self.held
         held[:] = 0
         address, event, chunk, size = self.held_columns
         if handles:
-            slots = np.array([self.slot_of[pointer] for pointer in handles], dtype=np.int64)
+            pointers = np.fromiter(handles, dtype=np.uint64, count=len(handles))
+            slots = kernel.slots_for_pairs(pointers, np.zeros(len(handles), dtype=np.int64), *self.table)
             entries = np.array(list(handles.values()), dtype=np.int64)[:, :4]
             held[slots] = 1
             address[slots], event[slots], chunk[slots], size[slots] = entries.T
-        self.arrays = (*columns, spare, *free, held, address, event, chunk, size)
+        self.arrays = (*columns, spare, *free, bin_counts, held, address, event, chunk, size)
         k, ints, floats = kernel, self.ints, self.floats
         ints[k.CHUNK_BYTES], ints[k.POOL_BYTES] = pool.bytes_in_use, pool.pool_bytes
         ints[k.IN_USE], ints[k.PEAK_IN_USE], ints[k.PEAK_CHUNKS] = device.in_use, device.peak_in_use, device.peak_chunks
@@ -211,25 +228,23 @@ class _State:
         floats[k.STEP] = self.step
         return True
 
-    @property
-    def slot_of(self) -> dict[int, int]:
-        """Each pointer's slot (made when first needed: only after Python ran an event)."""
-        if self._slot_of is None:
-            self._slot_of = {pointer: slot for slot, pointer in enumerate(self.slot_pointers.tolist())}
-        return self._slot_of
-
     def store(self) -> None:
         """Write the arrays and counters back: the pool's chunk table, its buffers, the counters."""
         k, ints, floats, allocator = self.kernel, self.ints, self.floats, self.allocator
         pool, device, handles = allocator.pool, allocator.device, allocator.handles
         length, nfree, nspare = int(ints[k.TABLE_IDS]), int(ints[k.FREE_CHUNKS]), int(ints[k.SPARE_IDS])
-        size_of, address_of, prev_of, next_of, asked, spare, free_sizes, free_addresses, free_ids = self.arrays[:9]
-        keys = [
-            size << SIZE_SHIFT | address << CHUNK_BITS | chunk
-            for size, address, chunk in zip(
-                free_sizes[:nfree].tolist(), free_addresses[:nfree].tolist(), free_ids[:nfree].tolist()
-            )
-        ]
+        size_of, address_of, prev_of, next_of, asked, spare, free_sizes, free_addresses, free_ids, bin_counts = (
+            self.arrays[:10]
+        )
+        keys = []
+        for b, count in enumerate(bin_counts.tolist()):
+            keys += [
+                size << SIZE_SHIFT | address << CHUNK_BITS | chunk
+                for size, address, chunk in zip(
+                    free_sizes[b, :count].tolist(), free_addresses[b, :count].tolist(), free_ids[b, :count].tolist()
+                )
+            ]
+        assert len(keys) == nfree
         pool.set_chunk_table(
             [column[:length].tolist() for column in (size_of, address_of, prev_of, next_of, asked)],
             spare[:nspare].tolist(),

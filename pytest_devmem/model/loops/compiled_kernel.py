@@ -17,8 +17,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-EXIT_DONE, EXIT_PROMISE, EXIT_PYTHON = 0, 1, 2
-"""Why `run_events` stopped: the events ran out, a map is owed before this event, Python must run it."""
+EXIT_DONE, EXIT_PROMISE, EXIT_PYTHON, EXIT_FULL = 0, 1, 2, 3
+"""Why `run_events` stopped: the events ran out, a map is owed before this event, Python must run
+it, or a bin of free chunks is nearly full (the event is done: its arrays are made wider)."""
 
 # the integer state, by position
 (
@@ -45,6 +46,7 @@ EXIT_DONE, EXIT_PROMISE, EXIT_PYTHON = 0, 1, 2
 # the float state, by position
 FRAGMENTATION, AT_PEAK, WORST, MAPPED, STEP, FLOATS = range(6)
 CHUNK_BATCH = 64  # as bfc.CHUNK_BATCH: the table grows by this many ids, the lowest taken first
+NUM_BINS = 21  # as bfc.NUM_BINS: a chunk of s bytes is in bin min(floor(log2(s / 256)), 20)
 
 
 @numba.njit(cache=True, inline="always")
@@ -60,7 +62,18 @@ def _first_at_least(sizes: np.ndarray, count: int, size: int) -> int:  # type: i
 
 
 @numba.njit(cache=True, inline="always")
-def _position(sizes: np.ndarray, addresses: np.ndarray, count: int, size: int, address: int) -> int:  # type: ignore[type-arg]
+def _bin(size: int) -> int:
+    b = -1
+    units = size >> 8
+    while units:
+        units >>= 1
+        b += 1
+    return b if b < NUM_BINS - 1 else NUM_BINS - 1
+
+
+@numba.njit(cache=True, inline="always")
+def _in_bin(sizes: np.ndarray, addresses: np.ndarray, count: int, size: int, address: int) -> int:  # type: ignore[type-arg]
+    """The position of (size, address) in one bin's sorted columns."""
     low, high = 0, count
     while low < high:
         middle = (low + high) >> 1
@@ -69,6 +82,65 @@ def _position(sizes: np.ndarray, addresses: np.ndarray, count: int, size: int, a
         else:
             high = middle
     return low
+
+
+@numba.njit(cache=True, inline="always")
+def _bin_insert(
+    sizes: np.ndarray,
+    addresses: np.ndarray,
+    ids: np.ndarray,
+    counts: np.ndarray,
+    size: int,
+    address: int,
+    cid: int,  # type: ignore[type-arg]
+) -> None:
+    b = _bin(size)
+    n = counts[b]
+    row_sizes, row_addresses, row_ids = sizes[b], addresses[b], ids[b]
+    p = _in_bin(row_sizes, row_addresses, n, size, address)
+    for j in range(n, p, -1):
+        row_sizes[j] = row_sizes[j - 1]
+        row_addresses[j] = row_addresses[j - 1]
+        row_ids[j] = row_ids[j - 1]
+    row_sizes[p] = size
+    row_addresses[p] = address
+    row_ids[p] = cid
+    counts[b] = n + 1
+
+
+@numba.njit(cache=True, inline="always")
+def _bin_remove_at(
+    sizes: np.ndarray, addresses: np.ndarray, ids: np.ndarray, counts: np.ndarray, b: int, p: int
+) -> None:  # type: ignore[type-arg]
+    n = counts[b]
+    row_sizes, row_addresses, row_ids = sizes[b], addresses[b], ids[b]
+    for j in range(p, n - 1):
+        row_sizes[j] = row_sizes[j + 1]
+        row_addresses[j] = row_addresses[j + 1]
+        row_ids[j] = row_ids[j + 1]
+    counts[b] = n - 1
+
+
+@numba.njit(cache=True, inline="always")
+def _bin_remove(
+    sizes: np.ndarray,
+    addresses: np.ndarray,
+    ids: np.ndarray,
+    counts: np.ndarray,
+    size: int,
+    address: int,  # type: ignore[type-arg]
+) -> None:
+    b = _bin(size)
+    _bin_remove_at(sizes, addresses, ids, counts, b, _in_bin(sizes[b], addresses[b], counts[b], size, address))
+
+
+@numba.njit(cache=True, inline="always")
+def _top_bin(counts: np.ndarray) -> int:  # type: ignore[type-arg]
+    """The highest bin holding a free chunk (its last is the largest free chunk); -1 for none."""
+    b = NUM_BINS - 1
+    while b >= 0 and counts[b] == 0:
+        b -= 1
+    return b
 
 
 @numba.njit(cache=True)
@@ -86,6 +158,7 @@ def run_events(  # noqa: PLR0912, PLR0913, PLR0915
     free_sizes: np.ndarray,  # type: ignore[type-arg]
     free_addresses: np.ndarray,  # type: ignore[type-arg]
     free_ids: np.ndarray,  # type: ignore[type-arg]
+    bin_counts: np.ndarray,  # type: ignore[type-arg]
     held: np.ndarray,  # type: ignore[type-arg]
     held_address: np.ndarray,  # type: ignore[type-arg]
     held_event: np.ndarray,  # type: ignore[type-arg]
@@ -114,9 +187,14 @@ def run_events(  # noqa: PLR0912, PLR0913, PLR0915
         floats[STEP],
     )
     capacity = len(size_of)
+    width = free_sizes.shape[1]
+    full = False
     index = begin
     why = EXIT_DONE
     while index < end:
+        if full:
+            why = EXIT_FULL
+            break
         action = actions[index]
         if action == 0:  # an allocation
             if fragmented:
@@ -125,11 +203,18 @@ def run_events(  # noqa: PLR0912, PLR0913, PLR0915
             size = requested[index]
             rounded = (size + 255) & -256
             slot = slots[index]
-            i = _first_at_least(free_sizes, nfree, rounded)
-            if i == nfree:  # the pool grows or fails
+            # best fit: the first chunk at least `rounded` in its bin, else the first of a bin above
+            b = _bin(rounded)
+            i = _first_at_least(free_sizes[b], bin_counts[b], rounded)
+            while i == bin_counts[b]:
+                b += 1
+                if b == NUM_BINS:
+                    break
+                i = 0
+            if b == NUM_BINS:  # the pool grows or fails
                 why = EXIT_PYTHON
                 break
-            chunk = free_sizes[i]
+            chunk = free_sizes[b, i]
             split = chunk >= 2 * rounded or chunk - rounded >= max_waste
             if (
                 index + 1 < end
@@ -152,13 +237,10 @@ def run_events(  # noqa: PLR0912, PLR0913, PLR0915
             if live > peak_live:
                 peak_live = live
             allocations += 1
-            n = nfree
-            cid = free_ids[i]
-            address = free_addresses[i]
-            for j in range(i, nfree - 1):
-                free_sizes[j] = free_sizes[j + 1]
-                free_addresses[j] = free_addresses[j + 1]
-                free_ids[j] = free_ids[j + 1]
+            took_largest = b == _top_bin(bin_counts) and i == bin_counts[b] - 1
+            cid = free_ids[b, i]
+            address = free_addresses[b, i]
+            _bin_remove_at(free_sizes, free_addresses, free_ids, bin_counts, b, i)
             nfree -= 1
             if split:
                 rest_size, rest_address, after = chunk - rounded, address + rounded, next_of[cid]
@@ -183,15 +265,10 @@ def run_events(  # noqa: PLR0912, PLR0913, PLR0915
                 next_of[cid] = rest
                 if after:
                     prev_of[after] = rest
-                p = _position(free_sizes, free_addresses, nfree, rest_size, rest_address)
-                for j in range(nfree, p, -1):
-                    free_sizes[j] = free_sizes[j - 1]
-                    free_addresses[j] = free_addresses[j - 1]
-                    free_ids[j] = free_ids[j - 1]
-                free_sizes[p] = rest_size
-                free_addresses[p] = rest_address
-                free_ids[p] = rest
+                _bin_insert(free_sizes, free_addresses, free_ids, bin_counts, rest_size, rest_address, rest)
                 nfree += 1
+                if bin_counts[_bin(rest_size)] >= width - 1:
+                    full = True
                 chunk = rounded
             asked[cid] = size
             chunk_bytes += chunk
@@ -206,10 +283,12 @@ def run_events(  # noqa: PLR0912, PLR0913, PLR0915
             if in_use > peak_in_use:
                 peak_in_use, peak_event, pending = in_use, index, 1
                 free = pool_bytes - chunk_bytes
-                at_peak = (free - free_sizes[nfree - 1]) / free if nfree else 0.0
-            if i == n - 1 or not compared:
+                top = _top_bin(bin_counts)
+                at_peak = (free - free_sizes[top, bin_counts[top] - 1]) / free if nfree else 0.0
+            if took_largest or not compared:
                 free = pool_bytes - chunk_bytes
-                fragmentation = (free - free_sizes[nfree - 1]) / free if nfree else 0.0
+                top = _top_bin(bin_counts)
+                fragmentation = (free - free_sizes[top, bin_counts[top] - 1]) / free if nfree else 0.0
                 if fragmentation > worst:
                     worst, worst_event = fragmentation, index
                     if fragmentation >= mapped + step:
@@ -232,11 +311,7 @@ def run_events(  # noqa: PLR0912, PLR0913, PLR0915
             following = next_of[cid]
             if asked[following] == 0:
                 merged = size_of[following]
-                p = _position(free_sizes, free_addresses, nfree, merged, address_of[following])
-                for j in range(p, nfree - 1):
-                    free_sizes[j] = free_sizes[j + 1]
-                    free_addresses[j] = free_addresses[j + 1]
-                    free_ids[j] = free_ids[j + 1]
+                _bin_remove(free_sizes, free_addresses, free_ids, bin_counts, merged, address_of[following])
                 nfree -= 1
                 chunk += merged
                 size_of[cid] = chunk
@@ -251,11 +326,7 @@ def run_events(  # noqa: PLR0912, PLR0913, PLR0915
             if asked[previous] == 0:
                 merged = size_of[previous]
                 address = address_of[previous]
-                p = _position(free_sizes, free_addresses, nfree, merged, address)
-                for j in range(p, nfree - 1):
-                    free_sizes[j] = free_sizes[j + 1]
-                    free_addresses[j] = free_addresses[j + 1]
-                    free_ids[j] = free_ids[j + 1]
+                _bin_remove(free_sizes, free_addresses, free_ids, bin_counts, merged, address)
                 nfree -= 1
                 chunk += merged
                 size_of[previous] = chunk
@@ -267,20 +338,16 @@ def run_events(  # noqa: PLR0912, PLR0913, PLR0915
                 spare[nspare] = cid
                 nspare += 1
                 cid = previous
-            p = _position(free_sizes, free_addresses, nfree, chunk, address)
-            for j in range(nfree, p, -1):
-                free_sizes[j] = free_sizes[j - 1]
-                free_addresses[j] = free_addresses[j - 1]
-                free_ids[j] = free_ids[j - 1]
-            free_sizes[p] = chunk
-            free_addresses[p] = address
-            free_ids[p] = cid
+            _bin_insert(free_sizes, free_addresses, free_ids, bin_counts, chunk, address, cid)
             nfree += 1
+            if bin_counts[_bin(chunk)] >= width - 1:
+                full = True
             in_use -= rounded
             live -= size
             if in_use:
                 free = pool_bytes - chunk_bytes
-                fragmentation = (free - free_sizes[nfree - 1]) / free
+                top = _top_bin(bin_counts)
+                fragmentation = (free - free_sizes[top, bin_counts[top] - 1]) / free
                 if fragmentation > worst:
                     worst, worst_event = fragmentation, index
                     if fragmentation >= mapped + step:
@@ -303,34 +370,6 @@ def run_events(  # noqa: PLR0912, PLR0913, PLR0915
     ints[ALLOCATIONS], ints[FREE_CHUNKS], ints[SPARE_IDS], ints[TABLE_IDS] = allocations, nfree, nspare, table
     floats[FRAGMENTATION], floats[AT_PEAK], floats[WORST], floats[MAPPED] = fragmentation, at_peak, worst, mapped
     return index, why
-
-
-@numba.njit(cache=True)
-def slots_of(pointers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[type-arg]
-    """(slot of each event's pointer, pointer of each slot): slots numbered in order of first use,
-    through an open-addressing table (a sort, as numpy's unique, costs several times more)."""
-    size = 1
-    while size < 2 * len(pointers) + 2:
-        size *= 2
-    mask = size - 1
-    keys = np.zeros(size, dtype=np.uint64)
-    values = np.full(size, -1, dtype=np.int64)
-    slots = np.empty(len(pointers), dtype=np.int64)
-    firsts = np.empty(len(pointers), dtype=np.uint64)
-    count = 0
-    for index in range(len(pointers)):
-        pointer = pointers[index]
-        h = (pointer * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
-        position = np.int64(h) & mask
-        while values[position] >= 0 and keys[position] != pointer:
-            position = (position + 1) & mask
-        if values[position] < 0:
-            keys[position] = pointer
-            values[position] = count
-            firsts[count] = pointer
-            count += 1
-        slots[index] = values[position]
-    return slots, firsts[:count]
 
 
 # -- several lanes ---------------------------------------------------------------------------
@@ -371,7 +410,9 @@ DF_SAMPLED, DF_AT_PEAK, DF_WORST, DF_MAPPED, DF_FIELDS = range(5)
 
 @numba.njit(cache=True)
 def slots_of_pairs(pointers: np.ndarray, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # type: ignore[type-arg]
-    """As `slots_of`, for (lane, pointer) pairs: (slot of each event, lane and pointer of each slot)."""
+    """A slot for each (lane, pointer) pair of the trace, numbered in order of first use, through an
+    open-addressing table (a sort, as numpy's unique, costs several times more): (slot of each
+    event, lane and pointer of each slot, and the table, for `slots_for_pairs`)."""
     size = 1
     while size < 2 * len(pointers) + 2:
         size *= 2
