@@ -301,7 +301,10 @@ def test_tensorflow_giving_regions_back_before_it_fails_leaves_its_pool_smaller_
     assert_same_replay(trace, Policy.of("fraction", 0.97), GiB)
 
 
-compiled = pytest.mark.skipif(not compiled_bfc.available(), reason="numba is not installed (the fast-model extra)")
+compiled = pytest.mark.skipif(
+    not compiled_bfc.available(),
+    reason="the compiled loop is off: numba is not installed (the fast-model extra), or PYTEST_DEVMEM_COMPILED=0",
+)
 
 
 @pytest.fixture

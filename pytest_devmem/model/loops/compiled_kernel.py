@@ -409,7 +409,7 @@ DF_SAMPLED, DF_AT_PEAK, DF_WORST, DF_MAPPED, DF_FIELDS = range(5)
 
 
 @numba.njit(cache=True)
-def slots_of_pairs(pointers: np.ndarray, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # type: ignore[type-arg]
+def slots_of_pairs(pointers: np.ndarray, lanes: np.ndarray) -> tuple[np.ndarray, ...]:  # type: ignore[type-arg]
     """A slot for each (lane, pointer) pair of the trace, numbered in order of first use, through an
     open-addressing table (a sort, as numpy's unique, costs several times more): (slot of each
     event, lane and pointer of each slot, and the table, for `slots_for_pairs`)."""
