@@ -423,3 +423,20 @@ def test_bins_of_free_chunks_made_wider_as_they_fill_change_nothing(
     wider when one nearly fills: from two places a bin, that happens at nearly every event."""
     monkeypatch.setattr(compiled_bfc, "MIN_BIN_WIDTH", 2)
     assert_same_replay(build(ops, [("", 0, "jax")]), policy, capacity)
+
+
+@compiled
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=operations, policy=st.sampled_from([REGIMES[1], REGIMES[2]]), capacity=st.sampled_from([96 * MiB, GiB]))
+def test_a_compiled_replay_that_hands_python_many_events_finishes_in_python_alike(
+    every_trace_compiled: None,
+    monkeypatch: pytest.MonkeyPatch,
+    ops: list[tuple[int, int, int, int]],
+    policy: Policy,
+    capacity: int,
+) -> None:
+    """Past a number of events handed to Python (failed allocations, say), the rest of the trace
+    runs in Python: here after the second."""
+    monkeypatch.setattr(compiled_bfc, "PYTHON_RUNS_BEFORE_GIVING_UP", 2)
+    assert_same_replay(build(ops, [("", 0, "tensorflow")]), policy, capacity)
+    assert_same_replay(build(ops, [("", 0, "jax"), ("gpu:1", 0, "jax")]), policy, capacity)

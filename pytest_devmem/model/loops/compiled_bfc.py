@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeAlias
 
-from ..pool.bfc import CHUNK_BITS, CHUNK_MASK, SIZE_SHIFT
+from ..pool.bfc import ADDRESS_MASK, CHUNK_BITS, CHUNK_MASK, MIN_ALLOCATION_SIZE, SIZE_SHIFT
 from .inline_pools import sync
 
 # the machine's replay and allocator (machine.py), named loosely: no import back up
@@ -190,19 +190,22 @@ class _State:
         spare = np.zeros(capacity, dtype=np.int64)
         spare[: len(pool.spare_ids())] = pool.spare_ids()
         keys = pool.free_keys()
-        # the free chunks by XLA's bins, each bin in (size, address) order: their concatenation is the pool's list
-        bins = [min((key >> SIZE_SHIFT + 8).bit_length() - 1, kernel.NUM_BINS - 1) for key in keys]
-        width = max(MIN_BIN_WIDTH, 2 * max((bins.count(b) for b in set(bins)), default=0), len(keys) // 4)
-        free = [np.zeros((kernel.NUM_BINS, width), dtype=np.int64) for _ in range(3)]
-        bin_counts = np.zeros(kernel.NUM_BINS, dtype=np.int64)
-        for key in keys:
-            size = key >> SIZE_SHIFT
-            b = min((size >> 8).bit_length() - 1, kernel.NUM_BINS - 1)
-            position = bin_counts[b]
-            free[0][b, position] = size
-            free[1][b, position] = key >> CHUNK_BITS & ((1 << (SIZE_SHIFT - CHUNK_BITS)) - 1)
-            free[2][b, position] = key & CHUNK_MASK
-            bin_counts[b] = position + 1
+        # the free chunks by XLA's bins, each bin in (size, address) order: their concatenation is the
+        # pool's list, sorted by size, so each bin is one run of it
+        sizes = np.array([key >> SIZE_SHIFT for key in keys], dtype=np.int64)
+        addresses = np.array([key >> CHUNK_BITS & ADDRESS_MASK for key in keys], dtype=np.int64)
+        ids = np.array([key & CHUNK_MASK for key in keys], dtype=np.int64)
+        bins = kernel.NUM_BINS
+        starts = np.concatenate(([0], np.searchsorted(sizes, MIN_ALLOCATION_SIZE << np.arange(1, bins))))
+        bin_counts = np.diff(np.append(starts, len(keys))).astype(np.int64)
+        width = max(MIN_BIN_WIDTH, 2 * int(bin_counts.max()), len(keys) // 4)
+        free = [np.zeros((bins, width), dtype=np.int64) for _ in range(3)]
+        for b in range(bins):
+            start, stop = starts[b], starts[b] + bin_counts[b]
+            if stop > start:
+                free[0][b, : stop - start] = sizes[start:stop]
+                free[1][b, : stop - start] = addresses[start:stop]
+                free[2][b, : stop - start] = ids[start:stop]
         held = self.held
         held[:] = 0
         address, event, chunk, size = self.held_columns
@@ -286,9 +289,8 @@ class _State:
         device, pool = allocator.device, allocator.pool
         pool.bytes_in_use = int(ints[k.CHUNK_BYTES])
         copy = replay.copy_due(device, index, len(allocator.handles) + int(ints[k.TABLE_IDS]))
-        if copy:  # the device is copied: its pools as they are now
+        if copy:  # the device is copied: its pools as they are now (the arrays stay as they are)
             self.store()
-            self.load()
         if ints[k.FRAGMENTED]:
             worst_event = int(ints[k.WORST_EVENT])
             replay.fragmented[device.name] = replay.promise(
