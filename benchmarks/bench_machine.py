@@ -265,10 +265,11 @@ def main(argv: list[str] | None = None) -> int:
         repeat, events = 1, 20_000
     else:
         workloads, repeat, events = MACHINE_WORKLOADS, args.repeat, args.events
+    loop = "compiled (numba)" if compiled_bfc.available() else "Python (numba not installed)"
     print(
-        f"model of the machine: device sim:{args.capacity}, regime {args.mode}, best of {repeat} (alternating with the pool-only replay)"
+        f"model of the machine: device sim:{args.capacity}, regime {args.mode}, loop {loop}, best of {repeat}"
+        " (alternating with the Python loop and the pool-only replay)"
     )
-    print(f"loop: {'compiled (numba)' if compiled_bfc.available() else 'Python (numba not installed)'}")
     print(
         f"{'trace':<18} {'events':>8} {'devices':>7} {'allocators':>10} {'events/s':>12} {'Python loop':>12} {'pool only':>12} {'vs pool':>8}  target {TARGET_EVENTS_PER_SECOND:,}"
     )
