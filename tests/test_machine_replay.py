@@ -440,3 +440,21 @@ def test_a_compiled_replay_that_hands_python_many_events_finishes_in_python_alik
     monkeypatch.setattr(compiled_bfc, "PYTHON_RUNS_BEFORE_GIVING_UP", 2)
     assert_same_replay(build(ops, [("", 0, "tensorflow")]), policy, capacity)
     assert_same_replay(build(ops, [("", 0, "jax"), ("gpu:1", 0, "jax")]), policy, capacity)
+
+
+many_small_operations = st.lists(
+    st.tuples(st.integers(0, 2), st.just(0), st.sampled_from(SIZES[:7]), st.integers(0, 10**6)),
+    min_size=200,
+    max_size=500,
+)
+
+
+@compiled
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=many_small_operations, policy=st.sampled_from([REGIMES[0], REGIMES[2], REGIMES[4]]))
+def test_many_small_buffers_freed_in_any_order_replay_compiled_as_the_first_loop_replayed_them(
+    every_trace_compiled: None, ops: list[tuple[int, int, int, int]], policy: Policy
+) -> None:
+    """Hundreds of small buffers freed in random order: many free chunks in several bins, best fit
+    often found in a bin above the request's."""
+    assert_same_replay(build(ops, [("", 0, "jax")]), policy, GiB)
