@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import InvalidFreeError, OutOfMemoryError
 from ..pool.bfc import CHUNK_BITS, CHUNK_MASK, SIZE_SHIFT
-from .compiled_bfc import lanes_suit, replay_lanes_compiled
+from .compiled_bfc import replay_lanes_compiled, suits
 from .inline_pools import INLINE_POOLS, allocate, compactions, sync
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
     lane_codes = replay.lane_codes
     if lane_codes is None or not all(machine._is_bfc(names[source]) for _, _, source in replay.lane_keys):
         return None
-    if lanes_suit(replay):
+    if suits(replay):
         return replay_lanes_compiled(replay, run_events)
     return run_events(replay, 0, len(trace.actions))
 

@@ -1,9 +1,10 @@
-"""The single-lane BFC loop compiled, where numba is installed (`pip install 'pytest-devmem[fast-model]'`).
+"""The BFC loops compiled, where numba is installed (`pip install 'pytest-devmem[fast-model]'`).
 
-`compiled_kernel.run_events` runs the common events over arrays (a copy of the pool's chunk table,
-its free chunks, each buffer by slot); before any other event it stops, this module writes its state
-back into the pool, the device and the allocator, and `one_bfc_lane.run_events` runs that event in
-Python, after which the arrays are read again from the pool. A map owed costs no such round trip
+`compiled_kernel.run_events` (one lane) and `run_lanes` (several) run the common events over arrays
+(a copy of each pool's chunk table, its free chunks, each buffer by slot); before any other event
+they stop, this module writes their state back into the pools, devices and allocators, and the
+Python loop (`one_bfc_lane.run_events`, `bfc_lanes.run_events`) runs that event, after which the
+arrays are read again from the pools. A map owed costs no such round trip
 unless the device is copied for it (`_Replay.promise`). The decisions are the Python loop's, event
 for event: the property tests replay random traces through both.
 
@@ -66,8 +67,9 @@ def available() -> bool:
     return _available
 
 
-def suits(replay: _Replay, allocator: _Allocator) -> bool:
-    """Whether the compiled loop runs this replay: numba is there, the trace is long, no timeline."""
+def suits(replay: _Replay) -> bool:
+    """Whether the compiled loop runs this replay (one lane or several): numba is there, the trace
+    is long, no timeline."""
     if replay.recorded is not None or _python_only or len(replay.trace) < COMPILED_FROM_EVENTS:
         return False
     return available() if _available is not None or len(replay.trace) >= LOADED_FROM_EVENTS else False
@@ -304,11 +306,6 @@ class _State:
 
 
 # -- several lanes -----------------------------------------------------------------------------
-
-
-def lanes_suit(replay: _Replay) -> bool:
-    """Whether the compiled loop runs this replay of several lanes (as `suits` for one)."""
-    return suits(replay, None)
 
 
 def replay_lanes_compiled(replay: _Replay, python_events: Callable[[_Replay, int, int], int]) -> int:

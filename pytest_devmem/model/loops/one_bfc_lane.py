@@ -30,7 +30,7 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
     pool = allocator.pool
     if not isinstance(pool, BFCPool) or type(pool) not in INLINE_POOLS:
         return None
-    if suits(replay, allocator):
+    if suits(replay):
         return replay_compiled(replay, allocator, first, run_events)
     return run_events(replay, allocator, first, len(actions))
 
