@@ -2,9 +2,11 @@
 million events costs in memory.
 
     python -m benchmarks.bench_machine [--quick] [--repeat N] [--capacity 80GiB] [--mode prealloc] [--events 1000000]
+    python -m benchmarks.bench_machine --targets [--repeat 3]    # the model's rows of benchmarks.targets alone
 
 events/s counts every event of a trace (allocations and frees) replayed by `run_machine`: every
-device, allocator, peak, map and fragmentation figure of a test. `pool only` replays the same trace
+device, allocator, peak, map and fragmentation figure of a test (compiled by numba where the
+fast-model extra is installed). `Python loop` is the same replay with the compiled loop off. `pool only` replays the same trace
 into one BFC pool (`replay`, what `bench_pool` measures), and `vs pool` is the ratio of the two,
 measured alternately in the same run (the fastest of `--repeat` runs each), so that a loaded machine
 moves both alike.
@@ -25,9 +27,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.model.frameworks import setups_for
+from pytest_devmem.model.loops import compiled_bfc
 from pytest_devmem.model.machine import MachineSpec, run_machine
 from pytest_devmem.model.pool import Policy, make_pool, replay
 from pytest_devmem.model.trace import Trace
@@ -42,8 +46,9 @@ from .workloads import (
     training_loop,
 )
 
-TARGET_EVENTS_PER_SECOND = 1_500_000
-"""The speed the model of the machine aims at on this kind of machine (pure Python, one core)."""
+TARGET_EVENTS_PER_SECOND = 2_000_000
+"""The speed the model of the machine aims at on this kind of machine (one core; the compiled loop
+where numba is installed)."""
 
 
 def best_of_alternating(runs: list[Callable[[], object]], repeat: int) -> list[float]:
@@ -64,28 +69,45 @@ def best_of_alternating(runs: list[Callable[[], object]], repeat: int) -> list[f
 
 def measure_speed(
     workloads: dict[str, Callable[[], Trace]], capacity: int, mode: str, repeat: int
-) -> list[tuple[str, int, int, int, float, float]]:
-    """(workload, events, devices, allocators, machine events/s, pool-only events/s) per workload."""
+) -> list[tuple[str, int, int, int, float, float, float]]:
+    """(workload, events, devices, allocators, machine events/s, Python loop's events/s, pool-only
+    events/s) per workload."""
     spec, setups, policy = MachineSpec(capacity, "sim"), setups_for(Policy.of(mode), capacity), Policy.of(mode)
     rows = []
+    compiled_bfc.available()  # loaded once a process (about half a second), before any timing
     for name, make in workloads.items():
         trace = make()
         run = run_machine(trace, setups, spec)
         allocators = sum(len(device.allocators) for device in run.devices)
-        machine_seconds, pool_seconds = best_of_alternating(
+        machine_seconds, python_seconds, pool_seconds = best_of_alternating(
             [
                 lambda: run_machine(trace, setups, spec),
+                lambda: python_loop(trace, setups, spec),
                 lambda: replay(trace, make_pool(SimulatedDevice(capacity), policy)),
             ],
             repeat,
         )
         rows.append(
-            (name, len(trace), len(run.devices), allocators, len(trace) / machine_seconds, len(trace) / pool_seconds)
+            (
+                name,
+                len(trace),
+                len(run.devices),
+                allocators,
+                len(trace) / machine_seconds,
+                len(trace) / python_seconds,
+                len(trace) / pool_seconds,
+            )
         )
     return rows
 
 
 # -- memory of a million events, in a fresh process ------------------------------------------
+
+
+def python_loop(trace: Trace, setups: Any, spec: MachineSpec) -> object:
+    """The replay as a machine without numba runs it: the compiled loop's reference."""
+    with compiled_bfc.python_only():
+        return run_machine(trace, setups, spec)
 
 
 def peak_rss() -> int | None:
@@ -182,6 +204,33 @@ def shown_bytes(value: float | int | None, events: int) -> str:
     return f"{format_size(max(0, int(value)))} ({max(0.0, value) / events:.1f} B/event)"
 
 
+def print_target_rows(quick: bool, repeat: int) -> int:
+    """The model's rows of the targets' table, as `benchmarks.targets` prints them."""
+    import platform
+
+    from .targets import model_rows, table
+
+    started, started_cpu = time.perf_counter(), time.process_time()
+    if quick:
+        workloads: dict[str, Callable[[], Trace]] = {
+            "many-small": lambda: many_small_tensors(operations=5_000, live_target=200),
+            "sharded-steps": lambda: sharded_step_loop(steps=500),
+        }
+        repeat = 1
+    else:
+        workloads = MACHINE_WORKLOADS
+    rows = model_rows(workloads, repeat)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    print(
+        f"the model's targets: {platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs"
+        + (f", load average {load:.1f} at the end" if load is not None else "")
+        + f", {time.perf_counter() - started:.0f} s ({time.process_time() - started_cpu:.0f} s CPU)"
+    )
+    print()
+    print(table(rows))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="Small traces, one repeat: checks the benchmark runs")
@@ -196,7 +245,14 @@ def main(argv: list[str] | None = None) -> int:
         default=1_000_000,
         help="Events of the recorded trace of the memory part (default a million)",
     )
+    parser.add_argument(
+        "--targets",
+        action="store_true",
+        help="Only the model's rows of `benchmarks.targets` (every workload under every regime, beside its target)",
+    )
     args = parser.parse_args(argv)
+    if args.targets:
+        return print_target_rows(args.quick, args.repeat if args.repeat != 5 else 3)
     capacity = parse_size(args.capacity)
     if args.quick:
         workloads: dict[str, Callable[[], Trace]] = {
@@ -209,16 +265,19 @@ def main(argv: list[str] | None = None) -> int:
         repeat, events = 1, 20_000
     else:
         workloads, repeat, events = MACHINE_WORKLOADS, args.repeat, args.events
+    loop = "compiled (numba)" if compiled_bfc.available() else "Python (numba not installed)"
     print(
-        f"model of the machine: device sim:{args.capacity}, regime {args.mode}, best of {repeat} (alternating with the pool-only replay)"
+        f"model of the machine: device sim:{args.capacity}, regime {args.mode}, loop {loop}, best of {repeat}"
+        " (alternating with the Python loop and the pool-only replay)"
     )
     print(
-        f"{'trace':<18} {'events':>8} {'devices':>7} {'allocators':>10} {'events/s':>12} {'pool only':>12} {'vs pool':>8}  target"
+        f"{'trace':<18} {'events':>8} {'devices':>7} {'allocators':>10} {'events/s':>12} {'Python loop':>12} {'pool only':>12} {'vs pool':>8}  target {TARGET_EVENTS_PER_SECOND:,}"
     )
-    for name, count, devices, allocators, speed, pool_speed in measure_speed(workloads, capacity, args.mode, repeat):
+    rows = measure_speed(workloads, capacity, args.mode, repeat)
+    for name, count, devices, allocators, speed, python_speed, pool_speed in rows:
         reached = "yes" if speed >= TARGET_EVENTS_PER_SECOND else "no"
         print(
-            f"{name:<18} {count:>8} {devices:>7} {allocators:>10} {speed:>12,.0f} {pool_speed:>12,.0f} {speed / pool_speed:>7.2f}x  {reached}"
+            f"{name:<18} {count:>8} {devices:>7} {allocators:>10} {speed:>12,.0f} {python_speed:>12,.0f} {pool_speed:>12,.0f} {speed / pool_speed:>7.2f}x  {reached}"
         )
     memory = memory_in_fresh_process(events, capacity)
     count = int(memory["events"] or 1)

@@ -8,8 +8,10 @@ Prints one Markdown table (docs/performance.md holds one as printed). The figure
   replay, table), in events/s; references: the row-by-row reader (where pyarrow is missing) and
   pyarrow's own parse of the CSV. Memory: the peak resident growth while reading a trace over the
   bytes of the trace read (2,000,000 events by default; `--full`: 10,000,000, the target's size).
-* the model: every workload of `bench_machine` under every regime, in events/s; reference: the
-  same trace replayed into one BFC pool (`replay`, one allocator, no machine), alternating.
+* the model: every workload of `bench_machine` under every regime, in events/s (the compiled
+  loop where numba is installed); references: the same replay without numba (the Python loop) and
+  the same trace replayed into one BFC pool (`replay`, one allocator, no machine), alternating.
+  `python -m benchmarks.bench_machine --targets` prints these rows alone.
 * capture: the 20,000-step jitted loop with the plugin on and traces written, over plugin off
   (the test's own loop time, alternating runs, the fastest of each).
 * compiles for targets: six jitted functions sized for an H100 by deviceless XLA:GPU compiles,
@@ -32,8 +34,10 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pytest_devmem.model.frameworks import setups_for
+from pytest_devmem.model.loops import compiled_bfc
 from pytest_devmem.model.machine import MachineSpec, run_machine
 from pytest_devmem.model.pool import Policy
 from pytest_devmem.model.trace import Trace
@@ -96,29 +100,46 @@ def model_rows(workloads: dict[str, Callable[[], Trace]], repeat: int, capacity:
 
     rows: list[Row] = []
     spec = MachineSpec(capacity, "sim")
+    compiled_bfc.available()  # loaded once a process (about half a second), before any timing
     for name, make in workloads.items():
         trace = make()
         for mode in POLICIES:
             policy = Policy.of(mode)
             setups = setups_for(policy, capacity)
-            (machine, machine_cpu), (pool, _) = best_of_both(
+            (machine, machine_cpu), (python, python_cpu), (pool, _) = best_of_both(
                 [
                     lambda: run_machine(trace, setups, spec),
+                    lambda: python_loop(trace, setups, spec),
                     lambda: replay(trace, make_pool(SimulatedDevice(capacity), Policy.of("prealloc"))),
                 ],
                 repeat,
             )
             speed = len(trace) / machine
+            if mode == "ondemand":
+                loop = "running sums over the columns"
+            elif not compiled_bfc.available():
+                loop = "Python loop: numba not installed"
+            else:
+                loop = (
+                    "compiled loop" if len(trace) >= compiled_bfc.COMPILED_FROM_EVENTS else "Python loop: a short trace"
+                )
             rows.append(
                 (
                     f"model: {name} ({len(trace):,} events), {mode}",
-                    f"{speed:,.0f} events/s ({len(trace) / machine_cpu:,.0f} per CPU second)",
+                    f"{speed:,.0f} events/s ({len(trace) / machine_cpu:,.0f} per CPU second; {loop})",
                     f">= {MODEL_TARGET:,} events/s",
-                    f"one BFC pool alone {len(trace) / pool:,.0f} events/s",
+                    f"without numba {len(trace) / python:,.0f} events/s ({len(trace) / python_cpu:,.0f} per CPU second);"
+                    f" one BFC pool alone {len(trace) / pool:,.0f} events/s",
                     _met(speed >= MODEL_TARGET),
                 )
             )
     return rows
+
+
+def python_loop(trace: Trace, setups: Any, spec: MachineSpec) -> object:
+    """The replay as a machine without numba runs it (the compiled loop's reference)."""
+    with compiled_bfc.python_only():
+        return run_machine(trace, setups, spec)
 
 
 def best_of_both(runs: list[Callable[[], object]], repeat: int) -> list[tuple[float, float]]:

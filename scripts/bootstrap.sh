@@ -9,4 +9,4 @@ PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,gpu-compile,tpu-compile,docs]'
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,fast-model,gpu-compile,tpu-compile,docs]'

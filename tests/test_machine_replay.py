@@ -15,7 +15,14 @@ from reference_machine import ReferenceMachine
 from pytest_devmem.errors import DevmemError
 from pytest_devmem.model import machine as machine_module
 from pytest_devmem.model.frameworks import setups_for
-from pytest_devmem.model.loops import bfc_lanes, inline_pools, one_bfc_lane, replay_lanes, replay_ondemand_columns
+from pytest_devmem.model.loops import (
+    bfc_lanes,
+    compiled_bfc,
+    inline_pools,
+    one_bfc_lane,
+    replay_lanes,
+    replay_ondemand_columns,
+)
 from pytest_devmem.model.machine import Machine, MachineRun, MachineSpec
 from pytest_devmem.model.pool import Policy
 from pytest_devmem.model.trace import Trace
@@ -292,3 +299,162 @@ def test_tensorflow_giving_regions_back_before_it_fails_leaves_its_pool_smaller_
     assert run.oom is not None and run.oom.event == 4
     assert run.devices[0].allocators[0].peak_bytes_reserved > run.oom.pool_bytes  # a region went back
     assert_same_replay(trace, Policy.of("fraction", 0.97), GiB)
+
+
+compiled = pytest.mark.skipif(
+    not compiled_bfc.available(),
+    reason="the compiled loop is off: numba is not installed (the fast-model extra), or PYTEST_DEVMEM_COMPILED=0",
+)
+
+
+@pytest.fixture
+def every_trace_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled single-lane loop runs every trace without a timeline, however short."""
+    monkeypatch.setattr(compiled_bfc, "COMPILED_FROM_EVENTS", 0)
+    monkeypatch.setattr(compiled_bfc, "LOADED_FROM_EVENTS", 0)
+
+
+@compiled
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    ops=operations,
+    source=st.sampled_from(["jax", "tensorflow", "pool"]),
+    policy=st.sampled_from([*REGIMES[:3], Policy.of("fraction", 0.97), Policy.of("compact")]),
+    capacity=st.sampled_from([96 * MiB, GiB]),
+)
+def test_a_one_lane_trace_replayed_compiled_gives_what_the_first_loop_gave(
+    every_trace_compiled: None, ops: list[tuple[int, int, int, int]], source: str, policy: Policy, capacity: int
+) -> None:
+    """The compiled loop (numba) and the Python loop it hands the pool's growth, failures, moves and
+    unknown pointers to: every figure, map and out-of-memory result of the first loop."""
+    assert_same_replay(build(ops, [("", 0, source)]), policy, capacity)
+
+
+@compiled
+@pytest.mark.parametrize("mode", ["prealloc", "growth"])
+def test_maps_promised_at_many_peaks_of_a_compiled_replay_are_made_from_copies_as_they_were(
+    every_trace_compiled: None, mode: str
+) -> None:
+    """Thousands of peaks, each a map owed: most promised without leaving the compiled loop, some
+    from copies of the pool made when one is due."""
+    handed_back: list[int] = []
+    original = one_bfc_lane.run_events
+
+    def counting(replay: Any, allocator: Any, first: int, stop: int) -> int:
+        handed_back.append(stop - first)
+        return original(replay, allocator, first, stop)
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(one_bfc_lane, "run_events", counting)
+        assert_same_replay(random_walk(7, 6000, ONE_LANE), Policy.of(mode), 16 * GiB)
+    # Python ran the two replays with a timeline whole; of the others, at most single events
+    assert sum(1 for events in handed_back if events > 2) == 2
+
+
+@compiled
+@pytest.mark.parametrize("seed", [2, 3, 4, 6, 7])
+def test_a_compacting_pool_moving_its_buffers_replays_compiled_as_the_first_loop_replayed_it(
+    every_trace_compiled: None, seed: int
+) -> None:
+    assert_same_replay(fragmenting_walk(seed, 1500, ONE_LANE), Policy.of("compact"), 96 * MiB)
+
+
+@compiled
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    ops=operations,
+    lanes=st.lists(st.sampled_from(LANES), min_size=2, max_size=4, unique=True),
+    policy=st.sampled_from([REGIMES[0], REGIMES[1], REGIMES[2], REGIMES[4]]),
+    capacity=st.sampled_from([96 * MiB, GiB, 16 * GiB]),
+)
+def test_a_trace_of_several_lanes_replayed_compiled_gives_what_the_first_loop_gave(
+    every_trace_compiled: None,
+    ops: list[tuple[int, int, int, int]],
+    lanes: list[tuple[str, int, str]],
+    policy: Policy,
+    capacity: int,
+) -> None:
+    """Several lanes on BFC pools, compiled: lanes that start mid-trace, devices shared by two
+    pools, temporaries freed on another lane, failures, all as the first loop replayed them."""
+    assert_same_replay(build(ops, lanes), policy, capacity)
+
+
+@compiled
+@pytest.mark.parametrize("mode", ["prealloc", "growth"])
+def test_maps_promised_at_many_peaks_of_several_lanes_compiled_are_made_as_they_were(
+    every_trace_compiled: None, mode: str
+) -> None:
+    handed_back: list[int] = []
+    original = bfc_lanes.run_events
+
+    def counting(replay: Any, first: int, stop: int) -> int:
+        handed_back.append(stop - first)
+        return original(replay, first, stop)
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(bfc_lanes, "run_events", counting)
+        assert_same_replay(random_walk(7, 6000, THREE_LANES), Policy.of(mode), 16 * GiB)
+    assert sum(1 for events in handed_back if events > 2) == 2  # the two replays with a timeline
+
+
+@compiled
+@pytest.mark.parametrize("seed", [0, 2, 6, 16, 20])
+def test_compacting_pools_of_several_lanes_replay_compiled_as_the_first_loop_replayed_them(
+    every_trace_compiled: None, seed: int
+) -> None:
+    assert_same_replay(fragmenting_walk(seed, 1500, THREE_LANES), Policy.of("compact"), 48 * MiB)
+
+
+@compiled
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    ops=operations,
+    policy=st.sampled_from([REGIMES[0], REGIMES[2], REGIMES[4]]),
+    capacity=st.sampled_from([96 * MiB, GiB]),
+)
+def test_bins_of_free_chunks_made_wider_as_they_fill_change_nothing(
+    every_trace_compiled: None,
+    monkeypatch: pytest.MonkeyPatch,
+    ops: list[tuple[int, int, int, int]],
+    policy: Policy,
+    capacity: int,
+) -> None:
+    """The compiled loop keeps each bin's free chunks in a row of fixed width and makes the rows
+    wider when one nearly fills: from two places a bin, that happens at nearly every event."""
+    monkeypatch.setattr(compiled_bfc, "MIN_BIN_WIDTH", 2)
+    assert_same_replay(build(ops, [("", 0, "jax")]), policy, capacity)
+
+
+@compiled
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=operations, policy=st.sampled_from([REGIMES[1], REGIMES[2]]), capacity=st.sampled_from([96 * MiB, GiB]))
+def test_a_compiled_replay_that_hands_python_many_events_finishes_in_python_alike(
+    every_trace_compiled: None,
+    monkeypatch: pytest.MonkeyPatch,
+    ops: list[tuple[int, int, int, int]],
+    policy: Policy,
+    capacity: int,
+) -> None:
+    """Past a number of events handed to Python (failed allocations, say), the rest of the trace
+    runs in Python: here after the second."""
+    monkeypatch.setattr(compiled_bfc, "PYTHON_RUNS_BEFORE_GIVING_UP", 2)
+    assert_same_replay(build(ops, [("", 0, "tensorflow")]), policy, capacity)
+    assert_same_replay(build(ops, [("", 0, "jax"), ("gpu:1", 0, "jax")]), policy, capacity)
+
+
+many_small_operations = st.lists(
+    st.tuples(st.integers(0, 2), st.just(0), st.sampled_from(SIZES[:7]), st.integers(0, 10**6)),
+    min_size=200,
+    max_size=500,
+)
+
+
+@compiled
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=many_small_operations, policy=st.sampled_from([REGIMES[0], REGIMES[2], REGIMES[4]]))
+def test_many_small_buffers_freed_in_any_order_replay_compiled_as_the_first_loop_replayed_them(
+    every_trace_compiled: None, ops: list[tuple[int, int, int, int]], policy: Policy
+) -> None:
+    """Hundreds of small buffers freed in random order: many free chunks in several bins, best fit
+    often found in a bin above the request's."""
+    assert_same_replay(build(ops, [("", 0, "jax")]), policy, GiB)

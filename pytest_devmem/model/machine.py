@@ -101,6 +101,7 @@ class _Allocator:
         "in_use",
         "peak_in_use",
         "counts",
+        "dropped",
     )
 
     def __init__(self, source: str, process: int, setup: AllocatorSetup, device: _Device, counts: list[int]) -> None:
@@ -117,6 +118,9 @@ class _Allocator:
         self.limit = self.asked = self.took = self.peak_held = 0
         self.in_use = self.peak_in_use = 0  # live data, each request rounded to 256 bytes
         self.counts = counts  # its source's [allocations, bytes asked and live, their peak], over all devices
+        self.dropped: set[int] = (
+            set()
+        )  # pointers whose allocation failed and the replay went on: their frees are no error
 
     def held(self) -> int:
         pool = self.pool
@@ -269,6 +273,7 @@ class _Replay:
         self.failure: MapSnapshot | None = None
         self.oom: OutOfMemory | None = None
         self.skipped: set[int] = set()  # events the loop skipped that were not a temporary's pair on one lane
+        self.dropped: set[tuple[int, int]] = set()  # (lane, pointer) of allocations that failed, the replay going on
 
     def start(self, lane: int) -> _Allocator:
         """The allocator of `lane`, created with its framework's allocators on every device it uses."""
@@ -282,17 +287,27 @@ class _Replay:
         assert allocator is not None
         return allocator
 
-    def promise(self, device: _Device, event: int, upto: int) -> Promise:
+    def promise(self, device: _Device, event: int, upto: int, copy: bool | None = None) -> Promise:
         """The map of `device` as it is now (right before event `upto`), named after `event`; made at
-        the end. Pools must hold their current counters (the loops keep some in locals)."""
+        the end. Pools must hold their current counters (the loops keep some in locals). `copy`:
+        whether to copy the device now, where the caller decided (`copy_due`); where the copy is
+        not due, the pools need not hold their current chunks."""
         checkpoint = device.checkpoint
-        if checkpoint is None or device.stale or upto - checkpoint.upto >= self._spacing(device):
+        if copy if copy is not None else self.copy_due(device, upto):
             checkpoint = device.checkpoint = Checkpoint.of(device, upto)
             device.stale = False
+        assert checkpoint is not None
         return Promise(event, upto, checkpoint)
 
-    def _spacing(self, device: _Device) -> int:
-        entries = sum(len(a.handles) + len(getattr(a.pool, "_c_size", ())) for a in device.allocators)
+    def copy_due(self, device: _Device, upto: int, entries: int | None = None) -> bool:
+        """Whether a map promised right before event `upto` copies the device (a copy is made at
+        most every `_spacing` events); `entries`: its buffers and chunks, where its pools' own maps are stale."""
+        checkpoint = device.checkpoint
+        return checkpoint is None or device.stale or upto - checkpoint.upto >= self._spacing(device, entries)
+
+    def _spacing(self, device: _Device, entries: int | None = None) -> int:
+        if entries is None:
+            entries = sum(len(a.handles) + len(getattr(a.pool, "_c_size", ())) for a in device.allocators)
         return max(64, math.isqrt(int(len(self.trace) * entries * CHECKPOINT_SPACING_PER_ENTRY)))
 
     def fail(self, error: OutOfMemoryError, allocator: _Allocator, index: int) -> None:

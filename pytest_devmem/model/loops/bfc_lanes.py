@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import InvalidFreeError, OutOfMemoryError
 from ..pool.bfc import CHUNK_BITS, CHUNK_MASK, SIZE_SHIFT
+from .compiled_bfc import replay_lanes_compiled, suits
 from .inline_pools import INLINE_POOLS, allocate, compactions, sync
 
 if TYPE_CHECKING:
@@ -24,6 +25,17 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
     lane_codes = replay.lane_codes
     if lane_codes is None or not all(machine._is_bfc(names[source]) for _, _, source in replay.lane_keys):
         return None
+    if suits(replay):
+        return replay_lanes_compiled(replay, run_events)
+    return run_events(replay, 0, len(trace.actions))
+
+
+def run_events(replay: _Replay, first: int, stop: int) -> int:
+    """Events `first` to `stop` (not included); the index of the last event run. Counters live on
+    the device and allocator objects, so runs of consecutive ranges give what one run gives."""
+    trace = replay.trace
+    lane_codes = replay.lane_codes
+    assert lane_codes is not None
     actions, pointers, sizes = trace.actions, trace.pointers, trace.sizes
     lanes = replay.lanes
     refs: list[Any] = [None] * len(lanes)
@@ -38,12 +50,17 @@ def replay_bfc_lanes(replay: _Replay) -> int | None:
         timeline_devices = recorded.devices.append
     shift, id_shift, id_mask, may_skip = SIZE_SHIFT, CHUNK_BITS, CHUNK_MASK, not record
     snapshots, fragmented_maps, skipped = replay.snapshots, replay.fragmented, replay.skipped
-    dropped: set[tuple[int, int]] = set()
+    dropped = replay.dropped
     skip = False
-    index = -1
-    upcoming = chain(islice(pointers, 1, None), (-1,))
+    index = first - 1
+    upcoming = chain(islice(pointers, first + 1, None), (-1,))
     for index, action, pointer, size, next_pointer, lane in zip(
-        count(), actions, pointers, sizes, upcoming, lane_codes
+        count(first),
+        islice(actions, first, stop),
+        islice(pointers, first, stop),
+        islice(sizes, first, stop),
+        upcoming,
+        islice(lane_codes, first, stop),
     ):
         if skip:  # the free of a temporary handled with its allocation
             skip = False

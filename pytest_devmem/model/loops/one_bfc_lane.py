@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 from ...errors import InvalidFreeError, OutOfMemoryError
 from ..pool import BFCPool
 from ..pool.bfc import CHUNK_BITS, CHUNK_MASK, SIZE_SHIFT
+from .compiled_bfc import replay_compiled, suits
 from .inline_pools import INLINE_POOLS, MovedThenFailed, allocate, compactions, sync
 
 if TYPE_CHECKING:
-    from ..machine import _Replay
+    from ..machine import _Allocator, _Replay
 
 
 def replay_one_bfc_lane(replay: _Replay) -> int | None:
@@ -21,14 +22,27 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
     all positive; the index of the last event run, or None when the allocator is another kind (the
     general loop runs). MovedThenFailed where a compacting pool moved its buffers and still failed."""
     trace = replay.trace
-    actions, pointers, sizes = trace.actions, trace.pointers, trace.sizes
+    actions = trace.actions
     first = len(actions) - len(actions.lstrip(b"\x02"))  # recorded failures first: nothing started yet
     if first == len(actions):
         return len(actions) - 1
     allocator = replay.start(0)
-    device, pool = allocator.device, allocator.pool
+    pool = allocator.pool
     if not isinstance(pool, BFCPool) or type(pool) not in INLINE_POOLS:
         return None
+    if suits(replay):
+        return replay_compiled(replay, allocator, first, run_events)
+    return run_events(replay, allocator, first, len(actions))
+
+
+def run_events(replay: _Replay, allocator: _Allocator, first: int, stop: int) -> int:
+    """Events `first` to `stop` (not included) of the lane of `allocator`, which its BFC pool has
+    started; the index of the last event run. Counters are read from the device and allocator and
+    written back at the end, so runs of consecutive ranges give the same result as one run."""
+    trace = replay.trace
+    actions, pointers, sizes = trace.actions, trace.pointers, trace.sizes
+    device, pool = allocator.device, allocator.pool
+    assert isinstance(pool, BFCPool)
     recorded, stop_on_oom, step = replay.recorded, replay.stop_on_oom, replay.step
     record = recorded is not None
     if recorded is not None:
@@ -75,8 +89,8 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
     # An allocation that leaves the largest free chunk as it was lowers the fragmentation (the
     # bytes it takes were free outside that chunk): it can set no new worst, and its sample is
     # skipped, where the state before it was sampled. Never with a timeline, which shows every one.
-    compared, may_skip = False, not record
-    dropped: set[int] = set()
+    compared, may_skip = device.compared, not record
+    dropped = allocator.dropped
     skip = False
     index = first - 1
     # each event with the pointer of the next one (-1, never a pointer, after the last)
@@ -84,12 +98,12 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
     events = (
         zip(
             count(first),
-            islice(actions, first, None),
-            islice(pointers, first, None),
-            islice(sizes, first, None),
+            islice(actions, first, stop),
+            islice(pointers, first, stop),
+            islice(sizes, first, stop),
             upcoming,
         )
-        if first
+        if first or stop < len(actions)
         else zip(count(), actions, pointers, sizes, upcoming)
     )
     for index, action, pointer, size, next_pointer in events:
@@ -326,6 +340,6 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
         fragmentation_at_peak,
     )
     device.worst_fragmentation = None if worst < 0 else worst
-    device.worst_event, device.fragmented, device.mapped = worst_event, fragmented, mapped
+    device.worst_event, device.fragmented, device.mapped, device.compared = worst_event, fragmented, mapped, compared
     counts[:] = allocations + actions.count(0, first, index + 1) - failed, live, peak_live
     return index

@@ -378,6 +378,30 @@ class BFCPool(PoolCounters):
         free = self._free
         del free[bisect_left(free, self._c_size[chunk] << SIZE_SHIFT | self._c_address[chunk] << CHUNK_BITS | chunk)]
 
+    # -- the chunk table, for the machine's compiled loop ----------------------------------
+
+    def chunk_columns(self) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+        """The chunk table by chunk id: sizes, addresses, previous and next chunk ids (0: none), bytes
+        asked (0: free; -1: no chunk). The pool's own lists: read them, do not change them."""
+        return self._c_size, self._c_address, self._c_prev, self._c_next, self._c_asked
+
+    def spare_ids(self) -> list[int]:
+        """Ids of no chunk that new chunks take, the next one last (the pool's own list: read it only)."""
+        return self._spare
+
+    def free_keys(self) -> list[int]:
+        """Each free chunk as size << SIZE_SHIFT | address << CHUNK_BITS | id, sorted: best fit is the
+        first at or after `rounded << SIZE_SHIFT` (the pool's own list: read it only)."""
+        return self._free
+
+    def set_chunk_table(self, columns: list[list[int]], spare: list[int], free_keys: list[int]) -> None:
+        """Take a chunk table made outside (as `chunk_columns`, `spare_ids` and `free_keys` give it):
+        a loop that ran this pool's rules elsewhere hands its chunks back. The map of chunks in use
+        by address is the caller's to set (`inline_pools.sync`); the regions stay as they are."""
+        self._c_size, self._c_address, self._c_prev, self._c_next, self._c_asked = columns
+        self._spare = spare
+        self._free = free_keys
+
     # -- errors and introspection ----------------------------------------------------------
 
     def _largest_free_block(self) -> int:
