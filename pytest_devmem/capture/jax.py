@@ -31,7 +31,7 @@ from threading import get_ident
 from typing import Any
 
 from .jax_executables import ExecutablePlan, Executables
-from .jax_holdings import Held, Holdings, Owner
+from .jax_holdings import Holdings, Owner
 from .jax_lowering import compiling_for_target
 from .jax_post_hook import post_hook_slot
 from .jax_shards import ShardSizes, device_label, host_shards
@@ -249,6 +249,7 @@ class JaxCapture:
 
     def _fail(self, exc: Exception) -> None:
         self._failed = True
+        self._executables.forget_steps()  # every later run through `_on_fast_run`, which stops here
         self._window.failure = (
             f"the JAX capture stopped on an internal error ({type(exc).__name__}: {exc}): the trace is incomplete"
         )
@@ -291,6 +292,7 @@ class JaxCapture:
             for position, value in enumerate(parameters)
             if isinstance(value, self._jax_array) and value.is_deleted()
         ]
+        reads_arguments = plan.runs_read_arguments
         plan.learn(
             len(args),
             any(
@@ -298,7 +300,8 @@ class JaxCapture:
             ),
             deleted,
         )
-        if leaves and isinstance(leaves[0], self._array_type):
+        if plan.runs_read_arguments and not reads_arguments:
+            self._executables.forget_steps()  # its runs are no steps any more        if leaves and isinstance(leaves[0], self._array_type):
             self._executables.remember(leaves[0].aval, leaves[0].sharding, plan)
 
     # -- runs ---------------------------------------------------------------------------
@@ -345,7 +348,7 @@ class JaxCapture:
         values, an executable already seen so run) costs one dictionary look-up, one compact record
         and a weak reference to its output, everything it needs bound here; anything else goes on
         to `_on_fast_run`."""
-        capture, recorder, steps = self, self._recorder, self._executables.by_aval
+        recorder, steps = self._recorder, self._executables.by_aval
         array_type, slow = self._array_type, self._on_fast_run
         owners, collected = self._holdings.owners, self._holdings.collected_callback
         ids, clock = recorder.ids, recorder.clock
@@ -356,20 +359,16 @@ class JaxCapture:
             append = recorder.step_append
             if append is None:
                 return  # no window open, or paused
-            if type(outputs) is array_type and not capture._failed:
+            # `steps` holds only runs that read no arguments, and is emptied when a plan learns
+            # that its runs do, and when the capture fails
+            if type(outputs) is array_type:
                 aval = outputs.aval
                 known = steps.get(id(aval))
-                if (
-                    known is not None
-                    and known[0] is aval
-                    and known[1] is outputs._sharding
-                    and not known[2].runs_read_arguments
-                ):
+                if known is not None and known[0] is aval and known[1] is outputs._sharding:
                     buffer_id = next(ids)
                     append((known[3], buffer_id, clock(), get_ident()))
                     owner = Owner(outputs, collected)
-                    held = owner.held = Held()
-                    held.ids, held.holders = (buffer_id,), 1
+                    owner.held = buffer_id
                     owner.key = key = id(outputs)
                     owners[key] = owner
                     return

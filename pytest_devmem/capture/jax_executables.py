@@ -221,8 +221,7 @@ class Executables:
             return True
         self._ambiguous.add(key)
         del self._named[key]
-        self.steps.clear()  # no step stands for either any more: each run is named again
-        self.by_aval.clear()
+        self.forget_steps()  # no step stands for either any more: each run is named again
         self._clear_fast_path()
         return False
 
@@ -233,6 +232,11 @@ class Executables:
         if known is None or known[0] is not aval or known[1] is not sharding:
             return None
         return known[2]
+
+    def forget_steps(self) -> None:
+        """Every run named afresh on its next run (a plan that learned its runs read arguments, say)."""
+        self.steps.clear()
+        self.by_aval.clear()
 
     def remember_step(
         self, aval: Any, sharding: Any, plan: ExecutablePlan, step: int

@@ -40,8 +40,16 @@ class Owner(weakref.ref):  # type: ignore[type-arg]
     """A weak reference from one array to the allocations it holds."""
 
     __slots__ = ("held", "key")
-    held: Held | None
+    held: Held | int | None  # an int: the one id of a run's output, not shared yet (a Held made when needed)
     key: int
+
+
+def held_of(owner: Owner) -> Held | None:
+    """What the owner's array holds, as a Held (made now where a run's output kept its id alone)."""
+    held = owner.held
+    if type(held) is int:
+        held = owner.held = new_held((held,), 1)
+    return held  # type: ignore[return-value]
 
 
 class Holdings:
@@ -59,7 +67,7 @@ class Holdings:
     def held_by(self, array: Any) -> Held | None:
         """What `array` holds; None if the capture never saw it made (or it is gone)."""
         owner = self.owners.get(id(array))
-        return owner.held if owner is not None and owner() is array else None
+        return held_of(owner) if owner is not None and owner() is array else None
 
     def hold(self, array: Any, held: Held) -> None:
         """`array` now holds `held` (new allocations, or allocations it shares or took over)."""
@@ -81,7 +89,8 @@ class Holdings:
         if owner is None or owner() is not donor or owner.held is None:
             return None
         del self.owners[owner.key]
-        held, owner.held = owner.held, None
+        held, owner.held = held_of(owner), None
+        assert held is not None
         held.holders -= 1
         return held
 
@@ -96,7 +105,8 @@ class Holdings:
         owner = self.owners.get(id(array))
         if owner is None or owner() is not array or owner.held is None:
             return
-        held = owner.held
+        held = held_of(owner)
+        assert held is not None
         self._drop(owner)
         ids, held.ids = held.ids, []
         free = self._recorder.free_later
@@ -116,7 +126,12 @@ class Holdings:
                 if current is not owner and current is not None:
                     owners[key] = current  # another array's (this one was replaced): kept
                 held = owner.held
-                if held is not None:
+                if type(held) is int:  # a run's output, its id its own: the common case
+                    owner.held = None
+                    append = recorder.free_append
+                    if append is not None:
+                        append((held, clock(), get_ident()))
+                elif held is not None:
                     owner.held = None
                     held.holders -= 1
                     if held.holders <= 0:
@@ -133,7 +148,7 @@ class Holdings:
     def _drop(self, owner: Owner) -> None:
         if self.owners.get(owner.key) is owner:
             del self.owners[owner.key]
-        held, owner.held = owner.held, None
+        held, owner.held = held_of(owner), None
         if held is None:
             return
         held.holders -= 1
