@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import threading
 import time
@@ -13,6 +14,10 @@ from typing import Any
 from ..model.trace import ALLOCATE_CODE, FREE_CODE, Trace
 
 get_ident = threading.get_ident
+
+FLUSH_AT = 1 << 18
+"""Compact records held before the garbage collector's next pass writes them into the columns:
+about 40 MB, so a long window's memory stays the trace's own plus this."""
 
 
 class TraceRecorder:
@@ -28,9 +33,11 @@ class TraceRecorder:
     as they are written: about a microsecond and 60 bytes each, nothing more held per event.
 
     A run that repeats the same allocations (a jitted step: its outputs, its temps) is recorded
-    compactly instead (`step_recorder`, `free_later`): one tuple per run or free, put in order into
-    the columns when anything else is recorded, when the window's live buffers are asked for, and
-    when it closes, so the loop that makes them pays a fraction of a microsecond per run.
+    compactly instead (`step`, `step_append`, `free_later`): one tuple per run or free (about 150
+    bytes an event), written in order into the columns when anything else is recorded directly,
+    when the window's live buffers are asked for, when it closes, and when the garbage collector
+    finishes a pass with FLUSH_AT records or more held, so the loop that makes them pays a fraction
+    of a microsecond per run and a window's memory stays bounded.
     """
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
@@ -53,6 +60,7 @@ class TraceRecorder:
         self._steps: list[tuple[tuple[tuple[int, str, str, str], ...], tuple[tuple[int, str, str, str], ...]]] = []
         self._step_codes: dict[int, tuple[Any, Any]] = {}  # step -> its shards and temps with codes, this window
         self.steps_taken: dict[int, int] = {}  # step -> its runs recorded (written) since its user cleared it
+        self._flushing = False  # a collection inside a flush must not start another
         self._mark = 0  # ids above this were allocated after mark()
         self._paused = 0
         self._started = 0.0
@@ -134,11 +142,15 @@ class TraceRecorder:
             self._pauses = []
             self._started = self._clock()
             self.step_append = self.free_append = self._pending.append
+            if self._after_collection not in gc.callbacks:
+                gc.callbacks.append(self._after_collection)
 
     def end(self) -> Trace:
         """Close the window and return its events, with buffers numbered in allocation order."""
         with self._lock:
             self.step_append = self.free_append = None
+            if self._after_collection in gc.callbacks:
+                gc.callbacks.remove(self._after_collection)
             self._flush()
             trace, self._trace = self._trace or Trace(), None
             self._live = {}
@@ -300,8 +312,28 @@ class TraceRecorder:
         )
         return coded  # type: ignore[return-value]
 
+    def _after_collection(self, phase: str, info: dict[str, int]) -> None:
+        """After a garbage-collector pass: write the compact records where many are held (never
+        waiting for the lock: another thread writing will flush them itself)."""
+        if phase != "stop" or len(self._pending) < FLUSH_AT or self._flushing:
+            return
+        if self._lock.acquire(blocking=False):
+            try:
+                self._flush()
+            finally:
+                self._lock.release()
+
     def _flush(self) -> None:
         """Write the compact records into the columns, in order (under the lock)."""
+        if self._flushing:
+            return
+        self._flushing = True
+        try:
+            self._write_pending()
+        finally:
+            self._flushing = False
+
+    def _write_pending(self) -> None:
         pending = self._pending
         if not pending or self._trace is None:
             return
