@@ -3,8 +3,8 @@
 Loaded with `-p benchmarks.gate_breakdown` beside the plugin; at the session's end it prints the
 seconds (wall and CPU of the process) spent in each piece: the window's garbage collections and
 freezes at each test, the thaw and full collection at each module's first test, the rest of
-opening and closing the window, making the record (the replay on the model of the machine), and
-the session's end (reports, baselines).
+opening and closing the window, making the record (the replay on the model of the machine),
+writing its trace (with `--devmem-traces`), and the session's end (reports, baselines).
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ def pytest_configure(config: pytest.Config) -> None:
     measurement.Measurement.start = _timed("window start, in all", measurement.Measurement.start)  # type: ignore[method-assign]
     measurement.Measurement.stop = _timed("window stop, in all", measurement.Measurement.stop)  # type: ignore[method-assign]
     checks.make_record = _timed("record (replay on the model)", checks.make_record)
+    checks.Checks.write_trace = _timed("trace written (--devmem-traces)", checks.Checks.write_trace)  # type: ignore[method-assign]
 
 
 @pytest.hookimpl(wrapper=True)
