@@ -131,7 +131,7 @@ class Holdings:
                     append = recorder.free_append
                     if append is not None:
                         append((held, clock(), get_ident()))
-                elif held is not None:
+                elif isinstance(held, Held):
                     owner.held = None
                     held.holders -= 1
                     if held.holders <= 0:

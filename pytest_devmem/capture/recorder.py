@@ -303,14 +303,15 @@ class TraceRecorder:
         """A step's output shards and temps with their names' codes in this window's trace."""
         outputs, temps = self._steps[step]
         names = self._names
-        coded = self._step_codes[step] = tuple(
+        coded: tuple[Any, Any] = tuple(  # type: ignore[assignment]
             tuple(
                 (size, names.get((source, label, device)) or self._names_of(source, label, device))
                 for size, source, label, device in kind
             )
             for kind in (outputs, temps)
         )
-        return coded  # type: ignore[return-value]
+        self._step_codes[step] = coded
+        return coded
 
     def _after_collection(self, phase: str, info: dict[str, int]) -> None:
         """After a garbage-collector pass: write the compact records where many are held (never
@@ -350,9 +351,8 @@ class TraceRecorder:
                     continue  # not this window's: no event, and no thread numbered for it
                 ident = record[2]
                 if ident != last_ident:
-                    thread = thread_of.get(ident)
-                    if thread is None:
-                        thread = self._thread_number(ident)
+                    known = thread_of.get(ident)
+                    thread = self._thread_number(ident) if known is None else known
                     last_ident = ident
                 when = record[1] - started
                 for part in entry if type(entry[0]) is tuple else (entry,):
@@ -368,9 +368,8 @@ class TraceRecorder:
                 continue
             step, buffer_id, when, ident = record  # a step: its outputs, then its temps for the run
             if ident != last_ident:
-                thread = thread_of.get(ident)
-                if thread is None:
-                    thread = self._thread_number(ident)
+                known = thread_of.get(ident)
+                thread = self._thread_number(ident) if known is None else known
                 last_ident = ident
             when -= started
             taken[step] = taken.get(step, 0) + 1
