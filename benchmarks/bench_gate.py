@@ -1,11 +1,14 @@
 """Gate stability and overhead on a third-party JAX suite: optax's own tests, run as its CI would.
 
-    python -m benchmarks.bench_gate [--repeat 1] [--files N] [--json FILE]
+    python -m benchmarks.bench_gate [--repeat 1] [--files N] [--json FILE] [--breakdown]
 
 One session records baselines (`--devmem-update`); the unchanged suite then runs again in the same
 order, in reverse order, and under pytest-xdist `-n 2`. Every memory-gate failure on those reruns
 is a false failure: nothing changed. Wall time with the plugin off, on, and on with `-n 2` is
-measured alternately in the same run (best of --repeat), and reported as ratios against off.
+measured alternately in the same run (best of --repeat), and reported as ratios against off, with
+the CPU time of the session's processes beside it (steadier than wall time on a busy machine).
+`--breakdown` runs the suite once more with the plugin on and prints where its per-test work goes
+(`benchmarks/gate_breakdown.py`: the window's collections, thaws, the replay, ...).
 
 The suite is optax's source distribution (its tests are not in the wheel): fetched once with
 `pip download` into `.bench-cache/` and run against the installed optax of the same version
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tarfile
@@ -85,14 +89,21 @@ def run(
     command = [sys.executable, "-m", "pytest", *COMMON, *extra, *files]
     if report is not None:
         command.append(f"--devmem-report={report}")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     completed = subprocess.run(command, cwd=suite, capture_output=True, text=True, env=environment, check=False)
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if completed.returncode not in (0, 1):
         raise SystemExit(
             f"the suite did not run ({' '.join(command)}):\n{completed.stdout[-3000:]}\n{completed.stderr[-3000:]}"
         )
-    data: dict[str, object] = {"returncode": completed.returncode, "tail": completed.stdout.strip().splitlines()[-1:]}
+    data: dict[str, object] = {
+        "returncode": completed.returncode,
+        "tail": completed.stdout.strip().splitlines()[-1:],
+        "cpu": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,  # the session's, its workers' too
+        "stdout": completed.stdout,
+    }
     if report is not None and report.exists():
         data["report"] = json.loads(report.read_text())
     return wall, data
@@ -133,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--mode", default="prealloc", help="Regime of the measured runs (default prealloc)")
     parser.add_argument("--json", type=Path, default=None, help="Also write the figures as JSON")
+    parser.add_argument(
+        "--breakdown", action="store_true", help="Also run once with the plugin's per-test work timed, piece by piece"
+    )
     args = parser.parse_args(argv)
     check_installed()
     suite = suite_directory()
@@ -158,25 +172,39 @@ def main(argv: list[str] | None = None) -> int:
             changed[name] = moved(data)
         timings = {"off": ["-p", "no:devmem"], "on": measured, "on, -n 2": [*measured, "-n", "2"]}
         best = {name: float("inf") for name in timings}
+        best_cpu = {name: float("inf") for name in timings}
         for _ in range(args.repeat):
             for name, extra in timings.items():
-                wall, _ = run(suite, files, extra, None, environment)
+                wall, data = run(suite, files, extra, None, environment)
                 best[name] = min(best[name], wall)
+                best_cpu[name] = min(best_cpu[name], float(data["cpu"]))  # type: ignore[arg-type]
+        breakdown = ""
+        if args.breakdown:
+            _, data = run(suite, files, [*measured, "-p", "benchmarks.gate_breakdown"], None, environment)
+            text = str(data["stdout"])
+            breakdown = text[text.find("devmem breakdown") :]
     print(f"optax {OPTAX_VERSION}: {len(files)} test files, {tested} measured tests, regime {args.mode}")
     print(f"{'run':<24} {'gate failures':>14} {'peaks that moved at all':>24}")
     for name, failures in results.items():
         print(f"{name:<24} {len(failures):>14} {changed[name]:>24}")
         for failure in failures[:10]:
             print(f"    {failure}")
-    print(f"\n{'configuration':<24} {'wall s':>8} {'ratio':>8}   (best of {args.repeat})")
+    print(f"\n{'configuration':<24} {'wall s':>8} {'ratio':>8} {'CPU s':>8} {'ratio':>8}   (best of {args.repeat})")
     for name, wall in best.items():
-        print(f"{name:<24} {wall:>8.2f} {wall / best['off']:>7.2f}x")
+        cpu = best_cpu[name]
+        print(f"{name:<24} {wall:>8.2f} {wall / best['off']:>7.2f}x {cpu:>8.2f} {cpu / best_cpu['off']:>7.2f}x")
+    print(f"load average at the end: {', '.join(f'{load:.2f}' for load in os.getloadavg())}")
+    if breakdown:
+        print("\n" + breakdown.rstrip())
     if args.json is not None:
         from pytest_devmem.files import write_atomic
 
         write_atomic(
             args.json,
-            json.dumps({"tests": tested, "false_failures": results, "peaks_moved": changed, "wall_s": best}, indent=2)
+            json.dumps(
+                {"tests": tested, "false_failures": results, "peaks_moved": changed, "wall_s": best, "cpu_s": best_cpu},
+                indent=2,
+            )
             + "\n",
         )
     return 1 if any(results.values()) else 0

@@ -310,3 +310,53 @@ def test_cyclic_garbage_a_modules_fixture_left_is_collected_once_the_module_is_d
     )
     result = pytester.runpytest_subprocess("--devmem-mode=ondemand", "-p", "no:cacheprovider", "-p", "no:randomly")
     result.assert_outcomes(passed=3)
+
+
+def test_a_module_thaws_the_collector_only_where_a_shared_fixture_ended_before_it(pytester: pytest.Pytester) -> None:
+    """Thawing scans the whole process (a tenth of a second with JAX loaded): a module whose
+    predecessors tore down no fixture wider than a test (unittest classes with only unittest's own
+    class setup among them) keeps what earlier tests froze; one after a module fixture thaws."""
+    pytester.makeconftest(
+        """
+        import gc
+
+        thaws = []  # per full collection: whether it ran on a thawed collector (nothing frozen)
+
+        def log(phase, info):
+            if phase == "start" and info["generation"] == 2:
+                thaws.append(gc.get_freeze_count() == 0)
+
+        gc.callbacks.append(log)
+        """
+    )
+    pytester.makepyfile(
+        test_a="""
+        import unittest
+
+        class PlainTest(unittest.TestCase):
+            def test_one(self):
+                pass
+        """,
+        test_b="""
+        import conftest
+        import pytest
+
+        def test_kept_frozen():
+            assert conftest.thaws[-1] is False, conftest.thaws
+
+        @pytest.fixture(scope="module")
+        def shared():
+            yield object()
+
+        def test_with_a_module_fixture(shared):
+            pass
+        """,
+        test_c="""
+        import conftest
+
+        def test_thawed():
+            assert conftest.thaws[-1] is True, conftest.thaws
+        """,
+    )
+    result = pytester.runpytest_subprocess("--devmem-mode=ondemand", "-p", "no:cacheprovider", "-p", "no:randomly")
+    result.assert_outcomes(passed=4)

@@ -28,3 +28,36 @@ def test_buffers_and_threads_are_numbered_per_window_in_order_of_first_use() -> 
         ("free", 2, 2, 1, "cpu:1"),
         ("free", 1, 1, 0, "cpu:0"),
     ]
+
+
+def test_compact_steps_and_frees_keep_their_place_among_direct_events() -> None:
+    """A run recorded as one compact record (its output over two devices, then its temp allocated
+    and freed) and a free recorded later as another are written in the order they happened, among
+    events recorded directly, with the same numbering: not all at the window's end."""
+    recorder = TraceRecorder()
+    step = recorder.step(
+        ((8, "jax", "jit(f)", "cpu:0"), (8, "jax", "jit(f)", "cpu:1")), ((4, "jax", "jit(f) temp", "cpu:0"),)
+    )
+    recorder.begin()
+    before = recorder.allocate(1, "pool", "x", "cpu:0")
+    output = next(recorder.ids)
+    assert recorder.step_append is not None
+    recorder.step_append((step, output, recorder.clock(), threading.get_ident()))
+    recorder.free_later(before)
+    after = recorder.allocate(2, "pool", "y", "cpu:0")
+    recorder.free_later(output)
+    recorder.free(after)
+    trace = recorder.end()
+    assert [(e.action, e.pointer, e.size, e.label, e.device) for e in trace] == [
+        ("allocate", 1, 1, "x", "cpu:0"),
+        ("allocate", 2, 8, "jit(f)", "cpu:0"),
+        ("allocate", 3, 8, "jit(f)", "cpu:1"),
+        ("allocate", 4, 4, "jit(f) temp", "cpu:0"),
+        ("free", 4, 4, "jit(f) temp", "cpu:0"),
+        ("free", 1, 1, "x", "cpu:0"),
+        ("allocate", 5, 2, "y", "cpu:0"),
+        ("free", 2, 8, "jit(f)", "cpu:0"),
+        ("free", 3, 8, "jit(f)", "cpu:1"),
+        ("free", 5, 2, "y", "cpu:0"),
+    ]
+    assert recorder.steps_taken == {step: 1}

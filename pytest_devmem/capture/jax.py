@@ -27,10 +27,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from threading import get_ident
 from typing import Any
 
 from .jax_executables import ExecutablePlan, Executables
-from .jax_holdings import Holdings
+from .jax_holdings import Holdings, Owner
 from .jax_lowering import compiling_for_target
 from .jax_post_hook import post_hook_slot
 from .jax_shards import ShardSizes, device_label, host_shards
@@ -82,7 +83,32 @@ class JaxCapture:
         self.installed = False
         self.note = ""
         self.version = ""
-        self.window = JaxWindow()
+        self._window = JaxWindow()
+        self._failed = False  # the window's capture stopped on its own error
+        self._step_plans: list[ExecutablePlan] = []  # per step the recorder numbered: the plan it runs
+
+    @property
+    def window(self) -> JaxWindow:
+        """What the capture saw since `begin`: the runs the recorder took as compact steps counted
+        in, as far as it has written them (all of them once its window closed)."""
+        window = self._window
+        taken = self._recorder.steps_taken
+        if not taken:
+            return window
+        merged = JaxWindow(
+            dict(window.executables),
+            set(window.temp_unknown),
+            window.compiled,
+            {name: set(plans) for name, plans in window.used.items()},
+            window.failure,
+        )
+        for step, runs in taken.items():
+            plan = self._step_plans[step]
+            merged.executables[plan.label] = merged.executables.get(plan.label, 0) + runs
+            merged.used.setdefault(plan.label, set()).add(id(plan))
+            if not plan.temp_known:
+                merged.temp_unknown.add(plan.label)
+        return merged
 
     # -- installing ---------------------------------------------------------------------
 
@@ -140,7 +166,7 @@ class JaxCapture:
             self._patches.replace(pxla.MeshExecutable, "create_cpp_call", self._wrap_compiled_call)
         self._patches.replace(dispatch, "_batched_device_put_impl", self._wrap_device_put)
         self._patches.replace(array_type, "delete", self._wrap_delete)
-        self._post_hook = self._on_fast_run
+        self._post_hook = self._fast_hook()
         slot.subscribe(self._post_hook)
         self._listen_to_compiles()
         cache.clear_all()  # fast-path entries made before the hooks name no executable the capture knows
@@ -180,7 +206,7 @@ class JaxCapture:
             if (
                 event == BACKEND_COMPILE_EVENT and capture._recorder.recording and not compiling_for_target()
             ):  # the GPU sizer's compiles are not the test's
-                capture.window.compiled.append(str(details.get("fun_name", "executable")))
+                capture._window.compiled.append(str(details.get("fun_name", "executable")))
 
         jax.monitoring.register_event_duration_secs_listener(on_event)
         self._compile_listener = on_event
@@ -188,7 +214,9 @@ class JaxCapture:
     # -- window -------------------------------------------------------------------------
 
     def begin(self) -> None:
-        self.window = JaxWindow()
+        self._window = JaxWindow()
+        self._failed = False
+        self._recorder.steps_taken.clear()
 
     def needed(self) -> dict[str, int]:
         """Per function, the executables the window needed: each distinct executable it ran (compiled
@@ -220,7 +248,9 @@ class JaxCapture:
         return found
 
     def _fail(self, exc: Exception) -> None:
-        self.window.failure = (
+        self._failed = True
+        self._executables.forget_steps()  # every later run through `_on_fast_run`, which stops here
+        self._window.failure = (
             f"the JAX capture stopped on an internal error ({type(exc).__name__}: {exc}): the trace is incomplete"
         )
 
@@ -262,6 +292,7 @@ class JaxCapture:
             for position, value in enumerate(parameters)
             if isinstance(value, self._jax_array) and value.is_deleted()
         ]
+        reads_arguments = plan.runs_read_arguments
         plan.learn(
             len(args),
             any(
@@ -269,7 +300,8 @@ class JaxCapture:
             ),
             deleted,
         )
-        if leaves and isinstance(leaves[0], self._array_type):
+        if plan.runs_read_arguments and not reads_arguments:
+            self._executables.forget_steps()  # its runs are no steps any more        if leaves and isinstance(leaves[0], self._array_type):
             self._executables.remember(leaves[0].aval, leaves[0].sharding, plan)
 
     # -- runs ---------------------------------------------------------------------------
@@ -286,7 +318,7 @@ class JaxCapture:
         """Run the executable on the Python path; around it, record what XLA allocates for the run
         (and, in or out of a window, learn the executable). A fault in this bookkeeping never reaches
         the test: it stops the capture for the window, with a note."""
-        recording = self._recorder.recording and not self.window.failure
+        recording = self._recorder.recording and not self._failed
         try:
             plan = self._executables.plan(executable)
             parameters = [args[position] for position in plan.kept if position < len(args)]
@@ -311,9 +343,42 @@ class JaxCapture:
                 self._fail(exc)
         return outputs
 
+    def _fast_hook(self) -> Callable[[Any, tuple[Any, ...], dict[str, Any], Any], None]:
+        """JAX's post-hook. The run every loop repeats (one array out, nothing donated, no host
+        values, an executable already seen so run) costs one dictionary look-up, one compact record
+        and a weak reference to its output, everything it needs bound here; anything else goes on
+        to `_on_fast_run`."""
+        recorder, steps = self._recorder, self._executables.by_aval
+        array_type, slow = self._array_type, self._on_fast_run
+        owners, collected = self._holdings.owners, self._holdings.collected_callback
+        ids, clock = recorder.ids, recorder.clock
+        if "_sharding" not in dir(array_type):  # what `sharding` reads (jax/_src/array.py), at a third of the cost
+            return slow
+
+        def post_hook(function: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any) -> None:
+            append = recorder.step_append
+            if append is None:
+                return  # no window open, or paused
+            # `steps` holds only runs that read no arguments, and is emptied when a plan learns
+            # that its runs do, and when the capture fails
+            if type(outputs) is array_type:
+                aval = outputs.aval
+                known = steps.get(id(aval))
+                if known is not None and known[0] is aval and known[1] is outputs._sharding:
+                    buffer_id = next(ids)
+                    append((known[3], buffer_id, clock(), get_ident()))
+                    owner = Owner(outputs, collected)
+                    owner.held = buffer_id
+                    owner.key = key = id(outputs)
+                    owners[key] = owner
+                    return
+            slow(function, args, kwargs, outputs)
+
+        return post_hook
+
     def _on_fast_run(self, function: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any) -> None:
         """JAX's post-hook after a run on the C++ fast path: the same events as on the Python path."""
-        if not self._recorder.recording or self.window.failure:
+        if not self._recorder.recording or self._failed:
             return
         try:
             if type(outputs) is self._array_type:  # one array out
@@ -340,21 +405,24 @@ class JaxCapture:
             self._fail(exc)
 
     def _record_step(self, plan: ExecutablePlan, output: Any) -> None:
-        """`_record_run` for a run with one array out, nothing donated and no host values: its output's
-        allocations, then its temps."""
-        label, runs = plan.label, self.window.executables
-        runs[label] = runs.get(label, 0) + 1
-        self.window.used.setdefault(label, set()).add(id(plan))
-        allocate = self._recorder.allocate
-        self._holdings.hold_new(
-            output, [allocate(size, SOURCE, label, device) for device, size in self._shards.of(output)]
-        )
-        if plan.temps:
-            free = self._recorder.free
-            for temp in [allocate(size, SOURCE, plan.temp_label, device) for device, size in plan.temps]:
-                free(temp)
-        elif not plan.temp_known:
-            self.window.temp_unknown.add(label)
+        """`_record_run` for a run with one array out, nothing donated and no host values (its
+        output's allocations, then its temps), as a compact step of the recorder's; this and every
+        later run of it on the fast path (`_fast_hook`)."""
+        append = self._recorder.step_append
+        if append is None:
+            return
+        aval, sharding = output.aval, output.sharding
+        known = self._executables.step_of(aval, sharding, plan)
+        if known is None:
+            outputs = tuple((size, SOURCE, plan.label, device) for device, size in self._shards.of(output) if size > 0)
+            temps = tuple((size, SOURCE, plan.temp_label, device) for device, size in plan.temps if size > 0)
+            step = self._recorder.step(outputs, temps)
+            self._step_plans.append(plan)
+            assert len(self._step_plans) == step + 1
+            known = self._executables.remember_step(aval, sharding, plan, step)
+        buffer_id = next(self._recorder.ids)
+        append((known[3], buffer_id, self._recorder.clock(), get_ident()))
+        self._holdings.hold_new(output, [buffer_id])
 
     def _fast_parameters(
         self, plan: ExecutablePlan, function: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -425,11 +493,11 @@ class JaxCapture:
             self._shards.of,
             self._array_type,
         )
-        runs = self.window.executables
+        runs = self._window.executables
         runs[label] = runs.get(label, 0) + 1
-        self.window.used.setdefault(label, set()).add(id(plan))
+        self._window.used.setdefault(label, set()).add(id(plan))
         if not plan.temp_known:
-            self.window.temp_unknown.add(label)
+            self._window.temp_unknown.add(label)
         for index, output in enumerate(outputs):
             if (
                 type(output) is not array_type
@@ -477,7 +545,7 @@ class JaxCapture:
 
         def batched_device_put(*values: Any, **kwargs: Any) -> Any:
             results = original(*values, **kwargs)
-            if capture._recorder.recording and not capture.window.failure:
+            if capture._recorder.recording and not capture._failed:
                 try:
                     capture._after_device_put(values, kwargs.get("copy_semantics") or (), results)
                 except Exception as exc:

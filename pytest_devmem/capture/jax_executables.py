@@ -18,6 +18,9 @@ from typing import Any
 
 from .jax_shards import Shards, device_label
 
+STEP_CACHE_LIMIT = 4096
+"""Steps kept by their output's identity before the cache starts again (executables' outputs
+reuse their aval and sharding objects run after run)."""
 _ALIAS_ENTRY = re.compile(r"\{([\d,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}")
 _DONOR_ENTRY = re.compile(r"\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}\s*\)")
 
@@ -178,6 +181,11 @@ class Executables:
         self._plans: dict[int, tuple[weakref.ref[Any], ExecutablePlan]] = {}  # id(ExecuteReplicated) -> plan
         self._named: dict[tuple[int, int], tuple[Any, Any, ExecutablePlan]] = {}  # (id(aval), id(sharding)) -> plan
         self._ambiguous: set[tuple[int, int]] = set()  # first outputs of executables that run differently
+        # (id(aval), id(sharding)) of a one-array output -> (aval, sharding, plan, the recorder's step
+        # for its runs): what JAX's post-hook looks up on every run
+        self.steps: dict[tuple[int, int], tuple[Any, Any, ExecutablePlan, int]] = {}
+        # the same by id(aval) alone, the last seen of each (one look-up a run, its sharding checked by identity)
+        self.by_aval: dict[int, tuple[Any, Any, ExecutablePlan, int]] = {}
 
     def plan(self, executable: Any) -> ExecutablePlan:
         """The plan of an ExecuteReplicated, read on first use."""
@@ -213,6 +221,7 @@ class Executables:
             return True
         self._ambiguous.add(key)
         del self._named[key]
+        self.forget_steps()  # no step stands for either any more: each run is named again
         self._clear_fast_path()
         return False
 
@@ -223,3 +232,27 @@ class Executables:
         if known is None or known[0] is not aval or known[1] is not sharding:
             return None
         return known[2]
+
+    def forget_steps(self) -> None:
+        """Every run named afresh on its next run (a plan that learned its runs read arguments, say)."""
+        self.steps.clear()
+        self.by_aval.clear()
+
+    def remember_step(
+        self, aval: Any, sharding: Any, plan: ExecutablePlan, step: int
+    ) -> tuple[Any, Any, ExecutablePlan, int]:
+        """Let the recorder's `step` stand for a run of `plan` with one output of this aval and
+        sharding (held: their ids stay theirs)."""
+        if len(self.steps) >= STEP_CACHE_LIMIT:
+            self.steps.clear()
+            self.by_aval.clear()
+        entry = self.steps[(id(aval), id(sharding))] = self.by_aval[id(aval)] = (aval, sharding, plan, step)
+        return entry
+
+    def step_of(self, aval: Any, sharding: Any, plan: ExecutablePlan) -> tuple[Any, Any, ExecutablePlan, int] | None:
+        """The step remembered for `plan`'s runs with this output, now the one its aval stands for; None if none."""
+        known = self.steps.get((id(aval), id(sharding)))
+        if known is None or known[0] is not aval or known[1] is not sharding or known[2] is not plan:
+            return None
+        self.by_aval[id(aval)] = known
+        return known

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from threading import get_ident
 from typing import Any
 
 from .recorder import TraceRecorder
@@ -24,18 +25,31 @@ class Held:
     """The allocations behind one set of device buffers, and how many live arrays hold them."""
 
     __slots__ = ("ids", "holders")
-
-    def __init__(self, ids: list[int]) -> None:
-        self.ids = ids
-        self.holders = 0
+    ids: list[int] | tuple[int, ...]
+    holders: int
 
 
-class _Owner(weakref.ref):  # type: ignore[type-arg]
+def new_held(ids: list[int] | tuple[int, ...], holders: int = 0) -> Held:
+    """A Held (made without an `__init__` call: a run's output makes one, so it is half the cost)."""
+    held = Held()
+    held.ids, held.holders = ids, holders
+    return held
+
+
+class Owner(weakref.ref):  # type: ignore[type-arg]
     """A weak reference from one array to the allocations it holds."""
 
     __slots__ = ("held", "key")
-    held: Held | None
+    held: Held | int | None  # an int: the one id of a run's output, not shared yet (a Held made when needed)
     key: int
+
+
+def held_of(owner: Owner) -> Held | None:
+    """What the owner's array holds, as a Held (made now where a run's output kept its id alone)."""
+    held = owner.held
+    if type(held) is int:
+        held = owner.held = new_held((held,), 1)
+    return held  # type: ignore[return-value]
 
 
 class Holdings:
@@ -44,82 +58,101 @@ class Holdings:
     def __init__(self, recorder: TraceRecorder, on_error: Callable[[Exception], None]) -> None:
         self._recorder = recorder
         self._on_error = on_error
-        self._owners: dict[int, _Owner] = {}  # id(array) -> its owner (arrays are unhashable)
-        self._collected_callback = self._collected  # one bound method for every weak reference
+        self.owners: dict[int, Owner] = {}  # id(array) -> its owner (arrays are unhashable)
+        self.collected_callback = self._collected_callback()  # one function for every weak reference
 
     def __len__(self) -> int:
-        return len(self._owners)
+        return len(self.owners)
 
     def held_by(self, array: Any) -> Held | None:
         """What `array` holds; None if the capture never saw it made (or it is gone)."""
-        owner = self._owners.get(id(array))
-        return owner.held if owner is not None and owner() is array else None
+        owner = self.owners.get(id(array))
+        return held_of(owner) if owner is not None and owner() is array else None
 
     def hold(self, array: Any, held: Held) -> None:
         """`array` now holds `held` (new allocations, or allocations it shares or took over)."""
-        owner = _Owner(array, self._collected_callback)
+        owner = Owner(array, self.collected_callback)
         owner.held, owner.key = held, id(array)
         held.holders += 1
-        self._owners[owner.key] = owner
+        self.owners[owner.key] = owner
 
     def hold_new(self, array: Any, ids: list[int]) -> None:
         """`array` holds allocations just made for it (the step every run takes: one call)."""
-        held = Held(ids)
-        held.holders = 1
-        owner = _Owner(array, self._collected_callback)
+        held = new_held(ids, 1)
+        owner = Owner(array, self.collected_callback)
         owner.held, owner.key = held, id(array)
-        self._owners[owner.key] = owner
+        self.owners[owner.key] = owner
 
     def hand_over(self, donor: Any) -> Held | None:
         """A donated array's allocations, taken from it for the output that reuses its buffers."""
-        owner = self._owners.get(id(donor))
+        owner = self.owners.get(id(donor))
         if owner is None or owner() is not donor or owner.held is None:
             return None
-        del self._owners[owner.key]
-        held, owner.held = owner.held, None
+        del self.owners[owner.key]
+        held, owner.held = held_of(owner), None
+        assert held is not None
         held.holders -= 1
         return held
 
     def release(self, array: Any) -> None:
         """`array` holds nothing any more (deleted, or donated to no output): free what only it held."""
-        owner = self._owners.get(id(array))
+        owner = self.owners.get(id(array))
         if owner is not None and owner() is array:
             self._drop(owner)
 
     def delete(self, array: Any) -> None:
         """`array` was deleted: its buffers are gone, for every array that shared them."""
-        owner = self._owners.get(id(array))
+        owner = self.owners.get(id(array))
         if owner is None or owner() is not array or owner.held is None:
             return
-        held = owner.held
+        held = held_of(owner)
+        assert held is not None
         self._drop(owner)
         ids, held.ids = held.ids, []
-        free = self._recorder.free
+        free = self._recorder.free_later
         for buffer_id in ids:
             free(buffer_id)  # already freed where `array` was their last holder: ignored
 
-    def _collected(self, owner: _Owner) -> None:
-        """The array is gone: the `_drop` of an array every run makes, inlined."""
-        try:
-            if self._owners.get(owner.key) is owner:
-                del self._owners[owner.key]
-            held, owner.held = owner.held, None
-            if held is not None:
-                held.holders -= 1
-                if held.holders <= 0:
-                    for buffer_id in held.ids:
-                        self._recorder.free(buffer_id)
-        except Exception as exc:  # runs inside the garbage collector: never raise there
-            self._on_error(exc)
+    def _collected_callback(self) -> Callable[[Owner], None]:
+        """What runs when an array is gone: the `_drop` every run's output makes, inlined, its frees
+        written as the recorder's compact records (`free_later`), with everything bound here."""
+        owners, recorder, on_error = self.owners, self._recorder, self._on_error
+        clock = recorder.clock
 
-    def _drop(self, owner: _Owner) -> None:
-        if self._owners.get(owner.key) is owner:
-            del self._owners[owner.key]
-        held, owner.held = owner.held, None
+        def collected(owner: Owner) -> None:
+            try:
+                key = owner.key
+                current = owners.pop(key, None)
+                if current is not owner and current is not None:
+                    owners[key] = current  # another array's (this one was replaced): kept
+                held = owner.held
+                if type(held) is int:  # a run's output, its id its own: the common case
+                    owner.held = None
+                    append = recorder.free_append
+                    if append is not None:
+                        append((held, clock(), get_ident()))
+                elif isinstance(held, Held):
+                    owner.held = None
+                    held.holders -= 1
+                    if held.holders <= 0:
+                        append = recorder.free_append
+                        if append is not None:
+                            now, ident = clock(), get_ident()
+                            for buffer_id in held.ids:
+                                append((buffer_id, now, ident))
+            except Exception as exc:  # runs inside the garbage collector: never raise there
+                on_error(exc)
+
+        return collected
+
+    def _drop(self, owner: Owner) -> None:
+        if self.owners.get(owner.key) is owner:
+            del self.owners[owner.key]
+        held, owner.held = held_of(owner), None
         if held is None:
             return
         held.holders -= 1
         if held.holders <= 0:
-            free = self._recorder.free
+            free = self._recorder.free_later
             for buffer_id in held.ids:
                 free(buffer_id)

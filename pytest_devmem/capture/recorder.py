@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import itertools
 import threading
 import time
 from array import array
@@ -12,6 +14,10 @@ from typing import Any
 from ..model.trace import ALLOCATE_CODE, FREE_CODE, Trace
 
 get_ident = threading.get_ident
+
+FLUSH_AT = 1 << 18
+"""Compact records held before the garbage collector's next pass writes them into the columns:
+about 40 MB, so a long window's memory stays the trace's own plus this."""
 
 
 class TraceRecorder:
@@ -24,25 +30,37 @@ class TraceRecorder:
     do not depend on which tests ran before it. `end()` numbers the buffers 1, 2, 3... in the order
     they were allocated and the threads 0, 1, 2... in the order they first allocated, so the same
     work gives the same trace in any process. Events go straight into a columnar Trace, numbered
-    as they are written (the window's ids are consecutive): about a microsecond and 60 bytes each,
-    nothing more held per event, and nothing to redo at the end.
+    as they are written: about a microsecond and 60 bytes each, nothing more held per event.
+
+    A run that repeats the same allocations (a jitted step: its outputs, its temps) is recorded
+    compactly instead (`step`, `step_append`, `free_later`): one tuple per run or free (about 150
+    bytes an event), written in order into the columns when anything else is recorded directly,
+    when the window's live buffers are asked for, when it closes, and when the garbage collector
+    finishes a pass with FLUSH_AT records or more held, so the loop that makes them pays a fraction
+    of a microsecond per run and a window's memory stays bounded.
     """
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self._clock = clock
         self._lock = threading.RLock()  # a weak-reference callback freeing a buffer may run inside allocate
-        self._next_id = 1  # ids are unique over the process: a buffer of an earlier window never matches
-        self._first_id = 1  # the first id of this window
-        self._base = 0
+        self._ids = itertools.count(1)  # unique over the process: a buffer of an earlier window never matches
+        self._pointer = 0  # the window's buffers are numbered 1, 2, 3... as they are written
         self._threads: dict[int, int] = {}  # thread ident -> its number in this window
         self._trace: Trace | None = None
-        self._live: dict[
-            int, tuple[int, tuple[str, str, str, int, int, int]]
-        ] = {}  # id -> (bytes, its names), allocated in this window
+        # id -> (pointer, bytes, its names), or a tuple of those for a run's output over several
+        # devices; allocated in this window
+        self._live: dict[int, Any] = {}
         self._names: dict[
             tuple[str, str, str], tuple[str, str, str, int, int, int]
         ] = {}  # (source, label, device) and their codes in the trace
         self._columns: tuple[Callable[[Any], None], ...] = ()  # the appends of the window's columns that vary
+        self._pending: list[tuple[Any, ...]] = []  # compact records not yet in the columns
+        self.step_append: Callable[[tuple[Any, ...]], None] | None = None  # while recording: a step's record
+        self.free_append: Callable[[tuple[Any, ...]], None] | None = None  # while the window is open: a free's
+        self._steps: list[tuple[tuple[tuple[int, str, str, str], ...], tuple[tuple[int, str, str, str], ...]]] = []
+        self._step_codes: dict[int, tuple[Any, Any]] = {}  # step -> its shards and temps with codes, this window
+        self.steps_taken: dict[int, int] = {}  # step -> its runs recorded (written) since its user cleared it
+        self._flushing = False  # a collection inside a flush must not start another
         self._mark = 0  # ids above this were allocated after mark()
         self._paused = 0
         self._started = 0.0
@@ -71,9 +89,30 @@ class TraceRecorder:
         with self._lock:
             return list(self._pauses)
 
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self._clock
+
+    @property
+    def ids(self) -> Iterator[int]:
+        """The process's buffer ids (`next` is atomic): a step takes one for all its outputs' shards."""
+        return self._ids
+
     def now(self) -> float:
         """Seconds since the window opened, on the events' clock, paused or not."""
         return self._clock() - self._started
+
+    def step(
+        self,
+        outputs: tuple[tuple[int, str, str, str], ...],
+        temps: tuple[tuple[int, str, str, str], ...] = (),
+    ) -> int:
+        """The number of a kind of run: its outputs' shards, then temps allocated and freed at once,
+        each (bytes, source, label, device). A step's record is `(step, id, clock(), thread ident)`,
+        appended with `step_append`; the id stands for all its outputs' shards (`free_later(id)`)."""
+        with self._lock:
+            self._steps.append((tuple(outputs), tuple(temps)))
+            return len(self._steps) - 1
 
     def begin(self) -> None:
         """Open a window; events from before are forgotten."""
@@ -94,19 +133,28 @@ class TraceRecorder:
             )
             self._names = {}
             self._live = {}
-            self._first_id = self._next_id
-            self._base = self._first_id - 1  # the window's buffers are numbered 1, 2, 3...
+            self._pointer = 0
             self._threads = {}
-            self._mark = self._next_id - 1
+            self._pending = []
+            self._step_codes = {}
+            self._mark = next(self._ids)
             self._paused = 0
             self._pauses = []
             self._started = self._clock()
+            self.step_append = self.free_append = self._pending.append
+            if self._after_collection not in gc.callbacks:
+                gc.callbacks.append(self._after_collection)
 
     def end(self) -> Trace:
         """Close the window and return its events, with buffers numbered in allocation order."""
         with self._lock:
+            self.step_append = self.free_append = None
+            if self._after_collection in gc.callbacks:
+                gc.callbacks.remove(self._after_collection)
+            self._flush()
             trace, self._trace = self._trace or Trace(), None
             self._live = {}
+            self._pending = []
             self._ended = self._clock() - self._started
             if self._paused:  # closed inside a pause: it lasted to the end
                 self._pauses.append((self._pause_began, self._ended))
@@ -118,15 +166,19 @@ class TraceRecorder:
     def mark(self) -> None:
         """From now on allocations count as the test's own (its call, after its fixtures' setup)."""
         with self._lock:
-            self._mark = self._next_id - 1
+            self._mark = next(self._ids)
 
     def held_since_mark(self, source: str) -> dict[str, int]:
         """Bytes still live that `source` allocated after mark(), by label: what a test kept."""
         held: dict[str, int] = {}
         with self._lock:
-            for buffer_id, (size, (owner, label, *_)) in self._live.items():
-                if buffer_id > self._mark and owner == source:
-                    held[label or owner] = held.get(label or owner, 0) + size
+            self._flush()
+            for buffer_id, entry in self._live.items():
+                if buffer_id <= self._mark:
+                    continue
+                for _, size, (owner, label, *_) in entry if type(entry[0]) is tuple else (entry,):
+                    if owner == source:
+                        held[label or owner] = held.get(label or owner, 0) + size
         return held
 
     def elapsed(self) -> float | None:
@@ -140,6 +192,7 @@ class TraceRecorder:
         """Record nothing inside (a fixture shared with other tests is set up here, say)."""
         with self._lock:
             self._paused += 1
+            self.step_append = None
             if self._paused == 1:
                 self._pause_began = self._clock() - self._started
         try:
@@ -149,6 +202,7 @@ class TraceRecorder:
                 self._paused -= 1
                 if self._paused == 0 and self._trace is not None:
                     self._pauses.append((self._pause_began, self._clock() - self._started))
+                    self.step_append = self._pending.append
 
     def allocate(self, size: int, source: str, label: str = "", device: str = "") -> int:
         """Record an allocation of `size` bytes by `source` on `device`; its id, or 0 when nothing is
@@ -157,25 +211,20 @@ class TraceRecorder:
             trace = self._trace
             if trace is None or self._paused or size <= 0:
                 return 0
-            buffer_id = self._next_id
-            self._next_id = buffer_id + 1
+            if self._pending:
+                self._flush()
+            buffer_id = next(self._ids)
             names = self._names.get((source, label, device))
             if names is None:
-                names = self._names[(source, label, device)] = (
-                    source,
-                    label,
-                    device,
-                    trace.name_code(source),
-                    trace.name_code(label),
-                    trace.name_code(device),
-                )
-            self._live[buffer_id] = (size, names)
+                names = self._names_of(source, label, device)
+            pointer = self._pointer = self._pointer + 1
+            self._live[buffer_id] = (pointer, size, names)
             thread = self._threads.get(get_ident())
             if thread is None:
-                thread = self._thread_number()
+                thread = self._thread_number(get_ident())
             actions, pointers, sizes, times, threads, sources, labels, devices = self._columns
             actions(ALLOCATE_CODE)
-            pointers(buffer_id - self._base)
+            pointers(pointer)
             sizes(size)
             times(self._clock() - self._started)
             threads(thread)
@@ -189,18 +238,28 @@ class TraceRecorder:
         if not buffer_id:
             return
         with self._lock:
+            if self._pending:
+                self._flush()
             entry = self._live.pop(buffer_id, None)
             if entry is None or self._trace is None:
                 return
-            size, names = entry
+            if type(entry[0]) is tuple:  # a step's output over several devices
+                when = self._clock() - self._started
+                thread = self._threads.get(get_ident())
+                if thread is None:
+                    thread = self._thread_number(get_ident())
+                for part in entry:
+                    self._write(FREE_CODE, part, when, thread)
+                return
+            pointer, size, names = entry
             # the eight appends are written out here as in allocate, not shared: a call more per event
             # is a tenth of a microsecond on the path every JAX run takes
             thread = self._threads.get(get_ident())
             if thread is None:
-                thread = self._thread_number()
+                thread = self._thread_number(get_ident())
             actions, pointers, sizes, times, threads, sources, labels, devices = self._columns
             actions(FREE_CODE)
-            pointers(buffer_id - self._base)
+            pointers(pointer)
             sizes(size)
             times(self._clock() - self._started)
             threads(thread)
@@ -208,7 +267,153 @@ class TraceRecorder:
             labels(names[4])
             devices(names[5])
 
-    def _thread_number(self) -> int:
+    def free_later(self, buffer_id: int) -> None:
+        """`free`, recorded as one compact record (from a weak-reference callback, say): no lock,
+        one append, which is atomic."""
+        append = self.free_append
+        if append is not None and buffer_id:
+            append((buffer_id, self._clock(), get_ident()))
+
+    def _names_of(self, source: str, label: str, device: str) -> tuple[str, str, str, int, int, int]:
+        trace = self._trace
+        assert trace is not None
+        names = self._names[(source, label, device)] = (
+            source,
+            label,
+            device,
+            trace.name_code(source),
+            trace.name_code(label),
+            trace.name_code(device),
+        )
+        return names
+
+    def _write(self, action: int, part: tuple[int, int, tuple[Any, ...]], when: float, thread: int) -> None:
+        pointer, size, names = part
+        actions, pointers, sizes, times, threads, sources, labels, devices = self._columns
+        actions(action)
+        pointers(pointer)
+        sizes(size)
+        times(when)
+        threads(thread)
+        sources(names[3])
+        labels(names[4])
+        devices(names[5])
+
+    def _codes_of(self, step: int) -> tuple[Any, Any]:
+        """A step's output shards and temps with their names' codes in this window's trace."""
+        outputs, temps = self._steps[step]
+        names = self._names
+        coded: tuple[Any, Any] = tuple(  # type: ignore[assignment]
+            tuple(
+                (size, names.get((source, label, device)) or self._names_of(source, label, device))
+                for size, source, label, device in kind
+            )
+            for kind in (outputs, temps)
+        )
+        self._step_codes[step] = coded
+        return coded
+
+    def _after_collection(self, phase: str, info: dict[str, int]) -> None:
+        """After a garbage-collector pass: write the compact records where many are held (never
+        waiting for the lock: another thread writing will flush them itself)."""
+        if phase != "stop" or len(self._pending) < FLUSH_AT or self._flushing:
+            return
+        if self._lock.acquire(blocking=False):
+            try:
+                self._flush()
+            finally:
+                self._lock.release()
+
+    def _flush(self) -> None:
+        """Write the compact records into the columns, in order (under the lock)."""
+        if self._flushing:
+            return
+        self._flushing = True
+        try:
+            self._write_pending()
+        finally:
+            self._flushing = False
+
+    def _write_pending(self) -> None:
+        pending = self._pending
+        if not pending or self._trace is None:
+            return
+        records = pending[:]
+        del pending[: len(records)]  # what a racing thread appends meanwhile stays for the next flush
+        actions, pointers, sizes, times, threads, sources, labels, devices = self._columns
+        live, thread_of, step_codes, taken = self._live, self._threads, self._step_codes, self.steps_taken
+        started, pointer = self._started, self._pointer
+        last_ident, thread = None, 0
+        for record in records:
+            if len(record) == 3:  # a free
+                entry = live.pop(record[0], None)
+                if entry is None:
+                    continue  # not this window's: no event, and no thread numbered for it
+                ident = record[2]
+                if ident != last_ident:
+                    known = thread_of.get(ident)
+                    thread = self._thread_number(ident) if known is None else known
+                    last_ident = ident
+                when = record[1] - started
+                for part in entry if type(entry[0]) is tuple else (entry,):
+                    part_pointer, size, names = part
+                    actions(FREE_CODE)
+                    pointers(part_pointer)
+                    sizes(size)
+                    times(when)
+                    threads(thread)
+                    sources(names[3])
+                    labels(names[4])
+                    devices(names[5])
+                continue
+            step, buffer_id, when, ident = record  # a step: its outputs, then its temps for the run
+            if ident != last_ident:
+                known = thread_of.get(ident)
+                thread = self._thread_number(ident) if known is None else known
+                last_ident = ident
+            when -= started
+            taken[step] = taken.get(step, 0) + 1
+            coded = step_codes.get(step)
+            if coded is None:
+                coded = self._codes_of(step)
+            outputs, temps = coded
+            parts = []
+            for size, names in outputs:
+                pointer += 1
+                parts.append((pointer, size, names))
+                actions(ALLOCATE_CODE)
+                pointers(pointer)
+                sizes(size)
+                times(when)
+                threads(thread)
+                sources(names[3])
+                labels(names[4])
+                devices(names[5])
+            if parts:
+                live[buffer_id] = parts[0] if len(parts) == 1 else tuple(parts)
+            first_temp = pointer + 1
+            for size, names in temps:
+                pointer += 1
+                actions(ALLOCATE_CODE)
+                pointers(pointer)
+                sizes(size)
+                times(when)
+                threads(thread)
+                sources(names[3])
+                labels(names[4])
+                devices(names[5])
+            for offset, (size, names) in enumerate(temps):
+                actions(FREE_CODE)
+                pointers(first_temp + offset)
+                sizes(size)
+                times(when)
+                threads(thread)
+                sources(names[3])
+                labels(names[4])
+                devices(names[5])
+        self._pointer = pointer
+
+    def _thread_number(self, ident: int) -> int:
         """A thread writing for the first time in this window gets the next number: 0, 1, 2..."""
-        number = self._threads[get_ident()] = len(self._threads)
+        number = self._threads[ident] = len(self._threads)
         return number

@@ -69,6 +69,7 @@ class DevmemSession:
         self.xdist_note = self._plan_workers()
         self._tensorflow_configured = False
         self._frozen_in: str | None = None  # the module whose first measured test last thawed the collector
+        self._shared_fixture_finished = False  # a fixture wider than a test was torn down since the last thaw
         self.regime_env: dict[str, str | None] | None = config.stash.get(
             early_env_key, None
         )  # what the regime replaced
@@ -205,10 +206,15 @@ class DevmemSession:
         self._configure_tensorflow_once()
         item.stash[oom_key] = None
         module = item.nodeid.split("::", 1)[0]
-        self.measurement.start(
-            thaw=module != self._frozen_in
-        )  # before fixtures: what a function-scoped fixture allocates counts
+        # A module's first test thaws what earlier tests froze, where a shared fixture (its cyclic
+        # garbage frozen while it lived) was torn down since the last thaw: a full collection of the
+        # whole process (a tenth of a second with JAX loaded), needless where nothing wider than a
+        # test ended.
+        thaw = module != self._frozen_in and self._shared_fixture_finished
+        self.measurement.start(thaw=thaw)  # before fixtures: what a function-scoped fixture allocates counts
         self._frozen_in = module
+        if thaw:
+            self._shared_fixture_finished = False
         try:
             return (yield)
         except BaseException:  # no call phase will stop the measurement: stop it here
@@ -225,6 +231,10 @@ class DevmemSession:
             return (yield)
         with self.measurement.recorder.paused():
             return (yield)
+
+    def pytest_fixture_post_finalizer(self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> None:
+        if fixturedef.scope != "function" and not library_class_fixture(fixturedef, request):
+            self._shared_fixture_finished = True
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
@@ -435,6 +445,26 @@ class DevmemSession:
         )
         held = ", ".join(f"worker {i + 1} {format_size(share)}" for i, share in enumerate(shares))
         return f"; on {self.device.name}, started one after the other, each JAX preallocation backs off to what is left: {held}"
+
+
+LIBRARY_TEST_CASES = ("unittest.", "absl.testing.")
+"""Modules whose TestCase classes' own setUpClass and tearDownClass make nothing of a test's."""
+
+
+def library_class_fixture(fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> bool:
+    """Whether this is the class fixture pytest makes for a unittest class (`_pytest/unittest.py`,
+    `_register_unittest_setup_class_fixture`) whose class setup and teardown are all a testing
+    library's (unittest's, absltest's): it left nothing of its own to collect."""
+    if not fixturedef.argname.startswith("_unittest_setUpClass_fixture_"):
+        return False
+    cls = getattr(request.node, "cls", None) or getattr(request, "cls", None)
+    if cls is None:
+        return False
+    for name in ("setUpClass", "tearDownClass", "doClassCleanups"):
+        function = getattr(getattr(cls, name, None), "__func__", None)
+        if function is None or not str(getattr(function, "__module__", "")).startswith(LIBRARY_TEST_CASES):
+            return False
+    return True
 
 
 def ignore_shutdown_interrupt_in_jax_gc() -> None:
