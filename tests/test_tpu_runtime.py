@@ -117,7 +117,7 @@ def test_tensorflows_events_stay_on_their_cpu_device_under_a_tpu_preset() -> Non
     ]
 
 
-def test_a_test_using_the_devmem_pool_and_a_jax_array_on_a_v5e_fits_its_chip(
+def test_the_devmem_pool_and_jax_arrays_share_a_v5e_chip_in_a_pytest_run(
     jax_loaded: Any, pytester: pytest.Pytester
 ) -> None:
     pytester.makepyfile(
@@ -129,19 +129,33 @@ def test_a_test_using_the_devmem_pool_and_a_jax_array_on_a_v5e_fits_its_chip(
             x = jnp.ones((1024, 1024), jnp.float32)  # 4 MiB of JAX's
             assert float(x.sum()) == 1024 * 1024
             devmem.pool.free(staging)
+
+        def test_over(devmem):
+            devmem.pool.alloc(16911433728 - 2 * 2**20)  # all of the v5e's 15.75G but 2 MiB
+            x = jnp.ones((1024, 1024), jnp.float32)  # 4 MiB more than the chip has
+            assert float(x.sum()) > 0
         """
     )
     result = pytester.runpytest_inprocess(
         "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json"
     )
-    result.assert_outcomes(passed=1)
-    record = json.loads((pytester.path / "r.json").read_text())["records"][0]
-    assert record["oom"] is None and record["regime"] == "compact(fraction=1)"
-    (chip,) = record["devices"]
+    result.assert_outcomes(passed=1, failed=1)
+    records = {r["test_id"].split("::")[1]: r for r in json.loads((pytester.path / "r.json").read_text())["records"]}
+    both = records["test_both"]
+    assert both["oom"] is None and both["regime"] == "compact(fraction=1)"
+    (chip,) = both["devices"]
     assert chip["device"] == "tpu:0"
     assert [a["allocator"] for a in chip["allocators"]] == ["TPU runtime"]
-    by_source = record["trace"]["by_source"]
+    by_source = both["trace"]["by_source"]
     assert by_source["pool"]["peak_live_bytes"] == 2 * GiB
     assert 4 * MiB <= by_source["jax"]["peak_live_bytes"] < 2 * GiB
     assert 2 * GiB + 4 * MiB <= chip["peak_bytes_in_use"] < 3 * GiB
-    assert record["tpu"]["compaction_moved_bytes"] == 0
+    assert both["tpu"]["compaction_moved_bytes"] == 0
+    over = records["test_over"]["oom"]
+    assert over["kind"] == "capacity" and over["allocator"] == "jax" and over["held_by_others"] == {}
+    result.stdout.fnmatch_lines(
+        [
+            "*JAX could not allocate 4.00 MiB*on tpu:0 -- capacity: the live data does not fit the device",
+            "  the TPU runtime (all of the chip's sources): 15.75 GiB in chunks*",
+        ]
+    )

@@ -30,7 +30,9 @@ class CompactingPool(BFCPool):
         try:
             address = super().alloc(nbytes)
         except OutOfMemoryError:
-            if self.pool_bytes - self.bytes_in_use < rounded_bytes(int(nbytes)) or not self._compact():
+            needed = rounded_bytes(int(nbytes))
+            free = self.pool_bytes - self.bytes_in_use
+            if (free < needed and self.pool_bytes - self._packed_bytes() < needed) or not self._compact():
                 raise
             address = super().alloc(nbytes)
         handle = self._next_handle
@@ -63,6 +65,12 @@ class CompactingPool(BFCPool):
             return self._address_of[handle]
         except (KeyError, TypeError):
             raise InvalidFreeError(f"unknown handle {handle!r}: this pool never allocated it") from None
+
+    def _packed_bytes(self) -> int:
+        """The bytes the live buffers take once moved together, each at its rounded size: less than
+        `bytes_in_use` where a chunk was handed out whole (BFC's rule for a remainder too small to
+        split off), which moving them gives back."""
+        return sum(rounded_bytes(max(requested, 1)) for _, _, _, in_use, requested in self.chunks() if in_use)
 
     def _compact(self) -> bool:
         """Move every live buffer to the front of the regions, in order; False (nothing moved) when
