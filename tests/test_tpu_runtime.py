@@ -159,3 +159,52 @@ def test_the_devmem_pool_and_jax_arrays_share_a_v5e_chip_in_a_pytest_run(
             "  the TPU runtime (all of the chip's sources): 15.75 GiB in chunks*",
         ]
     )
+
+
+def test_a_chunk_handed_out_whole_is_given_back_by_the_runtimes_move_not_a_limit_oom() -> None:
+    # the pool's request leaves 2 MiB, too little to split off (XLA's BFC hands the chunk out whole);
+    # moving the buffer to its rounded size gives the 2 MiB back
+    fits = on_v5e([(ALLOCATE_CODE, 1, V5E - 2 * MiB, "pool"), (ALLOCATE_CODE, 2, MiB, "jax")])
+    assert fits.oom is None
+    over = on_v5e([(ALLOCATE_CODE, 1, V5E - 2 * MiB, "pool"), (ALLOCATE_CODE, 2, 4 * MiB, "jax")])
+    assert over.oom is not None and over.oom.kind == "capacity"
+
+
+def interleaved(seed: int, events: int = 3000) -> list[tuple[int, int, int, str]]:
+    """Random allocations and frees of the pool and JAX on one chip, enough to fill and fragment it."""
+    import random
+
+    rng = random.Random(seed)
+    live: list[tuple[int, int, str]] = []
+    out: list[tuple[int, int, int, str]] = []
+    for pointer in range(1, events):
+        if live and (rng.random() < 0.45 or sum(size for _, size, _ in live) > V5E * 0.8):
+            gone, size, source = live.pop(rng.randrange(len(live)))
+            out.append((FREE_CODE, gone, size, source))
+        source = rng.choice(("pool", "jax"))
+        size = rng.choice((rng.randrange(1, 64 * MiB), rng.randrange(64 * MiB, 2 * GiB)))
+        live.append((pointer, size, source))
+        out.append((ALLOCATE_CODE, pointer, size, source))
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_shared_runtime_replays_as_one_allocator_with_every_buffer_would(seed: int) -> None:
+    """Two sources on the chip's runtime give the chip the figures and maps of one source holding
+    all of their buffers (which the single-lane loop replays)."""
+    events = interleaved(seed)
+    shared = on_v5e(events)
+    alone = on_v5e([(action, pointer, size, "jax") for action, pointer, size, _ in events])
+    (chip,), (reference,) = shared.devices, alone.devices
+    assert (shared.oom is None) == (alone.oom is None)
+    for name in ("peak_bytes_in_use", "peak_chunk_bytes", "peak_event", "fragmentation", "worst_fragmentation"):
+        assert getattr(chip, name) == getattr(reference, name), name
+    assert [(a.moved_bytes, a.compactions) for a in chip.allocators] == [
+        (a.moved_bytes, a.compactions) for a in reference.allocators
+    ]
+    assert chip.allocators[0].moved_bytes > 0  # the walk made the runtime move buffers
+    for maps, other in ((shared.snapshots, alone.snapshots), (shared.fragmented, alone.fragmented)):
+        assert {d: [(m.regions, m.chunks) for m in s.pools] for d, s in maps.items()} == {
+            d: [(m.regions, m.chunks) for m in s.pools] for d, s in other.items()
+        }
+    assert sum(f.allocations for f in shared.by_source.values()) == alone.by_source["jax"].allocations
