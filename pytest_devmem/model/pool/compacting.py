@@ -12,7 +12,8 @@ from .bfc import BFCPool, rounded_bytes
 class CompactingPool(BFCPool):
     """A BFC pool whose handles are not addresses, so that it can move the buffers behind them.
 
-    When no free chunk fits a request but the pool's free bytes would, every live buffer is moved to
+    When no free chunk fits a request but the pool's free bytes would (counting what moving gives
+    back: a chunk handed out whole shrinks to its buffer's rounded size), every live buffer is moved to
     the start of the regions, in address order (each to its rounded size), leaving one free chunk at
     the end of each region; then the request is tried again. `moved_bytes` counts the bytes copied,
     `compactions` how often it happened.
