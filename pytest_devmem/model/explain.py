@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..units import format_short_of, format_size
-from .machine import KIND_TEXT
+from .machine import KIND_TEXT, TPU_RUNTIME_NAME
 
 NAMES = {"jax": "JAX", "tensorflow": "TensorFlow", "pool": "the devmem pool"}
 
@@ -49,10 +49,19 @@ def oom_lines(
     who = allocator_name(str(oom.get("allocator", "")))
     label = f" for {oom['label']}" if oom.get("label") else ""
     kind = str(oom.get("kind"))
+    device = next((d for d in devices or [] if d.get("device") == oom.get("device")), None)
+    allocators = device.get("allocators") if device is not None else None
+    pool = who
+    if (
+        isinstance(allocators, list)
+        and not who.startswith("TensorFlow")  # its own allocator: the runtime serves JAX and the pool
+        and any(isinstance(a, dict) and a.get("allocator") == TPU_RUNTIME_NAME for a in allocators)
+    ):  # the chip's one allocator, which every source of the process allocates from
+        pool = f"the {TPU_RUNTIME_NAME} (all of the chip's sources)"
     lines = [
         f"out of device memory under regime {regime} on {machine}: {who} could not allocate {_size(oom.get('requested'))} "
         f"({oom.get('requested')} bytes){label} on {oom.get('device')} -- {KIND_TEXT.get(kind, kind)}",
-        f"  {who}: {_size(oom.get('in_use'))} in chunks, {_size(oom.get('pool_bytes'))} held of a {_size(oom.get('limit'))} limit, "
+        f"  {pool}: {_size(oom.get('in_use'))} in chunks, {_size(oom.get('pool_bytes'))} held of a {_size(oom.get('limit'))} limit, "
         f"{_free(int(oom.get('pool_bytes', 0)) - int(oom.get('in_use', 0)), oom)} of it free, largest free block {_free(oom.get('largest_free_block'), oom)}"  # type: ignore[call-overload]
         + (
             f", fragmentation {float(oom['fragmentation']):.2f}"  # type: ignore[arg-type]
@@ -72,8 +81,6 @@ def oom_lines(
     pinning = oom.get("pinning")
     if isinstance(pinning, list):
         lines += [f"  {line}" for line in pinning if isinstance(line, str)]
-    device = next((d for d in devices or [] if d.get("device") == oom.get("device")), None)
-    allocators = device.get("allocators") if device is not None else None
     if isinstance(allocators, list) and len(allocators) > 1:
         lines.append(
             "  started in this order: "

@@ -12,11 +12,13 @@ with these rules. No pytest, no frameworks here.
   TF_GPU_ALLOCATOR=cuda_malloc_async allocates on demand. Its BFC allocator gives wholly free regions
   back before failing (garbage collection, on unless TF_ENABLE_GPU_GARBAGE_COLLECTION=false).
 * The plugin's own `pool` (the `devmem` fixture) follows the regime's policy exactly.
+* On a TPU chip under the TPU runtime's regime (`compact`), JAX and the pool have no allocators of
+  their own: the chip has one, the runtime's, which they share (`tpu_runtime_description`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..units import format_size
@@ -111,6 +113,15 @@ def setup_for_policy(kind: str, policy: Policy) -> AllocatorSetup:
     if policy.mode is Mode.COMPACT:
         return AllocatorSetup(kind, "compact", policy.fraction)
     return AllocatorSetup(kind, "prealloc", policy.fraction)
+
+
+def tpu_runtime_description(sources: Iterable[str]) -> str:
+    """The setup of a TPU chip's one allocator, the TPU runtime's, which every source of a process
+    allocates from (the machine model gives a chip one under the `compact` regime): JAX does not
+    preallocate on a TPU, and the runtime defragments HBM when an allocation does not fit
+    (jax-ml/jax #9064)."""
+    names = ", ".join(FRAMEWORK_NAMES.get(source, source or "unknown") for source in sources)
+    return f"the TPU runtime's: all usable HBM, defragmented when an allocation does not fit; used by {names}"
 
 
 def tensorflow_setup(policy: Policy, capacity: int, environ: Mapping[str, str] | None = None) -> AllocatorSetup:

@@ -32,7 +32,7 @@ from typing import Any
 
 from ..errors import OutOfMemoryError
 from .device import SimulatedDevice
-from .frameworks import AllocatorSetup, tensorflow_growth_pool, tensorflow_memory_limit
+from .frameworks import AllocatorSetup, tensorflow_growth_pool, tensorflow_memory_limit, tpu_runtime_description
 from .loops import replay_bfc_lanes, replay_lanes, replay_ondemand_columns, replay_one_bfc_lane
 from .loops.inline_pools import MovedThenFailed
 from .machine_maps import (
@@ -60,6 +60,7 @@ from .machine_results import (  # the results, read where the model is used: re-
 )
 from .pool import BFCPool, OnDemandPool, Policy
 from .pool.compacting import CompactingPool
+from .tpu_devices import TPU_PLATFORM
 from .trace import ALLOCATE_CODE, FREE_CODE, Trace
 
 __all__ = [  # the model's results live in machine_results; they are read from here too
@@ -102,10 +103,12 @@ class _Allocator:
         "peak_in_use",
         "counts",
         "dropped",
+        "runtime",
     )
 
     def __init__(self, source: str, process: int, setup: AllocatorSetup, device: _Device, counts: list[int]) -> None:
         self.source = source
+        self.runtime = False  # it allocates from its chip's TPU runtime allocator, which its process's sources share
         self.process = process
         self.setup = setup
         self.device = device
@@ -129,6 +132,30 @@ class _Allocator:
     @property
     def name(self) -> str:
         return self.source if not self.process else f"{self.source} (process {self.process})"
+
+    @property
+    def owner(self) -> tuple[str, int]:
+        """Whose pool this allocator draws on, as maps name it: its source's, or its chip's TPU runtime."""
+        return (TPU_RUNTIME_NAME if self.runtime else self.source), self.process
+
+
+TPU_RUNTIME_NAME = "TPU runtime"
+"""The one allocator of a TPU chip, as records and maps name it."""
+
+
+def _is_chip(name: str) -> bool:
+    """Whether a device of the trace is a TPU chip (`tpu:N`, as JAX names one)."""
+    return name.partition(":")[0] == TPU_PLATFORM
+
+
+def _is_runtime(setup: AllocatorSetup, name: str) -> bool:
+    """Whether `setup`'s allocator on device `name` is the TPU runtime's: the defragmenting regime
+    (`compact`, the TPU runtime's regime) on a TPU chip. A TPU chip has one HBM allocator, the
+    runtime's, and every buffer of the process comes out of it: JAX's (JAX does not preallocate on
+    a TPU and keeps no allocator of its own there, jax-ml/jax #9064) and those the devmem pool stands
+    for. Its out-of-memory message names the chip's memory, not a framework's pool ("Could not
+    allocate X bytes in memory ...HBM0; Y allocatable, Z available", jax-ml/jax #14304)."""
+    return setup.mode == "compact" and _is_chip(name)
 
 
 class _Device:
@@ -156,6 +183,7 @@ class _Device:
         "compared",
         "checkpoint",
         "stale",
+        "runtime",
     )
 
     def __init__(self, name: str, code: int, capacity: int) -> None:
@@ -180,14 +208,14 @@ class _Device:
         )
         self.checkpoint: Checkpoint | None = None  # its allocators copied at a moment a map was asked for
         self.stale = True  # it gained an allocator since that copy
+        self.runtime: dict[int, CompactingPool] = {}  # a TPU chip's runtime allocator, by process
 
     def fragmentation(self) -> float:
         """XLA's GetFragmentation over this device's pools: the free bytes outside each pool's largest
         free block, over all free bytes (for one pool, exactly XLA's (free - largest) / free; each
         allocator can only use its own pool, so two unfragmented pools give 0)."""
         free = stranded = 0
-        for allocator in self.allocators:
-            pool = allocator.pool
+        for pool in {id(a.pool): a.pool for a in self.allocators}.values():  # a chip's runtime allocator once
             if isinstance(pool, BFCPool):
                 pool_free = pool.pool_bytes - pool.bytes_in_use
                 free += pool_free
@@ -264,6 +292,8 @@ class _Replay:
             code_of = {(d, p, s): lane_index[(devices[device_name[d]].code, p, s)] for d, p, s in combinations}
             self.lane_codes = [code_of[key] for key in zip(trace.devices, trace.processes, trace.sources)]
         self.by_code = list(devices.values())
+        runtime_lanes = [(d, p) for d, p, s in lane_keys if _is_runtime(machine._setup(names[s]), self.by_code[d].name)]
+        self.shares_runtime = len(set(runtime_lanes)) < len(runtime_lanes)  # sources sharing a chip's runtime allocator
         self.lanes: list[_Allocator | None] = [None] * len(lane_keys)
         self.counts: dict[str, list[int]] = {}
         self.order: list[str] = []
@@ -358,7 +388,7 @@ class _Replay:
         if checkpoint.upto != map_.upto:
             checkpoint = checkpoint.copy()
             self._advance(device, checkpoint, map_.upto)
-        allocators = [(a.source, a.process) for a in device.allocators[: len(checkpoint.pools)]]
+        allocators = [a.owner for a in device.allocators[: len(checkpoint.pools)]]
         return MapSnapshot(name, map_.event, pool_maps(allocators, checkpoint.pools, checkpoint.handles))
 
     def _advance(self, device: _Device, checkpoint: Checkpoint, upto: int) -> None:
@@ -418,7 +448,7 @@ class Machine:
             return replay.finish(index)
         if replay.order:  # it started allocators before it found it does not apply: start afresh
             replay = _Replay(self, trace, timeline, stop_on_oom)
-        if len(trace) and min(trace.sizes) > 0:  # the inline loops need no check of sizes
+        if len(trace) and min(trace.sizes) > 0 and not replay.shares_runtime:  # the inline loops run one pool a lane
             try:
                 index = replay_one_bfc_lane(replay) if len(replay.lane_keys) == 1 else replay_bfc_lanes(replay)
             except MovedThenFailed:  # the event loop replays it, afresh
@@ -448,12 +478,23 @@ class Machine:
             allocator = _Allocator(source, process, setup, device, shared)
             device.allocators.append(allocator)
             context = True
-            if process not in device.contexts:
+            if _is_runtime(setup, device.name):  # no CUDA context on a TPU; one allocator per chip and process
+                allocator.runtime = True
+                runtime = device.runtime.get(process)
+                if runtime is not None:  # another source of the process started it: this one draws on it too
+                    allocator.pool, allocator.bfc, allocator.limit = runtime, True, runtime.bytes_limit
+                    device.solo = runtime if all(a.pool is runtime for a in device.allocators[:-1]) else None
+                    started.append((device.code, allocator))
+                    continue
+                context = False
+            if process not in device.contexts and context:
                 context = not self.spec.context or device.device.try_allocate(self.spec.context) is not None
                 if context:
                     device.contexts.add(process)
-            if context:
+            if context or allocator.runtime:
                 pool = allocator.pool = self._pool(setup, device, allocator)
+                if allocator.runtime:
+                    device.runtime[process] = pool  # type: ignore[assignment]
             else:  # no room even for its CUDA context: the process cannot use the device at all
                 pool = allocator.pool = BFCPool(device.device, Policy.of("growth", 1.0), bytes_limit=0)
             allocator.bfc = isinstance(pool, BFCPool)
@@ -497,7 +538,12 @@ class Machine:
 
     def _out_of_memory(self, error: OutOfMemoryError, allocator: _Allocator, index: int, label: str) -> OutOfMemory:
         figures, device = error.figures, allocator.device
-        others = {other.name: other.held() for other in device.allocators if other is not allocator and other.held()}
+        others = {
+            other.name: other.held()
+            for other in device.allocators
+            if other.pool is not allocator.pool
+            and other.held()  # the sources of a chip's runtime allocator are no tenants
+        }
         contexts = len(device.contexts) * self.spec.context
         if contexts:
             others["CUDA context" + ("s" if len(device.contexts) > 1 else "")] = contexts
@@ -565,9 +611,36 @@ def _device_order(name: str) -> tuple[str, int, str]:
     return (platform, int(ordinal), name) if ordinal.isdigit() else (platform, math.inf, name)  # type: ignore[return-value]
 
 
+def _runtime_figures(device: _Device, members: list[_Allocator]) -> AllocatorFigures:
+    """A chip's TPU runtime allocator, once for all the sources of its process (each source's own
+    peak is the record's by_source): what its first source's start took, its moves of every source's
+    buffers. Its peak in use is the chip's where it is the chip's only allocator (always, but for
+    several processes on one chip, which a TPU's runtime refuses; then the sum of its sources' peaks)."""
+    first, pool = members[0], members[0].pool
+    alone = len(members) == len(device.allocators)
+    return AllocatorFigures(
+        TPU_RUNTIME_NAME,
+        first.process,
+        tpu_runtime_description(dict.fromkeys(a.source for a in members)),
+        first.limit,
+        first.asked,
+        first.took,
+        device.peak_in_use if alone else sum(a.peak_in_use for a in members),
+        first.peak_held,
+        getattr(pool, "moved_bytes", 0),
+        getattr(pool, "compactions", 0),
+    )
+
+
 def _device_figures(device: _Device, snapshot: MapSnapshot | None, trace: Trace, spec: MachineSpec) -> DeviceFigures:
+    runtimes: dict[int, list[_Allocator]] = {}
+    for a in device.allocators:
+        if a.runtime:
+            runtimes.setdefault(id(a.pool), []).append(a)
     allocators = tuple(
-        AllocatorFigures(
+        _runtime_figures(device, runtimes[id(a.pool)])
+        if a.runtime
+        else AllocatorFigures(
             a.source,
             a.process,
             a.setup.describe(),
@@ -580,6 +653,7 @@ def _device_figures(device: _Device, snapshot: MapSnapshot | None, trace: Trace,
             getattr(a.pool, "compactions", 0),
         )
         for a in device.allocators
+        if not a.runtime or runtimes[id(a.pool)][0] is a
     )
     at_peak = holders(snapshot, trace) if snapshot is not None and snapshot.event == device.peak_event else {}
     return DeviceFigures(

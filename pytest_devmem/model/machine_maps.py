@@ -58,9 +58,12 @@ class Checkpoint:
 
     def copy(self) -> Checkpoint:
         device = copy_state(self.device)
-        pools = [copy_state(pool) for pool in self.pools]
-        for pool in pools:
-            pool.device = device
+        copies: dict[int, Any] = {}  # a pool several allocators share (a TPU chip's runtime) is copied once
+        for pool in self.pools:
+            if id(pool) not in copies:
+                copies[id(pool)] = copy_state(pool)
+                copies[id(pool)].device = device
+        pools = [copies[id(pool)] for pool in self.pools]
         return Checkpoint(self.upto, device, pools, [handles.copy() for handles in self.handles])
 
 
@@ -84,19 +87,23 @@ def snapshot_of(device: _Device, event: int) -> MapSnapshot:
     return MapSnapshot(
         device.name,
         event,
-        pool_maps(
-            [(a.source, a.process) for a in allocators], [a.pool for a in allocators], [a.handles for a in allocators]
-        ),
+        pool_maps([a.owner for a in allocators], [a.pool for a in allocators], [a.handles for a in allocators]),
     )
 
 
 def pool_maps(
     owners: list[tuple[str, int]], pools: list[Any], buffers: list[dict[int, tuple[int, ...]]]
 ) -> tuple[PoolMap, ...]:
-    """Each pool's regions and chunks, each chunk in use naming the event that allocated it."""
+    """Each pool's regions and chunks, each chunk in use naming the event that allocated it; a pool
+    several allocators share (a TPU chip's runtime: handles are its own, so none collide) once."""
     maps = []
-    for (source, process), pool, handles in zip(owners, pools, buffers):
-        born = {entry[0]: entry[1] for entry in handles.values()}
+    shared: dict[int, dict[int, int]] = {}
+    for handles, pool in zip(buffers, pools):
+        shared.setdefault(id(pool), {}).update((entry[0], entry[1]) for entry in handles.values())
+    for (source, process), pool in zip(owners, pools):
+        born = shared.pop(id(pool), None)
+        if born is None:  # mapped with its first allocator
+            continue
         if isinstance(pool, BFCPool):
             starts: dict[int, int] = {}
             chunks = []

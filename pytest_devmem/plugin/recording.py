@@ -138,7 +138,8 @@ def describe_tpu(record: TestRecord, description: str, captured: Captured, trace
         )
     if "tensorflow" in trace.names:
         notes.append(
-            f"TensorFlow's figures are its CPU allocator's, not a {description}'s: no TPU compile sizes TensorFlow's tensors"
+            f"TensorFlow's figures are its CPU allocator's, not a {description}'s: no TPU compile sizes TensorFlow's tensors, "
+            "so they stay on the CPU device they were measured on (cpu:0), never counted in a chip's HBM"
         )
         record.tpu["tensorflow"] = "CPU allocator's figures, not sized for the TPU"
     refusals = [

@@ -12,7 +12,8 @@ from .bfc import BFCPool, rounded_bytes
 class CompactingPool(BFCPool):
     """A BFC pool whose handles are not addresses, so that it can move the buffers behind them.
 
-    When no free chunk fits a request but the pool's free bytes would, every live buffer is moved to
+    When no free chunk fits a request but the pool's free bytes would (counting what moving gives
+    back: a chunk handed out whole shrinks to its buffer's rounded size), every live buffer is moved to
     the start of the regions, in address order (each to its rounded size), leaving one free chunk at
     the end of each region; then the request is tried again. `moved_bytes` counts the bytes copied,
     `compactions` how often it happened.
@@ -30,7 +31,9 @@ class CompactingPool(BFCPool):
         try:
             address = super().alloc(nbytes)
         except OutOfMemoryError:
-            if self.pool_bytes - self.bytes_in_use < rounded_bytes(int(nbytes)) or not self._compact():
+            needed = rounded_bytes(int(nbytes))
+            free = self.pool_bytes - self.bytes_in_use
+            if (free < needed and self.pool_bytes - self._packed_bytes() < needed) or not self._compact():
                 raise
             address = super().alloc(nbytes)
         handle = self._next_handle
@@ -63,6 +66,12 @@ class CompactingPool(BFCPool):
             return self._address_of[handle]
         except (KeyError, TypeError):
             raise InvalidFreeError(f"unknown handle {handle!r}: this pool never allocated it") from None
+
+    def _packed_bytes(self) -> int:
+        """The bytes the live buffers take once moved together, each at its rounded size: less than
+        `bytes_in_use` where a chunk was handed out whole (BFC's rule for a remainder too small to
+        split off), which moving them gives back."""
+        return sum(rounded_bytes(max(requested, 1)) for _, _, _, in_use, requested in self.chunks() if in_use)
 
     def _compact(self) -> bool:
         """Move every live buffer to the front of the regions, in order; False (nothing moved) when
