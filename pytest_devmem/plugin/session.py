@@ -39,7 +39,7 @@ from .results import SessionResults
 from .settings import Settings
 from .workers import LargestTests, gpu_count, plan_workers
 
-if TYPE_CHECKING:  # isolation pulls in subprocess and json: imported only when a test needs a child
+if TYPE_CHECKING:  # isolation (child processes, their channel): loaded only when a test needs a child
     from ..capture.tensorflow.cpu_allocator import CpuAllocatorSetting
     from .isolation import ChildEventWriter, ChildOutcome
 
