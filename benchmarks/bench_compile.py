@@ -3,7 +3,7 @@
     python -m benchmarks.bench_compile [--target H100-80GB] [--functions 6]
 
 A small suite of jitted functions runs under the JAX capture with a GPU sizer (deviceless
-XLA:GPU compiles, `capture/gpu_compile.py`), twice, each time in a fresh process sharing one cache
+XLA:GPU compiles, `capture/jax/gpu_compile.py`), twice, each time in a fresh process sharing one cache
 directory (what pytest's cache directory is to a session, and to its xdist workers): the first
 run compiles each executable for the target; the rerun of the unchanged suite should compile
 nothing, every size read from the disk cache. Printed per run and target: compiles done, seconds
@@ -31,8 +31,8 @@ def run_suite(cache_dir: str, target: str, functions: int) -> dict[str, object]:
     import jax
     import jax.numpy as jnp
 
-    from pytest_devmem.capture.gpu_compile import GpuSizer, cuda_compiler_problem
     from pytest_devmem.capture.jax import JaxCapture
+    from pytest_devmem.capture.jax.gpu_compile import GpuSizer, cuda_compiler_problem
     from pytest_devmem.capture.recorder import TraceRecorder
     from pytest_devmem.model.gpu_targets import gpu_spec
 

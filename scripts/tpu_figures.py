@@ -48,8 +48,8 @@ def targets() -> dict[str, Callable[[int], list[Any]] | str]:
     """Column name -> devices of that target for N chips, or why it is not available here."""
     import jax
 
-    from pytest_devmem.capture.gpu_compile import GpuSizer, cuda_compiler_problem
-    from pytest_devmem.capture.tpu_compile import TpuSizer, tpu_compiler_problem
+    from pytest_devmem.capture.jax.gpu_compile import GpuSizer, cuda_compiler_problem
+    from pytest_devmem.capture.jax.tpu_compile import TpuSizer, tpu_compiler_problem
     from pytest_devmem.model.gpu_targets import GPU_SPECS
     from pytest_devmem.model.tpu_targets import TPU_SPECS
 
@@ -76,8 +76,8 @@ def quiet_start() -> None:
     and libtpu's start-up without tracebacks or warnings (see docs/tpu.md)."""
     import os
 
-    from pytest_devmem.capture.gpu_compile import cuda_compiler_problem, environment_for_deviceless_compile
-    from pytest_devmem.capture.tpu_compile import environment_for_libtpu
+    from pytest_devmem.capture.jax.gpu_compile import cuda_compiler_problem, environment_for_deviceless_compile
+    from pytest_devmem.capture.jax.tpu_compile import environment_for_libtpu
 
     os.environ.update(environment_for_libtpu(os.environ))
     if cuda_compiler_problem() is None:
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet_start()
     import jax.numpy as jnp
 
-    from pytest_devmem.capture.tpu_compile import quiet_libtpu
+    from pytest_devmem.capture.jax.tpu_compile import quiet_libtpu
 
     with quiet_libtpu():
         columns = targets()
@@ -160,7 +160,7 @@ def hbm_table() -> str:
     import jax.numpy as jnp
     from jax.sharding import SingleDeviceSharding
 
-    from pytest_devmem.capture.tpu_compile import TpuSizer
+    from pytest_devmem.capture.jax.tpu_compile import TpuSizer
     from pytest_devmem.model.tpu_targets import TPU_SPECS
 
     lines = [

@@ -67,7 +67,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Skip GPU-marked tests, with the reason, where the CUDA driver sees no GPU; TPU-marked ones
     where JAX's check of the PCI devices finds no TPU chip."""
     if any(item.get_closest_marker("tpu") for item in items):
-        from pytest_devmem.capture.tpu_compile import tpu_present
+        from pytest_devmem.capture.jax.tpu_compile import tpu_present
 
         if not tpu_present():
             skip_tpu = pytest.mark.skip(reason="needs a TPU (libtpu and its chips); none found on this machine")

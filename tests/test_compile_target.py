@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from pytest_devmem.capture.gpu_compile import cuda_compiler_problem
+from pytest_devmem.capture.jax.gpu_compile import cuda_compiler_problem
 from pytest_devmem.hardware.devices import open_device
 from pytest_devmem.plugin.compile_target import parse_compile_target, resolve
 from pytest_devmem.units import GiB, MiB

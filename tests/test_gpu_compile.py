@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from pytest_devmem.capture import gpu_compile
-from pytest_devmem.capture.gpu_compile import ExecutableSizes, GpuSizer, Unavailable
+from pytest_devmem.capture.jax import gpu_compile
+from pytest_devmem.capture.jax.gpu_compile import ExecutableSizes, GpuSizer, Unavailable
 from pytest_devmem.capture.patches import Patches
 from pytest_devmem.errors import InvalidSettingError
 from pytest_devmem.model.device import DEFAULT_COMPUTE_CAPABILITY, PRESETS
@@ -76,7 +76,7 @@ def test_gpu_spec_takes_a_preset_in_any_case_and_names_the_allowed_ones() -> Non
 
 def test_targets_and_sizer_import_no_framework() -> None:
     code = (
-        "import sys; import pytest_devmem.model.gpu_targets, pytest_devmem.capture.gpu_compile; "
+        "import sys; import pytest_devmem.model.gpu_targets, pytest_devmem.capture.jax.gpu_compile; "
         "heavy = {'pytest', 'jax', 'jaxlib', 'tensorflow', 'numpy'} & set(sys.modules); print(sorted(heavy))"
     )
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -235,7 +235,7 @@ def test_the_sizer_compiles_nothing_the_test_would_count(h100: GpuSizer) -> None
 def test_retargeted_compiles_stay_out_of_jaxs_persistent_cache(h100: GpuSizer) -> None:
     from jax._src import compiler
 
-    from pytest_devmem.capture import jax_lowering
+    from pytest_devmem.capture.jax import lowering as jax_lowering
 
     with jax_lowering.retargeting():  # a compile-only executable stored there fails to load next run
         get_cache_key: Any = compiler._get_cache_key
@@ -308,7 +308,7 @@ SHARDED_SCRIPT = textwrap.dedent(
     import json, jax, jax.numpy as jnp, numpy as np
     from jax._src.interpreters import pxla
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-    from pytest_devmem.capture.gpu_compile import GpuSizer
+    from pytest_devmem.capture.jax.gpu_compile import GpuSizer
     from pytest_devmem.model.gpu_targets import gpu_spec
 
     sizer = GpuSizer(gpu_spec("H100-80GB"))

@@ -10,7 +10,7 @@ import pytest
 
 from pytest_devmem.capture import TraceRecorder
 from pytest_devmem.capture.jax import JaxCapture
-from pytest_devmem.capture.jax_executables import parse_donations
+from pytest_devmem.capture.jax.executables import parse_donations
 from pytest_devmem.units import MiB
 
 
@@ -185,7 +185,7 @@ def test_donations_are_read_from_the_compiled_module_header() -> None:
 
 
 def test_executables_that_share_a_first_output_but_run_differently_leave_the_fast_path() -> None:
-    from pytest_devmem.capture.jax_executables import ExecutablePlan, Executables
+    from pytest_devmem.capture.jax.executables import ExecutablePlan, Executables
 
     cleared = []
     executables = Executables(lambda: cleared.append(True))

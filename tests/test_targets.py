@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_devmem.capture.gpu_compile import cuda_compiler_problem
-from pytest_devmem.capture.tpu_compile import tpu_compiler_problem
+from pytest_devmem.capture.jax.gpu_compile import cuda_compiler_problem
+from pytest_devmem.capture.jax.tpu_compile import tpu_compiler_problem
 from pytest_devmem.cli import main
 from pytest_devmem.errors import InvalidSettingError
 from pytest_devmem.gate.record import TestRecord

@@ -13,9 +13,8 @@ from ..model.device import Device
 from ..model.trace import ALLOCATE_CODE, Trace
 from . import TraceRecorder
 from .imports import on_import
-from .jax import JaxCapture
-from .jax_backend import jax_backend_started
-from .merge import merge
+from .interleave import merge
+from .jax import JaxCapture, jax_backend_started
 from .sources import Reading, Sampler, Source
 from .sources.jax import JaxSource
 from .sources.nvml import NvmlSource
@@ -111,7 +110,7 @@ class Measurement:
     """The session's measuring kit. `start()` before a test's setup, `stop()` after its call."""
 
     def __init__(self, device: Device, sizer: Any = None) -> None:
-        """`sizer`: a GPU sizer (capture/gpu_compile.py) for JAX's temp sizes; None keeps the CPU compile's."""
+        """`sizer`: a GPU sizer (capture/jax/gpu_compile.py) for JAX's temp sizes; None keeps the CPU compile's."""
         self.device = device
         self.recorder = TraceRecorder()
         self.jax_capture = JaxCapture(self.recorder, sizer)

@@ -22,8 +22,8 @@ from ..model.frameworks import AllocatorSetup, setups_for
 from ..model.machine import MachineSpec
 from ..model.pool import Policy
 from ..model.trace import Trace
-from ..present.merge import unique_records
 from ..present.report import ReportFile, read_report
+from ..present.shard_merge import unique_records
 from ..present.text import terminal, terminal_lines
 
 

@@ -18,8 +18,8 @@ from ..present.comparison import (
     parse_columns,
     sort_verdicts,
 )
-from ..present.merge import merge_reports, missing_shards
 from ..present.report import ReportFile, read_report
+from ..present.shard_merge import merge_reports, missing_shards
 from .common import InputError, from_report, is_report, load, print_text, warn
 
 HELP = "Compare NEW against BASE; exit 1 when a test regressed or ran out of memory"

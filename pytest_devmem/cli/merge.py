@@ -15,8 +15,8 @@ from ..gate.baseline import BaselineStore
 from ..gate.record import TestRecord
 from ..gate.refresh import refresh_baselines
 from ..options import OPTION, add_option
-from ..present.merge import merge_reports, missing_shards
 from ..present.report import ReportFile
+from ..present.shard_merge import merge_reports, missing_shards
 from .common import InputError, warn
 
 HELP = "Merge JSON reports of CI shards into one; refresh baselines from them (--baselines)"

@@ -5,6 +5,7 @@ life of a test."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Generator
 
@@ -34,7 +35,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     """The hooks a project may implement (pytest_devmem/hookspec.py)."""
-    from .. import hookspec
+    from .. import hookspec  # beside plugin/, not below it (tests/test_import_hygiene.py): loaded where pytest asks
 
     pluginmanager.add_hookspecs(hookspec)
 
@@ -79,7 +80,7 @@ def pytest_configure(config: pytest.Config) -> None:
             config.getoption("devmem_child_output", default=None) is not None
             or config.getoption("devmem_child_nodes", default=None) is not None
         ):
-            from .isolation import open_child_channel
+            from .isolation import open_child_channel  # a child session's only: not loaded otherwise
 
             child = open_child_channel(config)
     except pytest.UsageError:
@@ -107,8 +108,8 @@ def devmem(request: pytest.FixtureRequest) -> Generator[DevmemFixture, None, Non
 def compile_target(settings: Settings, device: Device) -> CompileTarget:
     """Whose compile sizes JAX's executables this session; the device class says so where the sizes
     are not the device's own (so a baseline of one compile's sizes is never compared with another's)."""
-    from ..capture.gpu_compile import cuda_compiler_problem
-    from ..capture.tpu_compile import tpu_compiler_problem
+    from ..capture.jax.gpu_compile import cuda_compiler_problem  # the compile targets: a measuring session's only
+    from ..capture.jax.tpu_compile import tpu_compiler_problem
 
     target = resolve_compile_target(
         settings.compile_target, device, cuda_compiler_problem(), tpu_compiler_problem(), settings.compile_target_source
@@ -121,8 +122,6 @@ def compile_target(settings: Settings, device: Device) -> CompileTarget:
 def mark_onednn(config: pytest.Config, device: Device) -> None:
     """oneDNN on by the user's choice changes TensorFlow's CPU figures (its kernels' scratch is outside
     TensorFlow's allocator): a simulated device's class says so, so those baselines stay apart."""
-    import importlib.util
-
     setting = config.stash.get(tensorflow_cpu_key, None)
     if setting is None or not setting.onednn_on or not hasattr(device, "class_suffix"):
         return

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,10 +20,13 @@ from ..gate.tolerance import parse_tolerance
 from ..gate.verdicts import baseline_verdict, oom_verdict, relative_to
 from ..model.device import Device
 from ..model.pool import Policy
+from ..model.profile import decode_profile
+from ..model.timeline import build_view
+from ..model.whatif import MIN_FRACTION_FLOOR, find_min_fraction, what_if
 from ..present.text import terminal_lines
 from .compile_target import CompileTarget
 from .items import id_of_test, marked, oom_key, regime_of
-from .recording import make_record
+from .recording import allocator_setups, machine_spec, make_record
 from .settings import Settings
 from .trace_files import write_trace_files
 
@@ -139,10 +143,7 @@ class Checks:
         directory = self.settings.artifacts_dir
         if directory is None or record.trace_events is None or record.run is None:
             return ""
-        from ..model.profile import decode_profile
-        from ..model.timeline import build_view
-        from ..present.plot import BaselineSide, write_plot
-        from .recording import allocator_setups
+        from ..present.plot import BaselineSide, write_plot  # only for a failure's picture: not loaded otherwise
 
         name = f"{record.test_id}[{record.regime}]"
         trace, picture = path_in(directory, name, ".csv"), path_in(directory, name, ".html")
@@ -180,11 +181,6 @@ class Checks:
         """Replay the test's trace: the smallest prealloc fraction it needs, and how a device of another size fares."""
         if not self.settings.traces_needed or record.trace_events is None or not len(record.trace_events):
             return
-        from dataclasses import replace
-
-        from ..model.whatif import MIN_FRACTION_FLOOR, find_min_fraction, what_if
-        from .recording import allocator_setups, machine_spec
-
         trace = record.trace_events
         setups = allocator_setups(policy, self.device)
         spec = machine_spec(self.device, self.settings.cuda_context_bytes)

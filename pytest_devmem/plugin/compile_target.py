@@ -1,6 +1,6 @@
 """Whose compile sizes each JAX executable's buffers: the CPU's the tests run on, or the GPU's or
-TPU's the simulated device stands for (compiled deviceless: capture/gpu_compile.py,
-capture/tpu_compile.py). XLA:GPU and XLA:TPU assign buffers differently from XLA:CPU (an attention
+TPU's the simulated device stands for (compiled deviceless: capture/jax/gpu_compile.py,
+capture/jax/tpu_compile.py). XLA:GPU and XLA:TPU assign buffers differently from XLA:CPU (an attention
 step's temp is 0 on the CPU, 256 MiB on an H100 and 128 MiB on a TPU v5e), and a TPU lays arrays out
 in tiles, so a `sim:` GPU or TPU preset is sized as that device by default. A baseline made with one
 compile's sizes is never compared with another's: the device class says which, where it is not the

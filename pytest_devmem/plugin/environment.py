@@ -6,18 +6,21 @@ also take the regime through tf.config once it is imported (`configure_tensorflo
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from collections.abc import Mapping, MutableMapping
 
 import pytest
 
+# None of these imports a framework: JAX and TensorFlow must start after this module has set their variables.
 from ..capture.tensorflow.cpu_allocator import ONEDNN_VARIABLE, CpuAllocatorSetting, prepare_cpu_allocator
 from ..capture.tensorflow.cpu_allocator import VARIABLE as TF_CPU_BFC
 from ..capture.tensorflow.warmup import INTEROP_VARIABLE, prepare_interop
 from ..model.pool.policy import Mode
 from ..model.regime import Regime
 from .settings import Settings
+from .workers import gpu_count
 
 early_env_key = pytest.StashKey["dict[str, str | None]"]()  # framework variables before this session's regime
 conflicts_key = pytest.StashKey["list[str]"]()  # the user's JAX variables that contradict the session regime
@@ -54,19 +57,15 @@ def prepare_late(config: pytest.Config, settings: Settings) -> None:
 def prepare_deviceless_compile() -> dict[str, str | None]:
     """Where XLA:GPU's compiler is installed (the gpu-compile extra) on a machine without a GPU: the
     setting that lets it register while JAX runs on the CPU, without a traceback at JAX's start
-    (capture/gpu_compile.py); where libtpu is installed (the tpu-compile extra) on a machine without
-    a TPU: what keeps its start quiet and off the real TPU's lock (capture/tpu_compile.py). The
+    (capture/jax/gpu_compile.py); where libtpu is installed (the tpu-compile extra) on a machine without
+    a TPU: what keeps its start quiet and off the real TPU's lock (capture/jax/tpu_compile.py). The
     previous values, to put back."""
-    from ..capture.gpu_compile import (
-        cuda_compiler_problem,
-        environment_for_deviceless_compile,
-    )
-    from ..capture.tpu_compile import environment_for_libtpu
+    # the compile targets' modules, loaded by a measuring session only (neither imports JAX or libtpu at its top)
+    from ..capture.jax.gpu_compile import cuda_compiler_problem, environment_for_deviceless_compile
+    from ..capture.jax.tpu_compile import environment_for_libtpu
 
     wanted = environment_for_libtpu(os.environ)
     if cuda_compiler_problem() is None:
-        from .workers import gpu_count
-
         wanted.update(environment_for_deviceless_compile(os.environ, gpu_count() > 0))
     previous = {name: os.environ.get(name) for name in wanted}
     os.environ.update(wanted)
@@ -107,8 +106,6 @@ def restore_all(config: pytest.Config, regime_env: Mapping[str, str | None] | No
 def tensorflow_installed() -> bool:
     if "tensorflow" in sys.modules:
         return True
-    import importlib.util
-
     try:
         return importlib.util.find_spec("tensorflow") is not None
     except (ImportError, ValueError):

@@ -10,10 +10,13 @@ from typing import TYPE_CHECKING
 from ..capture.measurement import Captured, Measurement, executable_summary
 from ..gate.record import TestRecord
 from ..model.device import DEFAULT_COMPUTE_CAPABILITY, Device
+from ..model.fragmentation import pinning_buffers
 from ..model.frameworks import AllocatorSetup, setups_for
 from ..model.machine import MachineSpec, run_machine
 from ..model.pool import Policy
+from ..model.profile import in_use_profile
 from ..model.regime import jax_fraction_variable
+from ..model.whatif import proven_fixes
 
 if TYPE_CHECKING:
     from ..model.machine import MachineRun
@@ -59,7 +62,7 @@ def make_record(
     """The test's record: its trace replayed once on the machine under `policy`."""
     trace, notes, traced_nothing = measurement.trace_of(captured)
     if getattr(device, "tpu", None) is not None:  # each CPU device stands for a chip: named as one
-        from ..model.tpu_devices import as_tpu_chips
+        from ..model.tpu_devices import as_tpu_chips  # a TPU preset's only: not loaded otherwise
 
         trace = as_tpu_chips(trace)
     spec = machine_spec(device, context_bytes)
@@ -80,8 +83,6 @@ def make_record(
     )
     record.trace_events = trace  # kept in memory for --devmem-traces and trace analyses
     if run is not None and record.trace is not None and record.peak_device is not None:
-        from ..model.profile import in_use_profile
-
         record.trace["profile"] = in_use_profile(trace, record.peak_device, spec.default_device)  # kept in its baseline
     if run is not None:
         add_pins(record, run, trace)
@@ -169,8 +170,6 @@ def _listed(value: object) -> list[object]:
 
 def add_pins(record: TestRecord, run: MachineRun, trace: Trace) -> None:
     """Per device, the buffers that pinned the holes of its pools at their most fragmented."""
-    from ..model.fragmentation import pinning_buffers
-
     for device in record.devices or []:
         snapshot = run.fragmented.get(str(device.get("device")))
         pins = pinning_buffers(snapshot, trace)
@@ -181,7 +180,5 @@ def add_pins(record: TestRecord, run: MachineRun, trace: Trace) -> None:
 
 def add_fixes(record: TestRecord, trace: Trace, setups: dict[str, AllocatorSetup], spec: MachineSpec) -> None:
     """The settings that make the test fit, each proven by replaying its trace with it, or why none does."""
-    from ..model.whatif import proven_fixes
-
     assert record.run is not None and record.oom is not None
     proven_fixes(trace, setups, spec, record.run, jax_fraction_variable()).record(record.oom)

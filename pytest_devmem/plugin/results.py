@@ -6,6 +6,7 @@ check, then the plain facts the terminal summary shows."""
 from __future__ import annotations
 
 import importlib.metadata
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,9 +24,11 @@ from ..present.report import benchmark_json, render
 from ..present.summary import SummaryFacts
 from .checks import shown
 from .compile_target import CompileTarget
+from .environment import tensorflow_cpu_key
+from .recording import allocator_setups, machine_spec
 from .settings import Settings
 from .shard import shard_of
-from .workers import LargestTests, plan_workers, workers_per_device
+from .workers import LargestTests, gpu_count, plan_workers, workers_per_device
 
 if TYPE_CHECKING:
     from ..capture.tensorflow.cpu_allocator import CpuAllocatorSetting
@@ -194,9 +197,6 @@ class SessionResults:
         device may run them (model/side_by_side.py)."""
         if self.workers_reported < 2 or len(self.largest_from_workers) < 2 or self.settings.tpu is not None:
             return None  # (a TPU's chips belong to one process: workers never share them)
-        from .recording import allocator_setups, machine_spec
-        from .workers import gpu_count
-
         uses_gpu = getattr(self.device, "index", None) is not None
         gpus = gpu_count() if uses_gpu else 0
         sharing = workers_per_device(self.workers_reported, gpus, uses_gpu)
@@ -215,10 +215,9 @@ class SessionResults:
 
     def session_info(self) -> dict[str, object]:
         """The report's session: the device, the regime, versions, and where the figures came from."""
-        from .. import __version__
-        from ..hardware.driver_info import driver_info
+        from .. import __version__  # the root package's lazy attribute: distribution metadata, read only here
+        from ..hardware.driver_info import driver_info  # NVML's bindings through ctypes: at the session's end only
         from ..provenance import provenance
-        from .environment import tensorflow_cpu_key
 
         versions = {"pytest-devmem": __version__}
         for package in ("jax", "jaxlib", "tensorflow", "tensorflow-cpu", "nvidia-ml-py"):
@@ -255,8 +254,6 @@ class SessionResults:
     def run_info(self) -> dict[str, object]:
         """What the project's `pytest_devmem_update_run_info` hooks added (hookspec.py), as plain
         JSON: a value JSON cannot hold is stored as its text, never lost, never a crash at the end."""
-        import json
-
         run_info: dict[str, object] = {}
         self.config.hook.pytest_devmem_update_run_info(config=self.config, run_info=run_info)
         return json.loads(json.dumps({str(key): value for key, value in run_info.items()}, default=str))  # type: ignore[no-any-return]

@@ -10,13 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..capture.jax_backend import jax_backend_started
+from ..capture.fixture_pool import RecordingPool
+from ..capture.jax.backend import jax_backend_started
 from ..capture.measurement import Measurement
-from ..capture.pool import RecordingPool
 from ..gate.baseline import BaselineStore
 from ..model.device import Device
+from ..model.frameworks import AllocatorSetup
 from ..model.pool import make_pool
 from ..model.regime import Regime
+from ..model.tpu_targets import TpuSpec
+from ..model.whatif import process_shares
+from ..present.summary import SessionSummary
 from ..units import format_size
 from .checks import Checks
 from .compile_target import CompileTarget
@@ -30,11 +34,12 @@ from .environment import (
 )
 from .fixture import DevmemFixture
 from .items import captured_key, id_of_test, mark_key, measured, oom_key, out_of_memory_text, prepare_item, regime_key
+from .recording import machine_spec
 from .results import SessionResults
 from .settings import Settings
-from .workers import LargestTests, plan_workers
+from .workers import LargestTests, gpu_count, plan_workers
 
-if TYPE_CHECKING:  # isolation pulls in subprocess and json: imported only when a test needs a child
+if TYPE_CHECKING:  # isolation (child processes, their channel): loaded only when a test needs a child
     from ..capture.tensorflow.cpu_allocator import CpuAllocatorSetting
     from .isolation import ChildEventWriter, ChildOutcome
 
@@ -364,8 +369,6 @@ class DevmemSession:
             and not self.is_child
             and not self.is_xdist_worker
         ):
-            from ..present.summary import SessionSummary
-
             isolated = {regime.label: outcome.children_started for regime, outcome in self.child_outcomes.items()}
             facts = results.facts(isolated, self.xdist_note, self.tensorflow_cpu)
             SessionSummary(facts, terminalreporter, everything=config.getoption("verbose", 0) > 0).write()
@@ -418,8 +421,6 @@ class DevmemSession:
         except (TypeError, ValueError):
             count = 0
         uses_gpu = getattr(self.device, "index", None) is not None
-        from .workers import gpu_count
-
         plan = plan_workers(
             self.settings.regime, self.settings.fraction_chosen, 0, count, gpu_count() if uses_gpu else 0, uses_gpu
         )
@@ -431,10 +432,6 @@ class DevmemSession:
 
     def _crowding(self, count: int) -> str:
         """What each worker's JAX would really hold on this device, started one after the other."""
-        from ..model.frameworks import AllocatorSetup
-        from ..model.whatif import process_shares
-        from .recording import machine_spec
-
         regime = self.settings.regime
         if regime is None or not regime.policy.preallocates:
             return ""
@@ -489,8 +486,7 @@ def gpu_sizer(config: pytest.Config, target: CompileTarget) -> object | None:
     cache directory where there is one; None where JAX keeps its own sizes."""
     if target.spec is None:
         return None
-    from ..capture.gpu_compile import GpuSizer
-    from ..model.tpu_targets import TpuSpec
+    from ..capture.jax.gpu_compile import GpuSizer  # the compile targets: only a session that sizes for one
 
     cache = getattr(config, "cache", None)
     directory = None
@@ -500,7 +496,7 @@ def gpu_sizer(config: pytest.Config, target: CompileTarget) -> object | None:
         except OSError:
             directory = None
     if isinstance(target.spec, TpuSpec):
-        from ..capture.tpu_compile import TpuSizer
+        from ..capture.jax.tpu_compile import TpuSizer
 
         return TpuSizer(target.spec, directory, beside=True)
     return GpuSizer(target.spec, directory)

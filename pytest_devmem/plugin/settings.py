@@ -22,6 +22,7 @@ from ..model.tpu_targets import TpuSpec, tpu_min_fraction_refusal, tpu_regime_re
 from ..options import OPTIONS, Option, add_option
 from ..present.report import REPORT_FORMATS
 from ..units import parse_size
+from .items import DEFAULT_REGIME
 from .workers import WorkerPlan, gpu_count, plan_workers, worker_index
 
 __all__ = ["OPTIONS", "PLUGIN_NAME", "Option", "Settings", "add_options", "load_settings"]
@@ -133,8 +134,6 @@ class Settings:
     def default_regime(self) -> Regime:
         """A measured test's regime where neither the session nor its marker names one: the
         frameworks' own defaults (prealloc) on a GPU, the TPU runtime's on a TPU."""
-        from .items import DEFAULT_REGIME
-
         return TPU_RUNTIME if self.tpu is not None else DEFAULT_REGIME
 
     @property

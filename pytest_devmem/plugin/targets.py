@@ -15,7 +15,6 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
@@ -24,11 +23,9 @@ from ..gate.targets import Target, TargetResult
 from ..hardware.devices import open_device
 from ..model.regime import Regime
 from ..model.targets import regime_on_target
+from .isolation import ChildExtras, ChildOutcome, run_in_children
 from .items import id_of_test, measured, regime_of
 from .settings import Settings
-
-if TYPE_CHECKING:
-    from .isolation import ChildOutcome
 
 CHILD_FLAGS_DROPPED = ("--devmem-strict", "--devmem-update", "--devmem-find-min-fraction", "--devmem-autosave")
 """The session's flags a target's child does not take: it gates nothing and writes nothing."""
@@ -80,8 +77,6 @@ def rerun_on_targets(
 ) -> tuple[list[TargetResult], int]:
     """Run `items` on every target that is not the session's device; their rows and the number of
     child processes started."""
-    from .isolation import ChildExtras, run_in_children
-
     results: list[TargetResult] = []
     children = 0
     with tempfile.TemporaryDirectory(prefix="devmem-targets-") as scratch:

@@ -22,7 +22,7 @@ def write_trace_files(trace: Trace, csv_path: Path) -> Path | None:
     trace.write_csv(csv_path)
     if len(trace) < ARROW_FROM:
         return None
-    from ..model import trace_ipc
+    from ..model import trace_ipc  # a long trace's only: not loaded otherwise
 
     if not trace_ipc.available():
         return None

@@ -72,7 +72,7 @@ def runs(files: Sequence[Path]) -> list[tuple[Path, ReportFile]]:
     """Each run's report, in the order given: the reports of one sharded run (shards of one
     commit and CI run, as their sessions say) merged into one, as `devmem merge` does (refusing
     shards that disagree), so a commit's column holds the whole suite."""
-    from .merge import MergeError, merge_reports, shard_run, unique_records
+    from .shard_merge import MergeError, merge_reports, shard_run, unique_records
 
     found: list[tuple[Path, ReportFile | None, object]] = []
     shards: dict[object, list[Path]] = {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ..jax_backend import jax_backend_started
+from ..jax.backend import jax_backend_started
 from .base import Reading, unavailable
 
 

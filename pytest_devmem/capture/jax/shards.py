@@ -6,7 +6,7 @@ a replicated sharding puts a full copy on each. A shard holds its slice of the g
 dtype's item size: what XLA allocates for a dense array on CPU and GPU, the same figure as
 `on_device_size_in_bytes()` without asking the device for it. A TPU lays arrays out in tiles, so
 under a TPU target each shard's size is what the TPU compiler states for that shard's shape and
-dtype (`ShardSizes(size_of=...)`, capture/tpu_compile.py), never a padding rule written here.
+dtype (`ShardSizes(size_of=...)`, capture/jax/tpu_compile.py), never a padding rule written here.
 """
 
 from __future__ import annotations

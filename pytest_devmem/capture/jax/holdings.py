@@ -18,7 +18,7 @@ from collections.abc import Callable
 from threading import get_ident
 from typing import Any
 
-from .recorder import TraceRecorder
+from ..recorder import TraceRecorder
 
 
 class Held:

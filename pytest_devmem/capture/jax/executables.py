@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .jax_shards import Shards, device_label
+from .shards import Shards, device_label
 
 STEP_CACHE_LIMIT = 4096
 """Steps kept by their output's identity before the cache starts again (executables' outputs
@@ -71,7 +71,7 @@ class ExecutablePlan:
 
 def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
     """Read the plan of a `pxla.ExecuteReplicated` (the callable behind a compiled jit executable).
-    With a GPU `sizer` (capture/gpu_compile.py), its temp bytes are those of the same computation
+    With a GPU `sizer` (capture/jax/gpu_compile.py), its temp bytes are those of the same computation
     compiled for the sizer's GPU, where that compile succeeds."""
     xla_executable = executable.xla_executable
     devices = [device_label(device) for device in xla_executable.local_devices()]

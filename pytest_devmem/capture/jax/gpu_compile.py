@@ -6,7 +6,7 @@ compiles for a GPU that is not present ("deviceless" ahead-of-time compilation) 
 plugin is installed beside the CPU jaxlib: `jax.experimental.topologies.get_topology_desc(
 platform="cuda", target_config=...)` gives compile-only devices of the GPU that the target config
 describes (`model.gpu_targets`). Each executable's jaxpr is lowered again for that many GPUs
-(`jax_lowering`: a sharded executable keeps its mesh and specs, on GPUs) and compiled on the
+(`lowering`: a sharded executable keeps its mesh and specs, on GPUs) and compiled on the
 compile-only client; its sizes are XLA's memory analysis of that compile, per device.
 
 Results are cached per executable; under a key made of the GPU module's text, the target config,
@@ -35,11 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..files import write_atomic
-from ..model.gpu_targets import GpuSpec
-from ..units import format_size
-from . import jax_lowering
-from .jax_lowering import compiling_for_target
+from ...files import write_atomic
+from ...model.gpu_targets import GpuSpec
+from ...units import format_size
+from . import lowering
+from .lowering import compiling_for_target
 
 __all__ = [
     "ExecutableSizes",
@@ -168,8 +168,8 @@ class GpuSizer:
         if problem is not None:
             self.note = problem
             return False
-        if not jax_lowering.hooks.install():
-            self.note = jax_lowering.hooks.note
+        if not lowering.hooks.install():
+            self.note = lowering.hooks.note
             return False
         self.installed = True
         return True
@@ -180,7 +180,7 @@ class GpuSizer:
 
     def uninstall(self) -> None:
         if self.installed:
-            jax_lowering.hooks.uninstall()
+            lowering.hooks.uninstall()
             self.installed = False
 
     def sizes_for(self, executable: Any) -> ExecutableSizes | Unavailable:
@@ -201,7 +201,7 @@ class GpuSizer:
     # -- compiling -------------------------------------------------------------------------
 
     def _size(self, executable: Any) -> ExecutableSizes | Unavailable:
-        recipe = jax_lowering.hooks.by_executable.get(executable)
+        recipe = lowering.hooks.by_executable.get(executable)
         if recipe is None:
             return Unavailable(
                 "JAX built this executable outside jit's lowering (pmap, an internal helper) or before the GPU sizer was installed"
@@ -222,8 +222,8 @@ class GpuSizer:
             return cached
         try:
             started = time.perf_counter()
-            with jax_lowering.retargeting():
-                computation = jax_lowering.lower_for(recipe, gpus)
+            with lowering.retargeting():
+                computation = lowering.lower_for(recipe, gpus)
                 self.lowering_seconds += time.perf_counter() - started
                 # the same program as the target's lowering has it (another jit object, or shardings
                 # that lower alike): compiled once
@@ -237,7 +237,7 @@ class GpuSizer:
                 compiled = computation.compile()
                 stats = compiled.xla_executable.get_compiled_memory_stats()
             seconds = time.perf_counter() - started
-        except jax_lowering.NotMappable as exc:
+        except lowering.NotMappable as exc:
             return Unavailable(str(exc))
         except Exception as exc:
             return self._failed(exc)
@@ -382,7 +382,7 @@ class _SizerError(Exception):
 
 
 def _preset_memory(preset: str) -> int | None:
-    from ..model.device import PRESETS
+    from ...model.device import PRESETS
 
     entry = PRESETS.get(preset)
     return entry[0] if entry else None

@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..files import write_atomic
-from ..model.tpu_targets import TpuSpec
-from . import jax_lowering
+from ...files import write_atomic
+from ...model.tpu_targets import TpuSpec
+from . import lowering
 from .gpu_compile import GpuSizer, Unavailable, _first_line, _SizerError
 
 __all__ = ["QUIET_LIBTPU", "Refused", "SizingCosts", "TpuSizer", "parse_refusal", "tpu_compiler_problem"]
@@ -221,7 +221,7 @@ class TpuSizer(GpuSizer):
                 return True
             _beside = self
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="devmem-tpu-sizer")
-        jax_lowering.hooks.on_lowered.append(self._compile_beside)
+        lowering.hooks.on_lowered.append(self._compile_beside)
         self._pool.submit(self._warm_up)
         return True
 
@@ -229,7 +229,7 @@ class TpuSizer(GpuSizer):
         global _beside
         if self.installed and self._pool is not None:
             try:
-                jax_lowering.hooks.on_lowered.remove(self._compile_beside)
+                lowering.hooks.on_lowered.remove(self._compile_beside)
             except ValueError:
                 pass
             pool, self._pool = self._pool, None
@@ -278,7 +278,7 @@ class TpuSizer(GpuSizer):
                 pass
             except TypeError:  # not weak-referenceable: the GPU sizer says so
                 return super().sizes_for(executable)
-            recipe = jax_lowering.hooks.by_executable.get(executable)
+            recipe = lowering.hooks.by_executable.get(executable)
             entry = self._pending.pop(id(recipe), None) if recipe is not None else None
         if entry is None or entry[0] is not recipe:
             return super().sizes_for(executable)
@@ -397,7 +397,7 @@ class TpuSizer(GpuSizer):
 
             chip = self._target_devices(1)[0]
             started = time.perf_counter()
-            with jax_lowering.retargeting():
+            with lowering.retargeting():
                 argument = jax.ShapeDtypeStruct(shape, dtype, sharding=SingleDeviceSharding(chip))
                 stats = jax.jit(_identity).lower(argument).compile().memory_analysis()
             seconds = time.perf_counter() - started

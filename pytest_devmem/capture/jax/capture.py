@@ -7,7 +7,7 @@ that shard's device, sized from its shape, dtype and sharding; one temp buffer o
 input whose buffer XLA aliased to an output hands its allocation to that output, and a donated input
 that was not aliased is freed after the run; host values passed as arguments are transferred for the
 run, split over the devices their parameter's sharding names. What an executable does per run (its
-temp, its aliases, see `jax_executables`) is read once per executable, so a compile-cache hit gives
+temp, its aliases, see `executables`) is read once per executable, so a compile-cache hit gives
 the same trace. Arrays that reach the device without an executable (`jax.device_put`) come out of
 `dispatch._batched_device_put_impl` and are allocations too. An allocation is freed when the last
 array holding it is garbage-collected (a weak reference says so) or deleted (`Array.delete`).
@@ -15,7 +15,7 @@ array holding it is garbage-collected (a weak reference says so) or deleted (`Ar
 Runs arrive two ways. JAX's Python dispatch runs an executable through `pxla.ExecuteReplicated`,
 whose `__call__` the capture wraps: every first run of a jitted function with new argument types
 takes it. After that JAX's C++ fast path runs the executable itself and calls back only its
-post-hook (`jax_post_hook`), with the jitted function, its arguments and its outputs. Each output
+post-hook (`post_hook`), with the jitted function, its arguments and its outputs. Each output
 array carries the aval and sharding objects of the executable it came from, so the first output
 names the executable; `pjit._get_fastpath_data` is wrapped so that an executable the capture could
 not tell apart from another keeps to the Python path. These are JAX internals: the capture checks
@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 from threading import get_ident
 from typing import Any
 
-from .jax_executables import ExecutablePlan, Executables
-from .jax_holdings import Holdings, Owner
-from .jax_lowering import compiling_for_target
-from .jax_post_hook import post_hook_slot
-from .jax_shards import ShardSizes, device_label, host_shards
-from .patches import Patches
-from .recorder import TraceRecorder
+from ..patches import Patches
+from ..recorder import TraceRecorder
+from .executables import ExecutablePlan, Executables
+from .holdings import Holdings, Owner
+from .lowering import compiling_for_target
+from .post_hook import post_hook_slot
+from .shards import ShardSizes, device_label, host_shards
 
 SOURCE = "jax"
 TESTED_JAX = "0.10"
@@ -65,7 +65,7 @@ class JaxCapture:
     name = SOURCE
 
     def __init__(self, recorder: TraceRecorder, sizer: Any = None) -> None:
-        """`sizer`: a GPU sizer (capture/gpu_compile.py) whose target's compile gives each executable's
+        """`sizer`: a GPU sizer (capture/jax/gpu_compile.py) whose target's compile gives each executable's
         temp bytes; None keeps the CPU compile's."""
         self._recorder = recorder
         self.sizer = sizer
