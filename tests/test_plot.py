@@ -133,7 +133,7 @@ def test_devmem_plot_says_what_is_missing(tmp_path: Path, capsys: pytest.Capture
     assert (
         main(["plot", str(report), "--mode", "growth", "-o", str(tmp_path / "x.html")]) == 2
     )  # never ignored silently
-    assert "--mode applies only to a trace file (.csv)" in capsys.readouterr().err
+    assert "--mode applies only to a trace file (.csv, .arrow)" in capsys.readouterr().err
     assert main(["plot", str(report), "--test", "nowhere", "-o", str(tmp_path / "x.html")]) == 2
     assert "no record's test id contains 'nowhere'" in capsys.readouterr().err
 
