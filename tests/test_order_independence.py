@@ -140,6 +140,7 @@ def figures(report: Path) -> dict[str, dict[str, object]]:
     }
 
 
+@pytest.mark.slow  # seven fresh processes, each starting JAX and TensorFlow
 def test_forward_reverse_alone_shards_and_xdist_give_the_same_records(
     jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
