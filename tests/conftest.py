@@ -67,14 +67,15 @@ def tensorflow_loaded() -> object:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the tests that load TensorFlow into this process last; skip GPU-marked tests, with the
+    """Run the files with tests that load TensorFlow into this process last; skip GPU-marked tests, with the
     reason, where the CUDA driver sees no GPU, TPU-marked ones where JAX's check of the PCI devices
     finds no TPU chip."""
     # Once imported, TensorFlow stays (tests/installed_libraries.py) and quadruples the objects the
     # garbage collector scans: each full collection of this process goes from ~0.05 s to ~0.2 s, and
     # the plugin runs one at the start of each module's first measured test, in every pytester run.
-    # The sort is stable: the order within each group stays the files' order.
-    items.sort(key=lambda item: "tensorflow_loaded" in getattr(item, "fixturenames", ()))
+    # Whole files move, so that the order within each file stays as written; the sort is stable.
+    loading = {item.path for item in items if "tensorflow_loaded" in getattr(item, "fixturenames", ())}
+    items.sort(key=lambda item: item.path in loading)
     if any(item.get_closest_marker("tpu") for item in items):
         from pytest_devmem.capture.tpu_compile import tpu_present
 
