@@ -167,7 +167,6 @@ def peaks(pytester: pytest.Pytester, name: str = "r.json") -> dict[str, tuple[in
     }
 
 
-@pytest.mark.slow  # six runs, a child process and two xdist workers each starting JAX
 def test_same_work_same_figures_compiled_cached_reversed_in_a_child_and_under_xdist(
     jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
