@@ -5,6 +5,7 @@ figures (package versions, device class), so reports of many commits can be line
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import json
 import os
@@ -42,9 +43,11 @@ def work_tree_dirty(directory: Path) -> bool | None:
     return bool(completed.stdout.strip())
 
 
+@functools.cache
 def machine_id() -> str:
     """pytest-benchmark's machine id: `Linux-CPython-3.11-64bit` (OS, Python implementation and
-    version, pointer width); autosaved reports are kept in a folder of that name."""
+    version, pointer width); autosaved reports are kept in a folder of that name. Cached: it cannot
+    change within a process, and `platform.architecture()` runs `file` on the interpreter each call."""
     return "-".join(
         (
             platform.system() or "unknown",

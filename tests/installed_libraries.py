@@ -13,6 +13,7 @@ docs/known-issues.md says the same for users' suites.
 
 from __future__ import annotations
 
+import functools
 import os
 import site
 import sys
@@ -31,6 +32,14 @@ def _library_dirs() -> tuple[str, ...]:
 LIBRARY_DIRS = _library_dirs()
 
 
+@functools.cache
+def _in_library_dir(place: str) -> bool:
+    """Whether a module's file or folder lies under an installed library's folder; cached, since each
+    restore asks it for every module in `sys.modules` (thousands, once JAX and TensorFlow are loaded)
+    and resolving each path's links costs a dozen system calls."""
+    return os.path.join(os.path.realpath(place), "").startswith(LIBRARY_DIRS)
+
+
 def is_installed_library(module: ModuleType | None) -> bool:
     """True for a module of the standard library or of an installed package, or a built-in one."""
     if module is None:
@@ -42,7 +51,7 @@ def is_installed_library(module: ModuleType | None) -> bool:
     if not places:
         spec = getattr(module, "__spec__", None)
         return spec is not None and spec.origin in ("built-in", "frozen")
-    return any(os.path.join(os.path.realpath(place), "").startswith(LIBRARY_DIRS) for place in places)
+    return any(_in_library_dir(place) for place in places)
 
 
 class LibraryKeepingSnapshot(pytester.SysModulesSnapshot):

@@ -49,6 +49,7 @@ def _agree(groups: list[Group], parallel: int = 16) -> None:
 # -- the oracle ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # about 17 s: 150 allocators of TensorFlow's in subprocesses (the fixed cases below stay fast)
 @needs_tensorflow
 @settings(
     max_examples=1, phases=[Phase.generate], deadline=None, database=None, suppress_health_check=list(HealthCheck)

@@ -140,10 +140,10 @@ def figures(report: Path) -> dict[str, dict[str, object]]:
     }
 
 
+@pytest.mark.slow  # seven fresh processes, each starting JAX and TensorFlow
 def test_forward_reverse_alone_shards_and_xdist_give_the_same_records(
-    jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("tensorflow")
     pytest.importorskip("pytest_split", reason="pytest-split (the test-tools extra) is not installed")
     pytester.makepyfile(test_suite=SUITE)
     pytester.makeconftest(REVERSE)

@@ -390,6 +390,7 @@ def test_one_mib():
 """
 
 
+@pytest.mark.slow  # two xdist workers each starting JAX and compiling for every target
 def test_xdist_workers_give_the_same_table_as_one_process(jax_loaded: object, pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_suite=XDIST_SUITE)
     tables = []
