@@ -177,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory(prefix="devmem-bench-tpu-") as scratch:
         for suite in suites:
+            if suite == "optax" and args.suite == "both" and importlib.util.find_spec("optax") is None:
+                print("optax's suite skipped: optax is not installed (pip install -e '.[bench]')")
+                continue
             directory, targets, options, title = prepare(suite, Path(scratch), args.quick)
             print(f"{title} under sim:TPU-v5e, best of {repeat}")
             print(f"{'cache':<6} {'configuration':<22} {'wall s':>8} {'ratio':>7} {'cpu s':>8} {'ratio':>7}")
