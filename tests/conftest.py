@@ -1,8 +1,5 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
-
 import pytest
 from installed_libraries import keep_installed_libraries_imported
 
@@ -10,10 +7,6 @@ from installed_libraries import keep_installed_libraries_imported
 # pytester's restores, and so does its cached machine id (each report's provenance)
 from pytest_devmem import provenance  # noqa: F401
 from pytest_devmem.hardware.devices import cuda_device_count
-
-if TYPE_CHECKING:
-    from pytest_devmem.capture import TraceRecorder
-    from pytest_devmem.capture.jax import JaxCapture
 
 pytest_plugins = ["pytester"]
 
@@ -43,21 +36,6 @@ def jax_loaded() -> object:
     """JAX imported before any pytester snapshot of sys.modules: pytester drops modules imported
     during a test, and importing jaxlib twice in one process aborts it."""
     return pytest.importorskip("jax")
-
-
-@pytest.fixture
-def capture(jax_loaded: object) -> Iterator[tuple[TraceRecorder, JaxCapture]]:
-    """A recorder and JAX's capture installed into it, for the test alone; uninstalled afterwards."""
-    from pytest_devmem.capture import TraceRecorder
-    from pytest_devmem.capture.jax import JaxCapture
-
-    recorder = TraceRecorder()
-    jax_capture = JaxCapture(recorder)
-    assert jax_capture.install(), jax_capture.note
-    try:
-        yield recorder, jax_capture
-    finally:
-        jax_capture.uninstall()
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ HBM per chip is the Cloud TPU data sheet's (cloud.google.com/tpu/docs/v4, /v5e, 
 32 GiB, v5e 16 GiB, v5p 95 GiB, v6e 32 GiB). The usable part is what the TPU compiler itself states
 when it refuses a program for HBM ("... exceeds available HBM (15.75G)"), measured with libtpu
 0.0.42.1 (jax[tpu] 0.10.2) by `scripts/tpu_figures.py --hbm` and checked against the installed
-compiler by tests/test_tpu_compile.py. Pure data: no framework is imported here.
+compiler by tests/capture/test_tpu_compile.py. Pure data: no framework is imported here.
 """
 
 from __future__ import annotations

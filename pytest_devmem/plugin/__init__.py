@@ -35,7 +35,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     """The hooks a project may implement (pytest_devmem/hookspec.py)."""
-    from .. import hookspec  # beside plugin/, not below it (tests/test_import_hygiene.py): loaded where pytest asks
+    # beside plugin/, not below it (tests/project/test_import_hygiene.py): loaded where pytest asks
+    from .. import hookspec
 
     pluginmanager.add_hookspecs(hookspec)
 

@@ -61,7 +61,7 @@ QUIET_LIBTPU: Mapping[str, str] = {
 """What libtpu reads at start-up, set only while a compile-only TPU client starts on a machine
 without a TPU, and only where the user set none of them. The compile target is named by the
 topology (`v5p:2x2x1`...), not by TPU_ACCELERATOR_TYPE: the sizes of every generation were checked
-with it set (tests/test_tpu_compile.py)."""
+with it set (tests/capture/test_tpu_compile.py)."""
 
 _REFUSAL = re.compile(
     r"(?:required for HLO temporaries|Used)\s*\(?\s*([\d.]+)\s*([KMGT]?)\)?.*?available HBM\s*\(\s*([\d.]+)\s*([KMGT]?)\s*\)",

@@ -1,4 +1,5 @@
-"""Device-memory pools under the four regimes, with statistics and traces. Nothing here imports pytest."""
+"""Device-memory pools under the five regimes (prealloc, fraction, ondemand, growth, compact), with statistics
+and traces. Nothing here imports pytest."""
 
 from __future__ import annotations
 

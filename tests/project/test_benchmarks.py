@@ -12,7 +12,7 @@ from benchmarks.reference import FirstFitPool
 from benchmarks.workloads import training_loop
 from pytest_devmem.model.pool import replay
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow  # about 50 s: every benchmark once, in quick mode

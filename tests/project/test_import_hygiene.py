@@ -57,7 +57,7 @@ def test_the_model_imports_no_pytest_framework_or_driver() -> None:
 
 # -- the import graph: one way down, no cycles --------------------------------------------------------------------
 
-PACKAGE = Path(__file__).resolve().parents[1] / "pytest_devmem"
+PACKAGE = Path(__file__).resolve().parents[2] / "pytest_devmem"
 
 LAYERS = {
     "plugin": 4,

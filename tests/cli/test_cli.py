@@ -207,7 +207,7 @@ def test_version_is_printed_as_other_tools_print_it(capsys: pytest.CaptureFixtur
 
 
 def test_project_examples_have_baselines() -> None:
-    root = Path(__file__).resolve().parents[1] / "baselines" / "sim-16GiB" / "examples"
+    root = Path(__file__).resolve().parents[2] / "baselines" / "sim-16GiB" / "examples"
     examples = sorted(path.name for path in (root.parents[2] / "examples").glob("test_*.py"))
     assert sorted(p.name for p in root.glob("*.json")) == [f"{name}.json" for name in examples]
 

@@ -343,7 +343,7 @@ def test_a_sharded_executable_is_compiled_for_as_many_gpus(tmp_path: Path) -> No
         "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
         "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1",
     }
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent.parent), env.get("PYTHONPATH", "")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parents[2]), env.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, "-c", SHARDED_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])

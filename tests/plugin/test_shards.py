@@ -401,7 +401,7 @@ def test_history_lines_up_a_sharded_run_as_one_commit(
 
 def test_shard_and_merged_reports_validate_against_the_report_schema(report: Path) -> None:
     jsonschema = pytest.importorskip("jsonschema")
-    schema = json.loads((Path(__file__).resolve().parents[1] / "docs" / "report.schema.json").read_text())
+    schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "report.schema.json").read_text())
 
     def shard(group: int, keep: slice) -> object:
         return lambda d: (
@@ -424,7 +424,7 @@ def test_shard_and_merged_reports_validate_against_the_report_schema(report: Pat
 
 def workflow() -> dict:
     yaml = pytest.importorskip("yaml")
-    return yaml.safe_load((Path(__file__).resolve().parents[1] / ".github" / "workflows" / "devmem.yml").read_text())
+    return yaml.safe_load((Path(__file__).resolve().parents[2] / ".github" / "workflows" / "devmem.yml").read_text())
 
 
 def test_the_workflow_runs_the_suite_once_in_one_gate_sharded_in_one_place() -> None:

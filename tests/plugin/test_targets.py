@@ -147,7 +147,7 @@ def test_one_run_gives_each_tests_figures_on_every_target_and_where_it_fits(
     assert targets["children"] == 2  # one per target run again and regime, not one per test
     cells = _cells(report)
     # the attention step: XLA:CPU fuses the 2x16x1024x1024 scores away (temp 0), XLA:GPU for an H100
-    # keeps them, 256 MiB of temp (tests/test_compile_target.py); q and the output are 8 MiB each
+    # keeps them, 256 MiB of temp (tests/plugin/test_compile_target.py); q and the output are 8 MiB each
     assert cells["test_attention_step", "sim:16GiB"]["peak_bytes_in_use"] == 16 * MiB
     assert cells["test_attention_step", "sim:16GiB"]["sized_by"] == "cpu"
     assert cells["test_attention_step", "sim:H100-80GB"]["peak_bytes_in_use"] == 16 * MiB + 256 * MiB
@@ -209,7 +209,7 @@ def test_one_run_gives_each_tests_figures_on_every_target_and_where_it_fits(
 
 
 def check_the_schema(report: dict[str, object]) -> None:
-    from tests.test_schemas import validator
+    from tests.present.test_schemas import validator
 
     assert [f"{list(e.path)}: {e.message}" for e in validator("report.schema.json").iter_errors(report)] == []
 
@@ -284,7 +284,7 @@ def test_a_tpu_target_fills_the_row_of_the_tests_own_regime_beside_a_gpu_preset(
     )
     assert (
         tpu.peak_bytes_in_use == 2 * 2048
-    )  # x and x + 1: an f32[8,3] is one (8, 128) tile on a v5e (tests/test_tpu_compile.py), 512 B on the CPU
+    )  # x and x + 1: an f32[8,3] is one (8, 128) tile on a v5e (tests/capture/test_tpu_compile.py), 512 B on the CPU
     assert table.cell(rows[0][0], "prealloc", "sim:16GiB").peak_bytes_in_use == 512  # type: ignore[union-attr]
     assert table.cell(rows[1][0], "prealloc", "sim:TPU-v5e").peak_bytes_in_use == 2**20  # type: ignore[union-attr]
     gpu = table.cell(rows[0][0], "prealloc", "sim:H100-80GB")

@@ -455,7 +455,7 @@ def test_a_conftest_hook_adds_to_the_runs_metadata(pytester: pytest.Pytester) ->
     jsonschema = pytest.importorskip("jsonschema")
     from pathlib import Path
 
-    schema = json.loads((Path(__file__).resolve().parents[1] / "docs" / "report.schema.json").read_text())
+    schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "report.schema.json").read_text())
     jsonschema.validate(json.loads((pytester.path / "r.json").read_text()), schema)
 
 

@@ -333,7 +333,7 @@ def work_runs(
             TF_ENABLE_ONEDNN_OPTS=onednn,
             TF_CPP_MIN_LOG_LEVEL="2",
             PYTHONPATH=os.pathsep.join(
-                p for p in (str(Path(__file__).parents[1]), environment.get("PYTHONPATH", "")) if p
+                p for p in (str(Path(__file__).parents[2]), environment.get("PYTHONPATH", "")) if p
             ),
         )
         command = [

@@ -290,7 +290,7 @@ def test_a_baseline_that_cannot_be_written_fails_the_session_and_others_are_stil
     assert (locked / "test_other.py.json").is_file()
     assert (
         (locked / "sub").read_text().startswith("a file of the user's")
-    )  # (a directory in the way: tests/test_hostile_inputs_more.py)
+    )  # (a directory in the way: tests/project/test_hostile_inputs_more.py)
 
 
 def test_a_test_outside_the_rootdir_gets_a_baseline_file_too(tmp_path: Path) -> None:

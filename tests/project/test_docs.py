@@ -14,7 +14,7 @@ import pytest
 from pytest_devmem.gate.marks import MARK_ARGUMENTS, MARK_KEYS
 from pytest_devmem.plugin.settings import OPTIONS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def hooks():  # type: ignore[no-untyped-def]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-TESTS_DIR = Path(__file__).parent
+TESTS_DIR = Path(__file__).parents[1]  # where installed_libraries.py is
 
 # pytester drops the modules a test imported when the test ends; the second test imports JAX again
 REIMPORT = """
