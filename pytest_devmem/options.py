@@ -161,7 +161,7 @@ OPTIONS = (
     Option("compile-target", COMPILE_TARGET_HELP, "TARGET", default="auto", parse=parse_compile_target),
     Option(
         "traces",
-        "Write each measured test's device-allocation trace to DIR, one RMM-style CSV per test and regime (columns Thread,Time,Action,Pointer,Size,Stream,Source,Label).",
+        "Write each measured test's device-allocation trace to DIR, one RMM-style CSV per test and regime (columns Thread,Time,Action,Pointer,Size,Stream,Source,Label,Device,Process); a trace of 20,000 events or more also gets its Arrow IPC file (.arrow) beside it where pyarrow is installed.",
         "DIR",
     ),
     Option(

@@ -235,8 +235,12 @@ class Measurement:
 
     def close(self) -> None:
         gc.unfreeze()  # the process's collector as it was: nothing stays frozen after the session
-        for source in self.sources:
-            source.close()
-        self.sampler.close()
-        self.jax_capture.uninstall()
-        self.tensorflow_capture.uninstall()
+        try:
+            for source in self.sources:
+                source.close()
+            self.sampler.close()
+        finally:  # JAX's patches go and the TPU sizer's worker stops even where a source failed to close
+            try:
+                self.jax_capture.uninstall()
+            finally:
+                self.tensorflow_capture.uninstall()

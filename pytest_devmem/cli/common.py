@@ -21,6 +21,8 @@ from ..model.device import DEFAULT_COMPUTE_CAPABILITY
 from ..model.frameworks import AllocatorSetup, setups_for
 from ..model.machine import MachineSpec
 from ..model.pool import Policy
+from ..model.tpu_devices import as_tpu_chips
+from ..model.tpu_targets import tpu_spec
 from ..model.trace import Trace
 from ..present.report import ReportFile, read_report
 from ..present.shard_merge import unique_records
@@ -195,7 +197,12 @@ def machine(device_spec: str, policy: Policy, default_device: str) -> tuple[Mach
     device = open_device(device_spec)
     try:
         return machine_of(
-            device.capacity, device.name, getattr(device, "compute_capability", (None,))[0], policy, default_device
+            device.capacity,
+            device.name,
+            getattr(device, "compute_capability", (None,))[0],
+            policy,
+            default_device,
+            tpu=getattr(device, "tpu", None) is not None,
         )
     finally:
         close = getattr(device, "close", None)
@@ -204,10 +211,28 @@ def machine(device_spec: str, policy: Policy, default_device: str) -> tuple[Mach
 
 
 def machine_of(
-    capacity: int, name: str, compute_capability: int | None, policy: Policy, default_device: str = "cpu:0"
+    capacity: int,
+    name: str,
+    compute_capability: int | None,
+    policy: Policy,
+    default_device: str = "cpu:0",
+    *,
+    tpu: bool = False,
 ) -> tuple[MachineSpec, dict[str, AllocatorSetup]]:
-    """The machine of a device's capacity, name and compute capability (a report's session names them)."""
+    """The machine of a device's capacity, name and compute capability (a report's session names
+    them). A TPU preset's chips have no CUDA context, and what names no device is chip 0's, as the
+    plugin's replay has them (plugin/recording.py `machine_spec`)."""
     spec = MachineSpec(
-        capacity, name, compute_capability or DEFAULT_COMPUTE_CAPABILITY[0], default_device=default_device
+        capacity,
+        name,
+        compute_capability or DEFAULT_COMPUTE_CAPABILITY[0],
+        context_bytes=0 if tpu else None,
+        default_device="tpu:0" if tpu else default_device,
     )
     return spec, setups_for(policy, capacity)
+
+
+def on_chips(trace: Trace, device_spec: str | None) -> Trace:
+    """`trace` with its CPU devices named as the chips they stand for where `device_spec` is a TPU
+    preset (model/tpu_devices.py: TensorFlow's events stay on the host); else as it is."""
+    return as_tpu_chips(trace) if tpu_spec(device_spec) is not None else trace

@@ -21,6 +21,7 @@ from .common import (
     InputError,
     machine,
     machine_of,
+    on_chips,
     print_text,
     read_trace,
     regime_of_trace,
@@ -91,7 +92,7 @@ def plot_input(
             else Policy.of("prealloc")
         )
         policy = tpu_replay_policy(device_spec, policy, mode, fraction)
-        trace = read_trace(path)
+        trace = on_chips(read_trace(path), device_spec)
         spec, setups = machine(device_spec or "sim", policy, unnamed_device(trace))
         return build_view(
             run_machine(trace, setups, spec, timeline=True), trace, policy.label, setups
@@ -120,9 +121,9 @@ def plot_input(
     capacity = session.get("device_capacity_bytes")
     if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
         raise InputError(f"{path}: the session's device_capacity_bytes is missing or not a positive number")
-    trace = read_trace(Path(record["trace"]["file"]))  # type: ignore[index]
-    policy = Policy.from_label(str(record.get("regime", "prealloc")))
     device_name = str(session.get("device", "device"))
+    trace = on_chips(read_trace(Path(record["trace"]["file"])), device_name)  # type: ignore[index]
+    policy = Policy.from_label(str(record.get("regime", "prealloc")))
     capability = session.get("device_compute_capability")
     spec, setups = machine_of(
         capacity,
@@ -135,6 +136,7 @@ def plot_input(
         else None,
         policy,
         unnamed_device(trace),
+        tpu=tpu_spec(device_name) is not None,
     )
     return build_view(
         run_machine(trace, setups, spec, timeline=True), trace, policy.label, setups

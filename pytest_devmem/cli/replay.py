@@ -10,11 +10,12 @@ from ..model.explain import oom_lines
 from ..model.machine import run_machine
 from ..model.regime import jax_fraction_variable
 from ..model.tpu_replay import tpu_replay_policy
+from ..model.tpu_targets import tpu_spec
 from ..model.whatif import proven_fixes
 from ..options import OPTION, add_option
 from ..present.text import markdown, terminal
 from ..units import format_size
-from .common import machine, print_text, read_trace, regime_of_trace, unnamed_device
+from .common import TRACE_REGIME, machine, on_chips, print_text, read_trace, regime_of_trace, unnamed_device
 
 HELP = "Replay a recorded trace (--devmem-traces) under a regime; exit 1 if it does not fit"
 
@@ -48,9 +49,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def replay_table(path: Path, mode: str | None, fraction: str | None, device_spec: str) -> tuple[str, bool]:
     """What a regime makes of a recorded trace (RMM-style CSV) on the model of the machine, as
     Markdown; and whether it fitted. The same replay as the plugin's and `devmem plot`'s."""
+    if mode is None and fraction is None and tpu_spec(device_spec) is not None and not TRACE_REGIME.search(path.stem):
+        mode = "compact"  # a TPU has one regime: its runtime's (the trace's name says none)
     policy, origin = regime_of_trace(path, mode, fraction)
     policy = tpu_replay_policy(device_spec, policy, mode, fraction)
-    trace = read_trace(path)
+    trace = on_chips(read_trace(path), device_spec)
     spec, setups = machine(device_spec, policy, unnamed_device(trace))
     run = run_machine(trace, setups, spec)
     asked = "peak_live_bytes (asked" + (", all devices together)" if len(run.devices) > 1 else ")")

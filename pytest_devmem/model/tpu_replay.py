@@ -15,18 +15,17 @@ def tpu_replay_policy(
 ) -> Policy:
     """The regime a recorded trace is replayed under on `device_spec`: on a TPU preset the TPU
     runtime's (`compact` at its default is all usable HBM, as the plugin's `--devmem-mode=compact`
-    there), and a GPU regime (given as `--mode`/`--fraction`, or read from the trace's name) raises
-    InvalidSettingError with the words of `tpu_regime_refusal`. Anything else is returned as given."""
+    there), and a GPU regime or any fraction below all of HBM (given as `--mode`/`--fraction`, or
+    read from the trace's name) raises InvalidSettingError with the words of `tpu_regime_refusal`,
+    as the plugin refuses them on a TPU preset. Anything else is returned as given."""
     spec = tpu_spec(device_spec)
     if spec is None:
         return policy
-    if policy.mode in (Mode.PREALLOC, Mode.FRACTION, Mode.GROWTH) or (
-        policy.mode is Mode.ONDEMAND and policy.fraction != 1.0
-    ):
+    if policy.mode is Mode.COMPACT and fraction is None and policy.fraction == DEFAULT_PREALLOC_FRACTION:
+        return Policy(Mode.COMPACT, 1.0)  # compact at its default: all usable HBM, as the plugin's
+    if policy.mode in (Mode.PREALLOC, Mode.FRACTION, Mode.GROWTH) or policy.fraction != 1.0:
         given = " ".join(f"--{name} {value}" for name, value in (("mode", mode), ("fraction", fraction)) if value)
         asked = given or f"the regime {policy.label} (from the trace's name)"
         refusal = tpu_regime_refusal(spec, asked).replace("--devmem-mode=compact", "--mode compact")
         raise InvalidSettingError(refusal)
-    if policy.mode is Mode.COMPACT and policy.fraction == DEFAULT_PREALLOC_FRACTION:
-        return Policy(Mode.COMPACT, 1.0)
     return policy

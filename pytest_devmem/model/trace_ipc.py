@@ -116,8 +116,15 @@ def arrow_bytes(trace: Trace) -> Any:
 
 
 def write_arrow(trace: Trace, path: str | os.PathLike[str]) -> None:
-    """Write the trace atomically as an Arrow IPC file (uncompressed, so any Arrow reader maps it)."""
+    """Write the trace atomically as an Arrow IPC file (uncompressed, so any Arrow reader maps it);
+    TraceFormatError naming the file where pyarrow or numpy is missing."""
     from ..files import write_atomic
+    from .trace import TraceFormatError
+
+    if not available():
+        raise TraceFormatError(
+            f"{os.fspath(path)}: an Arrow IPC trace file is written with pyarrow and numpy: pip install 'pytest-devmem[fast-traces]', or keep the trace's CSV"
+        )
 
     write_atomic(path, memoryview(arrow_bytes(trace)))  # type: ignore[arg-type]  # any bytes-like is written as is
 

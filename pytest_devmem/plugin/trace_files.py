@@ -18,14 +18,17 @@ ARROW_FROM = BY_COLUMN_FROM
 
 def write_trace_files(trace: Trace, csv_path: Path) -> Path | None:
     """Write `trace` to `csv_path`, and for a long trace (where pyarrow is installed) to the same
-    name with `.arrow`, which it returns; OSError (naming the file) where either cannot be written."""
+        name with `.arrow`, which it returns; an Arrow file an earlier run left there is removed where this
+    run writes none. OSError (naming the file) where either cannot be written or removed."""
     trace.write_csv(csv_path)
+    arrow_path = csv_path.with_suffix(".arrow")
     if len(trace) < ARROW_FROM:
+        arrow_path.unlink(missing_ok=True)  # an earlier run's, which would replay as this one's
         return None
     from ..model import trace_ipc  # a long trace's only: not loaded otherwise
 
     if not trace_ipc.available():
+        arrow_path.unlink(missing_ok=True)
         return None
-    arrow_path = csv_path.with_suffix(".arrow")
     trace.write_arrow(arrow_path)
     return arrow_path

@@ -636,6 +636,22 @@ def test_devmem_replay_on_a_tpu_preset_uses_the_tpu_runtime_and_refuses_a_gpu_re
     assert "is a GPU regime" in error and "TPU v5e" in error and "Traceback" not in error
 
 
+def test_devmem_replay_of_a_cpu_trace_on_a_tpu_preset_counts_no_cuda_context_and_refuses_a_fraction(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An RMM log names no device: on a TPU preset it is chip 0's, all usable HBM is the runtime's
+    (no CUDA context, no GPU allocator's back-off), and a fraction below all of HBM is refused."""
+    from pytest_devmem import cli
+
+    (tmp_path / "rmm.csv").write_text("Thread,Time,Action,Pointer,Size,Stream\n1,0.0,allocate,0x1000,16642998272,0\n")
+    assert cli.main(["replay", str(tmp_path / "rmm.csv"), "--device", "sim:TPU-v5e"]) == 0  # 15.5 of 15.75 GiB
+    out = capsys.readouterr().out
+    assert "| TPU runtime: peak in use, held | 16642998272, 16911433728 |" in out and "CUDA" not in out
+    for asked in (["--fraction", "0.5"], ["--mode", "compact", "--fraction", "0.75"]):
+        assert cli.main(["replay", str(tmp_path / "rmm.csv"), "--device", "sim:TPU-v5e", *asked]) == 2
+        assert "is a GPU regime, and sim:TPU-v5e is a TPU v5e" in capsys.readouterr().err
+
+
 @needs_libtpu
 def test_two_jit_objects_of_one_program_compile_once_for_the_tpu(jax_loaded: Any, tmp_path: Any) -> None:
     import jax

@@ -308,6 +308,17 @@ def test_without_pyarrow_an_arrow_file_says_what_to_install(tmp_path: Path, monk
         Trace.read(path)
 
 
+def test_without_pyarrow_devmem_convert_to_an_arrow_file_exits_2_saying_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recorded(10).write_csv(tmp_path / "t.csv")
+    monkeypatch.setitem(sys.modules, "pyarrow.ipc", None)  # import pyarrow.ipc now fails
+    assert cli.main(["convert", str(tmp_path / "t.csv"), str(tmp_path / "t.arrow")]) == 2
+    error = capsys.readouterr().err
+    assert "t.arrow" in error and "pytest-devmem[fast-traces]" in error and "Traceback" not in error
+    assert not (tmp_path / "t.arrow").exists()
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(0, 9), min_size=1, max_size=60), st.integers(1, 4))
 def test_devices_found_by_column_appear_in_the_order_the_events_name_them(codes: list[int], repeat: int) -> None:
@@ -353,6 +364,15 @@ def test_the_plugin_writes_a_long_traces_arrow_file_beside_its_csv(pytester: pyt
         if name != "times":
             assert getattr(from_arrow, name) == getattr(from_csv, name), name
     assert max(abs(a - b) for a, b in zip(from_arrow.times, from_csv.times)) <= 5e-7
+
+
+def test_a_rerun_whose_trace_is_short_leaves_no_arrow_file_of_the_earlier_run(tmp_path: Path) -> None:
+    from pytest_devmem.plugin.trace_files import ARROW_FROM, write_trace_files
+
+    csv_path = tmp_path / "test_x.py__test_a[prealloc].csv"
+    assert write_trace_files(recorded(ARROW_FROM), csv_path) == csv_path.with_suffix(".arrow")
+    assert write_trace_files(recorded(10), csv_path) is None
+    assert sorted(path.name for path in tmp_path.iterdir()) == [csv_path.name]  # the old .arrow is gone
 
 
 def test_a_trace_converts_to_its_arrow_file_and_back(tmp_path: Path) -> None:
