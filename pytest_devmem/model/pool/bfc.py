@@ -402,6 +402,11 @@ class BFCPool(PoolCounters):
         self._spare = spare
         self._free = free_keys
 
+    def set_buffers(self, chunks_by_address: dict[int, int]) -> None:
+        """Take the map of chunks in use (address -> chunk id) made outside: a loop that ran this pool's
+        chunk table inline hands its buffers back, each buffer's handle its address."""
+        self._in_use = chunks_by_address
+
     # -- errors and introspection ----------------------------------------------------------
 
     def _largest_free_block(self) -> int:

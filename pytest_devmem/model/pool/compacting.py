@@ -49,6 +49,11 @@ class CompactingPool(BFCPool):
         del self._handle_at[address]
         super().free(address)
 
+    def set_buffers(self, chunks_by_address: dict[int, int]) -> None:
+        super().set_buffers(chunks_by_address)
+        self._address_of = {address: address for address in chunks_by_address}
+        self._handle_at = self._address_of.copy()
+
     def handle_at(self, address: int) -> int:
         return self._handle_at.get(address, 0)
 

@@ -4,16 +4,13 @@ through its own methods."""
 from __future__ import annotations
 
 from itertools import repeat
-from typing import TYPE_CHECKING
 
-from ...errors import InvalidFreeError, OutOfMemoryError
-from ..pool.bfc import SIZE_SHIFT
-
-if TYPE_CHECKING:
-    from ..machine import _Replay
+from ....errors import InvalidFreeError, OutOfMemoryError
+from ...pool.bfc import SIZE_SHIFT
+from ..state import Replay
 
 
-def replay_lanes(replay: _Replay) -> int:
+def replay_lanes(replay: Replay) -> int:
     """Any trace: each event's lane picks its allocator; the index of the last event run."""
     trace = replay.trace
     lanes, recorded, stop_on_oom = replay.lanes, replay.recorded, replay.stop_on_oom

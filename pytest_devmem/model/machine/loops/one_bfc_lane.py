@@ -5,19 +5,16 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from itertools import chain, count, islice
-from typing import TYPE_CHECKING
 
-from ...errors import InvalidFreeError, OutOfMemoryError
-from ..pool import BFCPool
-from ..pool.bfc import CHUNK_BITS, CHUNK_MASK, SIZE_SHIFT
+from ....errors import InvalidFreeError, OutOfMemoryError
+from ...pool import BFCPool
+from ...pool.bfc import CHUNK_BITS, CHUNK_MASK, SIZE_SHIFT
+from ..state import AllocatorState, Replay, sync
 from .compiled_bfc import replay_compiled, suits
-from .inline_pools import INLINE_POOLS, MovedThenFailed, allocate, compactions, sync
-
-if TYPE_CHECKING:
-    from ..machine import _Allocator, _Replay
+from .inline_pools import INLINE_POOLS, MovedThenFailed, allocate, compactions
 
 
-def replay_one_bfc_lane(replay: _Replay) -> int | None:
+def replay_one_bfc_lane(replay: Replay) -> int | None:
     """A trace of one lane whose allocator is a BFC pool (or a compacting one) and whose sizes are
     all positive; the index of the last event run, or None when the allocator is another kind (the
     general loop runs). MovedThenFailed where a compacting pool moved its buffers and still failed."""
@@ -35,7 +32,7 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
     return run_events(replay, allocator, first, len(actions))
 
 
-def run_events(replay: _Replay, allocator: _Allocator, first: int, stop: int) -> int:
+def run_events(replay: Replay, allocator: AllocatorState, first: int, stop: int) -> int:
     """Events `first` to `stop` (not included) of the lane of `allocator`, which its BFC pool has
     started; the index of the last event run. Counters are read from the device and allocator and
     written back at the end, so runs of consecutive ranges give the same result as one run."""

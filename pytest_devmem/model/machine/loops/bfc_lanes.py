@@ -5,32 +5,30 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from itertools import chain, count, islice
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ...errors import InvalidFreeError, OutOfMemoryError
-from ..pool.bfc import CHUNK_BITS, CHUNK_MASK, SIZE_SHIFT
+from ....errors import InvalidFreeError, OutOfMemoryError
+from ...pool.bfc import CHUNK_BITS, CHUNK_MASK, SIZE_SHIFT
+from ..state import Replay, sync
 from .compiled_bfc import replay_lanes_compiled, suits
-from .inline_pools import INLINE_POOLS, allocate, compactions, sync
-
-if TYPE_CHECKING:
-    from ..machine import _Replay
+from .inline_pools import INLINE_POOLS, allocate, compactions
 
 
-def replay_bfc_lanes(replay: _Replay) -> int | None:
+def replay_bfc_lanes(replay: Replay) -> int | None:
     """A trace of several lanes whose allocators are all BFC pools (or compacting ones, no other
     subclass) and whose sizes are all positive; the index of the last event run, or None where some allocator would be
     another kind. Each lane's pool runs inline; counters live on the device and allocator objects."""
     trace = replay.trace
     machine, names = replay.machine, trace.names
     lane_codes = replay.lane_codes
-    if lane_codes is None or not all(machine._is_bfc(names[source]) for _, _, source in replay.lane_keys):
+    if lane_codes is None or not all(machine.is_bfc(names[source]) for _, _, source in replay.lane_keys):
         return None
     if suits(replay):
         return replay_lanes_compiled(replay, run_events)
     return run_events(replay, 0, len(trace.actions))
 
 
-def run_events(replay: _Replay, first: int, stop: int) -> int:
+def run_events(replay: Replay, first: int, stop: int) -> int:
     """Events `first` to `stop` (not included); the index of the last event run. Counters live on
     the device and allocator objects, so runs of consecutive ranges give what one run gives."""
     trace = replay.trace

@@ -485,7 +485,7 @@ def _device_fragmentation(
     free_sizes: np.ndarray,  # type: ignore[type-arg]
     d: int,
 ) -> float:
-    """The device's fragmentation over its pools (`_Device.fragmentation`)."""
+    """The device's fragmentation over its pools (`DeviceState.fragmentation`)."""
     free = stranded = 0
     for k in range(devices[d, D_POOLS]):
         p = device_pools[d, k]
