@@ -15,6 +15,7 @@ from ...errors import OutOfMemoryError
 from ..device import SimulatedDevice
 from ..frameworks import AllocatorSetup, tensorflow_growth_pool, tensorflow_memory_limit
 from ..pool import BFCPool, OnDemandPool, Policy
+from ..pool.chunk_table import ChunkTable
 from ..pool.compacting import CompactingPool
 from ..trace import Trace
 from .maps import pool_maps
@@ -138,7 +139,7 @@ class DeviceState:
             if isinstance(pool, BFCPool):
                 pool_free = pool.pool_bytes - pool.bytes_in_use
                 free += pool_free
-                stranded += pool_free - pool._largest_free_block()
+                stranded += pool_free - pool.table.largest_free_block()
         return stranded / free if free > 0 else 0.0
 
 
@@ -158,11 +159,13 @@ through the pool's methods (measured): spacing = sqrt(events x entries / 24) bal
 
 def copy_state(thing: Any) -> Any:
     """A copy of a pool or simulated device that shares nothing mutable with it: its dicts and lists
-    copied (lists of lists a level down). The policy and lock are shared."""
+    copied (lists of lists a level down), and its chunk table. The policy and lock are shared."""
     twin = object.__new__(type(thing))
     state = dict(vars(thing))
     for name, value in state.items():
         if type(value) is dict:
+            state[name] = value.copy()
+        elif type(value) is ChunkTable:
             state[name] = value.copy()
         elif type(value) is list:
             state[name] = [list(item) for item in value] if value and type(value[0]) is list else value.copy()
@@ -337,7 +340,10 @@ class Replay:
 
     def _spacing(self, device: DeviceState, entries: int | None = None) -> int:
         if entries is None:
-            entries = sum(len(a.handles) + len(getattr(a.pool, "_c_size", ())) for a in device.allocators)
+            entries = sum(
+                len(a.handles) + (len(a.pool.table.size) if isinstance(a.pool, BFCPool) else 0)
+                for a in device.allocators
+            )
         return max(64, math.isqrt(int(len(self.trace) * entries * CHECKPOINT_SPACING_PER_ENTRY)))
 
     def fail(self, error: OutOfMemoryError, allocator: AllocatorState, index: int) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from itertools import repeat
 
 from ....errors import InvalidFreeError, OutOfMemoryError
-from ...pool.bfc import SIZE_SHIFT
+from ...pool.chunk_table import SIZE_SHIFT
 from ..state import Replay
 
 
@@ -134,7 +134,7 @@ def replay_lanes(replay: Replay) -> int:
             if solo is not None:  # XLA's GetFragmentation of its one pool, inline: this runs per event
                 free = solo.pool_bytes - solo.bytes_in_use
                 if free > 0:
-                    fragmentation = (free - (solo._free[-1] >> SIZE_SHIFT)) / free
+                    fragmentation = (free - (solo.table.free[-1] >> SIZE_SHIFT)) / free
             else:
                 fragmentation = device.fragmentation()
             device.sampled = fragmentation

@@ -8,7 +8,7 @@ from itertools import chain, count, islice
 from typing import Any
 
 from ....errors import InvalidFreeError, OutOfMemoryError
-from ...pool.bfc import CHUNK_BITS, CHUNK_MASK, SIZE_SHIFT
+from ...pool.chunk_table import CHUNK_BITS, CHUNK_MASK, SIZE_SHIFT
 from ..state import Replay, sync
 from .compiled_bfc import replay_lanes_compiled, suits
 from .inline_pools import INLINE_POOLS, allocate, compactions
@@ -145,7 +145,7 @@ def run_events(replay: Replay, first: int, stop: int) -> int:
                             0,
                         )
                     else:
-                        rest = pool._new_chunk(rest_size, rest_address, cid, after, 0)
+                        rest = pool.table.new_chunk(rest_size, rest_address, cid, after, 0)
                     size_of[cid] = rounded
                     next_of[cid] = rest
                     if after:
@@ -171,7 +171,9 @@ def run_events(replay: Replay, first: int, stop: int) -> int:
                     device.peak_in_use, device.peak_event, device.pending = in_use, index, True
                     if solo is not None:
                         free = solo.pool_bytes - solo.bytes_in_use
-                        device.fragmentation_at_peak = (free - (solo._free[-1] >> shift)) / free if free > 0 else 0.0
+                        device.fragmentation_at_peak = (
+                            (free - (solo.table.free[-1] >> shift)) / free if free > 0 else 0.0
+                        )
                     else:
                         device.fragmentation_at_peak = device.fragmentation()
                 if (
@@ -179,7 +181,7 @@ def run_events(replay: Replay, first: int, stop: int) -> int:
                 ):  # it took its pool's largest free chunk, or the state before was not sampled
                     if solo is not None:
                         free = solo.pool_bytes - solo.bytes_in_use
-                        fragmentation = (free - (solo._free[-1] >> shift)) / free if free > 0 else 0.0
+                        fragmentation = (free - (solo.table.free[-1] >> shift)) / free if free > 0 else 0.0
                     else:
                         fragmentation = device.fragmentation()
                     device.sampled = fragmentation
@@ -290,7 +292,7 @@ def run_events(replay: Replay, first: int, stop: int) -> int:
                 solo = device.solo
                 if solo is not None:
                     free = solo.pool_bytes - solo.bytes_in_use
-                    fragmentation = (free - (solo._free[-1] >> shift)) / free
+                    fragmentation = (free - (solo.table.free[-1] >> shift)) / free
                 else:
                     fragmentation = device.fragmentation()
                 device.sampled = fragmentation
@@ -332,12 +334,8 @@ def _refs(allocator: Any) -> tuple[Any, ...]:
         pool,
         allocator.handles,
         allocator.counts,
-        pool._c_size,
-        pool._c_address,
-        pool._c_prev,
-        pool._c_next,
-        pool._c_asked,
-        pool._spare,
-        pool._free,
+        *pool.table.columns(),
+        pool.table.spare,
+        pool.table.free,
         pool.max_internal_fragmentation,
     )

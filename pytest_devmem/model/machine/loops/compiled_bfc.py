@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ...pool import BFCPool
-from ...pool.bfc import ADDRESS_MASK, CHUNK_BITS, CHUNK_MASK, MIN_ALLOCATION_SIZE, SIZE_SHIFT
+from ...pool.chunk_table import ADDRESS_MASK, CHUNK_BITS, CHUNK_MASK, MIN_ALLOCATION_SIZE, SIZE_SHIFT
 from ..state import AllocatorState, Replay, sync
 
 COMPILED_FROM_EVENTS = 20_000
@@ -190,7 +190,7 @@ class _State:
         """Read the pool's state into arrays; False where a value is too large for them."""
         np, kernel, allocator = self.np, self.kernel, self.allocator
         pool, device, handles = _bfc_pool(allocator), allocator.device, allocator.handles
-        table = pool.chunk_columns()
+        table = pool.table.columns()
         length = len(table[0])
         if length and (max(table[1]) >= LARGEST_VALUE or max(table[0]) >= LARGEST_VALUE):
             return False
@@ -201,8 +201,8 @@ class _State:
             array[:length] = column
             columns.append(array)
         spare = np.zeros(capacity, dtype=np.int64)
-        spare[: len(pool.spare_ids())] = pool.spare_ids()
-        keys = pool.free_keys()
+        spare[: len(pool.table.spare)] = pool.table.spare
+        keys = pool.table.free
         # the free chunks by XLA's bins, each bin in (size, address) order: their concatenation is the
         # pool's list, sorted by size, so each bin is one run of it
         sizes = np.array([key >> SIZE_SHIFT for key in keys], dtype=np.int64)
@@ -236,7 +236,7 @@ class _State:
         ints[k.WORST_EVENT] = NO_EVENT if device.worst_event is None else device.worst_event
         ints[k.FRAGMENTED], ints[k.COMPARED] = device.fragmented, device.compared
         ints[k.LIVE], ints[k.PEAK_LIVE], ints[k.ALLOCATIONS] = allocator.counts[1], allocator.counts[2], 0
-        ints[k.FREE_CHUNKS], ints[k.SPARE_IDS], ints[k.TABLE_IDS] = len(keys), len(pool.spare_ids()), length
+        ints[k.FREE_CHUNKS], ints[k.SPARE_IDS], ints[k.TABLE_IDS] = len(keys), len(pool.table.spare), length
         ints[k.MAY_SKIP], ints[k.MAX_WASTE] = 1, pool.max_internal_fragmentation
         floats[k.FRAGMENTATION], floats[k.MAPPED] = device.sampled, device.mapped
         floats[k.AT_PEAK] = math.nan if device.fragmentation_at_peak is None else device.fragmentation_at_peak
@@ -261,7 +261,7 @@ class _State:
                 )
             ]
         assert len(keys) == nfree
-        pool.set_chunk_table(
+        pool.table.set_columns(
             [column[:length].tolist() for column in (size_of, address_of, prev_of, next_of, asked)],
             spare[:nspare].tolist(),
             keys,
@@ -406,14 +406,14 @@ class _LanesState:
         base = 0
         for lane, allocator in started:
             pool = _bfc_pool(allocator)
-            table = pool.chunk_columns()
+            table = pool.table.columns()
             length = len(table[0])
             if length and (max(table[1]) >= LARGEST_VALUE or max(table[0]) >= LARGEST_VALUE):
                 return False
             capacity = length + 64 * k.CHUNK_BATCH
             row = pools[lane]
             row[k.P_STARTED], row[k.P_BASE], row[k.P_CAPACITY], row[k.P_TABLE_IDS] = 1, base, capacity, length
-            row[k.P_SPARE_IDS], row[k.P_FREE_CHUNKS] = len(pool.spare_ids()), len(pool.free_keys())
+            row[k.P_SPARE_IDS], row[k.P_FREE_CHUNKS] = len(pool.table.spare), len(pool.table.free)
             row[k.P_IN_USE], row[k.P_BYTES], row[k.P_MAX_WASTE] = (
                 pool.bytes_in_use,
                 pool.pool_bytes,
@@ -422,7 +422,7 @@ class _LanesState:
             row[k.P_DEVICE] = device_index[id(allocator.device)]
             row[k.P_ALLOCATOR_IN_USE], row[k.P_ALLOCATOR_PEAK] = allocator.in_use, allocator.peak_in_use
             row[k.P_COUNTS] = counts_index[id(allocator.counts)]
-            tables.append((base, length, table, pool.spare_ids(), pool.free_keys()))
+            tables.append((base, length, table, pool.table.spare, pool.table.free))
             base += capacity
         columns = [np.zeros(max(base, 1), dtype=np.int64) for _ in range(9)]
         size_of, address_of, prev_of, next_of, asked, spare, free_sizes, free_addresses, free_ids = columns
@@ -520,7 +520,7 @@ class _LanesState:
                     free_ids[start : start + nfree].tolist(),
                 )
             ]
-            pool.set_chunk_table(
+            pool.table.set_columns(
                 [column[start : start + length].tolist() for column in (size_of, address_of, prev_of, next_of, asked)],
                 spare[start : start + nspare].tolist(),
                 keys,

@@ -8,7 +8,7 @@ an unknown pointer or action) and where a map is owed (`EXIT_PROMISE`); `compile
 that event in Python and runs it on.
 
 The free chunks are three sorted columns (size, address, id) ordered by (size, address), XLA's bins
-in one list as in `BFCPool._free`; each buffer has a slot (its pointer's rank among the trace's
+in one list as in `ChunkTable.free`; each buffer has a slot (its pointer's rank among the trace's
 pointers).
 """
 

@@ -34,10 +34,10 @@ def allocate(pool: Any, size: int, handles: dict[int, tuple[int, ...]]) -> tuple
     new address and chunk id."""
     if type(pool) is not CompactingPool:
         address = pool.alloc(size)
-        return address, pool._in_use[address], False
+        return address, pool.table.in_use[address], False
     try:
         address = BFCPool.alloc(pool, size)  # what CompactingPool.alloc tries first; it moves nothing
-        return address, pool._in_use[address], False
+        return address, pool.table.in_use[address], False
     except OutOfMemoryError:
         pass
     sync(pool, handles)
@@ -46,12 +46,12 @@ def allocate(pool: Any, size: int, handles: dict[int, tuple[int, ...]]) -> tuple
         handle = pool.alloc(size)  # tries again (the same state, the same failure), then moves buffers
     finally:
         if pool.compactions != before:  # moved, whether it then served the allocation or not
-            address_of, in_use = pool._address_of, pool._in_use
+            address_of, in_use = pool.address_of, pool.table.in_use
             for pointer, entry in handles.items():
-                address = address_of[entry[0]]
+                address = address_of(entry[0])
                 handles[pointer] = (address, entry[1], in_use[address], entry[3], entry[4])
-    address = pool._address_of[handle]
-    return address, pool._in_use[address], pool.compactions != before
+    address = pool.address_of(handle)
+    return address, pool.table.in_use[address], pool.compactions != before
 
 
 def compactions(pool: Any) -> int:

@@ -8,7 +8,7 @@ from itertools import chain, count, islice
 
 from ....errors import InvalidFreeError, OutOfMemoryError
 from ...pool import BFCPool
-from ...pool.bfc import CHUNK_BITS, CHUNK_MASK, SIZE_SHIFT
+from ...pool.chunk_table import CHUNK_BITS, CHUNK_MASK, SIZE_SHIFT
 from ..state import AllocatorState, Replay, sync
 from .compiled_bfc import replay_compiled, suits
 from .inline_pools import INLINE_POOLS, MovedThenFailed, allocate, compactions
@@ -50,15 +50,11 @@ def run_events(replay: Replay, allocator: AllocatorState, first: int, stop: int)
         )
         timeline_devices, code = recorded.devices.append, device.code
     handles = allocator.handles
-    # the pool's chunk table (see bfc.py): sizes, addresses, neighbours, bytes asked (0 free, -1 no chunk) by chunk id
+    # the pool's chunk table (see chunk_table.py): sizes, addresses, neighbours, bytes asked (0 free, -1 no chunk) by chunk id
     size_of, address_of, prev_of, next_of, asked, spare, free_list = (
-        pool._c_size,
-        pool._c_address,
-        pool._c_prev,
-        pool._c_next,
-        pool._c_asked,
-        pool._spare,
-        pool._free,
+        *pool.table.columns(),
+        pool.table.spare,
+        pool.table.free,
     )
     max_waste, shift, id_shift, id_mask = pool.max_internal_fragmentation, SIZE_SHIFT, CHUNK_BITS, CHUNK_MASK
     allocator.inline = True  # its buffers are (address, event, chunk id, size, rounded); the pool's maps are left stale until the end (inline_pools.py)
@@ -153,7 +149,7 @@ def run_events(replay: Replay, allocator: AllocatorState, first: int, stop: int)
                             0,
                         )
                     else:
-                        rest = pool._new_chunk(rest_size, rest_address, cid, after, 0)
+                        rest = pool.table.new_chunk(rest_size, rest_address, cid, after, 0)
                     size_of[cid] = rounded
                     next_of[cid] = rest
                     if after:
@@ -201,13 +197,9 @@ def run_events(replay: Replay, allocator: AllocatorState, first: int, stop: int)
                 chunk_bytes = pool.bytes_in_use
                 if moved:  # a compacting pool moved its buffers: its chunk table is new
                     size_of, address_of, prev_of, next_of, asked, spare, free_list = (
-                        pool._c_size,
-                        pool._c_address,
-                        pool._c_prev,
-                        pool._c_next,
-                        pool._c_asked,
-                        pool._spare,
-                        pool._free,
+                        *pool.table.columns(),
+                        pool.table.spare,
+                        pool.table.free,
                     )
                 grew = pool.pool_bytes - pool_bytes
                 if grew:  # what the device holds for it (not lowered where a failed allocation gave regions back)
