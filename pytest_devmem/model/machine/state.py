@@ -15,7 +15,7 @@ from ...errors import OutOfMemoryError
 from ..device import SimulatedDevice
 from ..frameworks import AllocatorSetup, tensorflow_growth_pool, tensorflow_memory_limit
 from ..pool import BFCPool, OnDemandPool, Policy
-from ..pool.chunk_table import ChunkTable
+from ..pool.chunk_table import SIZE_SHIFT, ChunkTable
 from ..pool.compacting import CompactingPool
 from ..trace import Trace
 from .maps import pool_maps
@@ -139,7 +139,8 @@ class DeviceState:
             if isinstance(pool, BFCPool):
                 pool_free = pool.pool_bytes - pool.bytes_in_use
                 free += pool_free
-                stranded += pool_free - pool.table.largest_free_block()
+                keys = pool.table.free  # its free chunks, the largest last (run per event: inline)
+                stranded += pool_free - (keys[-1] >> SIZE_SHIFT if keys else 0)
         return stranded / free if free > 0 else 0.0
 
 
