@@ -31,8 +31,8 @@ from typing import Any
 
 from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.model.frameworks import setups_for
-from pytest_devmem.model.loops import compiled_bfc
 from pytest_devmem.model.machine import MachineSpec, run_machine
+from pytest_devmem.model.machine.loops import compiled_bfc
 from pytest_devmem.model.pool import Policy, make_pool, replay
 from pytest_devmem.model.trace import Trace
 from pytest_devmem.units import format_size, parse_size

@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_devmem.model.frameworks import setups_for
-from pytest_devmem.model.loops import compiled_bfc
 from pytest_devmem.model.machine import MachineSpec, run_machine
+from pytest_devmem.model.machine.loops import compiled_bfc
 from pytest_devmem.model.pool import Policy
 from pytest_devmem.model.trace import Trace
 

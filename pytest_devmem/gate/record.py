@@ -41,7 +41,7 @@ class TestRecord:
     """What one test used under one regime on one machine.
 
     The figures come from the test's allocation trace replayed on the model of the machine
-    (`model/machine.py`): `devices` holds each device's figures and allocators, and the headline
+    (`model/machine/`): `devices` holds each device's figures and allocators, and the headline
     `peak_bytes_in_use` / `peak_bytes_reserved` / `fragmentation` are those of the device with the
     highest peak (`peak_device`). They are None only when nothing could be traced (`trace` then
     says why): a test that measured nothing has no figure, never 0. `oom` says which allocation ran

@@ -23,7 +23,7 @@ from pytest_devmem.model.machine import (
     PoolMap,
     SourceFigures,
     Timeline,
-    _device_order,
+    device_order,
     holders,
 )
 from pytest_devmem.model.pool import BFCPool, OnDemandPool, Policy
@@ -140,7 +140,7 @@ class ReferenceMachine:
         spec, names = self.spec, trace.names
         device_name = {code: names[code] or spec.default_device for code in set(trace.devices)}
         devices: dict[str, _Device] = {}
-        for name in sorted(set(device_name.values()), key=_device_order):
+        for name in sorted(set(device_name.values()), key=device_order):
             devices[name] = _Device(name, len(devices), spec.capacity)
         # a lane is one allocator: (device, process, source); each event names its lane
         one_lane = (

@@ -29,8 +29,7 @@ from pytest_devmem.model.frameworks import (
     tensorflow_growth_pool,
     tensorflow_setup,
 )
-from pytest_devmem.model.machine import run_machine
-from pytest_devmem.model.machine_results import MachineSpec
+from pytest_devmem.model.machine import MachineSpec, run_machine
 from pytest_devmem.model.pool import BFCPool, Policy
 from pytest_devmem.model.trace import ALLOCATE_CODE, FREE_CODE, Trace
 from pytest_devmem.units import MiB

@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 from reference_machine import ReferenceMachine
 
 from pytest_devmem.errors import DevmemError
-from pytest_devmem.model import machine as machine_module
 from pytest_devmem.model.frameworks import setups_for
-from pytest_devmem.model.loops import (
+from pytest_devmem.model.machine import Machine, MachineRun, MachineSpec
+from pytest_devmem.model.machine import replay as replay_module
+from pytest_devmem.model.machine import state as state_module
+from pytest_devmem.model.machine.loops import (
     bfc_lanes,
     compiled_bfc,
     inline_pools,
@@ -23,7 +25,6 @@ from pytest_devmem.model.loops import (
     replay_lanes,
     replay_ondemand_columns,
 )
-from pytest_devmem.model.machine import Machine, MachineRun, MachineSpec
 from pytest_devmem.model.pool import Policy
 from pytest_devmem.model.trace import Trace
 from pytest_devmem.units import GiB, KiB, MiB
@@ -141,7 +142,7 @@ def test_lanes_found_by_column_replay_as_the_first_loop_replayed_them(
 ) -> None:
     """Long traces find their lanes by column (numpy): here every trace does."""
     with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setattr(machine_module, "LANES_BY_COLUMN_FROM", 0)
+        monkeypatch.setattr(state_module, "LANES_BY_COLUMN_FROM", 0)
         assert_same_replay(build(ops, lanes), policy, GiB)
 
 
@@ -165,9 +166,9 @@ def test_an_ondemand_trace_replayed_by_column_gives_what_the_first_loop_gave(
     setups, spec = setups_for(Policy.of("ondemand"), capacity), MachineSpec(capacity, "sim")
     fitted = sum(trace.sizes) <= capacity // 2  # TensorFlow's limit is what is free less its reserve
     if fitted and trace.actions.count(0):
-        by_column = machine_module._Replay(Machine(spec, setups), trace, False, True)
+        by_column = state_module.Replay(Machine(spec, setups), trace, False, True)
         assert replay_ondemand_columns(by_column) is not None
-        by_event = machine_module._Replay(Machine(spec, setups), trace, False, True)
+        by_event = state_module.Replay(Machine(spec, setups), trace, False, True)
         replay_lanes(by_event)
         assert end_state(by_column) == end_state(by_event)  # what the pools and devices hold at the end
     assert_same_replay(trace, Policy.of("ondemand"), capacity)
@@ -220,13 +221,13 @@ def test_maps_promised_at_many_peaks_are_made_from_copies_as_they_were(
     monkeypatch: pytest.MonkeyPatch, lanes: list[tuple[str, int, str]], mode: str
 ) -> None:
     advanced: list[int] = []
-    original = machine_module._Replay._advance
+    original = replay_module.advance
 
-    def counting(self: Any, device: Any, checkpoint: Any, upto: int) -> None:
+    def counting(replay: Any, device: Any, checkpoint: Any, upto: int) -> None:
         advanced.append(upto - checkpoint.upto)
-        original(self, device, checkpoint, upto)
+        original(replay, device, checkpoint, upto)
 
-    monkeypatch.setattr(machine_module._Replay, "_advance", counting)
+    monkeypatch.setattr(replay_module, "advance", counting)
     trace = random_walk(7, 6000, lanes)
     assert_same_replay(trace, Policy.of(mode), 16 * GiB)
     assert advanced and max(advanced) > 1  # some maps were made by replaying events after a copy
@@ -303,7 +304,7 @@ def test_tensorflow_giving_regions_back_before_it_fails_leaves_its_pool_smaller_
 
 compiled = pytest.mark.skipif(
     not compiled_bfc.available(),
-    reason="the compiled loop is off: numba is not installed (the fast-model extra), or PYTEST_DEVMEM_COMPILED=0",
+    reason="the compiled loop is off: numba is not installed (the fast-model extra), or DEVMEM_COMPILED=0",
 )
 
 

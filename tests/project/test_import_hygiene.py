@@ -78,20 +78,8 @@ SIDE_PATHS = {("present", "gate"), ("gate", "capture.sources")}
 """The two imports across the middle layer that docs/architecture.md names: present shows gate's comparisons, and a
 record keeps the raw sources' readings as capture/sources defines them."""
 
-KNOWN_CYCLES = [
-    {
-        "pytest_devmem.model.machine",
-        "pytest_devmem.model.machine_maps",
-        "pytest_devmem.model.loops",
-        "pytest_devmem.model.loops.any_lanes",
-        "pytest_devmem.model.loops.bfc_lanes",
-        "pytest_devmem.model.loops.ondemand_columns",
-        "pytest_devmem.model.loops.one_bfc_lane",
-    },
-]
-"""Cycles still there, each through `TYPE_CHECKING` only: the replay's state (`_Replay`, `_Device` in machine.py) is
-read by the loops and the maps, which name its type. It ends when that state has a public module of its own; the
-test below then fails until the entry is removed here."""
+KNOWN_CYCLES: list[set[str]] = []
+"""Cycles still there (none): a cycle found fails the test below, and an entry here whose cycle is gone fails it too."""
 
 
 def _module_name(path: Path) -> str:
@@ -211,3 +199,31 @@ def test_the_import_graph_test_sees_cycles_and_upward_imports() -> None:
     assert (
         _layer("pytest_devmem.gate.tolerance") < _layer("pytest_devmem.options") < _layer("pytest_devmem.cli.compare")
     )
+
+
+KNOWN_PRIVATE_READS = {
+    "model/machine/loops/ondemand_columns.py: pool._held",  # the on-demand pool's buffers, set by column
+    "model/machine/state.py: pool._fragmentation",  # XLA's measure, which every pool's counters compute
+}
+"""Reads of a pool's private attributes from outside its module that are still there (none of a BFC pool's
+chunk table)."""
+
+
+def test_no_module_reads_a_pools_private_attributes() -> None:
+    """State that several modules read is a public type in one module: a BFC pool's chunks are its
+    `ChunkTable` (`pool.table`), never its private attributes read from outside its own module, and
+    the replay's state is `model/machine/state.py`'s public types."""
+    found = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
+                continue
+            owner = node.value.id if isinstance(node.value, ast.Name) else ""
+            if owner in ("pool", "solo", "table") or (owner not in ("self", "cls") and "pool" in owner):
+                found.add(f"{path.relative_to(PACKAGE)}: {owner}.{node.attr}")
+        found |= {
+            f"{path.relative_to(PACKAGE)}: {name}" for name in ("_Replay", "_Device", "_Allocator") if name in source
+        }
+    assert found - KNOWN_PRIVATE_READS == set()
+    assert KNOWN_PRIVATE_READS - found == set(), "a known private read is gone: remove it from KNOWN_PRIVATE_READS"

@@ -79,6 +79,10 @@ class PoolCounters:
         self.bytes_reserved = 0
         self.peak_bytes_reserved = 0
         self.fragmentation_at_peak = 0.0
+        # Each pool's attributes in a dict of its own from the start: the machine's replay copies pools
+        # through their __dict__ (`machine/state.copy_state`), and CPython 3.11 then reads the attributes
+        # of a pool whose dict was shared with its class's other instances twice as slowly, in the loops.
+        self.__dict__ = dict(self.__dict__)
 
     def _largest_free_block(self) -> int:
         return 0

@@ -17,43 +17,54 @@ The rules (xla/tsl/framework/bfc_allocator.cc), re-implemented here:
   * XLA's BFC allocator never sets `bytes_reserved` (it counts memory reserved outside the pool,
     as cudaMallocAsync does): it stays 0 here too, and `pool_bytes` is what the pool holds.
 
-Data layout, chosen for replay speed in pure Python. Chunks are numbered (ids reused once a chunk
-is merged away) and kept in lists indexed by id: size, address, neighbours (id 0 stands for none)
-and the bytes asked for (0: free; -1: no chunk), as XLA keeps chunks in a vector indexed by
-ChunkHandle; list indexing is much cheaper than dicts keyed by addresses, which, all multiples of
-256, hash poorly. A dict maps the address of each chunk in use (the handle) to its id.
-
-XLA's bins hold free chunks ordered by (size, address), and the bins themselves are ordered by
-size, so searching them from the request's bin up finds the smallest free chunk at least as large
-as the request, the lowest address among equals: the first in one list of all free chunks ordered
-the same way. That list holds each free chunk as one int, size << 96 | address << 32 | id (an int
-compares in C, a tuple does not), so best fit is one bisect and the largest free chunk is the last
-entry. Insertion into a sorted list moves memory, but pools rarely hold more than a few thousand
-free chunks and the move runs in C; it measured faster here than per-bin lists or heaps.
+The pool's regions and chunks are a `ChunkTable` (`chunk_table.py`, which says their layout, chosen
+for replay speed in pure Python): the pool runs XLA's rules over it, its inspector (`inspect_bfc.py`)
+reads it, and the machine's fast loops run the same rules inline on its lists.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left
 
 from ...errors import DeviceError, InvalidFreeError, InvalidSettingError, OutOfMemoryError
 from ..device import Device
 from .base import PoolCounters, checked_size
+from .chunk_table import (  # the table's layout, read here and by the loops
+    ADDRESS_MASK,
+    CHUNK_BATCH,
+    CHUNK_BITS,
+    CHUNK_MASK,
+    MIN_ALLOCATION_BITS,
+    MIN_ALLOCATION_SIZE,
+    NO_CHUNK,
+    NUM_BINS,
+    SIZE_SHIFT,
+    ChunkTable,
+    bin_for_size,
+    bin_lower_bound,
+)
+from .inspect_bfc import check_invariants, memory_map
 from .policy import Policy
 
-MIN_ALLOCATION_BITS = 8
-MIN_ALLOCATION_SIZE = 1 << MIN_ALLOCATION_BITS  # 256 bytes
-NUM_BINS = 21
-ADDRESS_BITS = 64
-ADDRESS_MASK = (1 << ADDRESS_BITS) - 1
-CHUNK_BITS = 32
-CHUNK_MASK = (1 << CHUNK_BITS) - 1
-SIZE_SHIFT = ADDRESS_BITS + CHUNK_BITS
-"""A free chunk's key is size << SIZE_SHIFT | address << CHUNK_BITS | id: ordered by size, then address."""
-NO_CHUNK = -1
-"""The bytes asked for of chunk id 0 (the neighbour of a region's ends) and of ids not in use."""
-CHUNK_BATCH = 64
-"""Chunk ids the table grows by at once, so that a new chunk nearly always reuses a spare id."""
+__all__ = [
+    "ADDRESS_MASK",
+    "BACKOFF_FACTOR",
+    "CHUNK_BATCH",
+    "CHUNK_BITS",
+    "CHUNK_MASK",
+    "DEFAULT_MAX_INTERNAL_FRAGMENTATION",
+    "INITIAL_GROWTH_REGION",
+    "MIN_ALLOCATION_BITS",
+    "MIN_ALLOCATION_SIZE",
+    "NO_CHUNK",
+    "NUM_BINS",
+    "SIZE_SHIFT",
+    "BFCPool",
+    "bin_for_size",
+    "bin_lower_bound",
+    "rounded_bytes",
+]
+
 INITIAL_GROWTH_REGION = 2 * 2**20  # 2 MiB, as XLA with allow_growth
 DEFAULT_MAX_INTERNAL_FRAGMENTATION = 128 * 2**20
 BACKOFF_FACTOR = 0.9
@@ -62,17 +73,6 @@ BACKOFF_FACTOR = 0.9
 def rounded_bytes(nbytes: int) -> int:
     """The chunk size a request of `nbytes` needs: the next multiple of 256."""
     return (nbytes + MIN_ALLOCATION_SIZE - 1) & ~(MIN_ALLOCATION_SIZE - 1)
-
-
-def bin_for_size(size: int) -> int:
-    """The bin a chunk of `size` bytes belongs to: bin b holds [256*2^b, 256*2^(b+1)), bin 20 the rest."""
-    b = (size >> MIN_ALLOCATION_BITS).bit_length() - 1
-    return b if b < NUM_BINS - 1 else NUM_BINS - 1
-
-
-def bin_lower_bound(b: int) -> int:
-    """Smallest chunk size bin `b` holds."""
-    return MIN_ALLOCATION_SIZE << b
 
 
 class BFCPool(PoolCounters):
@@ -109,19 +109,7 @@ class BFCPool(PoolCounters):
         """Empty chunk structures, as at construction: no region held yet."""
         limit = self.bytes_limit
         self._next_region_size = limit if self.policy.preallocates else min(limit, INITIAL_GROWTH_REGION)
-        self._regions: dict[int, int] = {}  # start address -> size, in creation order
-        self._clear_chunk_table()
-
-    def _clear_chunk_table(self) -> None:
-        self._first: dict[int, int] = {}  # region start -> id of its first chunk
-        self._c_size: list[int] = [0]  # by chunk id; id 0 is no chunk
-        self._c_address: list[int] = [0]
-        self._c_prev: list[int] = [0]  # the previous chunk in its region, 0 for none
-        self._c_next: list[int] = [0]
-        self._c_asked: list[int] = [NO_CHUNK]  # bytes the caller asked for; 0 while free
-        self._spare: list[int] = []  # ids of chunks merged away, for new ones
-        self._in_use: dict[int, int] = {}  # address of each chunk in use (its handle) -> id
-        self._free: list[int] = []  # keys of the free chunks (see SIZE_SHIFT), sorted: XLA's bins, in one list
+        self.table = ChunkTable(self.device.name)  # its regions and chunks, read by the inspector and the fast loops
 
     # -- public interface ------------------------------------------------------------------
 
@@ -139,44 +127,46 @@ class BFCPool(PoolCounters):
         raise self._oom(nbytes, rounded)
 
     def free(self, handle: int) -> None:
+        table = self.table
         try:
-            chunk = self._in_use.pop(handle, 0)
+            chunk = table.in_use.pop(handle, 0)
         except TypeError:  # an unhashable handle ([1], {}): never one of ours
             chunk = 0
         if not chunk:
             raise self._invalid_free(handle)
         self.num_frees += 1
-        self.bytes_in_use -= self._c_size[chunk]
-        self.requested_bytes_in_use -= self._c_asked[chunk]
+        self.bytes_in_use -= table.size[chunk]
+        self.requested_bytes_in_use -= table.asked[chunk]
         self._release(chunk)
 
     def _release(self, chunk: int) -> None:
         """Free chunk `chunk`: merge it with the next chunk, then into the previous one, if free."""
-        size_of, next_of, prev_of, asked = self._c_size, self._c_next, self._c_prev, self._c_asked
+        table = self.table
+        size_of, next_of, prev_of, asked = table.size, table.next, table.prev, table.asked
         asked[chunk] = 0
         following = next_of[chunk]
         if not asked[following]:
-            self._unlink_free(following)
+            table.unlink_free(following)
             size_of[chunk] += size_of[following]
             after = next_of[chunk] = next_of[following]
             if after:
                 prev_of[after] = chunk
-            self._drop(following)
+            table.drop(following)
         previous = prev_of[chunk]
         if not asked[previous]:
-            self._unlink_free(previous)
+            table.unlink_free(previous)
             size_of[previous] += size_of[chunk]
             after = next_of[previous] = next_of[chunk]
             if after:
                 prev_of[after] = previous
-            self._drop(chunk)
+            table.drop(chunk)
             chunk = previous
-        self._link_free(chunk)
+        table.link_free(chunk)
 
     def best_fit(self, rounded: int) -> int:
         """The size of the free chunk an allocation of `rounded` bytes would take now, without taking
         it; 0 when none is large enough (the pool would have to grow)."""
-        free = self._free
+        free = self.table.free
         i = bisect_left(free, rounded << SIZE_SHIFT)
         return free[i] >> SIZE_SHIFT if i < len(free) else 0
 
@@ -187,7 +177,7 @@ class BFCPool(PoolCounters):
 
     def preallocate(self) -> int:
         """Reserve the policy's first region now (JAX preallocates at start-up); return pool bytes."""
-        if not self._regions and self.policy.preallocates and self.bytes_limit >= MIN_ALLOCATION_SIZE:
+        if not self.table.regions and self.policy.preallocates and self.bytes_limit >= MIN_ALLOCATION_SIZE:
             self._extend(MIN_ALLOCATION_SIZE)
         return self.pool_bytes
 
@@ -199,7 +189,7 @@ class BFCPool(PoolCounters):
 
     def close(self) -> None:
         """Give every region back to the device. The pool is empty and reusable afterwards."""
-        for start in list(self._regions):
+        for start in list(self.table.regions):
             self.device.free(start)
         self._clear_chunks()
         self.bytes_in_use = self.requested_bytes_in_use = 0
@@ -207,7 +197,7 @@ class BFCPool(PoolCounters):
 
     def regions(self) -> list[tuple[int, int]]:
         """(start address, size) of each region held, in the order they were taken."""
-        return list(self._regions.items())
+        return list(self.table.regions.items())
 
     def handle_at(self, address: int) -> int:
         """The handle of the chunk in use at `address` (here the address itself; a pool that moves
@@ -216,17 +206,22 @@ class BFCPool(PoolCounters):
 
     def allocated_size(self, handle: int) -> int:
         """Bytes the chunk at `handle` takes in the pool (the request rounded, or more when not split)."""
-        chunk = self._in_use.get(handle) if isinstance(handle, int) else None
+        chunk = self.table.in_use.get(handle) if isinstance(handle, int) else None
         if chunk is None:
             raise self._invalid_free(handle)
-        return self._c_size[chunk]
+        return self.table.size[chunk]
 
     def size_of(self, handle: int) -> int:
         """Bytes the caller asked for when `handle` was allocated."""
-        chunk = self._in_use.get(handle) if isinstance(handle, int) else None
+        chunk = self.table.in_use.get(handle) if isinstance(handle, int) else None
         if chunk is None:
             raise self._invalid_free(handle)
-        return self._c_asked[chunk]
+        return self.table.asked[chunk]
+
+    def set_buffers(self, chunks_by_address: dict[int, int]) -> None:
+        """Take the map of chunks in use (address -> chunk id) made outside: a loop that ran this pool's
+        chunk table inline hands its buffers back, each buffer's handle its address."""
+        self.table.in_use = chunks_by_address
 
     # -- allocation ------------------------------------------------------------------------
 
@@ -237,7 +232,8 @@ class BFCPool(PoolCounters):
         Free chunks are sorted by (size, address), XLA's order, so the first at or after
         (rounded, 0) is the best fit.
         """
-        free = self._free
+        table = self.table
+        free = table.free
         i = bisect_left(free, rounded << SIZE_SHIFT)
         if i == len(free):
             return 0
@@ -246,9 +242,9 @@ class BFCPool(PoolCounters):
         if size >= 2 * rounded or size - rounded >= self.max_internal_fragmentation:
             self._split(chunk, rounded)
             size = rounded
-        address = self._c_address[chunk]
-        self._c_asked[chunk] = requested
-        self._in_use[address] = chunk
+        address = table.address[chunk]
+        table.asked[chunk] = requested
+        table.in_use[address] = chunk
         self.num_allocs += 1
         in_use = self.bytes_in_use + size
         self.bytes_in_use = in_use
@@ -265,39 +261,14 @@ class BFCPool(PoolCounters):
 
     def _split(self, chunk: int, size: int) -> None:
         """Cut free chunk `chunk` (out of the free list) to `size` bytes; the rest becomes a free chunk after it."""
-        after = self._c_next[chunk]
-        rest = self._new_chunk(self._c_size[chunk] - size, self._c_address[chunk] + size, chunk, after, 0)
-        self._c_size[chunk] = size
-        self._c_next[chunk] = rest
+        table = self.table
+        after = table.next[chunk]
+        rest = table.new_chunk(table.size[chunk] - size, table.address[chunk] + size, chunk, after, 0)
+        table.size[chunk] = size
+        table.next[chunk] = rest
         if after:
-            self._c_prev[after] = rest
-        self._link_free(rest)
-
-    def _new_chunk(self, size: int, address: int, previous: int, following: int, asked: int) -> int:
-        """A new chunk's id: one merged away, or one of a batch the table grows by when none is."""
-        spare = self._spare
-        if not spare:
-            first = len(self._c_size)
-            if first + CHUNK_BATCH - 1 > CHUNK_MASK:  # a free chunk's key holds its id in CHUNK_BITS
-                raise DeviceError(f"{self.device.name}: more than {CHUNK_MASK} chunks in one pool")
-            for column in (self._c_size, self._c_address, self._c_prev, self._c_next):
-                column.extend([0] * CHUNK_BATCH)
-            self._c_asked.extend([NO_CHUNK] * CHUNK_BATCH)
-            spare.extend(range(first + CHUNK_BATCH - 1, first - 1, -1))  # the lowest id first
-        chunk = spare.pop()
-        self._c_size[chunk], self._c_address[chunk], self._c_prev[chunk], self._c_next[chunk], self._c_asked[chunk] = (
-            size,
-            address,
-            previous,
-            following,
-            asked,
-        )
-        return chunk
-
-    def _drop(self, chunk: int) -> None:
-        """Forget chunk `chunk` (merged into a neighbour, or its region gone); its id is reused."""
-        self._c_asked[chunk] = NO_CHUNK
-        self._spare.append(chunk)
+            table.prev[after] = rest
+        table.link_free(rest)
 
     def _extend(self, rounded: int) -> bool:
         """Take a new region from the device big enough for `rounded`; False if the limit or device refuses.
@@ -329,22 +300,14 @@ class BFCPool(PoolCounters):
             raise DeviceError(
                 f"{self.device.name} handed out {start:#x}+{region_size}: beyond the 64-bit address space this pool orders chunks by"
             )
-        self._regions[start] = region_size
-        chunk = self._first[start] = self._new_chunk(region_size, start, 0, 0, 0)
-        self._link_free(chunk)
+        table = self.table
+        table.regions[start] = region_size
+        chunk = table.first[start] = table.new_chunk(region_size, start, 0, 0, 0)
+        table.link_free(chunk)
         self.pool_bytes += region_size
         if self.pool_bytes > self.peak_pool_bytes:
             self.peak_pool_bytes = self.pool_bytes
         return True
-
-    def _free_regions(self) -> list[tuple[int, int]]:
-        """(start, size) of every region that is one free chunk."""
-        first, size_of, asked = self._first, self._c_size, self._c_asked
-        return [
-            (start, size)
-            for start, size in self._regions.items()
-            if not asked[first[start]] and size_of[first[start]] == size
-        ]
 
     def _release_free_regions(self, rounded: int | None = None) -> bool:
         """Give back every wholly free region; True if any was released.
@@ -353,67 +316,34 @@ class BFCPool(PoolCounters):
         `DeallocateFreeRegions` releases nothing unless the freed regions plus what the limit
         still leaves could hold the request.
         """
-        free_regions = self._free_regions()
+        table = self.table
+        free_regions = table.free_regions()
         total_free = sum(size for _, size in free_regions)
         if not total_free:
             return False
         if rounded is not None and rounded > self.bytes_limit - self.pool_bytes + total_free:
             return False
         for start, size in free_regions:
-            chunk = self._first.pop(start)
-            self._unlink_free(chunk)
-            self._drop(chunk)
-            del self._regions[start]
+            chunk = table.first.pop(start)
+            table.unlink_free(chunk)
+            table.drop(chunk)
+            del table.regions[start]
             self.device.free(start)
             self.pool_bytes -= size
         return True
 
-    # -- free-chunk bookkeeping ------------------------------------------------------------
-
-    def _link_free(self, chunk: int) -> None:
-        insort(self._free, self._c_size[chunk] << SIZE_SHIFT | self._c_address[chunk] << CHUNK_BITS | chunk)
-
-    def _unlink_free(self, chunk: int) -> None:
-        """Take a free chunk out of the free list."""
-        free = self._free
-        del free[bisect_left(free, self._c_size[chunk] << SIZE_SHIFT | self._c_address[chunk] << CHUNK_BITS | chunk)]
-
-    # -- the chunk table, for the machine's compiled loop ----------------------------------
-
-    def chunk_columns(self) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
-        """The chunk table by chunk id: sizes, addresses, previous and next chunk ids (0: none), bytes
-        asked (0: free; -1: no chunk). The pool's own lists: read them, do not change them."""
-        return self._c_size, self._c_address, self._c_prev, self._c_next, self._c_asked
-
-    def spare_ids(self) -> list[int]:
-        """Ids of no chunk that new chunks take, the next one last (the pool's own list: read it only)."""
-        return self._spare
-
-    def free_keys(self) -> list[int]:
-        """Each free chunk as size << SIZE_SHIFT | address << CHUNK_BITS | id, sorted: best fit is the
-        first at or after `rounded << SIZE_SHIFT` (the pool's own list: read it only)."""
-        return self._free
-
-    def set_chunk_table(self, columns: list[list[int]], spare: list[int], free_keys: list[int]) -> None:
-        """Take a chunk table made outside (as `chunk_columns`, `spare_ids` and `free_keys` give it):
-        a loop that ran this pool's rules elsewhere hands its chunks back. The map of chunks in use
-        by address is the caller's to set (`inline_pools.sync`); the regions stay as they are."""
-        self._c_size, self._c_address, self._c_prev, self._c_next, self._c_asked = columns
-        self._spare = spare
-        self._free = free_keys
-
     # -- errors and introspection ----------------------------------------------------------
 
     def _largest_free_block(self) -> int:
-        free = self._free
+        free = self.table.free
         return free[-1] >> SIZE_SHIFT if free else 0
 
     def free_chunks(self) -> list[tuple[int, int]]:
         """(size, address) of every free chunk, in XLA's best-fit order."""
-        return [(key >> SIZE_SHIFT, key >> CHUNK_BITS & ADDRESS_MASK) for key in self._free]
+        return self.table.free_chunks()
 
     def _num_regions(self) -> int:
-        return len(self._regions)
+        return len(self.table.regions)
 
     def _oom(self, requested: int, rounded: int) -> OutOfMemoryError:
         return self._out_of_memory(requested, rounded, self.memory_map() if self.dump_on_oom else None)
@@ -421,7 +351,9 @@ class BFCPool(PoolCounters):
     def _invalid_free(self, handle: object) -> InvalidFreeError:
         if isinstance(handle, int) and any(address == handle for _, address in self.free_chunks()):
             return InvalidFreeError(f"double free of {handle:#x}: that chunk is already free in this pool")
-        if isinstance(handle, int) and any(start <= handle < start + size for start, size in self._regions.items()):
+        if isinstance(handle, int) and any(
+            start <= handle < start + size for start, size in self.table.regions.items()
+        ):
             return InvalidFreeError(
                 f"invalid free of {handle:#x}: it lies inside a chunk but is not the start of one in use"
             )
@@ -432,24 +364,12 @@ class BFCPool(PoolCounters):
 
     def chunks(self) -> list[tuple[int, int, int, bool, int]]:
         """Every chunk as (region start, address, size, in use, requested bytes), by address within region."""
-        result = []
-        size_of, address_of, next_of, asked = self._c_size, self._c_address, self._c_next, self._c_asked
-        for start in self._regions:
-            chunk = self._first[start]
-            while chunk:
-                requested = asked[chunk]
-                result.append((start, address_of[chunk], size_of[chunk], requested > 0, max(requested, 0)))
-                chunk = next_of[chunk]
-        return result
+        return self.table.chunks()
 
     def memory_map(self, max_chunks_per_region: int = 200) -> str:
         """Bins with their free chunks, then each region's chunks in address order (XLA's DumpMemoryLog)."""
-        from .inspect_bfc import memory_map
-
-        return memory_map(self, max_chunks_per_region)
+        return memory_map(self.table, self, max_chunks_per_region)
 
     def check_invariants(self) -> list[str]:
         """Every broken invariant, described; an empty list for a healthy pool (see `inspect_bfc`)."""
-        from .inspect_bfc import check_invariants
-
-        return check_invariants(self)
+        return check_invariants(self.table, self)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ...errors import InvalidFreeError, OutOfMemoryError
 from .bfc import BFCPool, rounded_bytes
+from .chunk_table import ChunkTable
 
 
 class CompactingPool(BFCPool):
@@ -52,16 +53,22 @@ class CompactingPool(BFCPool):
         del self._handle_at[address]
         super().free(address)
 
+    def set_buffers(self, chunks_by_address: dict[int, int]) -> None:
+        super().set_buffers(chunks_by_address)
+        self._address_of = {address: address for address in chunks_by_address}
+        self._handle_at = self._address_of.copy()
+
     def handle_at(self, address: int) -> int:
         return self._handle_at.get(address, 0)
 
     def allocated_size(self, handle: int) -> int:
-        return super().allocated_size(self._address(handle))
+        return super().allocated_size(self.address_of(handle))
 
     def size_of(self, handle: int) -> int:
-        return super().size_of(self._address(handle))
+        return super().size_of(self.address_of(handle))
 
-    def _address(self, handle: int) -> int:
+    def address_of(self, handle: int) -> int:
+        """The address of the buffer `handle` names now (it changes when the pool moves its buffers)."""
         try:
             return self._address_of[handle]
         except (KeyError, TypeError):
@@ -77,7 +84,7 @@ class CompactingPool(BFCPool):
         """Move every live buffer to the front of the regions, in order; False (nothing moved) when
         they would not all fit that way."""
         live = [(start, address, requested) for start, address, _, in_use, requested in self.chunks() if in_use]
-        regions = list(self._regions.items())
+        regions = list(self.table.regions.items())
         placement: list[tuple[int, int, int]] = []  # (old address, new address, new size)
         index, cursor = 0, regions[0][0] if regions else 0
         for _, address, requested in live:
@@ -92,7 +99,7 @@ class CompactingPool(BFCPool):
             cursor += size
         asked = {address: requested for _, address, requested in live}
         handles = {address: self._handle_at[address] for _, address, _ in live}
-        self._clear_chunk_table()
+        table = self.table = ChunkTable(self.device.name, self.table.regions)  # the same regions, chunks anew
         self._handle_at = {}
         by_region: dict[int, list[tuple[int, int, int]]] = {start: [] for start, _ in regions}
         for old, new, size in placement:
@@ -104,23 +111,23 @@ class CompactingPool(BFCPool):
         for start, length in regions:
             previous, end = 0, start
             for new, size, old in by_region[start]:
-                chunk = self._new_chunk(size, new, previous, 0, asked[old])
+                chunk = table.new_chunk(size, new, previous, 0, asked[old])
                 if previous:
-                    self._c_next[previous] = chunk
+                    table.next[previous] = chunk
                 else:
-                    self._first[start] = chunk
-                self._in_use[new] = chunk
+                    table.first[start] = chunk
+                table.in_use[new] = chunk
                 self._handle_at[new] = handles[old]
                 self._address_of[handles[old]] = new
                 previous, end = chunk, new + size
                 in_use += size
             if end < start + length:  # the rest of the region, one free chunk (sizes are multiples of 256)
-                chunk = self._new_chunk(start + length - end, end, previous, 0, 0)
+                chunk = table.new_chunk(start + length - end, end, previous, 0, 0)
                 if previous:
-                    self._c_next[previous] = chunk
+                    table.next[previous] = chunk
                 else:
-                    self._first[start] = chunk
-                self._link_free(chunk)
+                    table.first[start] = chunk
+                table.link_free(chunk)
         self.bytes_in_use = in_use
         self.compactions += 1
         return True

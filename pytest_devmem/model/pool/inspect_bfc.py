@@ -1,20 +1,25 @@
 """Looking inside a BFC pool: its memory map as text (XLA's DumpMemoryLog) and a check of its
 invariants, which the tests run after every step of a random trace. Kept apart from the pool's own
-allocation path."""
+allocation path: it reads the pool's chunk table (`ChunkTable`) and its counters, never the pool."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...units import format_size
-from .bfc import CHUNK_BITS, MIN_ALLOCATION_SIZE, NO_CHUNK, SIZE_SHIFT, bin_for_size, bin_lower_bound
+from .base import PoolCounters
+from .chunk_table import (
+    CHUNK_BITS,
+    MIN_ALLOCATION_SIZE,
+    NO_CHUNK,
+    SIZE_SHIFT,
+    ChunkTable,
+    bin_for_size,
+    bin_lower_bound,
+)
 
-if TYPE_CHECKING:
-    from .bfc import BFCPool
 
-
-def memory_map(pool: BFCPool, max_chunks_per_region: int = 200) -> str:
-    """Bins with their free chunks, then each region's chunks in address order (XLA's DumpMemoryLog)."""
+def memory_map(table: ChunkTable, pool: PoolCounters, max_chunks_per_region: int = 200) -> str:
+    """Bins with their free chunks, then each region's chunks in address order (XLA's DumpMemoryLog);
+    the heading states `pool`'s counters."""
     s = pool.stats()
     lines = [
         f"memory map of {pool.policy.label} pool on {pool.device.name}: in use {format_size(s['bytes_in_use'])}, "
@@ -23,18 +28,18 @@ def memory_map(pool: BFCPool, max_chunks_per_region: int = 200) -> str:
         "bins (free chunks):",
     ]
     bins: dict[int, list[int]] = {}
-    for size, _ in pool.free_chunks():
+    for size, _ in table.free_chunks():
         bins.setdefault(bin_for_size(size), []).append(size)
     for b, sizes in sorted(bins.items()):
         lines.append(
             f"  bin {b:2d} (>= {format_size(bin_lower_bound(b))}): {len(sizes)} chunk(s), {format_size(sum(sizes))}"
         )
     by_region: dict[int, list[tuple[int, int, int, bool, int]]] = {}
-    for chunk in pool.chunks():
+    for chunk in table.chunks():
         by_region.setdefault(chunk[0], []).append(chunk)
     for index, (start, region_chunks) in enumerate(by_region.items()):
         lines.append(
-            f"region {index} at {start:#x}, {format_size(pool._regions[start])}, {len(region_chunks)} chunk(s):"
+            f"region {index} at {start:#x}, {format_size(table.regions[start])}, {len(region_chunks)} chunk(s):"
         )
         for _, address, size, in_use, requested in region_chunks[:max_chunks_per_region]:
             state = f"in use (asked {requested} B)" if in_use else "free"
@@ -44,8 +49,9 @@ def memory_map(pool: BFCPool, max_chunks_per_region: int = 200) -> str:
     return "\n".join(lines)
 
 
-def check_invariants(pool: BFCPool) -> list[str]:
-    """Every broken invariant, described; an empty list for a healthy pool.
+def check_invariants(table: ChunkTable, pool: PoolCounters) -> list[str]:
+    """Every broken invariant of a BFC pool's `table` and counters, described; an empty list for a
+    healthy pool.
 
     Chunks tile each region exactly, neighbours agree, no two free chunks touch, the free list
     holds exactly the free chunks in order, the handles name exactly the chunks in use, and the
@@ -56,17 +62,12 @@ def check_invariants(pool: BFCPool) -> list[str]:
     seen: set[int] = set()
     free_keys: list[int] = []
     handles: dict[int, int] = {}
-    size_of, address_of, prev_of, next_of, asked = (
-        pool._c_size,
-        pool._c_address,
-        pool._c_prev,
-        pool._c_next,
-        pool._c_asked,
-    )
-    if set(pool._first) != set(pool._regions):
+    size_of, address_of, prev_of, next_of, asked = table.columns()
+    regions, first, spare, free = table.regions, table.first, table.spare, table.free
+    if set(first) != set(regions):
         problems.append("regions and their first chunks disagree")
-    for start, region_size in pool._regions.items():
-        chunk, previous, address, end = pool._first.get(start, 0), 0, start, start + region_size
+    for start, region_size in regions.items():
+        chunk, previous, address, end = first.get(start, 0), 0, start, start + region_size
         while chunk:
             if chunk in seen:
                 problems.append(f"chunk {chunk} appears twice")
@@ -93,22 +94,20 @@ def check_invariants(pool: BFCPool) -> list[str]:
             previous, address, chunk = chunk, address + size, next_of[chunk]
         if address != end:
             problems.append(f"region {start:#x} ends at {end:#x} but its last chunk ends at {address:#x}")
-    if sorted(seen | set(pool._spare) | {0}) != list(range(len(size_of))) or any(
-        asked[chunk] != NO_CHUNK for chunk in pool._spare
-    ):
+    if sorted(seen | set(spare) | {0}) != list(range(len(size_of))) or any(asked[chunk] != NO_CHUNK for chunk in spare):
         problems.append("chunk ids are neither in a region nor spare, or spare ids are marked in use")
-    if sorted(free_keys) != pool._free:
-        problems.append(f"the free list holds {len(pool._free)} chunks, {len(free_keys)} chunks are free")
-    if pool._free != sorted(pool._free):
+    if sorted(free_keys) != free:
+        problems.append(f"the free list holds {len(free)} chunks, {len(free_keys)} chunks are free")
+    if free != sorted(free):
         problems.append("the free list is out of (size, address) order")
-    if handles != pool._in_use:
-        problems.append(f"{len(pool._in_use)} handles for {len(handles)} chunks in use")
+    if handles != table.in_use:
+        problems.append(f"{len(table.in_use)} handles for {len(handles)} chunks in use")
     if in_use != pool.bytes_in_use or requested != pool.requested_bytes_in_use:
         problems.append(
             f"bytes_in_use {pool.bytes_in_use} / requested {pool.requested_bytes_in_use}, recount {in_use} / {requested}"
         )
-    if sum(pool._regions.values()) != pool.pool_bytes:
-        problems.append(f"pool_bytes {pool.pool_bytes} but regions sum to {sum(pool._regions.values())}")
+    if sum(regions.values()) != pool.pool_bytes:
+        problems.append(f"pool_bytes {pool.pool_bytes} but regions sum to {sum(regions.values())}")
     if pool.pool_bytes > pool.bytes_limit:
         problems.append(f"pool_bytes {pool.pool_bytes} exceeds the limit {pool.bytes_limit}")
     return problems

@@ -1,6 +1,6 @@
 """One pool and a trace: record what a workload asks of a pool, or replay a trace into any pool.
 
-The model of the machine (`model/machine.py`) replays a test's trace over devices and allocators;
+The model of the machine (`model/machine/`) replays a test's trace over devices and allocators;
 this is the single-pool case, for the pool as a library (RMM's logging adaptor and replay benchmark
 do the same).
 """

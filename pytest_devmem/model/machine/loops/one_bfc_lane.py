@@ -5,19 +5,16 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from itertools import chain, count, islice
-from typing import TYPE_CHECKING
 
-from ...errors import InvalidFreeError, OutOfMemoryError
-from ..pool import BFCPool
-from ..pool.bfc import CHUNK_BITS, CHUNK_MASK, SIZE_SHIFT
+from ....errors import InvalidFreeError, OutOfMemoryError
+from ...pool import BFCPool
+from ...pool.chunk_table import CHUNK_BITS, CHUNK_MASK, SIZE_SHIFT
+from ..state import AllocatorState, Replay, sync
 from .compiled_bfc import replay_compiled, suits
-from .inline_pools import INLINE_POOLS, MovedThenFailed, allocate, compactions, sync
-
-if TYPE_CHECKING:
-    from ..machine import _Allocator, _Replay
+from .inline_pools import INLINE_POOLS, MovedThenFailed, allocate, compactions
 
 
-def replay_one_bfc_lane(replay: _Replay) -> int | None:
+def replay_one_bfc_lane(replay: Replay) -> int | None:
     """A trace of one lane whose allocator is a BFC pool (or a compacting one) and whose sizes are
     all positive; the index of the last event run, or None when the allocator is another kind (the
     general loop runs). MovedThenFailed where a compacting pool moved its buffers and still failed."""
@@ -35,7 +32,7 @@ def replay_one_bfc_lane(replay: _Replay) -> int | None:
     return run_events(replay, allocator, first, len(actions))
 
 
-def run_events(replay: _Replay, allocator: _Allocator, first: int, stop: int) -> int:
+def run_events(replay: Replay, allocator: AllocatorState, first: int, stop: int) -> int:
     """Events `first` to `stop` (not included) of the lane of `allocator`, which its BFC pool has
     started; the index of the last event run. Counters are read from the device and allocator and
     written back at the end, so runs of consecutive ranges give the same result as one run."""
@@ -53,15 +50,11 @@ def run_events(replay: _Replay, allocator: _Allocator, first: int, stop: int) ->
         )
         timeline_devices, code = recorded.devices.append, device.code
     handles = allocator.handles
-    # the pool's chunk table (see bfc.py): sizes, addresses, neighbours, bytes asked (0 free, -1 no chunk) by chunk id
+    # the pool's chunk table (see chunk_table.py): sizes, addresses, neighbours, bytes asked (0 free, -1 no chunk) by chunk id
     size_of, address_of, prev_of, next_of, asked, spare, free_list = (
-        pool._c_size,
-        pool._c_address,
-        pool._c_prev,
-        pool._c_next,
-        pool._c_asked,
-        pool._spare,
-        pool._free,
+        *pool.table.columns(),
+        pool.table.spare,
+        pool.table.free,
     )
     max_waste, shift, id_shift, id_mask = pool.max_internal_fragmentation, SIZE_SHIFT, CHUNK_BITS, CHUNK_MASK
     allocator.inline = True  # its buffers are (address, event, chunk id, size, rounded); the pool's maps are left stale until the end (inline_pools.py)
@@ -156,7 +149,7 @@ def run_events(replay: _Replay, allocator: _Allocator, first: int, stop: int) ->
                             0,
                         )
                     else:
-                        rest = pool._new_chunk(rest_size, rest_address, cid, after, 0)
+                        rest = pool.table.new_chunk(rest_size, rest_address, cid, after, 0)
                     size_of[cid] = rounded
                     next_of[cid] = rest
                     if after:
@@ -204,13 +197,9 @@ def run_events(replay: _Replay, allocator: _Allocator, first: int, stop: int) ->
                 chunk_bytes = pool.bytes_in_use
                 if moved:  # a compacting pool moved its buffers: its chunk table is new
                     size_of, address_of, prev_of, next_of, asked, spare, free_list = (
-                        pool._c_size,
-                        pool._c_address,
-                        pool._c_prev,
-                        pool._c_next,
-                        pool._c_asked,
-                        pool._spare,
-                        pool._free,
+                        *pool.table.columns(),
+                        pool.table.spare,
+                        pool.table.free,
                     )
                 grew = pool.pool_bytes - pool_bytes
                 if grew:  # what the device holds for it (not lowered where a failed allocation gave regions back)

@@ -8,7 +8,7 @@ an unknown pointer or action) and where a map is owed (`EXIT_PROMISE`); `compile
 that event in Python and runs it on.
 
 The free chunks are three sorted columns (size, address, id) ordered by (size, address), XLA's bins
-in one list as in `BFCPool._free`; each buffer has a slot (its pointer's rank among the trace's
+in one list as in `ChunkTable.free`; each buffer has a slot (its pointer's rank among the trace's
 pointers).
 """
 
@@ -485,7 +485,7 @@ def _device_fragmentation(
     free_sizes: np.ndarray,  # type: ignore[type-arg]
     d: int,
 ) -> float:
-    """The device's fragmentation over its pools (`_Device.fragmentation`)."""
+    """The device's fragmentation over its pools (`DeviceState.fragmentation`)."""
     free = stranded = 0
     for k in range(devices[d, D_POOLS]):
         p = device_pools[d, k]

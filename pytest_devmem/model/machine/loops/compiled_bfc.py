@@ -5,7 +5,7 @@
 they stop, this module writes their state back into the pools, devices and allocators, and the
 Python loop (`one_bfc_lane.run_events`, `bfc_lanes.run_events`) runs that event, after which the
 arrays are read again from the pools. A map owed costs no such round trip
-unless the device is copied for it (`_Replay.promise`). The decisions are the Python loop's, event
+unless the device is copied for it (`Replay.promise`). The decisions are the Python loop's, event
 for event: the property tests replay random traces through both.
 
 Without numba, or for a short trace (where compiling, or loading the compiled loop from numba's
@@ -19,14 +19,11 @@ import math
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeAlias
+from typing import Any
 
-from ..pool.bfc import ADDRESS_MASK, CHUNK_BITS, CHUNK_MASK, MIN_ALLOCATION_SIZE, SIZE_SHIFT
-from .inline_pools import sync
-
-# the machine's replay and allocator (machine.py), named loosely: no import back up
-_Replay: TypeAlias = Any
-_Allocator: TypeAlias = Any
+from ...pool import BFCPool
+from ...pool.chunk_table import ADDRESS_MASK, CHUNK_BITS, CHUNK_MASK, MIN_ALLOCATION_SIZE, SIZE_SHIFT
+from ..state import AllocatorState, Replay, sync
 
 COMPILED_FROM_EVENTS = 20_000
 """Traces of this many events or more run compiled once the compiled loop is loaded in the process."""
@@ -55,11 +52,18 @@ _kernel: Any = None
 _available: bool | None = None
 
 
+def _bfc_pool(allocator: AllocatorState) -> BFCPool:
+    """The BFC pool of an allocator the compiled loop runs (`suits` chose only those)."""
+    pool = allocator.pool
+    assert isinstance(pool, BFCPool)
+    return pool
+
+
 def available() -> bool:
-    """Whether numba (and numpy) can be imported; `PYTEST_DEVMEM_COMPILED=0` turns the compiled loop off."""
+    """Whether numba (and numpy) can be imported; `DEVMEM_COMPILED=0` turns the compiled loop off."""
     global _available, _kernel
     if _available is None:
-        if os.environ.get("PYTEST_DEVMEM_COMPILED", "1") == "0":
+        if os.environ.get("DEVMEM_COMPILED", "1") == "0":
             _available = False
         else:
             try:  # numba compiles it, or loads it from its cache, on import
@@ -69,7 +73,7 @@ def available() -> bool:
     return _available
 
 
-def suits(replay: _Replay) -> bool:
+def suits(replay: Replay) -> bool:
     """Whether the compiled loop runs this replay (one lane or several): numba is there, the trace
     is long, no timeline."""
     if replay.recorded is not None or _python_only or len(replay.trace) < COMPILED_FROM_EVENTS:
@@ -93,7 +97,10 @@ def python_only() -> Iterator[None]:
 
 
 def replay_compiled(
-    replay: _Replay, allocator: _Allocator, first: int, python_events: Callable[[_Replay, _Allocator, int, int], int]
+    replay: Replay,
+    allocator: AllocatorState,
+    first: int,
+    python_events: Callable[[Replay, AllocatorState, int, int], int],
 ) -> int:
     """Run the lane's events from `first` compiled, handing each event the compiled loop cannot
     decide to `python_events` (one_bfc_lane.run_events); the index of the last event run."""
@@ -118,9 +125,9 @@ def replay_compiled(
 
 
 def _run(
-    replay: _Replay,
-    allocator: _Allocator,
-    python_events: Callable[[_Replay, _Allocator, int, int], int],
+    replay: Replay,
+    allocator: AllocatorState,
+    python_events: Callable[[Replay, AllocatorState, int, int], int],
     state: _State,
     actions: Any,
     pointers: Any,
@@ -163,7 +170,9 @@ class _State:
     """The compiled loop's arrays and counters, read from and written back to the pool, its device
     and its allocator (whose counters the Python loop reads and writes the same way)."""
 
-    def __init__(self, allocator: _Allocator, slot_pointers: Any, kernel: Any, step: float, table: list[Any]) -> None:
+    def __init__(
+        self, allocator: AllocatorState, slot_pointers: Any, kernel: Any, step: float, table: list[Any]
+    ) -> None:
         import numpy as np
 
         self.np, self.kernel, self.allocator, self.step = np, kernel, allocator, step
@@ -180,8 +189,8 @@ class _State:
     def load(self) -> bool:
         """Read the pool's state into arrays; False where a value is too large for them."""
         np, kernel, allocator = self.np, self.kernel, self.allocator
-        pool, device, handles = allocator.pool, allocator.device, allocator.handles
-        table = pool.chunk_columns()
+        pool, device, handles = _bfc_pool(allocator), allocator.device, allocator.handles
+        table = pool.table.columns()
         length = len(table[0])
         if length and (max(table[1]) >= LARGEST_VALUE or max(table[0]) >= LARGEST_VALUE):
             return False
@@ -192,8 +201,8 @@ class _State:
             array[:length] = column
             columns.append(array)
         spare = np.zeros(capacity, dtype=np.int64)
-        spare[: len(pool.spare_ids())] = pool.spare_ids()
-        keys = pool.free_keys()
+        spare[: len(pool.table.spare)] = pool.table.spare
+        keys = pool.table.free
         # the free chunks by XLA's bins, each bin in (size, address) order: their concatenation is the
         # pool's list, sorted by size, so each bin is one run of it
         sizes = np.array([key >> SIZE_SHIFT for key in keys], dtype=np.int64)
@@ -227,7 +236,7 @@ class _State:
         ints[k.WORST_EVENT] = NO_EVENT if device.worst_event is None else device.worst_event
         ints[k.FRAGMENTED], ints[k.COMPARED] = device.fragmented, device.compared
         ints[k.LIVE], ints[k.PEAK_LIVE], ints[k.ALLOCATIONS] = allocator.counts[1], allocator.counts[2], 0
-        ints[k.FREE_CHUNKS], ints[k.SPARE_IDS], ints[k.TABLE_IDS] = len(keys), len(pool.spare_ids()), length
+        ints[k.FREE_CHUNKS], ints[k.SPARE_IDS], ints[k.TABLE_IDS] = len(keys), len(pool.table.spare), length
         ints[k.MAY_SKIP], ints[k.MAX_WASTE] = 1, pool.max_internal_fragmentation
         floats[k.FRAGMENTATION], floats[k.MAPPED] = device.sampled, device.mapped
         floats[k.AT_PEAK] = math.nan if device.fragmentation_at_peak is None else device.fragmentation_at_peak
@@ -238,7 +247,7 @@ class _State:
     def store(self) -> None:
         """Write the arrays and counters back: the pool's chunk table, its buffers, the counters."""
         k, ints, floats, allocator = self.kernel, self.ints, self.floats, self.allocator
-        pool, device, handles = allocator.pool, allocator.device, allocator.handles
+        pool, device, handles = _bfc_pool(allocator), allocator.device, allocator.handles
         length, nfree, nspare = int(ints[k.TABLE_IDS]), int(ints[k.FREE_CHUNKS]), int(ints[k.SPARE_IDS])
         size_of, address_of, prev_of, next_of, asked, spare, free_sizes, free_addresses, free_ids, bin_counts = (
             self.arrays[:10]
@@ -252,7 +261,7 @@ class _State:
                 )
             ]
         assert len(keys) == nfree
-        pool.set_chunk_table(
+        pool.table.set_columns(
             [column[:length].tolist() for column in (size_of, address_of, prev_of, next_of, asked)],
             spare[:nspare].tolist(),
             keys,
@@ -287,10 +296,10 @@ class _State:
             for pointer, a, e, c, s in zip(self.slot_pointers[slots].tolist(), address, event, chunk, size)
         )
 
-    def promise(self, replay: _Replay, index: int, at_free: bool) -> None:
+    def promise(self, replay: Replay, index: int, at_free: bool) -> None:
         """The maps owed before event `index` (the loop's own promises, as `one_bfc_lane` makes them)."""
         k, ints, allocator = self.kernel, self.ints, self.allocator
-        device, pool = allocator.device, allocator.pool
+        device, pool = allocator.device, _bfc_pool(allocator)
         pool.bytes_in_use = int(ints[k.CHUNK_BYTES])
         copy = replay.copy_due(device, index, len(allocator.handles) + int(ints[k.TABLE_IDS]))
         if copy:  # the device is copied: its pools as they are now (the arrays stay as they are)
@@ -310,7 +319,7 @@ class _State:
 # -- several lanes -----------------------------------------------------------------------------
 
 
-def replay_lanes_compiled(replay: _Replay, python_events: Callable[[_Replay, int, int], int]) -> int:
+def replay_lanes_compiled(replay: Replay, python_events: Callable[[Replay, int, int], int]) -> int:
     """Run a trace of several lanes (all on BFC pools) compiled, handing each event the compiled
     loop cannot decide to `python_events` (bfc_lanes.run_events); the index of the last event run."""
     import numpy as np
@@ -361,7 +370,7 @@ class _LanesState:
     """The compiled loop's arrays for several lanes: each started lane's pool a slice of the chunk
     and free columns, its device's and its source's counters in rows."""
 
-    def __init__(self, replay: _Replay, slot_lanes: Any, slot_pointers: Any, kernel: Any, table: list[Any]) -> None:
+    def __init__(self, replay: Replay, slot_lanes: Any, slot_pointers: Any, kernel: Any, table: list[Any]) -> None:
         import numpy as np
 
         self.np, self.kernel, self.replay = np, kernel, replay
@@ -396,15 +405,15 @@ class _LanesState:
         tables = []
         base = 0
         for lane, allocator in started:
-            pool = allocator.pool
-            table = pool.chunk_columns()
+            pool = _bfc_pool(allocator)
+            table = pool.table.columns()
             length = len(table[0])
             if length and (max(table[1]) >= LARGEST_VALUE or max(table[0]) >= LARGEST_VALUE):
                 return False
             capacity = length + 64 * k.CHUNK_BATCH
             row = pools[lane]
             row[k.P_STARTED], row[k.P_BASE], row[k.P_CAPACITY], row[k.P_TABLE_IDS] = 1, base, capacity, length
-            row[k.P_SPARE_IDS], row[k.P_FREE_CHUNKS] = len(pool.spare_ids()), len(pool.free_keys())
+            row[k.P_SPARE_IDS], row[k.P_FREE_CHUNKS] = len(pool.table.spare), len(pool.table.free)
             row[k.P_IN_USE], row[k.P_BYTES], row[k.P_MAX_WASTE] = (
                 pool.bytes_in_use,
                 pool.pool_bytes,
@@ -413,7 +422,7 @@ class _LanesState:
             row[k.P_DEVICE] = device_index[id(allocator.device)]
             row[k.P_ALLOCATOR_IN_USE], row[k.P_ALLOCATOR_PEAK] = allocator.in_use, allocator.peak_in_use
             row[k.P_COUNTS] = counts_index[id(allocator.counts)]
-            tables.append((base, length, table, pool.spare_ids(), pool.free_keys()))
+            tables.append((base, length, table, pool.table.spare, pool.table.free))
             base += capacity
         columns = [np.zeros(max(base, 1), dtype=np.int64) for _ in range(9)]
         size_of, address_of, prev_of, next_of, asked, spare, free_sizes, free_addresses, free_ids = columns
@@ -500,7 +509,7 @@ class _LanesState:
             by_lane.setdefault(lane, []).append((pointer, (a, e, c, s, (s + 255) & -256)))
         for lane, allocator in self.started:
             row = self.pools[lane]
-            pool = allocator.pool
+            pool = _bfc_pool(allocator)
             start, length = int(row[k.P_BASE]), int(row[k.P_TABLE_IDS])
             nfree, nspare = int(row[k.P_FREE_CHUNKS]), int(row[k.P_SPARE_IDS])
             keys = [
@@ -511,7 +520,7 @@ class _LanesState:
                     free_ids[start : start + nfree].tolist(),
                 )
             ]
-            pool.set_chunk_table(
+            pool.table.set_columns(
                 [column[start : start + length].tolist() for column in (size_of, address_of, prev_of, next_of, asked)],
                 spare[start : start + nspare].tolist(),
                 keys,
@@ -556,7 +565,7 @@ class _LanesState:
                 allocator,
             ) in self.started:  # the counters a map reads (the chunks are copied only with the device)
                 if allocator.device is device:
-                    allocator.pool.bytes_in_use = int(self.pools[lane_of, k.P_IN_USE])
+                    _bfc_pool(allocator).bytes_in_use = int(self.pools[lane_of, k.P_IN_USE])
         if row[k.D_FRAGMENTED]:
             worst_event = int(row[k.D_WORST_EVENT])
             replay.fragmented[device.name] = replay.promise(

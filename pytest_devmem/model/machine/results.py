@@ -1,5 +1,5 @@
 """What the model of the machine makes of a trace, as plain data: the machine it ran on, each device's
-and allocator's figures, the pools' maps, the out-of-memory result, the timeline. `machine.py` makes
+and allocator's figures, the pools' maps, the out-of-memory result, the timeline. `replay.py` makes
 them; the plugin, the gate and the pictures read them. No pytest, no frameworks here."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .device import DEFAULT_COMPUTE_CAPABILITY
-from .frameworks import context_bytes_for
+from ..device import DEFAULT_COMPUTE_CAPABILITY
+from ..frameworks import context_bytes_for
 
 KIND_TEXT = {
     "capacity": "capacity: the live data does not fit the device",

@@ -1,28 +1,9 @@
-"""The model of the machine: a test's trace replayed over its devices, each with its processes' CUDA
-contexts and one allocator per framework, as a real machine allocates. Every figure, timeline,
-contributor list and picture of a test comes from this one replay. No pytest, no frameworks here.
-
-Per device (each device the trace names gets the spec's capacity; JAX's device k and TensorFlow's
-device k are one device, as GPU k is for both), in time order:
-
-* a process's first allocator on a device creates its CUDA context there, which holds memory of its
-  own (`frameworks.context_bytes_for`);
-* a framework's first event creates its allocators on every device it uses in the trace, as JAX's
-  client and TensorFlow's devices are created for all GPUs at once, each sized by that framework's
-  rules (`frameworks.py`); JAX preallocates then; TensorFlow's limit is what is free then less its
-  reserve, and its default allocator takes that limit with its first allocation;
-* a region the device cannot give backs off by x0.9 (bfc_allocator.cc Extend) and the framework runs
-  on with less: no failure yet;
-* then every allocation and free, in order. A framework fails only when one of its allocations
-  cannot be served; the replay stops there, as the process would (`stop_on_oom`).
-
-A device's `peak_bytes_in_use` is the most live data its allocators held at once: each request
-rounded up to 256 bytes, as XLA rounds it (what the tensors need). `peak_chunk_bytes` is XLA's own
-counter (`bytes_in_use` in `memory_stats()`), which also counts the remainder of a chunk too small
-to split off (bfc_allocator.cc: a chunk under twice the request and wasting under 128 MiB is handed
-out whole). `peak_bytes_reserved` is the most its allocators held from it (contexts apart, counted in
-`context_bytes`), and `fragmentation` XLA's measure over its pools at the moment of its peak.
-"""
+"""The state of one machine replay, read and written by the loops (`loops/`), the maps and the
+result: each device (`DeviceState`) with its allocators (`AllocatorState`, one per process and
+framework), copies of a device taken for its maps (`Checkpoint`, `Promise`), and the replay itself
+(`Replay`): its devices, its lanes (one allocator each: device, process, source) and what it found
+so far. Also how the allocators start, by their frameworks' rules (`AllocatorRules`,
+which `replay.py`'s `Machine` extends with the choice of loop). No pytest, no frameworks here."""
 
 from __future__ import annotations
 
@@ -30,62 +11,24 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import OutOfMemoryError
-from .device import SimulatedDevice
-from .frameworks import AllocatorSetup, tensorflow_growth_pool, tensorflow_memory_limit, tpu_runtime_description
-from .loops import replay_bfc_lanes, replay_lanes, replay_ondemand_columns, replay_one_bfc_lane
-from .loops.inline_pools import MovedThenFailed
-from .machine_maps import (
-    CHECKPOINT_SPACING_PER_ENTRY,
-    Checkpoint,
-    Promise,
-    contributor,
-    holders,
-    pool_maps,
-    snapshot_of,
-)
-from .machine_results import (  # the results, read where the model is used: re-exported here
-    DEFAULT_SOURCE,
-    FRAGMENTATION_STEP,
-    KIND_TEXT,
-    AllocatorFigures,
-    DeviceFigures,
-    MachineRun,
-    MachineSpec,
-    MapSnapshot,
-    OutOfMemory,
-    PoolMap,
-    SourceFigures,
-    Timeline,
-)
-from .pool import BFCPool, OnDemandPool, Policy
-from .pool.compacting import CompactingPool
-from .tpu_devices import TPU_PLATFORM
-from .trace import ALLOCATE_CODE, FREE_CODE, Trace
+from ...errors import OutOfMemoryError
+from ..device import SimulatedDevice
+from ..frameworks import AllocatorSetup, tensorflow_growth_pool, tensorflow_memory_limit
+from ..pool import BFCPool, OnDemandPool, Policy
+from ..pool.chunk_table import SIZE_SHIFT, ChunkTable
+from ..pool.compacting import CompactingPool
+from ..tpu_devices import TPU_PLATFORM
+from ..trace import Trace
+from .maps import pool_maps
+from .results import DEFAULT_SOURCE, FRAGMENTATION_STEP, MachineSpec, MapSnapshot, OutOfMemory, Timeline
 
-__all__ = [  # the model's results live in machine_results; they are read from here too
-    "DEFAULT_SOURCE",
-    "FRAGMENTATION_STEP",
-    "KIND_TEXT",
-    "AllocatorFigures",
-    "DeviceFigures",
-    "Machine",
-    "MachineRun",
-    "MachineSpec",
-    "MapSnapshot",
-    "OutOfMemory",
-    "PoolMap",
-    "SourceFigures",
-    "Timeline",
-    "contributor",
-    "holders",
-    "run_machine",
-]
-
-# -- the replay ------------------------------------------------------------------------------
+# -- the devices and their allocators ---------------------------------------------------------
 
 
-class _Allocator:
+class AllocatorState:
+    """One framework's allocator on one device, for one process: its pool, its buffers (trace
+    pointer -> pool handle and the event that allocated it) and its figures so far."""
+
     __slots__ = (
         "source",
         "process",
@@ -106,7 +49,9 @@ class _Allocator:
         "runtime",
     )
 
-    def __init__(self, source: str, process: int, setup: AllocatorSetup, device: _Device, counts: list[int]) -> None:
+    def __init__(
+        self, source: str, process: int, setup: AllocatorSetup, device: DeviceState, counts: list[int]
+    ) -> None:
         self.source = source
         self.runtime = False  # it allocates from its chip's TPU runtime allocator, which its process's sources share
         self.process = process
@@ -158,7 +103,10 @@ def _is_runtime(setup: AllocatorSetup, name: str) -> bool:
     return setup.mode == "compact" and _is_chip(name)
 
 
-class _Device:
+class DeviceState:
+    """One device of the replay: its simulated memory, its allocators and CUDA contexts, and its
+    figures so far (in use, held, peaks, fragmentation, the maps it owes)."""
+
     __slots__ = (
         "name",
         "code",
@@ -190,7 +138,7 @@ class _Device:
         self.name = name
         self.code = code
         self.device = SimulatedDevice(capacity, name=name)
-        self.allocators: list[_Allocator] = []
+        self.allocators: list[AllocatorState] = []
         self.contexts: set[int] = set()
         self.in_use = self.held = self.chunks = 0  # live data (rounded requests), held from the device, in chunks
         self.peak_in_use = self.peak_held = self.peak_chunks = 0
@@ -219,7 +167,8 @@ class _Device:
             if isinstance(pool, BFCPool):
                 pool_free = pool.pool_bytes - pool.bytes_in_use
                 free += pool_free
-                stranded += pool_free - pool._largest_free_block()
+                keys = pool.table.free  # its free chunks, the largest last (run per event: inline)
+                stranded += pool_free - (keys[-1] >> SIZE_SHIFT if keys else 0)
         return stranded / free if free > 0 else 0.0
 
 
@@ -232,13 +181,99 @@ class _Device:
 # the device's events since the copy before it into a second copy. Copies then cost O(1) an event
 # and the replays O(spacing) a device.
 
+CHECKPOINT_SPACING_PER_ENTRY = 1 / 24
+"""Copying an allocator entry (a chunk or a buffer) costs about 1/24 of replaying an event
+through the pool's methods (measured): spacing = sqrt(events x entries / 24) balances the two."""
+
+
+def copy_state(thing: Any) -> Any:
+    """A copy of a pool or simulated device that shares nothing mutable with it: its dicts and lists
+    copied (lists of lists a level down), and its chunk table. The policy and lock are shared."""
+    twin = object.__new__(type(thing))
+    state = dict(vars(thing))
+    for name, value in state.items():
+        if type(value) is dict:
+            state[name] = value.copy()
+        elif type(value) is ChunkTable:
+            state[name] = value.copy()
+        elif type(value) is list:
+            state[name] = [list(item) for item in value] if value and type(value[0]) is list else value.copy()
+    vars(twin).update(state)
+    return twin
+
+
+def sync(pool: Any, handles: dict[int, tuple[int, ...]]) -> None:
+    """The pool's own map of its buffers made from an inline loop's `handles` (each buffer as
+    (address, event, chunk id, ...)), which the loop kept instead while it ran the pool's chunk table."""
+    pool.set_buffers({entry[0]: entry[2] for entry in handles.values()})
+
+
+class Checkpoint:
+    """A device's allocators as they were right before event `upto`: copies of its simulated device,
+    of each allocator's pool (drawing on that copy) and of its buffers."""
+
+    __slots__ = ("upto", "device", "pools", "handles")
+
+    def __init__(self, upto: int, device: Any, pools: list[Any], handles: list[dict[int, tuple[int, ...]]]) -> None:
+        self.upto = upto
+        self.device = device
+        self.pools = pools
+        self.handles = handles
+
+    @classmethod
+    def of(cls, device: DeviceState, upto: int) -> Checkpoint:
+        checkpoint = cls(
+            upto, device.device, [a.pool for a in device.allocators], [a.handles for a in device.allocators]
+        ).copy()
+        for allocator, pool, handles in zip(device.allocators, checkpoint.pools, checkpoint.handles):
+            if allocator.inline:  # the copy's own maps of its buffers, for the replay since
+                sync(pool, handles)
+        return checkpoint
+
+    def copy(self) -> Checkpoint:
+        device = copy_state(self.device)
+        copies: dict[int, Any] = {}  # a pool several allocators share (a TPU chip's runtime) is copied once
+        for pool in self.pools:
+            if id(pool) not in copies:
+                copies[id(pool)] = copy_state(pool)
+                copies[id(pool)].device = device
+        pools = [copies[id(pool)] for pool in self.pools]
+        return Checkpoint(self.upto, device, pools, [handles.copy() for handles in self.handles])
+
+
+class Promise:
+    """A map owed: the device's pools as they were right before event `upto`, named after `event`."""
+
+    __slots__ = ("event", "upto", "checkpoint")
+
+    def __init__(self, event: int, upto: int, checkpoint: Checkpoint) -> None:
+        self.event = event
+        self.upto = upto
+        self.checkpoint = checkpoint
+
+
+def snapshot_of(device: DeviceState, event: int) -> MapSnapshot:
+    """The device's pools as they are now."""
+    allocators = device.allocators
+    for allocator in allocators:
+        if allocator.inline:  # an inline loop is running it: its pool's maps are made afresh
+            sync(allocator.pool, allocator.handles)
+    return MapSnapshot(
+        device.name,
+        event,
+        pool_maps([a.owner for a in allocators], [a.pool for a in allocators], [a.handles for a in allocators]),
+    )
+
+
+# -- the lanes ----------------------------------------------------------------------------------
+
 LANES_BY_COLUMN_FROM = 20_000
 """Traces of this many events or more find their lanes by column (numpy), where numpy is installed."""
 
 
 def _lanes_by_column(trace: Trace) -> tuple[list[tuple[int, int, int]], object] | None:
     try:
-        from .trace_numpy import lanes_by_column
+        from ..trace_numpy import lanes_by_column
     except ImportError:
         return None
     return lanes_by_column(trace.devices, trace.processes, trace.sources)
@@ -251,11 +286,11 @@ def _take(codes: list[int], indices: Any) -> list[int]:
     return np.asarray(codes, dtype=np.int64)[indices].tolist()  # type: ignore[no-any-return]
 
 
-class _Replay:
+class Replay:
     """One replay's state: the devices, the lanes (one allocator each: device, process, source)
     and what the replay found so far. The loops (`loops/`) run the events."""
 
-    def __init__(self, machine: Machine, trace: Trace, timeline: bool, stop_on_oom: bool) -> None:
+    def __init__(self, machine: AllocatorRules, trace: Trace, timeline: bool, stop_on_oom: bool) -> None:
         self.machine = machine
         self.trace = trace
         self.stop_on_oom = stop_on_oom
@@ -270,10 +305,10 @@ class _Replay:
             self.one_device = one_device = len(set(trace.devices)) <= 1  # sets of arrays: fast
             device_codes = {trace.devices[0]} if one_device and len(trace) else set(trace.devices)
         device_name = {code: names[code] or spec.default_device for code in device_codes}
-        self.devices: dict[str, _Device] = {}
+        self.devices: dict[str, DeviceState] = {}
         devices = self.devices
-        for name in sorted(set(device_name.values()), key=_device_order):
-            devices[name] = _Device(name, len(devices), spec.capacity)
+        for name in sorted(set(device_name.values()), key=device_order):
+            devices[name] = DeviceState(name, len(devices), spec.capacity)
         # a lane is one allocator: (device, process, source); each event names its lane
         if by_column is None:
             one_lane = one_device and len(set(trace.processes)) <= 1 and len(set(trace.sources)) <= 1
@@ -294,7 +329,7 @@ class _Replay:
         self.by_code = list(devices.values())
         runtime_lanes = [(d, p) for d, p, s in lane_keys if _is_runtime(machine._setup(names[s]), self.by_code[d].name)]
         self.shares_runtime = len(set(runtime_lanes)) < len(runtime_lanes)  # sources sharing a chip's runtime allocator
-        self.lanes: list[_Allocator | None] = [None] * len(lane_keys)
+        self.lanes: list[AllocatorState | None] = [None] * len(lane_keys)
         self.counts: dict[str, list[int]] = {}
         self.order: list[str] = []
         self.recorded = Timeline(list(devices)) if timeline else None
@@ -305,7 +340,7 @@ class _Replay:
         self.skipped: set[int] = set()  # events the loop skipped that were not a temporary's pair on one lane
         self.dropped: set[tuple[int, int]] = set()  # (lane, pointer) of allocations that failed, the replay going on
 
-    def start(self, lane: int) -> _Allocator:
+    def start(self, lane: int) -> AllocatorState:
         """The allocator of `lane`, created with its framework's allocators on every device it uses."""
         _, process, source = self.lane_keys[lane]
         used = [self.by_code[d] for d, p, s in self.lane_keys if p == process and s == source]
@@ -317,7 +352,7 @@ class _Replay:
         assert allocator is not None
         return allocator
 
-    def promise(self, device: _Device, event: int, upto: int, copy: bool | None = None) -> Promise:
+    def promise(self, device: DeviceState, event: int, upto: int, copy: bool | None = None) -> Promise:
         """The map of `device` as it is now (right before event `upto`), named after `event`; made at
         the end. Pools must hold their current counters (the loops keep some in locals). `copy`:
         whether to copy the device now, where the caller decided (`copy_due`); where the copy is
@@ -329,18 +364,21 @@ class _Replay:
         assert checkpoint is not None
         return Promise(event, upto, checkpoint)
 
-    def copy_due(self, device: _Device, upto: int, entries: int | None = None) -> bool:
+    def copy_due(self, device: DeviceState, upto: int, entries: int | None = None) -> bool:
         """Whether a map promised right before event `upto` copies the device (a copy is made at
         most every `_spacing` events); `entries`: its buffers and chunks, where its pools' own maps are stale."""
         checkpoint = device.checkpoint
         return checkpoint is None or device.stale or upto - checkpoint.upto >= self._spacing(device, entries)
 
-    def _spacing(self, device: _Device, entries: int | None = None) -> int:
+    def _spacing(self, device: DeviceState, entries: int | None = None) -> int:
         if entries is None:
-            entries = sum(len(a.handles) + len(getattr(a.pool, "_c_size", ())) for a in device.allocators)
+            entries = sum(
+                len(a.handles) + (len(a.pool.table.size) if isinstance(a.pool, BFCPool) else 0)
+                for a in device.allocators
+            )
         return max(64, math.isqrt(int(len(self.trace) * entries * CHECKPOINT_SPACING_PER_ENTRY)))
 
-    def fail(self, error: OutOfMemoryError, allocator: _Allocator, index: int) -> None:
+    def fail(self, error: OutOfMemoryError, allocator: AllocatorState, index: int) -> None:
         """The first allocation the machine could not serve: the result, and the maps of its device
         now. Device and pool counters must be current."""
         device = allocator.device
@@ -350,132 +388,32 @@ class _Replay:
             self.snapshots[device.name] = MapSnapshot(device.name, device.peak_event, self.failure.pools)
             device.pending = False
 
-    def finish(self, index: int) -> MachineRun:
-        """The run's result once the loop ended after event `index`: every map owed made."""
-        trace, spec, oom = self.trace, self.machine.spec, self.oom
-        for device in self.devices.values():
-            if device.pending:
-                self.snapshots[device.name] = snapshot_of(device, device.peak_event)
-            if device.fragmented and oom is None:
-                self.fragmented[device.name] = snapshot_of(
-                    device, device.worst_event if device.worst_event is not None else -1
-                )
-        snapshots = {name: self._keep(name, map_) for name, map_ in self.snapshots.items()}
-        fragmented = {name: self._keep(name, map_) for name, map_ in self.fragmented.items()}
-        figures = [_device_figures(device, snapshots.get(device.name), trace, spec) for device in self.devices.values()]
-        by_source = {source: SourceFigures(c[0], c[2]) for source, c in sorted(self.counts.items()) if c[0]}
-        replayed = index + 1 if oom is None or not self.stop_on_oom else oom.event
-        return MachineRun(
-            spec,
-            len(trace),
-            figures,
-            self.order,
-            oom,
-            by_source,
-            self.recorded,
-            snapshots,
-            self.failure,
-            replayed,
-            fragmented,
-        )
 
-    def _keep(self, name: str, map_: MapSnapshot | Promise) -> MapSnapshot:
-        """A promised map made: from its checkpoint, after replaying the device's events since."""
-        if isinstance(map_, MapSnapshot):
-            return map_
-        device = self.devices[name]
-        checkpoint = map_.checkpoint
-        if checkpoint.upto != map_.upto:
-            checkpoint = checkpoint.copy()
-            self._advance(device, checkpoint, map_.upto)
-        allocators = [a.owner for a in device.allocators[: len(checkpoint.pools)]]
-        return MapSnapshot(name, map_.event, pool_maps(allocators, checkpoint.pools, checkpoint.handles))
-
-    def _advance(self, device: _Device, checkpoint: Checkpoint, upto: int) -> None:
-        """Replay `device`'s events from `checkpoint.upto` to `upto` into `checkpoint` (a copy): the
-        pools are deterministic, so they reach the state the replay had then. A temporary the loop
-        skipped is allocated and freed, which leaves a BFC pool as it was; an allocation that failed
-        fails again and its free is ignored, as in the loop."""
-        trace = self.trace
-        actions, pointers, sizes, codes = trace.actions, trace.pointers, trace.sizes, self.lane_codes
-        position = {
-            lane: device.allocators.index(a)
-            for lane, a in enumerate(self.lanes)
-            if a is not None and a.device is device
-        }
-        dropped: set[tuple[int, int]] = set()
-        skipped = self.skipped
-        for index in range(checkpoint.upto, upto):
-            action = actions[index]
-            if action > FREE_CODE or index in skipped:
-                continue
-            lane = 0 if codes is None else codes[index]
-            slot = position.get(lane)
-            if slot is None:
-                continue
-            pool, handles, pointer = checkpoint.pools[slot], checkpoint.handles[slot], pointers[index]
-            if action == ALLOCATE_CODE:
-                size = sizes[index]
-                if size <= 0:  # only ever a temporary the loop skipped (it fails otherwise)
-                    dropped.add((lane, pointer))
-                    continue
-                try:
-                    handles[pointer] = (pool.alloc(size), index)
-                except OutOfMemoryError:
-                    dropped.add((lane, pointer))
-            else:
-                entry = handles.pop(pointer, None)
-                if entry is None:
-                    dropped.discard((lane, pointer))
-                else:
-                    pool.free(entry[0])
-        checkpoint.upto = upto
-
-
-class Machine:
-    """One replay of a trace on the machine `spec` describes, with `setups` by trace source."""
+class AllocatorRules:
+    """The machine `spec` describes, with `setups` by trace source: how a replay's allocators start
+    (`replay.Machine` runs the replay over them)."""
 
     def __init__(self, spec: MachineSpec, setups: Mapping[str, AllocatorSetup]) -> None:
         self.spec = spec
         self.setups = dict(setups)
 
-    def run(self, trace: Trace, *, timeline: bool = False, stop_on_oom: bool = True) -> MachineRun:
-        """Replay `trace`. With `timeline`, the figures after every event are kept for pictures;
-        the figures themselves are the same either way."""
-        replay = _Replay(self, trace, timeline, stop_on_oom)
-        index = replay_ondemand_columns(replay)
-        if index is not None:
-            return replay.finish(index)
-        if replay.order:  # it started allocators before it found it does not apply: start afresh
-            replay = _Replay(self, trace, timeline, stop_on_oom)
-        if len(trace) and min(trace.sizes) > 0 and not replay.shares_runtime:  # the inline loops run one pool a lane
-            try:
-                index = replay_one_bfc_lane(replay) if len(replay.lane_keys) == 1 else replay_bfc_lanes(replay)
-            except MovedThenFailed:  # the event loop replays it, afresh
-                replay, index = _Replay(self, trace, timeline, stop_on_oom), None
-        if index is None:
-            index = replay_lanes(replay)
-        return replay.finish(index)
-
-    # -- allocators ------------------------------------------------------------------------
-
     def _setup(self, source: str) -> AllocatorSetup:
         return self.setups.get(source) or self.setups.get(DEFAULT_SOURCE) or AllocatorSetup(source, "prealloc")
 
-    def _is_bfc(self, source: str) -> bool:
+    def is_bfc(self, source: str) -> bool:
         """Whether `source`'s allocators are BFC pools, plain or compacting (as `_pool` makes them)."""
         return self._setup(source).mode != "ondemand"
 
     def _start(
-        self, source: str, process: int, used: list[_Device], counts: dict[str, list[int]], order: list[str]
-    ) -> list[tuple[int, _Allocator]]:
+        self, source: str, process: int, used: list[DeviceState], counts: dict[str, list[int]], order: list[str]
+    ) -> list[tuple[int, AllocatorState]]:
         """A framework's allocators on every device it uses, created at its first event: the
         process's context on each (once), then each allocator sized by its framework's rules."""
         setup = self._setup(source)
         shared = counts.setdefault(source or "unknown", [0, 0, 0])
         started = []
         for device in used:
-            allocator = _Allocator(source, process, setup, device, shared)
+            allocator = AllocatorState(source, process, setup, device, shared)
             device.allocators.append(allocator)
             context = True
             if _is_runtime(setup, device.name):  # no CUDA context on a TPU; one allocator per chip and process
@@ -509,7 +447,7 @@ class Machine:
         order.append(source if not process else f"{source} (process {process})")
         return started
 
-    def _pool(self, setup: AllocatorSetup, device: _Device, allocator: _Allocator) -> BFCPool | OnDemandPool:
+    def _pool(self, setup: AllocatorSetup, device: DeviceState, allocator: AllocatorState) -> BFCPool | OnDemandPool:
         sim, capacity = device.device, self.spec.capacity
         if setup.kind == "tensorflow":
             if setup.mode == "limit" or (setup.mode == "growth" and setup.limit is not None):
@@ -536,7 +474,7 @@ class Machine:
             pool.preallocate()  # at client creation; backs off when the device has less
         return pool
 
-    def _out_of_memory(self, error: OutOfMemoryError, allocator: _Allocator, index: int, label: str) -> OutOfMemory:
+    def _out_of_memory(self, error: OutOfMemoryError, allocator: AllocatorState, index: int, label: str) -> OutOfMemory:
         figures, device = error.figures, allocator.device
         others = {
             other.name: other.held()
@@ -579,94 +517,6 @@ class Machine:
         )
 
 
-def maps_after(
-    trace: Trace, setups: Mapping[str, AllocatorSetup], spec: MachineSpec, event: int
-) -> dict[str, MapSnapshot]:
-    """Each device's pools as they are right after `event`: the trace up to it replayed (through the
-    pools' own methods: one map, made when a picture asks for a moment the replay did not map)."""
-    columns = trace.to_columns()
-    count = max(0, min(event + 1, len(trace)))
-    prefix = Trace.from_columns(
-        {name: values if name == "names" else values[:count] for name, values in columns.items()}
-    )
-    replay = _Replay(Machine(spec, setups), prefix, False, True)
-    replay_lanes(replay)
-    return {name: snapshot_of(device, event) for name, device in replay.devices.items()}
-
-
-def run_machine(
-    trace: Trace,
-    setups: Mapping[str, AllocatorSetup],
-    spec: MachineSpec,
-    *,
-    timeline: bool = False,
-    stop_on_oom: bool = True,
-) -> MachineRun:
-    """Replay `trace` on the machine `spec` describes, each source's allocator set up by `setups`."""
-    return Machine(spec, setups).run(trace, timeline=timeline, stop_on_oom=stop_on_oom)
-
-
-def _device_order(name: str) -> tuple[str, int, str]:
+def device_order(name: str) -> tuple[str, int, str]:
     platform, _, ordinal = name.partition(":")
     return (platform, int(ordinal), name) if ordinal.isdigit() else (platform, math.inf, name)  # type: ignore[return-value]
-
-
-def _runtime_figures(device: _Device, members: list[_Allocator]) -> AllocatorFigures:
-    """A chip's TPU runtime allocator, once for all the sources of its process (each source's own
-    peak is the record's by_source): what its first source's start took, its moves of every source's
-    buffers. Its peak in use is the chip's where it is the chip's only allocator (always, but for
-    several processes on one chip, which a TPU's runtime refuses; then the sum of its sources' peaks)."""
-    first, pool = members[0], members[0].pool
-    alone = len(members) == len(device.allocators)
-    return AllocatorFigures(
-        TPU_RUNTIME_NAME,
-        first.process,
-        tpu_runtime_description(dict.fromkeys(a.source for a in members)),
-        first.limit,
-        first.asked,
-        first.took,
-        device.peak_in_use if alone else sum(a.peak_in_use for a in members),
-        first.peak_held,
-        getattr(pool, "moved_bytes", 0),
-        getattr(pool, "compactions", 0),
-    )
-
-
-def _device_figures(device: _Device, snapshot: MapSnapshot | None, trace: Trace, spec: MachineSpec) -> DeviceFigures:
-    runtimes: dict[int, list[_Allocator]] = {}
-    for a in device.allocators:
-        if a.runtime:
-            runtimes.setdefault(id(a.pool), []).append(a)
-    allocators = tuple(
-        _runtime_figures(device, runtimes[id(a.pool)])
-        if a.runtime
-        else AllocatorFigures(
-            a.source,
-            a.process,
-            a.setup.describe(),
-            a.limit,
-            a.asked,
-            a.took,
-            a.peak_in_use,
-            a.peak_held,
-            getattr(a.pool, "moved_bytes", 0),
-            getattr(a.pool, "compactions", 0),
-        )
-        for a in device.allocators
-        if not a.runtime or runtimes[id(a.pool)][0] is a
-    )
-    at_peak = holders(snapshot, trace) if snapshot is not None and snapshot.event == device.peak_event else {}
-    return DeviceFigures(
-        device=device.name,
-        capacity=spec.capacity,
-        context_bytes=len(device.contexts) * spec.context,
-        peak_bytes_in_use=device.peak_in_use,
-        peak_bytes_reserved=device.peak_held,
-        peak_chunk_bytes=device.peak_chunks,
-        fragmentation=device.fragmentation_at_peak,
-        worst_fragmentation=device.worst_fragmentation,
-        worst_fragmentation_event=device.worst_event,
-        allocators=allocators,
-        at_peak=at_peak,
-        peak_event=device.peak_event,
-    )

@@ -17,16 +17,14 @@ action of no known kind. Then this answers None, and the machine replays afresh.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..machine_results import MapSnapshot, PoolMap
-from ..pool import OnDemandPool
-
-if TYPE_CHECKING:
-    from ..machine import _Replay
+from ...pool import OnDemandPool
+from ..results import MapSnapshot, PoolMap
+from ..state import Replay
 
 
-def replay_ondemand_columns(replay: _Replay) -> int | None:
+def replay_ondemand_columns(replay: Replay) -> int | None:
     """The index of the last event, with every figure of the replay set as the event loop would
     set it; None (the replay to be made afresh: allocators may have started) where this does not
     apply."""
@@ -34,7 +32,7 @@ def replay_ondemand_columns(replay: _Replay) -> int | None:
     names, count = trace.names, len(trace)
     if replay.recorded is not None or not count:
         return None
-    if not all(machine._setup(names[source]).mode == "ondemand" for _, _, source in replay.lane_keys):
+    if not all(not machine.is_bfc(names[source]) for _, _, source in replay.lane_keys):
         return None
     try:
         import numpy as np

@@ -5,32 +5,30 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from itertools import chain, count, islice
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ...errors import InvalidFreeError, OutOfMemoryError
-from ..pool.bfc import CHUNK_BITS, CHUNK_MASK, SIZE_SHIFT
+from ....errors import InvalidFreeError, OutOfMemoryError
+from ...pool.chunk_table import CHUNK_BITS, CHUNK_MASK, SIZE_SHIFT
+from ..state import Replay, sync
 from .compiled_bfc import replay_lanes_compiled, suits
-from .inline_pools import INLINE_POOLS, allocate, compactions, sync
-
-if TYPE_CHECKING:
-    from ..machine import _Replay
+from .inline_pools import INLINE_POOLS, allocate, compactions
 
 
-def replay_bfc_lanes(replay: _Replay) -> int | None:
+def replay_bfc_lanes(replay: Replay) -> int | None:
     """A trace of several lanes whose allocators are all BFC pools (or compacting ones, no other
     subclass) and whose sizes are all positive; the index of the last event run, or None where some allocator would be
     another kind. Each lane's pool runs inline; counters live on the device and allocator objects."""
     trace = replay.trace
     machine, names = replay.machine, trace.names
     lane_codes = replay.lane_codes
-    if lane_codes is None or not all(machine._is_bfc(names[source]) for _, _, source in replay.lane_keys):
+    if lane_codes is None or not all(machine.is_bfc(names[source]) for _, _, source in replay.lane_keys):
         return None
     if suits(replay):
         return replay_lanes_compiled(replay, run_events)
     return run_events(replay, 0, len(trace.actions))
 
 
-def run_events(replay: _Replay, first: int, stop: int) -> int:
+def run_events(replay: Replay, first: int, stop: int) -> int:
     """Events `first` to `stop` (not included); the index of the last event run. Counters live on
     the device and allocator objects, so runs of consecutive ranges give what one run gives."""
     trace = replay.trace
@@ -147,7 +145,7 @@ def run_events(replay: _Replay, first: int, stop: int) -> int:
                             0,
                         )
                     else:
-                        rest = pool._new_chunk(rest_size, rest_address, cid, after, 0)
+                        rest = pool.table.new_chunk(rest_size, rest_address, cid, after, 0)
                     size_of[cid] = rounded
                     next_of[cid] = rest
                     if after:
@@ -173,7 +171,9 @@ def run_events(replay: _Replay, first: int, stop: int) -> int:
                     device.peak_in_use, device.peak_event, device.pending = in_use, index, True
                     if solo is not None:
                         free = solo.pool_bytes - solo.bytes_in_use
-                        device.fragmentation_at_peak = (free - (solo._free[-1] >> shift)) / free if free > 0 else 0.0
+                        device.fragmentation_at_peak = (
+                            (free - (solo.table.free[-1] >> shift)) / free if free > 0 else 0.0
+                        )
                     else:
                         device.fragmentation_at_peak = device.fragmentation()
                 if (
@@ -181,7 +181,7 @@ def run_events(replay: _Replay, first: int, stop: int) -> int:
                 ):  # it took its pool's largest free chunk, or the state before was not sampled
                     if solo is not None:
                         free = solo.pool_bytes - solo.bytes_in_use
-                        fragmentation = (free - (solo._free[-1] >> shift)) / free if free > 0 else 0.0
+                        fragmentation = (free - (solo.table.free[-1] >> shift)) / free if free > 0 else 0.0
                     else:
                         fragmentation = device.fragmentation()
                     device.sampled = fragmentation
@@ -292,7 +292,7 @@ def run_events(replay: _Replay, first: int, stop: int) -> int:
                 solo = device.solo
                 if solo is not None:
                     free = solo.pool_bytes - solo.bytes_in_use
-                    fragmentation = (free - (solo._free[-1] >> shift)) / free
+                    fragmentation = (free - (solo.table.free[-1] >> shift)) / free
                 else:
                     fragmentation = device.fragmentation()
                 device.sampled = fragmentation
@@ -334,12 +334,8 @@ def _refs(allocator: Any) -> tuple[Any, ...]:
         pool,
         allocator.handles,
         allocator.counts,
-        pool._c_size,
-        pool._c_address,
-        pool._c_prev,
-        pool._c_next,
-        pool._c_asked,
-        pool._spare,
-        pool._free,
+        *pool.table.columns(),
+        pool.table.spare,
+        pool.table.free,
         pool.max_internal_fragmentation,
     )

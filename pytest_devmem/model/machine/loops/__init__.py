@@ -1,5 +1,5 @@
-"""The machine's per-event loops, one module each (`machine.py` sets up the devices and lanes and
-makes the result).
+"""The machine's per-event loops, one module each (`replay.py` sets up the devices and lanes and
+makes the result; `state.py` holds what they read and write).
 
 They run once for every event of every test, so they are written for speed in plain Python:
 

@@ -4,16 +4,13 @@ through its own methods."""
 from __future__ import annotations
 
 from itertools import repeat
-from typing import TYPE_CHECKING
 
-from ...errors import InvalidFreeError, OutOfMemoryError
-from ..pool.bfc import SIZE_SHIFT
-
-if TYPE_CHECKING:
-    from ..machine import _Replay
+from ....errors import InvalidFreeError, OutOfMemoryError
+from ...pool.chunk_table import SIZE_SHIFT
+from ..state import Replay
 
 
-def replay_lanes(replay: _Replay) -> int:
+def replay_lanes(replay: Replay) -> int:
     """Any trace: each event's lane picks its allocator; the index of the last event run."""
     trace = replay.trace
     lanes, recorded, stop_on_oom = replay.lanes, replay.recorded, replay.stop_on_oom
@@ -137,7 +134,7 @@ def replay_lanes(replay: _Replay) -> int:
             if solo is not None:  # XLA's GetFragmentation of its one pool, inline: this runs per event
                 free = solo.pool_bytes - solo.bytes_in_use
                 if free > 0:
-                    fragmentation = (free - (solo._free[-1] >> SIZE_SHIFT)) / free
+                    fragmentation = (free - (solo.table.free[-1] >> SIZE_SHIFT)) / free
             else:
                 fragmentation = device.fragmentation()
             device.sampled = fragmentation

@@ -2,7 +2,7 @@
 
 An inline loop keeps each buffer as (address, event, chunk id, size, rounded) and runs the pool's
 chunk table itself; the pool's own maps of its buffers are left stale while it runs and made again
-(`sync`) before anything reads them: a map, a checkpoint, the end. A plain BFC pool's handle is
+(`state.sync`, through the pool's `set_buffers`) before anything reads them: a map, a checkpoint, the end. A plain BFC pool's handle is
 the buffer's address. A compacting pool (`CompactingPool`, the `compact` regime) moves buffers when
 an allocation would otherwise fail for fragmentation and hands out handles of its own; here each
 buffer's handle is its address as well (its maps are made so), and when the pool moved its buffers
@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import OutOfMemoryError
-from ..pool import BFCPool
-from ..pool.compacting import CompactingPool
+from ....errors import OutOfMemoryError
+from ...pool import BFCPool
+from ...pool.compacting import CompactingPool
+from ..state import sync
 
 INLINE_POOLS = (BFCPool, CompactingPool)
 """The pools an inline loop can run (exactly these types, no other subclass)."""
@@ -27,24 +28,16 @@ class MovedThenFailed(Exception):
     loop, whose device counters are its pool's, hands the trace to the event loop, afresh."""
 
 
-def sync(pool: Any, handles: dict[int, tuple[int, ...]]) -> None:
-    """The pool's own maps of its buffers made from the loop's `handles` (an inline allocator's)."""
-    pool._in_use = {entry[0]: entry[2] for entry in handles.values()}
-    if type(pool) is CompactingPool:
-        pool._address_of = {entry[0]: entry[0] for entry in handles.values()}
-        pool._handle_at = pool._address_of.copy()
-
-
 def allocate(pool: Any, size: int, handles: dict[int, tuple[int, ...]]) -> tuple[int, int, bool]:
     """(address, chunk id, whether buffers moved) of an allocation through the pool's methods (it
     grows, moves buffers, or fails with OutOfMemoryError); after a move `handles` hold each buffer's
     new address and chunk id."""
     if type(pool) is not CompactingPool:
         address = pool.alloc(size)
-        return address, pool._in_use[address], False
+        return address, pool.table.in_use[address], False
     try:
         address = BFCPool.alloc(pool, size)  # what CompactingPool.alloc tries first; it moves nothing
-        return address, pool._in_use[address], False
+        return address, pool.table.in_use[address], False
     except OutOfMemoryError:
         pass
     sync(pool, handles)
@@ -53,12 +46,12 @@ def allocate(pool: Any, size: int, handles: dict[int, tuple[int, ...]]) -> tuple
         handle = pool.alloc(size)  # tries again (the same state, the same failure), then moves buffers
     finally:
         if pool.compactions != before:  # moved, whether it then served the allocation or not
-            address_of, in_use = pool._address_of, pool._in_use
+            address_of, in_use = pool.address_of, pool.table.in_use
             for pointer, entry in handles.items():
-                address = address_of[entry[0]]
+                address = address_of(entry[0])
                 handles[pointer] = (address, entry[1], in_use[address], entry[3], entry[4])
-    address = pool._address_of[handle]
-    return address, pool._in_use[address], pool.compactions != before
+    address = pool.address_of(handle)
+    return address, pool.table.in_use[address], pool.compactions != before
 
 
 def compactions(pool: Any) -> int:

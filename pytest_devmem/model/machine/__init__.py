@@ -1,0 +1,54 @@
+"""The model of the machine: a test's trace replayed over its devices, each with its processes' CUDA
+contexts and one allocator per framework (a TPU chip: one, its runtime's), as a real machine allocates (`replay.py` says how). Every
+figure, timeline, contributor list and picture of a test comes from this one replay.
+
+* `replay.py`: `Machine` starts each framework's allocators by its rules and runs the trace through the
+  fastest loop that applies; `run_machine`, `maps_after`;
+* `state.py`: the replay's state, which the loops, the maps and the result share (`Replay`,
+  `DeviceState`, `AllocatorState`, the copies a map is made from);
+* `loops/`: the per-event loops (inline BFC rules, compiled where numba is);
+* `maps.py`: the pools' maps as plain data, and who held the memory;
+* `results.py`: what a replay returns, as plain data, read by the plugin, the gate and the pictures.
+
+No pytest, no frameworks here.
+"""
+
+from .maps import contributor, holders
+from .replay import Machine, maps_after, run_machine
+from .results import (
+    DEFAULT_SOURCE,
+    FRAGMENTATION_STEP,
+    KIND_TEXT,
+    AllocatorFigures,
+    DeviceFigures,
+    MachineRun,
+    MachineSpec,
+    MapSnapshot,
+    OutOfMemory,
+    PoolMap,
+    SourceFigures,
+    Timeline,
+)
+from .state import TPU_RUNTIME_NAME, device_order
+
+__all__ = [
+    "DEFAULT_SOURCE",
+    "FRAGMENTATION_STEP",
+    "KIND_TEXT",
+    "AllocatorFigures",
+    "DeviceFigures",
+    "Machine",
+    "MachineRun",
+    "MachineSpec",
+    "MapSnapshot",
+    "OutOfMemory",
+    "PoolMap",
+    "TPU_RUNTIME_NAME",
+    "SourceFigures",
+    "Timeline",
+    "contributor",
+    "device_order",
+    "holders",
+    "maps_after",
+    "run_machine",
+]
