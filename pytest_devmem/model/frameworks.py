@@ -1,5 +1,5 @@
 """How each framework's allocator takes device memory: its setup under a regime, and the sizing rules
-of its source code. The machine model (`machine.py`) creates one allocator per framework per device
+of its source code. The machine model (`machine/`) creates one allocator per framework per device
 with these rules. No pytest, no frameworks here.
 
 * JAX (xla/pjrt/gpu/gpu_helpers.cc, CreateBFCAllocator): the allocator is sized at fraction x total
