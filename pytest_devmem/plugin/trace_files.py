@@ -22,13 +22,11 @@ def write_trace_files(trace: Trace, csv_path: Path) -> Path | None:
     run writes none. OSError (naming the file) where either cannot be written or removed."""
     trace.write_csv(csv_path)
     arrow_path = csv_path.with_suffix(".arrow")
-    if len(trace) < ARROW_FROM:
-        arrow_path.unlink(missing_ok=True)  # an earlier run's, which would replay as this one's
-        return None
-    from ..model import trace_ipc  # a long trace's only: not loaded otherwise
+    if len(trace) >= ARROW_FROM:
+        from ..model import trace_ipc  # a long trace's only: not loaded otherwise
 
-    if not trace_ipc.available():
-        arrow_path.unlink(missing_ok=True)
-        return None
-    trace.write_arrow(arrow_path)
-    return arrow_path
+        if trace_ipc.available():
+            trace.write_arrow(arrow_path)
+            return arrow_path
+    arrow_path.unlink(missing_ok=True)  # an earlier run's, which would replay as this one's
+    return None
