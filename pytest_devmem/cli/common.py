@@ -17,7 +17,6 @@ from ..gate.record import BaselineEntry
 from ..gate.tolerance import METRICS
 from ..hardware.devices import open_device
 from ..model import trace_arrow
-from ..model.device import DEFAULT_COMPUTE_CAPABILITY
 from ..model.frameworks import AllocatorSetup, setups_for
 from ..model.machine import MachineSpec
 from ..model.pool import Policy
@@ -222,14 +221,8 @@ def machine_of(
     """The machine of a device's capacity, name and compute capability (a report's session names
     them). A TPU preset's chips have no CUDA context, and what names no device is chip 0's, as the
     plugin's replay has them (plugin/recording.py `machine_spec`)."""
-    spec = MachineSpec(
-        capacity,
-        name,
-        compute_capability or DEFAULT_COMPUTE_CAPABILITY[0],
-        context_bytes=0 if tpu else None,
-        default_device="tpu:0" if tpu else default_device,
-    )
-    return spec, setups_for(policy, capacity)
+    platform = "tpu" if tpu else default_device.partition(":")[0]
+    return MachineSpec.of_device(capacity, name, compute_capability, platform=platform), setups_for(policy, capacity)
 
 
 def on_chips(trace: Trace, device_spec: str | None) -> Trace:

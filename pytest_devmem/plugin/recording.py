@@ -27,14 +27,14 @@ def machine_spec(device: Device, context_bytes: int | None) -> MachineSpec:
     """The machine the session's device stands for: each device the frameworks see has its capacity
     (a GPU session's devices are GPUs; elsewhere JAX's and TensorFlow's CPU devices stand in)."""
     on_gpu = getattr(device, "index", None) is not None
-    on_tpu = getattr(device, "tpu", None) is not None  # a TPU has no CUDA context
-    return MachineSpec(
-        capacity=device.capacity,
-        name=device.name,
-        compute_capability=getattr(device, "compute_capability", DEFAULT_COMPUTE_CAPABILITY)[0],
-        context_bytes=0 if on_tpu else context_bytes,
-        default_device="gpu:0" if on_gpu else "tpu:0" if on_tpu else "cpu:0",
-        environ=dict(os.environ),
+    on_tpu = getattr(device, "tpu", None) is not None
+    return MachineSpec.of_device(
+        device.capacity,
+        device.name,
+        getattr(device, "compute_capability", DEFAULT_COMPUTE_CAPABILITY)[0],
+        platform="gpu" if on_gpu else "tpu" if on_tpu else "cpu",
+        context_bytes=context_bytes,
+        environ=os.environ,
     )
 
 

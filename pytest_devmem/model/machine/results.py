@@ -40,6 +40,29 @@ class MachineSpec:
     def context(self) -> int:
         return context_bytes_for(self.capacity, self.context_bytes)
 
+    @classmethod
+    def of_device(
+        cls,
+        capacity: int,
+        name: str,
+        compute_capability: int | None = None,
+        *,
+        platform: str = "cpu",
+        context_bytes: int | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> MachineSpec:
+        """The machine of a device on `platform` (`gpu`, `tpu` or `cpu`, where the frameworks' CPU
+        devices stand in): events that name no device are that platform's device 0, and a TPU chip
+        has no CUDA context. The plugin and the devmem command build their machines here alike."""
+        return cls(
+            capacity,
+            name,
+            compute_capability or DEFAULT_COMPUTE_CAPABILITY[0],
+            context_bytes=0 if platform == "tpu" else context_bytes,
+            default_device=f"{platform}:0",
+            environ=dict(environ or {}),
+        )
+
 
 # -- results ---------------------------------------------------------------------------------
 
