@@ -50,10 +50,21 @@ __all__ = [
     "environment_for_deviceless_compile",
 ]
 
-CUDA_PLUGIN_MODULE = "jax_plugins.xla_cuda12"
-"""The PJRT plugin (package `jax-cuda12-pjrt`) that holds XLA:GPU's compiler."""
-CUDA_KERNELS_MODULE = "jax_cuda12_plugin"
-"""JAX's CUDA kernels (package `jax-cuda12-plugin`): registers the handlers of cuSOLVER, cuFFT... custom calls."""
+CUDA_MAJORS = ("13", "12")
+"""The CUDA majors JAX publishes its GPU compiler for, the newest first: `jax-cudaNN-pjrt` holds
+XLA:GPU's compiler (module `jax_plugins.xla_cudaNN`), `jax-cudaNN-plugin` registers the handlers of
+the CUDA kernels it calls (cuSOLVER, cuFFT..., module `jax_cudaNN_plugin`). The first major whose
+two packages are installed is the one used; the gpu-compile extra installs CUDA 12's."""
+
+
+def _plugin_modules(major: str) -> tuple[tuple[str, str], tuple[str, str]]:
+    """(package, module) of the PJRT plugin and of the kernels' handlers for one CUDA major."""
+    return (f"jax-cuda{major}-pjrt", f"jax_plugins.xla_cuda{major}"), (
+        f"jax-cuda{major}-plugin",
+        f"jax_cuda{major}_plugin",
+    )
+
+
 INSTALL_HINT = "pip install 'pytest-devmem[gpu-compile]'"
 CACHE_FORMAT = 2
 """Bumped when what a disk-cache entry holds, or how its key is made, changes."""
@@ -94,16 +105,24 @@ def _module_found(name: str) -> bool:
         return False
 
 
+def installed_cuda_major() -> str | None:
+    """The CUDA major whose compiler packages are both installed here (`CUDA_MAJORS`), or None."""
+    for major in CUDA_MAJORS:
+        if all(_module_found(module) for _, module in _plugin_modules(major)):
+            return major
+    return None
+
+
 def cuda_compiler_problem() -> str | None:
     """Why XLA:GPU's compiler is not installed here, or None. Imports no framework."""
-    missing = [
-        package
-        for package, module in (("jax-cuda12-pjrt", CUDA_PLUGIN_MODULE), ("jax-cuda12-plugin", CUDA_KERNELS_MODULE))
-        if not _module_found(module)
-    ]
-    if missing:
-        return f"the CUDA compiler for JAX is not installed ({', '.join(missing)} missing): {INSTALL_HINT}"
-    return None
+    if installed_cuda_major() is not None:
+        return None
+    for major in CUDA_MAJORS:  # half of one major's pair: name what is missing of it
+        pair = _plugin_modules(major)
+        missing = [package for package, module in pair if not _module_found(module)]
+        if len(missing) == 1:
+            return f"the CUDA compiler for JAX is not installed ({missing[0]} missing): {INSTALL_HINT}"
+    return f"the CUDA compiler for JAX is not installed (jax-cuda12-pjrt, jax-cuda12-plugin missing): {INSTALL_HINT}"
 
 
 def environment_for_deviceless_compile(environ: Mapping[str, str], gpu_present: bool) -> dict[str, str]:
@@ -131,8 +150,11 @@ class GpuSizer:
     The TPU sizer (tpu_compile.py) is the same machinery with another compiler behind
     `_target_devices`, `_target_text`, `VERSION_MODULES` and `_failed`."""
 
-    VERSION_MODULES: tuple[str, ...] = ("jaxlib", CUDA_PLUGIN_MODULE + ".version", CUDA_KERNELS_MODULE + ".version")
-    """Modules whose versions key the disk cache: a new compiler gives new sizes."""
+    @property
+    def VERSION_MODULES(self) -> tuple[str, ...]:  # noqa: N802 - the TPU sizer's is a class constant
+        """Modules whose versions key the disk cache: a new compiler gives new sizes."""
+        major = installed_cuda_major() or CUDA_MAJORS[-1]
+        return ("jaxlib", *(module + ".version" for _, module in _plugin_modules(major)))
 
     def __init__(self, spec: GpuSpec, cache_dir: str | os.PathLike[str] | None = None) -> None:
         self.spec = spec
@@ -410,7 +432,7 @@ def _cuda_topology(topologies: Any, config: str, count: int) -> Any:
 
 def _register_cuda_plugin() -> None:
     try:
-        plugin = importlib.import_module(CUDA_PLUGIN_MODULE)
+        plugin = importlib.import_module(_plugin_modules(installed_cuda_major() or CUDA_MAJORS[-1])[0][1])
     except ImportError:
         return
     before = os.environ.get("JAX_SKIP_CUDA_CONSTRAINTS_CHECK")
