@@ -14,6 +14,16 @@ if TYPE_CHECKING:
     from ..model.trace import Trace
 
 
+KEPT_CPU_SIZES = "kept the CPU compile's sizes"
+"""Words of the trace note that says which executables a GPU or TPU compile could not size."""
+
+
+def kept_cpu_sizes(record: TestRecord) -> list[str]:
+    """The record's trace notes that say some of its executables kept the CPU compile's sizes."""
+    found = (record.trace or {}).get("notes")
+    return [str(note) for note in found if KEPT_CPU_SIZES in str(note)] if isinstance(found, list) else []
+
+
 def _figure(value: object) -> float | int | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 

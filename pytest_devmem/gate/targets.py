@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from .record import TestRecord
+from .record import TestRecord, kept_cpu_sizes
 
 FITS, OOM, NOT_MEASURED = "fits", "oom", "not measured"
 STATUSES = (FITS, OOM, NOT_MEASURED)
@@ -75,7 +75,7 @@ class TargetResult:
         the session ran it under (the record's own for the session's device)."""
         found = (record.trace or {}).get("notes")
         notes = [str(note) for note in found] if isinstance(found, list) else []
-        kept_cpu = [note for note in notes if "kept the CPU compile's sizes" in note]
+        kept_cpu = kept_cpu_sizes(record)
         common = {
             "test_id": record.test_id,
             "target": target,

@@ -51,7 +51,8 @@ def resolve(
     choice = setting or "auto"
     given = source or f"--devmem-compile-target={choice}"
     if getattr(device, "index", None) is not None:
-        return CompileTarget("native", None, "JAX compiles for the real GPU: its own sizes")
+        unused = "" if choice in ("auto", "native") else f" ({given} sizes simulated devices only, not a real GPU)"
+        return CompileTarget("native", None, f"JAX compiles for the real GPU: its own sizes{unused}")
     preset = getattr(device, "preset", None)
     if choice == "auto" and preset is None:
         return CompileTarget(

@@ -8,7 +8,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ..capture.measurement import Captured, Measurement, executable_summary
-from ..gate.record import TestRecord
+from ..gate.record import KEPT_CPU_SIZES, TestRecord
 from ..model.device import DEFAULT_COMPUTE_CAPABILITY, Device
 from ..model.fragmentation import pinning_buffers
 from ..model.frameworks import AllocatorSetup, setups_for
@@ -101,7 +101,7 @@ def make_record(
         kept = {name: str(sized["note"]) for name, sized in captured.sizes.items() if sized.get("note")}
         if kept:
             notes.append(
-                f"{len(kept)} executable(s) kept the CPU compile's sizes: "
+                f"{len(kept)} executable(s) {KEPT_CPU_SIZES}: "
                 + "; ".join(f"{name} ({why})" for name, why in sorted(kept.items()))
             )
     tpu = getattr(device, "tpu", None)

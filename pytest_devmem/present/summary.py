@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..gate.record import TestRecord
+from ..gate.record import TestRecord, kept_cpu_sizes
 from ..gate.targets import TargetTable
 from ..model.explain import oom_lines, oom_summary
 from ..model.side_by_side import SideBySide
@@ -73,6 +73,13 @@ class SessionSummary:
         self.sources()
         if facts.compile_note:
             self.line(f"JAX sizes: {facts.compile_note}")
+            kept = [r.test_id for r in facts.records if kept_cpu_sizes(r)]
+            if kept:
+                self.line(
+                    f"JAX sizes: {len(kept)} test(s) ran executables that kept the CPU compile's sizes "
+                    f"(the report's trace notes say which and why): {capped(kept, self.everything)}",
+                    yellow=True,
+                )
         if facts.isolated:
             self.line(
                 f"isolated regimes: {', '.join(facts.isolated)} ({sum(facts.isolated.values())} child process(es))"

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_devmem.capture.sources import Reading, Sampler
+from pytest_devmem.capture.sources.jax import JaxSource
 from pytest_devmem.capture.sources.nvml import NvmlSource
 from pytest_devmem.capture.sources.pool import PoolSource
 from pytest_devmem.capture.sources.tensorflow import TensorFlowSource
@@ -164,6 +165,48 @@ def test_tensorflow_source_is_unused_when_tensorflow_is_not_loaded(monkeypatch: 
     source.start()
     reading = source.stop()
     assert reading.unused and not reading.available
+
+
+def gpu_counters(*readings: dict[str, int]):
+    """A GPU's memory_stats() over time, as JAX's CUDA client reports them (faked: no GPU here)."""
+    remaining = list(readings)
+    return lambda: ("gpu", remaining.pop(0))
+
+
+def test_jax_source_reports_the_test_s_own_peak_above_what_it_began_with() -> None:
+    source = JaxSource(
+        gpu_counters(
+            {"bytes_in_use": 2 * MiB, "peak_bytes_in_use": 3 * MiB},
+            {"bytes_in_use": 2 * MiB, "peak_bytes_in_use": 10 * MiB},
+        )
+    )
+    source.start()
+    reading = source.stop()
+    assert reading.peak_bytes_in_use == 8 * MiB and "autotuning scratch" in reading.note
+
+
+def test_jax_source_says_a_peak_below_an_earlier_test_s_is_unknown_never_a_zero() -> None:
+    """memory_stats()'s peak is the process's and cannot be reset (measured on an H200): a test that
+    stays below an earlier test's peak has no peak to read, only what it held at its end."""
+    source = JaxSource(
+        gpu_counters(
+            {"bytes_in_use": 2 * MiB, "peak_bytes_in_use": 110 * MiB},
+            {"bytes_in_use": 3 * MiB, "peak_bytes_in_use": 110 * MiB},
+        )
+    )
+    source.start()
+    reading = source.stop()
+    assert reading.available and reading.peak_bytes_in_use is None
+    assert "peak is unknown" in reading.note and reading.figures["held_at_least_bytes"] == MiB
+    assert "peak_bytes_in_use" not in reading.to_json()
+
+
+def test_jax_source_on_a_device_that_never_allocated_reads_a_true_zero() -> None:
+    source = JaxSource(
+        gpu_counters({"bytes_in_use": 0, "peak_bytes_in_use": 0}, {"bytes_in_use": 0, "peak_bytes_in_use": 0})
+    )
+    source.start()
+    assert source.stop().peak_bytes_in_use == 0
 
 
 def test_record_figures_come_from_the_machine_and_the_raw_sources_stay_beside() -> None:

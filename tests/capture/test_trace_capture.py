@@ -323,16 +323,38 @@ def test_real_gpu_regime_leaves_jax_on_the_gpu() -> None:
 
 
 @pytest.mark.gpu
-def test_real_gpu_replayed_peak_matches_jax_memory_stats(pytester: pytest.Pytester) -> None:
-    """The replayed trace against JAX's own BFC allocator: its memory_stats() peak over the test."""
+def test_real_gpu_replayed_peak_matches_jax_memory_stats(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replayed trace against JAX's own BFC allocator: its memory_stats() peak over the test. With
+    XLA:GPU's autotuner on, JAX's peak also counts the autotuner's scratch while the program compiles
+    (measured on an H200: 113 MiB for this matmul, 8 MiB without it), which no trace holds; off, the
+    two agree. Later tests stay below the first's peak, which JAX cannot reset: theirs is unknown."""
     pytester.makepyfile(test_work=SAME_WORK)
-    result = pytester.runpytest_subprocess("--devmem-mode=prealloc", "--devmem-device=cuda:0", "--devmem-report=r.json")
-    result.assert_outcomes(passed=3)
-    for record in json.loads((pytester.path / "r.json").read_text())["records"]:
-        jax_stats = record["sources"]["jax"]
-        assert jax_stats["available"], jax_stats
-        replayed, measured = record["peak_bytes_in_use"], jax_stats["peak_bytes_in_use"]
-        assert abs(replayed - measured) <= max(0.1 * measured, 2**20), (record["test_id"], replayed, measured)
+
+    def records(report: str) -> dict[str, dict]:
+        result = pytester.runpytest_subprocess(
+            "--devmem-mode=prealloc", "--devmem-device=cuda:0", f"--devmem-report={report}"
+        )
+        result.assert_outcomes(passed=3)
+        data = json.loads((pytester.path / report).read_text())["records"]
+        return {record["test_id"].split("::")[-1]: record for record in data}
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_autotune_level=0")
+    plain = records("plain.json")
+    first = plain["test_first"]
+    replayed, measured = first["peak_bytes_in_use"], first["sources"]["jax"]["peak_bytes_in_use"]
+    assert abs(replayed - measured) <= max(0.1 * measured, 2**20), (replayed, measured)
+    for name in ("test_second", "test_third"):
+        jax_stats = plain[name]["sources"]["jax"]
+        assert jax_stats["available"] and "peak_bytes_in_use" not in jax_stats, jax_stats
+        assert "peak is unknown" in jax_stats["note"]
+        assert plain[name]["peak_bytes_in_use"] == replayed  # the trace has each test's own peak
+    monkeypatch.delenv("XLA_FLAGS")
+    tuned = records("tuned.json")["test_first"]
+    assert tuned["peak_bytes_in_use"] == replayed  # autotuning changes no buffer of the program's run
+    assert tuned["sources"]["jax"]["peak_bytes_in_use"] >= measured
+    assert "autotuning scratch" in tuned["sources"]["jax"]["note"]
 
 
 def test_a_gpu_session_where_jax_fell_back_to_cpu_says_so_loudly(jax_loaded: object) -> None:

@@ -4,6 +4,7 @@ answers replayed from traces: the smallest fraction and what a smaller device wo
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -218,6 +219,7 @@ def test_bad_what_if_size_is_a_usage_error(pytester: pytest.Pytester) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="needs TensorFlow's GPU build beside JAX's")
 def test_real_tensorflow_first_jax_oom_on_a_gpu_is_reported_with_the_fix(pytester: pytest.Pytester) -> None:
     """On a GPU: a TensorFlow op first takes all free memory but TensorFlow's system reserve; JAX's
     75% preallocation then backs off to what is left, and a 16 GiB JAX array raises a real

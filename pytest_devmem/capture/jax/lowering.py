@@ -289,7 +289,8 @@ class DeviceMap:
             return self._mesh(devices, value.axis_names, axis_types=value.axis_types)
         if isinstance(value, self._sharding_base):
             raise NotMappable(f"the computation holds a {type(value).__name__}, which cannot be moved to other devices")
-        if isinstance(value, core.ClosedJaxpr):
+        if isinstance(value, core.ClosedJaxpr) and value.jaxpr is not value:
+            # JAX 0.11 made ClosedJaxpr and Jaxpr one class, whose `.jaxpr` is itself: the Jaxpr branch below
             jaxpr = self.value(value.jaxpr)
             return value if jaxpr is value.jaxpr else core.ClosedJaxpr(jaxpr, value.consts)
         if isinstance(value, core.Jaxpr):
