@@ -93,6 +93,6 @@ def resolve(
     return CompileTarget(
         name,
         spec,
-        f"JAX's executables are sized as {name}'s compile sizes them (deviceless), where they compile for it{chosen}",
+        f"JAX's executables are sized as {name}'s compile sizes them (deviceless, so without the autotuning a real GPU does), where they compile for it{chosen}",
         suffix,
     )
