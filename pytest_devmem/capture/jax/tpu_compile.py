@@ -7,7 +7,7 @@ get_topology_desc(topology_name="v5e:2x2", platform="tpu")` gives compile-only T
 MaxText's train_compile.py uses them to find OOMs ahead of time. The same machinery as the GPU sizer
 (gpu_compile.py) lowers each executable's jaxpr again for that generation's topology of as many
 devices (a sharded executable keeps its mesh and specs) and takes XLA:TPU's memory analysis of the
-compile. An array's size is that compiler's too: the argument size of an identity program on one
+compile. An array's size is that compiler's too: the argument size of a program that holds it on one
 chip, per (shard shape, dtype), cached; never a padding rule written by hand.
 
 A program the TPU compiler refuses for HBM ("RESOURCE_EXHAUSTED: Ran out of memory in memory space
@@ -96,7 +96,7 @@ class SizingCosts:
     executable_lowering_seconds: float = 0.0  # of which JAX's lowering for the TPU (Python)
     executables_from_disk: int = 0
     executables_from_session: int = 0  # the same program (module text and jaxpr) compiled earlier in the session
-    arrays_compiled: int = 0  # (shard shape, dtype) sized by an identity program's compile
+    arrays_compiled: int = 0  # (shard shape, dtype) sized by the compile of a program that holds one
     array_seconds: float = 0.0
     arrays_from_disk: int = 0
     compiled: list[tuple[str, int, float]] = field(default_factory=list)  # (executable, devices, seconds)
@@ -369,7 +369,7 @@ class TpuSizer(GpuSizer):
 
     def shard_bytes(self, shape: tuple[int, ...], dtype: Any) -> int | None:
         """The bytes one chip holds for an array of `shape` and `dtype` in its default (tiled)
-        layout, as the TPU compiler states it (the argument size of an identity program); None
+        layout, as the TPU compiler states it (the argument size of a program that holds it); None
         where it cannot say (the dense size is then used, and the record says so)."""
         if not self.installed:
             return None
@@ -401,7 +401,7 @@ class TpuSizer(GpuSizer):
             started = time.perf_counter()
             with lowering.retargeting():
                 argument = jax.ShapeDtypeStruct(shape, dtype, sharding=SingleDeviceSharding(chip))
-                stats = jax.jit(_identity).lower(argument).compile().memory_analysis()
+                stats = jax.jit(_hold, keep_unused=True).lower(argument).compile().memory_analysis()
             seconds = time.perf_counter() - started
             with self._array_counting:  # not in compile_seconds, which the worker's compiles update meanwhile
                 self.costs.arrays_compiled += 1
@@ -458,8 +458,11 @@ _beside: TpuSizer | None = None
 _beside_lock = threading.Lock()
 
 
-def _identity(x: Any) -> Any:
-    return x
+def _hold(x: Any) -> None:
+    """A program that holds one argument and computes nothing (kept with `keep_unused`, which JAX
+    would otherwise prune): the compiler lays the argument out as it lays out any array of its shape
+    and dtype, and states its size. An identity program states the same size (tested on every
+    generation), and its compile takes about twice as long: it copies the argument into its output."""
 
 
 class quiet_libtpu:
