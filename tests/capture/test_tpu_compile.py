@@ -602,6 +602,77 @@ def test_sizes_are_cached_on_disk_for_the_next_run(jax_loaded: Any, tmp_path: An
     assert len(list(tmp_path.glob("*.json"))) == 2  # one executable, one array shape
 
 
+@needs_libtpu
+def test_a_fresh_project_finds_the_sizes_in_the_users_cache_and_keeps_them_in_its_own(
+    jax_loaded: Any, tmp_path: Any
+) -> None:
+    import jax
+    import jax.numpy as jnp
+    from jax._src.interpreters import pxla
+
+    from pytest_devmem.capture.patches import Patches
+
+    user, first_project, second_project = tmp_path / "user", tmp_path / "one", tmp_path / "two"
+    first, second = (
+        TpuSizer(TPU_SPECS["TPU-v5e"], cache_dir=first_project, user_cache_dir=user),
+        TpuSizer(TPU_SPECS["TPU-v5e"], cache_dir=second_project, user_cache_dir=user),
+    )
+    assert first.install() and second.install()
+    runs: list[Any] = []
+    patches = Patches()
+    patches.replace(
+        pxla.ExecuteReplicated, "__call__", lambda original: lambda self, *a: (runs.append(self), original(self, *a))[1]
+    )
+    try:
+        jax.block_until_ready(jax.jit(lambda a: jnp.tanh(a @ a.T) + 3)(jnp.ones((256, 384))))
+        executable = runs[-1]
+        compiled, cached = first.sizes_for(executable), second.sizes_for(executable)
+        first_array, second_array = first.shard_bytes((8, 5), jnp.float32), second.shard_bytes((8, 5), jnp.float32)
+    finally:
+        patches.restore()
+        first.uninstall()
+        second.uninstall()
+    assert (compiled.source, cached.source, second.compiles, second.costs.arrays_compiled) == (  # type: ignore[union-attr]
+        "compiled",
+        "disk cache",
+        0,
+        0,
+    )
+    assert cached.temp_bytes == compiled.temp_bytes  # type: ignore[union-attr]
+    assert first_array == second_array and first_array is not None and first_array > 8 * 5 * 4  # tiled
+    assert second.user_cache_hits >= 2  # the executable (under its source key) and the array shape
+    # the second project's own cache now holds what it found in the user's, as the first's holds what it compiled
+    assert {path.name for path in second_project.glob("*.json")} <= {path.name for path in user.glob("*.json")}
+    assert {path.name for path in first_project.glob("*.json")} == {path.name for path in user.glob("*.json")}
+    assert len(list(second_project.glob("*.json"))) >= 2
+
+
+@needs_libtpu
+def test_a_session_keeps_its_sizes_in_the_users_cache_where_devmem_cache_dir_names_one(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DEVMEM_CACHE_DIR", str(pytester.path / "user-cache"))
+    pytester.makepyfile(
+        "import jax.numpy as jnp\n\ndef test_x():\n    assert float((jnp.ones((8, 3)) * 2).sum()) == 48.0\n"
+    )
+    result = pytester.runpytest_subprocess(
+        "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=1)
+    assert list((pytester.path / "user-cache" / "devmem-tpu-sizes").glob("*.json"))  # without pytest's cache
+
+
+def test_a_users_cache_that_cannot_be_a_directory_is_a_usage_error_naming_it(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (pytester.path / "a-file").write_text("not a directory")
+    monkeypatch.setenv("DEVMEM_CACHE_DIR", str(pytester.path / "a-file"))
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess("--devmem-device=sim:TPU-v5e", "--devmem-mode=compact")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*DEVMEM_CACHE_DIR={pytester.path / 'a-file'} cannot hold the compiled sizes*"])
+
+
 def test_a_marker_naming_another_tpu_regime_runs_in_a_child_under_the_tpu_preset(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """

@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
-import json
 import os
 import re
 import sys
@@ -37,7 +36,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...files import write_atomic
 from ...model.tpu_targets import TpuSpec
 from . import lowering
 from .gpu_compile import GpuSizer, Unavailable, _first_line, _SizerError
@@ -178,11 +176,18 @@ class TpuSizer(GpuSizer):
 
     VERSION_MODULES = ("jaxlib", "libtpu")
 
-    def __init__(self, spec: TpuSpec, cache_dir: str | os.PathLike[str] | None = None, *, beside: bool = False) -> None:
+    def __init__(
+        self,
+        spec: TpuSpec,
+        cache_dir: str | os.PathLike[str] | None = None,
+        *,
+        beside: bool = False,
+        user_cache_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
         self.spec = spec  # type: ignore[assignment]
         self.beside = beside  # compile each program for the TPU in a worker as JAX compiles it (`install`)
         self.target = spec.preset
-        self._start(cache_dir)
+        self._start(cache_dir, user_cache_dir)
         self._arrays: dict[tuple[tuple[int, ...], str], int | None] = {}
         self.costs = SizingCosts()
         self._pool: ThreadPoolExecutor | None = None
@@ -413,7 +418,7 @@ class TpuSizer(GpuSizer):
         return size
 
     def _array_cache_key(self, key: tuple[tuple[int, ...], str]) -> str | None:
-        if self.cache_dir is None:
+        if not self._cache_dirs():
             return None
         digest = hashlib.sha256(
             f"array:{ARRAY_CACHE_FORMAT}\0{self._software_versions()}\0{self._target_text()}\0{key}".encode()
@@ -421,21 +426,14 @@ class TpuSizer(GpuSizer):
         return digest.hexdigest()
 
     def _read_array_cache(self, key: str | None) -> int | None:
-        if key is None or self.cache_dir is None:
-            return None
+        entry = self._read_entry(key)
         try:
-            return int(json.loads((self.cache_dir / f"{key}.json").read_text())["array_bytes"])
-        except (OSError, ValueError, TypeError, KeyError):
+            return int(entry["array_bytes"]) if entry is not None else None
+        except (ValueError, TypeError, KeyError):
             return None
 
     def _write_array_cache(self, key: str | None, size: int) -> None:
-        if key is None or self.cache_dir is None:
-            return
-        try:
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.cache_dir / f"{key}.json", json.dumps({"array_bytes": size}))
-        except OSError:
-            pass
+        self._write_entry(key, {"array_bytes": size})
 
 
 _ELSEWHERE = object()
