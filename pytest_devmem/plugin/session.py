@@ -485,7 +485,8 @@ def ignore_shutdown_interrupt_in_jax_gc() -> None:
 
 def gpu_sizer(config: pytest.Config, target: CompileTarget) -> object | None:
     """The GPU or TPU sizer for the session's compile target, its results cached on disk in pytest's
-    cache directory where there is one; None where JAX keeps its own sizes."""
+    cache directory where there is one, and in the user's where `USER_CACHE_VARIABLE` names one;
+    None where JAX keeps its own sizes."""
     if target.spec is None:
         return None
     from ..capture.jax.gpu_compile import GpuSizer  # the compile targets: only a session that sizes for one
