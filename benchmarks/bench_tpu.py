@@ -86,7 +86,7 @@ def describe(costs: dict[str, Any]) -> list[str]:
         f" ({costs['executable_lowering_seconds']:.2f} s of it JAX's lowering for the TPU)"
         f" (from the disk cache {costs['executables_from_disk']}, compiled earlier in the session"
         f" {costs['executables_from_session']})",
-        f"array shapes sized by an identity compile: {costs['arrays_compiled']} in {costs['array_seconds']:.2f} s"
+        f"array shapes sized by a compile of a program holding one: {costs['arrays_compiled']} in {costs['array_seconds']:.2f} s"
         f" (from the disk cache {costs['arrays_from_disk']})",
         *slowest(costs.get("compiled") or []),
     ]

@@ -3,9 +3,11 @@ work to the module that owns it (items, measurement, checks, results, children, 
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -483,23 +485,49 @@ def ignore_shutdown_interrupt_in_jax_gc() -> None:
 
 def gpu_sizer(config: pytest.Config, target: CompileTarget) -> object | None:
     """The GPU or TPU sizer for the session's compile target, its results cached on disk in pytest's
-    cache directory where there is one; None where JAX keeps its own sizes."""
+    cache directory where there is one, and in the user's where `USER_CACHE_VARIABLE` names one;
+    None where JAX keeps its own sizes."""
     if target.spec is None:
         return None
     from ..capture.jax.gpu_compile import GpuSizer  # the compile targets: only a session that sizes for one
 
+    name = "devmem-tpu-sizes" if target.platform == "tpu" else "devmem-gpu-sizes"
     cache = getattr(config, "cache", None)
     directory = None
     if cache is not None:
         try:
-            directory = cache.mkdir("devmem-tpu-sizes" if target.platform == "tpu" else "devmem-gpu-sizes")
+            directory = cache.mkdir(name)
         except OSError:
             directory = None
+    user_directory = user_cache_directory(os.environ, name)
     if isinstance(target.spec, TpuSpec):
         from ..capture.jax.tpu_compile import TpuSizer
 
-        return TpuSizer(target.spec, directory, beside=True)
-    return GpuSizer(target.spec, directory)
+        return TpuSizer(target.spec, directory, beside=True, user_cache_dir=user_directory)
+    return GpuSizer(target.spec, directory, user_cache_dir=user_directory)
+
+
+USER_CACHE_VARIABLE = "DEVMEM_CACHE_DIR"
+"""Names a directory the user keeps for the deviceless compiles' sizes of every project, beside each
+project's own in pytest's cache directory (as JAX_COMPILATION_CACHE_DIR names JAX's persistent
+compilation cache): unset, nothing is kept outside the project."""
+
+
+def user_cache_directory(environ: Mapping[str, str], name: str) -> Path | None:
+    """The user's cache of sizes (`USER_CACHE_VARIABLE`, then `name`, made where missing), or None
+    where the variable is unset or empty; a usage error naming the value where it cannot be one."""
+    value = environ.get(USER_CACHE_VARIABLE, "").strip()
+    if not value:
+        return None
+    directory = Path(value).expanduser() / name
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise pytest.UsageError(
+            f"{USER_CACHE_VARIABLE}={value} cannot hold the compiled sizes ({exc.strerror or exc}): "
+            f"name a directory you can write, or leave {USER_CACHE_VARIABLE} unset to keep them in pytest's cache only"
+        ) from None
+    return directory
 
 
 def worker_count(config: pytest.Config) -> int:

@@ -8,6 +8,7 @@ are the installed TPU compiler's own, asked here directly.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -142,6 +143,146 @@ def test_an_array_is_as_large_as_the_compiler_lays_it_out(jax_loaded: Any) -> No
         assert sizer.shard_bytes((8, 3), jnp.float32) == 2048  # 96 bytes dense: one (8, 128) tile
         assert sizer.shard_bytes((1000, 1000), jnp.bfloat16) == 2_048_000  # 2,000,000 dense
         assert sizer.shard_bytes((0, 3), jnp.float32) == 0
+    finally:
+        sizer.uninstall()
+
+
+# Dtypes down to 4 bits, bool among them; dims at and beside the tiles' edges (8, 128, 256...).
+ARRAY_DTYPES = (
+    "float32",
+    "bfloat16",
+    "float16",
+    "int8",
+    "uint8",
+    "bool",
+    "int16",
+    "int32",
+    "uint32",
+    "int4",
+    "float8_e4m3fn",
+)
+ARRAY_DIMS = (1, 2, 3, 5, 7, 8, 9, 16, 17, 127, 128, 129, 255, 256, 513, 1000)
+
+
+def identity_argument_bytes(shape: tuple[int, ...], dtype: str, sharding: Any) -> int:
+    """What the TPU compiler states for an argument of an identity program: the figure an array's
+    size was first taken from, against which the sizer's cheaper program is checked."""
+    import jax
+
+    argument = jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+    return int(jax.jit(lambda x: x).lower(argument).compile().memory_analysis().argument_size_in_bytes)  # type: ignore[union-attr]
+
+
+@needs_libtpu
+@pytest.mark.parametrize(
+    ("shape", "dtype"),
+    [
+        ((), "float32"),
+        ((8, 3), "float32"),
+        ((5,), "bool"),
+        ((3, 5, 7, 9), "int8"),
+        ((129, 17), "bfloat16"),
+        ((1000,), "int4"),
+    ],
+)
+def test_an_arrays_size_is_what_the_compiler_states_for_an_identity_programs_argument(
+    jax_loaded: Any, shape: tuple[int, ...], dtype: str
+) -> None:
+    from jax.sharding import SingleDeviceSharding
+
+    sizer = TpuSizer(TPU_SPECS["TPU-v5e"])
+    assert sizer.install()
+    try:
+        chip = sizer._target_devices(1)[0]
+        assert sizer.shard_bytes(shape, dtype) == identity_argument_bytes(shape, dtype, SingleDeviceSharding(chip))
+    finally:
+        sizer.uninstall()
+
+
+@needs_libtpu
+def test_an_array_larger_than_half_the_chip_is_sized_by_the_compiler(jax_loaded: Any) -> None:
+    """An identity program holds its argument and a copy of it: for an array of more than half the
+    chip's HBM the compiler refuses it, and the array's size was not known (kept dense, noted). The
+    program that only holds the array is compiled, and the compiler states the size."""
+    from jax.sharding import SingleDeviceSharding
+
+    sizer = TpuSizer(TPU_SPECS["TPU-v5e"])
+    assert sizer.install()
+    shape = (9 * 1024, 1024, 256)  # float32: 9 GiB of the v5e's 15.75G
+    try:
+        chip = SingleDeviceSharding(sizer._target_devices(1)[0])
+        with pytest.raises(Exception, match="RESOURCE_EXHAUSTED"):
+            identity_argument_bytes(shape, "float32", chip)
+        assert sizer.shard_bytes(shape, "float32") == 9 * GiB
+        assert not sizer.unsized_arrays
+    finally:
+        sizer.uninstall()
+
+
+@needs_libtpu
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", sorted(TPU_SPECS))
+def test_on_every_generation_an_arrays_size_is_an_identity_programs_argument_size(jax_loaded: Any, preset: str) -> None:
+    """The sizer compiles a program that only holds the array, at about half an identity program's
+    compile time; the figure must be the same for every shape and dtype, on every generation (a
+    libtpu that lays an unused argument out differently fails here)."""
+    from hypothesis import HealthCheck, assume, given, settings
+    from hypothesis import strategies as st
+    from jax.sharding import SingleDeviceSharding
+
+    sizer = TpuSizer(TPU_SPECS[preset])
+    assert sizer.install()
+    chip = SingleDeviceSharding(sizer._target_devices(1)[0])
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None)
+    @given(st.lists(st.sampled_from(ARRAY_DIMS), min_size=0, max_size=4), st.sampled_from(ARRAY_DTYPES))
+    def check(dims: list[int], dtype: str) -> None:
+        shape = tuple(dims)
+        assume(math.prod(shape) <= 2**24)  # an identity program of both an argument and a copy fits every chip
+        assert sizer.shard_bytes(shape, dtype) == identity_argument_bytes(shape, dtype, chip)
+
+    try:
+        check()
+    finally:
+        sizer.uninstall()
+
+
+@needs_libtpu
+@pytest.mark.slow
+def test_each_shard_of_a_sharded_array_is_sized_as_the_sharded_identity_program_states(jax_loaded: Any) -> None:
+    """A sharded array is sized per chip by its shard shape on one chip: the same figure as the
+    per-chip argument size of an identity program sharded over a v5e 2x2."""
+    import numpy as np
+    from hypothesis import HealthCheck, assume, given, settings
+    from hypothesis import strategies as st
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    sizer = TpuSizer(TPU_SPECS["TPU-v5e"])
+    assert sizer.install()
+    mesh = Mesh(np.array(sizer._target_devices(4)).reshape(2, 2), ("a", "b"))
+    axes = st.sampled_from([None, "a", "b", ("a", "b")])
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None)
+    @given(
+        st.lists(st.sampled_from((2, 4, 6, 8, 16, 128, 256, 258, 512)), min_size=1, max_size=4),
+        st.sampled_from(ARRAY_DTYPES),
+        st.lists(axes, min_size=4, max_size=4),
+    )
+    def check(dims: list[int], dtype: str, spec: list[Any]) -> None:
+        shape = tuple(dims)
+        named = [axis for axis in spec[: len(shape)] if axis is not None]
+        flat = [name for axis in named for name in (axis if isinstance(axis, tuple) else (axis,))]
+        assume(len(flat) == len(set(flat)))  # each mesh axis shards one dimension at most
+        assume(math.prod(shape) <= 2**26)
+        sharding = NamedSharding(mesh, PartitionSpec(*spec[: len(shape)]))
+        try:
+            shard = sharding.shard_shape(shape)
+        except ValueError:
+            assume(False)  # not evenly divisible: JAX refuses such an array
+        assert sizer.shard_bytes(shard, dtype) == identity_argument_bytes(shape, dtype, sharding)
+
+    try:
+        check()
     finally:
         sizer.uninstall()
 
@@ -459,6 +600,77 @@ def test_sizes_are_cached_on_disk_for_the_next_run(jax_loaded: Any, tmp_path: An
     assert (compiled.source, cached.source, second.compiles) == ("compiled", "disk cache", 0)  # type: ignore[union-attr]
     assert cached.temp_bytes == compiled.temp_bytes and first_array == second_array == 2048  # type: ignore[union-attr]
     assert len(list(tmp_path.glob("*.json"))) == 2  # one executable, one array shape
+
+
+@needs_libtpu
+def test_a_fresh_project_finds_the_sizes_in_the_users_cache_and_keeps_them_in_its_own(
+    jax_loaded: Any, tmp_path: Any
+) -> None:
+    import jax
+    import jax.numpy as jnp
+    from jax._src.interpreters import pxla
+
+    from pytest_devmem.capture.patches import Patches
+
+    user, first_project, second_project = tmp_path / "user", tmp_path / "one", tmp_path / "two"
+    first, second = (
+        TpuSizer(TPU_SPECS["TPU-v5e"], cache_dir=first_project, user_cache_dir=user),
+        TpuSizer(TPU_SPECS["TPU-v5e"], cache_dir=second_project, user_cache_dir=user),
+    )
+    assert first.install() and second.install()
+    runs: list[Any] = []
+    patches = Patches()
+    patches.replace(
+        pxla.ExecuteReplicated, "__call__", lambda original: lambda self, *a: (runs.append(self), original(self, *a))[1]
+    )
+    try:
+        jax.block_until_ready(jax.jit(lambda a: jnp.tanh(a @ a.T) + 3)(jnp.ones((256, 384))))
+        executable = runs[-1]
+        compiled, cached = first.sizes_for(executable), second.sizes_for(executable)
+        first_array, second_array = first.shard_bytes((8, 5), jnp.float32), second.shard_bytes((8, 5), jnp.float32)
+    finally:
+        patches.restore()
+        first.uninstall()
+        second.uninstall()
+    assert (compiled.source, cached.source, second.compiles, second.costs.arrays_compiled) == (  # type: ignore[union-attr]
+        "compiled",
+        "disk cache",
+        0,
+        0,
+    )
+    assert cached.temp_bytes == compiled.temp_bytes  # type: ignore[union-attr]
+    assert first_array == second_array and first_array is not None and first_array > 8 * 5 * 4  # tiled
+    assert second.user_cache_hits >= 2  # the executable (under its source key) and the array shape
+    # the second project's own cache now holds what it found in the user's, as the first's holds what it compiled
+    assert {path.name for path in second_project.glob("*.json")} <= {path.name for path in user.glob("*.json")}
+    assert {path.name for path in first_project.glob("*.json")} == {path.name for path in user.glob("*.json")}
+    assert len(list(second_project.glob("*.json"))) >= 2
+
+
+@needs_libtpu
+def test_a_session_keeps_its_sizes_in_the_users_cache_where_devmem_cache_dir_names_one(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DEVMEM_CACHE_DIR", str(pytester.path / "user-cache"))
+    pytester.makepyfile(
+        "import jax.numpy as jnp\n\ndef test_x():\n    assert float((jnp.ones((8, 3)) * 2).sum()) == 48.0\n"
+    )
+    result = pytester.runpytest_subprocess(
+        "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=1)
+    assert list((pytester.path / "user-cache" / "devmem-tpu-sizes").glob("*.json"))  # without pytest's cache
+
+
+def test_a_users_cache_that_cannot_be_a_directory_is_a_usage_error_naming_it(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (pytester.path / "a-file").write_text("not a directory")
+    monkeypatch.setenv("DEVMEM_CACHE_DIR", str(pytester.path / "a-file"))
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess("--devmem-device=sim:TPU-v5e", "--devmem-mode=compact")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*DEVMEM_CACHE_DIR={pytester.path / 'a-file'} cannot hold the compiled sizes*"])
 
 
 def test_a_marker_naming_another_tpu_regime_runs_in_a_child_under_the_tpu_preset(pytester: pytest.Pytester) -> None:

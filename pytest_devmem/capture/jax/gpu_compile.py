@@ -156,18 +156,31 @@ class GpuSizer:
         major = installed_cuda_major() or CUDA_MAJORS[-1]
         return ("jaxlib", *(module + ".version" for _, module in _plugin_modules(major)))
 
-    def __init__(self, spec: GpuSpec, cache_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        spec: GpuSpec,
+        cache_dir: str | os.PathLike[str] | None = None,
+        *,
+        user_cache_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
         self.spec = spec
         self.target = (
             spec.preset
             if spec.memory_bytes == _preset_memory(spec.preset)
             else f"{spec.preset} with {format_size(spec.memory_bytes)}"
         )
-        self._start(cache_dir)
+        self._start(cache_dir, user_cache_dir)
 
-    def _start(self, cache_dir: str | os.PathLike[str] | None) -> None:
-        """The sizer's state before its first executable."""
+    def _start(
+        self, cache_dir: str | os.PathLike[str] | None, user_cache_dir: str | os.PathLike[str] | None = None
+    ) -> None:
+        """The sizer's state before its first executable. `cache_dir` is the project's (pytest's cache
+        directory); `user_cache_dir` one beside it that the user keeps for all projects (as JAX's own
+        persistent compilation cache is a directory the user names): read after the project's, and
+        written with it, so that a fresh checkout compiles nothing the user's cache holds."""
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.user_cache_dir = Path(user_cache_dir) if user_cache_dir is not None else None
+        self.user_cache_hits = 0  # of disk_hits (and arrays found on disk): found in the user's cache only
         self.installed = False
         self.note = ""
         self.compiles = 0
@@ -361,10 +374,10 @@ class GpuSizer:
         if key is not None and key in self._by_module:
             self.session_hits += 1
             return self._by_module[key]
-        if key is None or self.cache_dir is None:
+        data = self._read_entry(key)
+        if data is None or key is None:
             return None
         try:
-            data = json.loads((self.cache_dir / f"{key}.json").read_text())
             found = ExecutableSizes(
                 target=self.target,
                 compile_seconds=0.0,
@@ -382,14 +395,44 @@ class GpuSizer:
     def _write_cache(self, key: str | None, sizes: ExecutableSizes) -> None:
         if key is not None:
             self._by_module[key] = dataclasses.replace(sizes, compile_seconds=0.0, source="cache")
-        if key is None or self.cache_dir is None:
+        self._write_entry(key, {name: getattr(sizes, name) for name in _CACHED_FIELDS})
+
+    def _cache_dirs(self) -> tuple[Path, ...]:
+        """Where entries are kept: the project's cache first, then the user's."""
+        return tuple(directory for directory in (self.cache_dir, self.user_cache_dir) if directory is not None)
+
+    def _read_entry(self, key: str | None) -> dict[str, Any] | None:
+        """The entry stored under `key`: the project's, else the user's (then copied into the
+        project's, so that a CI job that keeps only the project's cache keeps it). None where neither
+        holds a readable one."""
+        if key is None:
+            return None
+        for directory in self._cache_dirs():
+            try:
+                data = json.loads((directory / f"{key}.json").read_text())
+            except (OSError, ValueError):
+                continue
+            if not isinstance(data, dict):
+                continue
+            if directory is self.user_cache_dir:
+                self.user_cache_hits += 1
+                if self.cache_dir is not None:
+                    self._write_entry(key, data, only=self.cache_dir)
+            return data
+        return None
+
+    def _write_entry(self, key: str | None, entry: Mapping[str, Any], only: Path | None = None) -> None:
+        """`entry` under `key` in each cache directory (or `only` that one), written atomically (xdist
+        workers, and other projects' sessions in the user's cache, may share it)."""
+        if key is None:
             return
-        try:
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
-            entry = {name: getattr(sizes, name) for name in _CACHED_FIELDS}
-            write_atomic(self.cache_dir / f"{key}.json", json.dumps(entry, sort_keys=True))
-        except OSError:
-            pass  # a cache that cannot be written only costs a compile next time
+        text = json.dumps(dict(entry), sort_keys=True)
+        for directory in (only,) if only is not None else self._cache_dirs():
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+                write_atomic(directory / f"{key}.json", text)
+            except OSError:
+                pass  # a cache that cannot be written only costs a compile next time
 
 
 _MODULE_NAME = re.compile(r"^module @[\w$.\-]+", re.MULTILINE)

@@ -7,7 +7,7 @@ get_topology_desc(topology_name="v5e:2x2", platform="tpu")` gives compile-only T
 MaxText's train_compile.py uses them to find OOMs ahead of time. The same machinery as the GPU sizer
 (gpu_compile.py) lowers each executable's jaxpr again for that generation's topology of as many
 devices (a sharded executable keeps its mesh and specs) and takes XLA:TPU's memory analysis of the
-compile. An array's size is that compiler's too: the argument size of an identity program on one
+compile. An array's size is that compiler's too: the argument size of a program that holds it on one
 chip, per (shard shape, dtype), cached; never a padding rule written by hand.
 
 A program the TPU compiler refuses for HBM ("RESOURCE_EXHAUSTED: Ran out of memory in memory space
@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
-import json
 import os
 import re
 import sys
@@ -37,7 +36,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...files import write_atomic
 from ...model.tpu_targets import TpuSpec
 from . import lowering
 from .gpu_compile import GpuSizer, Unavailable, _first_line, _SizerError
@@ -96,7 +94,7 @@ class SizingCosts:
     executable_lowering_seconds: float = 0.0  # of which JAX's lowering for the TPU (Python)
     executables_from_disk: int = 0
     executables_from_session: int = 0  # the same program (module text and jaxpr) compiled earlier in the session
-    arrays_compiled: int = 0  # (shard shape, dtype) sized by an identity program's compile
+    arrays_compiled: int = 0  # (shard shape, dtype) sized by the compile of a program that holds one
     array_seconds: float = 0.0
     arrays_from_disk: int = 0
     compiled: list[tuple[str, int, float]] = field(default_factory=list)  # (executable, devices, seconds)
@@ -178,11 +176,18 @@ class TpuSizer(GpuSizer):
 
     VERSION_MODULES = ("jaxlib", "libtpu")
 
-    def __init__(self, spec: TpuSpec, cache_dir: str | os.PathLike[str] | None = None, *, beside: bool = False) -> None:
+    def __init__(
+        self,
+        spec: TpuSpec,
+        cache_dir: str | os.PathLike[str] | None = None,
+        *,
+        beside: bool = False,
+        user_cache_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
         self.spec = spec  # type: ignore[assignment]
         self.beside = beside  # compile each program for the TPU in a worker as JAX compiles it (`install`)
         self.target = spec.preset
-        self._start(cache_dir)
+        self._start(cache_dir, user_cache_dir)
         self._arrays: dict[tuple[tuple[int, ...], str], int | None] = {}
         self.costs = SizingCosts()
         self._pool: ThreadPoolExecutor | None = None
@@ -369,7 +374,7 @@ class TpuSizer(GpuSizer):
 
     def shard_bytes(self, shape: tuple[int, ...], dtype: Any) -> int | None:
         """The bytes one chip holds for an array of `shape` and `dtype` in its default (tiled)
-        layout, as the TPU compiler states it (the argument size of an identity program); None
+        layout, as the TPU compiler states it (the argument size of a program that holds it); None
         where it cannot say (the dense size is then used, and the record says so)."""
         if not self.installed:
             return None
@@ -401,7 +406,7 @@ class TpuSizer(GpuSizer):
             started = time.perf_counter()
             with lowering.retargeting():
                 argument = jax.ShapeDtypeStruct(shape, dtype, sharding=SingleDeviceSharding(chip))
-                stats = jax.jit(_identity).lower(argument).compile().memory_analysis()
+                stats = jax.jit(_hold, keep_unused=True).lower(argument).compile().memory_analysis()
             seconds = time.perf_counter() - started
             with self._array_counting:  # not in compile_seconds, which the worker's compiles update meanwhile
                 self.costs.arrays_compiled += 1
@@ -413,7 +418,7 @@ class TpuSizer(GpuSizer):
         return size
 
     def _array_cache_key(self, key: tuple[tuple[int, ...], str]) -> str | None:
-        if self.cache_dir is None:
+        if not self._cache_dirs():
             return None
         digest = hashlib.sha256(
             f"array:{ARRAY_CACHE_FORMAT}\0{self._software_versions()}\0{self._target_text()}\0{key}".encode()
@@ -421,21 +426,14 @@ class TpuSizer(GpuSizer):
         return digest.hexdigest()
 
     def _read_array_cache(self, key: str | None) -> int | None:
-        if key is None or self.cache_dir is None:
-            return None
+        entry = self._read_entry(key)
         try:
-            return int(json.loads((self.cache_dir / f"{key}.json").read_text())["array_bytes"])
-        except (OSError, ValueError, TypeError, KeyError):
+            return int(entry["array_bytes"]) if entry is not None else None
+        except (ValueError, TypeError, KeyError):
             return None
 
     def _write_array_cache(self, key: str | None, size: int) -> None:
-        if key is None or self.cache_dir is None:
-            return
-        try:
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.cache_dir / f"{key}.json", json.dumps({"array_bytes": size}))
-        except OSError:
-            pass
+        self._write_entry(key, {"array_bytes": size})
 
 
 _ELSEWHERE = object()
@@ -458,8 +456,11 @@ _beside: TpuSizer | None = None
 _beside_lock = threading.Lock()
 
 
-def _identity(x: Any) -> Any:
-    return x
+def _hold(x: Any) -> None:
+    """A program that holds one argument and computes nothing (kept with `keep_unused`, which JAX
+    would otherwise prune): the compiler lays the argument out as it lays out any array of its shape
+    and dtype, and states its size. An identity program states the same size (tested on every
+    generation), and its compile takes about twice as long: it copies the argument into its output."""
 
 
 class quiet_libtpu:
