@@ -129,6 +129,11 @@ OPTIONS = (
         "DIR",
     ),
     Option(
+        "cache-dir",
+        "Also keep the deviceless GPU and TPU compiles' sizes in DIR, a cache of your own shared by every project (as JAX_COMPILATION_CACHE_DIR is JAX's): read after pytest's cache directory, and what it holds is copied there. Default: none, nothing is kept outside the project.",
+        "DIR",
+    ),
+    Option(
         "benchmark-json",
         "Write each measured test's peak as github-action-benchmark's customSmallerIsBetter JSON to FILE.",
         "FILE",

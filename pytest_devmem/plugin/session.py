@@ -3,10 +3,9 @@ work to the module that owns it (items, measurement, checks, results, children, 
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
-from collections.abc import Generator, Mapping
+from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,7 +61,7 @@ class DevmemSession:
         self.settings = settings
         self.device = device
         self.compile_target = target
-        self.measurement = Measurement(device, gpu_sizer(config, target))
+        self.measurement = Measurement(device, gpu_sizer(config, target, settings.cache_dir))
         self.checks = Checks(
             settings, device, store, self.measurement, target, config.invocation_params.dir, config.rootpath
         )
@@ -483,9 +482,9 @@ def ignore_shutdown_interrupt_in_jax_gc() -> None:
     )
 
 
-def gpu_sizer(config: pytest.Config, target: CompileTarget) -> object | None:
+def gpu_sizer(config: pytest.Config, target: CompileTarget, user_cache: Path | None = None) -> object | None:
     """The GPU or TPU sizer for the session's compile target, its results cached on disk in pytest's
-    cache directory where there is one, and in the user's where `USER_CACHE_VARIABLE` names one;
+    cache directory where there is one, and in `user_cache` (--devmem-cache-dir) where it is given;
     None where JAX keeps its own sizes."""
     if target.spec is None:
         return None
@@ -499,7 +498,7 @@ def gpu_sizer(config: pytest.Config, target: CompileTarget) -> object | None:
             directory = cache.mkdir(name)
         except OSError:
             directory = None
-    user_directory = user_cache_directory(os.environ, name)
+    user_directory = user_cache_directory(user_cache, name) if user_cache is not None else None
     if isinstance(target.spec, TpuSpec):
         from ..capture.jax.tpu_compile import TpuSizer
 
@@ -507,25 +506,16 @@ def gpu_sizer(config: pytest.Config, target: CompileTarget) -> object | None:
     return GpuSizer(target.spec, directory, user_cache_dir=user_directory)
 
 
-USER_CACHE_VARIABLE = "DEVMEM_CACHE_DIR"
-"""Names a directory the user keeps for the deviceless compiles' sizes of every project, beside each
-project's own in pytest's cache directory (as JAX_COMPILATION_CACHE_DIR names JAX's persistent
-compilation cache): unset, nothing is kept outside the project."""
-
-
-def user_cache_directory(environ: Mapping[str, str], name: str) -> Path | None:
-    """The user's cache of sizes (`USER_CACHE_VARIABLE`, then `name`, made where missing), or None
-    where the variable is unset or empty; a usage error naming the value where it cannot be one."""
-    value = environ.get(USER_CACHE_VARIABLE, "").strip()
-    if not value:
-        return None
-    directory = Path(value).expanduser() / name
+def user_cache_directory(root: Path, name: str) -> Path:
+    """`name` in the user's cache (made where missing); a usage error naming the directory where it
+    cannot be made."""
+    directory = root / name
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise pytest.UsageError(
-            f"{USER_CACHE_VARIABLE}={value} cannot hold the compiled sizes ({exc.strerror or exc}): "
-            f"name a directory you can write, or leave {USER_CACHE_VARIABLE} unset to keep them in pytest's cache only"
+            f"invalid devmem cache directory {str(root)!r}: it cannot hold the compiled sizes ({exc.strerror or exc}); "
+            "name a directory you can write, or leave --devmem-cache-dir unset to keep them in pytest's cache only"
         ) from None
     return directory
 

@@ -670,7 +670,16 @@ def test_a_users_cache_that_cannot_be_a_directory_is_a_usage_error_naming_it(
     pytester.makepyfile("def test_x():\n    pass\n")
     result = pytester.runpytest_subprocess("--devmem-device=sim:TPU-v5e", "--devmem-mode=compact")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"*DEVMEM_CACHE_DIR={pytester.path / 'a-file'} cannot hold the compiled sizes*"])
+    result.stderr.fnmatch_lines(
+        [
+            f"*invalid devmem cache directory '{pytester.path / 'a-file'}' (from environment variable DEVMEM_CACHE_DIR): it exists and is not a directory*"
+        ]
+    )
+    result = pytester.runpytest_subprocess(
+        "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", f"--devmem-cache-dir={pytester.path / 'a-file' / 'sub'}"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*invalid devmem cache directory *a-file/sub* (from *--devmem-cache-dir*): *"])
 
 
 def test_a_marker_naming_another_tpu_regime_runs_in_a_child_under_the_tpu_preset(pytester: pytest.Pytester) -> None:
