@@ -355,34 +355,35 @@ class JaxCapture:
         ids, clock, flush_if_long = recorder.ids, recorder.clock, recorder.flush_if_long
         if "_sharding" not in dir(array_type):  # what `sharding` reads (jax/_src/array.py), at a third of the cost
             return slow
-        # the last run's output aval and sharding, and its step: forgotten whenever `steps` is emptied
-        last_aval: Any = None
-        last_sharding: Any = None
-        last_step = 0
+        # the last run's entry of `steps` (aval, sharding, plan, step), one object so that a thread
+        # never sees half of another's update; forgotten whenever `steps` is emptied
+        nothing: tuple[Any, Any, Any, int] = (None, None, None, 0)
+        last = nothing
 
         def forget_last() -> None:
-            nonlocal last_aval, last_sharding
-            last_aval = last_sharding = None
+            nonlocal last
+            last = nothing
 
         self._executables.on_forget = forget_last
 
         def post_hook(function: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any) -> None:
-            nonlocal last_aval, last_sharding, last_step
+            nonlocal last
             record = recorder.step_record
             if record is None:
                 return  # no window open, or paused
             # `steps` holds only runs that read no arguments, and is emptied (and the last run
             # forgotten) when a plan learns that its runs do, and when the capture fails
             if type(outputs) is array_type:
+                known = last
                 aval = outputs.aval
-                if aval is not last_aval or outputs._sharding is not last_sharding:
+                if aval is not known[0] or outputs._sharding is not known[1]:
                     known = steps.get(id(aval))
                     if known is None or known[0] is not aval or known[1] is not outputs._sharding:
                         slow(function, args, kwargs, outputs)
                         return
-                    last_aval, last_sharding, last_step = aval, known[1], known[3]
+                    last = known
                 buffer_id = next(ids)
-                record((last_step, buffer_id, clock(), get_ident()))
+                record((known[3], buffer_id, clock(), get_ident()))
                 owner = Owner(outputs, collected)
                 owner.held = buffer_id
                 keep(owner)
