@@ -377,11 +377,11 @@ class JaxCapture:
                 known = last
                 aval = outputs.aval
                 if aval is not known[0] or outputs._sharding is not known[1]:
-                    known = steps.get(id(aval))
-                    if known is None or known[0] is not aval or known[1] is not outputs._sharding:
+                    entry = steps.get(id(aval))
+                    if entry is None or entry[0] is not aval or entry[1] is not outputs._sharding:
                         slow(function, args, kwargs, outputs)
                         return
-                    last = known
+                    last = known = entry
                 buffer_id = next(ids)
                 record((known[3], buffer_id, clock(), get_ident()))
                 owner = Owner(outputs, collected)

@@ -141,7 +141,7 @@ class Holdings:
                 held = owner.held
                 if type(held) is int:  # a run's output, its id its own: the common case
                     extend((FREE_MARK, held, clock(), get_ident()))
-                elif held is not None:
+                elif isinstance(held, Held):
                     owner.held = None
                     held.holders -= 1
                     if held.holders <= 0:
