@@ -285,3 +285,34 @@ def test_a_step_loop_makes_no_collector_pass_and_its_records_are_written_as_they
     assert jax_capture.window.executables == {"jit(<lambda>)": 3001}
     assert [e.action for e in trace][:4] == ["allocate", "allocate", "free", "allocate"]
     assert len(trace) == 3001 + 3000  # every output allocated, and each but the last one freed
+
+
+def test_a_fault_while_writing_the_records_inside_a_run_stops_the_capture_not_the_test(
+    capture: tuple[TraceRecorder, JaxCapture], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The records are written from inside JAX's call once enough are held: a fault there (a bug of
+    the capture's) reaches the window's notes, never the jitted call that happened to trigger it."""
+    import jax
+    import jax.numpy as jnp
+
+    from pytest_devmem.capture import recorder as recorder_module
+    from pytest_devmem.capture.jax import capture as capture_module
+
+    monkeypatch.setattr(recorder_module, "FLUSH_AT", 16)
+    monkeypatch.setattr(capture_module, "FLUSH_CHECK", 8)
+    recorder, jax_capture = capture
+    step = jax.jit(lambda x: x + 1)
+    x = step(jnp.ones((8,)))
+    recorder.begin()
+    jax_capture.begin()
+
+    def broken() -> None:
+        raise RuntimeError("a bug while writing")
+
+    monkeypatch.setattr(recorder, "_write_pending", broken)
+    for _ in range(200):
+        x = step(x)  # never raises
+    monkeypatch.undo()
+    recorder.end()
+    assert float(x[0]) == 202.0  # 1, then 201 runs
+    assert "RuntimeError: a bug while writing" in jax_capture.window.failure

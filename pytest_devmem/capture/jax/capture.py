@@ -352,7 +352,7 @@ class JaxCapture:
         recorder, steps = self._recorder, self._executables.by_aval
         array_type, slow = self._array_type, self._on_fast_run
         keep, collected = self._holdings.owners.add, self._holdings.collected_callback
-        ids, clock, flush_if_long = recorder.ids, recorder.clock, recorder.flush_if_long
+        ids, clock, flush_if_long, fail = recorder.ids, recorder.clock, recorder.flush_if_long, self._fail
         if "_sharding" not in dir(array_type):  # what `sharding` reads (jax/_src/array.py), at a third of the cost
             return slow
         # the last run's entry of `steps` (aval, sharding, plan, step), one object so that a thread
@@ -388,7 +388,10 @@ class JaxCapture:
                 owner.held = buffer_id
                 keep(owner)
                 if not buffer_id % FLUSH_CHECK:
-                    flush_if_long()
+                    try:
+                        flush_if_long()
+                    except Exception as exc:  # inside JAX's call: a fault of the capture's stops it, never the test
+                        fail(exc)
                 return
             slow(function, args, kwargs, outputs)
 
