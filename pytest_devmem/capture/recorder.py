@@ -16,8 +16,14 @@ from ..model.trace import ALLOCATE_CODE, FREE_CODE, Trace
 get_ident = threading.get_ident
 
 FLUSH_AT = 1 << 18
-"""Compact records held before the garbage collector's next pass writes them into the columns:
-about 40 MB, so a long window's memory stays the trace's own plus this."""
+"""Compact records held before they are written into the columns (at the garbage collector's next
+pass, or at the next step whose id is a multiple of FLUSH_CHECK): about 30 MB, so a long window's
+memory stays the trace's own plus this."""
+FLUSH_CHECK = 1 << 16
+"""A capture recording steps calls `flush_if_long` when a step's id is a multiple of this: a loop
+that makes no garbage (so no collector pass) still has its records written as they accumulate."""
+FREE_MARK = -1
+"""The first field of a free's compact record, where a step's has its (non-negative) step number."""
 
 
 class TraceRecorder:
@@ -33,10 +39,12 @@ class TraceRecorder:
     as they are written: about a microsecond and 60 bytes each, nothing more held per event.
 
     A run that repeats the same allocations (a jitted step: its outputs, its temps) is recorded
-    compactly instead (`step`, `step_append`, `free_later`): one tuple per run or free (about 150
-    bytes an event), written in order into the columns when anything else is recorded directly,
-    when the window's live buffers are asked for, when it closes, and when the garbage collector
-    finishes a pass with FLUSH_AT records or more held, so the loop that makes them pays a fraction
+    compactly instead (`step`, `step_record`, `free_later`, `pending_extend`): four values per run
+    or free, `(step, id, time, thread ident)` or `(FREE_MARK, id, time, thread ident)`, appended to
+    one flat list (about 120 bytes a record, and no object the garbage collector tracks, so the loop
+    that makes them triggers no collection), written in order into the columns when anything else
+    is recorded directly, when the window's live buffers are asked for, when it closes, and once
+    FLUSH_AT records are held (`flush_if_long`, `_after_collection`), so the loop pays a fraction
     of a microsecond per run and a window's memory stays bounded.
     """
 
@@ -54,9 +62,11 @@ class TraceRecorder:
             tuple[str, str, str], tuple[str, str, str, int, int, int]
         ] = {}  # (source, label, device) and their codes in the trace
         self._columns: tuple[Callable[[Any], None], ...] = ()  # the appends of the window's columns that vary
-        self._pending: list[tuple[Any, ...]] = []  # compact records not yet in the columns
-        self.step_append: Callable[[tuple[Any, ...]], None] | None = None  # while recording: a step's record
-        self.free_append: Callable[[tuple[Any, ...]], None] | None = None  # while the window is open: a free's
+        # compact records not yet in the columns, four values each, flat; one list for the recorder's
+        # life, emptied when a window opens, so its `extend` may be bound once (`pending_extend`)
+        self._pending: list[Any] = []
+        self.pending_extend: Callable[[tuple[Any, ...]], None] = self._pending.extend
+        self.step_record: Callable[[tuple[Any, ...]], None] | None = None  # while recording: `pending_extend`
         self._steps: list[tuple[tuple[tuple[int, str, str, str], ...], tuple[tuple[int, str, str, str], ...]]] = []
         self._step_codes: dict[int, tuple[Any, Any]] = {}  # step -> its shards and temps with codes, this window
         self.steps_taken: dict[int, int] = {}  # step -> its runs recorded (written) since its user cleared it
@@ -109,7 +119,7 @@ class TraceRecorder:
     ) -> int:
         """The number of a kind of run: its outputs' shards, then temps allocated and freed at once,
         each (bytes, source, label, device). A step's record is `(step, id, clock(), thread ident)`,
-        appended with `step_append`; the id stands for all its outputs' shards (`free_later(id)`)."""
+        added with `step_record`; the id stands for all its outputs' shards (`free_later(id)`)."""
         with self._lock:
             self._steps.append((tuple(outputs), tuple(temps)))
             return len(self._steps) - 1
@@ -135,26 +145,26 @@ class TraceRecorder:
             self._live = {}
             self._pointer = 0
             self._threads = {}
-            self._pending = []
+            self._pending.clear()  # frees recorded since the last window closed are of no window
             self._step_codes = {}
             self._mark = next(self._ids)
             self._paused = 0
             self._pauses = []
             self._started = self._clock()
-            self.step_append = self.free_append = self._pending.append
+            self.step_record = self.pending_extend
             if self._after_collection not in gc.callbacks:
                 gc.callbacks.append(self._after_collection)
 
     def end(self) -> Trace:
         """Close the window and return its events, with buffers numbered in allocation order."""
         with self._lock:
-            self.step_append = self.free_append = None
+            self.step_record = None
             if self._after_collection in gc.callbacks:
                 gc.callbacks.remove(self._after_collection)
             self._flush()
             trace, self._trace = self._trace or Trace(), None
             self._live = {}
-            self._pending = []
+            self._pending.clear()
             self._ended = self._clock() - self._started
             if self._paused:  # closed inside a pause: it lasted to the end
                 self._pauses.append((self._pause_began, self._ended))
@@ -192,7 +202,7 @@ class TraceRecorder:
         """Record nothing inside (a fixture shared with other tests is set up here, say)."""
         with self._lock:
             self._paused += 1
-            self.step_append = None
+            self.step_record = None
             if self._paused == 1:
                 self._pause_began = self._clock() - self._started
         try:
@@ -202,7 +212,7 @@ class TraceRecorder:
                 self._paused -= 1
                 if self._paused == 0 and self._trace is not None:
                     self._pauses.append((self._pause_began, self._clock() - self._started))
-                    self.step_append = self._pending.append
+                    self.step_record = self.pending_extend
 
     def allocate(self, size: int, source: str, label: str = "", device: str = "") -> int:
         """Record an allocation of `size` bytes by `source` on `device`; its id, or 0 when nothing is
@@ -269,10 +279,17 @@ class TraceRecorder:
 
     def free_later(self, buffer_id: int) -> None:
         """`free`, recorded as one compact record (from a weak-reference callback, say): no lock,
-        one append, which is atomic."""
-        append = self.free_append
-        if append is not None and buffer_id:
-            append((buffer_id, self._clock(), get_ident()))
+        one `extend` of a tuple, which is atomic. A capture's hot path may add the same record,
+        `(FREE_MARK, id, clock(), thread ident)`, with `pending_extend` itself, in or out of a window
+        (records made between windows are dropped when the next one opens)."""
+        if buffer_id and self._trace is not None:
+            self._pending.extend((FREE_MARK, buffer_id, self._clock(), get_ident()))
+
+    def flush_if_long(self) -> None:
+        """Write the compact records into the columns where FLUSH_AT or more are held."""
+        if len(self._pending) >= 4 * FLUSH_AT and not self._flushing:
+            with self._lock:
+                self._flush()
 
     def _names_of(self, source: str, label: str, device: str) -> tuple[str, str, str, int, int, int]:
         trace = self._trace
@@ -316,7 +333,7 @@ class TraceRecorder:
     def _after_collection(self, phase: str, info: dict[str, int]) -> None:
         """After a garbage-collector pass: write the compact records where many are held (never
         waiting for the lock: another thread writing will flush them itself)."""
-        if phase != "stop" or len(self._pending) < FLUSH_AT or self._flushing:
+        if phase != "stop" or len(self._pending) < 4 * FLUSH_AT or self._flushing:
             return
         if self._lock.acquire(blocking=False):
             try:
@@ -336,25 +353,28 @@ class TraceRecorder:
 
     def _write_pending(self) -> None:
         pending = self._pending
-        if not pending or self._trace is None:
+        if not pending:
+            return
+        if self._trace is None:
+            pending.clear()  # frees after the window closed: of no window
             return
         records = pending[:]
-        del pending[: len(records)]  # what a racing thread appends meanwhile stays for the next flush
+        del pending[: len(records)]  # what a racing thread adds meanwhile stays for the next flush
         actions, pointers, sizes, times, threads, sources, labels, devices = self._columns
         live, thread_of, step_codes, taken = self._live, self._threads, self._step_codes, self.steps_taken
         started, pointer = self._started, self._pointer
         last_ident, thread = None, 0
-        for record in records:
-            if len(record) == 3:  # a free
-                entry = live.pop(record[0], None)
+        values = iter(records)
+        for step, buffer_id, when, ident in zip(values, values, values, values):
+            if step < 0:  # a free (FREE_MARK)
+                entry = live.pop(buffer_id, None)
                 if entry is None:
                     continue  # not this window's: no event, and no thread numbered for it
-                ident = record[2]
                 if ident != last_ident:
                     known = thread_of.get(ident)
                     thread = self._thread_number(ident) if known is None else known
                     last_ident = ident
-                when = record[1] - started
+                when -= started
                 for part in entry if type(entry[0]) is tuple else (entry,):
                     part_pointer, size, names = part
                     actions(FREE_CODE)
@@ -366,7 +386,7 @@ class TraceRecorder:
                     labels(names[4])
                     devices(names[5])
                 continue
-            step, buffer_id, when, ident = record  # a step: its outputs, then its temps for the run
+            # a step: its outputs, then its temps for the run
             if ident != last_ident:
                 known = thread_of.get(ident)
                 thread = self._thread_number(ident) if known is None else known

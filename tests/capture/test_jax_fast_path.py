@@ -212,3 +212,107 @@ def test_executables_that_share_a_first_output_but_run_differently_leave_the_fas
     assert executables.remember(aval, sharding, plan(1024))  # runs the same: either may stand for the other
     assert not executables.remember(aval, sharding, plan(4096)) and cleared == [True]  # JAX's fast-path entries go
     assert executables.named_by(Output()) is None and not executables.remember(aval, sharding, first)
+
+
+def test_a_run_that_learns_it_reads_host_values_is_no_step_any_more_on_the_fast_path(
+    capture: tuple[TraceRecorder, JaxCapture],
+) -> None:
+    """A function run as a step (device arrays in) and then given a host array: its first run with
+    the host array teaches the capture that its runs read arguments, so the runs after it, on JAX's
+    fast path with the same output objects, record the host array's transfer, as the Python path
+    does (the post-hook forgets the last step it matched, not only the look-up table)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    recorder, jax_capture = capture
+    double = jax.jit(lambda x: x * 2)
+    device, host = jnp.ones((16, 16)), np.ones((16, 16), np.float32)
+
+    def work() -> None:
+        y = device
+        for _ in range(3):
+            y = double(y)  # steps: the post-hook's last match
+        for _ in range(3):
+            y = double(host)  # the first on the Python path, the next two on the fast path
+
+    double(device)  # compiled before the window
+    trace = events(recorder, work)
+    assert jax_capture.window.failure == ""
+    transfers = [size for action, _, size, label, _ in trace if action == "allocate" and label.endswith(" argument")]
+    assert transfers == [16 * 16 * 4] * 3
+
+
+def test_a_step_loop_makes_no_collector_pass_and_its_records_are_written_as_they_accumulate(
+    capture: tuple[TraceRecorder, JaxCapture], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run on the fast path leaves nothing the garbage collector tracks (its record and its output's
+    free are plain numbers in one list), so a loop of them triggers no collection; and with no
+    collection to flush them, the records are still written into the trace's columns once FLUSH_AT
+    are held (checked every FLUSH_CHECK ids), so a long loop's memory stays bounded."""
+    import gc
+
+    import jax
+    import jax.numpy as jnp
+
+    from pytest_devmem.capture import recorder as recorder_module
+    from pytest_devmem.capture.jax import capture as capture_module
+
+    monkeypatch.setattr(recorder_module, "FLUSH_AT", 256)
+    monkeypatch.setattr(capture_module, "FLUSH_CHECK", 64)
+    recorder, jax_capture = capture
+    step = jax.jit(lambda x, w: 0.9 * x + 0.1 * (x @ w))
+    x, w = jnp.ones((32, 32)), jnp.ones((32, 32))
+    x = step(x, w)  # compiled, and a step already, before the window
+    passes: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            passes.append(info["generation"])
+
+    recorder.begin()
+    x = step(x, w)
+    gc.callbacks.append(count)
+    try:
+        for _ in range(3000):
+            x = step(x, w)
+        held = len(recorder._pending) // 4
+    finally:
+        gc.callbacks.remove(count)
+    trace = recorder.end()
+    assert passes == []
+    assert held <= 256 + 2 * 64  # written as they accumulate, not only at the window's end
+    assert jax_capture.window.executables == {"jit(<lambda>)": 3001}
+    assert [e.action for e in trace][:4] == ["allocate", "allocate", "free", "allocate"]
+    assert len(trace) == 3001 + 3000  # every output allocated, and each but the last one freed
+
+
+def test_a_fault_while_writing_the_records_inside_a_run_stops_the_capture_not_the_test(
+    capture: tuple[TraceRecorder, JaxCapture], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The records are written from inside JAX's call once enough are held: a fault there (a bug of
+    the capture's) reaches the window's notes, never the jitted call that happened to trigger it."""
+    import jax
+    import jax.numpy as jnp
+
+    from pytest_devmem.capture import recorder as recorder_module
+    from pytest_devmem.capture.jax import capture as capture_module
+
+    monkeypatch.setattr(recorder_module, "FLUSH_AT", 16)
+    monkeypatch.setattr(capture_module, "FLUSH_CHECK", 8)
+    recorder, jax_capture = capture
+    step = jax.jit(lambda x: x + 1)
+    x = step(jnp.ones((8,)))
+    recorder.begin()
+    jax_capture.begin()
+
+    def broken() -> None:
+        raise RuntimeError("a bug while writing")
+
+    monkeypatch.setattr(recorder, "_write_pending", broken)
+    for _ in range(200):
+        x = step(x)  # never raises
+    monkeypatch.undo()
+    recorder.end()
+    assert float(x[0]) == 202.0  # 1, then 201 runs
+    assert "RuntimeError: a bug while writing" in jax_capture.window.failure

@@ -41,8 +41,8 @@ def test_compact_steps_and_frees_keep_their_place_among_direct_events() -> None:
     recorder.begin()
     before = recorder.allocate(1, "pool", "x", "cpu:0")
     output = next(recorder.ids)
-    assert recorder.step_append is not None
-    recorder.step_append((step, output, recorder.clock(), threading.get_ident()))
+    assert recorder.step_record is not None
+    recorder.step_record((step, output, recorder.clock(), threading.get_ident()))
     recorder.free_later(before)
     after = recorder.allocate(2, "pool", "y", "cpu:0")
     recorder.free_later(output)

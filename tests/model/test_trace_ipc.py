@@ -375,6 +375,35 @@ def test_a_rerun_whose_trace_is_short_leaves_no_arrow_file_of_the_earlier_run(tm
     assert sorted(path.name for path in tmp_path.iterdir()) == [csv_path.name]  # the old .arrow is gone
 
 
+def test_a_tests_trace_files_are_written_whole_without_a_sync_to_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plugin's trace files are outputs every run writes again: renamed into place whole (a
+    reader sees the old file or the new one), with no fsync of the file or of its directory, which
+    cost a suite of short tests seconds of wall time; what a user keeps (baselines, reports) is
+    still synced."""
+    import os
+
+    from pytest_devmem import files
+    from pytest_devmem.plugin.trace_files import ARROW_FROM, write_trace_files
+
+    synced: list[int] = []
+    monkeypatch.setattr(files.os, "fsync", lambda descriptor: synced.append(descriptor))
+    csv_path = tmp_path / "test_x.py__test_a[prealloc].csv"
+    long = recorded(ARROW_FROM)
+    assert write_trace_files(long, csv_path) == csv_path.with_suffix(".arrow")
+    assert write_trace_files(recorded(10), tmp_path / "short.csv") is None
+    assert synced == []
+    for path in (csv_path, csv_path.with_suffix(".arrow")):
+        read = Trace.read(path)
+        assert len(read) == len(long) and read.sizes == long.sizes and read.labels == long.labels, path
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
+        [csv_path.name, csv_path.with_suffix(".arrow").name, "short.csv"]
+    )  # no temporary file left
+    files.write_atomic(tmp_path / "kept.json", "{}")
+    assert len(synced) == (1 if os.name == "nt" else 2)  # a durable write: the file, then its directory
+
+
 def test_a_trace_converts_to_its_arrow_file_and_back(tmp_path: Path) -> None:
     from pytest_devmem.model.trace_ipc import convert_trace
 

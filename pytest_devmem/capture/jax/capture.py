@@ -31,7 +31,7 @@ from threading import get_ident
 from typing import Any
 
 from ..patches import Patches
-from ..recorder import TraceRecorder
+from ..recorder import FLUSH_CHECK, TraceRecorder
 from .executables import ExecutablePlan, Executables
 from .holdings import Holdings, Owner
 from .lowering import compiling_for_target
@@ -345,33 +345,54 @@ class JaxCapture:
 
     def _fast_hook(self) -> Callable[[Any, tuple[Any, ...], dict[str, Any], Any], None]:
         """JAX's post-hook. The run every loop repeats (one array out, nothing donated, no host
-        values, an executable already seen so run) costs one dictionary look-up, one compact record
-        and a weak reference to its output, everything it needs bound here; anything else goes on
-        to `_on_fast_run`."""
+        values, an executable already seen so run) costs two identity checks against the last such
+        run (a dictionary look-up where another executable ran last), one compact record and a weak
+        reference to its output kept in a set, everything it needs bound here; anything else goes
+        on to `_on_fast_run`."""
         recorder, steps = self._recorder, self._executables.by_aval
         array_type, slow = self._array_type, self._on_fast_run
-        owners, collected = self._holdings.owners, self._holdings.collected_callback
-        ids, clock = recorder.ids, recorder.clock
+        keep, collected = self._holdings.owners.add, self._holdings.collected_callback
+        ids, clock, flush_if_long, fail = recorder.ids, recorder.clock, recorder.flush_if_long, self._fail
         if "_sharding" not in dir(array_type):  # what `sharding` reads (jax/_src/array.py), at a third of the cost
             return slow
+        # the last run's entry of `steps` (aval, sharding, plan, step), one object so that a thread
+        # never sees half of another's update; forgotten whenever `steps` is emptied
+        nothing: tuple[Any, Any, Any, int] = (None, None, None, 0)
+        last = nothing
+
+        def forget_last() -> None:
+            nonlocal last
+            last = nothing
+
+        self._executables.on_forget = forget_last
 
         def post_hook(function: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any) -> None:
-            append = recorder.step_append
-            if append is None:
+            nonlocal last
+            record = recorder.step_record
+            if record is None:
                 return  # no window open, or paused
-            # `steps` holds only runs that read no arguments, and is emptied when a plan learns
-            # that its runs do, and when the capture fails
+            # `steps` holds only runs that read no arguments, and is emptied (and the last run
+            # forgotten) when a plan learns that its runs do, and when the capture fails
             if type(outputs) is array_type:
+                known = last
                 aval = outputs.aval
-                known = steps.get(id(aval))
-                if known is not None and known[0] is aval and known[1] is outputs._sharding:
-                    buffer_id = next(ids)
-                    append((known[3], buffer_id, clock(), get_ident()))
-                    owner = Owner(outputs, collected)
-                    owner.held = buffer_id
-                    owner.key = key = id(outputs)
-                    owners[key] = owner
-                    return
+                if aval is not known[0] or outputs._sharding is not known[1]:
+                    entry = steps.get(id(aval))
+                    if entry is None or entry[0] is not aval or entry[1] is not outputs._sharding:
+                        slow(function, args, kwargs, outputs)
+                        return
+                    last = known = entry
+                buffer_id = next(ids)
+                record((known[3], buffer_id, clock(), get_ident()))
+                owner = Owner(outputs, collected)
+                owner.held = buffer_id
+                keep(owner)
+                if not buffer_id % FLUSH_CHECK:
+                    try:
+                        flush_if_long()
+                    except Exception as exc:  # inside JAX's call: a fault of the capture's stops it, never the test
+                        fail(exc)
+                return
             slow(function, args, kwargs, outputs)
 
         return post_hook
@@ -408,8 +429,8 @@ class JaxCapture:
         """`_record_run` for a run with one array out, nothing donated and no host values (its
         output's allocations, then its temps), as a compact step of the recorder's; this and every
         later run of it on the fast path (`_fast_hook`)."""
-        append = self._recorder.step_append
-        if append is None:
+        record = self._recorder.step_record
+        if record is None:
             return
         aval, sharding = output.aval, output.sharding
         known = self._executables.step_of(aval, sharding, plan)
@@ -421,8 +442,10 @@ class JaxCapture:
             assert len(self._step_plans) == step + 1
             known = self._executables.remember_step(aval, sharding, plan, step)
         buffer_id = next(self._recorder.ids)
-        append((known[3], buffer_id, self._recorder.clock(), get_ident()))
-        self._holdings.hold_new(output, [buffer_id])
+        record((known[3], buffer_id, self._recorder.clock(), get_ident()))
+        owner = Owner(output, self._holdings.collected_callback)
+        owner.held = buffer_id  # its id alone: a Held is made only if it comes to be shared
+        self._holdings.owners.add(owner)
 
     def _fast_parameters(
         self, plan: ExecutablePlan, function: Any, args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -186,6 +186,7 @@ class Executables:
         self.steps: dict[tuple[int, int], tuple[Any, Any, ExecutablePlan, int]] = {}
         # the same by id(aval) alone, the last seen of each (one look-up a run, its sharding checked by identity)
         self.by_aval: dict[int, tuple[Any, Any, ExecutablePlan, int]] = {}
+        self.on_forget: Callable[[], None] = lambda: None  # told whenever `by_aval` is emptied or a step remembered
 
     def plan(self, executable: Any) -> ExecutablePlan:
         """The plan of an ExecuteReplicated, read on first use."""
@@ -237,6 +238,7 @@ class Executables:
         """Every run named afresh on its next run (a plan that learned its runs read arguments, say)."""
         self.steps.clear()
         self.by_aval.clear()
+        self.on_forget()
 
     def remember_step(
         self, aval: Any, sharding: Any, plan: ExecutablePlan, step: int
@@ -244,9 +246,9 @@ class Executables:
         """Let the recorder's `step` stand for a run of `plan` with one output of this aval and
         sharding (held: their ids stay theirs)."""
         if len(self.steps) >= STEP_CACHE_LIMIT:
-            self.steps.clear()
-            self.by_aval.clear()
+            self.forget_steps()
         entry = self.steps[(id(aval), id(sharding))] = self.by_aval[id(aval)] = (aval, sharding, plan, step)
+        self.on_forget()  # the post-hook's last run may have stood for another step of these objects
         return entry
 
     def step_of(self, aval: Any, sharding: Any, plan: ExecutablePlan) -> tuple[Any, Any, ExecutablePlan, int] | None:

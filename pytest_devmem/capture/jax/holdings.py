@@ -6,9 +6,13 @@ made; a weak reference to it frees them when the last array holding them is coll
 placement it already had (the buffers are reused, not copied); a donated array hands its
 allocations to the output XLA aliased its buffers to.
 
-No lock of its own: each step is one dictionary operation or works on an array the caller holds
-(its weak reference cannot fire meanwhile), and the recorder locks its own state. Weak-reference
+No lock of its own: each step is one set operation or works on an array the caller holds (its
+weak reference cannot fire meanwhile), and the recorder locks its own state. Weak-reference
 callbacks may run in the middle of any of this, from the garbage collector.
+
+An array's owner is found among its weak references (`weakref.getweakrefs`, CPython's list of
+them), so the step every run takes adds an owner to one set and its callback takes it out, with
+no look-up by array on the way.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ from collections.abc import Callable
 from threading import get_ident
 from typing import Any
 
-from ..recorder import TraceRecorder
+from ..recorder import FREE_MARK, TraceRecorder
+
+getweakrefs = weakref.getweakrefs
 
 
 class Held:
@@ -37,11 +43,13 @@ def new_held(ids: list[int] | tuple[int, ...], holders: int = 0) -> Held:
 
 
 class Owner(weakref.ref):  # type: ignore[type-arg]
-    """A weak reference from one array to the allocations it holds."""
+    """A weak reference from one array to the allocations it holds; hashed by identity (a weak
+    reference's own hash is its array's, and JAX arrays have none), so a set keeps it alive."""
 
-    __slots__ = ("held", "key")
+    __slots__ = ("held",)
     held: Held | int | None  # an int: the one id of a run's output, not shared yet (a Held made when needed)
-    key: int
+    __hash__ = object.__hash__
+    __eq__ = object.__eq__  # type: ignore[assignment]
 
 
 def held_of(owner: Owner) -> Held | None:
@@ -58,37 +66,44 @@ class Holdings:
     def __init__(self, recorder: TraceRecorder, on_error: Callable[[Exception], None]) -> None:
         self._recorder = recorder
         self._on_error = on_error
-        self.owners: dict[int, Owner] = {}  # id(array) -> its owner (arrays are unhashable)
+        self.owners: set[Owner] = set()  # the owners of live arrays: held here, so their callbacks run
         self.collected_callback = self._collected_callback()  # one function for every weak reference
 
     def __len__(self) -> int:
         return len(self.owners)
 
+    def owner_of(self, array: Any) -> Owner | None:
+        """The owner this capture gave `array`, found among its weak references; None if none."""
+        callback = self.collected_callback
+        for reference in getweakrefs(array):
+            if type(reference) is Owner and reference.__callback__ is callback and reference.held is not None:
+                return reference
+        return None
+
     def held_by(self, array: Any) -> Held | None:
         """What `array` holds; None if the capture never saw it made (or it is gone)."""
-        owner = self.owners.get(id(array))
-        return held_of(owner) if owner is not None and owner() is array else None
+        owner = self.owner_of(array)
+        return held_of(owner) if owner is not None else None
 
     def hold(self, array: Any, held: Held) -> None:
         """`array` now holds `held` (new allocations, or allocations it shares or took over)."""
         owner = Owner(array, self.collected_callback)
-        owner.held, owner.key = held, id(array)
+        owner.held = held
         held.holders += 1
-        self.owners[owner.key] = owner
+        self.owners.add(owner)
 
     def hold_new(self, array: Any, ids: list[int]) -> None:
-        """`array` holds allocations just made for it (the step every run takes: one call)."""
-        held = new_held(ids, 1)
+        """`array` holds allocations just made for it."""
         owner = Owner(array, self.collected_callback)
-        owner.held, owner.key = held, id(array)
-        self.owners[owner.key] = owner
+        owner.held = new_held(ids, 1)
+        self.owners.add(owner)
 
     def hand_over(self, donor: Any) -> Held | None:
         """A donated array's allocations, taken from it for the output that reuses its buffers."""
-        owner = self.owners.get(id(donor))
-        if owner is None or owner() is not donor or owner.held is None:
+        owner = self.owner_of(donor)
+        if owner is None:
             return None
-        del self.owners[owner.key]
+        self.owners.discard(owner)
         held, owner.held = held_of(owner), None
         assert held is not None
         held.holders -= 1
@@ -96,14 +111,14 @@ class Holdings:
 
     def release(self, array: Any) -> None:
         """`array` holds nothing any more (deleted, or donated to no output): free what only it held."""
-        owner = self.owners.get(id(array))
-        if owner is not None and owner() is array:
+        owner = self.owner_of(array)
+        if owner is not None:
             self._drop(owner)
 
     def delete(self, array: Any) -> None:
         """`array` was deleted: its buffers are gone, for every array that shared them."""
-        owner = self.owners.get(id(array))
-        if owner is None or owner() is not array or owner.held is None:
+        owner = self.owner_of(array)
+        if owner is None:
             return
         held = held_of(owner)
         assert held is not None
@@ -114,40 +129,32 @@ class Holdings:
             free(buffer_id)  # already freed where `array` was their last holder: ignored
 
     def _collected_callback(self) -> Callable[[Owner], None]:
-        """What runs when an array is gone: the `_drop` every run's output makes, inlined, its frees
-        written as the recorder's compact records (`free_later`), with everything bound here."""
-        owners, recorder, on_error = self.owners, self._recorder, self._on_error
-        clock = recorder.clock
+        """What runs when an array is gone: the `_drop` every run's output makes, inlined, its free
+        added as the recorder's compact record, with everything bound here. It records in or out of a
+        window: the recorder drops what no window recorded when the next one opens."""
+        discard, recorder, on_error = self.owners.discard, self._recorder, self._on_error
+        extend, clock = recorder.pending_extend, recorder.clock
 
         def collected(owner: Owner) -> None:
             try:
-                key = owner.key
-                current = owners.pop(key, None)
-                if current is not owner and current is not None:
-                    owners[key] = current  # another array's (this one was replaced): kept
+                discard(owner)
                 held = owner.held
                 if type(held) is int:  # a run's output, its id its own: the common case
-                    owner.held = None
-                    append = recorder.free_append
-                    if append is not None:
-                        append((held, clock(), get_ident()))
+                    extend((FREE_MARK, held, clock(), get_ident()))
                 elif isinstance(held, Held):
                     owner.held = None
                     held.holders -= 1
                     if held.holders <= 0:
-                        append = recorder.free_append
-                        if append is not None:
-                            now, ident = clock(), get_ident()
-                            for buffer_id in held.ids:
-                                append((buffer_id, now, ident))
+                        now, ident = clock(), get_ident()
+                        for buffer_id in held.ids:
+                            extend((FREE_MARK, buffer_id, now, ident))
             except Exception as exc:  # runs inside the garbage collector: never raise there
                 on_error(exc)
 
         return collected
 
     def _drop(self, owner: Owner) -> None:
-        if self.owners.get(owner.key) is owner:
-            del self.owners[owner.key]
+        self.owners.discard(owner)
         held, owner.held = held_of(owner), None
         if held is None:
             return
