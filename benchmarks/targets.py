@@ -58,6 +58,8 @@ SUITE_TARGET = 1.05
 POLICIES = ("prealloc", "growth", "ondemand", "compact")
 
 Row = tuple[str, str, str, str, str]  # figure, measured, target, reference, met
+MEMORY_TARGET_EVENTS = 10_000_000
+"""The trace size the reading-memory target is set at; the default run reads a smaller one."""
 
 
 def reading_rows(events: int, memory_events: int, repeat: int) -> list[Row]:
@@ -88,8 +90,16 @@ def reading_rows(events: int, memory_events: int, repeat: int) -> list[Row]:
         else:
             ratio = growth / size
             measured, met = f"{ratio:.2f}x ({growth / 2**20:,.0f} MiB)", _met(ratio <= bench_read.TARGET_MEMORY_RATIO)
+            if int(found["memory_events"] or 0) < MEMORY_TARGET_EVENTS:  # a reader's fixed buffers weigh more
+                met = "n/a: the target is at 10,000,000 events (--full)"  # against a smaller trace
         rows.append(
-            (figure, measured, f"<= {bench_read.TARGET_MEMORY_RATIO:g}x", f"trace {size / 2**20:,.0f} MiB", met)
+            (
+                figure,
+                measured,
+                f"<= {bench_read.TARGET_MEMORY_RATIO:g}x at {MEMORY_TARGET_EVENTS:,} events",
+                f"trace {size / 2**20:,.0f} MiB",
+                met,
+            )
         )
     return rows
 
@@ -286,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         repeat, events, memory_events, steps = 1, 50_000, 50_000, 1_000
     else:
         workloads, repeat, events, steps = MACHINE_WORKLOADS, args.repeat, 1_000_000, 20_000
-        memory_events = 10_000_000 if args.full else 2_000_000
+        memory_events = MEMORY_TARGET_EVENTS if args.full else 2_000_000
     rows = reading_rows(events, memory_events, repeat)
     rows += model_rows(workloads, repeat)
     rows += step_rows(steps, max(1, repeat) if not args.quick else 1)

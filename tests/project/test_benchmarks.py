@@ -67,11 +67,13 @@ def test_the_targets_table_shows_each_figure_beside_its_target_and_reference() -
     rows = targets.reading_rows(3_000, 3_000, 1)
     assert [row[2] for row in rows] == [
         f">= {bench_read.TARGET_EVENTS_PER_SECOND:,} events/s",
-        f"<= {bench_read.TARGET_MEMORY_RATIO:g}x",
-        f"<= {bench_read.TARGET_MEMORY_RATIO:g}x",
+        f"<= {bench_read.TARGET_MEMORY_RATIO:g}x at 10,000,000 events",
+        f"<= {bench_read.TARGET_MEMORY_RATIO:g}x at 10,000,000 events",
     ]
     assert "Arrow file" in rows[0][0] and "its CSV" in rows[0][3] and "row reader" in rows[0][3]
     assert rows[0][4] in ("yes", "no") and "(CSV)" in rows[2][0]
+    # a smaller trace than the target's says so rather than passing or failing it (where VmHWM is read)
+    assert all(row[4].startswith("n/a") for row in rows[1:])
     rows += targets.model_rows({"many-small": lambda: bench_read.recorded_trace(2_000)}, 1)
     assert [row[0].rsplit(", ", 1)[1] for row in rows[3:]] == list(targets.POLICIES)
     lines = targets.table(rows).splitlines()
