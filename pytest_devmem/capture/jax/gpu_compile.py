@@ -430,7 +430,9 @@ class GpuSizer:
         for directory in (only,) if only is not None else self._cache_dirs():
             try:
                 directory.mkdir(parents=True, exist_ok=True)
-                write_atomic(directory / f"{key}.json", text)
+                # unsynced: an entry lost with the machine's power costs one compile, and a sync per
+                # entry waits for the disk (files.write_atomic); readers never see half of one
+                write_atomic(directory / f"{key}.json", text, durable=False)
             except OSError:
                 pass  # a cache that cannot be written only costs a compile next time
 
