@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from compilers import GPU_COMPILER_PROBLEM, needs_compiler
 
 from pytest_devmem.capture.jax import gpu_compile
 from pytest_devmem.capture.jax.gpu_compile import ExecutableSizes, GpuSizer, Unavailable
@@ -26,12 +27,6 @@ from pytest_devmem.errors import InvalidSettingError
 from pytest_devmem.model.device import DEFAULT_COMPUTE_CAPABILITY, PRESETS
 from pytest_devmem.model.gpu_targets import CAPABILITY_LIMITS, DEFAULT_TARGET, GPU_SPECS, gpu_spec
 from pytest_devmem.units import GiB, MiB
-
-COMPILER_PROBLEM = gpu_compile.cuda_compiler_problem()
-needs_compiler = pytest.mark.skipif(
-    COMPILER_PROBLEM is not None, reason=f"needs the gpu-compile extra: {COMPILER_PROBLEM}"
-)
-
 
 # -- the targets: pure data -----------------------------------------------------------------
 
@@ -86,7 +81,7 @@ def test_targets_and_sizer_import_no_framework() -> None:
 # -- without the extra ------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(COMPILER_PROBLEM is None, reason="the gpu-compile extra is installed here")
+@pytest.mark.skipif(GPU_COMPILER_PROBLEM is None, reason="the gpu-compile extra is installed here")
 def test_without_the_extra_the_sizer_says_how_to_install_it(jax_loaded: Any) -> None:
     sizer = GpuSizer(gpu_spec("H100-80GB"))
     assert not sizer.install()

@@ -13,22 +13,19 @@ import re
 from typing import Any
 
 import pytest
+from compilers import needs_libtpu
 
 from pytest_devmem.capture.jax.tpu_compile import (
     QUIET_LIBTPU,
     TpuSizer,
     parse_refusal,
     quiet_libtpu,
-    tpu_compiler_problem,
 )
 from pytest_devmem.errors import InvalidSettingError
 from pytest_devmem.hardware.devices import open_device
 from pytest_devmem.model.tpu_targets import TPU_SPECS, tpu_spec
 from pytest_devmem.plugin.compile_target import resolve
 from pytest_devmem.units import GiB, MiB
-
-PROBLEM = tpu_compiler_problem()
-needs_libtpu = pytest.mark.skipif(PROBLEM is not None, reason=f"needs the tpu-compile extra: {PROBLEM}")
 
 ATTENTION = """
 import jax

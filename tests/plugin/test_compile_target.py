@@ -7,15 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from compilers import needs_compiler
 
-from pytest_devmem.capture.jax.gpu_compile import cuda_compiler_problem
 from pytest_devmem.hardware.devices import open_device
 from pytest_devmem.plugin.compile_target import parse_compile_target, resolve
 from pytest_devmem.units import GiB, MiB
-
-needs_compiler = pytest.mark.skipif(
-    cuda_compiler_problem() is not None, reason=f"needs the gpu-compile extra: {cuda_compiler_problem()}"
-)
 
 ATTENTION = """
 import jax

@@ -11,9 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
+from compilers import needs_compiler, needs_libtpu
 
-from pytest_devmem.capture.jax.gpu_compile import cuda_compiler_problem
-from pytest_devmem.capture.jax.tpu_compile import tpu_compiler_problem
 from pytest_devmem.cli import main
 from pytest_devmem.errors import InvalidSettingError
 from pytest_devmem.gate.record import TestRecord
@@ -22,13 +21,6 @@ from pytest_devmem.model.regime import Regime
 from pytest_devmem.model.targets import parse_targets, regime_on_target
 from pytest_devmem.present.report import render
 from pytest_devmem.units import MiB
-
-needs_compiler = pytest.mark.skipif(
-    cuda_compiler_problem() is not None, reason=f"needs the gpu-compile extra: {cuda_compiler_problem()}"
-)
-needs_libtpu = pytest.mark.skipif(
-    tpu_compiler_problem() is not None, reason=f"needs the tpu-compile extra: {tpu_compiler_problem()}"
-)
 
 SUITE = """
 import jax
