@@ -97,14 +97,10 @@ def plot_input(
         return build_view(
             run_machine(trace, setups, spec, timeline=True), trace, policy.label, setups
         ), f"{path.name} under {policy.label} on {spec.name}"
-    given = [
-        name
-        for name, value in (("--mode", mode), ("--fraction", fraction), ("--device", device_spec))
-        if value is not None
-    ]
+    given = trace_only_flags(mode, fraction, device_spec)
     if given:
         raise InputError(
-            f"{path}: {', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to a trace file (.csv, .arrow); a report's record is drawn under its own regime and device"
+            f"{path}: {given} only to a trace file (.csv, .arrow); a report's record is drawn under its own regime and device"
         )
     report = read_report(path)
     records = [r for r in report.records if test is None or test in str(r["test_id"])]
@@ -143,18 +139,27 @@ def plot_input(
     ), f"{record['test_id']} under {policy.label} on {device_name}"
 
 
-def plot_targets(
-    path: Path, output: Path, test: str | None, mode: str | None, fraction: str | None, device_spec: str | None
-) -> int:
-    """`devmem plot REPORT --targets`: the report's targets table as a picture."""
+def trace_only_flags(mode: str | None, fraction: str | None, device_spec: str | None) -> str:
+    """The flags given that replay a trace (`--mode`, `--fraction`, `--device`), with the verb that
+    says they apply ("--mode applies", "--mode, --device apply"); empty where none was given."""
     given = [
         name
         for name, value in (("--mode", mode), ("--fraction", fraction), ("--device", device_spec))
         if value is not None
     ]
+    if not given:
+        return ""
+    return f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'}"
+
+
+def plot_targets(
+    path: Path, output: Path, test: str | None, mode: str | None, fraction: str | None, device_spec: str | None
+) -> int:
+    """`devmem plot REPORT --targets`: the report's targets table as a picture."""
+    given = trace_only_flags(mode, fraction, device_spec)
     if given:
         raise InputError(
-            f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to a trace file (.csv, .arrow), not to --targets: each target's figures are the report's"
+            f"{given} only to a trace file (.csv, .arrow), not to --targets: each target's figures are the report's"
         )
     if path.suffix.lower() in TRACE_SUFFIXES:
         raise InputError(
