@@ -13,16 +13,15 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from compilers import GPU_COMPILER_PROBLEM, needs_compiler
+from compilers import GPU_COMPILER_PROBLEM, executable_of, needs_compiler
 
 from pytest_devmem.capture.jax import gpu_compile
 from pytest_devmem.capture.jax.gpu_compile import ExecutableSizes, GpuSizer, Unavailable
-from pytest_devmem.capture.patches import Patches
 from pytest_devmem.errors import InvalidSettingError
 from pytest_devmem.model.device import DEFAULT_COMPUTE_CAPABILITY, PRESETS
 from pytest_devmem.model.gpu_targets import CAPABILITY_LIMITS, DEFAULT_TARGET, GPU_SPECS, gpu_spec
@@ -108,31 +107,6 @@ def h100(jax_loaded: Any) -> Iterator[GpuSizer]:
     assert sizer.install(), sizer.note
     yield sizer
     sizer.uninstall()
-
-
-def executable_of(function: Callable[..., Any], *args: Any) -> Any:
-    """The executable JAX compiles and runs for `jax.jit(function)(*args)`, as the trace capture sees
-    it (a fresh function each time, so JAX's C++ fast path cannot answer instead)."""
-    import jax
-    from jax._src.interpreters import pxla
-
-    runs: list[Any] = []
-
-    def recording(original: Callable[..., Any]) -> Callable[..., Any]:
-        def call(executable: Any, *call_args: Any) -> Any:
-            runs.append(executable)
-            return original(executable, *call_args)
-
-        return call
-
-    patches = Patches()
-    patches.replace(pxla.ExecuteReplicated, "__call__", recording)
-    try:
-        jax.block_until_ready(jax.jit(lambda *a: function(*a))(*args))
-    finally:
-        patches.restore()
-    assert runs, "JAX ran no executable through Python dispatch"
-    return runs[-1]
 
 
 def cpu_temp(executable: Any) -> int:

@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 import pytest
-from compilers import needs_libtpu
+from compilers import executable_of, needs_libtpu
 
 from pytest_devmem.capture.jax.tpu_compile import (
     QUIET_LIBTPU,
@@ -569,29 +569,18 @@ def test_real_tpu_replayed_peak_matches_jax_memory_stats(jax_loaded: Any, pytest
 
 @needs_libtpu
 def test_sizes_are_cached_on_disk_for_the_next_run(jax_loaded: Any, tmp_path: Any) -> None:
-    import jax
     import jax.numpy as jnp
-    from jax._src.interpreters import pxla
-
-    from pytest_devmem.capture.patches import Patches
 
     first, second = (
         TpuSizer(TPU_SPECS["TPU-v5e"], cache_dir=tmp_path),
         TpuSizer(TPU_SPECS["TPU-v5e"], cache_dir=tmp_path),
     )
     assert first.install() and second.install()
-    runs: list[Any] = []
-    patches = Patches()
-    patches.replace(
-        pxla.ExecuteReplicated, "__call__", lambda original: lambda self, *a: (runs.append(self), original(self, *a))[1]
-    )
     try:
-        jax.block_until_ready(jax.jit(lambda a: jnp.tanh(a @ a.T))(jnp.ones((256, 384))))
-        executable = runs[-1]
+        executable = executable_of(lambda a: jnp.tanh(a @ a.T), jnp.ones((256, 384)))
         compiled, cached = first.sizes_for(executable), second.sizes_for(executable)
         first_array, second_array = first.shard_bytes((8, 3), jnp.float32), second.shard_bytes((8, 3), jnp.float32)
     finally:
-        patches.restore()
         first.uninstall()
         second.uninstall()
     assert (compiled.source, cached.source, second.compiles) == ("compiled", "disk cache", 0)  # type: ignore[union-attr]
@@ -603,11 +592,7 @@ def test_sizes_are_cached_on_disk_for_the_next_run(jax_loaded: Any, tmp_path: An
 def test_a_fresh_project_finds_the_sizes_in_the_users_cache_and_keeps_them_in_its_own(
     jax_loaded: Any, tmp_path: Any
 ) -> None:
-    import jax
     import jax.numpy as jnp
-    from jax._src.interpreters import pxla
-
-    from pytest_devmem.capture.patches import Patches
 
     user, first_project, second_project = tmp_path / "user", tmp_path / "one", tmp_path / "two"
     first, second = (
@@ -615,18 +600,11 @@ def test_a_fresh_project_finds_the_sizes_in_the_users_cache_and_keeps_them_in_it
         TpuSizer(TPU_SPECS["TPU-v5e"], cache_dir=second_project, user_cache_dir=user),
     )
     assert first.install() and second.install()
-    runs: list[Any] = []
-    patches = Patches()
-    patches.replace(
-        pxla.ExecuteReplicated, "__call__", lambda original: lambda self, *a: (runs.append(self), original(self, *a))[1]
-    )
     try:
-        jax.block_until_ready(jax.jit(lambda a: jnp.tanh(a @ a.T) + 3)(jnp.ones((256, 384))))
-        executable = runs[-1]
+        executable = executable_of(lambda a: jnp.tanh(a @ a.T) + 3, jnp.ones((256, 384)))
         compiled, cached = first.sizes_for(executable), second.sizes_for(executable)
         first_array, second_array = first.shard_bytes((8, 5), jnp.float32), second.shard_bytes((8, 5), jnp.float32)
     finally:
-        patches.restore()
         first.uninstall()
         second.uninstall()
     assert (compiled.source, cached.source, second.compiles, second.costs.arrays_compiled) == (  # type: ignore[union-attr]
@@ -917,9 +895,6 @@ def test_a_program_lowered_under_the_tests_own_jax_settings_is_sized_in_the_test
 
     import jax
     import jax.numpy as jnp
-    from jax._src.interpreters import pxla
-
-    from pytest_devmem.capture.patches import Patches
 
     argument = jnp.ones((128, 256))
     sizer = TpuSizer(TPU_SPECS["TPU-v5e"], beside=True)
@@ -929,16 +904,9 @@ def test_a_program_lowered_under_the_tests_own_jax_settings_is_sized_in_the_test
         sizer, "_size_recipe", lambda recipe: (threads.append(threading.current_thread().name), size_recipe(recipe))[1]
     )
     assert sizer.install()
-    runs: list[Any] = []
-    patches = Patches()
-    patches.replace(
-        pxla.ExecuteReplicated, "__call__", lambda original: lambda self, *a: (runs.append(self), original(self, *a))[1]
-    )
     try:
         with jax.default_matmul_precision("float32"):  # a thread-local setting the worker's thread lacks
-            jax.block_until_ready(jax.jit(lambda a: jnp.tanh(a @ a.T))(argument))
-            sizes = sizer.sizes_for(runs[-1])
+            sizes = sizer.sizes_for(executable_of(lambda a: jnp.tanh(a @ a.T), argument))
     finally:
-        patches.restore()
         sizer.uninstall()
     assert threads == [threading.current_thread().name] and sizes.source == "compiled"  # type: ignore[union-attr]
