@@ -104,6 +104,9 @@ class Captured:
     needed: dict[str, int] | None = (
         None  # per function, the executables the test needed, compiled or cached (JaxCapture.needed)
     )
+    functions: dict[str, dict[str, object]] = field(
+        default_factory=dict
+    )  # per function run: its executables' shapes, where it is defined (JaxCapture.functions)
 
 
 class Measurement:
@@ -197,6 +200,7 @@ class Measurement:
         notes.extend(tensorflow_notes)
         compiled = list(self.jax_capture.window.compiled) if self.jax_capture.installed else None
         needed = self.jax_capture.needed() if self.jax_capture.installed else None
+        functions = self.jax_capture.functions() if self.jax_capture.installed else {}
         return Captured(
             events,
             readings,
@@ -207,6 +211,7 @@ class Measurement:
             dict(self.jax_capture.window.executables),
             self.jax_capture.window_sizes(),
             needed,
+            functions,
         )
 
     def jax_platform_problem(self) -> str | None:

@@ -22,7 +22,7 @@ MARK_ARGUMENTS = {
     "limit": "fail the test when its peak in use is above this size (e.g. '2GiB'); overrides --devmem-limit",
     "tolerance": "this test's allowed change against its baseline (e.g. '5%', 'peak_bytes_in_use:5%,fragmentation:0.05'); overrides --devmem-tolerance",
     "frameworks": "the frameworks the test uses together, e.g. ('jax', 'tf'): checked for valid names",
-    "max_compiles": "fail the test when it needs more than N executables of any one JAX function (each distinct one it ran, compiled during it or found in a cache: a function retraced on every call), naming the functions",
+    "max_compiles": "fail the test when one of its own jitted functions needs more than N executables (each distinct one it ran, compiled during it or found in a cache: a function compiled again for new shapes, dtypes or static arguments), naming the function and its shapes; JAX's eager helpers (jnp.zeros, jax.random.normal), compiled once per shape, do not count. A dict bounds the functions it names, e.g. max_compiles={'step': 1}",
     "max_leak": "fail the test when, after it and a garbage collection, the frameworks still hold more than this size of the memory it allocated; overrides --devmem-max-leak",
     "max_fragmentation": "fail the test when its pools' fragmentation (0 to 1, XLA's measure) goes above this at any moment; overrides --devmem-max-fragmentation",
 }
@@ -32,7 +32,7 @@ FRAMEWORKS = {"jax": "jax", "tf": "tensorflow", "tensorflow": "tensorflow"}
 MARKER_HELP = (
     "devmem(mode=None, fraction=None, limit=None, tolerance=None, frameworks=(), max_compiles=None, max_leak=None, max_fragmentation=None): measure this test's "
     "device memory, under the given regime (a child process when it differs from the session's); "
-    "fail it above `limit` bytes (e.g. '2GiB'), when it needs more than `max_compiles` executables of one JAX function, "
+    "fail it above `limit` bytes (e.g. '2GiB'), when one of its jitted functions needs more than `max_compiles` executables, "
     "when the frameworks still hold more than `max_leak` of its memory after it (e.g. '1MiB'), "
     "or when its pools' fragmentation goes above `max_fragmentation` (0 to 1)."
 )
@@ -47,7 +47,7 @@ class MarkSpec:
     limit: int | None = None
     tolerance: str | None = None
     frameworks: tuple[str, ...] = ()
-    max_compiles: int | None = None
+    max_compiles: int | dict[str, int] | None = None
     max_leak: int | None = None
     max_fragmentation: float | None = None
     max_fragmentation_off: bool = False  # max_fragmentation=None given: the session's bound does not apply
@@ -90,10 +90,11 @@ def parse_mark(args: tuple[object, ...], kwargs: dict[str, object]) -> MarkSpec 
         if max_leak is not None and max_leak < 0:
             return f"@pytest.mark.devmem max_leak={kwargs['max_leak']!r}: must be 0 bytes or more, e.g. max_leak='1MiB'"
         max_compiles = kwargs.get("max_compiles")
-        if max_compiles is not None and (
-            isinstance(max_compiles, bool) or not isinstance(max_compiles, int) or max_compiles < 0
-        ):
-            return f"@pytest.mark.devmem max_compiles={shown_value(max_compiles)}: must be a whole number, 0 or more, e.g. max_compiles=1"
+        if max_compiles is not None and not _valid_max_compiles(max_compiles):
+            return (
+                f"@pytest.mark.devmem max_compiles={shown_value(max_compiles)}: must be a whole number, 0 or more "
+                "(e.g. max_compiles=1), or a dict from function names to such numbers (e.g. max_compiles={'step': 1})"
+            )
         max_fragmentation = kwargs.get("max_fragmentation")
         if max_fragmentation is not None:
             max_fragmentation = parse_max_fragmentation(max_fragmentation)
@@ -101,6 +102,15 @@ def parse_mark(args: tuple[object, ...], kwargs: dict[str, object]) -> MarkSpec 
         return f"@pytest.mark.devmem: {exc}"
     off = "max_fragmentation" in kwargs and kwargs["max_fragmentation"] is None
     return MarkSpec(mode, fraction, limit, tolerance, frameworks, max_compiles, max_leak, max_fragmentation, off)  # type: ignore[arg-type]
+
+
+def _valid_max_compiles(value: object) -> bool:
+    def count(bound: object) -> bool:
+        return isinstance(bound, int) and not isinstance(bound, bool) and bound >= 0
+
+    if isinstance(value, dict):
+        return bool(value) and all(isinstance(name, str) and name and count(bound) for name, bound in value.items())
+    return count(value)
 
 
 def parse_max_fragmentation(value: object) -> float:
@@ -156,27 +166,68 @@ def normalize_frameworks(value: object) -> tuple[str, ...]:
 
 
 def compiles_verdict(
-    compiled: list[str] | None, max_compiles: int | None, needed: dict[str, int] | None = None
+    needed: dict[str, int] | None,
+    max_compiles: int | dict[str, int] | None,
+    functions: dict[str, dict[str, object]] | None = None,
 ) -> str | None:
-    """The failure when the test needs more executables of one function than its marker allows: a
-    function retraced on every call. Counted per function, so the small executables JAX compiles
-    for its own operations (`jnp.ones` and the like) do not add up against the user's; and counted
-    as what the test needs (`needed`: each distinct executable it ran, compiled during it or found
-    in a cache), not as what happened to compile during it, which depends on what ran before in the
-    process: the same verdict alone, in a shard, under xdist or in the full run."""
-    if max_compiles is None or (compiled is None and needed is None):
+    """The failure when the test needs more executables of one jitted function than its marker
+    allows: a function compiled again for new shapes, dtypes or static arguments. Counted as what the
+    test *needs* (`needed`: each distinct executable it ran, compiled during it or found in a cache),
+    not as what happened to compile during it, which depends on what ran before in the process.
+
+    `max_compiles=N` bounds each of the test's own functions: JAX's eager helpers (`functions`'
+    `by_jax`: `jnp.zeros`' `broadcast_in_dim`, `jax.random.normal`'s `_normal`), which JAX compiles
+    once per shape, do not count. `max_compiles={"step": 1}` bounds the functions it names (by
+    name, `step`, or as JAX names the executable, `jit(step)`), JAX's own included, and fails where
+    the test ran no function of that name. The message names each function and the shapes of each
+    executable it needed."""
+    if max_compiles is None or needed is None:
         return None
-    counts: dict[str, int] = dict(needed) if needed is not None else {}
-    if needed is None:
-        for name in compiled or ():
-            counts[name] = counts.get(name, 0) + 1
+    functions = functions or {}
+    if isinstance(max_compiles, dict):
+        bounds: dict[str, int] = {}
+        missing = []
+        for key, bound in max_compiles.items():
+            matched = [name for name in needed if key in (name, _function_name(name))]
+            if not matched:
+                missing.append(key)
+            bounds.update(dict.fromkeys(matched, bound))
+        if missing:
+            ran = ", ".join(needed) or "none"
+            return f"max_compiles names {', '.join(map(repr, missing))}, which the test did not run (it ran: {ran})"
+    else:
+        bounds = {name: max_compiles for name in needed if not functions.get(name, {}).get("by_jax")}
     over = sorted(
-        ((name, count) for name, count in counts.items() if count > max_compiles), key=lambda item: (-item[1], item[0])
+        ((name, needed[name], bound) for name, bound in bounds.items() if needed[name] > bound),
+        key=lambda item: (-item[1], item[0]),
     )
     if not over:
         return None
-    named = ", ".join(f"{name} needed {count} executables" for name, count in over)
-    return f"the test needs more than max_compiles={max_compiles} compiles of a function (each executable it ran, compiled here or found in a cache): {named} (retraced on every call? shapes, dtypes or static arguments that change)"
+    lines = [
+        "the test compiled a function more often than max_compiles allows (each distinct executable it needed, compiled here or found in a cache):"
+    ]
+    for name, count, bound in over:
+        where = functions.get(name, {}).get("defined_in")
+        lines.append(f"  {name}{f' ({where})' if where else ''}: {count} executables, max_compiles={bound}")
+        signatures = functions.get(name, {}).get("signatures")
+        if isinstance(signatures, list):
+            lines += [f"    {signature}" for signature in signatures[:MAX_SIGNATURES_SHOWN]]
+            if len(signatures) > MAX_SIGNATURES_SHOWN:
+                lines.append(f"    ... and {len(signatures) - MAX_SIGNATURES_SHOWN} more")
+    lines.append(
+        "  a new shape, dtype or static argument compiles it again (pad or bucket shapes; mark arguments static only where they take few values)"
+    )
+    return "\n".join(lines)
+
+
+MAX_SIGNATURES_SHOWN = 8
+"""Executables of one function whose parameters a max_compiles failure lists."""
+
+
+def _function_name(executable: str) -> str:
+    """ "step" of "jit(step)" (JAX's name for a jitted function's executable); the name itself otherwise."""
+    head, _, rest = executable.partition("(")
+    return rest[:-1] if head and rest.endswith(")") else executable
 
 
 def leak_verdict(kept: dict[str, int] | None, max_leak: int | None) -> str | None:

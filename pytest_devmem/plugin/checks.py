@@ -85,7 +85,7 @@ class Checks:
         spec = marked(item)
         failure = oom_verdict(record) or limit_verdict(record.peak_bytes_in_use, record.limit_bytes)
         if failure is None and spec is not None:
-            failure = compiles_verdict(captured.compiled, spec.max_compiles, captured.needed)
+            failure = compiles_verdict(captured.needed, spec.max_compiles, captured.functions)
         if failure is None:
             failure = leak_verdict(captured.kept, self.max_leak(item))
         if failure is None:

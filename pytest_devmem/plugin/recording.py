@@ -115,6 +115,8 @@ def make_record(
             record.trace["compiled"] = captured.compiled
             if captured.needed:
                 record.trace["needed"] = captured.needed
+            if captured.functions:
+                record.trace["functions"] = captured.functions
     return record
 
 

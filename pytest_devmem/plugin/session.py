@@ -166,6 +166,10 @@ class DevmemSession:
             if unmeasured:
                 config.hook.pytest_deselected(items=unmeasured)
                 items[:] = [item for item in items if measured(item)]
+        if any(measured(item) for item in items):
+            # before any test runs: a test's figures must not depend on whether the tests before it
+            # were measured (what JAX compiled, or left set on its thread, before the hooks went in)
+            self.measurement.watch_frameworks()
         for item in items:
             regime = item.stash[regime_key]
             if regime is not None and regime != self.settings.regime and not self.is_child:

@@ -10,7 +10,7 @@ import pytest
 
 from pytest_devmem.capture import TraceRecorder
 from pytest_devmem.capture.jax import JaxCapture
-from pytest_devmem.capture.jax.executables import parse_donations
+from pytest_devmem.capture.jax.executables import parse_donations, parse_signature
 from pytest_devmem.units import MiB
 
 
@@ -172,6 +172,40 @@ def test_debug_nans_keeps_its_check_and_the_fast_path_stays_traced(capture: tupl
     assert [action for action, *_ in trace].count("allocate") == 3
     after = events(recorder, lambda: [root(ones) for _ in range(3)])
     assert [action for action, *_ in after].count("allocate") == 3 and jax_capture.window.failure == ""
+
+
+def test_a_capture_installed_after_jax_left_its_thread_post_hook_set_still_sees_the_fast_path(
+    jax_loaded: object,
+) -> None:
+    """Every `with config.debug_nans(False)` (core.jaxpr_as_fun enters one, so differentiating a
+    model does) leaves the thread's post-hook set to None, which shadows the global hook for good
+    (jax/_src/api.py, `_update_debug_special_thread_local`). A capture installed after that, as in a
+    run where an unmeasured test ran first, must still see every run on the fast path."""
+    import jax
+    import jax.numpy as jnp
+    from jax._src import api, config
+
+    with config.debug_nans(False):
+        pass
+    assert api._post_hook_state.get_local() is None  # what JAX leaves behind
+    recorder = TraceRecorder()
+    jax_capture = JaxCapture(recorder)
+    assert jax_capture.install(), jax_capture.note
+    try:
+        step = jax.jit(lambda a: jnp.tanh(a) * 2)
+        x = jnp.ones(1024)
+        trace = events(recorder, lambda: [step(x) for _ in range(4)])
+        assert jax_capture.window.executables["jit(<lambda>)"] == 4
+        assert [event[3] for event in trace].count("jit(<lambda>)") == 8  # four outputs allocated and freed
+    finally:
+        jax_capture.uninstall()
+    assert api._post_hook_state.get_local() is None  # the thread's value back as JAX set it
+
+
+def test_an_executables_signature_is_read_from_the_compiled_module_header() -> None:
+    header = "HloModule jit_f, entry_computation_layout={(f32[4,3]{1,0}, /*index=1*/bf16[3]{0:T(256)})->(f32[4]{0}, s32[])}, x={}"
+    assert parse_signature(header) == "(f32[4,3], bf16[3])->(f32[4], s32[])"
+    assert parse_signature("HloModule jit_f") == ""
 
 
 def test_donations_are_read_from_the_compiled_module_header() -> None:

@@ -421,14 +421,144 @@ def test_a_function_retraced_on_every_call_is_caught_by_max_compiles(
     result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-report=r.json")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
-        ["*the test needs more than max_compiles=1 compiles of a function*jit(scale) needed 4 executables*"]
+        [
+            "*the test compiled a function more often than max_compiles allows*",
+            "*jit(scale) (scale at *test_a_function_retraced_on_every_call_is_caught_by_max_compiles.py:5): 4 executables, max_compiles=1",
+        ]
     )
+    assert "\n    (f32[8])->f32[8]\n    (f32[16])->f32[16]\n" in result.stdout.str()
     records = {r["test_id"].split("::")[-1]: r for r in json.loads((pytester.path / "r.json").read_text())["records"]}
     assert records["test_stable"]["trace"]["needed"]["jit(scale)"] == 1 and records["test_stable"]["compiles"] >= 1
     assert (
         records["test_retraces"]["trace"]["compiled"].count("jit(scale)") == 4
         and records["test_retraces"]["trace"]["needed"]["jit(scale)"] == 4
     )
+    scale = records["test_retraces"]["trace"]["functions"]["jit(scale)"]
+    assert scale["signatures"] == [f"(f32[{n}])->f32[{n}]" for n in (8, 16, 24, 32)] and not scale["by_jax"]
+
+
+MLP = """
+import jax
+import jax.numpy as jnp
+import pytest
+
+
+def init_params(key, sizes):
+    keys = jax.random.split(key, len(sizes) - 1)
+    return [
+        {"w": jax.random.normal(k, (m, n)) * (2 / m) ** 0.5, "b": jnp.zeros((n,))}
+        for k, m, n in zip(keys, sizes[:-1], sizes[1:])
+    ]
+
+
+def loss_fn(params, x, y):
+    for layer in params[:-1]:
+        x = jax.nn.relu(x @ layer["w"] + layer["b"])
+    logits = x @ params[-1]["w"] + params[-1]["b"]
+    return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits) * y, axis=-1))
+
+
+@jax.jit
+def train_step(params, x, y):
+    loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+    return jax.tree_util.tree_map(lambda p, g: p - 0.01 * g, params, grads), loss
+
+
+@pytest.fixture
+def params():
+    return init_params(jax.random.PRNGKey(0), [64, 32, 10])
+
+
+def batch(n):
+    return jnp.ones((n, 64)), jax.nn.one_hot(jnp.zeros((n,), jnp.int32), 10)
+"""
+
+
+def test_max_compiles_counts_the_tests_own_functions_not_jaxs_eager_helpers(
+    jax_loaded: object, pytester: pytest.Pytester
+) -> None:
+    """JAX runs `jnp.zeros`, `jnp.ones` and `jax.random.normal` as jitted functions of its own
+    (`dispatch.xla_primitive_callable`, `random._normal`), compiled once per shape, in the fixture and
+    in the test: `max_compiles=1` holds the user's step, which compiles once, and fails the one
+    compiled for three batch sizes, naming it and its shapes."""
+    pytester.makepyfile(
+        MLP
+        + """
+
+@pytest.mark.devmem(max_compiles=1)
+def test_step_compiles_once(params):
+    x, y = batch(32)
+    for _ in range(3):
+        params, loss = train_step(params, x, y)
+
+
+@pytest.mark.devmem(max_compiles=1)
+def test_step_compiled_for_three_batch_sizes(params):
+    for n in (8, 16, 32):
+        params, loss = train_step(params, *batch(n))
+
+
+@pytest.mark.devmem(max_compiles={"train_step": 3})
+def test_named_bound_allows_three(params):
+    for n in (8, 16, 32):
+        params, loss = train_step(params, *batch(n))
+
+
+@pytest.mark.devmem(max_compiles={"jit(broadcast_in_dim)": 1})
+def test_named_bound_on_a_jax_helper(params):
+    params, loss = train_step(params, *batch(8))
+
+
+@pytest.mark.devmem(max_compiles={"trian_step": 1})
+def test_named_bound_on_a_function_never_run(params):
+    params, loss = train_step(params, *batch(8))
+"""
+    )
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--devmem-report=r.json")
+    outcomes = {
+        r["test_id"].split("::")[-1]: r["outcome"]
+        for r in json.loads((pytester.path / "r.json").read_text())["records"]
+    }
+    assert outcomes == {
+        "test_step_compiles_once": "passed",
+        "test_step_compiled_for_three_batch_sizes": "failed",
+        "test_named_bound_allows_three": "passed",
+        "test_named_bound_on_a_jax_helper": "failed",
+        "test_named_bound_on_a_function_never_run": "failed",
+    }, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_step_compiled_for_three_batch_sizes _*",
+            "*jit(train_step) (train_step at *.py:21): 3 executables, max_compiles=1",
+        ]
+    )
+    assert "f32[16,64], f32[16,10])->" in result.stdout.str()
+    result.stdout.fnmatch_lines(
+        ["*jit(broadcast_in_dim) (broadcast_in_dim at *dispatch.py:*): * executables, max_compiles=1"]
+    )
+    result.stdout.fnmatch_lines(
+        ["*max_compiles names 'trian_step', which the test did not run (it ran: *jit(train_step)*"]
+    )
+    assert "jit(train_step)" not in result.stdout.str().split("_ test_step_compiled_for_three_batch_sizes _")[0]
+
+
+@pytest.mark.parametrize("value", [{}, {"step": -1}, {"step": True}, {1: 1}, {"": 1}, [1], 1.5])
+def test_a_bad_max_compiles_errors_the_test_naming_the_value(
+    jax_loaded: object, pytester: pytest.Pytester, value: object
+) -> None:
+    pytester.makepyfile(
+        f"""
+        import pytest
+
+        @pytest.mark.devmem(max_compiles={value!r})
+        def test_it():
+            pass
+        """
+    )
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    assert f"max_compiles={value!r}: must be a whole number, 0 or more" in result.stdout.str()
+    assert "or a dict from function names to such numbers" in result.stdout.str()
 
 
 LAYER = """

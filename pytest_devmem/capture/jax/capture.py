@@ -32,7 +32,7 @@ from typing import Any
 
 from ..patches import Patches
 from ..recorder import FLUSH_CHECK, TraceRecorder
-from .executables import ExecutablePlan, Executables
+from .executables import ExecutablePlan, Executables, defined_by_jax, source_of
 from .holdings import Holdings, Owner
 from .lowering import compiling_for_target
 from .post_hook import post_hook_slot
@@ -44,6 +44,8 @@ TESTED_JAX = "0.10"
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 """The monitoring event JAX records once per executable XLA compiles (jax._src.dispatch)."""
 DEVICE_PUT = "device_put"
+SIGNATURE_CHARACTERS = 200
+"""How much of an executable's parameter shapes a record keeps (a step over a large pytree has hundreds)."""
 
 
 @dataclass
@@ -53,9 +55,9 @@ class JaxWindow:
     executables: dict[str, int] = field(default_factory=dict)  # name -> runs
     temp_unknown: set[str] = field(default_factory=set)  # executables whose memory analysis failed
     compiled: list[str] = field(default_factory=list)  # executables XLA compiled in the window, by name
-    used: dict[str, set[int]] = field(
+    used: dict[str, dict[int, ExecutablePlan]] = field(
         default_factory=dict
-    )  # name -> the distinct executables run (compiled here or found in a cache)
+    )  # name -> the distinct executables run (compiled here or found in a cache), by id
     failure: str = ""  # the capture's own error, if one stopped it: the trace is then incomplete
 
 
@@ -99,13 +101,13 @@ class JaxCapture:
             dict(window.executables),
             set(window.temp_unknown),
             window.compiled,
-            {name: set(plans) for name, plans in window.used.items()},
+            {name: dict(plans) for name, plans in window.used.items()},
             window.failure,
         )
         for step, runs in taken.items():
             plan = self._step_plans[step]
             merged.executables[plan.label] = merged.executables.get(plan.label, 0) + runs
-            merged.used.setdefault(plan.label, set()).add(id(plan))
+            merged.used.setdefault(plan.label, {})[id(plan)] = plan
             if not plan.temp_known:
                 merged.temp_unknown.add(plan.label)
         return merged
@@ -230,6 +232,27 @@ class JaxCapture:
             needed[name] = max(needed.get(name, 0), count)
         return dict(sorted(needed.items()))
 
+    def functions(self) -> dict[str, dict[str, object]]:
+        """Per function the window ran (by executable name, "jit(step)"): the parameters' shapes of
+        each distinct executable it needed (`signatures`), where it is defined (`defined_in`, "step at
+        model.py:12", from JAX's debug info; "" where not known) and whether JAX itself defined it
+        (`by_jax`: its eager helpers, `jnp.zeros`' `broadcast_in_dim` and the like, compiled once per
+        shape). The same in any test order, as `needed`."""
+        found: dict[str, dict[str, object]] = {}
+        for name, plans in sorted(self.window.used.items()):
+            defined_in = next((plan.defined_in for plan in plans.values() if plan.defined_in), "")
+            found[name] = {
+                "signatures": [  # in the order the test first ran them
+                    plan.signature
+                    if len(plan.signature) <= SIGNATURE_CHARACTERS
+                    else plan.signature[:SIGNATURE_CHARACTERS] + "..."
+                    for plan in plans.values()
+                ],
+                "defined_in": defined_in,
+                "by_jax": bool(defined_in) and defined_by_jax(defined_in),
+            }
+        return found
+
     def window_sizes(self) -> dict[str, dict[str, object]]:
         """Per executable run in the window, where a GPU sizer was asked for: the compile its temp
         bytes come from, the CPU compile's for comparison, and why where it kept the CPU's."""
@@ -261,10 +284,15 @@ class JaxCapture:
 
         def get_fastpath_data(executable: Any, *args: Any, **kwargs: Any) -> Any:
             data = original(executable, *args, **kwargs)
+            try:
+                plan = executables.known(executable.unsafe_call) if executable is not None else None
+            except Exception:
+                return None
+            if plan is not None and not plan.defined_in:  # the run just made: its function, from JAX's debug info
+                plan.defined_in = source_of(executable)
             if data is None:
                 return None
             try:
-                plan = executables.known(executable.unsafe_call)
                 if plan is None or not data.out_avals:
                     return None  # never seen run, or nothing to name it by: the Python path for it
                 return data if executables.remember(data.out_avals[0], data.out_shardings[0], plan) else None
@@ -518,7 +546,7 @@ class JaxCapture:
         )
         runs = self._window.executables
         runs[label] = runs.get(label, 0) + 1
-        self._window.used.setdefault(label, set()).add(id(plan))
+        self._window.used.setdefault(label, {})[id(plan)] = plan
         if not plan.temp_known:
             self._window.temp_unknown.add(label)
         for index, output in enumerate(outputs):

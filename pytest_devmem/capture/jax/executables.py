@@ -10,7 +10,9 @@ aliases where shapes match and to `buffer_donor` entries that XLA may alias whil
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +25,7 @@ STEP_CACHE_LIMIT = 4096
 reuse their aval and sharding objects run after run)."""
 _ALIAS_ENTRY = re.compile(r"\{([\d,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}")
 _DONOR_ENTRY = re.compile(r"\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}\s*\)")
+_LAYOUT = re.compile(r"\{[^{}]*\}|/\*[^*]*\*/")  # a shape's layout in HLO text (`{1,0}`, `{1,0:T(8,128)}`), a comment
 
 
 @dataclass(eq=False)
@@ -43,6 +46,8 @@ class ExecutablePlan:
     cpu_temp: int | None = None  # the CPU compile's temp bytes, where another target's are used
     size_note: str = ""  # why it keeps the CPU compile's sizes although a GPU target was asked
     refused: dict[str, object] | None = None  # the target's compiler refused it for memory: its message and figures
+    signature: str = ""  # its parameters' shapes as XLA compiled them, e.g. "f32[128,784], s32[]"
+    defined_in: str = ""  # the traced function, "name at file:line" (JAX's debug info); "" where not known
     runs_read_arguments: bool = field(init=False)  # donations to follow or host values to transfer
     temp_label: str = field(init=False)
     argument_label: str = field(init=False)
@@ -69,6 +74,35 @@ class ExecutablePlan:
         )
 
 
+def source_of(executable: Any) -> str:
+    """Where a `pxla.MeshExecutable`'s function is defined, "name at file:line" as JAX's debug info
+    has it (`_all_args_info.debug_info.func_src_info`, jax/_src/interpreters/pxla.py); "" where not."""
+    try:
+        return str(executable._all_args_info.debug_info.func_src_info or "")
+    except Exception:
+        return ""
+
+
+_JAX_FOLDERS: tuple[str, ...] | None = None
+
+
+def defined_by_jax(defined_in: str) -> bool:
+    """Whether "name at file:line" names a file of JAX's own packages (jax, jaxlib): JAX's eager
+    operations run as jitted functions of its own (`jax._src.dispatch.xla_primitive_callable`, and
+    `jnp`/`jax.random` helpers such as `_normal`), compiled once per shape."""
+    global _JAX_FOLDERS
+    if not _JAX_FOLDERS:  # read once JAX is imported
+        folders = []
+        for name in ("jax", "jaxlib"):
+            path = getattr(sys.modules.get(name), "__file__", None)
+            if path:
+                folders.append(os.path.dirname(os.path.realpath(path)) + os.sep)
+        _JAX_FOLDERS = tuple(folders)
+    _, _, place = defined_in.rpartition(" at ")
+    path = os.path.realpath(place.rsplit(":", 1)[0]) if place else ""
+    return bool(path) and path.startswith(_JAX_FOLDERS)
+
+
 def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
     """Read the plan of a `pxla.ExecuteReplicated` (the callable behind a compiled jit executable).
     With a GPU `sizer` (capture/jax/gpu_compile.py), its temp bytes are those of the same computation
@@ -90,7 +124,8 @@ def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
         else:
             note = str(getattr(sizes, "reason", "not compiled for the GPU target"))
     tokens = len(getattr(executable, "ordered_effects", ()) or ())  # effect tokens lead inputs and outputs
-    aliases, donors = _donations(xla_executable)
+    header = _module_header(xla_executable)
+    aliases, donors = parse_donations(header)
     aliases = {
         output - tokens: parameter - tokens
         for output, parameter in aliases.items()
@@ -111,6 +146,7 @@ def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
         cpu_temp=cpu_temp if sized_for != "cpu" else None,
         size_note=note,
         refused=refused,
+        signature=parse_signature(header),
     )
 
 
@@ -121,14 +157,21 @@ def _temp_size(xla_executable: Any) -> int | None:
         return None
 
 
-def _donations(xla_executable: Any) -> tuple[dict[int, int], set[int]]:
-    """(output index -> parameter aliased to it, parameters donated without an alias) of the compiled module."""
+def _module_header(xla_executable: Any) -> str:
+    """The first line of the compiled module's HLO text ("" where the backend gives none)."""
     try:
         modules = xla_executable.hlo_modules()
         text = modules[0].to_string() if modules else ""
     except Exception:
-        return {}, set()
-    return parse_donations(text.split("\n", 1)[0])
+        return ""
+    return text.split("\n", 1)[0]
+
+
+def parse_signature(header: str) -> str:
+    """The parameters' and results' shapes of `entry_computation_layout={(f32[4,3]{1,0}, bf16[3]{0})->f32[4]{0}}`
+    in an HLO module's header, layouts and index comments left out: "(f32[4,3], bf16[3])->f32[4]" ("" where
+    the header has none)."""
+    return " ".join(_LAYOUT.sub("", _attribute(header, "entry_computation_layout")).split())
 
 
 def parse_donations(header: str) -> tuple[dict[int, int], set[int]]:

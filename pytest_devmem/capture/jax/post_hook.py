@@ -7,6 +7,13 @@ NaN check there while `jax_debug_nans` or `jax_debug_infs` is on, and takes it o
 `set_global(None)` or `set_local(None)`. So the slot is shared: every subscriber is called, then
 whatever hook JAX itself set, and JAX's own updates go through a stand-in for its state object so
 they never drop the subscribers.
+
+A thread's own value shadows the global one, and JAX leaves one behind: every `with
+config.debug_nans(False)` (which `core.jaxpr_as_fun` enters, so differentiating some programs does)
+calls `_update_debug_special_thread_local`, which sets the thread's post-hook to None, and nothing
+unsets it (jax/_src/api.py). From then on the fast path calls no global hook on that thread. So a
+subscriber also joins the value JAX left on the subscribing thread; a hook installed after such a
+program ran would otherwise see no run on the fast path.
 """
 
 from __future__ import annotations
@@ -45,12 +52,16 @@ class PostHookSlot:
         self._real = api._post_hook_state
         self.jax_global: Any = self._real.get_global()
         self.jax_local = threading.local()
+        self._unset = _unset_marker()
         self._subscribers: list[PostHook] = []
 
     def subscribe(self, hook: PostHook) -> None:
-        if not self._subscribers:  # JAX's own hook, as JAX last set it while nobody shared the slot
+        if not self._subscribers:  # JAX's own hooks, as JAX last set them while nobody shared the slot
             self.jax_global = self._real.get_global()
             self._api._post_hook_state = _StateStandIn(self, self._real)
+            local = self._real.get_local() if self._unset is not None else None
+            if self._unset is not None and local is not self._unset:
+                self.jax_local.hook = local  # this thread's own value, None where a debug_nans(False) left it
         self._subscribers.append(hook)
         self.refresh()
 
@@ -59,6 +70,8 @@ class PostHookSlot:
             self._subscribers.remove(hook)
         if not self._subscribers:
             self._api._post_hook_state = self._real
+            if hasattr(self.jax_local, "hook"):  # this thread's value back as JAX set it
+                self._real.set_local(self.jax_local.hook)
         self.refresh()
 
     def refresh(self) -> None:
@@ -68,6 +81,8 @@ class PostHookSlot:
             self._real.set_global(self._subscribers[0])
         else:
             self._real.set_global(self.chain_with(self.jax_global))
+        if self._subscribers and hasattr(self.jax_local, "hook"):  # a thread value JAX set shadows the global
+            self._real.set_local(self.chain_with(self.jax_local.hook))
 
     def chain_with(self, jax_hook: Any) -> Any:
         """A hook that calls every current subscriber, then `jax_hook` (None: nothing more)."""
@@ -84,6 +99,16 @@ class PostHookSlot:
         return chained
 
 
+def _unset_marker() -> Any:
+    """The value a JAX config state's `get_local()` returns where the thread set none (jax/_src/config.py:
+    `config_ext.unset`); None where this JAX has no such marker."""
+    try:
+        from jax._src import config  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return getattr(getattr(config, "config_ext", None), "unset", None)
+
+
 _slot: PostHookSlot | None = None
 
 
@@ -96,7 +121,9 @@ def post_hook_slot() -> PostHookSlot | None:
         except ImportError:
             return None
         state = getattr(api, "_post_hook_state", None)
-        if state is None or not all(hasattr(state, name) for name in ("get_global", "set_global", "set_local")):
+        if state is None or not all(
+            hasattr(state, name) for name in ("get_global", "set_global", "get_local", "set_local")
+        ):
             return None
         _slot = PostHookSlot(api)
     return _slot
