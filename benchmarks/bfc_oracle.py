@@ -274,6 +274,11 @@ def largest_free_visible(free: int, fragmentation: float) -> int | None:
     return first * 256 if first == last else None
 
 
+HOST_CAPACITY = 64 * 2**30
+"""The machine's capacity when it replays a sequence: more than any limit drawn, so that
+TensorFlow's own limit (TF_CPU_BFC_MEM_LIMIT_IN_MB) is what bounds it, as on the host."""
+
+
 def compare_group(result: dict[str, Any]) -> GroupResult:
     """Replay one group's captured traces through the model's pool made as TensorFlow's CPU
     allocator (`tensorflow_cpu_setup` under the group's limit), and compare after every event: bytes
@@ -282,6 +287,7 @@ def compare_group(result: dict[str, Any]) -> GroupResult:
     allocation fails. The pool carries from one sequence to the next, as the allocator does."""
     from pytest_devmem.errors import OutOfMemoryError
     from pytest_devmem.model.frameworks import tensorflow_cpu_setup, tensorflow_growth_pool
+    from pytest_devmem.model.machine import MachineSpec, run_machine
     from pytest_devmem.model.trace import Trace
 
     setup = tensorflow_cpu_setup({"TF_CPU_BFC_MEM_LIMIT_IN_MB": str(result["limit_mb"])})
@@ -372,6 +378,17 @@ def compare_group(result: dict[str, Any]) -> GroupResult:
                 )
         if stopped:
             break
+        if number == 0 and failure is None and window["stats"] and window["stats"][-1] is not None:
+            # the record's headline, from the whole machine's replay of the sequence (a fresh
+            # allocator, as the first sequence's is): the allocator's own peak, to the byte
+            headline = run_machine(trace, {"tensorflow": setup}, MachineSpec(capacity=HOST_CAPACITY)).headline
+            check(
+                number,
+                len(trace),
+                "the machine's headline peak in use",
+                window["stats"][-1][1],
+                headline.peak_bytes_in_use if headline is not None else None,
+            )
     check(-1, -1, "regions taken", [tuple(region) for region in regions], pool.regions())
     return outcome
 

@@ -24,11 +24,15 @@ from ..files import TEMPORARY_SUFFIX, ensure_directory, file_name, read_json, te
 from ..model.pool.policy import canonical_label
 from ..model.profile import decode_profile
 from .changes import contributors_of, metrics_of
-from .record import BaselineEntry, TestRecord
+from .record import BaselineEntry, TestRecord, requested_peak_only
 from .tolerance import METRICS
 
 FORMAT = "pytest-devmem-baseline"
-VERSION = 1
+VERSION = 2
+"""2: `peak_bytes_in_use` is what the allocator counts (whole chunks), `peak_bytes_requested` beside it.
+A version 1 file's `peak_bytes_in_use` was the requested bytes: read as `peak_bytes_requested`, with no
+allocator's count (`record.requested_peak_only`)."""
+READABLE_VERSIONS = (1, VERSION)
 
 
 class BaselineFormatError(FileFormatError):
@@ -339,9 +343,10 @@ def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry
 
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise fail(f'not a pytest-devmem baseline (expected "format": "{FORMAT}")', '"format"')
-    if document.get("version") != VERSION:
+    version = document.get("version")
+    if isinstance(version, bool) or version not in READABLE_VERSIONS:
         raise fail(
-            f"baseline format version {document.get('version')!r} is not supported (this pytest-devmem reads version {VERSION})",
+            f"baseline format version {version!r} is not supported (this pytest-devmem reads versions {', '.join(map(str, READABLE_VERSIONS))})",
             '"version"',
         )
     if device_class is not None and document.get("device_class") != device_class:
@@ -372,10 +377,12 @@ def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry
                 problem = figure_problem(name, value)
                 if problem:
                     raise fail(f"record {test_id!r} metric {problem}", json.dumps(name))
+            if version == 1:
+                metrics = requested_peak_only(metrics)
             reason = data.get("reason", "")
             if not isinstance(reason, str):
                 raise fail(f'record {test_id!r} "reason" must be text', needle)
-            if metrics.get("peak_bytes_in_use") is None and not reason:
+            if metrics.get("peak_bytes_in_use") is None and metrics.get("peak_bytes_requested") is None and not reason:
                 raise fail(
                     f'record {test_id!r} regime {stored_regime!r} has no peak_bytes_in_use figure and no "reason" why: '
                     "a baseline without figures would let any change pass",
@@ -400,6 +407,8 @@ def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry
                     problem = figure_problem(name, value) if name in METRICS else f"unknown metric {name!r}"
                     if problem:
                         raise fail(f"record {test_id!r} device metric {problem}", json.dumps(name))
+            if version == 1:
+                devices = {name: requested_peak_only(figures) for name, figures in devices.items()}
             profile = data.get("profile", {})
             if profile != {} and decode_profile(profile) is None:
                 raise fail(

@@ -24,6 +24,22 @@ def kept_cpu_sizes(record: TestRecord) -> list[str]:
     return [str(note) for note in found if KEPT_CPU_SIZES in str(note)] if isinstance(found, list) else []
 
 
+DEVICE_METRICS = ("peak_bytes_in_use", "peak_bytes_reserved", "fragmentation", "peak_bytes_requested")
+"""A device's figures a baseline keeps, in the order they are written."""
+
+
+def requested_peak_only(figures: dict[str, object]) -> dict[str, object]:
+    """Figures written before `peak_bytes_in_use` was the allocator's count (baseline format 1, report
+    format 2 and earlier), as they read now: their `peak_bytes_in_use` was the live data's peak, each
+    request rounded to 256 bytes, so it is `peak_bytes_requested`, and the allocator's count, never
+    written, is None. The gate compares such a figure with the requested bytes (`changes.compare`)."""
+    migrated = dict(figures)
+    if "peak_bytes_in_use" in migrated and "peak_bytes_requested" not in migrated:
+        migrated["peak_bytes_requested"] = migrated.pop("peak_bytes_in_use")
+        migrated["peak_bytes_in_use"] = None
+    return migrated
+
+
 def _figure(value: object) -> float | int | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -89,6 +105,9 @@ class TestRecord:
     tolerance: str | None = None  # the tolerance its baseline comparison used (the marker's, or the session's)
     compile_target: str | None = None  # whose compile sized JAX's executables: "cpu", "native", or a GPU
     tpu: dict[str, object] | None = None  # on a TPU preset: the generation, who sized it, bytes defragmentation moved
+    # the peak device's most live data at once, each request rounded to 256 bytes (`peak_bytes_in_use`
+    # counts whole chunks, as the allocator does); None where nothing was traced or in older reports
+    peak_bytes_requested: int | None = None
     trace_events: Trace | None = field(default=None, repr=False, compare=False)  # in memory only
     run: MachineRun | None = field(default=None, repr=False, compare=False)  # in memory only
 
@@ -143,6 +162,9 @@ class TestRecord:
             if headline is not None
             else (0 if run is not None else None),
             fragmentation=headline.fragmentation if headline is not None else None,
+            peak_bytes_requested=headline.peak_bytes_requested
+            if headline is not None
+            else (0 if run is not None else None),
             oom=oom,
             outcome=outcome,
             sources={reading.source: reading for reading in readings},
@@ -173,12 +195,7 @@ class TestRecord:
         """Each device's gated figures, by device name (empty for a one-device test: the headline is its figures)."""
         if not self.devices or len(self.devices) < 2:
             return {}
-        return {
-            str(d.get("device")): {
-                name: _figure(d.get(name)) for name in ("peak_bytes_in_use", "peak_bytes_reserved", "fragmentation")
-            }
-            for d in self.devices
-        }
+        return {str(d.get("device")): {name: _figure(d.get(name)) for name in DEVICE_METRICS} for d in self.devices}
 
     def to_json(self) -> dict[str, object]:
         """Plain JSON data with a stable key order."""
@@ -189,6 +206,7 @@ class TestRecord:
             "device_class": self.device_class,
             "peak_bytes_in_use": self.peak_bytes_in_use,
             "peak_bytes_reserved": self.peak_bytes_reserved,
+            "peak_bytes_requested": self.peak_bytes_requested,
             "fragmentation": self.fragmentation,
             "peak_device": self.peak_device,
             "worst_fragmentation": self.worst_fragmentation,
@@ -242,4 +260,5 @@ class TestRecord:
             tolerance=data.get("tolerance") if isinstance(data.get("tolerance"), str) else None,  # type: ignore[arg-type]
             compile_target=data.get("compile_target") if isinstance(data.get("compile_target"), str) else None,  # type: ignore[arg-type]
             tpu=data.get("tpu") if isinstance(data.get("tpu"), dict) else None,  # type: ignore[arg-type]
+            peak_bytes_requested=_figure(data.get("peak_bytes_requested")),  # type: ignore[arg-type]
         )

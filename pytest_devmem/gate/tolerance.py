@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ..units import format_size, format_sizes_apart, parse_size
 
-BYTE_METRICS = ("peak_bytes_in_use", "peak_bytes_reserved")
+BYTE_METRICS = ("peak_bytes_in_use", "peak_bytes_reserved", "peak_bytes_requested")
 METRICS = (*BYTE_METRICS, "fragmentation")
 DEFAULT_FLOOR = "1MiB"
 """The absolute amount a byte metric may always move by, unless a spec gives its own (`5%,0B`: none)."""

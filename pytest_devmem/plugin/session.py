@@ -267,12 +267,20 @@ class DevmemSession:
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
         if (
-            call.when in ("setup", "call") and report.skipped and not hasattr(report, "wasxfail") and measured(item)
-        ):  # it measured nothing: no figure
-            why = str(report.longrepr[2]).removeprefix("Skipped: ") if isinstance(report.longrepr, tuple) else "skipped"
+            call.when in ("setup", "call") and report.skipped and measured(item)
+        ):  # skipped, or failed as expected (xfail): it measured nothing a baseline could hold, so no figure
+            if hasattr(report, "wasxfail"):
+                why = f"xfailed: {report.wasxfail}" if report.wasxfail else "xfailed"
+            else:
+                reason = (
+                    str(report.longrepr[2]).removeprefix("Skipped: ")
+                    if isinstance(report.longrepr, tuple)
+                    else "skipped"
+                )
+                why = f"skipped: {reason}"
             report.devmem_unrecorded = [  # type: ignore[attr-defined]
                 (item.stash.get(regime_key, None) or self.settings.default_regime).label,
-                f"skipped: {why}",
+                why,
             ]
             if call.when == "call":
                 if captured_key in item.stash:

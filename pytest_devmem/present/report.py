@@ -12,7 +12,7 @@ from pathlib import Path
 from ..errors import FileFormatError
 from ..files import read_json
 from ..gate.baseline import figure_problem
-from ..gate.record import TestRecord
+from ..gate.record import TestRecord, requested_peak_only
 from ..gate.targets import TargetTable
 from ..gate.tolerance import METRICS, parse_tolerance
 from ..model.explain import oom_summary
@@ -22,10 +22,12 @@ from .text import markdown, terminal
 
 REPORT_FORMATS = (".json", ".csv", ".md")
 FORMAT = "pytest-devmem-report"
-VERSION = 2
+VERSION = 3
 """A JSON report's `format` and `version` (docs/report.schema.json). Fields are added, never removed;
-version 2 made `oom` an object (which allocation, where, of what kind) where version 1 said yes or no."""
-READABLE_VERSIONS = (1, 2)
+version 2 made `oom` an object (which allocation, where, of what kind) where version 1 said yes or no;
+version 3 made `peak_bytes_in_use` what the allocator counts (whole chunks), with the live data's peak
+beside it as `peak_bytes_requested`: an older report's peak is read as the latter (`read_report`)."""
+READABLE_VERSIONS = (1, 2, 3)
 """Report versions this pytest-devmem reads."""
 COLUMNS = ("test", "regime", "peak in use", "peak reserved", "fragmentation", "oom", "outcome", "allocators")
 """`allocators`: whose allocations the trace holds (jax, tensorflow, pool). `sources` keeps one meaning
@@ -327,6 +329,8 @@ def read_report(path: str | os.PathLike[str]) -> ReportFile:
     ):
         raise ReportFormatError(f"{shown}:{_line_of(text, json.dumps('unrecorded'))}: {UNRECORDED_RULE}")
     version = document.get("version", 1)
+    if version != VERSION:  # its peak was the requested bytes: read as such, on the record and on each device
+        records = [_requested_peak_only(record) for record in records]
     targets = None
     if document.get("targets") is not None:
         try:
@@ -334,6 +338,14 @@ def read_report(path: str | os.PathLike[str]) -> ReportFile:
         except ValueError as exc:
             raise ReportFormatError(f"{shown}:{_line_of(text, json.dumps('targets'))}: {exc}") from None
     return ReportFile(Path(path), session, records, version if version in READABLE_VERSIONS else 1, unrecorded, targets)
+
+
+def _requested_peak_only(record: dict[str, object]) -> dict[str, object]:
+    migrated = requested_peak_only(record)
+    devices = migrated.get("devices")
+    if isinstance(devices, list):
+        migrated["devices"] = [requested_peak_only(d) if isinstance(d, dict) else d for d in devices]
+    return migrated
 
 
 def _record_problem(record: object) -> str | None:

@@ -71,6 +71,7 @@ EQUAL_FREE_CHUNKS = [2 * MiB, 2 * MiB, -1, 1 * MiB, -1, -1, 1 * MiB, -1]
 """2 MiB takes a 2 MiB region, the next 2 MiB half of a 4 MiB one; the first freed, each region
 holds a free 2 MiB chunk when 1 MiB comes."""
 FIXED_GROUPS = {
+    "seven arrays, 1024 MiB": Group(1024, [[100 * MiB] * 7]),
     "readme, 1024 MiB": Group(1024, [SEVEN_THEN_LARGER]),
     "readme, 760 MiB": Group(760, [SEVEN_THEN_LARGER]),
     "equal free chunks": Group(1024, [EQUAL_FREE_CHUNKS, EQUAL_FREE_CHUNKS]),
@@ -90,6 +91,20 @@ def test_readme_fragmentation_case_agrees_under_both_limits(fixed_cases: dict[st
     fits, fails = fixed_cases["readme, 1024 MiB"], fixed_cases["readme, 760 MiB"]
     assert not fits.disagreements and not fails.disagreements, summarize([fits, fails])
     assert (fits.failures, fails.failures) == (0, 1)
+    assert fits.checks["the machine's headline peak in use"] == 1  # compared where nothing failed
+
+
+@needs_tensorflow
+def test_the_records_headline_is_tensorflows_own_peak_where_chunks_are_handed_out_whole(
+    fixed_cases: dict[str, GroupResult],
+) -> None:
+    """Seven 100 MiB tensors in TensorFlow's growing CPU allocator: regions of 128, 256 and 512 MiB,
+    and a 100 MiB request takes a 128 MiB chunk whole where the rest is under the request and under
+    128 MiB (bfc_allocator.cc). The machine's headline, replayed from the captured trace, is
+    TensorFlow's own `peak_bytes_in_use` to the byte, above the 700 MiB requested."""
+    result = fixed_cases["seven arrays, 1024 MiB"]
+    assert not result.disagreements, summarize([result])
+    assert result.checks["the machine's headline peak in use"] == 1
 
 
 @needs_tensorflow

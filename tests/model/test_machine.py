@@ -55,14 +55,14 @@ def test_each_device_has_its_own_pool_64_mib_on_two_devices_fit_128_mib_devices(
     trace = events(("allocate", 1, 64 * MiB, "jax", "cpu:1"), ("allocate", 2, 64 * MiB, "jax", "cpu:2"))
     result = run(trace, 128 * MiB)
     assert result.fits
-    assert [(d.device, d.peak_bytes_in_use, d.peak_bytes_reserved) for d in result.devices] == [
-        ("cpu:1", 64 * MiB, 96 * MiB),
-        ("cpu:2", 64 * MiB, 96 * MiB),
+    # the allocator counts the unsplit chunk (bfc_allocator.cc): the 96 MiB pool is under twice 64 MiB
+    # and wastes under 128 MiB, so it is handed out whole; 64 MiB were requested
+    assert [(d.device, d.peak_bytes_in_use, d.peak_bytes_requested, d.peak_bytes_reserved) for d in result.devices] == [
+        ("cpu:1", 96 * MiB, 64 * MiB, 96 * MiB),
+        ("cpu:2", 96 * MiB, 64 * MiB, 96 * MiB),
     ]
     headline = result.headline
-    assert headline is not None and headline.device == "cpu:1" and headline.peak_bytes_in_use == 64 * MiB
-    # XLA's own counter counts the unsplit chunk: 96 MiB is under twice 64 MiB and wastes under 128 MiB
-    assert headline.peak_chunk_bytes == 96 * MiB
+    assert headline is not None and headline.device == "cpu:1" and headline.peak_bytes_in_use == 96 * MiB
 
 
 def test_a_sharded_array_counts_its_shard_on_every_device() -> None:
@@ -313,7 +313,7 @@ def test_the_figures_are_the_same_with_or_without_a_timeline(mode: str, seed: in
     assert drawn.timeline is not None and len(drawn.timeline) == len(trace)
     for figures in drawn.devices:
         _, in_use, _, fragmentation = drawn.timeline.series(figures.device)
-        assert max(in_use) == figures.peak_bytes_in_use
+        assert max(in_use) == figures.peak_bytes_requested  # the picture draws the live data
         assert max(fragmentation, default=0.0) == pytest.approx(figures.worst_fragmentation or 0.0, abs=1e-6)
 
 

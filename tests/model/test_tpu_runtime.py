@@ -197,7 +197,7 @@ def test_the_shared_runtime_replays_as_one_allocator_with_every_buffer_would(see
     alone = on_v5e([(action, pointer, size, "jax") for action, pointer, size, _ in events])
     (chip,), (reference,) = shared.devices, alone.devices
     assert (shared.oom is None) == (alone.oom is None)
-    for name in ("peak_bytes_in_use", "peak_chunk_bytes", "peak_event", "fragmentation", "worst_fragmentation"):
+    for name in ("peak_bytes_in_use", "peak_bytes_requested", "peak_event", "fragmentation", "worst_fragmentation"):
         assert getattr(chip, name) == getattr(reference, name), name
     assert [(a.moved_bytes, a.compactions) for a in chip.allocators] == [
         (a.moved_bytes, a.compactions) for a in reference.allocators

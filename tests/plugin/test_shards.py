@@ -264,7 +264,7 @@ def test_a_test_under_another_regime_runs_in_its_child_in_the_shard_that_holds_i
         assert result.ret == pytest.ExitCode.OK, result.stdout.str()
         for record in json.loads((pytester.path / f"s{group}.json").read_text())["records"]:
             assert record["test_id"] not in measured, "a test ran in two shards"
-            measured[record["test_id"]] = (record["regime"], record["peak_bytes_in_use"])
+            measured[record["test_id"]] = (record["regime"], record["peak_bytes_requested"])
     assert measured["test_regimes.py::test_in_a_child"] == ("growth", 5 * MiB)
     assert len(measured) == 6
 
@@ -323,7 +323,7 @@ def test_a_test_measured_in_two_reports_with_different_figures_is_an_error_namin
     [
         (lambda d: d["session"].update(device_class="sim-80GiB"), "device class 'sim-16GiB'"),
         (lambda d: d["session"].update(regime="growth"), "session regime prealloc"),
-        (lambda d: d.update(version=1), "version 2 report"),
+        (lambda d: d.update(version=1), "version 3 report"),
     ],
     ids=["device class", "regime", "format version"],
 )
@@ -654,7 +654,7 @@ def test_xdist_workers_whose_largest_tests_fit_together_say_so(pytester: pytest.
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
         [
-            "*xdist: the 2 largest tests fit side by side on sim:1GiB, each worker under fraction=0.375 (each at its peak at once): 600.00 MiB in use at most*"
+            "*xdist: the 2 largest tests fit side by side on sim:1GiB, each worker under fraction=0.375 (each at its peak at once): 768.00 MiB in use at most*"
         ]
     )
 

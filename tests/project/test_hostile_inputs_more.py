@@ -564,7 +564,7 @@ def test_child(devmem, n):
     clean(result)
     result.assert_outcomes(passed=3)
     peaks = {
-        r["test_id"]: r["peak_bytes_in_use"] for r in json.loads((pytester.path / "r.json").read_text())["records"]
+        r["test_id"]: r["peak_bytes_requested"] for r in json.loads((pytester.path / "r.json").read_text())["records"]
     }
     assert peaks == {
         "test_ids.py::test_child[line\nbreak]": MiB,

@@ -16,12 +16,15 @@ device k are one device, as GPU k is for both), in time order:
 * then every allocation and free, in order. A framework fails only when one of its allocations
   cannot be served; the replay stops there, as the process would (`stop_on_oom`).
 
-A device's `peak_bytes_in_use` is the most live data its allocators held at once: each request
-rounded up to 256 bytes, as XLA rounds it (what the tensors need). `peak_chunk_bytes` is XLA's own
-counter (`bytes_in_use` in `memory_stats()`), which also counts the remainder of a chunk too small
-to split off (bfc_allocator.cc: a chunk under twice the request and wasting under 128 MiB is handed
-out whole). `peak_bytes_reserved` is the most its allocators held from it (contexts apart, counted in
-`context_bytes`), and `fragmentation` XLA's measure over its pools at the moment of its peak.
+A device's `peak_bytes_in_use` is the most its allocators counted in use at once, as XLA's and
+TensorFlow's BFC allocators count it (`bytes_in_use += chunk->size` in bfc_allocator.cc, what
+`memory_stats()["peak_bytes_in_use"]` and TensorFlow's `get_memory_info` report): a chunk's whole
+size, with the remainder too small to split off (a chunk is handed out whole where the rest is under
+the request and under 128 MiB). `peak_bytes_requested` is the most live data at once, each request
+rounded up to 256 bytes as XLA rounds it (what the tensors need); the two differ by the unsplit
+remainders. `peak_bytes_reserved` is the most its allocators held from the device (contexts apart,
+counted in `context_bytes`); the contributors at the peak and `fragmentation` are taken at the
+moment its live data peaked.
 """
 
 from __future__ import annotations
@@ -241,9 +244,9 @@ def _device_figures(
         device=device.name,
         capacity=spec.capacity,
         context_bytes=len(device.contexts) * spec.context,
-        peak_bytes_in_use=device.peak_in_use,
+        peak_bytes_in_use=device.peak_chunks,
         peak_bytes_reserved=device.peak_held,
-        peak_chunk_bytes=device.peak_chunks,
+        peak_bytes_requested=device.peak_in_use,
         fragmentation=device.fragmentation_at_peak,
         worst_fragmentation=device.worst_fragmentation,
         worst_fragmentation_event=device.worst_event,

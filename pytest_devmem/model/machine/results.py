@@ -108,22 +108,25 @@ class DeviceFigures:
     device: str
     capacity: int
     context_bytes: int
-    peak_bytes_in_use: int  # live data, each request rounded to 256 bytes
+    peak_bytes_in_use: (
+        int  # what the allocators count in use (XLA's bytes_in_use): chunks handed out, whole where not split
+    )
     peak_bytes_reserved: int
-    peak_chunk_bytes: int  # XLA's bytes_in_use: chunks handed out, whole where not split
-    fragmentation: float | None  # at this device's peak in use; None when nothing was allocated
+    peak_bytes_requested: int  # live data, each request rounded to 256 bytes as XLA rounds it
+    fragmentation: float | None  # at this device's peak of live data; None when nothing was allocated
     worst_fragmentation: float | None  # the highest over the test, and after which event
     worst_fragmentation_event: int | None
     allocators: tuple[AllocatorFigures, ...]
-    at_peak: dict[str, int]  # who held the memory at this device's peak (bytes asked), largest first
-    peak_event: int
+    at_peak: dict[str, int]  # who held the memory at this device's peak of live data (bytes asked), largest first
+    peak_event: int  # the event after which its live data peaked
 
     def to_json(self) -> dict[str, object]:
         return {
             "device": self.device,
             "peak_bytes_in_use": self.peak_bytes_in_use,
             "peak_bytes_reserved": self.peak_bytes_reserved,
-            "peak_chunk_bytes": self.peak_chunk_bytes,
+            "peak_bytes_requested": self.peak_bytes_requested,
+            "peak_chunk_bytes": self.peak_bytes_in_use,  # the same figure, under the name reports gave it first
             "fragmentation": self.fragmentation,
             "worst_fragmentation": self.worst_fragmentation,
             "worst_fragmentation_event": self.worst_fragmentation_event,
