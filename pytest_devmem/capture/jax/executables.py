@@ -25,6 +25,22 @@ _ALIAS_ENTRY = re.compile(r"\{([\d,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}
 _DONOR_ENTRY = re.compile(r"\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}\s*\)")
 
 
+class NotRunnable:
+    """A sizer's answer for a program its target cannot run (the TPU compiler refused it, or no
+    topology has its devices): the program's call raises `error()` instead of running, as there."""
+
+    def error(self) -> Exception:
+        raise NotImplementedError
+
+    def refusal(self) -> dict[str, object] | None:
+        """The compiler's refusal for memory, with its figures, for the record; None for another reason."""
+        return None
+
+    def note(self) -> str:
+        """Why, where it is no refusal for memory."""
+        return ""
+
+
 @dataclass(eq=False)
 class ExecutablePlan:
     """The facts of one executable that every run repeats."""
@@ -43,6 +59,7 @@ class ExecutablePlan:
     cpu_temp: int | None = None  # the CPU compile's temp bytes, where another target's are used
     size_note: str = ""  # why it keeps the CPU compile's sizes although a GPU target was asked
     refused: dict[str, object] | None = None  # the target's compiler refused it for memory: its message and figures
+    raises: NotRunnable | None = None  # the target cannot run it: its call raises this instead of running
     runs_read_arguments: bool = field(init=False)  # donations to follow or host values to transfer
     temp_label: str = field(init=False)
     argument_label: str = field(init=False)
@@ -77,16 +94,15 @@ def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
     devices = [device_label(device) for device in xla_executable.local_devices()]
     temp = cpu_temp = _temp_size(xla_executable)
     sized_for, note, refused = "cpu", "", None
+    raises: NotRunnable | None = None
     if sizer is not None:
         sizes = sizer.sizes_for(executable)
         if hasattr(sizes, "temp_bytes"):
             temp, sized_for = int(sizes.temp_bytes), str(sizes.target)
-        elif hasattr(sizes, "available"):  # the target's compiler refused it: it would never run there
-            refused, sized_for, temp = (
-                sizes.to_json(),
-                str(sizes.target),
-                0,
-            )  # no temp of its own: the record's OOM says why
+        elif isinstance(sizes, NotRunnable):  # it never runs there, nor here: its call raises
+            raises, refused, note = sizes, sizes.refusal(), sizes.note()
+            if refused is not None:  # the target's compiler refused it for memory: no temp of its own
+                sized_for, temp = str(refused.get("target")), 0
         else:
             note = str(getattr(sizes, "reason", "not compiled for the GPU target"))
     tokens = len(getattr(executable, "ordered_effects", ()) or ())  # effect tokens lead inputs and outputs
@@ -111,6 +127,7 @@ def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
         cpu_temp=cpu_temp if sized_for != "cpu" else None,
         size_note=note,
         refused=refused,
+        raises=raises,
     )
 
 
