@@ -189,8 +189,8 @@ def tpu_regime_refusal(spec: TpuSpec, asked: str) -> str:
     return (
         f"{asked} is a GPU regime, and sim:{spec.preset} is a {spec.description}: JAX does not preallocate on a TPU and "
         "XLA_PYTHON_CLIENT_* do not apply there; the TPU runtime takes HBM on demand and defragments it when an "
-        "allocation does not fit, which the `compact` regime models (the default on a TPU preset; `ondemand` leaves "
-        "out the defragmentation). Leave the mode and fraction out, or use --devmem-mode=compact"
+        "allocation does not fit, which the `compact` regime models (the default on a TPU preset; `ondemand` models "
+        "no fragmentation at all). Leave the mode and fraction out, or use --devmem-mode=compact"
     )
 
 

@@ -40,7 +40,7 @@ def machine_spec(device: Device, context_bytes: int | None) -> MachineSpec:
 
 def allocator_setups(policy: Policy, device: Device) -> dict[str, AllocatorSetup]:
     """Each framework's allocator under `policy`, with TensorFlow's own variables as this process has them."""
-    return setups_for(policy, device.capacity, os.environ)
+    return setups_for(policy, device.capacity, os.environ, tpu=getattr(device, "tpu", None) is not None)
 
 
 def make_record(

@@ -651,11 +651,46 @@ def test_tensorflow_figures_under_a_tpu_preset_are_said_to_be_its_cpu_allocators
         "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json"
     )
     result.assert_outcomes(passed=1)
+    # shown as what they are: the host's, TensorFlow's CPU allocator's
+    result.stdout.fnmatch_lines(
+        ["*test_tf*(cpu:0: the host's, not a chip's)*2.00 MiB*tensorflow (its CPU allocator, on the host)"]
+    )
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
     assert record["tpu"]["tensorflow"] == "CPU allocator's figures, not sized for the TPU"
     assert any(
         "TensorFlow's figures are its CPU allocator's, not a TPU v5e's" in note for note in record["trace"]["notes"]
     )
+    # TensorFlow's CPU allocator grows from 2 MiB (process_state.cc: allow_growth, 64 GiB at most):
+    # nothing is derived from a GPU's system reserve (15.75 GiB less 1.5 GiB was 14.25 GiB reserved)
+    (allocator,) = record["devices"][0]["allocators"]
+    assert record["peak_bytes_reserved"] == 2 * MiB == allocator["peak_bytes_reserved"]
+    assert allocator["limit"] == 64 * GiB and allocator["setup"].startswith("its CPU allocator")
+
+
+REAL_KINDS = {"TPU v5 lite": "TPU-v5e", "TPU v5": "TPU-v5p", "TPU v4": "TPU-v4", "TPU v6 lite": "TPU-v6e"}
+"""What `device_kind` a real TPU's JAX devices have, and the preset of that generation."""
+
+
+@pytest.mark.tpu
+def test_real_tpu_devices_are_the_presets_whole_chips_and_refuse_as_the_preset_does(jax_loaded: Any) -> None:
+    """On a real TPU VM: one JAX device per chip (megacore on v4 and v5p), each with the usable HBM
+    its preset states (the runtime's `bytes_limit`, within 1%), and a program too large for a chip
+    raises RESOURCE_EXHAUSTED at its call, as the preset's call does."""
+    import jax
+    import jax.numpy as jnp
+
+    device = jax.devices()[0]
+    preset = REAL_KINDS.get(device.device_kind)
+    if preset is None:
+        pytest.skip(f"no preset for {device.device_kind}")
+    spec = TPU_SPECS[preset]
+    assert {d.core_on_chip for d in jax.devices()} == {0}  # one device per chip
+    assert len({tuple(d.coords) for d in jax.devices()}) == len(jax.devices())
+    limit = int((device.memory_stats() or {}).get("bytes_limit", 0))
+    assert abs(limit - spec.usable_bytes) <= spec.usable_bytes // 100, (limit, spec.usable_text)
+    rows = spec.hbm_per_chip // 4 // 1024
+    with pytest.raises(jax.errors.JaxRuntimeError, match="RESOURCE_EXHAUSTED"):
+        jax.jit(lambda: jnp.ones((rows, 1024), jnp.float32) + 1)()
 
 
 @pytest.mark.tpu
@@ -665,7 +700,7 @@ def test_real_tpu_replayed_peak_matches_jax_memory_stats(jax_loaded: Any, pytest
     import jax
 
     kind = jax.devices()[0].device_kind  # "TPU v5 lite", "TPU v5", "TPU v4", "TPU v6 lite"
-    preset = {"TPU v5 lite": "TPU-v5e", "TPU v5": "TPU-v5p", "TPU v4": "TPU-v4", "TPU v6 lite": "TPU-v6e"}.get(kind)
+    preset = REAL_KINDS.get(kind)
     if preset is None:
         pytest.skip(f"no preset for {kind}")
     pytester.makepyfile(
