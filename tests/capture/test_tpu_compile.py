@@ -84,6 +84,13 @@ def test_a_preset_runs_megacore_where_jax_says_the_chip_supports_it(jax_loaded: 
         assert spec.topology_for(4).chip_config_name == ("megacore" if chip.supports_megacore else None)
 
 
+def test_sizes_cached_for_a_chip_config_are_never_taken_for_another() -> None:
+    """The disk cache's keys name the chip config: a v4 entry cached when its devices were
+    TensorCores (split mode) is not read for its megacore devices."""
+    assert TpuSizer(TPU_SPECS["TPU-v4"])._target_text() == "tpu:v4:megacore"
+    assert TpuSizer(TPU_SPECS["TPU-v5e"])._target_text() == "tpu:v5e"
+
+
 @pytest.mark.parametrize(
     ("preset", "devices", "topology", "bounds"),
     [

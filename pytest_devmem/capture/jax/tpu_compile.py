@@ -366,7 +366,11 @@ class TpuSizer(GpuSizer):
         return self._versions
 
     def _target_text(self) -> str:
-        return f"tpu:{self.spec.generation}"  # type: ignore[attr-defined]
+        """The generation, and its chip config where the presets name one: sizes cached for v4's split
+        mode (two devices per chip) are never taken for its megacore devices."""
+        spec: TpuSpec = self.spec  # type: ignore[assignment]
+        config = spec.chip_config_name
+        return f"tpu:{spec.generation}" + (f":{config}" if config else "")
 
     def _failed(self, exc: Exception) -> Any:
         text = str(exc)
