@@ -83,12 +83,10 @@ class Client:
 
             from pytest_devmem.capture.jax.tpu_compile import quiet_libtpu
 
-            name, bounds, take = self.spec.topology_for(count)
+            wanted = self.spec.topology_for(count)
             with quiet_libtpu():
-                topology = topologies.get_topology_desc(
-                    topology_name=name, platform="tpu", **({"chips_per_host_bounds": bounds} if bounds else {})
-                )
-            self.devices[count] = list(topology.devices)[:take]
+                topology = topologies.get_topology_desc(topology_name=wanted.name, platform="tpu", **wanted.options())
+            self.devices[count] = list(topology.devices)
         return self.devices[count]
 
     def compile(

@@ -2,10 +2,13 @@
 attention step and small arrays take, on this machine without a GPU or TPU.
 
     python scripts/tpu_figures.py [--hbm]
+    python scripts/tpu_figures.py --presets
 
 Each figure is the compiler's own (memory analysis of a deviceless compile through pytest-devmem's
 GPU and TPU targets); a column whose compiler is not installed says so. `--hbm` adds the HBM each
-TPU compiler says is available (the figure in its refusal of a program too large for the chip).
+TPU compiler says is available (the figure in its refusal of a program too large for the chip)
+beside the presets' own. `--presets` prints docs/tpu.md's table of the presets (no compiler needed;
+tests/project/test_docs.py checks the page holds it).
 """
 
 from __future__ import annotations
@@ -95,7 +98,11 @@ def mib(value: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hbm", action="store_true", help="also the HBM each TPU compiler says is available")
+    parser.add_argument("--presets", action="store_true", help="only docs/tpu.md's table of the presets")
     args = parser.parse_args(argv)
+    if args.presets:
+        print(presets_table())
+        return 0
     quiet_start()
     import jax.numpy as jnp
 
@@ -152,6 +159,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def presets_table() -> str:
+    """docs/tpu.md's table of the TPU presets, from the presets themselves."""
+    from pytest_devmem.model.tpu_targets import TPU_SPECS
+
+    lines = [
+        "| preset | HBM per chip (data sheet) | JAX devices per chip (a TPU VM's `jax.devices()`) "
+        '| usable per device (the compiler\'s "available HBM") |',
+        "| --- | --- | --- | --- |",
+    ]
+    for name, spec in TPU_SPECS.items():
+        per_chip = f"{spec.devices_per_chip} (megacore)" if spec.megacore else str(spec.devices_per_chip)
+        lines.append(f"| `sim:{name}` | {spec.hbm_per_chip // 2**30} GiB | {per_chip} | {spec.usable_text} |")
+    return "\n".join(lines)
+
+
 def hbm_table() -> str:
     """Per TPU preset: the data sheet's HBM, and what the installed compiler says is available."""
     import importlib.metadata
@@ -178,9 +200,8 @@ def hbm_table() -> str:
         except Exception as exc:
             match = re.search(r"available HBM \(([\d.]+G)\)", str(exc))
             stated = match.group(1) if match else f"({type(exc).__name__})"
-        lines.append(
-            f"| sim:{name} | {spec.hbm_per_chip // 2**30} GiB | {spec.devices_per_chip} | {stated} | {spec.usable_text} |"
-        )
+        per_chip = f"{spec.devices_per_chip} (megacore)" if spec.megacore else str(spec.devices_per_chip)
+        lines.append(f"| sim:{name} | {spec.hbm_per_chip // 2**30} GiB | {per_chip} | {stated} | {spec.usable_text} |")
     return "\n".join(lines)
 
 

@@ -222,7 +222,9 @@ def machine_of(
     them). A TPU preset's chips have no CUDA context, and what names no device is chip 0's, as the
     plugin's replay has them (plugin/recording.py `machine_spec`)."""
     platform = "tpu" if tpu else default_device.partition(":")[0]
-    return MachineSpec.of_device(capacity, name, compute_capability, platform=platform), setups_for(policy, capacity)
+    return MachineSpec.of_device(capacity, name, compute_capability, platform=platform), setups_for(
+        policy, capacity, tpu=tpu
+    )
 
 
 def on_chips(trace: Trace, device_spec: str | None) -> Trace:

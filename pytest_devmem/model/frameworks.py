@@ -66,6 +66,7 @@ class AllocatorSetup:
     fraction: float = DEFAULT_PREALLOC_FRACTION
     limit: int | None = None
     collect: bool = False
+    host: bool = False  # TensorFlow's CPU allocator (its tensors on the host), not a device's
 
     @property
     def name(self) -> str:
@@ -85,6 +86,8 @@ class AllocatorSetup:
     def describe(self, fraction_variable: str = FRACTION_VARIABLE) -> str:
         """The settings behind this setup, as a user would write them."""
         if self.kind == "tensorflow":
+            if self.host:
+                return f"its CPU allocator: BFC growing to at most {format_size(self.limit or 0)} ({TF_CPU_LIMIT_VARIABLE})"
             if self.mode == "growth":
                 return "TF_FORCE_GPU_ALLOW_GROWTH=true"
             if self.mode == "limit":
@@ -160,7 +163,7 @@ def tensorflow_cpu_setup(environ: Mapping[str, str] | None = None) -> AllocatorS
         megabytes = int(value) if value is not None else DEFAULT_TF_CPU_LIMIT_MB
     except ValueError:  # TensorFlow logs the error and keeps its default
         megabytes = DEFAULT_TF_CPU_LIMIT_MB
-    return AllocatorSetup("tensorflow", "growth", limit=megabytes * MiB, collect=False)
+    return AllocatorSetup("tensorflow", "growth", limit=megabytes * MiB, collect=False, host=True)
 
 
 def tensorflow_growth_pool(setup: AllocatorSetup, device: Device, limit: int) -> BFCPool:
@@ -169,13 +172,17 @@ def tensorflow_growth_pool(setup: AllocatorSetup, device: Device, limit: int) ->
     return BFCPool(device, Policy.of("growth", 1.0), bytes_limit=limit, release_free_regions=setup.collect)
 
 
-def setups_for(policy: Policy, capacity: int, environ: Mapping[str, str] | None = None) -> dict[str, AllocatorSetup]:
+def setups_for(
+    policy: Policy, capacity: int, environ: Mapping[str, str] | None = None, *, tpu: bool = False
+) -> dict[str, AllocatorSetup]:
     """Each trace source's allocator under a regime: JAX and the pool follow its policy, TensorFlow
-    its own variables, then the regime."""
+    its own variables, then the regime. On a TPU (`tpu`) TensorFlow's tensors stay on the host
+    (model/tpu_devices.py), where its allocator is its CPU allocator (`tensorflow_cpu_setup`): no
+    GPU's system reserve, no regime of the chips."""
     return {
         "jax": setup_for_policy("jax", policy),
         "pool": setup_for_policy("pool", policy),
-        "tensorflow": tensorflow_setup(policy, capacity, environ),
+        "tensorflow": tensorflow_cpu_setup(environ) if tpu else tensorflow_setup(policy, capacity, environ),
     }
 
 

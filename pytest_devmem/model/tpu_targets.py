@@ -1,16 +1,26 @@
 """The simulated TPUs: one `TpuSpec` per preset, with its HBM and the topology N JAX devices form.
 
-Each JAX device a test uses stands for one TPU device as libtpu's compile-only topologies give them
+Each JAX device a test uses stands for one device of that generation as `jax.devices()` shows it on
+a TPU VM, and as libtpu's compile-only topologies give it
 (`jax.experimental.topologies.get_topology_desc(topology_name="v5e:2x2", platform="tpu")`): one per
-chip on v5e, v5p and v6e; on v4, one per TensorCore (two per chip: libtpu 0.0.42's compile-only v4
-topologies have two devices per chip, each with half the chip's HBM). N devices are compiled for
-that generation's topology of N devices; a count with no such topology is refused.
+chip on every generation. v5e and v6e chips have one TensorCore. v4 and v5p chips have two, which a
+TPU VM runs as one device ("megacore": JAX's `ChipVersion.supports_megacore`, jax/_src/pallas/mosaic/
+tpu_info.py, is true for v4 and v5p only, and jax/_src/mesh_utils.py makes meshes on TPUs after v3 of
+one device per chip, "megacore" mode; jax-ml/jax discussion #36155: "On TPU v4, a JAX logical device
+is normally configured as a Megacore containing two physical TensorCores"). libtpu's compile-only v4
+topologies default to the split mode, two devices per chip of half its HBM each; the megacore chip
+config (`chip_config_name="megacore"`) gives one device per chip with all of it, as the TPU VM does.
+
+N devices are compiled for the generation's slice of N chips where there is one (1, 4, 8, 16...:
+`v5e:2x2`, `v4:2x2x1`), else for a line of N chips on one host (`v5e:2x1` with
+`chips_per_host_bounds=(2, 1, 1)`: a 2-device mesh inside a host's 4 chips), as libtpu forms one for
+any count up to `MAX_CHIPS_PER_HOST`; a count it cannot form is refused, naming those it can.
 
 HBM per chip is the Cloud TPU data sheet's (cloud.google.com/tpu/docs/v4, /v5e, /v5p, /v6e: v4
 32 GiB, v5e 16 GiB, v5p 95 GiB, v6e 32 GiB). The usable part is what the TPU compiler itself states
-when it refuses a program for HBM ("... exceeds available HBM (15.75G)"), measured with libtpu
-0.0.42.1 (jax[tpu] 0.10.2) by `scripts/tpu_figures.py --hbm` and checked against the installed
-compiler by tests/capture/test_tpu_compile.py. Pure data: no framework is imported here.
+for that device when it refuses a program for HBM ("... exceeds available HBM (15.75G)"), measured
+with libtpu 0.0.42.1 (jax[tpu] 0.10.2) by `scripts/tpu_figures.py --hbm` and checked against the
+installed compiler by tests/capture/test_tpu_compile.py. Pure data: no framework is imported here.
 """
 
 from __future__ import annotations
@@ -25,6 +35,31 @@ MiB = 2**20
 MEASURED_WITH = "libtpu 0.0.42.1"
 """The libtpu whose compiler stated the usable HBM figures below."""
 
+MEGACORE = "megacore"
+"""libtpu's chip config of one device per chip over both TensorCores (v4, v5p), as a TPU VM runs them."""
+
+MAX_CHIPS_PER_HOST = 4096
+"""The most chips libtpu 0.0.42.1 puts on one host of a compile-only topology (`v5e:4097x1` with
+`chips_per_host_bounds=(4097, 1, 1)`: "INVALID_ARGUMENT: Invalid chips per host")."""
+
+
+@dataclass(frozen=True)
+class TpuTopology:
+    """What libtpu's `get_topology_desc` is asked for N devices of one generation."""
+
+    name: str  # "v5e:2x2"
+    chips_per_host_bounds: tuple[int, int, int] | None  # None: libtpu's default (2x2x1)
+    chip_config_name: str | None  # "megacore" on v4 and v5p; None: the generation's default
+
+    def options(self) -> dict[str, object]:
+        """The keyword arguments of `get_topology_desc` beside the name and platform."""
+        options: dict[str, object] = {}
+        if self.chips_per_host_bounds is not None:
+            options["chips_per_host_bounds"] = self.chips_per_host_bounds
+        if self.chip_config_name is not None:
+            options["chip_config_name"] = self.chip_config_name
+        return options
+
 
 @dataclass(frozen=True)
 class TpuSpec:
@@ -34,26 +69,58 @@ class TpuSpec:
     generation: str  # libtpu's topology prefix: "v5e" in "v5e:2x2"
     description: str  # what users call it: "TPU v5e"
     hbm_per_chip: int  # data sheet
-    devices_per_chip: int  # JAX devices per chip in libtpu's compile-only topology
-    usable_bytes: int  # per device: the compiler's "available HBM"
+    megacore: bool  # two TensorCores run as one device (v4, v5p): libtpu's "megacore" chip config
+    usable_bytes: int  # per device (a chip): the compiler's "available HBM"
     usable_text: str  # that figure as the compiler prints it
-    topologies: tuple[tuple[int, str], ...]  # (devices, topology name), smallest first
+    slices: tuple[tuple[int, str], ...]  # (chips, shape): the generation's slices, smallest first
+
+    devices_per_chip = 1
+    """JAX devices per chip on a TPU VM: one on every generation (v4 and v5p in megacore)."""
 
     @property
     def hbm_per_device(self) -> int:
         return self.hbm_per_chip // self.devices_per_chip
 
-    def topology_for(self, devices: int) -> tuple[str, tuple[int, int, int] | None, int]:
-        """(topology name, chips_per_host_bounds or None, devices to take from it) for `devices`
-        JAX devices; InvalidSettingError naming the counts this generation has."""
-        for count, name in self.topologies:
-            if count == devices:
-                return name, (1, 1, 1) if count <= self.devices_per_chip else None, devices
-        if self.devices_per_chip > 1 and 0 < devices < self.devices_per_chip:  # part of one chip: its first cores
-            return self.topologies[0][1], (1, 1, 1), devices
-        counts = ", ".join(str(count) for count, _ in self.topologies)
-        raise InvalidSettingError(
-            f"{self.description} has no topology of {devices} device(s): a test may use {counts} JAX devices on sim:{self.preset}"
+    @property
+    def chip_config_name(self) -> str | None:
+        return MEGACORE if self.megacore else None
+
+    @property
+    def topologies(self) -> tuple[tuple[int, str], ...]:
+        """(devices, topology name) of the generation's slices."""
+        return tuple((chips, f"{self.generation}:{shape}") for chips, shape in self.slices)
+
+    def topology_for(self, devices: int) -> TpuTopology:
+        """The topology `devices` JAX devices are compiled for: the generation's slice of that many
+        chips, else a line of that many chips on one host; InvalidSettingError where libtpu forms
+        none (`counts_text` names those it does)."""
+        if not isinstance(devices, int) or isinstance(devices, bool) or devices <= 0:
+            raise InvalidSettingError(f"invalid device count {devices!r} for {self.description}: must be 1 or more")
+        for chips, shape in self.slices:
+            if chips == devices:
+                bounds = (1, 1, 1) if chips == 1 else None
+                return TpuTopology(f"{self.generation}:{shape}", bounds, self.chip_config_name)
+        if devices > MAX_CHIPS_PER_HOST:
+            raise InvalidSettingError(self.no_topology(devices))
+        line = "x".join([str(devices)] + ["1"] * (self.dimensions - 1))
+        return TpuTopology(f"{self.generation}:{line}", (devices, 1, 1), self.chip_config_name)
+
+    @property
+    def dimensions(self) -> int:
+        """2 for the 2D tori (v5e, v6e), 3 for the 3D ones (v4, v5p), as libtpu names their shapes."""
+        return self.slices[0][1].count("x") + 1
+
+    def counts_text(self) -> str:
+        """The device counts libtpu forms a topology of for this generation, in words."""
+        slices = ", ".join(f"{chips} ({self.generation}:{shape})" for chips, shape in self.slices)
+        return f"1 to {MAX_CHIPS_PER_HOST} (the slice of that many chips where there is one: {slices}; else a line of chips on one host)"
+
+    def no_topology(self, devices: int, why: str = "") -> str:
+        """Why `devices` JAX devices cannot be sized for this generation, and the counts that can."""
+        said = f" ({why})" if why else ""
+        return (
+            f"{self.description} has no topology of {devices} devices{said}: a test under sim:{self.preset} may run a "
+            f"program on {self.counts_text()} JAX devices"
         )
 
 
@@ -80,30 +147,30 @@ def _spec(
     generation: str,
     description: str,
     hbm_gib: int,
-    devices_per_chip: int,
+    megacore: bool,
     usable: str,
-    shapes: tuple[tuple[int, str], ...],
+    slices: tuple[tuple[int, str], ...],
 ) -> TpuSpec:
     return TpuSpec(
         preset=preset,
         generation=generation,
         description=description,
         hbm_per_chip=hbm_gib * GiB,
-        devices_per_chip=devices_per_chip,
+        megacore=megacore,
         usable_bytes=_usable(usable),
         usable_text=usable,
-        topologies=tuple((chips * devices_per_chip, f"{generation}:{shape}") for chips, shape in shapes),
+        slices=slices,
     )
 
 
 TPU_SPECS: dict[str, TpuSpec] = {
     spec.preset: spec
     for spec in (
-        # preset, topology prefix, name, HBM GiB per chip (data sheet), devices per chip, available HBM per device (compiler)
-        _spec("TPU-v4", "v4", "TPU v4", 32, 2, "15.25G", _THREE_D),
-        _spec("TPU-v5e", "v5e", "TPU v5e", 16, 1, "15.75G", _TWO_D),
-        _spec("TPU-v5p", "v5p", "TPU v5p", 95, 1, "95.74G", _THREE_D),
-        _spec("TPU-v6e", "v6e", "TPU v6e", 32, 1, "31.25G", _TWO_D),
+        # preset, topology prefix, name, HBM GiB per chip (data sheet), megacore, available HBM per chip (compiler)
+        _spec("TPU-v4", "v4", "TPU v4", 32, True, "30.75G", _THREE_D),
+        _spec("TPU-v5e", "v5e", "TPU v5e", 16, False, "15.75G", _TWO_D),
+        _spec("TPU-v5p", "v5p", "TPU v5p", 95, True, "95.74G", _THREE_D),
+        _spec("TPU-v6e", "v6e", "TPU v6e", 32, False, "31.25G", _TWO_D),
     )
 }
 """The TPU presets: `sim:TPU-v4`, `sim:TPU-v5e`, `sim:TPU-v5p`, `sim:TPU-v6e`."""
@@ -122,8 +189,8 @@ def tpu_regime_refusal(spec: TpuSpec, asked: str) -> str:
     return (
         f"{asked} is a GPU regime, and sim:{spec.preset} is a {spec.description}: JAX does not preallocate on a TPU and "
         "XLA_PYTHON_CLIENT_* do not apply there; the TPU runtime takes HBM on demand and defragments it when an "
-        "allocation does not fit, which the `compact` regime models (the default on a TPU preset; `ondemand` leaves "
-        "out the defragmentation). Leave the mode and fraction out, or use --devmem-mode=compact"
+        "allocation does not fit, which the `compact` regime models (the default on a TPU preset; `ondemand` models "
+        "no fragmentation at all). Leave the mode and fraction out, or use --devmem-mode=compact"
     )
 
 
@@ -141,18 +208,13 @@ def tpu_min_fraction_refusal(spec: TpuSpec, asked: str = "--devmem-find-min-frac
     )
 
 
-def require_count(spec: TpuSpec, devices: int) -> None:
-    """InvalidSettingError where `devices` JAX devices form no topology of this generation."""
-    if devices <= 0:
-        raise InvalidSettingError(f"invalid device count {devices!r} for {spec.description}: must be 1 or more")
-    spec.topology_for(devices)
-
-
 __all__ = [
+    "MAX_CHIPS_PER_HOST",
     "MEASURED_WITH",
+    "MEGACORE",
     "TPU_SPECS",
     "TpuSpec",
-    "require_count",
+    "TpuTopology",
     "tpu_min_fraction_refusal",
     "tpu_regime_refusal",
     "tpu_spec",

@@ -89,3 +89,21 @@ def out_of_memory_text(exc: BaseException) -> str | None:
     ):
         return text.splitlines()[0][:500]
     return None
+
+
+def refusal_raised_at(
+    item: pytest.Item, oom: object, excinfo: pytest.ExceptionInfo[BaseException] | None
+) -> str | None:
+    """Where the test's own code called a program the target's compiler refused, when that refusal
+    (raised at the call, as on the target) is what failed the test: `path:line` of the test's last
+    frame, or the test's name. None where the test failed otherwise."""
+    if not isinstance(oom, dict) or not oom.get("compile_time") or excinfo is None:
+        return None
+    error = str(oom.get("error", ""))
+    if not error or " ".join(str(excinfo.value).split())[: len(error)] != error:
+        return None
+    path = str(getattr(item, "path", ""))
+    frames = [entry for entry in excinfo.traceback if str(entry.path) == path]
+    if not frames:
+        return item.nodeid
+    return f"{item.location[0]}:{frames[-1].lineno + 1}"

@@ -40,7 +40,7 @@ def machine_spec(device: Device, context_bytes: int | None) -> MachineSpec:
 
 def allocator_setups(policy: Policy, device: Device) -> dict[str, AllocatorSetup]:
     """Each framework's allocator under `policy`, with TensorFlow's own variables as this process has them."""
-    return setups_for(policy, device.capacity, os.environ)
+    return setups_for(policy, device.capacity, os.environ, tpu=getattr(device, "tpu", None) is not None)
 
 
 def make_record(
@@ -150,7 +150,9 @@ def describe_tpu(record: TestRecord, description: str, captured: Captured, trace
         for name, sized_by in sorted(captured.sizes.items())
         if isinstance(sized_by.get("refused"), dict)
     ]
-    if refusals and record.oom is None:
+    if refusals and (record.oom is None or "kind" not in record.oom):
+        # the refusal the test's call raised (a TPU raises it at the call, and the program never ran
+        # here) is the compile's out-of-memory result, with its figures, never a framework's error
         name, sized_by = refusals[0]
         refusal: dict[str, object] = sized_by["refused"]  # type: ignore[assignment]
         oom = {

@@ -22,6 +22,7 @@ from ..model.regime import Regime
 from ..model.tpu_targets import TpuSpec
 from ..model.whatif import process_shares
 from ..present.summary import SessionSummary
+from ..present.text import terminal_lines
 from ..units import format_size
 from .checks import Checks
 from .compile_target import CompileTarget
@@ -34,7 +35,17 @@ from .environment import (
     tensorflow_installed,
 )
 from .fixture import DevmemFixture
-from .items import captured_key, id_of_test, mark_key, measured, oom_key, out_of_memory_text, prepare_item, regime_key
+from .items import (
+    captured_key,
+    id_of_test,
+    mark_key,
+    measured,
+    oom_key,
+    out_of_memory_text,
+    prepare_item,
+    refusal_raised_at,
+    regime_key,
+)
 from .recording import machine_spec
 from .results import SessionResults
 from .settings import Settings
@@ -299,6 +310,13 @@ class DevmemSession:
             report.longrepr = failure + self.checks.leave_artifacts(record)
             report.devmem_failure = True  # type: ignore[attr-defined]  # its own status letter, M
             record.outcome = "failed"
+            record.failed_by_devmem = True
+        elif failure is not None and (called := refusal_raised_at(item, record.oom, call.excinfo)) is not None:
+            # the call raised the target compiler's refusal, as the target does: the verdict is the failure
+            report.longrepr = (
+                f"{failure}\n  raised at the call in {terminal_lines(called)}" + self.checks.leave_artifacts(record)
+            )
+            report.devmem_failure = True  # type: ignore[attr-defined]
             record.failed_by_devmem = True
         elif failure is not None:  # failed already (a real OOM, say): add what pytest-devmem found
             report.sections.append(("pytest-devmem", failure))

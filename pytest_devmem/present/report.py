@@ -57,12 +57,36 @@ def _fragmentation(record: TestRecord) -> str:
     return text
 
 
+HOST_TENSORFLOW = "tensorflow (its CPU allocator, on the host)"
+"""TensorFlow's allocator under a TPU preset, as the tables name it: no TPU compile sizes its
+tensors, which stay on the host (model/tpu_devices.py), so its figures are never a chip's."""
+
+
+def _allocator_names(record: TestRecord, names: Iterable[str]) -> list[str]:
+    """`names` as a table shows them: under a TPU preset TensorFlow's is said to be its CPU allocator."""
+    if record.tpu is None:
+        return list(names)
+    return [HOST_TENSORFLOW if name == "tensorflow" else name for name in names]
+
+
 def _saw_memory(record: TestRecord) -> str:
     """Whose allocations the test's trace holds (jax, tensorflow, pool), or why there are none."""
     names = allocators(record)
     if names:
-        return ", ".join(names)
+        return ", ".join(_allocator_names(record, names))
     return "not traced" if (record.trace or {}).get("events") is None else "none"
+
+
+def _peak(record: TestRecord) -> str:
+    """The headline peak in use, with its device where there are several, and, under a TPU preset,
+    said to be the host's where it is no chip's (TensorFlow's CPU figures)."""
+    peak = _size(record.peak_bytes_in_use)
+    host = record.tpu is not None and str(record.peak_device or "").startswith("cpu:")
+    if record.device_count > 1:
+        peak += f" (max of {record.device_count} devices: {record.peak_device}{', the host' if host else ''})"
+    elif host:
+        peak += f" ({record.peak_device}: the host's, not a chip's)"
+    return peak
 
 
 def table_rows(records: Iterable[TestRecord], per_device: bool = True) -> list[tuple[str, ...]]:
@@ -70,14 +94,11 @@ def table_rows(records: Iterable[TestRecord], per_device: bool = True) -> list[t
     its headline (`max of N devices: gpu:k`) and, with `per_device`, a row per device under it."""
     rows: list[tuple[str, ...]] = []
     for r in records:
-        peak = _size(r.peak_bytes_in_use)
-        if r.device_count > 1:
-            peak += f" (max of {r.device_count} devices: {r.peak_device})"
         rows.append(
             (
                 r.test_id,
                 r.regime,
-                peak,
+                _peak(r),
                 _size(r.peak_bytes_reserved),
                 _fragmentation(r),
                 oom_summary(r.oom),
@@ -97,9 +118,14 @@ def table_rows(records: Iterable[TestRecord], per_device: bool = True) -> list[t
                         "",
                         "",
                         ", ".join(
-                            str(a.get("allocator"))
-                            for a in device.get("allocators") or []  # type: ignore[attr-defined]
-                            if isinstance(a, dict)
+                            _allocator_names(
+                                r,
+                                (
+                                    str(a.get("allocator"))
+                                    for a in device.get("allocators") or []  # type: ignore[attr-defined]
+                                    if isinstance(a, dict)
+                                ),
+                            )
                         ),
                     )
                 )

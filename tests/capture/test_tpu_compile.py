@@ -63,34 +63,99 @@ def tpu_devices(topology: str, bounds: tuple[int, int, int] | None = None) -> li
 def test_each_tpu_preset_is_a_device_with_the_hbm_its_compiler_says_is_available() -> None:
     for name, spec in TPU_SPECS.items():
         device = open_device(f"sim:{name.lower()}")
-        assert device.capacity == spec.usable_bytes and spec.hbm_per_device <= spec.hbm_per_chip
+        assert device.capacity == spec.usable_bytes  # (v5p: the compiler states more than the data sheet)
         assert device.device_class == f"sim-{name}" and device.tpu is spec  # type: ignore[attr-defined]
     # the data sheets: v4 32 GiB, v5e 16 GiB, v5p 95 GiB, v6e 32 GiB per chip
     assert [TPU_SPECS[n].hbm_per_chip // GiB for n in ("TPU-v4", "TPU-v5e", "TPU-v5p", "TPU-v6e")] == [32, 16, 95, 32]
     assert TPU_SPECS["TPU-v5e"].usable_bytes == round(15.75 * GiB)
+    # a v4 chip in megacore is one device with the whole chip's usable HBM, not a TensorCore's 15.25G
+    assert TPU_SPECS["TPU-v4"].usable_bytes == round(30.75 * GiB)
+
+
+def test_a_preset_runs_megacore_where_jax_says_the_chip_supports_it(jax_loaded: Any) -> None:
+    """One JAX device per chip, as a TPU VM shows them: JAX's own table of TPU chips says which
+    generations run their two TensorCores as one device (megacore), and the presets follow it."""
+    from jax._src.pallas.mosaic.tpu_info import ChipVersion
+
+    for spec in TPU_SPECS.values():
+        chip = ChipVersion(spec.generation)
+        assert spec.megacore == chip.supports_megacore, spec.preset
+        assert spec.devices_per_chip == 1
+        assert spec.topology_for(4).chip_config_name == ("megacore" if chip.supports_megacore else None)
+
+
+def test_sizes_cached_for_a_chip_config_are_never_taken_for_another() -> None:
+    """The disk cache's keys name the chip config: a v4 entry cached when its devices were
+    TensorCores (split mode) is not read for its megacore devices."""
+    assert TpuSizer(TPU_SPECS["TPU-v4"])._target_text() == "tpu:v4:megacore"
+    assert TpuSizer(TPU_SPECS["TPU-v5e"])._target_text() == "tpu:v5e"
 
 
 @pytest.mark.parametrize(
-    ("preset", "devices", "topology"),
+    ("preset", "devices", "topology", "bounds"),
     [
-        ("TPU-v5e", 1, "v5e:1x1"),
-        ("TPU-v5e", 4, "v5e:2x2"),
-        ("TPU-v5e", 8, "v5e:2x4"),
-        ("TPU-v5p", 4, "v5p:2x2x1"),
-        ("TPU-v6e", 16, "v6e:4x4"),
-        ("TPU-v4", 8, "v4:2x2x1"),
+        ("TPU-v5e", 1, "v5e:1x1", (1, 1, 1)),
+        ("TPU-v5e", 2, "v5e:2x1", (2, 1, 1)),  # a line of chips on one host where no slice has 2
+        ("TPU-v5e", 3, "v5e:3x1", (3, 1, 1)),
+        ("TPU-v5e", 4, "v5e:2x2", None),
+        ("TPU-v5e", 8, "v5e:2x4", None),
+        ("TPU-v5p", 4, "v5p:2x2x1", None),
+        ("TPU-v6e", 16, "v6e:4x4", None),
+        ("TPU-v6e", 6, "v6e:6x1", (6, 1, 1)),
+        ("TPU-v4", 2, "v4:2x1x1", (2, 1, 1)),
+        ("TPU-v4", 4, "v4:2x2x1", None),  # 4 chips in megacore, not 2 chips of 2 TensorCores
+        ("TPU-v4", 8, "v4:2x2x2", None),
     ],
 )
-def test_n_devices_form_the_generations_topology(preset: str, devices: int, topology: str) -> None:
-    assert TPU_SPECS[preset].topology_for(devices)[0] == topology
+def test_n_devices_form_the_generations_topology(
+    preset: str, devices: int, topology: str, bounds: tuple[int, int, int] | None
+) -> None:
+    wanted = TPU_SPECS[preset].topology_for(devices)
+    assert (wanted.name, wanted.chips_per_host_bounds) == (topology, bounds)
 
 
-@pytest.mark.parametrize("devices", [2, 3, 5, 6])
+@pytest.mark.parametrize("devices", [0, -1, 4097, 10_000])
 def test_a_count_with_no_topology_is_refused_naming_the_counts_allowed(devices: int) -> None:
-    with pytest.raises(
-        InvalidSettingError, match=rf"TPU v5e has no topology of {devices} device\(s\): a test may use 1, 4, 8"
-    ):
+    with pytest.raises(InvalidSettingError) as refused:
         TPU_SPECS["TPU-v5e"].topology_for(devices)
+    text = str(refused.value)
+    assert repr(devices) in text and "TPU v5e" in text
+    if devices > 0:
+        assert "1 to 4096" in text and "4 (v5e:2x2), 8 (v5e:2x4)" in text
+
+
+@needs_libtpu
+@pytest.mark.parametrize("preset", sorted(TPU_SPECS))
+def test_libtpu_forms_each_count_as_that_many_chips_one_device_each(jax_loaded: Any, preset: str) -> None:
+    """Every count the presets offer is that many devices of the installed libtpu, one per chip
+    (megacore on v4 and v5p: each device's core_on_chip is 0, and no two share a chip)."""
+    spec = TPU_SPECS[preset]
+    sizer = TpuSizer(spec)
+    assert sizer.install()
+    try:
+        for count in (1, 2, 3, 4, 8):
+            chips = sizer._target_devices(count)
+            assert len(chips) == count and {d.core_on_chip for d in chips} == {0}
+            assert len({tuple(d.coords) for d in chips}) == count
+    finally:
+        sizer.uninstall()
+
+
+@needs_libtpu
+def test_a_count_libtpu_cannot_form_is_a_program_that_raises_naming_the_counts(jax_loaded: Any) -> None:
+    """Never CPU sizes under a TPU's name: a program on a count libtpu forms no topology of is a
+    `NoTopology`, whose error names the counts allowed."""
+    from pytest_devmem.capture.jax.tpu_compile import NoTopology
+
+    sizer = TpuSizer(TPU_SPECS["TPU-v5e"])
+    assert sizer.install()
+    try:
+        recipe = type("Recipe", (), {"devices": [object()] * 4097, "arguments": {}, "source": ""})()
+        result = sizer._size_recipe(recipe)
+        assert isinstance(result, NoTopology)
+        assert isinstance(result.error(), InvalidSettingError) and "1 to 4096" in result.reason
+    finally:
+        sizer.uninstall()
 
 
 def test_the_compilers_refusal_gives_its_figures() -> None:
@@ -121,13 +186,34 @@ def test_the_usable_hbm_is_what_the_installed_tpu_compiler_states(jax_loaded: An
     from jax.sharding import SingleDeviceSharding
 
     spec = TPU_SPECS[preset]
-    chip = tpu_devices(spec.topology_for(1)[0], (1, 1, 1))[0]
+    chip = TpuSizer(spec)._target_devices(1)[0]
     too_big = jax.ShapeDtypeStruct(
         (spec.hbm_per_chip // 4 // 1024, 1024), jnp.float32, sharding=SingleDeviceSharding(chip)
     )
     with pytest.raises(Exception, match="RESOURCE_EXHAUSTED") as refused:
         jax.jit(lambda x: x + 1).lower(too_big).compile()
     assert re.search(r"available HBM \(([\d.]+G)\)", str(refused.value)).group(1) == spec.usable_text  # type: ignore[union-attr]
+
+
+@needs_libtpu
+def test_a_v4_device_holds_what_a_whole_chip_holds_in_megacore_not_a_tensorcores_half(jax_loaded: Any) -> None:
+    """19.5 GiB of output compiles for one device of the preset's v4 (megacore, 30.75G); libtpu's
+    default split mode, two devices per chip, refuses it ("exceeds available HBM (15.25G)")."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import SingleDeviceSharding
+
+    def fill(chip: Any) -> Any:
+        rows = int(19.5 * GiB) // 4 // 1024
+        return jax.jit(lambda: jnp.zeros((rows, 1024), jnp.float32), out_shardings=SingleDeviceSharding(chip))
+
+    megacore = TpuSizer(TPU_SPECS["TPU-v4"])._target_devices(4)
+    stats = fill(megacore[0]).lower().compile().memory_analysis()
+    assert stats.output_size_in_bytes == int(19.5 * GiB)  # type: ignore[union-attr]
+    split = tpu_devices("v4:2x2x1")
+    assert len(split) == 8
+    with pytest.raises(Exception, match=r"RESOURCE_EXHAUSTED.*available HBM \(15.25G\)"):
+        fill(split[0]).lower().compile()
 
 
 @needs_libtpu
@@ -355,43 +441,64 @@ def test_small_arrays_take_their_tiled_size(jax_loaded: Any, pytester: pytest.Py
 
 
 @needs_libtpu
-def test_a_step_sharded_over_4_devices_records_4_chips_at_the_2x2_compiles_size(
-    jax_loaded: Any, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("preset", "used", "topology", "options"),
+    [
+        ("TPU-v5e", 4, "v5e:2x2", {}),
+        # 4 chips in megacore, each device the chip's whole HBM (the split mode's 8 TensorCores would halve it)
+        ("TPU-v4", 4, "v4:2x2x1", {"chip_config_name": "megacore"}),
+        # a 2-device mesh inside 4 devices: 2 chips of a host, in a line
+        ("TPU-v5e", 2, "v5e:2x1", {"chips_per_host_bounds": (2, 1, 1)}),
+    ],
+)
+def test_a_sharded_step_records_each_chip_at_the_topologys_compiled_size(
+    jax_loaded: Any,
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    preset: str,
+    used: int,
+    topology: str,
+    options: dict[str, Any],
 ) -> None:
     import jax
     import jax.numpy as jnp
     import numpy as np
+    from jax.experimental import topologies
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    chips = tpu_devices("v5e:2x2")
+    with quiet_libtpu():
+        chips = list(topologies.get_topology_desc(topology_name=topology, platform="tpu", **options).devices)
+    assert len(chips) == used and {chip.core_on_chip for chip in chips} == {0}  # one device per chip
     mesh = Mesh(np.array(chips), ("x",))
     q = jax.ShapeDtypeStruct((8, 16, 1024, 64), jnp.float32, sharding=NamedSharding(mesh, PartitionSpec("x")))
     per_chip = int(jax.jit(attention).lower(q, q, q).compile().memory_analysis().temp_size_in_bytes)
     assert per_chip > 100 * MiB
     pytester.makepyfile(
         test_sharded=ATTENTION
-        + """
+        + f"""
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 def test_sharded_step():
     assert len(jax.devices()) == 4
-    mesh = Mesh(np.array(jax.devices()), ("x",))
+    mesh = Mesh(np.array(jax.devices()[:{used}]), ("x",))
     q = jax.device_put(jnp.ones((8, 16, 1024, 64), jnp.float32), NamedSharding(mesh, PartitionSpec("x")))
     attention(q, q, q).block_until_ready()
 """
     )
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
     result = pytester.runpytest_subprocess(
-        "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json"
+        f"--devmem-device=sim:{preset}", "--devmem-mode=compact", "--devmem-report=r.json"
     )
     result.assert_outcomes(passed=1)
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
-    assert record["trace"]["executables"]["jit(attention)"]["temp_bytes"] == 4 * per_chip
-    devices = {d["device"]: d["peak_bytes_in_use"] for d in record["devices"]}
-    assert (
-        len(devices) == 4 and len(set(devices.values())) == 1 and min(devices.values()) >= per_chip
-    )  # each chip alike
+    assert record["trace"]["executables"]["jit(attention)"]["temp_bytes"] == used * per_chip
+    assert not [note for note in record["trace"]["notes"] if "CPU compile" in note]
+    devices = {d["device"]: d for d in record["devices"]}
+    assert sorted(devices) == [f"tpu:{n}" for n in range(used)]
+    peaks = {d["peak_bytes_in_use"] for d in devices.values()}
+    assert len(peaks) == 1 and min(peaks) >= per_chip  # each chip alike
+    assert {d["peak_bytes_reserved"] for d in devices.values()} <= {TPU_SPECS[preset].usable_bytes}
 
 
 @pytest.mark.parametrize("option", ["--devmem-mode=prealloc", "--devmem-mode=growth", "--devmem-fraction=0.5"])
@@ -425,38 +532,51 @@ def test_a_markers_fraction_on_a_tpu_preset_errors_that_test(pytester: pytest.Py
 
 
 @needs_libtpu
-def test_a_program_the_tpu_compiler_refuses_is_a_clean_out_of_memory_verdict(
+def test_a_program_the_tpu_compiler_refuses_raises_at_its_call_and_never_runs_on_the_cpu(
     jax_loaded: Any, pytester: pytest.Pytester
 ) -> None:
+    """As on a TPU, the call raises the compiler's RESOURCE_EXHAUSTED (a test that expects it sees
+    what JAX raises), and the verdict is a compile-time out-of-memory result with the compiler's
+    figures. The CPU program would loop for ever: had it run, the session would time out."""
     pytester.makepyfile(
         test_long=ATTENTION
         + """
+import pytest
 from jax import lax
 
 @jax.jit
 def step(long_sequence, q):
     # a TPU takes the long branch's HLO temporaries (20 GB of scores) whichever runs; the CPU run
-    # here takes the short branch and never computes them
-    return lax.cond(long_sequence, lambda q: attention(q, q, q), lambda q: q * 2.0, q)
+    # would take the short branch, which never ends
+    forever = lambda q: lax.while_loop(lambda x: True, lambda x: x + 1.0, q)
+    return lax.cond(long_sequence, lambda q: attention(q, q, q), forever, q)
 
 def test_long_context():
     step(False, jnp.ones((1, 20, 16384, 8), jnp.float32)).block_until_ready()
+
+def test_sees_what_jax_raises():
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"^RESOURCE_EXHAUSTED: .*exceeds available HBM \\(15.75G\\)"):
+        step(False, jnp.ones((1, 20, 16384, 8), jnp.float32))
 """
     )
-    result = pytester.runpytest_inprocess(
-        "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json"
+    result = pytester.runpytest_subprocess(
+        "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json", timeout=300
     )
-    result.assert_outcomes(failed=1)
+    result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(
         [
             "*out of device memory at compile time on sim:TPU-v5e: the TPU v5e compiler refused jit(step)*",
             "*available HBM (15.75G)*",
+            "*raised at the call in test_long.py:20",  # the line of the call in test_long_context
         ]
     )
     assert "Traceback" not in result.stdout.str()
-    record = json.loads((pytester.path / "r.json").read_text())["records"][0]
-    assert record["oom"]["kind"] == "capacity" and record["oom"]["compile_time"] is True
-    assert record["oom"]["capacity"] == round(15.75 * GiB) and record["oom"]["requested"] > 20 * GiB
+    records = {r["test_id"].split("::")[-1]: r for r in json.loads((pytester.path / "r.json").read_text())["records"]}
+    for record in records.values():
+        assert record["oom"]["kind"] == "capacity" and record["oom"]["compile_time"] is True
+        assert record["oom"]["capacity"] == round(15.75 * GiB) and record["oom"]["requested"] > 20 * GiB
+        assert record["failed_by_devmem"] is True
+        assert record["trace"]["executables"]["jit(step)"]["runs"] == 0  # never run
     from pytest_devmem.cli import main
 
     report = str(pytester.path / "r.json")
@@ -538,11 +658,46 @@ def test_tensorflow_figures_under_a_tpu_preset_are_said_to_be_its_cpu_allocators
         "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json"
     )
     result.assert_outcomes(passed=1)
+    # shown as what they are: the host's, TensorFlow's CPU allocator's
+    result.stdout.fnmatch_lines(
+        ["*test_tf*(cpu:0: the host's, not a chip's)*2.00 MiB*tensorflow (its CPU allocator, on the host)"]
+    )
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
     assert record["tpu"]["tensorflow"] == "CPU allocator's figures, not sized for the TPU"
     assert any(
         "TensorFlow's figures are its CPU allocator's, not a TPU v5e's" in note for note in record["trace"]["notes"]
     )
+    # TensorFlow's CPU allocator grows from 2 MiB (process_state.cc: allow_growth, 64 GiB at most):
+    # nothing is derived from a GPU's system reserve (15.75 GiB less 1.5 GiB was 14.25 GiB reserved)
+    (allocator,) = record["devices"][0]["allocators"]
+    assert record["peak_bytes_reserved"] == 2 * MiB == allocator["peak_bytes_reserved"]
+    assert allocator["limit"] == 64 * GiB and allocator["setup"].startswith("its CPU allocator")
+
+
+REAL_KINDS = {"TPU v5 lite": "TPU-v5e", "TPU v5": "TPU-v5p", "TPU v4": "TPU-v4", "TPU v6 lite": "TPU-v6e"}
+"""What `device_kind` a real TPU's JAX devices have, and the preset of that generation."""
+
+
+@pytest.mark.tpu
+def test_real_tpu_devices_are_the_presets_whole_chips_and_refuse_as_the_preset_does(jax_loaded: Any) -> None:
+    """On a real TPU VM: one JAX device per chip (megacore on v4 and v5p), each with the usable HBM
+    its preset states (the runtime's `bytes_limit`, within 1%), and a program too large for a chip
+    raises RESOURCE_EXHAUSTED at its call, as the preset's call does."""
+    import jax
+    import jax.numpy as jnp
+
+    device = jax.devices()[0]
+    preset = REAL_KINDS.get(device.device_kind)
+    if preset is None:
+        pytest.skip(f"no preset for {device.device_kind}")
+    spec = TPU_SPECS[preset]
+    assert {d.core_on_chip for d in jax.devices()} == {0}  # one device per chip
+    assert len({tuple(d.coords) for d in jax.devices()}) == len(jax.devices())
+    limit = int((device.memory_stats() or {}).get("bytes_limit", 0))
+    assert abs(limit - spec.usable_bytes) <= spec.usable_bytes // 100, (limit, spec.usable_text)
+    rows = spec.hbm_per_chip // 4 // 1024
+    with pytest.raises(jax.errors.JaxRuntimeError, match="RESOURCE_EXHAUSTED"):
+        jax.jit(lambda: jnp.ones((rows, 1024), jnp.float32) + 1)()
 
 
 @pytest.mark.tpu
@@ -552,7 +707,7 @@ def test_real_tpu_replayed_peak_matches_jax_memory_stats(jax_loaded: Any, pytest
     import jax
 
     kind = jax.devices()[0].device_kind  # "TPU v5 lite", "TPU v5", "TPU v4", "TPU v6 lite"
-    preset = {"TPU v5 lite": "TPU-v5e", "TPU v5": "TPU-v5p", "TPU v4": "TPU-v4", "TPU v6 lite": "TPU-v6e"}.get(kind)
+    preset = REAL_KINDS.get(kind)
     if preset is None:
         pytest.skip(f"no preset for {kind}")
     pytester.makepyfile(

@@ -208,3 +208,29 @@ def test_the_shared_runtime_replays_as_one_allocator_with_every_buffer_would(see
             d: [(m.regions, m.chunks) for m in s.pools] for d, s in other.items()
         }
     assert sum(f.allocations for f in shared.by_source.values()) == alone.by_source["jax"].allocations
+
+
+def test_ondemand_on_a_chip_models_no_fragmentation_at_all_where_compact_moves_buffers() -> None:
+    """docs/tpu.md: `ondemand` on a TPU keeps no holes to fail in: an allocation fits whenever the
+    live bytes with it fit the chip. Holes of 5 GiB between live buffers, then 10 GiB asked: the
+    TPU runtime's regime moves buffers to fit it; on demand it fits as it is, nothing moved."""
+    events = [
+        (ALLOCATE_CODE, 1, 5 * GiB, "jax"),
+        (ALLOCATE_CODE, 2, 2 * GiB, "jax"),
+        (ALLOCATE_CODE, 3, 5 * GiB, "jax"),
+        (FREE_CODE, 1, 5 * GiB, "jax"),
+        (FREE_CODE, 3, 5 * GiB, "jax"),
+        (ALLOCATE_CODE, 4, 3 * GiB, "jax"),
+        (ALLOCATE_CODE, 5, 10 * GiB, "jax"),
+    ]
+    trace = Trace()
+    for action, pointer, size, source in events:
+        trace.add(action, pointer, size, source=source, label=f"{source} {pointer}", device="tpu:0")
+    spec = MachineSpec(V5E, "sim:TPU-v5e", 9, default_device="tpu:0")
+    compact = on_v5e(events)
+    ondemand = run_machine(trace, setups_for(Policy.of("ondemand"), V5E), spec)
+    assert compact.oom is None and ondemand.oom is None
+    assert sum(a.moved_bytes for a in compact.devices[0].allocators) > 0
+    (allocator,) = ondemand.devices[0].allocators
+    assert allocator.moved_bytes == 0 and ondemand.devices[0].fragmentation == 0.0
+    assert ondemand.devices[0].peak_bytes_in_use == 15 * GiB

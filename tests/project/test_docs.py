@@ -77,3 +77,12 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
     built = tmp_path / "site"
     assert (built / "pictures" / "built" / "out-of-memory.png").stat().st_size > 0  # drawn in the build
     assert "--devmem-only" in (built / "reference" / "options" / "index.html").read_text()
+
+
+def test_the_tpu_page_holds_the_presets_table_the_tool_prints() -> None:
+    """docs/tpu.md's table of the presets is `scripts/tpu_figures.py --presets`'s output, verbatim."""
+    spec = importlib.util.spec_from_file_location("tpu_figures", ROOT / "scripts" / "tpu_figures.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.presets_table() in (ROOT / "docs" / "tpu.md").read_text()

@@ -355,6 +355,12 @@ class JaxCapture:
             if recording:
                 self._fail(exc)
             return original(executable, *args)
+        if plan.raises is not None:  # the target cannot run it (its compiler refused it): raised at the call, as there
+            for transfer in transfers:  # its arguments never reach the device
+                self._recorder.free(transfer)
+            if recording:
+                self._window.executables.setdefault(plan.label, 0)
+            raise plan.raises.error()
         try:
             outputs = original(executable, *args)
         except BaseException:

@@ -28,6 +28,22 @@ _DONOR_ENTRY = re.compile(r"\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}\s*\)")
 _LAYOUT = re.compile(r"\{[^{}]*\}|/\*[^*]*\*/")  # a shape's layout in HLO text (`{1,0}`, `{1,0:T(8,128)}`), a comment
 
 
+class NotRunnable:
+    """A sizer's answer for a program its target cannot run (the TPU compiler refused it, or no
+    topology has its devices): the program's call raises `error()` instead of running, as there."""
+
+    def error(self) -> Exception:
+        raise NotImplementedError
+
+    def refusal(self) -> dict[str, object] | None:
+        """The compiler's refusal for memory, with its figures, for the record; None for another reason."""
+        return None
+
+    def note(self) -> str:
+        """Why, where it is no refusal for memory."""
+        return ""
+
+
 @dataclass(eq=False)
 class ExecutablePlan:
     """The facts of one executable that every run repeats."""
@@ -48,6 +64,7 @@ class ExecutablePlan:
     refused: dict[str, object] | None = None  # the target's compiler refused it for memory: its message and figures
     signature: str = ""  # its parameters' shapes as XLA compiled them, e.g. "f32[128,784], s32[]"
     defined_in: str = ""  # the traced function, "name at file:line" (JAX's debug info); "" where not known
+    raises: NotRunnable | None = None  # the target cannot run it: its call raises this instead of running
     runs_read_arguments: bool = field(init=False)  # donations to follow or host values to transfer
     temp_label: str = field(init=False)
     argument_label: str = field(init=False)
@@ -111,16 +128,15 @@ def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
     devices = [device_label(device) for device in xla_executable.local_devices()]
     temp = cpu_temp = _temp_size(xla_executable)
     sized_for, note, refused = "cpu", "", None
+    raises: NotRunnable | None = None
     if sizer is not None:
         sizes = sizer.sizes_for(executable)
         if hasattr(sizes, "temp_bytes"):
             temp, sized_for = int(sizes.temp_bytes), str(sizes.target)
-        elif hasattr(sizes, "available"):  # the target's compiler refused it: it would never run there
-            refused, sized_for, temp = (
-                sizes.to_json(),
-                str(sizes.target),
-                0,
-            )  # no temp of its own: the record's OOM says why
+        elif isinstance(sizes, NotRunnable):  # it never runs there, nor here: its call raises
+            raises, refused, note = sizes, sizes.refusal(), sizes.note()
+            if refused is not None:  # the target's compiler refused it for memory: no temp of its own
+                sized_for, temp = str(refused.get("target")), 0
         else:
             note = str(getattr(sizes, "reason", "not compiled for the GPU target"))
     tokens = len(getattr(executable, "ordered_effects", ()) or ())  # effect tokens lead inputs and outputs
@@ -147,6 +163,7 @@ def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
         size_note=note,
         refused=refused,
         signature=parse_signature(header),
+        raises=raises,
     )
 
 

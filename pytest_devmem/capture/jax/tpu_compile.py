@@ -11,8 +11,11 @@ compile. An array's size is that compiler's too: the argument size of a program 
 chip, per (shard shape, dtype), cached; never a padding rule written by hand.
 
 A program the TPU compiler refuses for HBM ("RESOURCE_EXHAUSTED: Ran out of memory in memory space
-hbm ... exceeds available HBM (15.75G)") is a `Refused`, which the test's record turns into an
-out-of-memory result of kind capacity with the compiler's figures.
+hbm ... exceeds available HBM (15.75G)") is a `Refused`: its call raises the compiler's error, as JAX
+raises it where the compile for a TPU fails, and never runs on the CPU; the test's record turns it
+into an out-of-memory result of kind capacity, at compile time, with the compiler's figures. A
+program on a count of devices libtpu forms no topology of is a `NoTopology`, whose call raises an
+error naming the counts it forms: never sized by the CPU under a TPU's name.
 
 libtpu, where no TPU is present, logs the accelerator type and worker hostnames it cannot find, and
 takes /tmp/libtpu_lockfile, which guards a real TPU against two processes. For a compile-only
@@ -36,11 +39,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...errors import InvalidSettingError
 from ...model.tpu_targets import TpuSpec
 from . import lowering
+from .executables import NotRunnable
 from .gpu_compile import GpuSizer, Unavailable, _first_line, _SizerError
 
-__all__ = ["QUIET_LIBTPU", "Refused", "SizingCosts", "TpuSizer", "parse_refusal", "tpu_compiler_problem"]
+__all__ = [
+    "QUIET_LIBTPU",
+    "NoTopology",
+    "Refused",
+    "SizingCosts",
+    "TpuSizer",
+    "parse_refusal",
+    "tpu_compiler_problem",
+]
 
 INSTALL_HINT = "pip install 'pytest-devmem[tpu-compile]'"
 ARRAY_CACHE_FORMAT = 1
@@ -69,16 +82,40 @@ _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
 @dataclass(frozen=True)
-class Refused:
+class Refused(NotRunnable):
     """The TPU compiler refused the executable for HBM: its own message and figures."""
 
     target: str
     message: str  # the compiler's first line
     needed: int | None  # bytes it said the program needs, rounded as it printed them
     available: int | None  # the HBM it said is available
+    text: str = field(default="", repr=False, compare=False)  # the compiler's whole message
 
     def to_json(self) -> dict[str, object]:
         return {"target": self.target, "message": self.message, "needed": self.needed, "available": self.available}
+
+    def error(self) -> Exception:
+        """What the program's call raises: the compiler's error, as JAX raises a failed compile for a
+        TPU (`jax.errors.JaxRuntimeError`, "RESOURCE_EXHAUSTED: ..."), before the program would run."""
+        import jax  # type: ignore[import-not-found]
+
+        return jax.errors.JaxRuntimeError(self.text or self.message)
+
+    def refusal(self) -> dict[str, object]:
+        return self.to_json()
+
+
+@dataclass(frozen=True)
+class NoTopology(NotRunnable):
+    """libtpu forms no topology of the program's device count: its call raises, naming the counts it forms."""
+
+    reason: str
+
+    def error(self) -> Exception:
+        return InvalidSettingError(self.reason)
+
+    def note(self) -> str:
+        return self.reason
 
 
 @dataclass
@@ -297,6 +334,13 @@ class TpuSizer(GpuSizer):
         return result
 
     def _size_recipe(self, recipe: Any) -> Any:
+        if recipe.devices:
+            try:
+                self._target_devices(len(recipe.devices))
+            except _NoTopologyError as exc:
+                return NoTopology(str(exc))
+            except _SizerError:
+                pass  # the compiler cannot be used here at all: the shared machinery says why
         with self._counting:
             compiles, seconds = self.compiles, self.compile_seconds
             result = super()._size_recipe(recipe)
@@ -322,13 +366,17 @@ class TpuSizer(GpuSizer):
         return self._versions
 
     def _target_text(self) -> str:
-        return f"tpu:{self.spec.generation}"  # type: ignore[attr-defined]
+        """The generation, and its chip config where the presets name one: sizes cached for v4's split
+        mode (two devices per chip) are never taken for its megacore devices."""
+        spec: TpuSpec = self.spec  # type: ignore[assignment]
+        config = spec.chip_config_name
+        return f"tpu:{spec.generation}" + (f":{config}" if config else "")
 
     def _failed(self, exc: Exception) -> Any:
         text = str(exc)
         figures = parse_refusal(text)
         if figures is not None:
-            return Refused(self.target, " ".join(text.split())[:400], figures[0], figures[1])
+            return Refused(self.target, " ".join(text.split())[:400], figures[0], figures[1], text)
         return Unavailable(f"XLA:TPU could not compile it ({_first_line(exc)})")
 
     def _target_devices(self, count: int) -> list[Any]:
@@ -345,28 +393,33 @@ class TpuSizer(GpuSizer):
             raise _SizerError(self._problem)
         spec: TpuSpec = self.spec  # type: ignore[assignment]
         try:
-            name, bounds, take = spec.topology_for(count)
-        except Exception as exc:
-            raise _SizerError(str(exc)) from None
+            wanted = spec.topology_for(count)
+        except InvalidSettingError as exc:
+            raise _NoTopologyError(str(exc)) from None
         try:
             from jax.experimental import topologies  # type: ignore[import-not-found]
         except ImportError as exc:
             self._problem = f"jax.experimental.topologies could not be imported ({exc})"
             raise _SizerError(self._problem) from None
-        options = {"chips_per_host_bounds": bounds} if bounds is not None else {}
         started = time.perf_counter()
         try:
             with quiet_libtpu():
-                topology = topologies.get_topology_desc(topology_name=name, platform="tpu", **options)
+                topology = topologies.get_topology_desc(topology_name=wanted.name, platform="tpu", **wanted.options())
         except Exception as exc:
-            raise _SizerError(f"libtpu gives no {name} topology ({_first_line(exc)})") from None
+            if count == 1:  # no chip at all: the compiler itself cannot be used here
+                raise _SizerError(f"libtpu gives no {wanted.name} topology ({_first_line(exc)})") from None
+            raise _NoTopologyError(
+                spec.no_topology(count, f"libtpu refused {wanted.name}: {_first_line(exc)}")
+            ) from None
         seconds = time.perf_counter() - started
         if self._topologies:
             self.costs.topologies += 1
             self.costs.topology_seconds += seconds
         else:
             self.costs.client_start_seconds += seconds
-        devices = list(topology.devices)[:take]
+        devices = list(topology.devices)
+        if len(devices) != count:  # never a topology of another size under this count's name
+            raise _NoTopologyError(spec.no_topology(count, f"libtpu's {wanted.name} has {len(devices)} devices"))
         self._topologies[count] = devices
         return devices
 
@@ -434,6 +487,10 @@ class TpuSizer(GpuSizer):
 
     def _write_array_cache(self, key: str | None, size: int) -> None:
         self._write_entry(key, {"array_bytes": size})
+
+
+class _NoTopologyError(_SizerError):
+    """libtpu forms no topology of the count asked for; the message names the counts it forms."""
 
 
 _ELSEWHERE = object()
