@@ -104,6 +104,7 @@ class Captured:
     needed: dict[str, int] | None = (
         None  # per function, the executables the test needed, compiled or cached (JaxCapture.needed)
     )
+    buffers: dict[str, dict[str, object]] = field(default_factory=dict)  # per executable: its buffers at its peak
 
 
 class Measurement:
@@ -207,6 +208,7 @@ class Measurement:
             dict(self.jax_capture.window.executables),
             self.jax_capture.window_sizes(),
             needed,
+            self.jax_capture.window_buffers() if self.jax_capture.installed else {},
         )
 
     def jax_platform_problem(self) -> str | None:

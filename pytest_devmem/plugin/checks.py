@@ -70,6 +70,7 @@ class Checks:
             duration_s=duration,
             timeline=self.settings.artifacts_dir is not None,
             compile_target=self.compile_target.label if "jax" in sys.modules else None,
+            root=self.rootdir,
         )
         self.write_trace(record)
         self.analyse(record, regime.policy)

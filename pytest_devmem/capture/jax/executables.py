@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...model.buffers import ProgramBuffers
+from .buffers import program_buffers
 from .shards import Shards, device_label
 
 STEP_CACHE_LIMIT = 4096
@@ -43,6 +45,8 @@ class ExecutablePlan:
     cpu_temp: int | None = None  # the CPU compile's temp bytes, where another target's are used
     size_note: str = ""  # why it keeps the CPU compile's sizes although a GPU target was asked
     refused: dict[str, object] | None = None  # the target's compiler refused it for memory: its message and figures
+    buffers: ProgramBuffers | None = None  # the buffers at its peak, as the compile that sized it states them
+    buffers_note: str = ""  # why they are not known
     runs_read_arguments: bool = field(init=False)  # donations to follow or host values to transfer
     temp_label: str = field(init=False)
     argument_label: str = field(init=False)
@@ -76,7 +80,7 @@ def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
     xla_executable = executable.xla_executable
     devices = [device_label(device) for device in xla_executable.local_devices()]
     temp = cpu_temp = _temp_size(xla_executable)
-    sized_for, note, refused = "cpu", "", None
+    sized_for, note, refused, sizes = "cpu", "", None, None
     if sizer is not None:
         sizes = sizer.sizes_for(executable)
         if hasattr(sizes, "temp_bytes"):
@@ -98,6 +102,7 @@ def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
     }
     donated = tuple(sorted(set(aliases.values()) | {parameter - tokens for parameter in donors if parameter >= tokens}))
     handler = getattr(executable, "in_handler", None)
+    buffers, buffers_note = program_buffers(xla_executable, sizes if sized_for != "cpu" else None)
     return ExecutablePlan(
         label=str(getattr(executable, "name", "executable")),
         devices=tuple(devices),
@@ -111,6 +116,8 @@ def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
         cpu_temp=cpu_temp if sized_for != "cpu" else None,
         size_note=note,
         refused=refused,
+        buffers=buffers,
+        buffers_note=buffers_note,
     )
 
 
