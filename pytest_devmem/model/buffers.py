@@ -30,7 +30,7 @@ class PeakBuffer:
     shape: str  # `f32[4096,512]`
     op: str  # the HLO op (or the JAX primitive its op_name ends with)
     at: str = ""  # the user's `file:line`; "" where not known
-    logical_bytes: int | None = None  # shape x dtype size; None where the dtype's size is not known
+    logical_bytes: int | None = None  # shape x dtype size, where it differs from `bytes`; None: no padding known
     memory_space: int = 0  # XLA's memory space: 0 the device's main memory (HBM)
 
     @property
@@ -62,12 +62,10 @@ class PeakBuffer:
         """A stored buffer, checked: ValueError naming the bad field."""
         if not isinstance(data, Mapping):
             raise ValueError(f"a buffer must be an object, not {type(data).__name__}")
-        size, logical, space = (
-            data.get("bytes"),
-            data.get("logical_bytes", data.get("bytes")),
-            data.get("memory_space", 0),
-        )
+        size, logical, space = data.get("bytes"), data.get("logical_bytes"), data.get("memory_space", 0)
         for name, value in (("bytes", size), ("logical_bytes", logical), ("memory_space", space)):
+            if name == "logical_bytes" and value is None:
+                continue  # not stored: no padding known (the same bytes, or a dtype of no whole-byte size)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f'a buffer\'s "{name}" must be a whole number of bytes >= 0, not {value!r}')
         texts = {name: data.get(name, "") for name in ("shape", "op", "at")}
@@ -76,7 +74,7 @@ class PeakBuffer:
                 raise ValueError(f'a buffer\'s "{name}" must be a string, not {value!r}')
         if not texts["shape"] or not texts["op"]:
             raise ValueError('a buffer needs its "shape" and "op"')
-        assert isinstance(size, int) and isinstance(logical, int) and isinstance(space, int)
+        assert isinstance(size, int) and isinstance(space, int) and (logical is None or isinstance(logical, int))
         return cls(size, str(texts["shape"]), str(texts["op"]), str(texts["at"]), logical, space)
 
 
@@ -181,11 +179,14 @@ class BufferChange:
 
 def buffer_changes(before: ProgramBuffers | None, now: ProgramBuffers, top: int = 2) -> list[BufferChange]:
     """The buffers at the peak now that are new or larger than at the baseline's peak, most growth
-    first; with no baseline list, the largest now (each "not among the baseline's largest")."""
+    first; with no baseline list, the largest now (each "not among the baseline's largest"). Only
+    those in the device's main memory (memory space 0), which the program's temp figure counts."""
     known = {buffer.key: buffer.bytes for buffer in before.buffers} if before is not None else {}
     complete = before is not None and before.more == 0
     changes = []
     for buffer in now.buffers:
+        if buffer.memory_space:
+            continue
         was = known.get(buffer.key)
         if was is None or buffer.bytes > was:
             changes.append(BufferChange(buffer, was, complete))

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ...model.buffers import PeakBuffer, ProgramBuffers
-from .hlo_proto import Program, ProtoError, read_hlo_proto, read_program
+from .hlo_proto import Instruction, Program, ProtoError, read_hlo_proto, read_program
 
 __all__ = ["buffers_at_peak", "dump_options", "from_executable", "program_buffers", "read_dump"]
 
@@ -204,14 +204,43 @@ def _named(program: Program, buffer_id: int, size: int, space: int) -> PeakBuffe
         return PeakBuffer(size, "?", "?", "", None, space)
     shape = instruction.shape.at(buffer.index)
     op = instruction.op_name.rsplit("/", 1)[-1] if instruction.op_name else instruction.opcode
+    logical = shape.logical_bytes if shape is not None else None
     return PeakBuffer(
         size,
         shape.text if shape is not None else "?",
         op or instruction.opcode,
-        user_line(program, instruction.stack_frame_id) or instruction.source,
-        shape.logical_bytes if shape is not None else None,
+        ", ".join(_lines_of(program, instruction)),
+        logical if logical != size else None,
         space,
     )
+
+
+LINES_SHOWN = 3
+"""The user's lines named for one buffer at most: a fusion's own, then those of the ops fused into it."""
+
+
+def _lines_of(program: Program, instruction: Instruction) -> list[str]:
+    """The user's `file:line`s of an instruction: its own, then (a fusion: XLA keeps one op's metadata
+    for the whole fusion, a matmul fused with the concatenation feeding it, say) those of the ops fused
+    into it, in order, each once."""
+    lines = [user_line(program, instruction.stack_frame_id) or instruction.source]
+    if instruction.opcode == "fusion":
+        for fused in _fused(program, instruction):
+            lines.append(user_line(program, fused.stack_frame_id) or fused.source)
+    return list(dict.fromkeys(line for line in lines if line))[:LINES_SHOWN]
+
+
+def _fused(program: Program, fusion: Instruction) -> Iterator[Instruction]:
+    """The instructions of the computations a fusion calls (and those they call), in the module's order."""
+    pending, seen = list(fusion.called), set()
+    while pending:
+        computation = pending.pop(0)
+        if computation in seen:
+            continue
+        seen.add(computation)
+        for instruction in program.in_computation(computation):
+            yield instruction
+            pending.extend(instruction.called)
 
 
 def user_line(program: Program, frame_id: int) -> str:

@@ -194,6 +194,14 @@ class Program:
     traces: list[list[tuple[int, int, int]]] = field(
         default_factory=list
     )  # heap simulations: (kind, buffer, shared with)
+    _by_computation: dict[int, list[Instruction]] = field(default_factory=dict, repr=False)
+
+    def in_computation(self, computation: int) -> list[Instruction]:
+        """The instructions of one computation, in the module's order."""
+        if not self._by_computation:
+            for instruction in self.instructions.values():
+                self._by_computation.setdefault(instruction.computation, []).append(instruction)
+        return self._by_computation.get(computation, [])
 
     def frame_chain(self, frame_id: int) -> list[tuple[str, int]]:
         """(file, line) from the innermost frame out."""
