@@ -105,6 +105,7 @@ class Captured:
         None  # per function, the executables the test needed, compiled or cached (JaxCapture.needed)
     )
     buffers: dict[str, dict[str, object]] = field(default_factory=dict)  # per executable: its buffers at its peak
+    padded_sizes: dict[int, set[int]] = field(default_factory=dict)  # a TPU's tiled shard size -> its dense sizes
 
 
 class Measurement:
@@ -209,6 +210,7 @@ class Measurement:
             self.jax_capture.window_sizes(),
             needed,
             self.jax_capture.window_buffers() if self.jax_capture.installed else {},
+            self.jax_capture.padded_sizes(),
         )
 
     def jax_platform_problem(self) -> str | None:

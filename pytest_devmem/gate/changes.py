@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..model.buffers import ProgramBuffers, describe_growth, programs_from_json
+from ..model.buffers import TEMP_SUFFIX, ProgramBuffers, describe_growth, programs_from_json
 from ..units import format_size
 from .record import BaselineEntry, TestRecord
 from .tolerance import Tolerance, format_metric, format_metrics_apart
@@ -221,8 +221,6 @@ def contributors_of(record: TestRecord) -> dict[str, int]:
 _NOT_LISTED = "not among the baseline's largest"
 """What a contributor absent from the baseline's stored contributors held there: it may have held
 less than the smallest of them, never "none" (which reads as "did not exist")."""
-TEMP_SUFFIX = " temp"
-"""How the trace names a program's temp buffer: `jit(step) temp` (capture/jax/executables.py)."""
 
 
 def program_of_temp(name: str) -> str | None:

@@ -114,6 +114,15 @@ def make_record(
     tpu = getattr(device, "tpu", None)
     if tpu is not None:
         describe_tpu(record, tpu.description, captured, trace, notes)
+        if run is not None and record.tpu is not None and record.peak_device is not None:
+            from ..gate.changes import buffers_of
+            from ..model.padding import padding_at_peak
+
+            padding = padding_at_peak(
+                run.snapshots.get(record.peak_device), trace, captured.padded_sizes, buffers_of(record)
+            )
+            if padding is not None:
+                record.tpu["padding_at_peak"] = padding
     if captured.compiled is not None and (captured.compiled or captured.needed):
         # what the test needs, the same in any order (none: no figure, whether or not JAX was loaded
         # before it); the compiles that happened in this process beside it

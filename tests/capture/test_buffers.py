@@ -66,7 +66,9 @@ def test_the_schedules_peak_is_xlas_heap_simulation_on_the_same_program(jax_load
         simulated = read_dump(directory)
     assert simulated.source == "XLA's heap simulation"
     assert simulated.peak_bytes == scheduled.peak_bytes
-    assert {(b.shape, b.op, b.bytes) for b in simulated.buffers} == {(b.shape, b.op, b.bytes) for b in scheduled.buffers}
+    assert {(b.shape, b.op, b.bytes) for b in simulated.buffers} == {
+        (b.shape, b.op, b.bytes) for b in scheduled.buffers
+    }
 
 
 def test_bad_bytes_are_refused_and_an_empty_dump_says_so(tmp_path: Path) -> None:
