@@ -385,12 +385,9 @@ class GpuSizer:
         if data is None or key is None:
             return None
         try:
+            figures: dict[str, Any] = {name: int(data[name]) for name in _CACHED_FIELDS}
             found = ExecutableSizes(
-                target=self.target,
-                compile_seconds=0.0,
-                source="disk cache",
-                **{name: int(data[name]) for name in _CACHED_FIELDS},
-                **cached_buffers(data),
+                target=self.target, compile_seconds=0.0, source="disk cache", **figures, **cached_buffers(data)
             )
         except (OSError, ValueError, TypeError, KeyError):
             return None
