@@ -107,6 +107,8 @@ class Captured:
     functions: dict[str, dict[str, object]] = field(
         default_factory=dict
     )  # per function run: its executables' shapes, where it is defined (JaxCapture.functions)
+    buffers: dict[str, dict[str, object]] = field(default_factory=dict)  # per executable: its buffers at its peak
+    padded_sizes: dict[int, set[int]] = field(default_factory=dict)  # a TPU's tiled shard size -> its dense sizes
 
 
 class Measurement:
@@ -212,6 +214,8 @@ class Measurement:
             self.jax_capture.window_sizes(),
             needed,
             functions,
+            self.jax_capture.window_buffers() if self.jax_capture.installed else {},
+            self.jax_capture.padded_sizes(),
         )
 
     def jax_platform_problem(self) -> str | None:

@@ -17,6 +17,7 @@ from ..gate.record import BaselineEntry
 from ..gate.tolerance import METRICS
 from ..hardware.devices import open_device
 from ..model import trace_arrow
+from ..model.buffers import ProgramBuffers
 from ..model.frameworks import AllocatorSetup, setups_for
 from ..model.machine import MachineSpec
 from ..model.pool import Policy
@@ -74,7 +75,9 @@ def is_report(path: Path) -> bool:
 
 def _from_baseline(entries: list[BaselineEntry]) -> dict[Key, Measured]:
     return {
-        (e.test_id, e.regime, e.device_class): Measured(e.metrics, e.versions, e.reason, e.contributors, e.devices)
+        (e.test_id, e.regime, e.device_class): Measured(
+            e.metrics, e.versions, e.reason, e.contributors, e.devices, buffers=e.buffers
+        )
         for e in entries
     }
 
@@ -120,8 +123,22 @@ def from_report(report: ReportFile) -> dict[Key, Measured]:
             devices=_report_devices(record.get("devices")),
             oom=kind,
             tolerance=tolerance if isinstance(tolerance, str) else None,
+            buffers=_report_buffers(trace),
         )
     return found
+
+
+def _report_buffers(trace: object) -> dict[str, ProgramBuffers]:
+    """Each program's buffers at its peak in a report's record; a program whose entry is unreadable
+    (or says they are not known) is left out."""
+    found = trace.get("buffers") if isinstance(trace, dict) else None
+    programs: dict[str, ProgramBuffers] = {}
+    for name, entry in found.items() if isinstance(found, dict) else ():
+        try:
+            programs[str(name)] = ProgramBuffers.from_json(entry)
+        except ValueError:
+            continue
+    return programs
 
 
 def _report_devices(devices: object) -> dict[str, dict[str, float | int | None]]:

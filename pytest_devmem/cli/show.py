@@ -8,6 +8,7 @@ from pathlib import Path
 from ..gate.compare import Key, Measured
 from ..gate.tolerance import format_metric
 from ..options import OPTION
+from ..present.buffers import markdown_table
 from ..present.text import markdown
 from .common import load, print_text
 
@@ -45,4 +46,9 @@ def show_table(measurements: dict[Key, Measured]) -> str:
             f"| {markdown(test_id)} | {markdown(regime)} | {markdown(device_class)} | {format_metric('peak_bytes_in_use', m.metrics.get('peak_bytes_in_use'))} | "
             f"{format_metric('peak_bytes_reserved', m.metrics.get('peak_bytes_reserved'))} | {format_metric('fragmentation', m.metrics.get('fragmentation'))} | {markdown(versions)} |"
         )
-    return "\n".join(lines) + "\n"
+    tables = [
+        markdown_table(f"{test_id} [{regime}, {device_class}]", m.buffers)
+        for (test_id, regime, device_class), m in sorted(measurements.items())
+        if any(program.buffers for program in m.buffers.values())
+    ]
+    return "\n".join(lines) + "\n" + "".join(tables)

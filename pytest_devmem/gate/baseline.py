@@ -21,9 +21,10 @@ from pathlib import Path
 
 from ..errors import FileFormatError
 from ..files import TEMPORARY_SUFFIX, ensure_directory, file_name, read_json, temporary_prefix, write_atomic
+from ..model.buffers import programs_from_json
 from ..model.pool.policy import canonical_label
 from ..model.profile import decode_profile
-from .changes import contributors_of, metrics_of
+from .changes import buffers_at_peak_of, contributors_of, metrics_of
 from .record import BaselineEntry, TestRecord, requested_peak_only
 from .tolerance import METRICS
 
@@ -135,6 +136,11 @@ class BaselineStore:
                         stored[(item.test_id, item.regime)]["contributors"] = contributors_of(item)
                     if item.device_metrics():
                         stored[(item.test_id, item.regime)]["devices"] = item.device_metrics()
+                    buffers = buffers_at_peak_of(item)
+                    if buffers:
+                        stored[(item.test_id, item.regime)]["buffers"] = {
+                            name: program.to_json() for name, program in sorted(buffers.items())
+                        }
                     profile = (item.trace or {}).get("profile")
                     if earlier is not None and earlier.get("profile") and earlier.get("metrics") == metrics_of(item):
                         profile = earlier[
@@ -165,6 +171,8 @@ def _entry_json(entry: BaselineEntry) -> dict[str, object]:
         data["devices"] = entry.devices
     if entry.profile:
         data["profile"] = entry.profile
+    if entry.buffers:
+        data["buffers"] = {name: program.to_json() for name, program in sorted(entry.buffers.items())}
     return data
 
 
@@ -414,6 +422,10 @@ def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry
                 raise fail(
                     f'record {test_id!r} "profile" must be {{"device", "events", "in_use": "event:bytes ..."}}', needle
                 )
+            try:
+                buffers = programs_from_json(data.get("buffers", {}))
+            except ValueError as exc:
+                raise fail(f'record {test_id!r} "buffers": {exc}', needle) from None
             entries.append(
                 BaselineEntry(
                     test_id,
@@ -427,6 +439,7 @@ def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry
                     dict(contributors),
                     {str(k): dict(v) for k, v in devices.items()},
                     dict(profile),
+                    buffers,
                 )
             )
     return entries

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..model.buffers import TEMP_SUFFIX, ProgramBuffers, describe_growth, programs_from_json
 from ..units import format_size
 from .record import BaselineEntry, TestRecord
 from .tolerance import Tolerance, format_metric, format_metrics_apart
@@ -63,17 +64,29 @@ class Comparison:
     reason: str = ""  # with "not baselined": why the stored entry holds no figures
     grew: list[tuple[str, int | None, int]] = field(default_factory=list)  # (who, bytes at the baseline's peak, now)
     baseline_named_contributors: bool = True  # False: `grew` lists the largest now, with nothing to compare
+    # of the programs whose temp grew: the buffers at their peak, now and at the baseline's
+    buffers: dict[str, ProgramBuffers] = field(default_factory=dict)
+    baseline_buffers: dict[str, ProgramBuffers] = field(default_factory=dict)
 
     def growth_text(self) -> str:
-        """`jit(layer) temp 2.00 MiB -> 32.00 MiB, ...`: what held more at the peak than at the baseline's."""
+        """`jit(layer) temp 2.00 MiB -> 32.00 MiB: f32[4096,512] sort at model.py:6 (new, 8.00 MiB), ...`:
+        what held more at the peak than at the baseline's, and in a program's temp, which buffers."""
         if not self.baseline_named_contributors:
             return "(the baseline names no one to compare with) largest now: " + ", ".join(
-                f"{name} {format_size(now)}" for name, _, now in self.grew
+                f"{name} {format_size(now)}{self._inside(name)}" for name, _, now in self.grew
             )
         return ", ".join(
-            f"{name} {format_size(before) if before is not None else 'none'} → {format_size(now)}"
+            f"{name} {format_size(before) if before is not None else _NOT_LISTED} → {format_size(now)}{self._inside(name)}"
             for name, before, now in self.grew
         )
+
+    def _inside(self, name: str) -> str:
+        """`: f32[4096,512] sort at model.py:6 (new, 8.00 MiB)` for a program's temp; "" otherwise."""
+        program = program_of_temp(name)
+        if program is None:
+            return ""
+        text = describe_growth(program, self.baseline_buffers.get(program), self.buffers.get(program))
+        return f": {text}" if text else ""
 
     def failure_message(self) -> str:
         broken = [change for change in self.changes if change.verdict == "regressed"]
@@ -102,6 +115,7 @@ class Comparison:
             if c.device is not None:
                 devices.setdefault(c.device, {})[c.metric] = change(c)
         return {
+            **({"buffers": _buffers_json(self.buffers, self.baseline_buffers)} if self.buffers else {}),
             "status": self.status,
             "file": self.baseline_file,
             **({"reason": self.reason} if self.reason else {}),
@@ -140,11 +154,13 @@ def compare(
     now_devices: dict[str, dict[str, float | int | None]] | None = None,
     *,
     out_of_memory: bool = False,
+    buffers: dict[str, ProgramBuffers] | None = None,
 ) -> Comparison:
     """Set `now` against `entry` under `tolerance`: each gated metric is ok, regressed or improved,
     on the headline and on each device both have figures for (a test on several devices). A test
     that ran out of memory is "out of memory" whatever its figures: never ok, never improved. With
-    `contributors` (who held the memory at the peak now), a regression says what grew."""
+    `contributors` (who held the memory at the peak now), a regression says what grew; with `buffers`
+    (each program's buffers at its peak now), in a program's temp, which buffers grew and on what line."""
     path = str(entry.path) if entry is not None else None
     if entry is None:
         return Comparison(test_id, regime, "out of memory" if out_of_memory else "new")
@@ -172,6 +188,7 @@ def compare(
     else:
         status = "ok"
     grew = what_grew(entry.contributors, contributors or {}) if status == "regressed" else []
+    grown = {program_of_temp(name) for name, _, _ in grew} - {None}
     return Comparison(
         test_id,
         regime,
@@ -180,6 +197,8 @@ def compare(
         str(entry.path),
         grew=grew,
         baseline_named_contributors=bool(entry.contributors),
+        buffers={name: found for name, found in (buffers or {}).items() if name in grown},
+        baseline_buffers={name: found for name, found in entry.buffers.items() if name in grown},
     )
 
 
@@ -212,3 +231,45 @@ def contributors_of(record: TestRecord) -> dict[str, int]:
     """Who held the memory at the record's peak (from its replayed trace)."""
     at_peak = (record.trace or {}).get("at_peak")
     return {str(name): int(size) for name, size in at_peak.items()} if isinstance(at_peak, dict) else {}
+
+
+_NOT_LISTED = "not among the baseline's largest"
+"""What a contributor absent from the baseline's stored contributors held there: it may have held
+less than the smallest of them, never "none" (which reads as "did not exist")."""
+
+
+def program_of_temp(name: str) -> str | None:
+    """The program whose temp a contributor is (`jit(step)` of `jit(step) temp`), or None."""
+    return name[: -len(TEMP_SUFFIX)] if name.endswith(TEMP_SUFFIX) else None
+
+
+def buffers_of(record: TestRecord) -> dict[str, ProgramBuffers]:
+    """Each program's buffers at its peak, as the record holds them (an unreadable entry is left out)."""
+    found = (record.trace or {}).get("buffers")
+    if not isinstance(found, dict):
+        return {}
+    programs = {}
+    for name, entry in found.items():
+        try:
+            programs.update(programs_from_json({name: entry}))
+        except ValueError:
+            continue  # `{"unknown": why}`: the program's buffers are not known
+    return programs
+
+
+def buffers_at_peak_of(record: TestRecord) -> dict[str, ProgramBuffers]:
+    """The buffers of the programs whose temp or outputs held memory at the record's peak: what its
+    baseline keeps."""
+    holders = contributors_of(record)
+    return {
+        name: program
+        for name, program in buffers_of(record).items()
+        if name in holders or f"{name}{TEMP_SUFFIX}" in holders
+    }
+
+
+def _buffers_json(now: dict[str, ProgramBuffers], before: dict[str, ProgramBuffers]) -> dict[str, object]:
+    return {
+        name: {"now": program.to_json(), "baseline": before[name].to_json() if name in before else None}
+        for name, program in sorted(now.items())
+    }

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..model.buffers import ProgramBuffers
 from .baseline import BaselineEntry
 from .changes import Comparison, compare
 from .tolerance import parse_tolerance
@@ -40,6 +41,7 @@ class Measured:
     devices: dict[str, dict[str, float | int | None]] = field(default_factory=dict)  # per device, on several
     oom: str | None = None  # it ran out of memory: the kind ("fragmentation"...), or "real"
     tolerance: str | None = None  # the test's own tolerance (its marker's), from a report
+    buffers: dict[str, ProgramBuffers] = field(default_factory=dict)  # per program: the buffers at its peak
 
     @property
     def measured(self) -> bool:
@@ -101,6 +103,7 @@ def _compare(key: Key, before: Measured, now: Measured, spec: str) -> Comparison
         reason=before.reason,
         contributors=before.contributors,
         devices=before.devices,
+        buffers=before.buffers,
     )
     return compare(
         entry,
@@ -111,6 +114,7 @@ def _compare(key: Key, before: Measured, now: Measured, spec: str) -> Comparison
         now.contributors,
         now.devices,
         out_of_memory=now.oom is not None,
+        buffers=now.buffers,
     )
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..capture.sources.base import Reading
+from ..model.buffers import ProgramBuffers
 from ..model.pool.policy import canonical_label
 
 if TYPE_CHECKING:
@@ -60,6 +61,8 @@ class BaselineEntry:
     devices: dict[str, dict[str, float | int | None]] = field(default_factory=dict)  # per device, for tests on several
     # its memory over its events, in a few points (model/profile.py)
     profile: dict[str, object] = field(default_factory=dict)
+    # per program that held memory at the peak: the buffers at its own peak (model/buffers.py)
+    buffers: dict[str, ProgramBuffers] = field(default_factory=dict)
 
 
 @dataclass

@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 
 from .baseline import BaselineStore
-from .changes import compare, contributors_of, metrics_of
+from .changes import buffers_of, compare, contributors_of, metrics_of
 from .record import TestRecord
 from .tolerance import Tolerance
 
@@ -56,6 +56,7 @@ def baseline_verdict(
         contributors_of(record),
         record.device_metrics(),
         out_of_memory=record.out_of_memory,
+        buffers=buffers_of(record),
     )
     record.baseline = comparison.to_json()
     if update:

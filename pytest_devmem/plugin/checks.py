@@ -70,6 +70,7 @@ class Checks:
             duration_s=duration,
             timeline=self.settings.artifacts_dir is not None,
             compile_target=self.compile_target.label if "jax" in sys.modules else None,
+            root=self.rootdir,
         )
         self.write_trace(record)
         self.analyse(record, regime.policy)
@@ -143,6 +144,8 @@ class Checks:
         directory = self.settings.artifacts_dir
         if directory is None or record.trace_events is None or record.run is None:
             return ""
+        from ..gate.changes import buffers_of
+        from ..present.buffers import html_section
         from ..present.plot import BaselineSide, write_plot  # only for a failure's picture: not loaded otherwise
 
         name = f"{record.test_id}[{record.regime}]"
@@ -170,6 +173,7 @@ class Checks:
                 picture,
                 f"{record.test_id} under {record.regime} on {self.device.name}",
                 baseline,
+                (html_section(buffers_of(record), entry.buffers if entry is not None else None, self.rootdir),),
             )
         except OSError as exc:
             return terminal_lines(f"\n  artifacts not written to {directory}: {exc.strerror or exc}")

@@ -5,6 +5,7 @@ fixes an out-of-memory result gets (each replayed), and what the capture noted. 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..capture.measurement import Captured, Measurement, executable_summary
@@ -58,8 +59,10 @@ def make_record(
     duration_s: float,
     timeline: bool = False,
     compile_target: str | None = None,
+    root: Path | None = None,
 ) -> TestRecord:
-    """The test's record: its trace replayed once on the machine under `policy`."""
+    """The test's record: its trace replayed once on the machine under `policy`. `root`: the
+    project's folder, from which the buffers' source files are named."""
     trace, notes, traced_nothing = measurement.trace_of(captured)
     if getattr(device, "tpu", None) is not None:  # each CPU device stands for a chip: named as one
         from ..model.tpu_devices import as_tpu_chips  # a TPU preset's only: not loaded otherwise
@@ -104,9 +107,22 @@ def make_record(
                 f"{len(kept)} executable(s) {KEPT_CPU_SIZES}: "
                 + "; ".join(f"{name} ({why})" for name, why in sorted(kept.items()))
             )
+    if captured.buffers and record.trace is not None:
+        record.trace["buffers"] = {
+            name: with_files_from(root, found) for name, found in sorted(captured.buffers.items())
+        }
     tpu = getattr(device, "tpu", None)
     if tpu is not None:
         describe_tpu(record, tpu.description, captured, trace, notes)
+        if run is not None and record.tpu is not None and record.peak_device is not None:
+            from ..gate.changes import buffers_of
+            from ..model.padding import padding_at_peak
+
+            padding = padding_at_peak(
+                run.snapshots.get(record.peak_device), trace, captured.padded_sizes, buffers_of(record)
+            )
+            if padding is not None:
+                record.tpu["padding_at_peak"] = padding
     if captured.compiled is not None and (captured.compiled or captured.needed):
         # what the test needs, the same in any order (none: no figure, whether or not JAX was loaded
         # before it); the compiles that happened in this process beside it
@@ -166,6 +182,25 @@ def describe_tpu(record: TestRecord, description: str, captured: Captured, trace
             "error": refusal.get("message"),
         }
         record.oom = {key: value for key, value in oom.items() if value is not None}
+
+
+def with_files_from(root: Path | None, found: dict[str, object]) -> dict[str, object]:
+    """A program's buffers with each `file:line` named from `root` where the file lies below it (a
+    baseline reads the same on every checkout)."""
+    listed = found.get("buffers")
+    if root is None or not isinstance(listed, list):
+        return found
+    shown = []
+    for buffer in listed:
+        at = buffer.get("at") if isinstance(buffer, dict) else None
+        if isinstance(at, str) and ":" in at:
+            file, line = at.rsplit(":", 1)
+            try:
+                buffer = {**buffer, "at": f"{Path(file).relative_to(root).as_posix()}:{line}"}
+            except ValueError:
+                pass
+        shown.append(buffer)
+    return {**found, "buffers": shown}
 
 
 def _listed(value: object) -> list[object]:

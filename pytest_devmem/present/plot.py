@@ -106,7 +106,11 @@ class BaselineSide:
 
 
 def write_plot(
-    view: TimelineView, path: str | os.PathLike[str], title: str, baseline: BaselineSide | None = None
+    view: TimelineView,
+    path: str | os.PathLike[str],
+    title: str,
+    baseline: BaselineSide | None = None,
+    sections: tuple[str, ...] = (),
 ) -> None:
     """A PNG or a self-contained HTML file, by the extension, written atomically; ValueError for
     another extension, OSError (naming the file) when it cannot be written. With `baseline` (a
@@ -115,7 +119,7 @@ def write_plot(
     if Path(path).suffix.lower() == ".png":
         render_png(view, path, title)
     else:
-        write_atomic(path, render_html(view, title, baseline))
+        write_atomic(path, render_html(view, title, baseline, sections))
 
 
 def save_png(figure: Any, path: str | os.PathLike[str], dpi: int) -> None:
@@ -447,9 +451,12 @@ def _fragmentation_svg(view: TimelineView, last: int) -> str:
     return "\n".join(parts)
 
 
-def render_html(view: TimelineView, title: str, baseline: BaselineSide | None = None) -> str:
+def render_html(
+    view: TimelineView, title: str, baseline: BaselineSide | None = None, sections: tuple[str, ...] = ()
+) -> str:
     """One HTML page, nothing fetched: a lane per device, fragmentation, the holders and the map as
-    inline SVG and tables; with `baseline`, the baseline's memory and holders beside the run's."""
+    inline SVG and tables; with `baseline`, the baseline's memory and holders beside the run's;
+    `sections` (HTML made by present/ modules: the buffers at each program's peak) after the holders."""
     last = max(0, view.events - 1)
     colours = owner_colours(view)
     head = view.headline
@@ -485,6 +492,7 @@ def render_html(view: TimelineView, title: str, baseline: BaselineSide | None = 
                 f"<tr><td style='background:{colours.get(owner, PALETTE[-1])}'>&nbsp;&nbsp;</td><td>{html_text(owner)}</td><td>{format_size(size)}</td></tr>"
             )
         parts.append("</table>")
+    parts += [section for section in sections if section]
     for caption, pools, pinned, pins in maps(view):
         parts.append(_map_svg(pools, caption, colours, pinned))
         if pins:

@@ -431,7 +431,7 @@ def test_what_grew_compares_contributors_and_says_when_the_baseline_named_none()
     text = compare(
         named, "t", "prealloc", now, tolerance, {"jit(step) temp": 40 * MiB, "Conv2D": 24 * MiB}
     ).growth_text()
-    assert text == "jit(step) temp 8.00 MiB → 40.00 MiB, Conv2D none → 24.00 MiB"
+    assert text == "jit(step) temp 8.00 MiB → 40.00 MiB, Conv2D not among the baseline's largest → 24.00 MiB"
     unnamed = BaselineEntry("t", "prealloc", {"peak_bytes_in_use": 8 * MiB}, "sim:16GiB", {}, Path("b.json"))
     text = compare(
         unnamed, "t", "prealloc", now, tolerance, {"jit(step) temp": 40 * MiB, "Conv2D": 24 * MiB}

@@ -270,6 +270,24 @@ class JaxCapture:
                 }
         return found
 
+    def padded_sizes(self) -> dict[int, set[int]]:
+        """A TPU sizer's tiled shard sizes and the dense sizes they stand for (tpu_compile.py); empty elsewhere."""
+        sizer = self.sizer if self.sizer is not None and self.sizer.installed else None
+        padded = getattr(sizer, "padded_sizes", None)
+        return padded() if callable(padded) else {}
+
+    def window_buffers(self) -> dict[str, dict[str, object]]:
+        """Per executable run in the window: the buffers at its peak (model/buffers.py's JSON, the
+        largest kept), or why they are not known."""
+        found: dict[str, dict[str, object]] = {}
+        for label in self.window.executables:
+            plan = self._executables.by_label.get(label)
+            if plan is not None:
+                found[label] = (
+                    plan.buffers.top().to_json() if plan.buffers is not None else {"unknown": plan.buffers_note}
+                )
+        return found
+
     def _fail(self, exc: Exception) -> None:
         self._failed = True
         self._executables.forget_steps()  # every later run through `_on_fast_run`, which stops here

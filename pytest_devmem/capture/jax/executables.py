@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...model.buffers import ProgramBuffers
+from .buffers import program_buffers
 from .shards import Shards, device_label
 
 STEP_CACHE_LIMIT = 4096
@@ -65,6 +67,8 @@ class ExecutablePlan:
     signature: str = ""  # its parameters' shapes as XLA compiled them, e.g. "f32[128,784], s32[]"
     defined_in: str = ""  # the traced function, "name at file:line" (JAX's debug info); "" where not known
     raises: NotRunnable | None = None  # the target cannot run it: its call raises this instead of running
+    buffers: ProgramBuffers | None = None  # the buffers at its peak, as the compile that sized it states them
+    buffers_note: str = ""  # why they are not known
     runs_read_arguments: bool = field(init=False)  # donations to follow or host values to transfer
     temp_label: str = field(init=False)
     argument_label: str = field(init=False)
@@ -127,7 +131,7 @@ def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
     xla_executable = executable.xla_executable
     devices = [device_label(device) for device in xla_executable.local_devices()]
     temp = cpu_temp = _temp_size(xla_executable)
-    sized_for, note, refused = "cpu", "", None
+    sized_for, note, refused, sizes = "cpu", "", None, None
     raises: NotRunnable | None = None
     if sizer is not None:
         sizes = sizer.sizes_for(executable)
@@ -149,6 +153,7 @@ def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
     }
     donated = tuple(sorted(set(aliases.values()) | {parameter - tokens for parameter in donors if parameter >= tokens}))
     handler = getattr(executable, "in_handler", None)
+    buffers, buffers_note = program_buffers(xla_executable, sizes if sized_for != "cpu" else None)
     return ExecutablePlan(
         label=str(getattr(executable, "name", "executable")),
         devices=tuple(devices),
@@ -164,6 +169,8 @@ def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
         refused=refused,
         signature=parse_signature(header),
         raises=raises,
+        buffers=buffers,
+        buffers_note=buffers_note,
     )
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ...files import write_atomic
+from ...model.buffers import ProgramBuffers
 from ...model.gpu_targets import GpuSpec
 from ...units import format_size
 from . import lowering
@@ -83,9 +84,13 @@ class ExecutableSizes:
     code_bytes: int
     compile_seconds: float  # lowering and compiling; 0.0 when the disk cache answered
     source: str  # "compiled" or "disk cache"
+    buffers: ProgramBuffers | None = None  # the buffers at its peak, as the compile's dump states them
+    buffers_note: str = ""  # why they are not known
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = {item.name: getattr(self, item.name) for item in dataclasses.fields(self)}
+        data["buffers"] = self.buffers.to_json() if self.buffers is not None else None
+        return data
 
 
 @dataclass(frozen=True)
@@ -269,7 +274,7 @@ class GpuSizer:
                         self._write_cache(known, cached)
                     return cached
                 key = known or lowered
-                compiled = computation.compile()
+                compiled, buffers, buffers_note = compile_with_buffers(computation)
                 stats = compiled.xla_executable.get_compiled_memory_stats()
             seconds = time.perf_counter() - started
         except lowering.NotMappable as exc:
@@ -288,6 +293,8 @@ class GpuSizer:
             code_bytes=int(stats.generated_code_size_in_bytes),
             compile_seconds=seconds,
             source="compiled",
+            buffers=buffers,
+            buffers_note=buffers_note,
         )
         self._write_cache(key, sizes)
         if lowered is not None and lowered != key:
@@ -378,11 +385,9 @@ class GpuSizer:
         if data is None or key is None:
             return None
         try:
+            figures: dict[str, Any] = {name: int(data[name]) for name in _CACHED_FIELDS}
             found = ExecutableSizes(
-                target=self.target,
-                compile_seconds=0.0,
-                source="disk cache",
-                **{name: int(data[name]) for name in _CACHED_FIELDS},
+                target=self.target, compile_seconds=0.0, source="disk cache", **figures, **cached_buffers(data)
             )
         except (OSError, ValueError, TypeError, KeyError):
             return None
@@ -395,7 +400,10 @@ class GpuSizer:
     def _write_cache(self, key: str | None, sizes: ExecutableSizes) -> None:
         if key is not None:
             self._by_module[key] = dataclasses.replace(sizes, compile_seconds=0.0, source="cache")
-        self._write_entry(key, {name: getattr(sizes, name) for name in _CACHED_FIELDS})
+        entry: dict[str, Any] = {name: getattr(sizes, name) for name in _CACHED_FIELDS}
+        if sizes.buffers is not None:
+            entry[BUFFERS_FIELD] = sizes.buffers.top().to_json()
+        self._write_entry(key, entry)
 
     def _cache_dirs(self) -> tuple[Path, ...]:
         """Where entries are kept: the project's cache first, then the user's."""
@@ -442,6 +450,42 @@ _MODULE_NAME = re.compile(r"^module @[\w$.\-]+", re.MULTILINE)
 is sized alike under any name."""
 
 _CACHED_FIELDS = ("devices", "temp_bytes", "output_bytes", "argument_bytes", "alias_bytes", "code_bytes")
+BUFFERS_FIELD = "buffers"
+"""A cache entry's buffers at the program's peak (model/buffers.py's JSON); entries written before it have none."""
+
+
+def compile_with_buffers(computation: Any) -> tuple[Any, ProgramBuffers | None, str]:
+    """`computation` (JAX's Lowered) compiled, with XLA's dump of its buffer assignment read into the
+    buffers at its peak (capture/jax/buffers.py) from a folder removed after: (compiled, buffers or
+    None, why not). The dump changes nothing of the compile but the files it writes."""
+    import tempfile
+
+    from .buffers import dump_options, read_dump
+
+    with tempfile.TemporaryDirectory(prefix="devmem-xla-dump-") as directory:
+        compiled = computation.compile(compiler_options=dump_options(directory))
+        try:
+            return compiled, read_dump(directory), ""
+        except Exception as exc:  # noqa: BLE001 - the sizes stand without the buffers
+            return (
+                compiled,
+                None,
+                f"XLA's dump of the program could not be read ({type(exc).__name__}: {str(exc)[:200]})",
+            )
+
+
+def cached_buffers(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The `buffers` and `buffers_note` of ExecutableSizes from a cache entry, checked: an entry without
+    them (an older one) or with bad ones keeps its sizes and says why it has no buffers."""
+    stored = entry.get(BUFFERS_FIELD)
+    if stored is None:
+        return {
+            "buffers_note": "sized from a cache entry written before buffers were kept: clear the cache to list them"
+        }
+    try:
+        return {"buffers": ProgramBuffers.from_json(stored)}
+    except ValueError as exc:
+        return {"buffers_note": f"the cache entry's buffers are unreadable ({exc})"}
 
 
 class _SizerError(Exception):

@@ -425,6 +425,18 @@ class TpuSizer(GpuSizer):
 
     # -- arrays --------------------------------------------------------------------------------
 
+    def padded_sizes(self) -> dict[int, set[int]]:
+        """Each tiled size the compiler gave an array shard -> the dense sizes of the shards it gave it
+        to (one, unless shapes of different dense sizes tile alike): what tells padding in a trace."""
+        found: dict[int, set[int]] = {}
+        with self._lock:
+            arrays = list(self._arrays.items())
+        for (shape, dtype), size in arrays:
+            dense = dense_bytes(shape, dtype)
+            if size is not None and dense is not None:
+                found.setdefault(size, set()).add(dense)
+        return found
+
     def shard_bytes(self, shape: tuple[int, ...], dtype: Any) -> int | None:
         """The bytes one chip holds for an array of `shape` and `dtype` in its default (tiled)
         layout, as the TPU compiler states it (the argument size of a program that holds it); None
@@ -491,6 +503,21 @@ class TpuSizer(GpuSizer):
 
 class _NoTopologyError(_SizerError):
     """libtpu forms no topology of the count asked for; the message names the counts it forms."""
+
+
+def dense_bytes(shape: tuple[int, ...], dtype: str) -> int | None:
+    """An array's bytes untiled: its elements times its dtype's item size (numpy's); None where numpy
+    does not know the dtype."""
+    try:
+        import numpy as np
+
+        itemsize = np.dtype(dtype).itemsize
+    except Exception:  # noqa: BLE001 - a dtype numpy does not name (JAX's own: float8 kinds)
+        return None
+    count = 1
+    for dimension in shape:
+        count *= int(dimension)
+    return count * itemsize
 
 
 _ELSEWHERE = object()

@@ -1,0 +1,112 @@
+"""The buffers at each program's peak as tables: Markdown for `devmem show`, HTML for a failure's picture
+(the baseline's beside this run's, each line a link to its file). Takes plain data (model/buffers.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..model.buffers import PeakBuffer, ProgramBuffers
+from ..units import format_size
+from .text import html_text, markdown
+
+__all__ = ["BufferRow", "buffer_rows", "html_section", "markdown_table"]
+
+
+@dataclass(frozen=True)
+class BufferRow:
+    """One buffer of one program: its bytes at the baseline's peak and at this run's (None: not listed)."""
+
+    program: str
+    buffer: PeakBuffer
+    before: int | None
+    now: int | None
+
+
+def buffer_rows(
+    now: Mapping[str, ProgramBuffers], before: Mapping[str, ProgramBuffers] | None = None
+) -> list[BufferRow]:
+    """Each program's buffers, now's and the baseline's matched by shape, op, line and memory space;
+    by program, then largest first."""
+    rows = []
+    for program in sorted(set(now) | set(before or {})):
+        current = {b.key: b for b in now[program].buffers} if program in now else {}
+        earlier = {b.key: b for b in (before or {})[program].buffers} if program in (before or {}) else {}
+        for key in dict.fromkeys([*current, *earlier]):
+            shown = current.get(key) or earlier[key]
+            rows.append(
+                BufferRow(
+                    program,
+                    shown,
+                    earlier[key].bytes if key in earlier else None,
+                    current[key].bytes if key in current else None,
+                )
+            )
+    rows.sort(key=lambda row: (row.program, -max(row.now or 0, row.before or 0), row.buffer.key))
+    return rows
+
+
+def _space(buffer: PeakBuffer) -> str:
+    return "main" if not buffer.memory_space else f"space {buffer.memory_space}"
+
+
+def markdown_table(title: str, programs: Mapping[str, ProgramBuffers]) -> str:
+    """A test's buffers at each program's peak, as `devmem show` lists them."""
+    lines = [
+        f"\n**{markdown(title)}**: buffers at each program's peak\n",
+        "| program | buffer | op | line | bytes | padding | memory |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in buffer_rows(programs):
+        buffer = row.buffer
+        padding = format_size(buffer.padding) if buffer.padding else ""
+        lines.append(
+            f"| {markdown(row.program)} | {markdown(buffer.shape)} | {markdown(buffer.op)} | {markdown(buffer.at or '(not known)')} | "
+            f"{format_size(buffer.bytes)} | {padding} | {_space(buffer)} |"
+        )
+    for name, program in sorted(programs.items()):
+        if program.more:
+            lines.append(f"| {markdown(name)} | {program.more} more, smaller |  |  |  |  |  |")
+    return "\n".join(lines) + "\n"
+
+
+def _link(at: str, root: Path | None) -> str:
+    """Each `file:line` of a buffer, linked to its file (below `root` where relative)."""
+    links = []
+    for part in (item.strip() for item in at.split(",") if item.strip()):
+        file = part.rsplit(":", 1)[0]
+        path = Path(file) if Path(file).is_absolute() or root is None else Path(root, file)
+        try:
+            href = path.resolve().as_uri()
+        except ValueError:
+            links.append(html_text(part))
+            continue
+        links.append(f"<a href='{html_text(href)}'>{html_text(part)}</a>")
+    return ", ".join(links) or "(not known)"
+
+
+def html_section(
+    now: Mapping[str, ProgramBuffers], before: Mapping[str, ProgramBuffers] | None = None, root: Path | None = None
+) -> str:
+    """The largest buffers at each program's peak, the baseline's beside this run's, with lines."""
+    if not now and not before:
+        return ""
+    parts = [
+        "<h3>The largest buffers at each program's peak</h3>",
+        "<table><tr><th>program</th><th>buffer</th><th>op</th><th>line</th><th>at the baseline's peak</th><th>at this run's peak</th><th>padding</th><th>memory</th></tr>",
+    ]
+    for row in buffer_rows(now, before):
+        buffer = row.buffer
+        parts.append(
+            f"<tr><td>{html_text(row.program)}</td><td>{html_text(buffer.shape)}</td><td>{html_text(buffer.op)}</td>"
+            f"<td>{_link(buffer.at, root)}</td>"
+            f"<td>{format_size(row.before) if row.before is not None else '—'}</td>"
+            f"<td>{format_size(row.now) if row.now is not None else '—'}</td>"
+            f"<td>{format_size(buffer.padding) if buffer.padding else ''}</td><td>{_space(buffer)}</td></tr>"
+        )
+    parts.append(
+        "</table><p>Each program's five largest buffers live at its peak, from its compile's buffer assignment; "
+        "— marks a buffer one side does not list (absent there, or not among its largest).</p>"
+    )
+    return "\n".join(parts)

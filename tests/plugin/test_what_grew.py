@@ -1,0 +1,95 @@
+"""What grew, down to the line: a regression of a jitted step's temp names the buffer that grew by its
+shape, op and the user's `file:line`, on the CPU's sizes, a GPU preset's and a TPU preset's; a record
+on a TPU preset states the bytes lost to tiled layouts at its peak."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from compilers import needs_compiler, needs_libtpu
+
+STEP = """
+import jax
+import jax.numpy as jnp
+WIDTH = {width}
+
+def update(x, w):
+    wide = jnp.sort(jnp.exp(jnp.concatenate([x] * WIDTH, axis=0)), axis=0)
+    return (x @ w).sum() + wide.sum()
+
+def test_step():
+    x = jnp.ones((256, 512)); w = jnp.ones((512, 512))
+    jax.block_until_ready(jax.jit(update)(x, w))
+"""
+WIDE_LINE = "mymodel.py:" + str(next(n for n, line in enumerate(STEP.strip().splitlines(), 1) if "wide = " in line))
+
+
+def regression_of(pytester: pytest.Pytester, *options: str) -> str:
+    """The failure text of the step once its wide intermediate grew 16-fold over its baseline's."""
+    pytester.makepyfile(mymodel=STEP.format(width=1))
+    pytester.runpytest_inprocess("mymodel.py", "--devmem-mode=ondemand", "--devmem-update", *options).assert_outcomes(
+        passed=1
+    )
+    baseline = next((pytester.path / "baselines").rglob("*.json")).read_text()
+    pytester.makepyfile(mymodel=STEP.format(width=16))
+    result = pytester.runpytest_inprocess("mymodel.py", "--devmem-mode=ondemand", "--devmem-report=now.json", *options)
+    result.assert_outcomes(failed=1)
+    assert '"buffers"' in baseline  # the baseline keeps the buffers at the peak
+    return result.stdout.str()
+
+
+def test_on_cpu_sizes_the_message_names_the_wide_buffer_and_its_line(
+    jax_loaded: object, pytester: pytest.Pytester
+) -> None:
+    text = regression_of(pytester)
+    assert "what grew at the peak: jit(update) temp" in text
+    assert f"f32[4096,512] sort at {WIDE_LINE}" in text or f"f32[4096,512] exp at {WIDE_LINE}" in text
+    assert "(new, 8.00 MiB)" in text
+    record = json.loads((pytester.path / "now.json").read_text())["records"][0]
+    buffers = record["baseline"]["buffers"]["jit(update)"]
+    assert buffers["now"]["buffers"][0]["shape"] == "f32[4096,512]" and buffers["baseline"] is not None
+
+
+@pytest.mark.slow  # deviceless XLA:GPU compiles
+@needs_compiler
+def test_on_a_gpu_preset_the_message_names_the_wide_buffer_and_its_line(
+    jax_loaded: object, pytester: pytest.Pytester
+) -> None:
+    text = regression_of(pytester, "--devmem-device=sim:H100-80GB")
+    assert "f32[4096,512]" in text and WIDE_LINE in text.split("what grew at the peak:")[1]
+
+
+@pytest.mark.slow  # deviceless XLA:TPU compiles
+@needs_libtpu
+def test_on_a_tpu_preset_the_message_names_the_wide_buffer_and_its_line(
+    jax_loaded: object, pytester: pytest.Pytester
+) -> None:
+    text = regression_of(pytester, "--devmem-device=sim:TPU-v5e")
+    grew = text.split("what grew at the peak:")[1].split("\n")[0]
+    assert "[4096,512]" in grew and WIDE_LINE in grew and "memory space" not in grew  # HBM's buffers, not VMEM's
+
+
+@pytest.mark.slow  # deviceless XLA:TPU compiles
+@needs_libtpu
+def test_two_thousand_small_arrays_on_a_v5e_lose_most_of_their_bytes_to_tiles(
+    jax_loaded: object, pytester: pytest.Pytester
+) -> None:
+    pytester.makepyfile(
+        test_small="""
+        import jax, numpy as np
+
+        def test_many_small():
+            held = [jax.device_put(np.ones((8, 3), np.float32)) for _ in range(2000)]
+            jax.block_until_ready(held)
+        """
+    )
+    pytester.runpytest_inprocess(
+        "--devmem-mode=ondemand", "--devmem-device=sim:TPU-v5e", "--devmem-report=r.json"
+    ).assert_outcomes(passed=1)
+    record = json.loads((pytester.path / "r.json").read_text())["records"][0]
+    padding = record["tpu"]["padding_at_peak"]
+    # each f32[8,3] (96 bytes) takes one (8, 128) tile of 2,048 bytes, as the TPU compiler states it
+    assert padding["bytes"] == pytest.approx(3_904_000, rel=0.05)
+    assert padding["unknown_bytes"] == 0 and padding["largest"][0]["name"] == "device_put (arrays)"
+    assert record["peak_bytes_in_use"] >= padding["bytes"]
