@@ -1,5 +1,5 @@
 """What the index would get: the wheel built from this tree holds every module of the package, its
-data (py.typed, the workflows `devmem init-ci` writes), the licence, the entry points, and nothing
+data (py.typed, the workflows `devmem init-ci` writes, uPlot and its licence), the licence, the entry points, and nothing
 else (no tests, benchmarks or docs). Run by .ci/run after `python -m build`:
 
     python scripts/check_wheel.py dist/pytest_devmem-*.whl
@@ -21,7 +21,12 @@ def problems(wheel: Path) -> list[str]:
         metadata = archive.read(f"{info}/METADATA").decode()
         entry_points = archive.read(f"{info}/entry_points.txt").decode()
     package = {path.relative_to(ROOT).as_posix() for path in (ROOT / "pytest_devmem").rglob("*.py")}
-    data = {path.relative_to(ROOT).as_posix() for path in (ROOT / "pytest_devmem" / "cli" / "templates").glob("*.yml")}
+    data = {
+        path.relative_to(ROOT).as_posix()
+        for folder in ("cli/templates", "present/vendor/uplot")
+        for path in (ROOT / "pytest_devmem" / folder).iterdir()
+        if path.is_file()
+    }
     found = []
     found += [f"missing: {name}" for name in sorted(package | data | {"pytest_devmem/py.typed"}) if name not in names]
     found += [
