@@ -97,7 +97,7 @@ def gate_for_users(tests: Sequence[str], device: str, mode: str | None, install:
 
 def render(name: str, gate: Gate) -> str:
     """The workflow `name` (one of WORKFLOWS) filled in for `gate`."""
-    text = resources.files(__package__).joinpath("templates", name).read_text(encoding="utf-8")
+    text = resources.files(__package__).joinpath("templates").joinpath(name).read_text(encoding="utf-8")
     device_args = (f"--devmem-mode={gate.mode} " if gate.mode else "") + f"--devmem-device={gate.device}"
     words = {
         "TESTS": " ".join(shlex.quote(path) for path in gate.tests),

@@ -38,8 +38,11 @@ def add_options(parser: pytest.Parser) -> None:
         add_option(group.addoption, option)
         # a switch is declared a "bool", as pytest's own are: `pytest --help` says (bool), and pytest reads
         # true/false, yes/no, on/off, 1/0 (and a TOML boolean under [tool.pytest])
-        kind = "bool" if option.flag else None
-        parser.addini(option.ini, f"{option.help} (ini form of {option.option})", type=kind, default=None)
+        text = f"{option.help} (ini form of {option.option})"
+        if option.flag:
+            parser.addini(option.ini, text, type="bool", default=None)
+        else:
+            parser.addini(option.ini, text, default=None)
     # internal: how a parent hands tests to a child process (isolation.py); hidden from --help
     group.addoption("--devmem-child-output", default=None, help=argparse.SUPPRESS)
     group.addoption("--devmem-child-nodes", default=None, help=argparse.SUPPRESS)
