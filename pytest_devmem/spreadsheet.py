@@ -69,3 +69,14 @@ class CsvWriter:
 
 def csv_writer(out: TextIO) -> CsvWriter:
     return CsvWriter(out)
+
+
+def csv_table(header: Iterable[str], rows: Iterable[Iterable[object]]) -> str:
+    """A whole CSV text: the header line, then one line per row; None is an empty cell, and every
+    other cell passes through `csv_cell`."""
+    out = io.StringIO()
+    writer = csv_writer(out)
+    writer.writerow(list(header))
+    for row in rows:
+        writer.writerow(["" if cell is None else csv_cell(cell) for cell in row])
+    return out.getvalue()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv (if missing) and install pytest-devmem with its test extras (JAX, TensorFlow-CPU,
-# nvidia-ml-py, hypothesis, pytest-xdist, pandas), the deviceless GPU and TPU compilers (gpu-compile,
+# nvidia-ml-py, hypothesis, pytest-xdist, pandas; build, setuptools and twine for the package check),
+# the deviceless GPU and TPU compilers (gpu-compile,
 # tpu-compile), and the docs extra (MkDocs with Material, for `mkdocs build --strict`). Safe to run
 # again; it only installs what is missing.
 set -euo pipefail

@@ -201,33 +201,66 @@ def failure_artifact() -> None:
     print("docs/pictures/failure-artifact.html")
 
 
+HOVER = """
+<script>
+// the pointer over the first chart, as a reader's would be: uPlot lists the values under it
+window.addEventListener("load", function () {
+  var over = document.querySelector(".u-over");
+  if (!over) return;
+  var box = over.getBoundingClientRect();
+  over.dispatchEvent(new MouseEvent("mouseenter", { bubbles: true }));
+  over.dispatchEvent(new MouseEvent("mousemove", {
+    bubbles: true, clientX: box.left + box.width * POSITION, clientY: box.top + box.height * 0.4 }));
+});
+</script>
+"""
+
+
 def screenshots() -> None:
-    """The HTML pictures as a browser draws them (headless Chromium, where installed)."""
+    """The HTML pictures as a browser draws them (headless Chromium, where installed): as the page
+    opens, and with the pointer over its first chart (the hover values)."""
     browser = next((name for name in ("chromium", "chromium-browser", "google-chrome") if shutil.which(name)), None)
     if browser is None:
         print("no Chromium found: the HTML screenshots were not remade")
         return
-    for name, height in (("two-devices-two-frameworks", 1500), ("failure-artifact", 1500)):
-        target = OUT / f"{name}.html-screenshot.png"
-        subprocess.run(
-            [
-                browser,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--hide-scrollbars",
-                f"--window-size=1100,{height}",
-                f"--screenshot={target}",
-                (OUT / f"{name}.html").as_uri(),
-            ],
-            check=True,
-            capture_output=True,
-        )
-        print(f"docs/pictures/{name}.html-screenshot.png")
+    shots = (
+        ("two-devices-two-frameworks", "", 1500, None),
+        ("failure-artifact", "", 1500, None),
+        ("failure-artifact", "-hover", 900, 0.75),
+    )
+    with tempfile.TemporaryDirectory() as work:
+        for name, suffix, height, position in shots:
+            page = OUT / f"{name}.html"
+            if position is not None:  # a copy with the pointer placed: the page itself is left as written
+                page = Path(work) / f"{name}{suffix}.html"
+                text = (OUT / f"{name}.html").read_text()
+                page.write_text(text.replace("</body>", HOVER.replace("POSITION", str(position)) + "</body>"))
+            target = OUT / f"{name}{suffix}.html-screenshot.png"
+            subprocess.run(
+                [
+                    browser,
+                    "--headless",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--hide-scrollbars",
+                    "--virtual-time-budget=3000",
+                    f"--window-size=1100,{height}",
+                    f"--screenshot={target}",
+                    page.as_uri(),
+                ],
+                check=True,
+                capture_output=True,
+            )
+            print(f"docs/pictures/{name}{suffix}.html-screenshot.png")
 
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
+    if sys.argv[1:] == ["html"]:  # the HTML pictures and their screenshots alone
+        run({"test_two.py": TWO_DEVICES_TWO_FRAMEWORKS}, "two-devices-two-frameworks", "--devmem-mode=prealloc")
+        failure_artifact()
+        screenshots()
+        return
     run(ROOT / "examples" / "test_jax_mlp.py", "short-trace", "--devmem-mode=growth", select="1024")
     run({"test_two.py": TWO_DEVICES_TWO_FRAMEWORKS}, "two-devices-two-frameworks", "--devmem-mode=prealloc")
     run(ROOT / "examples" / "test_jax_sharded.py", "four-devices", "--devmem-mode=prealloc")

@@ -8,6 +8,7 @@
     devmem plot REPORT|TRACE -o FILE.png|FILE.html [--test ID]
     devmem plot REPORT --targets -o FILE.png|FILE.html [--test ID]   every test on every target
     devmem history [REPORT...|DIR] [--tolerance SPEC] [-o trend.png]   exit 1 when a test moved (default: .devmem/)
+    devmem init-ci [TESTS...] [--device D] [--install ARGS] [--force]   the workflows of a gate, in .github/workflows/
     devmem --version
 
 BASE and NEW are each a JSON report (`--devmem-report=FILE.json`), a baseline directory, or one
@@ -29,7 +30,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from ..errors import DevmemError
-from . import compare, convert, history, merge, plot, replay, show
+from . import compare, convert, history, init_ci, merge, plot, replay, show
 from .common import InputError, error
 from .replay import replay_table
 
@@ -46,6 +47,7 @@ COMMANDS: dict[str, ModuleType] = {
     "convert": convert,
     "plot": plot,
     "history": history,
+    "init-ci": init_ci,
 }
 """Each subcommand's module, in the order `devmem --help` lists them."""
 

@@ -1,9 +1,11 @@
-"""What several of the devmem command's subcommands share: the input error (exit 2), reading
-measurements (`compare`, `show`), reading a trace and the machine to replay it on (`replay`, `plot`),
-and printing through the terminal's escaping."""
+"""What several of the devmem command's subcommands share: the input error (exit 2), the output
+formats' flags (`--format`, `--json`, `--csv`), reading measurements (`compare`, `show`), reading a
+trace and the machine to replay it on (`replay`, `plot`), and printing through the terminal's escaping."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import re
 import sys
@@ -48,6 +50,36 @@ def warn(message: str) -> None:
 
 def error(message: str) -> None:
     print(f"devmem: error: {terminal_lines(message)}", file=sys.stderr)
+
+
+# -- output formats: Markdown for people, JSON and CSV for tools ---------------------------------------------------
+
+FORMATS = ("markdown", "json", "csv")
+
+
+def add_format_arguments(parser: argparse.ArgumentParser, help: str) -> None:
+    """`--format markdown|json|csv`, with `--json` and `--csv` as its short forms: the same flags on
+    every command that prints a table (`compare`, `show`, `history`, `replay`)."""
+    parser.add_argument("--format", choices=FORMATS, default=None, help=help)
+    parser.add_argument("--json", action="store_true", help="Same as --format=json")
+    parser.add_argument("--csv", action="store_true", help="Same as --format=csv")
+
+
+def output_format(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """The one output asked for; a usage error (exit 2) when the flags ask for two."""
+    asked = {
+        name for name in (args.format, "json" if args.json else None, "csv" if args.csv else None) if name is not None
+    }
+    if len(asked) > 1:
+        parser.error(
+            f"--format, --json and --csv ask for {' and '.join(sorted(asked))} output at once: give one, not both"
+        )
+    return asked.pop() if asked else "markdown"
+
+
+def json_text(document: object) -> str:
+    """A command's JSON output."""
+    return json.dumps(document, indent=2) + "\n"
 
 
 # -- measurements: reports and baselines -------------------------------------------------------------------------

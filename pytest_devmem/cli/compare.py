@@ -20,7 +20,7 @@ from ..present.comparison import (
 )
 from ..present.report import ReportFile, read_report
 from ..present.shard_merge import merge_reports, missing_shards
-from .common import InputError, from_report, is_report, load, print_text, warn
+from .common import InputError, add_format_arguments, from_report, is_report, load, output_format, print_text, warn
 
 HELP = "Compare NEW against BASE; exit 1 when a test regressed or ran out of memory"
 
@@ -65,31 +65,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"Comma-separated columns of the Markdown table, in order (default: all): {', '.join(COLUMNS)}",
     )
-    parser.add_argument(
-        "--format",
-        choices=("markdown", "json", "csv"),
-        default=None,
-        help="Markdown for a pull-request comment (default), or JSON / CSV for tools",
-    )
-    parser.add_argument("--json", action="store_true", help="Same as --format=json")
-    parser.add_argument("--csv", action="store_true", help="Same as --format=csv")
+    add_format_arguments(parser, "Markdown for a pull-request comment (default), or JSON / CSV for tools")
     parser.add_argument(
         "--partial",
         action="store_true",
         help="NEW is part of a split suite on purpose (some groups' reports left out): compare it without them",
     )
-
-
-def output_format(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
-    """The one output asked for; a usage error (exit 2) when the flags ask for two."""
-    asked = {
-        name for name in (args.format, "json" if args.json else None, "csv" if args.csv else None) if name is not None
-    }
-    if len(asked) > 1:
-        parser.error(
-            f"--format, --json and --csv ask for {' and '.join(sorted(asked))} output at once: give one, not both"
-        )
-    return asked.pop() if asked else "markdown"
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

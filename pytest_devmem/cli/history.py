@@ -1,9 +1,11 @@
-"""`devmem history [REPORT...|DIR] [--tolerance SPEC] [-o trend.png]`: reports of many commits lined
-up, tests x commits, and the steps where a peak moved; exit 1 when a test moved."""
+"""`devmem history [REPORT...|DIR] [--tolerance SPEC] [-o trend.png] [--format markdown|json|csv]`:
+reports of many commits lined up, tests x commits, and the steps where a peak moved; exit 1 when a
+test moved."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,7 +13,7 @@ from ..gate.tolerance import parse_tolerance
 from ..options import OPTION, add_option
 from ..present import history
 from ..present.autosave import AUTOSAVE_DIR
-from .common import print_text
+from .common import add_format_arguments, output_format, print_text
 
 HELP = "Line up reports of many commits: tests x commits, and the steps where a peak moved"
 
@@ -34,21 +36,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-o", "--output", type=Path, default=None, help="Also draw the tests that moved to FILE.png (needs matplotlib)"
     )
+    add_format_arguments(parser, "Markdown for a job summary (default), or JSON / CSV for tools")
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    return history_command(args.inputs, args.tolerance, args.output)
+    return history_command(args.inputs, args.tolerance, args.output, output_format(parser, args))
 
 
-def history_command(inputs: Sequence[Path], tolerance_spec: str, output: Path | None) -> int:
+def history_command(inputs: Sequence[Path], tolerance_spec: str, output: Path | None, shown: str = "markdown") -> int:
     tolerance = parse_tolerance(tolerance_spec)  # the --tolerance option's own parser (options.py)
     if output is not None:
         history.check_trend_path(output)  # before any work or output
     frame = history.load_frame(history.report_files(inputs))
     table = history.pivot(frame)
     moved = history.steps(table, tolerance)
-    print_text(history.markdown(table, moved, tolerance, classes=history.device_classes(frame)))
+    classes = history.device_classes(frame)
+    if shown == "json":
+        print_text(history.history_json(table, moved, tolerance, classes))
+    elif shown == "csv":
+        print_text(history.history_csv(table, moved))
+    else:
+        print_text(history.markdown(table, moved, tolerance, classes=classes))
     if output is not None:
         history.draw_trend(table, moved, output)
-        print_text(f"\nwrote {output}\n")
+        if shown == "markdown":
+            print_text(f"\nwrote {output}\n")
+        else:  # stdout holds the JSON or CSV alone
+            print(f"wrote {output}", file=sys.stderr)
     return 1 if moved else 0

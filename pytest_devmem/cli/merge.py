@@ -13,10 +13,11 @@ from pathlib import Path
 from ..files import write_atomic
 from ..gate.baseline import BaselineStore
 from ..gate.record import TestRecord
-from ..gate.refresh import refresh_baselines
+from ..gate.refresh import Refresh, refresh_baselines
 from ..options import OPTION, add_option
 from ..present.report import ReportFile
 from ..present.shard_merge import merge_reports, missing_shards
+from ..present.text import terminal
 from .common import InputError, warn
 
 HELP = "Merge JSON reports of CI shards into one; refresh baselines from them (--baselines)"
@@ -86,12 +87,14 @@ def merge_command(
         print(f"wrote {output}")
     if refresh is not None:
         before = _file_bytes(baselines)  # type: ignore[arg-type]  # refresh is made only with baselines
-        written, problems = refresh()
-        for path in written:
+        done = refresh()
+        for path in done.written:
             print(f"baseline {'unchanged' if before.get(path) == _read_bytes(path) else 'written'}: {path}")
-        for problem in problems:
+        for test_id, regime, why in done.left_out:  # stored without figures, or with the figures it had
+            print(f"not refreshed: {terminal(test_id)} [{terminal(regime)}]: {why}")
+        for problem in done.problems:
             print(f"devmem: baseline not written: {problem}", file=sys.stderr)
-        if problems:
+        if done.problems:
             return 2
     return 0
 
@@ -110,13 +113,13 @@ def _read_bytes(path: Path) -> bytes | None:
         return None
 
 
-def baselines_from_report(document: dict[str, object], directory: Path) -> tuple[list[Path], list[str]]:
+def baselines_from_report(document: dict[str, object], directory: Path) -> Refresh:
     """Baseline files under `directory` refreshed from a (merged) report's records, by the same
     rule and into the same bytes as `--devmem-update` on the session that wrote the report."""
     return prepare_baselines(document, directory)()
 
 
-def prepare_baselines(document: dict[str, object], directory: Path) -> Callable[[], tuple[list[Path], list[str]]]:
+def prepare_baselines(document: dict[str, object], directory: Path) -> Callable[[], Refresh]:
     """The refresh `baselines_from_report` makes, checked and with the stored files read (an
     InputError or BaselineFormatError now, before anything is written); calling it writes."""
     session = document["session"]

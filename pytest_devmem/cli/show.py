@@ -1,4 +1,5 @@
-"""`devmem show [DIR]`: the stored baselines as a table."""
+"""`devmem show [DIR] [--format markdown|json|csv]`: the stored baselines as a table (Markdown),
+or as JSON or CSV for tools."""
 
 from __future__ import annotations
 
@@ -6,13 +7,17 @@ import argparse
 from pathlib import Path
 
 from ..gate.compare import Key, Measured
-from ..gate.tolerance import format_metric
+from ..gate.tolerance import METRICS, format_metric
 from ..options import OPTION
 from ..present.buffers import markdown_table
 from ..present.text import markdown
-from .common import load, print_text
+from ..spreadsheet import csv_table
+from .common import add_format_arguments, json_text, load, output_format, print_text
 
 HELP = "List stored baselines"
+
+SHOWN_VERSIONS = ("jax", "tensorflow", "tensorflow-cpu", "pytest-devmem")
+"""The versions the Markdown table names (JSON and CSV keep every one)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,10 +29,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=Path(str(default)),
         help=f"Baseline directory (default: {default})",
     )
+    add_format_arguments(parser, "A Markdown table (default), or JSON / CSV for tools")
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    print_text(show_table(load(args.directory)))
+    output = output_format(parser, args)  # before any work
+    measurements = load(args.directory)
+    print_text({"json": show_json, "csv": show_csv}.get(output, show_table)(measurements))
     return 0
 
 
@@ -38,9 +46,7 @@ def show_table(measurements: dict[Key, Measured]) -> str:
     ]
     for (test_id, regime, device_class), m in sorted(measurements.items()):
         versions = ", ".join(
-            f"{name} {version}"
-            for name, version in sorted(m.versions.items())
-            if name in ("jax", "tensorflow", "tensorflow-cpu", "pytest-devmem")
+            f"{name} {version}" for name, version in sorted(m.versions.items()) if name in SHOWN_VERSIONS
         )
         lines.append(
             f"| {markdown(test_id)} | {markdown(regime)} | {markdown(device_class)} | {format_metric('peak_bytes_in_use', m.metrics.get('peak_bytes_in_use'))} | "
@@ -52,3 +58,36 @@ def show_table(measurements: dict[Key, Measured]) -> str:
         if any(program.buffers for program in m.buffers.values())
     ]
     return "\n".join(lines) + "\n" + "".join(tables)
+
+
+def show_json(measurements: dict[Key, Measured]) -> str:
+    """Every stored entry: its key, raw figures (None where none is stored), why it has none, versions."""
+    return json_text(
+        {
+            "format": "pytest-devmem-baselines-list",
+            "version": 1,
+            "baselines": [
+                {
+                    "test_id": test_id,
+                    "regime": regime,
+                    "device_class": device_class,
+                    "metrics": {name: m.metrics.get(name) for name in METRICS},
+                    "reason": m.reason or None,
+                    "versions": dict(sorted(m.versions.items())),
+                }
+                for (test_id, regime, device_class), m in sorted(measurements.items())
+            ],
+        }
+    )
+
+
+def show_csv(measurements: dict[Key, Measured]) -> str:
+    """One line per stored entry, raw figures (empty where none is stored), for spreadsheets and pandas."""
+    return csv_table(
+        ["test", "regime", "device_class", *METRICS, "reason", *SHOWN_VERSIONS],
+        (
+            [test_id, regime, device_class, *(m.metrics.get(name) for name in METRICS), m.reason or None]
+            + [m.versions.get(name) for name in SHOWN_VERSIONS]
+            for (test_id, regime, device_class), m in sorted(measurements.items())
+        ),
+    )

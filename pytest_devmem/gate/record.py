@@ -98,6 +98,9 @@ class TestRecord:
     analysis: dict[str, object] | None = None  # min_fraction / what_if from the test's trace, when asked
     trace: dict[str, object] | None = None  # the replay: events, per-source figures, notes
     failed_by_devmem: bool = False  # the test passed, and pytest-devmem's checks failed it
+    # the first of pytest-devmem's checks that failed (gate/verdicts.CHECKS), whether or not the test failed by
+    # itself too; None when every check passed (or a report older than the field)
+    failed_check: str | None = None
     compiles: int | None = (
         None  # executables the test needed, compiled during it or found in a cache: the same in any order (None: JAX not traced)
     )
@@ -226,6 +229,7 @@ class TestRecord:
             "analysis": self.analysis,
             "trace": self.trace,
             "failed_by_devmem": self.failed_by_devmem,
+            "failed_check": self.failed_check,
             "compiles": self.compiles,
             "leaked_bytes": self.leaked_bytes,
             "sources": {name: reading.to_json() for name, reading in sorted(self.sources.items())},
@@ -255,6 +259,7 @@ class TestRecord:
             analysis=data.get("analysis"),  # type: ignore[arg-type]
             trace=data.get("trace"),  # type: ignore[arg-type]
             failed_by_devmem=bool(data.get("failed_by_devmem", False)),
+            failed_check=data.get("failed_check") if isinstance(data.get("failed_check"), str) else None,  # type: ignore[arg-type]
             compiles=data.get("compiles"),  # type: ignore[arg-type]
             leaked_bytes=data.get("leaked_bytes"),  # type: ignore[arg-type]
             devices=data.get("devices") if isinstance(data.get("devices"), list) else None,  # type: ignore[arg-type]

@@ -12,6 +12,12 @@ from .changes import buffers_of, compare, contributors_of, metrics_of
 from .record import TestRecord
 from .tolerance import Tolerance
 
+CHECKS = ("out of memory", "limit", "compiles", "leak", "fragmentation", "baseline")
+"""pytest-devmem's checks in the order they are applied; a record names the first that failed
+(`TestRecord.failed_check`). Only "baseline" is one that `--devmem-update` would not fail: a
+refresh stores the figures of a test it failed (gate/refresh.py), never those of the others."""
+REFRESHABLE_CHECK = "baseline"
+
 
 def oom_verdict(record: TestRecord) -> str | None:
     """The failure when the test ran out of memory: its trace did not fit the machine under its

@@ -84,21 +84,20 @@ class Checks:
         """pytest-devmem's checks in order; the first failure's text (escaped for the terminal), or
         None. Every check records what it found, and the baseline is always compared."""
         spec = marked(item)
-        failure = oom_verdict(record) or limit_verdict(record.peak_bytes_in_use, record.limit_bytes)
-        if failure is None and spec is not None:
-            failure = compiles_verdict(captured.needed, spec.max_compiles, captured.functions)
-        if failure is None:
-            failure = leak_verdict(captured.kept, self.max_leak(item))
-        if failure is None:
-            if spec is not None and spec.max_fragmentation_off:  # max_fragmentation=None: no bound for this test
-                bound = None
-            else:
-                bound = (
-                    spec.max_fragmentation
-                    if spec is not None and spec.max_fragmentation is not None
-                    else self.settings.max_fragmentation
-                )
-            failure = fragmentation_verdict(record.devices, bound)
+        failures: list[tuple[str, str | None]] = [("out of memory", oom_verdict(record))]
+        failures.append(("limit", limit_verdict(record.peak_bytes_in_use, record.limit_bytes)))
+        if spec is not None:
+            failures.append(("compiles", compiles_verdict(captured.needed, spec.max_compiles, captured.functions)))
+        failures.append(("leak", leak_verdict(captured.kept, self.max_leak(item))))
+        if spec is not None and spec.max_fragmentation_off:  # max_fragmentation=None: no bound for this test
+            bound = None
+        else:
+            bound = (
+                spec.max_fragmentation
+                if spec is not None and spec.max_fragmentation is not None
+                else self.settings.max_fragmentation
+            )
+        failures.append(("fragmentation", fragmentation_verdict(record.devices, bound)))
         tolerance = (
             parse_tolerance(spec.tolerance)
             if spec is not None and spec.tolerance is not None
@@ -113,10 +112,12 @@ class Checks:
             strict=self.settings.strict,
             rootdir=self.rootdir,
         )  # always: the record keeps it
-        failure = failure or compared
-        return (
-            terminal_lines(failure) if failure is not None else None
-        )  # it quotes test ids, labels and baseline fields
+        failures.append(("baseline", compared))
+        first = next(((check, text) for check, text in failures if text is not None), None)
+        if first is None:
+            return None
+        record.failed_check = first[0]  # which one: a refresh takes the figures of a baseline failure alone
+        return terminal_lines(first[1])  # type: ignore[arg-type]  # it quotes test ids, labels and baseline fields
 
     def write_trace(self, record: TestRecord) -> None:
         """With --devmem-traces=DIR: the test's trace as an RMM-style CSV, named after the test and regime."""

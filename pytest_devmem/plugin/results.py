@@ -145,9 +145,9 @@ class SessionResults:
         )  # once, for the summary and the report: each test once
         info = self.session_info()
         if self.settings.update:
-            written, problems = refresh_baselines(self.store, self.records, info["versions"], self.unrecorded)  # type: ignore[arg-type]
-            self.baselines_written = [str(path) for path in written]
-            self.write_problems += [f"baseline not written: {problem}" for problem in problems]
+            refresh = refresh_baselines(self.store, self.records, info["versions"], self.unrecorded)  # type: ignore[arg-type]
+            self.baselines_written = [str(path) for path in refresh.written]
+            self.write_problems += [f"baseline not written: {problem}" for problem in refresh.problems]
         self.stale = sorted(set(stale_baselines(self.store.entries(), self.shape)) | self.stale_from_workers)
         failed = bool(self.stale and self.settings.strict)
         self.side_by_side = self.check_side_by_side()

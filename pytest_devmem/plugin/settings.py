@@ -36,7 +36,13 @@ def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("devmem", "device memory (pytest-devmem)")
     for option in OPTIONS:
         add_option(group.addoption, option)
-        parser.addini(option.ini, f"{option.help} (ini form of {option.option})", default=None)
+        # a switch is declared a "bool", as pytest's own are: `pytest --help` says (bool), and pytest reads
+        # true/false, yes/no, on/off, 1/0 (and a TOML boolean under [tool.pytest])
+        text = f"{option.help} (ini form of {option.option})"
+        if option.flag:
+            parser.addini(option.ini, text, type="bool", default=None)
+        else:
+            parser.addini(option.ini, text, default=None)
     # internal: how a parent hands tests to a child process (isolation.py); hidden from --help
     group.addoption("--devmem-child-output", default=None, help=argparse.SUPPRESS)
     group.addoption("--devmem-child-nodes", default=None, help=argparse.SUPPRESS)
@@ -52,7 +58,12 @@ def raw_value(config: pytest.Config, option: Option) -> tuple[str | None, str]:
     value = os.environ.get(option.env)
     if value:
         return value, f"environment variable {option.env}"
-    value = config.getini(option.ini)
+    try:
+        value = config.getini(option.ini)
+    except (pytest.UsageError, ValueError) as exc:  # a "bool" key pytest could not read: say which key
+        raise pytest.UsageError(f"{exc} (from ini key {option.ini}): use true/false, yes/no, on/off or 1/0") from None
+    if isinstance(value, bool):
+        return ("true" if value else None), (f"ini key {option.ini}" if value else "default")
     if value:
         return str(value), f"ini key {option.ini}"
     return None, "default"

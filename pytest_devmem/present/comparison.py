@@ -3,12 +3,11 @@ pull-request comment, as JSON, or as CSV, failures first."""
 
 from __future__ import annotations
 
-import io
 import json
 
 from ..gate.compare import FAILING, ORDER, TestVerdict, counts
 from ..gate.tolerance import format_metric
-from ..spreadsheet import csv_cell, csv_writer
+from ..spreadsheet import csv_table
 from .text import markdown, markdown_code
 
 COLUMNS = ("test", "regime", "device", "metric", "baseline", "now", "delta", "verdict")
@@ -253,8 +252,6 @@ def compare_json(found: list[TestVerdict], tolerance_spec: str, left_out: dict[s
 
 def compare_csv(found: list[TestVerdict], show_all: bool = True, sort: str = "status") -> str:
     """One line per figure compared, raw numbers, for spreadsheets and pandas."""
-    out = io.StringIO()
-    writer = csv_writer(out)
     columns = [
         "test",
         "regime",
@@ -268,9 +265,4 @@ def compare_csv(found: list[TestVerdict], show_all: bool = True, sort: str = "st
         "verdict",
         "tolerance",
     ]
-    writer.writerow(columns)
-    for row in compare_rows(found, show_all, sort):
-        writer.writerow(
-            ["" if row.get(c) is None else csv_cell(row.get(c)) for c in columns]
-        )  # no cell a spreadsheet would run
-    return out.getvalue()
+    return csv_table(columns, ([row.get(c) for c in columns] for row in compare_rows(found, show_all, sort)))

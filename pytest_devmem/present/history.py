@@ -188,6 +188,46 @@ def markdown(table: Any, moved: list[Step], tolerance: Tolerance, last: int = 8,
     return "\n".join(lines) + "\n"
 
 
+def history_json(table: Any, moved: list[Step], tolerance: Tolerance, classes: Sequence[str] = ()) -> str:
+    """For tools: the commits in time order, each test's peak per commit (None where it was not
+    measured), and the steps that moved beyond the tolerance."""
+    import json
+
+    commits = [str(c) for c in table.columns]
+    document = {
+        "format": "pytest-devmem-history",
+        "version": 1,
+        "metric": METRIC,
+        "tolerance": tolerance.spec,
+        "device_classes": list(classes),
+        "commits": commits,
+        "tests": {
+            str(test): {c: (None if row[c] != row[c] else row[c]) for c in table.columns}  # NaN: not measured there
+            for test, row in table.iterrows()
+        },
+        "moved": [
+            {"test": s.test, "before_commit": s.before_commit, "commit": s.commit, "before": s.before, "now": s.now}
+            for s in moved
+        ],
+    }
+    return json.dumps(document, indent=2) + "\n"
+
+
+def history_csv(table: Any, moved: list[Step]) -> str:
+    """For spreadsheets and pandas: one line per test and commit where it was measured, its peak, and
+    whether it moved beyond the tolerance at that commit."""
+    from ..spreadsheet import csv_table
+
+    steps = {(s.test, s.commit) for s in moved}
+    rows = [
+        [str(test), str(commit), row[commit], (str(test), str(commit)) in steps]
+        for test, row in table.iterrows()
+        for commit in table.columns
+        if row[commit] == row[commit]
+    ]
+    return csv_table(["test", "commit", METRIC, "moved"], rows)
+
+
 def check_trend_path(path: str | os.PathLike[str]) -> None:
     """HistoryError, before any work, when `path` cannot take the trend picture."""
     if Path(path).suffix.lower() != ".png":

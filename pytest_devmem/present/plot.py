@@ -1,12 +1,15 @@
 """Pictures of a test's memory: per device, bytes in use and held over its events as steps (a value
 holds until the next event), the peak marked with its largest holders, where it ran out of memory,
 fragmentation over the events, and each pool's memory map at the peak. PNG through matplotlib
-(imported here only, and only when a PNG is asked for); HTML self-contained (inline SVG, no
-script, no network). Both draw the same `TimelineView`."""
+(imported here only, and only when a PNG is asked for); HTML self-contained, fetching nothing: each
+lane an interactive chart (uPlot, inlined: zoom, the values under the cursor, the baseline drawn over
+the run), the same lane as SVG for a reader without scripts, the maps as SVG. Both draw the same
+`TimelineView`."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,11 +21,13 @@ from ..model.machine import KIND_TEXT
 from ..model.timeline import DeviceLane, PoolView, TimelineView
 from ..units import format_size
 from .text import html_text, matplotlib_text
+from .vendor import uplot
 
 MiB = 2**20
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
 FREE_COLOUR = "#dddddd"
 OOM_COLOUR = "#d62728"
+BASELINE_COLOUR = "#444444"
 MAP_SHOWN = "the part of each region up to its last chunk in use"
 
 
@@ -383,7 +388,13 @@ def _x_ticks(top: float, last: int) -> str:
     return "".join(parts)
 
 
-def _lane_svg(lane: DeviceLane, view: TimelineView, last: int, in_use_top: int | None = None) -> str:
+def _lane_svg(
+    lane: DeviceLane,
+    view: TimelineView,
+    last: int,
+    in_use_top: int | None = None,
+    baseline: tuple[str, int, list[int], list[int]] | None = None,
+) -> str:
     """A device's lane: in use alone on its own scale, then held from the device with in use under it
     on one scale (in use is never drawn above what holds it); event numbers below; the peak named
     above the lane, outside the plot, so no label covers the line."""
@@ -399,6 +410,7 @@ def _lane_svg(lane: DeviceLane, view: TimelineView, last: int, in_use_top: int |
         f"<text x='{LEFT}' y='{top - 6:.0f}' font-size='11'>in use, on its own scale</text>",
         f"<rect x='{LEFT}' y='{top}' width='{WIDTH:.0f}' height='{LANE_HEIGHT:.0f}' fill='none' stroke='#ccc'/>",
         _band(lane.in_use, lane.events, last, top, LANE_HEIGHT, in_use_scale, PALETTE[0]),
+        _baseline_band(baseline, last, top, in_use_scale),
         _y_ticks(top, LANE_HEIGHT, in_use_scale, largest),
         f"<text x='{LEFT}' y='{held_top - 6:.0f}' font-size='11' fill='#555'>held from the device (grey, at most {format_size(lane.peak_reserved)}) with in use (blue) on one scale</text>",
         f"<rect x='{LEFT}' y='{held_top}' width='{WIDTH:.0f}' height='{HELD_HEIGHT:.0f}' fill='none' stroke='#ccc'/>",
@@ -428,6 +440,110 @@ def _lane_svg(lane: DeviceLane, view: TimelineView, last: int, in_use_top: int |
         )
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+def _baseline_band(baseline: tuple[str, int, list[int], list[int]] | None, last: int, top: float, scale: float) -> str:
+    """The baseline's bytes in use over its own events, dashed, over the run's in-use line."""
+    if baseline is None:
+        return ""
+    _, events, xs, ys = baseline
+    band = _band(ys, xs, max(last, events - 1), top, LANE_HEIGHT, scale, BASELINE_COLOUR)
+    return band.replace("stroke-width='1.5'", "stroke-width='1.5' stroke-dasharray='5 3'", 1)
+
+
+def _chart_data(
+    lane: DeviceLane, last: int, baseline: tuple[str, int, list[int], list[int]] | None
+) -> dict[str, object]:
+    """One lane's interactive chart (uPlot's aligned data): in use, held from the device (drawn when
+    asked: a preallocated pool would flatten in use), and the baseline's in use over it."""
+    run = dict(zip(lane.events, zip(lane.in_use, lane.reserved)))
+    if lane.events and last not in run:
+        run[last] = run[lane.events[-1]]  # a value holds until the next event: to the last one
+    stored = dict(zip(baseline[2], baseline[3])) if baseline is not None else {}
+    xs = sorted(set(run) | set(stored))
+    series = [
+        {"label": "in use", "colour": PALETTE[0], "values": [run[x][0] if x in run else None for x in xs]},
+        {
+            "label": f"held from the device (at most {format_size(lane.peak_reserved)}; click to draw)",
+            "colour": "#999999",
+            "fill": "rgba(200,200,200,0.35)",
+            "show": False,
+            "values": [run[x][1] if x in run else None for x in xs],
+        },
+    ]
+    if baseline is not None:
+        series.append(
+            {
+                "label": f"baseline in use (its own {baseline[1]} events)",
+                "colour": BASELINE_COLOUR,
+                "dash": [6, 4],
+                "values": [stored.get(x) for x in xs],
+            }
+        )
+    return {"title": f"{lane.device}: bytes over the events", "x": xs, "series": series}
+
+
+def _chart_html(data: dict[str, object]) -> str:
+    """A chart's data for the page's script; `</` escaped so that no value can end the script."""
+    text = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    return f"<script type='application/json' class='devmem-chart'>{text}</script>"
+
+
+CHART_SCRIPT = """
+(function () {
+  function size(v) {
+    if (v == null) return "\u2014";
+    var units = ["B", "KiB", "MiB", "GiB", "TiB"], i = 0, n = Math.abs(v);
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; v /= 1024; i++; }
+    return (i ? v.toFixed(2) : v.toFixed(0)) + " " + units[i];
+  }
+  var steps = uPlot.paths.stepped({ align: 1 });
+  document.querySelectorAll("script.devmem-chart").forEach(function (node) {
+    var data = JSON.parse(node.textContent);
+    var series = [{ label: "event" }];
+    data.series.forEach(function (s) {
+      series.push({ label: s.label, stroke: s.colour, width: 1.5, dash: s.dash, fill: s.fill,
+                    show: s.show !== false, spanGaps: true, paths: steps,
+                    value: function (u, v) { return size(v); } });
+    });
+    var box = document.createElement("div");
+    node.parentNode.insertBefore(box, node);
+    new uPlot({
+      title: data.title, width: Math.min(1000, document.body.clientWidth - 40), height: 280,
+      scales: { x: { time: false } },
+      axes: [{ label: "event" }, { size: 90, values: function (u, vals) { return vals.map(size); } }],
+      cursor: { drag: { x: true, y: false } },
+      series: series
+    }, [data.x].concat(data.series.map(function (s) { return s.values; })), box);
+  });
+  var held = document.getElementById("show-held");
+  if (held) held.addEventListener("change", function () {
+    document.body.classList.toggle("held-shown", held.checked);
+  });
+})();
+"""
+
+
+def _devices_table(view: TimelineView) -> str:
+    """Each device's figures; what it held from the device is a column shown on request, stated once
+    when every device held the same (a preallocated pool's 75% would dwarf the rest)."""
+    held = {lane.peak_reserved for lane in view.lanes}
+    rows = "".join(
+        f"<tr><td>{html_text(lane.device)}</td><td>{format_size(lane.peak_in_use)}</td><td>{lane.peak_event}</td>"
+        f"<td class='held'>{format_size(lane.peak_reserved)}</td></tr>"
+        for lane in view.lanes
+    )
+    same = (
+        f"Held from the device: {format_size(next(iter(held)))} on {'every device' if len(view.lanes) > 1 else html_text(view.lanes[0].device)} under {html_text(view.regime)}. "
+        if len(held) == 1
+        else ""
+    )
+    return (
+        "<h3>Per device</h3>"
+        f"<p>{same}<label><input type='checkbox' id='show-held'> show what each device held</label></p>"
+        "<table class='devices'><tr><th>device</th><th>peak in use</th><th>at event</th><th class='held'>held from the device</th></tr>"
+        f"{rows}</table>"
+    )
 
 
 def _fragmentation_svg(view: TimelineView, last: int) -> str:
@@ -463,10 +579,14 @@ def render_html(
     summary = f"Regime {html_text(view.regime)} on {html_text(view.machine)} ({format_size(view.capacity)} per device); {view.events} events; {len(view.lanes)} device(s)"
     if head is not None:
         summary += f"; peak in use {format_size(head.peak_in_use)} on {html_text(head.device)}"
+    script, style = uplot()
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
         f"<title>{html_text(title)}</title>",
-        "<style>body{font-family:sans-serif;margin:20px}table{border-collapse:collapse}td,th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:left}.oom{color:#d62728;font-weight:bold}</style>",
+        f"<style>{style}</style>",
+        "<style>body{font-family:sans-serif;margin:20px}table{border-collapse:collapse}td,th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:left}.oom{color:#d62728;font-weight:bold}"
+        "table.devices .held{display:none}body.held-shown table.devices .held{display:table-cell}.hint{color:#555;font-size:90%}</style>",
+        f"<script>{script}</script>",
         f"</head><body><h2>{html_text(title)}</h2>",
         f"<p>{summary}.</p>",
     ]
@@ -479,7 +599,21 @@ def render_html(
             max(baseline.profile[3], default=0) if baseline.profile else 0,
             baseline.peak_bytes_in_use or 0,
         )
-    parts += [_lane_svg(lane, view, last, shared_top if lane is head else None) for lane in view.lanes]
+    overlay = baseline.profile if baseline is not None and head is not None else None
+    if view.lanes:
+        parts.append(_devices_table(view))
+        parts.append(
+            "<p class='hint'>Drag across a chart to zoom into those events, double-click to zoom out; the values under the"
+            " cursor are listed below each chart; click a series' name to draw it or hide it.</p>"
+        )
+    for lane in view.lanes:
+        lane_overlay = overlay if lane is head else None
+        parts.append(_chart_html(_chart_data(lane, last, lane_overlay)))
+        parts.append(
+            "<noscript>"
+            + _lane_svg(lane, view, last, shared_top if lane is head else None, lane_overlay)
+            + "</noscript>"
+        )
     if baseline is not None and head is not None:
         parts.append(_baseline_html(baseline, head, shared_top or 0))
     parts.append(_fragmentation_svg(view, last))
@@ -499,6 +633,7 @@ def render_html(
             parts.append(
                 "<p>The holes are pinned by:</p><ul>" + "".join(f"<li>{html_text(pin)}</li>" for pin in pins) + "</ul>"
             )
+    parts.append(f"<script>{CHART_SCRIPT}</script>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
@@ -510,19 +645,10 @@ def _baseline_html(baseline: BaselineSide, head: DeviceLane, top_value: int) -> 
         f"<h2>Baseline beside this run</h2><p>{html_text(baseline.file)}: peak in use {format_size(baseline.peak_bytes_in_use) if baseline.peak_bytes_in_use is not None else 'not stored'}; this run: {format_size(head.peak_in_use)} on {html_text(head.device)}.</p>"
     ]
     if baseline.profile is not None:
-        device, events, xs, ys = baseline.profile
-        last = max(0, events - 1)
-        scale = (top_value or 1) * 1.15
-        top = 22.0
-        parts += [
-            f"<h3>{html_text(device)} at the baseline: bytes in use over its {events} event{'s' if events != 1 else ''}, on the same scale as this run's lane above</h3>",
-            f"<svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH + LEFT + 20:.0f}' height='{top + LANE_HEIGHT + 36:.0f}' role='img' aria-label='the baseline&#39;s bytes in use over its events'>",
-            f"<rect x='{LEFT}' y='{top}' width='{WIDTH:.0f}' height='{LANE_HEIGHT:.0f}' fill='none' stroke='#ccc'/>",
-            _band(ys, xs, last, top, LANE_HEIGHT, scale, "#7f7f7f"),
-            _y_ticks(top, LANE_HEIGHT, scale, top_value),
-            _x_ticks(top + LANE_HEIGHT, last),
-            "</svg>",
-        ]
+        device, events = baseline.profile[0], baseline.profile[1]
+        parts.append(
+            f"<p>{html_text(device)} at the baseline: bytes in use over its {events} event{'s' if events != 1 else ''}, drawn dashed over this run's line above, on its scale.</p>"
+        )
     else:
         parts.append(
             "<p>The baseline stores no profile of its memory over its events (recorded by an older pytest-devmem): refresh it with --devmem-update to draw it here.</p>"

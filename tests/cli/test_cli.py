@@ -387,3 +387,50 @@ def test_a_bad_mode_is_the_plugins_message_and_exit_2(tmp_path: Path, capsys: py
     trace.write_text("Thread,Time,Action,Pointer,Size,Stream,Source,Label\n")
     assert main(["replay", str(trace), "--mode", "warp"]) == 2
     assert "devmem: error: unknown devmem mode 'warp': allowed are prealloc, fraction" in capsys.readouterr().err
+
+
+def test_show_and_replay_print_json_and_csv_as_compare_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import csv
+    import io
+
+    base = write_baselines(tmp_path / "baselines", [record("test_a", 3 * MiB, fragmentation=0.25)])
+    assert main(["show", str(base), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["format"] == "pytest-devmem-baselines-list"
+    assert shown["baselines"][0]["test_id"] == "tests/test_m.py::test_a"
+    assert shown["baselines"][0]["metrics"]["peak_bytes_in_use"] == 3 * MiB
+    assert main(["show", str(base), "--format=csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert rows[0]["test"] == "tests/test_m.py::test_a" and int(rows[0]["peak_bytes_in_use"]) == 3 * MiB
+    assert float(rows[0]["fragmentation"]) == 0.25
+
+    trace = tmp_path / "test_m.py__test_a[prealloc].csv"
+    trace.write_text(
+        "Thread,Time,Action,Pointer,Size,Stream,Source,Label\n0,0.0,allocate,0x1,1048576,0,pool,\n0,1.0,free,0x1,1048576,0,pool,\n"
+    )
+    assert main(["replay", str(trace), "--json"]) == 0
+    replayed = json.loads(capsys.readouterr().out)
+    assert replayed["fits"] is True and replayed["regime"] == "prealloc" and replayed["events"] == 2
+    assert replayed["devices"][0]["peak_bytes_in_use"] >= MiB and replayed["oom"] is None
+    assert main(["replay", str(trace), "--csv"]) == 0
+    figures = {row["figure"]: row["value"] for row in csv.DictReader(io.StringIO(capsys.readouterr().out))}
+    assert figures["events"] == "2" and int(figures["peak_bytes_in_use"]) == replayed["devices"][0]["peak_bytes_in_use"]
+    assert int(figures["pool: peak_bytes_reserved"]) >= MiB
+    assert main(["replay", str(trace), "--mode", "prealloc", "--fraction", "0.00001", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["oom"]["kind"]  # the out-of-memory result, raw
+
+
+@pytest.mark.parametrize("command", ["compare", "show", "replay", "history"])
+def test_every_table_command_takes_the_same_format_flags(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_devmem.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._subparsers._group_actions[0].choices.items() if a[0] == command)[1]  # type: ignore[union-attr]
+    flags = {flag: action for action in sub._actions for flag in action.option_strings}
+    assert flags["--format"].choices == ("markdown", "json", "csv")
+    assert {"--json", "--csv"} <= set(flags)
+    args = {"compare": ["a", "b"], "show": ["d"], "replay": ["t.csv"], "history": ["r.json"]}[command]
+    with pytest.raises(SystemExit) as stopped:
+        main([command, *args, "--json", "--csv"])
+    assert stopped.value.code == 2
+    assert "ask for csv and json output at once" in capsys.readouterr().err

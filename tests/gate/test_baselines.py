@@ -660,3 +660,76 @@ def test_a_version_1_baseline_is_compared_as_requested_bytes_until_it_is_refresh
     assert stored["version"] == 2
     metrics = stored["records"]["test_seven.py::test_seven_arrays"]["prealloc"]["metrics"]
     assert (metrics["peak_bytes_in_use"], metrics["peak_bytes_requested"]) == (768 * MiB, 700 * MiB)
+
+
+REFRESHED = """
+import os
+import pytest
+
+GROW = os.environ.get("REFRESH_GROW") == "1"
+
+def test_grows(devmem):
+    devmem.pool.alloc((24 if GROW else 8) * 2**20)
+
+def test_steady(devmem):
+    devmem.pool.alloc(4 * 2**20)
+
+def test_breaks(devmem):
+    devmem.pool.alloc((24 if GROW else 8) * 2**20)
+    assert not GROW, "an unrelated bug"
+
+@pytest.mark.devmem(limit="16MiB")
+def test_bounded(devmem):
+    devmem.pool.alloc((24 if GROW else 8) * 2**20)
+"""
+
+
+def test_the_documented_refresh_stores_a_regressed_test_and_says_which_it_left_out(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`devmem merge REPORT --baselines DIR` after a regressed run (docs/ci.md): the regression is
+    what a refresh accepts; a test that failed by itself or for another check keeps its baseline,
+    and the output names it with why. The files are those `--devmem-update` writes."""
+    from pytest_devmem.cli import main
+
+    pytester.makepyfile(test_refresh=REFRESHED)
+    run(pytester, "--devmem-update").assert_outcomes(passed=4)
+    stored = pytester.path / "baselines" / "sim-16GiB" / "test_refresh.py.json"
+    before = json.loads(stored.read_text())["records"]
+    monkeypatch.setenv("REFRESH_GROW", "1")
+    result = run(pytester, "--devmem-report=regressed.json")
+    result.assert_outcomes(passed=1, failed=3)
+    records = {r["test_id"]: r for r in json.loads((pytester.path / "regressed.json").read_text())["records"]}
+    assert records["test_refresh.py::test_grows"]["failed_check"] == "baseline"
+    assert records["test_refresh.py::test_bounded"]["failed_check"] == "limit"
+    assert records["test_refresh.py::test_breaks"]["failed_by_devmem"] is False
+    assert records["test_refresh.py::test_steady"]["failed_check"] is None
+    expected = pytester.path / "by-update"
+    expected.mkdir()
+    (expected / "sim-16GiB").mkdir()
+    (expected / "sim-16GiB" / "test_refresh.py.json").write_bytes(stored.read_bytes())
+    capsys.readouterr()
+
+    assert main(["merge", str(pytester.path / "regressed.json"), "--baselines", str(pytester.path / "baselines")]) == 0
+    said = capsys.readouterr().out
+    assert f"baseline written: {stored}" in said
+    assert (
+        "not refreshed: test_refresh.py::test_bounded [prealloc]: failed pytest-devmem's limit check, which a refresh does not accept"
+        in said
+    )
+    assert (
+        "not refreshed: test_refresh.py::test_breaks [prealloc]: failed by itself (and pytest-devmem's baseline check), not for its memory alone"
+        in said
+    )
+    after = json.loads(stored.read_text())["records"]
+    assert after["test_refresh.py::test_grows"]["prealloc"]["metrics"]["peak_bytes_in_use"] == 24 * MiB
+    for kept in ("test_breaks", "test_bounded", "test_steady"):  # their figures stay as they were
+        assert (
+            after[f"test_refresh.py::{kept}"]["prealloc"]["metrics"]
+            == before[f"test_refresh.py::{kept}"]["prealloc"]["metrics"]
+        )
+    # byte for byte what --devmem-update of the same run writes
+    run(pytester, "--devmem-update", f"--devmem-baselines={expected}")
+    assert (expected / "sim-16GiB" / "test_refresh.py.json").read_bytes() == stored.read_bytes()
+    # the rerun passes where only the regression was
+    run(pytester, "--devmem-report=again.json", "-k", "grows or steady").assert_outcomes(passed=2)

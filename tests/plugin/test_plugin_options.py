@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -526,3 +527,20 @@ def test_the_compile_target_note_names_the_environment_variable_that_set_it(
     result.assert_outcomes(passed=1)
     note = json.loads((pytester.path / "r.json").read_text())["session"]["compile_target"]["note"]
     assert "DEVMEM_COMPILE_TARGET=cpu" in note and "--devmem-compile-target" not in note
+
+
+def test_pytest_help_lists_the_switches_as_bool_and_the_ini_file_takes_their_words(pytester: pytest.Pytester) -> None:
+    from pytest_devmem.options import OPTIONS
+
+    help_text = pytester.runpytest_inprocess("--help").stdout.str()
+    for option in OPTIONS:
+        kind = "(bool)" if option.flag else "(string)"
+        assert re.search(rf"^\s+{option.ini} \({kind[1:-1]}\):", help_text, re.MULTILINE), (option.ini, kind)
+    pytester.makeini("[pytest]\ndevmem_update = yes\n")
+    pytester.makepyfile(test_one="def test_one(devmem):\n    devmem.pool.alloc(2**20)\n")
+    pytester.runpytest_inprocess("--devmem-mode=prealloc").assert_outcomes(passed=1)
+    assert (pytester.path / "baselines" / "sim-16GiB" / "test_one.py.json").is_file()  # `yes` turned it on
+    pytester.makeini("[pytest]\ndevmem_strict = maybe\n")
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "(from ini key devmem_strict): use true/false" in result.stderr.str()

@@ -226,3 +226,32 @@ def test_history_without_arguments_or_autosaved_reports_says_what_to_do(
     monkeypatch.chdir(tmp_path)
     assert main(["history"]) == 2
     assert "run pytest with --devmem-autosave to keep every run's report in .devmem/" in capsys.readouterr().err
+
+
+def test_history_prints_json_and_csv_for_tools(
+    pandas_loaded: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import csv
+    import io
+
+    report_on(tmp_path / "a.json", "sim-16GiB", 100 * 2**20, "a" * 40, "2026-11-20T10:00:00+00:00")
+    report_on(tmp_path / "b.json", "sim-16GiB", 200 * 2**20, "b" * 40, "2026-11-21T10:00:00+00:00")
+    assert main(["history", str(tmp_path), "--json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert document["format"] == "pytest-devmem-history" and document["commits"] == ["a" * 12, "b" * 12]
+    assert document["tests"]["t.py::test_x [prealloc]"] == {"a" * 12: 100 * 2**20, "b" * 12: 200 * 2**20}
+    assert document["moved"] == [
+        {
+            "test": "t.py::test_x [prealloc]",
+            "before_commit": "a" * 12,
+            "commit": "b" * 12,
+            "before": 100 * 2**20,
+            "now": 200 * 2**20,
+        }
+    ]
+    assert main(["history", str(tmp_path), "--format", "csv"]) == 1
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [(r["commit"], float(r["peak_bytes_in_use"]), r["moved"]) for r in rows] == [
+        ("a" * 12, 100 * 2**20, "False"),
+        ("b" * 12, 200 * 2**20, "True"),
+    ]

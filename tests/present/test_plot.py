@@ -106,7 +106,10 @@ def test_devmem_plot_draws_a_real_jax_test_as_png_and_html(
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     text = page.read_text()
     assert "<svg" in text and "jit(forward_layer) temp" in text and "peak" in text
-    assert "<script" not in text and "src=" not in text and "href=" not in text  # self-contained: nothing fetched
+    # self-contained: nothing fetched, the chart library inlined
+    assert "src=" not in text and "href=" not in text and "<link" not in text and "fetch(" not in text
+    assert "uPlot (v1.6.32)" not in text or "https://github.com/leeoniya/uPlot (v1.6.32)" in text  # its notice kept
+    assert text.count("class='devmem-chart'") == 1  # one interactive chart per device
 
 
 def test_devmem_plot_says_what_is_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -205,7 +208,7 @@ def test_a_lane_draws_held_with_in_use_on_one_scale_and_numbers_its_events() -> 
     in_use_band = html.split("in use, on its own scale", 1)[1].split("held from the device (grey", 1)[0]
     assert "36 MiB</text>" in in_use_band and "12 GiB</text>" in held_band  # each band's axis in its one unit
     assert ">event</text>" in held_band and "text-anchor='middle'>0</text>" in held_band  # the x axis is numbered
-    heading = html.split("<h3>", 2)[1]
+    heading = html.split("<noscript><h3>", 1)[1]  # the lane as SVG, for a reader without scripts
     assert heading.startswith(
         "cpu:0: peak in use 36.00 MiB at event 0 (jit(step) 36.00 MiB)"
     )  # named above the lane, not over it
@@ -231,8 +234,21 @@ def test_the_failure_artifact_shows_the_baseline_beside_the_run(
         "<h2>Baseline beside this run</h2><p>baselines/sim-16GiB/test_layer.py.json: peak in use 8.00 MiB; this run: 16.00 MiB on cpu:0.</p>"
         in html
     )
-    assert "cpu:0 at the baseline: bytes in use over its 1 event," in html
+    assert "cpu:0 at the baseline: bytes in use over its 1 event, drawn dashed over this run's line above" in html
     assert "<tr><td>pool</td><td>8.00 MiB</td><td>16.00 MiB</td></tr>" in html  # the holders at both peaks
+    # the baseline is a series of the run's own chart, not a panel of its own
+    (chart,) = [
+        json.loads(part.split("class='devmem-chart'>", 1)[1])
+        for part in html.split("</script>")
+        if "devmem-chart'>" in part
+    ]
+    by_label = {series["label"].split(" (")[0]: series["values"] for series in chart["series"]}
+    assert max(v for v in by_label["in use"] if v is not None) == 16 * MiB
+    assert max(v for v in by_label["baseline in use"] if v is not None) == 8 * MiB
+    assert chart["series"][1]["show"] is False  # held from the device: drawn on request, never dwarfing in use
+    svg = html.split("<noscript>", 1)[1].split("</noscript>", 1)[0]
+    assert "stroke='#444444' stroke-width='1.5' stroke-dasharray='5 3'" in svg  # and over the SVG lane too
+    assert "<svg" not in html.split("Baseline beside this run", 1)[1].split("<h3>Who held", 1)[0]
 
 
 def test_the_fragmentation_map_is_drawn_where_memory_is_still_held() -> None:

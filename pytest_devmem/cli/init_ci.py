@@ -1,0 +1,176 @@
+"""`devmem init-ci [TESTS...]`: the GitHub Actions workflows of a memory gate for your repository,
+written as files you commit and edit: `devmem.yml` (measure, gate, refresh preview, history) and
+`devmem-comment.yml` (the pull request's comment, from a `workflow_run` that never runs the pull
+request's code). The plugin is installed from the package index, pinned to this version, with the
+extras the device needs; every action is pinned to a commit, with its release in a comment.
+
+The workflows are the package's templates (`templates/*.yml`) with a few words filled in; this
+repository's own `.github/workflows/devmem.yml` is the same template, filled in for its examples."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from ..errors import InvalidSettingError
+from ..files import write_atomic
+from ..model.device import open_simulated
+from ..options import OPTION, add_option
+from .common import InputError
+
+HELP = "Write the GitHub Actions workflows of a memory gate for your repository (.github/workflows/)"
+
+ACTIONS = {
+    "CHECKOUT": ("11d5960a326750d5838078e36cf38b85af677262", "v4.4.0"),
+    "SETUP_PYTHON": ("a26af69be951a213d495a4c3e4e4022e16d87065", "v5.6.0"),
+    "UPLOAD_ARTIFACT": ("ea165f8d65b6e75b540449e92b4886f43607fa02", "v4.6.2"),
+    "DOWNLOAD_ARTIFACT": ("d3f86a106a0bac45b974a628896c90dbdf5c8093", "v4.3.0"),
+    "GITHUB_SCRIPT": ("f28e40c7f34bde8b3046d885e986cb6290c5673b", "v7.1.0"),
+    "BENCHMARK_ACTION": ("a60cea5bc7b49e15c1f58f411161f99e0df48372", "v1.22.0"),
+}
+"""Each action the workflows use: the commit its release tag points at (read from the action's own
+repository), and the tag, written beside the pin. A pin by tag can be moved; a commit cannot."""
+
+WORKFLOWS = ("devmem.yml", "devmem-comment.yml")
+"""The files `devmem init-ci` writes, in its directory."""
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What a repository's workflows say: where its tests are, how they install, on which device."""
+
+    tests: tuple[str, ...] = ("tests",)
+    measure_install: str = ""  # the measure job's command: the project and the plugin
+    gate_install: str = ""  # the gate job's: the devmem command alone
+    device: str = "sim:16GiB"
+    mode: str | None = "prealloc"  # None on a TPU preset: its regime is the TPU runtime's
+    python: str = "3.11"
+    branch: str = "main"
+
+
+def extras_for(device: str) -> tuple[str, ...]:
+    """The plugin's extras a gate on `device` needs: pytest-split (`ci`) to shard, and the deviceless
+    compiler of a GPU or TPU preset (`gpu-compile`, `tpu-compile`), without which its executables
+    would keep the CPU's sizes."""
+    if not device.strip().lower().startswith("sim"):
+        raise InputError(
+            f"--device {device!r}: a CI runner without a GPU gates on a simulated device: sim:SIZE (e.g. sim:16GiB) or sim:PRESET"
+        )
+    try:
+        simulated = open_simulated(device)
+    except InvalidSettingError as exc:
+        raise InputError(str(exc)) from None
+    if simulated.tpu is not None:
+        return ("ci", "tpu-compile")
+    return ("ci", "gpu-compile") if simulated.preset is not None else ("ci",)
+
+
+def gate_for_users(tests: Sequence[str], device: str, mode: str | None, install: str, python: str, branch: str) -> Gate:
+    """The gate of a user's repository: its project installed by `install` (pip's arguments), the
+    plugin from the index, pinned to this version."""
+    from .. import __version__
+
+    extras = extras_for(device)
+    tpu = "tpu-compile" in extras
+    if mode is not None:
+        OPTION["mode"].parsed(mode)  # an unknown regime named, with the allowed ones
+        if tpu:
+            raise InputError(
+                f"--mode {mode}: {device} is a TPU preset, whose regime is the TPU runtime's: leave --mode out"
+            )
+    plugin = f"pytest-devmem[{','.join(extras)}]=={__version__}"
+    return Gate(
+        tests=tuple(tests) or ("tests",),
+        measure_install=f"python -m pip install {install} {shlex.quote(plugin)}".replace("  ", " "),
+        gate_install=f"python -m pip install {shlex.quote(f'pytest-devmem=={__version__}')}",
+        device=device,
+        mode=None if tpu else (mode or "prealloc"),
+        python=python,
+        branch=branch,
+    )
+
+
+def render(name: str, gate: Gate) -> str:
+    """The workflow `name` (one of WORKFLOWS) filled in for `gate`."""
+    text = resources.files(__package__).joinpath("templates").joinpath(name).read_text(encoding="utf-8")
+    device_args = (f"--devmem-mode={gate.mode} " if gate.mode else "") + f"--devmem-device={gate.device}"
+    words = {
+        "TESTS": " ".join(shlex.quote(path) for path in gate.tests),
+        "MEASURE_INSTALL": gate.measure_install,
+        "GATE_INSTALL": gate.gate_install,
+        "DEVICE": device_args,
+        "DEVICE_NAME": f"{gate.device}, {gate.mode}" if gate.mode else gate.device,
+        "PYTHON": gate.python,
+        "BRANCH": gate.branch,
+        **{name: f"{commit} # {tag}" for name, (commit, tag) in ACTIONS.items()},
+    }
+    for word, value in words.items():
+        text = text.replace(f"@{word}@", value)
+    return text
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "tests",
+        nargs="*",
+        default=["tests"],
+        help="The test paths the gate runs, as pytest takes them (default: tests)",
+    )
+    add_option(
+        parser.add_argument,
+        OPTION["device"],
+        prefix="",
+        help=f"The device the gate measures on, of {OPTION['device'].values}: on a CI runner without a GPU, a simulated one (default: sim:16GiB); a GPU or TPU preset adds its compiler's extra",
+        default="sim:16GiB",
+    )
+    add_option(
+        parser.add_argument,
+        OPTION["mode"],
+        prefix="",
+        help=f"The regime: {OPTION['mode'].values} (default: prealloc; none on a TPU preset)",
+    )
+    parser.add_argument(
+        "--install",
+        default="-e .",
+        metavar="ARGS",
+        help='pip\'s arguments that install your project and its test dependencies (default: -e .), e.g. "-e \'.[test]\'" or "-r requirements.txt"',
+    )
+    parser.add_argument("--python", default="3.11", help="The runners' Python version (default: 3.11)")
+    parser.add_argument("--branch", default="main", help="The branch whose pushes keep the history (default: main)")
+    parser.add_argument(
+        "-d",
+        "--directory",
+        type=Path,
+        default=Path(".github/workflows"),
+        help="Where to write devmem.yml and devmem-comment.yml (default: .github/workflows)",
+    )
+    parser.add_argument("--force", action="store_true", help="Replace workflow files of those names")
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    gate = gate_for_users(args.tests, args.device, args.mode, args.install, args.python, args.branch)
+    paths = [args.directory / name for name in WORKFLOWS]
+    if not args.force:
+        there = [str(path) for path in paths if os.path.lexists(path)]
+        if there:
+            raise InputError(f"{', '.join(there)}: already there; --force replaces it")
+    if args.directory.exists() and not args.directory.is_dir():
+        raise InputError(f"{args.directory}: not a directory")
+    texts = {path: render(path.name, gate) for path in paths}  # every file made before any is written
+    args.directory.mkdir(parents=True, exist_ok=True)
+    for path, text in texts.items():
+        write_atomic(path, text)
+        print(f"wrote {path}")
+    print(
+        "Next: record the baselines (python -m pytest "
+        + " ".join(gate.tests)
+        + f" {'--devmem-mode=' + gate.mode + ' ' if gate.mode else ''}--devmem-device={gate.device} --devmem-update),"
+        " commit baselines/ and the workflows, and create the history branch once:"
+        ' git switch --orphan gh-pages && git commit --allow-empty -m "benchmark history" && git push origin gh-pages'
+    )
+    return 0
