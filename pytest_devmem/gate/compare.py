@@ -10,6 +10,7 @@ from pathlib import Path
 from ..model.buffers import ProgramBuffers
 from .baseline import BaselineEntry
 from .changes import Comparison, compare
+from .record import headline_peak
 from .tolerance import parse_tolerance
 
 Key = tuple[str, str, str]  # test id, regime, device class
@@ -45,7 +46,7 @@ class Measured:
 
     @property
     def measured(self) -> bool:
-        return self.metrics.get("peak_bytes_in_use") is not None or self.oom is not None
+        return headline_peak(self.metrics) is not None or self.oom is not None
 
 
 @dataclass(frozen=True)

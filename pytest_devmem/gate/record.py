@@ -29,6 +29,16 @@ DEVICE_METRICS = ("peak_bytes_in_use", "peak_bytes_reserved", "fragmentation", "
 """A device's figures a baseline keeps, in the order they are written."""
 
 
+def headline_peak(figures: dict[str, object]) -> int | None:
+    """A record's or baseline's peak for a trend or a "measured?" question: what the allocator
+    counted, or, in a file written before it was kept (`requested_peak_only`), the requested bytes."""
+    for name in ("peak_bytes_in_use", "peak_bytes_requested"):
+        value = figures.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
 def requested_peak_only(figures: dict[str, object]) -> dict[str, object]:
     """Figures written before `peak_bytes_in_use` was the allocator's count (baseline format 1, report
     format 2 and earlier), as they read now: their `peak_bytes_in_use` was the live data's peak, each

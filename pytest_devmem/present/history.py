@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DevmemError
+from ..gate.record import headline_peak
 from ..gate.tolerance import Tolerance, format_metric, format_metrics_apart
 from ..model.pool.policy import canonical_label
 from .autosave import AUTOSAVE_DIR
@@ -112,7 +113,8 @@ def load_frame(files: Sequence[Path]) -> Any:
         commit = str(session.get("commit") or path.stem)[:12] + (" (dirty)" if session.get("dirty") else "")
         time = str(session.get("time") or "")
         for record in report.records:
-            if record.get(METRIC) is None:
+            peak = headline_peak(record)
+            if peak is None:
                 continue
             rows.append(
                 {
@@ -121,7 +123,7 @@ def load_frame(files: Sequence[Path]) -> Any:
                     "commit": commit,
                     "device_class": str(record.get("device_class", "")),
                     "test": f"{record['test_id']} [{canonical_label(str(record.get('regime', 'prealloc')))}]",
-                    METRIC: float(record[METRIC]),  # type: ignore[arg-type]
+                    METRIC: float(peak),
                 }
             )
     if not rows:

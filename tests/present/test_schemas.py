@@ -51,7 +51,7 @@ def test_reports_and_baselines_validate_against_their_schemas(
         passed=3, failed=1, skipped=1
     )
     report = json.loads((pytester.path / "r.json").read_text())
-    assert report["format"] == "pytest-devmem-report" and report["version"] == 2
+    assert report["format"] == "pytest-devmem-report" and report["version"] == 3
     errors = [f"{list(e.path)}: {e.message}" for e in validator("report.schema.json").iter_errors(report)]
     assert errors == []
     baseline_files = sorted((pytester.path / "baselines").rglob("*.json"))
@@ -72,4 +72,4 @@ def test_devmem_compare_refuses_a_report_of_another_format_or_version(
     future = tmp_path / "future.json"
     future.write_text(json.dumps({"format": "pytest-devmem-report", "version": 9, "session": {}, "records": []}))
     assert main(["compare", str(future), str(future)]) == 2
-    assert "version '9' report; this devmem reads 'pytest-devmem-report' versions 1, 2" in capsys.readouterr().err
+    assert "version '9' report; this devmem reads 'pytest-devmem-report' versions 1, 2, 3" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from pytest_devmem.cli import main
 from pytest_devmem.gate.baseline import BaselineStore
 from pytest_devmem.gate.record import TestRecord
 from pytest_devmem.model.trace import Trace, TraceEvent
+from pytest_devmem.present.report import VERSION as REPORT_VERSION
 from pytest_devmem.units import MiB
 
 
@@ -208,7 +209,7 @@ def write_report(
         info["shard"] = shard
     path.write_text(
         json.dumps(
-            {"format": "pytest-devmem-report", "version": 2, "session": info, "records": records, "unrecorded": []},
+            {"format": "pytest-devmem-report", "version": REPORT_VERSION, "session": info, "records": records, "unrecorded": []},
             indent=1,
         )
     )

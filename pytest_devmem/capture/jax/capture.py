@@ -259,15 +259,17 @@ class JaxCapture:
         if self.sizer is None:
             return {}
         found: dict[str, dict[str, object]] = {}
-        for label in self.window.executables:
-            plan = self._executables.by_label.get(label)
-            if plan is not None:
-                found[label] = {
-                    "sized_for": plan.sized_for,
-                    **({"cpu_temp_bytes": plan.cpu_temp} if plan.cpu_temp is not None and plan.refused is None else {}),
-                    **({"note": plan.size_note} if plan.size_note else {}),
-                    **({"refused": plan.refused} if plan.refused is not None else {}),
-                }
+        for label, used in self.window.used.items():
+            # the plans this window ran, never the last one read under the name: two functions of one
+            # name (`<lambda>`), one compiled earlier and found in JAX's cache, are each their own
+            plans = list(used.values())
+            plan = next((p for p in plans if p.size_note or p.refused is not None), plans[0])
+            found[label] = {
+                "sized_for": plan.sized_for,
+                **({"cpu_temp_bytes": plan.cpu_temp} if plan.cpu_temp is not None and plan.refused is None else {}),
+                **({"note": plan.size_note} if plan.size_note else {}),
+                **({"refused": plan.refused} if plan.refused is not None else {}),
+            }
         return found
 
     def padded_sizes(self) -> dict[int, set[int]]:
@@ -280,12 +282,9 @@ class JaxCapture:
         """Per executable run in the window: the buffers at its peak (model/buffers.py's JSON, the
         largest kept), or why they are not known."""
         found: dict[str, dict[str, object]] = {}
-        for label in self.window.executables:
-            plan = self._executables.by_label.get(label)
-            if plan is not None:
-                found[label] = (
-                    plan.buffers.top().to_json() if plan.buffers is not None else {"unknown": plan.buffers_note}
-                )
+        for label, used in self.window.used.items():  # the plans this window ran (see window_sizes)
+            plan = max(used.values(), key=lambda p: max((size for _, size in p.temps), default=0))
+            found[label] = plan.buffers.top().to_json() if plan.buffers is not None else {"unknown": plan.buffers_note}
         return found
 
     def _fail(self, exc: Exception) -> None:

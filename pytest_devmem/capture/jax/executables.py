@@ -244,7 +244,6 @@ class Executables:
     def __init__(self, clear_fast_path: Callable[[], None], sizer: Any = None) -> None:
         self._clear_fast_path = clear_fast_path
         self.sizer = sizer  # a GPU sizer: temps as that GPU's compile sizes them
-        self.by_label: dict[str, ExecutablePlan] = {}  # the last plan read for each executable name
         self._plans: dict[int, tuple[weakref.ref[Any], ExecutablePlan]] = {}  # id(ExecuteReplicated) -> plan
         self._named: dict[tuple[int, int], tuple[Any, Any, ExecutablePlan]] = {}  # (id(aval), id(sharding)) -> plan
         self._ambiguous: set[tuple[int, int]] = set()  # first outputs of executables that run differently
@@ -261,7 +260,6 @@ class Executables:
         if known is not None:
             return known
         plan = plan_of(executable, self.sizer)
-        self.by_label[plan.label] = plan
         key, plans = id(executable), self._plans
 
         def forget(_: object) -> None:
