@@ -35,7 +35,11 @@ def shown_value(value: object) -> str:
     """A value as an error names it: its repr, cut short when long; a number too long to read (a
     marker's `10**400`) by its length."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
-        return f"{'-' if value < 0 else ''}(a {len(str(abs(value)))}-digit number)"
+        try:
+            digits = f"a {len(str(abs(value)))}-digit number"
+        except ValueError:  # more digits than Python writes (sys.get_int_max_str_digits)
+            digits = f"a number of some {int(abs(value).bit_length() * math.log10(2)) + 1} digits"
+        return f"{'-' if value < 0 else ''}({digits})"
     text = repr(value)
     return text if len(text) <= 200 else text[:200] + "..."
 
