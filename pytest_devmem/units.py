@@ -44,6 +44,21 @@ def shown_value(value: object) -> str:
     return text if len(text) <= 200 else text[:200] + "..."
 
 
+def byte_count_problem(value: object, largest: int | None = None, holder: str = "") -> str | None:
+    """Why `value`, read back from a file, cannot be a number of bytes (at most `largest`), or None:
+    the rule a size from a user meets (parse_size), for numbers no user typed. A whole number: never
+    a boolean (`true` is 1 to Python), a float (JSON's `Infinity`, `1e999`), text or null; never
+    negative; never more than `largest` (what `holder` holds, where named)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"{shown_value(value)} is not a whole number of bytes"
+    if value < 0:
+        return f"{shown_value(value)} is negative"
+    if largest is not None and value > largest:
+        shown = f"{value} ({format_size(value)})" if value < 10**30 else shown_value(value)
+        return f"{shown} is more than {format_size(largest)}{f', what {holder} holds' if holder else ''}"
+    return None
+
+
 def parse_size(text: str | int) -> int:
     """Return the number of bytes `text` names; raise ValueError naming the text and the allowed units.
 

@@ -186,6 +186,10 @@ class Measurement:
             notes.append(self.jax_capture.note or "JAX is imported but its allocations could not be traced")
         if self.jax_capture.window.failure:
             notes.append(self.jax_capture.window.failure)
+        sizer = self.jax_capture.sizer
+        for problem in sizer.take_cache_problems() if sizer is not None else ():  # a bad cache entry: a miss
+            notes.append(problem)
+            warnings.warn(RuntimeWarning(problem), stacklevel=1)
         unsized = sorted(getattr(self.jax_capture.sizer, "unsized_arrays", ()) or ())
         if unsized and self.jax_capture.window.executables:
             notes.append(

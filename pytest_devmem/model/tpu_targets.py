@@ -43,6 +43,11 @@ class TpuSpec:
     def hbm_per_device(self) -> int:
         return self.hbm_per_chip // self.devices_per_chip
 
+    @property
+    def memory_per_device(self) -> int:
+        """What one JAX device of the target holds: no size the compiler states for it is larger."""
+        return self.hbm_per_device
+
     def topology_for(self, devices: int) -> tuple[str, tuple[int, int, int] | None, int]:
         """(topology name, chips_per_host_bounds or None, devices to take from it) for `devices`
         JAX devices; InvalidSettingError naming the counts this generation has."""
