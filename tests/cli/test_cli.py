@@ -113,6 +113,36 @@ def test_compare_on_baselines_of_two_classes_reports_only_the_measured_one(
     assert json.loads(capsys.readouterr().out)["not_compared_classes"] == {"cuda-NVIDIA-H100-80GB-HBM3": 3}
 
 
+def test_compare_never_says_a_class_it_left_out_was_not_measured_nor_drops_a_flag_silently(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gpu = [record(name, 10 * MiB, device_class="cuda-NVIDIA-H100-80GB-HBM3") for name in ("test_a", "test_b")]
+    base = write_baselines(tmp_path / "baselines", [record("test_a", 10 * MiB), *gpu])
+    new = write_report(tmp_path / "new.json", [record("test_a", 10 * MiB), *gpu])
+    assert main(["compare", str(base), str(new), "--device-class", "cuda-NVIDIA-H100-80GB-HBM3"]) == 0
+    out = capsys.readouterr().out
+    assert "Not compared: baselines of device classes left out by `--device-class`: `sim-16GiB` (1)" in out
+    assert "did not measure" not in out  # NEW did measure sim-16GiB
+    for flags, message in [
+        (
+            ["--device-class", "sim-16GiB", "--all-classes"],
+            "--device-class picks device classes and --all-classes keeps every one",
+        ),
+        (
+            ["--columns", "test,now", "--csv"],
+            "--columns chooses the Markdown table's columns; CSV output has every column",
+        ),
+        (
+            ["--columns", "test,now", "--format=json"],
+            "--columns chooses the Markdown table's columns; JSON output has every column",
+        ),
+    ]:
+        with pytest.raises(SystemExit) as exited:
+            main(["compare", str(base), str(new), *flags])
+        assert exited.value.code == 2, flags
+        assert message in capsys.readouterr().err, flags
+
+
 def test_compare_sorts_and_picks_columns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = write_report(
         tmp_path / "base.json", [record("test_a", 10 * MiB), record("test_b", 10 * MiB), record("test_c", 10 * MiB)]
