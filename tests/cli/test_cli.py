@@ -417,3 +417,31 @@ def test_a_bad_mode_is_the_plugins_message_and_exit_2(tmp_path: Path, capsys: py
     trace.write_text("Thread,Time,Action,Pointer,Size,Stream,Source,Label\n")
     assert main(["replay", str(trace), "--mode", "warp"]) == 2
     assert "devmem: error: unknown devmem mode 'warp': allowed are prealloc, fraction" in capsys.readouterr().err
+
+
+def test_ctrl_c_during_a_merges_refresh_names_the_files_refreshed_and_leaves_no_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pytest_devmem.gate.baseline as baseline
+
+    report = tmp_path / "r.json"
+    records = [record(f"test_{n}", MiB).to_json() for n in "ab"]
+    records[1]["test_id"] = "tests/test_n.py::test_b"  # another module: another baseline file
+    session = {"device_class": "sim-16GiB", "versions": {"pytest-devmem": "0.1.0"}}
+    report.write_text(json.dumps({"session": session, "records": records}))
+    written = baseline.write_atomic
+    calls: list[object] = []
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        if calls:
+            raise KeyboardInterrupt  # Ctrl-C after the first file
+        calls.append(args[0])
+        written(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(baseline, "write_atomic", interrupted)
+    assert main(["merge", str(report), "--baselines", str(tmp_path / "baselines")]) == 130
+    error = capsys.readouterr().err
+    assert "Traceback" not in error and "KeyboardInterrupt" not in error
+    assert "devmem: interrupted: 1 baseline file(s) refreshed before it, each whole" in error
+    assert f"  refreshed: {calls[0]}" in error
+    assert [p.name for p in (tmp_path / "baselines").rglob("*.json")] == [Path(str(calls[0])).name]
