@@ -130,6 +130,9 @@ class SessionResults:
             self.targets_skipped,
         )
         table.sort()
+        table.fill_missing(
+            self.targets_skipped or "no result came back from the target's run (the xdist worker that ran it crashed?)"
+        )
         return table
 
     # -- the end ------------------------------------------------------------------------
