@@ -144,10 +144,11 @@ def read_text(path: str | os.PathLike[str], what: str, limit: int | None = None)
         ) from None
 
 
-def read_json(path: str | os.PathLike[str], what: str) -> tuple[str, object]:
+def read_json(path: str | os.PathLike[str], what: str, limit: int | None = None) -> tuple[str, object]:
     """A JSON file's text and what it holds; FileFormatError naming the file, and the line where
-    there is one, for anything that is not a regular file of UTF-8 JSON."""
-    text = read_text(path, what)
+    there is one, for anything that is not a regular file of UTF-8 JSON (of at most `limit` bytes,
+    MAX_JSON_BYTES by default)."""
+    text = read_text(path, what, limit)
     try:
         return text, json.loads(text)
     except json.JSONDecodeError as exc:

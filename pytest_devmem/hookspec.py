@@ -12,7 +12,10 @@ def pytest_devmem_update_run_info(config: pytest.Config, run_info: dict[str, obj
     """Add to the run's metadata: what you put in `run_info` (plain JSON values) is stored in the
     report's session as `run_info`, beside the commit, machine and versions, and travels into
     autosaved reports and merged shard reports. Called once, on the process that writes the report
-    (the pytest-xdist controller), after the tests ran.
+    (the pytest-xdist controller), after the tests ran. A value JSON has no form for is stored as
+    its text (NaN and the infinities as "NaN", "Infinity", "-Infinity"); a hook that raises, or
+    stores a cycle, a key that is not text or a number, or an integer too long to write, is named in
+    the summary and fails the session, and every measurement is written all the same.
 
     Example, in conftest.py::
 

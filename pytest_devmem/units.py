@@ -35,9 +35,28 @@ def shown_value(value: object) -> str:
     """A value as an error names it: its repr, cut short when long; a number too long to read (a
     marker's `10**400`) by its length."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
-        return f"{'-' if value < 0 else ''}(a {len(str(abs(value)))}-digit number)"
+        try:
+            digits = f"a {len(str(abs(value)))}-digit number"
+        except ValueError:  # more digits than Python writes (sys.get_int_max_str_digits)
+            digits = f"a number of some {int(abs(value).bit_length() * math.log10(2)) + 1} digits"
+        return f"{'-' if value < 0 else ''}({digits})"
     text = repr(value)
     return text if len(text) <= 200 else text[:200] + "..."
+
+
+def byte_count_problem(value: object, largest: int | None = None, holder: str = "") -> str | None:
+    """Why `value`, read back from a file, cannot be a number of bytes (at most `largest`), or None:
+    the rule a size from a user meets (parse_size), for numbers no user typed. A whole number: never
+    a boolean (`true` is 1 to Python), a float (JSON's `Infinity`, `1e999`), text or null; never
+    negative; never more than `largest` (what `holder` holds, where named)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"{shown_value(value)} is not a whole number of bytes"
+    if value < 0:
+        return f"{shown_value(value)} is negative"
+    if largest is not None and value > largest:
+        shown = f"{value} ({format_size(value)})" if value < 10**30 else shown_value(value)
+        return f"{shown} is more than {format_size(largest)}{f', what {holder} holds' if holder else ''}"
+    return None
 
 
 def parse_size(text: str | int) -> int:

@@ -12,6 +12,7 @@ from typing import Any
 from ..model.device import Device
 from ..model.trace import ALLOCATE_CODE, Trace
 from . import TraceRecorder
+from .forks import fork_note, forks
 from .imports import on_import
 from .interleave import merge
 from .jax import JaxCapture, jax_backend_started
@@ -128,6 +129,7 @@ class Measurement:
             self.sources.insert(0, NvmlSource(self.sampler, index, uuid=getattr(device, "uuid", None)))
         self._watching = False
         self._warned_platform = False
+        self._forks_before = 0  # this process's forks when the window opened (forks.py)
 
     def watch_frameworks(self) -> None:
         """Hook JAX now if it is imported, else the moment it is (a test body may import it)."""
@@ -160,6 +162,7 @@ class Measurement:
         gc.freeze()
         for source in self.sources:  # first: what they ask the frameworks is no activity of the test's
             source.start()
+        self._forks_before = forks()
         self.recorder.begin()
         self.jax_capture.begin()
         self.tensorflow_capture.begin()
@@ -191,6 +194,12 @@ class Measurement:
             notes.append(self.jax_capture.note or "JAX is imported but its allocations could not be traced")
         if self.jax_capture.window.failure:
             notes.append(self.jax_capture.window.failure)
+        if forks() > self._forks_before:  # a forked child's memory is in no capture here
+            notes.append(fork_note(forks() - self._forks_before))
+        sizer = self.jax_capture.sizer
+        for problem in sizer.take_cache_problems() if sizer is not None else ():  # a bad cache entry: a miss
+            notes.append(problem)
+            warnings.warn(RuntimeWarning(problem), stacklevel=1)
         unsized = sorted(getattr(self.jax_capture.sizer, "unsized_arrays", ()) or ())
         if unsized and self.jax_capture.window.executables:
             notes.append(

@@ -223,7 +223,9 @@ def read_trace(path: Path) -> Trace:
                 "pip install 'pytest-devmem[fast-traces]' reads traces by column, some 30 times faster",
                 file=sys.stderr,
             )
-        return Trace.read(path)
+        trace = Trace.read(path)
+        trace.check_pairs(path)  # before any replay: its own error would name an event, not the file's line
+        return trace
     except OSError as exc:
         raise InputError(f"{path}: cannot read the trace: {exc.strerror or exc}") from None
 

@@ -75,6 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     output = output_format(parser, args)  # before any work
+    if args.device_class and args.all_classes:
+        parser.error("--device-class picks device classes and --all-classes keeps every one: give one, not both")
+    if args.columns is not None and output != "markdown":
+        parser.error(
+            f"--columns chooses the Markdown table's columns; {output.upper()} output has every column: drop --columns or --{output}"
+        )
     OPTION["tolerance"].parsed(args.tolerance)  # a bad tolerance is reported before any file is read
     columns = parse_columns(args.columns)
     base, new = load(args.base), load_new(args.new, args.partial)
@@ -88,7 +94,15 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print_text(compare_csv(found, sort=args.sort))
     else:
         print_text(
-            compare_markdown(found, args.tolerance, args.all, left_out=left_out, columns=columns, sort=args.sort)
+            compare_markdown(
+                found,
+                args.tolerance,
+                args.all,
+                left_out=left_out,
+                columns=columns,
+                sort=args.sort,
+                picked=bool(args.device_class),
+            )
         )
     return 1 if any(v.failing for v in found) else 0
 

@@ -87,7 +87,17 @@ def merge_command(
         print(f"wrote {output}")
     if refresh is not None:
         before = _file_bytes(baselines)  # type: ignore[arg-type]  # refresh is made only with baselines
-        done = refresh()
+        try:
+            done = refresh()
+        except KeyboardInterrupt:  # Ctrl-C: each file is whole (written atomically); say which were refreshed
+            changed = sorted(path for path, data in _file_bytes(baselines).items() if before.get(path) != data)  # type: ignore[arg-type]
+            print(
+                f"devmem: interrupted: {len(changed)} baseline file(s) refreshed before it, each whole; "
+                "every other file is as it was (run the merge again to refresh the rest)"
+                + "".join(f"\n  refreshed: {path}" for path in changed),
+                file=sys.stderr,
+            )
+            return 130  # as a shell reports a command ended by SIGINT
         for path in done.written:
             print(f"baseline {'unchanged' if before.get(path) == _read_bytes(path) else 'written'}: {path}")
         for test_id, regime, why in done.left_out:  # stored without figures, or with the figures it had

@@ -6,6 +6,7 @@ plugin raises in that test's setup, so one bad marker errors one test, not the s
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import DevmemError
@@ -61,6 +62,46 @@ class MarkSpec:
             return session
         mode = self.mode or (session.mode if session is not None else Mode.FRACTION)
         return Regime.of(mode, self.fraction)
+
+
+MarkArguments = tuple[tuple[object, ...], Mapping[str, object]]
+"""One marker's positional and keyword arguments."""
+
+COMBINING_RULE = "markers combine key by key from module to class to function (a parametrized case's marks= last), the closest level wins"
+
+
+def combine_marks(
+    levels: Sequence[tuple[str, Sequence[MarkArguments]]],
+) -> tuple[tuple[object, ...], dict[str, object]] | str:
+    """The arguments a test's `devmem` markers give together, or the text of what is wrong: `levels`
+    are (what the level is, its markers), from the farthest (a module's `pytestmark`) to the closest
+    (the function's own decorators, then a parametrized case's `marks=`). Keys combine one by one,
+    the closest level's value winning (`limit=None` there takes a farther limit away); two markers
+    of one level that give one key two different values are an error, since which was meant cannot
+    be told (the order decorators stack in is no intent)."""
+    combined: dict[str, object] = {}
+    positional: tuple[object, ...] = ()
+    for where, markers in levels:
+        level: dict[str, object] = {}
+        for args, kwargs in markers:
+            positional = positional or tuple(args)  # refused by parse_mark, naming them
+            for key, value in kwargs.items():
+                if key in level and not _same(level[key], value):
+                    return (
+                        f"@pytest.mark.devmem: two values for {key} on {where}, {shown_value(level[key])} and "
+                        f"{shown_value(value)}: give one ({COMBINING_RULE})"
+                    )
+                level[key] = value
+        combined.update(level)
+    return positional, combined
+
+
+def _same(first: object, second: object) -> bool:
+    """Whether two marker values are one (any value: its == may raise or give no bool)."""
+    try:
+        return type(first) is type(second) and bool(first == second)
+    except Exception:
+        return first is second
 
 
 def parse_mark(args: tuple[object, ...], kwargs: dict[str, object]) -> MarkSpec | str:

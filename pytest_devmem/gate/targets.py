@@ -13,8 +13,11 @@ from dataclasses import dataclass, field, replace
 
 from .record import TestRecord, kept_cpu_sizes
 
-FITS, OOM, NOT_MEASURED = "fits", "oom", "not measured"
-STATUSES = (FITS, OOM, NOT_MEASURED)
+FITS, OOM, FAILED, NOT_MEASURED = "fits", "oom", "failed", "not measured"
+STATUSES = (FITS, OOM, FAILED, NOT_MEASURED)
+"""A test fits a target only where it passed there (or failed by pytest-devmem's own checks, a
+marker's limit say, which say nothing of the device); one that failed there otherwise is `failed`,
+with the figure it reached and why."""
 
 
 @dataclass(frozen=True)
@@ -35,8 +38,8 @@ class Target:
 
 @dataclass(frozen=True)
 class TargetResult:
-    """One test on one target. `status` is fits, oom or not measured; a test not measured has no
-    figure (never 0 B) and a `reason`."""
+    """One test on one target. `status` is fits, oom, failed or not measured; a test not measured
+    has no figure (never 0 B) and a `reason`; one that failed has the figure it reached and why."""
 
     test_id: str
     target: str
@@ -95,8 +98,9 @@ class TargetResult:
         kind = None
         if oom is not None:
             kind = str(oom.get("kind") or ("real" if oom.get("real") else "capacity"))
+        failed = record.outcome == "failed" and oom is None and not record.failed_by_devmem
         return cls(
-            status=OOM if oom is not None else FITS,
+            status=OOM if oom is not None else FAILED if failed else FITS,
             peak_bytes_in_use=record.peak_bytes_in_use,
             peak_bytes_reserved=record.peak_bytes_reserved,
             peak_device=record.peak_device,
@@ -259,6 +263,21 @@ class TargetTable:
             table.results = table.rows_of_older_results()
             table.sort()
         return table
+
+    def fill_missing(self, reason: str) -> None:
+        """A `not measured` result, saying `reason`, for each test on each target run again where its
+        row has none (an xdist worker that crashed sent none of its tests' reruns): every target's
+        count covers every row."""
+        present = {(r.test_id, r.row_regime, r.target) for r in self.results}
+        missing = [
+            TargetResult.not_measured(test_id, target.name, regime, target.capacity_bytes, reason)
+            for test_id, regime in self.tests()
+            for target in self.targets
+            if not target.session and (test_id, regime, target.name) not in present
+        ]
+        if missing:
+            self.add(missing)
+            self.sort()
 
     def rows_of_older_results(self) -> list[TargetResult]:
         """The results, those from a report written before `session_regime` was recorded given the

@@ -66,6 +66,11 @@ class GpuSpec:
     memory_bytes: int
 
     @property
+    def memory_per_device(self) -> int:
+        """What one GPU of the target holds (as TpuSpec's)."""
+        return self.memory_bytes
+
+    @property
     def limits(self) -> ComputeCapabilityLimits:
         return CAPABILITY_LIMITS[self.compute_capability]
 

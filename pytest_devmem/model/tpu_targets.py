@@ -123,6 +123,11 @@ class TpuSpec:
             f"program on {self.counts_text()} JAX devices"
         )
 
+    @property
+    def memory_per_device(self) -> int:
+        """What one JAX device of the target holds: no size the compiler states for it is larger."""
+        return self.hbm_per_device
+
 
 def _usable(text: str) -> int:
     """`15.75G` as the TPU compiler prints it (XLA's HumanReadableNumBytes: powers of 1024) in bytes."""

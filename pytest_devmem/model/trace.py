@@ -360,6 +360,78 @@ class Trace:
         is wrong, and refuses what is not a regular file or is larger than MAX_TRACE_BYTES."""
         return cls.read_csv(path)
 
+    def check_pairs(self, path: str | os.PathLike[str]) -> None:
+        """TraceFormatError naming the file `path` (this trace, as read from it) and the line (the
+        row, in an Arrow IPC file) of the first event whose allocation or free does not pair
+        (`pairing_problem`): what the replay of a trace file is given must pair."""
+        problem = self.pairing_problem()
+        if problem is None:
+            return
+        index, other, text = problem
+        unit, where = _event_places(path, [index] if other is None else [index, other])
+        if other is not None:
+            text = text.replace("{other}", f"{unit} {where[other]}")
+        shown = f"{os.fspath(path)}:{where[index]}" if unit == "line" else f"{os.fspath(path)}: {unit} {where[index]}"
+        raise TraceFormatError(f"{shown}: {text}")
+
+    def pairing_problem(self) -> tuple[int, int | None, str] | None:
+        """The first event whose allocation or free does not pair, as each allocator (device,
+        process, source) sees its pointers: (its index, the index of the allocation it meets or
+        None, what is wrong, with `{other}` where that allocation's place goes). A pointer allocated
+        while its allocator holds it live would be two buffers at one address; a free of a pointer not
+        live frees nothing; a free gives back the size its allocation took (RMM's log and the
+        captures write it so). None where every event pairs. By column with numpy on long traces."""
+        indices: range | list[int] = range(len(self.actions))
+        if len(self.actions) >= BY_COLUMN_FROM:
+            try:
+                from .trace_numpy import first_unpaired
+            except ImportError:
+                first_unpaired = None  # type: ignore[assignment]
+            if first_unpaired is not None:
+                first = first_unpaired(
+                    self.actions, self.pointers, self.sizes, self.devices, self.processes, self.sources
+                )
+                if first is None:
+                    return None
+                lane = (self.devices[first], self.processes[first], self.sources[first], self.pointers[first])
+                indices = [
+                    i
+                    for i in range(first + 1)
+                    if (self.devices[i], self.processes[i], self.sources[i], self.pointers[i]) == lane
+                ]
+        live: dict[tuple[int, int, int, int], int] = {}
+        for index in indices:
+            action = self.actions[index]
+            if action > FREE_CODE:
+                continue
+            pointer = self.pointers[index]
+            key = (self.devices[index], self.processes[index], self.sources[index], pointer)
+            device = self.names[self.devices[index]] or "the first device"
+            held = live.pop(key, None)
+            if action == ALLOCATE_CODE:
+                if held is not None:
+                    return (
+                        index,
+                        held,
+                        f"Pointer {pointer:#x} allocated again on {device} while its allocation at {{other}} is live: "
+                        "two buffers at one address (a free missing between them?)",
+                    )
+                live[key] = index
+            elif held is None:
+                return (
+                    index,
+                    None,
+                    f"free of {pointer:#x}, which the trace never allocated on {device} (or freed already)",
+                )
+            elif self.sizes[held] != self.sizes[index]:
+                return (
+                    index,
+                    held,
+                    f"free of {pointer:#x} with Size {self.sizes[index]}, where its allocation at {{other}} has Size "
+                    f"{self.sizes[held]}: a free gives back what its allocation took",
+                )
+        return None
+
     @classmethod
     def read_csv(cls, path: str | os.PathLike[str]) -> Trace:
         """Read an RMM-style log; TraceFormatError names the file and line of anything malformed,
@@ -376,9 +448,9 @@ class Trace:
         except OSError as exc:
             binary.close()
             raise TraceFormatError(f"{os.fspath(path)}: cannot read the trace: {exc.strerror or exc}") from None
-        from .trace_ipc import is_arrow, read_arrow
+        from .trace_ipc import is_arrow, is_arrow_stream, read_arrow
 
-        if is_arrow(start):
+        if is_arrow(start) or is_arrow_stream(start):
             with binary:
                 return read_arrow(cls, binary, os.fspath(path))
         by_column = _read_by_column(cls, binary)
@@ -409,6 +481,39 @@ class Trace:
         except csv.Error as exc:
             raise TraceFormatError(f"{os.fspath(path)}:{line + 1}: not CSV: {exc}") from None
         return trace
+
+
+def _event_places(path: str | os.PathLike[str], indices: list[int]) -> tuple[str, dict[int, int]]:
+    """Where events (by index) are in a trace file, for an error: ("line", each one's line) in a CSV
+    (its rows after the header, empty ones skipped, as the reader counts them), ("row", each one's
+    row) in an Arrow IPC file, or ("event", its number) where the file cannot say."""
+    from .trace_ipc import is_arrow, is_arrow_stream
+
+    try:
+        with open_regular(path, "trace", MAX_TRACE_BYTES) as binary:
+            first = binary.read(8)
+            if is_arrow(first) or is_arrow_stream(first):
+                return "row", {index: index + 1 for index in indices}
+            binary.seek(0)
+            wanted, found = set(indices), dict[int, int]()
+            with io.TextIOWrapper(binary, encoding="utf-8", newline="") as handle:
+                rows = csv.reader(handle)
+                next(rows, None)
+                line, event = rows.line_num, 0
+                for row in rows:
+                    start, line = line + 1, rows.line_num
+                    if not row:
+                        continue
+                    if event in wanted:
+                        found[event] = start
+                        if len(found) == len(wanted):
+                            break
+                    event += 1
+    except (FileFormatError, OSError, UnicodeDecodeError, csv.Error):
+        found = {}
+    if len(found) < len(indices):
+        return "event", {index: index + 1 for index in indices}
+    return "line", found
 
 
 def _read_by_column(cls: type[Trace], binary: BinaryIO) -> Trace | None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 from array import array
+from collections.abc import Iterable
 from typing import IO, TYPE_CHECKING, Any
 
 from .trace_arrow import numbers
@@ -68,6 +69,17 @@ def available() -> bool:
 def is_arrow(start: bytes) -> bool:
     """Whether a file starting with `start` is an Arrow IPC file."""
     return start[: len(MAGIC)] == MAGIC
+
+
+STREAM_START = b"\xff\xff\xff\xff"
+"""How an Arrow IPC stream begins (Arrow's columnar format, "Encapsulated message format": the
+continuation marker before each message's length, since Arrow 0.15), what `pyarrow.ipc.new_stream`
+and `pandas.DataFrame.to_feather`'s stream cousin write: the same columns in another framing."""
+
+
+def is_arrow_stream(start: bytes) -> bool:
+    """Whether a file starting with `start` is an Arrow IPC stream (read as a trace file is)."""
+    return start[: len(STREAM_START)] == STREAM_START
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -133,8 +145,9 @@ def write_arrow(trace: Trace, path: str | os.PathLike[str]) -> None:
 
 
 def read_arrow(cls: type[Trace], binary: IO[bytes], shown: str) -> Trace:
-    """The trace in `binary` (an open Arrow IPC file, named `shown` in errors); TraceFormatError
-    for a file that is not one (truncated, corrupt) or whose columns are not a trace's."""
+    """The trace in `binary` (an open Arrow IPC file or stream, named `shown` in errors);
+    TraceFormatError for a file that is not one (truncated, corrupt) or whose columns are not a
+    trace's."""
     from .trace import TraceFormatError
 
     try:
@@ -146,13 +159,20 @@ def read_arrow(cls: type[Trace], binary: IO[bytes], shown: str) -> Trace:
             f"{shown}: an Arrow IPC trace file, which needs pyarrow and numpy: pip install 'pytest-devmem[fast-traces]', or give the trace's CSV"
         ) from None
     binary.seek(0)
+    stream = is_arrow_stream(binary.read(len(STREAM_START)))
+    binary.seek(0)
     try:
-        reader = ipc.open_file(binary)
-        schema = reader.schema
-        _check_schema(schema, shown, pa)
-        trace = _Columns(cls, _rows(reader, os.fstat(binary.fileno()).st_size))
-        for index in range(reader.num_record_batches):
-            batch = reader.get_batch(index)
+        if stream:  # no footer: its batches are read in order, all of them, before the columns are sized
+            stream_reader = ipc.open_stream(binary)
+            _check_schema(stream_reader.schema, shown, pa)
+            batches: Iterable[Any] = list(stream_reader)
+            trace = _Columns(cls, sum(int(batch.num_rows) for batch in batches))
+        else:
+            reader = ipc.open_file(binary)
+            _check_schema(reader.schema, shown, pa)
+            trace = _Columns(cls, _rows(reader, os.fstat(binary.fileno()).st_size))
+            batches = (reader.get_batch(index) for index in range(reader.num_record_batches))
+        for batch in batches:
             batch.validate(full=True)  # offsets, dictionary indices, UTF-8: a corrupt body is refused here
             trace.append(batch, shown, np, pa)
     except (pa.ArrowException, OSError, ValueError, TypeError) as exc:

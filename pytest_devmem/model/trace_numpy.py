@@ -77,3 +77,44 @@ def lanes_by_column(
     unique, inverse = np.unique(key, return_inverse=True)
     combinations = [(k // (spans[1] * spans[2]), k // spans[2] % spans[1], k % spans[2]) for k in unique.tolist()]
     return combinations, inverse
+
+
+def first_unpaired(
+    actions: bytearray,
+    pointers: array[int],
+    sizes: array[int],
+    devices: array[int],
+    processes: array[int],
+    sources: array[int],
+) -> int | None:
+    """The index of the first event that breaks the pairing of allocations and frees, as
+    `Trace.pairing_problem` finds it event by event (an allocation of a pointer its allocator holds
+    live, a free of one it does not, a free whose size is not its allocation's); None where every
+    event pairs, or where the lanes cannot be combined (the caller looks event by event then)."""
+    codes = np.frombuffer(actions, dtype=np.uint8)
+    kept = np.flatnonzero(codes <= FREE_CODE)
+    if not len(kept):
+        return None
+    lanes = lanes_by_column(devices, processes, sources)
+    if lanes is None:
+        return None
+    lane = lanes[1][kept]
+    pointer = np.frombuffer(pointers, dtype=np.uint64)[kept]
+    order = np.lexsort((kept, pointer, lane))  # each (lane, pointer)'s events, in trace order
+    lane, pointer, kind, size = (
+        lane[order],
+        pointer[order],
+        codes[kept][order],
+        np.frombuffer(sizes, dtype=np.int64)[kept][order],
+    )
+    same = np.zeros(len(order), dtype=bool)
+    same[1:] = (lane[1:] == lane[:-1]) & (pointer[1:] == pointer[:-1])
+    after_allocation = np.zeros(len(order), dtype=bool)
+    after_allocation[1:] = same[1:] & (kind[:-1] == ALLOCATE_CODE)
+    held = np.zeros(len(order), dtype=np.int64)
+    held[1:] = size[:-1]
+    bad = np.where(
+        kind == ALLOCATE_CODE, after_allocation, ~after_allocation | (size != held)
+    )  # allocated again while live; freed while not live, or with another size
+    found = np.flatnonzero(bad)
+    return int(kept[order][found].min()) if len(found) else None

@@ -28,6 +28,10 @@ gpu_env_key = pytest.StashKey["str | None"]()  # CUDA_VISIBLE_DEVICES before thi
 deviceless_env_key = pytest.StashKey["Mapping[str, str | None]"]()  # what the deviceless GPU compile's setting replaced
 tensorflow_cpu_key = pytest.StashKey[CpuAllocatorSetting]()  # TF_CPU_ALLOCATOR_USE_BFC, as this session left it
 interop_key = pytest.StashKey[bool]()  # TF_NUM_INTEROP_THREADS was set by this session
+session_environment_key = pytest.StashKey["dict[str, str]"]()
+"""The environment once the session has collected its tests, before any runs: what a child process
+starts from, whatever a test set in os.environ meanwhile (`JAX_PLATFORMS=cuda` in one test must not
+reach the next test's child)."""
 
 
 def prepare(config: pytest.Config, settings: Settings) -> None:

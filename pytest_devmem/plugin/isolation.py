@@ -27,7 +27,7 @@ import pytest
 from ..errors import FileFormatError
 from ..files import read_text
 from ..model.regime import Regime
-from .environment import restore
+from .environment import restore, session_environment_key
 from .settings import Settings
 
 OUTPUT_TAIL_CHARS = 3000
@@ -289,7 +289,7 @@ def _run_child(
     )  # JSON: a node id may hold a line break or end in a space
     paths = sorted({os.path.relpath(item.path, config.invocation_params.dir) for item in items})
     command = child_command(config, regime, settings, events_path, nodes, paths, extras.arguments, extras.dropped)
-    environment = dict(os.environ)
+    environment = dict(config.stash.get(session_environment_key, os.environ))  # never what a test set since
     restore(original_environment or {}, environment)  # the user's own values, not this process's regime
     regime.apply(environment)
     environment.update(extras.environment)

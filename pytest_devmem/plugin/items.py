@@ -9,7 +9,7 @@ import pytest
 
 from ..capture.measurement import Captured
 from ..errors import DevmemError, OutOfMemoryError
-from ..gate.marks import MARK_NAME, MarkSpec, parse_mark
+from ..gate.marks import MARK_NAME, MarkArguments, MarkSpec, combine_marks, parse_mark
 from ..model.regime import GPU_ONLY_MODES, Regime, on_tpu
 from ..model.tpu_targets import TpuSpec, tpu_regime_refusal
 
@@ -27,8 +27,9 @@ oom_key = pytest.StashKey["str | None"]()  # the out-of-memory error the test ra
 def prepare_item(item: pytest.Item, session_regime: Regime | None, tpu: TpuSpec | None = None) -> Regime | None:
     """Read the item's marker once: its spec (or the error to raise in its setup), whether it is
     measured, its regime. On a TPU preset a marker's GPU regime is that test's error."""
-    marker = item.get_closest_marker(MARK_NAME)
-    spec = parse_mark(marker.args, dict(marker.kwargs)) if marker is not None else None
+    levels = mark_levels(item)
+    combined = combine_marks(levels) if levels else None
+    spec = parse_mark(*combined) if isinstance(combined, tuple) else combined
     if (
         tpu is not None
         and isinstance(spec, MarkSpec)
@@ -37,7 +38,7 @@ def prepare_item(item: pytest.Item, session_regime: Regime | None, tpu: TpuSpec 
         asked = f"@pytest.mark.devmem({', '.join(f'{k}={v!r}' for k, v in (('mode', spec.mode.value if spec.mode else None), ('fraction', spec.fraction)) if v is not None)})"
         spec = tpu_regime_refusal(tpu, asked)
     item.stash[mark_key] = spec
-    item.stash[measured_key] = session_regime is not None or marker is not None
+    item.stash[measured_key] = session_regime is not None or bool(levels)
     try:
         regime = spec.regime(session_regime) if isinstance(spec, MarkSpec) else session_regime
     except (
@@ -52,6 +53,25 @@ def prepare_item(item: pytest.Item, session_regime: Regime | None, tpu: TpuSpec 
         regime = on_tpu(regime)
     item.stash[regime_key] = regime
     return regime
+
+
+def mark_levels(item: pytest.Item) -> list[tuple[str, list[MarkArguments]]]:
+    """The item's `devmem` markers by level, from the farthest (a module's, a package's) to the
+    closest: the function's own, then a parametrized case's `marks=` (pytest keeps both on the
+    function, the case's after its decorators: `_pytest/python.py`, Function.__init__)."""
+    by_node: dict[int, tuple[str, list[MarkArguments]]] = {}
+    case = [mark for mark in getattr(getattr(item, "callspec", None), "marks", ()) if mark.name == MARK_NAME]
+    case_marks: list[MarkArguments] = []
+    for node, mark in item.iter_markers_with_node(MARK_NAME):  # the closest first
+        if node is item and any(mark is own for own in case):
+            case_marks.append((mark.args, mark.kwargs))
+            continue
+        where = f"{type(node).__name__.lower()} {node.name}" if node is not item else f"function {item.name}"
+        by_node.setdefault(id(node), (where, []))[1].append((mark.args, mark.kwargs))
+    levels = list(reversed(by_node.values()))
+    if case_marks:
+        levels.append((f"the case {item.name}", case_marks))
+    return levels
 
 
 def marked(item: pytest.Item) -> MarkSpec | None:

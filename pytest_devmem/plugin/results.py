@@ -6,7 +6,6 @@ check, then the plain facts the terminal summary shows."""
 from __future__ import annotations
 
 import importlib.metadata
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +25,7 @@ from .checks import shown
 from .compile_target import CompileTarget
 from .environment import tensorflow_cpu_key
 from .recording import allocator_setups, machine_spec
+from .run_info import collect_run_info
 from .settings import Settings
 from .shard import shard_of
 from .workers import LargestTests, gpu_count, plan_workers, workers_per_device
@@ -130,6 +130,9 @@ class SessionResults:
             self.targets_skipped,
         )
         table.sort()
+        table.fill_missing(
+            self.targets_skipped or "no result came back from the target's run (the xdist worker that ran it crashed?)"
+        )
         return table
 
     # -- the end ------------------------------------------------------------------------
@@ -253,10 +256,11 @@ class SessionResults:
 
     def run_info(self) -> dict[str, object]:
         """What the project's `pytest_devmem_update_run_info` hooks added (hookspec.py), as plain
-        JSON: a value JSON cannot hold is stored as its text, never lost, never a crash at the end."""
-        run_info: dict[str, object] = {}
-        self.config.hook.pytest_devmem_update_run_info(config=self.config, run_info=run_info)
-        return json.loads(json.dumps({str(key): value for key, value in run_info.items()}, default=str))  # type: ignore[no-any-return]
+        JSON (plugin/run_info.py); a hook that raises or stores what JSON cannot hold is a problem
+        the summary names, and the session's measurements are written all the same."""
+        run_info, problems = collect_run_info(self.config)
+        self.write_problems += problems
+        return run_info
 
     def facts(
         self, isolated: dict[str, int], xdist_note: str, tensorflow_cpu: CpuAllocatorSetting | None

@@ -3,6 +3,7 @@ work to the module that owns it (items, measurement, checks, results, children, 
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from collections.abc import Generator
@@ -31,6 +32,7 @@ from .environment import (
     early_env_key,
     interop_key,
     restore_all,
+    session_environment_key,
     tensorflow_cpu_key,
     tensorflow_installed,
 )
@@ -188,6 +190,10 @@ class DevmemSession:
                 if timeouts:  # the child gets --timeout and times each test itself; here one timer
                     item.add_marker(pytest.mark.timeout(0))  # would fire while waiting for the child
         return result
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Before any test runs: the environment every child process starts from."""
+        self.config.stash[session_environment_key] = dict(os.environ)
 
     # -- a test under another regime runs in a child ----------------------------------------
 

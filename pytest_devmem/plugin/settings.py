@@ -84,6 +84,18 @@ def _setting_text(config: pytest.Config, option: Option, value: object) -> str:
     return ""
 
 
+MEASURING_OUTPUTS = ("update", "report", "strict", "targets")
+"""Settings that ask for what only a measuring session gives: refused with --devmem-disable."""
+
+
+def _given(config: pytest.Config, option: Option) -> str | None:
+    """Where a setting that asks for something was given (a switch turned on, a value), or None."""
+    value, where = raw_value(config, option)
+    if value is None or (option.flag and not _checked(config, option, parse_flag)):
+        return None
+    return where if where == option.option else f"{option.option} ({where})"
+
+
 def _checked(config: pytest.Config, option: Option, parse: Callable[[str], object]) -> object:
     value, where = raw_value(config, option)
     if value is None:
@@ -177,6 +189,13 @@ def load_settings(config: pytest.Config) -> Settings:
         raise pytest.UsageError(
             f"{options['disable'].option} and {options['only'].option} contradict each other: one measures nothing, the other runs only what is measured (as pytest-benchmark's --benchmark-disable and --benchmark-only)"
         )
+    if disable:
+        refused = [where for name in MEASURING_OUTPUTS if (where := _given(config, options[name])) is not None]
+        if refused:
+            raise pytest.UsageError(
+                f"{options['disable'].option} measures nothing, so {' and '.join(refused)} would have nothing to "
+                "write, check or run: drop one or the other (as --devmem-disable with --devmem-only)"
+            )
     mode = _parsed(config, options["mode"])
     fraction = _parsed(config, options["fraction"])
     regime = None

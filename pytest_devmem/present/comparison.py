@@ -158,9 +158,11 @@ def compare_markdown(
     left_out: dict[str, int] | None = None,
     columns: tuple[str, ...] = COLUMNS,
     sort: str = "status",
+    picked: bool = False,
 ) -> str:
     """The Markdown report of NEW against BASE, for a pull-request comment; `left_out` counts BASE's
-    entries of device classes that were not compared (NEW did not measure them)."""
+    entries of device classes that were not compared: NEW did not measure them, or, `picked`, the
+    user's `--device-class` left them out."""
     rows = compare_rows(found, show_all, sort)
     tally = counts(found)
     summary = ", ".join(f"{count} {status}" for status, count in tally.items())
@@ -174,8 +176,9 @@ def compare_markdown(
     ]  # each parsed: no backtick
     if left_out:
         shown = ", ".join(f"{markdown_code(name)} ({count})" for name, count in left_out.items())
+        why = "left out by `--device-class`" if picked else "this run did not measure"
         lines += [
-            f"Not compared: baselines of device classes this run did not measure: {shown} (`--all-classes` lists them, `--device-class` picks).",
+            f"Not compared: baselines of device classes {why}: {shown} (`--all-classes` lists them, `--device-class` picks).",
             "",
         ]
     if rows:

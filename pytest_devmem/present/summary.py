@@ -103,7 +103,7 @@ class SessionSummary:
             self.line(f"pytest-devmem: {problem}", red=True, bold=True)
         if len(problems) > PROBLEMS_SHOWN and not self.everything:
             self.line(
-                f"pytest-devmem: and {len(problems) - PROBLEMS_SHOWN} more files not written (-v lists them all)",
+                f"pytest-devmem: and {len(problems) - PROBLEMS_SHOWN} more problems (-v lists them all)",
                 red=True,
                 bold=True,
             )

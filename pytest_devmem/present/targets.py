@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..gate.targets import FITS, NOT_MEASURED, OOM, Target, TargetResult, TargetTable
+from ..gate.targets import FAILED, FITS, NOT_MEASURED, OOM, Target, TargetResult, TargetTable
 from ..units import format_size
 from .text import markdown
 
@@ -27,6 +27,8 @@ def cell_text(result: TargetResult | None) -> str:
     peak = "n/a" if result.peak_bytes_in_use is None else format_size(result.peak_bytes_in_use)
     if result.status == OOM:
         return f"OOM ({result.oom_kind or 'out of memory'})"
+    if result.status == FAILED:
+        return f"failed (at {peak})"
     share = result.share
     return f"{peak} ({share:.1%})" if share is not None else peak
 
@@ -61,9 +63,11 @@ def verdict_counts(table: TargetTable) -> list[str]:
     lines = []
     for target in table.targets:
         results = [r for r in table.results if r.target == target.name]
-        counts = {status: sum(1 for r in results if r.status == status) for status in (FITS, OOM, NOT_MEASURED)}
+        counts = {status: sum(1 for r in results if r.status == status) for status in (FITS, OOM, FAILED, NOT_MEASURED)}
         lines.append(
-            f"{target.name}: {counts[FITS]} fit, {counts[OOM]} out of memory, {counts[NOT_MEASURED]} not measured"
+            f"{target.name}: {counts[FITS]} fit, {counts[OOM]} out of memory, "
+            + (f"{counts[FAILED]} failed, " if counts[FAILED] else "")
+            + f"{counts[NOT_MEASURED]} not measured"
         )
     return lines
 

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from ..files import write_atomic
-from ..gate.targets import FITS, NOT_MEASURED, OOM, TargetResult, TargetTable
+from ..gate.targets import FAILED, FITS, NOT_MEASURED, OOM, TargetResult, TargetTable
 from ..units import format_size
 from .plot import FREE_COLOUR, OOM_COLOUR, check_picture_path, save_png
 from .targets import OTHER_REGIME
@@ -25,7 +25,7 @@ SCALE = ((0.0, (0xC7, 0xE9, 0xC0)), (0.5, (0xFE, 0xE0, 0x8B)), (1.0, (0xF4, 0x6D
 
 
 def fill_colour(result: TargetResult | None) -> str:
-    if result is None or result.status == NOT_MEASURED:
+    if result is None or result.status in (NOT_MEASURED, FAILED):
         return FREE_COLOUR
     if result.status == OOM:
         return OOM_COLOUR
@@ -51,6 +51,8 @@ def _cell_lines(result: TargetResult) -> tuple[str, str]:
         return "not measured", (result.reason or "")[:40]
     if result.status == OOM:
         return "out of memory", f"kind: {result.oom_kind}" if result.oom_kind else ""
+    if result.status == FAILED:
+        return "failed", (result.reason or "")[:40]
     peak = format_size(result.peak_bytes_in_use) if result.peak_bytes_in_use is not None else "n/a"
     share = result.share
     return peak, f"{share:.1%} of capacity" if share is not None else ""

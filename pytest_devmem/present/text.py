@@ -4,6 +4,7 @@ matplotlib's labels. Every renderer passes such text through these; none escapes
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 
@@ -46,8 +47,36 @@ def html_text(text: str) -> str:
 
 
 def matplotlib_text(text: str) -> str:
-    """Text for a matplotlib label: a `$` would start mathtext (and a stray one fail the drawing)."""
-    return terminal(text).replace("$", "\\$")
+    """Text for a matplotlib label: a `$` would start mathtext (and a stray one fail the drawing),
+    and a character the font draws no glyph for (an emoji in a test id) is shown as its escape
+    (`\\U0001f525`): matplotlib would draw an empty box for it and warn, naming its own source file."""
+    shown = terminal(text).replace("$", "\\$")
+    drawn = _font_characters()
+    if drawn is None or all(ord(character) in drawn for character in shown):
+        return shown
+    return "".join(
+        character
+        if ord(character) in drawn
+        else f"\\x{ord(character):02x}"
+        if ord(character) < 0x100
+        else f"\\u{ord(character):04x}"
+        if ord(character) < 0x10000
+        else f"\\U{ord(character):08x}"
+        for character in shown
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _font_characters() -> frozenset[int] | None:
+    """The characters matplotlib's default font has glyphs for (matplotlib imported already: only a
+    picture being drawn asks); None where it cannot be told, and the text is left as it is."""
+    try:
+        from matplotlib import font_manager, ft2font
+
+        path = font_manager.findfont(font_manager.FontProperties(), fallback_to_default=True)
+        return frozenset(ft2font.FT2Font(path).get_charmap()) | frozenset(range(0x20))
+    except Exception:
+        return None
 
 
 def markdown_code(text: str) -> str:

@@ -4,6 +4,7 @@ trace XLA's allocations imply, and the same work gives the same figures in any o
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import pytest
@@ -683,3 +684,30 @@ def test_each_executable_is_summed_up_in_the_record(jax_loaded: object, pytester
         and layer["temp_bytes"] > 0
         and layer["argument_bytes"] == 0
     )
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_test_that_forks_says_its_childs_memory_is_not_captured(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import os
+
+        def test_forks(devmem):
+            pid = os.fork()
+            if pid == 0:  # the child: allocates, and leaves without pytest's teardown
+                devmem.pool.alloc(64 * 2**20)
+                os._exit(0)
+            os.waitpid(pid, 0)
+
+        def test_does_not(devmem):
+            devmem.pool.free(devmem.pool.alloc(2**20))
+        """
+    )
+    result = pytester.runpytest_inprocess("--devmem-mode=ondemand", "--devmem-report=r.json", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    records = {r["test_id"].split("::")[1]: r for r in json.loads((pytester.path / "r.json").read_text())["records"]}
+    assert any(
+        "forked 1 child process(es)" in note and "not captured" in note
+        for note in records["test_forks"]["trace"]["notes"]
+    )
+    assert not any("forked" in note for note in records["test_does_not"]["trace"].get("notes", []))

@@ -113,6 +113,36 @@ def test_compare_on_baselines_of_two_classes_reports_only_the_measured_one(
     assert json.loads(capsys.readouterr().out)["not_compared_classes"] == {"cuda-NVIDIA-H100-80GB-HBM3": 3}
 
 
+def test_compare_never_says_a_class_it_left_out_was_not_measured_nor_drops_a_flag_silently(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gpu = [record(name, 10 * MiB, device_class="cuda-NVIDIA-H100-80GB-HBM3") for name in ("test_a", "test_b")]
+    base = write_baselines(tmp_path / "baselines", [record("test_a", 10 * MiB), *gpu])
+    new = write_report(tmp_path / "new.json", [record("test_a", 10 * MiB), *gpu])
+    assert main(["compare", str(base), str(new), "--device-class", "cuda-NVIDIA-H100-80GB-HBM3"]) == 0
+    out = capsys.readouterr().out
+    assert "Not compared: baselines of device classes left out by `--device-class`: `sim-16GiB` (1)" in out
+    assert "did not measure" not in out  # NEW did measure sim-16GiB
+    for flags, message in [
+        (
+            ["--device-class", "sim-16GiB", "--all-classes"],
+            "--device-class picks device classes and --all-classes keeps every one",
+        ),
+        (
+            ["--columns", "test,now", "--csv"],
+            "--columns chooses the Markdown table's columns; CSV output has every column",
+        ),
+        (
+            ["--columns", "test,now", "--format=json"],
+            "--columns chooses the Markdown table's columns; JSON output has every column",
+        ),
+    ]:
+        with pytest.raises(SystemExit) as exited:
+            main(["compare", str(base), str(new), *flags])
+        assert exited.value.code == 2, flags
+        assert message in capsys.readouterr().err, flags
+
+
 def test_compare_sorts_and_picks_columns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = write_report(
         tmp_path / "base.json", [record("test_a", 10 * MiB), record("test_b", 10 * MiB), record("test_c", 10 * MiB)]
@@ -434,3 +464,31 @@ def test_every_table_command_takes_the_same_format_flags(command: str, capsys: p
         main([command, *args, "--json", "--csv"])
     assert stopped.value.code == 2
     assert "ask for csv and json output at once" in capsys.readouterr().err
+
+
+def test_ctrl_c_during_a_merges_refresh_names_the_files_refreshed_and_leaves_no_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pytest_devmem.gate.baseline as baseline
+
+    report = tmp_path / "r.json"
+    records = [record(f"test_{n}", MiB).to_json() for n in "ab"]
+    records[1]["test_id"] = "tests/test_n.py::test_b"  # another module: another baseline file
+    session = {"device_class": "sim-16GiB", "versions": {"pytest-devmem": "0.1.0"}}
+    report.write_text(json.dumps({"session": session, "records": records}))
+    written = baseline.write_atomic
+    calls: list[object] = []
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        if calls:
+            raise KeyboardInterrupt  # Ctrl-C after the first file
+        calls.append(args[0])
+        written(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(baseline, "write_atomic", interrupted)
+    assert main(["merge", str(report), "--baselines", str(tmp_path / "baselines")]) == 130
+    error = capsys.readouterr().err
+    assert "Traceback" not in error and "KeyboardInterrupt" not in error
+    assert "devmem: interrupted: 1 baseline file(s) refreshed before it, each whole" in error
+    assert f"  refreshed: {calls[0]}" in error
+    assert [p.name for p in (tmp_path / "baselines").rglob("*.json")] == [Path(str(calls[0])).name]

@@ -152,3 +152,55 @@ def test_write_is_atomic_and_leaves_no_temporary(tmp_path: Path) -> None:
     Trace([TraceEvent(ALLOCATE, 1, 100)]).write_csv(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
     assert "allocate" in path.read_text()
+
+
+# -- allocations and frees pair -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_first_unpaired_event_is_the_same_by_column_and_event_by_event(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long trace (by column with numpy) and its events one by one find the same first event that
+    does not pair: allocated again while live, or freed with another size; on any lane."""
+    import random
+    import sys
+
+    from pytest_devmem.model.trace import BY_COLUMN_FROM
+    from pytest_devmem.model.trace_numpy import first_unpaired
+
+    rng = random.Random(seed)
+    trace, live = Trace(), {}
+    for _ in range(BY_COLUMN_FROM):  # a well-paired trace over two devices and two sources
+        key = (rng.choice(["cpu:0", "cpu:1"]), rng.choice(["jax", "pool"]), rng.randrange(1, 200))
+        if key in live:
+            trace.add(1, key[2], live.pop(key), source=key[1], device=key[0])
+        else:
+            live[key] = rng.randrange(1, 5000)
+            trace.add(0, key[2], live[key], source=key[1], device=key[0])
+    columns = (trace.actions, trace.pointers, trace.sizes, trace.devices, trace.processes, trace.sources)
+    assert trace.pairing_problem() is None and first_unpaired(*columns) is None
+    at = next(
+        i
+        for i in range(rng.randrange(BY_COLUMN_FROM // 2, BY_COLUMN_FROM - 100), BY_COLUMN_FROM)
+        if trace.actions[i] == 1
+    )
+    if seed % 2:
+        trace.sizes[at] += 1  # freed with another size
+    else:
+        trace.actions[at] = 0  # allocated again while live
+    found = trace.pairing_problem()
+    assert found is not None and found[0] == at and first_unpaired(*columns) == at
+    monkeypatch.setitem(sys.modules, "pytest_devmem.model.trace_numpy", None)  # no numpy: event by event
+    assert trace.pairing_problem() == found
+
+
+def test_a_pointer_may_be_taken_again_once_freed_and_by_another_allocator_at_once() -> None:
+    trace = Trace()
+    trace.add(0, 0x10, 256, source="jax", device="gpu:0")
+    trace.add(0, 0x10, 512, source="tensorflow", device="gpu:0")  # another allocator's own address space
+    trace.add(0, 0x10, 512, source="jax", device="gpu:1")
+    trace.add(1, 0x10, 256, source="jax", device="gpu:0")
+    trace.add(0, 0x10, 1024, source="jax", device="gpu:0")  # freed, then taken again
+    trace.add(2, 0x10, 99, source="jax", device="gpu:0")  # a recorded failure pairs with nothing
+    assert trace.pairing_problem() is None

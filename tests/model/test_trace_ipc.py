@@ -185,6 +185,29 @@ def test_devmem_replay_of_the_arrow_file_prints_what_it_prints_for_the_csv(
     assert "peak_bytes_in_use" in tables[0]
 
 
+def test_an_arrow_ipc_stream_named_arrow_reads_as_the_trace_and_replays_as_its_csv(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An Arrow IPC stream (no footer: `pyarrow.ipc.new_stream`) holds the same columns as a file in
+    another framing; it is read as the trace, never taken for CSV text that is not UTF-8."""
+    trace = recorded(500)
+    trace.write_csv(tmp_path / "t.csv")
+    table = ipc.open_file(pa.py_buffer(trace_ipc.arrow_bytes(trace))).read_all()
+    sink = pa.BufferOutputStream()
+    with ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=97)  # several batches
+    (tmp_path / "t.arrow").write_bytes(sink.getvalue().to_pybytes())
+    same_columns(Trace.read(tmp_path / "t.arrow"), trace)
+    tables = []
+    for name in ("t.csv", "t.arrow"):
+        assert cli.main(["replay", str(tmp_path / name), "--mode", "prealloc"]) == 0
+        tables.append(capsys.readouterr().out.replace(name, "TRACE"))
+    assert tables[0] == tables[1]
+    (tmp_path / "cut.arrow").write_bytes(sink.getvalue().to_pybytes()[:-300])
+    with pytest.raises(TraceFormatError, match="cut.arrow: not a readable Arrow IPC trace file"):
+        Trace.read(tmp_path / "cut.arrow")
+
+
 # -- bad files: a clear error naming the file and what is allowed -----------------------------------------------
 
 

@@ -198,6 +198,30 @@ def test_a_child_starts_from_the_users_variables_not_the_parents_regime(
     result.assert_outcomes(passed=2)
 
 
+def test_what_a_test_sets_in_the_environment_never_reaches_a_later_tests_child(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DEVMEM_TEST_LEAK", raising=False)
+    monkeypatch.setenv("DEVMEM_TEST_KEPT", "the session's")
+    pytester.makepyfile(
+        """
+        import os, pytest
+        def test_sets_the_environment():
+            os.environ["DEVMEM_TEST_LEAK"] = "cuda"  # as a test might set JAX_PLATFORMS=cuda
+            os.environ["DEVMEM_TEST_KEPT"] = "changed"
+        @pytest.mark.devmem(mode="ondemand")
+        def test_in_a_child():
+            assert "DEVMEM_TEST_LEAK" not in os.environ
+            assert os.environ["DEVMEM_TEST_KEPT"] == "the session's"
+        """
+    )
+    try:
+        result = pytester.runpytest_inprocess()
+    finally:
+        os.environ.pop("DEVMEM_TEST_LEAK", None)  # set by the inner test in this process
+    result.assert_outcomes(passed=2)
+
+
 def test_a_child_sees_the_parents_command_line_options(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(
         """

@@ -407,9 +407,7 @@ def test_disable_measures_nothing_and_keeps_markers_and_fixture_working(
     measured = pytester.runpytest_inprocess("--strict-markers")
     measured.assert_outcomes(passed=2, failed=2)  # the plugin set TensorFlow's CPU allocator variable
     monkeypatch.delenv("TF_CPU_ALLOCATOR_USE_BFC", raising=False)
-    result = pytester.runpytest_inprocess(
-        "--strict-markers", "--devmem-disable", "--devmem-report=r.json", "--devmem-update"
-    )
+    result = pytester.runpytest_inprocess("--strict-markers", "--devmem-disable")
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(["devmem: disabled (--devmem-disable): no test is measured, compared or recorded"])
     assert not (pytester.path / "r.json").exists() and not (pytester.path / "baselines").exists()
@@ -435,6 +433,32 @@ def test_disable_and_only_together_are_refused(pytester: pytest.Pytester) -> Non
     result = pytester.runpytest_inprocess("--devmem-disable", "--devmem-only")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "--devmem-disable and --devmem-only contradict each other" in result.stderr.str()
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--devmem-update"], "--devmem-update"),
+        (["--devmem-report=r.json"], "--devmem-report"),
+        (["--devmem-strict"], "--devmem-strict"),
+        (["--devmem-targets=sim:T4"], "--devmem-targets"),
+        (["-o", "devmem_report=r.md"], "--devmem-report (ini key devmem_report)"),
+    ],
+)
+def test_disable_with_an_output_only_a_measuring_session_gives_is_refused(
+    pytester: pytest.Pytester, args: list[str], named: str
+) -> None:
+    pytester.makepyfile(PASSING)
+    result = pytester.runpytest_inprocess("--devmem-disable", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"--devmem-disable measures nothing, so {named} would have nothing to write" in result.stderr.str()
+    assert not (pytester.path / "r.json").exists() and not (pytester.path / "r.md").exists()
+
+
+def test_disable_with_a_switch_turned_off_runs(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEVMEM_UPDATE", "false")
+    pytester.makepyfile(PASSING)
+    pytester.runpytest_inprocess("--devmem-disable").assert_outcomes(passed=1)
 
 
 def test_a_conftest_hook_adds_to_the_runs_metadata(pytester: pytest.Pytester) -> None:

@@ -501,5 +501,48 @@ def test_without_a_session_mode_the_marked_tests_run_on_the_targets_under_their_
     )
     assert table["children"] == 2  # one per regime on the one target run again
     failed = rows["test_fails_there", "sim:64MiB"]  # measured up to its failure there, and it says so
-    assert (failed["status"], failed["peak_bytes_in_use"], failed["outcome"]) == ("fits", MiB, "failed")
+    assert (failed["status"], failed["peak_bytes_in_use"], failed["outcome"]) == (
+        "failed",
+        MiB,
+        "failed",
+    )  # never counted as fitting
     assert failed["reason"].startswith("failed at call: AssertionError: too small a device")
+
+
+def test_a_test_whose_rerun_never_came_back_counts_as_not_measured_and_a_failure_never_as_fitting() -> None:
+    """An xdist worker that crashed sends none of its tests' reruns: their cells say why, and the
+    counts cover them; a test that failed on a target (not by running out of memory) is `failed`."""
+    from pytest_devmem.gate.targets import Target, TargetResult
+    from pytest_devmem.present.targets import cell_text, verdict_counts
+
+    def record(test: str, outcome: str = "passed", by_devmem: bool = False) -> TestRecord:
+        made = TestRecord(f"t.py::{test}", "prealloc", "sim:16GiB", "sim-16GiB", MiB, 16 * 2**30, 0.0, None, outcome)
+        made.failed_by_devmem = by_devmem
+        return made
+
+    table = TargetTable([Target("sim:16GiB", 16 * 2**30, session=True), Target("sim:T4", 15 * 2**30)])
+    table.add(
+        TargetResult.from_record(record(name), "sim:16GiB", 16 * 2**30) for name in ("test_a", "test_b", "test_c")
+    )
+    table.add(
+        [
+            TargetResult.from_record(
+                record("test_a", "failed"), "sim:T4", 15 * 2**30, "failed at call: AssertionError"
+            ),
+            TargetResult.from_record(
+                record("test_c", "failed", by_devmem=True), "sim:T4", 15 * 2**30, "over its limit"
+            ),
+        ]
+    )
+    table.sort()
+    table.fill_missing("no result came back from the target's run (the xdist worker that ran it crashed?)")
+    assert verdict_counts(table) == [
+        "sim:16GiB: 3 fit, 0 out of memory, 0 not measured",
+        "sim:T4: 1 fit, 0 out of memory, 1 failed, 1 not measured",  # test_c failed by its limit alone: it fits
+    ]
+    cells = {(r.test_id, r.target): r for r in table.results}
+    assert cell_text(cells["t.py::test_a", "sim:T4"]) == "failed (at 1.00 MiB)"
+    missing = cells["t.py::test_b", "sim:T4"]
+    assert (missing.status, missing.peak_bytes_in_use, cell_text(missing)) == ("not measured", None, "not measured")
+    assert "the xdist worker that ran it crashed?" in str(missing.reason)
+    assert TargetTable.from_json(json.loads(json.dumps(table.to_json()))).results == table.results

@@ -280,3 +280,23 @@ def test_the_fragmentation_map_is_drawn_where_memory_is_still_held() -> None:
         "memory map of cpu:0 at its most fragmented while it held memory (event 10, fragmentation 0.75)"
         in render_html(build_view(run, trace, policy.label, setups), "t")
     )
+
+
+def test_devmem_plot_of_an_emoji_test_id_warns_of_no_missing_glyph_and_shows_its_escape(
+    matplotlib_loaded: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import warnings
+
+    from pytest_devmem.cli import main
+    from pytest_devmem.present.text import matplotlib_text
+
+    trace = tmp_path / "test_x[\U0001f525-ünï].csv"
+    trace.write_text(
+        "Thread,Time,Action,Pointer,Size,Stream,Source,Label,Device,Process\n"
+        "0,0,allocate,0x1,4096,0,pool,\U0001f525 buffer,cpu:0,0\n0,1,free,0x1,4096,0,pool,\U0001f525 buffer,cpu:0,0\n"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib's "Glyph 128293 (\N{FIRE}) missing from font(s) DejaVu Sans"
+        assert main(["plot", str(trace), "--mode", "growth", "-o", str(tmp_path / "e.png")]) == 0
+    assert "Warning" not in capsys.readouterr().err
+    assert matplotlib_text("test_x[\U0001f525-ünï] $5") == "test_x[\\U0001f525-ünï] \\$5"  # DejaVu Sans has ü, ï

@@ -209,7 +209,13 @@ def write_report(
         info["shard"] = shard
     path.write_text(
         json.dumps(
-            {"format": "pytest-devmem-report", "version": REPORT_VERSION, "session": info, "records": records, "unrecorded": []},
+            {
+                "format": "pytest-devmem-report",
+                "version": REPORT_VERSION,
+                "session": info,
+                "records": records,
+                "unrecorded": [],
+            },
             indent=1,
         )
     )

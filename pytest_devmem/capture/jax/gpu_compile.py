@@ -39,7 +39,7 @@ from ...files import write_atomic
 from ...model.buffers import ProgramBuffers
 from ...model.gpu_targets import GpuSpec
 from ...units import format_size
-from . import lowering
+from . import cache_entry, lowering
 from .lowering import compiling_for_target
 
 __all__ = [
@@ -199,6 +199,7 @@ class GpuSizer:
         self._topologies: dict[int, list[Any]] = {}
         self._versions = ""
         self._problem: str | None = None
+        self.cache_problems: list[str] = []  # disk-cache entries not believed, each naming its file (cache_entry.py)
 
     def install(self) -> bool:
         """Hook JAX's lowering (JAX imported already); False, with `note` saying why, where it cannot be."""
@@ -257,7 +258,7 @@ class GpuSizer:
         except _SizerError as exc:
             return Unavailable(str(exc))
         known = self._source_key(recipe, len(gpus))  # a program sized before answers without lowering it again
-        cached = self._read_cache(known)
+        cached = self._read_cache(known, len(gpus))
         if cached is not None:
             return cached
         try:
@@ -268,7 +269,7 @@ class GpuSizer:
                 # the same program as the target's lowering has it (another jit object, or shardings
                 # that lower alike): compiled once
                 lowered = self._cache_key(computation, len(gpus))
-                cached = self._read_cache(lowered)
+                cached = self._read_cache(lowered, len(gpus))
                 if cached is not None:
                     if known is not None:  # on disk under its own name too: the next run need not lower it
                         self._write_cache(known, cached)
@@ -377,20 +378,16 @@ class GpuSizer:
             self._versions = ";".join(parts)
         return self._versions
 
-    def _read_cache(self, key: str | None) -> ExecutableSizes | None:
+    def _read_cache(self, key: str | None, devices: int) -> ExecutableSizes | None:
         if key is not None and key in self._by_module:
             self.session_hits += 1
             return self._by_module[key]
-        data = self._read_entry(key)
+        data = self._read_entry(key, _CACHED_SIZES, devices)
         if data is None or key is None:
             return None
-        try:
-            figures: dict[str, Any] = {name: int(data[name]) for name in _CACHED_FIELDS}
-            found = ExecutableSizes(
-                target=self.target, compile_seconds=0.0, source="disk cache", **figures, **cached_buffers(data)
-            )
-        except (OSError, ValueError, TypeError, KeyError):
-            return None
+        buffers = cached_buffers(data)  # checked by its own reader: a bad one keeps the sizes, saying why
+        sizes = {name: data[name] for name in _CACHED_FIELDS}
+        found = ExecutableSizes(target=self.target, compile_seconds=0.0, source="disk cache", **sizes, **buffers)
         self.disk_hits += 1
         self._by_module[key] = dataclasses.replace(
             found, source="cache"
@@ -409,18 +406,22 @@ class GpuSizer:
         """Where entries are kept: the project's cache first, then the user's."""
         return tuple(directory for directory in (self.cache_dir, self.user_cache_dir) if directory is not None)
 
-    def _read_entry(self, key: str | None) -> dict[str, Any] | None:
-        """The entry stored under `key`: the project's, else the user's (then copied into the
-        project's, so that a CI job that keeps only the project's cache keeps it). None where neither
-        holds a readable one."""
+    def _read_entry(self, key: str | None, sizes: tuple[str, ...], devices: int | None = None) -> dict[str, Any] | None:
+        """The entry stored under `key`, checked (cache_entry.py: `sizes` in bytes, with `devices`
+        that device count): the project's, else the user's (then copied into the project's, so that
+        a CI job that keeps only the project's cache keeps it). None where neither holds one that
+        can be believed; each that cannot is in `cache_problems`."""
         if key is None:
             return None
         for directory in self._cache_dirs():
             try:
-                data = json.loads((directory / f"{key}.json").read_text())
-            except (OSError, ValueError):
+                data = cache_entry.read_entry(
+                    directory / f"{key}.json", sizes, self.spec.memory_per_device, devices, kept=(BUFFERS_FIELD,)
+                )
+            except cache_entry.BadEntry as exc:
+                self.cache_problems.append(cache_entry.describe(exc))
                 continue
-            if not isinstance(data, dict):
+            if data is None:
                 continue
             if directory is self.user_cache_dir:
                 self.user_cache_hits += 1
@@ -429,11 +430,17 @@ class GpuSizer:
             return data
         return None
 
+    def take_cache_problems(self) -> list[str]:
+        """The disk-cache entries not believed since the last call, each naming its file."""
+        problems = self.cache_problems[:]  # no lock: the TPU sizer's worker may be appending, and may hold one
+        del self.cache_problems[: len(problems)]
+        return problems
+
     def _write_entry(self, key: str | None, entry: Mapping[str, Any], only: Path | None = None) -> None:
         """`entry` under `key` in each cache directory (or `only` that one), written atomically (xdist
         workers, and other projects' sessions in the user's cache, may share it)."""
-        if key is None:
-            return
+        if key is None or not cache_entry.writable(entry, self.spec.memory_per_device):
+            return  # sizes beyond a device: compiled again each time, never a bad entry to warn about
         text = json.dumps(dict(entry), sort_keys=True)
         for directory in (only,) if only is not None else self._cache_dirs():
             try:
@@ -449,7 +456,8 @@ _MODULE_NAME = re.compile(r"^module @[\w$.\-]+", re.MULTILINE)
 """The module's name (`module @jit_step`), the jit object's: left out of what names a program, which
 is sized alike under any name."""
 
-_CACHED_FIELDS = ("devices", "temp_bytes", "output_bytes", "argument_bytes", "alias_bytes", "code_bytes")
+_CACHED_SIZES = ("temp_bytes", "output_bytes", "argument_bytes", "alias_bytes", "code_bytes")
+_CACHED_FIELDS = (cache_entry.DEVICES, *_CACHED_SIZES)
 BUFFERS_FIELD = "buffers"
 """A cache entry's buffers at the program's peak (model/buffers.py's JSON); entries written before it have none."""
 

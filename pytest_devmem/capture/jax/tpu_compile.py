@@ -491,11 +491,8 @@ class TpuSizer(GpuSizer):
         return digest.hexdigest()
 
     def _read_array_cache(self, key: str | None) -> int | None:
-        entry = self._read_entry(key)
-        try:
-            return int(entry["array_bytes"]) if entry is not None else None
-        except (ValueError, TypeError, KeyError):
-            return None
+        entry = self._read_entry(key, ("array_bytes",))  # checked as every entry is (cache_entry.py)
+        return entry["array_bytes"] if entry is not None else None
 
     def _write_array_cache(self, key: str | None, size: int) -> None:
         self._write_entry(key, {"array_bytes": size})
