@@ -356,7 +356,7 @@ def test_replay_takes_the_regime_from_the_traces_name(
 ) -> None:
     trace = tmp_path / name
     trace.write_text(
-        "Thread,Time,Action,Pointer,Size,Stream,Source,Label\n0,0.0,allocate,0x1,1048576,0,pool,\n0,1.0,free,0x1,1048576,0,pool,\n"
+        "Thread,Time,Action,Pointer,Size,Stream,Source,Label\n0,0.0,allocate,0x1,4194304,0,pool,\n0,1.0,free,0x1,4194304,0,pool,\n"
     )
     assert main(["replay", str(trace)]) == 0
     assert f"replayed under regime {regime} (from the trace's name) on sim:16GiB" in capsys.readouterr().out
@@ -436,7 +436,7 @@ def test_show_and_replay_print_json_and_csv_as_compare_does(tmp_path: Path, caps
 
     trace = tmp_path / "test_m.py__test_a[prealloc].csv"
     trace.write_text(
-        "Thread,Time,Action,Pointer,Size,Stream,Source,Label\n0,0.0,allocate,0x1,1048576,0,pool,\n0,1.0,free,0x1,1048576,0,pool,\n"
+        "Thread,Time,Action,Pointer,Size,Stream,Source,Label\n0,0.0,allocate,0x1,4194304,0,pool,\n0,1.0,free,0x1,4194304,0,pool,\n"
     )
     assert main(["replay", str(trace), "--json"]) == 0
     replayed = json.loads(capsys.readouterr().out)

@@ -375,8 +375,9 @@ class JaxCapture:
         if plan.raises is not None:  # the target cannot run it (its compiler refused it): raised at the call, as there
             for transfer in transfers:  # its arguments never reach the device
                 self._recorder.free(transfer)
-            if recording:
+            if recording:  # a program the test needed, never run
                 self._window.executables.setdefault(plan.label, 0)
+                self._window.used.setdefault(plan.label, {})[id(plan)] = plan
             raise plan.raises.error()
         try:
             outputs = original(executable, *args)
