@@ -39,9 +39,12 @@ TEMP, ARGUMENT = " temp", " argument"
 def executable_summary(trace: Trace, runs: dict[str, int]) -> dict[str, dict[str, int]]:
     """Per JAX executable that ran: its runs, and the bytes of its outputs, temp buffers and
     transferred arguments over the test (from the trace's labels): these three are **sums** over
-    its runs and over the devices it ran on. `temp_bytes_per_device` is XLA's own figure
-    (`temp_size_in_bytes`: one run's temp on one device, the largest where they differ) and
-    `devices` how many devices its buffers were on."""
+    its runs and over the devices it ran on. `argument_bytes` is only what its runs copied onto
+    devices for their arguments (host values transferred in, device arrays copied to a device they
+    were not on): 0 for a step fed arrays already on its devices, never XLA's
+    `argument_size_in_bytes`. `temp_bytes_per_device` is XLA's own figure (`temp_size_in_bytes`:
+    one run's temp on one device, the largest where they differ) and `devices` how many devices
+    its buffers were on."""
     summary = {
         name: {
             "runs": count,

@@ -13,7 +13,7 @@ from ..model.tpu_replay import tpu_replay_policy
 from ..model.tpu_targets import tpu_spec
 from ..model.trace import TRACE_SUFFIXES
 from ..options import OPTION, add_option
-from ..present.plot import check_picture_path, write_plot
+from ..present.plot import check_picture_path, oom_caption, write_plot
 from ..present.report import read_report
 from ..present.targets_plot import write_targets_plot
 from .common import (
@@ -75,6 +75,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     timeline, title = plot_input(args.input, args.test, args.mode, args.fraction, args.device)
     write_plot(timeline, args.output, title)
     print_text(f"wrote {args.output}\n")
+    if timeline.oom:  # said in words too, as the picture says it: a picture is not opened by a CI log
+        print_text(f"{oom_caption(timeline)}\n")
     return 0
 
 

@@ -5,10 +5,11 @@ test fit. Every answer is a replay, never a guess. No pytest, no frameworks here
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from ..units import format_size
+from .explain import allocator_name
 from .fragmentation import Defragmentation, Pin, defragment, long_lived_first, pinning_buffers
 from .frameworks import AllocatorSetup
 from .machine import KIND_TEXT, MachineRun, MachineSpec, run_machine
@@ -164,12 +165,12 @@ def proven_fixes(
             passes = lambda h, k=kind: fits(trace, _with_fraction(setups, (k,), h / 100), spec)  # noqa: E731
             if oom.source == kind and oom.kind == "limit":
                 higher = _search(passes, current + 1, 100, smallest=True)
-                tried.append(f"a higher fraction for {name}")
+                tried.append(f"raise {name}'s fraction")
                 if higher is not None:
                     found.append(_fraction_fix(kind, higher / 100, fraction_variable, setup.mode))
             elif oom.source != kind or oom.kind == "tenant":
                 lower = _search(passes, 1, current - 1, smallest=False)
-                tried.append(f"a lower fraction for {name}")
+                tried.append(f"lower {name}'s fraction")
                 if lower is not None:
                     found.append(_fraction_fix(kind, lower / 100, fraction_variable, setup.mode))
         if setup.mode != "growth":
@@ -187,7 +188,7 @@ def proven_fixes(
         )
         if present.get(oom.source) is not None and present[oom.source].mode == "prealloc":
             defragmentation = defragment(trace, setups, spec, (oom.source,))
-            tried.append("a defragmenting allocator")
+            tried.append("defragment the pool when an allocation does not fit (regime compact)")
             if defragmentation.fits:
                 found.append(f"{defragmentation.text()}, as TPU runtimes defragment (JAX on GPUs does not)")
     tensorflow = present.get("tensorflow")
@@ -224,17 +225,36 @@ def _mode_fix(kind: str, mode: str) -> str:
 
 
 def _why_none(kind: str, run: MachineRun, spec: MachineSpec, tried: list[str]) -> str:
+    """Why no setting fits, in words that follow "none found: " (`oom_lines`): each variant a
+    sentence or two, what was replayed named as the fixes are."""
     oom = run.oom
     assert oom is not None
     if kind == "capacity":
+        contexts = {k: v for k, v in oom.held_by_others.items() if k.startswith("CUDA context")}
+        with_contexts = "".join(f" and the {k} {format_size(v)}" for k, v in contexts.items() if v)
         return (
-            f"the live data on {oom.device} would be {format_size(oom.device_in_use + oom.rounded)} and the contexts "
-            f"{format_size(sum(v for k, v in oom.held_by_others.items() if k.startswith('CUDA context')))}, more than the device's "
-            f"{format_size(spec.capacity)} under any setting: use a larger device, smaller batches, or free buffers earlier"
+            f"on {oom.device} the live data would be {format_size(oom.device_in_use + oom.rounded)}{with_contexts}, "
+            f"more than the device's {format_size(spec.capacity)} under any setting; "
+            "use a larger device, smaller batches, or free buffers earlier."
         )
-    others = ", ".join(f"{name} {format_size(size)}" for name, size in oom.held_by_others.items())
-    what = ", ".join(tried) or "no setting applies"
-    return f"tried {what}; none fits ({others or 'nothing else'} held on {oom.device} when it failed)"
+    held = _and(f"{allocator_name(name)} {format_size(size)}" for name, size in oom.held_by_others.items())
+    when = (
+        f"When it failed, {oom.device} also held {held}."
+        if held
+        else f"When it failed, nothing else was held on {oom.device}."
+    )
+    if not tried:
+        return (
+            f"no setting applies to {allocator_name(oom.source)} under this regime, so nothing was replayed; "
+            f"use a larger device, smaller batches, or free buffers earlier. {when}"
+        )
+    return f"each setting that applies was replayed on this trace and none fits: {'; '.join(tried)}. {when}"
+
+
+def _and(items: Iterable[str]) -> str:
+    """`a`, `a and b`, `a, b and c`; empty for none."""
+    *rest, last = list(items) or [""]
+    return f"{', '.join(rest)} and {last}" if rest else last
 
 
 def _without_source(trace: Trace, source: str) -> Trace:

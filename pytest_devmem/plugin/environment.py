@@ -16,7 +16,7 @@ import pytest
 # None of these imports a framework: JAX and TensorFlow must start after this module has set their variables.
 from ..capture.tensorflow.cpu_allocator import ONEDNN_VARIABLE, CpuAllocatorSetting, prepare_cpu_allocator
 from ..capture.tensorflow.cpu_allocator import VARIABLE as TF_CPU_BFC
-from ..capture.tensorflow.warmup import INTEROP_VARIABLE, prepare_interop
+from ..capture.tensorflow.warmup import INTEROP_VARIABLE, ORDER_VARIABLE, prepare_interop, prepare_order
 from ..model.pool.policy import Mode
 from ..model.regime import Regime
 from .settings import Settings
@@ -32,6 +32,7 @@ session_environment_key = pytest.StashKey["dict[str, str]"]()
 """The environment once the session has collected its tests, before any runs: what a child process
 starts from, whatever a test set in os.environ meanwhile (`JAX_PLATFORMS=cuda` in one test must not
 reach the next test's child)."""
+order_key = pytest.StashKey[bool]()  # TF_DETERMINISTIC_ORDER was set by this session
 
 
 def prepare(config: pytest.Config, settings: Settings) -> None:
@@ -47,6 +48,7 @@ def prepare(config: pytest.Config, settings: Settings) -> None:
         config.stash[early_env_key] = settings.effective_regime.apply()
     config.stash[tensorflow_cpu_key] = prepare_cpu_allocator(os.environ)  # before TensorFlow creates its CPU device
     config.stash[interop_key] = prepare_interop(os.environ)  # before TensorFlow creates its thread pools
+    config.stash[order_key] = prepare_order(os.environ)  # before TensorFlow's executor first runs a graph
     config.stash[deviceless_env_key] = prepare_deviceless_compile()  # before JAX starts its backends
     apply_worker_gpu(config, settings)
 
@@ -94,6 +96,8 @@ def restore_frameworks(config: pytest.Config) -> None:
         restore({ONEDNN_VARIABLE: None})
     if config.stash.get(interop_key, False):
         restore({INTEROP_VARIABLE: None})
+    if config.stash.get(order_key, False):
+        restore({ORDER_VARIABLE: None})
     if deviceless_env_key in config.stash:
         restore(config.stash[deviceless_env_key])
 

@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from pytest_devmem.model.explain import oom_lines
 from pytest_devmem.model.frameworks import (
     AllocatorSetup,
     context_bytes_for,
@@ -194,12 +195,71 @@ def test_the_computed_fraction_is_the_largest_that_fits() -> None:
     ).fits
 
 
-def test_when_no_setting_fits_it_says_so_and_why() -> None:
-    trace = events(("allocate", 1, 900 * MiB, "jax", "cpu:0"), ("allocate", 2, 900 * MiB, "tensorflow", "cpu:0"))
-    result = run(trace, GiB)
-    assert result.oom is not None and result.oom.kind == "capacity"
-    fixes = proven_fixes(trace, setups_for(PREALLOC, GiB), machine(GiB), result)
-    assert fixes.settings == [] and "more than the device's 1.00 GiB under any setting" in fixes.text()
+NO_FIX_CASES = {
+    "capacity": (
+        PREALLOC,
+        (("allocate", 1, 900 * MiB, "jax", "cpu:0"), ("allocate", 2, 900 * MiB, "tensorflow", "cpu:0")),
+        {},
+        "capacity",
+        "none found: on cpu:0 the live data would be 900.00 MiB and the CUDA context 128.00 MiB, more than the "
+        "device's 1.00 GiB under any setting; use a larger device, smaller batches, or free buffers earlier.",
+    ),
+    "capacity, no context": (
+        PREALLOC,
+        (("allocate", 1, 600 * MiB, "jax", "cpu:0"), ("allocate", 2, 600 * MiB, "jax", "cpu:0")),
+        {"context_bytes": 0},
+        "capacity",
+        "none found: on cpu:0 the live data would be 1.17 GiB, more than the device's 1.00 GiB under any setting; "
+        "use a larger device, smaller batches, or free buffers earlier.",
+    ),
+    "each tried": (
+        Policy.of("fraction", 0.4),
+        tuple(("allocate", i + 1, size * MiB, "pool", "cpu:0") for i, size in enumerate((500, 400, 100, 500))),
+        {},
+        "limit",
+        "none found: each setting that applies was replayed on this trace and none fits: raise the devmem pool's "
+        "fraction; run it under mode 'growth' (marker devmem(mode='growth') or --devmem-mode=growth); run it under "
+        "mode 'ondemand' (marker devmem(mode='ondemand') or --devmem-mode=ondemand). When it failed, cpu:0 also "
+        "held CUDA context 128.00 MiB.",
+    ),
+    "each tried, beside another framework": (
+        Policy.of("fraction", 0.4),
+        (("allocate", 1, 200 * MiB, "jax", "cpu:0"), ("allocate", 2, 500 * MiB, "pool", "cpu:0"))
+        + (("free", 1, 200 * MiB, "jax", "cpu:0"), ("allocate", 3, 100 * MiB, "tensorflow", "cpu:0"))
+        + (("allocate", 4, 100 * MiB, "pool", "cpu:0"),),
+        {},
+        "limit",
+        "none found: each setting that applies was replayed on this trace and none fits: lower JAX's fraction; "
+        "set XLA_PYTHON_CLIENT_PREALLOCATE=false; set XLA_PYTHON_CLIENT_ALLOCATOR=platform; raise the devmem pool's "
+        "fraction; run it under mode 'growth' (marker devmem(mode='growth') or --devmem-mode=growth); run it under "
+        "mode 'ondemand' (marker devmem(mode='ondemand') or --devmem-mode=ondemand); set "
+        'TF_FORCE_GPU_ALLOW_GROWTH=true; hide the GPU from TensorFlow (tf.config.set_visible_devices([], "GPU")). '
+        "When it failed, cpu:0 also held JAX 409.60 MiB and CUDA context 128.00 MiB.",
+    ),
+    "nothing to try": (
+        Policy.of("growth"),
+        (("allocate", 1, 100 * MiB, "tensorflow", "cpu:0"), ("allocate", 2, 400 * MiB, "tensorflow", "cpu:0"))
+        + (("free", 1, 100 * MiB, "tensorflow", "cpu:0"), ("allocate", 3, 200 * MiB, "tensorflow", "cpu:0"))
+        + (("allocate", 4, 500 * MiB, "tensorflow", "cpu:0"),),
+        {},
+        "limit",
+        "none found: no setting applies to TensorFlow under this regime, so nothing was replayed; use a larger "
+        "device, smaller batches, or free buffers earlier. When it failed, cpu:0 also held CUDA context 128.00 MiB.",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", NO_FIX_CASES)
+def test_when_no_setting_fits_it_says_so_and_why_in_sentences(case: str) -> None:
+    policy, items, spec, kind, said = NO_FIX_CASES[case]
+    trace = events(*items)
+    result = run(trace, GiB, policy, **spec)
+    assert result.oom is not None and result.oom.kind == kind
+    fixes = proven_fixes(trace, setups_for(policy, GiB), machine(GiB, **spec), result)
+    assert fixes.settings == [] and fixes.text() == said
+    oom: dict[str, object] = {"kind": kind, "allocator": result.oom.source, "device": "cpu:0"}
+    fixes.record(oom)
+    assert oom_lines(oom, None, policy.label, "sim:1GiB")[-1] == f"  fix: {said}"  # the failure's last line
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,10 @@ test measured, only the marked ones (no `--devmem-mode`), reversed, in two pytes
 under `-n 2`, and some tests alone, after nothing. Every test's record must be the same in each:
 its verdicts, every figure, the number of events in its trace, who held the memory at its peak.
 
-TensorFlow's peaks are held to within TENSORFLOW_RUN_TO_RUN (docs/order-independence.md says what
-still moves inside TensorFlow from one run to the next); everything else exactly."""
+Everything is held exactly, TensorFlow's figures too (the plugin runs its executor in a deterministic
+order, TF_DETERMINISTIC_ORDER, and copies NumPy arrays into its allocator), but a `tf.data`
+pipeline's peak: the pipeline runs ahead of the test on its own threads, so its figure may move by
+up to TF_DATA_RUN_TO_RUN from one run to the next (docs/order-independence.md); its verdict not."""
 
 from __future__ import annotations
 
@@ -177,8 +179,9 @@ COMPARED = (
     "devices",
 )
 
-TENSORFLOW_RUN_TO_RUN = 1024
-"""Bytes a TensorFlow test's peak may move from one run to the next (docs/order-independence.md)."""
+TF_DATA_RUN_TO_RUN = 2048
+"""Bytes a test with a `tf.data` pipeline may see its peak move by from one run to the next: the
+pipeline's threads prefetch ahead of the test (docs/order-independence.md)."""
 
 
 def figures(report: Path) -> dict[str, dict[str, object]]:
@@ -196,7 +199,7 @@ def figures(report: Path) -> dict[str, dict[str, object]]:
 
 
 def differences(found: dict[str, dict[str, object]], expected: dict[str, dict[str, object]]) -> list[str]:
-    """What differs, test by test (TensorFlow's peaks within TENSORFLOW_RUN_TO_RUN)."""
+    """What differs, test by test (a `tf.data` pipeline's peaks within TF_DATA_RUN_TO_RUN)."""
     problems = []
     for test, record in found.items():
         wanted = expected.get(test)
@@ -205,9 +208,9 @@ def differences(found: dict[str, dict[str, object]], expected: dict[str, dict[st
             continue
         for key in sorted(set(record) | set(wanted)):
             a, b = record.get(key), wanted.get(key)
-            if "test_tf_" in test and key not in ("outcome", "failed_by_devmem", "oom"):
+            if "pipeline" in test and key not in ("outcome", "failed_by_devmem", "oom"):
                 if key in ("peak_bytes_in_use", "peak_bytes_requested") and isinstance(a, int) and isinstance(b, int):
-                    if abs(a - b) > TENSORFLOW_RUN_TO_RUN:
+                    if abs(a - b) > TF_DATA_RUN_TO_RUN:
                         problems.append(f"{test}: {key} {a} here, {b} in the reference run")
                 continue
             if a != b:

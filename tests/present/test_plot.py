@@ -62,7 +62,7 @@ def test_a_long_trace_keeps_its_true_peak_when_thinned() -> None:
     assert thin(list(range(10)), [0] * 10) == list(range(10))  # short series are drawn whole
 
 
-def test_an_out_of_memory_trace_is_drawn_as_one_and_replay_agrees(
+def test_an_out_of_memory_trace_is_drawn_and_said_as_one_and_replay_agrees(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from pytest_devmem.cli import main
@@ -77,6 +77,10 @@ def test_an_out_of_memory_trace_is_drawn_as_one_and_replay_agrees(
     assert main(["plot", str(path), "--mode", "prealloc", "--device", "sim:1GiB", "-o", str(tmp_path / "t.html")]) == 0
     page = (tmp_path / "t.html").read_text()
     assert "out of memory at event 1: JAX asked 600.00 MiB on cpu:0" in page and "when it ran out of memory" in page
+    said = capsys.readouterr().out.splitlines()  # the command says it too, not only "wrote t.html"
+    assert said[0] == f"wrote {tmp_path / 't.html'}" and said[1].startswith(
+        "out of memory at event 1: JAX asked 600.00 MiB on cpu:0 ("
+    )
 
 
 def test_devmem_plot_draws_a_real_jax_test_as_png_and_html(

@@ -12,6 +12,7 @@ from ...model.trace import ALLOCATE_CODE, Trace
 from ..patches import Patches
 from ..recorder import TraceRecorder
 from ..sources.base import Reading
+from .conversion import copy_arrays_off_aligned
 from .events import ONEDNN_CPU, SOURCE, WindowClock, trace_events
 from .profiler import ProfilerRun, ProfilerUnavailable
 from .warmup import warm_up
@@ -65,6 +66,7 @@ class TensorFlowCapture:
             self.note = str(exc)
             return False
         self._patches.replace(self._profiler.module, "ProfilerSession", self._giving_way)
+        copy_arrays_off_aligned(self._patches)  # NumPy arrays allocate alike in every run (conversion.py)
         self.installed = True
         if self._in_window:  # imported inside the test: trace from here on
             self._start()
