@@ -31,6 +31,7 @@ from .environment import (
     configure_tensorflow_gpus,
     early_env_key,
     interop_key,
+    order_key,
     restore_all,
     session_environment_key,
     tensorflow_cpu_key,
@@ -138,6 +139,10 @@ class DevmemSession:
             if config.stash.get(interop_key, False):
                 lines.append(
                     "devmem: TensorFlow's inter-op threads: 1 (TF_NUM_INTEROP_THREADS=1, set by pytest-devmem: a graph's ops run one after another, so which buffers live together is the same in every run)"
+                )
+            if config.stash.get(order_key, False):
+                lines.append(
+                    "devmem: TensorFlow's executor order: deterministic (TF_DETERMINISTIC_ORDER=1, set by pytest-devmem: ready ops are taken by name, not by where they sit in memory)"
                 )
         return lines
 
