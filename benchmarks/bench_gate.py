@@ -4,7 +4,9 @@
 
 One session records baselines (`--devmem-update`); the unchanged suite then runs again in the same
 order, in reverse order, and under pytest-xdist `-n 2`. Every memory-gate failure on those reruns
-is a false failure: nothing changed. Wall time with the plugin off, on, and on with `-n 2` is
+is a false failure: nothing changed. Then every selection must give the same record: a session
+that measures only every other test (marked, no `--devmem-mode`) and one pytest-split shard give
+each of their tests the figures and trace events of the session that measured all. Wall time with the plugin off, on, and on with `-n 2` is
 measured alternately in the same run (best of --repeat), and reported as ratios against off, with
 the CPU time of the session's processes beside it (steadier than wall time on a busy machine).
 `--breakdown` runs the suite once more with the plugin on and prints where its per-test work goes
@@ -43,6 +45,12 @@ TEST_FILES = (
     "optax/_src/base_test.py",
 )
 REVERSE_PLUGIN = "def pytest_collection_modifyitems(items):\n    items.reverse()\n"
+MARK_HALF_PLUGIN = (
+    "import pytest\n\n\n"
+    "def pytest_collection_modifyitems(items):\n"
+    "    for item in items[1::2]:  # every other test marked: a suite where only some tests are measured\n"
+    "        item.add_marker(pytest.mark.devmem)\n"
+)
 COMMON = ["-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-W", "ignore::DeprecationWarning"]
 
 
@@ -120,6 +128,25 @@ def moved(data: dict[str, object]) -> int:
     return count
 
 
+def records_that_differ(reference: dict[str, object], data: dict[str, object]) -> list[str]:
+    """Tests whose record in `data` differs from the reference session's: a peak, the bytes requested,
+    or the number of trace events (a selection that changes a figure, silently)."""
+
+    def figures(run: dict[str, object]) -> dict[str, tuple[object, ...]]:
+        report = run.get("report") or {}
+        return {
+            f"{r['test_id']} [{r['regime']}]": (
+                r.get("peak_bytes_in_use"),
+                r.get("peak_bytes_requested"),
+                (r.get("trace") or {}).get("events"),
+            )
+            for r in report.get("records", [])  # type: ignore[union-attr]
+        }
+
+    expected = figures(reference)
+    return [test for test, found in sorted(figures(data).items()) if expected.get(test) != found]
+
+
 def gate_failures(data: dict[str, object]) -> list[str]:
     """Tests the memory gate failed: regressions against the baselines (and replayed OOMs)."""
     report = data.get("report") or {}
@@ -154,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="devmem-gate-") as scratch:
         work = Path(scratch)
         (work / "devmem_bench_reverse.py").write_text(REVERSE_PLUGIN)
+        (work / "devmem_bench_mark_half.py").write_text(MARK_HALF_PLUGIN)
         environment = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
         environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(work), environment.get("PYTHONPATH", "")]))
         measured = [f"--devmem-mode={args.mode}", f"--devmem-baselines={work / 'baselines'}"]
@@ -170,6 +198,16 @@ def main(argv: list[str] | None = None) -> int:
             _, data = run(suite, files, extra, work / f"{len(results)}.json", environment)
             results[name] = gate_failures(data)
             changed[name] = moved(data)
+        # every selection gives the same record: only every other test measured (marked, no
+        # --devmem-mode), and one pytest-split shard, against the session that measured all
+        selections = {
+            "every other test marked": ["-p", "devmem_bench_mark_half", f"--devmem-baselines={work / 'baselines'}"],
+            "shard 1 of 2": [*measured, "--splits", "2", "--group", "1"],
+        }
+        differing: dict[str, list[str]] = {}
+        for name, extra in selections.items():
+            _, data = run(suite, files, extra, work / f"selection-{len(differing)}.json", environment)
+            differing[name] = records_that_differ(recorded, data)
         timings = {"off": ["-p", "no:devmem"], "on": measured, "on, -n 2": [*measured, "-n", "2"]}
         best = {name: float("inf") for name in timings}
         best_cpu = {name: float("inf") for name in timings}
@@ -189,6 +227,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<24} {len(failures):>14} {changed[name]:>24}")
         for failure in failures[:10]:
             print(f"    {failure}")
+    print(f"\n{'selection':<24} {'records that differ from the all-measured run':>46}")
+    for name, tests in differing.items():
+        print(f"{name:<24} {len(tests):>46}")
+        for test in tests[:10]:
+            print(f"    {test}")
     print(f"\n{'configuration':<24} {'wall s':>8} {'ratio':>8} {'CPU s':>8} {'ratio':>8}   (best of {args.repeat})")
     for name, wall in best.items():
         cpu = best_cpu[name]
@@ -202,12 +245,19 @@ def main(argv: list[str] | None = None) -> int:
         write_atomic(
             args.json,
             json.dumps(
-                {"tests": tested, "false_failures": results, "peaks_moved": changed, "wall_s": best, "cpu_s": best_cpu},
+                {
+                    "tests": tested,
+                    "false_failures": results,
+                    "peaks_moved": changed,
+                    "selections_differing": differing,
+                    "wall_s": best,
+                    "cpu_s": best_cpu,
+                },
                 indent=2,
             )
             + "\n",
         )
-    return 1 if any(results.values()) else 0
+    return 1 if any(results.values()) or any(differing.values()) else 0
 
 
 if __name__ == "__main__":
