@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,7 +30,7 @@ DEVICE_METRICS = ("peak_bytes_in_use", "peak_bytes_reserved", "fragmentation", "
 """A device's figures a baseline keeps, in the order they are written."""
 
 
-def headline_peak(figures: dict[str, object]) -> int | None:
+def headline_peak(figures: Mapping[str, object]) -> int | None:
     """A record's or baseline's peak for a trend or a "measured?" question: what the allocator
     counted, or, in a file written before it was kept (`requested_peak_only`), the requested bytes."""
     for name in ("peak_bytes_in_use", "peak_bytes_requested"):

@@ -234,7 +234,7 @@ NO_FIX_CASES = {
         "fraction; run it under mode 'growth' (marker devmem(mode='growth') or --devmem-mode=growth); run it under "
         "mode 'ondemand' (marker devmem(mode='ondemand') or --devmem-mode=ondemand); set "
         'TF_FORCE_GPU_ALLOW_GROWTH=true; hide the GPU from TensorFlow (tf.config.set_visible_devices([], "GPU")). '
-        "When it failed, cpu:0 also held JAX 409.60 MiB and CUDA context 128.00 MiB.",
+        "When it failed, cpu:0 also held JAX 410.00 MiB and CUDA context 128.00 MiB.",
     ),
     "nothing to try": (
         Policy.of("growth"),

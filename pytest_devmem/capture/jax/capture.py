@@ -172,6 +172,11 @@ class JaxCapture:
         slot.subscribe(self._post_hook)
         self._listen_to_compiles()
         cache.clear_all()  # fast-path entries made before the hooks name no executable the capture knows
+        if self.sizer is not None and self.sizer.installed and hasattr(jax_module, "clear_caches"):
+            # what JAX compiled before the sizer went in (at import, in a test nobody measured) would
+            # keep the CPU's sizes, found in JAX's caches: lowered again through the sizer instead, so
+            # a test's figures do not depend on what ran before the capture was installed
+            jax_module.clear_caches()
         self.installed = True
         return True
 
