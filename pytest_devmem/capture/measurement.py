@@ -109,6 +109,8 @@ class Captured:
     )  # per function run: its executables' shapes, where it is defined (JaxCapture.functions)
     buffers: dict[str, dict[str, object]] = field(default_factory=dict)  # per executable: its buffers at its peak
     padded_sizes: dict[int, set[int]] = field(default_factory=dict)  # a TPU's tiled shard size -> its dense sizes
+    # the target compiler's entries its executables and arrays were sized by, by cache key (compile_store.py)
+    compiler_entries: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class Measurement:
@@ -191,6 +193,9 @@ class Measurement:
             notes.append(self.jax_capture.note or "JAX is imported but its allocations could not be traced")
         if self.jax_capture.window.failure:
             notes.append(self.jax_capture.window.failure)
+        sizer = self.jax_capture.sizer
+        for problem in sizer.drain_problems() if sizer is not None and hasattr(sizer, "drain_problems") else ():
+            warnings.warn(RuntimeWarning(f"pytest-devmem: an entry of compiled sizes {problem}"), stacklevel=1)
         unsized = sorted(getattr(self.jax_capture.sizer, "unsized_arrays", ()) or ())
         if unsized and self.jax_capture.window.executables:
             notes.append(
@@ -216,6 +221,7 @@ class Measurement:
             functions,
             self.jax_capture.window_buffers() if self.jax_capture.installed else {},
             self.jax_capture.padded_sizes(),
+            self.jax_capture.window_compiler_entries() if self.jax_capture.installed else {},
         )
 
     def jax_platform_problem(self) -> str | None:

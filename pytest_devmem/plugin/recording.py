@@ -96,6 +96,7 @@ def make_record(
         if record.trace is not None:
             record.trace["kept"] = captured.kept
     record.compile_target = compile_target
+    record.compiler_entries = sorted(captured.compiler_entries)
     if captured.runs and record.trace is not None:
         executables = executable_summary(trace, captured.runs)
         for name, sized in captured.sizes.items():
