@@ -96,6 +96,8 @@ def read_entry(path: Path) -> tuple[dict[str, Any] | None, str | None]:
         data = json.loads(text)
     except FileFormatError as exc:
         return None, str(exc)
+    except json.JSONDecodeError as exc:
+        return None, f"{path}:{exc.lineno}: not valid JSON: {exc.msg}"
     except (OSError, ValueError, RecursionError) as exc:
         return None, f"{path}: not usable JSON ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
     problem = entry_problem(data)

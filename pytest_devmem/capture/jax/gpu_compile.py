@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ... import compile_store
+from ...compile_store import EXECUTABLE_FIELDS, read_entry
 from ...files import write_atomic
 from ...model.buffers import ProgramBuffers
 from ...model.gpu_targets import GpuSpec
@@ -439,7 +439,7 @@ class GpuSizer:
         places = (*self._cache_dirs(), *((self.store_dir,) if self.store_dir is not None else ()))
         for directory in places:
             path = directory / f"{key}.json"
-            data, problem = compile_store.read_entry(path)
+            data, problem = read_entry(path)
             if problem is not None:
                 with self._lock:
                     if str(path) not in self._reported:
@@ -503,7 +503,7 @@ _MODULE_NAME = re.compile(r"^module @[\w$.\-]+", re.MULTILINE)
 """The module's name (`module @jit_step`), the jit object's: left out of what names a program, which
 is sized alike under any name."""
 
-_CACHED_FIELDS = compile_store.EXECUTABLE_FIELDS
+_CACHED_FIELDS = EXECUTABLE_FIELDS
 BUFFERS_FIELD = "buffers"
 """A cache entry's buffers at the program's peak (model/buffers.py's JSON); entries written before it have none."""
 
