@@ -14,7 +14,7 @@ import pytest
 
 from ..compile_store import STORE_DIRECTORY, StoreUpdate, entry_problem, is_key, update_store
 from ..files import write_atomic
-from ..gate.baseline import BaselineStore
+from ..gate.baseline import BaselineFormatError, BaselineStore
 from ..gate.record import TestRecord
 from ..gate.refresh import refresh_baselines
 from ..gate.stale import SuiteShape, stale_baselines
@@ -201,7 +201,12 @@ class SessionResults:
         """--devmem-update: the compilers' entries the stored baselines name, beside them; those no
         stored baseline names any more removed (compile_store.py)."""
         directory = self.store.directory / STORE_DIRECTORY
-        named = {key for entry in self.store.entries() for key in entry.compiler_entries}
+        try:  # read again: an entry is removed only where every baseline file could be read
+            stored = BaselineStore(self.store.root, self.store.device_class).load().entries()
+        except (BaselineFormatError, OSError) as exc:
+            self.write_problems.append(f"compiler entries not updated, as the baselines cannot be read: {exc}")
+            return
+        named = {key for entry in stored for key in entry.compiler_entries}
         if not named and not directory.is_dir():
             return
         self.store_update = update_store(directory, self.compiler_entries, named, self.store.root)

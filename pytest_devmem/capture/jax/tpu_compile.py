@@ -134,6 +134,7 @@ class SizingCosts:
     arrays_compiled: int = 0  # (shard shape, dtype) sized by the compile of a program that holds one
     array_seconds: float = 0.0
     arrays_from_disk: int = 0
+    entries_from_store: int = 0  # of those from disk (executables and arrays): stored beside the baselines
     compiled: list[tuple[str, int, float]] = field(default_factory=list)  # (executable, devices, seconds)
 
     def to_json(self) -> dict[str, float | int]:
@@ -244,6 +245,7 @@ class TpuSizer(GpuSizer):
         costs.executable_lowering_seconds = self.lowering_seconds
         costs.executables_from_disk = self.disk_hits
         costs.executables_from_session = self.session_hits
+        costs.entries_from_store = self.store_hits
         return costs
 
     def counts(self) -> dict[str, float | int]:
