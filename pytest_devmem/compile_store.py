@@ -122,13 +122,45 @@ class StoreUpdate:
     kept: int = 0  # entries the store holds after the refresh
 
 
+def portable_entry(entry: Mapping[str, Any], project: Path | None) -> dict[str, Any]:
+    """`entry` with each stack frame its buffers name (`"at": "file:line, file:line"`) that lies
+    below `project` (the rootdir) named from there, as a baseline names it: an entry written on one
+    checkout reads the same on every other."""
+    buffers = entry.get("buffers")
+    listed = buffers.get("buffers") if isinstance(buffers, dict) else None
+    if project is None or not isinstance(listed, list):
+        return dict(entry)
+    shown = []
+    for buffer in listed:
+        at = buffer.get("at") if isinstance(buffer, dict) else None
+        if isinstance(at, str) and at:
+            buffer = {**buffer, "at": ", ".join(_from(project, frame) for frame in at.split(", "))}
+        shown.append(buffer)
+    return {**entry, "buffers": {**buffers, "buffers": shown}}  # type: ignore[dict-item]
+
+
+def _from(project: Path, frame: str) -> str:
+    file, separator, line = frame.rpartition(":")
+    if not separator or not os.path.isabs(file):
+        return frame
+    try:
+        return f"{Path(file).relative_to(project).as_posix()}:{line}"
+    except ValueError:
+        return frame
+
+
 def update_store(
-    directory: Path, entries: Mapping[str, Mapping[str, Any]], named: Iterable[str], root: Path
+    directory: Path,
+    entries: Mapping[str, Mapping[str, Any]],
+    named: Iterable[str],
+    root: Path,
+    project: Path | None = None,
 ) -> StoreUpdate:
     """Write `entries` (key -> entry, as a session's records carry them) that some stored baseline
         names (`named`) to `directory`, each checked, and remove the files of entries none names (a file
     not named as an entry is the user's, and stays). `root`:
-        the baselines directory, which no write leaves. An entry already stored with the same text is not
+        the baselines directory, which no write leaves; `project`: the rootdir, from which the files of
+    the entries' stack frames are named (`portable_entry`). An entry already stored with the same text is not
         written again."""
     update = StoreUpdate()
     wanted = {key for key in named if is_key(key)}
@@ -142,7 +174,7 @@ def update_store(
             continue  # the same program and compiler: the same figures (only a frame's path may differ)
         try:
             ensure_directory(directory, within=root)
-            write_atomic(path, render_entry(entry), within=root, durable=False)
+            write_atomic(path, render_entry(portable_entry(entry, project)), within=root, durable=False)
         except OSError as exc:
             update.problems.append(f"{path}: {exc.strerror or exc}")
             continue

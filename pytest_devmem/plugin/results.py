@@ -209,7 +209,7 @@ class SessionResults:
         named = {key for entry in stored for key in entry.compiler_entries}
         if not named and not directory.is_dir():
             return
-        self.store_update = update_store(directory, self.compiler_entries, named, self.store.root)
+        self.store_update = update_store(directory, self.compiler_entries, named, self.store.root, self.config.rootpath)
         self.write_problems += [f"compiler entry not written: {problem}" for problem in self.store_update.problems]
 
     def session_counts(self) -> dict[str, float | int] | None:

@@ -126,3 +126,14 @@ def test_the_baselines_reader_passes_the_store_by(tmp_path: Path) -> None:
     (tmp_path / STORE_DIRECTORY / f"{KEY_A}.json").write_text(render_entry(ARRAY))
     (tmp_path / "test_x.py.json").write_text("{}")
     assert json_files(tmp_path) == [tmp_path / "test_x.py.json"]
+
+
+def test_the_stored_entries_name_the_projects_files_from_its_root(tmp_path: Path) -> None:
+    project = tmp_path / "checkout"
+    frames = f"{project}/tests/test_model.py:26, {project}/src/model.py:33, /usr/lib/jax/core.py:9"
+    entry = {**EXECUTABLE, "buffers": {"buffers": [{"bytes": 512, "op": "dot", "shape": "f32[8]", "at": frames}]}}
+    store = tmp_path / "baselines" / "class" / STORE_DIRECTORY
+    update_store(store, {KEY_A: entry}, [KEY_A], tmp_path / "baselines", project)
+    stored, _ = read_entry(store / f"{KEY_A}.json")
+    assert stored is not None
+    assert stored["buffers"]["buffers"][0]["at"] == "tests/test_model.py:26, src/model.py:33, /usr/lib/jax/core.py:9"
