@@ -131,3 +131,16 @@ def test_xdist_workers_send_what_they_used_and_the_controller_stores_it(pytester
     keys = stored(pytester.path)
     assert keys and keys == named(pytester.path)
     assert counts(result)[0] >= 2  # the workers' compiles, summed
+
+
+@pytest.mark.slow
+def test_a_child_process_of_another_regime_sends_what_it_used_and_the_parent_stores_it(
+    pytester: pytest.Pytester,
+) -> None:
+    marked = STEP.format(factor="2.0").replace("def test_step", '@pytest.mark.devmem(mode="ondemand")\ndef test_step')
+    pytester.makepyfile(test_step="import pytest\n" + marked)
+    result = pytester.runpytest_subprocess(*OPTIONS, "--devmem-update", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_step.py::test_step*ondemand*"])  # measured in its child
+    keys = stored(pytester.path)
+    assert keys and keys == named(pytester.path)
