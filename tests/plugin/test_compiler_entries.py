@@ -1,7 +1,7 @@
 """Warm from the first clone: what the TPU compiler said is stored beside the baselines by
 `--devmem-update`, and a fresh clone (no pytest cache) compiles only the programs that changed.
-Each run is a real pytest session with the plugin and libtpu's deviceless compiler, in its own
-process (as a CI job starts), on small programs."""
+Each run is a real pytest session with the plugin and libtpu's deviceless compiler (or the CUDA
+plugin's, for a GPU preset), in its own process (as a CI job starts), on small programs."""
 
 from __future__ import annotations
 
@@ -11,11 +11,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from compilers import needs_libtpu
+from compilers import needs_compiler, needs_libtpu
 
-pytestmark = needs_libtpu
-
-STORE = Path("baselines", "sim-TPU-v5e", ".compiled")
+STORE = Path("baselines", "sim-TPU-v5e", ".compiled")  # under sim:TPU-v5e
 OPTIONS = ("--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "-p", "no:xdist")
 
 STEP = """
@@ -75,6 +73,7 @@ def clone(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, name: str)
     return target
 
 
+@needs_libtpu
 def test_an_update_stores_the_entries_and_a_fresh_clone_compiles_nothing(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -103,6 +102,7 @@ def test_an_update_stores_the_entries_and_a_fresh_clone_compiles_nothing(
     result.stdout.fnmatch_lines([f"*an entry of compiled sizes {damaged}: *-1*not believed, compiled again*", "*1 ok*"])
 
 
+@needs_libtpu
 def test_a_changed_program_compiles_alone_and_its_old_entry_goes(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -121,6 +121,7 @@ def test_a_changed_program_compiles_alone_and_its_old_entry_goes(
     result.stdout.fnmatch_lines([f"compiler entries stored in {STORE}: 1 written, 1 removed *, {len(after)} in all"])
 
 
+@needs_libtpu
 @pytest.mark.slow
 def test_xdist_workers_send_what_they_used_and_the_controller_stores_it(pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
@@ -133,6 +134,7 @@ def test_xdist_workers_send_what_they_used_and_the_controller_stores_it(pytester
     assert counts(result)[0] >= 2  # the workers' compiles, summed
 
 
+@needs_libtpu
 @pytest.mark.slow
 def test_a_child_process_of_another_regime_sends_what_it_used_and_the_parent_stores_it(
     pytester: pytest.Pytester,
@@ -144,3 +146,21 @@ def test_a_child_process_of_another_regime_sends_what_it_used_and_the_parent_sto
     result.stdout.fnmatch_lines(["*test_step.py::test_step*ondemand*"])  # measured in its child
     keys = stored(pytester.path)
     assert keys and keys == named(pytester.path)
+
+
+@needs_compiler
+def test_a_gpu_presets_deviceless_compiles_are_stored_the_same_way(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    options = ("--devmem-device=sim:H100-80GB", "--devmem-mode=prealloc", "-p", "no:xdist")
+    pytester.makepyfile(test_step=STEP.format(factor="2.0"))
+    update = pytester.runpytest_subprocess(*options, "--devmem-update")
+    update.assert_outcomes(passed=1)
+    store = pytester.path / "baselines" / "sim-H100-80GB" / ".compiled"
+    keys = {path.stem for path in store.glob("*.json")}
+    assert keys and counts(update)[0] == len(keys)
+
+    fresh = clone(pytester, monkeypatch, "gpu-clone")
+    result = pytester.runpytest_subprocess(*options, str(fresh / "test_step.py"))
+    result.assert_outcomes(passed=1)
+    assert counts(result) == (0, len(keys))
