@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import FileFormatError
-from .files import ensure_directory, read_text, write_atomic
+from .files import ensure_directory, frames_from, read_text, write_atomic
 
 __all__ = [
     "ARRAY_FIELD",
@@ -134,19 +134,9 @@ def portable_entry(entry: Mapping[str, Any], project: Path | None) -> dict[str, 
     for buffer in listed:
         at = buffer.get("at") if isinstance(buffer, dict) else None
         if isinstance(at, str) and at:
-            buffer = {**buffer, "at": ", ".join(_from(project, frame) for frame in at.split(", "))}
+            buffer = {**buffer, "at": frames_from(project, at)}
         shown.append(buffer)
     return {**entry, "buffers": {**buffers, "buffers": shown}}  # type: ignore[dict-item]
-
-
-def _from(project: Path, frame: str) -> str:
-    file, separator, line = frame.rpartition(":")
-    if not separator or not os.path.isabs(file):
-        return frame
-    try:
-        return f"{Path(file).relative_to(project).as_posix()}:{line}"
-    except ValueError:
-        return frame
 
 
 def update_store(
