@@ -153,6 +153,9 @@ def update_store(
     the entries' stack frames are named (`portable_entry`). An entry already stored with the same text is not
         written again."""
     update = StoreUpdate()
+    if os.path.islink(directory):  # never written nor pruned through a link (baselines are not either)
+        update.problems.append(f"{directory}: a link: put the directory itself there")
+        return update
     wanted = {key for key in named if is_key(key)}
     present = {path.stem: path for path in directory.glob("*.json") if is_key(path.stem)} if directory.is_dir() else {}
     for key in sorted(wanted & set(entries)):

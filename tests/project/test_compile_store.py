@@ -137,3 +137,15 @@ def test_the_stored_entries_name_the_projects_files_from_its_root(tmp_path: Path
     stored, _ = read_entry(store / f"{KEY_A}.json")
     assert stored is not None
     assert stored["buffers"]["buffers"][0]["at"] == "tests/test_model.py:26, src/model.py:33, /usr/lib/jax/core.py:9"
+
+
+def test_a_store_that_is_a_link_is_neither_written_nor_pruned_through(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / f"{KEY_B}.json").write_text(render_entry(ARRAY))
+    store = tmp_path / "baselines" / "class" / STORE_DIRECTORY
+    store.parent.mkdir(parents=True)
+    store.symlink_to(elsewhere, target_is_directory=True)
+    update = update_store(store, {KEY_A: ARRAY}, [KEY_A], tmp_path / "baselines")
+    assert update.problems == [f"{store}: a link: put the directory itself there"]
+    assert sorted(path.name for path in elsewhere.iterdir()) == [f"{KEY_B}.json"]
