@@ -158,6 +158,22 @@ def read_json(path: str | os.PathLike[str], what: str, limit: int | None = None)
         raise FileFormatError(f"{os.fspath(path)}: not usable JSON: {str(exc).splitlines()[0]}") from None
 
 
+def frames_from(root: str | os.PathLike[str], frames: str) -> str:
+    """Stack frames (`"file:line, file:line"`, as XLA's buffers name them) with each file below `root`
+    named from there, so that what a checkout stores reads the same on every other; a file elsewhere
+    (a library's) keeps its absolute path."""
+    named = []
+    for frame in frames.split(", "):
+        file, separator, line = frame.rpartition(":")
+        if separator and os.path.isabs(file):
+            try:
+                frame = f"{Path(file).relative_to(root).as_posix()}:{line}"
+            except ValueError:
+                pass
+        named.append(frame)
+    return ", ".join(named)
+
+
 # -- writing --------------------------------------------------------------------------------
 
 TEMPORARY_SUFFIX = ".tmp"

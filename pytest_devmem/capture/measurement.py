@@ -113,6 +113,8 @@ class Captured:
     )  # per function run: its executables' shapes, where it is defined (JaxCapture.functions)
     buffers: dict[str, dict[str, object]] = field(default_factory=dict)  # per executable: its buffers at its peak
     padded_sizes: dict[int, set[int]] = field(default_factory=dict)  # a TPU's tiled shard size -> its dense sizes
+    # the target compiler's entries its executables and arrays were sized by, by cache key (compile_store.py)
+    compiler_entries: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class Measurement:
@@ -228,6 +230,7 @@ class Measurement:
             functions,
             self.jax_capture.window_buffers() if self.jax_capture.installed else {},
             self.jax_capture.padded_sizes(),
+            self.jax_capture.window_compiler_entries() if self.jax_capture.installed else {},
         )
 
     def jax_platform_problem(self) -> str | None:

@@ -19,13 +19,14 @@ import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from ..compile_store import STORE_DIRECTORY, is_key
 from ..errors import FileFormatError
 from ..files import TEMPORARY_SUFFIX, ensure_directory, file_name, read_json, temporary_prefix, write_atomic
 from ..model.buffers import programs_from_json
 from ..model.pool.policy import canonical_label
 from ..model.profile import decode_profile
 from .changes import buffers_at_peak_of, contributors_of, metrics_of
-from .record import BaselineEntry, TestRecord, requested_peak_only
+from .record import BaselineEntry, TestRecord, compiler_keys, requested_peak_only
 from .tolerance import METRICS
 
 FORMAT = "pytest-devmem-baseline"
@@ -134,6 +135,8 @@ class BaselineStore:
                     }
                     if contributors_of(item):
                         stored[(item.test_id, item.regime)]["contributors"] = contributors_of(item)
+                    if item.compiler_entries:
+                        stored[(item.test_id, item.regime)]["compiler_entries"] = sorted(item.compiler_entries)
                     if item.device_metrics():
                         stored[(item.test_id, item.regime)]["devices"] = item.device_metrics()
                     buffers = buffers_at_peak_of(item)
@@ -173,6 +176,8 @@ def _entry_json(entry: BaselineEntry) -> dict[str, object]:
         data["profile"] = entry.profile
     if entry.buffers:
         data["buffers"] = {name: program.to_json() for name, program in sorted(entry.buffers.items())}
+    if entry.compiler_entries:
+        data["compiler_entries"] = list(entry.compiler_entries)
     return data
 
 
@@ -232,6 +237,7 @@ def json_files(directory: Path) -> list[Path]:
     `*.json` that holds baseline files (a test package of that name) is searched like any other."""
     found = []
     for top, directories, files in os.walk(directory, onerror=_raise):
+        directories[:] = [name for name in directories if name != STORE_DIRECTORY]  # the compilers' entries
         for name in sorted(directories):
             if os.path.islink(os.path.join(top, name)):
                 raise BaselineFormatError(
@@ -426,6 +432,12 @@ def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry
                 buffers = programs_from_json(data.get("buffers", {}))
             except ValueError as exc:
                 raise fail(f'record {test_id!r} "buffers": {exc}', needle) from None
+            named = data.get("compiler_entries", [])
+            if not isinstance(named, list) or not all(is_key(key) for key in named):
+                raise fail(
+                    f'record {test_id!r} "compiler_entries" must be a list of cache keys (64 lower-case hex digits)',
+                    '"compiler_entries"',
+                )
             entries.append(
                 BaselineEntry(
                     test_id,
@@ -440,6 +452,7 @@ def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry
                     {str(k): dict(v) for k, v in devices.items()},
                     dict(profile),
                     buffers,
+                    tuple(compiler_keys(named)),
                 )
             )
     return entries

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..capture.sources.base import Reading
+from ..compile_store import is_key
 from ..model.buffers import ProgramBuffers
 from ..model.pool.policy import canonical_label
 
@@ -52,6 +53,12 @@ def requested_peak_only(figures: dict[str, object]) -> dict[str, object]:
     return migrated
 
 
+def compiler_keys(value: object) -> list[str]:
+    """The compiler entries' keys in a record's or baseline's `compiler_entries`, sorted; anything
+    that is not a key is left out (a damaged list names no entry, so the store keeps none for it)."""
+    return sorted({key for key in value if is_key(key)}) if isinstance(value, list) else []
+
+
 def _figure(value: object) -> float | int | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -74,6 +81,8 @@ class BaselineEntry:
     profile: dict[str, object] = field(default_factory=dict)
     # per program that held memory at the peak: the buffers at its own peak (model/buffers.py)
     buffers: dict[str, ProgramBuffers] = field(default_factory=dict)
+    # the keys of the target compiler's entries its test's sizes came from (compile_store.py)
+    compiler_entries: tuple[str, ...] = ()
 
 
 @dataclass
@@ -125,6 +134,8 @@ class TestRecord:
     # the peak device's most live data at once, each request rounded to 256 bytes (`peak_bytes_in_use`
     # counts whole chunks, as the allocator does); None where nothing was traced or in older reports
     peak_bytes_requested: int | None = None
+    # the keys of the target compiler's entries its sizes came from (compile_store.py): what its baseline names
+    compiler_entries: list[str] = field(default_factory=list)
     trace_events: Trace | None = field(default=None, repr=False, compare=False)  # in memory only
     run: MachineRun | None = field(default=None, repr=False, compare=False)  # in memory only
 
@@ -242,6 +253,7 @@ class TestRecord:
             "failed_by_devmem": self.failed_by_devmem,
             "failed_check": self.failed_check,
             "compiles": self.compiles,
+            **({"compiler_entries": list(self.compiler_entries)} if self.compiler_entries else {}),
             "leaked_bytes": self.leaked_bytes,
             "sources": {name: reading.to_json() for name, reading in sorted(self.sources.items())},
         }
@@ -280,4 +292,5 @@ class TestRecord:
             compile_target=data.get("compile_target") if isinstance(data.get("compile_target"), str) else None,  # type: ignore[arg-type]
             tpu=data.get("tpu") if isinstance(data.get("tpu"), dict) else None,  # type: ignore[arg-type]
             peak_bytes_requested=_figure(data.get("peak_bytes_requested")),  # type: ignore[arg-type]
+            compiler_entries=compiler_keys(data.get("compiler_entries")),
         )

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..capture.measurement import Captured, Measurement, executable_summary
+from ..files import frames_from
 from ..gate.record import KEPT_CPU_SIZES, TestRecord
 from ..model.device import DEFAULT_COMPUTE_CAPABILITY, Device
 from ..model.fragmentation import pinning_buffers
@@ -96,6 +97,7 @@ def make_record(
         if record.trace is not None:
             record.trace["kept"] = captured.kept
     record.compile_target = compile_target
+    record.compiler_entries = sorted(captured.compiler_entries)
     if captured.runs and record.trace is not None:
         executables = executable_summary(trace, captured.runs)
         for name, sized in captured.sizes.items():
@@ -193,13 +195,7 @@ def with_files_from(root: Path | None, found: dict[str, object]) -> dict[str, ob
     shown = []
     for buffer in listed:
         at = buffer.get("at") if isinstance(buffer, dict) else None
-        if isinstance(at, str) and ":" in at:
-            file, line = at.rsplit(":", 1)
-            try:
-                buffer = {**buffer, "at": f"{Path(file).relative_to(root).as_posix()}:{line}"}
-            except ValueError:
-                pass
-        shown.append(buffer)
+        shown.append({**buffer, "at": frames_from(root, at)} if isinstance(at, str) and at else buffer)
     return {**found, "buffers": shown}
 
 

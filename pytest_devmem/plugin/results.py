@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from ..compile_store import STORE_DIRECTORY, StoreUpdate, entry_problem, is_key, update_store
 from ..files import write_atomic
-from ..gate.baseline import BaselineStore
+from ..gate.baseline import BaselineFormatError, BaselineStore
 from ..gate.record import TestRecord
 from ..gate.refresh import refresh_baselines
 from ..gate.stale import SuiteShape, stale_baselines
@@ -72,6 +73,11 @@ class SessionResults:
         self.target_children = 0
         self.targets_skipped = ""  # why the tests were not run on the other targets
         self.targets: TargetTable | None = None  # at the end: the session's device and each target, every test
+        # the target compiler's entries the records' sizes came from, by key: for the store beside the baselines
+        self.compiler_entries: dict[str, dict[str, object]] = {}
+        self.compile_counts: dict[str, float | int] | None = None  # this process's sizer's (session.sizer_counts)
+        self.counts_from_workers: list[dict[str, float | int]] = []
+        self.store_update: StoreUpdate | None = None  # what --devmem-update did to the store
 
     # -- gathering ----------------------------------------------------------------------
 
@@ -83,6 +89,14 @@ class SessionResults:
         elif isinstance(data, dict):
             self.records.append(TestRecord.from_json(data))
 
+    def add_compiler_entries(self, sent: object) -> None:
+        """The entries a worker's or a child's test sent with its record; each checked, a bad one left out."""
+        if not isinstance(sent, dict):
+            return
+        for key, entry in sent.items():
+            if is_key(key) and entry_problem(entry) is None:
+                self.compiler_entries[key] = entry
+
     def worker_finished(self, sent: object) -> None:
         """pytest-xdist's controller: what a worker sent when it finished (its stale baselines, its
         largest tests' traces); a worker that crashed sends nothing."""
@@ -93,6 +107,11 @@ class SessionResults:
         if isinstance(stale, list):
             self.stale_from_workers.update(str(name) for name in stale)
         self.largest_from_workers += LargestTests.from_json(sent.get("largest"))
+        counts = sent.get("compile_counts")
+        if isinstance(counts, dict):
+            self.counts_from_workers.append(
+                {name: value for name, value in counts.items() if isinstance(value, (int, float))}
+            )
         targets = sent.get("targets")
         if isinstance(targets, dict):
             self.target_results += [
@@ -113,6 +132,7 @@ class SessionResults:
             "stale": stale_baselines(self.store.entries(), self.shape),
             "largest": largest.to_json() if largest is not None else [],
             "targets": targets,
+            "compile_counts": self.compile_counts,
         }
 
     def target_table(self) -> TargetTable | None:
@@ -151,6 +171,7 @@ class SessionResults:
             refresh = refresh_baselines(self.store, self.records, info["versions"], self.unrecorded)  # type: ignore[arg-type]
             self.baselines_written = [str(path) for path in refresh.written]
             self.write_problems += [f"baseline not written: {problem}" for problem in refresh.problems]
+            self.update_store()
         self.stale = sorted(set(stale_baselines(self.store.entries(), self.shape)) | self.stale_from_workers)
         failed = bool(self.stale and self.settings.strict)
         self.side_by_side = self.check_side_by_side()
@@ -178,6 +199,31 @@ class SessionResults:
             session.exitstatus = (
                 pytest.ExitCode.TESTS_FAILED
             )  # what the user asked to be stored is not, or strict found stale ones
+
+    def update_store(self) -> None:
+        """--devmem-update: the compilers' entries the stored baselines name, beside them; those no
+        stored baseline names any more removed (compile_store.py)."""
+        directory = self.store.directory / STORE_DIRECTORY
+        try:  # read again: an entry is removed only where every baseline file could be read
+            stored = BaselineStore(self.store.root, self.store.device_class).load().entries()
+        except (BaselineFormatError, OSError) as exc:
+            self.write_problems.append(f"compiler entries not updated, as the baselines cannot be read: {exc}")
+            return
+        named = {key for entry in stored for key in entry.compiler_entries}
+        if not named and not directory.is_dir():
+            return
+        self.store_update = update_store(directory, self.compiler_entries, named, self.store.root, self.config.rootpath)
+        self.write_problems += [f"compiler entry not written: {problem}" for problem in self.store_update.problems]
+
+    def session_counts(self) -> dict[str, float | int] | None:
+        """The sizers' counts of this process and its workers, summed; None where none sized anything."""
+        found = [counts for counts in (self.compile_counts, *self.counts_from_workers) if counts]
+        if not found:
+            return None
+        return {
+            name: sum(counts.get(name, 0) for counts in found)
+            for name in ("compiled", "seconds", "from_store", "from_cache")
+        }
 
     def _write(self, path: Path | None, what: str, text: object) -> None:
         if path is None:
@@ -299,4 +345,7 @@ class SessionResults:
             else "",
             tensorflow_problem=tensorflow_problem,
             targets=self.targets,
+            compile_counts=self.session_counts(),
+            compiler_store=shown(self.store.directory / STORE_DIRECTORY, start),
+            store_update=self.store_update,
         )

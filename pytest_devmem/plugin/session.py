@@ -15,6 +15,7 @@ import pytest
 from ..capture.fixture_pool import RecordingPool
 from ..capture.jax.backend import jax_backend_started
 from ..capture.measurement import Measurement
+from ..compile_store import STORE_DIRECTORY
 from ..gate.baseline import BaselineStore
 from ..model.device import Device
 from ..model.frameworks import AllocatorSetup
@@ -75,7 +76,9 @@ class DevmemSession:
         self.settings = settings
         self.device = device
         self.compile_target = target
-        self.measurement = Measurement(device, gpu_sizer(config, target, settings.cache_dir))
+        self.measurement = Measurement(
+            device, gpu_sizer(config, target, settings.cache_dir, store.directory / STORE_DIRECTORY)
+        )
         self.checks = Checks(
             settings, device, store, self.measurement, target, config.invocation_params.dir, config.rootpath
         )
@@ -337,8 +340,11 @@ class DevmemSession:
             self.largest.offer(record.test_id, record.peak_bytes_in_use, record.trace_events)
         if self.is_child or self.is_xdist_worker:  # the record travels to another process with the report
             report.devmem_record = record.to_json()  # type: ignore[attr-defined]
+            if captured.compiler_entries:  # with what its sizes came from, for the store beside the baselines
+                report.devmem_compiler_entries = captured.compiler_entries  # type: ignore[attr-defined]
         else:
             self.results.local[item.nodeid] = record
+            self.results.compiler_entries.update(captured.compiler_entries)
         return report
 
     def pytest_report_teststatus(
@@ -360,6 +366,7 @@ class DevmemSession:
             )
         if report.when == "call":
             self.results.add(report.nodeid, getattr(report, "devmem_record", None))
+            self.results.add_compiler_entries(getattr(report, "devmem_compiler_entries", None))
 
     def pytest_runtest_logfinish(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
         if self.child_writer is not None:
@@ -377,6 +384,7 @@ class DevmemSession:
         if self.is_child:
             return
         self._rerun_on_targets(exitstatus)
+        self.results.compile_counts = sizer_counts(self.measurement)
         if self.is_xdist_worker:  # only the controller writes: every record reaches it
             self.config.workeroutput["devmem"] = self.results.worker_output(self.largest)  # type: ignore[attr-defined]
             return
@@ -523,10 +531,22 @@ def ignore_shutdown_interrupt_in_jax_gc() -> None:
     )
 
 
-def gpu_sizer(config: pytest.Config, target: CompileTarget, user_cache: Path | None = None) -> object | None:
+def sizer_counts(measurement: Measurement) -> dict[str, float | int] | None:
+    """What the session's GPU or TPU sizer compiled, and found stored: None where none sized anything."""
+    sizer = measurement.jax_capture.sizer
+    if sizer is None or not getattr(sizer, "installed", False):
+        return None
+    counts: dict[str, float | int] = sizer.counts()
+    return counts
+
+
+def gpu_sizer(
+    config: pytest.Config, target: CompileTarget, user_cache: Path | None = None, store: Path | None = None
+) -> object | None:
     """The GPU or TPU sizer for the session's compile target, its results cached on disk in pytest's
-    cache directory where there is one, and in `user_cache` (--devmem-cache-dir) where it is given;
-    None where JAX keeps its own sizes."""
+    cache directory where there is one, and in `user_cache` (--devmem-cache-dir) where it is given,
+    and read from the entries stored beside the baselines (`store`, compile_store.py); None where JAX
+    keeps its own sizes."""
     if target.spec is None:
         return None
     from ..capture.jax.gpu_compile import GpuSizer  # the compile targets: only a session that sizes for one
@@ -543,8 +563,8 @@ def gpu_sizer(config: pytest.Config, target: CompileTarget, user_cache: Path | N
     if isinstance(target.spec, TpuSpec):
         from ..capture.jax.tpu_compile import TpuSizer
 
-        return TpuSizer(target.spec, directory, beside=True, user_cache_dir=user_directory)
-    return GpuSizer(target.spec, directory, user_cache_dir=user_directory)
+        return TpuSizer(target.spec, directory, beside=True, user_cache_dir=user_directory, store_dir=store)
+    return GpuSizer(target.spec, directory, user_cache_dir=user_directory, store_dir=store)
 
 
 def user_cache_directory(root: Path, name: str) -> Path:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..compile_store import StoreUpdate
 from ..gate.record import TestRecord, kept_cpu_sizes
 from ..gate.targets import TargetTable
 from ..model.explain import oom_lines, oom_summary
@@ -40,6 +41,10 @@ class SummaryFacts:
     compile_note: str = ""  # whose compile sized JAX's executables, where it is not the device's own
     tensorflow_problem: str | None = None
     targets: TargetTable | None = None  # --devmem-targets: every measured test on each target
+    # the GPU or TPU sizer's: compiled, seconds, from_store, from_cache (None: no sizer sized anything)
+    compile_counts: dict[str, float | int] | None = None
+    compiler_store: str = ""  # where the compilers' entries are stored beside the baselines
+    store_update: StoreUpdate | None = None  # what --devmem-update did to that store
 
 
 PROBLEMS_SHOWN = 10
@@ -73,6 +78,13 @@ class SessionSummary:
         self.sources()
         if facts.compile_note:
             self.line(f"JAX sizes: {facts.compile_note}")
+            counts = facts.compile_counts
+            if counts is not None:
+                self.line(
+                    f"JAX sizes: {counts.get('compiled', 0)} program(s) compiled for the target in "
+                    f"{float(counts.get('seconds', 0)):.2f} s; {counts.get('from_store', 0)} from the compiler entries "
+                    f"stored in {facts.compiler_store}, {counts.get('from_cache', 0)} from pytest's cache"
+                )
             kept = [r.test_id for r in facts.records if kept_cpu_sizes(r)]
             if kept:
                 self.line(
@@ -254,6 +266,12 @@ class SessionSummary:
             self.line(
                 f"baselines written: {len(facts.baselines_written)} file(s): "
                 + capped(facts.baselines_written, everything)
+            )
+        update = facts.store_update
+        if update is not None and (update.written or update.removed or update.kept):
+            self.line(
+                f"compiler entries stored in {facts.compiler_store}: {len(update.written)} written, "
+                f"{len(update.removed)} removed (no stored baseline names them), {update.kept} in all"
             )
         if facts.stale:
             verdict = (

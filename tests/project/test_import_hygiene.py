@@ -71,7 +71,8 @@ LAYERS = {
     "model": 1,
 }
 """docs/architecture.md's pipeline: plugin and cli drive capture, gate and present (and hardware, the drivers);
-those use model; everything may use the shared ground (units, errors, files, provenance, spreadsheet: layer 0).
+those use model; everything may use the shared ground (units, errors, files, provenance, spreadsheet, compile_store:
+layer 0).
 The settings both drivers build their flags from (options.py) sit between them and the stages they configure."""
 
 SIDE_PATHS = {("present", "gate"), ("gate", "capture.sources")}

@@ -224,6 +224,7 @@ class JaxCapture:
         self._window = JaxWindow()
         self._failed = False
         self._recorder.steps_taken.clear()
+        self._shards.asked.clear()
 
     def needed(self) -> dict[str, int]:
         """Per function, the executables the window needed: each distinct executable it ran (compiled
@@ -276,6 +277,16 @@ class JaxCapture:
                 **({"refused": plan.refused} if plan.refused is not None else {}),
             }
         return found
+
+    def window_compiler_entries(self) -> dict[str, dict[str, Any]]:
+        """The target compiler's entries (by cache key, compile_store.py) that sized what the window
+        ran: each executable it ran and each array shard it sized. The same in any test order: an
+        entry found in the process's own memory is named as one read from disk."""
+        sizer = self.sizer if self.sizer is not None and self.sizer.installed else None
+        if sizer is None:
+            return {}
+        keys = {plan.sized_key for plans in self.window.used.values() for plan in plans.values() if plan.sized_key}
+        return sizer.stored_entries(sorted(keys), sorted(self._shards.asked))  # type: ignore[no-any-return]
 
     def padded_sizes(self) -> dict[int, set[int]]:
         """A TPU sizer's tiled shard sizes and the dense sizes they stand for (tpu_compile.py); empty elsewhere."""

@@ -69,6 +69,7 @@ class ExecutablePlan:
     raises: NotRunnable | None = None  # the target cannot run it: its call raises this instead of running
     buffers: ProgramBuffers | None = None  # the buffers at its peak, as the compile that sized it states them
     buffers_note: str = ""  # why they are not known
+    sized_key: str = ""  # the key of the target compiler's entry its sizes came from (compile_store.py)
     runs_read_arguments: bool = field(init=False)  # donations to follow or host values to transfer
     temp_label: str = field(init=False)
     argument_label: str = field(init=False)
@@ -131,12 +132,12 @@ def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
     xla_executable = executable.xla_executable
     devices = [device_label(device) for device in xla_executable.local_devices()]
     temp = cpu_temp = _temp_size(xla_executable)
-    sized_for, note, refused, sizes = "cpu", "", None, None
+    sized_for, note, refused, sizes, sized_key = "cpu", "", None, None, ""
     raises: NotRunnable | None = None
     if sizer is not None:
         sizes = sizer.sizes_for(executable)
         if hasattr(sizes, "temp_bytes"):
-            temp, sized_for = int(sizes.temp_bytes), str(sizes.target)
+            temp, sized_for, sized_key = int(sizes.temp_bytes), str(sizes.target), str(sizes.key)
         elif isinstance(sizes, NotRunnable):  # it never runs there, nor here: its call raises
             raises, refused, note = sizes, sizes.refusal(), sizes.note()
             if refused is not None:  # the target's compiler refused it for memory: no temp of its own
@@ -171,6 +172,7 @@ def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
         raises=raises,
         buffers=buffers,
         buffers_note=buffers_note,
+        sized_key=sized_key,
     )
 
 

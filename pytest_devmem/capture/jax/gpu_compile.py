@@ -86,9 +86,10 @@ class ExecutableSizes:
     source: str  # "compiled" or "disk cache"
     buffers: ProgramBuffers | None = None  # the buffers at its peak, as the compile's dump states them
     buffers_note: str = ""  # why they are not known
+    key: str = ""  # the cache key its entry is kept under (compile_store.py); "" where it has none
 
     def to_json(self) -> dict[str, Any]:
-        data = {item.name: getattr(self, item.name) for item in dataclasses.fields(self)}
+        data = {item.name: getattr(self, item.name) for item in dataclasses.fields(self) if item.name != "key"}
         data["buffers"] = self.buffers.to_json() if self.buffers is not None else None
         return data
 
@@ -167,6 +168,7 @@ class GpuSizer:
         cache_dir: str | os.PathLike[str] | None = None,
         *,
         user_cache_dir: str | os.PathLike[str] | None = None,
+        store_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.spec = spec
         self.target = (
@@ -174,18 +176,26 @@ class GpuSizer:
             if spec.memory_bytes == _preset_memory(spec.preset)
             else f"{spec.preset} with {format_size(spec.memory_bytes)}"
         )
-        self._start(cache_dir, user_cache_dir)
+        self._start(cache_dir, user_cache_dir, store_dir)
 
     def _start(
-        self, cache_dir: str | os.PathLike[str] | None, user_cache_dir: str | os.PathLike[str] | None = None
+        self,
+        cache_dir: str | os.PathLike[str] | None,
+        user_cache_dir: str | os.PathLike[str] | None = None,
+        store_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         """The sizer's state before its first executable. `cache_dir` is the project's (pytest's cache
         directory); `user_cache_dir` one beside it that the user keeps for all projects (as JAX's own
         persistent compilation cache is a directory the user names): read after the project's, and
-        written with it, so that a fresh checkout compiles nothing the user's cache holds."""
+        written with it, so that a fresh checkout compiles nothing the user's cache holds. `store_dir`:
+        the entries stored beside the baselines (compile_store.py), read last and never written here
+        (`--devmem-update` writes them, from the records)."""
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.user_cache_dir = Path(user_cache_dir) if user_cache_dir is not None else None
+        self.store_dir = Path(store_dir) if store_dir is not None else None
         self.user_cache_hits = 0  # of disk_hits (and arrays found on disk): found in the user's cache only
+        self.store_hits = 0  # entries (executables and arrays) found beside the baselines only
+        self._entries: dict[str, dict[str, Any]] = {}  # every entry this process read or wrote, by key
         self.installed = False
         self.note = ""
         self.compiles = 0
@@ -273,6 +283,7 @@ class GpuSizer:
                 if cached is not None:
                     if known is not None:  # on disk under its own name too: the next run need not lower it
                         self._write_cache(known, cached)
+                        return dataclasses.replace(cached, key=known)
                     return cached
                 key = known or lowered
                 compiled, buffers, buffers_note = compile_with_buffers(computation)
@@ -296,6 +307,7 @@ class GpuSizer:
             source="compiled",
             buffers=buffers,
             buffers_note=buffers_note,
+            key=key or "",
         )
         self._write_cache(key, sizes)
         if lowered is not None and lowered != key:
@@ -387,7 +399,9 @@ class GpuSizer:
             return None
         buffers = cached_buffers(data)  # checked by its own reader: a bad one keeps the sizes, saying why
         sizes = {name: data[name] for name in _CACHED_FIELDS}
-        found = ExecutableSizes(target=self.target, compile_seconds=0.0, source="disk cache", **sizes, **buffers)
+        found = ExecutableSizes(
+            target=self.target, compile_seconds=0.0, source="disk cache", key=key, **sizes, **buffers
+        )
         self.disk_hits += 1
         self._by_module[key] = dataclasses.replace(
             found, source="cache"
@@ -408,12 +422,14 @@ class GpuSizer:
 
     def _read_entry(self, key: str | None, sizes: tuple[str, ...], devices: int | None = None) -> dict[str, Any] | None:
         """The entry stored under `key`, checked (cache_entry.py: `sizes` in bytes, with `devices`
-        that device count): the project's, else the user's (then copied into the project's, so that
-        a CI job that keeps only the project's cache keeps it). None where neither holds one that
-        can be believed; each that cannot is in `cache_problems`."""
+        that device count): the project's, else the user's, else the one beside the baselines
+        (compile_store.py; either then copied into the project's, so that a CI job that keeps only
+        the project's cache keeps it). None where none holds one that can be believed; each that
+        cannot is in `cache_problems`."""
         if key is None:
             return None
-        for directory in self._cache_dirs():
+        places = (*self._cache_dirs(), *((self.store_dir,) if self.store_dir is not None else ()))
+        for directory in places:
             try:
                 data = cache_entry.read_entry(
                     directory / f"{key}.json", sizes, self.spec.memory_per_device, devices, kept=(BUFFERS_FIELD,)
@@ -423,10 +439,14 @@ class GpuSizer:
                 continue
             if data is None:
                 continue
-            if directory is self.user_cache_dir:
-                self.user_cache_hits += 1
+            if directory is self.user_cache_dir or directory is self.store_dir:
+                if directory is self.user_cache_dir:
+                    self.user_cache_hits += 1
+                else:
+                    self.store_hits += 1
                 if self.cache_dir is not None:
                     self._write_entry(key, data, only=self.cache_dir)
+            self._entries[key] = data
             return data
         return None
 
@@ -436,11 +456,30 @@ class GpuSizer:
         del self.cache_problems[: len(problems)]
         return problems
 
+    def stored_entries(self, keys: Any, arrays: Any = ()) -> dict[str, dict[str, Any]]:
+        """The entries (by key) behind these executables' sizes, as this process read or wrote them:
+        what a test's record sends for the store beside the baselines. `arrays`: the (shape, dtype)
+        of array shards the test sized (a TPU sizer's; none here)."""
+        with self._lock:
+            return {key: self._entries[key] for key in keys if key in self._entries}
+
+    def counts(self) -> dict[str, float | int]:
+        """How many programs this process compiled for the target and in how long, and how many
+        sizes came from the entries beside the baselines and from the caches on disk: the summary's."""
+        return {
+            "compiled": self.compiles,
+            "seconds": round(self.compile_seconds, 3),
+            "from_store": self.store_hits,
+            "from_cache": self.disk_hits - self.store_hits,
+        }
+
     def _write_entry(self, key: str | None, entry: Mapping[str, Any], only: Path | None = None) -> None:
         """`entry` under `key` in each cache directory (or `only` that one), written atomically (xdist
         workers, and other projects' sessions in the user's cache, may share it)."""
         if key is None or not cache_entry.writable(entry, self.spec.memory_per_device):
             return  # sizes beyond a device: compiled again each time, never a bad entry to warn about
+        if only is None:
+            self._entries[key] = dict(entry)
         text = json.dumps(dict(entry), sort_keys=True)
         for directory in (only,) if only is not None else self._cache_dirs():
             try:

@@ -20,6 +20,8 @@ ShardSize = Callable[[tuple[int, ...], Any], "int | None"]
 
 Shards = tuple[tuple[str, int], ...]
 """(device, bytes) per addressable shard, in the sharding's device order."""
+Asked = tuple[tuple[tuple[int, ...], str], ...]
+"""(shard shape, dtype) of each shard a target's compiler sized."""
 
 CACHE_LIMIT = 4096
 """Entries kept by identity before the cache starts again: an executable's outputs reuse their
@@ -58,7 +60,10 @@ class ShardSizes:
 
     def __init__(self, size_of: ShardSize | None = None) -> None:
         self.size_of = size_of
-        self._known: dict[tuple[int, int], tuple[Any, Any, Shards]] = {}
+        self._known: dict[tuple[int, int], tuple[Any, Any, Shards, Asked]] = {}
+        self.asked: set[tuple[tuple[int, ...], str]] = set()
+        """(shard shape, dtype) of every shard `size_of` sized since it was last cleared, whether it
+        asked `size_of` then or an earlier array had: what a test's sizes came from."""
 
     def of(self, array: Any) -> Shards:
         """The shards of a JAX array (an ArrayImpl), from its aval and sharding."""
@@ -66,11 +71,23 @@ class ShardSizes:
         key = (id(aval), id(sharding))
         known = self._known.get(key)
         if known is not None and known[0] is aval and known[1] is sharding:
+            if known[3]:
+                self.asked.update(known[3])
             return known[2]
-        shards = shards_of(aval.shape, aval.dtype.itemsize, sharding, self.size_of, aval.dtype)
+        asked: list[tuple[tuple[int, ...], str]] = []
+        size_of = self.size_of
+        if size_of is not None:
+            target = size_of
+
+            def size_of(extents: tuple[int, ...], dtype: Any) -> int | None:
+                asked.append((tuple(extents), str(dtype)))
+                return target(extents, dtype)
+
+        shards = shards_of(aval.shape, aval.dtype.itemsize, sharding, size_of, aval.dtype)
         if len(self._known) >= CACHE_LIMIT:
             self._known.clear()
-        self._known[key] = (aval, sharding, shards)  # held: the ids stay theirs while cached
+        self._known[key] = (aval, sharding, shards, tuple(asked))  # held: the ids stay theirs while cached
+        self.asked.update(asked)
         return shards
 
 

@@ -134,6 +134,7 @@ class SizingCosts:
     arrays_compiled: int = 0  # (shard shape, dtype) sized by the compile of a program that holds one
     array_seconds: float = 0.0
     arrays_from_disk: int = 0
+    entries_from_store: int = 0  # of those from disk (executables and arrays): stored beside the baselines
     compiled: list[tuple[str, int, float]] = field(default_factory=list)  # (executable, devices, seconds)
 
     def to_json(self) -> dict[str, float | int]:
@@ -220,12 +221,14 @@ class TpuSizer(GpuSizer):
         *,
         beside: bool = False,
         user_cache_dir: str | os.PathLike[str] | None = None,
+        store_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.spec = spec  # type: ignore[assignment]
         self.beside = beside  # compile each program for the TPU in a worker as JAX compiles it (`install`)
         self.target = spec.preset
-        self._start(cache_dir, user_cache_dir)
+        self._start(cache_dir, user_cache_dir, store_dir)
         self._arrays: dict[tuple[tuple[int, ...], str], int | None] = {}
+        self._array_keys: dict[tuple[tuple[int, ...], str], str] = {}  # (shape, dtype) -> its entry's key
         self.costs = SizingCosts()
         self._pool: ThreadPoolExecutor | None = None
         self._pending: dict[int, tuple[Any, Future[Any]]] = {}  # id(recipe) -> (recipe, its compile in the worker)
@@ -242,7 +245,23 @@ class TpuSizer(GpuSizer):
         costs.executable_lowering_seconds = self.lowering_seconds
         costs.executables_from_disk = self.disk_hits
         costs.executables_from_session = self.session_hits
+        costs.entries_from_store = self.store_hits
         return costs
+
+    def counts(self) -> dict[str, float | int]:
+        """As the GPU sizer's, array shapes included: each is sized by the compile of a program too."""
+        return {
+            "compiled": self.compiles + self.costs.arrays_compiled,
+            "seconds": round(self.compile_seconds + self.costs.array_seconds, 3),
+            "from_store": self.store_hits,
+            "from_cache": self.disk_hits + self.costs.arrays_from_disk - self.store_hits,
+        }
+
+    def stored_entries(self, keys: Any, arrays: Any = ()) -> dict[str, dict[str, Any]]:
+        """The executables' entries, and those of the array shards of these (shape, dtype)."""
+        with self._lock:
+            array_keys = [self._array_keys.get((tuple(shape), str(dtype))) for shape, dtype in arrays]
+        return super().stored_entries([*keys, *(key for key in array_keys if key is not None)])
 
     # -- what differs from the GPU sizer ----------------------------------------------------
 
@@ -459,6 +478,8 @@ class TpuSizer(GpuSizer):
         if 0 in shape:
             return 0
         disk_key = self._array_cache_key(key)
+        with self._lock:
+            self._array_keys[key] = disk_key
         cached = self._read_array_cache(disk_key)
         if cached is not None:
             self.costs.arrays_from_disk += 1
@@ -482,9 +503,7 @@ class TpuSizer(GpuSizer):
         self._write_array_cache(disk_key, size)
         return size
 
-    def _array_cache_key(self, key: tuple[tuple[int, ...], str]) -> str | None:
-        if not self._cache_dirs():
-            return None
+    def _array_cache_key(self, key: tuple[tuple[int, ...], str]) -> str:
         digest = hashlib.sha256(
             f"array:{ARRAY_CACHE_FORMAT}\0{self._software_versions()}\0{self._target_text()}\0{key}".encode()
         )
@@ -494,7 +513,7 @@ class TpuSizer(GpuSizer):
         entry = self._read_entry(key, ("array_bytes",))  # checked as every entry is (cache_entry.py)
         return entry["array_bytes"] if entry is not None else None
 
-    def _write_array_cache(self, key: str | None, size: int) -> None:
+    def _write_array_cache(self, key: str, size: int) -> None:
         self._write_entry(key, {"array_bytes": size})
 
 

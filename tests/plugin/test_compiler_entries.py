@@ -1,0 +1,166 @@
+"""Warm from the first clone: what the TPU compiler said is stored beside the baselines by
+`--devmem-update`, and a fresh clone (no pytest cache) compiles only the programs that changed.
+Each run is a real pytest session with the plugin and libtpu's deviceless compiler (or the CUDA
+plugin's, for a GPU preset), in its own process (as a CI job starts), on small programs."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from compilers import needs_compiler, needs_libtpu
+
+STORE = Path("baselines", "sim-TPU-v5e", ".compiled")  # under sim:TPU-v5e
+OPTIONS = ("--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "-p", "no:xdist")
+
+STEP = """
+import jax
+import jax.numpy as jnp
+
+@jax.jit
+def step(x):
+    return jnp.tanh(x * {factor})
+
+def test_step():
+    assert step(jnp.ones((8, 128))).shape == (8, 128)
+"""
+
+OTHER = """
+import jax
+import jax.numpy as jnp
+
+@jax.jit
+def scale(x):
+    return x @ x.T
+
+def test_scale():
+    assert scale(jnp.ones((16, 256))).shape == (16, 16)
+"""
+
+
+def counts(result: pytest.RunResult) -> tuple[int, int]:
+    """(programs compiled, entries from the store), as the summary says them."""
+    text = result.stdout.str()
+    found = re.search(
+        r"JAX sizes: (\d+) program\(s\) compiled for the target in [\d.]+ s; (\d+) from the compiler entries", text
+    )
+    assert found is not None, text
+    return int(found.group(1)), int(found.group(2))
+
+
+def stored(root: Path) -> set[str]:
+    return {path.stem for path in (root / STORE).glob("*.json")}
+
+
+def named(root: Path) -> set[str]:
+    """Every key the stored baselines name."""
+    keys: set[str] = set()
+    for path in (root / "baselines" / "sim-TPU-v5e").glob("*.json"):
+        for regimes in json.loads(path.read_text())["records"].values():
+            for data in regimes.values():
+                keys.update(data.get("compiler_entries", []))
+    return keys
+
+
+def clone(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, name: str) -> Path:
+    """The project as a fresh clone has it: its files and baselines, no pytest cache; the runs after go there."""
+    target = pytester.path.parent / name
+    shutil.copytree(pytester.path, target, ignore=shutil.ignore_patterns(".pytest_cache", "__pycache__"))
+    monkeypatch.chdir(target)
+    return target
+
+
+@needs_libtpu
+def test_an_update_stores_the_entries_and_a_fresh_clone_compiles_nothing(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_step=STEP.format(factor="2.0"))
+    update = pytester.runpytest_subprocess(*OPTIONS, "--devmem-update")
+    update.assert_outcomes(passed=1)
+    compiled, from_store = counts(update)
+    keys = stored(pytester.path)
+    assert compiled >= 2 and from_store == 0  # the step and its arrays' shapes at least
+    assert keys and keys == named(pytester.path)  # what the baseline names, and nothing else
+    update.stdout.fnmatch_lines([f"compiler entries stored in {STORE}: {len(keys)} written, 0 removed *"])
+
+    fresh = clone(pytester, monkeypatch, "fresh-clone")
+    result = pytester.runpytest_subprocess(*OPTIONS, str(fresh / "test_step.py"))
+    result.assert_outcomes(passed=1)
+    assert counts(result) == (0, len(keys))
+    result.stdout.fnmatch_lines(["*baselines (baselines/sim-TPU-v5e): 1 ok*"])
+
+    # a damaged entry is a miss, with a warning naming its file: compiled again, the figures the same
+    damaged = fresh / STORE / f"{sorted(keys)[0]}.json"
+    damaged.write_text('{"array_bytes": -1}')
+    shutil.rmtree(fresh / ".pytest_cache")
+    result = pytester.runpytest_subprocess(*OPTIONS, "-W", "always", str(fresh / "test_step.py"))
+    result.assert_outcomes(passed=1, warnings=1)
+    assert counts(result) == (1, len(keys) - 1)
+    result.stdout.fnmatch_lines([f"*{damaged}: *-1*not believed: compiled again*", "*1 ok*"])
+
+
+@needs_libtpu
+def test_a_changed_program_compiles_alone_and_its_old_entry_goes(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_step=STEP.format(factor="2.0"), test_other=OTHER)
+    pytester.runpytest_subprocess(*OPTIONS, "--devmem-update").assert_outcomes(passed=2)
+    before = stored(pytester.path)
+
+    fresh = clone(pytester, monkeypatch, "changed-clone")
+    (fresh / "test_step.py").write_text(STEP.format(factor="3.0"))  # one program changed, its shapes the same
+    result = pytester.runpytest_subprocess(*OPTIONS, "--devmem-update", str(fresh))
+    result.assert_outcomes(passed=2)
+    after = stored(fresh)
+    assert counts(result) == (1, len(before) - 1)
+    assert len(after - before) == 1 and len(before - after) == 1  # the new program's entry in, the old one's out
+    assert after == named(fresh)
+    result.stdout.fnmatch_lines([f"compiler entries stored in {STORE}: 1 written, 1 removed *, {len(after)} in all"])
+
+
+@needs_libtpu
+@pytest.mark.slow
+def test_xdist_workers_send_what_they_used_and_the_controller_stores_it(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_step=STEP.format(factor="2.0"), test_other=OTHER)
+    options = [option for option in OPTIONS if option not in ("-p", "no:xdist")]
+    result = pytester.runpytest_subprocess(*options, "--devmem-update", "-n", "2", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    keys = stored(pytester.path)
+    assert keys and keys == named(pytester.path)
+    assert counts(result)[0] >= 2  # the workers' compiles, summed
+
+
+@needs_libtpu
+@pytest.mark.slow
+def test_a_child_process_of_another_regime_sends_what_it_used_and_the_parent_stores_it(
+    pytester: pytest.Pytester,
+) -> None:
+    marked = STEP.format(factor="2.0").replace("def test_step", '@pytest.mark.devmem(mode="ondemand")\ndef test_step')
+    pytester.makepyfile(test_step="import pytest\n" + marked)
+    result = pytester.runpytest_subprocess(*OPTIONS, "--devmem-update", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_step.py::test_step*ondemand*"])  # measured in its child
+    keys = stored(pytester.path)
+    assert keys and keys == named(pytester.path)
+
+
+@needs_compiler
+def test_a_gpu_presets_deviceless_compiles_are_stored_the_same_way(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    options = ("--devmem-device=sim:H100-80GB", "--devmem-mode=prealloc", "-p", "no:xdist")
+    pytester.makepyfile(test_step=STEP.format(factor="2.0"))
+    update = pytester.runpytest_subprocess(*options, "--devmem-update")
+    update.assert_outcomes(passed=1)
+    store = pytester.path / "baselines" / "sim-H100-80GB" / ".compiled"
+    keys = {path.stem for path in store.glob("*.json")}
+    assert keys and counts(update)[0] == len(keys)
+
+    fresh = clone(pytester, monkeypatch, "gpu-clone")
+    result = pytester.runpytest_subprocess(*options, str(fresh / "test_step.py"))
+    result.assert_outcomes(passed=1)
+    assert counts(result) == (0, len(keys))
