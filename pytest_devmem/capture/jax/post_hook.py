@@ -82,7 +82,8 @@ class PostHookSlot:
         else:
             self._real.set_global(self.chain_with(self.jax_global))
         if self._subscribers and hasattr(self.jax_local, "hook"):  # a thread value JAX set shadows the global
-            self._real.set_local(self.chain_with(self.jax_local.hook))
+            alone = len(self._subscribers) == 1 and self.jax_local.hook is None
+            self._real.set_local(self._subscribers[0] if alone else self.chain_with(self.jax_local.hook))
 
     def chain_with(self, jax_hook: Any) -> Any:
         """A hook that calls every current subscriber, then `jax_hook` (None: nothing more)."""
