@@ -114,6 +114,12 @@ class JaxCapture:
 
     # -- installing ---------------------------------------------------------------------
 
+    @property
+    def installed_sizer(self) -> Any:
+        """The target's sizer where it went in (capture/jax/gpu_compile.py, tpu_compile.py); None
+        where none was asked for or it could not be installed (then the CPU compile's sizes stand)."""
+        return self.sizer if self.sizer is not None and self.sizer.installed else None
+
     def install(self) -> bool:
         """Hook JAX (imported already); False, with `note` saying why, where this JAX offers no hook."""
         if self.installed:
@@ -155,12 +161,8 @@ class JaxCapture:
         self._flatten = lambda tree: dispatch_registry.flatten(tree, None)[0]  # as the fast path flattens
         if self.sizer is not None and not self.sizer.install():
             self.sizing_note = self.sizer.note
-        self._executables = Executables(
-            cache.clear_all, self.sizer if self.sizer is not None and self.sizer.installed else None
-        )
-        self._shards = ShardSizes(
-            getattr(self.sizer, "shard_bytes", None) if self.sizer is not None and self.sizer.installed else None
-        )
+        self._executables = Executables(cache.clear_all, self.installed_sizer)
+        self._shards = ShardSizes(getattr(self.installed_sizer, "shard_bytes", None))
         self._donate_input = getattr(getattr(xla_client, "ArrayCopySemantics", None), "DONATE_INPUT", None)
         self._patches.replace(pjit, "_get_fastpath_data", self._wrap_fastpath_data)
         self._patches.replace(pxla.ExecuteReplicated, "__call__", self._wrap_execute)
@@ -172,7 +174,7 @@ class JaxCapture:
         slot.subscribe(self._post_hook)
         self._listen_to_compiles()
         cache.clear_all()  # fast-path entries made before the hooks name no executable the capture knows
-        if self.sizer is not None and self.sizer.installed and hasattr(jax_module, "clear_caches"):
+        if self.installed_sizer is not None and hasattr(jax_module, "clear_caches"):
             # what JAX compiled before the sizer went in (at import, in a test nobody measured) would
             # keep the CPU's sizes, found in JAX's caches: lowered again through the sizer instead, so
             # a test's figures do not depend on what ran before the capture was installed
@@ -282,7 +284,7 @@ class JaxCapture:
         """The target compiler's entries (by cache key, compile_store.py) that sized what the window
         ran: each executable it ran and each array shard it sized. The same in any test order: an
         entry found in the process's own memory is named as one read from disk."""
-        sizer = self.sizer if self.sizer is not None and self.sizer.installed else None
+        sizer = self.installed_sizer
         if sizer is None:
             return {}
         keys = {plan.sized_key for plans in self.window.used.values() for plan in plans.values() if plan.sized_key}
@@ -290,7 +292,7 @@ class JaxCapture:
 
     def padded_sizes(self) -> dict[int, set[int]]:
         """A TPU sizer's tiled shard sizes and the dense sizes they stand for (tpu_compile.py); empty elsewhere."""
-        sizer = self.sizer if self.sizer is not None and self.sizer.installed else None
+        sizer = self.installed_sizer
         padded = getattr(sizer, "padded_sizes", None)
         return padded() if callable(padded) else {}
 
