@@ -9,7 +9,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model.device import Device
+from ..model.device import Device, DeviceKind
 from ..model.trace import ALLOCATE_CODE, Trace
 from . import TraceRecorder
 from .forks import fork_note, forks
@@ -129,9 +129,8 @@ class Measurement:
         self.sampler = Sampler()
         self.pool_source = PoolSource()
         self.sources: list[Source] = [self.pool_source, JaxSource(), TensorFlowSource()]
-        index = getattr(device, "index", None)
-        if index is not None:
-            self.sources.insert(0, NvmlSource(self.sampler, index, uuid=getattr(device, "uuid", None)))
+        if device.kind is DeviceKind.CUDA and device.index is not None:  # NVML reads what its driver says
+            self.sources.insert(0, NvmlSource(self.sampler, device.index, uuid=device.uuid))
         self._watching = False
         self._warned_platform = False
         self._forks_before = 0  # this process's forks when the window opened (forks.py)
@@ -236,7 +235,7 @@ class Measurement:
     def jax_platform_problem(self) -> str | None:
         """On a GPU session, JAX must run on the GPU: jaxlib falls back to CPU, with only a log line,
         when it cannot load its CUDA plugin or refuses its options. Never take that for the GPU."""
-        if getattr(self.device, "index", None) is None or not jax_backend_started():
+        if self.device.kind is not DeviceKind.CUDA or not jax_backend_started():
             return None
         try:
             backend = str(sys.modules["jax"].default_backend())

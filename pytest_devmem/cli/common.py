@@ -249,15 +249,13 @@ def machine(device_spec: str, policy: Policy, default_device: str) -> tuple[Mach
         return machine_of(
             device.capacity,
             device.name,
-            getattr(device, "compute_capability", (None,))[0],
+            device.compute_capability[0],
             policy,
             default_device,
-            tpu=getattr(device, "tpu", None) is not None,
+            tpu=device.tpu is not None,
         )
     finally:
-        close = getattr(device, "close", None)
-        if close is not None:
-            close()
+        device.close()
 
 
 def machine_of(

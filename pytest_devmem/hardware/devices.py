@@ -15,13 +15,14 @@ from typing import Protocol
 
 from ..errors import DeviceError, InvalidFreeError, InvalidSettingError
 from ..model.device import (
-    DEFAULT_COMPUTE_CAPABILITY,
     DEVICE_ALIGNMENT,
     DEVICE_SPEC_HELP,
     Device,
+    DeviceKind,
     SimulatedDevice,
     open_simulated,
 )
+from ..model.tpu_targets import TpuSpec
 from ..units import format_size, round_up
 
 __all__ = ["DEVICE_SPEC_HELP", "CudaDevice", "CudaDriver", "cuda_device_count", "open_device"]
@@ -35,6 +36,8 @@ class CudaDriver(Protocol):
     def mem_get_info(self, index: int) -> tuple[int, int]: ...
     def mem_alloc(self, index: int, nbytes: int) -> int | None: ...
     def mem_free(self, index: int, address: int) -> None: ...
+    def compute_capability(self, index: int) -> tuple[int, int]: ...
+    def device_uuid(self, index: int) -> str | None: ...
 
 
 class CudaDevice:
@@ -53,15 +56,15 @@ class CudaDevice:
         count = self.driver.device_count()
         if not 0 <= index < count:
             raise InvalidSettingError(f"invalid CUDA device cuda:{index}: this machine has {count} GPU(s)")
+        self.kind = DeviceKind.CUDA
         self.index = index
+        self.tpu: TpuSpec | None = None
+        self.preset: str | None = None
+        self.class_suffix = ""  # a real GPU's figures are always its own
         self.model = self.driver.device_name(index)
         self.capacity = self.driver.mem_get_info(index)[1]
-        capability = getattr(self.driver, "compute_capability", None)
-        self.compute_capability: tuple[int, int] = (
-            capability(index) if capability is not None else DEFAULT_COMPUTE_CAPABILITY
-        )
-        uuid = getattr(self.driver, "device_uuid", None)
-        self.uuid: str | None = uuid(index) if uuid is not None else None
+        self.compute_capability: tuple[int, int] = self.driver.compute_capability(index)
+        self.uuid: str | None = self.driver.device_uuid(index)
         self.name = f"cuda:{index} ({self.model})"
         self._held: dict[int, int] = {}
         self._lock = threading.Lock()

@@ -7,6 +7,7 @@ capacity is spent, as `cuMemAlloc` does with CUDA_ERROR_OUT_OF_MEMORY.
 
 from __future__ import annotations
 
+import enum
 import threading
 from typing import Protocol, runtime_checkable
 
@@ -39,12 +40,53 @@ PRESETS: dict[str, tuple[int, tuple[int, int]]] = {
 """Simulated GPUs a user would name: `sim:H100-80GB`, `sim:T4`..."""
 
 
+class DeviceKind(enum.Enum):
+    """What a session's device is, decided once where it is built; every rule that differs by kind
+    reads it here, never by probing the device's attributes."""
+
+    SIMULATED = "simulated"
+    """A stated capacity (`sim`, `sim:16GiB`): JAX's and TensorFlow's CPU devices stand in."""
+    SIMULATED_GPU = "simulated GPU"
+    """A GPU preset (`sim:H100-80GB`): its driver's total and compute capability; CPU devices stand in."""
+    SIMULATED_TPU = "simulated TPU"
+    """A TPU preset (`sim:TPU-v5e`): each CPU device stands for one chip, named `tpu:N`."""
+    CUDA = "CUDA GPU"
+    """A real GPU through its driver: the frameworks' own devices are the GPUs."""
+
+    @property
+    def simulated(self) -> bool:
+        return self is not DeviceKind.CUDA
+
+    @property
+    def platform(self) -> str:
+        """The platform the trace names the session's devices by (`gpu:0`, `tpu:0`, `cpu:0`)."""
+        return {DeviceKind.CUDA: "gpu", DeviceKind.SIMULATED_TPU: "tpu"}.get(self, "cpu")
+
+
 @runtime_checkable
 class Device(Protocol):
-    """What a pool needs from a device."""
+    """What a pool needs from a device, and what the session reads of it: its kind, the GPU index
+    (a real GPU's; None elsewhere), compute capability, the TPU generation (a TPU preset's), the
+    suffix a class gets where the figures are not the device's own kind's."""
 
     name: str
     capacity: int
+    kind: DeviceKind
+    compute_capability: tuple[int, int]
+    class_suffix: str
+
+    @property
+    def index(self) -> int | None: ...
+
+    @property
+    def tpu(self) -> TpuSpec | None: ...
+
+    @property
+    def preset(self) -> str | None: ...
+
+    @property
+    def uuid(self) -> str | None:
+        """A real GPU's driver UUID (NVML finds the same GPU by it); None elsewhere."""
 
     def try_allocate(self, nbytes: int) -> int | None:
         """Reserve `nbytes` and return its address, or None if the device has not that much free."""
@@ -58,6 +100,9 @@ class Device(Protocol):
     @property
     def device_class(self) -> str:
         """A stable label of what kind of device this is, for grouping measurements."""
+
+    def close(self) -> None:
+        """Give back what the device still holds (a real GPU's allocations); safe to call twice."""
 
 
 class SimulatedDevice:
@@ -85,6 +130,15 @@ class SimulatedDevice:
         self.compute_capability = compute_capability
         self.preset = preset
         self.tpu = tpu  # the TPU generation a TPU preset stands for; None for a GPU
+        self.kind = (
+            DeviceKind.SIMULATED_TPU
+            if tpu is not None
+            else DeviceKind.SIMULATED_GPU
+            if preset
+            else DeviceKind.SIMULATED
+        )
+        self.index: int | None = None  # no GPU behind it
+        self.uuid: str | None = None
         self.name = name or (f"sim:{preset}" if preset else f"sim:{_compact_size(capacity)}")
         self.class_suffix = ""  # where its figures are not its own kind's (JAX sized by another compile)
         self._lock = threading.Lock()
@@ -121,6 +175,9 @@ class SimulatedDevice:
 
     def free_bytes(self) -> int:
         return self.capacity - self.used
+
+    def close(self) -> None:
+        """Nothing to give back: no hardware behind it."""
 
     def __repr__(self) -> str:
         return f"SimulatedDevice({self.name}, used={format_size(self.used)})"

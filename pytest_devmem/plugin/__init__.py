@@ -115,7 +115,7 @@ def compile_target(settings: Settings, device: Device) -> CompileTarget:
     target = resolve_compile_target(
         settings.compile_target, device, cuda_compiler_problem(), tpu_compiler_problem(), settings.compile_target_source
     )
-    if target.class_suffix and hasattr(device, "class_suffix"):
+    if target.class_suffix and device.kind.simulated:
         device.class_suffix = target.class_suffix
     return target
 
@@ -124,7 +124,7 @@ def mark_onednn(config: pytest.Config, device: Device) -> None:
     """oneDNN on by the user's choice changes TensorFlow's CPU figures (its kernels' scratch is outside
     TensorFlow's allocator): a simulated device's class says so, so those baselines stay apart."""
     setting = config.stash.get(tensorflow_cpu_key, None)
-    if setting is None or not setting.onednn_on or not hasattr(device, "class_suffix"):
+    if setting is None or not setting.onednn_on or not device.kind.simulated:
         return
     if importlib.util.find_spec("tensorflow") is not None:  # without TensorFlow, oneDNN changes nothing here
         device.class_suffix += "-onednn"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..model.device import Device
+from ..model.device import Device, DeviceKind
 from ..model.gpu_targets import GpuSpec, gpu_spec
 from ..model.tpu_targets import TpuSpec, tpu_spec
 from ..options import COMPILE_TARGET_CHOICES as CHOICES
@@ -50,10 +50,10 @@ def resolve(
     `source`: the setting as the user wrote it (`DEVMEM_COMPILE_TARGET=cpu`), named in the note."""
     choice = setting or "auto"
     given = source or f"--devmem-compile-target={choice}"
-    if getattr(device, "index", None) is not None:
+    if device.kind is DeviceKind.CUDA:
         unused = "" if choice in ("auto", "native") else f" ({given} sizes simulated devices only, not a real GPU)"
         return CompileTarget("native", None, f"JAX compiles for the real GPU: its own sizes{unused}")
-    preset = getattr(device, "preset", None)
+    preset = device.preset
     if choice == "auto" and preset is None:
         return CompileTarget(
             "cpu",

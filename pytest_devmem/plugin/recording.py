@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from ..capture.measurement import Captured, Measurement, executable_summary
 from ..files import frames_from
 from ..gate.record import KEPT_CPU_SIZES, TestRecord
-from ..model.device import DEFAULT_COMPUTE_CAPABILITY, Device
+from ..model.device import Device
 from ..model.fragmentation import pinning_buffers
 from ..model.frameworks import AllocatorSetup, setups_for
 from ..model.machine import MachineSpec, run_machine
@@ -28,13 +28,11 @@ if TYPE_CHECKING:
 def machine_spec(device: Device, context_bytes: int | None) -> MachineSpec:
     """The machine the session's device stands for: each device the frameworks see has its capacity
     (a GPU session's devices are GPUs; elsewhere JAX's and TensorFlow's CPU devices stand in)."""
-    on_gpu = getattr(device, "index", None) is not None
-    on_tpu = getattr(device, "tpu", None) is not None
     return MachineSpec.of_device(
         device.capacity,
         device.name,
-        getattr(device, "compute_capability", DEFAULT_COMPUTE_CAPABILITY)[0],
-        platform="gpu" if on_gpu else "tpu" if on_tpu else "cpu",
+        device.compute_capability[0],
+        platform=device.kind.platform,
         context_bytes=context_bytes,
         environ=os.environ,
     )
@@ -42,7 +40,7 @@ def machine_spec(device: Device, context_bytes: int | None) -> MachineSpec:
 
 def allocator_setups(policy: Policy, device: Device) -> dict[str, AllocatorSetup]:
     """Each framework's allocator under `policy`, with TensorFlow's own variables as this process has them."""
-    return setups_for(policy, device.capacity, os.environ, tpu=getattr(device, "tpu", None) is not None)
+    return setups_for(policy, device.capacity, os.environ, tpu=device.tpu is not None)
 
 
 def make_record(
@@ -65,7 +63,7 @@ def make_record(
     """The test's record: its trace replayed once on the machine under `policy`. `root`: the
     project's folder, from which the buffers' source files are named."""
     trace, notes, traced_nothing = measurement.trace_of(captured)
-    if getattr(device, "tpu", None) is not None:  # each CPU device stands for a chip: named as one
+    if device.tpu is not None:  # each CPU device stands for a chip: named as one
         from ..model.tpu_devices import as_tpu_chips  # a TPU preset's only: not loaded otherwise
 
         trace = as_tpu_chips(trace)
@@ -113,7 +111,7 @@ def make_record(
         record.trace["buffers"] = {
             name: with_files_from(root, found) for name, found in sorted(captured.buffers.items())
         }
-    tpu = getattr(device, "tpu", None)
+    tpu = device.tpu
     if tpu is not None:
         describe_tpu(record, tpu.description, captured, trace, notes)
         if run is not None and record.tpu is not None and record.peak_device is not None:

@@ -18,7 +18,7 @@ from ..gate.record import TestRecord
 from ..gate.refresh import refresh_baselines
 from ..gate.stale import SuiteShape, stale_baselines
 from ..gate.targets import TargetResult, TargetTable
-from ..model.device import DEFAULT_COMPUTE_CAPABILITY, Device
+from ..model.device import Device, DeviceKind
 from ..model.side_by_side import SideBySide, check_side_by_side
 from ..present.report import benchmark_json, render
 from ..present.summary import SummaryFacts
@@ -246,7 +246,7 @@ class SessionResults:
         device may run them (model/side_by_side.py)."""
         if self.workers_reported < 2 or len(self.largest_from_workers) < 2 or self.settings.tpu is not None:
             return None  # (a TPU's chips belong to one process: workers never share them)
-        uses_gpu = getattr(self.device, "index", None) is not None
+        uses_gpu = self.device.kind is DeviceKind.CUDA
         gpus = gpu_count() if uses_gpu else 0
         sharing = workers_per_device(self.workers_reported, gpus, uses_gpu)
 
@@ -281,7 +281,7 @@ class SessionResults:
             "device": self.device.name,
             "device_class": self.device.device_class,
             "device_capacity_bytes": self.device.capacity,
-            "device_compute_capability": list(getattr(self.device, "compute_capability", DEFAULT_COMPUTE_CAPABILITY)),
+            "device_compute_capability": list(self.device.compute_capability),
             "regime": self.settings.regime.label if self.settings.regime else None,
             "versions": versions,
             **(
@@ -325,7 +325,7 @@ class SessionResults:
             tensorflow_problem = None  # no test used TensorFlow: nothing to say
         return SummaryFacts(
             device=self.device.name,
-            simulated=getattr(self.device, "index", None) is None,
+            simulated=self.device.kind.simulated,
             records=self.records,
             baselines_directory=shown(self.store.directory, start),
             updating=self.settings.update,

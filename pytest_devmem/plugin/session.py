@@ -17,7 +17,7 @@ from ..capture.jax.backend import jax_backend_started
 from ..capture.measurement import Measurement
 from ..compile_store import STORE_DIRECTORY
 from ..gate.baseline import BaselineStore
-from ..model.device import Device
+from ..model.device import Device, DeviceKind
 from ..model.frameworks import AllocatorSetup
 from ..model.pool import make_pool
 from ..model.regime import Regime
@@ -430,9 +430,7 @@ class DevmemSession:
         restore_all(config, self.regime_env)
         if self.child_writer is not None:
             self.child_writer.close()
-        close = getattr(self.device, "close", None)
-        if close is not None:
-            close()
+        self.device.close()
 
     # -- the fixture, and what the session sets up once --------------------------------------
 
@@ -446,8 +444,8 @@ class DevmemSession:
         if measured(item):
             self.measurement.pool_source.attach(pool)
         device = (
-            "gpu:0" if getattr(self.device, "index", None) is not None else "cpu:0"
-        )  # the first device, as the machine's spec names it
+            f"{'gpu' if self.device.kind is DeviceKind.CUDA else 'cpu'}:0"  # the first device, as the spec names it
+        )
         return DevmemFixture(
             regime or self.settings.default_regime, RecordingPool(pool, self.measurement.recorder, device), self.device
         )  # type: ignore[arg-type]
@@ -470,7 +468,7 @@ class DevmemSession:
             count = int(self.config.getoption("numprocesses", default=0) or 0)
         except (TypeError, ValueError):
             count = 0
-        uses_gpu = getattr(self.device, "index", None) is not None
+        uses_gpu = self.device.kind is DeviceKind.CUDA
         plan = plan_workers(
             self.settings.regime, self.settings.fraction_chosen, 0, count, gpu_count() if uses_gpu else 0, uses_gpu
         )

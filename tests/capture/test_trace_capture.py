@@ -400,12 +400,15 @@ def test_a_gpu_session_where_jax_fell_back_to_cpu_says_so_loudly(jax_loaded: obj
     import jax.numpy as jnp
 
     from pytest_devmem.capture.measurement import Measurement
-    from pytest_devmem.model.device import SimulatedDevice
+    from pytest_devmem.model.device import DeviceKind, SimulatedDevice
 
     class CudaLike(SimulatedDevice):
-        """Stands for a CUDA device (it has an index); JAX, on this machine, runs on CPU."""
+        """Stands for a CUDA device (its kind and index); JAX, on this machine, runs on CPU."""
 
-        index = 0
+        def __init__(self, capacity: int, name: str) -> None:
+            super().__init__(capacity, name=name)
+            self.kind = DeviceKind.CUDA
+            self.index = 0
 
     jnp.ones(4).block_until_ready()  # JAX's backend has started
     measurement = Measurement(CudaLike(2**30, name="cuda:0 (test)"))

@@ -120,13 +120,16 @@ class FakeDriver:
     def mem_free(self, index: int, address: int) -> None:
         del self.held[address]
 
+    def compute_capability(self, index: int) -> tuple[int, int]:
+        return (9, 0)  # an H100's, as device_name says
+
+    def device_uuid(self, index: int) -> str | None:
+        return None  # a driver that cannot say: NVML goes by index
+
 
 def test_cuda_device_asks_the_driver_for_its_compute_capability_and_uuid() -> None:
     class DriverWithDetails(FakeDriver):
-        def compute_capability(self, index: int) -> tuple[int, int]:
-            return (9, 0)
-
-        def device_uuid(self, index: int) -> str:
+        def device_uuid(self, index: int) -> str | None:
             return "GPU-12345678-abcd-ef01-2345-6789abcdef01"
 
     device = CudaDevice(0, driver=DriverWithDetails())

@@ -69,6 +69,12 @@ def test_on_a_real_gpu_its_own_compile_sizes_and_a_target_set_for_simulated_devi
         def mem_get_info(self, index: int) -> tuple[int, int]:
             return 140 * 2**30, 141 * 2**30
 
+        def compute_capability(self, index: int) -> tuple[int, int]:
+            return (9, 0)
+
+        def device_uuid(self, index: int) -> str | None:
+            return None
+
     gpu = CudaDevice(0, driver=OneGpu())  # type: ignore[arg-type]
     assert resolve(None, gpu, None).note == "JAX compiles for the real GPU: its own sizes"
     target = resolve("H100-80GB", gpu, None)
