@@ -27,7 +27,7 @@ if __name__ == "__main__":
     print()
     status = status or bench_tensorflow.main(["--quick"] if quick else [])
     print()
-    status = status or bench_tpu.main(["--quick"] if quick else [])
+    status = status or bench_tpu.main(["--quick", "--suite", "examples"] if quick else [])
     if not quick:
         print()
         status = status or targets.main([])

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..model.buffers import TEMP_SUFFIX, ProgramBuffers, describe_growth, programs_from_json
+from ..model.buffers import ProgramBuffers, describe_growth, programs_from_json
+from ..model.executables import TEMP_SUFFIX
 from ..units import format_size
 from .record import BaselineEntry, TestRecord
 from .tolerance import Tolerance, format_metric, format_metrics_apart

@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 
 from ..units import format_size
 
-TEMP_SUFFIX = " temp"
-"""How a trace names a program's temp buffer: `jit(step) temp` (capture/jax/executables.py)."""
 TOP_BUFFERS = 5
 """Buffers kept per program in a record and its baseline, largest first."""
 

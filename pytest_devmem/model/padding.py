@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .buffers import TEMP_SUFFIX, ProgramBuffers
+from .buffers import ProgramBuffers
+from .executables import TEMP_SUFFIX
 from .machine.results import MapSnapshot
 from .trace import Trace
 

@@ -8,10 +8,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..capture.measurement import Captured, Measurement, executable_summary
+from ..capture.measurement import Captured, Measurement
 from ..files import frames_from
 from ..gate.record import KEPT_CPU_SIZES, TestRecord
 from ..model.device import Device
+from ..model.executables import executable_summary
 from ..model.fragmentation import pinning_buffers
 from ..model.frameworks import AllocatorSetup, setups_for
 from ..model.machine import MachineSpec, run_machine

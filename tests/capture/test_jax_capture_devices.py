@@ -68,7 +68,7 @@ def test_spmd_step_and_its_donation():
 def test_a_sharded_executables_temp_is_named_per_device_and_summed_apart() -> None:
     """XLA's temp_size_in_bytes is per device: 268,435,456 on each of 4 devices is that figure per
     device, and 1,073,741,824 only as the sum over devices."""
-    from pytest_devmem.capture.measurement import executable_summary
+    from pytest_devmem.model.executables import executable_summary
     from pytest_devmem.model.trace import ALLOCATE_CODE
 
     trace = Trace()

@@ -317,7 +317,7 @@ def test_on_every_generation_an_arrays_size_is_an_identity_programs_argument_siz
     assert sizer.install()
     chip = SingleDeviceSharding(sizer._target_devices(1)[0])
 
-    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None)
+    @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None)
     @given(st.lists(st.sampled_from(ARRAY_DIMS), min_size=0, max_size=4), st.sampled_from(ARRAY_DTYPES))
     def check(dims: list[int], dtype: str) -> None:
         shape = tuple(dims)

@@ -1,234 +1,29 @@
-"""Every selection gives the same record: a differential harness. One small project (a JAX model
-module with a module-level jit, params built in a fixture, an unmarked test that runs the same
+"""Every selection gives the same record: the project of `benchmarks/bench_selection.py` (a JAX
+model module with a module-level jit, params built in a fixture, an unmarked test that runs the same
 programs first, JAX's eager helpers, `max_compiles` tests, TensorFlow tests, JAX and TensorFlow in
-one test, the fixture's pool, and a step sharded over four devices) runs as users run it: every
-test measured, only the marked ones (no `--devmem-mode`), reversed, in two pytest-split shards,
-under `-n 2`, and some tests alone, after nothing. Every test's record must be the same in each:
-its verdicts, every figure, the number of events in its trace, who held the memory at its peak.
-
-Everything is held exactly, TensorFlow's figures too (the plugin runs its executor in a deterministic
-order, TF_DETERMINISTIC_ORDER, and copies NumPy arrays into its allocator), but a `tf.data`
-pipeline's peak: the pipeline runs ahead of the test on its own threads, so its figure may move by
-up to TF_DATA_RUN_TO_RUN from one run to the next (docs/order-independence.md); its verdict not."""
+one test, the fixture's pool, a step sharded over four devices) with every test measured and with
+only the marked ones measured (no `--devmem-mode`), where a marked test after an unmeasured one once
+lost most of its figure. The benchmark runs the other seven selections (reversed, two pytest-split
+shards, `-n 2`, three tests alone): `python -m benchmarks.bench_selection`."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-CONFTEST = """
-import os
-
-# four CPU devices for the sharded test, set before JAX is imported (examples/conftest.py does the same)
-FLAG = "--xla_force_host_platform_device_count=4"
-if FLAG.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FLAG}".strip()
+from benchmarks.bench_selection import COMMON, CONFTEST, JAX_TESTS, MLP, TF_TESTS, differences, figures
 
 
-def pytest_collection_modifyitems(session, config, items):
-    if os.environ.get("DEVMEM_TEST_REVERSE") == "1":
-        items.reverse()
-"""
-
-MLP = """
-import jax
-import jax.numpy as jnp
-
-
-def init_params(key, sizes):
-    params = []
-    keys = jax.random.split(key, len(sizes) - 1)
-    for k, m, n in zip(keys, sizes[:-1], sizes[1:]):
-        params.append({"w": jax.random.normal(k, (m, n)) * (2 / m) ** 0.5, "b": jnp.zeros((n,))})
-    return params
-
-
-def forward(params, x):
-    for layer in params[:-1]:
-        x = jax.nn.relu(x @ layer["w"] + layer["b"])
-    return x @ params[-1]["w"] + params[-1]["b"]
-
-
-def loss_fn(params, x, y):
-    return -jnp.mean(jnp.sum(jax.nn.log_softmax(forward(params, x)) * y, axis=-1))
-
-
-@jax.jit
-def train_step(params, x, y):
-    loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
-    return jax.tree_util.tree_map(lambda p, g: p - 0.01 * g, params, grads), loss
-"""
-
-JAX_TESTS = """
-import jax
-import jax.numpy as jnp
-import pytest
-
-from mlp import forward, init_params, train_step
-
-
-def batch(n=128):
-    return jnp.ones((n, 784)), jax.nn.one_hot(jnp.zeros((n,), jnp.int32), 10)
-
-
-@pytest.fixture
-def params():
-    return init_params(jax.random.PRNGKey(0), [784, 512, 10])
-
-
-def test_train_step():  # unmarked: runs the same programs first, measured only with --devmem-mode
-    p = init_params(jax.random.PRNGKey(0), [784, 512, 512, 10])
-    p, loss = train_step(p, *batch())
-    assert jnp.isfinite(loss)
-
-
-@pytest.mark.devmem(max_compiles=1)
-def test_train_step_compiles_once(params):
-    x, y = batch()
-    for _ in range(3):
-        params, loss = train_step(params, x, y)
-    assert jnp.isfinite(loss)
-
-
-@pytest.mark.devmem(limit="64MiB")
-def test_inference_fits():
-    p = init_params(jax.random.PRNGKey(0), [784, 512, 10])
-    out = jax.jit(forward)(p, jnp.ones((512, 784)))
-    assert out.shape == (512, 10)
-
-
-@pytest.mark.devmem(max_compiles=1)
-def test_jax_retraced_on_every_call():
-    scale = jax.jit(lambda x: x * 2)
-    for n in (64, 128):
-        scale(jnp.ones(n)).block_until_ready()  # a new shape: a second executable
-
-
-@pytest.mark.devmem
-def test_sharded_step():
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
-    mesh = Mesh(jax.devices()[:4], ("data",))
-    batch = jax.device_put(jnp.ones((1024, 256)), NamedSharding(mesh, PartitionSpec("data", None)))
-    weights = jax.device_put(jnp.full((256, 256), 0.01), NamedSharding(mesh, PartitionSpec()))
-    step = jax.jit(lambda w, b: w - 0.1 * jax.grad(lambda w: jnp.mean(jnp.tanh(b @ w) ** 2))(w))
-    for _ in range(3):
-        weights = step(weights, batch)
-    weights.block_until_ready()
-
-
-@pytest.mark.devmem
-def test_pool(devmem):
-    handles = [devmem.pool.alloc(2**20) for _ in range(4)]
-    for handle in handles[::2]:
-        devmem.pool.free(handle)
-"""
-
-TF_TESTS = """
-import pytest
-
-tf = pytest.importorskip("tensorflow")
-
-
-def test_tf_matmul():  # unmarked: TensorFlow's first run in the process, measured only with --devmem-mode
-    x = tf.random.normal((128, 128), seed=1)
-    w = tf.Variable(tf.ones((128, 128)))
-    assert tf.reduce_sum(tf.matmul(x, w)).shape == ()
-
-
-@pytest.mark.devmem
-def test_tf_train_step():
-    model = tf.keras.Sequential([tf.keras.Input((32,)), tf.keras.layers.Dense(64, activation="relu"), tf.keras.layers.Dense(1)])
-    optimizer = tf.keras.optimizers.SGD(0.1)
-
-    @tf.function
-    def train(x, y):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean((model(x) - y) ** 2)
-        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
-        return loss
-
-    for _ in range(2):
-        train(tf.ones((16, 32)), tf.zeros((16, 1)))
-
-
-@pytest.mark.devmem(frameworks=("jax", "tf"))
-def test_tf_pipeline_feeds_a_jax_step():
-    import jax
-    import jax.numpy as jnp
-
-    data = tf.data.Dataset.from_tensor_slices(tf.ones((64, 128))).batch(16)
-    step = jax.jit(lambda a: jnp.tanh(a) @ jnp.ones((128, 64)))
-    for chunk in data:
-        step(jnp.asarray(chunk.numpy())).block_until_ready()
-"""
-
-COMPARED = (
-    "outcome",
-    "peak_bytes_in_use",
-    "peak_bytes_requested",
-    "peak_bytes_reserved",
-    "fragmentation",
-    "worst_fragmentation",
-    "oom",
-    "compiles",
-    "leaked_bytes",
-    "failed_by_devmem",
-    "devices",
-)
-
-TF_DATA_RUN_TO_RUN = 2048
-"""Bytes a test with a `tf.data` pipeline may see its peak move by from one run to the next: the
-pipeline's threads prefetch ahead of the test (docs/order-independence.md)."""
-
-
-def figures(report: Path) -> dict[str, dict[str, object]]:
-    """Per test: its verdict and figures, the events in its trace, what held memory at its peak."""
-    records = json.loads(report.read_text())["records"]
-    return {
-        r["test_id"]: {
-            **{key: r.get(key) for key in COMPARED},
-            "events": (r.get("trace") or {}).get("events"),
-            "at_peak": (r.get("trace") or {}).get("at_peak"),
-            "needed": (r.get("trace") or {}).get("needed"),
-        }
-        for r in records
-    }
-
-
-def differences(found: dict[str, dict[str, object]], expected: dict[str, dict[str, object]]) -> list[str]:
-    """What differs, test by test (a `tf.data` pipeline's peaks within TF_DATA_RUN_TO_RUN)."""
-    problems = []
-    for test, record in found.items():
-        wanted = expected.get(test)
-        if wanted is None:
-            problems.append(f"{test}: not in the reference run")
-            continue
-        for key in sorted(set(record) | set(wanted)):
-            a, b = record.get(key), wanted.get(key)
-            if "pipeline" in test and key not in ("outcome", "failed_by_devmem", "oom"):
-                if key in ("peak_bytes_in_use", "peak_bytes_requested") and isinstance(a, int) and isinstance(b, int):
-                    if abs(a - b) > TF_DATA_RUN_TO_RUN:
-                        problems.append(f"{test}: {key} {a} here, {b} in the reference run")
-                continue
-            if a != b:
-                problems.append(f"{test}: {key} {a!r} here, {b!r} in the reference run")
-    return problems
-
-
-@pytest.mark.slow  # nine fresh processes, each starting JAX and TensorFlow
-def test_every_selection_gives_every_test_the_same_record(
-    jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.slow  # two fresh processes, each starting JAX and TensorFlow
+def test_measuring_only_the_marked_tests_gives_each_the_record_of_measuring_all(
+    jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester
 ) -> None:
-    pytest.importorskip("pytest_split", reason="pytest-split (the test-tools extra) is not installed")
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(mlp=MLP, test_jax=JAX_TESTS, test_tf=TF_TESTS)
-    common = ("-p", "no:cacheprovider", "-p", "no:randomly")
 
     def run(name: str, *args: str) -> dict[str, dict[str, object]]:
-        result = pytester.runpytest_subprocess(*common, f"--devmem-report={name}.json", *args)
+        result = pytester.runpytest_subprocess(*COMMON, f"--devmem-report={name}.json", *args)
         assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), result.stdout.str()
         return figures(pytester.path / f"{name}.json")
 
@@ -238,23 +33,7 @@ def test_every_selection_gives_every_test_the_same_record(
     assert every["test_jax.py::test_train_step_compiles_once"]["outcome"] == "passed"  # JAX's helpers do not count
     inference = every["test_jax.py::test_inference_fits"]  # init_params' arrays are alive at its peak
     assert inference["outcome"] == "passed" and inference["peak_bytes_in_use"] > 6 * 2**20, inference
-    selections = {"marked tests only": run("marked")}
-    monkeypatch.setenv("DEVMEM_TEST_REVERSE", "1")
-    selections["reversed"] = run("reverse", "--devmem-mode=prealloc")
-    monkeypatch.delenv("DEVMEM_TEST_REVERSE")
-    selections["-n 2"] = run("xdist", "--devmem-mode=prealloc", "-n", "2")
-    shards = [
-        run(f"shard{group}", "--devmem-mode=prealloc", "--splits", "2", "--group", str(group)) for group in (1, 2)
-    ]
-    assert all(shards)
-    selections["two shards"] = {**shards[0], **shards[1]}
-    for test in (
-        "test_jax.py::test_inference_fits",
-        "test_tf.py::test_tf_train_step",
-        "test_jax.py::test_sharded_step",
-    ):
-        selections[f"{test} alone"] = run(test.split("::")[-1], "--devmem-mode=prealloc", test)
-    marked = selections["marked tests only"]
+    marked = run("marked")
     assert set(marked) == set(every) - {"test_jax.py::test_train_step", "test_tf.py::test_tf_matmul"}
-    problems = {name: differences(found, every) for name, found in selections.items()}
-    assert not any(problems.values()), json.dumps(problems, indent=1)
+    problems = differences(marked, every)
+    assert not problems, json.dumps(problems, indent=1)

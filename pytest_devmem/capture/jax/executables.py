@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...model.buffers import ProgramBuffers
+from ...model.executables import ARGUMENT_SUFFIX, TEMP_SUFFIX
 from .buffers import program_buffers
 from .shards import Shards, device_label
 
@@ -75,8 +76,8 @@ class ExecutablePlan:
     argument_label: str = field(init=False)
 
     def __post_init__(self) -> None:
-        self.temp_label = f"{self.label} temp"
-        self.argument_label = f"{self.label} argument"
+        self.temp_label = self.label + TEMP_SUFFIX
+        self.argument_label = self.label + ARGUMENT_SUFFIX
         self.runs_read_arguments = bool(self.donated)
 
     def learn(self, arguments: int, host_arguments: bool, deleted: Sequence[int]) -> None:
