@@ -3,6 +3,8 @@ bracketed around the test; what they saw comes out as one trace and the raw read
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import gc
 import sys
 import warnings
@@ -10,9 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..model.device import Device, DeviceKind
+from ..model.framework_rules import BY_SOURCE, JAX, TENSORFLOW
 from ..model.trace import Trace
 from . import TraceRecorder
 from .forks import fork_note, forks
+from .framework import FrameworkCapture
 from .imports import on_import
 from .interleave import merge
 from .jax import JaxCapture, jax_backend_started
@@ -59,6 +63,11 @@ class Captured:
     compiler_entries: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
+def _install(capture: FrameworkCapture, module: object) -> None:
+    """Install `capture` as its framework's module is imported."""
+    capture.install()
+
+
 class Measurement:
     """The session's measuring kit. `start()` before a test's setup, `stop()` after its call."""
 
@@ -68,6 +77,10 @@ class Measurement:
         self.recorder = TraceRecorder()
         self.jax_capture = JaxCapture(self.recorder, sizer)
         self.tensorflow_capture = TensorFlowCapture(self.recorder)
+        self.captures: dict[str, FrameworkCapture] = {  # one per framework with a module to watch
+            JAX.source: self.jax_capture,
+            TENSORFLOW.source: self.tensorflow_capture,
+        }
         self.sampler = Sampler()
         self.pool_source = PoolSource()
         self.sources: list[Source] = [self.pool_source, JaxSource(), TensorFlowSource()]
@@ -78,17 +91,11 @@ class Measurement:
         self._forks_before = 0  # this process's forks when the window opened (forks.py)
 
     def watch_frameworks(self) -> None:
-        """Hook JAX now if it is imported, else the moment it is (a test body may import it)."""
+        """Hook each framework now if it is imported, else the moment it is (a test body may import it)."""
         if not self._watching:
             self._watching = True
-            on_import("jax", self._install_jax)
-            on_import("tensorflow", self._install_tensorflow)
-
-    def _install_jax(self, module: object) -> None:
-        self.jax_capture.install()
-
-    def _install_tensorflow(self, module: object) -> None:
-        self.tensorflow_capture.install()
+            for source, capture in self.captures.items():
+                on_import(str(BY_SOURCE[source].module), functools.partial(_install, capture))
 
     def start(self, thaw: bool = False) -> None:
         """Open the test's window. `thaw`: first return what earlier windows froze to the collector
@@ -110,8 +117,8 @@ class Measurement:
             source.start()
         self._forks_before = forks()
         self.recorder.begin()
-        self.jax_capture.begin()
-        self.tensorflow_capture.begin()
+        for capture in self.captures.values():
+            capture.begin()
         self.sampler.resume()
 
     def stop(self, check_leaks: bool = False) -> Captured:
@@ -204,8 +211,7 @@ class Measurement:
             for source in self.sources:
                 source.close()
             self.sampler.close()
-        finally:  # JAX's patches go and the TPU sizer's worker stops even where a source failed to close
-            try:
-                self.jax_capture.uninstall()
-            finally:
-                self.tensorflow_capture.uninstall()
+        finally:  # every framework's patches go (and the TPU sizer's worker stops) even where one fails
+            with contextlib.ExitStack() as uninstalls:
+                for capture in self.captures.values():
+                    uninstalls.callback(capture.uninstall)

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import DevmemError
+from ..model.framework_rules import MARKER_NAMES
 from ..model.pool.policy import Mode, parse_fraction, parse_mode
 from ..model.regime import Regime
 from ..units import format_size, parse_size, shown_value
@@ -29,7 +30,6 @@ MARK_ARGUMENTS = {
 }
 """Each argument of `@pytest.mark.devmem`, for people: the marker reference in the documentation is
 generated from this table (a test holds it to MARK_KEYS)."""
-FRAMEWORKS = {"jax": "jax", "tf": "tensorflow", "tensorflow": "tensorflow"}
 MARKER_HELP = (
     "devmem(mode=None, fraction=None, limit=None, tolerance=None, frameworks=(), max_compiles=None, max_leak=None, max_fragmentation=None): measure this test's "
     "device memory, under the given regime (a child process when it differs from the session's); "
@@ -197,12 +197,12 @@ def normalize_frameworks(value: object) -> tuple[str, ...]:
     """('jax', 'tf') -> ('jax', 'tensorflow'); ValueError naming an unknown framework."""
     names = (value,) if isinstance(value, str) else value
     if not isinstance(names, (tuple, list)):
-        raise ValueError(f"frameworks={value!r}: must be a tuple of names from {', '.join(FRAMEWORKS)}")
+        raise ValueError(f"frameworks={value!r}: must be a tuple of names from {', '.join(MARKER_NAMES)}")
     result = []
     for name in names:
-        if not isinstance(name, str) or name.lower() not in FRAMEWORKS:
-            raise ValueError(f"unknown framework {name!r} in frameworks={value!r}; allowed: {', '.join(FRAMEWORKS)}")
-        result.append(FRAMEWORKS[name.lower()])
+        if not isinstance(name, str) or name.lower() not in MARKER_NAMES:
+            raise ValueError(f"unknown framework {name!r} in frameworks={value!r}; allowed: {', '.join(MARKER_NAMES)}")
+        result.append(MARKER_NAMES[name.lower()])
     return tuple(dict.fromkeys(result))
 
 

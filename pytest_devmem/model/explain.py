@@ -7,15 +7,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..units import format_short_of, format_size
+from .framework_rules import display_name
 from .machine import KIND_TEXT, TPU_RUNTIME_NAME
-
-NAMES = {"jax": "JAX", "tensorflow": "TensorFlow", "pool": "the devmem pool"}
 
 
 def allocator_name(name: str) -> str:
     """`jax` -> `JAX`, `tensorflow (process 1)` -> `TensorFlow (process 1)`."""
     source, _, rest = name.partition(" ")
-    return NAMES.get(source, source) + (f" {rest}" if rest else "")
+    return display_name(source) + (f" {rest}" if rest else "")
 
 
 def _size(value: object) -> str:

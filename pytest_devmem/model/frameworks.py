@@ -18,14 +18,14 @@ with these rules. No pytest, no frameworks here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from ..units import format_size
 from .device import DEFAULT_COMPUTE_CAPABILITY, Device
+from .framework_rules import FRACTION_VARIABLE, RULES, display_name
 from .pool.bfc import BFCPool
 from .pool.policy import DEFAULT_PREALLOC_FRACTION, Mode, Policy
-from .regime import FRACTION_VARIABLE
 
 MiB = 2**20
 DEFAULT_CUDA_CONTEXT_BYTES = 512 * MiB
@@ -36,9 +36,6 @@ process on your GPU."""
 CONTEXT_SHARE_LIMIT = 8
 """A simulated device is never given a context larger than this fraction (1/8) of its capacity: a
 device of a few hundred MiB stands for a GPU scaled down, and so does its context."""
-
-FRAMEWORK_NAMES = {"jax": "JAX", "tensorflow": "TensorFlow", "pool": "the devmem pool"}
-"""How the allocators are called in messages, by their trace source."""
 
 
 def context_bytes_for(capacity: int, context_bytes: int | None = None) -> int:
@@ -70,7 +67,7 @@ class AllocatorSetup:
 
     @property
     def name(self) -> str:
-        return FRAMEWORK_NAMES.get(self.kind, self.kind or "allocator")
+        return display_name(self.kind) if self.kind else "allocator"
 
     @property
     def policy(self) -> Policy:
@@ -123,7 +120,7 @@ def tpu_runtime_description(sources: Iterable[str]) -> str:
     allocates from (the machine model gives a chip one under the `compact` regime): JAX does not
     preallocate on a TPU, and the runtime defragments HBM when an allocation does not fit
     (jax-ml/jax #9064)."""
-    names = ", ".join(FRAMEWORK_NAMES.get(source, source or "unknown") for source in sources)
+    names = ", ".join(display_name(source) or "unknown" for source in sources)
     return f"the TPU runtime's: all usable HBM, defragmented when an allocation does not fit; used by {names}"
 
 
@@ -179,11 +176,18 @@ def setups_for(
     its own variables, then the regime. On a TPU (`tpu`) TensorFlow's tensors stay on the host
     (model/tpu_devices.py), where its allocator is its CPU allocator (`tensorflow_cpu_setup`): no
     GPU's system reserve, no regime of the chips."""
-    return {
-        "jax": setup_for_policy("jax", policy),
-        "pool": setup_for_policy("pool", policy),
-        "tensorflow": tensorflow_cpu_setup(environ) if tpu else tensorflow_setup(policy, capacity, environ),
-    }
+    return {rules.source: SETUPS[rules.source](policy, capacity, environ or {}, tpu) for rules in RULES}
+
+
+SETUPS: dict[str, Callable[[Policy, int, Mapping[str, str], bool], AllocatorSetup]] = {
+    "jax": lambda policy, capacity, environ, tpu: setup_for_policy("jax", policy),
+    "pool": lambda policy, capacity, environ, tpu: setup_for_policy("pool", policy),
+    "tensorflow": lambda policy, capacity, environ, tpu: (
+        tensorflow_cpu_setup(environ) if tpu else tensorflow_setup(policy, capacity, environ)
+    ),
+}
+"""Each framework's allocator under a regime (policy, device capacity, the process's environment,
+whether the device is a TPU chip), by trace source: one per row of `framework_rules.RULES`."""
 
 
 def tensorflow_system_reserve(

@@ -12,23 +12,23 @@ import os
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
-from .pool.policy import DEFAULT_PREALLOC_FRACTION, Mode, Policy
-
-FRACTION_VARIABLE = "XLA_CLIENT_MEM_FRACTION"
-DEPRECATED_FRACTION_VARIABLE = "XLA_PYTHON_CLIENT_MEM_FRACTION"
-JAX_VARIABLES = (
-    "XLA_PYTHON_CLIENT_PREALLOCATE",
+from .framework_rules import (
     DEPRECATED_FRACTION_VARIABLE,
     FRACTION_VARIABLE,
-    "XLA_PYTHON_CLIENT_ALLOCATOR",
+    FRAMEWORK_VARIABLES,
+    JAX,
+    RULES,
 )
-TENSORFLOW_VARIABLES = (
-    "TF_FORCE_GPU_ALLOW_GROWTH",
-    "TF_GPU_ALLOCATOR",
-    "TF_ENABLE_GPU_GARBAGE_COLLECTION",
-)
-FRAMEWORK_VARIABLES = (*JAX_VARIABLES, *TENSORFLOW_VARIABLES)
-"""Every variable a regime may set; the JAX ones it does not set are removed so no stale setting leaks in."""
+from .pool.policy import DEFAULT_PREALLOC_FRACTION, Mode, Policy
+
+__all__ = [
+    "DEPRECATED_FRACTION_VARIABLE",
+    "FRACTION_VARIABLE",
+    "FRAMEWORK_VARIABLES",
+    "TPU_RUNTIME",
+    "Regime",
+    "on_tpu",
+]
 
 
 @functools.cache
@@ -116,7 +116,7 @@ class Regime:
                 "are both set, which jaxlib refuses (JAX then runs on CPU); unset one"
             )
         wanted = self.environment(FRACTION_VARIABLE)
-        for name in JAX_VARIABLES:
+        for name in JAX.variables:
             value = environ.get(name)
             if not value:
                 continue
@@ -144,13 +144,17 @@ class Regime:
         """
         target = os.environ if environ is None else environ
         previous = {name: target.get(name) for name in FRAMEWORK_VARIABLES}
-        user_tensorflow = {
-            name: value for name, value in previous.items() if name in TENSORFLOW_VARIABLES and value is not None
+        users = {  # a framework whose own variables win keeps those the user set
+            name: value
+            for rules in RULES
+            if rules.user_wins
+            for name in rules.variables
+            if (value := previous[name]) is not None
         }
         for name in FRAMEWORK_VARIABLES:
             target.pop(name, None)
         target.update(self.environment())
-        target.update(user_tensorflow)
+        target.update(users)
         return previous
 
     def __str__(self) -> str:

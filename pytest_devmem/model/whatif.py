@@ -11,9 +11,9 @@ from dataclasses import dataclass, field, replace
 from ..units import format_size
 from .explain import allocator_name
 from .fragmentation import Defragmentation, Pin, defragment, long_lived_first, pinning_buffers
+from .framework_rules import BY_SOURCE, FRACTION_VARIABLE, TENSORFLOW, display_name
 from .frameworks import AllocatorSetup
 from .machine import KIND_TEXT, MachineRun, MachineSpec, run_machine
-from .regime import FRACTION_VARIABLE
 from .trace import Trace
 
 Setups = Mapping[str, AllocatorSetup]
@@ -159,7 +159,7 @@ def proven_fixes(
     for kind, setup in present.items():
         if kind == "tensorflow":
             continue
-        name = "JAX" if kind == "jax" else "the devmem pool"
+        name = display_name(kind)
         current = round(setup.fraction * 100)
         if setup.mode in ("prealloc", "compact"):  # a pool of a fixed fraction: a fraction fix may help
             passes = lambda h, k=kind: fits(trace, _with_fraction(setups, (k,), h / 100), spec)  # noqa: E731
@@ -194,7 +194,7 @@ def proven_fixes(
     tensorflow = present.get("tensorflow")
     if tensorflow is not None:
         if tensorflow.mode in ("default", "limit"):
-            attempt("set TF_FORCE_GPU_ALLOW_GROWTH=true", {**setups, "tensorflow": replace(tensorflow, mode="growth")})
+            attempt(TENSORFLOW.growth_fix, {**setups, "tensorflow": replace(tensorflow, mode="growth")})
         if len(present) > 1:
             attempt(
                 'hide the GPU from TensorFlow (tf.config.set_visible_devices([], "GPU"))',
@@ -215,13 +215,8 @@ def _fraction_fix(kind: str, fraction: float, fraction_variable: str, mode: str 
 
 
 def _mode_fix(kind: str, mode: str) -> str:
-    if kind == "jax":
-        return (
-            "set XLA_PYTHON_CLIENT_PREALLOCATE=false"
-            if mode == "growth"
-            else "set XLA_PYTHON_CLIENT_ALLOCATOR=platform"
-        )
-    return f"run it under mode {mode!r} (marker devmem(mode={mode!r}) or --devmem-mode={mode})"
+    rules = BY_SOURCE[kind]
+    return rules.growth_fix if mode == "growth" else rules.ondemand_fix
 
 
 def _why_none(kind: str, run: MachineRun, spec: MachineSpec, tried: list[str]) -> str:

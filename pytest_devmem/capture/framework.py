@@ -1,0 +1,26 @@
+"""What every framework's capture offers the measurement: the seam a new framework plugs into.
+
+One capture per row of `model/framework_rules.RULES` that has a module: it is installed once the
+module is imported (`install`: its hooks in place; False, with `note` saying why, where it cannot
+trace), opens each test's window after the recorder's (`begin`), and takes its hooks out at the
+end of the session (`uninstall`, safe to call twice). What a window yields differs by framework
+(JAX's executables, TensorFlow's profile), so the measurement reads each capture's window by its
+own type; the lifecycle is this one.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class FrameworkCapture(Protocol):
+    """One framework's allocation capture, as the measurement drives it."""
+
+    installed: bool
+    note: str
+
+    def install(self) -> bool: ...
+
+    def begin(self) -> None: ...
+
+    def uninstall(self) -> None: ...
