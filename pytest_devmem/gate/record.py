@@ -63,6 +63,33 @@ def _figure(value: object) -> float | int | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def _whole(data: Mapping[str, object], key: str) -> int | None:
+    """`data[key]` where it is a whole number (never a bool), else None."""
+    value = data.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _fraction(data: Mapping[str, object], key: str) -> float | None:
+    """`data[key]` where it is a number (never a bool), as the report wrote it, else None."""
+    value = data.get(key)
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _text(data: Mapping[str, object], key: str) -> str | None:
+    value = data.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _mapping(data: Mapping[str, object], key: str) -> dict[str, object] | None:
+    value = data.get(key)
+    return dict(value) if isinstance(value, dict) else None
+
+
+def _mappings(data: Mapping[str, object], key: str) -> list[dict[str, object]] | None:
+    value = data.get(key)
+    return [dict(item) for item in value if isinstance(item, dict)] if isinstance(value, list) else None
+
+
 @dataclass(frozen=True)
 class BaselineEntry:
     """One stored record: the metrics of one test under one regime on one device class."""
@@ -260,7 +287,9 @@ class TestRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> TestRecord:
-        sources: dict[str, dict[str, object]] = dict(data.get("sources") or {})  # type: ignore[call-overload]
+        """The record a report holds (checked against the report's schema before it is read): each
+        field of the type the record keeps, or its absence (None) where the report has another."""
+        sources = _mapping(data, "sources") or {}
         oom = data.get("oom")
         if isinstance(oom, bool):  # reports before per-device figures said only yes or no
             oom = {"real": True} if oom else None
@@ -269,28 +298,32 @@ class TestRecord:
             regime=canonical_label(str(data["regime"])),  # an older report's "default" is prealloc
             device=str(data["device"]),
             device_class=str(data["device_class"]),
-            peak_bytes_in_use=data.get("peak_bytes_in_use"),  # type: ignore[arg-type]
-            peak_bytes_reserved=data.get("peak_bytes_reserved"),  # type: ignore[arg-type]
-            fragmentation=data.get("fragmentation"),  # type: ignore[arg-type]
+            peak_bytes_in_use=_whole(data, "peak_bytes_in_use"),
+            peak_bytes_reserved=_whole(data, "peak_bytes_reserved"),
+            fragmentation=_fraction(data, "fragmentation"),
             oom=oom if isinstance(oom, dict) else None,
             outcome=str(data.get("outcome", "")),
-            sources={name: Reading.from_json(name, reading) for name, reading in sources.items()},
-            limit_bytes=data.get("limit_bytes"),  # type: ignore[arg-type]
-            duration_s=float(data.get("duration_s", 0.0)),  # type: ignore[arg-type]
-            baseline=data.get("baseline"),  # type: ignore[arg-type]
-            sharing=data.get("sharing"),  # type: ignore[arg-type]
-            analysis=data.get("analysis"),  # type: ignore[arg-type]
-            trace=data.get("trace"),  # type: ignore[arg-type]
+            sources={
+                name: Reading.from_json(name, dict(reading))
+                for name, reading in sources.items()
+                if isinstance(reading, dict)
+            },
+            limit_bytes=_whole(data, "limit_bytes"),
+            duration_s=_fraction(data, "duration_s") or 0.0,
+            baseline=_mapping(data, "baseline"),
+            sharing=_mapping(data, "sharing"),
+            analysis=_mapping(data, "analysis"),
+            trace=_mapping(data, "trace"),
             failed_by_devmem=bool(data.get("failed_by_devmem", False)),
-            failed_check=data.get("failed_check") if isinstance(data.get("failed_check"), str) else None,  # type: ignore[arg-type]
-            compiles=data.get("compiles"),  # type: ignore[arg-type]
-            leaked_bytes=data.get("leaked_bytes"),  # type: ignore[arg-type]
-            devices=data.get("devices") if isinstance(data.get("devices"), list) else None,  # type: ignore[arg-type]
-            peak_device=data.get("peak_device") if isinstance(data.get("peak_device"), str) else None,  # type: ignore[arg-type]
-            worst_fragmentation=data.get("worst_fragmentation"),  # type: ignore[arg-type]
-            tolerance=data.get("tolerance") if isinstance(data.get("tolerance"), str) else None,  # type: ignore[arg-type]
-            compile_target=data.get("compile_target") if isinstance(data.get("compile_target"), str) else None,  # type: ignore[arg-type]
-            tpu=data.get("tpu") if isinstance(data.get("tpu"), dict) else None,  # type: ignore[arg-type]
-            peak_bytes_requested=_figure(data.get("peak_bytes_requested")),  # type: ignore[arg-type]
+            failed_check=_text(data, "failed_check"),
+            compiles=_whole(data, "compiles"),
+            leaked_bytes=_whole(data, "leaked_bytes"),
+            devices=_mappings(data, "devices"),
+            peak_device=_text(data, "peak_device"),
+            worst_fragmentation=_fraction(data, "worst_fragmentation"),
+            tolerance=_text(data, "tolerance"),
+            compile_target=_text(data, "compile_target"),
+            tpu=_mapping(data, "tpu"),
+            peak_bytes_requested=_whole(data, "peak_bytes_requested"),
             compiler_entries=compiler_keys(data.get("compiler_entries")),
         )
