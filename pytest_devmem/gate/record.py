@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..capture.sources.base import Reading
 from ..compile_store import is_key
+from ..json_fields import mapping, mappings, number, text, whole
 from ..model.buffers import ProgramBuffers
 from ..model.pool.policy import canonical_label
 
@@ -61,33 +62,6 @@ def compiler_keys(value: object) -> list[str]:
 
 def _figure(value: object) -> float | int | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _whole(data: Mapping[str, object], key: str) -> int | None:
-    """`data[key]` where it is a whole number (never a bool), else None."""
-    value = data.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _fraction(data: Mapping[str, object], key: str) -> float | None:
-    """`data[key]` where it is a number (never a bool), as the report wrote it, else None."""
-    value = data.get(key)
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _text(data: Mapping[str, object], key: str) -> str | None:
-    value = data.get(key)
-    return value if isinstance(value, str) else None
-
-
-def _mapping(data: Mapping[str, object], key: str) -> dict[str, object] | None:
-    value = data.get(key)
-    return dict(value) if isinstance(value, dict) else None
-
-
-def _mappings(data: Mapping[str, object], key: str) -> list[dict[str, object]] | None:
-    value = data.get(key)
-    return [dict(item) for item in value if isinstance(item, dict)] if isinstance(value, list) else None
 
 
 @dataclass(frozen=True)
@@ -289,7 +263,7 @@ class TestRecord:
     def from_json(cls, data: dict[str, object]) -> TestRecord:
         """The record a report holds (checked against the report's schema before it is read): each
         field of the type the record keeps, or its absence (None) where the report has another."""
-        sources = _mapping(data, "sources") or {}
+        sources = mapping(data, "sources") or {}
         oom = data.get("oom")
         if isinstance(oom, bool):  # reports before per-device figures said only yes or no
             oom = {"real": True} if oom else None
@@ -298,9 +272,9 @@ class TestRecord:
             regime=canonical_label(str(data["regime"])),  # an older report's "default" is prealloc
             device=str(data["device"]),
             device_class=str(data["device_class"]),
-            peak_bytes_in_use=_whole(data, "peak_bytes_in_use"),
-            peak_bytes_reserved=_whole(data, "peak_bytes_reserved"),
-            fragmentation=_fraction(data, "fragmentation"),
+            peak_bytes_in_use=whole(data, "peak_bytes_in_use"),
+            peak_bytes_reserved=whole(data, "peak_bytes_reserved"),
+            fragmentation=number(data, "fragmentation"),
             oom=oom if isinstance(oom, dict) else None,
             outcome=str(data.get("outcome", "")),
             sources={
@@ -308,22 +282,22 @@ class TestRecord:
                 for name, reading in sources.items()
                 if isinstance(reading, dict)
             },
-            limit_bytes=_whole(data, "limit_bytes"),
-            duration_s=_fraction(data, "duration_s") or 0.0,
-            baseline=_mapping(data, "baseline"),
-            sharing=_mapping(data, "sharing"),
-            analysis=_mapping(data, "analysis"),
-            trace=_mapping(data, "trace"),
+            limit_bytes=whole(data, "limit_bytes"),
+            duration_s=number(data, "duration_s") or 0.0,
+            baseline=mapping(data, "baseline"),
+            sharing=mapping(data, "sharing"),
+            analysis=mapping(data, "analysis"),
+            trace=mapping(data, "trace"),
             failed_by_devmem=bool(data.get("failed_by_devmem", False)),
-            failed_check=_text(data, "failed_check"),
-            compiles=_whole(data, "compiles"),
-            leaked_bytes=_whole(data, "leaked_bytes"),
-            devices=_mappings(data, "devices"),
-            peak_device=_text(data, "peak_device"),
-            worst_fragmentation=_fraction(data, "worst_fragmentation"),
-            tolerance=_text(data, "tolerance"),
-            compile_target=_text(data, "compile_target"),
-            tpu=_mapping(data, "tpu"),
-            peak_bytes_requested=_whole(data, "peak_bytes_requested"),
+            failed_check=text(data, "failed_check"),
+            compiles=whole(data, "compiles"),
+            leaked_bytes=whole(data, "leaked_bytes"),
+            devices=mappings(data, "devices"),
+            peak_device=text(data, "peak_device"),
+            worst_fragmentation=number(data, "worst_fragmentation"),
+            tolerance=text(data, "tolerance"),
+            compile_target=text(data, "compile_target"),
+            tpu=mapping(data, "tpu"),
+            peak_bytes_requested=whole(data, "peak_bytes_requested"),
             compiler_entries=compiler_keys(data.get("compiler_entries")),
         )

@@ -15,6 +15,7 @@ from ..gate.baseline import figure_problem
 from ..gate.record import TestRecord, requested_peak_only
 from ..gate.targets import TargetTable
 from ..gate.tolerance import METRICS, parse_tolerance
+from ..json_fields import mappings, number, whole
 from ..model.explain import oom_summary
 from ..spreadsheet import csv_cell, csv_writer
 from ..units import format_size
@@ -112,19 +113,15 @@ def table_rows(records: Iterable[TestRecord], per_device: bool = True) -> list[t
                     (
                         f"  {device.get('device')}",
                         "",
-                        _size(device.get("peak_bytes_in_use")),  # type: ignore[arg-type]
-                        _size(device.get("peak_bytes_reserved")),  # type: ignore[arg-type]
-                        _fraction(device.get("fragmentation")),  # type: ignore[arg-type]
+                        _size(whole(device, "peak_bytes_in_use")),
+                        _size(whole(device, "peak_bytes_reserved")),
+                        _fraction(number(device, "fragmentation")),
                         "",
                         "",
                         ", ".join(
                             _allocator_names(
                                 r,
-                                (
-                                    str(a.get("allocator"))
-                                    for a in device.get("allocators") or []  # type: ignore[attr-defined]
-                                    if isinstance(a, dict)
-                                ),
+                                (str(a.get("allocator")) for a in mappings(device, "allocators") or []),
                             )
                         ),
                     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ...json_fields import mapping, number, whole
+
 
 @dataclass
 class Reading:
@@ -44,10 +46,14 @@ class Reading:
             available=bool(data.get("available")),
             note=str(data.get("note", "")),
             unused=bool(data.get("unused", False)),
-            peak_bytes_in_use=data.get("peak_bytes_in_use"),  # type: ignore[arg-type]
-            peak_bytes_reserved=data.get("peak_bytes_reserved"),  # type: ignore[arg-type]
-            fragmentation=data.get("fragmentation"),  # type: ignore[arg-type]
-            figures=dict(data.get("figures", {})),  # type: ignore[call-overload]
+            peak_bytes_in_use=whole(data, "peak_bytes_in_use"),
+            peak_bytes_reserved=whole(data, "peak_bytes_reserved"),
+            fragmentation=number(data, "fragmentation"),
+            figures={
+                name: value
+                for name, value in (mapping(data, "figures") or {}).items()
+                if isinstance(value, (int, float, str))  # a reading's figures: numbers and words
+            },
         )
 
 
