@@ -69,5 +69,7 @@ class LibraryKeepingSnapshot(pytester.SysModulesSnapshot):
 
 def keep_installed_libraries_imported() -> None:
     """Make every pytester snapshot taken from now on a `LibraryKeepingSnapshot` (pytester looks the
-    class up when it takes one)."""
+    class up when it takes one). The folders are read now, after conftest.py loaded the compilers'
+    (never during a restore, which walks sys.modules)."""
+    library_dirs()
     pytester.SysModulesSnapshot = LibraryKeepingSnapshot  # type: ignore[misc]

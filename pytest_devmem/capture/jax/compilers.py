@@ -17,7 +17,8 @@ So they live in a folder no program's sys.path holds: `devmem compilers install`
 plugin's `with-cuda` extra asks for: ptxas and libdevice, and the libtpu that `jax[tpu]` of the
 installed jax pins, read from jax's own metadata), and writes a manifest of what it installed for
 which jaxlib and Python. A session that sizes for a GPU or TPU appends the folder to its own
-sys.path (`load`) before JAX starts where it can (the plugin's first hook), else when its sizer is
+sys.path (`load`; the platform's subfolder only, so that a TPU session never starts the CUDA
+plugin) before JAX starts where it can (the plugin's first hook), else when its sizer is
 installed: then JAX, in that process only, finds the plugin and libtpu as if they were installed.
 
 The folder: `--devmem-compilers` / `DEVMEM_COMPILERS`, else one in the user's cache keyed by the
@@ -230,7 +231,7 @@ def check(directory: Path, runtime: Runtime, platform_name: str) -> Manifest:
     manifest = read_manifest(directory)
     if manifest is None:
         where = "does not exist" if not directory.exists() else "holds no compilers (no manifest)"
-        raise CompilersError(f"{directory} {where}: run `{COMMAND}`{_dir_flag(directory, runtime)}")
+        raise CompilersError(f"{directory} {where}: run `{COMMAND}{_dir_flag(directory, runtime)}`")
     if manifest.jaxlib != runtime.jaxlib or manifest.python != runtime.python or manifest.machine != runtime.machine:
         raise CompilersError(
             f"{directory} holds the compilers for jaxlib {manifest.jaxlib} (Python {manifest.python}, {manifest.machine}), "
@@ -243,12 +244,12 @@ def check(directory: Path, runtime: Runtime, platform_name: str) -> Manifest:
             f"{directory} holds no {', '.join(missing)} (installed: {', '.join(manifest.packages)}): "
             f"run `{COMMAND}{_dir_flag(directory, runtime)} --force`"
         )
-    present = installed_versions(directory)
+    present = installed_versions(directory / platform_name)
     for name in PLATFORMS[platform_name]:
         if present.get(_normalised(name)) != manifest.packages[name]:
             found = present.get(_normalised(name))
             raise CompilersError(
-                f"{directory}: its manifest names {name} {manifest.packages[name]}, and the folder holds "
+                f"{directory}: its manifest names {name} {manifest.packages[name]}, and {directory / platform_name} holds "
                 f"{name + ' ' + found if found else 'none'}: {_reinstall(directory)}"
             )
     return manifest
@@ -274,25 +275,44 @@ _after_jax: set[str] = set()
 WHAT = {"gpu": "the CUDA compiler for JAX", "tpu": "the TPU compiler for JAX (libtpu)"}
 
 
+MODULES: Mapping[str, tuple[str, ...]] = {"gpu": ("jax_plugins.xla_cuda12", "jax_cuda12_plugin"), "tpu": ("libtpu",)}
+"""The modules JAX imports of each platform's compiler."""
+
+
+def _origins(platform_name: str) -> list[str] | None:
+    """Where the platform's modules would be imported from here; None where one cannot be."""
+    places = []
+    for module in MODULES[platform_name]:
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            return None
+        if spec is None:
+            return None
+        places.extend([spec.origin] if spec.origin else list(spec.submodule_search_locations or ()))
+    return places
+
+
 def in_environment(platform_name: str) -> bool:
     """Whether the platform's compiler can be imported here already: installed in the environment
     (jax[cuda12] on a GPU machine, the old extras), or loaded from the folder."""
-    modules = {"gpu": ("jax_plugins.xla_cuda12", "jax_cuda12_plugin"), "tpu": ("libtpu",)}[platform_name]
-    for module in modules:
-        try:
-            if importlib.util.find_spec(module) is None:
-                return False
-        except (ImportError, ValueError):
-            return False
-    return True
+    return _origins(platform_name) is not None
+
+
+def _installed_in_environment(platform_name: str) -> bool:
+    """Whether the platform's compiler is importable from elsewhere than a folder this process loaded
+    (which may hold it beside the other platform's)."""
+    origins = _origins(platform_name)
+    folders = [os.path.join(str(folder), "") for folder in _loaded.values()]
+    return origins is not None and not all(any(o.startswith(f) for f in folders) for o in origins)
 
 
 def load(platform_name: str, directory: str | os.PathLike[str] | None = None) -> str | None:
-    """Put the folder's `platform_name` compiler on this process's sys.path (appended: the
-    environment's own packages come first), once; None where the compiler can be imported after,
+    """Put the folder's `platform_name` compiler (its subfolder `gpu` or `tpu`) on this process's
+    sys.path (appended: the environment's own packages come first), once; None where the compiler can be imported after,
     else why not (naming `devmem compilers install`). Nothing is loaded where the environment has
     the compiler already."""
-    if platform_name in _loaded or in_environment(platform_name):
+    if platform_name in _loaded or _installed_in_environment(platform_name):
         _problems.pop(platform_name, None)
         return None
     try:
@@ -304,16 +324,17 @@ def load(platform_name: str, directory: str | os.PathLike[str] | None = None) ->
         return _problems[platform_name]
     if "jax._src.lib" in sys.modules:
         _after_jax.add(platform_name)
-    if str(folder) not in sys.path:
-        sys.path.append(str(folder))
+    place = str(folder / platform_name)
+    if place not in sys.path:
+        sys.path.append(place)
     importlib.invalidate_caches()
-    _loaded[platform_name] = folder
+    _loaded[platform_name] = folder / platform_name
     _problems.pop(platform_name, None)
     return None
 
 
 def loaded() -> dict[str, Path]:
-    """The platforms whose compilers this process loaded from a folder, and the folder."""
+    """The platforms whose compilers this process loaded from a folder, and the subfolder it put on sys.path."""
     return dict(_loaded)
 
 
@@ -423,18 +444,23 @@ def install(
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     _readable_by_all(staging)
     try:
-        base = ["install", "--target", str(staging), "--no-deps", "--disable-pip-version-check", *pip_arguments]
-        wanted = wanted_packages(runtime, "gpu" in platforms, "tpu" in platforms)
-        say(f"installing {', '.join(wanted)} for jaxlib {runtime.jaxlib} into {folder}")
-        if run_pip([*base, *wanted]) != 0:
-            raise CompilersError(f"pip could not install {', '.join(wanted)} (its output is above)")
-        if "gpu" in platforms:
-            nvcc = nvcc_requirement(staging)
-            say(f"installing {nvcc} (what jax-cuda12-plugin {runtime.jaxlib} asks for) into {folder}")
-            if run_pip([*base, nvcc]) != 0:
-                raise CompilersError(f"pip could not install {nvcc} (its output is above)")
-        present = installed_versions(staging)
-        packages = {name: present[_normalised(name)] for name in (p for pl in platforms for p in PLATFORMS[pl])}
+        packages: dict[str, str] = {}
+        for name in platforms:
+            target = staging / name
+            base = ["install", "--target", str(target), "--no-deps", "--disable-pip-version-check", *pip_arguments]
+            wanted = wanted_packages(runtime, gpu=name == "gpu", tpu=name == "tpu")
+            if name == "gpu":
+                say(f"installing {', '.join(wanted)} for jaxlib {runtime.jaxlib} into {folder / name}")
+                if run_pip([*base, *wanted]) != 0:
+                    raise CompilersError(f"pip could not install {', '.join(wanted)} (its output is above)")
+                wanted = [nvcc_requirement(target)]
+                say(f"installing {wanted[0]} (what jax-cuda12-plugin {runtime.jaxlib} asks for) into {folder / name}")
+            else:
+                say(f"installing {', '.join(wanted)} (what jax[tpu] {runtime.jax} pins) into {folder / name}")
+            if run_pip([*base, *wanted]) != 0:
+                raise CompilersError(f"pip could not install {', '.join(wanted)} (its output is above)")
+            present = installed_versions(target)
+            packages.update({package: present[_normalised(package)] for package in PLATFORMS[name]})
         manifest = Manifest(runtime.jaxlib, runtime.python, runtime.machine, packages)
         write_atomic(staging / MANIFEST_NAME, json.dumps(manifest.to_json(), indent=2) + "\n")
         if folder.exists():
