@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 import pytest
 from installed_libraries import keep_installed_libraries_imported
 
@@ -17,6 +19,10 @@ pytest_plugins = ["pytester"]
 # (plugin/environment.py); where they are missing, the tests that need them skip, naming the command.
 for _platform in compilers.PLATFORMS:
     compilers.load(_platform)
+# pytester's runs get a HOME of their own (no user configuration), where the default folder (in
+# ~/.cache) is not: they are told where it is, as a user would name one (DEVMEM_COMPILERS)
+for _folder in {folder.parent for folder in compilers.loaded().values()}:
+    os.environ.setdefault(compilers.ENVIRONMENT_VARIABLE, str(_folder))
 
 # a library first imported inside a pytester run stays imported: jaxlib and TensorFlow abort the
 # process when imported twice (tests/installed_libraries.py, docs/known-issues.md)
