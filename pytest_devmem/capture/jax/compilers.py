@@ -15,8 +15,8 @@ So they live in a folder no program's sys.path holds: `devmem compilers install`
 `--target` there with `--no-deps`, for exactly the versions the installed jaxlib goes with
 (`jax-cuda12-pjrt` and `jax-cuda12-plugin` of the jaxlib's version, the nvidia-cuda-nvcc-cu12 that
 plugin's `with-cuda` extra asks for: ptxas and libdevice, and the libtpu that `jax[tpu]` of the
-installed jax pins, read from jax's own metadata), and writes a manifest of what it installed for
-which jaxlib and Python. A session that sizes for a GPU or TPU appends the folder to its own
+installed jax pins, read from jax's own metadata), one subfolder per platform (`gpu/`, `tpu/`), and
+writes a manifest of what it installed for which jaxlib and Python. A session that sizes for a GPU or TPU appends the folder to its own
 sys.path (`load`; the platform's subfolder only, so that a TPU session never starts the CUDA
 plugin) before JAX starts where it can (the plugin's first hook), else when its sizer is
 installed: then JAX, in that process only, finds the plugin and libtpu as if they were installed.
@@ -137,9 +137,6 @@ class Manifest:
             "machine": self.machine,
             "packages": dict(sorted(self.packages.items())),
         }
-
-    def platforms(self) -> tuple[str, ...]:
-        return tuple(name for name, packages in PLATFORMS.items() if all(p in self.packages for p in packages))
 
 
 # -- where --------------------------------------------------------------------------------
