@@ -7,7 +7,7 @@ XLA:GPU compiles, `capture/jax/gpu_compile.py`), twice, each time in a fresh pro
 directory (what pytest's cache directory is to a session, and to its xdist workers): the first
 run compiles each executable for the target; the rerun of the unchanged suite should compile
 nothing, every size read from the disk cache. Printed per run and target: compiles done, seconds
-spent compiling, disk-cache answers. Needs the gpu-compile extra (XLA:GPU's compiler); without it
+spent compiling, disk-cache answers. Needs XLA:GPU's compiler (`devmem compilers install`); without it
 the benchmark says so. TPU targets are not sized here yet.
 """
 
@@ -28,6 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_suite(cache_dir: str, target: str, functions: int) -> dict[str, object]:
     """Run `functions` jitted functions (each its own executable) under the capture with a GPU
     sizer whose disk cache is `cache_dir`; the sizer's counts. Run it in a fresh process."""
+    from pytest_devmem.capture.jax import compilers
+
+    compilers.load("gpu")  # from the compilers' folder, before JAX imports the CUDA kernels' handlers
     import jax
     import jax.numpy as jnp
 

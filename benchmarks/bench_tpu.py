@@ -23,6 +23,7 @@ printed under its line. The target: the TPU-sized run costs at most 1.3x the CPU
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import resource
@@ -184,13 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     repeat = 1 if args.quick else args.repeat
-    try:
-        import importlib.util
+    from pytest_devmem.capture.jax.tpu_compile import tpu_compiler_problem  # imports no framework
 
-        if importlib.util.find_spec("libtpu") is None:
-            print("TPU sizing benchmark skipped: libtpu is not installed (pip install 'pytest-devmem[tpu-compile]')")
-            return 0
-    except (ImportError, ValueError):
+    problem = tpu_compiler_problem()  # the sessions it runs load libtpu from the compilers' folder
+    if problem is not None:
+        print(f"TPU sizing benchmark skipped: {problem}")
         return 0
     suites = ("examples", "optax") if args.suite == "both" else (args.suite,)
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} CPUs")

@@ -171,12 +171,11 @@ def main(argv: list[str] | None = None) -> int:
         "--option", action="append", default=[], help="NAME=VALUE[,NAME=VALUE...]: one set of options (repeatable)"
     )
     args = parser.parse_args(argv)
-    import importlib.util
+    from pytest_devmem.capture.jax import compilers  # imports no framework
 
-    if importlib.util.find_spec("libtpu") is None:
-        print(
-            "TPU compile options benchmark skipped: libtpu is not installed (pip install 'pytest-devmem[tpu-compile]')"
-        )
+    problem = compilers.load("tpu")  # libtpu from the compilers' folder, before JAX starts here
+    if problem is not None:
+        print(f"TPU compile options benchmark skipped: {problem}")
         return 0
     sets = args.option or list(DEFAULT_SETS)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")  # this process only compiles, on libtpu's compile-only client

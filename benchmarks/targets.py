@@ -16,7 +16,7 @@ Prints one Markdown table (docs/performance.md holds one as printed). The figure
   (the test's own loop time, alternating runs, the fastest of each).
 * compiles for targets: six jitted functions sized for an H100 by deviceless XLA:GPU compiles,
   run twice in fresh processes sharing one cache directory: the rerun should compile nothing
-  (needs the gpu-compile extra; TPU targets are not sized here yet).
+  (needs XLA:GPU's compiler: `devmem compilers install`; TPU targets are not sized here yet).
 * a real suite (`--suite`, needs optax: pip install -e '.[bench]'): optax's tests with the plugin
   on and traces written, over plugin off; wall time of the session.
 

@@ -22,8 +22,8 @@ COMPILE_TARGET_CHOICES = ("auto", "cpu", *GPU_SPECS, *TPU_SPECS)
 COMPILE_TARGET_HELP = (
     "Whose compile sizes each JAX executable's buffers: auto (default: a sim: GPU or TPU preset is sized as "
     "that device; sim:SIZE, which names no GPU, and a real GPU keep their own compile's), cpu, or a GPU or TPU to size "
-    f"them for ({', '.join([*GPU_SPECS, *TPU_SPECS])}). A GPU needs pip install 'pytest-devmem[gpu-compile]', "
-    "a TPU 'pytest-devmem[tpu-compile]'."
+    f"them for ({', '.join([*GPU_SPECS, *TPU_SPECS])}). A GPU or TPU needs its deviceless compiler: "
+    "devmem compilers install."
 )
 
 
@@ -131,6 +131,11 @@ OPTIONS = (
     Option(
         "cache-dir",
         "Also keep the deviceless GPU and TPU compiles' sizes in DIR, a cache of your own shared by every project (as JAX_COMPILATION_CACHE_DIR is JAX's): read after pytest's cache directory, and what it holds is copied there. Default: none, nothing is kept outside the project.",
+        "DIR",
+    ),
+    Option(
+        "compilers",
+        "The folder that holds the deviceless GPU and TPU compilers (devmem compilers install --dir DIR), loaded by a session that sizes for a GPU or TPU preset and by no other program. Default: the user's cache, one folder per jaxlib version (~/.cache/pytest-devmem/compilers/jaxlib-VERSION-pyX.Y-MACHINE).",
         "DIR",
     ),
     Option(

@@ -75,10 +75,15 @@ def figure(target: Callable[[int], list[Any]] | str, measure: Callable[[Callable
 
 
 def quiet_start() -> None:
-    """What the plugin sets before JAX starts on a machine without a GPU or TPU: the CUDA plugin's
-    and libtpu's start-up without tracebacks or warnings (see docs/tpu.md)."""
+    """What the plugin does before JAX starts on a machine without a GPU or TPU: the compilers loaded
+    from their folder (`devmem compilers install`), and the CUDA plugin's and libtpu's start-up
+    without tracebacks or warnings (see docs/tpu.md)."""
     import os
 
+    from pytest_devmem.capture.jax import compilers
+
+    for platform in compilers.PLATFORMS:
+        compilers.load(platform)
     from pytest_devmem.capture.jax.gpu_compile import cuda_compiler_problem, environment_for_deviceless_compile
     from pytest_devmem.capture.jax.tpu_compile import environment_for_libtpu
 

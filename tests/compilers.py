@@ -1,6 +1,6 @@
 """What the tests that compile for a GPU or TPU without one share: their skip markers (each needs its
-compiler's extra installed, `gpu-compile` or `tpu-compile`, and says which problem keeps it from
-running), and the executable a jitted call runs, as the capture sees it."""
+compiler, installed by `devmem compilers install` and loaded by conftest.py, and says which problem
+keeps it from running), and the executable a jitted call runs, as the capture sees it."""
 
 from __future__ import annotations
 
@@ -17,11 +17,9 @@ GPU_COMPILER_PROBLEM = cuda_compiler_problem()
 TPU_COMPILER_PROBLEM = tpu_compiler_problem()
 
 needs_compiler = pytest.mark.skipif(
-    GPU_COMPILER_PROBLEM is not None, reason=f"needs the gpu-compile extra: {GPU_COMPILER_PROBLEM}"
+    GPU_COMPILER_PROBLEM is not None, reason=f"needs XLA:GPU's compiler: {GPU_COMPILER_PROBLEM}"
 )
-needs_libtpu = pytest.mark.skipif(
-    TPU_COMPILER_PROBLEM is not None, reason=f"needs the tpu-compile extra: {TPU_COMPILER_PROBLEM}"
-)
+needs_libtpu = pytest.mark.skipif(TPU_COMPILER_PROBLEM is not None, reason=f"needs libtpu: {TPU_COMPILER_PROBLEM}")
 
 
 def executable_of(function: Callable[..., Any], *args: Any) -> Any:

@@ -1,14 +1,28 @@
 from __future__ import annotations
 
+import os
+
 import pytest
 from installed_libraries import keep_installed_libraries_imported
 
 # the one module of the plugin's that its inner runs import lazily: imported here, it outlives
 # pytester's restores, and so does its cached machine id (each report's provenance)
 from pytest_devmem import provenance  # noqa: F401
+from pytest_devmem.capture.jax import compilers
 from pytest_devmem.hardware.devices import cuda_device_count
 
 pytest_plugins = ["pytester"]
+
+# This suite sizes for GPUs and TPUs in its own process (GpuSizer and TpuSizer, in-process pytester
+# runs under a GPU or TPU preset): their compilers go on its sys.path from their folder (`devmem
+# compilers install`) before anything here imports JAX, as a sizing session's first hook puts them
+# (plugin/environment.py); where they are missing, the tests that need them skip, naming the command.
+for _platform in compilers.PLATFORMS:
+    compilers.load(_platform)
+# pytester's runs get a HOME of their own (no user configuration), where the default folder (in
+# ~/.cache) is not: they are told where it is, as a user would name one (DEVMEM_COMPILERS)
+for _folder in {folder.parent for folder in compilers.loaded().values()}:
+    os.environ.setdefault(compilers.ENVIRONMENT_VARIABLE, str(_folder))
 
 # a library first imported inside a pytester run stays imported: jaxlib and TensorFlow abort the
 # process when imported twice (tests/installed_libraries.py, docs/known-issues.md)

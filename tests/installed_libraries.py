@@ -23,13 +23,16 @@ from types import ModuleType
 from _pytest import pytester
 
 
-def _library_dirs() -> tuple[str, ...]:
+@functools.cache
+def library_dirs() -> tuple[str, ...]:
+    """The standard library's folders, site-packages, and the deviceless compilers' folder where
+    conftest.py loaded it (capture/jax/compilers.py): their extensions, too, abort when imported twice."""
+    from pytest_devmem.capture.jax import compilers
+
     paths = sysconfig.get_paths()
     dirs = {paths["stdlib"], paths["platstdlib"], paths["purelib"], paths["platlib"], *site.getsitepackages()}
+    dirs.update(str(folder) for folder in compilers.loaded().values())
     return tuple(os.path.join(os.path.realpath(d), "") for d in dirs)
-
-
-LIBRARY_DIRS = _library_dirs()
 
 
 @functools.cache
@@ -37,7 +40,7 @@ def _in_library_dir(place: str) -> bool:
     """Whether a module's file or folder lies under an installed library's folder; cached, since each
     restore asks it for every module in `sys.modules` (thousands, once JAX and TensorFlow are loaded)
     and resolving each path's links costs a dozen system calls."""
-    return os.path.join(os.path.realpath(place), "").startswith(LIBRARY_DIRS)
+    return os.path.join(os.path.realpath(place), "").startswith(library_dirs())
 
 
 def is_installed_library(module: ModuleType | None) -> bool:
@@ -66,5 +69,7 @@ class LibraryKeepingSnapshot(pytester.SysModulesSnapshot):
 
 def keep_installed_libraries_imported() -> None:
     """Make every pytester snapshot taken from now on a `LibraryKeepingSnapshot` (pytester looks the
-    class up when it takes one)."""
+    class up when it takes one). The folders are read now, after conftest.py loaded the compilers'
+    (never during a restore, which walks sys.modules)."""
+    library_dirs()
     pytester.SysModulesSnapshot = LibraryKeepingSnapshot  # type: ignore[misc]

@@ -9,6 +9,8 @@
     devmem plot REPORT --targets -o FILE.png|FILE.html [--test ID]   every test on every target
     devmem history [REPORT...|DIR] [--tolerance SPEC] [-o trend.png]   exit 1 when a test moved (default: .devmem/)
     devmem init-ci [TESTS...] [--device D] [--install ARGS] [--force]   the workflows of a gate, in .github/workflows/
+    devmem compilers install [--dir DIR] [--gpu] [--tpu] [--force] [-- PIP_ARGS]   the deviceless compilers, outside the environment
+    devmem compilers show [--dir DIR]
     devmem --version
 
 BASE and NEW are each a JSON report (`--devmem-report=FILE.json`), a baseline directory, or one
@@ -30,7 +32,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from ..errors import DevmemError
-from . import compare, convert, history, init_ci, merge, plot, replay, show
+from . import compare, compilers, convert, history, init_ci, merge, plot, replay, show
 from .common import InputError, error
 from .replay import replay_table
 
@@ -48,6 +50,7 @@ COMMANDS: dict[str, ModuleType] = {
     "plot": plot,
     "history": history,
     "init-ci": init_ci,
+    "compilers": compilers,
 }
 """Each subcommand's module, in the order `devmem --help` lists them."""
 

@@ -53,10 +53,9 @@ class Gate:
     branch: str = "main"
 
 
-def extras_for(device: str) -> tuple[str, ...]:
-    """The plugin's extras a gate on `device` needs: pytest-split (`ci`) to shard, and the deviceless
-    compiler of a GPU or TPU preset (`gpu-compile`, `tpu-compile`), without which its executables
-    would keep the CPU's sizes."""
+def compiler_for(device: str) -> str | None:
+    """The deviceless compiler a gate on `device` needs (`gpu`, `tpu`), without which a GPU or TPU
+    preset's executables would keep the CPU's sizes; None for `sim:SIZE`."""
     if not device.strip().lower().startswith("sim"):
         raise InputError(
             f"--device {device!r}: a CI runner without a GPU gates on a simulated device: sim:SIZE (e.g. sim:16GiB) or sim:PRESET"
@@ -66,27 +65,32 @@ def extras_for(device: str) -> tuple[str, ...]:
     except InvalidSettingError as exc:
         raise InputError(str(exc)) from None
     if simulated.tpu is not None:
-        return ("ci", "tpu-compile")
-    return ("ci", "gpu-compile") if simulated.preset is not None else ("ci",)
+        return "tpu"
+    return "gpu" if simulated.preset is not None else None
 
 
 def gate_for_users(tests: Sequence[str], device: str, mode: str | None, install: str, python: str, branch: str) -> Gate:
     """The gate of a user's repository: its project installed by `install` (pip's arguments), the
-    plugin from the index, pinned to this version."""
+    plugin from the index, pinned to this version, with pytest-split (`ci`) to shard; on a GPU or TPU
+    preset, that device's compiler installed by `devmem compilers install`, outside the environment
+    and matched to the JAX the project installed."""
     from .. import __version__
 
-    extras = extras_for(device)
-    tpu = "tpu-compile" in extras
+    compiler = compiler_for(device)
+    tpu = compiler == "tpu"
     if mode is not None:
         OPTION["mode"].parsed(mode)  # an unknown regime named, with the allowed ones
         if tpu:
             raise InputError(
                 f"--mode {mode}: {device} is a TPU preset, whose regime is the TPU runtime's: leave --mode out"
             )
-    plugin = f"pytest-devmem[{','.join(extras)}]=={__version__}"
+    plugin = f"pytest-devmem[ci]=={__version__}"
+    measure_install = f"python -m pip install {install} {shlex.quote(plugin)}".replace("  ", " ")
+    if compiler is not None:
+        measure_install += f" && devmem compilers install --{compiler}"
     return Gate(
         tests=tuple(tests) or ("tests",),
-        measure_install=f"python -m pip install {install} {shlex.quote(plugin)}".replace("  ", " "),
+        measure_install=measure_install,
         gate_install=f"python -m pip install {shlex.quote(f'pytest-devmem=={__version__}')}",
         device=device,
         mode=None if tpu else (mode or "prealloc"),
@@ -125,7 +129,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument,
         OPTION["device"],
         prefix="",
-        help=f"The device the gate measures on, of {OPTION['device'].values}: on a CI runner without a GPU, a simulated one (default: sim:16GiB); a GPU or TPU preset adds its compiler's extra",
+        help=f"The device the gate measures on, of {OPTION['device'].values}: on a CI runner without a GPU, a simulated one (default: sim:16GiB); a GPU or TPU preset adds its compiler (devmem compilers install)",
         default="sim:16GiB",
     )
     add_option(

@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..model.device import Device, DeviceKind
-from ..model.gpu_targets import GpuSpec, gpu_spec
+from ..model.gpu_targets import GPU_SPECS, GpuSpec, gpu_spec
 from ..model.tpu_targets import TpuSpec, tpu_spec
 from ..options import COMPILE_TARGET_CHOICES as CHOICES
 from ..options import COMPILE_TARGET_HELP as HELP
 from ..options import parse_compile_target
 
-__all__ = ["CHOICES", "HELP", "CompileTarget", "parse_compile_target", "resolve"]
+__all__ = ["CHOICES", "HELP", "CompileTarget", "compilers_needed", "parse_compile_target", "resolve"]
 """The setting's choices, help and parser are `options.py`'s (shared with the devmem command); kept importable here."""
 
 
@@ -36,6 +36,23 @@ class CompileTarget:
 
     def to_json(self) -> dict[str, object]:
         return {"target": self.label, "note": self.note}
+
+
+def compilers_needed(device_spec: str, setting: str | None) -> tuple[str, ...]:
+    """The deviceless compilers (`gpu`, `tpu`) a session on `device_spec` under the compile-target
+    `setting` (None: auto) sizes with, as `resolve` will choose them: read before any device is
+    opened, so that the compilers' folder is on sys.path before JAX starts (capture/jax/compilers.py)."""
+    choice = setting or "auto"
+    if choice == "cpu":
+        return ()
+    name = device_spec if choice == "auto" else choice
+    if tpu_spec(name) is not None:
+        return ("tpu",)
+    text = name.strip().lower()
+    if choice == "auto" and not text.startswith("sim:"):
+        return ()  # a real GPU compiles for itself; `sim` and `sim:SIZE` keep the CPU's sizes
+    presets = {preset.lower() for preset in GPU_SPECS}
+    return ("gpu",) if text.removeprefix("sim:") in presets else ()
 
 
 def resolve(

@@ -49,6 +49,7 @@ def prepare(config: pytest.Config, settings: Settings) -> None:
     config.stash[tensorflow_cpu_key] = prepare_cpu_allocator(os.environ)  # before TensorFlow creates its CPU device
     config.stash[interop_key] = prepare_interop(os.environ)  # before TensorFlow creates its thread pools
     config.stash[order_key] = prepare_order(os.environ)  # before TensorFlow's executor first runs a graph
+    load_compilers(settings)  # on sys.path before JAX imports its CUDA kernels' handlers and finds its plugins
     config.stash[deviceless_env_key] = prepare_deviceless_compile()  # before JAX starts its backends
     apply_worker_gpu(config, settings)
 
@@ -57,21 +58,36 @@ def prepare_late(config: pytest.Config, settings: Settings) -> None:
     """What `prepare` would have set, where the plugin came too late for the early hook."""
     if tensorflow_cpu_key not in config.stash:
         config.stash[tensorflow_cpu_key] = prepare_cpu_allocator(os.environ)
+    load_compilers(settings)
     apply_worker_gpu(config, settings)
 
 
+def load_compilers(settings: Settings) -> None:
+    """The deviceless compilers this session sizes with, loaded from their folder (the
+    `--devmem-compilers` setting's, DEVMEM_COMPILERS's or the default) onto this process's
+    sys.path, and no others: a session on the CPU, `sim:SIZE` or a real GPU loads none. JAX imported
+    after this finds them as if installed (its `jax_plugins` discovery, `import libtpu`;
+    capture/jax/compilers.py). Where one cannot be loaded, its problem is kept for the compile
+    target's note (pytest_configure), which names the command that installs it."""
+    from ..capture.jax import compilers  # imports no framework
+    from .compile_target import compilers_needed
+
+    for platform in compilers_needed(settings.device_spec, settings.compile_target):
+        compilers.load(platform, settings.compilers_dir)
+
+
 def prepare_deviceless_compile() -> dict[str, str | None]:
-    """Where XLA:GPU's compiler is installed (the gpu-compile extra) on a machine without a GPU: the
-    setting that lets it register while JAX runs on the CPU, without a traceback at JAX's start
-    (capture/jax/gpu_compile.py); where libtpu is installed (the tpu-compile extra) on a machine without
+    """Where XLA:GPU's compiler can be imported (installed, or loaded from the compilers' folder) on
+    a machine without a GPU: the setting that lets it register while JAX runs on the CPU, without a
+    traceback at JAX's start (capture/jax/gpu_compile.py); where libtpu can be, on a machine without
     a TPU: what keeps its start quiet and off the real TPU's lock (capture/jax/tpu_compile.py). The
     previous values, to put back."""
     # the compile targets' modules, loaded by a measuring session only (neither imports JAX or libtpu at its top)
-    from ..capture.jax.gpu_compile import cuda_compiler_problem, environment_for_deviceless_compile
+    from ..capture.jax.gpu_compile import environment_for_deviceless_compile, installed_cuda_major
     from ..capture.jax.tpu_compile import environment_for_libtpu
 
     wanted = environment_for_libtpu(os.environ)
-    if cuda_compiler_problem() is None:
+    if installed_cuda_major() is not None:
         wanted.update(environment_for_deviceless_compile(os.environ, gpu_count() > 0))
     previous = {name: os.environ.get(name) for name in wanted}
     os.environ.update(wanted)

@@ -147,6 +147,7 @@ class Settings:
     benchmark_json: Path | None = None
     artifacts_dir: Path | None = None
     cache_dir: Path | None = None  # the user's own cache of deviceless compiles' sizes, beside the project's
+    compilers_dir: Path | None = None  # the deviceless compilers' folder; None: DEVMEM_COMPILERS's or the default
     cuda_context_bytes: int | None = None  # None: the model's default for the device's capacity
     fraction_chosen: bool = False
     worker_plan: WorkerPlan | None = None
@@ -241,6 +242,7 @@ def load_settings(config: pytest.Config) -> Settings:
     compile_target_source = _setting_text(config, options["compile-target"], compile_target)
     artifacts_dir = _path_setting(config, options["artifacts"], "artifacts directory", directory=True)
     cache_dir = _path_setting(config, options["cache-dir"], "cache directory", directory=True)
+    compilers_dir = _path_setting(config, options["compilers"], "compilers directory", directory=True)
     benchmark_path = _path_setting(config, options["benchmark-json"], "benchmark JSON file", directory=False)
     traces_dir = _path_setting(config, options["traces"], "traces directory", directory=True)
     plan = None
@@ -285,6 +287,7 @@ def load_settings(config: pytest.Config) -> Settings:
         benchmark_json=benchmark_path,
         artifacts_dir=artifacts_dir,
         cache_dir=cache_dir,
+        compilers_dir=compilers_dir,
         cuda_context_bytes=cuda_context,  # type: ignore[arg-type]
         fraction_chosen=fraction is not None,
         worker_plan=plan,

@@ -1,7 +1,7 @@
 """GPU targets for the presets, and JAX executables compiled for them without a GPU.
 
-The tests that compile need the `gpu-compile` extra (jax-cuda12-pjrt, jax-cuda12-plugin,
-nvidia-cuda-nvcc-cu12); where it is missing they are skipped with the reason. JAX runs on the CPU
+The tests that compile need XLA:GPU's compiler (jax-cuda12-pjrt, jax-cuda12-plugin,
+nvidia-cuda-nvcc-cu12: `devmem compilers install`); where it is missing they are skipped with the reason. JAX runs on the CPU
 throughout, as on a CPU-only CI machine.
 """
 
@@ -77,14 +77,14 @@ def test_targets_and_sizer_import_no_framework() -> None:
     assert output.strip() == "[]"
 
 
-# -- without the extra ------------------------------------------------------------------------
+# -- without the compiler ---------------------------------------------------------------------
 
 
-@pytest.mark.skipif(GPU_COMPILER_PROBLEM is None, reason="the gpu-compile extra is installed here")
-def test_without_the_extra_the_sizer_says_how_to_install_it(jax_loaded: Any) -> None:
+@pytest.mark.skipif(GPU_COMPILER_PROBLEM is None, reason="XLA:GPU's compiler is installed here")
+def test_without_the_compiler_the_sizer_says_how_to_install_it(jax_loaded: Any) -> None:
     sizer = GpuSizer(gpu_spec("H100-80GB"))
     assert not sizer.install()
-    assert "pip install 'pytest-devmem[gpu-compile]'" in sizer.note
+    assert "devmem compilers install" in sizer.note
     assert sizer.sizes_for(object()) == Unavailable(sizer.note)
     assert gpu_compile.environment_for_deviceless_compile({}, gpu_present=False) == {}
 

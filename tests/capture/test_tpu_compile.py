@@ -1,6 +1,6 @@
 """TPU presets, and JAX executables and arrays sized by the TPU compiler without a TPU.
 
-The tests that compile need the `tpu-compile` extra (libtpu); where it is missing they are skipped
+The tests that compile need libtpu (`devmem compilers install`); where it is missing they are skipped
 with the reason. JAX runs on the CPU throughout, as on a CPU-only CI machine; the figures expected
 are the installed TPU compiler's own, asked here directly.
 """

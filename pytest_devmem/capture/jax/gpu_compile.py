@@ -39,7 +39,7 @@ from ...files import write_atomic
 from ...model.buffers import ProgramBuffers
 from ...model.gpu_targets import GpuSpec
 from ...units import format_size
-from . import cache_entry, lowering
+from . import cache_entry, compilers, lowering
 from .lowering import compiling_for_target
 
 __all__ = [
@@ -49,13 +49,15 @@ __all__ = [
     "compiling_for_target",
     "cuda_compiler_problem",
     "environment_for_deviceless_compile",
+    "load_cuda_compiler",
 ]
 
 CUDA_MAJORS = ("13", "12")
 """The CUDA majors JAX publishes its GPU compiler for, the newest first: `jax-cudaNN-pjrt` holds
 XLA:GPU's compiler (module `jax_plugins.xla_cudaNN`), `jax-cudaNN-plugin` registers the handlers of
 the CUDA kernels it calls (cuSOLVER, cuFFT..., module `jax_cudaNN_plugin`). The first major whose
-two packages are installed is the one used; the gpu-compile extra installs CUDA 12's."""
+two packages are installed is the one used; `devmem compilers install` installs CUDA 12's, in a
+folder of their own that a sizing process loads (compilers.py)."""
 
 
 def _plugin_modules(major: str) -> tuple[tuple[str, str], tuple[str, str]]:
@@ -66,7 +68,6 @@ def _plugin_modules(major: str) -> tuple[tuple[str, str], tuple[str, str]]:
     )
 
 
-INSTALL_HINT = "pip install 'pytest-devmem[gpu-compile]'"
 CACHE_FORMAT = 2
 """Bumped when what a disk-cache entry holds, or how its key is made, changes."""
 
@@ -112,7 +113,8 @@ def _module_found(name: str) -> bool:
 
 
 def installed_cuda_major() -> str | None:
-    """The CUDA major whose compiler packages are both installed here (`CUDA_MAJORS`), or None."""
+    """The CUDA major whose compiler packages can both be imported here (`CUDA_MAJORS`): installed
+    in the environment, or loaded from the compilers' folder; or None."""
     for major in CUDA_MAJORS:
         if all(_module_found(module) for _, module in _plugin_modules(major)):
             return major
@@ -120,15 +122,19 @@ def installed_cuda_major() -> str | None:
 
 
 def cuda_compiler_problem() -> str | None:
-    """Why XLA:GPU's compiler is not installed here, or None. Imports no framework."""
+    """Why XLA:GPU's compiler cannot be used here, or None: it can be imported, or loaded from the
+    compilers' folder (compilers.py, whose messages name `devmem compilers install`). Imports no framework."""
     if installed_cuda_major() is not None:
         return None
-    for major in CUDA_MAJORS:  # half of one major's pair: name what is missing of it
-        pair = _plugin_modules(major)
-        missing = [package for package, module in pair if not _module_found(module)]
-        if len(missing) == 1:
-            return f"the CUDA compiler for JAX is not installed ({missing[0]} missing): {INSTALL_HINT}"
-    return f"the CUDA compiler for JAX is not installed (jax-cuda12-pjrt, jax-cuda12-plugin missing): {INSTALL_HINT}"
+    return compilers.problem("gpu")
+
+
+def load_cuda_compiler() -> str | None:
+    """XLA:GPU's compiler made importable in this process (from the compilers' folder where the
+    environment has none); None once it is, else why not."""
+    if installed_cuda_major() is not None:
+        return None
+    return compilers.load("gpu") or (None if installed_cuda_major() is not None else cuda_compiler_problem())
 
 
 def environment_for_deviceless_compile(environ: Mapping[str, str], gpu_present: bool) -> dict[str, str]:
@@ -139,9 +145,10 @@ def environment_for_deviceless_compile(environ: Mapping[str, str], gpu_present: 
     and JAX prints that failure's traceback; with JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 the plugin
     registers, its backend fails to start without a driver, and JAX runs on the CPU as before.
     Nothing is set where a GPU is present, where the user chose JAX's platforms, or where the
-    plugin is not installed.
+    plugin cannot be imported (neither installed nor loaded from the compilers' folder: JAX will not
+    find it).
     """
-    if gpu_present or cuda_compiler_problem() is not None:
+    if gpu_present or installed_cuda_major() is None:
         return {}
     if "JAX_PLATFORMS" in environ or "JAX_SKIP_CUDA_CONSTRAINTS_CHECK" in environ:
         return {}
@@ -226,8 +233,8 @@ class GpuSizer:
         return True
 
     def _compiler_problem(self) -> str | None:
-        """Why the target's compiler is not installed here, or None."""
-        return cuda_compiler_problem()
+        """Why the target's compiler cannot be used here, or None once it is loaded."""
+        return load_cuda_compiler()
 
     def uninstall(self) -> None:
         if self.installed:
@@ -601,7 +608,7 @@ _EXPLANATIONS: tuple[tuple[str, str], ...] = (
     ),
     (
         "No PTX compilation provider",
-        "XLA found no ptxas to compile GPU kernels (install nvidia-cuda-nvcc-cu12, part of the gpu-compile extra)",
+        f"XLA found no ptxas to compile GPU kernels (nvidia-cuda-nvcc-cu12, which `{compilers.COMMAND}` installs)",
     ),
     ("ptxas too old", "the ptxas XLA found does not support this GPU's compute capability"),
     ("utotun", "XLA needed to autotune on a real GPU"),
@@ -613,5 +620,10 @@ def _explain(exc: BaseException) -> str:
     text = str(exc)
     for marker, explanation in _EXPLANATIONS:
         if marker in text:
+            if "custom kernel" in explanation and compilers.loaded_after_jax("gpu"):
+                explanation += (
+                    " (JAX was imported before the CUDA compiler's folder was loaded, so its kernels' handlers were "
+                    "not registered: something imported JAX before pytest-devmem's first hook)"
+                )
             return f"{explanation} ({_first_line(exc)})"
     return f"XLA:GPU could not compile it without a GPU ({_first_line(exc)})"

@@ -2,7 +2,8 @@
 
 XLA:TPU assigns buffers as XLA:CPU does not (an attention step: no temporary on the CPU, 128 MiB on
 a v5e), and lays every array out in tiles (an f32[8,3] takes 2,048 bytes, not 96). With libtpu
-installed beside the CPU jaxlib (the `tpu-compile` extra), `jax.experimental.topologies.
+importable beside the CPU jaxlib (`devmem compilers install` puts it in a folder of its own, which
+a sizing process loads: compilers.py), `jax.experimental.topologies.
 get_topology_desc(topology_name="v5e:2x2", platform="tpu")` gives compile-only TPU devices, as
 MaxText's train_compile.py uses them to find OOMs ahead of time. The same machinery as the GPU sizer
 (gpu_compile.py) lowers each executable's jaxpr again for that generation's topology of as many
@@ -41,7 +42,7 @@ from typing import Any
 
 from ...errors import InvalidSettingError
 from ...model.tpu_targets import TpuSpec
-from . import lowering
+from . import compilers, lowering
 from .executables import NotRunnable
 from .gpu_compile import GpuSizer, Unavailable, _first_line, _SizerError
 
@@ -55,7 +56,6 @@ __all__ = [
     "tpu_compiler_problem",
 ]
 
-INSTALL_HINT = "pip install 'pytest-devmem[tpu-compile]'"
 ARRAY_CACHE_FORMAT = 1
 
 QUIET_LIBTPU: Mapping[str, str] = {
@@ -155,12 +155,10 @@ def parse_refusal(text: str) -> tuple[int | None, int | None] | None:
 
 
 def tpu_compiler_problem() -> str | None:
-    """Why XLA:TPU's compiler (libtpu) is not installed here, or None. Imports no framework."""
-    try:
-        found = importlib.util.find_spec("libtpu") is not None
-    except (ImportError, ValueError):
-        found = False
-    return None if found else f"the TPU compiler for JAX is not installed (libtpu missing): {INSTALL_HINT}"
+    """Why XLA:TPU's compiler (libtpu) cannot be used here, or None: it can be imported, or loaded
+    from the compilers' folder (compilers.py, whose messages name `devmem compilers install`).
+    Imports no framework."""
+    return compilers.problem("tpu")
 
 
 def environment_for_libtpu(environ: Mapping[str, str]) -> dict[str, str]:
@@ -168,7 +166,7 @@ def environment_for_libtpu(environ: Mapping[str, str]) -> dict[str, str]:
     set before JAX starts. JAX's own start tries a TPU backend whenever libtpu is installed
     (xla_bridge.py registers `tpu` with priority 300), and that start loads libtpu with the same
     warnings and lock as a compile-only client's. Nothing where a TPU is present or libtpu missing."""
-    if tpu_compiler_problem() is not None or tpu_present():
+    if not compilers.in_environment("tpu") or tpu_present():
         return {}
     return {name: value for name, value in QUIET_LIBTPU.items() if name not in environ}
 
@@ -369,7 +367,7 @@ class TpuSizer(GpuSizer):
         return result
 
     def _compiler_problem(self) -> str | None:
-        return tpu_compiler_problem()
+        return compilers.load("tpu")
 
     def _software_versions(self) -> str:
         if not self._versions:  # libtpu has no __version__: its distribution's

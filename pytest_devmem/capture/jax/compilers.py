@@ -1,0 +1,487 @@
+"""The deviceless GPU and TPU compilers in a folder of their own, matched to the installed JAX, and
+loaded only by a process that sizes for a GPU or a TPU.
+
+JAX starts every PJRT plugin it can import: at each process's first backend, `discover_pjrt_plugins`
+(jax/_src/xla_bridge.py) imports every module of the `jax_plugins` namespace package on sys.path
+and every `jax_plugins` entry point of the installed distributions, and calls its `initialize()`;
+and it starts a TPU backend (priority 300) from whatever `import libtpu` finds
+(jax/_src/cloud_tpu_init.py, `get_tpu_library_path`; the TPU_LIBRARY_PATH variable comes first).
+Installed into the user's environment, XLA:GPU's compiler (jax-cuda12-pjrt) and libtpu are started
+in every program that imports JAX: on a machine without a GPU the CUDA plugin prints its failed
+check of the CUDA libraries (a 30-line traceback) and libtpu its INVALID_ARGUMENT lines about worker
+hostnames, and their pins (`jax-cuda12-pjrt==` the jaxlib version) hold the user's JAX back.
+
+So they live in a folder no program's sys.path holds: `devmem compilers install` runs pip's
+`--target` there with `--no-deps`, for exactly the versions the installed jaxlib goes with
+(`jax-cuda12-pjrt` and `jax-cuda12-plugin` of the jaxlib's version, the nvidia-cuda-nvcc-cu12 that
+plugin's `with-cuda` extra asks for: ptxas and libdevice, and the libtpu that `jax[tpu]` of the
+installed jax pins, read from jax's own metadata), one subfolder per platform (`gpu/`, `tpu/`), and
+writes a manifest of what it installed for which jaxlib and Python. A session that sizes for a GPU or TPU appends the folder to its own
+sys.path (`load`; the platform's subfolder only, so that a TPU session never starts the CUDA
+plugin) before JAX starts where it can (the plugin's first hook), else when its sizer is
+installed: then JAX, in that process only, finds the plugin and libtpu as if they were installed.
+
+The folder: `--devmem-compilers` / `DEVMEM_COMPILERS`, else one in the user's cache keyed by the
+jaxlib version, the Python version and the machine (`default_directory`), so that another jaxlib
+looks in another folder. A folder's manifest is checked before it is believed: a regular file of
+JSON, each field of its type, made for this jaxlib and Python (a folder for another is refused,
+naming both versions), and each package it names present in the folder at that version.
+Compilers installed in the environment itself (jax[cuda12] on a GPU machine) are used as before.
+Imports no framework.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ...errors import DevmemError, FileFormatError
+from ...files import read_json, write_atomic
+
+__all__ = [
+    "COMMAND",
+    "ENVIRONMENT_VARIABLE",
+    "PLATFORMS",
+    "CompilersError",
+    "Manifest",
+    "chosen_directory",
+    "default_directory",
+    "install",
+    "load",
+    "loaded",
+    "problem",
+    "read_manifest",
+    "wanted_packages",
+]
+
+COMMAND = "devmem compilers install"
+"""What installs the compilers; every message that finds them missing names it."""
+
+ENVIRONMENT_VARIABLE = "DEVMEM_COMPILERS"
+"""The folder, where the user names one (the `--devmem-compilers` setting's variable)."""
+
+MANIFEST_NAME = "devmem-compilers.json"
+MANIFEST_FORMAT = 1
+MAX_MANIFEST_BYTES = 64 * 1024  # a manifest names a few packages (some 300 bytes)
+
+GPU_PACKAGES = ("jax-cuda12-pjrt", "jax-cuda12-plugin")
+"""XLA:GPU's compiler (the PJRT plugin, module `jax_plugins.xla_cuda12`) and the handlers of the CUDA
+kernels it calls (module `jax_cuda12_plugin`): both at the jaxlib's own version."""
+NVCC_PACKAGE = "nvidia-cuda-nvcc-cu12"
+"""ptxas and libdevice, which XLA:GPU runs to compile its kernels; the version the plugin's
+`with-cuda` extra asks for."""
+LIBTPU_PACKAGE = "libtpu"
+
+PLATFORMS: Mapping[str, tuple[str, ...]] = {
+    "gpu": (*GPU_PACKAGES, NVCC_PACKAGE),
+    "tpu": (LIBTPU_PACKAGE,),
+}
+"""Each compile platform's packages in the folder."""
+
+
+class CompilersError(DevmemError):
+    """The compilers' folder cannot be used or made: the message says why and what to run."""
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What the folder must match: the installed JAX, the Python that imports it, the machine."""
+
+    jax: str
+    jaxlib: str
+    python: str  # major.minor: jax-cuda12-plugin's wheels are built per Python
+    machine: str
+
+    @classmethod
+    def current(cls) -> Runtime:
+        try:
+            jax, jaxlib = importlib.metadata.version("jax"), importlib.metadata.version("jaxlib")
+        except importlib.metadata.PackageNotFoundError as exc:
+            raise CompilersError(
+                f"JAX is not installed in this environment ({exc.name} missing): the deviceless compilers are matched to "
+                "the installed jax and jaxlib, so install JAX first (pip install jax)"
+            ) from None
+        return cls(jax, jaxlib, f"{sys.version_info.major}.{sys.version_info.minor}", platform.machine())
+
+    @property
+    def key(self) -> str:
+        return f"jaxlib-{self.jaxlib}-py{self.python}-{self.machine}"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What a folder holds, as `install` wrote it."""
+
+    jaxlib: str
+    python: str
+    machine: str
+    packages: dict[str, str] = field(default_factory=dict)  # distribution name -> version
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "format": MANIFEST_FORMAT,
+            "jaxlib": self.jaxlib,
+            "python": self.python,
+            "machine": self.machine,
+            "packages": dict(sorted(self.packages.items())),
+        }
+
+
+# -- where --------------------------------------------------------------------------------
+
+
+def cache_root(environ: Mapping[str, str] | None = None) -> Path:
+    """The user's cache: $XDG_CACHE_HOME, else ~/.cache (the XDG base directory specification)."""
+    environ = os.environ if environ is None else environ
+    given = environ.get("XDG_CACHE_HOME", "")
+    return Path(given) if os.path.isabs(given) else Path.home() / ".cache"
+
+
+def default_directory(runtime: Runtime, environ: Mapping[str, str] | None = None) -> Path:
+    """The folder where none is named: the user's cache, one folder per jaxlib, Python and machine."""
+    return cache_root(environ) / "pytest-devmem" / "compilers" / runtime.key
+
+
+def chosen_directory(
+    given: str | os.PathLike[str] | None, runtime: Runtime, environ: Mapping[str, str] | None = None
+) -> Path:
+    """`given`, else DEVMEM_COMPILERS, else the default folder."""
+    environ = os.environ if environ is None else environ
+    if given is not None and str(given) != "":
+        return Path(given).expanduser()
+    named = environ.get(ENVIRONMENT_VARIABLE, "")
+    return Path(named).expanduser() if named else default_directory(runtime, environ)
+
+
+# -- what a folder holds -------------------------------------------------------------------
+
+
+def read_manifest(directory: Path) -> Manifest | None:
+    """The folder's manifest, checked; None where the folder has none. CompilersError naming the
+    file where it is not one."""
+    path = directory / MANIFEST_NAME
+    if not os.path.lexists(path):
+        return None
+    try:
+        _, data = read_json(path, "compilers manifest", MAX_MANIFEST_BYTES)
+    except FileFormatError as exc:
+        raise CompilersError(f"{exc}; {_reinstall(directory)}") from None
+
+    def bad(what: str) -> CompilersError:
+        return CompilersError(f"{path}: not a pytest-devmem compilers manifest ({what}); {_reinstall(directory)}")
+
+    if not isinstance(data, dict):
+        raise bad(f"a JSON {type(data).__name__}, not an object")
+    if data.get("format") != MANIFEST_FORMAT or isinstance(data.get("format"), bool):
+        raise bad(f"format {data.get('format')!r}, this version reads {MANIFEST_FORMAT}")
+    texts = {}
+    for name in ("jaxlib", "python", "machine"):
+        value = data.get(name)
+        if not isinstance(value, str) or not _VERSION_TEXT.fullmatch(value):
+            raise bad(f"{name} is {value!r}, not a version or machine name")
+        texts[name] = value
+    packages = data.get("packages")
+    if not isinstance(packages, dict) or not packages:
+        raise bad(f"packages is {packages!r}, not an object naming the packages installed")
+    for name, version in packages.items():
+        if not isinstance(name, str) or not isinstance(version, str) or not _VERSION_TEXT.fullmatch(version):
+            raise bad(f"package {name!r} has version {version!r}")
+        if not any(name in wanted for wanted in PLATFORMS.values()):
+            raise bad(
+                f"package {name!r} is none of the compilers' ({', '.join(p for ps in PLATFORMS.values() for p in ps)})"
+            )
+    return Manifest(texts["jaxlib"], texts["python"], texts["machine"], dict(packages))
+
+
+_VERSION_TEXT = re.compile(r"[A-Za-z0-9_.+!\-]{1,64}")
+
+
+def installed_versions(directory: Path) -> dict[str, str]:
+    """The distributions pip installed in the folder, by normalised name, as their metadata states them."""
+    found = {}
+    for distribution in importlib.metadata.distributions(path=[str(directory)]):
+        name = distribution.metadata["Name"]
+        if name:
+            found[_normalised(name)] = distribution.version
+    return found
+
+
+def _normalised(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503
+
+
+def check(directory: Path, runtime: Runtime, platform_name: str) -> Manifest:
+    """The folder's manifest, where the folder holds `platform_name`'s compiler for this runtime;
+    CompilersError saying what is wrong and what to run otherwise."""
+    manifest = read_manifest(directory)
+    if manifest is None:
+        where = "does not exist" if not directory.exists() else "holds no compilers (no manifest)"
+        raise CompilersError(f"{directory} {where}: run `{COMMAND}{_dir_flag(directory, runtime)}`")
+    if manifest.jaxlib != runtime.jaxlib or manifest.python != runtime.python or manifest.machine != runtime.machine:
+        raise CompilersError(
+            f"{directory} holds the compilers for jaxlib {manifest.jaxlib} (Python {manifest.python}, {manifest.machine}), "
+            f"and this environment has jaxlib {runtime.jaxlib} (Python {runtime.python}, {runtime.machine}): "
+            f"run `{COMMAND}{_dir_flag(directory, runtime)} --force` to replace them with the ones for jaxlib {runtime.jaxlib}"
+        )
+    missing = [name for name in PLATFORMS[platform_name] if name not in manifest.packages]
+    if missing:
+        raise CompilersError(
+            f"{directory} holds no {', '.join(missing)} (installed: {', '.join(manifest.packages)}): "
+            f"run `{COMMAND}{_dir_flag(directory, runtime)} --force`"
+        )
+    present = installed_versions(directory / platform_name)
+    for name in PLATFORMS[platform_name]:
+        if present.get(_normalised(name)) != manifest.packages[name]:
+            found = present.get(_normalised(name))
+            raise CompilersError(
+                f"{directory}: its manifest names {name} {manifest.packages[name]}, and {directory / platform_name} holds "
+                f"{name + ' ' + found if found else 'none'}: {_reinstall(directory)}"
+            )
+    return manifest
+
+
+def _dir_flag(directory: Path, runtime: Runtime) -> str:
+    return "" if directory == chosen_directory(None, runtime) else f" --dir {directory}"
+
+
+def _reinstall(directory: Path) -> str:
+    return f"run `{COMMAND} --dir {directory} --force` to install them again"
+
+
+# -- loading -------------------------------------------------------------------------------
+
+_loaded: dict[str, Path] = {}
+"""Each platform whose compiler this process put on its sys.path, and from which folder."""
+_problems: dict[str, str] = {}
+"""Why a platform's compiler could not be loaded, as `load` found it."""
+_after_jax: set[str] = set()
+"""The platforms loaded after JAX was imported (`loaded_after_jax`)."""
+
+WHAT = {"gpu": "the CUDA compiler for JAX", "tpu": "the TPU compiler for JAX (libtpu)"}
+
+
+MODULES: Mapping[str, tuple[str, ...]] = {"gpu": ("jax_plugins.xla_cuda12", "jax_cuda12_plugin"), "tpu": ("libtpu",)}
+"""The modules JAX imports of each platform's compiler."""
+
+
+def _origins(platform_name: str) -> list[str] | None:
+    """Where the platform's modules would be imported from here; None where one cannot be."""
+    places = []
+    for module in MODULES[platform_name]:
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            return None
+        if spec is None:
+            return None
+        places.extend([spec.origin] if spec.origin else list(spec.submodule_search_locations or ()))
+    return places
+
+
+def in_environment(platform_name: str) -> bool:
+    """Whether the platform's compiler can be imported here already: installed in the environment
+    (jax[cuda12] on a GPU machine, the old extras), or loaded from the folder."""
+    return _origins(platform_name) is not None
+
+
+def _installed_in_environment(platform_name: str) -> bool:
+    """Whether the platform's compiler is importable from elsewhere than a folder this process loaded
+    (which may hold it beside the other platform's)."""
+    origins = _origins(platform_name)
+    folders = [os.path.join(str(folder), "") for folder in _loaded.values()]
+    return origins is not None and not all(any(o.startswith(f) for f in folders) for o in origins)
+
+
+def load(platform_name: str, directory: str | os.PathLike[str] | None = None) -> str | None:
+    """Put the folder's `platform_name` compiler (its subfolder `gpu` or `tpu`) on this process's
+    sys.path (appended: the environment's own packages come first), once; None where the compiler can be imported after,
+    else why not (naming `devmem compilers install`). Nothing is loaded where the environment has
+    the compiler already."""
+    if platform_name in _loaded or _installed_in_environment(platform_name):
+        _problems.pop(platform_name, None)
+        return None
+    try:
+        runtime = Runtime.current()
+        folder = chosen_directory(directory, runtime)
+        check(folder, runtime, platform_name)
+    except CompilersError as exc:
+        _problems[platform_name] = f"{WHAT[platform_name]} is not installed: {exc}"
+        return _problems[platform_name]
+    if "jax._src.lib" in sys.modules:
+        _after_jax.add(platform_name)
+    place = str(folder / platform_name)
+    if place not in sys.path:
+        sys.path.append(place)
+    importlib.invalidate_caches()
+    _loaded[platform_name] = folder / platform_name
+    _problems.pop(platform_name, None)
+    return None
+
+
+def loaded() -> dict[str, Path]:
+    """The platforms whose compilers this process loaded from a folder, and the subfolder it put on sys.path."""
+    return dict(_loaded)
+
+
+def loaded_after_jax(platform_name: str) -> bool:
+    """Whether the platform's compiler was loaded after JAX was imported: JAX registers the handlers
+    of the CUDA kernels (cuSOLVER, cuSPARSE...) from jax_cuda12_plugin when it is imported
+    (jax/_src/lax/linalg.py, `register_module_custom_calls`), so a program that calls one cannot be
+    compiled for a GPU then. A session loads them before any conftest can import JAX."""
+    return platform_name in _after_jax
+
+
+def problem(platform_name: str) -> str | None:
+    """Why this process cannot compile for `platform_name` (gpu, tpu), or None: the compiler is in
+    the environment, was loaded, or can be loaded from the folder. Imports no framework."""
+    if platform_name in _loaded or in_environment(platform_name):
+        return None
+    if platform_name in _problems:
+        return _problems[platform_name]
+    what = WHAT[platform_name]
+    try:
+        runtime = Runtime.current()
+        check(chosen_directory(None, runtime), runtime, platform_name)
+    except CompilersError as exc:
+        return f"{what} is not installed: {exc}"
+    return None
+
+
+# -- installing ----------------------------------------------------------------------------
+
+
+def libtpu_requirement(runtime: Runtime) -> str:
+    """The libtpu that `jax[tpu]` of the installed jax pins (jax's own metadata: `libtpu==0.0.42.*;
+    extra == "tpu"` for jax 0.10.2)."""
+    for requirement in importlib.metadata.requires("jax") or ():
+        name, _, marker = requirement.partition(";")
+        if re.match(r"\s*libtpu\b", name) and re.search(r"extra\s*==\s*[\"']tpu[\"']", marker):
+            return name.strip().replace(" ", "")
+    raise CompilersError(
+        f"jax {runtime.jax}'s metadata names no libtpu for its tpu extra: cannot tell which to install"
+    )
+
+
+def nvcc_requirement(directory: Path) -> str:
+    """The nvidia-cuda-nvcc-cu12 that jax-cuda12-plugin's `with-cuda` extra asks for, as installed in `directory`."""
+    for distribution in importlib.metadata.distributions(path=[str(directory)]):
+        if _normalised(distribution.metadata["Name"] or "") != "jax-cuda12-plugin":
+            continue
+        for requirement in distribution.requires or ():
+            name, _, marker = requirement.partition(";")
+            if _normalised(re.split(r"[\s<>=!~\[(]", name.strip(), maxsplit=1)[0]) == NVCC_PACKAGE:
+                return name.strip().replace(" ", "")
+    return NVCC_PACKAGE
+
+
+def wanted_packages(runtime: Runtime, gpu: bool, tpu: bool) -> list[str]:
+    """The requirements of the first pip run: the compilers of the installed jaxlib's version."""
+    wanted = [f"{name}=={runtime.jaxlib}" for name in GPU_PACKAGES] if gpu else []
+    if tpu:
+        wanted.append(libtpu_requirement(runtime))
+    return wanted
+
+
+Runner = Callable[[Sequence[str]], int]
+
+
+def _run_pip(arguments: Sequence[str]) -> int:
+    return subprocess.call([sys.executable, "-m", "pip", *arguments])
+
+
+def install(
+    directory: str | os.PathLike[str] | None,
+    *,
+    gpu: bool = True,
+    tpu: bool = True,
+    force: bool = False,
+    pip_arguments: Sequence[str] = (),
+    run_pip: Runner = _run_pip,
+    say: Callable[[str], None] = print,
+) -> Manifest:
+    """Install the compilers matching the installed jaxlib into the folder (`pip install --target
+    --no-deps`, into a new folder beside it, then renamed into place, so that a failed install
+    leaves the old folder as it was), write its manifest, and return it. A folder that holds them
+    for this jaxlib already is kept; one for another jaxlib is refused, naming both versions,
+    unless `force`."""
+    runtime = Runtime.current()
+    folder = chosen_directory(directory, runtime)
+    platforms = [name for name, wanted in (("gpu", gpu), ("tpu", tpu)) if wanted]
+    if not platforms:
+        raise CompilersError("nothing to install: name --gpu, --tpu or neither (both)")
+    if not sys.platform.startswith("linux"):
+        raise CompilersError(f"the deviceless compilers are published for Linux only, and this is {sys.platform}")
+    if folder.exists() and not force:
+        try:
+            manifest = read_manifest(folder)
+        except CompilersError as exc:
+            raise CompilersError(f"{exc} (or name another --dir)") from None
+        if manifest is None and any(folder.iterdir()):
+            raise CompilersError(
+                f"{folder} exists and holds no compilers manifest: name an empty or new --dir, or remove it"
+            )
+        if manifest is not None:
+            for name in platforms:
+                check(folder, runtime, name)  # another jaxlib: refused, naming both versions
+            say(f"{folder} already holds the compilers for jaxlib {runtime.jaxlib}: {_listed(manifest)}")
+            return manifest
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    _readable_by_all(staging)
+    try:
+        packages: dict[str, str] = {}
+        for name in platforms:
+            target = staging / name
+            base = ["install", "--target", str(target), "--no-deps", "--disable-pip-version-check", *pip_arguments]
+            wanted = wanted_packages(runtime, gpu=name == "gpu", tpu=name == "tpu")
+            if name == "gpu":
+                say(f"installing {', '.join(wanted)} for jaxlib {runtime.jaxlib} into {folder / name}")
+                if run_pip([*base, *wanted]) != 0:
+                    raise CompilersError(f"pip could not install {', '.join(wanted)} (its output is above)")
+                wanted = [nvcc_requirement(target)]
+                say(f"installing {wanted[0]} (what jax-cuda12-plugin {runtime.jaxlib} asks for) into {folder / name}")
+            else:
+                say(f"installing {', '.join(wanted)} (what jax[tpu] {runtime.jax} pins) into {folder / name}")
+            if run_pip([*base, *wanted]) != 0:
+                raise CompilersError(f"pip could not install {', '.join(wanted)} (its output is above)")
+            present = installed_versions(target)
+            packages.update({package: present[_normalised(package)] for package in PLATFORMS[name]})
+        manifest = Manifest(runtime.jaxlib, runtime.python, runtime.machine, packages)
+        write_atomic(staging / MANIFEST_NAME, json.dumps(manifest.to_json(), indent=2) + "\n")
+        if folder.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", dir=folder.parent))
+            os.replace(folder, old / folder.name)
+            os.replace(staging, folder)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(staging, folder)
+    except KeyError as exc:
+        raise CompilersError(f"pip reported success but installed no {exc.args[0]} into {staging}") from None
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    say(f"installed into {folder}: {_listed(manifest)}")
+    return manifest
+
+
+def _readable_by_all(directory: Path) -> None:
+    """A new folder as a mkdir would make it (mkdtemp makes it the user's alone): the umask's mode."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(directory, 0o777 & ~umask)
+
+
+def _listed(manifest: Manifest) -> str:
+    return ", ".join(f"{name} {version}" for name, version in sorted(manifest.packages.items()))
