@@ -18,14 +18,13 @@ from ..gate.compare import Key, Measured
 from ..gate.record import BaselineEntry
 from ..gate.tolerance import METRICS
 from ..hardware.devices import open_device
-from ..model import trace_arrow
 from ..model.buffers import ProgramBuffers
 from ..model.frameworks import AllocatorSetup, setups_for
 from ..model.machine import MachineSpec
 from ..model.pool import Policy
 from ..model.tpu_devices import as_tpu_chips
 from ..model.tpu_targets import tpu_spec
-from ..model.trace import Trace
+from ..model.trace import Trace, csv_columns
 from ..present.report import ReportFile, read_report
 from ..present.shard_merge import unique_records
 from ..present.text import terminal, terminal_lines
@@ -213,7 +212,7 @@ def read_trace(path: Path) -> Trace:
 
     try:
         if (
-            not trace_arrow.available()
+            not csv_columns.available()
             and path.suffix.lower() == ".csv"
             and path.is_file()
             and path.stat().st_size > SLOW_READ_BYTES

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_devmem.model import trace_arrow
 from pytest_devmem.model.trace import BY_COLUMN_FROM, HEADER, RMM_HEADER, SOURCE_HEADER, Trace, TraceFormatError
+from pytest_devmem.model.trace import csv_columns as trace_arrow
 
 pytest.importorskip("pyarrow.csv", reason="the column reader needs pyarrow (the fast-traces extra)")
 
@@ -173,7 +173,7 @@ def test_peak_live_bytes_by_column_matches_the_count_by_event(seed: int) -> None
     trace = Trace()
     for _ in range(BY_COLUMN_FROM):  # pointers reused, freed twice, never allocated, allocated twice
         trace.add(rng.choice([0, 0, 1, 1, 2]), rng.randrange(1, 40), rng.randrange(0, 10_000))
-    from pytest_devmem.model.trace_numpy import peak_live_bytes
+    from pytest_devmem.model.trace.by_column import peak_live_bytes
 
     assert (
         peak_live_bytes(trace.actions, trace.pointers, trace.sizes)

@@ -273,7 +273,7 @@ LANES_BY_COLUMN_FROM = 20_000
 
 def _lanes_by_column(trace: Trace) -> tuple[list[tuple[int, int, int]], object] | None:
     try:
-        from ..trace_numpy import lanes_by_column
+        from ..trace.by_column import lanes_by_column
     except ImportError:
         return None
     return lanes_by_column(trace.devices, trace.processes, trace.sources)

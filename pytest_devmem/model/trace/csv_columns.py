@@ -19,10 +19,10 @@ import math
 import re
 from typing import IO, TYPE_CHECKING, Any
 
-from ..spreadsheet import csv_text
+from ...spreadsheet import csv_text
 
 if TYPE_CHECKING:
-    from .trace import Trace
+    from . import Trace
 
 BLOCK_BYTES = 4 << 20
 """Bytes of CSV text parsed at a time (pyarrow's block): small enough that a block's columns, as

@@ -31,10 +31,10 @@ from array import array
 from collections.abc import Iterable
 from typing import IO, TYPE_CHECKING, Any
 
-from .trace_arrow import numbers
+from .csv_columns import numbers
 
 if TYPE_CHECKING:
-    from .trace import Trace
+    from . import Trace
 
 MAGIC = b"ARROW1"
 """The first bytes of an Arrow IPC file (and of a Feather v2 file, which is one)."""
@@ -91,7 +91,7 @@ def arrow_bytes(trace: Trace) -> Any:
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
-    from .trace import ACTIONS, HEADER
+    from . import ACTIONS, HEADER
 
     names = pa.array(trace.names, pa.string())
     actions = pa.array(list(ACTIONS), pa.string())
@@ -130,8 +130,8 @@ def arrow_bytes(trace: Trace) -> Any:
 def write_arrow(trace: Trace, path: str | os.PathLike[str]) -> None:
     """Write the trace atomically as an Arrow IPC file (uncompressed, so any Arrow reader maps it);
     TraceFormatError naming the file where pyarrow or numpy is missing."""
-    from ..files import write_atomic
-    from .trace import TraceFormatError
+    from ...files import write_atomic
+    from . import TraceFormatError
 
     if not available():
         raise TraceFormatError(
@@ -148,7 +148,7 @@ def read_arrow(cls: type[Trace], binary: IO[bytes], shown: str) -> Trace:
     """The trace in `binary` (an open Arrow IPC file or stream, named `shown` in errors);
     TraceFormatError for a file that is not one (truncated, corrupt) or whose columns are not a
     trace's."""
-    from .trace import TraceFormatError
+    from . import TraceFormatError
 
     try:
         import numpy as np
@@ -196,7 +196,7 @@ def _rows(reader: Any, file_bytes: int) -> int:
 
 
 def _check_schema(schema: Any, shown: str, pa: Any) -> None:
-    from .trace import HEADER, RMM_HEADER, SOURCE_HEADER, TraceFormatError
+    from . import HEADER, RMM_HEADER, SOURCE_HEADER, TraceFormatError
 
     names = list(schema.names)
     if sorted(names) not in (sorted(HEADER), sorted(SOURCE_HEADER), sorted(RMM_HEADER)):
@@ -218,7 +218,7 @@ def _check_schema(schema: Any, shown: str, pa: Any) -> None:
 
 def _integers_by_text(texts: list[str], name: str, shown: str, np: Any) -> Any:
     """Texts as Python's int(text, 0) reads them, as the CSV's row reader does, each from 0 to 2**64 - 1."""
-    from .trace import TraceFormatError
+    from . import TraceFormatError
 
     try:
         values = [int(text.strip(), 0) for text in texts]
@@ -244,7 +244,7 @@ class _Columns:
         self._lookups: dict[str, tuple[Any, Any]] = {}
 
     def append(self, batch: Any, shown: str, np: Any, pa: Any) -> None:
-        from .trace import _READ_ACTIONS, ACTIONS, TraceFormatError
+        from . import _READ_ACTIONS, ACTIONS, TraceFormatError
 
         rows = batch.num_rows
         if not rows:
@@ -317,8 +317,8 @@ class _Columns:
 
     @staticmethod
     def _integers(column: Any, name: str, rows: int, shown: str, np: Any, pa: Any) -> Any:
-        from .trace import TraceFormatError
-        from .trace_arrow import _integers as parse_integers
+        from . import TraceFormatError
+        from .csv_columns import _integers as parse_integers
 
         target = np.dtype(_UNSIGNED[name])
         if column is None:
@@ -339,7 +339,7 @@ class _Columns:
         return values.astype(target)
 
     def finish(self, shown: str, np: Any) -> Trace:
-        from .trace import _DEVICE_NAME, TraceFormatError
+        from . import _DEVICE_NAME, TraceFormatError
 
         trace = self.trace
         if self.filled != self.rows:
@@ -361,7 +361,7 @@ def convert_trace(source: str | os.PathLike[str], target: str | os.PathLike[str]
     """Write the trace at `source` (either form) to `target` in the form its name asks for (`.arrow`
     or `.feather`: the Arrow file; `.csv`: the CSV), atomically; what was done, in one line.
     TraceFormatError for a bad `source`, or a `target` that names no form or is `source` itself."""
-    from .trace import TRACE_SUFFIXES, Trace, TraceFormatError
+    from . import TRACE_SUFFIXES, Trace, TraceFormatError
 
     suffix = os.path.splitext(os.fspath(target))[1].lower()
     if suffix not in TRACE_SUFFIXES:

@@ -27,9 +27,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO, overload
 
-from ..errors import FileFormatError
-from ..files import MAX_TRACE_BYTES, open_regular, write_atomic
-from ..spreadsheet import csv_cell, csv_text
+from ...errors import FileFormatError
+from ...files import MAX_TRACE_BYTES, open_regular, write_atomic
+from ...spreadsheet import csv_cell, csv_text
 
 RMM_HEADER = ("Thread", "Time", "Action", "Pointer", "Size", "Stream")
 SOURCE_HEADER = (*RMM_HEADER, "Source", "Label")
@@ -212,7 +212,7 @@ class Trace:
         """The devices the events name, in the order they first appear."""
         if len(self.devices) >= BY_COLUMN_FROM:
             try:
-                from .trace_numpy import first_appearances
+                from .by_column import first_appearances
             except ImportError:
                 pass
             else:
@@ -229,7 +229,7 @@ class Trace:
         if len(self.actions) < BY_COLUMN_FROM:
             return self._peak_live_bytes_by_event()
         try:
-            from .trace_numpy import peak_live_bytes
+            from .by_column import peak_live_bytes
         except ImportError:
             return self._peak_live_bytes_by_event()
         peak = peak_live_bytes(self.actions, self.pointers, self.sizes)
@@ -349,7 +349,7 @@ class Trace:
     def write_arrow(self, path: str | os.PathLike[str]) -> None:
         """Write the trace atomically as an Arrow IPC (Feather v2) file: its columns as they are,
         read back some ten times faster than the CSV (trace_ipc.py; needs pyarrow and numpy)."""
-        from .trace_ipc import write_arrow
+        from .arrow_file import write_arrow
 
         write_arrow(self, path)
 
@@ -384,7 +384,7 @@ class Trace:
         indices: range | list[int] = range(len(self.actions))
         if len(self.actions) >= BY_COLUMN_FROM:
             try:
-                from .trace_numpy import first_unpaired
+                from .by_column import first_unpaired
             except ImportError:
                 first_unpaired = None  # type: ignore[assignment]
             if first_unpaired is not None:
@@ -448,7 +448,7 @@ class Trace:
         except OSError as exc:
             binary.close()
             raise TraceFormatError(f"{os.fspath(path)}: cannot read the trace: {exc.strerror or exc}") from None
-        from .trace_ipc import is_arrow, is_arrow_stream, read_arrow
+        from .arrow_file import is_arrow, is_arrow_stream, read_arrow
 
         if is_arrow(start) or is_arrow_stream(start):
             with binary:
@@ -487,7 +487,7 @@ def _event_places(path: str | os.PathLike[str], indices: list[int]) -> tuple[str
     """Where events (by index) are in a trace file, for an error: ("line", each one's line) in a CSV
     (its rows after the header, empty ones skipped, as the reader counts them), ("row", each one's
     row) in an Arrow IPC file, or ("event", its number) where the file cannot say."""
-    from .trace_ipc import is_arrow, is_arrow_stream
+    from .arrow_file import is_arrow, is_arrow_stream
 
     try:
         with open_regular(path, "trace", MAX_TRACE_BYTES) as binary:
@@ -520,9 +520,9 @@ def _read_by_column(cls: type[Trace], binary: BinaryIO) -> Trace | None:
     """The trace pyarrow's CSV reader makes of `binary` (see trace_arrow.py); None where pyarrow
     is missing or anything is not as that reader expects: the caller reads the rows, which names
     the line of a bad value. `binary` is left at its start."""
-    from . import trace_arrow
+    from . import csv_columns
 
-    if not trace_arrow.available():
+    if not csv_columns.available():
         return None
     try:
         header = tuple(binary.readline(4096).decode("utf-8", "replace").rstrip("\r\n").split(","))
@@ -530,7 +530,7 @@ def _read_by_column(cls: type[Trace], binary: BinaryIO) -> Trace | None:
         if header not in (HEADER, SOURCE_HEADER, RMM_HEADER):
             return None
         trace = cls()
-        fitted = trace_arrow.read_columns(binary, header, trace, _READ_ACTIONS, ACTIONS)
+        fitted = csv_columns.read_columns(binary, header, trace, _READ_ACTIONS, ACTIONS)
         binary.seek(0)
     except OSError:
         binary.seek(0)
