@@ -428,7 +428,7 @@ def test_a_tests_trace_files_are_written_whole_without_a_sync_to_disk(
 
 
 def test_a_trace_converts_to_its_arrow_file_and_back(tmp_path: Path) -> None:
-    from pytest_devmem.model.trace.arrow_file import convert_trace
+    from pytest_devmem.model.trace import convert_trace
 
     trace = recorded(400)
     trace.write_csv(tmp_path / "t.csv")
