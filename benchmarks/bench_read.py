@@ -131,12 +131,11 @@ def replay_seconds(path: Path, repeat: int, by_row: bool = False) -> float:
 def replay_times(path: Path, repeat: int, by_row: bool = False) -> tuple[float, float]:
     """(wall seconds, CPU seconds of the process, all its threads) of the fastest of `repeat` runs
     of `replay_seconds`: CPU time is what a machine busy with other work inflates least."""
-    from pytest_devmem import cli
-    from pytest_devmem.cli import replay_table
+    from pytest_devmem.cli import common, replay_table
     from pytest_devmem.model.trace import csv_columns as trace_arrow
 
-    available, note_from = trace_arrow.available, cli.SLOW_READ_BYTES
-    cli.SLOW_READ_BYTES = 2**63  # no note on how to read faster: this is the slow way on purpose
+    available, note_from = trace_arrow.available, common.SLOW_READ_BYTES
+    common.SLOW_READ_BYTES = 2**63  # no note on how to read faster: this is the slow way on purpose
     best = (float("inf"), float("inf"))
     try:
         if by_row:
@@ -148,7 +147,7 @@ def replay_times(path: Path, repeat: int, by_row: bool = False) -> tuple[float, 
             best = min(best, (time.perf_counter() - start, time.process_time() - start_cpu))
     finally:
         trace_arrow.available = available  # type: ignore[assignment]
-        cli.SLOW_READ_BYTES = note_from
+        common.SLOW_READ_BYTES = note_from
     return best
 
 

@@ -55,6 +55,9 @@ def error(message: str) -> None:
 
 FORMATS = ("markdown", "json", "csv")
 
+SLOW_READ_BYTES = 16 * 2**20
+"""A trace larger than this, read row by row (no pyarrow), gets a note on how to read it faster."""
+
 
 def add_format_arguments(parser: argparse.ArgumentParser, help: str) -> None:
     """`--format markdown|json|csv`, with `--json` and `--csv` as its short forms: the same flags on
@@ -205,11 +208,7 @@ def regime_of_trace(path: Path, mode: str | None, fraction: str | None) -> tuple
 
 def read_trace(path: Path) -> Trace:
     """A trace file, or an InputError naming it; a note on stderr where a large one is read row by
-    row (no pyarrow), above the package's `SLOW_READ_BYTES`."""
-    # The threshold is the package's attribute, read at each call so that setting
-    # `pytest_devmem.cli.SLOW_READ_BYTES` takes effect; imported here since the package imports this module.
-    from . import SLOW_READ_BYTES
-
+    row (no pyarrow), above `SLOW_READ_BYTES`."""
     try:
         if (
             not csv_columns.available()

@@ -21,6 +21,7 @@ from ..errors import InvalidSettingError
 from ..files import write_atomic
 from ..model.device import open_simulated
 from ..options import OPTION, add_option
+from ..version import package_version
 from .common import InputError
 
 HELP = "Write the GitHub Actions workflows of a memory gate for your repository (.github/workflows/)"
@@ -73,8 +74,7 @@ def extras_for(device: str) -> tuple[str, ...]:
 def gate_for_users(tests: Sequence[str], device: str, mode: str | None, install: str, python: str, branch: str) -> Gate:
     """The gate of a user's repository: its project installed by `install` (pip's arguments), the
     plugin from the index, pinned to this version."""
-    from .. import __version__
-
+    version = package_version()
     extras = extras_for(device)
     tpu = "tpu-compile" in extras
     if mode is not None:
@@ -83,11 +83,11 @@ def gate_for_users(tests: Sequence[str], device: str, mode: str | None, install:
             raise InputError(
                 f"--mode {mode}: {device} is a TPU preset, whose regime is the TPU runtime's: leave --mode out"
             )
-    plugin = f"pytest-devmem[{','.join(extras)}]=={__version__}"
+    plugin = f"pytest-devmem[{','.join(extras)}]=={version}"
     return Gate(
         tests=tuple(tests) or ("tests",),
         measure_install=f"python -m pip install {install} {shlex.quote(plugin)}".replace("  ", " "),
-        gate_install=f"python -m pip install {shlex.quote(f'pytest-devmem=={__version__}')}",
+        gate_install=f"python -m pip install {shlex.quote(f'pytest-devmem=={version}')}",
         device=device,
         mode=None if tpu else (mode or "prealloc"),
         python=python,

@@ -11,6 +11,7 @@ from collections.abc import Generator
 
 import pytest
 
+from .. import hookspec
 from ..errors import DevmemError
 from ..gate.baseline import BaselineFormatError, BaselineStore
 from ..gate.marks import MARKER_HELP
@@ -35,9 +36,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     """The hooks a project may implement (pytest_devmem/hookspec.py)."""
-    # beside plugin/, not below it (tests/project/test_import_hygiene.py): loaded where pytest asks
-    from .. import hookspec
-
     pluginmanager.add_hookspecs(hookspec)
 
 

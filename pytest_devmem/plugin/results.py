@@ -22,6 +22,7 @@ from ..model.device import DEFAULT_COMPUTE_CAPABILITY, Device
 from ..model.side_by_side import SideBySide, check_side_by_side
 from ..present.report import benchmark_json, render
 from ..present.summary import SummaryFacts
+from ..version import package_version
 from .checks import shown
 from .compile_target import CompileTarget
 from .environment import tensorflow_cpu_key
@@ -264,11 +265,10 @@ class SessionResults:
 
     def session_info(self) -> dict[str, object]:
         """The report's session: the device, the regime, versions, and where the figures came from."""
-        from .. import __version__  # the root package's lazy attribute: distribution metadata, read only here
         from ..hardware.driver_info import driver_info  # NVML's bindings through ctypes: at the session's end only
         from ..provenance import provenance
 
-        versions = {"pytest-devmem": __version__}
+        versions = {"pytest-devmem": package_version()}
         for package in ("jax", "jaxlib", "tensorflow", "tensorflow-cpu", "nvidia-ml-py"):
             try:
                 versions[package] = importlib.metadata.version(package)

@@ -186,10 +186,11 @@ def test_devmem_replay_says_how_to_read_a_large_trace_faster_where_pyarrow_is_mi
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from pytest_devmem import cli
+    from pytest_devmem.cli import common
 
     path = tmp_path / "trace.csv"
     path.write_text(",".join(HEADER) + "\n" + ROW + TAIL + "\n")
-    monkeypatch.setattr(cli, "SLOW_READ_BYTES", 10)
+    monkeypatch.setattr(common, "SLOW_READ_BYTES", 10)
     assert cli.main(["replay", str(path), "--mode", "prealloc"]) == 0
     assert "note" not in capsys.readouterr().err  # pyarrow is here: nothing to say
     monkeypatch.setattr(trace_arrow, "available", lambda: False)
