@@ -195,7 +195,7 @@ def _locked(directory: Path) -> Iterator[None]:
     file in it is read, merged and replaced; it leaves no lock file behind in the user's tree.
     Where there is no fcntl (Windows), a lock file from filelock stands in."""
     try:
-        import fcntl
+        import fcntl  # POSIX only (Windows: filelock below)
     except ImportError:
         from filelock import FileLock  # type: ignore[import-not-found]
 

@@ -13,6 +13,9 @@ from collections.abc import Mapping, MutableMapping
 
 import pytest
 
+from ..capture.jax.gpu_compile import cuda_compiler_problem, environment_for_deviceless_compile
+from ..capture.jax.tpu_compile import environment_for_libtpu
+
 # None of these imports a framework: JAX and TensorFlow must start after this module has set their variables.
 from ..capture.tensorflow.cpu_allocator import ONEDNN_VARIABLE, CpuAllocatorSetting, prepare_cpu_allocator
 from ..capture.tensorflow.cpu_allocator import VARIABLE as TF_CPU_BFC
@@ -66,10 +69,6 @@ def prepare_deviceless_compile() -> dict[str, str | None]:
     (capture/jax/gpu_compile.py); where libtpu is installed (the tpu-compile extra) on a machine without
     a TPU: what keeps its start quiet and off the real TPU's lock (capture/jax/tpu_compile.py). The
     previous values, to put back."""
-    # the compile targets' modules, loaded by a measuring session only (neither imports JAX or libtpu at its top)
-    from ..capture.jax.gpu_compile import cuda_compiler_problem, environment_for_deviceless_compile
-    from ..capture.jax.tpu_compile import environment_for_libtpu
-
     wanted = environment_for_libtpu(os.environ)
     if cuda_compiler_problem() is None:
         wanted.update(environment_for_deviceless_compile(os.environ, gpu_count() > 0))

@@ -10,14 +10,17 @@ from typing import TYPE_CHECKING
 
 from ..capture.measurement import Captured, Measurement, executable_summary
 from ..files import frames_from
+from ..gate.changes import buffers_of
 from ..gate.record import KEPT_CPU_SIZES, TestRecord
 from ..model.device import DEFAULT_COMPUTE_CAPABILITY, Device
 from ..model.fragmentation import pinning_buffers
 from ..model.frameworks import AllocatorSetup, setups_for
 from ..model.machine import MachineSpec, run_machine
+from ..model.padding import padding_at_peak
 from ..model.pool import Policy
 from ..model.profile import in_use_profile
 from ..model.regime import jax_fraction_variable
+from ..model.tpu_devices import as_tpu_chips
 from ..model.whatif import proven_fixes
 
 if TYPE_CHECKING:
@@ -66,8 +69,6 @@ def make_record(
     project's folder, from which the buffers' source files are named."""
     trace, notes, traced_nothing = measurement.trace_of(captured)
     if getattr(device, "tpu", None) is not None:  # each CPU device stands for a chip: named as one
-        from ..model.tpu_devices import as_tpu_chips  # a TPU preset's only: not loaded otherwise
-
         trace = as_tpu_chips(trace)
     spec = machine_spec(device, context_bytes)
     setups = allocator_setups(policy, device)
@@ -117,9 +118,6 @@ def make_record(
     if tpu is not None:
         describe_tpu(record, tpu.description, captured, trace, notes)
         if run is not None and record.tpu is not None and record.peak_device is not None:
-            from ..gate.changes import buffers_of
-            from ..model.padding import padding_at_peak
-
             padding = padding_at_peak(
                 run.snapshots.get(record.peak_device), trace, captured.padded_sizes, buffers_of(record)
             )

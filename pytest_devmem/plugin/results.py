@@ -18,10 +18,13 @@ from ..gate.record import TestRecord
 from ..gate.refresh import refresh_baselines
 from ..gate.stale import SuiteShape, stale_baselines
 from ..gate.targets import TargetResult, TargetTable
+from ..hardware.driver_info import driver_info
 from ..model.device import DEFAULT_COMPUTE_CAPABILITY, Device
 from ..model.side_by_side import SideBySide, check_side_by_side
+from ..present.autosave import autosave
 from ..present.report import benchmark_json, render
 from ..present.summary import SummaryFacts
+from ..provenance import provenance
 from ..version import package_version
 from .checks import shown
 from .compile_target import CompileTarget
@@ -30,6 +33,7 @@ from .recording import allocator_setups, machine_spec
 from .run_info import collect_run_info
 from .settings import Settings
 from .shard import shard_of
+from .targets import session_results, table_columns
 from .workers import LargestTests, gpu_count, plan_workers, workers_per_device
 
 if TYPE_CHECKING:
@@ -141,7 +145,6 @@ class SessionResults:
         target, in one order whatever order the rows came in."""
         if not self.settings.targets:
             return None
-        from .targets import session_results, table_columns
 
         columns = table_columns(self.device.name, self.device.capacity, self.settings.targets)
         table = TargetTable(
@@ -186,8 +189,6 @@ class SessionResults:
         )
         self._write(self.settings.benchmark_json, "benchmark JSON", lambda: benchmark_json(self.records))
         if self.settings.autosave and self.records:  # a run that measured nothing leaves no file
-            from ..present.autosave import autosave
-
             try:
                 self.autosaved = autosave(
                     self.config.rootpath, render("report.json", self.records, info, unrecorded, self.targets), info
@@ -265,9 +266,6 @@ class SessionResults:
 
     def session_info(self) -> dict[str, object]:
         """The report's session: the device, the regime, versions, and where the figures came from."""
-        from ..hardware.driver_info import driver_info  # NVML's bindings through ctypes: at the session's end only
-        from ..provenance import provenance
-
         versions = {"pytest-devmem": package_version()}
         for package in ("jax", "jaxlib", "tensorflow", "tensorflow-cpu", "nvidia-ml-py"):
             try:

@@ -14,6 +14,8 @@ import pytest
 
 from ..capture.fixture_pool import RecordingPool
 from ..capture.jax.backend import jax_backend_started
+from ..capture.jax.gpu_compile import GpuSizer
+from ..capture.jax.tpu_compile import TpuSizer
 from ..capture.measurement import Measurement
 from ..compile_store import STORE_DIRECTORY
 from ..gate.baseline import BaselineStore
@@ -39,6 +41,7 @@ from .environment import (
     tensorflow_installed,
 )
 from .fixture import DevmemFixture
+from .isolation import ChildEventWriter, ChildOutcome, replay_from_children
 from .items import (
     captured_key,
     id_of_test,
@@ -53,11 +56,11 @@ from .items import (
 from .recording import machine_spec
 from .results import SessionResults
 from .settings import Settings
+from .targets import rerun_on_targets, table_columns
 from .workers import LargestTests, gpu_count, plan_workers
 
-if TYPE_CHECKING:  # isolation (child processes, their channel): loaded only when a test needs a child
+if TYPE_CHECKING:
     from ..capture.tensorflow.cpu_allocator import CpuAllocatorSetting
-    from .isolation import ChildEventWriter, ChildOutcome
 
 
 class DevmemSession:
@@ -212,7 +215,6 @@ class DevmemSession:
         regime = item.stash.get(regime_key, None)
         if regime is None or regime == self.settings.regime or self.is_child:
             return None
-        from .isolation import replay_from_children
 
         group = [item] if self.is_xdist_worker else self.isolated.get(regime, [item])
         replay_from_children(
@@ -397,7 +399,6 @@ class DevmemSession:
         if exitstatus == pytest.ExitCode.INTERRUPTED:
             self.results.targets_skipped = "the session was interrupted: the tests were not run on the other targets"
             return
-        from .targets import rerun_on_targets, table_columns
 
         columns = table_columns(self.device.name, self.device.capacity, self.settings.targets)
         reruns = [target.name for target in columns if not target.session]
@@ -549,7 +550,6 @@ def gpu_sizer(
     keeps its own sizes."""
     if target.spec is None:
         return None
-    from ..capture.jax.gpu_compile import GpuSizer  # the compile targets: only a session that sizes for one
 
     name = "devmem-tpu-sizes" if target.platform == "tpu" else "devmem-gpu-sizes"
     cache = getattr(config, "cache", None)
@@ -561,8 +561,6 @@ def gpu_sizer(
             directory = None
     user_directory = user_cache_directory(user_cache, name) if user_cache is not None else None
     if isinstance(target.spec, TpuSpec):
-        from ..capture.jax.tpu_compile import TpuSizer
-
         return TpuSizer(target.spec, directory, beside=True, user_cache_dir=user_directory, store_dir=store)
     return GpuSizer(target.spec, directory, user_cache_dir=user_directory, store_dir=store)
 

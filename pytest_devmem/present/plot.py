@@ -130,7 +130,7 @@ def write_plot(
 def save_png(figure: Any, path: str | os.PathLike[str], dpi: int) -> None:
     """A matplotlib figure as a PNG, drawn in memory and written as every other output is (atomic,
     never through a link); the figure is closed either way."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # the plot extra, optional
 
     buffer = io.BytesIO()
     try:
@@ -191,7 +191,7 @@ def peak_text(lane: DeviceLane, holders: int = 3) -> str:
 
 def render_png(view: TimelineView, path: str | os.PathLike[str], title: str) -> None:
     try:
-        import matplotlib
+        import matplotlib  # the plot extra, optional
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt

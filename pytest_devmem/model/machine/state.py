@@ -273,7 +273,7 @@ LANES_BY_COLUMN_FROM = 20_000
 
 def _lanes_by_column(trace: Trace) -> tuple[list[tuple[int, int, int]], object] | None:
     try:
-        from ..trace.by_column import lanes_by_column
+        from ..trace.by_column import lanes_by_column  # numpy: optional (the fast-traces and fast-model extras)
     except ImportError:
         return None
     return lanes_by_column(trace.devices, trace.processes, trace.sources)
@@ -281,7 +281,7 @@ def _lanes_by_column(trace: Trace) -> tuple[list[tuple[int, int, int]], object] 
 
 def _take(codes: list[int], indices: Any) -> list[int]:
     """codes[i] for each i of `indices` (a numpy array), as a list."""
-    import numpy as np
+    import numpy as np  # numpy: optional (the fast-traces and fast-model extras)
 
     return np.asarray(codes, dtype=np.int64)[indices].tolist()  # type: ignore[no-any-return]
 
