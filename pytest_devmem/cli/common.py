@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..errors import DevmemError
 from ..files import read_json
-from ..gate.baseline import read_directory, read_file
+from ..gate.baseline_files import read_directory, read_file
 from ..gate.compare import Key, Measured
 from ..gate.record import BaselineEntry
 from ..gate.tolerance import METRICS

@@ -15,7 +15,8 @@ from .. import hookspec
 from ..capture.jax.gpu_compile import cuda_compiler_problem
 from ..capture.jax.tpu_compile import tpu_compiler_problem
 from ..errors import DevmemError
-from ..gate.baseline import BaselineFormatError, BaselineStore
+from ..gate.baseline import BaselineStore
+from ..gate.baseline_files import BaselineFormatError
 from ..gate.marks import MARKER_HELP
 from ..hardware.devices import open_device
 from ..model.device import Device

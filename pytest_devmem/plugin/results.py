@@ -13,7 +13,8 @@ import pytest
 
 from ..compile_store import STORE_DIRECTORY, StoreUpdate, entry_problem, is_key, update_store
 from ..files import write_atomic
-from ..gate.baseline import BaselineFormatError, BaselineStore
+from ..gate.baseline import BaselineStore
+from ..gate.baseline_files import BaselineFormatError
 from ..gate.record import TestRecord
 from ..gate.refresh import refresh_baselines
 from ..gate.stale import SuiteShape, stale_baselines

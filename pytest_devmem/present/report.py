@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import FileFormatError
 from ..files import read_json
-from ..gate.baseline import figure_problem
+from ..gate.baseline_files import figure_problem
 from ..gate.record import TestRecord, requested_peak_only
 from ..gate.targets import TargetTable
 from ..gate.tolerance import METRICS, parse_tolerance
