@@ -25,7 +25,8 @@ from ..model.profile import decode_profile
 from ..model.timeline import build_view
 from ..model.whatif import MIN_FRACTION_FLOOR, find_min_fraction, what_if
 from ..present.buffers import html_section
-from ..present.plot import BaselineSide, write_plot
+from ..present.plot import write_plot
+from ..present.plot_parts import BaselineSide
 from ..present.text import terminal_lines
 from .compile_target import CompileTarget
 from .items import id_of_test, marked, oom_key, regime_of

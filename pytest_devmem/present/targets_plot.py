@@ -13,7 +13,8 @@ from pathlib import Path
 from ..files import write_atomic
 from ..gate.targets import FAILED, FITS, NOT_MEASURED, OOM, TargetResult, TargetTable
 from ..units import format_size
-from .plot import FREE_COLOUR, OOM_COLOUR, check_picture_path, save_png
+from .plot import check_picture_path, save_png
+from .plot_parts import FREE_COLOUR, OOM_COLOUR
 from .targets import OTHER_REGIME, sized_by
 from .text import html_text, matplotlib_text
 
