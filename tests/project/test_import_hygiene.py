@@ -201,7 +201,7 @@ def test_the_import_graph_test_sees_cycles_and_upward_imports() -> None:
 
 KNOWN_PRIVATE_READS = {
     "model/machine/loops/ondemand_columns.py: pool._held",  # the on-demand pool's buffers, set by column
-    "model/machine/state.py: pool._fragmentation",  # XLA's measure, which every pool's counters compute
+    "model/machine/allocator_rules.py: pool._fragmentation",  # XLA's measure, which every pool's counters compute
 }
 """Reads of a pool's private attributes from outside its module that are still there (none of a BFC pool's
 chunk table)."""

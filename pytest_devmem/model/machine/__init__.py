@@ -13,6 +13,7 @@ figure, timeline, contributor list and picture of a test comes from this one rep
 No pytest, no frameworks here.
 """
 
+from .device_state import TPU_RUNTIME_NAME, device_order
 from .maps import contributor, holders
 from .replay import Machine, maps_after, run_machine
 from .results import (
@@ -29,7 +30,6 @@ from .results import (
     SourceFigures,
     Timeline,
 )
-from .state import TPU_RUNTIME_NAME, device_order
 
 __all__ = [
     "DEFAULT_SOURCE",
