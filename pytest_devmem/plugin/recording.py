@@ -99,21 +99,8 @@ def make_record(
             record.trace["kept"] = captured.kept
     record.compile_target = compile_target
     record.compiler_entries = sorted(captured.compiler_entries)
-    if captured.runs and record.trace is not None:
-        executables = executable_summary(trace, captured.runs)
-        for name, sized in captured.sizes.items():
-            executables.get(name, {}).update(sized)  # type: ignore[arg-type]
-        record.trace["executables"] = executables
-        kept = {name: str(sized["note"]) for name, sized in captured.sizes.items() if sized.get("note")}
-        if kept:
-            notes.append(
-                f"{len(kept)} executable(s) {KEPT_CPU_SIZES}: "
-                + "; ".join(f"{name} ({why})" for name, why in sorted(kept.items()))
-            )
-    if captured.buffers and record.trace is not None:
-        record.trace["buffers"] = {
-            name: with_files_from(root, found) for name, found in sorted(captured.buffers.items())
-        }
+    if record.trace is not None:
+        add_executables(record.trace, captured, trace, notes, root)
     tpu = getattr(device, "tpu", None)
     if tpu is not None:
         describe_tpu(record, tpu.description, captured, trace, notes)
@@ -134,6 +121,26 @@ def make_record(
             if captured.functions:
                 record.trace["functions"] = captured.functions
     return record
+
+
+def add_executables(
+    facts: dict[str, object], captured: Captured, trace: Trace, notes: list[str], root: Path | None
+) -> None:
+    """What the test's executables allocated per run, as sized (a note for those kept at the CPU's
+    sizes), and the buffers each held at its peak, named from `root`, into the record's trace facts."""
+    if captured.runs:
+        executables = executable_summary(trace, captured.runs)
+        for name, sized in captured.sizes.items():
+            executables.get(name, {}).update(sized)  # type: ignore[arg-type]
+        facts["executables"] = executables
+        kept = {name: str(sized["note"]) for name, sized in captured.sizes.items() if sized.get("note")}
+        if kept:
+            notes.append(
+                f"{len(kept)} executable(s) {KEPT_CPU_SIZES}: "
+                + "; ".join(f"{name} ({why})" for name, why in sorted(kept.items()))
+            )
+    if captured.buffers:
+        facts["buffers"] = {name: with_files_from(root, found) for name, found in sorted(captured.buffers.items())}
 
 
 def describe_tpu(record: TestRecord, description: str, captured: Captured, trace: Trace, notes: list[str]) -> None:
