@@ -81,7 +81,7 @@ class SessionResults:
         self.targets: TargetTable | None = None  # at the end: the session's device and each target, every test
         # the target compiler's entries the records' sizes came from, by key: for the store beside the baselines
         self.compiler_entries: dict[str, dict[str, object]] = {}
-        self.compile_counts: dict[str, float | int] | None = None  # this process's sizer's (session.sizer_counts)
+        self.compile_counts: dict[str, float | int] | None = None  # this process's sizer's (sizer_counts)
         self.counts_from_workers: list[dict[str, float | int]] = []
         self.store_update: StoreUpdate | None = None  # what --devmem-update did to the store
 

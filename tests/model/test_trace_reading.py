@@ -1,5 +1,5 @@
-"""The two ways a trace's CSV is read give one trace: by column (pyarrow, trace_arrow.py) and row by
-row (trace.py, which also names the line of a bad value). Traces written here, RMM's logs and
+"""The two ways a trace's CSV is read give one trace: by column (pyarrow, trace/csv_columns.py) and row by
+row (trace/csv_file.py, which also names the line of a bad value). Traces written here, RMM's logs and
 hand-made files with odd cells are read both ways and compared, columns and names alike."""
 
 from __future__ import annotations
