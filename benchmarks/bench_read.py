@@ -131,12 +131,11 @@ def replay_seconds(path: Path, repeat: int, by_row: bool = False) -> float:
 def replay_times(path: Path, repeat: int, by_row: bool = False) -> tuple[float, float]:
     """(wall seconds, CPU seconds of the process, all its threads) of the fastest of `repeat` runs
     of `replay_seconds`: CPU time is what a machine busy with other work inflates least."""
-    from pytest_devmem import cli
-    from pytest_devmem.cli import replay_table
-    from pytest_devmem.model import trace_arrow
+    from pytest_devmem.cli import common, replay_table
+    from pytest_devmem.model.trace import csv_columns as trace_arrow
 
-    available, note_from = trace_arrow.available, cli.SLOW_READ_BYTES
-    cli.SLOW_READ_BYTES = 2**63  # no note on how to read faster: this is the slow way on purpose
+    available, note_from = trace_arrow.available, common.SLOW_READ_BYTES
+    common.SLOW_READ_BYTES = 2**63  # no note on how to read faster: this is the slow way on purpose
     best = (float("inf"), float("inf"))
     try:
         if by_row:
@@ -148,7 +147,7 @@ def replay_times(path: Path, repeat: int, by_row: bool = False) -> tuple[float, 
             best = min(best, (time.perf_counter() - start, time.process_time() - start_cpu))
     finally:
         trace_arrow.available = available  # type: ignore[assignment]
-        cli.SLOW_READ_BYTES = note_from
+        common.SLOW_READ_BYTES = note_from
     return best
 
 
@@ -157,7 +156,7 @@ def parse_seconds(path: Path, repeat: int) -> float:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    from pytest_devmem.model.trace_arrow import column_types
+    from pytest_devmem.model.trace.csv_columns import column_types
 
     types = column_types(pa)
     best = float("inf")
@@ -189,7 +188,7 @@ def measure_reading_memory(path: str) -> dict[str, float | int | None]:
     import pyarrow.csv  # noqa: F401
     import pyarrow.ipc  # noqa: F401
 
-    from pytest_devmem.model import trace_arrow, trace_ipc  # noqa: F401
+    from pytest_devmem.model.trace import arrow_file, csv_columns  # noqa: F401
 
     from .bench_machine import trace_bytes
 

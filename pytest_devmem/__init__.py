@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
+from .version import package_version
+
 
 def __getattr__(name: str) -> str:
     """`__version__`, looked up on first use: reading distribution metadata costs milliseconds."""
     if name == "__version__":
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            return version("pytest-devmem")
-        except PackageNotFoundError:  # a source tree that was never installed
-            return "0.0.0+unknown"
+        return package_version()
     raise AttributeError(f"module 'pytest_devmem' has no attribute {name!r}")

@@ -32,14 +32,12 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from ..errors import DevmemError
+from ..version import package_version
 from . import compare, compilers, convert, history, init_ci, merge, plot, replay, show
 from .common import InputError, error
 from .replay import replay_table
 
-__all__ = ["COMMANDS", "SLOW_READ_BYTES", "InputError", "build_parser", "main", "replay_table"]
-
-SLOW_READ_BYTES = 16 * 2**20
-"""A trace larger than this, read row by row (no pyarrow), gets a note on how to read it faster."""
+__all__ = ["COMMANDS", "InputError", "build_parser", "main", "replay_table"]
 
 COMMANDS: dict[str, ModuleType] = {
     "compare": compare,
@@ -58,10 +56,8 @@ COMMANDS: dict[str, ModuleType] = {
 def build_parser() -> argparse.ArgumentParser:
     """The `devmem` command's parser: its subcommands and their options (the documentation's CLI
     reference is generated from it)."""
-    from .. import __version__  # the root package's lazy attribute: distribution metadata, read only here
-
     parser = argparse.ArgumentParser(prog="devmem", description="Compare and list pytest-devmem measurements.")
-    parser.add_argument("--version", action="version", version=f"%(prog)s (pytest-devmem) {__version__}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s (pytest-devmem) {package_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     for name, module in COMMANDS.items():
         module.add_arguments(commands.add_parser(name, help=module.HELP))

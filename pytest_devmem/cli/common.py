@@ -13,19 +13,18 @@ from pathlib import Path
 
 from ..errors import DevmemError
 from ..files import read_json
-from ..gate.baseline import read_directory, read_file
+from ..gate.baseline_files import read_directory, read_file
 from ..gate.compare import Key, Measured
 from ..gate.record import BaselineEntry
 from ..gate.tolerance import METRICS
 from ..hardware.devices import open_device
-from ..model import trace_arrow
 from ..model.buffers import ProgramBuffers
 from ..model.frameworks import AllocatorSetup, setups_for
 from ..model.machine import MachineSpec
 from ..model.pool import Policy
 from ..model.tpu_devices import as_tpu_chips
 from ..model.tpu_targets import tpu_spec
-from ..model.trace import Trace
+from ..model.trace import Trace, csv_columns
 from ..present.report import ReportFile, read_report
 from ..present.shard_merge import unique_records
 from ..present.text import terminal, terminal_lines
@@ -55,6 +54,9 @@ def error(message: str) -> None:
 # -- output formats: Markdown for people, JSON and CSV for tools ---------------------------------------------------
 
 FORMATS = ("markdown", "json", "csv")
+
+SLOW_READ_BYTES = 16 * 2**20
+"""A trace larger than this, read row by row (no pyarrow), gets a note on how to read it faster."""
 
 
 def add_format_arguments(parser: argparse.ArgumentParser, help: str) -> None:
@@ -206,14 +208,10 @@ def regime_of_trace(path: Path, mode: str | None, fraction: str | None) -> tuple
 
 def read_trace(path: Path) -> Trace:
     """A trace file, or an InputError naming it; a note on stderr where a large one is read row by
-    row (no pyarrow), above the package's `SLOW_READ_BYTES`."""
-    # The threshold is the package's attribute, read at each call so that setting
-    # `pytest_devmem.cli.SLOW_READ_BYTES` takes effect; imported here since the package imports this module.
-    from . import SLOW_READ_BYTES
-
+    row (no pyarrow), above `SLOW_READ_BYTES`."""
     try:
         if (
-            not trace_arrow.available()
+            not csv_columns.available()
             and path.suffix.lower() == ".csv"
             and path.is_file()
             and path.stat().st_size > SLOW_READ_BYTES

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..model.trace_ipc import convert_trace
+from ..model.trace import convert_trace
 from .common import print_text
 
 HELP = "Write a trace's CSV as its Arrow IPC file (read some ten times faster), or back"

@@ -21,6 +21,7 @@ from ..errors import InvalidSettingError
 from ..files import write_atomic
 from ..model.device import open_simulated
 from ..options import OPTION, add_option
+from ..version import package_version
 from .common import InputError
 
 HELP = "Write the GitHub Actions workflows of a memory gate for your repository (.github/workflows/)"
@@ -74,8 +75,7 @@ def gate_for_users(tests: Sequence[str], device: str, mode: str | None, install:
     plugin from the index, pinned to this version, with pytest-split (`ci`) to shard; on a GPU or TPU
     preset, that device's compiler installed by `devmem compilers install`, outside the environment
     and matched to the JAX the project installed."""
-    from .. import __version__
-
+    version = package_version()
     compiler = compiler_for(device)
     tpu = compiler == "tpu"
     if mode is not None:
@@ -84,14 +84,14 @@ def gate_for_users(tests: Sequence[str], device: str, mode: str | None, install:
             raise InputError(
                 f"--mode {mode}: {device} is a TPU preset, whose regime is the TPU runtime's: leave --mode out"
             )
-    plugin = f"pytest-devmem[ci]=={__version__}"
+    plugin = f"pytest-devmem[ci]=={version}"
     measure_install = f"python -m pip install {install} {shlex.quote(plugin)}".replace("  ", " ")
     if compiler is not None:
         measure_install += f" && devmem compilers install --{compiler}"
     return Gate(
         tests=tuple(tests) or ("tests",),
         measure_install=measure_install,
-        gate_install=f"python -m pip install {shlex.quote(f'pytest-devmem=={__version__}')}",
+        gate_install=f"python -m pip install {shlex.quote(f'pytest-devmem=={version}')}",
         device=device,
         mode=None if tpu else (mode or "prealloc"),
         python=python,

@@ -13,7 +13,8 @@ from ..model.tpu_replay import tpu_replay_policy
 from ..model.tpu_targets import tpu_spec
 from ..model.trace import TRACE_SUFFIXES
 from ..options import OPTION, add_option
-from ..present.plot import check_picture_path, oom_caption, write_plot
+from ..present.plot import check_picture_path, write_plot
+from ..present.plot_parts import oom_caption
 from ..present.report import read_report
 from ..present.targets_plot import write_targets_plot
 from .common import (

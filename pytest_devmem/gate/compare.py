@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..model.buffers import ProgramBuffers
-from .baseline import BaselineEntry
 from .changes import Comparison, compare
-from .record import headline_peak
+from .record import BaselineEntry, headline_peak
 from .tolerance import parse_tolerance
 
 Key = tuple[str, str, str]  # test id, regime, device class

@@ -16,7 +16,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from .baseline import BaselineEntry, module_of
+from .baseline_files import module_of
+from .record import BaselineEntry
 
 
 def node_path(test_id: str) -> list[str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from ..model.explain import oom_message
 from .baseline import BaselineStore
 from .changes import buffers_of, compare, contributors_of, metrics_of
 from .record import TestRecord
@@ -24,7 +25,6 @@ def oom_verdict(record: TestRecord) -> str | None:
     regime, or it raised a real out-of-memory error (on a GPU), with what the model says of it."""
     if not record.oom:
         return None
-    from ..model.explain import oom_message
 
     return oom_message(record.oom, record.devices, record.regime, record.device)
 

@@ -24,6 +24,7 @@ from ..model.device import (
 )
 from ..model.tpu_targets import TpuSpec
 from ..units import format_size, round_up
+from .cuda_driver import LibCuda
 
 __all__ = ["DEVICE_SPEC_HELP", "CudaDevice", "CudaDriver", "cuda_device_count", "open_device"]
 
@@ -49,8 +50,6 @@ class CudaDevice:
 
     def __init__(self, index: int = 0, driver: CudaDriver | None = None) -> None:
         if driver is None:
-            from .cuda_driver import LibCuda
-
             driver = LibCuda()
         self.driver: CudaDriver = driver
         count = self.driver.device_count()
@@ -118,7 +117,6 @@ def cuda_device_count() -> int:
         return 0  # NVIDIA ships no CUDA driver for macOS since CUDA 10.2
     if sys.platform.startswith("linux") and not any(os.path.exists(path) for path in NVIDIA_DRIVER_PATHS):
         return 0
-    from .cuda_driver import LibCuda
 
     try:
         return LibCuda().device_count()

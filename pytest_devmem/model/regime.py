@@ -8,6 +8,7 @@ which is why a test under another regime runs in a child process (see isolation.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
@@ -40,8 +41,6 @@ def jax_fraction_variable() -> str:
     are set (JAX then quietly runs on CPU). Older jaxlibs read only the deprecated name. The
     installed option builder's source says which it reads; it is looked at, not imported.
     """
-    import importlib.util
-
     try:
         spec = importlib.util.find_spec("jaxlib")
     except (ImportError, ValueError):

@@ -11,8 +11,12 @@ from collections.abc import Generator
 
 import pytest
 
+from .. import hookspec
+from ..capture.jax.gpu_compile import cuda_compiler_problem
+from ..capture.jax.tpu_compile import tpu_compiler_problem
 from ..errors import DevmemError
-from ..gate.baseline import BaselineFormatError, BaselineStore
+from ..gate.baseline import BaselineStore
+from ..gate.baseline_files import BaselineFormatError
 from ..gate.marks import MARKER_HELP
 from ..hardware.devices import open_device
 from ..model.device import Device
@@ -22,6 +26,7 @@ from .compile_target import resolve as resolve_compile_target
 from .disabled import DisabledSession
 from .environment import conflicts_key, early_env_key, prepare, prepare_late, restore_all, tensorflow_cpu_key
 from .fixture import DevmemFixture
+from .isolation import open_child_channel
 from .items import DEFAULT_REGIME
 from .session import DevmemSession
 from .settings import PLUGIN_NAME, Settings, add_options, load_settings
@@ -35,9 +40,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     """The hooks a project may implement (pytest_devmem/hookspec.py)."""
-    # beside plugin/, not below it (tests/project/test_import_hygiene.py): loaded where pytest asks
-    from .. import hookspec
-
     pluginmanager.add_hookspecs(hookspec)
 
 
@@ -81,8 +83,6 @@ def pytest_configure(config: pytest.Config) -> None:
             config.getoption("devmem_child_output", default=None) is not None
             or config.getoption("devmem_child_nodes", default=None) is not None
         ):
-            from .isolation import open_child_channel  # a child session's only: not loaded otherwise
-
             child = open_child_channel(config)
     except pytest.UsageError:
         restore_all(config, config.stash.get(early_env_key, None))  # undo what pytest_load_initial_conftests set
@@ -109,9 +109,6 @@ def devmem(request: pytest.FixtureRequest) -> Generator[DevmemFixture, None, Non
 def compile_target(settings: Settings, device: Device) -> CompileTarget:
     """Whose compile sizes JAX's executables this session; the device class says so where the sizes
     are not the device's own (so a baseline of one compile's sizes is never compared with another's)."""
-    from ..capture.jax.gpu_compile import cuda_compiler_problem  # the compile targets: a measuring session's only
-    from ..capture.jax.tpu_compile import tpu_compiler_problem
-
     target = resolve_compile_target(
         settings.compile_target, device, cuda_compiler_problem(), tpu_compiler_problem(), settings.compile_target_source
     )

@@ -14,6 +14,7 @@ import pytest
 from ..capture.measurement import Captured, Measurement
 from ..files import path_in
 from ..gate.baseline import BaselineStore
+from ..gate.changes import buffers_of
 from ..gate.marks import compiles_verdict, fragmentation_verdict, leak_verdict, limit_verdict
 from ..gate.record import TestRecord
 from ..gate.tolerance import parse_tolerance
@@ -23,6 +24,9 @@ from ..model.pool import Policy
 from ..model.profile import decode_profile
 from ..model.timeline import build_view
 from ..model.whatif import MIN_FRACTION_FLOOR, find_min_fraction, what_if
+from ..present.buffers import html_section
+from ..present.plot import write_plot
+from ..present.plot_parts import BaselineSide
 from ..present.text import terminal_lines
 from .compile_target import CompileTarget
 from .items import id_of_test, marked, oom_key, regime_of
@@ -145,9 +149,6 @@ class Checks:
         directory = self.settings.artifacts_dir
         if directory is None or record.trace_events is None or record.run is None:
             return ""
-        from ..gate.changes import buffers_of
-        from ..present.buffers import html_section
-        from ..present.plot import BaselineSide, write_plot  # only for a failure's picture: not loaded otherwise
 
         name = f"{record.test_id}[{record.regime}]"
         trace, picture = path_in(directory, name, ".csv"), path_in(directory, name, ".html")

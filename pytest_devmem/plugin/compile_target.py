@@ -9,7 +9,13 @@ device's own."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
+import pytest
+
+from ..capture.jax.gpu_compile import GpuSizer
+from ..capture.jax.tpu_compile import TpuSizer
+from ..capture.measurement import Measurement
 from ..model.device import Device, DeviceKind
 from ..model.gpu_targets import GPU_SPECS, GpuSpec, gpu_spec
 from ..model.tpu_targets import TpuSpec, tpu_spec
@@ -17,7 +23,16 @@ from ..options import COMPILE_TARGET_CHOICES as CHOICES
 from ..options import COMPILE_TARGET_HELP as HELP
 from ..options import parse_compile_target
 
-__all__ = ["CHOICES", "HELP", "CompileTarget", "compilers_needed", "parse_compile_target", "resolve"]
+__all__ = [
+    "CHOICES",
+    "HELP",
+    "CompileTarget",
+    "compilers_needed",
+    "gpu_sizer",
+    "parse_compile_target",
+    "resolve",
+    "sizer_counts",
+]
 """The setting's choices, help and parser are `options.py`'s (shared with the devmem command); kept importable here."""
 
 
@@ -113,3 +128,50 @@ def resolve(
         f"JAX's executables are sized as {name}'s compile sizes them (deviceless, so without the autotuning a real GPU does), where they compile for it{chosen}",
         suffix,
     )
+
+
+def sizer_counts(measurement: Measurement) -> dict[str, float | int] | None:
+    """What the session's GPU or TPU sizer compiled, and found stored: None where none sized anything."""
+    sizer = measurement.jax_capture.sizer
+    if sizer is None or not getattr(sizer, "installed", False):
+        return None
+    counts: dict[str, float | int] = sizer.counts()
+    return counts
+
+
+def gpu_sizer(
+    config: pytest.Config, target: CompileTarget, user_cache: Path | None = None, store: Path | None = None
+) -> object | None:
+    """The GPU or TPU sizer for the session's compile target, its results cached on disk in pytest's
+    cache directory where there is one, and in `user_cache` (--devmem-cache-dir) where it is given,
+    and read from the entries stored beside the baselines (`store`, compile_store.py); None where JAX
+    keeps its own sizes."""
+    if target.spec is None:
+        return None
+
+    name = "devmem-tpu-sizes" if target.platform == "tpu" else "devmem-gpu-sizes"
+    cache = getattr(config, "cache", None)
+    directory = None
+    if cache is not None:
+        try:
+            directory = cache.mkdir(name)
+        except OSError:
+            directory = None
+    user_directory = user_cache_directory(user_cache, name) if user_cache is not None else None
+    if isinstance(target.spec, TpuSpec):
+        return TpuSizer(target.spec, directory, beside=True, user_cache_dir=user_directory, store_dir=store)
+    return GpuSizer(target.spec, directory, user_cache_dir=user_directory, store_dir=store)
+
+
+def user_cache_directory(root: Path, name: str) -> Path:
+    """`name` in the user's cache (made where missing); a usage error naming the directory where it
+    cannot be made."""
+    directory = root / name
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise pytest.UsageError(
+            f"invalid devmem cache directory {str(root)!r}: it cannot hold the compiled sizes ({exc.strerror or exc}); "
+            "name a directory you can write, or leave --devmem-cache-dir unset to keep them in pytest's cache only"
+        ) from None
+    return directory

@@ -13,12 +13,17 @@ from collections.abc import Mapping, MutableMapping
 
 import pytest
 
+from ..capture.jax import compilers  # imports no framework
+from ..capture.jax.gpu_compile import environment_for_deviceless_compile, installed_cuda_major
+from ..capture.jax.tpu_compile import environment_for_libtpu
+
 # None of these imports a framework: JAX and TensorFlow must start after this module has set their variables.
 from ..capture.tensorflow.cpu_allocator import ONEDNN_VARIABLE, CpuAllocatorSetting, prepare_cpu_allocator
 from ..capture.tensorflow.cpu_allocator import VARIABLE as TF_CPU_BFC
 from ..capture.tensorflow.warmup import INTEROP_VARIABLE, ORDER_VARIABLE, prepare_interop, prepare_order
 from ..model.pool.policy import Mode
 from ..model.regime import Regime
+from .compile_target import compilers_needed
 from .settings import Settings
 from .workers import gpu_count
 
@@ -69,9 +74,6 @@ def load_compilers(settings: Settings) -> None:
     after this finds them as if installed (its `jax_plugins` discovery, `import libtpu`;
     capture/jax/compilers.py). Where one cannot be loaded, its problem is kept for the compile
     target's note (pytest_configure), which names the command that installs it."""
-    from ..capture.jax import compilers  # imports no framework
-    from .compile_target import compilers_needed
-
     for platform in compilers_needed(settings.device_spec, settings.compile_target):
         compilers.load(platform, settings.compilers_dir)
 
@@ -82,10 +84,6 @@ def prepare_deviceless_compile() -> dict[str, str | None]:
     traceback at JAX's start (capture/jax/gpu_compile.py); where libtpu can be, on a machine without
     a TPU: what keeps its start quiet and off the real TPU's lock (capture/jax/tpu_compile.py). The
     previous values, to put back."""
-    # the compile targets' modules, loaded by a measuring session only (neither imports JAX or libtpu at its top)
-    from ..capture.jax.gpu_compile import environment_for_deviceless_compile, installed_cuda_major
-    from ..capture.jax.tpu_compile import environment_for_libtpu
-
     wanted = environment_for_libtpu(os.environ)
     if installed_cuda_major() is not None:
         wanted.update(environment_for_deviceless_compile(os.environ, gpu_count() > 0))

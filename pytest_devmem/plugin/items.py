@@ -4,6 +4,7 @@ window captured) and how a test is named in records and baselines."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
@@ -127,3 +128,23 @@ def refusal_raised_at(
     if not frames:
         return item.nodeid
     return f"{item.location[0]}:{frames[-1].lineno + 1}"
+
+
+LIBRARY_TEST_CASES = ("unittest.", "absl.testing.")
+"""Modules whose TestCase classes' own setUpClass and tearDownClass make nothing of a test's."""
+
+
+def library_class_fixture(fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> bool:
+    """Whether this is the class fixture pytest makes for a unittest class (`_pytest/unittest.py`,
+    `_register_unittest_setup_class_fixture`) whose class setup and teardown are all a testing
+    library's (unittest's, absltest's): it left nothing of its own to collect."""
+    if not fixturedef.argname.startswith("_unittest_setUpClass_fixture_"):
+        return False
+    cls = getattr(request.node, "cls", None) or getattr(request, "cls", None)
+    if cls is None:
+        return False
+    for name in ("setUpClass", "tearDownClass", "doClassCleanups"):
+        function = getattr(getattr(cls, name, None), "__func__", None)
+        if function is None or not str(getattr(function, "__module__", "")).startswith(LIBRARY_TEST_CASES):
+            return False
+    return True

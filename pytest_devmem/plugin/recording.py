@@ -10,15 +10,18 @@ from typing import TYPE_CHECKING
 
 from ..capture.measurement import Captured, Measurement
 from ..files import frames_from
+from ..gate.changes import buffers_of
 from ..gate.record import KEPT_CPU_SIZES, TestRecord
 from ..model.device import Device
 from ..model.executables import executable_summary
 from ..model.fragmentation import pinning_buffers
 from ..model.frameworks import AllocatorSetup, setups_for
 from ..model.machine import MachineSpec, run_machine
+from ..model.padding import padding_at_peak
 from ..model.pool import Policy
 from ..model.profile import in_use_profile
 from ..model.regime import jax_fraction_variable
+from ..model.tpu_devices import as_tpu_chips
 from ..model.whatif import proven_fixes
 
 if TYPE_CHECKING:
@@ -65,8 +68,6 @@ def make_record(
     project's folder, from which the buffers' source files are named."""
     trace, notes, traced_nothing = measurement.trace_of(captured)
     if device.tpu is not None:  # each CPU device stands for a chip: named as one
-        from ..model.tpu_devices import as_tpu_chips  # a TPU preset's only: not loaded otherwise
-
         trace = as_tpu_chips(trace)
     spec = machine_spec(device, context_bytes)
     setups = allocator_setups(policy, device)
@@ -97,28 +98,12 @@ def make_record(
             record.trace["kept"] = captured.kept
     record.compile_target = compile_target
     record.compiler_entries = sorted(captured.compiler_entries)
-    if captured.runs and record.trace is not None:
-        executables = executable_summary(trace, captured.runs)
-        for name, sized in captured.sizes.items():
-            executables.get(name, {}).update(sized)  # type: ignore[arg-type]
-        record.trace["executables"] = executables
-        kept = {name: str(sized["note"]) for name, sized in captured.sizes.items() if sized.get("note")}
-        if kept:
-            notes.append(
-                f"{len(kept)} executable(s) {KEPT_CPU_SIZES}: "
-                + "; ".join(f"{name} ({why})" for name, why in sorted(kept.items()))
-            )
-    if captured.buffers and record.trace is not None:
-        record.trace["buffers"] = {
-            name: with_files_from(root, found) for name, found in sorted(captured.buffers.items())
-        }
+    if record.trace is not None:
+        add_executables(record.trace, captured, trace, notes, root)
     tpu = device.tpu
     if tpu is not None:
         describe_tpu(record, tpu.description, captured, trace, notes)
         if run is not None and record.tpu is not None and record.peak_device is not None:
-            from ..gate.changes import buffers_of
-            from ..model.padding import padding_at_peak
-
             padding = padding_at_peak(
                 run.snapshots.get(record.peak_device), trace, captured.padded_sizes, buffers_of(record)
             )
@@ -135,6 +120,26 @@ def make_record(
             if captured.functions:
                 record.trace["functions"] = captured.functions
     return record
+
+
+def add_executables(
+    facts: dict[str, object], captured: Captured, trace: Trace, notes: list[str], root: Path | None
+) -> None:
+    """What the test's executables allocated per run, as sized (a note for those kept at the CPU's
+    sizes), and the buffers each held at its peak, named from `root`, into the record's trace facts."""
+    if captured.runs:
+        executables = executable_summary(trace, captured.runs)
+        for name, sized in captured.sizes.items():
+            executables.get(name, {}).update(sized)  # type: ignore[arg-type]
+        facts["executables"] = executables
+        kept = {name: str(sized["note"]) for name, sized in captured.sizes.items() if sized.get("note")}
+        if kept:
+            notes.append(
+                f"{len(kept)} executable(s) {KEPT_CPU_SIZES}: "
+                + "; ".join(f"{name} ({why})" for name, why in sorted(kept.items()))
+            )
+    if captured.buffers:
+        facts["buffers"] = {name: with_files_from(root, found) for name, found in sorted(captured.buffers.items())}
 
 
 def describe_tpu(record: TestRecord, description: str, captured: Captured, trace: Trace, notes: list[str]) -> None:

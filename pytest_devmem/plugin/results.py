@@ -13,15 +13,20 @@ import pytest
 
 from ..compile_store import STORE_DIRECTORY, StoreUpdate, entry_problem, is_key, update_store
 from ..files import write_atomic
-from ..gate.baseline import BaselineFormatError, BaselineStore
+from ..gate.baseline import BaselineStore
+from ..gate.baseline_files import BaselineFormatError
 from ..gate.record import TestRecord
 from ..gate.refresh import refresh_baselines
 from ..gate.stale import SuiteShape, stale_baselines
 from ..gate.targets import TargetResult, TargetTable
+from ..hardware.driver_info import driver_info
 from ..model.device import Device, DeviceKind
 from ..model.side_by_side import SideBySide, check_side_by_side
+from ..present.autosave import autosave
 from ..present.report import benchmark_json, render
 from ..present.summary import SummaryFacts
+from ..provenance import provenance
+from ..version import package_version
 from .checks import shown
 from .compile_target import CompileTarget
 from .environment import tensorflow_cpu_key
@@ -29,6 +34,7 @@ from .recording import allocator_setups, machine_spec
 from .run_info import collect_run_info
 from .settings import Settings
 from .shard import shard_of
+from .targets import session_results, table_columns
 from .workers import LargestTests, gpu_count, plan_workers, workers_per_device
 
 if TYPE_CHECKING:
@@ -75,7 +81,7 @@ class SessionResults:
         self.targets: TargetTable | None = None  # at the end: the session's device and each target, every test
         # the target compiler's entries the records' sizes came from, by key: for the store beside the baselines
         self.compiler_entries: dict[str, dict[str, object]] = {}
-        self.compile_counts: dict[str, float | int] | None = None  # this process's sizer's (session.sizer_counts)
+        self.compile_counts: dict[str, float | int] | None = None  # this process's sizer's (sizer_counts)
         self.counts_from_workers: list[dict[str, float | int]] = []
         self.store_update: StoreUpdate | None = None  # what --devmem-update did to the store
 
@@ -140,7 +146,6 @@ class SessionResults:
         target, in one order whatever order the rows came in."""
         if not self.settings.targets:
             return None
-        from .targets import session_results, table_columns
 
         columns = table_columns(self.device.name, self.device.capacity, self.settings.targets)
         table = TargetTable(
@@ -185,8 +190,6 @@ class SessionResults:
         )
         self._write(self.settings.benchmark_json, "benchmark JSON", lambda: benchmark_json(self.records))
         if self.settings.autosave and self.records:  # a run that measured nothing leaves no file
-            from ..present.autosave import autosave
-
             try:
                 self.autosaved = autosave(
                     self.config.rootpath, render("report.json", self.records, info, unrecorded, self.targets), info
@@ -264,11 +267,7 @@ class SessionResults:
 
     def session_info(self) -> dict[str, object]:
         """The report's session: the device, the regime, versions, and where the figures came from."""
-        from .. import __version__  # the root package's lazy attribute: distribution metadata, read only here
-        from ..hardware.driver_info import driver_info  # NVML's bindings through ctypes: at the session's end only
-        from ..provenance import provenance
-
-        versions = {"pytest-devmem": __version__}
+        versions = {"pytest-devmem": package_version()}
         for package in ("jax", "jaxlib", "tensorflow", "tensorflow-cpu", "nvidia-ml-py"):
             try:
                 versions[package] = importlib.metadata.version(package)

@@ -7,7 +7,6 @@ import os
 import sys
 import warnings
 from collections.abc import Generator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -18,16 +17,12 @@ from ..capture.measurement import Measurement
 from ..compile_store import STORE_DIRECTORY
 from ..gate.baseline import BaselineStore
 from ..model.device import Device, DeviceKind
-from ..model.frameworks import AllocatorSetup
 from ..model.pool import make_pool
 from ..model.regime import Regime
-from ..model.tpu_targets import TpuSpec
-from ..model.whatif import process_shares
 from ..present.summary import SessionSummary
 from ..present.text import terminal_lines
-from ..units import format_size
 from .checks import Checks
-from .compile_target import CompileTarget
+from .compile_target import CompileTarget, gpu_sizer, sizer_counts
 from .environment import (
     configure_tensorflow_gpus,
     early_env_key,
@@ -39,9 +34,11 @@ from .environment import (
     tensorflow_installed,
 )
 from .fixture import DevmemFixture
+from .isolation import ChildEventWriter, ChildOutcome, replay_from_children
 from .items import (
     captured_key,
     id_of_test,
+    library_class_fixture,
     mark_key,
     measured,
     oom_key,
@@ -50,14 +47,14 @@ from .items import (
     refusal_raised_at,
     regime_key,
 )
-from .recording import machine_spec
 from .results import SessionResults
 from .settings import Settings
-from .workers import LargestTests, gpu_count, plan_workers
+from .targets import rerun_measured
+from .workers import LargestTests
+from .xdist import controller_plan, ignore_shutdown_interrupt_in_jax_gc, worker_count
 
-if TYPE_CHECKING:  # isolation (child processes, their channel): loaded only when a test needs a child
+if TYPE_CHECKING:
     from ..capture.tensorflow.cpu_allocator import CpuAllocatorSetting
-    from .isolation import ChildEventWriter, ChildOutcome
 
 
 class DevmemSession:
@@ -89,7 +86,7 @@ class DevmemSession:
         self.child_outcomes: dict[Regime, ChildOutcome] = {}
         self.largest = LargestTests(worker_count(config)) if self.is_xdist_worker else None
         self.target_items: list[pytest.Item] = []  # measured tests this process ran, to run again on --devmem-targets
-        self.xdist_note = self._plan_workers()
+        self.xdist_note = "" if self.is_xdist_worker or self.is_child else controller_plan(config, settings, device)
         self._tensorflow_configured = False
         self._frozen_in: str | None = None  # the module whose first measured test last thawed the collector
         self._shared_fixture_finished = False  # a fixture wider than a test was torn down since the last thaw
@@ -212,7 +209,6 @@ class DevmemSession:
         regime = item.stash.get(regime_key, None)
         if regime is None or regime == self.settings.regime or self.is_child:
             return None
-        from .isolation import replay_from_children
 
         group = [item] if self.is_xdist_worker else self.isolated.get(regime, [item])
         replay_from_children(
@@ -383,34 +379,20 @@ class DevmemSession:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_child:
             return
-        self._rerun_on_targets(exitstatus)
+        if self.settings.targets and self.target_items:  # --devmem-targets: this process's measured tests, again
+            interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+            results, children, skipped = rerun_measured(
+                self.config, self.settings, self.device, self.target_items, self.regime_env, interrupted
+            )
+            self.results.target_results += results
+            self.results.target_children += children
+            if skipped:
+                self.results.targets_skipped = skipped
         self.results.compile_counts = sizer_counts(self.measurement)
         if self.is_xdist_worker:  # only the controller writes: every record reaches it
             self.config.workeroutput["devmem"] = self.results.worker_output(self.largest)  # type: ignore[attr-defined]
             return
         self.results.finish(session)
-
-    def _rerun_on_targets(self, exitstatus: int) -> None:
-        """--devmem-targets: the measured tests this process ran, once more on each other target."""
-        if not self.settings.targets or not self.target_items:
-            return
-        if exitstatus == pytest.ExitCode.INTERRUPTED:
-            self.results.targets_skipped = "the session was interrupted: the tests were not run on the other targets"
-            return
-        from .targets import rerun_on_targets, table_columns
-
-        columns = table_columns(self.device.name, self.device.capacity, self.settings.targets)
-        reruns = [target.name for target in columns if not target.session]
-        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        if reruns and reporter is not None and not self.is_xdist_worker:
-            if self.config.get_verbosity() < 0:
-                reporter.write_line("")  # -q leaves the progress line open
-            reporter.write_line(
-                f"devmem: running {len(self.target_items)} measured test(s) again on {len(reruns)} other target(s): {', '.join(reruns)} (--devmem-targets)"
-            )
-        results, children = rerun_on_targets(self.config, self.settings, self.target_items, columns, self.regime_env)
-        self.results.target_results += results
-        self.results.target_children += children
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
         results = self.results
@@ -457,129 +439,3 @@ class DevmemSession:
         problem = configure_tensorflow_gpus(self.settings.effective_regime, self.device.capacity)  # type: ignore[arg-type]
         if problem:
             warnings.warn(pytest.PytestWarning(problem), stacklevel=1)
-
-    def _plan_workers(self) -> str:
-        """On the xdist controller: how workers will share the device; a warning where they cannot."""
-        if self.is_xdist_worker or self.is_child or self.settings.regime is None:
-            return ""
-        if self.settings.tpu is not None:
-            return ""  # a TPU's chips belong to one process: each worker is measured alone
-        try:
-            count = int(self.config.getoption("numprocesses", default=0) or 0)
-        except (TypeError, ValueError):
-            count = 0
-        uses_gpu = self.device.kind is DeviceKind.CUDA
-        plan = plan_workers(
-            self.settings.regime, self.settings.fraction_chosen, 0, count, gpu_count() if uses_gpu else 0, uses_gpu
-        )
-        if not plan.warning:
-            return plan.note
-        warning = plan.warning + self._crowding(count)
-        self.config.issue_config_time_warning(pytest.PytestWarning(warning), stacklevel=2)
-        return warning
-
-    def _crowding(self, count: int) -> str:
-        """What each worker's JAX would really hold on this device, started one after the other."""
-        regime = self.settings.regime
-        if regime is None or not regime.policy.preallocates:
-            return ""
-        shares = process_shares(
-            machine_spec(self.device, self.settings.cuda_context_bytes),
-            AllocatorSetup("jax", "prealloc", regime.fraction),
-            count,
-        )
-        held = ", ".join(f"worker {i + 1} {format_size(share)}" for i, share in enumerate(shares))
-        return f"; on {self.device.name}, started one after the other, each JAX preallocation backs off to what is left: {held}"
-
-
-LIBRARY_TEST_CASES = ("unittest.", "absl.testing.")
-"""Modules whose TestCase classes' own setUpClass and tearDownClass make nothing of a test's."""
-
-
-def library_class_fixture(fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> bool:
-    """Whether this is the class fixture pytest makes for a unittest class (`_pytest/unittest.py`,
-    `_register_unittest_setup_class_fixture`) whose class setup and teardown are all a testing
-    library's (unittest's, absltest's): it left nothing of its own to collect."""
-    if not fixturedef.argname.startswith("_unittest_setUpClass_fixture_"):
-        return False
-    cls = getattr(request.node, "cls", None) or getattr(request, "cls", None)
-    if cls is None:
-        return False
-    for name in ("setUpClass", "tearDownClass", "doClassCleanups"):
-        function = getattr(getattr(cls, name, None), "__func__", None)
-        if function is None or not str(getattr(function, "__module__", "")).startswith(LIBRARY_TEST_CASES):
-            return False
-    return True
-
-
-def ignore_shutdown_interrupt_in_jax_gc() -> None:
-    """An xdist worker that is still busy 5 s after its controller ended the session gets a SIGINT
-    from execnet (`gateway_base._terminate_execution`); the KeyboardInterrupt lands wherever Python
-    is, most often in JAX's `_xla_gc_callback` (jax/_src/lib/__init__.py, run on every garbage
-    collection), where Python cannot raise it and pytest prints it as an unraisable-exception warning
-    at exit. What keeps a worker busy then is not pytest-devmem (it happens with `-p no:devmem`):
-    hypothesis's pytest plugin, for one, imports hypothesis in each worker's terminal summary, after
-    the worker has reported its results, and every collection during that import runs JAX's
-    callback. The worker has sent everything; only that one warning is dropped, in the worker, at
-    its very end: any other unraisable exception is still reported."""
-    warnings.filterwarnings(
-        "ignore",
-        message=r"(?s)Exception ignored in: <function _xla_gc_callback\b.*\bKeyboardInterrupt",
-        category=pytest.PytestUnraisableExceptionWarning,
-    )
-
-
-def sizer_counts(measurement: Measurement) -> dict[str, float | int] | None:
-    """What the session's GPU or TPU sizer compiled, and found stored: None where none sized anything."""
-    sizer = measurement.jax_capture.sizer
-    if sizer is None or not getattr(sizer, "installed", False):
-        return None
-    counts: dict[str, float | int] = sizer.counts()
-    return counts
-
-
-def gpu_sizer(
-    config: pytest.Config, target: CompileTarget, user_cache: Path | None = None, store: Path | None = None
-) -> object | None:
-    """The GPU or TPU sizer for the session's compile target, its results cached on disk in pytest's
-    cache directory where there is one, and in `user_cache` (--devmem-cache-dir) where it is given,
-    and read from the entries stored beside the baselines (`store`, compile_store.py); None where JAX
-    keeps its own sizes."""
-    if target.spec is None:
-        return None
-    from ..capture.jax.gpu_compile import GpuSizer  # the compile targets: only a session that sizes for one
-
-    name = "devmem-tpu-sizes" if target.platform == "tpu" else "devmem-gpu-sizes"
-    cache = getattr(config, "cache", None)
-    directory = None
-    if cache is not None:
-        try:
-            directory = cache.mkdir(name)
-        except OSError:
-            directory = None
-    user_directory = user_cache_directory(user_cache, name) if user_cache is not None else None
-    if isinstance(target.spec, TpuSpec):
-        from ..capture.jax.tpu_compile import TpuSizer
-
-        return TpuSizer(target.spec, directory, beside=True, user_cache_dir=user_directory, store_dir=store)
-    return GpuSizer(target.spec, directory, user_cache_dir=user_directory, store_dir=store)
-
-
-def user_cache_directory(root: Path, name: str) -> Path:
-    """`name` in the user's cache (made where missing); a usage error naming the directory where it
-    cannot be made."""
-    directory = root / name
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise pytest.UsageError(
-            f"invalid devmem cache directory {str(root)!r}: it cannot hold the compiled sizes ({exc.strerror or exc}); "
-            "name a directory you can write, or leave --devmem-cache-dir unset to keep them in pytest's cache only"
-        ) from None
-    return directory
-
-
-def worker_count(config: pytest.Config) -> int:
-    """The number of pytest-xdist workers, as a worker is told."""
-    count = getattr(config, "workerinput", {}).get("workercount")
-    return count if isinstance(count, int) and count > 0 else 1

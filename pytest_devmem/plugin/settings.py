@@ -184,45 +184,8 @@ class Settings:
 def load_settings(config: pytest.Config) -> Settings:
     """Read and validate every setting; pytest.UsageError on the first bad one."""
     options = {option.name: option for option in OPTIONS}
-    disable = bool(_checked(config, options["disable"], parse_flag))
-    only = bool(_checked(config, options["only"], parse_flag))
-    if disable and only:
-        raise pytest.UsageError(
-            f"{options['disable'].option} and {options['only'].option} contradict each other: one measures nothing, the other runs only what is measured (as pytest-benchmark's --benchmark-disable and --benchmark-only)"
-        )
-    if disable:
-        refused = [where for name in MEASURING_OUTPUTS if (where := _given(config, options[name])) is not None]
-        if refused:
-            raise pytest.UsageError(
-                f"{options['disable'].option} measures nothing, so {' and '.join(refused)} would have nothing to "
-                "write, check or run: drop one or the other (as --devmem-disable with --devmem-only)"
-            )
-    mode = _parsed(config, options["mode"])
-    fraction = _parsed(config, options["fraction"])
-    regime = None
-    if mode is not None or fraction is not None:
-        try:
-            regime = Regime.of(mode or "fraction", fraction)  # type: ignore[arg-type]
-        except DevmemError as exc:
-            raise pytest.UsageError(f"{exc} (from {options['mode'].option} and {options['fraction'].option})") from None
-    device_spec, device_from = raw_value(config, options["device"])
-    device_spec = device_spec or str(options["device"].default)
-    tpu = tpu_spec(device_spec)
-    if tpu is not None and regime is not None:
-        if (
-            fraction is not None and fraction != 1.0
-        ) or regime.mode in GPU_ONLY_MODES:  # (1: all usable HBM, as a child is told)
-            asked = (
-                f"--devmem-fraction={fraction:g}"
-                if fraction is not None and mode is None
-                else f"--devmem-mode={regime.label}"
-            )
-            raise pytest.UsageError(
-                f"{tpu_regime_refusal(tpu, asked)} (from {options['mode'].option} and {options['fraction'].option}, device {device_spec})"
-            )
-        regime = on_tpu(regime)
-    if tpu is not None and _checked(config, options["find-min-fraction"], parse_flag):
-        raise pytest.UsageError(f"{tpu_min_fraction_refusal(tpu)} (device {device_spec})")
+    disable, only = _disable_and_only(config, options)
+    regime, fraction, device_spec, device_from, tpu = _regime_and_device(config, options)
     report_path = _path_setting(config, options["report"], "report file", directory=False, suffixes=REPORT_FORMATS)
     baselines = _path_setting(
         config,
@@ -245,27 +208,7 @@ def load_settings(config: pytest.Config) -> Settings:
     compilers_dir = _path_setting(config, options["compilers"], "compilers directory", directory=True)
     benchmark_path = _path_setting(config, options["benchmark-json"], "benchmark JSON file", directory=False)
     traces_dir = _path_setting(config, options["traces"], "traces directory", directory=True)
-    plan = None
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker and not config.getoption("devmem_child_output", default=None):
-        count_text = os.environ.get("PYTEST_XDIST_WORKER_COUNT") or "0"
-        try:
-            count = int(count_text)
-        except ValueError:
-            raise pytest.UsageError(
-                f"invalid PYTEST_XDIST_WORKER_COUNT={count_text!r}: pytest-xdist sets it to the number of workers, a whole number"
-            ) from None
-        uses_gpu = not device_spec.startswith("sim")
-        if (
-            tpu is not None
-        ):  # a TPU's chips belong to one process: workers never share one, each keeps the runtime's regime
-            plan = WorkerPlan(
-                regime, note=f"{count} workers, each measured as the only process on its {tpu.description} chips"
-            )
-        else:
-            plan = plan_workers(
-                regime, fraction is not None, worker_index(worker), count, gpu_count() if uses_gpu else 0, uses_gpu
-            )
+    plan = _worker_plan(config, regime, fraction is not None, device_spec, tpu)
     return Settings(
         regime=regime,
         device_spec=device_spec,
@@ -297,6 +240,82 @@ def load_settings(config: pytest.Config) -> Settings:
         disable=disable,
         only=only,
     )
+
+
+def _disable_and_only(config: pytest.Config, options: dict[str, Option]) -> tuple[bool, bool]:
+    """--devmem-disable and --devmem-only; a usage error where they contradict each other, or where
+    --devmem-disable comes with an output that measures."""
+    disable = bool(_checked(config, options["disable"], parse_flag))
+    only = bool(_checked(config, options["only"], parse_flag))
+    if disable and only:
+        raise pytest.UsageError(
+            f"{options['disable'].option} and {options['only'].option} contradict each other: one measures nothing, the other runs only what is measured (as pytest-benchmark's --benchmark-disable and --benchmark-only)"
+        )
+    if disable:
+        refused = [where for name in MEASURING_OUTPUTS if (where := _given(config, options[name])) is not None]
+        if refused:
+            raise pytest.UsageError(
+                f"{options['disable'].option} measures nothing, so {' and '.join(refused)} would have nothing to "
+                "write, check or run: drop one or the other (as --devmem-disable with --devmem-only)"
+            )
+    return disable, only
+
+
+def _regime_and_device(
+    config: pytest.Config, options: dict[str, Option]
+) -> tuple[Regime | None, float | None, str, str, TpuSpec | None]:
+    """The session's regime (None: each test's own, or the default), the fraction given, the device
+    (and where it was given) and the TPU it stands for; on a TPU preset the TPU runtime's regime, or a
+    usage error for a regime or a search that only a GPU has."""
+    mode = _parsed(config, options["mode"])
+    fraction = _parsed(config, options["fraction"])
+    regime = None
+    if mode is not None or fraction is not None:
+        try:
+            regime = Regime.of(mode or "fraction", fraction)  # type: ignore[arg-type]
+        except DevmemError as exc:
+            raise pytest.UsageError(f"{exc} (from {options['mode'].option} and {options['fraction'].option})") from None
+    device_spec, device_from = raw_value(config, options["device"])
+    device_spec = device_spec or str(options["device"].default)
+    tpu = tpu_spec(device_spec)
+    if tpu is not None and regime is not None:
+        if (
+            fraction is not None and fraction != 1.0
+        ) or regime.mode in GPU_ONLY_MODES:  # (1: all usable HBM, as a child is told)
+            asked = (
+                f"--devmem-fraction={fraction:g}"
+                if fraction is not None and mode is None
+                else f"--devmem-mode={regime.label}"
+            )
+            raise pytest.UsageError(
+                f"{tpu_regime_refusal(tpu, asked)} (from {options['mode'].option} and {options['fraction'].option}, device {device_spec})"
+            )
+        regime = on_tpu(regime)
+    if tpu is not None and _checked(config, options["find-min-fraction"], parse_flag):
+        raise pytest.UsageError(f"{tpu_min_fraction_refusal(tpu)} (device {device_spec})")
+    return regime, fraction, device_spec, device_from, tpu  # type: ignore[return-value]
+
+
+def _worker_plan(
+    config: pytest.Config, regime: Regime | None, fraction_chosen: bool, device_spec: str, tpu: TpuSpec | None
+) -> WorkerPlan | None:
+    """How an xdist worker shares its device with the others (None outside a worker, and in a child)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker or config.getoption("devmem_child_output", default=None):
+        return None
+    count_text = os.environ.get("PYTEST_XDIST_WORKER_COUNT") or "0"
+    try:
+        count = int(count_text)
+    except ValueError:
+        raise pytest.UsageError(
+            f"invalid PYTEST_XDIST_WORKER_COUNT={count_text!r}: pytest-xdist sets it to the number of workers, a whole number"
+        ) from None
+    if tpu is not None:  # a TPU's chips belong to one process: workers never share one, each keeps the runtime's regime
+        return WorkerPlan(
+            regime, note=f"{count} workers, each measured as the only process on its {tpu.description} chips"
+        )
+    uses_gpu = not device_spec.startswith("sim")
+    return plan_workers(regime, fraction_chosen, worker_index(worker), count, gpu_count() if uses_gpu else 0, uses_gpu)
 
 
 def parse_frameworks(value: str) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ import pytest
 from ..gate.record import TestRecord
 from ..gate.targets import Target, TargetResult
 from ..hardware.devices import open_device
+from ..model.device import Device
 from ..model.regime import Regime
 from ..model.targets import regime_on_target
 from .isolation import ChildExtras, ChildOutcome, run_in_children
@@ -175,3 +176,29 @@ def _outcome(reports: Sequence[pytest.TestReport]) -> str | None:
         if report.failed or report.skipped:
             return report.outcome
     return None
+
+
+def rerun_measured(
+    config: pytest.Config,
+    settings: Settings,
+    device: Device,
+    items: Sequence[pytest.Item],
+    original_environment: dict[str, str | None] | None,
+    interrupted: bool,
+) -> tuple[list[TargetResult], int, str]:
+    """--devmem-targets: the measured tests this process ran (`items`), once more on each other
+    target, said on the terminal first: their rows, the child processes started, and why they did
+    not run ("" where they did)."""
+    if interrupted:
+        return [], 0, "the session was interrupted: the tests were not run on the other targets"
+    columns = table_columns(device.name, device.capacity, settings.targets)
+    reruns = [target.name for target in columns if not target.session]
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reruns and reporter is not None and not hasattr(config, "workerinput"):
+        if config.get_verbosity() < 0:
+            reporter.write_line("")  # -q leaves the progress line open
+        reporter.write_line(
+            f"devmem: running {len(items)} measured test(s) again on {len(reruns)} other target(s): {', '.join(reruns)} (--devmem-targets)"
+        )
+    results, children = rerun_on_targets(config, settings, items, columns, original_environment)
+    return results, children, ""

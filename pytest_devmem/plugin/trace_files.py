@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..files import write_atomic
-from ..model.trace import BY_COLUMN_FROM, Trace
+from ..model.trace import BY_COLUMN_FROM, Trace, arrow_file
 
 ARROW_FROM = BY_COLUMN_FROM
 """A trace of this many events or more also gets an Arrow IPC file beside its CSV."""
@@ -26,10 +26,8 @@ def write_trace_files(trace: Trace, csv_path: Path) -> Path | None:
     write_atomic(csv_path, trace.csv_text(), durable=False)  # what `Trace.write_csv` writes
     arrow_path = csv_path.with_suffix(".arrow")
     if len(trace) >= ARROW_FROM:
-        from ..model import trace_ipc  # a long trace's only: not loaded otherwise
-
-        if trace_ipc.available():  # what `Trace.write_arrow` writes
-            write_atomic(arrow_path, memoryview(trace_ipc.arrow_bytes(trace)), durable=False)  # type: ignore[arg-type]
+        if arrow_file.available():  # what `Trace.write_arrow` writes
+            write_atomic(arrow_path, memoryview(arrow_file.arrow_bytes(trace)), durable=False)  # type: ignore[arg-type]
             return arrow_path
     arrow_path.unlink(missing_ok=True)  # an earlier run's, which would replay as this one's
     return None

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..hardware.driver_info import proc_gpu_count, query_nvml
 from ..model.regime import Regime
 from ..model.trace import Trace
 
@@ -33,8 +34,6 @@ def gpu_count() -> int:
     """GPUs the NVIDIA driver lists, without initialising CUDA (which would fix CUDA_VISIBLE_DEVICES
     for this process before it can be set): NVML's count where NVML loads (Linux and Windows), else
     the entries of Linux's /proc/driver/nvidia/gpus, else 0 (macOS, or no driver)."""
-    from ..hardware.driver_info import proc_gpu_count, query_nvml  # NVML's bindings through ctypes: when asked
-
     nvml = query_nvml()
     if nvml is not None and nvml.gpus is not None:
         return nvml.gpus

@@ -7,6 +7,7 @@ simulated 16 GiB device and of an H100 are different series, never one step of +
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,8 +18,11 @@ from ..errors import DevmemError
 from ..gate.record import headline_peak
 from ..gate.tolerance import Tolerance, format_metric, format_metrics_apart
 from ..model.pool.policy import canonical_label
+from ..spreadsheet import csv_table
 from .autosave import AUTOSAVE_DIR
+from .plot import save_png
 from .report import ReportFile, read_report
+from .shard_merge import MergeError, merge_reports, shard_run, unique_records
 from .text import markdown as markdown_text
 from .text import markdown_code, matplotlib_text
 
@@ -73,8 +77,6 @@ def runs(files: Sequence[Path]) -> list[tuple[Path, ReportFile]]:
     """Each run's report, in the order given: the reports of one sharded run (shards of one
     commit and CI run, as their sessions say) merged into one, as `devmem merge` does (refusing
     shards that disagree), so a commit's column holds the whole suite."""
-    from .shard_merge import MergeError, merge_reports, shard_run, unique_records
-
     found: list[tuple[Path, ReportFile | None, object]] = []
     shards: dict[object, list[Path]] = {}
     for path in files:
@@ -103,7 +105,7 @@ def runs(files: Sequence[Path]) -> list[tuple[Path, ReportFile]]:
 def load_frame(files: Sequence[Path]) -> Any:
     """One row per (report, measured test): commit, time, test (id and regime), device class, peak."""
     try:
-        import pandas as pd
+        import pandas as pd  # the history extra, optional
     except ImportError:
         raise HistoryError("devmem history needs pandas (pip install pandas)") from None
 
@@ -193,8 +195,6 @@ def markdown(table: Any, moved: list[Step], tolerance: Tolerance, last: int = 8,
 def history_json(table: Any, moved: list[Step], tolerance: Tolerance, classes: Sequence[str] = ()) -> str:
     """For tools: the commits in time order, each test's peak per commit (None where it was not
     measured), and the steps that moved beyond the tolerance."""
-    import json
-
     commits = [str(c) for c in table.columns]
     document = {
         "format": "pytest-devmem-history",
@@ -218,8 +218,6 @@ def history_json(table: Any, moved: list[Step], tolerance: Tolerance, classes: S
 def history_csv(table: Any, moved: list[Step]) -> str:
     """For spreadsheets and pandas: one line per test and commit where it was measured, its peak, and
     whether it moved beyond the tolerance at that commit."""
-    from ..spreadsheet import csv_table
-
     steps = {(s.test, s.commit) for s in moved}
     rows = [
         [str(test), str(commit), row[commit], (str(test), str(commit)) in steps]
@@ -241,14 +239,13 @@ def check_trend_path(path: str | os.PathLike[str]) -> None:
 def draw_trend(table: Any, moved: list[Step], path: str | os.PathLike[str]) -> None:
     """The tests that moved, their peaks over the commits, as a PNG."""
     try:
-        import matplotlib
+        import matplotlib  # the plot extra, optional
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         raise HistoryError("a trend picture needs matplotlib (pip install 'pytest-devmem[plot]')") from None
     check_trend_path(path)
-    from .plot import save_png
 
     figure, axes = plt.subplots(figsize=(10, 5))
     tests = list(dict.fromkeys(step.test for step in moved)) or list(table.index[:5])

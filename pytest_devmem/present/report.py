@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import FileFormatError
 from ..files import read_json
-from ..gate.baseline import figure_problem
+from ..gate.baseline_files import figure_problem
 from ..gate.record import TestRecord, requested_peak_only
 from ..gate.targets import TargetTable
 from ..gate.tolerance import METRICS, parse_tolerance
@@ -19,6 +19,7 @@ from ..json_fields import mappings, number, whole
 from ..model.explain import oom_summary
 from ..spreadsheet import csv_cell, csv_writer
 from ..units import format_size
+from .targets import csv_cells, csv_header, markdown_section
 from .text import markdown, terminal
 
 REPORT_FORMATS = (".json", ".csv", ".md")
@@ -175,8 +176,6 @@ def csv_text(records: Sequence[TestRecord], targets: TargetTable | None = None) 
     `sources`: the raw sources that measured, as the JSON record's `sources`; `allocators`: whose
     allocations the trace holds, as the terminal table's column. Columns are added at the end: with
     --devmem-targets, each target's status, figures and compile (`sim:T4 peak_bytes_in_use`, ...)."""
-    from .targets import csv_cells, csv_header
-
     out = io.StringIO()
     writer = csv_writer(out)
     extra = csv_header(targets.targets) if targets is not None else []
@@ -284,7 +283,6 @@ def render(
         header = f"# Device memory report\n\nDevice: {markdown(str(session.get('device', 'n/a')))}. Measured tests: {len(records)}.\n\n"
         if targets is None:
             return header + markdown_table(records)
-        from .targets import markdown_section
 
         return header + markdown_table(records) + markdown_section(targets)
     raise ValueError(f"unknown report format {suffix or '(none)'!r} for {path}: use one of {', '.join(REPORT_FORMATS)}")

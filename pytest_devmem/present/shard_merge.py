@@ -22,7 +22,8 @@ from ..errors import DevmemError
 from ..gate.targets import TargetTable
 from ..gate.tolerance import METRICS, format_metrics_apart
 from ..model.pool.policy import canonical_label
-from .report import ReportFile
+from .report import FORMAT, ReportFile, ReportFormatError
+from .report import read_report as read_checked
 
 
 class MergeError(DevmemError, ValueError):
@@ -32,9 +33,6 @@ class MergeError(DevmemError, ValueError):
 def read_report(path: Path) -> ReportFile:
     """A JSON report read by the one report reader, every record naming its test, regime and device
     class (what a merge matches records by); MergeError otherwise."""
-    from .report import ReportFormatError
-    from .report import read_report as read_checked
-
     try:
         checked = read_checked(path)
     except ReportFormatError as exc:
@@ -254,7 +252,6 @@ def merge_reports(paths: Sequence[Path], notes: list[str] | None = None, same_ru
     for report in reports:
         for entry in report.unrecorded:
             unrecorded.setdefault((str(entry["test_id"]), canonical_label(str(entry["regime"]))), entry)
-    from .report import FORMAT
 
     document: dict[str, object] = {
         "format": FORMAT,

@@ -15,6 +15,7 @@ from ..model.side_by_side import SideBySide
 from ..model.whatif import min_fraction_text
 from ..units import format_size
 from .report import capped, rows_for_review, terminal_table
+from .targets import aligned, other_regime_notes, pivot_rows, reasons, target_lines, verdict_counts
 from .text import terminal
 
 
@@ -165,15 +166,6 @@ class SessionSummary:
         table = self.facts.targets
         if table is None:
             return
-        from .targets import (
-            aligned,
-            other_regime_notes,
-            pivot_rows,
-            reasons,
-            target_lines,
-            verdict_counts,
-        )
-
         reruns = sum(1 for target in table.targets if not target.session)
         self.line(
             f"on several targets (--devmem-targets; each measured test run again on {reruns} target(s), {table.children} child process(es)):"

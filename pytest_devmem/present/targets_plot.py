@@ -13,8 +13,9 @@ from pathlib import Path
 from ..files import write_atomic
 from ..gate.targets import FAILED, FITS, NOT_MEASURED, OOM, TargetResult, TargetTable
 from ..units import format_size
-from .plot import FREE_COLOUR, OOM_COLOUR, check_picture_path, save_png
-from .targets import OTHER_REGIME
+from .plot import check_picture_path, save_png
+from .plot_parts import FREE_COLOUR, OOM_COLOUR
+from .targets import OTHER_REGIME, sized_by
 from .text import html_text, matplotlib_text
 
 ROWS_DRAWN = 60
@@ -78,7 +79,6 @@ def column_title(table: TargetTable, index: int) -> tuple[str, ...]:
     """A column's name, capacity per device, the compile that sized JAX's executables there, and
     the regime it ran tests under where that is not their row's (never silently another regime)."""
     target = table.targets[index]
-    from .targets import sized_by
 
     title = (
         target.name + (" (this run)" if target.session else ""),
@@ -107,7 +107,7 @@ def render_png(
     table: TargetTable, rows: list[tuple[str, str, dict[str, TargetResult]]], path: str | os.PathLike[str], title: str
 ) -> None:
     try:
-        import matplotlib
+        import matplotlib  # the plot extra, optional
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt

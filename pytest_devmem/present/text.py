@@ -71,7 +71,7 @@ def _font_characters() -> frozenset[int] | None:
     """The characters matplotlib's default font has glyphs for (matplotlib imported already: only a
     picture being drawn asks); None where it cannot be told, and the text is left as it is."""
     try:
-        from matplotlib import font_manager, ft2font
+        from matplotlib import font_manager, ft2font  # the plot extra, optional
 
         path = font_manager.findfont(font_manager.FontProperties(), fallback_to_default=True)
         return frozenset(ft2font.FT2Font(path).get_charmap()) | frozenset(range(0x20))

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_devmem.gate.baseline import BaselineStore, read_file
+from pytest_devmem.gate.baseline import BaselineStore
+from pytest_devmem.gate.baseline_files import read_file
 from pytest_devmem.gate.changes import compare
 from pytest_devmem.gate.record import TestRecord
 from pytest_devmem.gate.tolerance import parse_tolerance
@@ -408,14 +409,14 @@ def test_compare_unit() -> None:
 def test_default_tolerance_has_a_floor_and_never_fails_a_percentage_of_zero(
     spec: str, baseline: int, now: int, status: str
 ) -> None:
-    from pytest_devmem.gate.baseline import BaselineEntry
+    from pytest_devmem.gate.record import BaselineEntry
 
     entry = BaselineEntry("t", "prealloc", {"peak_bytes_in_use": baseline}, "sim:16GiB", {}, Path("b.json"))
     assert compare(entry, "t", "prealloc", {"peak_bytes_in_use": now}, parse_tolerance(spec)).status == status
 
 
 def test_what_grew_compares_contributors_and_says_when_the_baseline_named_none() -> None:
-    from pytest_devmem.gate.baseline import BaselineEntry
+    from pytest_devmem.gate.record import BaselineEntry
 
     tolerance = parse_tolerance("10%,1MiB")
     now = {"peak_bytes_in_use": 64 * MiB}

@@ -167,7 +167,7 @@ def test_the_first_unpaired_event_is_the_same_by_column_and_event_by_event(
     import sys
 
     from pytest_devmem.model.trace import BY_COLUMN_FROM
-    from pytest_devmem.model.trace_numpy import first_unpaired
+    from pytest_devmem.model.trace.by_column import first_unpaired
 
     rng = random.Random(seed)
     trace, live = Trace(), {}
@@ -191,7 +191,7 @@ def test_the_first_unpaired_event_is_the_same_by_column_and_event_by_event(
         trace.actions[at] = 0  # allocated again while live
     found = trace.pairing_problem()
     assert found is not None and found[0] == at and first_unpaired(*columns) == at
-    monkeypatch.setitem(sys.modules, "pytest_devmem.model.trace_numpy", None)  # no numpy: event by event
+    monkeypatch.setitem(sys.modules, "pytest_devmem.model.trace.by_column", None)  # no numpy: event by event
     assert trace.pairing_problem() == found
 
 

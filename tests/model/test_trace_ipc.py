@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_devmem import cli
-from pytest_devmem.model import trace_ipc
 from pytest_devmem.model.trace import BY_COLUMN_FROM, Trace, TraceFormatError
+from pytest_devmem.model.trace import arrow_file as trace_ipc
 
 pa = pytest.importorskip("pyarrow", reason="the Arrow trace file needs pyarrow (the fast-traces extra)")
 np = pytest.importorskip("numpy")
@@ -347,7 +347,7 @@ def test_without_pyarrow_devmem_convert_to_an_arrow_file_exits_2_saying_what_to_
 def test_devices_found_by_column_appear_in_the_order_the_events_name_them(codes: list[int], repeat: int) -> None:
     from array import array
 
-    from pytest_devmem.model.trace_numpy import first_appearances
+    from pytest_devmem.model.trace.by_column import first_appearances
 
     column = array("I", codes * repeat)
     assert first_appearances(column) == list(dict.fromkeys(column))
@@ -428,7 +428,7 @@ def test_a_tests_trace_files_are_written_whole_without_a_sync_to_disk(
 
 
 def test_a_trace_converts_to_its_arrow_file_and_back(tmp_path: Path) -> None:
-    from pytest_devmem.model.trace_ipc import convert_trace
+    from pytest_devmem.model.trace import convert_trace
 
     trace = recorded(400)
     trace.write_csv(tmp_path / "t.csv")

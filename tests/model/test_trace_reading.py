@@ -1,5 +1,5 @@
-"""The two ways a trace's CSV is read give one trace: by column (pyarrow, trace_arrow.py) and row by
-row (trace.py, which also names the line of a bad value). Traces written here, RMM's logs and
+"""The two ways a trace's CSV is read give one trace: by column (pyarrow, trace/csv_columns.py) and row by
+row (trace/csv_file.py, which also names the line of a bad value). Traces written here, RMM's logs and
 hand-made files with odd cells are read both ways and compared, columns and names alike."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_devmem.model import trace_arrow
 from pytest_devmem.model.trace import BY_COLUMN_FROM, HEADER, RMM_HEADER, SOURCE_HEADER, Trace, TraceFormatError
+from pytest_devmem.model.trace import csv_columns as trace_arrow
 
 pytest.importorskip("pyarrow.csv", reason="the column reader needs pyarrow (the fast-traces extra)")
 
@@ -173,7 +173,7 @@ def test_peak_live_bytes_by_column_matches_the_count_by_event(seed: int) -> None
     trace = Trace()
     for _ in range(BY_COLUMN_FROM):  # pointers reused, freed twice, never allocated, allocated twice
         trace.add(rng.choice([0, 0, 1, 1, 2]), rng.randrange(1, 40), rng.randrange(0, 10_000))
-    from pytest_devmem.model.trace_numpy import peak_live_bytes
+    from pytest_devmem.model.trace.by_column import peak_live_bytes
 
     assert (
         peak_live_bytes(trace.actions, trace.pointers, trace.sizes)
@@ -186,10 +186,11 @@ def test_devmem_replay_says_how_to_read_a_large_trace_faster_where_pyarrow_is_mi
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from pytest_devmem import cli
+    from pytest_devmem.cli import common
 
     path = tmp_path / "trace.csv"
     path.write_text(",".join(HEADER) + "\n" + ROW + TAIL + "\n")
-    monkeypatch.setattr(cli, "SLOW_READ_BYTES", 10)
+    monkeypatch.setattr(common, "SLOW_READ_BYTES", 10)
     assert cli.main(["replay", str(path), "--mode", "prealloc"]) == 0
     assert "note" not in capsys.readouterr().err  # pyarrow is here: nothing to say
     monkeypatch.setattr(trace_arrow, "available", lambda: False)

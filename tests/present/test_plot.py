@@ -14,7 +14,7 @@ from pytest_devmem.model.machine import MachineSpec, run_machine
 from pytest_devmem.model.pool import Policy
 from pytest_devmem.model.timeline import build_view, thin
 from pytest_devmem.model.trace import Trace, TraceEvent
-from pytest_devmem.present.plot import render_html
+from pytest_devmem.present.plot_html import render_html
 from pytest_devmem.units import MiB
 
 

@@ -18,7 +18,7 @@ from pytest_devmem.compile_store import (
     render_entry,
     update_store,
 )
-from pytest_devmem.gate.baseline import json_files
+from pytest_devmem.gate.baseline_files import json_files
 
 EXECUTABLE = {
     "devices": 1,

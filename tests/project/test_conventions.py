@@ -12,7 +12,7 @@ import pytest
 
 from pytest_devmem.capture.sources.base import Reading
 from pytest_devmem.cli import main
-from pytest_devmem.gate.baseline import read_file
+from pytest_devmem.gate.baseline_files import read_file
 from pytest_devmem.gate.record import TestRecord
 from pytest_devmem.model.pool import Policy
 from pytest_devmem.model.pool.policy import canonical_label

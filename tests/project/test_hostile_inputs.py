@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from pytest_devmem.cli import main
 from pytest_devmem.files import MAX_FILE_STEM, file_name, write_atomic
-from pytest_devmem.gate.baseline import BaselineStore, relative_path
+from pytest_devmem.gate.baseline import BaselineStore
+from pytest_devmem.gate.baseline_files import relative_path
 from pytest_devmem.gate.record import TestRecord
 from pytest_devmem.model.trace import Trace, TraceEvent
 from pytest_devmem.present.text import html_text, markdown, markdown_code, matplotlib_text, terminal

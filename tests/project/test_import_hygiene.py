@@ -62,7 +62,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "pytest_devmem"
 LAYERS = {
     "plugin": 4,
     "cli": 4,
-    "hookspec": 4,
+    "hookspec": 3,
     "options": 3,
     "capture": 2,
     "gate": 2,
@@ -73,7 +73,8 @@ LAYERS = {
 """docs/architecture.md's pipeline: plugin and cli drive capture, gate and present (and hardware, the drivers);
 those use model; everything may use the shared ground (units, errors, files, provenance, spreadsheet, compile_store:
 layer 0).
-The settings both drivers build their flags from (options.py) sit between them and the stages they configure."""
+The settings both drivers build their flags from (options.py) sit between them and the stages they configure, and
+the hooks a project may implement (hookspec.py) below the plugin that registers them."""
 
 SIDE_PATHS = {("present", "gate"), ("gate", "capture.sources")}
 """The two imports across the middle layer that docs/architecture.md names: present shows gate's comparisons, and a
@@ -88,27 +89,22 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _module_level_imports(nodes: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
-    """The imports a module runs when it is imported (`if TYPE_CHECKING:` blocks included, since a type checker
-    follows them), not those inside functions, which run later if at all."""
-    for node in nodes:
+def _imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import a module holds: at module level (`if TYPE_CHECKING:` blocks included, since a type checker
+    follows them) and inside functions, which run later but tie the modules together all the same."""
+    for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
-        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for field in ("body", "orelse", "finalbody", "handlers"):
-                inner = getattr(node, field, None)
-                if isinstance(inner, list):
-                    yield from _module_level_imports(inner)
 
 
 def import_graph() -> dict[str, set[str]]:
-    """Each module of the package and the package's modules it imports at module level."""
+    """Each module of the package and the package's modules it imports, anywhere in it."""
     files = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for module, path in files.items():
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
         imported: set[str] = set()
-        for node in _module_level_imports(ast.parse(path.read_text(encoding="utf-8")).body):
+        for node in _imports(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             else:
@@ -116,9 +112,9 @@ def import_graph() -> dict[str, set[str]]:
                 if node.level:
                     anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                     base = ".".join([*anchor, base] if base else anchor)
-                names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+                names = [f"{base}.{alias.name}" for alias in node.names]
             for name in names:
-                while name and name not in files:  # `from .a import b`: the module b, else a
+                while name and name not in files:  # `from .a import b`: the module a.b, else a
                     name = name.rpartition(".")[0]
                 if name and name != module:
                     imported.add(name)
@@ -191,6 +187,7 @@ def test_the_import_graph_test_sees_cycles_and_upward_imports() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [{"a", "b", "c"}]
     assert "pytest_devmem.model.machine" in import_graph()["pytest_devmem.plugin.recording"]
+    assert "pytest_devmem.model.trace.by_column" in import_graph()["pytest_devmem.model.trace.columns"]  # in a function
     assert (
         _layer("pytest_devmem.model.trace")
         < _layer("pytest_devmem.gate.record")
@@ -204,7 +201,7 @@ def test_the_import_graph_test_sees_cycles_and_upward_imports() -> None:
 
 KNOWN_PRIVATE_READS = {
     "model/machine/loops/ondemand_columns.py: pool._held",  # the on-demand pool's buffers, set by column
-    "model/machine/state.py: pool._fragmentation",  # XLA's measure, which every pool's counters compute
+    "model/machine/allocator_rules.py: pool._fragmentation",  # XLA's measure, which every pool's counters compute
 }
 """Reads of a pool's private attributes from outside its module that are still there (none of a BFC pool's
 chunk table)."""

@@ -77,7 +77,7 @@ class ProfilerRun:
 
     def __init__(self) -> None:
         try:
-            from tensorflow.python.profiler.internal import _pywrap_profiler  # type: ignore[import-not-found]
+            from tensorflow.python.profiler.internal import _pywrap_profiler  # type: ignore[import-not-found]  # TensorFlow: imported only where it runs
 
             self._xspace = _xspace_class()
         except ImportError as exc:

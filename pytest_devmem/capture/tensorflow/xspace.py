@@ -109,155 +109,181 @@ _ALLOCATION, _DEALLOCATION, _RUN, _CALLER, _STEP = 1, 2, 3, 4, 5  # what an even
 _STEP_SCOPES = ("ExecutorState::Process", "ExecutorDoneCallback")  # events that run one step, with its id
 
 
+class _Pending(NamedTuple):
+    """An allocator event as its line gives it, before the function it ran in is known (that needs
+    every line's `FunctionRun` events: read after all of them)."""
+
+    time_ns: int
+    allocate: bool
+    thread: int
+    allocator: str
+    address: int
+    requested: int
+    op: str
+    step: int
+    caller: str
+    scope: int
+    step_inside: bool
+    stats: AllocatorStats | None
+
+
 def read_profile(space: Any, start_ns: int | None = None, *, with_stats: bool = False) -> Profile:
     """The allocator events of an XSpace, in the order of their lines, each with its op and, where
     the profile shows it, the function it ran in. `start_ns`: when the session started, for a
     profile that does not say. `with_stats`: keep the allocator's own figures of each call too
-    (for holding the model to the allocator; a test's capture does not need them).
-
-    A profile holds some tens of thousands of events per second of TensorFlow work, so each event
-    costs one dictionary lookup unless it is an allocator event, a `FunctionRun` or a caller; of
-    an allocator event only the five statistics used are read."""
+    (for holding the model to the allocator; a test's capture does not need them)."""
     profile = Profile(start_ns=_start_ns(space) or start_ns)
-    pending: list[tuple[int, bool, int, str, int, int, str, int, str, int, bool, AllocatorStats | None]] = []
+    pending: list[_Pending] = []
     run_callers: dict[int, str] = {}  # step id of a FunctionRun -> who called that function
     for plane in space.planes:
-        if plane.name != HOST_PLANE:
-            continue
-        stat_names = {key: meta.name for key, meta in plane.stat_metadata.items()}
-        wanted = {key: name for key, name in stat_names.items() if name in _WANTED_STATS}
-        figures = {key: name for key, name in stat_names.items() if name in ALLOCATOR_STATS} if with_stats else {}
-        step_stat = next((key for key, name in wanted.items() if name == "id"), None)
-        roles: dict[int, int] = {}
-        callers: dict[int, str] = {}
-        for key, meta in plane.event_metadata.items():
-            name = meta.name
-            if name == ALLOCATION:
-                roles[key] = _ALLOCATION
-            elif name == DEALLOCATION:
-                roles[key] = _DEALLOCATION
-            elif name == "FunctionRun":
-                roles[key] = _RUN
-            elif name in _STEP_SCOPES:
-                roles[key] = _STEP
-            elif (caller := caller_name(name)) is not None:
-                roles[key], callers[key] = _CALLER, caller
-        for thread, line in enumerate(plane.lines):
-            events = line.events
-            profile.host_events += len(events)
-            base = line.timestamp_ns
-            if base < _ABSOLUTE_NS:
-                base += profile.start_ns or 0
-            stack: list[tuple[int, str, int]] = []  # enclosing callers and steps: (end, caller, step id); popped lazily
-            last_start = -1
-            for event in events:
-                role = roles.get(event.metadata_id)
-                if role is None:
-                    continue
-                start = event.offset_ps
-                if start < last_start:  # not sorted by time (a profile TensorFlow did not sort): no nesting
-                    stack.clear()
-                last_start = start
-                while stack and stack[-1][0] <= start:
-                    stack.pop()
-                if role == _CALLER:
-                    if event.duration_ps > 0:
-                        stack.append((start + event.duration_ps, callers[event.metadata_id], 0))
-                    continue
-                if role == _STEP:
-                    if event.duration_ps > 0 and step_stat is not None:
-                        scope = next(
-                            (
-                                stat.int64_value or stat.uint64_value
-                                for stat in event.stats
-                                if stat.metadata_id == step_stat
-                            ),
-                            0,
-                        )
-                        stack.append((start + event.duration_ps, "", scope))
-                    continue
-                caller, scope, step_inside = "", 0, False  # the innermost caller and step, and which is inside
-                for _, name, step_id in reversed(stack):
-                    if name and not caller:
-                        caller = name
-                    elif step_id and not scope:
-                        scope, step_inside = step_id, not caller
-                    if caller and scope:
-                        break
-                allocator, op, requested, address, step, found = "", "", 0, 0, 0, 0
-                for stat in event.stats:
-                    name = wanted.get(stat.metadata_id)
-                    if name is None:
-                        continue
-                    if role == _RUN:
-                        if name == "id":
-                            if caller:
-                                run_callers[stat.int64_value or stat.uint64_value] = caller
-                            break
-                        continue
-                    if name == "allocator_name":
-                        allocator = stat.str_value or stat_names.get(stat.ref_value, "")
-                    elif name == "tf_op":
-                        op = stat.str_value or stat_names.get(stat.ref_value, "")
-                    elif name == "requested_bytes":
-                        requested = stat.int64_value or stat.uint64_value
-                    elif name == "addr":
-                        address = stat.uint64_value or stat.int64_value
-                    else:
-                        step = stat.int64_value or stat.uint64_value
-                    found += 1
-                    if found == len(_WANTED_STATS):
-                        break
-                if role != _RUN:
-                    stats = _allocator_stats(event, figures) if figures else None
-                    pending.append(
-                        (
-                            base + start // 1000,
-                            role == _ALLOCATION,
-                            thread,
-                            allocator,
-                            address,
-                            requested,
-                            op,
-                            step,
-                            caller,
-                            scope,
-                            step_inside,
-                            stats,
-                        )
-                    )
-    for (
-        time_ns,
-        allocate,
-        thread,
-        allocator,
-        address,
-        requested,
-        op,
-        step,
-        caller,
-        scope,
-        step_inside,
-        stats,
-    ) in pending:
-        function = run_callers.get(step, "") if step else ""
-        if not op and not function:  # no op: the step it happened in, or what the thread was doing, the inner first
-            in_step = run_callers.get(scope, "") if scope else ""
-            function = (in_step or caller) if step_inside else (caller or in_step)
+        if plane.name == HOST_PLANE:
+            _read_plane(plane, profile, with_stats, pending, run_callers)
+    for event in pending:
+        function = run_callers.get(event.step, "") if event.step else ""
+        if (
+            not event.op and not function
+        ):  # no op: the step it happened in, or what the thread was doing, the inner first
+            in_step = run_callers.get(event.scope, "") if event.scope else ""
+            function = (in_step or event.caller) if event.step_inside else (event.caller or in_step)
+        op = event.op
         profile.events.append(
             AllocatorEvent(
-                time_ns,
-                allocate,
-                allocator,
-                address,
-                requested,
+                event.time_ns,
+                event.allocate,
+                event.allocator,
+                event.address,
+                event.requested,
                 function_name(op) if op.startswith("__inference_") else op,
                 function,
-                thread,
-                stats,
+                event.thread,
+                event.stats,
             )
         )
     return profile
+
+
+def _event_roles(plane: Any) -> tuple[dict[int, int], dict[int, str]]:
+    """What each kind of event of the plane is to the reader (by its metadata id), and the caller
+    each caller's kind names."""
+    roles: dict[int, int] = {}
+    callers: dict[int, str] = {}
+    for key, meta in plane.event_metadata.items():
+        name = meta.name
+        if name == ALLOCATION:
+            roles[key] = _ALLOCATION
+        elif name == DEALLOCATION:
+            roles[key] = _DEALLOCATION
+        elif name == "FunctionRun":
+            roles[key] = _RUN
+        elif name in _STEP_SCOPES:
+            roles[key] = _STEP
+        elif (caller := caller_name(name)) is not None:
+            roles[key], callers[key] = _CALLER, caller
+    return roles, callers
+
+
+def _read_plane(
+    plane: Any, profile: Profile, with_stats: bool, pending: list[_Pending], run_callers: dict[int, str]
+) -> None:
+    """The host plane's allocator events into `pending`, and the caller of each `FunctionRun` into
+    `run_callers`. A profile holds some tens of thousands of events per second of TensorFlow work,
+    so each event costs one dictionary lookup unless it is an allocator event, a `FunctionRun` or a
+    caller; of an allocator event only the five statistics used are read."""
+    stat_names = {key: meta.name for key, meta in plane.stat_metadata.items()}
+    wanted = {key: name for key, name in stat_names.items() if name in _WANTED_STATS}
+    figures = {key: name for key, name in stat_names.items() if name in ALLOCATOR_STATS} if with_stats else {}
+    step_stat = next((key for key, name in wanted.items() if name == "id"), None)
+    roles, callers = _event_roles(plane)
+    for thread, line in enumerate(plane.lines):
+        events = line.events
+        profile.host_events += len(events)
+        base = line.timestamp_ns
+        if base < _ABSOLUTE_NS:
+            base += profile.start_ns or 0
+        stack: list[tuple[int, str, int]] = []  # enclosing callers and steps: (end, caller, step id); popped lazily
+        last_start = -1
+        for event in events:
+            role = roles.get(event.metadata_id)
+            if role is None:
+                continue
+            start = event.offset_ps
+            if start < last_start:  # not sorted by time (a profile TensorFlow did not sort): no nesting
+                stack.clear()
+            last_start = start
+            while stack and stack[-1][0] <= start:
+                stack.pop()
+            if role == _CALLER:
+                if event.duration_ps > 0:
+                    stack.append((start + event.duration_ps, callers[event.metadata_id], 0))
+                continue
+            if role == _STEP:
+                if event.duration_ps > 0 and step_stat is not None:
+                    scope = next(
+                        (
+                            stat.int64_value or stat.uint64_value
+                            for stat in event.stats
+                            if stat.metadata_id == step_stat
+                        ),
+                        0,
+                    )
+                    stack.append((start + event.duration_ps, "", scope))
+                continue
+            caller, scope, step_inside = "", 0, False  # the innermost caller and step, and which is inside
+            for _, name, step_id in reversed(stack):
+                if name and not caller:
+                    caller = name
+                elif step_id and not scope:
+                    scope, step_inside = step_id, not caller
+                if caller and scope:
+                    break
+            if role == _RUN:
+                if caller:
+                    run = next((stat for stat in event.stats if wanted.get(stat.metadata_id) == "id"), None)
+                    if run is not None:
+                        run_callers[run.int64_value or run.uint64_value] = caller
+                continue
+            allocator, op, requested, address, step = _wanted_stats(event, wanted, stat_names)
+            stats = _allocator_stats(event, figures) if figures else None
+            pending.append(
+                _Pending(
+                    base + start // 1000,
+                    role == _ALLOCATION,
+                    thread,
+                    allocator,
+                    address,
+                    requested,
+                    op,
+                    step,
+                    caller,
+                    scope,
+                    step_inside,
+                    stats,
+                )
+            )
+
+
+def _wanted_stats(event: Any, wanted: dict[int, str], stat_names: dict[int, str]) -> tuple[str, str, int, int, int]:
+    """An allocator event's allocator, op, requested bytes, address and step id, its other statistics
+    left unread."""
+    allocator, op, requested, address, step, found = "", "", 0, 0, 0, 0
+    for stat in event.stats:
+        name = wanted.get(stat.metadata_id)
+        if name is None:
+            continue
+        if name == "allocator_name":
+            allocator = stat.str_value or stat_names.get(stat.ref_value, "")
+        elif name == "tf_op":
+            op = stat.str_value or stat_names.get(stat.ref_value, "")
+        elif name == "requested_bytes":
+            requested = stat.int64_value or stat.uint64_value
+        elif name == "addr":
+            address = stat.uint64_value or stat.int64_value
+        else:
+            step = stat.int64_value or stat.uint64_value
+        found += 1
+        if found == len(_WANTED_STATS):
+            break
+    return allocator, op, requested, address, step
 
 
 def _allocator_stats(event: Any, figures: dict[int, str]) -> AllocatorStats:

@@ -4,8 +4,9 @@ figure, timeline, contributor list and picture of a test comes from this one rep
 
 * `replay.py`: `Machine` starts each framework's allocators by its rules and runs the trace through the
   fastest loop that applies; `run_machine`, `maps_after`;
-* `state.py`: the replay's state, which the loops, the maps and the result share (`Replay`,
-  `DeviceState`, `AllocatorState`, the copies a map is made from);
+* `state.py`: the replay's state, which the loops, the maps and the result share (`Replay`), its
+  devices and their allocators (`device_state.py`: `DeviceState`, `AllocatorState`, the copies a map
+  is made from), and how the allocators start (`allocator_rules.py`);
 * `loops/`: the per-event loops (inline BFC rules, compiled where numba is);
 * `maps.py`: the pools' maps as plain data, and who held the memory;
 * `results.py`: what a replay returns, as plain data, read by the plugin, the gate and the pictures.
@@ -13,6 +14,7 @@ figure, timeline, contributor list and picture of a test comes from this one rep
 No pytest, no frameworks here.
 """
 
+from .device_state import TPU_RUNTIME_NAME, device_order
 from .maps import contributor, holders
 from .replay import Machine, maps_after, run_machine
 from .results import (
@@ -29,7 +31,6 @@ from .results import (
     SourceFigures,
     Timeline,
 )
-from .state import TPU_RUNTIME_NAME, device_order
 
 __all__ = [
     "DEFAULT_SOURCE",

@@ -34,6 +34,8 @@ from collections.abc import Mapping
 from ...errors import OutOfMemoryError
 from ..frameworks import AllocatorSetup, tpu_runtime_description
 from ..trace import ALLOCATE_CODE, FREE_CODE, Trace
+from .allocator_rules import AllocatorRules
+from .device_state import TPU_RUNTIME_NAME, AllocatorState, Checkpoint, DeviceState, Promise, snapshot_of
 from .loops import replay_bfc_lanes, replay_lanes, replay_ondemand_columns, replay_one_bfc_lane
 from .loops.inline_pools import MovedThenFailed
 from .maps import holders, pool_maps
@@ -45,16 +47,7 @@ from .results import (
     MapSnapshot,
     SourceFigures,
 )
-from .state import (
-    TPU_RUNTIME_NAME,
-    AllocatorRules,
-    AllocatorState,
-    Checkpoint,
-    DeviceState,
-    Promise,
-    Replay,
-    snapshot_of,
-)
+from .state import Replay
 
 
 class Machine(AllocatorRules):

@@ -1,7 +1,7 @@
 """Reading a trace's CSV by column with pyarrow's CSV reader, block by block: the fast way in.
 
-`Trace.read_csv` tries this first. It accepts only what the row reader (`trace.py`) accepts and
-gives exactly the trace the row reader would give; anything it is not sure of (a cell with spaces
+`Trace.read_csv` tries this first. It accepts only what the row reader accepts and
+gives exactly the trace the row reader (csv_file.py) would give; anything it is not sure of (a cell with spaces
 around it, RMM's older clock format, an integer Python reads and pyarrow does not, a bad value of
 any kind) makes it answer None, and the row reader reads the file again: it reads whatever this
 one leaves and names the file and line of a bad value. Without pyarrow (the `fast-traces` extra)
@@ -16,13 +16,11 @@ is looked at once per block, not once per row.
 from __future__ import annotations
 
 import math
-import re
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
-from ..spreadsheet import csv_text
-
-if TYPE_CHECKING:
-    from .trace import Trace
+from ...spreadsheet import csv_text
+from .columns import TraceColumns
+from .format import ACTIONS, DEVICE_NAME, READ_ACTIONS
 
 BLOCK_BYTES = 4 << 20
 """Bytes of CSV text parsed at a time (pyarrow's block): small enough that a block's columns, as
@@ -30,12 +28,11 @@ parsed and converted, stay a small part of a large trace; large enough that per-
 negligible (4 MiB is some 70,000 events; 1 MiB blocks took 10% more CPU)."""
 
 UTF8_BOM = b"\xef\xbb\xbf"
-_DEVICE_NAME = re.compile(r"[a-z][a-z0-9_]{0,15}:(0|[1-9][0-9]{0,5})")
 
 
 def available() -> bool:
     """Whether pyarrow and numpy can be imported (the fast reader needs both)."""
-    try:
+    try:  # the fast-traces extra, optional: without it the row reader reads every trace
         import numpy  # noqa: F401
         import pyarrow.csv  # noqa: F401
     except ImportError:
@@ -43,14 +40,11 @@ def available() -> bool:
     return True
 
 
-def read_columns(
-    binary: IO[bytes], header: tuple[str, ...], trace: Trace, read_actions: dict[str, str], actions: tuple[str, ...]
-) -> bool:
+def read_columns(binary: IO[bytes], header: tuple[str, ...], trace: TraceColumns) -> bool:
     """Append the events of `binary` (an RMM-style log whose header is exactly `header`) to
     `trace`; False where anything is not as the fast path expects (the caller reads the file
-    again with the row reader). `read_actions` maps each accepted Action text to its action,
-    `actions` lists the actions by code, as `trace.py` defines them."""
-    try:
+    again with the row reader)."""
+    try:  # the fast-traces extra, optional (and 0.1 s of start-up): as in `available`
         import numpy as np
         import pyarrow as pa
         import pyarrow.csv as pacsv
@@ -74,7 +68,7 @@ def read_columns(
         )
         if tuple(reader.schema.names) != header:
             return False
-        action_code = {text: actions.index(action) for text, action in read_actions.items()}
+        action_code = {text: ACTIONS.index(action) for text, action in READ_ACTIONS.items()}
         for batch in reader:
             if not _append_batch(batch, trace, action_code, np):
                 return False
@@ -100,18 +94,18 @@ def column_types(pa: Any) -> dict[str, Any]:
     }
 
 
-def _append_batch(batch: Any, trace: Trace, action_code: dict[str, int], np: Any) -> bool:
+def _append_batch(batch: Any, trace: TraceColumns, action_code: dict[str, int], np: Any) -> bool:
     rows = batch.num_rows
     if not rows:
         return True
     columns = dict(zip(batch.schema.names, batch.columns))
-    action_codes = _text_codes(columns["Action"], lambda text: action_code.get(text.strip(), -1))
+    action_codes = _text_codes(columns["Action"], lambda text: action_code.get(text.strip(), -1), np)
     if action_codes is None or (action_codes < 0).any():
         return False
     stream = columns["Stream"]  # a few streams: each parsed once
-    stream_values = _integers(stream.dictionary, np) if not stream.null_count else None
+    stream_values = integers(stream.dictionary, np) if not stream.null_count else None
     pointers, streams = (
-        _integers(columns["Pointer"], np),
+        integers(columns["Pointer"], np),
         None if stream_values is None else stream_values[numbers(stream.indices, np)],
     )
     sizes, threads, times = columns["Size"], columns["Thread"], columns["Time"]
@@ -142,7 +136,7 @@ def _append_batch(batch: Any, trace: Trace, action_code: dict[str, int], np: Any
     return True
 
 
-def _name_codes(trace: Trace, columns: dict[str, Any], np: Any) -> dict[str, Any] | None:
+def _name_codes(trace: TraceColumns, columns: dict[str, Any], np: Any) -> dict[str, Any] | None:
     """The name codes of the Source, Label and Device columns present; None where a Device is not
     PLATFORM:N. Texts new to the trace are added to its names in the order the row reader adds
     them (row by row; in a row Source, Label, Device), so both readers give the same `names`."""
@@ -154,7 +148,7 @@ def _name_codes(trace: Trace, columns: dict[str, Any], np: Any) -> dict[str, Any
         if column.null_count:
             return None
         texts = [_as_written(name, text) for text in column.dictionary.to_pylist()]
-        if name == "Device" and any(text and not _DEVICE_NAME.fullmatch(text) for text in texts):
+        if name == "Device" and any(text and not DEVICE_NAME.fullmatch(text) for text in texts):
             return None
         codes, first_rows = np.unique(numbers(column.indices, np), return_index=True)
         used += [(row, rank, texts[code]) for code, row in zip(codes.tolist(), first_rows.tolist())]
@@ -174,10 +168,8 @@ def _as_written(name: str, text: str) -> str:
     return csv_text(text.strip()) if name != "Device" else text.strip()
 
 
-def _text_codes(column: Any, code_of: Any) -> Any:
+def _text_codes(column: Any, code_of: Any, np: Any) -> Any:
     """The codes of a dictionary column's rows: `code_of` applied once to each distinct text."""
-    import numpy as np
-
     if column.null_count:
         return None
     lookup = np.array([code_of(text) for text in column.dictionary.to_pylist()], dtype=np.int64)
@@ -213,7 +205,7 @@ def _zero_where_null(column: Any, np: Any) -> Any:
 _HEX_VALUE = bytes(int(chr(c), 16) if chr(c) in "0123456789abcdefABCDEF" else 255 for c in range(256))
 
 
-def _integers(column: Any, np: Any) -> Any:
+def integers(column: Any, np: Any) -> Any:
     """A string column's values as uint64, where every one is what Python's int(text, 0) reads
     in its two usual forms: 0x (or 0X) and 1 to 16 hex digits, or a decimal of 1 to 19 digits
     with no leading zero (`0` itself aside); None where any is not (the row reader decides)."""
@@ -260,7 +252,7 @@ def _hexadecimals(column: Any, np: Any) -> Any:
     """A column of `0x` and 1 to 16 hex digits each as uint64: the digits padded to 16 (pyarrow),
     their values packed two a byte and read as big-endian 64-bit words (numpy). None where a
     character is no hex digit."""
-    import pyarrow.compute as pc
+    import pyarrow.compute as pc  # pyarrow's kernels: optional, as the whole module's pyarrow is
 
     padded = pc.utf8_lpad(pc.utf8_slice_codeunits(column, 2), 16, "0")
     _, offset_buffer, data_buffer = padded.buffers()

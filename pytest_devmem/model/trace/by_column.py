@@ -7,7 +7,7 @@ from array import array
 
 import numpy as np
 
-ALLOCATE_CODE, FREE_CODE = 0, 1  # as trace.py codes them (not imported: trace.py imports this module)
+from .format import ALLOCATE_CODE, FREE_CODE
 
 
 def peak_live_bytes(actions: bytearray, pointers: array[int], sizes: array[int]) -> int | None:

@@ -1,6 +1,6 @@
 """A trace as an Arrow IPC file (Feather v2): the columnar form, read back at the speed of a copy.
 
-The CSV (trace.py) is the form for people and for RMM's replay; this file holds the same events
+The CSV (csv_file.py) is the form for people and for RMM's replay; this file holds the same events
 in the trace's own column types, so reading one is a copy of each column into the trace, with no
 parse and no Python per event (a million events in some 0.05 s, where the CSV's column reader
 takes 0.5 s). pandas reads it too: `pandas.read_feather(path)` gives one row an event, texts as
@@ -29,15 +29,25 @@ from __future__ import annotations
 import os
 from array import array
 from collections.abc import Iterable
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any, Generic, TypeVar
 
-from .trace_arrow import numbers
+from ...files import write_atomic
+from .columns import TraceColumns
+from .csv_columns import integers, numbers
+from .format import (
+    ACTIONS,
+    ARROW_STREAM_START,
+    DEVICE_NAME,
+    HEADER,
+    READ_ACTIONS,
+    RMM_HEADER,
+    SOURCE_HEADER,
+    TraceFormatError,
+    is_arrow_stream,
+    not_a_device,
+)
 
-if TYPE_CHECKING:
-    from .trace import Trace
-
-MAGIC = b"ARROW1"
-"""The first bytes of an Arrow IPC file (and of a Feather v2 file, which is one)."""
+_T = TypeVar("_T", bound=TraceColumns)
 BATCH_ROWS = 1 << 16
 """Events per record batch written: small beside a large trace, large enough that per-batch work is negligible."""
 FORMAT_KEY, FORMAT_VALUE = b"pytest-devmem", b"trace 1"
@@ -58,7 +68,7 @@ ALLOWED = (
 
 def available() -> bool:
     """Whether pyarrow and numpy can be imported (this form needs both)."""
-    try:
+    try:  # the fast-traces extra, optional: looked for only where a trace's Arrow form is asked for
         import numpy  # noqa: F401
         import pyarrow.ipc  # noqa: F401
     except ImportError:
@@ -66,32 +76,14 @@ def available() -> bool:
     return True
 
 
-def is_arrow(start: bytes) -> bool:
-    """Whether a file starting with `start` is an Arrow IPC file."""
-    return start[: len(MAGIC)] == MAGIC
-
-
-STREAM_START = b"\xff\xff\xff\xff"
-"""How an Arrow IPC stream begins (Arrow's columnar format, "Encapsulated message format": the
-continuation marker before each message's length, since Arrow 0.15), what `pyarrow.ipc.new_stream`
-and `pandas.DataFrame.to_feather`'s stream cousin write: the same columns in another framing."""
-
-
-def is_arrow_stream(start: bytes) -> bool:
-    """Whether a file starting with `start` is an Arrow IPC stream (read as a trace file is)."""
-    return start[: len(STREAM_START)] == STREAM_START
-
-
 # -- writing ---------------------------------------------------------------------------------
 
 
-def arrow_bytes(trace: Trace) -> Any:
+def arrow_bytes(trace: TraceColumns) -> Any:
     """The trace as the bytes of an Arrow IPC file (a pyarrow Buffer): its columns as they are."""
-    import numpy as np
+    import numpy as np  # the fast-traces extra, optional (and 0.1 s of start-up): as in `available`
     import pyarrow as pa
     import pyarrow.ipc as ipc
-
-    from .trace import ACTIONS, HEADER
 
     names = pa.array(trace.names, pa.string())
     actions = pa.array(list(ACTIONS), pa.string())
@@ -127,12 +119,9 @@ def arrow_bytes(trace: Trace) -> Any:
     return sink.getvalue()
 
 
-def write_arrow(trace: Trace, path: str | os.PathLike[str]) -> None:
+def write_arrow(trace: TraceColumns, path: str | os.PathLike[str]) -> None:
     """Write the trace atomically as an Arrow IPC file (uncompressed, so any Arrow reader maps it);
     TraceFormatError naming the file where pyarrow or numpy is missing."""
-    from ..files import write_atomic
-    from .trace import TraceFormatError
-
     if not available():
         raise TraceFormatError(
             f"{os.fspath(path)}: an Arrow IPC trace file is written with pyarrow and numpy: pip install 'pytest-devmem[fast-traces]', or keep the trace's CSV"
@@ -144,13 +133,11 @@ def write_arrow(trace: Trace, path: str | os.PathLike[str]) -> None:
 # -- reading ---------------------------------------------------------------------------------
 
 
-def read_arrow(cls: type[Trace], binary: IO[bytes], shown: str) -> Trace:
+def read_arrow(cls: type[_T], binary: IO[bytes], shown: str) -> _T:
     """The trace in `binary` (an open Arrow IPC file or stream, named `shown` in errors);
     TraceFormatError for a file that is not one (truncated, corrupt) or whose columns are not a
     trace's."""
-    from .trace import TraceFormatError
-
-    try:
+    try:  # the fast-traces extra, optional (and 0.1 s of start-up): as in `available`
         import numpy as np
         import pyarrow as pa
         import pyarrow.ipc as ipc
@@ -159,18 +146,18 @@ def read_arrow(cls: type[Trace], binary: IO[bytes], shown: str) -> Trace:
             f"{shown}: an Arrow IPC trace file, which needs pyarrow and numpy: pip install 'pytest-devmem[fast-traces]', or give the trace's CSV"
         ) from None
     binary.seek(0)
-    stream = is_arrow_stream(binary.read(len(STREAM_START)))
+    stream = is_arrow_stream(binary.read(len(ARROW_STREAM_START)))
     binary.seek(0)
     try:
         if stream:  # no footer: its batches are read in order, all of them, before the columns are sized
             stream_reader = ipc.open_stream(binary)
             _check_schema(stream_reader.schema, shown, pa)
             batches: Iterable[Any] = list(stream_reader)
-            trace = _Columns(cls, sum(int(batch.num_rows) for batch in batches))
+            trace = _Columns(cls(), sum(int(batch.num_rows) for batch in batches))
         else:
             reader = ipc.open_file(binary)
             _check_schema(reader.schema, shown, pa)
-            trace = _Columns(cls, _rows(reader, os.fstat(binary.fileno()).st_size))
+            trace = _Columns(cls(), _rows(reader, os.fstat(binary.fileno()).st_size))
             batches = (reader.get_batch(index) for index in range(reader.num_record_batches))
         for batch in batches:
             batch.validate(full=True)  # offsets, dictionary indices, UTF-8: a corrupt body is refused here
@@ -196,8 +183,6 @@ def _rows(reader: Any, file_bytes: int) -> int:
 
 
 def _check_schema(schema: Any, shown: str, pa: Any) -> None:
-    from .trace import HEADER, RMM_HEADER, SOURCE_HEADER, TraceFormatError
-
     names = list(schema.names)
     if sorted(names) not in (sorted(HEADER), sorted(SOURCE_HEADER), sorted(RMM_HEADER)):
         raise TraceFormatError(f"{shown}: columns {', '.join(names)[:200]}: not a trace's; {ALLOWED}")
@@ -218,8 +203,6 @@ def _check_schema(schema: Any, shown: str, pa: Any) -> None:
 
 def _integers_by_text(texts: list[str], name: str, shown: str, np: Any) -> Any:
     """Texts as Python's int(text, 0) reads them, as the CSV's row reader does, each from 0 to 2**64 - 1."""
-    from .trace import TraceFormatError
-
     try:
         values = [int(text.strip(), 0) for text in texts]
     except ValueError:
@@ -231,11 +214,11 @@ def _integers_by_text(texts: list[str], name: str, shown: str, np: Any) -> Any:
     return np.array(values, dtype=np.uint64)
 
 
-class _Columns:
+class _Columns(Generic[_T]):
     """The trace being read: its columns allocated once at the file's length, filled batch by batch."""
 
-    def __init__(self, cls: type[Trace], rows: int) -> None:
-        self.trace = trace = cls()
+    def __init__(self, trace: _T, rows: int) -> None:
+        self.trace = trace
         self.rows, self.filled = rows, 0
         trace.actions = bytearray(rows)
         for name in ("pointers", "sizes", "times", "threads", "streams", "sources", "labels", "devices", "processes"):
@@ -244,8 +227,6 @@ class _Columns:
         self._lookups: dict[str, tuple[Any, Any]] = {}
 
     def append(self, batch: Any, shown: str, np: Any, pa: Any) -> None:
-        from .trace import _READ_ACTIONS, ACTIONS, TraceFormatError
-
         rows = batch.num_rows
         if not rows:
             return
@@ -257,8 +238,8 @@ class _Columns:
             if column.null_count:
                 raise TraceFormatError(f"{shown}: column {name} has an empty value (null): {ALLOWED}")
         trace = self.trace
-        action_codes = {text: ACTIONS.index(action) for text, action in _READ_ACTIONS.items()}
-        codes = self._codes(columns["Action"], "Action", lambda text: action_codes.get(text, -1))
+        action_codes = {text: ACTIONS.index(action) for text, action in READ_ACTIONS.items()}
+        codes = self._codes(columns["Action"], "Action", lambda text: action_codes.get(text, -1), np, pa)
         if (codes < 0).any():
             dictionary = (
                 columns["Action"].dictionary.to_pylist() if pa.types.is_dictionary(columns["Action"].type) else None
@@ -266,7 +247,7 @@ class _Columns:
             bad = next(
                 (text for text in (dictionary or columns["Action"].to_pylist()) if text not in action_codes), "?"
             )
-            raise TraceFormatError(f"{shown}: unknown Action {bad[:40]!r}; allowed: {', '.join(_READ_ACTIONS)}")
+            raise TraceFormatError(f"{shown}: unknown Action {bad[:40]!r}; allowed: {', '.join(READ_ACTIONS)}")
         memoryview(trace.actions)[start:end] = codes.astype(np.uint8)
         for name, target in (
             ("Thread", trace.threads),
@@ -292,17 +273,14 @@ class _Columns:
             values = (
                 np.zeros(rows, np.uint32)
                 if column is None
-                else self._codes(column, name, trace.name_code).astype(np.uint32)
+                else self._codes(column, name, trace.name_code, np, pa).astype(np.uint32)
             )
             memoryview(target).cast("B")[start * 4 : end * 4] = values.view(np.uint8)
         self.filled = end
 
-    def _codes(self, column: Any, name: str, code_of: Any) -> Any:
+    def _codes(self, column: Any, name: str, code_of: Any, np: Any, pa: Any) -> Any:
         """Each row's code: `code_of` applied once to each distinct text (a dictionary's entries;
         a plain text column is dictionary-encoded first), then taken by index."""
-        import numpy as np
-        import pyarrow as pa
-
         if not pa.types.is_dictionary(column.type):  # a file made elsewhere
             column = column.dictionary_encode()
         dictionary = column.dictionary
@@ -317,14 +295,11 @@ class _Columns:
 
     @staticmethod
     def _integers(column: Any, name: str, rows: int, shown: str, np: Any, pa: Any) -> Any:
-        from .trace import TraceFormatError
-        from .trace_arrow import _integers as parse_integers
-
         target = np.dtype(_UNSIGNED[name])
         if column is None:
             return np.zeros(rows, target)
         if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-            parsed = parse_integers(column.cast(pa.string()), np)
+            parsed = integers(column.cast(pa.string()), np)
             if parsed is None:  # a form the column parser leaves to Python (20 decimal digits, 0X, 0o)
                 parsed = _integers_by_text(column.to_pylist(), name, shown, np)
             return parsed.astype(target, copy=False)
@@ -338,9 +313,7 @@ class _Columns:
             raise TraceFormatError(f"{shown}: column {name} has a value out of range (0 to {limits.max})")
         return values.astype(target)
 
-    def finish(self, shown: str, np: Any) -> Trace:
-        from .trace import _DEVICE_NAME, TraceFormatError
-
+    def finish(self, shown: str, np: Any) -> _T:
         trace = self.trace
         if self.filled != self.rows:
             raise TraceFormatError(
@@ -350,29 +323,6 @@ class _Columns:
             used = np.flatnonzero(np.bincount(np.frombuffer(trace.devices, dtype=np.uint32)))
             for code in used.tolist():
                 device = trace.names[code]
-                if device and not _DEVICE_NAME.fullmatch(device):
-                    raise TraceFormatError(
-                        f"{shown}: Device {device[:40]!r} is not a device: write PLATFORM:N in lower case (cpu:0, gpu:1), or leave it empty for the first device"
-                    )
+                if device and not DEVICE_NAME.fullmatch(device):
+                    raise not_a_device(shown, device)
         return trace
-
-
-def convert_trace(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> str:
-    """Write the trace at `source` (either form) to `target` in the form its name asks for (`.arrow`
-    or `.feather`: the Arrow file; `.csv`: the CSV), atomically; what was done, in one line.
-    TraceFormatError for a bad `source`, or a `target` that names no form or is `source` itself."""
-    from .trace import TRACE_SUFFIXES, Trace, TraceFormatError
-
-    suffix = os.path.splitext(os.fspath(target))[1].lower()
-    if suffix not in TRACE_SUFFIXES:
-        raise TraceFormatError(
-            f"{os.fspath(target)}: a trace file's name ends with {', '.join(TRACE_SUFFIXES)} (.csv: the CSV; .arrow or .feather: the Arrow IPC file)"
-        )
-    if os.path.exists(target) and os.path.exists(source) and os.path.samefile(source, target):
-        raise TraceFormatError(f"{os.fspath(target)}: is the trace read: write the other form to another file")
-    trace = Trace.read(source)
-    if suffix == ".csv":
-        trace.write_csv(target)
-    else:
-        trace.write_arrow(target)
-    return f"wrote {os.fspath(target)} ({len(trace):,} events, {'CSV' if suffix == '.csv' else 'Arrow IPC file'})"
