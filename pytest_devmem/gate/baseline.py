@@ -22,10 +22,10 @@ from pathlib import Path
 from ..compile_store import STORE_DIRECTORY, is_key
 from ..errors import FileFormatError
 from ..files import TEMPORARY_SUFFIX, ensure_directory, file_name, read_json, temporary_prefix, write_atomic
-from ..model.buffers import programs_from_json
+from ..model.buffers import lines_from_json, programs_from_json
 from ..model.pool.policy import canonical_label
 from ..model.profile import decode_profile
-from .changes import buffers_at_peak_of, contributors_of, metrics_of
+from .changes import buffers_at_peak_of, contributors_of, lines_of, metrics_of
 from .record import BaselineEntry, TestRecord, compiler_keys, requested_peak_only
 from .tolerance import METRICS
 
@@ -135,6 +135,8 @@ class BaselineStore:
                     }
                     if contributors_of(item):
                         stored[(item.test_id, item.regime)]["contributors"] = contributors_of(item)
+                    if lines_of(item):
+                        stored[(item.test_id, item.regime)]["lines_at_peak"] = lines_of(item)
                     if item.compiler_entries:
                         stored[(item.test_id, item.regime)]["compiler_entries"] = sorted(item.compiler_entries)
                     if item.device_metrics():
@@ -170,6 +172,8 @@ def _entry_json(entry: BaselineEntry) -> dict[str, object]:
         data["reason"] = entry.reason
     if entry.contributors:
         data["contributors"] = entry.contributors
+    if entry.lines:
+        data["lines_at_peak"] = entry.lines
     if entry.devices:
         data["devices"] = entry.devices
     if entry.profile:
@@ -432,6 +436,10 @@ def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry
                 buffers = programs_from_json(data.get("buffers", {}))
             except ValueError as exc:
                 raise fail(f'record {test_id!r} "buffers": {exc}', needle) from None
+            try:
+                lines = lines_from_json(data.get("lines_at_peak", {}))
+            except ValueError as exc:
+                raise fail(f'record {test_id!r} "lines_at_peak": {exc}', needle) from None
             named = data.get("compiler_entries", [])
             if not isinstance(named, list) or not all(is_key(key) for key in named):
                 raise fail(
@@ -453,6 +461,7 @@ def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry
                     dict(profile),
                     buffers,
                     tuple(compiler_keys(named)),
+                    lines,
                 )
             )
     return entries

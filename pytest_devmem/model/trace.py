@@ -10,8 +10,9 @@ The text form is RMM's memory-event log (`Thread,Time,Action,Pointer,Size,Stream
 recorded here replays in RMM's REPLAY_BENCHMARK and an RMM log replays here. Actions are
 `allocate`, `free` (RMM's older spelling; `deallocate` is read too) and `allocate failure`. Four
 more columns, which RMM's reader does not look at, say who made each event and where: `Source`,
-`Label` (e.g. the executable's name), `Device` and `Process`. Logs with RMM's six columns, or with
-the first eight of ours (pytest-devmem before per-device traces), read too. The columnar form, an
+`Label` (e.g. the executable's name), `Device` and `Process`; a fifth, `Site`, the user's line that
+made the buffer (`file:line`), is written where any event has one. Logs with RMM's six columns, with
+the first eight of ours (pytest-devmem before per-device traces), or with ten (before sites), read too. The columnar form, an
 Arrow IPC file of the same columns (`write_arrow`, trace_ipc.py), reads some ten times faster;
 `read` and `read_csv` take either form, told apart by the file's first bytes. No pytest, no frameworks.
 """
@@ -34,6 +35,10 @@ from ..spreadsheet import csv_cell, csv_text
 RMM_HEADER = ("Thread", "Time", "Action", "Pointer", "Size", "Stream")
 SOURCE_HEADER = (*RMM_HEADER, "Source", "Label")
 HEADER = (*SOURCE_HEADER, "Device", "Process")
+SITE_HEADER = (*HEADER, "Site")
+"""HEADER and the user's line that made each event's buffer: written where any event has one."""
+HEADERS = (SITE_HEADER, HEADER, SOURCE_HEADER, RMM_HEADER)
+"""The headers a trace file may have."""
 ALLOCATE, FREE, ALLOCATE_FAILURE = "allocate", "free", "allocate failure"
 ACTIONS = (ALLOCATE, FREE, ALLOCATE_FAILURE)
 """An event's action is stored as its index here: 0 allocate, 1 free, 2 allocate failure."""
@@ -55,7 +60,8 @@ class TraceEvent:
     """One allocator call. `pointer` is the address the recording pool returned (0 for a failure),
     or any id that is unique among the buffers live at once. `source` says whose allocator made
     the call and `label` what for (free text, for people and reports); `device` where (`cpu:0`,
-    `gpu:1`; empty: the first device), `process` in which process (several simulated together)."""
+    `gpu:1`; empty: the first device), `process` in which process (several simulated together);
+    `site` the user's line that made the buffer (`file:line`; empty where not known)."""
 
     action: str
     pointer: int
@@ -67,6 +73,7 @@ class TraceEvent:
     label: str = ""
     device: str = ""
     process: int = 0
+    site: str = ""
 
 
 class Trace:
@@ -75,7 +82,7 @@ class Trace:
     Build one from TraceEvents (`Trace([...])`, `append`) or column values (`add`); read it back as
     TraceEvents (iteration, indexing, `events`) or, where speed matters, through the columns:
     `actions` (codes into ACTIONS), `pointers`, `sizes`, `times`, `threads`, `streams`, and
-    `sources`, `labels`, `devices` (indexes into `names`), `processes`.
+    `sources`, `labels`, `devices`, `sites` (indexes into `names`), `processes`.
     """
 
     __slots__ = (
@@ -89,6 +96,7 @@ class Trace:
         "labels",
         "devices",
         "processes",
+        "sites",
         "names",
         "_name_index",
     )
@@ -104,6 +112,7 @@ class Trace:
         self.labels = array("I")
         self.devices = array("I")
         self.processes = array("I")
+        self.sites = array("I")
         self.names: list[str] = [""]
         self._name_index: dict[str, int] = {"": 0}
         for event in events:
@@ -112,7 +121,7 @@ class Trace:
     # -- building ---------------------------------------------------------------------------
 
     def name_code(self, text: str) -> int:
-        """The index of `text` in `names`, added if new (sources, labels and devices share it)."""
+        """The index of `text` in `names`, added if new (sources, labels, devices and sites share it)."""
         code = self._name_index.get(text)
         if code is None:
             code = self._name_index[text] = len(self.names)
@@ -131,6 +140,7 @@ class Trace:
         label: str = "",
         device: str = "",
         process: int = 0,
+        site: str = "",
     ) -> None:
         """Append one event given by its column values (`action` a code: ALLOCATE_CODE, ...)."""
         self.actions.append(action)
@@ -144,6 +154,7 @@ class Trace:
         self.labels.append(code(label))
         self.devices.append(code(device))
         self.processes.append(process)
+        self.sites.append(code(site))
 
     def append(self, event: TraceEvent) -> None:
         self.add(
@@ -157,6 +168,7 @@ class Trace:
             event.label,
             event.device,
             event.process,
+            event.site,
         )
 
     # -- reading ----------------------------------------------------------------------------
@@ -177,6 +189,7 @@ class Trace:
             names[self.labels[index]],
             names[self.devices[index]],
             self.processes[index],
+            names[self.sites[index]],
         )
 
     def __iter__(self) -> Iterator[TraceEvent]:
@@ -263,6 +276,7 @@ class Trace:
             "labels": list(self.labels),
             "devices": list(self.devices),
             "processes": list(self.processes),
+            "sites": list(self.sites),
             "names": list(self.names),
         }
 
@@ -292,6 +306,7 @@ class Trace:
             trace.labels = array("I", data["labels"])
             trace.devices = array("I", data["devices"])
             trace.processes = array("I", data["processes"])
+            trace.sites = array("I", data.get("sites") or bytes(4 * len(trace.actions)))  # none: before sites
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise TraceFormatError(f"trace columns: {exc}") from None
         columns = (
@@ -304,11 +319,12 @@ class Trace:
             trace.labels,
             trace.devices,
             trace.processes,
+            trace.sites,
         )
         if any(len(column) != len(trace.actions) for column in columns):
             raise TraceFormatError("trace columns of unequal length")
         if any(action >= len(ACTIONS) for action in trace.actions) or any(
-            code >= len(names) for column in columns[5:8] for code in column
+            code >= len(names) for column in (*columns[5:8], trace.sites) for code in column
         ):
             raise TraceFormatError("trace columns: an action or name index out of range")
         if any(size < 0 for size in trace.sizes):
@@ -326,25 +342,31 @@ class Trace:
     def csv_text(self) -> str:
         """The trace's CSV, as `write_csv` writes it: csv.writer's cells (a CR in a text quoted),
         made column by column, each distinct text quoted once (some three times faster than a
-        writer row by row)."""
+        writer row by row). The Site column where any event has one (SITE_HEADER)."""
         texts = [_csv_field(csv_cell(name)) for name in self.names]  # type: ignore[arg-type]  # str in, str out
         devices = [_csv_field(name) for name in self.names]
-        rows = map(
-            ",".join,
-            zip(
-                map(str, self.threads),
-                map("{:.6f}".format, self.times),
-                map(ACTIONS.__getitem__, self.actions),
-                map("{:#x}".format, self.pointers),
-                map(str, self.sizes),
-                map("{:#x}".format, self.streams),
-                map(texts.__getitem__, self.sources),
-                map(texts.__getitem__, self.labels),
-                map(devices.__getitem__, self.devices),
-                map(str, self.processes),
-            ),
-        )
-        return ",".join(HEADER) + "\n" + "".join(row + "\n" for row in rows)
+        columns = [
+            map(str, self.threads),
+            map("{:.6f}".format, self.times),
+            map(ACTIONS.__getitem__, self.actions),
+            map("{:#x}".format, self.pointers),
+            map(str, self.sizes),
+            map("{:#x}".format, self.streams),
+            map(texts.__getitem__, self.sources),
+            map(texts.__getitem__, self.labels),
+            map(devices.__getitem__, self.devices),
+            map(str, self.processes),
+        ]
+        header: tuple[str, ...] = HEADER
+        if self.has_sites():
+            header = SITE_HEADER
+            columns.append(map(texts.__getitem__, self.sites))
+        rows = map(",".join, zip(*columns))
+        return ",".join(header) + "\n" + "".join(row + "\n" for row in rows)
+
+    def has_sites(self) -> bool:
+        """Whether any event names the line that made its buffer (its files then carry the Site column)."""
+        return any(self.sites)
 
     def write_arrow(self, path: str | os.PathLike[str]) -> None:
         """Write the trace atomically as an Arrow IPC (Feather v2) file: its columns as they are,
@@ -464,10 +486,10 @@ class Trace:
                 rows = csv.reader(handle)
                 header = next(rows, None)
                 columns = tuple(column.strip() for column in header) if header is not None else ()
-                if columns not in (HEADER, SOURCE_HEADER, RMM_HEADER):
+                if columns not in HEADERS:
                     shown = ",".join(header)[:200] if header else "nothing"
                     raise TraceFormatError(
-                        f"{os.fspath(path)}:1: not a memory-event log: expected the header {','.join(RMM_HEADER)} (optionally ,Source,Label,Device,Process), got {shown!r}"
+                        f"{os.fspath(path)}:1: not a memory-event log: expected the header {','.join(RMM_HEADER)} (optionally ,Source,Label,Device,Process[,Site]), got {shown!r}"
                     )
                 for line, row in enumerate(rows, start=2):
                     if row:
@@ -527,7 +549,7 @@ def _read_by_column(cls: type[Trace], binary: BinaryIO) -> Trace | None:
     try:
         header = tuple(binary.readline(4096).decode("utf-8", "replace").rstrip("\r\n").split(","))
         binary.seek(0)
-        if header not in (HEADER, SOURCE_HEADER, RMM_HEADER):
+        if header not in HEADERS:
             return None
         trace = cls()
         fitted = trace_arrow.read_columns(binary, header, trace, _READ_ACTIONS, ACTIONS)
@@ -575,7 +597,8 @@ def _add_row(trace: Trace, path: object, line: int, row: list[str], width: int) 
     source, label = (
         (csv_text(row[6].strip()), csv_text(row[7].strip())) if width >= len(SOURCE_HEADER) else ("", "")
     )  # as written, before csv_cell
-    device, process = (row[8].strip(), row[9].strip()) if width == len(HEADER) else ("", "0")
+    device, process = (row[8].strip(), row[9].strip()) if width >= len(HEADER) else ("", "0")
+    site = csv_text(row[10].strip()) if width == len(SITE_HEADER) else ""
     if action not in _READ_ACTIONS:
         raise TraceFormatError(f"{where}: unknown action {action[:40]!r}; allowed: {', '.join(_READ_ACTIONS)}")
     if device and not _DEVICE_NAME.fullmatch(device):
@@ -627,6 +650,7 @@ def _add_row(trace: Trace, path: object, line: int, row: list[str], width: int) 
         label,
         device,
         process_value,
+        site,
     )
 
 

@@ -145,8 +145,8 @@ class Checks:
         directory = self.settings.artifacts_dir
         if directory is None or record.trace_events is None or record.run is None:
             return ""
-        from ..gate.changes import buffers_of
-        from ..present.buffers import html_section
+        from ..gate.changes import buffers_of, lines_of
+        from ..present.buffers import html_lines_section, html_section
         from ..present.plot import BaselineSide, write_plot  # only for a failure's picture: not loaded otherwise
 
         name = f"{record.test_id}[{record.regime}]"
@@ -174,7 +174,10 @@ class Checks:
                 picture,
                 f"{record.test_id} under {record.regime} on {self.device.name}",
                 baseline,
-                (html_section(buffers_of(record), entry.buffers if entry is not None else None, self.rootdir),),
+                (
+                    html_section(buffers_of(record), entry.buffers if entry is not None else None, self.rootdir),
+                    html_lines_section(lines_of(record), entry.lines if entry is not None else None, self.rootdir),
+                ),
             )
         except OSError as exc:
             return terminal_lines(f"\n  artifacts not written to {directory}: {exc.strerror or exc}")

@@ -109,6 +109,12 @@ def make_record(
                 f"{len(kept)} executable(s) {KEPT_CPU_SIZES}: "
                 + "; ".join(f"{name} ({why})" for name, why in sorted(kept.items()))
             )
+    lines = record.trace.get("lines_at_peak") if record.trace is not None else None
+    if root is not None and isinstance(lines, dict) and record.trace is not None:  # named as the buffers' files are
+        record.trace["lines_at_peak"] = {
+            name: {frames_from(root, site) if site else site: size for site, size in held.items()}
+            for name, held in lines.items()
+        }
     if captured.buffers and record.trace is not None:
         record.trace["buffers"] = {
             name: with_files_from(root, found) for name, found in sorted(captured.buffers.items())

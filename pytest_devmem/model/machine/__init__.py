@@ -13,7 +13,7 @@ figure, timeline, contributor list and picture of a test comes from this one rep
 No pytest, no frameworks here.
 """
 
-from .maps import contributor, holders
+from .maps import contributor, holders, lines_at_peak
 from .replay import Machine, maps_after, run_machine
 from .results import (
     DEFAULT_SOURCE,
@@ -49,6 +49,7 @@ __all__ = [
     "contributor",
     "device_order",
     "holders",
+    "lines_at_peak",
     "maps_after",
     "run_machine",
 ]
