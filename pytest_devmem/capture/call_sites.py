@@ -75,6 +75,7 @@ class CallSites:
         # the code object is held so that its id stays its own
         self._codes: dict[int, tuple[CodeType, dict[int, str] | None]] = {}
         self.lookups = 0  # user lines computed: one per call site
+        self.walks = 0  # calls of `site_of` (a hook that knows its caller's site asks none)
 
     def lines_of(self, code: CodeType) -> dict[int, str] | None:
         """The sites known in `code` by instruction offset (filled by `site_of`); None where `code`
@@ -87,6 +88,7 @@ class CallSites:
     def site_of(self, frame: FrameType | None) -> str:
         """`file:line` of the innermost user frame from `frame` outwards; "" where none is the user's."""
         codes = self._codes
+        self.walks += 1
         while frame is not None:
             code = frame.f_code
             entry = codes.get(id(code))
