@@ -78,3 +78,41 @@ def test_a_holder_absent_from_the_baseline_names_its_line_not_a_guess(
     result.assert_outcomes(failed=1)
     grew = result.stdout.str().split("what grew at the peak:")[1].split("\n")[0]
     assert "jit(add) not among the baseline's largest → 4.00 MiB: made at mymodel.py:6 (4.00 MiB)" in grew
+
+
+TF_STEP = """
+import tensorflow as tf
+
+
+@tf.function
+def inner(x):
+    return tf.concat([x] * 4, axis=0)
+
+
+@tf.function
+def step(x, w):
+    y = tf.matmul(x, w)
+    return inner(y), y
+
+
+def test_tf():
+    x = tf.ones((256, 256))
+    kept, y = step(x, x)
+    eager = tf.matmul(x, x)
+    assert kept.shape[0] == 1024 and eager.shape[0] == 256
+"""
+
+
+def test_tensorflow_names_a_functions_ops_by_their_lines_and_an_eager_op_by_none(
+    tensorflow_loaded: object, pytester: pytest.Pytester
+) -> None:
+    def line(marker: str) -> str:
+        return "mymodel.py:" + str(next(n for n, text in enumerate(TF_STEP.strip().splitlines(), 1) if marker in text))
+
+    pytester.makepyfile(mymodel=TF_STEP)
+    result = pytester.runpytest_inprocess("mymodel.py", "--devmem-mode=growth", "--devmem-report=now.json")
+    result.assert_outcomes(passed=1)
+    lines = json.loads((pytester.path / "now.json").read_text())["records"][0]["trace"]["lines_at_peak"]
+    assert lines["MatMul in step"] == {line("tf.matmul(x, w)"): 262144}  # the op's node in the function's graph
+    assert lines["PartitionedCall/concat in step"] == {line("tf.concat("): 1048576}  # inlined from `inner`
+    assert lines["MatMul"] == {"": 262144}  # an eager op: TensorFlow records no line, none is guessed

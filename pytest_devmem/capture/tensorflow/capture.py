@@ -14,6 +14,7 @@ from ..recorder import TraceRecorder
 from ..sources.base import Reading
 from .conversion import copy_arrays_off_aligned
 from .events import ONEDNN_CPU, SOURCE, WindowClock, trace_events
+from .op_lines import OpLines
 from .profiler import ProfilerRun, ProfilerUnavailable
 from .warmup import warm_up
 from .xspace import read_profile
@@ -52,6 +53,7 @@ class TensorFlowCapture:
         self._problem: str | None = None  # why this window has no profile
         self.installed = False
         self._warmed = False  # the warm-up step has run (warmup.py)
+        self._op_lines = OpLines()  # each tf.function op's Python line, read once per function
         self.note = ""
 
     # -- the process -------------------------------------------------------------------------
@@ -145,6 +147,7 @@ class TensorFlowCapture:
             end=self._recorder.ended_at,
             tensorflow_has_gpu=self._tensorflow_has_gpu(),
             paused=self._recorder.paused_spans,
+            site_of=self._op_lines.site,
         )
         notes = []
         if converted.host_allocators:

@@ -45,6 +45,7 @@ class AllocatorEvent(NamedTuple):
     function: str = ""  # the function (or tf.data stage) the op ran in, "" when unknown
     thread: int = 0  # the index of the thread's line in the profile
     stats: AllocatorStats | None = None  # the allocator's figures after the call, when asked for
+    runtime_function: str = ""  # the op's function as the runtime names it (`__inference_step_219`), "" when unknown
 
 
 class AllocatorStats(NamedTuple):
@@ -69,6 +70,15 @@ def function_name(name: str) -> str:
     """A graph function's name as its author wrote it: `__inference_step_219` -> `step`."""
     match = _FUNCTION.match(name)
     return match.group(1) if match else name
+
+
+def runtime_name(event_name: str) -> str:
+    """The runtime's name of a function called eagerly (`__inference_step_219`); "" for another caller."""
+    name = event_name[len(_EAGER) :] if event_name.startswith(_EAGER) else ""
+    return name if _FUNCTION.match(name) else ""
+
+
+_EAGER = "EagerLocalExecute: "
 
 
 def caller_name(event_name: str) -> str | None:
@@ -121,6 +131,7 @@ def read_profile(space: Any, start_ns: int | None = None, *, with_stats: bool = 
     profile = Profile(start_ns=_start_ns(space) or start_ns)
     pending: list[tuple[int, bool, int, str, int, int, str, int, str, int, bool, AllocatorStats | None]] = []
     run_callers: dict[int, str] = {}  # step id of a FunctionRun -> who called that function
+    run_functions: dict[int, str] = {}  # step id of a FunctionRun -> the runtime's name of that function
     for plane in space.planes:
         if plane.name != HOST_PLANE:
             continue
@@ -130,6 +141,7 @@ def read_profile(space: Any, start_ns: int | None = None, *, with_stats: bool = 
         step_stat = next((key for key, name in wanted.items() if name == "id"), None)
         roles: dict[int, int] = {}
         callers: dict[int, str] = {}
+        runtime: dict[int, str] = {}
         for key, meta in plane.event_metadata.items():
             name = meta.name
             if name == ALLOCATION:
@@ -141,14 +153,15 @@ def read_profile(space: Any, start_ns: int | None = None, *, with_stats: bool = 
             elif name in _STEP_SCOPES:
                 roles[key] = _STEP
             elif (caller := caller_name(name)) is not None:
-                roles[key], callers[key] = _CALLER, caller
+                roles[key], callers[key], runtime[key] = _CALLER, caller, runtime_name(name)
         for thread, line in enumerate(plane.lines):
             events = line.events
             profile.host_events += len(events)
             base = line.timestamp_ns
             if base < _ABSOLUTE_NS:
                 base += profile.start_ns or 0
-            stack: list[tuple[int, str, int]] = []  # enclosing callers and steps: (end, caller, step id); popped lazily
+            # enclosing callers and steps: (end, caller, step id, the caller's runtime name); popped lazily
+            stack: list[tuple[int, str, int, str]] = []
             last_start = -1
             for event in events:
                 role = roles.get(event.metadata_id)
@@ -162,7 +175,9 @@ def read_profile(space: Any, start_ns: int | None = None, *, with_stats: bool = 
                     stack.pop()
                 if role == _CALLER:
                     if event.duration_ps > 0:
-                        stack.append((start + event.duration_ps, callers[event.metadata_id], 0))
+                        stack.append(
+                            (start + event.duration_ps, callers[event.metadata_id], 0, runtime[event.metadata_id])
+                        )
                     continue
                 if role == _STEP:
                     if event.duration_ps > 0 and step_stat is not None:
@@ -174,12 +189,13 @@ def read_profile(space: Any, start_ns: int | None = None, *, with_stats: bool = 
                             ),
                             0,
                         )
-                        stack.append((start + event.duration_ps, "", scope))
+                        stack.append((start + event.duration_ps, "", scope, ""))
                     continue
                 caller, scope, step_inside = "", 0, False  # the innermost caller and step, and which is inside
-                for _, name, step_id in reversed(stack):
+                function_id = ""
+                for _, name, step_id, runtime_id in reversed(stack):
                     if name and not caller:
-                        caller = name
+                        caller, function_id = name, runtime_id
                     elif step_id and not scope:
                         scope, step_inside = step_id, not caller
                     if caller and scope:
@@ -193,6 +209,7 @@ def read_profile(space: Any, start_ns: int | None = None, *, with_stats: bool = 
                         if name == "id":
                             if caller:
                                 run_callers[stat.int64_value or stat.uint64_value] = caller
+                                run_functions[stat.int64_value or stat.uint64_value] = function_id
                             break
                         continue
                     if name == "allocator_name":
@@ -241,6 +258,7 @@ def read_profile(space: Any, start_ns: int | None = None, *, with_stats: bool = 
         stats,
     ) in pending:
         function = run_callers.get(step, "") if step else ""
+        graph = run_functions.get(step, "") if step and op else ""
         if not op and not function:  # no op: the step it happened in, or what the thread was doing, the inner first
             in_step = run_callers.get(scope, "") if scope else ""
             function = (in_step or caller) if step_inside else (caller or in_step)
@@ -255,6 +273,7 @@ def read_profile(space: Any, start_ns: int | None = None, *, with_stats: bool = 
                 function,
                 thread,
                 stats,
+                graph,
             )
         )
     return profile
