@@ -19,6 +19,7 @@ nothing. No framework is imported here.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import sysconfig
@@ -43,6 +44,7 @@ def _framework_folders() -> tuple[str, ...]:
     return tuple(folders)
 
 
+@functools.cache
 def _standard_library() -> tuple[str, tuple[str, ...]]:
     """The standard library's folder, and the installed packages' folders (which may lie inside it)."""
     paths = sysconfig.get_paths()

@@ -99,7 +99,13 @@ def test_tf():
     x = tf.ones((256, 256))
     kept, y = step(x, x)
     eager = tf.matmul(x, x)
-    assert kept.shape[0] == 1024 and eager.shape[0] == 256
+
+    @tf.function
+    def local(x):
+        return tf.concat([x, x], axis=0) * 2.0
+
+    doubled = local(eager)
+    assert kept.shape[0] == 1024 and doubled.shape[0] == 512
 """
 
 
@@ -116,3 +122,5 @@ def test_tensorflow_names_a_functions_ops_by_their_lines_and_an_eager_op_by_none
     assert lines["MatMul in step"] == {line("tf.matmul(x, w)"): 262144}  # the op's node in the function's graph
     assert lines["PartitionedCall/concat in step"] == {line("tf.concat("): 1048576}  # inlined from `inner`
     assert lines["MatMul"] == {"": 262144}  # an eager op: TensorFlow records no line, none is guessed
+    # a function local to the test, which the runtime removes when the test returns: read before it goes
+    assert line("tf.concat([x, x]") in json.dumps(lines)

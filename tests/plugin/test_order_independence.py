@@ -4,7 +4,8 @@ programs first, JAX's eager helpers, `max_compiles` tests, TensorFlow tests, JAX
 one test, the fixture's pool, and a step sharded over four devices) runs as users run it: every
 test measured, only the marked ones (no `--devmem-mode`), reversed, in two pytest-split shards,
 under `-n 2`, and some tests alone, after nothing. Every test's record must be the same in each:
-its verdicts, every figure, the number of events in its trace, who held the memory at its peak.
+its verdicts, every figure, the number of events in its trace, who held the memory at its peak and
+the lines that made it.
 
 Everything is held exactly, TensorFlow's figures too (the plugin runs its executor in a deterministic
 order, TF_DETERMINISTIC_ORDER, and copies NumPy arrays into its allocator), but a `tf.data`
@@ -185,13 +186,15 @@ pipeline's threads prefetch ahead of the test (docs/order-independence.md)."""
 
 
 def figures(report: Path) -> dict[str, dict[str, object]]:
-    """Per test: its verdict and figures, the events in its trace, what held memory at its peak."""
+    """Per test: its verdict and figures, the events in its trace, what held memory at its peak and the
+    lines that made it."""
     records = json.loads(report.read_text())["records"]
     return {
         r["test_id"]: {
             **{key: r.get(key) for key in COMPARED},
             "events": (r.get("trace") or {}).get("events"),
             "at_peak": (r.get("trace") or {}).get("at_peak"),
+            "lines_at_peak": (r.get("trace") or {}).get("lines_at_peak"),
             "needed": (r.get("trace") or {}).get("needed"),
         }
         for r in records
