@@ -467,10 +467,13 @@ class JaxCapture:
                 ):
                     site = site_of(caller)
                     entry = steps.get((id(aval), site))
+                    code = caller.f_code
                     if entry is None or entry[0] is not aval or entry[1] is not outputs._sharding:
                         slow(function, args, kwargs, outputs, site)
+                        entry = steps.get((id(aval), site))  # the step it may have made: the next run asks no walk
+                        if entry is not None and entry[0] is aval and entry[1] is outputs._sharding:
+                            last = (*entry, code if lines_of(code) is not None else None, caller.f_lasti)
                         return
-                    code = caller.f_code
                     last = known = (*entry, code if lines_of(code) is not None else None, caller.f_lasti)
                 buffer_id = next(ids)
                 record((known[3], buffer_id, clock(), get_ident()))
