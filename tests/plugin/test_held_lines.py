@@ -55,6 +55,13 @@ def test_a_kept_put_and_an_eager_output_name_their_lines_when_they_grow(
     assert f"jit(sin) 256.00 KiB → 4.00 MiB: made at {SIN_LINE} (256.00 KiB → 4.00 MiB)" in grew
     record = json.loads((pytester.path / "now.json").read_text())["records"][0]
     assert record["trace"]["lines_at_peak"]["device_put"] == {PUT_LINE: 4194304}
+    compared = subprocess.run(
+        [sys.executable, "-m", "pytest_devmem.cli", "compare", "baselines", "now.json"],
+        cwd=pytester.path,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert f"device_put 256.00 KiB → 4.00 MiB: made at {PUT_LINE}" in compared.split("What grew at the peak:")[1]
     assert record["baseline"]["lines"]["baseline"]["device_put"] == {PUT_LINE: 262144}
 
 
