@@ -8,7 +8,7 @@ and TensorFlow in one test, the fixture's pool, and a step sharded over four dev
 The project runs as users run it: every test measured, only the marked ones (no `--devmem-mode`),
 reversed, in two pytest-split shards, under `-n 2`, and three tests alone, after nothing: nine
 fresh sessions. Every test's record must be the same in each: its verdicts, every figure, the
-number of events in its trace, who held the memory at its peak. Prints each selection with the
+number of events in its trace, who held the memory at its peak and the lines that made it. Prints each selection with the
 records that differ from the all-measured session's (none is the target) and exits 1 where any
 does. The test suite runs the two sessions that matter most (all measured, marked only) on the
 same project (`tests/plugin/test_order_independence.py`); `benchmarks/bench_gate.py` runs the same
@@ -198,13 +198,15 @@ pipeline's threads prefetch ahead of the test (docs/order-independence.md)."""
 
 
 def figures(report: Path) -> dict[str, dict[str, object]]:
-    """Per test: its verdict and figures, the events in its trace, what held memory at its peak."""
+    """Per test: its verdict and figures, the events in its trace, what held memory at its peak and the
+    lines that made it."""
     records = json.loads(report.read_text())["records"]
     return {
         r["test_id"]: {
             **{key: r.get(key) for key in COMPARED},
             "events": (r.get("trace") or {}).get("events"),
             "at_peak": (r.get("trace") or {}).get("at_peak"),
+            "lines_at_peak": (r.get("trace") or {}).get("lines_at_peak"),
             "needed": (r.get("trace") or {}).get("needed"),
         }
         for r in records

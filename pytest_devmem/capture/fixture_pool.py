@@ -43,16 +43,17 @@ class RecordingPool:
     def alloc(self, nbytes: int) -> int:
         self._check_open(f"alloc({nbytes!r})")
         frame = sys._getframe(1)
-        site = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} in {frame.f_code.co_name}"  # who asked, for people
+        label = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} in {frame.f_code.co_name}"  # who asked, for people
+        site = f"{frame.f_code.co_filename}:{frame.f_lineno}"  # the line, as the frameworks' captures name theirs
         try:
             handle = self.pool.alloc(nbytes)
         except OutOfMemoryError as error:
             # the request happened: the trace keeps it, so the model replays the failure with its analysis
-            self._recorder.allocate(int(nbytes), SOURCE, site, self.device_name)
+            self._recorder.allocate(int(nbytes), SOURCE, label, self.device_name, site)
             __tracebackhide__ = True  # the test's line is where it failed; the pool's insides say nothing more
             raise error.with_traceback(None) from None
         size = int(nbytes)
-        self._ids[handle] = (self._recorder.allocate(size, SOURCE, site, self.device_name), size)
+        self._ids[handle] = (self._recorder.allocate(size, SOURCE, label, self.device_name, site), size)
         return handle
 
     def free(self, handle: int) -> None:

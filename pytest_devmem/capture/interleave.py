@@ -38,5 +38,6 @@ def merge(*streams: Trace | Iterable[TraceEvent]) -> Trace:
             event.label,
             event.device,
             event.process,
+            event.site,
         )
     return merged

@@ -59,15 +59,15 @@ class TraceRecorder:
         # devices; allocated in this window
         self._live: dict[int, Any] = {}
         self._names: dict[
-            tuple[str, str, str], tuple[str, str, str, int, int, int]
-        ] = {}  # (source, label, device) and their codes in the trace
+            tuple[str, str, str, str], tuple[str, str, str, int, int, int, int]
+        ] = {}  # (source, label, device, site) and their codes in the trace (the site's last)
         self._columns: tuple[Callable[[Any], None], ...] = ()  # the appends of the window's columns that vary
         # compact records not yet in the columns, four values each, flat; one list for the recorder's
         # life, emptied when a window opens, so its `extend` may be bound once (`pending_extend`)
         self._pending: list[Any] = []
         self.pending_extend: Callable[[tuple[Any, ...]], None] = self._pending.extend
         self.step_record: Callable[[tuple[Any, ...]], None] | None = None  # while recording: `pending_extend`
-        self._steps: list[tuple[tuple[tuple[int, str, str, str], ...], tuple[tuple[int, str, str, str], ...]]] = []
+        self._steps: list[tuple[tuple[tuple[int, str, str, str], ...], tuple[tuple[int, str, str, str], ...], str]] = []
         self._step_codes: dict[int, tuple[Any, Any]] = {}  # step -> its shards and temps with codes, this window
         self.steps_taken: dict[int, int] = {}  # step -> its runs recorded (written) since its user cleared it
         self._flushing = False  # a collection inside a flush must not start another
@@ -116,12 +116,14 @@ class TraceRecorder:
         self,
         outputs: tuple[tuple[int, str, str, str], ...],
         temps: tuple[tuple[int, str, str, str], ...] = (),
+        site: str = "",
     ) -> int:
         """The number of a kind of run: its outputs' shards, then temps allocated and freed at once,
-        each (bytes, source, label, device). A step's record is `(step, id, clock(), thread ident)`,
-        added with `step_record`; the id stands for all its outputs' shards (`free_later(id)`)."""
+        each (bytes, source, label, device), all made at `site` (the user's line, "" where not
+        known). A step's record is `(step, id, clock(), thread ident)`, added with `step_record`;
+        the id stands for all its outputs' shards (`free_later(id)`)."""
         with self._lock:
-            self._steps.append((tuple(outputs), tuple(temps)))
+            self._steps.append((tuple(outputs), tuple(temps), site))
             return len(self._steps) - 1
 
     def begin(self) -> None:
@@ -139,6 +141,7 @@ class TraceRecorder:
                     trace.sources,
                     trace.labels,
                     trace.devices,
+                    trace.sites,
                 )
             )
             self._names = {}
@@ -214,9 +217,9 @@ class TraceRecorder:
                     self._pauses.append((self._pause_began, self._clock() - self._started))
                     self.step_record = self.pending_extend
 
-    def allocate(self, size: int, source: str, label: str = "", device: str = "") -> int:
-        """Record an allocation of `size` bytes by `source` on `device`; its id, or 0 when nothing is
-        being recorded."""
+    def allocate(self, size: int, source: str, label: str = "", device: str = "", site: str = "") -> int:
+        """Record an allocation of `size` bytes by `source` on `device`, made at `site` (the user's
+        line, "" where not known); its id, or 0 when nothing is being recorded."""
         with self._lock:
             trace = self._trace
             if trace is None or self._paused or size <= 0:
@@ -224,15 +227,15 @@ class TraceRecorder:
             if self._pending:
                 self._flush()
             buffer_id = next(self._ids)
-            names = self._names.get((source, label, device))
+            names = self._names.get((source, label, device, site))
             if names is None:
-                names = self._names_of(source, label, device)
+                names = self._names_of(source, label, device, site)
             pointer = self._pointer = self._pointer + 1
             self._live[buffer_id] = (pointer, size, names)
             thread = self._threads.get(get_ident())
             if thread is None:
                 thread = self._thread_number(get_ident())
-            actions, pointers, sizes, times, threads, sources, labels, devices = self._columns
+            actions, pointers, sizes, times, threads, sources, labels, devices, sites = self._columns
             actions(ALLOCATE_CODE)
             pointers(pointer)
             sizes(size)
@@ -241,6 +244,7 @@ class TraceRecorder:
             sources(names[3])
             labels(names[4])
             devices(names[5])
+            sites(names[6])
             return buffer_id
 
     def free(self, buffer_id: int) -> None:
@@ -262,12 +266,12 @@ class TraceRecorder:
                     self._write(FREE_CODE, part, when, thread)
                 return
             pointer, size, names = entry
-            # the eight appends are written out here as in allocate, not shared: a call more per event
+            # the nine appends are written out here as in allocate, not shared: a call more per event
             # is a tenth of a microsecond on the path every JAX run takes
             thread = self._threads.get(get_ident())
             if thread is None:
                 thread = self._thread_number(get_ident())
-            actions, pointers, sizes, times, threads, sources, labels, devices = self._columns
+            actions, pointers, sizes, times, threads, sources, labels, devices, sites = self._columns
             actions(FREE_CODE)
             pointers(pointer)
             sizes(size)
@@ -276,6 +280,7 @@ class TraceRecorder:
             sources(names[3])
             labels(names[4])
             devices(names[5])
+            sites(names[6])
 
     def free_later(self, buffer_id: int) -> None:
         """`free`, recorded as one compact record (from a weak-reference callback, say): no lock,
@@ -291,22 +296,25 @@ class TraceRecorder:
             with self._lock:
                 self._flush()
 
-    def _names_of(self, source: str, label: str, device: str) -> tuple[str, str, str, int, int, int]:
+    def _names_of(
+        self, source: str, label: str, device: str, site: str = ""
+    ) -> tuple[str, str, str, int, int, int, int]:
         trace = self._trace
         assert trace is not None
-        names = self._names[(source, label, device)] = (
+        names = self._names[(source, label, device, site)] = (
             source,
             label,
             device,
             trace.name_code(source),
             trace.name_code(label),
             trace.name_code(device),
+            trace.name_code(site),
         )
         return names
 
     def _write(self, action: int, part: tuple[int, int, tuple[Any, ...]], when: float, thread: int) -> None:
         pointer, size, names = part
-        actions, pointers, sizes, times, threads, sources, labels, devices = self._columns
+        actions, pointers, sizes, times, threads, sources, labels, devices, sites = self._columns
         actions(action)
         pointers(pointer)
         sizes(size)
@@ -315,14 +323,15 @@ class TraceRecorder:
         sources(names[3])
         labels(names[4])
         devices(names[5])
+        sites(names[6])
 
     def _codes_of(self, step: int) -> tuple[Any, Any]:
         """A step's output shards and temps with their names' codes in this window's trace."""
-        outputs, temps = self._steps[step]
+        outputs, temps, site = self._steps[step]
         names = self._names
         coded: tuple[Any, Any] = tuple(  # type: ignore[assignment]
             tuple(
-                (size, names.get((source, label, device)) or self._names_of(source, label, device))
+                (size, names.get((source, label, device, site)) or self._names_of(source, label, device, site))
                 for size, source, label, device in kind
             )
             for kind in (outputs, temps)
@@ -360,7 +369,7 @@ class TraceRecorder:
             return
         records = pending[:]
         del pending[: len(records)]  # what a racing thread adds meanwhile stays for the next flush
-        actions, pointers, sizes, times, threads, sources, labels, devices = self._columns
+        actions, pointers, sizes, times, threads, sources, labels, devices, sites = self._columns
         live, thread_of, step_codes, taken = self._live, self._threads, self._step_codes, self.steps_taken
         started, pointer = self._started, self._pointer
         last_ident, thread = None, 0
@@ -385,6 +394,7 @@ class TraceRecorder:
                     sources(names[3])
                     labels(names[4])
                     devices(names[5])
+                    sites(names[6])
                 continue
             # a step: its outputs, then its temps for the run
             if ident != last_ident:
@@ -409,6 +419,7 @@ class TraceRecorder:
                 sources(names[3])
                 labels(names[4])
                 devices(names[5])
+                sites(names[6])
             if parts:
                 live[buffer_id] = parts[0] if len(parts) == 1 else tuple(parts)
             first_temp = pointer + 1
@@ -422,6 +433,7 @@ class TraceRecorder:
                 sources(names[3])
                 labels(names[4])
                 devices(names[5])
+                sites(names[6])
             for offset, (size, names) in enumerate(temps):
                 actions(FREE_CODE)
                 pointers(first_temp + offset)
@@ -431,6 +443,7 @@ class TraceRecorder:
                 sources(names[3])
                 labels(names[4])
                 devices(names[5])
+                sites(names[6])
         self._pointer = pointer
 
     def _thread_number(self, ident: int) -> int:

@@ -18,7 +18,7 @@ from ..gate.compare import Key, Measured
 from ..gate.record import BaselineEntry
 from ..gate.tolerance import METRICS
 from ..hardware.devices import open_device
-from ..model.buffers import ProgramBuffers
+from ..model.buffers import ProgramBuffers, lines_from_json
 from ..model.frameworks import AllocatorSetup, setups_for
 from ..model.machine import MachineSpec
 from ..model.pool import Policy
@@ -110,7 +110,7 @@ def is_report(path: Path) -> bool:
 def _from_baseline(entries: list[BaselineEntry]) -> dict[Key, Measured]:
     return {
         (e.test_id, e.regime, e.device_class): Measured(
-            e.metrics, e.versions, e.reason, e.contributors, e.devices, buffers=e.buffers
+            e.metrics, e.versions, e.reason, e.contributors, e.devices, buffers=e.buffers, lines=e.lines
         )
         for e in entries
     }
@@ -158,8 +158,17 @@ def from_report(report: ReportFile) -> dict[Key, Measured]:
             oom=kind,
             tolerance=tolerance if isinstance(tolerance, str) else None,
             buffers=_report_buffers(trace),
+            lines=_report_lines(trace),
         )
     return found
+
+
+def _report_lines(trace: object) -> dict[str, dict[str, int]]:
+    """Per holder at the peak of a report's record, the bytes each user's line made (none where unreadable)."""
+    try:
+        return lines_from_json(trace.get("lines_at_peak", {}) if isinstance(trace, dict) else {})
+    except ValueError:
+        return {}
 
 
 def _report_buffers(trace: object) -> dict[str, ProgramBuffers]:

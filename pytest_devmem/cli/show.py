@@ -9,7 +9,7 @@ from pathlib import Path
 from ..gate.compare import Key, Measured
 from ..gate.tolerance import METRICS, format_metric
 from ..options import OPTION
-from ..present.buffers import markdown_table
+from ..present.buffers import markdown_lines_table, markdown_table
 from ..present.text import markdown
 from ..spreadsheet import csv_table
 from .common import add_format_arguments, json_text, load, output_format, print_text
@@ -53,9 +53,15 @@ def show_table(measurements: dict[Key, Measured]) -> str:
             f"{format_metric('peak_bytes_reserved', m.metrics.get('peak_bytes_reserved'))} | {format_metric('fragmentation', m.metrics.get('fragmentation'))} | {markdown(versions)} |"
         )
     tables = [
-        markdown_table(f"{test_id} [{regime}, {device_class}]", m.buffers)
+        table
         for (test_id, regime, device_class), m in sorted(measurements.items())
-        if any(program.buffers for program in m.buffers.values())
+        for table in (
+            markdown_table(f"{test_id} [{regime}, {device_class}]", m.buffers)
+            if any(program.buffers for program in m.buffers.values())
+            else "",
+            markdown_lines_table(f"{test_id} [{regime}, {device_class}]", m.lines) if m.lines else "",
+        )
+        if table
     ]
     return "\n".join(lines) + "\n" + "".join(tables)
 

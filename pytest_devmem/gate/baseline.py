@@ -19,7 +19,7 @@ from pathlib import Path
 from ..files import TEMPORARY_SUFFIX, ensure_directory, temporary_prefix, write_atomic
 from ..model.profile import decode_profile
 from .baseline_files import FORMAT, VERSION, BaselineFormatError, read_directory, read_file, relative_path
-from .changes import buffers_at_peak_of, contributors_of, metrics_of
+from .changes import buffers_at_peak_of, contributors_of, lines_of, metrics_of
 from .record import BaselineEntry, TestRecord
 from .tolerance import METRICS
 
@@ -125,6 +125,8 @@ def _record_json(record: TestRecord, earlier: dict[str, object] | None, versions
     data: dict[str, object] = {"device": record.device, "metrics": metrics_of(record), "versions": versions}
     if contributors_of(record):
         data["contributors"] = contributors_of(record)
+    if lines_of(record):
+        data["lines_at_peak"] = lines_of(record)
     if record.compiler_entries:
         data["compiler_entries"] = sorted(record.compiler_entries)
     if record.device_metrics():
@@ -148,6 +150,10 @@ def _entry_json(entry: BaselineEntry) -> dict[str, object]:
         data["reason"] = entry.reason
     if entry.contributors:
         data["contributors"] = entry.contributors
+    if entry.lines:
+        data["lines_at_peak"] = entry.lines
+    if entry.lines:
+        data["lines_at_peak"] = entry.lines
     if entry.devices:
         data["devices"] = entry.devices
     if entry.profile:

@@ -19,7 +19,7 @@ from typing import Any
 from ..compile_store import STORE_DIRECTORY, is_key
 from ..errors import FileFormatError
 from ..files import file_name, read_json
-from ..model.buffers import programs_from_json
+from ..model.buffers import lines_from_json, programs_from_json
 from ..model.pool.policy import canonical_label
 from ..model.profile import decode_profile
 from .record import BaselineEntry, compiler_keys, requested_peak_only
@@ -237,7 +237,7 @@ def _entry(
     fail: _Fail,
 ) -> BaselineEntry:
     """One record of the file at `path`, each part checked: its metrics, reason, versions,
-    contributors, devices, profile, buffers and compiler entries."""
+    contributors, devices, profile, buffers, compiler entries and lines at the peak."""
     needle = json.dumps(test_id)
     if not isinstance(data, dict) or not isinstance(data.get("metrics"), dict):
         raise fail(f'record {test_id!r} regime {stored_regime!r} has no "metrics" object', needle)
@@ -278,6 +278,10 @@ def _entry(
         buffers = programs_from_json(data.get("buffers", {}))
     except ValueError as exc:
         raise fail(f'record {test_id!r} "buffers": {exc}', needle) from None
+    try:
+        lines = lines_from_json(data.get("lines_at_peak", {}))
+    except ValueError as exc:
+        raise fail(f'record {test_id!r} "lines_at_peak": {exc}', needle) from None
     named = data.get("compiler_entries", [])
     if not isinstance(named, list) or not all(is_key(key) for key in named):
         raise fail(
@@ -298,6 +302,7 @@ def _entry(
         dict(profile),
         buffers,
         tuple(compiler_keys(named)),
+        lines,
     )
 
 

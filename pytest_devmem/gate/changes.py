@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..model.buffers import ProgramBuffers, describe_growth, programs_from_json
+from ..model.buffers import ProgramBuffers, describe_growth, describe_lines, lines_from_json, programs_from_json
 from ..model.executables import TEMP_SUFFIX
 from ..units import format_size
 from .record import BaselineEntry, TestRecord
@@ -68,6 +68,9 @@ class Comparison:
     # of the programs whose temp grew: the buffers at their peak, now and at the baseline's
     buffers: dict[str, ProgramBuffers] = field(default_factory=dict)
     baseline_buffers: dict[str, ProgramBuffers] = field(default_factory=dict)
+    # of the holders that grew: the bytes each user's line made, now and at the baseline's peak
+    lines: dict[str, dict[str, int]] = field(default_factory=dict)
+    baseline_lines: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def growth_text(self) -> str:
         """`jit(layer) temp 2.00 MiB -> 32.00 MiB: f32[4096,512] sort at model.py:6 (new, 8.00 MiB), ...`:
@@ -82,11 +85,14 @@ class Comparison:
         )
 
     def _inside(self, name: str) -> str:
-        """`: f32[4096,512] sort at model.py:6 (new, 8.00 MiB)` for a program's temp; "" otherwise."""
+        """`: f32[4096,512] sort at model.py:6 (new, 8.00 MiB)` for a program's temp; for arrays,
+        `: made at model.py:12 (new, 8.00 MiB)`, the lines that made them; "" where neither is known."""
         program = program_of_temp(name)
-        if program is None:
-            return ""
-        text = describe_growth(program, self.baseline_buffers.get(program), self.buffers.get(program))
+        text = ""
+        if program is not None:
+            text = describe_growth(program, self.baseline_buffers.get(program), self.buffers.get(program))
+        if not text:
+            text = describe_lines(self.baseline_lines.get(name), self.lines.get(name))
         return f": {text}" if text else ""
 
     def failure_message(self) -> str:
@@ -117,6 +123,7 @@ class Comparison:
                 devices.setdefault(c.device, {})[c.metric] = change(c)
         return {
             **({"buffers": _buffers_json(self.buffers, self.baseline_buffers)} if self.buffers else {}),
+            **({"lines": {"now": self.lines, "baseline": self.baseline_lines}} if self.lines else {}),
             "status": self.status,
             "file": self.baseline_file,
             **({"reason": self.reason} if self.reason else {}),
@@ -156,12 +163,14 @@ def compare(
     *,
     out_of_memory: bool = False,
     buffers: dict[str, ProgramBuffers] | None = None,
+    lines: dict[str, dict[str, int]] | None = None,
 ) -> Comparison:
     """Set `now` against `entry` under `tolerance`: each gated metric is ok, regressed or improved,
     on the headline and on each device both have figures for (a test on several devices). A test
     that ran out of memory is "out of memory" whatever its figures: never ok, never improved. With
     `contributors` (who held the memory at the peak now), a regression says what grew; with `buffers`
-    (each program's buffers at its peak now), in a program's temp, which buffers grew and on what line."""
+    (each program's buffers at its peak now), in a program's temp, which buffers grew and on what line;
+    with `lines` (per holder at the peak now, the bytes each user's line made), which lines made what grew."""
     path = str(entry.path) if entry is not None else None
     if entry is None:
         return Comparison(test_id, regime, "out of memory" if out_of_memory else "new")
@@ -190,6 +199,7 @@ def compare(
         status = "ok"
     grew = what_grew(entry.contributors, contributors or {}) if status == "regressed" else []
     grown = {program_of_temp(name) for name, _, _ in grew} - {None}
+    names_grown = {name for name, _, _ in grew}
     return Comparison(
         test_id,
         regime,
@@ -200,6 +210,8 @@ def compare(
         baseline_named_contributors=bool(entry.contributors),
         buffers={name: found for name, found in (buffers or {}).items() if name in grown},
         baseline_buffers={name: found for name, found in entry.buffers.items() if name in grown},
+        lines={name: found for name, found in (lines or {}).items() if name in names_grown},
+        baseline_lines={name: found for name, found in entry.lines.items() if name in names_grown},
     )
 
 
@@ -232,6 +244,14 @@ def contributors_of(record: TestRecord) -> dict[str, int]:
     """Who held the memory at the record's peak (from its replayed trace)."""
     at_peak = (record.trace or {}).get("at_peak")
     return {str(name): int(size) for name, size in at_peak.items()} if isinstance(at_peak, dict) else {}
+
+
+def lines_of(record: TestRecord) -> dict[str, dict[str, int]]:
+    """Per holder at the record's peak, the bytes each user's line made (an unreadable entry: none)."""
+    try:
+        return lines_from_json((record.trace or {}).get("lines_at_peak", {}))
+    except ValueError:
+        return {}
 
 
 _NOT_LISTED = "not among the baseline's largest"

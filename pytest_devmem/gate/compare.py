@@ -42,6 +42,9 @@ class Measured:
     oom: str | None = None  # it ran out of memory: the kind ("fragmentation"...), or "real"
     tolerance: str | None = None  # the test's own tolerance (its marker's), from a report
     buffers: dict[str, ProgramBuffers] = field(default_factory=dict)  # per program: the buffers at its peak
+    lines: dict[str, dict[str, int]] = field(
+        default_factory=dict
+    )  # per holder at the peak: bytes by the line that made them
 
     @property
     def measured(self) -> bool:
@@ -104,6 +107,7 @@ def _compare(key: Key, before: Measured, now: Measured, spec: str) -> Comparison
         contributors=before.contributors,
         devices=before.devices,
         buffers=before.buffers,
+        lines=before.lines,
     )
     return compare(
         entry,
@@ -115,6 +119,7 @@ def _compare(key: Key, before: Measured, now: Measured, spec: str) -> Comparison
         now.devices,
         out_of_memory=now.oom is not None,
         buffers=now.buffers,
+        lines=now.lines,
     )
 
 

@@ -84,6 +84,8 @@ class BaselineEntry:
     buffers: dict[str, ProgramBuffers] = field(default_factory=dict)
     # the keys of the target compiler's entries its test's sizes came from (compile_store.py)
     compiler_entries: tuple[str, ...] = ()
+    # per holder at the peak: the bytes each user's line made (model/buffers.py, lines_from_json)
+    lines: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -173,6 +175,8 @@ class TestRecord:
             if top is not None:
                 headline, peak_device = top, top.device
                 trace["at_peak"] = top.at_peak
+                if top.lines_at_peak:
+                    trace["lines_at_peak"] = top.lines_at_peak
             devices = [d.to_json() for d in run.devices]
             worsts = [d.worst_fragmentation for d in run.devices if d.worst_fragmentation is not None]
             worst = max(worsts) if worsts else None

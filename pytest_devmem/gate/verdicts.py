@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..model.explain import oom_message
 from .baseline import BaselineStore
-from .changes import buffers_of, compare, contributors_of, metrics_of
+from .changes import buffers_of, compare, contributors_of, lines_of, metrics_of
 from .record import TestRecord
 from .tolerance import Tolerance
 
@@ -63,6 +63,7 @@ def baseline_verdict(
         record.device_metrics(),
         out_of_memory=record.out_of_memory,
         buffers=buffers_of(record),
+        lines=lines_of(record),
     )
     record.baseline = comparison.to_json()
     if update:

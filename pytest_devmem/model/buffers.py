@@ -206,3 +206,60 @@ def largest_padding(programs: Mapping[str, ProgramBuffers], top: int = 3) -> lis
     wasted = [(name, buffer) for name, program in programs.items() for buffer in program.buffers if buffer.padding]
     wasted.sort(key=lambda item: (-item[1].padding, item[0], item[1].key))
     return wasted[:top]
+
+
+# -- the arrays held at the peak, by the user's line that made them ------------------------------
+
+TOP_LINES = 3
+"""Lines kept per holder at the peak (model/machine/maps.py): a baseline that lists fewer listed them all."""
+LINE_UNKNOWN = "line unknown"
+"""How a holder's bytes whose line the capture could not name read (never a guessed line)."""
+
+
+def line_text(site: str) -> str:
+    """`model.py:12`, or LINE_UNKNOWN for a buffer made where no line is known ("")."""
+    return site or LINE_UNKNOWN
+
+
+def lines_from_json(data: object) -> dict[str, dict[str, int]]:
+    """Stored lines at the peak (`{holder: {"file:line": bytes}}`, "" where the line is not known),
+    checked: ValueError naming what is wrong."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"lines at the peak must map holders to their lines, not {type(data).__name__}")
+    found: dict[str, dict[str, int]] = {}
+    for name, lines in data.items():
+        if not isinstance(name, str) or not isinstance(lines, Mapping):
+            raise ValueError(f"the lines of {name!r} must map each `file:line` to bytes")
+        for site, size in lines.items():
+            if not isinstance(site, str) or not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                raise ValueError(
+                    f"the lines of {name!r}: {site!r} must name a whole number of bytes >= 0, not {size!r}"
+                )
+        found[name] = dict(lines)
+    return found
+
+
+def describe_lines(before: Mapping[str, int] | None, now: Mapping[str, int] | None, top: int = 2) -> str:
+    """`made at model.py:12 (new, 8.00 MiB), line unknown (1.00 MiB)`: the lines whose buffers held more
+    of a holder at the peak than at the baseline's, most growth first (with no baseline lines, the
+    largest now); "" where none is known."""
+    if not now:
+        return ""
+    grown = [
+        (site, (before or {}).get(site), size)
+        for site, size in now.items()
+        if before is None or size > before.get(site, 0)
+    ]
+    grown.sort(key=lambda item: (-(item[2] - (item[1] or 0)), item[0]))
+    parts = []
+    for site, was, size in grown[:top]:
+        if before is None:
+            change = format_size(size)
+        elif was is not None:
+            change = f"{format_size(was)} → {format_size(size)}"
+        elif len(before) < TOP_LINES:
+            change = f"new, {format_size(size)}"
+        else:
+            change = f"not among the baseline's largest, {format_size(size)}"
+        parts.append(f"{'made at ' + site if site else LINE_UNKNOWN} ({change})")
+    return ", ".join(parts)

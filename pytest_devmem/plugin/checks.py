@@ -14,7 +14,7 @@ import pytest
 from ..capture.measurement import Captured, Measurement
 from ..files import path_in
 from ..gate.baseline import BaselineStore
-from ..gate.changes import buffers_of
+from ..gate.changes import buffers_of, lines_of
 from ..gate.marks import compiles_verdict, fragmentation_verdict, leak_verdict, limit_verdict
 from ..gate.record import TestRecord
 from ..gate.tolerance import parse_tolerance
@@ -24,7 +24,7 @@ from ..model.pool import Policy
 from ..model.profile import decode_profile
 from ..model.timeline import build_view
 from ..model.whatif import MIN_FRACTION_FLOOR, find_min_fraction, what_if
-from ..present.buffers import html_section
+from ..present.buffers import html_lines_section, html_section
 from ..present.plot import write_plot
 from ..present.plot_parts import BaselineSide
 from ..present.text import terminal_lines
@@ -175,7 +175,10 @@ class Checks:
                 picture,
                 f"{record.test_id} under {record.regime} on {self.device.name}",
                 baseline,
-                (html_section(buffers_of(record), entry.buffers if entry is not None else None, self.rootdir),),
+                (
+                    html_section(buffers_of(record), entry.buffers if entry is not None else None, self.rootdir),
+                    html_lines_section(lines_of(record), entry.lines if entry is not None else None, self.rootdir),
+                ),
             )
         except OSError as exc:
             return terminal_lines(f"\n  artifacts not written to {directory}: {exc.strerror or exc}")

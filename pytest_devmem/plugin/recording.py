@@ -126,7 +126,8 @@ def add_executables(
     facts: dict[str, object], captured: Captured, trace: Trace, notes: list[str], root: Path | None
 ) -> None:
     """What the test's executables allocated per run, as sized (a note for those kept at the CPU's
-    sizes), and the buffers each held at its peak, named from `root`, into the record's trace facts."""
+    sizes), the buffers each held at its peak, and the lines that made what the test held at its
+    peak, their files named from `root`, into the record's trace facts."""
     if captured.runs:
         executables = executable_summary(trace, captured.runs)
         for name, sized in captured.sizes.items():
@@ -140,6 +141,14 @@ def add_executables(
             )
     if captured.buffers:
         facts["buffers"] = {name: with_files_from(root, found) for name, found in sorted(captured.buffers.items())}
+    lines = facts.get("lines_at_peak")
+    if root is not None and isinstance(
+        lines, dict
+    ):  # the lines that made what was held, named as the buffers' files are
+        facts["lines_at_peak"] = {
+            name: {frames_from(root, site) if site else site: size for site, size in held.items()}
+            for name, held in lines.items()
+        }
 
 
 def describe_tpu(record: TestRecord, description: str, captured: Captured, trace: Trace, notes: list[str]) -> None:

@@ -1,5 +1,6 @@
-"""The buffers at each program's peak as tables: Markdown for `devmem show`, HTML for a failure's picture
-(the baseline's beside this run's, each line a link to its file). Takes plain data (model/buffers.py)."""
+"""The buffers at each program's peak, and the arrays held at the test's peak by the line that made them,
+as tables: Markdown for `devmem show`, HTML for a failure's picture (the baseline's beside this run's,
+each line a link to its file). Takes plain data (model/buffers.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..model.buffers import PeakBuffer, ProgramBuffers
+from ..model.buffers import PeakBuffer, ProgramBuffers, line_text
 from ..units import format_size
 from .text import html_text, markdown
 
-__all__ = ["BufferRow", "buffer_rows", "html_section", "markdown_table"]
+__all__ = [
+    "BufferRow",
+    "buffer_rows",
+    "html_lines_section",
+    "html_section",
+    "line_rows",
+    "markdown_lines_table",
+    "markdown_table",
+]
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,57 @@ def markdown_table(title: str, programs: Mapping[str, ProgramBuffers]) -> str:
         if program.more:
             lines.append(f"| {markdown(name)} | {program.more} more, smaller |  |  |  |  |  |")
     return "\n".join(lines) + "\n"
+
+
+def line_rows(
+    now: Mapping[str, Mapping[str, int]], before: Mapping[str, Mapping[str, int]] | None = None
+) -> list[tuple[str, str, int | None, int | None]]:
+    """(holder, line, bytes at the baseline's peak, now) for each line either side names; by holder,
+    then largest first."""
+    rows = []
+    for holder in sorted(set(now) | set(before or {})):
+        current, earlier = now.get(holder, {}), (before or {}).get(holder, {})
+        for site in dict.fromkeys([*current, *earlier]):
+            rows.append((holder, site, earlier.get(site), current.get(site)))
+    rows.sort(key=lambda row: (row[0], -max(row[3] or 0, row[2] or 0), row[1]))
+    return rows
+
+
+def markdown_lines_table(title: str, lines: Mapping[str, Mapping[str, int]]) -> str:
+    """A test's arrays held at its peak, by holder and the user's line that made them, as `devmem show` lists them."""
+    rows = [
+        f"\n**{markdown(title)}**: arrays held at the peak, by the line that made them\n",
+        "| held by | line | bytes |",
+        "|---|---|---|",
+    ]
+    for holder, site, _, size in line_rows(lines):
+        rows.append(f"| {markdown(holder)} | {markdown(line_text(site))} | {format_size(size or 0)} |")
+    return "\n".join(rows) + "\n"
+
+
+def html_lines_section(
+    now: Mapping[str, Mapping[str, int]],
+    before: Mapping[str, Mapping[str, int]] | None = None,
+    root: Path | None = None,
+) -> str:
+    """The arrays held at the test's peak by the line that made them, the baseline's beside this run's."""
+    if not now and not before:
+        return ""
+    parts = [
+        "<h3>Arrays held at the peak, by the line that made them</h3>",
+        "<table><tr><th>held by</th><th>line</th><th>at the baseline's peak</th><th>at this run's peak</th></tr>",
+    ]
+    for holder, site, earlier, current in line_rows(now, before):
+        parts.append(
+            f"<tr><td>{html_text(holder)}</td><td>{_link(site, root) if site else html_text(line_text(site))}</td>"
+            f"<td>{format_size(earlier) if earlier is not None else '—'}</td>"
+            f"<td>{format_size(current) if current is not None else '—'}</td></tr>"
+        )
+    parts.append(
+        "</table><p>Each holder's three largest lines: the user's line of the call that made its arrays "
+        "(the executable's run, the put, TensorFlow's op); — marks a line one side does not list.</p>"
+    )
+    return "\n".join(parts)
 
 
 def _link(at: str, root: Path | None) -> str:

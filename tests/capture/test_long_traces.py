@@ -1,5 +1,5 @@
 """A long test's trace stays small in memory: the recorder writes each event into the trace's columns
-(about 60 bytes an event) and keeps nothing per event besides the buffers still live."""
+(about 64 bytes an event) and keeps nothing per event besides the buffers still live."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pytest_devmem.capture.recorder import TraceRecorder
 from pytest_devmem.model.trace import Trace
 
 MAX_BYTES_PER_EVENT = 80
-"""57 bytes of column values an event, plus what the columns over-allocate as they grow."""
+"""61 bytes of column values an event (the site's name code among them), plus what the columns
+over-allocate as they grow."""
 
 
 def record(recorder: TraceRecorder, events: int) -> None:
@@ -31,6 +32,7 @@ def column_bytes(trace: Trace) -> int:
         trace.labels,
         trace.devices,
         trace.processes,
+        trace.sites,
     )
     return sum(sys.getsizeof(column) for column in columns)
 

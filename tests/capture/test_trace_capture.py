@@ -122,13 +122,16 @@ def test_host_arguments_are_transferred_for_the_run_only(capture: tuple[TraceRec
 def test_merge_keeps_time_order_and_separate_ids() -> None:
     from pytest_devmem.model.trace import TraceEvent
 
-    jax_events = [TraceEvent("allocate", 1, 10, 0.5, source="jax"), TraceEvent("free", 1, 10, 0.7, source="jax")]
+    jax_events = [
+        TraceEvent("allocate", 1, 10, 0.5, source="jax", site="model.py:3"),
+        TraceEvent("free", 1, 10, 0.7, source="jax", site="model.py:3"),
+    ]
     tf_events = [TraceEvent("allocate", 1, 99, 0.0, source="tensorflow")]
     merged = merge(jax_events, tf_events)
-    assert [(e.action, e.pointer, e.source) for e in merged] == [
-        ("allocate", 1, "tensorflow"),
-        ("allocate", 2, "jax"),
-        ("free", 2, "jax"),
+    assert [(e.action, e.pointer, e.source, e.site) for e in merged] == [
+        ("allocate", 1, "tensorflow", ""),
+        ("allocate", 2, "jax", "model.py:3"),  # each keeps the line that made its buffer
+        ("free", 2, "jax", "model.py:3"),
     ]
 
 

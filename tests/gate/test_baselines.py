@@ -734,3 +734,22 @@ def test_the_documented_refresh_stores_a_regressed_test_and_says_which_it_left_o
     assert (expected / "sim-16GiB" / "test_refresh.py.json").read_bytes() == stored.read_bytes()
     # the rerun passes where only the regression was
     run(pytester, "--devmem-report=again.json", "-k", "grows or steady").assert_outcomes(passed=2)
+
+
+def test_a_baselines_lines_at_the_peak_are_read_back_and_a_bad_entry_names_the_file(tmp_path: Path) -> None:
+    from pytest_devmem.errors import FileFormatError
+
+    record = {
+        "device": "sim:16GiB",
+        "metrics": {"peak_bytes_in_use": 4096},
+        "versions": {},
+        "lines_at_peak": {"device_put": {"tests/test_model.py:12": 4096}},
+    }
+    document = {"format": "pytest-devmem-baseline", "version": 2, "device_class": "sim-16GiB"}
+    path = tmp_path / "test_model.py.json"
+    path.write_text(json.dumps({**document, "records": {"test_model.py::test_a": {"ondemand": record}}}))
+    assert read_file(path)[0].lines == {"device_put": {"tests/test_model.py:12": 4096}}
+    record["lines_at_peak"] = {"device_put": {"tests/test_model.py:12": "4 KiB"}}
+    path.write_text(json.dumps({**document, "records": {"test_model.py::test_a": {"ondemand": record}}}))
+    with pytest.raises(FileFormatError, match=r"test_model\.py\.json.*lines_at_peak"):
+        read_file(path)

@@ -25,6 +25,7 @@ from pytest_devmem.model.machine import (
     Timeline,
     device_order,
     holders,
+    lines_at_peak,
 )
 from pytest_devmem.model.pool import BFCPool, OnDemandPool, Policy
 from pytest_devmem.model.pool.compacting import CompactingPool
@@ -472,6 +473,7 @@ def _device_figures(device: _Device, snapshot: MapSnapshot | None, trace: Trace,
         for a in device.allocators
     )
     at_peak = holders(snapshot, trace) if snapshot is not None and snapshot.event == device.peak_event else {}
+    lines = lines_at_peak(snapshot, trace, at_peak) if at_peak else {}
     return DeviceFigures(
         device=device.name,
         capacity=spec.capacity,
@@ -485,4 +487,5 @@ def _device_figures(device: _Device, snapshot: MapSnapshot | None, trace: Trace,
         allocators=allocators,
         at_peak=at_peak,
         peak_event=device.peak_event,
+        lines_at_peak=lines,
     )

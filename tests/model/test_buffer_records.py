@@ -84,3 +84,26 @@ def test_the_buffers_that_waste_most_to_padding_come_first() -> None:
     large = PeakBuffer(4096, "f32[8,130]", "mul", "a.py:2", logical_bytes=4160 - 1024)
     found = largest_padding({"jit(f)": ProgramBuffers((small, WIDE)), "jit(g)": ProgramBuffers((large,))})
     assert [(name, buffer.op) for name, buffer in found] == [("jit(f)", "add"), ("jit(g)", "mul")]
+
+
+def test_lines_at_the_peak_are_checked_as_a_baselines_must_be() -> None:
+    from pytest_devmem.model.buffers import lines_from_json
+
+    assert lines_from_json({"device_put": {"model.py:12": 4096, "": 8}}) == {"device_put": {"model.py:12": 4096, "": 8}}
+    for bad in ([], {"device_put": 5}, {"device_put": {"model.py:1": -1}}, {"device_put": {"model.py:1": True}}):
+        with pytest.raises(ValueError):
+            lines_from_json(bad)
+
+
+def test_what_grew_by_line_says_new_changed_unknown_and_not_among_the_largest() -> None:
+    from pytest_devmem.model.buffers import describe_lines
+
+    now = {"model.py:12": 8 * MiB, "model.py:3": MiB, "": 2 * MiB}
+    assert describe_lines(None, now) == "made at model.py:12 (8.00 MiB), line unknown (2.00 MiB)"
+    assert (
+        describe_lines({"model.py:12": MiB}, now)
+        == "made at model.py:12 (1.00 MiB → 8.00 MiB), line unknown (new, 2.00 MiB)"
+    )
+    full = {"a.py:1": 9 * MiB, "b.py:2": 9 * MiB, "c.py:3": 9 * MiB}  # as many as a record keeps: maybe more
+    assert describe_lines(full, {"d.py:4": MiB}) == "made at d.py:4 (not among the baseline's largest, 1.00 MiB)"
+    assert describe_lines({"model.py:12": 8 * MiB}, {"model.py:12": 8 * MiB}) == ""  # nothing grew there

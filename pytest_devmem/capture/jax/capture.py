@@ -11,6 +11,8 @@ temp, its aliases, see `executables`) is read once per executable, so a compile-
 the same trace. Arrays that reach the device without an executable (`jax.device_put`) come out of
 `dispatch._batched_device_put_impl` and are allocations too. An allocation is freed when the last
 array holding it is garbage-collected (a weak reference says so) or deleted (`Array.delete`).
+Each allocation names the user's line of the call that made it (the executable's run, the put:
+`call_sites.py`), looked up once per call site.
 
 Runs arrive two ways. JAX's Python dispatch runs an executable through `pxla.ExecuteReplicated`,
 whose `__call__` the capture wraps: every first run of a jitted function with new argument types
@@ -25,11 +27,13 @@ rather than report a partial figure. Tested with JAX 0.10.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from threading import get_ident
 from typing import Any
 
+from ..call_sites import CallSites
 from ..patches import Patches
 from ..recorder import FLUSH_CHECK, TraceRecorder
 from .executables import ExecutablePlan, Executables, defined_by_jax, source_of
@@ -88,6 +92,7 @@ class JaxCapture:
         self._window = JaxWindow()
         self._failed = False  # the window's capture stopped on its own error
         self._step_plans: list[ExecutablePlan] = []  # per step the recorder numbered: the plan it runs
+        self.call_sites = CallSites()  # the user's line of each call, by call site, for the process's life
 
     @property
     def window(self) -> JaxWindow:
@@ -382,10 +387,13 @@ class JaxCapture:
         (and, in or out of a window, learn the executable). A fault in this bookkeeping never reaches
         the test: it stops the capture for the window, with a note."""
         recording = self._recorder.recording and not self._failed
+        site = ""
         try:
             plan = self._executables.plan(executable)
             parameters = [args[position] for position in plan.kept if position < len(args)]
-            transfers = self._transfer(plan, parameters) if recording else []
+            if recording:
+                site = self.call_sites.site_of(sys._getframe(1))
+            transfers = self._transfer(plan, parameters, site) if recording else []
         except Exception as exc:
             if recording:
                 self._fail(exc)
@@ -407,7 +415,7 @@ class JaxCapture:
             leaves = self._flatten(list(outputs))
             self._learn(plan, args, parameters, leaves)
             if recording:
-                self._record_run(plan, parameters, leaves, transfers)
+                self._record_run(plan, parameters, leaves, transfers, site)
         except Exception as exc:
             if recording:
                 self._fail(exc)
@@ -415,19 +423,23 @@ class JaxCapture:
 
     def _fast_hook(self) -> Callable[[Any, tuple[Any, ...], dict[str, Any], Any], None]:
         """JAX's post-hook. The run every loop repeats (one array out, nothing donated, no host
-        values, an executable already seen so run) costs two identity checks against the last such
-        run (a dictionary look-up where another executable ran last), one compact record and a weak
-        reference to its output kept in a set, everything it needs bound here; anything else goes
-        on to `_on_fast_run`."""
+        values, an executable already seen so run, called from the same line) costs four identity
+        checks against the last such run (its output's aval and sharding, its caller's code object
+        and instruction offset; where another executable or line ran last, the call site's line
+        from `call_sites` and a dictionary look-up), one compact record and a weak reference to its
+        output kept in a set, everything it needs bound here; anything else goes on to `_on_fast_run`."""
         recorder, steps = self._recorder, self._executables.by_aval
         array_type, slow = self._array_type, self._on_fast_run
         keep, collected = self._holdings.owners.add, self._holdings.collected_callback
         ids, clock, flush_if_long, fail = recorder.ids, recorder.clock, recorder.flush_if_long, self._fail
+        site_of, lines_of, getframe = self.call_sites.site_of, self.call_sites.lines_of, sys._getframe
         if "_sharding" not in dir(array_type):  # what `sharding` reads (jax/_src/array.py), at a third of the cost
             return slow
-        # the last run's entry of `steps` (aval, sharding, plan, step), one object so that a thread
-        # never sees half of another's update; forgotten whenever `steps` is emptied
-        nothing: tuple[Any, Any, Any, int] = (None, None, None, 0)
+        # the last run's entry of `steps` (aval, sharding, plan, step, site), with the code object and
+        # instruction offset of the user's frame that called it (None where JAX's own code called it:
+        # an eager op, whose line the walk finds each time), one object so that a thread never sees
+        # half of another's update; forgotten whenever `steps` is emptied
+        nothing: tuple[Any, Any, Any, int, str, Any, int] = (None, None, None, 0, "", None, -1)
         last = nothing
 
         def forget_last() -> None:
@@ -446,12 +458,23 @@ class JaxCapture:
             if type(outputs) is array_type:
                 known = last
                 aval = outputs.aval
-                if aval is not known[0] or outputs._sharding is not known[1]:
-                    entry = steps.get(id(aval))
+                caller = getframe(1)
+                if (
+                    aval is not known[0]
+                    or outputs._sharding is not known[1]
+                    or caller.f_code is not known[5]
+                    or caller.f_lasti != known[6]
+                ):
+                    site = site_of(caller)
+                    entry = steps.get((id(aval), site))
+                    code = caller.f_code
                     if entry is None or entry[0] is not aval or entry[1] is not outputs._sharding:
-                        slow(function, args, kwargs, outputs)
+                        slow(function, args, kwargs, outputs, site)
+                        entry = steps.get((id(aval), site))  # the step it may have made: the next run asks no walk
+                        if entry is not None and entry[0] is aval and entry[1] is outputs._sharding:
+                            last = (*entry, code if lines_of(code) is not None else None, caller.f_lasti)
                         return
-                    last = known = entry
+                    last = known = (*entry, code if lines_of(code) is not None else None, caller.f_lasti)
                 buffer_id = next(ids)
                 record((known[3], buffer_id, clock(), get_ident()))
                 owner = Owner(outputs, collected)
@@ -463,19 +486,24 @@ class JaxCapture:
                     except Exception as exc:  # inside JAX's call: a fault of the capture's stops it, never the test
                         fail(exc)
                 return
-            slow(function, args, kwargs, outputs)
+            slow(function, args, kwargs, outputs, site_of(getframe(1)))
 
         return post_hook
 
-    def _on_fast_run(self, function: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any) -> None:
-        """JAX's post-hook after a run on the C++ fast path: the same events as on the Python path."""
+    def _on_fast_run(
+        self, function: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any, site: str | None = None
+    ) -> None:
+        """JAX's post-hook after a run on the C++ fast path: the same events as on the Python path.
+        `site`: the user's line of the call (found here where not given)."""
         if not self._recorder.recording or self._failed:
             return
         try:
+            if site is None:
+                site = self.call_sites.site_of(sys._getframe(1))
             if type(outputs) is self._array_type:  # one array out
                 plan = self._executables.named_by(outputs)
                 if plan is not None and not plan.runs_read_arguments:
-                    self._record_step(plan, outputs)  # the step every loop repeats, in one call
+                    self._record_step(plan, outputs, site)  # the step every loop repeats, in one call
                     return
                 leaves = [outputs]
             else:
@@ -488,29 +516,33 @@ class JaxCapture:
             if plan.runs_read_arguments:
                 parameters = self._fast_parameters(plan, function, args, kwargs)
                 self._record_run(
-                    plan, parameters, leaves, self._transfer(plan, parameters) if plan.host_arguments else []
+                    plan,
+                    parameters,
+                    leaves,
+                    self._transfer(plan, parameters, site) if plan.host_arguments else [],
+                    site,
                 )
             else:
-                self._record_run(plan, None, leaves, [])
+                self._record_run(plan, None, leaves, [], site)
         except Exception as exc:
             self._fail(exc)
 
-    def _record_step(self, plan: ExecutablePlan, output: Any) -> None:
+    def _record_step(self, plan: ExecutablePlan, output: Any, site: str) -> None:
         """`_record_run` for a run with one array out, nothing donated and no host values (its
         output's allocations, then its temps), as a compact step of the recorder's; this and every
-        later run of it on the fast path (`_fast_hook`)."""
+        later run of it from the same line on the fast path (`_fast_hook`)."""
         record = self._recorder.step_record
         if record is None:
             return
         aval, sharding = output.aval, output.sharding
-        known = self._executables.step_of(aval, sharding, plan)
+        known = self._executables.step_of(aval, sharding, plan, site)
         if known is None:
             outputs = tuple((size, SOURCE, plan.label, device) for device, size in self._shards.of(output) if size > 0)
             temps = tuple((size, SOURCE, plan.temp_label, device) for device, size in plan.temps if size > 0)
-            step = self._recorder.step(outputs, temps)
+            step = self._recorder.step(outputs, temps, site)
             self._step_plans.append(plan)
             assert len(self._step_plans) == step + 1
-            known = self._executables.remember_step(aval, sharding, plan, step)
+            known = self._executables.remember_step(aval, sharding, plan, step, site)
         buffer_id = next(self._recorder.ids)
         record((known[3], buffer_id, self._recorder.clock(), get_ident()))
         owner = Owner(output, self._holdings.collected_callback)
@@ -554,14 +586,14 @@ class JaxCapture:
             return ()
         return tuple((device, size) for device, size in wanted if device not in have)
 
-    def _transfer(self, plan: ExecutablePlan, parameters: list[Any]) -> list[int]:
+    def _transfer(self, plan: ExecutablePlan, parameters: list[Any], site: str = "") -> list[int]:
         """Host values among the parameters, allocated on their parameter's devices for the run; and
         device arrays copied to the devices they are not on. Both are freed when the run ends."""
         transfers: list[int] = []
         for position, value in enumerate(parameters):
             if not self._is_host(value):
                 for device, part in self._copies(plan, position, value):
-                    transfers.append(self._recorder.allocate(part, SOURCE, plan.argument_label, device))
+                    transfers.append(self._recorder.allocate(part, SOURCE, plan.argument_label, device, site))
                 continue
             size = int(value.nbytes)
             sharding = plan.in_shardings[position] if position < len(plan.in_shardings) else None
@@ -571,14 +603,19 @@ class JaxCapture:
                 else ((plan.devices[0] if plan.devices else "", size),)
             )
             for device, part in shards:
-                transfers.append(self._recorder.allocate(part, SOURCE, plan.argument_label, device))
+                transfers.append(self._recorder.allocate(part, SOURCE, plan.argument_label, device, site))
         return transfers
 
     def _record_run(
-        self, plan: ExecutablePlan, parameters: list[Any] | None, outputs: Sequence[Any], transfers: list[int]
+        self,
+        plan: ExecutablePlan,
+        parameters: list[Any] | None,
+        outputs: Sequence[Any],
+        transfers: list[int],
+        site: str = "",
     ) -> None:
         """Outputs allocated (or handed a donated input's allocation), the temp buffers for the run,
-        donated inputs and transfers freed."""
+        donated inputs and transfers freed; what it allocates made at `site`, the user's line of the call."""
         allocate, label, holdings, shards_of, array_type = (
             self._recorder.allocate,
             plan.label,
@@ -608,10 +645,12 @@ class JaxCapture:
                 if held is not None:
                     holdings.hold(output, held)
                     continue
-            holdings.hold_new(output, [allocate(size, SOURCE, label, device) for device, size in shards_of(output)])
+            holdings.hold_new(
+                output, [allocate(size, SOURCE, label, device, site) for device, size in shards_of(output)]
+            )
         if plan.temps:
             free = self._recorder.free
-            for temp in [allocate(size, SOURCE, plan.temp_label, device) for device, size in plan.temps]:
+            for temp in [allocate(size, SOURCE, plan.temp_label, device, site) for device, size in plan.temps]:
                 free(temp)
         if parameters is not None:
             for position in plan.donated:  # donated, and its buffers became no output's
@@ -640,16 +679,20 @@ class JaxCapture:
             results = original(*values, **kwargs)
             if capture._recorder.recording and not capture._failed:
                 try:
-                    capture._after_device_put(values, kwargs.get("copy_semantics") or (), results)
+                    site = capture.call_sites.site_of(sys._getframe(1))
+                    capture._after_device_put(values, kwargs.get("copy_semantics") or (), results, site)
                 except Exception as exc:
                     capture._fail(exc)
             return results
 
         return batched_device_put
 
-    def _after_device_put(self, values: Sequence[Any], copy_semantics: Sequence[Any], results: Sequence[Any]) -> None:
-        """Each result is a transfer of its own, except where it is the value itself, shares the
-        value's buffers (put onto the placement it had: JAX reuses them), or took them over (donated)."""
+    def _after_device_put(
+        self, values: Sequence[Any], copy_semantics: Sequence[Any], results: Sequence[Any], site: str = ""
+    ) -> None:
+        """Each result is a transfer of its own, made at `site`, except where it is the value itself,
+        shares the value's buffers (put onto the placement it had: JAX reuses them), or took them
+        over (donated)."""
         holdings = self._holdings
         for position, result in enumerate(results):
             if not isinstance(result, self._array_type) or holdings.held_by(result) is not None:
@@ -666,7 +709,7 @@ class JaxCapture:
                 holdings.hold_new(
                     result,
                     [
-                        self._recorder.allocate(size, SOURCE, DEVICE_PUT, device)
+                        self._recorder.allocate(size, SOURCE, DEVICE_PUT, device, site)
                         for device, size in self._shards.of(result)
                     ],
                 )

@@ -250,11 +250,11 @@ class Executables:
         self._plans: dict[int, tuple[weakref.ref[Any], ExecutablePlan]] = {}  # id(ExecuteReplicated) -> plan
         self._named: dict[tuple[int, int], tuple[Any, Any, ExecutablePlan]] = {}  # (id(aval), id(sharding)) -> plan
         self._ambiguous: set[tuple[int, int]] = set()  # first outputs of executables that run differently
-        # (id(aval), id(sharding)) of a one-array output -> (aval, sharding, plan, the recorder's step
-        # for its runs): what JAX's post-hook looks up on every run
-        self.steps: dict[tuple[int, int], tuple[Any, Any, ExecutablePlan, int]] = {}
-        # the same by id(aval) alone, the last seen of each (one look-up a run, its sharding checked by identity)
-        self.by_aval: dict[int, tuple[Any, Any, ExecutablePlan, int]] = {}
+        # (id(aval), id(sharding), call site) of a one-array output -> (aval, sharding, plan, the
+        # recorder's step for its runs, call site): what JAX's post-hook looks up on a run
+        self.steps: dict[tuple[int, int, str], tuple[Any, Any, ExecutablePlan, int, str]] = {}
+        # the same by (id(aval), call site) alone, the last seen of each (its sharding checked by identity)
+        self.by_aval: dict[tuple[int, str], tuple[Any, Any, ExecutablePlan, int, str]] = {}
         self.on_forget: Callable[[], None] = lambda: None  # told whenever `by_aval` is emptied or a step remembered
 
     def plan(self, executable: Any) -> ExecutablePlan:
@@ -309,20 +309,29 @@ class Executables:
         self.on_forget()
 
     def remember_step(
-        self, aval: Any, sharding: Any, plan: ExecutablePlan, step: int
-    ) -> tuple[Any, Any, ExecutablePlan, int]:
-        """Let the recorder's `step` stand for a run of `plan` with one output of this aval and
-        sharding (held: their ids stay theirs)."""
+        self, aval: Any, sharding: Any, plan: ExecutablePlan, step: int, site: str = ""
+    ) -> tuple[Any, Any, ExecutablePlan, int, str]:
+        """Let the recorder's `step` stand for a run of `plan` called at `site` with one output of
+        this aval and sharding (held: their ids stay theirs)."""
         if len(self.steps) >= STEP_CACHE_LIMIT:
             self.forget_steps()
-        entry = self.steps[(id(aval), id(sharding))] = self.by_aval[id(aval)] = (aval, sharding, plan, step)
+        entry = self.steps[(id(aval), id(sharding), site)] = self.by_aval[(id(aval), site)] = (
+            aval,
+            sharding,
+            plan,
+            step,
+            site,
+        )
         self.on_forget()  # the post-hook's last run may have stood for another step of these objects
         return entry
 
-    def step_of(self, aval: Any, sharding: Any, plan: ExecutablePlan) -> tuple[Any, Any, ExecutablePlan, int] | None:
-        """The step remembered for `plan`'s runs with this output, now the one its aval stands for; None if none."""
-        known = self.steps.get((id(aval), id(sharding)))
+    def step_of(
+        self, aval: Any, sharding: Any, plan: ExecutablePlan, site: str = ""
+    ) -> tuple[Any, Any, ExecutablePlan, int, str] | None:
+        """The step remembered for `plan`'s runs at `site` with this output, now the one its aval
+        stands for there; None if none."""
+        known = self.steps.get((id(aval), id(sharding), site))
         if known is None or known[0] is not aval or known[1] is not sharding or known[2] is not plan:
             return None
-        self.by_aval[id(aval)] = known
+        self.by_aval[(id(aval), site)] = known
         return known

@@ -14,6 +14,7 @@ from ..recorder import TraceRecorder
 from ..sources.base import Reading
 from .conversion import copy_arrays_off_aligned
 from .events import ONEDNN_CPU, SOURCE, WindowClock, trace_events
+from .op_lines import OpLines
 from .profiler import ProfilerRun, ProfilerUnavailable
 from .warmup import warm_up
 from .xspace import read_profile
@@ -52,6 +53,8 @@ class TensorFlowCapture:
         self._problem: str | None = None  # why this window has no profile
         self.installed = False
         self._warmed = False  # the warm-up step has run (warmup.py)
+        self._op_lines = OpLines()  # each tf.function op's Python line, read once per function and window
+        self._reading_lines = False  # from a window's start until its events are converted
         self.note = ""
 
     # -- the process -------------------------------------------------------------------------
@@ -67,6 +70,7 @@ class TensorFlowCapture:
             return False
         self._patches.replace(self._profiler.module, "ProfilerSession", self._giving_way)
         copy_arrays_off_aligned(self._patches)  # NumPy arrays allocate alike in every run (conversion.py)
+        self._read_functions_before_they_go()
         self.installed = True
         if self._in_window:  # imported inside the test: trace from here on
             self._start()
@@ -91,10 +95,37 @@ class TensorFlowCapture:
 
         return ProfilerSession
 
+    def _read_functions_before_they_go(self) -> None:
+        """A tf.function's runtime function is removed when its last Python holder goes
+        (`AtomicFunction.__del__`), at a moment the garbage collector may choose: during a window,
+        its ops' lines are read just before, so they are known whenever it went (a function local
+        to the test, collected before the window's end), the same in every selection."""
+        try:
+            from tensorflow.python.eager.polymorphic_function import atomic_function  # type: ignore[import-not-found]
+        except ImportError:
+            return
+        if "__del__" not in vars(getattr(atomic_function, "AtomicFunction", object)):
+            return  # this TensorFlow removes its functions otherwise: those gone by the window's end have no line
+        capture = self
+
+        def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+            def __del__(function: Any) -> None:
+                if capture._reading_lines:
+                    try:
+                        capture._op_lines.read(function.name.decode())
+                    except Exception:  # inside the collector: never raise there
+                        pass
+                original(function)
+
+            return __del__
+
+        self._patches.replace(atomic_function.AtomicFunction, "__del__", wrap)
+
     # -- one window ----------------------------------------------------------------------------
 
     def begin(self) -> None:
         self._in_window = True
+        self._reading_lines = True
         self._problem = None
         self._clock = None
         if self.installed:
@@ -117,6 +148,13 @@ class TensorFlowCapture:
 
     def end(self, reading: Reading | None = None) -> TensorFlowWindow:
         """Close the window: its trace events, in time order on the recorder's clock, and notes."""
+        try:
+            return self._end(reading)
+        finally:
+            self._reading_lines = False
+            self._op_lines.forget()  # read again in the next window that asks: nothing held after this one
+
+    def _end(self, reading: Reading | None) -> TensorFlowWindow:
         self._in_window = False
         profiler, clock = self._profiler, self._clock
         if not self.installed or profiler is None:
@@ -145,6 +183,7 @@ class TensorFlowCapture:
             end=self._recorder.ended_at,
             tensorflow_has_gpu=self._tensorflow_has_gpu(),
             paused=self._recorder.paused_spans,
+            site_of=self._op_lines.site,
         )
         notes = []
         if converted.host_allocators:

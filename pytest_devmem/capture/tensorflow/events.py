@@ -13,7 +13,7 @@ and are left out.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ...model.trace import ALLOCATE_CODE, FREE_CODE, Trace
@@ -74,12 +74,14 @@ def trace_events(
     end: float,
     tensorflow_has_gpu: bool,
     paused: Sequence[tuple[float, float]] = (),
+    site_of: Callable[[str, str], str] = lambda function, op: "",
 ) -> Converted:
     """The window's allocations and frees in time order (at equal times, frees first: an address
-    freed and taken again in the same nanosecond was freed first), numbered 1, 2, 3..."""
+    freed and taken again in the same nanosecond was freed first), numbered 1, 2, 3...; each made at
+    `site_of(runtime function, op)`, the op's Python line ("" where not known)."""
     converted = Converted()
     live: dict[tuple[str, int], list[int]] = {}  # (allocator, address) -> ids, latest last; 0: not the window's
-    allocations: dict[int, tuple[int, str, str]] = {}  # id -> (bytes, label, device)
+    allocations: dict[int, tuple[int, str, str, str]] = {}  # id -> (bytes, label, device, site)
     threads: dict[int, int] = {}
     ordered = sorted(events, key=lambda event: (event.time_ns, event.allocate))
     for event in ordered:
@@ -97,9 +99,12 @@ def trace_events(
                 continue
             converted.allocators.add(event.allocator)
             name = label(event)
-            allocations[buffer_id] = (event.requested_bytes, name, device)
+            site = site_of(event.runtime_function, event.op) if event.runtime_function else ""
+            allocations[buffer_id] = (event.requested_bytes, name, device, site)
             thread = threads.setdefault(event.thread, len(threads))
-            converted.events.add(ALLOCATE_CODE, buffer_id, event.requested_bytes, time, thread, 0, SOURCE, name, device)
+            converted.events.add(
+                ALLOCATE_CODE, buffer_id, event.requested_bytes, time, thread, 0, SOURCE, name, device, 0, site
+            )
             converted.origins.append(event)
             continue
         stack = live.get(key)
@@ -108,8 +113,8 @@ def trace_events(
         buffer_id = stack.pop()
         if not buffer_id or time > end:
             continue
-        size, name, device = allocations[buffer_id]
+        size, name, device, site = allocations[buffer_id]
         thread = threads.setdefault(event.thread, len(threads))
-        converted.events.add(FREE_CODE, buffer_id, size, time, thread, 0, SOURCE, name, device)
+        converted.events.add(FREE_CODE, buffer_id, size, time, thread, 0, SOURCE, name, device, 0, site)
         converted.origins.append(event)
     return converted

@@ -45,6 +45,7 @@ class AllocatorEvent(NamedTuple):
     function: str = ""  # the function (or tf.data stage) the op ran in, "" when unknown
     thread: int = 0  # the index of the thread's line in the profile
     stats: AllocatorStats | None = None  # the allocator's figures after the call, when asked for
+    runtime_function: str = ""  # the op's function as the runtime names it (`__inference_step_219`), "" when unknown
 
 
 class AllocatorStats(NamedTuple):
@@ -69,6 +70,15 @@ def function_name(name: str) -> str:
     """A graph function's name as its author wrote it: `__inference_step_219` -> `step`."""
     match = _FUNCTION.match(name)
     return match.group(1) if match else name
+
+
+def runtime_name(event_name: str) -> str:
+    """The runtime's name of a function called eagerly (`__inference_step_219`); "" for another caller."""
+    name = event_name[len(_EAGER) :] if event_name.startswith(_EAGER) else ""
+    return name if _FUNCTION.match(name) else ""
+
+
+_EAGER = "EagerLocalExecute: "
 
 
 def caller_name(event_name: str) -> str | None:
@@ -135,11 +145,13 @@ def read_profile(space: Any, start_ns: int | None = None, *, with_stats: bool = 
     profile = Profile(start_ns=_start_ns(space) or start_ns)
     pending: list[_Pending] = []
     run_callers: dict[int, str] = {}  # step id of a FunctionRun -> who called that function
+    run_functions: dict[int, str] = {}  # step id of a FunctionRun -> the runtime's name of that function
     for plane in space.planes:
         if plane.name == HOST_PLANE:
-            _read_plane(plane, profile, with_stats, pending, run_callers)
+            _read_plane(plane, profile, with_stats, pending, run_callers, run_functions)
     for event in pending:
         function = run_callers.get(event.step, "") if event.step else ""
+        graph = run_functions.get(event.step, "") if event.step and event.op else ""
         if (
             not event.op and not function
         ):  # no op: the step it happened in, or what the thread was doing, the inner first
@@ -157,16 +169,18 @@ def read_profile(space: Any, start_ns: int | None = None, *, with_stats: bool = 
                 function,
                 event.thread,
                 event.stats,
+                graph,
             )
         )
     return profile
 
 
-def _event_roles(plane: Any) -> tuple[dict[int, int], dict[int, str]]:
-    """What each kind of event of the plane is to the reader (by its metadata id), and the caller
-    each caller's kind names."""
+def _event_roles(plane: Any) -> tuple[dict[int, int], dict[int, str], dict[int, str]]:
+    """What each kind of event of the plane is to the reader (by its metadata id), the caller each
+    caller's kind names, and the runtime's name of a function a caller runs (`runtime_name`)."""
     roles: dict[int, int] = {}
     callers: dict[int, str] = {}
+    runtime: dict[int, str] = {}
     for key, meta in plane.event_metadata.items():
         name = meta.name
         if name == ALLOCATION:
@@ -178,29 +192,35 @@ def _event_roles(plane: Any) -> tuple[dict[int, int], dict[int, str]]:
         elif name in _STEP_SCOPES:
             roles[key] = _STEP
         elif (caller := caller_name(name)) is not None:
-            roles[key], callers[key] = _CALLER, caller
-    return roles, callers
+            roles[key], callers[key], runtime[key] = _CALLER, caller, runtime_name(name)
+    return roles, callers, runtime
 
 
 def _read_plane(
-    plane: Any, profile: Profile, with_stats: bool, pending: list[_Pending], run_callers: dict[int, str]
+    plane: Any,
+    profile: Profile,
+    with_stats: bool,
+    pending: list[_Pending],
+    run_callers: dict[int, str],
+    run_functions: dict[int, str],
 ) -> None:
     """The host plane's allocator events into `pending`, and the caller of each `FunctionRun` into
-    `run_callers`. A profile holds some tens of thousands of events per second of TensorFlow work,
+    `run_callers` (the runtime's name of the function it ran into `run_functions`). A profile holds some tens of thousands of events per second of TensorFlow work,
     so each event costs one dictionary lookup unless it is an allocator event, a `FunctionRun` or a
     caller; of an allocator event only the five statistics used are read."""
     stat_names = {key: meta.name for key, meta in plane.stat_metadata.items()}
     wanted = {key: name for key, name in stat_names.items() if name in _WANTED_STATS}
     figures = {key: name for key, name in stat_names.items() if name in ALLOCATOR_STATS} if with_stats else {}
     step_stat = next((key for key, name in wanted.items() if name == "id"), None)
-    roles, callers = _event_roles(plane)
+    roles, callers, runtime = _event_roles(plane)
     for thread, line in enumerate(plane.lines):
         events = line.events
         profile.host_events += len(events)
         base = line.timestamp_ns
         if base < _ABSOLUTE_NS:
             base += profile.start_ns or 0
-        stack: list[tuple[int, str, int]] = []  # enclosing callers and steps: (end, caller, step id); popped lazily
+        # enclosing callers and steps: (end, caller, step id, the caller's runtime name); popped lazily
+        stack: list[tuple[int, str, int, str]] = []
         last_start = -1
         for event in events:
             role = roles.get(event.metadata_id)
@@ -214,7 +234,7 @@ def _read_plane(
                 stack.pop()
             if role == _CALLER:
                 if event.duration_ps > 0:
-                    stack.append((start + event.duration_ps, callers[event.metadata_id], 0))
+                    stack.append((start + event.duration_ps, callers[event.metadata_id], 0, runtime[event.metadata_id]))
                 continue
             if role == _STEP:
                 if event.duration_ps > 0 and step_stat is not None:
@@ -226,12 +246,13 @@ def _read_plane(
                         ),
                         0,
                     )
-                    stack.append((start + event.duration_ps, "", scope))
+                    stack.append((start + event.duration_ps, "", scope, ""))
                 continue
             caller, scope, step_inside = "", 0, False  # the innermost caller and step, and which is inside
-            for _, name, step_id in reversed(stack):
+            function_id = ""
+            for _, name, step_id, runtime_id in reversed(stack):
                 if name and not caller:
-                    caller = name
+                    caller, function_id = name, runtime_id
                 elif step_id and not scope:
                     scope, step_inside = step_id, not caller
                 if caller and scope:
@@ -241,6 +262,7 @@ def _read_plane(
                     run = next((stat for stat in event.stats if wanted.get(stat.metadata_id) == "id"), None)
                     if run is not None:
                         run_callers[run.int64_value or run.uint64_value] = caller
+                        run_functions[run.int64_value or run.uint64_value] = function_id
                 continue
             allocator, op, requested, address, step = _wanted_stats(event, wanted, stat_names)
             stats = _allocator_stats(event, figures) if figures else None

@@ -15,7 +15,7 @@ No pytest, no frameworks here.
 """
 
 from .device_state import TPU_RUNTIME_NAME, device_order
-from .maps import contributor, holders
+from .maps import contributor, holders, lines_at_peak
 from .replay import Machine, maps_after, run_machine
 from .results import (
     DEFAULT_SOURCE,
@@ -50,6 +50,7 @@ __all__ = [
     "contributor",
     "device_order",
     "holders",
+    "lines_at_peak",
     "maps_after",
     "run_machine",
 ]

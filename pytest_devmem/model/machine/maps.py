@@ -4,8 +4,10 @@ memory in a map. The copies the maps are made from (`Checkpoint`, `Promise`) are
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+from ..buffers import TOP_LINES
 from ..pool import BFCPool, OnDemandPool
 from ..trace import Trace
 from .results import MapSnapshot, PoolMap
@@ -70,3 +72,29 @@ def holders(snapshot: MapSnapshot | None, trace: Trace, top: int | None = TOP_CO
                 held[name] = held.get(name, 0) + trace.sizes[index]
     ranked = sorted(held.items(), key=lambda item: (-item[1], item[0]))
     return dict(ranked if top is None else ranked[:top])
+
+
+def lines_at_peak(
+    snapshot: MapSnapshot | None, trace: Trace, names: Iterable[str], top: int = TOP_LINES
+) -> dict[str, dict[str, int]]:
+    """For each contributor of `names` (the peak's holders): the bytes (as asked) held in a snapshot
+    by the buffers each user's line made (the trace's sites; "" where the line is not known),
+    largest first. Empty where no event of the trace names a line."""
+    if snapshot is None or not trace.has_sites():
+        return {}
+    wanted = set(names)
+    held: dict[str, dict[str, int]] = {}
+    texts = trace.names
+    for pool in snapshot.pools:
+        for _, _, _, index in pool.chunks:
+            if index < 0:
+                continue
+            name = contributor(texts[trace.sources[index]], texts[trace.labels[index]])
+            if name in wanted:
+                lines = held.setdefault(name, {})
+                site = texts[trace.sites[index]]
+                lines[site] = lines.get(site, 0) + trace.sizes[index]
+    return {
+        name: dict(sorted(lines.items(), key=lambda item: (-item[1], item[0]))[:top])
+        for name, lines in sorted(held.items())
+    }

@@ -38,7 +38,7 @@ from .allocator_rules import AllocatorRules
 from .device_state import TPU_RUNTIME_NAME, AllocatorState, Checkpoint, DeviceState, Promise, snapshot_of
 from .loops import replay_bfc_lanes, replay_lanes, replay_ondemand_columns, replay_one_bfc_lane
 from .loops.inline_pools import MovedThenFailed
-from .maps import holders, pool_maps
+from .maps import holders, lines_at_peak, pool_maps
 from .results import (
     AllocatorFigures,
     DeviceFigures,
@@ -233,6 +233,7 @@ def _device_figures(
         if not a.runtime or runtimes[id(a.pool)][0] is a
     )
     at_peak = holders(snapshot, trace) if snapshot is not None and snapshot.event == device.peak_event else {}
+    lines = lines_at_peak(snapshot, trace, at_peak) if at_peak else {}
     return DeviceFigures(
         device=device.name,
         capacity=spec.capacity,
@@ -246,4 +247,5 @@ def _device_figures(
         allocators=allocators,
         at_peak=at_peak,
         peak_event=device.peak_event,
+        lines_at_peak=lines,
     )

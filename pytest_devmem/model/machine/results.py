@@ -119,6 +119,9 @@ class DeviceFigures:
     allocators: tuple[AllocatorFigures, ...]
     at_peak: dict[str, int]  # who held the memory at this device's peak of live data (bytes asked), largest first
     peak_event: int  # the event after which its live data peaked
+    # per holder at the peak: the bytes each user's line made ("" where not known), largest first;
+    # empty where the trace names no line
+    lines_at_peak: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         return {

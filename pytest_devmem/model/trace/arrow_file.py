@@ -6,12 +6,13 @@ parse and no Python per event (a million events in some 0.05 s, where the CSV's 
 takes 0.5 s). pandas reads it too: `pandas.read_feather(path)` gives one row an event, texts as
 categories.
 
-Columns, named as the CSV's header (RMM_HEADER, SOURCE_HEADER or HEADER, in any order):
+Columns, named as the CSV's header (RMM_HEADER, SOURCE_HEADER, HEADER or SITE_HEADER, in any order):
 
 - `Thread` uint64, `Time` float64, `Pointer` uint64, `Size` int64 (above 0), `Stream` uint64,
   `Process` uint32: any integer type (float for `Time`) whose values fit is read too; `Pointer`
   and `Stream` may also be text as in the CSV (`0x7f00`, `42`).
-- `Action`, `Source`, `Label`, `Device`: text, plain or dictionary-encoded. `write_arrow` writes
+- `Action`, `Source`, `Label`, `Device`, `Site`: text, plain or dictionary-encoded (`Site`, the
+  user's line that made each buffer, is written where any event has one). `write_arrow` writes
   them as dictionaries over the trace's own `names` (and ACTIONS), so that reading takes the codes
   as they are.
 
@@ -39,9 +40,9 @@ from .format import (
     ARROW_STREAM_START,
     DEVICE_NAME,
     HEADER,
+    HEADERS,
     READ_ACTIONS,
-    RMM_HEADER,
-    SOURCE_HEADER,
+    SITE_HEADER,
     TraceFormatError,
     is_arrow_stream,
     not_a_device,
@@ -58,10 +59,10 @@ MIN_EVENT_BYTES = 7
 """The fewest bytes an event takes in an uncompressed file (RMM's six columns, one byte each but the time's two)."""
 
 _UNSIGNED = {"Thread": "uint64", "Pointer": "uint64", "Stream": "uint64", "Process": "uint32", "Size": "int64"}
-_TEXTS = ("Action", "Source", "Label", "Device")
+_TEXTS = ("Action", "Source", "Label", "Device", "Site")
 ALLOWED = (
     "an Arrow IPC (Feather v2) trace file has the columns Thread, Time, Action, Pointer, Size, Stream"
-    " (optionally Source, Label, Device, Process): integers (Pointer and Stream may be text such as 0x7f00),"
+    " (optionally Source, Label, Device, Process, Site): integers (Pointer and Stream may be text such as 0x7f00),"
     " Time a number, Action, Source, Label and Device text (plain or dictionary-encoded), no nulls"
 )
 
@@ -97,21 +98,22 @@ def arrow_bytes(trace: TraceColumns) -> Any:
             pa.array(indices.view(np.int32 if dtype == np.uint32 else np.int8)), dictionary
         )
 
-    table = pa.table(
-        {
-            "Thread": column(trace.threads, np.uint64),
-            "Time": column(trace.times, np.float64),
-            "Action": texts(bytes(trace.actions), actions, np.uint8),
-            "Pointer": column(trace.pointers, np.uint64),
-            "Size": column(trace.sizes, np.int64),
-            "Stream": column(trace.streams, np.uint64),
-            "Source": texts(trace.sources, names, np.uint32),
-            "Label": texts(trace.labels, names, np.uint32),
-            "Device": texts(trace.devices, names, np.uint32),
-            "Process": column(trace.processes, np.uint32),
-        }
-    )
-    assert tuple(table.schema.names) == HEADER
+    columns = {
+        "Thread": column(trace.threads, np.uint64),
+        "Time": column(trace.times, np.float64),
+        "Action": texts(bytes(trace.actions), actions, np.uint8),
+        "Pointer": column(trace.pointers, np.uint64),
+        "Size": column(trace.sizes, np.int64),
+        "Stream": column(trace.streams, np.uint64),
+        "Source": texts(trace.sources, names, np.uint32),
+        "Label": texts(trace.labels, names, np.uint32),
+        "Device": texts(trace.devices, names, np.uint32),
+        "Process": column(trace.processes, np.uint32),
+    }
+    if trace.has_sites():
+        columns["Site"] = texts(trace.sites, names, np.uint32)
+    table = pa.table(columns)
+    assert tuple(table.schema.names) in (HEADER, SITE_HEADER)
     table = table.replace_schema_metadata({FORMAT_KEY: FORMAT_VALUE, ROWS_KEY: str(len(trace)).encode()})
     sink = pa.BufferOutputStream()
     with ipc.new_file(sink, table.schema) as writer:
@@ -184,7 +186,7 @@ def _rows(reader: Any, file_bytes: int) -> int:
 
 def _check_schema(schema: Any, shown: str, pa: Any) -> None:
     names = list(schema.names)
-    if sorted(names) not in (sorted(HEADER), sorted(SOURCE_HEADER), sorted(RMM_HEADER)):
+    if sorted(names) not in [sorted(header) for header in HEADERS]:
         raise TraceFormatError(f"{shown}: columns {', '.join(names)[:200]}: not a trace's; {ALLOWED}")
     for field in schema:
         kind = field.type
@@ -221,7 +223,18 @@ class _Columns(Generic[_T]):
         self.trace = trace
         self.rows, self.filled = rows, 0
         trace.actions = bytearray(rows)
-        for name in ("pointers", "sizes", "times", "threads", "streams", "sources", "labels", "devices", "processes"):
+        for name in (
+            "pointers",
+            "sizes",
+            "times",
+            "threads",
+            "streams",
+            "sources",
+            "labels",
+            "devices",
+            "processes",
+            "sites",
+        ):
             column = getattr(trace, name)
             setattr(trace, name, array(column.typecode, [0]) * rows if rows else array(column.typecode))
         self._lookups: dict[str, tuple[Any, Any]] = {}
@@ -268,7 +281,12 @@ class _Columns(Generic[_T]):
                 f"{shown}: a Time that is not a finite number at event {start + int(np.argmin(np.isfinite(times))) + 1}"
             )
         memoryview(trace.times).cast("B")[start * 8 : end * 8] = times.view(np.uint8)
-        for name, target in (("Source", trace.sources), ("Label", trace.labels), ("Device", trace.devices)):
+        for name, target in (
+            ("Source", trace.sources),
+            ("Label", trace.labels),
+            ("Device", trace.devices),
+            ("Site", trace.sites),
+        ):
             column = columns.get(name)
             values = (
                 np.zeros(rows, np.uint32)

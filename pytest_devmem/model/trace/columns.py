@@ -25,7 +25,8 @@ class TraceEvent:
     """One allocator call. `pointer` is the address the recording pool returned (0 for a failure),
     or any id that is unique among the buffers live at once. `source` says whose allocator made
     the call and `label` what for (free text, for people and reports); `device` where (`cpu:0`,
-    `gpu:1`; empty: the first device), `process` in which process (several simulated together)."""
+    `gpu:1`; empty: the first device), `process` in which process (several simulated together);
+    `site` the user's line that made the buffer (`file:line`; empty where not known)."""
 
     action: str
     pointer: int
@@ -37,6 +38,7 @@ class TraceEvent:
     label: str = ""
     device: str = ""
     process: int = 0
+    site: str = ""
 
 
 class TraceColumns:
@@ -45,7 +47,7 @@ class TraceColumns:
     Build one from TraceEvents (`Trace([...])`, `append`) or column values (`add`); read it back as
     TraceEvents (iteration, indexing, `events`) or, where speed matters, through the columns:
     `actions` (codes into ACTIONS), `pointers`, `sizes`, `times`, `threads`, `streams`, and
-    `sources`, `labels`, `devices` (indexes into `names`), `processes`. `Trace` is this with its
+    `sources`, `labels`, `devices`, `sites` (indexes into `names`), `processes`. `Trace` is this with its
     files (CSV and Arrow IPC).
     """
 
@@ -60,6 +62,7 @@ class TraceColumns:
         "labels",
         "devices",
         "processes",
+        "sites",
         "names",
         "_name_index",
     )
@@ -75,6 +78,7 @@ class TraceColumns:
         self.labels = array("I")
         self.devices = array("I")
         self.processes = array("I")
+        self.sites = array("I")
         self.names: list[str] = [""]
         self._name_index: dict[str, int] = {"": 0}
         for event in events:
@@ -83,7 +87,7 @@ class TraceColumns:
     # -- building ---------------------------------------------------------------------------
 
     def name_code(self, text: str) -> int:
-        """The index of `text` in `names`, added if new (sources, labels and devices share it)."""
+        """The index of `text` in `names`, added if new (sources, labels, devices and sites share it)."""
         code = self._name_index.get(text)
         if code is None:
             code = self._name_index[text] = len(self.names)
@@ -102,6 +106,7 @@ class TraceColumns:
         label: str = "",
         device: str = "",
         process: int = 0,
+        site: str = "",
     ) -> None:
         """Append one event given by its column values (`action` a code: ALLOCATE_CODE, ...)."""
         self.actions.append(action)
@@ -115,6 +120,7 @@ class TraceColumns:
         self.labels.append(code(label))
         self.devices.append(code(device))
         self.processes.append(process)
+        self.sites.append(code(site))
 
     def append(self, event: TraceEvent) -> None:
         self.add(
@@ -128,6 +134,7 @@ class TraceColumns:
             event.label,
             event.device,
             event.process,
+            event.site,
         )
 
     # -- reading ----------------------------------------------------------------------------
@@ -148,6 +155,7 @@ class TraceColumns:
             names[self.labels[index]],
             names[self.devices[index]],
             self.processes[index],
+            names[self.sites[index]],
         )
 
     def __iter__(self) -> Iterator[TraceEvent]:
@@ -219,6 +227,10 @@ class TraceColumns:
                 current -= live.pop(pointer, 0)
         return peak
 
+    def has_sites(self) -> bool:
+        """Whether any event names the line that made its buffer (its files then carry the Site column)."""
+        return self.sites.count(0) != len(self.sites)  # counted in C: a million events in about a millisecond
+
     # -- plain data (between processes) -----------------------------------------------------
 
     def to_columns(self) -> dict[str, list[object]]:
@@ -234,6 +246,7 @@ class TraceColumns:
             "labels": list(self.labels),
             "devices": list(self.devices),
             "processes": list(self.processes),
+            "sites": list(self.sites),
             "names": list(self.names),
         }
 
@@ -263,6 +276,7 @@ class TraceColumns:
             trace.labels = array("I", data["labels"])
             trace.devices = array("I", data["devices"])
             trace.processes = array("I", data["processes"])
+            trace.sites = array("I", data.get("sites") or bytes(4 * len(trace.actions)))  # none: before sites
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise TraceFormatError(f"trace columns: {exc}") from None
         columns = (
@@ -275,11 +289,12 @@ class TraceColumns:
             trace.labels,
             trace.devices,
             trace.processes,
+            trace.sites,
         )
         if any(len(column) != len(trace.actions) for column in columns):
             raise TraceFormatError("trace columns of unequal length")
         if any(action >= len(ACTIONS) for action in trace.actions) or any(
-            code >= len(names) for column in columns[5:8] for code in column
+            code >= len(names) for column in (*columns[5:8], trace.sites) for code in column
         ):
             raise TraceFormatError("trace columns: an action or name index out of range")
         if any(size < 0 for size in trace.sizes):

@@ -9,7 +9,7 @@ the row reader reads every trace.
 
 Memory stays near the trace's own: the file is read in blocks of BLOCK_BYTES, and each block's
 columns are appended to the trace's compact columns (about 60 bytes an event) before the next is
-read. Texts (`Action`, `Source`, `Label`, `Device`) are read as dictionaries, so each distinct text
+read. Texts (`Action`, `Source`, `Label`, `Device`) are read as dictionaries (and `Site`, where the file has it), so each distinct text
 is looked at once per block, not once per row.
 """
 
@@ -91,6 +91,7 @@ def column_types(pa: Any) -> dict[str, Any]:
         "Label": texts,
         "Device": texts,
         "Process": pa.uint32(),
+        "Site": texts,
     }
 
 
@@ -127,7 +128,12 @@ def _append_batch(batch: Any, trace: TraceColumns, action_code: dict[str, int], 
     trace.times.frombytes(time_values.astype(np.float64).tobytes())
     trace.threads.frombytes(numbers(threads, np).astype(np.uint64).tobytes())
     trace.streams.frombytes(streams.tobytes())
-    for column, target in (("Source", trace.sources), ("Label", trace.labels), ("Device", trace.devices)):
+    for column, target in (
+        ("Source", trace.sources),
+        ("Label", trace.labels),
+        ("Device", trace.devices),
+        ("Site", trace.sites),
+    ):
         target.frombytes((names[column] if column in names else np.zeros(rows, np.int64)).astype(np.uint32).tobytes())
     if process is None:
         trace.processes.frombytes(np.zeros(rows, np.uint32).tobytes())
@@ -137,11 +143,13 @@ def _append_batch(batch: Any, trace: TraceColumns, action_code: dict[str, int], 
 
 
 def _name_codes(trace: TraceColumns, columns: dict[str, Any], np: Any) -> dict[str, Any] | None:
-    """The name codes of the Source, Label and Device columns present; None where a Device is not
-    PLATFORM:N. Texts new to the trace are added to its names in the order the row reader adds
-    them (row by row; in a row Source, Label, Device), so both readers give the same `names`."""
+    """The name codes of the Source, Label, Device and Site columns present; None where a Device is
+    not PLATFORM:N. Texts new to the trace are added to its names in the order the row reader adds
+    them (row by row; in a row Source, Label, Device, Site), so both readers give the same `names`."""
     present = [
-        (rank, name, columns[name]) for rank, name in enumerate(("Source", "Label", "Device")) if name in columns
+        (rank, name, columns[name])
+        for rank, name in enumerate(("Source", "Label", "Device", "Site"))
+        if name in columns
     ]
     used: list[tuple[int, int, str]] = []  # (first row, column rank, text) of each text the rows use
     for rank, name, column in present:
@@ -163,8 +171,8 @@ def _name_codes(trace: TraceColumns, columns: dict[str, Any], np: Any) -> dict[s
 
 
 def _as_written(name: str, text: str) -> str:
-    """A Source or Label as the trace was given it (the quote `csv_cell` put before a formula taken
-    off, as the row reader does); a Device as it stands."""
+    """A Source, Label or Site as the trace was given it (the quote `csv_cell` put before a formula
+    taken off, as the row reader does); a Device as it stands."""
     return csv_text(text.strip()) if name != "Device" else text.strip()
 
 

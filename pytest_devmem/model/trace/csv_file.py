@@ -25,8 +25,10 @@ from .format import (
     ACTIONS,
     DEVICE_NAME,
     HEADER,
+    HEADERS,
     READ_ACTIONS,
     RMM_HEADER,
+    SITE_HEADER,
     SOURCE_HEADER,
     TraceFormatError,
     is_arrow_form,
@@ -40,25 +42,27 @@ _LARGEST = 2**64
 def trace_csv(trace: TraceColumns) -> str:
     """The trace's CSV, as `Trace.write_csv` writes it: csv.writer's cells (a CR in a text quoted),
     made column by column, each distinct text quoted once (some three times faster than a
-    writer row by row)."""
+    writer row by row). The Site column where any event has one (SITE_HEADER)."""
     texts = [_csv_field(csv_cell(name)) for name in trace.names]  # type: ignore[arg-type]  # str in, str out
     devices = [_csv_field(name) for name in trace.names]
-    rows = map(
-        ",".join,
-        zip(
-            map(str, trace.threads),
-            map("{:.6f}".format, trace.times),
-            map(ACTIONS.__getitem__, trace.actions),
-            map("{:#x}".format, trace.pointers),
-            map(str, trace.sizes),
-            map("{:#x}".format, trace.streams),
-            map(texts.__getitem__, trace.sources),
-            map(texts.__getitem__, trace.labels),
-            map(devices.__getitem__, trace.devices),
-            map(str, trace.processes),
-        ),
-    )
-    return ",".join(HEADER) + "\n" + "".join(row + "\n" for row in rows)
+    columns = [
+        map(str, trace.threads),
+        map("{:.6f}".format, trace.times),
+        map(ACTIONS.__getitem__, trace.actions),
+        map("{:#x}".format, trace.pointers),
+        map(str, trace.sizes),
+        map("{:#x}".format, trace.streams),
+        map(texts.__getitem__, trace.sources),
+        map(texts.__getitem__, trace.labels),
+        map(devices.__getitem__, trace.devices),
+        map(str, trace.processes),
+    ]
+    header: tuple[str, ...] = HEADER
+    if trace.has_sites():
+        header = SITE_HEADER
+        columns.append(map(texts.__getitem__, trace.sites))
+    rows = map(",".join, zip(*columns))
+    return ",".join(header) + "\n" + "".join(row + "\n" for row in rows)
 
 
 def read_rows(cls: type[_T], binary: IO[bytes], path: str | os.PathLike[str]) -> _T:
@@ -71,10 +75,10 @@ def read_rows(cls: type[_T], binary: IO[bytes], path: str | os.PathLike[str]) ->
             rows = csv.reader(handle)
             header = next(rows, None)
             columns = tuple(column.strip() for column in header) if header is not None else ()
-            if columns not in (HEADER, SOURCE_HEADER, RMM_HEADER):
+            if columns not in HEADERS:
                 shown = ",".join(header)[:200] if header else "nothing"
                 raise TraceFormatError(
-                    f"{os.fspath(path)}:1: not a memory-event log: expected the header {','.join(RMM_HEADER)} (optionally ,Source,Label,Device,Process), got {shown!r}"
+                    f"{os.fspath(path)}:1: not a memory-event log: expected the header {','.join(RMM_HEADER)} (optionally ,Source,Label,Device,Process[,Site]), got {shown!r}"
                 )
             for line, row in enumerate(rows, start=2):
                 if row:
@@ -128,7 +132,7 @@ def read_by_column(cls: type[_T], binary: IO[bytes]) -> _T | None:
     try:
         header = tuple(binary.readline(4096).decode("utf-8", "replace").rstrip("\r\n").split(","))
         binary.seek(0)
-        if header not in (HEADER, SOURCE_HEADER, RMM_HEADER):
+        if header not in HEADERS:
             return None
         trace = cls()
         fitted = csv_columns.read_columns(binary, header, trace)
@@ -172,7 +176,8 @@ def _add_row(trace: TraceColumns, path: object, line: int, row: list[str], width
     source, label = (
         (csv_text(row[6].strip()), csv_text(row[7].strip())) if width >= len(SOURCE_HEADER) else ("", "")
     )  # as written, before csv_cell
-    device, process = (row[8].strip(), row[9].strip()) if width == len(HEADER) else ("", "0")
+    device, process = (row[8].strip(), row[9].strip()) if width >= len(HEADER) else ("", "0")
+    site = csv_text(row[10].strip()) if width == len(SITE_HEADER) else ""
     if action not in READ_ACTIONS:
         raise TraceFormatError(f"{where}: unknown action {action[:40]!r}; allowed: {', '.join(READ_ACTIONS)}")
     if device and not DEVICE_NAME.fullmatch(device):
@@ -222,6 +227,7 @@ def _add_row(trace: TraceColumns, path: object, line: int, row: list[str], width
         label,
         device,
         process_value,
+        site,
     )
 
 

@@ -10,6 +10,10 @@ from ...errors import FileFormatError
 RMM_HEADER = ("Thread", "Time", "Action", "Pointer", "Size", "Stream")
 SOURCE_HEADER = (*RMM_HEADER, "Source", "Label")
 HEADER = (*SOURCE_HEADER, "Device", "Process")
+SITE_HEADER = (*HEADER, "Site")
+"""HEADER and the user's line that made each event's buffer: written where any event has one."""
+HEADERS = (SITE_HEADER, HEADER, SOURCE_HEADER, RMM_HEADER)
+"""The headers a trace file may have."""
 ALLOCATE, FREE, ALLOCATE_FAILURE = "allocate", "free", "allocate failure"
 ACTIONS = (ALLOCATE, FREE, ALLOCATE_FAILURE)
 """An event's action is stored as its index here: 0 allocate, 1 free, 2 allocate failure."""
