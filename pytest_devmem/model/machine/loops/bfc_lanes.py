@@ -10,7 +10,7 @@ from typing import Any
 from ....errors import InvalidFreeError, OutOfMemoryError
 from ...pool.chunk_table import CHUNK_BITS, CHUNK_MASK, SIZE_SHIFT
 from ..state import Replay, sync
-from .compiled_bfc import replay_lanes_compiled, suits
+from .compiled_bfc import replay_compiled, suits
 from .inline_pools import INLINE_POOLS, allocate, compactions
 
 
@@ -24,7 +24,7 @@ def replay_bfc_lanes(replay: Replay) -> int | None:
     if lane_codes is None or not all(machine.is_bfc(names[source]) for _, _, source in replay.lane_keys):
         return None
     if suits(replay):
-        return replay_lanes_compiled(replay, run_events)
+        return replay_compiled(replay, run_events)
     return run_events(replay, 0, len(trace.actions))
 
 
