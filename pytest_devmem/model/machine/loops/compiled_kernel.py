@@ -58,8 +58,18 @@ NUM_BINS = 21  # as chunk_table.NUM_BINS: a chunk of s bytes is in bin min(floor
     D_FIELDS,
 ) = range(12)
 DF_SAMPLED, DF_AT_PEAK, DF_WORST, DF_MAPPED, DF_FIELDS = range(5)
+LANE_COUNTERS = (P_IN_USE, P_SPARE_IDS, P_TABLE_IDS, P_ALLOCATOR_IN_USE, P_ALLOCATOR_PEAK)
+DEVICE_COUNTERS = (D_IN_USE, D_PEAK_IN_USE, D_CHUNKS, D_PEAK_CHUNKS)
+"""The counters `run_lanes` keeps in locals for the lane whose event runs."""
 
 Array = np.ndarray  # type: ignore[type-arg]
+
+
+@numba.njit(cache=True, inline="always")
+def _put(rows: Array, row: int, values: tuple[int, ...], fields: tuple[int, ...]) -> None:
+    """Counters kept in locals written back to their row."""
+    for k in range(len(fields)):
+        rows[row, fields[k]] = values[k]
 
 
 @numba.njit(cache=True, inline="always")
@@ -145,7 +155,7 @@ def _largest(free_sizes: Array, counts: Array, row0: int) -> int:
     return free_sizes[r, counts[r] - 1] if r >= row0 else 0
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _fragmentation(
     pools: Array, devices: Array, device_pools: Array, free_sizes: Array, counts: Array, d: int
 ) -> float:
@@ -253,13 +263,19 @@ def run_lanes(  # noqa: PLR0912, PLR0913, PLR0915
     counts: Array,
     step: float,
 ) -> tuple[int, int]:
-    """Run events from `begin`; (the event it stopped at, why)."""
+    """Run events from `begin`; (the event it stopped at, why). The counters of the lane whose
+    event runs (its pool's, device's and source's) are in locals, written back to their rows when
+    another lane's event comes and at the end."""
     free, table = (free_sizes, free_addresses, free_ids), (size_of, address_of, prev_of, next_of, asked)
     end = len(actions)
     width = free_sizes.shape[1]
     full = False
     index = begin
     why = EXIT_DONE
+    lane = -1  # the lane whose counters are in locals
+    d = c = base = row0 = max_waste = capacity = 0
+    pool_in_use = nspare = ids = allocator_in_use = allocator_peak = 0
+    in_use = peak_in_use = chunks = peak_chunks = allocations = live = peak_live = 0
     while index < end:
         if full:
             why = EXIT_FULL
@@ -269,14 +285,32 @@ def run_lanes(  # noqa: PLR0912, PLR0913, PLR0915
             index += 1
             continue
         p = lanes[index]
-        if not pools[p, P_STARTED] or (action != 0 and action != 1):
+        if p != lane:
+            if not pools[p, P_STARTED]:
+                why = EXIT_PYTHON
+                break
+            if lane >= 0:
+                _put(pools, lane, (pool_in_use, nspare, ids, allocator_in_use, allocator_peak), LANE_COUNTERS)
+                _put(devices, d, (in_use, peak_in_use, chunks, peak_chunks), DEVICE_COUNTERS)
+                _put(counts, c, (allocations, live, peak_live), (0, 1, 2))
+            lane, d, c = p, pools[p, P_DEVICE], pools[p, P_COUNTS]
+            base, row0, max_waste, capacity = (
+                pools[p, P_BASE],
+                p * NUM_BINS,
+                pools[p, P_MAX_WASTE],
+                pools[p, P_CAPACITY],
+            )
+            pool_in_use, nspare, ids = pools[p, P_IN_USE], pools[p, P_SPARE_IDS], pools[p, P_TABLE_IDS]
+            allocator_in_use, allocator_peak = pools[p, P_ALLOCATOR_IN_USE], pools[p, P_ALLOCATOR_PEAK]
+            in_use, peak_in_use = devices[d, D_IN_USE], devices[d, D_PEAK_IN_USE]
+            chunks, peak_chunks = devices[d, D_CHUNKS], devices[d, D_PEAK_CHUNKS]
+            allocations, live, peak_live = counts[c, 0], counts[c, 1], counts[c, 2]
+        if action != 0 and action != 1:
             why = EXIT_PYTHON
             break
-        d = pools[p, P_DEVICE]
         if devices[d, D_FRAGMENTED]:
             why = EXIT_PROMISE
             break
-        base, row0 = pools[p, P_BASE], p * NUM_BINS
         if action == 0:  # an allocation
             size = requested[index]
             rounded = (size + 255) & -256
@@ -292,36 +326,33 @@ def run_lanes(  # noqa: PLR0912, PLR0913, PLR0915
                 why = EXIT_PYTHON
                 break
             chunk = free_sizes[r, i]
-            split = chunk >= 2 * rounded or chunk - rounded >= pools[p, P_MAX_WASTE]
-            c = pools[p, P_COUNTS]
+            split = chunk >= 2 * rounded or chunk - rounded >= max_waste
             if (
                 index + 1 < end
                 and pointers[index + 1] == pointers[index]
                 and actions[index + 1] == 1
-                and devices[d, D_IN_USE] + rounded <= devices[d, D_PEAK_IN_USE]
+                and in_use + rounded <= peak_in_use
             ):  # a temporary freed by the next event that sets no new peak: the pool is left as it was
                 if lanes[index + 1] != p:  # freed on another lane: Python notes the skipped free
                     why = EXIT_PYTHON
                     break
-                counts[c, 0] += 1
-                if counts[c, 1] + size > counts[c, 2]:
-                    counts[c, 2] = counts[c, 1] + size
-                taken = devices[d, D_CHUNKS] + (rounded if split else chunk)
-                if taken > devices[d, D_PEAK_CHUNKS]:
-                    devices[d, D_PEAK_CHUNKS] = taken
-                if pools[p, P_ALLOCATOR_IN_USE] + rounded > pools[p, P_ALLOCATOR_PEAK]:
-                    pools[p, P_ALLOCATOR_PEAK] = pools[p, P_ALLOCATOR_IN_USE] + rounded
+                allocations += 1
+                if live + size > peak_live:
+                    peak_live = live + size
+                taken = chunks + (rounded if split else chunk)
+                if taken > peak_chunks:
+                    peak_chunks = taken
+                if allocator_in_use + rounded > allocator_peak:
+                    allocator_peak = allocator_in_use + rounded
                 index += 2
                 continue
-            nspare, ids = pools[p, P_SPARE_IDS], pools[p, P_TABLE_IDS]
-            if split and nspare == 0 and ids + CHUNK_BATCH > pools[p, P_CAPACITY]:
+            if split and nspare == 0 and ids + CHUNK_BATCH > capacity:
                 why = EXIT_PYTHON  # Python grows the table
                 break
-            counts[c, 0] += 1
-            live = counts[c, 1] + size
-            if live > counts[c, 2]:
-                counts[c, 2] = live
-            counts[c, 1] = live
+            allocations += 1
+            live += size
+            if live > peak_live:
+                peak_live = live
             took_largest = i == bin_counts[r] - 1 and r == _top(bin_counts, row0)
             cid, address = free_ids[r, i], free_addresses[r, i]
             _remove_at(free, bin_counts, r, i)
@@ -333,9 +364,8 @@ def run_lanes(  # noqa: PLR0912, PLR0913, PLR0915
                         k = base + ids + j
                         size_of[k], address_of[k], prev_of[k], next_of[k], asked[k] = 0, 0, 0, 0, -1
                     nspare = CHUNK_BATCH
-                    pools[p, P_TABLE_IDS] = ids + CHUNK_BATCH
+                    ids += CHUNK_BATCH
                 nspare -= 1
-                pools[p, P_SPARE_IDS] = nspare
                 rest = spare[base + nspare]
                 k = base + rest
                 size_of[k], address_of[k], prev_of[k], next_of[k], asked[k] = rest_size, rest_address, cid, after, 0
@@ -346,22 +376,20 @@ def run_lanes(  # noqa: PLR0912, PLR0913, PLR0915
                 full = _insert(free, bin_counts, row0, rest_size, rest_address, rest) >= width - 1
                 chunk = rounded
             asked[base + cid] = size
-            pools[p, P_IN_USE] += chunk
+            pool_in_use += chunk
             slot = slots[index]
             held[slot] = 1
             held_address[slot], held_event[slot], held_chunk[slot], held_size[slot] = address, index, cid, size
-            chunks = devices[d, D_CHUNKS] + chunk
-            devices[d, D_CHUNKS] = chunks
-            if chunks > devices[d, D_PEAK_CHUNKS]:
-                devices[d, D_PEAK_CHUNKS] = chunks
-            in_use = pools[p, P_ALLOCATOR_IN_USE] + rounded
-            pools[p, P_ALLOCATOR_IN_USE] = in_use
-            if in_use > pools[p, P_ALLOCATOR_PEAK]:
-                pools[p, P_ALLOCATOR_PEAK] = in_use
-            in_use = devices[d, D_IN_USE] + rounded
-            devices[d, D_IN_USE] = in_use
-            if in_use > devices[d, D_PEAK_IN_USE]:
-                devices[d, D_PEAK_IN_USE], devices[d, D_PEAK_EVENT], devices[d, D_PENDING] = in_use, index, 1
+            chunks += chunk
+            if chunks > peak_chunks:
+                peak_chunks = chunks
+            allocator_in_use += rounded
+            if allocator_in_use > allocator_peak:
+                allocator_peak = allocator_in_use
+            in_use += rounded
+            pools[p, P_IN_USE] = pool_in_use  # what the device's fragmentation reads
+            if in_use > peak_in_use:
+                peak_in_use, devices[d, D_PEAK_EVENT], devices[d, D_PENDING] = in_use, index, 1
                 device_floats[d, DF_AT_PEAK] = _fragmentation(pools, devices, device_pools, free_sizes, bin_counts, d)
             if took_largest or not devices[d, D_COMPARED]:  # else the state before was sampled and this is lower
                 fragmentation = _fragmentation(pools, devices, device_pools, free_sizes, bin_counts, d)
@@ -378,11 +406,10 @@ def run_lanes(  # noqa: PLR0912, PLR0913, PLR0915
             held[slot] = 0
             cid, size = held_chunk[slot], held_size[slot]
             rounded = (size + 255) & -256
-            nspare = pools[p, P_SPARE_IDS]
             chunk = size_of[base + cid]
             asked[base + cid] = 0
-            pools[p, P_IN_USE] -= chunk
-            devices[d, D_CHUNKS] -= chunk
+            pool_in_use -= chunk
+            chunks -= chunk
             following = next_of[base + cid]
             if asked[base + following] == 0:  # merge with the next chunk (id 0, no chunk, is never free)
                 _remove(free, bin_counts, row0, size_of[base + following], address_of[base + following])
@@ -392,18 +419,20 @@ def run_lanes(  # noqa: PLR0912, PLR0913, PLR0915
                 _remove(free, bin_counts, row0, size_of[base + previous], address_of[base + previous])
                 nspare = _merge(table, spare, base, nspare, previous, cid)
                 cid = previous
-            chunk, address = size_of[base + cid], address_of[base + cid]
-            full = _insert(free, bin_counts, row0, chunk, address, cid) >= width - 1
-            pools[p, P_SPARE_IDS] = nspare
-            pools[p, P_ALLOCATOR_IN_USE] -= rounded
-            in_use = devices[d, D_IN_USE] - rounded
-            devices[d, D_IN_USE] = in_use
-            counts[pools[p, P_COUNTS], 1] -= size
+            full = _insert(free, bin_counts, row0, size_of[base + cid], address_of[base + cid], cid) >= width - 1
+            allocator_in_use -= rounded
+            in_use -= rounded
+            live -= size
             if in_use:
+                pools[p, P_IN_USE] = pool_in_use
                 fragmentation = _fragmentation(pools, devices, device_pools, free_sizes, bin_counts, d)
                 _sample(devices, device_floats, d, fragmentation, index, step)
             else:
                 device_floats[d, DF_SAMPLED] = 0.0
                 devices[d, D_COMPARED] = 0
         index += 1
+    if lane >= 0:
+        _put(pools, lane, (pool_in_use, nspare, ids, allocator_in_use, allocator_peak), LANE_COUNTERS)
+        _put(devices, d, (in_use, peak_in_use, chunks, peak_chunks), DEVICE_COUNTERS)
+        _put(counts, c, (allocations, live, peak_live), (0, 1, 2))
     return index, why
