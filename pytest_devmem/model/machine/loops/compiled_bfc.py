@@ -49,6 +49,7 @@ NO_EVENT = -(2**62)
 """The compiled loop's `None` for an event index."""
 
 _kernel: Any = None
+_slots: Any = None
 _available: bool | None = None
 
 
@@ -61,13 +62,14 @@ def _bfc_pool(allocator: AllocatorState) -> BFCPool:
 
 def available() -> bool:
     """Whether numba (and numpy) can be imported; `DEVMEM_COMPILED=0` turns the compiled loop off."""
-    global _available, _kernel
+    global _available, _kernel, _slots
     if _available is None:
         if os.environ.get("DEVMEM_COMPILED", "1") == "0":
             _available = False
         else:
             try:  # numba compiles it, or loads it from its cache, on import
-                _kernel, _available = importlib.import_module(".compiled_kernel", __package__), True
+                _kernel = importlib.import_module(".compiled_kernel", __package__)
+                _slots, _available = importlib.import_module(".compiled_slots", __package__), True
             except ImportError:
                 _available = False
     return _available
@@ -114,7 +116,7 @@ def replay_compiled(replay: Replay, python_events: Callable[[Replay, int, int], 
     requested = requested.astype(np.int64)
     codes = replay.lane_codes
     lanes = np.zeros(end, dtype=np.int64) if codes is None else np.asarray(codes, dtype=np.int64)
-    slots, slot_lanes, slot_pointers, *table = kernel.slots_of_pairs(pointers, lanes)
+    slots, slot_lanes, slot_pointers, *table = _slots.slots_of_pairs(pointers, lanes)
     state = _State(replay, slot_lanes, slot_pointers, table)
     index, python_runs = first, 0
     try:
@@ -238,7 +240,7 @@ class _State:
             handles = allocator.handles
             if handles:
                 pointers = np.fromiter(handles, dtype=np.uint64, count=len(handles))
-                slots = k.slots_for_pairs(pointers, np.full(len(handles), lane, dtype=np.int64), *self.table)
+                slots = _slots.slots_for_pairs(pointers, np.full(len(handles), lane, dtype=np.int64), *self.table)
                 entries = np.array(list(handles.values()), dtype=np.int64)[:, :4]
                 held[slots] = 1
                 address[slots], event[slots], chunk[slots], size[slots] = entries.T
@@ -297,13 +299,8 @@ class _State:
         size_of, address_of, prev_of, next_of, asked, spare, free_sizes, free_addresses, free_ids, bin_counts = (
             self.arrays[:10]
         )
-        (slots,) = np.nonzero(self.held)
-        slot_lanes = self.slot_lanes[slots].tolist()
-        slot_pointers = self.slot_pointers[slots].tolist()
-        entries = list(zip(*(column[slots].tolist() for column in self.held_columns)))
-        by_lane: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
-        for lane, pointer, (a, e, c, s) in zip(slot_lanes, slot_pointers, entries):
-            by_lane.setdefault(lane, []).append((pointer, (a, e, c, s, (s + 255) & -256)))
+        (held,) = np.nonzero(self.held)
+        held_lanes = self.slot_lanes[held]
         for lane, allocator in self.started:
             row = self.pools[lane]
             pool = _bfc_pool(allocator)
@@ -323,9 +320,14 @@ class _State:
                 keys,
             )
             pool.bytes_in_use = int(row[k.P_IN_USE])
+            slots = held if len(self.started) == 1 else held[held_lanes == lane]
+            address, event, chunk, size = (column[slots].tolist() for column in self.held_columns)
             handles = allocator.handles
             handles.clear()
-            handles.update(by_lane.get(lane, ()))
+            handles.update(
+                (pointer, (a, e, c, s, (s + 255) & -256))
+                for pointer, a, e, c, s in zip(self.slot_pointers[slots].tolist(), address, event, chunk, size)
+            )
             sync(pool, handles)
             allocator.in_use, allocator.peak_in_use = int(row[k.P_ALLOCATOR_IN_USE]), int(row[k.P_ALLOCATOR_PEAK])
         for d, device in enumerate(self.devices):
@@ -348,7 +350,7 @@ class _State:
         k, replay = self.kernel, self.replay
         d = int(self.pools[lane, k.P_DEVICE])
         device, row = self.devices[d], self.device_rows[d]
-        on_device = [(lane_of, a) for lane_of, a in self.started if a.device is device]
+        on_device = self.started if len(self.started) == 1 else [(n, a) for n, a in self.started if a.device is device]
         entries = sum(len(a.handles) + int(self.pools[lane_of, k.P_TABLE_IDS]) for lane_of, a in on_device)
         copy = replay.copy_due(device, index, entries)
         if copy:  # the device is copied: its pools as they are now (the arrays stay as they are)

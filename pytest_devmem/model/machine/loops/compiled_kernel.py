@@ -11,7 +11,7 @@ Python and runs it on.
 Each lane's pool is a slice of the chunk table's columns (from its base). Its free chunks are XLA's
 bins, each a row of three columns (size, address, id) in (size, address) order, as in
 `ChunkTable.free`: row `lane * NUM_BINS + bin`. Each buffer has a slot (its (lane, pointer) pair's
-rank among the trace's pairs).
+rank among the trace's pairs, `compiled_slots`).
 """
 
 from __future__ import annotations
@@ -58,34 +58,26 @@ NUM_BINS = 21  # as chunk_table.NUM_BINS: a chunk of s bytes is in bin min(floor
     D_FIELDS,
 ) = range(12)
 DF_SAMPLED, DF_AT_PEAK, DF_WORST, DF_MAPPED, DF_FIELDS = range(5)
-LANE_COUNTERS = (P_IN_USE, P_SPARE_IDS, P_TABLE_IDS, P_ALLOCATOR_IN_USE, P_ALLOCATOR_PEAK)
-DEVICE_COUNTERS = (D_IN_USE, D_PEAK_IN_USE, D_CHUNKS, D_PEAK_CHUNKS)
-"""The counters `run_lanes` keeps in locals for the lane whose event runs."""
 
+LARGEST_ADDRESS = 2**62
 Array = np.ndarray  # type: ignore[type-arg]
 
 
 @numba.njit(cache=True, inline="always")
-def _put(rows: Array, row: int, values: tuple[int, ...], fields: tuple[int, ...]) -> None:
-    """Counters kept in locals written back to their row."""
-    for k in range(len(fields)):
-        rows[row, fields[k]] = values[k]
-
-
-@numba.njit(cache=True, inline="always")
 def _bin(size: int) -> int:
-    b = -1
-    units = size >> 8
-    while units:
-        units >>= 1
-        b += 1
+    """min(floor(log2(size / 256)), 20), by halving the bits searched (a chunk of a large region
+    would take some 30 steps one bit at a time)."""
+    units, b = size >> 8, 0
+    for shift in (32, 16, 8, 4, 2, 1):
+        if units >> shift:
+            units >>= shift
+            b += shift
     return b if b < NUM_BINS - 1 else NUM_BINS - 1
 
 
 @numba.njit(cache=True, inline="always")
 def _position(sizes: Array, addresses: Array, count: int, size: int, address: int) -> int:
-    """Where (size, address) stands in one bin's sorted columns: the first at or after it (an
-    address of -1: the first chunk of at least `size` bytes, the best fit)."""
+    """Where (size, address) stands in one bin's sorted columns: the first at or after it."""
     low, high = 0, count
     while low < high:
         middle = (low + high) >> 1
@@ -159,12 +151,8 @@ def _largest(free_sizes: Array, counts: Array, row0: int) -> int:
 def _fragmentation(
     pools: Array, devices: Array, device_pools: Array, free_sizes: Array, counts: Array, d: int
 ) -> float:
-    """The device's fragmentation (`DeviceState.fragmentation`): (free - largest free chunk) / free
-    over its pools; 0.0 where nothing is free."""
-    solo = devices[d, D_SOLO]
-    if solo >= 0:
-        free = pools[solo, P_BYTES] - pools[solo, P_IN_USE]
-        return (free - _largest(free_sizes, counts, solo * NUM_BINS)) / free if free > 0 else 0.0
+    """The fragmentation of a device of several pools (`DeviceState.fragmentation`): the free bytes
+    outside each pool's largest free chunk over all free bytes; 0.0 where nothing is free."""
     free = stranded = 0
     for k in range(devices[d, D_POOLS]):
         p = device_pools[d, k]
@@ -175,62 +163,37 @@ def _fragmentation(
 
 
 @numba.njit(cache=True, inline="always")
-def _sample(devices: Array, device_floats: Array, d: int, fragmentation: float, index: int, step: float) -> None:
-    """The device's fragmentation after event `index`: its worst so far, and a map owed at each step up."""
-    device_floats[d, DF_SAMPLED] = fragmentation
-    if fragmentation > device_floats[d, DF_WORST]:
-        device_floats[d, DF_WORST], devices[d, D_WORST_EVENT] = fragmentation, index
-        if fragmentation >= device_floats[d, DF_MAPPED] + step:
-            devices[d, D_FRAGMENTED], device_floats[d, DF_MAPPED] = 1, fragmentation
+def _worst(
+    fragmentation: float, index: int, worst: float, worst_event: int, fragmented: int, mapped: float, step: float
+) -> tuple[float, int, int, float]:
+    """The device's worst fragmentation after a sample at event `index`, and a map owed at each step up."""
+    if fragmentation > worst:
+        worst, worst_event = fragmentation, index
+        if fragmentation >= mapped + step:
+            fragmented, mapped = 1, fragmentation
+    return worst, worst_event, fragmented, mapped
 
 
 @numba.njit(cache=True, inline="always")
-def _hash(pointer: np.uint64, lane: int, mask: int) -> int:
-    h = ((pointer + np.uint64(lane) * np.uint64(0xBF58476D1CE4E5B9)) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
-    return np.int64(h) & mask  # type: ignore[no-any-return]
-
-
-@numba.njit(cache=True)
-def slots_of_pairs(pointers: Array, lanes: Array) -> tuple[Array, ...]:
-    """A slot for each (lane, pointer) pair of the trace, numbered in order of first use, through an
-    open-addressing table (a sort, as numpy's unique, costs several times more): (slot of each
-    event, lane and pointer of each slot, and the table, for `slots_for_pairs`)."""
-    size = 1
-    while size < 2 * len(pointers) + 2:
-        size *= 2
-    mask = size - 1
-    keys = np.zeros(size, dtype=np.uint64)
-    key_lanes = np.zeros(size, dtype=np.int64)
-    values = np.full(size, -1, dtype=np.int64)
-    slots = np.empty(len(pointers), dtype=np.int64)
-    first_pointers = np.empty(len(pointers), dtype=np.uint64)
-    first_lanes = np.empty(len(pointers), dtype=np.int64)
-    count = 0
-    for index in range(len(pointers)):
-        pointer, lane = pointers[index], lanes[index]
-        position = _hash(pointer, lane, mask)
-        while values[position] >= 0 and (keys[position] != pointer or key_lanes[position] != lane):
-            position = (position + 1) & mask
-        if values[position] < 0:
-            keys[position], key_lanes[position], values[position] = pointer, lane, count
-            first_pointers[count], first_lanes[count] = pointer, lane
-            count += 1
-        slots[index] = values[position]
-    return slots, first_lanes[:count], first_pointers[:count], keys, key_lanes, values
-
-
-@numba.njit(cache=True)
-def slots_for_pairs(pointers: Array, lanes: Array, keys: Array, key_lanes: Array, values: Array) -> Array:
-    """The slots of (lane, pointer) pairs of the trace, looked up in the table `slots_of_pairs` made."""
-    mask = len(keys) - 1
-    slots = np.empty(len(pointers), dtype=np.int64)
-    for index in range(len(pointers)):
-        pointer, lane = pointers[index], lanes[index]
-        position = _hash(pointer, lane, mask)
-        while keys[position] != pointer or key_lanes[position] != lane:
-            position = (position + 1) & mask
-        slots[index] = values[position]
-    return slots
+def _write_back(
+    rows: tuple[Array, Array, Array, Array],
+    at: tuple[int, int, int],
+    lane: tuple[int, ...],
+    device: tuple[int, ...],
+    device_floats: tuple[float, ...],
+    source: tuple[int, int, int],
+) -> None:
+    """The counters `run_lanes` keeps in locals written back to the rows of their pool, device and source."""
+    pools, devices, floats, counts = rows
+    p, d, c = at
+    pools[p, P_IN_USE], pools[p, P_SPARE_IDS], pools[p, P_TABLE_IDS] = lane[0], lane[1], lane[2]
+    pools[p, P_ALLOCATOR_IN_USE], pools[p, P_ALLOCATOR_PEAK] = lane[3], lane[4]
+    devices[d, D_IN_USE], devices[d, D_PEAK_IN_USE], devices[d, D_CHUNKS] = device[0], device[1], device[2]
+    devices[d, D_PEAK_CHUNKS], devices[d, D_PEAK_EVENT], devices[d, D_PENDING] = device[3], device[4], device[5]
+    devices[d, D_WORST_EVENT], devices[d, D_FRAGMENTED], devices[d, D_COMPARED] = device[6], device[7], device[8]
+    floats[d, DF_SAMPLED], floats[d, DF_AT_PEAK] = device_floats[0], device_floats[1]
+    floats[d, DF_WORST], floats[d, DF_MAPPED] = device_floats[2], device_floats[3]
+    counts[c, 0], counts[c, 1], counts[c, 2] = source[0], source[1], source[2]
 
 
 @numba.njit(cache=True)
@@ -267,15 +230,18 @@ def run_lanes(  # noqa: PLR0912, PLR0913, PLR0915
     event runs (its pool's, device's and source's) are in locals, written back to their rows when
     another lane's event comes and at the end."""
     free, table = (free_sizes, free_addresses, free_ids), (size_of, address_of, prev_of, next_of, asked)
+    rows = (pools, devices, device_floats, counts)
     end = len(actions)
     width = free_sizes.shape[1]
     full = False
     index = begin
     why = EXIT_DONE
     lane = -1  # the lane whose counters are in locals
-    d = c = base = row0 = max_waste = capacity = 0
-    pool_in_use = nspare = ids = allocator_in_use = allocator_peak = 0
-    in_use = peak_in_use = chunks = peak_chunks = allocations = live = peak_live = 0
+    d = c = base = row0 = max_waste = capacity = pool_bytes = 0
+    solo = False
+    pool_in_use = nspare = ids = allocator_in_use = allocator_peak = allocations = live = peak_live = 0
+    in_use = peak_in_use = chunks = peak_chunks = peak_event = pending = worst_event = fragmented = compared = 0
+    sampled = at_peak = worst = mapped = 0.0
     while index < end:
         if full:
             why = EXIT_FULL
@@ -290,9 +256,14 @@ def run_lanes(  # noqa: PLR0912, PLR0913, PLR0915
                 why = EXIT_PYTHON
                 break
             if lane >= 0:
-                _put(pools, lane, (pool_in_use, nspare, ids, allocator_in_use, allocator_peak), LANE_COUNTERS)
-                _put(devices, d, (in_use, peak_in_use, chunks, peak_chunks), DEVICE_COUNTERS)
-                _put(counts, c, (allocations, live, peak_live), (0, 1, 2))
+                _write_back(
+                    rows,
+                    (lane, d, c),
+                    (pool_in_use, nspare, ids, allocator_in_use, allocator_peak),
+                    (in_use, peak_in_use, chunks, peak_chunks, peak_event, pending, worst_event, fragmented, compared),
+                    (sampled, at_peak, worst, mapped),
+                    (allocations, live, peak_live),
+                )
             lane, d, c = p, pools[p, P_DEVICE], pools[p, P_COUNTS]
             base, row0, max_waste, capacity = (
                 pools[p, P_BASE],
@@ -300,23 +271,36 @@ def run_lanes(  # noqa: PLR0912, PLR0913, PLR0915
                 pools[p, P_MAX_WASTE],
                 pools[p, P_CAPACITY],
             )
+            pool_bytes, solo = pools[p, P_BYTES], devices[d, D_SOLO] >= 0  # then this lane's pool is its only one
             pool_in_use, nspare, ids = pools[p, P_IN_USE], pools[p, P_SPARE_IDS], pools[p, P_TABLE_IDS]
             allocator_in_use, allocator_peak = pools[p, P_ALLOCATOR_IN_USE], pools[p, P_ALLOCATOR_PEAK]
-            in_use, peak_in_use = devices[d, D_IN_USE], devices[d, D_PEAK_IN_USE]
-            chunks, peak_chunks = devices[d, D_CHUNKS], devices[d, D_PEAK_CHUNKS]
+            in_use, peak_in_use, chunks, peak_chunks = (
+                devices[d, D_IN_USE],
+                devices[d, D_PEAK_IN_USE],
+                devices[d, D_CHUNKS],
+                devices[d, D_PEAK_CHUNKS],
+            )
+            peak_event, pending, worst_event = (
+                devices[d, D_PEAK_EVENT],
+                devices[d, D_PENDING],
+                devices[d, D_WORST_EVENT],
+            )
+            fragmented, compared = devices[d, D_FRAGMENTED], devices[d, D_COMPARED]
+            sampled, at_peak = device_floats[d, DF_SAMPLED], device_floats[d, DF_AT_PEAK]
+            worst, mapped = device_floats[d, DF_WORST], device_floats[d, DF_MAPPED]
             allocations, live, peak_live = counts[c, 0], counts[c, 1], counts[c, 2]
         if action != 0 and action != 1:
             why = EXIT_PYTHON
             break
-        if devices[d, D_FRAGMENTED]:
+        if fragmented:
             why = EXIT_PROMISE
             break
         if action == 0:  # an allocation
             size = requested[index]
             rounded = (size + 255) & -256
             # best fit: the first chunk at least `rounded` in its bin, else the first of a bin above
-            r = row0 + _bin(rounded)
-            i = _position(free_sizes[r], free_addresses[r], bin_counts[r], rounded, -1)
+            r = row0 + _bin(rounded)  # (rounded - 1, any address): sizes are multiples of 256, so no address is read
+            i = _position(free_sizes[r], free_addresses[r], bin_counts[r], rounded - 1, LARGEST_ADDRESS)
             while i == bin_counts[r]:
                 r += 1
                 if r == row0 + NUM_BINS:
@@ -387,16 +371,25 @@ def run_lanes(  # noqa: PLR0912, PLR0913, PLR0915
             if allocator_in_use > allocator_peak:
                 allocator_peak = allocator_in_use
             in_use += rounded
-            pools[p, P_IN_USE] = pool_in_use  # what the device's fragmentation reads
-            if in_use > peak_in_use:
-                peak_in_use, devices[d, D_PEAK_EVENT], devices[d, D_PENDING] = in_use, index, 1
-                device_floats[d, DF_AT_PEAK] = _fragmentation(pools, devices, device_pools, free_sizes, bin_counts, d)
-            if took_largest or not devices[d, D_COMPARED]:  # else the state before was sampled and this is lower
-                fragmentation = _fragmentation(pools, devices, device_pools, free_sizes, bin_counts, d)
-                _sample(devices, device_floats, d, fragmentation, index, step)
-                devices[d, D_COMPARED] = 1
+            sample = took_largest or not compared  # else the state before was sampled and this is lower
+            if in_use > peak_in_use or sample:
+                if solo:
+                    free_bytes = pool_bytes - pool_in_use
+                    fragmentation = (
+                        (free_bytes - _largest(free_sizes, bin_counts, row0)) / free_bytes if free_bytes > 0 else 0.0
+                    )
+                else:
+                    pools[p, P_IN_USE] = pool_in_use
+                    fragmentation = _fragmentation(pools, devices, device_pools, free_sizes, bin_counts, d)
+                if in_use > peak_in_use:
+                    peak_in_use, peak_event, pending, at_peak = in_use, index, 1, fragmentation
+                if sample:
+                    sampled, compared = fragmentation, 1
+                    worst, worst_event, fragmented, mapped = _worst(
+                        fragmentation, index, worst, worst_event, fragmented, mapped, step
+                    )
         else:  # a free
-            if devices[d, D_PENDING]:
+            if pending:
                 why = EXIT_PROMISE
                 break
             slot = slots[index]
@@ -424,15 +417,26 @@ def run_lanes(  # noqa: PLR0912, PLR0913, PLR0915
             in_use -= rounded
             live -= size
             if in_use:
-                pools[p, P_IN_USE] = pool_in_use
-                fragmentation = _fragmentation(pools, devices, device_pools, free_sizes, bin_counts, d)
-                _sample(devices, device_floats, d, fragmentation, index, step)
+                if solo:
+                    free_bytes = pool_bytes - pool_in_use
+                    fragmentation = (free_bytes - _largest(free_sizes, bin_counts, row0)) / free_bytes
+                else:
+                    pools[p, P_IN_USE] = pool_in_use
+                    fragmentation = _fragmentation(pools, devices, device_pools, free_sizes, bin_counts, d)
+                sampled = fragmentation
+                worst, worst_event, fragmented, mapped = _worst(
+                    fragmentation, index, worst, worst_event, fragmented, mapped, step
+                )
             else:
-                device_floats[d, DF_SAMPLED] = 0.0
-                devices[d, D_COMPARED] = 0
+                sampled, compared = 0.0, 0
         index += 1
     if lane >= 0:
-        _put(pools, lane, (pool_in_use, nspare, ids, allocator_in_use, allocator_peak), LANE_COUNTERS)
-        _put(devices, d, (in_use, peak_in_use, chunks, peak_chunks), DEVICE_COUNTERS)
-        _put(counts, c, (allocations, live, peak_live), (0, 1, 2))
+        _write_back(
+            rows,
+            (lane, d, c),
+            (pool_in_use, nspare, ids, allocator_in_use, allocator_peak),
+            (in_use, peak_in_use, chunks, peak_chunks, peak_event, pending, worst_event, fragmented, compared),
+            (sampled, at_peak, worst, mapped),
+            (allocations, live, peak_live),
+        )
     return index, why
