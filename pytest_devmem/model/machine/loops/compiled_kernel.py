@@ -231,30 +231,25 @@ def run_lanes(  # noqa: PLR0912, PLR0913, PLR0915
     another lane's event comes and at the end."""
     free, table = (free_sizes, free_addresses, free_ids), (size_of, address_of, prev_of, next_of, asked)
     rows = (pools, devices, device_floats, counts)
-    end = len(actions)
+    end = stop = len(actions)
     width = free_sizes.shape[1]
     full = False
     index = begin
     why = EXIT_DONE
-    lane = -1  # the lane whose counters are in locals
+    lane = -2  # the lane whose counters are in locals (-2: none; -1 stands for the end)
     d = c = base = row0 = max_waste = capacity = pool_bytes = 0
     solo = False
     pool_in_use = nspare = ids = allocator_in_use = allocator_peak = allocations = live = peak_live = 0
     in_use = peak_in_use = chunks = peak_chunks = peak_event = pending = worst_event = fragmented = compared = 0
     sampled = at_peak = worst = mapped = 0.0
-    while index < end:
-        if full:
-            why = EXIT_FULL
-            break
-        action = actions[index]
-        if action == 2:  # a recorded failure held nothing
+    while True:  # each exit sets `why` and `stop` to its event: the next turn writes the counters back
+        if full and index < stop:
+            why, stop = EXIT_FULL, index
+        if index < stop and actions[index] == 2:  # a recorded failure held nothing
             index += 1
             continue
-        p = lanes[index]
+        p = lanes[index] if index < stop else -1
         if p != lane:
-            if not pools[p, P_STARTED]:
-                why = EXIT_PYTHON
-                break
             if lane >= 0:
                 _write_back(
                     rows,
@@ -264,6 +259,11 @@ def run_lanes(  # noqa: PLR0912, PLR0913, PLR0915
                     (sampled, at_peak, worst, mapped),
                     (allocations, live, peak_live),
                 )
+                lane = -2
+            if p < 0 or not pools[p, P_STARTED]:  # the end, or a lane Python starts
+                if p >= 0:
+                    why = EXIT_PYTHON
+                break
             lane, d, c = p, pools[p, P_DEVICE], pools[p, P_COUNTS]
             base, row0, max_waste, capacity = (
                 pools[p, P_BASE],
@@ -289,12 +289,13 @@ def run_lanes(  # noqa: PLR0912, PLR0913, PLR0915
             sampled, at_peak = device_floats[d, DF_SAMPLED], device_floats[d, DF_AT_PEAK]
             worst, mapped = device_floats[d, DF_WORST], device_floats[d, DF_MAPPED]
             allocations, live, peak_live = counts[c, 0], counts[c, 1], counts[c, 2]
+        action = actions[index]
         if action != 0 and action != 1:
-            why = EXIT_PYTHON
-            break
+            why, stop = EXIT_PYTHON, index
+            continue
         if fragmented:
-            why = EXIT_PROMISE
-            break
+            why, stop = EXIT_PROMISE, index
+            continue
         if action == 0:  # an allocation
             size = requested[index]
             rounded = (size + 255) & -256
@@ -307,8 +308,8 @@ def run_lanes(  # noqa: PLR0912, PLR0913, PLR0915
                     break
                 i = 0
             if r == row0 + NUM_BINS:  # the pool grows or fails
-                why = EXIT_PYTHON
-                break
+                why, stop = EXIT_PYTHON, index
+                continue
             chunk = free_sizes[r, i]
             split = chunk >= 2 * rounded or chunk - rounded >= max_waste
             if (
@@ -318,8 +319,8 @@ def run_lanes(  # noqa: PLR0912, PLR0913, PLR0915
                 and in_use + rounded <= peak_in_use
             ):  # a temporary freed by the next event that sets no new peak: the pool is left as it was
                 if lanes[index + 1] != p:  # freed on another lane: Python notes the skipped free
-                    why = EXIT_PYTHON
-                    break
+                    why, stop = EXIT_PYTHON, index
+                    continue
                 allocations += 1
                 if live + size > peak_live:
                     peak_live = live + size
@@ -331,8 +332,8 @@ def run_lanes(  # noqa: PLR0912, PLR0913, PLR0915
                 index += 2
                 continue
             if split and nspare == 0 and ids + CHUNK_BATCH > capacity:
-                why = EXIT_PYTHON  # Python grows the table
-                break
+                why, stop = EXIT_PYTHON, index  # Python grows the table
+                continue
             allocations += 1
             live += size
             if live > peak_live:
@@ -390,12 +391,12 @@ def run_lanes(  # noqa: PLR0912, PLR0913, PLR0915
                     )
         else:  # a free
             if pending:
-                why = EXIT_PROMISE
-                break
+                why, stop = EXIT_PROMISE, index
+                continue
             slot = slots[index]
             if not held[slot]:  # dropped after a failure, or never allocated
-                why = EXIT_PYTHON
-                break
+                why, stop = EXIT_PYTHON, index
+                continue
             held[slot] = 0
             cid, size = held_chunk[slot], held_size[slot]
             rounded = (size + 255) & -256
@@ -430,13 +431,4 @@ def run_lanes(  # noqa: PLR0912, PLR0913, PLR0915
             else:
                 sampled, compared = 0.0, 0
         index += 1
-    if lane >= 0:
-        _write_back(
-            rows,
-            (lane, d, c),
-            (pool_in_use, nspare, ids, allocator_in_use, allocator_peak),
-            (in_use, peak_in_use, chunks, peak_chunks, peak_event, pending, worst_event, fragmented, compared),
-            (sampled, at_peak, worst, mapped),
-            (allocations, live, peak_live),
-        )
     return index, why
