@@ -156,24 +156,16 @@ class BFCPool(PoolCounters):
     def _release(self, chunk: int) -> None:
         """Free chunk `chunk`: merge it with the next chunk, then into the previous one, if free."""
         table = self.table
-        size_of, next_of, prev_of, asked = table.size, table.next, table.prev, table.asked
+        asked = table.asked
         asked[chunk] = 0
-        following = next_of[chunk]
+        following = table.next[chunk]
         if not asked[following]:
             table.unlink_free(following)
-            size_of[chunk] += size_of[following]
-            after = next_of[chunk] = next_of[following]
-            if after:
-                prev_of[after] = chunk
-            table.drop(following)
-        previous = prev_of[chunk]
+            table.merge(chunk, following)
+        previous = table.prev[chunk]
         if not asked[previous]:
             table.unlink_free(previous)
-            size_of[previous] += size_of[chunk]
-            after = next_of[previous] = next_of[chunk]
-            if after:
-                prev_of[after] = previous
-            table.drop(chunk)
+            table.merge(previous, chunk)
             chunk = previous
         table.link_free(chunk)
 

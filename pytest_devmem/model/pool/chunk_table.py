@@ -127,6 +127,16 @@ class ChunkTable:
         self.asked[chunk] = NO_CHUNK
         self.spare.append(chunk)
 
+    def merge(self, keep: int, gone: int) -> None:
+        """Chunk `gone` merged into `keep`, the chunk right before it (both out of the free list);
+        `gone`'s id is reused."""
+        self.size[keep] += self.size[gone]
+        after = self.next[keep] = self.next[gone]
+        if after:
+            self.prev[after] = keep
+        self.asked[gone] = NO_CHUNK
+        self.spare.append(gone)
+
     def link_free(self, chunk: int) -> None:
         """Put a free chunk into the free list, in order."""
         insort(self.free, self.size[chunk] << SIZE_SHIFT | self.address[chunk] << CHUNK_BITS | chunk)

@@ -11,10 +11,12 @@ They run once for every event of every test, so they are written for speed in pl
   pool through its own methods.
 
 The first two run XLA's BFC rules inline (best fit, split, merge: exactly `BFCPool.alloc` and
-`BFCPool.free`, which they call only to grow the pool or fail). Where numba is installed, both run
-compiled (`compiled_bfc`, `compiled_kernel`): the compiled loop decides the events a pool serves
-from its free chunks and hands every other event to the Python loop. All give the same result;
-the tests replay random traces against the loop as first written.
+`BFCPool.free`, which they call only to grow the pool or fail). Where numba is installed, both
+hand long traces to the one compiled kernel (`compiled_kernel.run_lanes`, one lane or several;
+`compiled_bfc` moves the pools' state into its arrays and back): it decides the events a pool
+serves from its free chunks and hands every other event back to the Python loop. All give the
+same result; the tests replay random traces against the loop as first written, which runs each
+pool through its own methods (docs/architecture.md lists these fast paths and what each saves).
 
 The pools of a machine replay keep their chunks and the counters the model reads (`bytes_in_use`,
 `pool_bytes`); their other statistics (`num_allocs`, their own peaks) are not kept here.

@@ -8,6 +8,7 @@ from itertools import repeat
 from ....errors import InvalidFreeError, OutOfMemoryError
 from ...pool.chunk_table import SIZE_SHIFT
 from ..state import Replay
+from .served import allocated, sampled
 
 
 def replay_lanes(replay: Replay) -> int:
@@ -83,28 +84,7 @@ def replay_lanes(replay: Replay) -> int:
                 continue
             counts_[1] += size
             allocator.handles[pointer] = (handle, index)
-            device.chunks += pool.bytes_in_use - in_use
-            if device.chunks > device.peak_chunks:
-                device.peak_chunks = device.chunks
-            grew = pool.pool_bytes + pool.bytes_reserved - held
-            if grew:
-                device.held += grew
-                now_held = held + grew
-                if not allocator.took:
-                    allocator.took = now_held
-                if now_held > allocator.peak_held:
-                    allocator.peak_held = now_held
-                if device.held > device.peak_held:
-                    device.peak_held = device.held
-            allocator.in_use += rounded
-            if allocator.in_use > allocator.peak_in_use:
-                allocator.peak_in_use = allocator.in_use
-            device.in_use += rounded
-            if device.in_use > device.peak_in_use:
-                device.peak_in_use = device.in_use
-                device.peak_event = index
-                device.pending = True
-                device.fragmentation_at_peak = device.fragmentation()
+            allocated(allocator, in_use, held, rounded, index)
         elif action == 1:
             if device.pending:  # its peak is the state right before this free
                 snapshots[device.name] = replay.promise(device, device.peak_event, index)
@@ -137,11 +117,7 @@ def replay_lanes(replay: Replay) -> int:
                     fragmentation = (free - (solo.table.free[-1] >> SIZE_SHIFT)) / free
             else:
                 fragmentation = device.fragmentation()
-            device.sampled = fragmentation
-            if device.worst_fragmentation is None or fragmentation > device.worst_fragmentation:
-                device.worst_fragmentation, device.worst_event = fragmentation, index
-                if fragmentation >= device.mapped + step:  # at most 1/FRAGMENTATION_STEP maps a device
-                    device.fragmented, device.mapped = True, fragmentation
+            sampled(device, fragmentation, index, step)
         else:
             fragmentation = device.sampled = 0.0
         if recorded is not None:

@@ -10,8 +10,9 @@ from typing import Any
 from ....errors import InvalidFreeError, OutOfMemoryError
 from ...pool.chunk_table import CHUNK_BITS, CHUNK_MASK, SIZE_SHIFT
 from ..state import Replay, sync
-from .compiled_bfc import replay_lanes_compiled, suits
+from .compiled_bfc import replay_compiled, suits
 from .inline_pools import INLINE_POOLS, allocate, compactions
+from .served import allocated, sampled
 
 
 def replay_bfc_lanes(replay: Replay) -> int | None:
@@ -24,7 +25,7 @@ def replay_bfc_lanes(replay: Replay) -> int | None:
     if lane_codes is None or not all(machine.is_bfc(names[source]) for _, _, source in replay.lane_keys):
         return None
     if suits(replay):
-        return replay_lanes_compiled(replay, run_events)
+        return replay_compiled(replay, run_events)
     return run_events(replay, 0, len(trace.actions))
 
 
@@ -210,36 +211,11 @@ def run_events(replay: Replay, first: int, stop: int) -> int:
                 handles[pointer] = (address, index, cid, size, rounded)
                 if moved:
                     refs[lane] = _refs(allocator)
-                device.chunks += pool.bytes_in_use - in_use
-                if device.chunks > device.peak_chunks:
-                    device.peak_chunks = device.chunks
-                grew = pool.pool_bytes - held
-                if grew:
-                    device.held += grew
-                    now_held = held + grew
-                    if not allocator.took:
-                        allocator.took = now_held
-                    if now_held > allocator.peak_held:
-                        allocator.peak_held = now_held
-                    if device.held > device.peak_held:
-                        device.peak_held = device.held
-                allocator.in_use += rounded
-                if allocator.in_use > allocator.peak_in_use:
-                    allocator.peak_in_use = allocator.in_use
-                device.in_use += rounded
-                if device.in_use > device.peak_in_use:
-                    device.peak_in_use = device.in_use
-                    device.peak_event = index
-                    device.pending = True
-                    device.fragmentation_at_peak = device.fragmentation()
+                allocated(allocator, in_use, held, rounded, index)
                 if transient:  # sampled after its free instead, as when it is handled with its allocation
                     device.compared = False
                 else:
-                    fragmentation = device.sampled = device.fragmentation()
-                    if device.worst_fragmentation is None or fragmentation > device.worst_fragmentation:
-                        device.worst_fragmentation, device.worst_event = fragmentation, index
-                        if fragmentation >= device.mapped + step:
-                            device.fragmented, device.mapped = True, fragmentation
+                    sampled(device, device.fragmentation(), index, step)
                     device.compared = may_skip
         elif action == 1:  # a free
             if device.pending:  # its peak is the state right before this free
@@ -305,11 +281,7 @@ def run_events(replay: Replay, first: int, stop: int) -> int:
                 device.compared = False
         else:  # an action of no known kind changes nothing, but is a moment of its own
             if device.in_use:
-                fragmentation = device.sampled = device.fragmentation()
-                if device.worst_fragmentation is None or fragmentation > device.worst_fragmentation:
-                    device.worst_fragmentation, device.worst_event = fragmentation, index
-                    if fragmentation >= device.mapped + step:
-                        device.fragmented, device.mapped = True, fragmentation
+                sampled(device, device.fragmentation(), index, step)
             else:
                 fragmentation = device.sampled = 0.0
         if record:

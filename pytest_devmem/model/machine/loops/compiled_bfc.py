@@ -1,10 +1,10 @@
 """The BFC loops compiled, where numba is installed (`pip install 'pytest-devmem[fast-model]'`).
 
-`compiled_kernel.run_events` (one lane) and `run_lanes` (several) run the common events over arrays
-(a copy of each pool's chunk table, its free chunks, each buffer by slot); before any other event
-they stop, this module writes their state back into the pools, devices and allocators, and the
-Python loop (`one_bfc_lane.run_events`, `bfc_lanes.run_events`) runs that event, after which the
-arrays are read again from the pools. A map owed costs no such round trip
+`compiled_kernel.run_lanes` runs the common events of one lane or several over arrays (a copy of
+each pool's chunk table, its free chunks, each buffer by slot); before any other event it stops,
+this module writes its state back into the pools, devices and allocators, and the Python loop
+(`one_bfc_lane.run_events`, `bfc_lanes.run_events`) runs that event, after which the arrays are
+read again from the pools. A map owed costs no such round trip
 unless the device is copied for it (`Replay.promise`). The decisions are the Python loop's, event
 for event: the property tests replay random traces through both.
 
@@ -49,6 +49,7 @@ NO_EVENT = -(2**62)
 """The compiled loop's `None` for an event index."""
 
 _kernel: Any = None
+_slots: Any = None
 _available: bool | None = None
 
 
@@ -61,13 +62,14 @@ def _bfc_pool(allocator: AllocatorState) -> BFCPool:
 
 def available() -> bool:
     """Whether numba (and numpy) can be imported; `DEVMEM_COMPILED=0` turns the compiled loop off."""
-    global _available, _kernel
+    global _available, _kernel, _slots
     if _available is None:
         if os.environ.get("DEVMEM_COMPILED", "1") == "0":
             _available = False
         else:
             try:  # numba compiles it, or loads it from its cache, on import
-                _kernel, _available = importlib.import_module(".compiled_kernel", __package__), True
+                _kernel = importlib.import_module(".compiled_kernel", __package__)
+                _slots, _available = importlib.import_module(".compiled_slots", __package__), True
             except ImportError:
                 _available = False
     return _available
@@ -96,256 +98,38 @@ def python_only() -> Iterator[None]:
         _python_only = before
 
 
-def replay_compiled(
-    replay: Replay,
-    allocator: AllocatorState,
-    first: int,
-    python_events: Callable[[Replay, AllocatorState, int, int], int],
-) -> int:
-    """Run the lane's events from `first` compiled, handing each event the compiled loop cannot
-    decide to `python_events` (one_bfc_lane.run_events); the index of the last event run."""
+def replay_compiled(replay: Replay, python_events: Callable[[Replay, int, int], int], first: int = 0) -> int:
+    """Run the trace's events from `first` compiled (one lane or several, every one on a BFC pool),
+    handing each event the compiled loop cannot decide to `python_events` (the Python loop, over a
+    range of events); the index of the last event run."""
     import numpy as np
 
-    kernel = _kernel
-    trace = replay.trace
+    kernel, trace = _kernel, replay.trace
     actions = np.frombuffer(trace.actions, dtype=np.uint8)
     pointers = np.frombuffer(trace.pointers, dtype=np.uint64)
     requested = np.frombuffer(trace.sizes, dtype=np.uint64)
     end = len(actions)
-    if end and int(requested.max()) >= LARGEST_VALUE:
-        return python_events(replay, allocator, first, end)
-    requested = requested.astype(np.int64)
-    slots, _, slot_pointers, *table = kernel.slots_of_pairs(pointers, np.zeros(len(pointers), dtype=np.int64))
-    state = _State(allocator, slot_pointers, kernel, replay.step, table)
-    allocator.inline = True
-    try:
-        return _run(replay, allocator, python_events, state, actions, pointers, slots, requested, first)
-    finally:
-        allocator.inline = False
-
-
-def _run(
-    replay: Replay,
-    allocator: AllocatorState,
-    python_events: Callable[[Replay, AllocatorState, int, int], int],
-    state: _State,
-    actions: Any,
-    pointers: Any,
-    slots: Any,
-    requested: Any,
-    first: int,
-) -> int:
-    kernel, end = _kernel, len(actions)
-    index, python_runs = first, 0
-    while True:
-        if not state.load():
-            return python_events(replay, allocator, index, end)
-        stopped, why = kernel.run_events(actions, slots, requested, index, *state.arrays, state.ints, state.floats)
-        while why in (kernel.EXIT_PROMISE, kernel.EXIT_FULL):
-            if why == kernel.EXIT_PROMISE:
-                state.promise(replay, stopped, actions[stopped] == 1)
-            else:  # a bin nearly full: wider arrays
-                state.store()
-                state.load()
-            stopped, why = kernel.run_events(
-                actions, slots, requested, stopped, *state.arrays, state.ints, state.floats
-            )
-        state.store()
-        if why == kernel.EXIT_DONE:
-            return end - 1 if end > first else first - 1
-        python_runs += 1
-        if python_runs > PYTHON_RUNS_BEFORE_GIVING_UP:
-            return python_events(replay, allocator, stopped, end)
-        temporary = stopped + 1 < end and pointers[stopped + 1] == pointers[stopped] and actions[stopped + 1] == 1
-        last = python_events(replay, allocator, stopped, min(end, stopped + (2 if temporary else 1)))
-        allocator.inline = True
-        if replay.oom is not None and replay.stop_on_oom:
-            return last
-        index = last + 1
-        if index >= end:
-            return last
-
-
-class _State:
-    """The compiled loop's arrays and counters, read from and written back to the pool, its device
-    and its allocator (whose counters the Python loop reads and writes the same way)."""
-
-    def __init__(
-        self, allocator: AllocatorState, slot_pointers: Any, kernel: Any, step: float, table: list[Any]
-    ) -> None:
-        import numpy as np
-
-        self.np, self.kernel, self.allocator, self.step = np, kernel, allocator, step
-        self.slot_pointers = slot_pointers
-        self.table = table  # the hash table of the trace's pointers (`slots_of_pairs`, every lane 0)
-        slots = len(slot_pointers)
-        self.held = np.zeros(slots, dtype=np.uint8)
-        self.held_columns = [np.zeros(slots, dtype=np.int64) for _ in range(4)]  # address, event, chunk id, size
-        self.ints = np.zeros(kernel.INTS, dtype=np.int64)
-        self.floats = np.zeros(kernel.FLOATS, dtype=np.float64)
-        self.arrays: tuple[Any, ...] = ()
-        self.chunks = 0  # live ids in the chunk table (its length), for the spacing of copies
-
-    def load(self) -> bool:
-        """Read the pool's state into arrays; False where a value is too large for them."""
-        np, kernel, allocator = self.np, self.kernel, self.allocator
-        pool, device, handles = _bfc_pool(allocator), allocator.device, allocator.handles
-        table = pool.table.columns()
-        length = len(table[0])
-        if length and (max(table[1]) >= LARGEST_VALUE or max(table[0]) >= LARGEST_VALUE):
-            return False
-        capacity = length + 64 * kernel.CHUNK_BATCH
-        columns = []
-        for column in table:
-            array = np.zeros(capacity, dtype=np.int64)
-            array[:length] = column
-            columns.append(array)
-        spare = np.zeros(capacity, dtype=np.int64)
-        spare[: len(pool.table.spare)] = pool.table.spare
-        keys = pool.table.free
-        # the free chunks by XLA's bins, each bin in (size, address) order: their concatenation is the
-        # pool's list, sorted by size, so each bin is one run of it
-        sizes = np.array([key >> SIZE_SHIFT for key in keys], dtype=np.int64)
-        addresses = np.array([key >> CHUNK_BITS & ADDRESS_MASK for key in keys], dtype=np.int64)
-        ids = np.array([key & CHUNK_MASK for key in keys], dtype=np.int64)
-        bins = kernel.NUM_BINS
-        starts = np.concatenate(([0], np.searchsorted(sizes, MIN_ALLOCATION_SIZE << np.arange(1, bins))))
-        bin_counts = np.diff(np.append(starts, len(keys))).astype(np.int64)
-        width = max(MIN_BIN_WIDTH, 2 * int(bin_counts.max()), len(keys) // 4)
-        free = [np.zeros((bins, width), dtype=np.int64) for _ in range(3)]
-        for b in range(bins):
-            start, stop = starts[b], starts[b] + bin_counts[b]
-            if stop > start:
-                free[0][b, : stop - start] = sizes[start:stop]
-                free[1][b, : stop - start] = addresses[start:stop]
-                free[2][b, : stop - start] = ids[start:stop]
-        held = self.held
-        held[:] = 0
-        address, event, chunk, size = self.held_columns
-        if handles:
-            pointers = np.fromiter(handles, dtype=np.uint64, count=len(handles))
-            slots = kernel.slots_for_pairs(pointers, np.zeros(len(handles), dtype=np.int64), *self.table)
-            entries = np.array(list(handles.values()), dtype=np.int64)[:, :4]
-            held[slots] = 1
-            address[slots], event[slots], chunk[slots], size[slots] = entries.T
-        self.arrays = (*columns, spare, *free, bin_counts, held, address, event, chunk, size)
-        k, ints, floats = kernel, self.ints, self.floats
-        ints[k.CHUNK_BYTES], ints[k.POOL_BYTES] = pool.bytes_in_use, pool.pool_bytes
-        ints[k.IN_USE], ints[k.PEAK_IN_USE], ints[k.PEAK_CHUNKS] = device.in_use, device.peak_in_use, device.peak_chunks
-        ints[k.PEAK_EVENT], ints[k.PENDING] = device.peak_event, device.pending
-        ints[k.WORST_EVENT] = NO_EVENT if device.worst_event is None else device.worst_event
-        ints[k.FRAGMENTED], ints[k.COMPARED] = device.fragmented, device.compared
-        ints[k.LIVE], ints[k.PEAK_LIVE], ints[k.ALLOCATIONS] = allocator.counts[1], allocator.counts[2], 0
-        ints[k.FREE_CHUNKS], ints[k.SPARE_IDS], ints[k.TABLE_IDS] = len(keys), len(pool.table.spare), length
-        ints[k.MAY_SKIP], ints[k.MAX_WASTE] = 1, pool.max_internal_fragmentation
-        floats[k.FRAGMENTATION], floats[k.MAPPED] = device.sampled, device.mapped
-        floats[k.AT_PEAK] = math.nan if device.fragmentation_at_peak is None else device.fragmentation_at_peak
-        floats[k.WORST] = -1.0 if device.worst_fragmentation is None else device.worst_fragmentation
-        floats[k.STEP] = self.step
-        return True
-
-    def store(self) -> None:
-        """Write the arrays and counters back: the pool's chunk table, its buffers, the counters."""
-        k, ints, floats, allocator = self.kernel, self.ints, self.floats, self.allocator
-        pool, device, handles = _bfc_pool(allocator), allocator.device, allocator.handles
-        length, nfree, nspare = int(ints[k.TABLE_IDS]), int(ints[k.FREE_CHUNKS]), int(ints[k.SPARE_IDS])
-        size_of, address_of, prev_of, next_of, asked, spare, free_sizes, free_addresses, free_ids, bin_counts = (
-            self.arrays[:10]
-        )
-        keys = []
-        for b, count in enumerate(bin_counts.tolist()):
-            keys += [
-                size << SIZE_SHIFT | address << CHUNK_BITS | chunk
-                for size, address, chunk in zip(
-                    free_sizes[b, :count].tolist(), free_addresses[b, :count].tolist(), free_ids[b, :count].tolist()
-                )
-            ]
-        assert len(keys) == nfree
-        pool.table.set_columns(
-            [column[:length].tolist() for column in (size_of, address_of, prev_of, next_of, asked)],
-            spare[:nspare].tolist(),
-            keys,
-        )
-        self.store_buffers(handles)
-        sync(pool, handles)
-        in_use = int(ints[k.IN_USE])
-        pool.bytes_in_use = device.chunks = int(ints[k.CHUNK_BYTES])
-        device.in_use = allocator.in_use = in_use
-        device.peak_in_use = allocator.peak_in_use = int(ints[k.PEAK_IN_USE])
-        device.peak_chunks, device.peak_event = int(ints[k.PEAK_CHUNKS]), int(ints[k.PEAK_EVENT])
-        device.pending, device.fragmented = bool(ints[k.PENDING]), bool(ints[k.FRAGMENTED])
-        device.compared = bool(ints[k.COMPARED])
-        worst_event = int(ints[k.WORST_EVENT])
-        device.worst_event = None if worst_event == NO_EVENT else worst_event
-        device.sampled, device.mapped = float(floats[k.FRAGMENTATION]), float(floats[k.MAPPED])
-        at_peak, worst = float(floats[k.AT_PEAK]), float(floats[k.WORST])
-        device.fragmentation_at_peak = None if math.isnan(at_peak) else at_peak
-        device.worst_fragmentation = None if worst < 0 else worst
-        counts = allocator.counts
-        counts[:] = counts[0] + int(ints[k.ALLOCATIONS]), int(ints[k.LIVE]), int(ints[k.PEAK_LIVE])
-        ints[k.ALLOCATIONS] = 0
-
-    def store_buffers(self, handles: dict[int, tuple[int, ...]]) -> None:
-        """The allocator's buffers (pointer -> address, event, chunk id, size, rounded) from the slots."""
-        np = self.np
-        (slots,) = np.nonzero(self.held)
-        address, event, chunk, size = (column[slots].tolist() for column in self.held_columns)
-        handles.clear()
-        handles.update(
-            (pointer, (a, e, c, s, (s + 255) & -256))
-            for pointer, a, e, c, s in zip(self.slot_pointers[slots].tolist(), address, event, chunk, size)
-        )
-
-    def promise(self, replay: Replay, index: int, at_free: bool) -> None:
-        """The maps owed before event `index` (the loop's own promises, as `one_bfc_lane` makes them)."""
-        k, ints, allocator = self.kernel, self.ints, self.allocator
-        device, pool = allocator.device, _bfc_pool(allocator)
-        pool.bytes_in_use = int(ints[k.CHUNK_BYTES])
-        copy = replay.copy_due(device, index, len(allocator.handles) + int(ints[k.TABLE_IDS]))
-        if copy:  # the device is copied: its pools as they are now (the arrays stay as they are)
-            self.store()
-        if ints[k.FRAGMENTED]:
-            worst_event = int(ints[k.WORST_EVENT])
-            replay.fragmented[device.name] = replay.promise(
-                device, worst_event if worst_event != NO_EVENT else index - 1, index, copy
-            )
-            ints[k.FRAGMENTED] = 0
-            copy = False
-        if at_free and ints[k.PENDING]:
-            replay.snapshots[device.name] = replay.promise(device, int(ints[k.PEAK_EVENT]), index, copy)
-            ints[k.PENDING] = 0
-
-
-# -- several lanes -----------------------------------------------------------------------------
-
-
-def replay_lanes_compiled(replay: Replay, python_events: Callable[[Replay, int, int], int]) -> int:
-    """Run a trace of several lanes (all on BFC pools) compiled, handing each event the compiled
-    loop cannot decide to `python_events` (bfc_lanes.run_events); the index of the last event run."""
-    import numpy as np
-
-    kernel = _kernel
-    trace = replay.trace
-    actions = np.frombuffer(trace.actions, dtype=np.uint8)
-    pointers = np.frombuffer(trace.pointers, dtype=np.uint64)
-    requested = np.frombuffer(trace.sizes, dtype=np.uint64)
-    end = len(actions)
-    if not end:
-        return -1
+    if first >= end:
+        return end - 1
     if int(requested.max()) >= LARGEST_VALUE:
-        return python_events(replay, 0, end)
+        return python_events(replay, first, end)
     requested = requested.astype(np.int64)
-    lanes = np.asarray(replay.lane_codes, dtype=np.int64)
-    slots, slot_lanes, slot_pointers, *table = kernel.slots_of_pairs(pointers, lanes)
-    state = _LanesState(replay, slot_lanes, slot_pointers, kernel, table)
-    index, python_runs = 0, 0
+    codes = replay.lane_codes
+    lanes = np.zeros(end, dtype=np.int64) if codes is None else np.asarray(codes, dtype=np.int64)
+    slots, slot_lanes, slot_pointers, *table = _slots.slots_of_pairs(pointers, lanes)
+    state = _State(replay, slot_lanes, slot_pointers, table)
+    index, python_runs = first, 0
     try:
         while True:
             if not state.load():
                 return python_events(replay, index, end)
             stopped, why = state.run(actions, lanes, pointers, slots, requested, index)
-            while why == kernel.EXIT_PROMISE:
-                state.promise(stopped, int(lanes[stopped]), actions[stopped] == 1)
+            while why in (kernel.EXIT_PROMISE, kernel.EXIT_FULL):
+                if why == kernel.EXIT_PROMISE:
+                    state.promise(stopped, int(lanes[stopped]), actions[stopped] == 1)
+                else:  # a bin nearly full: wider arrays
+                    state.store()
+                    state.load()
                 stopped, why = state.run(actions, lanes, pointers, slots, requested, stopped)
             state.store()
             if why == kernel.EXIT_DONE:
@@ -366,27 +150,28 @@ def replay_lanes_compiled(replay: Replay, python_events: Callable[[Replay, int, 
                 allocator.inline = False
 
 
-class _LanesState:
-    """The compiled loop's arrays for several lanes: each started lane's pool a slice of the chunk
-    and free columns, its device's and its source's counters in rows."""
+class _State:
+    """The compiled loop's arrays, read from and written back to the pools, devices and allocators
+    (whose counters the Python loop reads and writes the same way): each started lane's pool a
+    slice of the chunk columns and NUM_BINS rows of the free columns, its device's and its source's
+    counters in rows."""
 
-    def __init__(self, replay: Replay, slot_lanes: Any, slot_pointers: Any, kernel: Any, table: list[Any]) -> None:
+    def __init__(self, replay: Replay, slot_lanes: Any, slot_pointers: Any, table: list[Any]) -> None:
         import numpy as np
 
-        self.np, self.kernel, self.replay = np, kernel, replay
+        self.np, self.kernel, self.replay = np, _kernel, replay
         self.slot_lanes, self.slot_pointers = slot_lanes, slot_pointers
+        self.table = table  # the hash table of the trace's (lane, pointer) pairs (`slots_of_pairs`)
         slots = len(slot_pointers)
         self.held = np.zeros(slots, dtype=np.uint8)
-        self.held_columns = [np.zeros(slots, dtype=np.int64) for _ in range(4)]
-        self.table = table
+        self.held_columns = [np.zeros(slots, dtype=np.int64) for _ in range(4)]  # address, event, chunk id, size
         self.arrays: tuple[Any, ...] = ()
 
     def load(self) -> bool:
         """Read every started lane's pool, device and counts into arrays; False where a value is too large."""
         np, k, replay = self.np, self.kernel, self.replay
-        lanes = replay.lanes
-        started = [(lane, allocator) for lane, allocator in enumerate(lanes) if allocator is not None]
-        self.started = started
+        lanes, bins = replay.lanes, k.NUM_BINS
+        self.started = started = [(lane, allocator) for lane, allocator in enumerate(lanes) if allocator is not None]
         devices: list[Any] = []
         device_index: dict[int, int] = {}
         counts: list[list[int]] = []
@@ -400,10 +185,10 @@ class _LanesState:
             if id(allocator.counts) not in counts_index:
                 counts_index[id(allocator.counts)] = len(counts)
                 counts.append(allocator.counts)
-        self.devices, self.device_index, self.counts = devices, device_index, counts
+        self.devices, self.counts = devices, counts
         pools = np.zeros((len(lanes), k.P_FIELDS), dtype=np.int64)
         tables = []
-        base = 0
+        base, width = 0, MIN_BIN_WIDTH
         for lane, allocator in started:
             pool = _bfc_pool(allocator)
             table = pool.table.columns()
@@ -413,27 +198,41 @@ class _LanesState:
             capacity = length + 64 * k.CHUNK_BATCH
             row = pools[lane]
             row[k.P_STARTED], row[k.P_BASE], row[k.P_CAPACITY], row[k.P_TABLE_IDS] = 1, base, capacity, length
-            row[k.P_SPARE_IDS], row[k.P_FREE_CHUNKS] = len(pool.table.spare), len(pool.table.free)
-            row[k.P_IN_USE], row[k.P_BYTES], row[k.P_MAX_WASTE] = (
+            row[k.P_SPARE_IDS], row[k.P_IN_USE], row[k.P_BYTES] = (
+                len(pool.table.spare),
                 pool.bytes_in_use,
                 pool.pool_bytes,
-                pool.max_internal_fragmentation,
             )
-            row[k.P_DEVICE] = device_index[id(allocator.device)]
+            row[k.P_MAX_WASTE], row[k.P_DEVICE] = pool.max_internal_fragmentation, device_index[id(allocator.device)]
             row[k.P_ALLOCATOR_IN_USE], row[k.P_ALLOCATOR_PEAK] = allocator.in_use, allocator.peak_in_use
             row[k.P_COUNTS] = counts_index[id(allocator.counts)]
-            tables.append((base, length, table, pool.table.spare, pool.table.free))
+            # the free chunks by XLA's bins, each bin in (size, address) order: their concatenation is
+            # the pool's list, sorted by size, so each bin is one run of it
+            keys = pool.table.free
+            sizes = np.array([key >> SIZE_SHIFT for key in keys], dtype=np.int64)
+            bounds = np.concatenate(
+                ([0], np.searchsorted(sizes, MIN_ALLOCATION_SIZE << np.arange(1, bins)), [len(keys)])
+            )
+            width = max(width, 2 * int(np.diff(bounds).max()), len(keys) // 4)
+            tables.append((lane, base, length, table, pool.table.spare, keys, sizes, bounds))
             base += capacity
-        columns = [np.zeros(max(base, 1), dtype=np.int64) for _ in range(9)]
-        size_of, address_of, prev_of, next_of, asked, spare, free_sizes, free_addresses, free_ids = columns
-        for start, length, table, spare_ids, keys in tables:
-            for column, values in zip(columns[:5], table):
+        columns = [np.zeros(max(base, 1), dtype=np.int64) for _ in range(6)]
+        free = [np.zeros((len(lanes) * bins, width), dtype=np.int64) for _ in range(3)]
+        bin_counts = np.zeros(len(lanes) * bins, dtype=np.int64)
+        for lane, start, length, table, spare_ids, keys, sizes, bounds in tables:
+            for column, values in zip(columns, table):
                 column[start : start + length] = values
-            spare[start : start + len(spare_ids)] = spare_ids
-            stop = start + len(keys)
-            free_sizes[start:stop] = [key >> SIZE_SHIFT for key in keys]
-            free_addresses[start:stop] = [key >> CHUNK_BITS & ((1 << (SIZE_SHIFT - CHUNK_BITS)) - 1) for key in keys]
-            free_ids[start:stop] = [key & CHUNK_MASK for key in keys]
+            columns[5][start : start + len(spare_ids)] = spare_ids
+            addresses = np.array([key >> CHUNK_BITS & ADDRESS_MASK for key in keys], dtype=np.int64)
+            ids = np.array([key & CHUNK_MASK for key in keys], dtype=np.int64)
+            for b in range(bins):
+                low, high, r = bounds[b], bounds[b + 1], lane * bins + b
+                free[0][r, : high - low], free[1][r, : high - low], free[2][r, : high - low] = (
+                    sizes[low:high],
+                    addresses[low:high],
+                    ids[low:high],
+                )
+                bin_counts[r] = high - low
         held = self.held
         held[:] = 0
         address, event, chunk, size = self.held_columns
@@ -441,7 +240,7 @@ class _LanesState:
             handles = allocator.handles
             if handles:
                 pointers = np.fromiter(handles, dtype=np.uint64, count=len(handles))
-                slots = k.slots_for_pairs(pointers, np.full(len(handles), lane, dtype=np.int64), *self.table)
+                slots = _slots.slots_for_pairs(pointers, np.full(len(handles), lane, dtype=np.int64), *self.table)
                 entries = np.array(list(handles.values()), dtype=np.int64)[:, :4]
                 held[slots] = 1
                 address[slots], event[slots], chunk[slots], size[slots] = entries.T
@@ -464,19 +263,17 @@ class _LanesState:
             device_pools[d, : len(members)] = members
             floats = device_floats[d]
             floats[k.DF_SAMPLED], floats[k.DF_MAPPED] = device.sampled, device.mapped
-            at_peak = device.fragmentation_at_peak
+            at_peak, worst = device.fragmentation_at_peak, device.worst_fragmentation
             floats[k.DF_AT_PEAK] = math.nan if at_peak is None else at_peak
-            worst = device.worst_fragmentation
             floats[k.DF_WORST] = -1.0 if worst is None else worst
-        count_rows = np.array(counts, dtype=np.int64).reshape(len(counts), 3)
-        self.pools, self.device_rows, self.device_floats, self.device_pools, self.count_rows = (
+        self.pools, self.device_rows, self.device_floats, self.device_pools = (
             pools,
             device_rows,
             device_floats,
             device_pools,
-            count_rows,
         )
-        self.arrays = (*columns, held, address, event, chunk, size)
+        self.count_rows = np.array(counts, dtype=np.int64).reshape(len(counts), 3)
+        self.arrays = (*columns, *free, bin_counts, held, address, event, chunk, size)
         return True
 
     def run(self, actions: Any, lanes: Any, pointers: Any, slots: Any, requested: Any, begin: int) -> tuple[int, int]:
@@ -499,36 +296,38 @@ class _LanesState:
     def store(self) -> None:
         """Write the arrays back into every started lane's pool, buffers, allocator, device and counts."""
         np, k = self.np, self.kernel
-        size_of, address_of, prev_of, next_of, asked, spare, free_sizes, free_addresses, free_ids = self.arrays[:9]
-        (slots,) = np.nonzero(self.held)
-        slot_lanes = self.slot_lanes[slots].tolist()
-        slot_pointers = self.slot_pointers[slots].tolist()
-        entries = list(zip(*(column[slots].tolist() for column in self.held_columns)))
-        by_lane: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
-        for lane, pointer, (a, e, c, s) in zip(slot_lanes, slot_pointers, entries):
-            by_lane.setdefault(lane, []).append((pointer, (a, e, c, s, (s + 255) & -256)))
+        size_of, address_of, prev_of, next_of, asked, spare, free_sizes, free_addresses, free_ids, bin_counts = (
+            self.arrays[:10]
+        )
+        (held,) = np.nonzero(self.held)
+        held_lanes = self.slot_lanes[held]
         for lane, allocator in self.started:
             row = self.pools[lane]
             pool = _bfc_pool(allocator)
-            start, length = int(row[k.P_BASE]), int(row[k.P_TABLE_IDS])
-            nfree, nspare = int(row[k.P_FREE_CHUNKS]), int(row[k.P_SPARE_IDS])
-            keys = [
-                size << SIZE_SHIFT | address << CHUNK_BITS | chunk
-                for size, address, chunk in zip(
-                    free_sizes[start : start + nfree].tolist(),
-                    free_addresses[start : start + nfree].tolist(),
-                    free_ids[start : start + nfree].tolist(),
-                )
-            ]
+            start, length, nspare = int(row[k.P_BASE]), int(row[k.P_TABLE_IDS]), int(row[k.P_SPARE_IDS])
+            keys = []
+            for r in range(lane * k.NUM_BINS, (lane + 1) * k.NUM_BINS):
+                n = int(bin_counts[r])
+                keys += [
+                    size << SIZE_SHIFT | address << CHUNK_BITS | chunk
+                    for size, address, chunk in zip(
+                        free_sizes[r, :n].tolist(), free_addresses[r, :n].tolist(), free_ids[r, :n].tolist()
+                    )
+                ]
             pool.table.set_columns(
                 [column[start : start + length].tolist() for column in (size_of, address_of, prev_of, next_of, asked)],
                 spare[start : start + nspare].tolist(),
                 keys,
             )
             pool.bytes_in_use = int(row[k.P_IN_USE])
+            slots = held if len(self.started) == 1 else held[held_lanes == lane]
+            address, event, chunk, size = (column[slots].tolist() for column in self.held_columns)
             handles = allocator.handles
             handles.clear()
-            handles.update(by_lane.get(lane, ()))
+            handles.update(
+                (pointer, (a, e, c, s, (s + 255) & -256))
+                for pointer, a, e, c, s in zip(self.slot_pointers[slots].tolist(), address, event, chunk, size)
+            )
             sync(pool, handles)
             allocator.in_use, allocator.peak_in_use = int(row[k.P_ALLOCATOR_IN_USE]), int(row[k.P_ALLOCATOR_PEAK])
         for d, device in enumerate(self.devices):
@@ -547,25 +346,18 @@ class _LanesState:
             counts[:] = row
 
     def promise(self, index: int, lane: int, at_free: bool) -> None:
-        """The maps owed before event `index` on the device of `lane` (as `bfc_lanes` makes them)."""
+        """The maps owed before event `index` on the device of `lane` (as the Python loops make them)."""
         k, replay = self.kernel, self.replay
         d = int(self.pools[lane, k.P_DEVICE])
         device, row = self.devices[d], self.device_rows[d]
-        entries = sum(
-            len(a.handles) + int(self.pools[lane_of, k.P_TABLE_IDS])
-            for lane_of, a in self.started
-            if a.device is device
-        )
+        on_device = self.started if len(self.started) == 1 else [(n, a) for n, a in self.started if a.device is device]
+        entries = sum(len(a.handles) + int(self.pools[lane_of, k.P_TABLE_IDS]) for lane_of, a in on_device)
         copy = replay.copy_due(device, index, entries)
-        if copy:
+        if copy:  # the device is copied: its pools as they are now (the arrays stay as they are)
             self.store()
-        else:
-            for (
-                lane_of,
-                allocator,
-            ) in self.started:  # the counters a map reads (the chunks are copied only with the device)
-                if allocator.device is device:
-                    _bfc_pool(allocator).bytes_in_use = int(self.pools[lane_of, k.P_IN_USE])
+        else:  # the counters a map reads (the chunks are copied only with the device)
+            for lane_of, allocator in on_device:
+                _bfc_pool(allocator).bytes_in_use = int(self.pools[lane_of, k.P_IN_USE])
         if row[k.D_FRAGMENTED]:
             worst_event = int(row[k.D_WORST_EVENT])
             replay.fragmented[device.name] = replay.promise(

@@ -28,7 +28,7 @@ def replay_one_bfc_lane(replay: Replay) -> int | None:
     if not isinstance(pool, BFCPool) or type(pool) not in INLINE_POOLS:
         return None
     if suits(replay):
-        return replay_compiled(replay, allocator, first, run_events)
+        return replay_compiled(replay, lambda replay, first, stop: run_events(replay, allocator, first, stop), first)
     return run_events(replay, allocator, first, len(actions))
 
 
