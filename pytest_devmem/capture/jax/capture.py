@@ -369,7 +369,8 @@ class JaxCapture:
             deleted,
         )
         if plan.runs_read_arguments and not reads_arguments:
-            self._executables.forget_steps()  # its runs are no steps any more        if leaves and isinstance(leaves[0], self._array_type):
+            self._executables.forget_steps()  # its runs are no steps any more
+        if leaves and isinstance(leaves[0], self._array_type):
             self._executables.remember(leaves[0].aval, leaves[0].sharding, plan)
 
     # -- runs ---------------------------------------------------------------------------
