@@ -162,21 +162,19 @@ class Measurement:
         if unknown:
             notes.append("no memory analysis for " + ", ".join(unknown) + ": their temp buffers are not in the trace")
         notes.extend(tensorflow_notes)
-        compiled = list(self.jax_capture.window.compiled) if self.jax_capture.installed else None
-        needed = self.jax_capture.needed() if self.jax_capture.installed else None
-        functions = self.jax_capture.functions() if self.jax_capture.installed else {}
+        window, installed = self.jax_capture.window, self.jax_capture.installed
         return Captured(
             events,
             readings,
             notes,
             tensorflow_events,
-            compiled,
+            list(window.compiled) if installed else None,
             kept,
-            dict(self.jax_capture.window.executables),
-            self.jax_capture.window_sizes(),
-            needed,
-            functions,
-            self.jax_capture.window_buffers() if self.jax_capture.installed else {},
+            dict(window.executables),
+            window.sizes() if self.jax_capture.sizer is not None else {},
+            window.needed() if installed else None,
+            window.functions() if installed else {},
+            window.buffers() if installed else {},
             self.jax_capture.padded_sizes(),
             self.jax_capture.window_compiler_entries() if self.jax_capture.installed else {},
         )

@@ -13,6 +13,7 @@ until it is imported by the tests.
 from __future__ import annotations
 
 from .backend import jax_backend_started
-from .capture import SOURCE, TESTED_JAX, JaxCapture, JaxWindow
+from .capture import SOURCE, TESTED_JAX, JaxCapture
+from .window import JaxWindow
 
 __all__ = ["SOURCE", "TESTED_JAX", "JaxCapture", "JaxWindow", "jax_backend_started"]

@@ -1,18 +1,8 @@
 """JAX's device allocations as trace events, modelled on what XLA does per executable run, on each
-device, without waiting for the device.
-
-Per run of a compiled executable: each output is allocated, one allocation per addressable shard on
-that shard's device, sized from its shape, dtype and sharding; one temp buffer of the executable's
-`temp_size_in_bytes` is allocated on each of its devices for the run and freed at its end; a donated
-input whose buffer XLA aliased to an output hands its allocation to that output, and a donated input
-that was not aliased is freed after the run; host values passed as arguments are transferred for the
-run, split over the devices their parameter's sharding names. What an executable does per run (its
-temp, its aliases, see `executables`) is read once per executable, so a compile-cache hit gives
-the same trace. Arrays that reach the device without an executable (`jax.device_put`) come out of
-`dispatch._batched_device_put_impl` and are allocations too. An allocation is freed when the last
-array holding it is garbage-collected (a weak reference says so) or deleted (`Array.delete`).
-Each allocation names the user's line of the call that made it (the executable's run, the put:
-`call_sites.py`), looked up once per call site.
+device, without waiting for the device: what a run, a put or a deletion allocates and frees is
+`runs.py`'s; what an executable does per run (its temp, its aliases) is read once per executable
+(`executables.py`), so a compile-cache hit gives the same trace. An allocation is freed when the
+last array holding it is garbage-collected (a weak reference says so) or deleted (`Array.delete`).
 
 Runs arrive two ways. JAX's Python dispatch runs an executable through `pxla.ExecuteReplicated`,
 whose `__call__` the capture wraps: every first run of a jitted function with new argument types
@@ -29,43 +19,27 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from threading import get_ident
 from typing import Any
 
 from ..call_sites import CallSites
 from ..patches import Patches
 from ..recorder import FLUSH_CHECK, TraceRecorder
-from .executables import ExecutablePlan, Executables, defined_by_jax, source_of
+from .executables import ExecutablePlan, Executables, source_of
 from .holdings import Holdings, Owner
 from .lowering import compiling_for_target
 from .post_hook import post_hook_slot
-from .shards import ShardSizes, device_label, host_shards
+from .runs import SOURCE, RunRecording
+from .shards import ShardSizes
+from .window import JaxWindow
 
-SOURCE = "jax"
 TESTED_JAX = "0.10"
 """The JAX minor version these hooks were written against and are tested with."""
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 """The monitoring event JAX records once per executable XLA compiles (jax._src.dispatch)."""
-DEVICE_PUT = "device_put"
-SIGNATURE_CHARACTERS = 200
-"""How much of an executable's parameter shapes a record keeps (a step over a large pytree has hundreds)."""
 
 
-@dataclass
-class JaxWindow:
-    """What the capture saw in one test window, for the record."""
-
-    executables: dict[str, int] = field(default_factory=dict)  # name -> runs
-    temp_unknown: set[str] = field(default_factory=set)  # executables whose memory analysis failed
-    compiled: list[str] = field(default_factory=list)  # executables XLA compiled in the window, by name
-    used: dict[str, dict[int, ExecutablePlan]] = field(
-        default_factory=dict
-    )  # name -> the distinct executables run (compiled here or found in a cache), by id
-    failure: str = ""  # the capture's own error, if one stopped it: the trace is then incomplete
-
-
-class JaxCapture:
+class JaxCapture(RunRecording):
     """Hooks JAX once per process and reports its allocations to a TraceRecorder."""
 
     name = SOURCE
@@ -233,58 +207,6 @@ class JaxCapture:
         self._recorder.steps_taken.clear()
         self._shards.asked.clear()
 
-    def needed(self) -> dict[str, int]:
-        """Per function, the executables the window needed: each distinct executable it ran (compiled
-        in it or found in a cache, which depends on what ran before in the process), or, where more,
-        the compiles it made (an executable compiled and never run). The same in any test order."""
-        needed = {name: len(plans) for name, plans in self.window.used.items()}
-        compiled: dict[str, int] = {}
-        for name in self.window.compiled:
-            compiled[name] = compiled.get(name, 0) + 1
-        for name, count in compiled.items():
-            needed[name] = max(needed.get(name, 0), count)
-        return dict(sorted(needed.items()))
-
-    def functions(self) -> dict[str, dict[str, object]]:
-        """Per function the window ran (by executable name, "jit(step)"): the parameters' shapes of
-        each distinct executable it needed (`signatures`), where it is defined (`defined_in`, "step at
-        model.py:12", from JAX's debug info; "" where not known) and whether JAX itself defined it
-        (`by_jax`: its eager helpers, `jnp.zeros`' `broadcast_in_dim` and the like, compiled once per
-        shape). The same in any test order, as `needed`."""
-        found: dict[str, dict[str, object]] = {}
-        for name, plans in sorted(self.window.used.items()):
-            defined_in = next((plan.defined_in for plan in plans.values() if plan.defined_in), "")
-            found[name] = {
-                "signatures": [  # in the order the test first ran them
-                    plan.signature
-                    if len(plan.signature) <= SIGNATURE_CHARACTERS
-                    else plan.signature[:SIGNATURE_CHARACTERS] + "..."
-                    for plan in plans.values()
-                ],
-                "defined_in": defined_in,
-                "by_jax": bool(defined_in) and defined_by_jax(defined_in),
-            }
-        return found
-
-    def window_sizes(self) -> dict[str, dict[str, object]]:
-        """Per executable run in the window, where a GPU sizer was asked for: the compile its temp
-        bytes come from, the CPU compile's for comparison, and why where it kept the CPU's."""
-        if self.sizer is None:
-            return {}
-        found: dict[str, dict[str, object]] = {}
-        for label, used in self.window.used.items():
-            # the plans this window ran, never the last one read under the name: two functions of one
-            # name (`<lambda>`), one compiled earlier and found in JAX's cache, are each their own
-            plans = list(used.values())
-            plan = next((p for p in plans if p.size_note or p.refused is not None), plans[0])
-            found[label] = {
-                "sized_for": plan.sized_for,
-                **({"cpu_temp_bytes": plan.cpu_temp} if plan.cpu_temp is not None and plan.refused is None else {}),
-                **({"note": plan.size_note} if plan.size_note else {}),
-                **({"refused": plan.refused} if plan.refused is not None else {}),
-            }
-        return found
-
     def window_compiler_entries(self) -> dict[str, dict[str, Any]]:
         """The target compiler's entries (by cache key, compile_store.py) that sized what the window
         ran: each executable it ran and each array shard it sized. The same in any test order: an
@@ -300,15 +222,6 @@ class JaxCapture:
         sizer = self.installed_sizer
         padded = getattr(sizer, "padded_sizes", None)
         return padded() if callable(padded) else {}
-
-    def window_buffers(self) -> dict[str, dict[str, object]]:
-        """Per executable run in the window: the buffers at its peak (model/buffers.py's JSON, the
-        largest kept), or why they are not known."""
-        found: dict[str, dict[str, object]] = {}
-        for label, used in self.window.used.items():  # the plans this window ran (see window_sizes)
-            plan = max(used.values(), key=lambda p: max((size for _, size in p.temps), default=0))
-            found[label] = plan.buffers.top().to_json() if plan.buffers is not None else {"unknown": plan.buffers_note}
-        return found
 
     def _fail(self, exc: Exception) -> None:
         self._failed = True
@@ -527,205 +440,3 @@ class JaxCapture:
                 self._record_run(plan, None, leaves, [], site)
         except Exception as exc:
             self._fail(exc)
-
-    def _record_step(self, plan: ExecutablePlan, output: Any, site: str) -> None:
-        """`_record_run` for a run with one array out, nothing donated and no host values (its
-        output's allocations, then its temps), as a compact step of the recorder's; this and every
-        later run of it from the same line on the fast path (`_fast_hook`)."""
-        record = self._recorder.step_record
-        if record is None:
-            return
-        aval, sharding = output.aval, output.sharding
-        known = self._executables.step_of(aval, sharding, plan, site)
-        if known is None:
-            outputs = tuple((size, SOURCE, plan.label, device) for device, size in self._shards.of(output) if size > 0)
-            temps = tuple((size, SOURCE, plan.temp_label, device) for device, size in plan.temps if size > 0)
-            step = self._recorder.step(outputs, temps, site)
-            self._step_plans.append(plan)
-            assert len(self._step_plans) == step + 1
-            known = self._executables.remember_step(aval, sharding, plan, step, site)
-        buffer_id = next(self._recorder.ids)
-        record((known[3], buffer_id, self._recorder.clock(), get_ident()))
-        owner = Owner(output, self._holdings.collected_callback)
-        owner.held = buffer_id  # its id alone: a Held is made only if it comes to be shared
-        self._holdings.owners.add(owner)
-
-    def _fast_parameters(
-        self, plan: ExecutablePlan, function: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> list[Any]:
-        """The executable's parameters in a fast-path call: its arguments flattened as JAX flattens
-        them (static ones left out, keywords by name), behind the constants JAX passes first."""
-        info = getattr(function, "_jit_info", None)
-        static_numbers = tuple(getattr(info, "static_argnums", ()) or ())
-        static_names = tuple(getattr(info, "static_argnames", ()) or ())
-        if static_numbers and args:
-            statics = {number % len(args) if number < 0 else number for number in static_numbers}
-            args = tuple(value for position, value in enumerate(args) if position not in statics)
-        if static_names:
-            kwargs = {name: value for name, value in kwargs.items() if name not in static_names}
-        flat = self._flatten((args, kwargs))
-        constants = plan.arguments - len(flat)
-        if plan.arguments < 0 or constants < 0:
-            raise LookupError(
-                f"{plan.label} was called on JAX's fast path with {len(flat)} arguments, its runs took {plan.arguments}"
-            )
-        return [flat[position - constants] if position >= constants else None for position in plan.kept]
-
-    def _is_host(self, value: Any) -> bool:
-        return value is not None and not isinstance(value, self._jax_array) and bool(getattr(value, "nbytes", 0))
-
-    def _copies(self, plan: ExecutablePlan, position: int, value: Any) -> tuple[tuple[str, int], ...]:
-        """A device array the executable wants on devices it is not on (an uncommitted `jnp.ones`
-        beside an input sharded over 4 devices, a pmap's `in_axes=None`): JAX copies it there for
-        the run (`shard_args`), each of those devices its share under the executable's sharding."""
-        if not isinstance(value, self._jax_array) or position >= len(plan.in_shardings):
-            return ()
-        try:
-            have = {device_label(device) for device in value.sharding.device_set}
-            wanted = host_shards(value, int(value.nbytes), plan.in_shardings[position])
-        except Exception:  # a value or sharding this cannot read: no copy assumed
-            return ()
-        return tuple((device, size) for device, size in wanted if device not in have)
-
-    def _transfer(self, plan: ExecutablePlan, parameters: list[Any], site: str = "") -> list[int]:
-        """Host values among the parameters, allocated on their parameter's devices for the run; and
-        device arrays copied to the devices they are not on. Both are freed when the run ends."""
-        transfers: list[int] = []
-        for position, value in enumerate(parameters):
-            if not self._is_host(value):
-                for device, part in self._copies(plan, position, value):
-                    transfers.append(self._recorder.allocate(part, SOURCE, plan.argument_label, device, site))
-                continue
-            size = int(value.nbytes)
-            sharding = plan.in_shardings[position] if position < len(plan.in_shardings) else None
-            shards = (
-                host_shards(value, size, sharding)
-                if sharding is not None
-                else ((plan.devices[0] if plan.devices else "", size),)
-            )
-            for device, part in shards:
-                transfers.append(self._recorder.allocate(part, SOURCE, plan.argument_label, device, site))
-        return transfers
-
-    def _record_run(
-        self,
-        plan: ExecutablePlan,
-        parameters: list[Any] | None,
-        outputs: Sequence[Any],
-        transfers: list[int],
-        site: str = "",
-    ) -> None:
-        """Outputs allocated (or handed a donated input's allocation), the temp buffers for the run,
-        donated inputs and transfers freed; what it allocates made at `site`, the user's line of the call."""
-        allocate, label, holdings, shards_of, array_type = (
-            self._recorder.allocate,
-            plan.label,
-            self._holdings,
-            self._shards.of,
-            self._array_type,
-        )
-        runs = self._window.executables
-        runs[label] = runs.get(label, 0) + 1
-        self._window.used.setdefault(label, {})[id(plan)] = plan
-        if not plan.temp_known:
-            self._window.temp_unknown.add(label)
-        for index, output in enumerate(outputs):
-            if (
-                type(output) is not array_type
-                and not isinstance(output, array_type)
-                or holdings.held_by(output) is not None
-            ):
-                continue  # not an array, or one the run was given and gave back
-            if parameters is not None and index in plan.aliases:
-                donor = (
-                    self._device_array(parameters[plan.aliases[index]])
-                    if plan.aliases[index] < len(parameters)
-                    else None
-                )
-                held = holdings.hand_over(donor) if donor is not None and donor.is_deleted() else None
-                if held is not None:
-                    holdings.hold(output, held)
-                    continue
-            holdings.hold_new(
-                output, [allocate(size, SOURCE, label, device, site) for device, size in shards_of(output)]
-            )
-        if plan.temps:
-            free = self._recorder.free
-            for temp in [allocate(size, SOURCE, plan.temp_label, device, site) for device, size in plan.temps]:
-                free(temp)
-        if parameters is not None:
-            for position in plan.donated:  # donated, and its buffers became no output's
-                donor = self._device_array(parameters[position]) if position < len(parameters) else None
-                if donor is not None and donor.is_deleted():
-                    holdings.release(donor)
-        for transfer in transfers:
-            self._recorder.free(transfer)
-
-    def _device_array(self, value: Any) -> Any:
-        """The ArrayImpl behind a parameter (a PRNG key array wraps one); None for anything else."""
-        if type(value) is self._array_type:
-            return value
-        if isinstance(value, self._jax_array):
-            leaves = self._flatten(value)
-            if len(leaves) == 1 and isinstance(leaves[0], self._array_type):
-                return leaves[0]
-        return None
-
-    # -- transfers and deletions --------------------------------------------------------
-
-    def _wrap_device_put(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        capture = self
-
-        def batched_device_put(*values: Any, **kwargs: Any) -> Any:
-            results = original(*values, **kwargs)
-            if capture._recorder.recording and not capture._failed:
-                try:
-                    site = capture.call_sites.site_of(sys._getframe(1))
-                    capture._after_device_put(values, kwargs.get("copy_semantics") or (), results, site)
-                except Exception as exc:
-                    capture._fail(exc)
-            return results
-
-        return batched_device_put
-
-    def _after_device_put(
-        self, values: Sequence[Any], copy_semantics: Sequence[Any], results: Sequence[Any], site: str = ""
-    ) -> None:
-        """Each result is a transfer of its own, made at `site`, except where it is the value itself,
-        shares the value's buffers (put onto the placement it had: JAX reuses them), or took them
-        over (donated)."""
-        holdings = self._holdings
-        for position, result in enumerate(results):
-            if not isinstance(result, self._array_type) or holdings.held_by(result) is not None:
-                continue
-            source = self._device_array(values[position]) if position < len(values) else None
-            held = None
-            if source is not None and source is not result and holdings.held_by(source) is not None:
-                copy = copy_semantics[position] if position < len(copy_semantics) else None
-                if source.is_deleted():
-                    held = holdings.hand_over(source) if copy is not None and copy == self._donate_input else None
-                elif source.sharding == result.sharding:
-                    held = holdings.held_by(source)
-            if held is None:
-                holdings.hold_new(
-                    result,
-                    [
-                        self._recorder.allocate(size, SOURCE, DEVICE_PUT, device, site)
-                        for device, size in self._shards.of(result)
-                    ],
-                )
-            else:
-                holdings.hold(result, held)
-
-    def _wrap_delete(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        capture = self
-
-        def delete(array: Any) -> Any:
-            result = original(array)
-            try:
-                capture._holdings.delete(array)
-            except Exception as exc:
-                capture._fail(exc)
-            return result
-
-        return delete

@@ -1,0 +1,250 @@
+"""What one JAX run or put allocates and frees, as the capture records it: per run of a compiled
+executable, each output allocated (one allocation per addressable shard, on that shard's device,
+sized from its shape, dtype and sharding) or handed a donated input's allocation where XLA aliased
+them, one temp buffer of the executable's `temp_size_in_bytes` per device for the run, donated
+inputs that were not aliased freed after it, and host values (or device arrays on other devices)
+transferred for the run; per `jax.device_put`, each result a transfer of its own unless it shares
+or took over the value's buffers; per `Array.delete`, its allocation freed once no array holds it.
+Each allocation is made at the user's line of the call (`call_sites.py`).
+
+`RunRecording` is a part of `JaxCapture` (capture.py): the attributes it declares are the capture's.
+Imports no framework."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from threading import get_ident
+from typing import Any
+
+from ..call_sites import CallSites
+from ..recorder import TraceRecorder
+from .executables import ExecutablePlan, Executables
+from .holdings import Holdings, Owner
+from .shards import ShardSizes, device_label, host_shards
+from .window import JaxWindow
+
+SOURCE = "jax"
+DEVICE_PUT = "device_put"
+
+
+class RunRecording:
+    """The capture's recording of runs, puts and deletions (a part of `JaxCapture`)."""
+
+    _recorder: TraceRecorder
+    _holdings: Holdings
+    _shards: ShardSizes
+    _array_type: Any
+    _jax_array: Any
+    _flatten: Callable[[Any], list[Any]]
+    _donate_input: Any
+    _window: JaxWindow
+    _failed: bool
+    _executables: Executables
+    _step_plans: list[ExecutablePlan]
+    call_sites: CallSites
+
+    def _fail(self, exc: Exception) -> None:
+        raise NotImplementedError  # the capture's own (capture.py)
+
+    def _record_step(self, plan: ExecutablePlan, output: Any, site: str) -> None:
+        """`_record_run` for a run with one array out, nothing donated and no host values (its
+        output's allocations, then its temps), as a compact step of the recorder's; this and every
+        later run of it from the same line on the fast path (`_fast_hook`)."""
+        record = self._recorder.step_record
+        if record is None:
+            return
+        aval, sharding = output.aval, output.sharding
+        known = self._executables.step_of(aval, sharding, plan, site)
+        if known is None:
+            outputs = tuple((size, SOURCE, plan.label, device) for device, size in self._shards.of(output) if size > 0)
+            temps = tuple((size, SOURCE, plan.temp_label, device) for device, size in plan.temps if size > 0)
+            step = self._recorder.step(outputs, temps, site)
+            self._step_plans.append(plan)
+            assert len(self._step_plans) == step + 1
+            known = self._executables.remember_step(aval, sharding, plan, step, site)
+        buffer_id = next(self._recorder.ids)
+        record((known[3], buffer_id, self._recorder.clock(), get_ident()))
+        owner = Owner(output, self._holdings.collected_callback)
+        owner.held = buffer_id  # its id alone: a Held is made only if it comes to be shared
+        self._holdings.owners.add(owner)
+
+    def _fast_parameters(
+        self, plan: ExecutablePlan, function: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> list[Any]:
+        """The executable's parameters in a fast-path call: its arguments flattened as JAX flattens
+        them (static ones left out, keywords by name), behind the constants JAX passes first."""
+        info = getattr(function, "_jit_info", None)
+        static_numbers = tuple(getattr(info, "static_argnums", ()) or ())
+        static_names = tuple(getattr(info, "static_argnames", ()) or ())
+        if static_numbers and args:
+            statics = {number % len(args) if number < 0 else number for number in static_numbers}
+            args = tuple(value for position, value in enumerate(args) if position not in statics)
+        if static_names:
+            kwargs = {name: value for name, value in kwargs.items() if name not in static_names}
+        flat = self._flatten((args, kwargs))
+        constants = plan.arguments - len(flat)
+        if plan.arguments < 0 or constants < 0:
+            raise LookupError(
+                f"{plan.label} was called on JAX's fast path with {len(flat)} arguments, its runs took {plan.arguments}"
+            )
+        return [flat[position - constants] if position >= constants else None for position in plan.kept]
+
+    def _is_host(self, value: Any) -> bool:
+        return value is not None and not isinstance(value, self._jax_array) and bool(getattr(value, "nbytes", 0))
+
+    def _copies(self, plan: ExecutablePlan, position: int, value: Any) -> tuple[tuple[str, int], ...]:
+        """A device array the executable wants on devices it is not on (an uncommitted `jnp.ones`
+        beside an input sharded over 4 devices, a pmap's `in_axes=None`): JAX copies it there for
+        the run (`shard_args`), each of those devices its share under the executable's sharding."""
+        if not isinstance(value, self._jax_array) or position >= len(plan.in_shardings):
+            return ()
+        try:
+            have = {device_label(device) for device in value.sharding.device_set}
+            wanted = host_shards(value, int(value.nbytes), plan.in_shardings[position])
+        except Exception:  # a value or sharding this cannot read: no copy assumed
+            return ()
+        return tuple((device, size) for device, size in wanted if device not in have)
+
+    def _transfer(self, plan: ExecutablePlan, parameters: list[Any], site: str = "") -> list[int]:
+        """Host values among the parameters, allocated on their parameter's devices for the run; and
+        device arrays copied to the devices they are not on. Both are freed when the run ends."""
+        transfers: list[int] = []
+        for position, value in enumerate(parameters):
+            if not self._is_host(value):
+                for device, part in self._copies(plan, position, value):
+                    transfers.append(self._recorder.allocate(part, SOURCE, plan.argument_label, device, site))
+                continue
+            size = int(value.nbytes)
+            sharding = plan.in_shardings[position] if position < len(plan.in_shardings) else None
+            shards = (
+                host_shards(value, size, sharding)
+                if sharding is not None
+                else ((plan.devices[0] if plan.devices else "", size),)
+            )
+            for device, part in shards:
+                transfers.append(self._recorder.allocate(part, SOURCE, plan.argument_label, device, site))
+        return transfers
+
+    def _record_run(
+        self,
+        plan: ExecutablePlan,
+        parameters: list[Any] | None,
+        outputs: Sequence[Any],
+        transfers: list[int],
+        site: str = "",
+    ) -> None:
+        """Outputs allocated (or handed a donated input's allocation), the temp buffers for the run,
+        donated inputs and transfers freed; what it allocates made at `site`, the user's line of the call."""
+        allocate, label, holdings, shards_of, array_type = (
+            self._recorder.allocate,
+            plan.label,
+            self._holdings,
+            self._shards.of,
+            self._array_type,
+        )
+        runs = self._window.executables
+        runs[label] = runs.get(label, 0) + 1
+        self._window.used.setdefault(label, {})[id(plan)] = plan
+        if not plan.temp_known:
+            self._window.temp_unknown.add(label)
+        for index, output in enumerate(outputs):
+            if (
+                type(output) is not array_type
+                and not isinstance(output, array_type)
+                or holdings.held_by(output) is not None
+            ):
+                continue  # not an array, or one the run was given and gave back
+            if parameters is not None and index in plan.aliases:
+                donor = (
+                    self._device_array(parameters[plan.aliases[index]])
+                    if plan.aliases[index] < len(parameters)
+                    else None
+                )
+                held = holdings.hand_over(donor) if donor is not None and donor.is_deleted() else None
+                if held is not None:
+                    holdings.hold(output, held)
+                    continue
+            holdings.hold_new(
+                output, [allocate(size, SOURCE, label, device, site) for device, size in shards_of(output)]
+            )
+        if plan.temps:
+            free = self._recorder.free
+            for temp in [allocate(size, SOURCE, plan.temp_label, device, site) for device, size in plan.temps]:
+                free(temp)
+        if parameters is not None:
+            for position in plan.donated:  # donated, and its buffers became no output's
+                donor = self._device_array(parameters[position]) if position < len(parameters) else None
+                if donor is not None and donor.is_deleted():
+                    holdings.release(donor)
+        for transfer in transfers:
+            self._recorder.free(transfer)
+
+    def _device_array(self, value: Any) -> Any:
+        """The ArrayImpl behind a parameter (a PRNG key array wraps one); None for anything else."""
+        if type(value) is self._array_type:
+            return value
+        if isinstance(value, self._jax_array):
+            leaves = self._flatten(value)
+            if len(leaves) == 1 and isinstance(leaves[0], self._array_type):
+                return leaves[0]
+        return None
+
+    # -- transfers and deletions --------------------------------------------------------
+
+    def _wrap_device_put(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        capture = self
+
+        def batched_device_put(*values: Any, **kwargs: Any) -> Any:
+            results = original(*values, **kwargs)
+            if capture._recorder.recording and not capture._failed:
+                try:
+                    site = capture.call_sites.site_of(sys._getframe(1))
+                    capture._after_device_put(values, kwargs.get("copy_semantics") or (), results, site)
+                except Exception as exc:
+                    capture._fail(exc)
+            return results
+
+        return batched_device_put
+
+    def _after_device_put(
+        self, values: Sequence[Any], copy_semantics: Sequence[Any], results: Sequence[Any], site: str = ""
+    ) -> None:
+        """Each result is a transfer of its own, made at `site`, except where it is the value itself,
+        shares the value's buffers (put onto the placement it had: JAX reuses them), or took them
+        over (donated)."""
+        holdings = self._holdings
+        for position, result in enumerate(results):
+            if not isinstance(result, self._array_type) or holdings.held_by(result) is not None:
+                continue
+            source = self._device_array(values[position]) if position < len(values) else None
+            held = None
+            if source is not None and source is not result and holdings.held_by(source) is not None:
+                copy = copy_semantics[position] if position < len(copy_semantics) else None
+                if source.is_deleted():
+                    held = holdings.hand_over(source) if copy is not None and copy == self._donate_input else None
+                elif source.sharding == result.sharding:
+                    held = holdings.held_by(source)
+            if held is None:
+                holdings.hold_new(
+                    result,
+                    [
+                        self._recorder.allocate(size, SOURCE, DEVICE_PUT, device, site)
+                        for device, size in self._shards.of(result)
+                    ],
+                )
+            else:
+                holdings.hold(result, held)
+
+    def _wrap_delete(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        capture = self
+
+        def delete(array: Any) -> Any:
+            result = original(array)
+            try:
+                capture._holdings.delete(array)
+            except Exception as exc:
+                capture._fail(exc)
+            return result
+
+        return delete

@@ -1,0 +1,84 @@
+"""What the JAX capture saw in one test window, and what the record keeps of it: per function the
+executables it needed and their shapes, per executable whose compile sized it and the buffers at its
+peak. The same in any test order. Imports no framework."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .executables import ExecutablePlan, defined_by_jax
+
+SIGNATURE_CHARACTERS = 200
+"""How much of an executable's parameter shapes a record keeps (a step over a large pytree has hundreds)."""
+
+
+@dataclass
+class JaxWindow:
+    """What the capture saw in one test window, for the record."""
+
+    executables: dict[str, int] = field(default_factory=dict)  # name -> runs
+    temp_unknown: set[str] = field(default_factory=set)  # executables whose memory analysis failed
+    compiled: list[str] = field(default_factory=list)  # executables XLA compiled in the window, by name
+    used: dict[str, dict[int, ExecutablePlan]] = field(
+        default_factory=dict
+    )  # name -> the distinct executables run (compiled here or found in a cache), by id
+    failure: str = ""  # the capture's own error, if one stopped it: the trace is then incomplete
+
+    def needed(self) -> dict[str, int]:
+        """Per function, the executables the window needed: each distinct executable it ran (compiled
+        in it or found in a cache, which depends on what ran before in the process), or, where more,
+        the compiles it made (an executable compiled and never run). The same in any test order."""
+        needed = {name: len(plans) for name, plans in self.used.items()}
+        compiled: dict[str, int] = {}
+        for name in self.compiled:
+            compiled[name] = compiled.get(name, 0) + 1
+        for name, count in compiled.items():
+            needed[name] = max(needed.get(name, 0), count)
+        return dict(sorted(needed.items()))
+
+    def functions(self) -> dict[str, dict[str, object]]:
+        """Per function the window ran (by executable name, "jit(step)"): the parameters' shapes of
+        each distinct executable it needed (`signatures`), where it is defined (`defined_in`, "step at
+        model.py:12", from JAX's debug info; "" where not known) and whether JAX itself defined it
+        (`by_jax`: its eager helpers, `jnp.zeros`' `broadcast_in_dim` and the like, compiled once per
+        shape). The same in any test order, as `needed`."""
+        found: dict[str, dict[str, object]] = {}
+        for name, plans in sorted(self.used.items()):
+            defined_in = next((plan.defined_in for plan in plans.values() if plan.defined_in), "")
+            found[name] = {
+                "signatures": [  # in the order the test first ran them
+                    plan.signature
+                    if len(plan.signature) <= SIGNATURE_CHARACTERS
+                    else plan.signature[:SIGNATURE_CHARACTERS] + "..."
+                    for plan in plans.values()
+                ],
+                "defined_in": defined_in,
+                "by_jax": bool(defined_in) and defined_by_jax(defined_in),
+            }
+        return found
+
+    def sizes(self) -> dict[str, dict[str, object]]:
+        """Per executable run in the window, where a GPU or TPU sizer was asked for: the compile its
+        temp bytes come from, the CPU compile's for comparison, and why where it kept the CPU's."""
+        found: dict[str, dict[str, object]] = {}
+        for label, used in self.used.items():
+            # the plans this window ran, never the last one read under the name: two functions of one
+            # name (`<lambda>`), one compiled earlier and found in JAX's cache, are each their own
+            plans = list(used.values())
+            plan = next((p for p in plans if p.size_note or p.refused is not None), plans[0])
+            found[label] = {
+                "sized_for": plan.sized_for,
+                **({"cpu_temp_bytes": plan.cpu_temp} if plan.cpu_temp is not None and plan.refused is None else {}),
+                **({"note": plan.size_note} if plan.size_note else {}),
+                **({"refused": plan.refused} if plan.refused is not None else {}),
+            }
+        return found
+
+    def buffers(self) -> dict[str, dict[str, object]]:
+        """Per executable run in the window: the buffers at its peak (model/buffers.py's JSON, the
+        largest kept), or why they are not known."""
+        found: dict[str, dict[str, object]] = {}
+        for label, used in self.used.items():  # the plans this window ran (see sizes)
+            plan = max(used.values(), key=lambda p: max((size for _, size in p.temps), default=0))
+            found[label] = plan.buffers.top().to_json() if plan.buffers is not None else {"unknown": plan.buffers_note}
+        return found
