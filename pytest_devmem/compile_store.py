@@ -1,7 +1,7 @@
 """What the deviceless compilers said, kept beside the baselines, so that a fresh clone compiles
 only the programs that changed. No pytest, no framework.
 
-The GPU and TPU sizers (capture/jax/gpu_compile.py, capture/jax/tpu_compile.py) cache each
+The GPU and TPU sizers (capture/jax/gpu_compile.py, tpu_compile.py; their cache: size_cache.py) cache each
 program's and each array shape's sizes under a key made of the program (its module text, or its
 jaxpr and the module JAX lowered for its own devices), the compiler's versions, the target and
 XLA_FLAGS: content-addressed, the same on every machine with the same compiler. pytest's cache

@@ -181,7 +181,7 @@ def _locked(directory: Path) -> Iterator[None]:
     try:
         import fcntl  # POSIX only (Windows: filelock below)
     except ImportError:
-        from filelock import FileLock  # type: ignore[import-not-found]
+        from filelock import FileLock
 
         with FileLock(str(directory / ".devmem-baselines.lock")):
             yield

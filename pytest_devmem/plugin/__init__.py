@@ -12,8 +12,8 @@ from collections.abc import Generator
 import pytest
 
 from .. import hookspec
-from ..capture.jax.gpu_compile import cuda_compiler_problem
-from ..capture.jax.tpu_compile import tpu_compiler_problem
+from ..capture.jax.cuda_plugin import cuda_compiler_problem
+from ..capture.jax.tpu_plugin import tpu_compiler_problem
 from ..errors import DevmemError
 from ..gate.baseline import BaselineStore
 from ..gate.baseline_files import BaselineFormatError

@@ -14,8 +14,8 @@ from collections.abc import Mapping, MutableMapping
 import pytest
 
 from ..capture.jax import compilers  # imports no framework
-from ..capture.jax.gpu_compile import environment_for_deviceless_compile, installed_cuda_major
-from ..capture.jax.tpu_compile import environment_for_libtpu
+from ..capture.jax.cuda_plugin import environment_for_deviceless_compile, installed_cuda_major
+from ..capture.jax.tpu_plugin import environment_for_libtpu
 
 # None of these imports a framework: JAX and TensorFlow must start after this module has set their variables.
 from ..capture.tensorflow.cpu_allocator import ONEDNN_VARIABLE, CpuAllocatorSetting, prepare_cpu_allocator
@@ -81,8 +81,8 @@ def load_compilers(settings: Settings) -> None:
 def prepare_deviceless_compile() -> dict[str, str | None]:
     """Where XLA:GPU's compiler can be imported (installed, or loaded from the compilers' folder) on
     a machine without a GPU: the setting that lets it register while JAX runs on the CPU, without a
-    traceback at JAX's start (capture/jax/gpu_compile.py); where libtpu can be, on a machine without
-    a TPU: what keeps its start quiet and off the real TPU's lock (capture/jax/tpu_compile.py). The
+    traceback at JAX's start (capture/jax/cuda_plugin.py); where libtpu can be, on a machine without
+    a TPU: what keeps its start quiet and off the real TPU's lock (capture/jax/tpu_plugin.py). The
     previous values, to put back."""
     wanted = environment_for_libtpu(os.environ)
     if installed_cuda_major() is not None:

@@ -80,7 +80,7 @@ class LoweringHooks:
                 self._users += 1
                 return True
             try:
-                from jax._src.interpreters import pxla  # type: ignore[import-not-found]  # JAX: imported only where it runs
+                from jax._src.interpreters import pxla  # JAX: imported only where it runs
             except ImportError as exc:
                 self.note = f"JAX's lowering internals could not be imported ({exc})"
                 return False
@@ -190,7 +190,7 @@ class LoweringHooks:
         if recipe.source:
             return
         try:
-            from jax._src.interpreters import mlir  # type: ignore[import-not-found]  # JAX: imported only where it runs
+            from jax._src.interpreters import mlir  # JAX: imported only where it runs
 
             recipe.source = mlir.module_to_string(computation.stablehlo(), enable_debug_info=False)
         except Exception:  # unnamed: a sizer lowers it again to name it
@@ -231,10 +231,10 @@ class DeviceMap:
     """Rewrites shardings, meshes, devices and jaxprs from one set of devices to another."""
 
     def __init__(self, mapping: dict[Any, Any]) -> None:
-        from jax._src import core  # type: ignore[import-not-found]  # JAX: imported only where it runs
-        from jax._src.lib import xla_client  # type: ignore[import-not-found]
-        from jax._src.sharding_impls import GSPMDSharding  # type: ignore[import-not-found]
-        from jax.sharding import Mesh, NamedSharding, Sharding, SingleDeviceSharding  # type: ignore[import-not-found]
+        from jax._src import core  # JAX: imported only where it runs
+        from jax._src.lib import xla_client
+        from jax._src.sharding_impls import GSPMDSharding
+        from jax.sharding import Mesh, NamedSharding, Sharding, SingleDeviceSharding
 
         self.mapping = mapping
         self._core = core
@@ -283,7 +283,7 @@ class DeviceMap:
         if isinstance(value, self._mesh):
             if value.empty:
                 return value
-            import numpy as np  # type: ignore[import-not-found]  # numpy: JAX's own dependency, here only where JAX runs
+            import numpy as np  # numpy: JAX's own dependency, here only where JAX runs
 
             devices = np.vectorize(self.device, otypes=[object])(value.devices)
             return self._mesh(devices, value.axis_names, axis_types=value.axis_types)
@@ -316,8 +316,8 @@ def lower_for(recipe: Recipe, devices: list[Any]) -> Any:
     """JAX's lowering of the recipe's jaxpr again, with `devices` (of another platform) where its own
     devices were: the i-th device of its assignment becomes `devices[i]`. Returns JAX's
     MeshComputation; raises NotMappable where something inside names a device it cannot move."""
-    from jax._src.sharding_impls import UnspecifiedValue  # type: ignore[import-not-found]  # JAX: imported only where it runs
-    from jax.sharding import SingleDeviceSharding  # type: ignore[import-not-found]
+    from jax._src.sharding_impls import UnspecifiedValue  # JAX: imported only where it runs
+    from jax.sharding import SingleDeviceSharding
 
     if len(devices) != len(recipe.devices):
         raise NotMappable(f"the executable runs on {len(recipe.devices)} device(s), not {len(devices)}")
@@ -341,7 +341,7 @@ def lower_for(recipe: Recipe, devices: list[Any]) -> Any:
 
 
 def _names_a_device(arguments: dict[str, Any]) -> bool:
-    from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding  # type: ignore[import-not-found]  # JAX: imported only where it runs
+    from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding  # JAX: imported only where it runs
 
     shardings = (*arguments.get("in_shardings", ()), *arguments.get("out_shardings", ()))
     return any(

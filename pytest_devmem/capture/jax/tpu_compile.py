@@ -11,40 +11,29 @@ devices (a sharded executable keeps its mesh and specs) and takes XLA:TPU's memo
 compile. An array's size is that compiler's too: the argument size of a program that holds it on one
 chip, per (shard shape, dtype), cached; never a padding rule written by hand.
 
-A program the TPU compiler refuses for HBM ("RESOURCE_EXHAUSTED: Ran out of memory in memory space
-hbm ... exceeds available HBM (15.75G)") is a `Refused`: its call raises the compiler's error, as JAX
-raises it where the compile for a TPU fails, and never runs on the CPU; the test's record turns it
-into an out-of-memory result of kind capacity, at compile time, with the compiler's figures. A
-program on a count of devices libtpu forms no topology of is a `NoTopology`, whose call raises an
-error naming the counts it forms: never sized by the CPU under a TPU's name.
-
-libtpu, where no TPU is present, logs the accelerator type and worker hostnames it cannot find, and
-takes /tmp/libtpu_lockfile, which guards a real TPU against two processes. For a compile-only
-client none of these apply: while the TPU plugin starts here the sizer sets what libtpu reads
-(`QUIET_LIBTPU`) where the user set nothing, then puts the environment back. JAX is imported lazily.
+A refusal for HBM is a `Refused`, a device count libtpu forms no topology of a `NoTopology`
+(tpu_results.py); libtpu starts quietly and off a real TPU's lock (tpu_plugin.py). JAX is imported
+lazily.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import importlib.util
+import importlib.metadata
 import os
-import re
-import sys
 import threading
 import time
-from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from ...compile_store import ARRAY_FIELD
 from ...errors import InvalidSettingError
 from ...model.tpu_targets import TpuSpec
 from . import compilers, lowering
-from .executables import NotRunnable
-from .gpu_compile import GpuSizer, Unavailable, _first_line, _SizerError
+from .gpu_compile import GpuSizer
+from .sizes import SizerError, Unavailable, first_line
+from .tpu_plugin import QUIET_LIBTPU, environment_for_libtpu, quiet_libtpu, tpu_compiler_problem, tpu_present
+from .tpu_results import NoTopology, NoTopologyError, Refused, SizingCosts, parse_refusal
 
 __all__ = [
     "QUIET_LIBTPU",
@@ -52,158 +41,14 @@ __all__ = [
     "Refused",
     "SizingCosts",
     "TpuSizer",
+    "environment_for_libtpu",
     "parse_refusal",
+    "quiet_libtpu",
     "tpu_compiler_problem",
+    "tpu_present",
 ]
 
 ARRAY_CACHE_FORMAT = 1
-
-QUIET_LIBTPU: Mapping[str, str] = {
-    # several processes (xdist workers, a child per regime) may each load libtpu to compile: the
-    # lock guards a real TPU's chips, which a compile-only client never opens
-    "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
-    # without them libtpu asks the cloud metadata service and logs "could not determine TPU
-    # accelerator type" and an INVALID_ARGUMENT for the worker hostnames on every start
-    "TPU_SKIP_MDS_QUERY": "1",
-    "TPU_ACCELERATOR_TYPE": "v5litepod-1",
-    "TPU_WORKER_HOSTNAMES": "localhost",
-    "TPU_WORKER_ID": "0",
-}
-"""What libtpu reads at start-up, set only while a compile-only TPU client starts on a machine
-without a TPU, and only where the user set none of them. The compile target is named by the
-topology (`v5p:2x2x1`...), not by TPU_ACCELERATOR_TYPE: the sizes of every generation were checked
-with it set (tests/capture/test_tpu_compile.py)."""
-
-_REFUSAL = re.compile(
-    r"(?:required for HLO temporaries|Used)\s*\(?\s*([\d.]+)\s*([KMGT]?)\)?.*?available HBM\s*\(\s*([\d.]+)\s*([KMGT]?)\s*\)",
-    re.DOTALL,
-)
-_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-
-
-@dataclass(frozen=True)
-class Refused(NotRunnable):
-    """The TPU compiler refused the executable for HBM: its own message and figures."""
-
-    target: str
-    message: str  # the compiler's first line
-    needed: int | None  # bytes it said the program needs, rounded as it printed them
-    available: int | None  # the HBM it said is available
-    text: str = field(default="", repr=False, compare=False)  # the compiler's whole message
-
-    def to_json(self) -> dict[str, object]:
-        return {"target": self.target, "message": self.message, "needed": self.needed, "available": self.available}
-
-    def error(self) -> Exception:
-        """What the program's call raises: the compiler's error, as JAX raises a failed compile for a
-        TPU (`jax.errors.JaxRuntimeError`, "RESOURCE_EXHAUSTED: ..."), before the program would run."""
-        import jax  # type: ignore[import-not-found]
-
-        return jax.errors.JaxRuntimeError(self.text or self.message)
-
-    def refusal(self) -> dict[str, object]:
-        return self.to_json()
-
-
-@dataclass(frozen=True)
-class NoTopology(NotRunnable):
-    """libtpu forms no topology of the program's device count: its call raises, naming the counts it forms."""
-
-    reason: str
-
-    def error(self) -> Exception:
-        return InvalidSettingError(self.reason)
-
-    def note(self) -> str:
-        return self.reason
-
-
-@dataclass
-class SizingCosts:
-    """Where a session's TPU sizing spent its time, measured: what a cold run pays beyond the CPU's
-    own compiles (benchmarks/bench_tpu.py prints it)."""
-
-    client_start_seconds: float = 0.0  # loading libtpu and starting its compile-only client (first topology)
-    topologies: int = 0  # topologies made after the first (2x2, 2x4...)
-    topology_seconds: float = 0.0
-    executables_compiled: int = 0  # lowered again and compiled by XLA:TPU
-    executable_seconds: float = 0.0  # lowering and compiling
-    executable_lowering_seconds: float = 0.0  # of which JAX's lowering for the TPU (Python)
-    executables_from_disk: int = 0
-    executables_from_session: int = 0  # the same program (module text and jaxpr) compiled earlier in the session
-    arrays_compiled: int = 0  # (shard shape, dtype) sized by the compile of a program that holds one
-    array_seconds: float = 0.0
-    arrays_from_disk: int = 0
-    entries_from_store: int = 0  # of those from disk (executables and arrays): stored beside the baselines
-    compiled: list[tuple[str, int, float]] = field(default_factory=list)  # (executable, devices, seconds)
-
-    def to_json(self) -> dict[str, float | int]:
-        return {name: round(value, 4) if isinstance(value, float) else value for name, value in vars(self).items()}  # type: ignore[misc]
-
-
-def parse_refusal(text: str) -> tuple[int | None, int | None] | None:
-    """(needed, available) bytes from XLA:TPU's out-of-memory refusal; None when `text` is none.
-    XLA prints them with HumanReadableNumBytes (powers of 1024, two decimals)."""
-    if "RESOURCE_EXHAUSTED" not in text or "HBM" not in text:
-        return None
-    match = _REFUSAL.search(text)
-    if match is None:
-        return None, None
-    needed = round(float(match.group(1)) * _UNITS[match.group(2)])
-    available = round(float(match.group(3)) * _UNITS[match.group(4)])
-    return needed, available
-
-
-def tpu_compiler_problem() -> str | None:
-    """Why XLA:TPU's compiler (libtpu) cannot be used here, or None: it can be imported, or loaded
-    from the compilers' folder (compilers.py, whose messages name `devmem compilers install`).
-    Imports no framework."""
-    return compilers.problem("tpu")
-
-
-def environment_for_libtpu(environ: Mapping[str, str]) -> dict[str, str]:
-    """`QUIET_LIBTPU`, less what the user set, where libtpu is installed and no TPU is present: to
-    set before JAX starts. JAX's own start tries a TPU backend whenever libtpu is installed
-    (xla_bridge.py registers `tpu` with priority 300), and that start loads libtpu with the same
-    warnings and lock as a compile-only client's. Nothing where a TPU is present or libtpu missing."""
-    if not compilers.in_environment("tpu") or tpu_present():
-        return {}
-    return {name: value for name, value in QUIET_LIBTPU.items() if name not in environ}
-
-
-TPU_DEVICE_PATHS = ("/dev/accel0", "/dev/vfio")
-"""Where a Cloud TPU VM's driver puts its chips' device files (/dev/accel*, or VFIO on later
-generations); without either there is no TPU to find, and the PCI scan is skipped."""
-
-
-@functools.lru_cache(maxsize=1)
-def tpu_present() -> bool:
-    """Whether this machine has TPU chips, as JAX's own check reads the PCI devices
-    (jax/_src/hardware_utils.py, a module of the standard library only: loaded from its file, so
-    that asking imports no JAX before the session has set what JAX reads). Once per process."""
-    if not any(os.path.exists(path) for path in TPU_DEVICE_PATHS):
-        return False  # no TPU driver's device files: no PCI scan (slow on a busy machine) needed
-    module = sys.modules.get("jax._src.hardware_utils")
-    if module is None:
-        try:
-            spec = importlib.util.find_spec("jax")
-            locations = list(spec.submodule_search_locations or []) if spec is not None else []
-            path = Path(locations[0]) / "_src" / "hardware_utils.py" if locations else None
-            loaded = (
-                importlib.util.spec_from_file_location("_devmem_jax_hardware_utils", path)
-                if path is not None and path.is_file()
-                else None
-            )
-            if loaded is None or loaded.loader is None:
-                return False
-            module = importlib.util.module_from_spec(loaded)
-            loaded.loader.exec_module(module)
-        except Exception:
-            return False
-    try:
-        return int(module.num_available_tpu_chips_and_device_id()[0]) > 0
-    except Exception:
-        return False
 
 
 class TpuSizer(GpuSizer):
@@ -222,6 +67,7 @@ class TpuSizer(GpuSizer):
         store_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.spec = spec  # type: ignore[assignment]
+        self.tpu_spec = spec
         self.beside = beside  # compile each program for the TPU in a worker as JAX compiles it (`install`)
         self.target = spec.preset
         self._start(cache_dir, user_cache_dir, store_dir)
@@ -260,8 +106,6 @@ class TpuSizer(GpuSizer):
         with self._lock:
             array_keys = [self._array_keys.get((tuple(shape), str(dtype))) for shape, dtype in arrays]
         return super().stored_entries([*keys, *(key for key in array_keys if key is not None)])
-
-    # -- what differs from the GPU sizer ----------------------------------------------------
 
     # -- compiling beside the test ---------------------------------------------------------------
 
@@ -326,7 +170,7 @@ class TpuSizer(GpuSizer):
         try:
             return self._size_recipe(recipe)
         except Exception as exc:  # the worker never raises into the run that waits for it
-            return Unavailable(f"XLA:TPU could not compile it ({_first_line(exc)})")
+            return Unavailable(f"XLA:TPU could not compile it ({first_line(exc)})")
 
     def sizes_for(self, executable: Any) -> Any:
         """As the GPU sizer's, waiting for the worker where it compiles this executable already."""
@@ -354,9 +198,9 @@ class TpuSizer(GpuSizer):
         if recipe.devices:
             try:
                 self._target_devices(len(recipe.devices))
-            except _NoTopologyError as exc:
+            except NoTopologyError as exc:
                 return NoTopology(str(exc))
-            except _SizerError:
+            except SizerError:
                 pass  # the compiler cannot be used here at all: the shared machinery says why
         with self._counting:
             compiles, seconds = self.compiles, self.compile_seconds
@@ -369,23 +213,17 @@ class TpuSizer(GpuSizer):
     def _compiler_problem(self) -> str | None:
         return compilers.load("tpu")
 
-    def _software_versions(self) -> str:
-        if not self._versions:  # libtpu has no __version__: its distribution's
-            import importlib.metadata
-
-            parts = []
-            for name in self.VERSION_MODULES:
-                try:
-                    parts.append(f"{name}={importlib.metadata.version(name)}")
-                except importlib.metadata.PackageNotFoundError:
-                    parts.append(f"{name}=?")
-            self._versions = ";".join(parts)
-        return self._versions
+    def _version_of(self, module: str) -> str:
+        """Its distribution's version (libtpu has no `__version__`), or "?"."""
+        try:
+            return importlib.metadata.version(module)
+        except importlib.metadata.PackageNotFoundError:
+            return "?"
 
     def _target_text(self) -> str:
         """The generation, and its chip config where the presets name one: sizes cached for v4's split
         mode (two devices per chip) are never taken for its megacore devices."""
-        spec: TpuSpec = self.spec  # type: ignore[assignment]
+        spec = self.tpu_spec
         config = spec.chip_config_name
         return f"tpu:{spec.generation}" + (f":{config}" if config else "")
 
@@ -394,7 +232,7 @@ class TpuSizer(GpuSizer):
         figures = parse_refusal(text)
         if figures is not None:
             return Refused(self.target, " ".join(text.split())[:400], figures[0], figures[1], text)
-        return Unavailable(f"XLA:TPU could not compile it ({_first_line(exc)})")
+        return Unavailable(f"XLA:TPU could not compile it ({first_line(exc)})")
 
     def _target_devices(self, count: int) -> list[Any]:
         """`count` compile-only devices of the generation's topology of that many devices."""
@@ -407,27 +245,21 @@ class TpuSizer(GpuSizer):
         if count in self._topologies:
             return self._topologies[count]
         if self._problem is not None:
-            raise _SizerError(self._problem)
-        spec: TpuSpec = self.spec  # type: ignore[assignment]
+            raise SizerError(self._problem)
+        spec = self.tpu_spec
         try:
             wanted = spec.topology_for(count)
         except InvalidSettingError as exc:
-            raise _NoTopologyError(str(exc)) from None
-        try:
-            from jax.experimental import topologies  # type: ignore[import-not-found]
-        except ImportError as exc:
-            self._problem = f"jax.experimental.topologies could not be imported ({exc})"
-            raise _SizerError(self._problem) from None
+            raise NoTopologyError(str(exc)) from None
+        topologies = self._topologies_module()
         started = time.perf_counter()
         try:
             with quiet_libtpu():
                 topology = topologies.get_topology_desc(topology_name=wanted.name, platform="tpu", **wanted.options())
         except Exception as exc:
             if count == 1:  # no chip at all: the compiler itself cannot be used here
-                raise _SizerError(f"libtpu gives no {wanted.name} topology ({_first_line(exc)})") from None
-            raise _NoTopologyError(
-                spec.no_topology(count, f"libtpu refused {wanted.name}: {_first_line(exc)}")
-            ) from None
+                raise SizerError(f"libtpu gives no {wanted.name} topology ({first_line(exc)})") from None
+            raise NoTopologyError(spec.no_topology(count, f"libtpu refused {wanted.name}: {first_line(exc)}")) from None
         seconds = time.perf_counter() - started
         if self._topologies:
             self.costs.topologies += 1
@@ -436,7 +268,7 @@ class TpuSizer(GpuSizer):
             self.costs.client_start_seconds += seconds
         devices = list(topology.devices)
         if len(devices) != count:  # never a topology of another size under this count's name
-            raise _NoTopologyError(spec.no_topology(count, f"libtpu's {wanted.name} has {len(devices)} devices"))
+            raise NoTopologyError(spec.no_topology(count, f"libtpu's {wanted.name} has {len(devices)} devices"))
         self._topologies[count] = devices
         return devices
 
@@ -483,8 +315,8 @@ class TpuSizer(GpuSizer):
             self.costs.arrays_from_disk += 1
             return cached
         try:
-            import jax  # type: ignore[import-not-found]
-            from jax.sharding import SingleDeviceSharding  # type: ignore[import-not-found]
+            import jax  # JAX: imported only where it runs
+            from jax.sharding import SingleDeviceSharding
 
             chip = self._target_devices(1)[0]
             started = time.perf_counter()
@@ -508,22 +340,18 @@ class TpuSizer(GpuSizer):
         return digest.hexdigest()
 
     def _read_array_cache(self, key: str | None) -> int | None:
-        entry = self._read_entry(key, ("array_bytes",))  # checked as every entry is (cache_entry.py)
-        return entry["array_bytes"] if entry is not None else None
+        entry = self._read_entry(key, (ARRAY_FIELD,))  # checked as every entry is (cache_entry.py)
+        return entry[ARRAY_FIELD] if entry is not None else None
 
     def _write_array_cache(self, key: str, size: int) -> None:
-        self._write_entry(key, {"array_bytes": size})
-
-
-class _NoTopologyError(_SizerError):
-    """libtpu forms no topology of the count asked for; the message names the counts it forms."""
+        self._write_entry(key, {ARRAY_FIELD: size})
 
 
 def dense_bytes(shape: tuple[int, ...], dtype: str) -> int | None:
     """An array's bytes untiled: its elements times its dtype's item size (numpy's); None where numpy
     does not know the dtype."""
     try:
-        import numpy as np
+        import numpy as np  # numpy: JAX's own dependency, here only where JAX runs
 
         itemsize = np.dtype(dtype).itemsize
     except Exception:  # noqa: BLE001 - a dtype numpy does not name (JAX's own: float8 kinds)
@@ -542,7 +370,7 @@ def _trace_context() -> object:
     """JAX's trace context in this thread (the thread-local settings that tracing and lowering
     read), or None where this JAX has none to compare."""
     try:
-        from jax._src import config  # type: ignore[import-not-found]
+        from jax._src import config  # JAX: imported only where it runs
 
         return config.trace_context()
     except Exception:
@@ -559,21 +387,3 @@ def _hold(x: Any) -> None:
     would otherwise prune): the compiler lays the argument out as it lays out any array of its shape
     and dtype, and states its size. An identity program states the same size (tested on every
     generation), and its compile takes about twice as long: it copies the argument into its output."""
-
-
-class quiet_libtpu:
-    """Sets `QUIET_LIBTPU` (those the user did not set) while the TPU plugin starts on a machine
-    without a TPU; puts the environment back after."""
-
-    def __enter__(self) -> None:
-        self._previous: dict[str, str | None] = {}
-        if tpu_present():
-            return
-        for name, value in QUIET_LIBTPU.items():
-            if name not in os.environ:
-                self._previous[name] = None
-                os.environ[name] = value
-
-    def __exit__(self, *exc: object) -> None:
-        for name in self._previous:
-            os.environ.pop(name, None)

@@ -43,7 +43,7 @@ class NvmlSource:
     def _open(self) -> None:
         if self._nvml is None:
             try:
-                import pynvml  # type: ignore[import-not-found]  # NVML's bindings: the nvml extra, optional
+                import pynvml  # NVML's bindings: the nvml extra, optional
             except ImportError:
                 self.note = "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
                 return

@@ -46,7 +46,7 @@ def copy_arrays_off_aligned(patches: Patches) -> bool:
     False where this TensorFlow has no `convert_to_eager_tensor` to wrap."""
     try:
         import numpy as np
-        from tensorflow.python.framework import constant_op  # type: ignore[import-not-found,unused-ignore]
+        from tensorflow.python.framework import constant_op
     except ImportError:
         return False
     if not callable(getattr(constant_op, "convert_to_eager_tensor", None)):

@@ -66,9 +66,9 @@ class ProfilerUnavailable(Exception):
 
 def _xspace_class() -> Any:
     try:
-        from tensorflow.tsl.profiler.protobuf import xplane_pb2  # type: ignore[import-not-found]
+        from tensorflow.tsl.profiler.protobuf import xplane_pb2
     except ImportError:
-        from tensorflow.core.profiler.protobuf import xplane_pb2  # type: ignore[import-not-found]  # before TensorFlow 2.13
+        from tensorflow.core.profiler.protobuf import xplane_pb2  # before TensorFlow 2.13
     return xplane_pb2.XSpace
 
 
@@ -77,7 +77,7 @@ class ProfilerRun:
 
     def __init__(self) -> None:
         try:
-            from tensorflow.python.profiler.internal import _pywrap_profiler  # type: ignore[import-not-found]  # TensorFlow: imported only where it runs
+            from tensorflow.python.profiler.internal import _pywrap_profiler  # TensorFlow: imported only where it runs
 
             self._xspace = _xspace_class()
         except ImportError as exc:

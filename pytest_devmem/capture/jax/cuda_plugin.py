@@ -1,0 +1,168 @@
+"""XLA:GPU's compiler on a machine without a GPU: which CUDA plugin is importable, what the environment
+needs before JAX starts so that it registers, its deviceless topology, and its refusals in words a user
+can act on.
+
+JAX 0.10 compiles for a GPU that is not present ("deviceless" ahead-of-time compilation) once the CUDA
+plugin is installed beside the CPU jaxlib (or loaded from the compilers' folder, compilers.py):
+`jax.experimental.topologies.get_topology_desc(platform="cuda", target_config=...)` gives compile-only
+devices of the GPU that the target config describes (`model.gpu_targets`). The GPU sizer
+(gpu_compile.py) compiles on them. Imports no framework.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from . import compilers
+from .sizes import SizerError, first_line
+
+__all__ = [
+    "CUDA_MAJORS",
+    "cuda_compiler_problem",
+    "cuda_topology",
+    "environment_for_deviceless_compile",
+    "explain",
+    "installed_cuda_major",
+    "load_cuda_compiler",
+    "plugin_modules",
+]
+
+CUDA_MAJORS = ("13", "12")
+"""The CUDA majors JAX publishes its GPU compiler for, the newest first: `jax-cudaNN-pjrt` holds
+XLA:GPU's compiler (module `jax_plugins.xla_cudaNN`), `jax-cudaNN-plugin` registers the handlers of
+the CUDA kernels it calls (cuSOLVER, cuFFT..., module `jax_cudaNN_plugin`). The first major whose
+two packages are installed is the one used; `devmem compilers install` installs CUDA 12's, in a
+folder of their own that a sizing process loads (compilers.py)."""
+
+
+def plugin_modules(major: str) -> tuple[tuple[str, str], tuple[str, str]]:
+    """(package, module) of the PJRT plugin and of the kernels' handlers for one CUDA major."""
+    return (f"jax-cuda{major}-pjrt", f"jax_plugins.xla_cuda{major}"), (
+        f"jax-cuda{major}-plugin",
+        f"jax_cuda{major}_plugin",
+    )
+
+
+def _module_found(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def installed_cuda_major() -> str | None:
+    """The CUDA major whose compiler packages can both be imported here (`CUDA_MAJORS`): installed
+    in the environment, or loaded from the compilers' folder; or None."""
+    for major in CUDA_MAJORS:
+        if all(_module_found(module) for _, module in plugin_modules(major)):
+            return major
+    return None
+
+
+def cuda_compiler_problem() -> str | None:
+    """Why XLA:GPU's compiler cannot be used here, or None: it can be imported, or loaded from the
+    compilers' folder (compilers.py, whose messages name `devmem compilers install`). Imports no framework."""
+    if installed_cuda_major() is not None:
+        return None
+    return compilers.problem("gpu")
+
+
+def load_cuda_compiler() -> str | None:
+    """XLA:GPU's compiler made importable in this process (from the compilers' folder where the
+    environment has none); None once it is, else why not."""
+    if installed_cuda_major() is not None:
+        return None
+    return compilers.load("gpu") or (None if installed_cuda_major() is not None else cuda_compiler_problem())
+
+
+def environment_for_deviceless_compile(environ: Mapping[str, str], gpu_present: bool) -> dict[str, str]:
+    """Settings to put in the environment before JAX starts, so that the CUDA plugin registers its
+    compiler on a machine without a GPU while JAX runs on the CPU.
+
+    Without them, the plugin's start-up check of the CUDA libraries fails (no driver, no runtime)
+    and JAX prints that failure's traceback; with JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 the plugin
+    registers, its backend fails to start without a driver, and JAX runs on the CPU as before.
+    Nothing is set where a GPU is present, where the user chose JAX's platforms, or where the
+    plugin cannot be imported (neither installed nor loaded from the compilers' folder: JAX will not
+    find it).
+    """
+    if gpu_present or installed_cuda_major() is None:
+        return {}
+    if "JAX_PLATFORMS" in environ or "JAX_SKIP_CUDA_CONSTRAINTS_CHECK" in environ:
+        return {}
+    return {"JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1"}
+
+
+def cuda_topology(topologies: Any, config: str, count: int) -> Any:
+    """The target's topology; where the CUDA plugin did not register (its start-up check of the CUDA
+    libraries fails without a GPU, unless JAX_SKIP_CUDA_CONSTRAINTS_CHECK or JAX_PLATFORMS was set),
+    it is registered again with that check skipped: JAX keeps running on the CPU."""
+    try:
+        return topologies.get_topology_desc(platform="cuda", target_config=config, topology=f"1x1x{count}")
+    except NotImplementedError:
+        pass
+    except Exception as exc:
+        raise SizerError(f"XLA refused the GPU target: {first_line(exc)}") from None
+    _register_cuda_plugin()
+    try:
+        return topologies.get_topology_desc(platform="cuda", target_config=config, topology=f"1x1x{count}")
+    except Exception as exc:
+        raise SizerError(
+            f"the CUDA plugin is installed but gives no GPU topology ({first_line(exc)}); "
+            "set JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 before JAX starts"
+        ) from None
+
+
+def _register_cuda_plugin() -> None:
+    try:
+        plugin = importlib.import_module(plugin_modules(installed_cuda_major() or CUDA_MAJORS[-1])[0][1])
+    except ImportError:
+        return
+    before = os.environ.get("JAX_SKIP_CUDA_CONSTRAINTS_CHECK")
+    os.environ["JAX_SKIP_CUDA_CONSTRAINTS_CHECK"] = "1"
+    try:
+        plugin.initialize()
+    except Exception:
+        pass
+    finally:
+        if before is None:
+            os.environ.pop("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", None)
+        else:
+            os.environ["JAX_SKIP_CUDA_CONSTRAINTS_CHECK"] = before
+
+
+_EXPLANATIONS: tuple[tuple[str, str], ...] = (
+    (
+        "Unknown backend: 'gpu'",
+        "it calls back to Python (jax.debug.print, pure_callback, io_callback), which XLA:GPU compiles only where a GPU backend runs",
+    ),
+    ("No FFI handler registered for", "it calls a custom kernel that has no CUDA implementation registered here"),
+    (
+        "No registered implementation for custom call",
+        "it calls a custom kernel that has no CUDA implementation registered here",
+    ),
+    (
+        "No PTX compilation provider",
+        f"XLA found no ptxas to compile GPU kernels (nvidia-cuda-nvcc-cu12, which `{compilers.COMMAND}` installs)",
+    ),
+    ("ptxas too old", "the ptxas XLA found does not support this GPU's compute capability"),
+    ("utotun", "XLA needed to autotune on a real GPU"),
+)
+
+
+def explain(exc: BaseException) -> str:
+    """Why XLA:GPU refused a program: a reason a user can act on, then XLA's or JAX's own first line."""
+    text = str(exc)
+    for marker, explanation in _EXPLANATIONS:
+        if marker in text:
+            if "custom kernel" in explanation and compilers.loaded_after_jax("gpu"):
+                explanation += (
+                    " (JAX was imported before the CUDA compiler's folder was loaded, so its kernels' handlers were "
+                    "not registered: something imported JAX before pytest-devmem's first hook)"
+                )
+            return f"{explanation} ({first_line(exc)})"
+    return f"XLA:GPU could not compile it without a GPU ({first_line(exc)})"
