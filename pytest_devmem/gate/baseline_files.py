@@ -223,7 +223,7 @@ def _checked_header(document: object, device_class: str | None, fail: _Fail) -> 
             f"holds device class {document.get('device_class')!r} but sits in the directory of {device_class!r}",
             '"device_class"',
         )
-    return document, int(version)  # type: ignore[arg-type]  # one of READABLE_VERSIONS
+    return document, int(version)  # one of READABLE_VERSIONS
 
 
 def _entry(

@@ -136,9 +136,9 @@ class ProgramBuffers:
             raise ValueError('a program\'s "notes" must be a list of strings and its "source" a string')
         return cls(
             tuple(PeakBuffer.from_json(item) for item in listed),
-            int(numbers["more"]),  # type: ignore[arg-type]
-            int(numbers["peak_bytes"]),  # type: ignore[arg-type]
-            int(numbers["padding_bytes"]),  # type: ignore[arg-type]
+            int(numbers["more"]),
+            int(numbers["peak_bytes"]),
+            int(numbers["padding_bytes"]),
             source,
             tuple(notes),
         )

@@ -121,7 +121,7 @@ class Checks:
         if first is None:
             return None
         record.failed_check = first[0]  # which one: a refresh takes the figures of a baseline failure alone
-        return terminal_lines(first[1])  # type: ignore[arg-type]  # it quotes test ids, labels and baseline fields
+        return terminal_lines(first[1])  # it quotes test ids, labels and baseline fields
 
     def write_trace(self, record: TestRecord) -> None:
         """With --devmem-traces=DIR: the test's trace as an RMM-style CSV, named after the test and regime."""

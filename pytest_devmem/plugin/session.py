@@ -430,7 +430,7 @@ class DevmemSession:
         )
         return DevmemFixture(
             regime or self.settings.default_regime, RecordingPool(pool, self.measurement.recorder, device), self.device
-        )  # type: ignore[arg-type]
+        )
 
     def _configure_tensorflow_once(self) -> None:
         if self._tensorflow_configured or "tensorflow" not in sys.modules or self.settings.regime is None:

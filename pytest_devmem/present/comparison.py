@@ -44,7 +44,7 @@ def _row_sort_key(sort: str) -> object:
         if sort == "test":
             return (str(row["test"]), str(row["regime"]), str(row["device_class"]), str(row["metric"]))
         value = row.get(sort)
-        number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None  # type: ignore[arg-type]
+        number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
         return (number is None, -(number or 0.0), str(row["test"]))
 
     return key
@@ -193,7 +193,7 @@ def compare_markdown(
             shown_delta = (
                 "—"
                 if delta is None
-                else ("+" if delta >= 0 else "-")  # type: ignore[operator, arg-type]
+                else ("+" if delta >= 0 else "-")  # type: ignore[operator]
                 + format_metric(name, abs(delta))  # type: ignore[operator, arg-type]
                 + (f" ({row['percent']:+.1f}%)" if row["percent"] is not None else "")
             )

@@ -121,7 +121,7 @@ def render_png(view: TimelineView, path: str | os.PathLike[str], title: str) -> 
 def _png_lane(axis: object, held_axis: object, lane: DeviceLane, view: TimelineView, last: int) -> None:
     """Two panels, each on one scale: in use alone (its own detail), then held from the device with
     in use under it on the same scale, so in use is never drawn above what holds it."""
-    ax, hx = axis, held_axis  # type: ignore[assignment]
+    ax, hx = axis, held_axis
     top_in_use = max(lane.in_use, default=0)
     unit, size = unit_of(top_in_use)
     xs, ys = steps(lane.events, [b / size for b in lane.in_use], last)
@@ -168,7 +168,7 @@ def _png_map(
     pinned: set[int],
     pins: list[str],
 ) -> None:
-    ax = axis  # type: ignore[assignment]
+    ax = axis
     labels, row = [], 0
     for pool in pools:
         extents = map_extent(pool)

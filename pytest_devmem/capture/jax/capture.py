@@ -104,11 +104,11 @@ class JaxCapture(RunRecording):
         if self.installed:
             return True
         try:
-            import jax as jax_module  # type: ignore[import-not-found]
-            from jax._src import dispatch, pjit  # type: ignore[import-not-found]
-            from jax._src.interpreters import pxla  # type: ignore[import-not-found]
-            from jax._src.lib import _jax, xla_client  # type: ignore[import-not-found]
-            from jax._src.tree_util import dispatch_registry  # type: ignore[import-not-found]
+            import jax as jax_module
+            from jax._src import dispatch, pjit
+            from jax._src.interpreters import pxla
+            from jax._src.lib import _jax, xla_client
+            from jax._src.tree_util import dispatch_registry
         except ImportError as exc:
             self.note = f"JAX's dispatch internals could not be imported ({exc}): JAX allocations are not traced"
             return False
@@ -173,7 +173,7 @@ class JaxCapture(RunRecording):
             self._post_hook = None
         if self._compile_listener is not None:
             try:
-                from jax._src import monitoring  # type: ignore[import-not-found]
+                from jax._src import monitoring
 
                 monitoring.unregister_event_duration_listener(self._compile_listener)
             except (ImportError, AttributeError, AssertionError, ValueError):
@@ -185,7 +185,7 @@ class JaxCapture(RunRecording):
         """Count XLA compilations through JAX's public monitoring events: one backend-compile event per
         executable compiled (a compile-cache hit sends none)."""
         try:
-            import jax.monitoring  # type: ignore[import-not-found]
+            import jax.monitoring
         except ImportError:
             return
         capture = self
@@ -215,7 +215,7 @@ class JaxCapture(RunRecording):
         if sizer is None:
             return {}
         keys = {plan.sized_key for plans in self.window.used.values() for plan in plans.values() if plan.sized_key}
-        return sizer.stored_entries(sorted(keys), sorted(self._shards.asked))  # type: ignore[no-any-return]
+        return sizer.stored_entries(sorted(keys), sorted(self._shards.asked))
 
     def padded_sizes(self) -> dict[int, set[int]]:
         """A TPU sizer's tiled shard sizes and the dense sizes they stand for (tpu_compile.py); empty elsewhere."""

@@ -42,14 +42,14 @@ def new_held(ids: list[int] | tuple[int, ...], holders: int = 0) -> Held:
     return held
 
 
-class Owner(weakref.ref):  # type: ignore[type-arg]
+class Owner(weakref.ref):
     """A weak reference from one array to the allocations it holds; hashed by identity (a weak
     reference's own hash is its array's, and JAX arrays have none), so a set keeps it alive."""
 
     __slots__ = ("held",)
     held: Held | int | None  # an int: the one id of a run's output, not shared yet (a Held made when needed)
     __hash__ = object.__hash__
-    __eq__ = object.__eq__  # type: ignore[assignment]
+    __eq__ = object.__eq__
 
 
 def held_of(owner: Owner) -> Held | None:

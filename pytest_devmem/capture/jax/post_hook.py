@@ -104,7 +104,7 @@ def _unset_marker() -> Any:
     """The value a JAX config state's `get_local()` returns where the thread set none (jax/_src/config.py:
     `config_ext.unset`); None where this JAX has no such marker."""
     try:
-        from jax._src import config  # type: ignore[import-not-found]  # JAX: imported only where it runs
+        from jax._src import config  # JAX: imported only where it runs
     except ImportError:
         return None
     return getattr(getattr(config, "config_ext", None), "unset", None)
@@ -118,7 +118,7 @@ def post_hook_slot() -> PostHookSlot | None:
     global _slot
     if _slot is None:
         try:
-            from jax._src import api  # type: ignore[import-not-found]  # JAX: imported only where it runs
+            from jax._src import api  # JAX: imported only where it runs
         except ImportError:
             return None
         state = getattr(api, "_post_hook_state", None)

@@ -101,7 +101,7 @@ class TensorFlowCapture:
         its ops' lines are read just before, so they are known whenever it went (a function local
         to the test, collected before the window's end), the same in every selection."""
         try:
-            from tensorflow.python.eager.polymorphic_function import atomic_function  # type: ignore[import-not-found]
+            from tensorflow.python.eager.polymorphic_function import atomic_function
         except ImportError:
             return
         if "__del__" not in vars(getattr(atomic_function, "AtomicFunction", object)):

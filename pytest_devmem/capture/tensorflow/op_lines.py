@@ -72,7 +72,7 @@ class OpLines:
         try:
             context = self._context
             if context is None:
-                from tensorflow.python.eager import context as eager  # type: ignore[import-not-found]
+                from tensorflow.python.eager import context as eager
 
                 context = self._context = eager.context()
             name = function.encode()

@@ -46,7 +46,7 @@ def _take(codes: list[int], indices: Any) -> list[int]:
     """codes[i] for each i of `indices` (a numpy array), as a list."""
     import numpy as np  # numpy: optional (the fast-traces and fast-model extras)
 
-    return np.asarray(codes, dtype=np.int64)[indices].tolist()  # type: ignore[no-any-return]
+    return np.asarray(codes, dtype=np.int64)[indices].tolist()
 
 
 class Replay:

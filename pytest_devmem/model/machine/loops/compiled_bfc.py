@@ -277,7 +277,7 @@ class _State:
         return True
 
     def run(self, actions: Any, lanes: Any, pointers: Any, slots: Any, requested: Any, begin: int) -> tuple[int, int]:
-        return self.kernel.run_lanes(  # type: ignore[no-any-return]
+        return self.kernel.run_lanes(
             actions,
             lanes,
             pointers,

@@ -60,7 +60,7 @@ NUM_BINS = 21  # as chunk_table.NUM_BINS: a chunk of s bytes is in bin min(floor
 DF_SAMPLED, DF_AT_PEAK, DF_WORST, DF_MAPPED, DF_FIELDS = range(5)
 
 LARGEST_ADDRESS = 2**62
-Array = np.ndarray  # type: ignore[type-arg]
+Array = np.ndarray
 
 
 @numba.njit(cache=True, inline="always")

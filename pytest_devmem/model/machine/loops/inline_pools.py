@@ -56,4 +56,4 @@ def allocate(pool: Any, size: int, handles: dict[int, tuple[int, ...]]) -> tuple
 
 def compactions(pool: Any) -> int:
     """How often the pool moved its buffers so far (0 for a pool that never does)."""
-    return getattr(pool, "compactions", 0)  # type: ignore[no-any-return]
+    return getattr(pool, "compactions", 0)
