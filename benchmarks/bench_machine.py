@@ -34,7 +34,7 @@ from pytest_devmem.model.frameworks import setups_for
 from pytest_devmem.model.machine import MachineSpec, run_machine
 from pytest_devmem.model.machine.loops import compiled_bfc
 from pytest_devmem.model.pool import Policy, make_pool, replay
-from pytest_devmem.model.trace import Trace
+from pytest_devmem.model.trace import NUMBER_COLUMNS, Trace
 from pytest_devmem.units import format_size, parse_size
 
 from .workloads import (
@@ -151,18 +151,7 @@ def record_steps(events: int) -> Trace:
 
 def trace_bytes(trace: Trace) -> int:
     """The bytes a Trace's columns take (their buffers, as allocated)."""
-    columns = (
-        trace.actions,
-        trace.pointers,
-        trace.sizes,
-        trace.times,
-        trace.threads,
-        trace.streams,
-        trace.sources,
-        trace.labels,
-        trace.devices,
-        trace.processes,
-    )
+    columns = (trace.actions, *(getattr(trace, name) for name in NUMBER_COLUMNS))
     return sum(sys.getsizeof(column) for column in columns) + sum(sys.getsizeof(name) for name in trace.names)
 
 

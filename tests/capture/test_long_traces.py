@@ -7,7 +7,7 @@ import sys
 import tracemalloc
 
 from pytest_devmem.capture.recorder import TraceRecorder
-from pytest_devmem.model.trace import Trace
+from pytest_devmem.model.trace import NUMBER_COLUMNS, Trace
 
 MAX_BYTES_PER_EVENT = 80
 """61 bytes of column values an event (the site's name code among them), plus what the columns
@@ -21,19 +21,7 @@ def record(recorder: TraceRecorder, events: int) -> None:
 
 
 def column_bytes(trace: Trace) -> int:
-    columns = (
-        trace.actions,
-        trace.pointers,
-        trace.sizes,
-        trace.times,
-        trace.threads,
-        trace.streams,
-        trace.sources,
-        trace.labels,
-        trace.devices,
-        trace.processes,
-        trace.sites,
-    )
+    columns = (trace.actions, *(getattr(trace, name) for name in NUMBER_COLUMNS))
     return sum(sys.getsizeof(column) for column in columns)
 
 

@@ -19,7 +19,7 @@ import os
 from ...errors import FileFormatError
 from ...files import MAX_TRACE_BYTES, open_regular, write_atomic
 from . import arrow_file, csv_file
-from .columns import TraceColumns, TraceEvent
+from .columns import NUMBER_COLUMNS, TraceColumns, TraceEvent
 from .format import (
     ACTIONS,
     ALLOCATE,
@@ -40,6 +40,7 @@ from .format import (
 )
 
 __all__ = [
+    "NUMBER_COLUMNS",
     "ACTIONS",
     "ALLOCATE",
     "ALLOCATE_CODE",

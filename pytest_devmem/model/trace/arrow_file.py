@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from typing import IO, Any, Generic, TypeVar
 
 from ...files import write_atomic
-from .columns import TraceColumns
+from .columns import NUMBER_COLUMNS, TraceColumns
 from .csv_columns import integers, numbers
 from .format import (
     ACTIONS,
@@ -223,18 +223,7 @@ class _Columns(Generic[_T]):
         self.trace = trace
         self.rows, self.filled = rows, 0
         trace.actions = bytearray(rows)
-        for name in (
-            "pointers",
-            "sizes",
-            "times",
-            "threads",
-            "streams",
-            "sources",
-            "labels",
-            "devices",
-            "processes",
-            "sites",
-        ):
+        for name in NUMBER_COLUMNS:
             column = getattr(trace, name)
             setattr(trace, name, array(column.typecode, [0]) * rows if rows else array(column.typecode))
         self._lookups: dict[str, tuple[Any, Any]] = {}

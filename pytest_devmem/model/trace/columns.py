@@ -19,6 +19,22 @@ from .format import ACTIONS, ALLOCATE_CODE, BY_COLUMN_FROM, FREE_CODE, TraceForm
 
 _T = TypeVar("_T", bound="TraceColumns")
 
+NUMBER_COLUMNS = (
+    "pointers",
+    "sizes",
+    "times",
+    "threads",
+    "streams",
+    "sources",
+    "labels",
+    "devices",
+    "processes",
+    "sites",
+)
+"""Every column beside `actions` (a bytearray of ACTIONS' codes), each an `array` of one typecode, in order."""
+NAME_COLUMNS = ("sources", "labels", "devices", "sites")
+"""The columns that hold indexes into `names`."""
+
 
 @dataclass(frozen=True, slots=True)
 class TraceEvent:
@@ -237,16 +253,7 @@ class TraceColumns:
         """The columns as plain lists (JSON, or what pytest-xdist sends from a worker)."""
         return {
             "actions": list(self.actions),
-            "pointers": list(self.pointers),
-            "sizes": list(self.sizes),
-            "times": list(self.times),
-            "threads": list(self.threads),
-            "streams": list(self.streams),
-            "sources": list(self.sources),
-            "labels": list(self.labels),
-            "devices": list(self.devices),
-            "processes": list(self.processes),
-            "sites": list(self.sites),
+            **{name: list(getattr(self, name)) for name in NUMBER_COLUMNS},
             "names": list(self.names),
         }
 
@@ -267,34 +274,20 @@ class TraceColumns:
         trace = cls()
         try:
             trace.actions = bytearray(data["actions"])
-            trace.pointers = array("Q", data["pointers"])
-            trace.sizes = array("q", data["sizes"])
-            trace.times = array("d", data["times"])
-            trace.threads = array("Q", data["threads"])
-            trace.streams = array("Q", data["streams"])
-            trace.sources = array("I", data["sources"])
-            trace.labels = array("I", data["labels"])
-            trace.devices = array("I", data["devices"])
-            trace.processes = array("I", data["processes"])
-            trace.sites = array("I", data.get("sites") or bytes(4 * len(trace.actions)))  # none: before sites
+            for name in NUMBER_COLUMNS:
+                typecode = getattr(trace, name).typecode
+                values = (  # a trace before sites has none: each event's site is ""
+                    data.get(name) or bytes(array(typecode).itemsize * len(trace.actions))
+                    if name == "sites"
+                    else data[name]
+                )
+                setattr(trace, name, array(typecode, values))
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise TraceFormatError(f"trace columns: {exc}") from None
-        columns = (
-            trace.pointers,
-            trace.sizes,
-            trace.times,
-            trace.threads,
-            trace.streams,
-            trace.sources,
-            trace.labels,
-            trace.devices,
-            trace.processes,
-            trace.sites,
-        )
-        if any(len(column) != len(trace.actions) for column in columns):
+        if any(len(getattr(trace, name)) != len(trace.actions) for name in NUMBER_COLUMNS):
             raise TraceFormatError("trace columns of unequal length")
         if any(action >= len(ACTIONS) for action in trace.actions) or any(
-            code >= len(names) for column in (*columns[5:8], trace.sites) for code in column
+            code >= len(names) for name in NAME_COLUMNS for code in getattr(trace, name)
         ):
             raise TraceFormatError("trace columns: an action or name index out of range")
         if any(size < 0 for size in trace.sizes):
