@@ -22,6 +22,7 @@ from .plot_parts import (
     OOM_COLOUR,
     PALETTE,
     BaselineSide,
+    map_chunks,
     map_extent,
     maps,
     oom_caption,
@@ -173,12 +174,7 @@ def _png_map(
     for pool in pools:
         extents = map_extent(pool)
         for region, (size, extent) in enumerate(zip(pool.region_sizes, extents)):
-            for chunk in pool.chunks:
-                if chunk.region != region or chunk.offset >= extent:
-                    continue
-                width = min(chunk.size, extent - chunk.offset)
-                colour = colours.get(chunk.owner, PALETTE[-1]) if chunk.owner else FREE_COLOUR
-                marked = chunk.event in pinned
+            for chunk, width, colour, marked in map_chunks(pool, region, extent, colours, pinned):
                 ax.barh(  # type: ignore[attr-defined]
                     row,
                     width / MiB,

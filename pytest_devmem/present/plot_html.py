@@ -11,11 +11,11 @@ from ..model.timeline import DeviceLane, PoolView, TimelineView
 from ..units import format_size
 from .plot_parts import (
     BASELINE_COLOUR,
-    FREE_COLOUR,
     MAP_SHOWN,
     OOM_COLOUR,
     PALETTE,
     BaselineSide,
+    map_chunks,
     map_extent,
     maps,
     nice_ticks,
@@ -382,12 +382,7 @@ def _map_svg(pools: list[PoolView], caption: str, colours: dict[str, str], pinne
         parts.append(
             f"<text x='0' y='{y + 15}' font-size='11'>{html_text(allocator_name(pool.allocator))} region {region} ({format_size(size)})</text>"
         )
-        for chunk in pool.chunks:
-            if chunk.region != region or chunk.offset >= extent:
-                continue
-            shown = min(chunk.size, extent - chunk.offset)
-            colour = colours.get(chunk.owner, PALETTE[-1]) if chunk.owner else FREE_COLOUR
-            marked = chunk.event in pinned
+        for chunk, shown, colour, marked in map_chunks(pool, region, extent, colours, pinned):
             label = html_text(
                 f"{chunk.owner or 'free'}: {format_size(chunk.size)} at +{format_size(chunk.offset)}"
                 + (" (pins the holes beside it)" if marked else "")

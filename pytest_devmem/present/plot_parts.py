@@ -4,11 +4,12 @@ failure's run, and the step line every lane is drawn as."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..model.explain import allocator_name
 from ..model.machine import KIND_TEXT
-from ..model.timeline import DeviceLane, PoolView, TimelineView
+from ..model.timeline import Chunk, DeviceLane, PoolView, TimelineView
 from ..units import MiB, format_size
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
@@ -33,6 +34,19 @@ def map_extent(pool: PoolView) -> list[int]:
         if chunk.owner and chunk.region < len(ends):
             ends[chunk.region] = max(ends[chunk.region], chunk.offset + chunk.size)
     return [min(size, end + end // 8) for size, end in zip(pool.region_sizes, ends)]
+
+
+def map_chunks(
+    pool: PoolView, region: int, extent: int, colours: dict[str, str], pinned: set[int]
+) -> Iterator[tuple[Chunk, int, str, bool]]:
+    """The chunks of one region of a pool's map as both pictures draw them: each chunk that starts
+    within the drawn `extent`, the width of it drawn, its colour (its holder's, or free) and whether
+    it pins the holes beside it."""
+    for chunk in pool.chunks:
+        if chunk.region != region or chunk.offset >= extent:
+            continue
+        colour = colours.get(chunk.owner, PALETTE[-1]) if chunk.owner else FREE_COLOUR
+        yield chunk, min(chunk.size, extent - chunk.offset), colour, chunk.event in pinned
 
 
 def oom_caption(view: TimelineView) -> str:
