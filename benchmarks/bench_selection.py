@@ -297,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         every, found = selections(directory)
         seconds = time.perf_counter() - start
-    print(f"every selection gives the same record: {len(every)} tests, {len(found) + 1} sessions in {seconds:.0f} s")
+    sessions = len(found) + 2  # the all-measured one, and the two shards compared as one selection
+    print(f"every selection gives the same record: {len(every)} tests, {sessions} sessions in {seconds:.0f} s")
     print(f"{'selection':<44} {'tests':>5}  records that differ from every test measured")
     status = 0
     for name, records in found.items():
