@@ -17,7 +17,8 @@ does). Runs alternate so drift hits both; the fastest of each counts. Each
 run's CPU time (user and system, the run's processes) is printed beside its wall time: on a busy
 machine it is the steadier figure. The TPU-sized run's own costs (libtpu's start, the topologies,
 each executable's and each array shape's TPU compile: counts and seconds) are measured in it and
-printed under its line. The target: the TPU-sized run costs at most 1.3x the CPU-sized one.
+printed under its line. The targets, TPU-sized against CPU-sized: a truly cold run at most 2x, a
+fresh clone with recorded baselines at most 1.1x, a warm run at most 1.3x.
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ def prepare(suite: str, scratch: Path, quick: bool) -> tuple[Path, list[str], li
     return directory, tests, ["-W", "ignore::DeprecationWarning"], f"optax {OPTAX_VERSION}'s tests ({', '.join(tests)})"
 
 
-TARGETS = {"cold": TARGET, "clone": 1.1, "warm": TARGET}
+TARGETS = {"cold": 2.0, "clone": 1.1, "warm": TARGET}
 """The wall-time ratio each kind of run is held to (the TPU-sized run's to the CPU-sized one's)."""
 
 
