@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 SUITE = ("conftest.py", "test_jax_mlp.py", "test_jax_sharded.py")
 OPTAX_FILES = 3  # the first test files of bench_gate's list
+QUICK_TEST = "test_jax_mlp.py::test_mlp_train_step[256]"
 TARGET = 1.3
 COMMON = ["-q", "-p", "no:hypothesispytest", "-p", "no:xdist", "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact"]
 CONFIGURATIONS = {
@@ -120,6 +121,8 @@ def prepare(suite: str, scratch: Path, quick: bool) -> tuple[Path, list[str], li
         directory.mkdir()
         for name in files:
             shutil.copy(EXAMPLES / name, directory / name)
+        if quick:  # one training step: a check that the benchmark runs
+            return directory, [QUICK_TEST], [], f"JAX examples ({QUICK_TEST})"
         return directory, ["."], [], f"JAX examples ({', '.join(files[1:])})"
     import importlib.util
 
@@ -173,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         "--repeat", type=int, default=3, help="Runs of each configuration; the fastest counts (default 3)"
     )
     parser.add_argument(
-        "--quick", action="store_true", help="One run of each, one file of each suite, without the cache folder"
+        "--quick",
+        action="store_true",
+        help="One run of each, cold: one test of the examples, one file of optax's suite",
     )
     parser.add_argument(
         "--suite", choices=("examples", "optax", "both"), default="both", help="Which suite (default both)"
