@@ -323,6 +323,26 @@ def test_a_one_lane_trace_replayed_compiled_gives_what_the_first_loop_gave(
 
 
 @compiled
+def test_the_compiled_loop_loads_once_the_traces_it_suits_add_up_to_enough_events(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Loading numba costs a fixed price a process, which the compiled loop earns back over many
+    events: in one trace or several; a trace it does not suit (a timeline) does not count."""
+    monkeypatch.setattr(compiled_bfc, "_available", None)
+    monkeypatch.setattr(compiled_bfc, "_events_before_loading", 0)
+    monkeypatch.setattr(compiled_bfc, "COMPILED_FROM_EVENTS", 100)
+    monkeypatch.setattr(compiled_bfc, "LOADED_FROM_EVENTS", 1000)
+    trace = random_walk(1, 600, ONE_LANE)
+    setups, spec = setups_for(Policy.of("prealloc"), GiB), MachineSpec(GiB, "sim")
+    machine = Machine(spec, setups)
+    assert not compiled_bfc.suits(state_module.Replay(machine, trace, True, True))  # a timeline: the event loop
+    assert not compiled_bfc.suits(state_module.Replay(machine, trace, False, True))  # some 600 events of the 1,000
+    assert compiled_bfc._available is None
+    assert compiled_bfc.suits(state_module.Replay(machine, trace, False, True))  # some 1,200: loaded
+    assert compiled_bfc._available is True
+
+
+@compiled
 @pytest.mark.parametrize("mode", ["prealloc", "growth"])
 def test_maps_promised_at_many_peaks_of_a_compiled_replay_are_made_from_copies_as_they_were(
     every_trace_compiled: None, mode: str

@@ -28,15 +28,16 @@ from ...pool.compacting import CompactingPool
 from ..state import AllocatorState, Replay
 from .any_lanes import replay_lanes
 
-COMPILED_FROM_EVENTS = 20_000
-"""Traces of this many events or more run compiled once the compiled loop is loaded in the process."""
+COMPILED_FROM_EVENTS = 1_000
+"""Traces of this many events or more run compiled once the compiled loop is loaded in the process:
+moving the pools into its arrays and back costs about a millisecond a trace, which the event loop
+spends on some 300 events (2.5 to 4 microseconds each; the compiled loop 0.2 to 0.7)."""
 
-LOADED_FROM_EVENTS = 2_000_000
-"""A trace of this many events loads the compiled loop: importing numba and loading the loop from
-its cache costs about a second of CPU and 140 MiB once a process (compiling it the first time on a
-machine, some 8 seconds), which the compiled loop saves back over 1.5 to 2.5 million events (0.4
-to 0.7 microseconds an event). `devmem replay` of a 600,000-event trace took 0.4 CPU seconds more
-with it than without."""
+LOADED_FROM_EVENTS = 200_000
+"""The compiled loop loads once traces it suits of this many events in all (one trace or several,
+each of COMPILED_FROM_EVENTS or more) ran in the process: importing numba and loading the loop from
+its cache costs about 0.4 CPU seconds and 63 MiB once a process (compiling it the first time on a
+machine, some 20 CPU seconds), which the compiled loop saves back over some 150,000 events."""
 
 LARGEST_VALUE = 2**62
 """Sizes and addresses at or above this do not fit the compiled loop's 64-bit integers: Python runs them."""
@@ -54,6 +55,7 @@ NO_EVENT = -(2**62)
 _kernel: Any = None
 _slots: Any = None
 _available: bool | None = None
+_events_before_loading = 0  # of the traces the compiled loop suited before it was loaded
 
 
 def _bfc_pool(allocator: AllocatorState) -> BFCPool:
@@ -79,19 +81,25 @@ def available() -> bool:
 
 
 def suits(replay: Replay) -> bool:
-    """Whether the compiled loop runs this replay: numba is there, the trace is long, no timeline,
-    every lane a BFC pool of its own (no chip's runtime shared by sources), every size positive."""
-    trace = replay.trace
+    """Whether the compiled loop runs this replay: no timeline, every lane a BFC pool of its own (no
+    chip's runtime shared by sources), every size positive, the trace long enough; and numba there,
+    the compiled loop loaded (`LOADED_FROM_EVENTS`)."""
+    global _events_before_loading
+    trace, machine = replay.trace, replay.machine
     if replay.recorded is not None or _python_only or not len(trace) or len(trace) < COMPILED_FROM_EVENTS:
         return False
-    if not (_available is not None or len(trace) >= LOADED_FROM_EVENTS) or not available():
+    names = trace.names
+    if (
+        replay.shares_runtime
+        or min(trace.sizes) <= 0
+        or not all(machine.is_bfc(names[source]) for _, _, source in replay.lane_keys)
+    ):
         return False
-    machine, names = replay.machine, trace.names
-    return (
-        not replay.shares_runtime
-        and min(trace.sizes) > 0
-        and all(machine.is_bfc(names[source]) for _, _, source in replay.lane_keys)
-    )
+    if _available is None:
+        _events_before_loading += len(trace)
+        if _events_before_loading < LOADED_FROM_EVENTS:
+            return False
+    return available()
 
 
 _python_only = False
