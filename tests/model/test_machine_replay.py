@@ -295,7 +295,7 @@ def test_tensorflow_giving_regions_back_before_it_fails_leaves_its_pool_smaller_
 
 compiled = pytest.mark.skipif(
     not compiled_bfc.available(),
-    reason="the compiled loop is off: numba is not installed (the fast-model extra), or DEVMEM_COMPILED=0",
+    reason="the compiled loop is off: DEVMEM_COMPILED=0, or numba cannot be imported",
 )
 
 
