@@ -33,11 +33,12 @@ COMPILED_FROM_EVENTS = 1_000
 moving the pools into its arrays and back costs about a millisecond a trace, which the event loop
 spends on some 300 events (2.5 to 4 microseconds each; the compiled loop 0.2 to 0.7)."""
 
-LOADED_FROM_EVENTS = 200_000
+LOADED_FROM_EVENTS = 400_000
 """The compiled loop loads once traces it suits of this many events in all (one trace or several,
 each of COMPILED_FROM_EVENTS or more) ran in the process: importing numba and loading the loop from
-its cache costs about 0.4 CPU seconds and 63 MiB once a process (compiling it the first time on a
-machine, some 20 CPU seconds), which the compiled loop saves back over some 150,000 events."""
+its cache costs about a CPU second and 127 MiB once a process (compiling it the first time on a
+machine, some 10 CPU seconds), which the compiled loop saves back over some 350,000 events (2.5 to
+3.5 microseconds an event)."""
 
 LARGEST_VALUE = 2**62
 """Sizes and addresses at or above this do not fit the compiled loop's 64-bit integers: Python runs them."""
