@@ -5,8 +5,8 @@ million events costs in memory.
     python -m benchmarks.bench_machine --targets [--repeat 3]    # the model's rows of benchmarks.targets alone
 
 events/s counts every event of a trace (allocations and frees) replayed by `run_machine`: every
-device, allocator, peak, map and fragmentation figure of a test (compiled by numba where the
-fast-model extra is installed). `Python loop` is the same replay with the compiled loop off. `pool only` replays the same trace
+device, allocator, peak, map and fragmentation figure of a test (the BFC rules compiled by numba).
+`Python loop` is the same replay with the compiled loop off (the event loop, `DEVMEM_COMPILED=0`). `pool only` replays the same trace
 into one BFC pool (`replay`, what `bench_pool` measures), and `vs pool` is the ratio of the two,
 measured alternately in the same run (the fastest of `--repeat` runs each), so that a loaded machine
 moves both alike.

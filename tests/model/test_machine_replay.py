@@ -17,14 +17,7 @@ from pytest_devmem.model.frameworks import setups_for
 from pytest_devmem.model.machine import Machine, MachineRun, MachineSpec
 from pytest_devmem.model.machine import replay as replay_module
 from pytest_devmem.model.machine import state as state_module
-from pytest_devmem.model.machine.loops import (
-    bfc_lanes,
-    compiled_bfc,
-    inline_pools,
-    one_bfc_lane,
-    replay_lanes,
-    replay_ondemand_columns,
-)
+from pytest_devmem.model.machine.loops import compiled_bfc, replay_lanes, replay_ondemand_columns
 from pytest_devmem.model.pool import Policy
 from pytest_devmem.model.trace import Trace
 from pytest_devmem.units import GiB, KiB, MiB
@@ -262,21 +255,19 @@ ONE_LANE, THREE_LANES = [("", 0, "jax")], [("gpu:0", 0, "jax"), ("gpu:1", 0, "ja
 def test_a_compacting_pool_moving_its_buffers_replays_as_the_first_loop_replayed_it(
     lanes: list[tuple[str, int, str]], capacity: int, seed: int
 ) -> None:
-    """The inline loops run a compacting pool too: where it moves its buffers (and where it moves
-    them and still fails) every figure and map is the event loop's."""
-    moved: list[bool] = []
-    original = inline_pools.allocate
+    """A compacting pool that moves its buffers (and moves them and still fails): every figure and
+    map is the first loop's."""
+    trace = fragmenting_walk(seed, 1500, lanes)
+    assert_same_replay(trace, Policy.of("compact"), capacity)
+    assert moves(trace, capacity), "the walk never made the pool move its buffers"
 
-    def watching(pool: Any, size: int, handles: Any) -> Any:
-        result = original(pool, size, handles)
-        moved.append(result[2])
-        return result
 
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        for module in (one_bfc_lane, bfc_lanes):
-            monkeypatch.setattr(module, "allocate", watching)
-        assert_same_replay(fragmenting_walk(seed, 1500, lanes), Policy.of("compact"), capacity)
-    assert any(moved), "the walk never made the pool move its buffers"
+def moves(trace: Trace, capacity: int) -> int:
+    """How often the compacting pools moved their buffers in the replay of `trace` going on past failures."""
+    run = Machine(MachineSpec(capacity, "sim"), setups_for(Policy.of("compact"), capacity)).run(
+        trace, stop_on_oom=False
+    )
+    return sum(allocator.compactions for device in run.devices for allocator in device.allocators)
 
 
 def test_tensorflow_giving_regions_back_before_it_fails_leaves_its_pool_smaller_in_the_figures() -> None:
@@ -304,13 +295,13 @@ def test_tensorflow_giving_regions_back_before_it_fails_leaves_its_pool_smaller_
 
 compiled = pytest.mark.skipif(
     not compiled_bfc.available(),
-    reason="the compiled loop is off: numba is not installed (the fast-model extra), or DEVMEM_COMPILED=0",
+    reason="the compiled loop is off: DEVMEM_COMPILED=0, or numba cannot be imported",
 )
 
 
 @pytest.fixture
 def every_trace_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The compiled single-lane loop runs every trace without a timeline, however short."""
+    """The compiled loop runs every trace without a timeline, however short."""
     monkeypatch.setattr(compiled_bfc, "COMPILED_FROM_EVENTS", 0)
     monkeypatch.setattr(compiled_bfc, "LOADED_FROM_EVENTS", 0)
 
@@ -326,9 +317,29 @@ def every_trace_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_one_lane_trace_replayed_compiled_gives_what_the_first_loop_gave(
     every_trace_compiled: None, ops: list[tuple[int, int, int, int]], source: str, policy: Policy, capacity: int
 ) -> None:
-    """The compiled loop (numba) and the Python loop it hands the pool's growth, failures, moves and
+    """The compiled loop (numba) and the event loop it hands the pool's growth, failures, moves and
     unknown pointers to: every figure, map and out-of-memory result of the first loop."""
     assert_same_replay(build(ops, [("", 0, source)]), policy, capacity)
+
+
+@compiled
+def test_the_compiled_loop_loads_once_the_traces_it_suits_add_up_to_enough_events(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Loading numba costs a fixed price a process, which the compiled loop earns back over many
+    events: in one trace or several; a trace it does not suit (a timeline) does not count."""
+    monkeypatch.setattr(compiled_bfc, "_available", None)
+    monkeypatch.setattr(compiled_bfc, "_events_before_loading", 0)
+    monkeypatch.setattr(compiled_bfc, "COMPILED_FROM_EVENTS", 100)
+    monkeypatch.setattr(compiled_bfc, "LOADED_FROM_EVENTS", 1000)
+    trace = random_walk(1, 600, ONE_LANE)
+    setups, spec = setups_for(Policy.of("prealloc"), GiB), MachineSpec(GiB, "sim")
+    machine = Machine(spec, setups)
+    assert not compiled_bfc.suits(state_module.Replay(machine, trace, True, True))  # a timeline: the event loop
+    assert not compiled_bfc.suits(state_module.Replay(machine, trace, False, True))  # some 600 events of the 1,000
+    assert compiled_bfc._available is None
+    assert compiled_bfc.suits(state_module.Replay(machine, trace, False, True))  # some 1,200: loaded
+    assert compiled_bfc._available is True
 
 
 @compiled
@@ -338,18 +349,22 @@ def test_maps_promised_at_many_peaks_of_a_compiled_replay_are_made_from_copies_a
 ) -> None:
     """Thousands of peaks, each a map owed: most promised without leaving the compiled loop, some
     from copies of the pool made when one is due."""
-    handed_back: list[int] = []
-    original = one_bfc_lane.run_events
+    handed_back = handed_back_runs(random_walk(7, 6000, ONE_LANE), Policy.of(mode))
+    assert handed_back and max(handed_back) <= 2  # the event loop ran single events (or a temporary's pair)
 
-    def counting(replay: Any, allocator: Any, first: int, stop: int) -> int:
-        handed_back.append(stop - first)
-        return original(replay, allocator, first, stop)
+
+def handed_back_runs(trace: Trace, policy: Policy) -> list[int]:
+    """The same replay as the first loop's, and the runs of events the compiled loop handed back."""
+    handed_back: list[int] = []
+
+    def counting(replay: Any, first: int = 0, stop: int | None = None) -> int:
+        handed_back.append((len(replay.trace) if stop is None else stop) - first)
+        return replay_lanes(replay, first, stop)
 
     with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setattr(one_bfc_lane, "run_events", counting)
-        assert_same_replay(random_walk(7, 6000, ONE_LANE), Policy.of(mode), 16 * GiB)
-    # Python ran the two replays with a timeline whole; of the others, at most single events
-    assert sum(1 for events in handed_back if events > 2) == 2
+        monkeypatch.setattr(compiled_bfc, "replay_lanes", counting)
+        assert_same_replay(trace, policy, 16 * GiB)
+    return handed_back
 
 
 @compiled
@@ -385,17 +400,8 @@ def test_a_trace_of_several_lanes_replayed_compiled_gives_what_the_first_loop_ga
 def test_maps_promised_at_many_peaks_of_several_lanes_compiled_are_made_as_they_were(
     every_trace_compiled: None, mode: str
 ) -> None:
-    handed_back: list[int] = []
-    original = bfc_lanes.run_events
-
-    def counting(replay: Any, first: int, stop: int) -> int:
-        handed_back.append(stop - first)
-        return original(replay, first, stop)
-
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setattr(bfc_lanes, "run_events", counting)
-        assert_same_replay(random_walk(7, 6000, THREE_LANES), Policy.of(mode), 16 * GiB)
-    assert sum(1 for events in handed_back if events > 2) == 2  # the two replays with a timeline
+    handed_back = handed_back_runs(random_walk(7, 6000, THREE_LANES), Policy.of(mode))
+    assert handed_back and max(handed_back) <= 2
 
 
 @compiled
@@ -436,8 +442,8 @@ def test_a_compiled_replay_that_hands_python_many_events_finishes_in_python_alik
     policy: Policy,
     capacity: int,
 ) -> None:
-    """Past a number of events handed to Python (failed allocations, say), the rest of the trace
-    runs in Python: here after the second."""
+    """Past a number of events handed back (failed allocations, say), the rest of the trace runs in
+    the event loop: here after the second."""
     monkeypatch.setattr(compiled_bfc, "PYTHON_RUNS_BEFORE_GIVING_UP", 2)
     assert_same_replay(build(ops, [("", 0, "tensorflow")]), policy, capacity)
     assert_same_replay(build(ops, [("", 0, "jax"), ("gpu:1", 0, "jax")]), policy, capacity)

@@ -7,7 +7,7 @@ figure, timeline, contributor list and picture of a test comes from this one rep
 * `state.py`: the replay's state, which the loops, the maps and the result share (`Replay`), its
   devices and their allocators (`device_state.py`: `DeviceState`, `AllocatorState`, the copies a map
   is made from), and how the allocators start (`allocator_rules.py`);
-* `loops/`: the per-event loops (inline BFC rules, compiled where numba is);
+* `loops/`: the per-event loops (the BFC rules compiled by numba, each pool through its methods, on-demand by column);
 * `maps.py`: the pools' maps as plain data, and who held the memory;
 * `results.py`: what a replay returns, as plain data, read by the plugin, the gate and the pictures.
 

@@ -28,7 +28,6 @@ class AllocatorState:
         "setup",
         "pool",
         "bfc",
-        "inline",
         "device",
         "handles",
         "limit",
@@ -38,7 +37,6 @@ class AllocatorState:
         "in_use",
         "peak_in_use",
         "counts",
-        "dropped",
         "runtime",
     )
 
@@ -52,16 +50,10 @@ class AllocatorState:
         self.device = device
         self.pool: BFCPool | OnDemandPool | None = None
         self.bfc = False  # a BFC pool: a temporary freed at once leaves it as it was
-        self.inline = False  # an inline loop runs its BFC pool: handles also hold chunk id, size, rounded size; the pool's own are stale
-        self.handles: dict[
-            int, tuple[int, ...]
-        ] = {}  # trace pointer -> (pool handle, event index[, chunk id, size, rounded])
+        self.handles: dict[int, tuple[int, int]] = {}  # trace pointer -> (pool handle, event index)
         self.limit = self.asked = self.took = self.peak_held = 0
         self.in_use = self.peak_in_use = 0  # live data, each request rounded to 256 bytes
         self.counts = counts  # its source's [allocations, bytes asked and live, their peak], over all devices
-        self.dropped: set[int] = (
-            set()
-        )  # pointers whose allocation failed and the replay went on: their frees are no error
 
     def held(self) -> int:
         pool = self.pool
@@ -121,7 +113,6 @@ class DeviceState:
         "sampled",
         "fragmented",
         "mapped",
-        "compared",
         "checkpoint",
         "stale",
         "runtime",
@@ -144,9 +135,6 @@ class DeviceState:
         self.sampled = 0.0  # its fragmentation after its last event (a temporary's allocation is no moment of its own)
         self.fragmented = False  # its worst fragmentation rose markedly at its last event: map it
         self.mapped = 0.0  # the fragmentation of its last map at its worst
-        self.compared = (
-            False  # its fragmentation now is known not to exceed its worst (the loops may skip a sample then)
-        )
         self.checkpoint: Checkpoint | None = None  # its allocators copied at a moment a map was asked for
         self.stale = True  # it gained an allocator since that copy
         self.runtime: dict[int, CompactingPool] = {}  # a TPU chip's runtime allocator, by process
@@ -195,19 +183,13 @@ def copy_state(thing: Any) -> Any:
     return twin
 
 
-def sync(pool: Any, handles: dict[int, tuple[int, ...]]) -> None:
-    """The pool's own map of its buffers made from an inline loop's `handles` (each buffer as
-    (address, event, chunk id, ...)), which the loop kept instead while it ran the pool's chunk table."""
-    pool.set_buffers({entry[0]: entry[2] for entry in handles.values()})
-
-
 class Checkpoint:
     """A device's allocators as they were right before event `upto`: copies of its simulated device,
     of each allocator's pool (drawing on that copy) and of its buffers."""
 
     __slots__ = ("upto", "device", "pools", "handles")
 
-    def __init__(self, upto: int, device: Any, pools: list[Any], handles: list[dict[int, tuple[int, ...]]]) -> None:
+    def __init__(self, upto: int, device: Any, pools: list[Any], handles: list[dict[int, tuple[int, int]]]) -> None:
         self.upto = upto
         self.device = device
         self.pools = pools
@@ -215,13 +197,9 @@ class Checkpoint:
 
     @classmethod
     def of(cls, device: DeviceState, upto: int) -> Checkpoint:
-        checkpoint = cls(
+        return cls(
             upto, device.device, [a.pool for a in device.allocators], [a.handles for a in device.allocators]
         ).copy()
-        for allocator, pool, handles in zip(device.allocators, checkpoint.pools, checkpoint.handles):
-            if allocator.inline:  # the copy's own maps of its buffers, for the replay since
-                sync(pool, handles)
-        return checkpoint
 
     def copy(self) -> Checkpoint:
         device = copy_state(self.device)
@@ -248,9 +226,6 @@ class Promise:
 def snapshot_of(device: DeviceState, event: int) -> MapSnapshot:
     """The device's pools as they are now."""
     allocators = device.allocators
-    for allocator in allocators:
-        if allocator.inline:  # an inline loop is running it: its pool's maps are made afresh
-            sync(allocator.pool, allocator.handles)
     return MapSnapshot(
         device.name,
         event,

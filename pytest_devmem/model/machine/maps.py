@@ -14,7 +14,7 @@ from .results import MapSnapshot, PoolMap
 
 
 def pool_maps(
-    owners: list[tuple[str, int]], pools: list[Any], buffers: list[dict[int, tuple[int, ...]]]
+    owners: list[tuple[str, int]], pools: list[Any], buffers: list[dict[int, tuple[int, int]]]
 ) -> tuple[PoolMap, ...]:
     """Each pool's regions and chunks, each chunk in use naming the event that allocated it; a pool
     several allocators share (a TPU chip's runtime: handles are its own, so none collide) once."""

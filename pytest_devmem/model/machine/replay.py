@@ -36,8 +36,7 @@ from ..frameworks import AllocatorSetup, tpu_runtime_description
 from ..trace import ALLOCATE_CODE, FREE_CODE, Trace
 from .allocator_rules import AllocatorRules
 from .device_state import TPU_RUNTIME_NAME, AllocatorState, Checkpoint, DeviceState, Promise, snapshot_of
-from .loops import replay_bfc_lanes, replay_lanes, replay_ondemand_columns, replay_one_bfc_lane
-from .loops.inline_pools import MovedThenFailed
+from .loops import replay_compiled, replay_lanes, replay_ondemand_columns, suits
 from .maps import holders, lines_at_peak, pool_maps
 from .results import (
     AllocatorFigures,
@@ -64,14 +63,7 @@ class Machine(AllocatorRules):
             return finish(replay, index)
         if replay.order:  # it started allocators before it found it does not apply: start afresh
             replay = Replay(self, trace, timeline, stop_on_oom)
-        if len(trace) and min(trace.sizes) > 0 and not replay.shares_runtime:  # the inline loops run one pool a lane
-            try:
-                index = replay_one_bfc_lane(replay) if len(replay.lane_keys) == 1 else replay_bfc_lanes(replay)
-            except MovedThenFailed:  # the event loop replays it, afresh
-                replay, index = Replay(self, trace, timeline, stop_on_oom), None
-        if index is None:
-            index = replay_lanes(replay)
-        return finish(replay, index)
+        return finish(replay, replay_compiled(replay) if suits(replay) else replay_lanes(replay))
 
 
 # -- the result ------------------------------------------------------------------------------

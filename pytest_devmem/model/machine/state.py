@@ -21,11 +21,10 @@ from .device_state import (
     device_order,
     is_runtime,
     snapshot_of,
-    sync,
 )
 from .results import FRAGMENTATION_STEP, MapSnapshot, OutOfMemory, Timeline
 
-__all__ = ["AllocatorState", "DeviceState", "Replay", "sync"]
+__all__ = ["AllocatorState", "DeviceState", "Replay"]
 
 
 # -- the lanes ----------------------------------------------------------------------------------
@@ -110,7 +109,6 @@ class Replay:
         for code, started in self.machine._start(self.trace.names[source], process, used, self.counts, self.order):
             self.lanes[self.lane_index[(code, process, source)]] = started
             started.device.stale = True
-            started.device.compared = False
         allocator = self.lanes[lane]
         assert allocator is not None
         return allocator

@@ -1,30 +1,37 @@
-"""The loop for any trace (on-demand and compacting pools, sizes that are not positive): each pool
-through its own methods."""
+"""The loop for any trace (on-demand and compacting pools, sizes that are not positive, a timeline),
+each pool through its own methods; and for the events the compiled loop hands back (`compiled_bfc`:
+a pool that starts, grows, moves buffers or fails, an unknown pointer or action), over a range."""
 
 from __future__ import annotations
 
-from itertools import repeat
+from collections.abc import Iterable
+from itertools import islice, repeat
 
 from ....errors import InvalidFreeError, OutOfMemoryError
 from ...pool.chunk_table import SIZE_SHIFT
-from ..state import Replay
-from .served import allocated, sampled
+from ..state import AllocatorState, DeviceState, Replay
 
 
-def replay_lanes(replay: Replay) -> int:
-    """Any trace: each event's lane picks its allocator; the index of the last event run."""
+def replay_lanes(replay: Replay, first: int = 0, stop: int | None = None) -> int:
+    """Events `first` to `stop` (not included; the end by default): each event's lane picks its
+    allocator; the index of the last event run. Every counter lives on the device and allocator
+    objects, so runs of consecutive ranges give what one run gives (a range never parts a
+    temporary from its free: the compiled loop hands both back)."""
     trace = replay.trace
     lanes, recorded, stop_on_oom = replay.lanes, replay.recorded, replay.stop_on_oom
     snapshots, fragmented = replay.snapshots, replay.fragmented
-    step = replay.step
-    dropped: set[tuple[int, int]] = set()
+    step, dropped = replay.step, replay.dropped
     actions, pointers, sizes = trace.actions, trace.pointers, trace.sizes
     lane_codes = replay.lane_codes if replay.lane_codes is not None else repeat(0, len(trace))
     last = len(actions) - 1
+    stop = len(actions) if stop is None else stop
+    events: Iterable[tuple[int, int, int, int]] = zip(actions, pointers, sizes, lane_codes)
+    if first or stop < len(actions):
+        events = islice(events, first, stop)
     skip = False
     transient = False
-    index = -1
-    for index, (action, pointer, size, lane) in enumerate(zip(actions, pointers, sizes, lane_codes)):
+    index = first - 1
+    for index, (action, pointer, size, lane) in enumerate(events, first):
         if skip:  # the free of a temporary handled with its allocation
             skip = False
             continue
@@ -126,3 +133,43 @@ def replay_lanes(replay: Replay) -> int:
             recorded.reserved.append(device.held)
             recorded.fragmentation.append(fragmentation)
     return index
+
+
+def allocated(allocator: AllocatorState, in_use: int, held: int, rounded: int, index: int) -> None:
+    """An allocation of `rounded` bytes that the allocator's pool served at event `index`, its bytes
+    in use and held having been `in_use` and `held` before: the device's chunks, what the pool took
+    from the device, and the allocator's and device's bytes in use, with their peaks."""
+    device, pool = allocator.device, allocator.pool
+    assert pool is not None
+    device.chunks += pool.bytes_in_use - in_use
+    if device.chunks > device.peak_chunks:
+        device.peak_chunks = device.chunks
+    grew = pool.pool_bytes + pool.bytes_reserved - held
+    if grew:
+        device.held += grew
+        now_held = held + grew
+        if not allocator.took:
+            allocator.took = now_held
+        if now_held > allocator.peak_held:
+            allocator.peak_held = now_held
+        if device.held > device.peak_held:
+            device.peak_held = device.held
+    allocator.in_use += rounded
+    if allocator.in_use > allocator.peak_in_use:
+        allocator.peak_in_use = allocator.in_use
+    device.in_use += rounded
+    if device.in_use > device.peak_in_use:
+        device.peak_in_use = device.in_use
+        device.peak_event = index
+        device.pending = True
+        device.fragmentation_at_peak = device.fragmentation()
+
+
+def sampled(device: DeviceState, fragmentation: float, index: int, step: float) -> None:
+    """The device's fragmentation after event `index`: its worst so far, and a map owed at each
+    `step` up (at most 1/FRAGMENTATION_STEP maps a device)."""
+    device.sampled = fragmentation
+    if device.worst_fragmentation is None or fragmentation > device.worst_fragmentation:
+        device.worst_fragmentation, device.worst_event = fragmentation, index
+        if fragmentation >= device.mapped + step:
+            device.fragmented, device.mapped = True, fragmentation

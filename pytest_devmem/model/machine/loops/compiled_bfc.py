@@ -1,15 +1,16 @@
-"""The BFC loops compiled, where numba is installed (`pip install 'pytest-devmem[fast-model]'`).
+"""The machine's BFC rules compiled by numba: where every lane is a BFC pool (plain or compacting).
 
 `compiled_kernel.run_lanes` runs the common events of one lane or several over arrays (a copy of
 each pool's chunk table, its free chunks, each buffer by slot); before any other event it stops,
-this module writes its state back into the pools, devices and allocators, and the Python loop
-(`one_bfc_lane.run_events`, `bfc_lanes.run_events`) runs that event, after which the arrays are
-read again from the pools. A map owed costs no such round trip
-unless the device is copied for it (`Replay.promise`). The decisions are the Python loop's, event
-for event: the property tests replay random traces through both.
+this module writes its state back into the pools, devices and allocators, and the event loop
+(`any_lanes.replay_lanes`, each pool through its own methods) runs that event, after which the
+arrays are read again from the pools. A map owed costs no such round trip unless the device is
+copied for it (`Replay.promise`). The decisions are the event loop's, event for event: the property
+tests replay random traces through both.
 
-Without numba, or for a short trace (where compiling, or loading the compiled loop from numba's
-cache, would cost more than it saves), or with a timeline, the Python loop runs alone.
+With `DEVMEM_COMPILED=0` (or where numba cannot be imported), for a short trace in a process that
+has not loaded the compiled loop (loading it would cost more than it saves), or with a timeline,
+the event loop runs alone.
 """
 
 from __future__ import annotations
@@ -17,23 +18,27 @@ from __future__ import annotations
 import importlib
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from ...pool import BFCPool
 from ...pool.chunk_table import ADDRESS_MASK, CHUNK_BITS, CHUNK_MASK, MIN_ALLOCATION_SIZE, SIZE_SHIFT
-from ..state import AllocatorState, Replay, sync
+from ...pool.compacting import CompactingPool
+from ..state import AllocatorState, Replay
+from .any_lanes import replay_lanes
 
-COMPILED_FROM_EVENTS = 20_000
-"""Traces of this many events or more run compiled once the compiled loop is loaded in the process."""
+COMPILED_FROM_EVENTS = 1_000
+"""Traces of this many events or more run compiled once the compiled loop is loaded in the process:
+moving the pools into its arrays and back costs about a millisecond a trace, which the event loop
+spends on some 300 events (2.5 to 4 microseconds each; the compiled loop 0.2 to 0.7)."""
 
-LOADED_FROM_EVENTS = 2_000_000
-"""A trace of this many events loads the compiled loop: importing numba and loading the loop from
-its cache costs about a second of CPU and 140 MiB once a process (compiling it the first time on a
-machine, some 8 seconds), which the compiled loop saves back over 1.5 to 2.5 million events (0.4
-to 0.7 microseconds an event). `devmem replay` of a 600,000-event trace took 0.4 CPU seconds more
-with it than without."""
+LOADED_FROM_EVENTS = 400_000
+"""The compiled loop loads once traces it suits of this many events in all (one trace or several,
+each of COMPILED_FROM_EVENTS or more) ran in the process: importing numba and loading the loop from
+its cache costs about a CPU second and 127 MiB once a process (compiling it the first time on a
+machine, some 10 CPU seconds), which the compiled loop saves back over some 350,000 events (2.5 to
+3.5 microseconds an event)."""
 
 LARGEST_VALUE = 2**62
 """Sizes and addresses at or above this do not fit the compiled loop's 64-bit integers: Python runs them."""
@@ -51,6 +56,7 @@ NO_EVENT = -(2**62)
 _kernel: Any = None
 _slots: Any = None
 _available: bool | None = None
+_events_before_loading = 0  # of the traces the compiled loop suited before it was loaded
 
 
 def _bfc_pool(allocator: AllocatorState) -> BFCPool:
@@ -76,11 +82,25 @@ def available() -> bool:
 
 
 def suits(replay: Replay) -> bool:
-    """Whether the compiled loop runs this replay (one lane or several): numba is there, the trace
-    is long, no timeline."""
-    if replay.recorded is not None or _python_only or len(replay.trace) < COMPILED_FROM_EVENTS:
+    """Whether the compiled loop runs this replay: no timeline, every lane a BFC pool of its own (no
+    chip's runtime shared by sources), every size positive, the trace long enough; and numba there,
+    the compiled loop loaded (`LOADED_FROM_EVENTS`)."""
+    global _events_before_loading
+    trace, machine = replay.trace, replay.machine
+    if replay.recorded is not None or _python_only or not len(trace) or len(trace) < COMPILED_FROM_EVENTS:
         return False
-    return available() if _available is not None or len(replay.trace) >= LOADED_FROM_EVENTS else False
+    names = trace.names
+    if (
+        replay.shares_runtime
+        or min(trace.sizes) <= 0
+        or not all(machine.is_bfc(names[source]) for _, _, source in replay.lane_keys)
+    ):
+        return False
+    if _available is None:
+        _events_before_loading += len(trace)
+        if _events_before_loading < LOADED_FROM_EVENTS:
+            return False
+    return available()
 
 
 _python_only = False
@@ -98,10 +118,9 @@ def python_only() -> Iterator[None]:
         _python_only = before
 
 
-def replay_compiled(replay: Replay, python_events: Callable[[Replay, int, int], int], first: int = 0) -> int:
-    """Run the trace's events from `first` compiled (one lane or several, every one on a BFC pool),
-    handing each event the compiled loop cannot decide to `python_events` (the Python loop, over a
-    range of events); the index of the last event run."""
+def replay_compiled(replay: Replay) -> int:
+    """Run the trace's events compiled (`suits` chose the replay), handing each event the compiled
+    loop cannot decide to the event loop; the index of the last event run."""
     import numpy as np
 
     kernel, trace = _kernel, replay.trace
@@ -109,45 +128,38 @@ def replay_compiled(replay: Replay, python_events: Callable[[Replay, int, int], 
     pointers = np.frombuffer(trace.pointers, dtype=np.uint64)
     requested = np.frombuffer(trace.sizes, dtype=np.uint64)
     end = len(actions)
-    if first >= end:
-        return end - 1
     if int(requested.max()) >= LARGEST_VALUE:
-        return python_events(replay, first, end)
+        return replay_lanes(replay)
     requested = requested.astype(np.int64)
     codes = replay.lane_codes
     lanes = np.zeros(end, dtype=np.int64) if codes is None else np.asarray(codes, dtype=np.int64)
     slots, slot_lanes, slot_pointers, *table = _slots.slots_of_pairs(pointers, lanes)
-    state = _State(replay, slot_lanes, slot_pointers, table)
-    index, python_runs = first, 0
-    try:
-        while True:
-            if not state.load():
-                return python_events(replay, index, end)
-            stopped, why = state.run(actions, lanes, pointers, slots, requested, index)
-            while why in (kernel.EXIT_PROMISE, kernel.EXIT_FULL):
-                if why == kernel.EXIT_PROMISE:
-                    state.promise(stopped, int(lanes[stopped]), actions[stopped] == 1)
-                else:  # a bin nearly full: wider arrays
-                    state.store()
-                    state.load()
-                stopped, why = state.run(actions, lanes, pointers, slots, requested, stopped)
-            state.store()
-            if why == kernel.EXIT_DONE:
-                return end - 1
-            python_runs += 1
-            if python_runs > PYTHON_RUNS_BEFORE_GIVING_UP:
-                return python_events(replay, stopped, end)
-            temporary = stopped + 1 < end and pointers[stopped + 1] == pointers[stopped] and actions[stopped + 1] == 1
-            last = python_events(replay, stopped, min(end, stopped + (2 if temporary else 1)))
-            if replay.oom is not None and replay.stop_on_oom:
-                return last
-            index = last + 1
-            if index >= end:
-                return last
-    finally:
-        for allocator in replay.lanes:
-            if allocator is not None:
-                allocator.inline = False
+    state = _State(replay, requested, slot_lanes, slot_pointers, table)
+    index, python_runs = 0, 0
+    while True:
+        if not state.load():
+            return replay_lanes(replay, index)
+        stopped, why = state.run(actions, lanes, pointers, slots, requested, index)
+        while why in (kernel.EXIT_PROMISE, kernel.EXIT_FULL):
+            if why == kernel.EXIT_PROMISE:
+                state.promise(stopped, int(lanes[stopped]), actions[stopped] == 1)
+            else:  # a bin nearly full: wider arrays
+                state.store()
+                state.load()
+            stopped, why = state.run(actions, lanes, pointers, slots, requested, stopped)
+        state.store()
+        if why == kernel.EXIT_DONE:
+            return end - 1
+        python_runs += 1
+        if python_runs > PYTHON_RUNS_BEFORE_GIVING_UP:
+            return replay_lanes(replay, stopped)
+        temporary = stopped + 1 < end and pointers[stopped + 1] == pointers[stopped] and actions[stopped + 1] == 1
+        last = replay_lanes(replay, stopped, min(end, stopped + (2 if temporary else 1)))
+        if replay.oom is not None and replay.stop_on_oom:
+            return last
+        index = last + 1
+        if index >= end:
+            return last
 
 
 class _State:
@@ -156,10 +168,10 @@ class _State:
     slice of the chunk columns and NUM_BINS rows of the free columns, its device's and its source's
     counters in rows."""
 
-    def __init__(self, replay: Replay, slot_lanes: Any, slot_pointers: Any, table: list[Any]) -> None:
+    def __init__(self, replay: Replay, requested: Any, slot_lanes: Any, slot_pointers: Any, table: list[Any]) -> None:
         import numpy as np
 
-        self.np, self.kernel, self.replay = np, _kernel, replay
+        self.np, self.kernel, self.replay, self.requested = np, _kernel, replay, requested
         self.slot_lanes, self.slot_pointers = slot_lanes, slot_pointers
         self.table = table  # the hash table of the trace's (lane, pointer) pairs (`slots_of_pairs`)
         slots = len(slot_pointers)
@@ -178,7 +190,6 @@ class _State:
         counts_index: dict[int, int] = {}
         pool_lane = {id(allocator.pool): lane for lane, allocator in started}
         for _, allocator in started:
-            allocator.inline = True
             if id(allocator.device) not in device_index:
                 device_index[id(allocator.device)] = len(devices)
                 devices.append(allocator.device)
@@ -241,9 +252,16 @@ class _State:
             if handles:
                 pointers = np.fromiter(handles, dtype=np.uint64, count=len(handles))
                 slots = _slots.slots_for_pairs(pointers, np.full(len(handles), lane, dtype=np.int64), *self.table)
-                entries = np.array(list(handles.values()), dtype=np.int64)[:, :4]
+                pool = _bfc_pool(allocator)
+                pool_handles, events = zip(*handles.values())
+                addresses = (  # a compacting pool's handles are its own (a plain pool's are addresses)
+                    [pool.address_of(h) for h in pool_handles] if isinstance(pool, CompactingPool) else pool_handles
+                )
+                chunk_of = pool.table.in_use
                 held[slots] = 1
-                address[slots], event[slots], chunk[slots], size[slots] = entries.T
+                address[slots], event[slots] = addresses, events
+                chunk[slots] = [chunk_of[a] for a in addresses]
+                size[slots] = self.requested[np.array(events, dtype=np.int64)]
         most = max((len(device.allocators) for device in devices), default=1)
         device_rows = np.zeros((len(devices), k.D_FIELDS), dtype=np.int64)
         device_floats = np.zeros((len(devices), k.DF_FIELDS), dtype=np.float64)
@@ -254,7 +272,7 @@ class _State:
             row[k.D_CHUNKS], row[k.D_PEAK_CHUNKS] = device.chunks, device.peak_chunks
             row[k.D_PEAK_EVENT], row[k.D_PENDING] = device.peak_event, device.pending
             row[k.D_WORST_EVENT] = NO_EVENT if device.worst_event is None else device.worst_event
-            row[k.D_FRAGMENTED], row[k.D_COMPARED] = device.fragmented, device.compared
+            row[k.D_FRAGMENTED] = device.fragmented  # D_COMPARED 0: the first allocation is sampled
             row[k.D_SOLO] = -1 if device.solo is None else pool_lane[id(device.solo)]
             members = [pool_lane[id(a.pool)] for a in device.allocators if id(a.pool) in pool_lane]
             if len(members) != len(device.allocators):
@@ -321,14 +339,11 @@ class _State:
             )
             pool.bytes_in_use = int(row[k.P_IN_USE])
             slots = held if len(self.started) == 1 else held[held_lanes == lane]
-            address, event, chunk, size = (column[slots].tolist() for column in self.held_columns)
+            address, event, chunk = (column[slots].tolist() for column in self.held_columns[:3])
             handles = allocator.handles
             handles.clear()
-            handles.update(
-                (pointer, (a, e, c, s, (s + 255) & -256))
-                for pointer, a, e, c, s in zip(self.slot_pointers[slots].tolist(), address, event, chunk, size)
-            )
-            sync(pool, handles)
+            handles.update(zip(self.slot_pointers[slots].tolist(), zip(address, event)))
+            pool.set_buffers(dict(zip(address, chunk)))  # each buffer's handle its address
             allocator.in_use, allocator.peak_in_use = int(row[k.P_ALLOCATOR_IN_USE]), int(row[k.P_ALLOCATOR_PEAK])
         for d, device in enumerate(self.devices):
             row, floats = self.device_rows[d], self.device_floats[d]
@@ -337,7 +352,7 @@ class _State:
             device.peak_event, device.pending = int(row[k.D_PEAK_EVENT]), bool(row[k.D_PENDING])
             worst_event = int(row[k.D_WORST_EVENT])
             device.worst_event = None if worst_event == NO_EVENT else worst_event
-            device.fragmented, device.compared = bool(row[k.D_FRAGMENTED]), bool(row[k.D_COMPARED])
+            device.fragmented = bool(row[k.D_FRAGMENTED])
             device.sampled, device.mapped = float(floats[k.DF_SAMPLED]), float(floats[k.DF_MAPPED])
             at_peak, worst = float(floats[k.DF_AT_PEAK]), float(floats[k.DF_WORST])
             device.fragmentation_at_peak = None if math.isnan(at_peak) else at_peak

@@ -1,12 +1,12 @@
-"""The BFC loop's common events, compiled by numba (imported only where numba is).
+"""XLA's BFC rules compiled by numba: the machine's common events over arrays.
 
-`run_lanes` is `bfc_lanes.run_events` (and, for one lane, `one_bfc_lane.run_events`) for the events
-it can decide alone (an allocation that a free chunk can serve, the free of a buffer it holds, a
-recorded failure) over arrays instead of the pools' lists: the same best fit, split, merge, counters
-and fragmentation samples, in the same order. It stops, its state whole, before any other event (a
-pool must start, grow, move buffers or fail; an unknown pointer or action; a temporary freed on
-another lane) and where a map is owed (`EXIT_PROMISE`); `compiled_bfc` then does that event in
-Python and runs it on.
+`run_lanes` is `any_lanes.replay_lanes` for the events it can decide alone (an allocation that a
+free chunk of a BFC pool can serve, the free of a buffer it holds, a recorded failure): the pool's
+best fit, split and merge (`BFCPool.alloc` and `free`, model/pool/bfc.py) over arrays instead of the
+pool's chunk table, and the same counters and fragmentation samples, in the same order. It stops,
+its state whole, before any other event (a pool must start, grow, move buffers or fail; an unknown
+pointer or action; a temporary freed on another lane) and where a map is owed (`EXIT_PROMISE`);
+`compiled_bfc` then hands that event to the event loop and runs it on.
 
 Each lane's pool is a slice of the chunk table's columns (from its base). Its free chunks are XLA's
 bins, each a row of three columns (size, address, id) in (size, address) order, as in
