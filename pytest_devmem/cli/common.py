@@ -25,6 +25,7 @@ from ..model.pool import Policy
 from ..model.tpu_devices import as_tpu_chips
 from ..model.tpu_targets import tpu_spec
 from ..model.trace import Trace, csv_columns
+from ..options import OPTION, add_option
 from ..present.report import ReportFile, read_report
 from ..present.shard_merge import unique_records
 from ..present.text import terminal, terminal_lines
@@ -65,6 +66,39 @@ def add_format_arguments(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--format", choices=FORMATS, default=None, help=help)
     parser.add_argument("--json", action="store_true", help="Same as --format=json")
     parser.add_argument("--csv", action="store_true", help="Same as --format=csv")
+
+
+def add_setting(
+    parser: argparse.ArgumentParser, name: str, sentence: str, *, defaulted: bool = False, **more: object
+) -> None:
+    """The plugin's setting `name` (options.OPTION) as this command's `--NAME`, with the metavar,
+    kind and check of `--devmem-NAME`, around the command's own sentence, in which `{values}` stands
+    for what the setting allows and `{default}` for its default; `defaulted`: the setting's default
+    is the flag's too; `more` (default=, type=) goes to argparse."""
+    option = OPTION[name]
+    if defaulted:
+        more["default"] = option.default
+    add_option(
+        parser.add_argument,
+        option,
+        prefix="",
+        help=sentence.format(values=option.values, default=option.default),
+        **more,
+    )
+
+
+def add_replay_settings(
+    parser: argparse.ArgumentParser, mode_default: str, lead: str = "", device_default: str | None = None
+) -> None:
+    """`--mode`, `--fraction` and `--device`: the regime and the device a trace is replayed on
+    (`replay`, `plot`); `lead` opens each sentence ("For a trace: ")."""
+    for name, sentence, more in (
+        ("mode", f"the regime, {{values}} (default: {mode_default})", {}),
+        ("fraction", "the fraction of the device, {values}", {}),
+        ("device", "the device whose capacity to use, {values} (default: sim, 16 GiB)", {"default": device_default}),
+    ):
+        text = lead + sentence
+        add_setting(parser, name, text[:1].upper() + text[1:], **more)
 
 
 def output_format(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:

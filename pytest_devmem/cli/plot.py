@@ -12,7 +12,6 @@ from ..model.timeline import TimelineView, build_view
 from ..model.tpu_replay import tpu_replay_policy
 from ..model.tpu_targets import tpu_spec
 from ..model.trace import TRACE_SUFFIXES
-from ..options import OPTION, add_option
 from ..present.plot import check_picture_path, write_plot
 from ..present.plot_parts import oom_caption
 from ..present.report import read_report
@@ -20,6 +19,7 @@ from ..present.targets_plot import write_targets_plot
 from .common import (
     TRACE_REGIME,
     InputError,
+    add_replay_settings,
     machine,
     machine_of,
     on_chips,
@@ -44,24 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--test", default=None, help="Part of the test id to draw (default: the record with the largest peak)"
     )
-    add_option(
-        parser.add_argument,
-        OPTION["mode"],
-        prefix="",
-        help=f"For a trace: the regime, {OPTION['mode'].values} (default: the one its name carries, else prealloc)",
-    )
-    add_option(
-        parser.add_argument,
-        OPTION["fraction"],
-        prefix="",
-        help=f"For a trace: the fraction, {OPTION['fraction'].values}",
-    )
-    add_option(
-        parser.add_argument,
-        OPTION["device"],
-        prefix="",
-        help=f"For a trace: the device whose capacity to use, {OPTION['device'].values} (default sim, 16 GiB)",
-    )
+    add_replay_settings(parser, "the one its name carries, else prealloc", lead="For a trace: ")
     parser.add_argument(
         "--targets",
         action="store_true",

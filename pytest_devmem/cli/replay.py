@@ -14,13 +14,13 @@ from ..model.tpu_replay import tpu_replay_policy
 from ..model.tpu_targets import tpu_spec
 from ..model.trace import Trace
 from ..model.whatif import proven_fixes
-from ..options import OPTION, add_option
 from ..present.text import markdown, terminal
 from ..spreadsheet import csv_table
 from ..units import format_size
 from .common import (
     TRACE_REGIME,
     add_format_arguments,
+    add_replay_settings,
     json_text,
     machine,
     on_chips,
@@ -36,22 +36,7 @@ HELP = "Replay a recorded trace (--devmem-traces) under a regime; exit 1 if it d
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("trace", type=Path, help="Trace file (RMM-style CSV, or its Arrow IPC file)")
-    add_option(
-        parser.add_argument,
-        OPTION["mode"],
-        prefix="",
-        help=f"The regime: {OPTION['mode'].values} (default: the regime the trace's name carries, as --devmem-traces names it)",
-    )
-    add_option(
-        parser.add_argument, OPTION["fraction"], prefix="", help=f"Fraction of the device, {OPTION['fraction'].values}"
-    )
-    add_option(
-        parser.add_argument,
-        OPTION["device"],
-        prefix="",
-        help=f"Device whose capacity to use: {OPTION['device'].values} (default: sim, 16 GiB)",
-        default="sim",
-    )
+    add_replay_settings(parser, "the one the trace's name carries, as --devmem-traces names it", device_default="sim")
     add_format_arguments(parser, "A Markdown table (default), or JSON / CSV for tools")
 
 

@@ -207,26 +207,22 @@ def child_command(
         "--devmem-tolerance",
         settings.tolerance.spec,
     ]
-    if settings.update:
-        command.append("--devmem-update")  # the child compares without failing; only the parent writes
-    if settings.strict:
-        command.append("--devmem-strict")
-    if settings.frameworks:
-        command += ["--devmem-frameworks", ",".join(settings.frameworks)]
-    if settings.find_min_fraction:
-        command.append("--devmem-find-min-fraction")
-    if settings.what_if is not None:
-        command += ["--devmem-what-if", str(settings.what_if)]
-    if settings.cuda_context_bytes is not None:
-        command += ["--devmem-cuda-context", str(settings.cuda_context_bytes)]
-    if settings.limit is not None:
-        command += ["--devmem-limit", str(settings.limit)]
-    if settings.artifacts_dir is not None:
-        command += ["--devmem-artifacts", str(settings.artifacts_dir)]
-    if settings.max_leak is not None:
-        command += ["--devmem-max-leak", str(settings.max_leak)]
-    if settings.traces_dir is not None:
-        command += ["--devmem-traces", str(settings.traces_dir)]
+    switches = {
+        "--devmem-update": settings.update,  # the child compares without failing; only the parent writes
+        "--devmem-strict": settings.strict,
+        "--devmem-find-min-fraction": settings.find_min_fraction,
+    }
+    command += [flag for flag, on in switches.items() if on]
+    values = {
+        "--devmem-frameworks": ",".join(settings.frameworks) or None,
+        "--devmem-what-if": settings.what_if,
+        "--devmem-cuda-context": settings.cuda_context_bytes,
+        "--devmem-limit": settings.limit,
+        "--devmem-artifacts": settings.artifacts_dir,
+        "--devmem-max-leak": settings.max_leak,
+        "--devmem-traces": settings.traces_dir,
+    }
+    command += [word for flag, value in values.items() if value is not None for word in (flag, str(value))]
     return command + list(extra)
 
 
