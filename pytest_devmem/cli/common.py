@@ -9,6 +9,7 @@ import json
 import os
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DevmemError
@@ -23,6 +24,7 @@ from ..model.frameworks import AllocatorSetup, setups_for
 from ..model.machine import MachineSpec
 from ..model.pool import Policy
 from ..model.tpu_devices import as_tpu_chips
+from ..model.tpu_replay import tpu_replay_policy
 from ..model.tpu_targets import tpu_spec
 from ..model.trace import Trace, csv_columns
 from ..options import OPTION, add_option
@@ -92,13 +94,13 @@ def add_replay_settings(
 ) -> None:
     """`--mode`, `--fraction` and `--device`: the regime and the device a trace is replayed on
     (`replay`, `plot`); `lead` opens each sentence ("For a trace: ")."""
-    for name, sentence, more in (
-        ("mode", f"the regime, {{values}} (default: {mode_default})", {}),
-        ("fraction", "the fraction of the device, {values}", {}),
-        ("device", "the device whose capacity to use, {values} (default: sim, 16 GiB)", {"default": device_default}),
+    for name, sentence, default in (
+        ("mode", f"the regime, {{values}} (default: {mode_default})", None),
+        ("fraction", "the fraction of the device, {values}", None),
+        ("device", "the device whose capacity to use, {values} (default: sim, 16 GiB)", device_default),
     ):
         text = lead + sentence
-        add_setting(parser, name, text[:1].upper() + text[1:], **more)
+        add_setting(parser, name, text[:1].upper() + text[1:], default=default)
 
 
 def output_format(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
@@ -321,3 +323,30 @@ def on_chips(trace: Trace, device_spec: str | None) -> Trace:
     """`trace` with its CPU devices named as the chips they stand for where `device_spec` is a TPU
     preset (model/tpu_devices.py: TensorFlow's events stay on the host); else as it is."""
     return as_tpu_chips(trace) if tpu_spec(device_spec) is not None else trace
+
+
+@dataclass(frozen=True)
+class TraceOnMachine:
+    """A trace file ready to replay: its regime (and a note on where it came from), its events (on a
+    TPU preset's chips), the machine and each framework's allocator there."""
+
+    policy: Policy
+    origin: str
+    trace: Trace
+    spec: MachineSpec
+    setups: dict[str, AllocatorSetup]
+
+
+def trace_on_machine(
+    path: Path, mode: str | None, fraction: str | None, device_spec: str | None, fallback_mode: str | None = None
+) -> TraceOnMachine:
+    """What `replay` and `plot` replay: the trace at `path` under the regime given, else the one its
+    name carries, else a TPU's own (compact: a TPU has one regime), else `fallback_mode` (None: an
+    InputError asking for --mode); on the device `device_spec` names (None: sim)."""
+    if mode is None and fraction is None and not TRACE_REGIME.search(path.stem):
+        mode = "compact" if tpu_spec(device_spec) is not None else fallback_mode
+    policy, origin = regime_of_trace(path, mode, fraction)
+    policy = tpu_replay_policy(device_spec, policy, mode, fraction)
+    trace = on_chips(read_trace(path), device_spec)
+    spec, setups = machine(device_spec or "sim", policy, unnamed_device(trace))
+    return TraceOnMachine(policy, origin, trace, spec, setups)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..capture.sources.base import Reading
 from ..compile_store import is_key
-from ..json_fields import mapping, mappings, number, text, whole
+from ..json_fields import attributes, mapping, mappings, number, text, whole
 from ..model.buffers import ProgramBuffers
 from ..model.pool.policy import canonical_label
 
@@ -233,31 +233,16 @@ class TestRecord:
     def to_json(self) -> dict[str, object]:
         """Plain JSON data with a stable key order."""
         return {
-            "test_id": self.test_id,
-            "regime": self.regime,
-            "device": self.device,
-            "device_class": self.device_class,
-            "peak_bytes_in_use": self.peak_bytes_in_use,
-            "peak_bytes_reserved": self.peak_bytes_reserved,
-            "peak_bytes_requested": self.peak_bytes_requested,
-            "fragmentation": self.fragmentation,
-            "peak_device": self.peak_device,
-            "worst_fragmentation": self.worst_fragmentation,
-            "devices": self.devices,
-            "oom": self.oom,
-            "tolerance": self.tolerance,
-            "compile_target": self.compile_target,
+            **attributes(
+                self,
+                "test_id regime device device_class peak_bytes_in_use peak_bytes_reserved peak_bytes_requested "
+                "fragmentation peak_device worst_fragmentation devices oom tolerance compile_target",
+            ),
             **({"tpu": self.tpu} if self.tpu is not None else {}),
             "outcome": self.outcome,
             "limit_bytes": self.limit_bytes,
             "duration_s": round(self.duration_s, 6),
-            "baseline": self.baseline,
-            "sharing": self.sharing,
-            "analysis": self.analysis,
-            "trace": self.trace,
-            "failed_by_devmem": self.failed_by_devmem,
-            "failed_check": self.failed_check,
-            "compiles": self.compiles,
+            **attributes(self, "baseline sharing analysis trace failed_by_devmem failed_check compiles"),
             **({"compiler_entries": list(self.compiler_entries)} if self.compiler_entries else {}),
             "leaked_bytes": self.leaked_bytes,
             "sources": {name: reading.to_json() for name, reading in sorted(self.sources.items())},

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from ..json_fields import attributes
 from .record import TestRecord, kept_cpu_sizes
 
 FITS, OOM, FAILED, NOT_MEASURED = "fits", "oom", "failed", "not measured"
@@ -143,19 +144,11 @@ class TargetResult:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "test_id": self.test_id,
-            "target": self.target,
-            "regime": self.regime,
-            "status": self.status,
-            "peak_bytes_in_use": self.peak_bytes_in_use,
-            "peak_bytes_reserved": self.peak_bytes_reserved,
-            "capacity_bytes": self.capacity_bytes,
-            "peak_device": self.peak_device,
-            "devices": self.devices,
-            "oom_kind": self.oom_kind,
-            "sized_by": self.sized_by,
-            "outcome": self.outcome,
-            "reason": self.reason,
+            **attributes(
+                self,
+                "test_id target regime status peak_bytes_in_use peak_bytes_reserved capacity_bytes peak_device "
+                "devices oom_kind sized_by outcome reason",
+            ),
             "session_regime": self.row_regime,
         }
 
