@@ -88,6 +88,10 @@ class BaselineEntry:
     lines: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
+RECORD_FIELDS = "test_id regime device device_class peak_bytes_in_use peak_bytes_reserved peak_bytes_requested fragmentation peak_device worst_fragmentation devices oom tolerance compile_target tpu outcome limit_bytes duration_s baseline sharing analysis trace failed_by_devmem failed_check compiles compiler_entries leaked_bytes sources"
+"""A TestRecord's fields in its JSON form, in order."""
+
+
 @dataclass
 class TestRecord:
     """What one test used under one regime on one machine.
@@ -185,19 +189,16 @@ class TestRecord:
         if real_oom:
             oom = {**(oom or {}), "real": True, "error": real_oom}
         trace["notes"] = notes
+        nothing = 0 if run is not None else None  # a replay that served nothing: 0 B; no replay: no figure
         return cls(
             test_id=test_id,
             regime=regime,
             device=device,
             device_class=device_class,
-            peak_bytes_in_use=headline.peak_bytes_in_use if headline is not None else (0 if run is not None else None),
-            peak_bytes_reserved=headline.peak_bytes_reserved
-            if headline is not None
-            else (0 if run is not None else None),
+            peak_bytes_in_use=headline.peak_bytes_in_use if headline is not None else nothing,
+            peak_bytes_reserved=headline.peak_bytes_reserved if headline is not None else nothing,
             fragmentation=headline.fragmentation if headline is not None else None,
-            peak_bytes_requested=headline.peak_bytes_requested
-            if headline is not None
-            else (0 if run is not None else None),
+            peak_bytes_requested=headline.peak_bytes_requested if headline is not None else nothing,
             oom=oom,
             outcome=outcome,
             sources={reading.source: reading for reading in readings},
@@ -232,21 +233,17 @@ class TestRecord:
 
     def to_json(self) -> dict[str, object]:
         """Plain JSON data with a stable key order."""
-        return {
-            **attributes(
-                self,
-                "test_id regime device device_class peak_bytes_in_use peak_bytes_reserved peak_bytes_requested "
-                "fragmentation peak_device worst_fragmentation devices oom tolerance compile_target",
-            ),
-            **({"tpu": self.tpu} if self.tpu is not None else {}),
-            "outcome": self.outcome,
-            "limit_bytes": self.limit_bytes,
-            "duration_s": round(self.duration_s, 6),
-            **attributes(self, "baseline sharing analysis trace failed_by_devmem failed_check compiles"),
-            **({"compiler_entries": list(self.compiler_entries)} if self.compiler_entries else {}),
-            "leaked_bytes": self.leaked_bytes,
-            "sources": {name: reading.to_json() for name, reading in sorted(self.sources.items())},
-        }
+        data = attributes(self, RECORD_FIELDS)
+        data.update(
+            duration_s=round(self.duration_s, 6),
+            compiler_entries=list(self.compiler_entries),
+            sources={name: reading.to_json() for name, reading in sorted(self.sources.items())},
+        )
+        if self.tpu is None:  # a TPU's figures, and the compiler's entries, only where there are some
+            del data["tpu"]
+        if not self.compiler_entries:
+            del data["compiler_entries"]
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> TestRecord:

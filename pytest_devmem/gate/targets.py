@@ -37,6 +37,10 @@ class Target:
         return cls(str(data["name"]), int(data["capacity_bytes"]), bool(data.get("session", False)))  # type: ignore[call-overload]
 
 
+RESULT_FIELDS = "test_id target regime status peak_bytes_in_use peak_bytes_reserved capacity_bytes peak_device devices oom_kind sized_by outcome reason"
+"""A TargetResult's fields its JSON form holds as they are, in order (then its row's regime)."""
+
+
 @dataclass(frozen=True)
 class TargetResult:
     """One test on one target. `status` is fits, oom, failed or not measured; a test not measured
@@ -125,11 +129,11 @@ class TargetResult:
         session_regime: str | None = None,
     ) -> TargetResult:
         return cls(
-            test_id=test_id,
-            target=target,
-            regime=regime,
-            status=NOT_MEASURED,
-            capacity_bytes=capacity,
+            test_id,
+            target,
+            regime,
+            NOT_MEASURED,
+            capacity,
             reason=reason,
             outcome=outcome,
             session_regime=session_regime or regime,
@@ -143,14 +147,7 @@ class TargetResult:
         return self.peak_bytes_in_use / self.capacity_bytes
 
     def to_json(self) -> dict[str, object]:
-        return {
-            **attributes(
-                self,
-                "test_id target regime status peak_bytes_in_use peak_bytes_reserved capacity_bytes peak_device "
-                "devices oom_kind sized_by outcome reason",
-            ),
-            "session_regime": self.row_regime,
-        }
+        return {**attributes(self, RESULT_FIELDS), "session_regime": self.row_regime}
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> TargetResult:
