@@ -250,13 +250,28 @@ def run_in_children(
     applied its own regime; the child starts from those."""
     outcome = ChildOutcome()
     remaining = list(items)
+    environment = dict(config.stash.get(session_environment_key, os.environ))  # never what a test set since
+    restore(original_environment or {}, environment)  # the user's own values, not this process's regime
+    regime.apply(environment)
+    environment.update(extras.environment)
+    environment.pop("PYTEST_XDIST_WORKER", None)  # the child is no xdist worker: no second split
+    environment.pop("PYTEST_XDIST_WORKER_COUNT", None)
     with tempfile.TemporaryDirectory(prefix="devmem-child-") as scratch:
         while remaining:
             outcome.children_started += 1
-            attempt = Path(scratch) / f"child{outcome.children_started}"
-            events, returncode, output = _run_child(
-                config, regime, settings, remaining, attempt, original_environment, extras
+            stem = Path(scratch) / f"child{outcome.children_started}"
+            paths = sorted({os.path.relpath(item.path, config.invocation_params.dir) for item in remaining})
+            command = child_command(
+                config,
+                regime,
+                settings,
+                stem.with_suffix(".jsonl"),
+                stem.with_suffix(".nodes"),
+                paths,
+                extras.arguments,
+                extras.dropped,
             )
+            events, returncode, output = _run_child(config, remaining, stem, command, environment)
             started, finished = _apply_events(config, events, outcome)
             crashed = [item for item in remaining if item.nodeid in started and item.nodeid not in finished]
             for item in crashed:
@@ -271,26 +286,14 @@ def run_in_children(
 
 
 def _run_child(
-    config: pytest.Config,
-    regime: Regime,
-    settings: Settings,
-    items: Sequence[pytest.Item],
-    stem: Path,
-    original_environment: dict[str, str | None] | None,
-    extras: ChildExtras,
+    config: pytest.Config, items: Sequence[pytest.Item], stem: Path, command: list[str], environment: dict[str, str]
 ) -> tuple[list[dict[str, Any]], int, str]:
-    nodes, events_path, log_path = stem.with_suffix(".nodes"), stem.with_suffix(".jsonl"), stem.with_suffix(".log")
-    nodes.write_text(
+    """Run `command`, the child for `items` (their node ids in `stem`.nodes, its events in `stem`.jsonl,
+    its output in `stem`.log): the events it wrote, its exit status and the end of its output."""
+    events_path, log_path = stem.with_suffix(".jsonl"), stem.with_suffix(".log")
+    stem.with_suffix(".nodes").write_text(
         json.dumps([item.nodeid for item in items]), encoding="utf-8"
     )  # JSON: a node id may hold a line break or end in a space
-    paths = sorted({os.path.relpath(item.path, config.invocation_params.dir) for item in items})
-    command = child_command(config, regime, settings, events_path, nodes, paths, extras.arguments, extras.dropped)
-    environment = dict(config.stash.get(session_environment_key, os.environ))  # never what a test set since
-    restore(original_environment or {}, environment)  # the user's own values, not this process's regime
-    regime.apply(environment)
-    environment.update(extras.environment)
-    environment.pop("PYTEST_XDIST_WORKER", None)  # the child is no xdist worker: no second split
-    environment.pop("PYTEST_XDIST_WORKER_COUNT", None)
     with open(log_path, "w", encoding="utf-8") as log:
         completed = subprocess.run(
             command,
