@@ -56,8 +56,8 @@ def _event_writer(trace: Trace) -> Callable[[int, int, int, float, int, Names], 
     """The one way an event enters a window's trace: its action, pointer, size, time, thread and
     names, appended to the columns that vary (streams and processes are written once, at the end).
     A call per event costs a tenth to a quarter of a microsecond more than the appends written out
-    where each event is made (measured on allocate and free, and on the compact records' flush, which runs outside a step
-    loop's time); written once, the columns cannot go out of step."""
+    where each event is made (measured on allocate and free, and on the compact records' flush,
+    which runs outside a step loop's time); written once, the columns cannot go out of step."""
     actions, pointers, sizes, times, threads = (
         trace.actions.append,
         trace.pointers.append,
