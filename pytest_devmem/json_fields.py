@@ -1,6 +1,7 @@
 """One field of a JSON object read back (a report, a record, a reading): the value where it has the
 type the reader keeps, else None, so that a file's odd value is never taken for a figure. Shared by
-every reader of the project's files; the schemas check the files as a whole before this."""
+every reader of the project's files; the schemas check the files as a whole before this. And the
+other way: a record's attributes by name, as its JSON form writes them (`attributes`)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,9 @@ def mappings(data: Mapping[str, object], key: str) -> list[dict[str, object]] | 
     """`data[key]` where it is a list: its objects (copies), else None."""
     value = data.get(key)
     return [dict(item) for item in value if isinstance(item, dict)] if isinstance(value, list) else None
+
+
+def attributes(record: object, names: str) -> dict[str, object]:
+    """`record`'s attributes `names` (space-separated), by name and in that order: a JSON form's
+    fields that are the record's own as they are."""
+    return {name: getattr(record, name) for name in names.split()}

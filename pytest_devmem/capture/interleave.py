@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..model.trace import ACTIONS, ALLOCATE, Trace, TraceEvent
+from ..model.trace import ALLOCATE, Trace, TraceEvent
 
 
 def merge(*streams: Trace | Iterable[TraceEvent]) -> Trace:
@@ -27,17 +27,6 @@ def merge(*streams: Trace | Iterable[TraceEvent]) -> Trace:
         key = (index, event.pointer)
         if event.action == ALLOCATE or key not in numbers:
             numbers[key] = len(numbers) + 1
-        merged.add(
-            ACTIONS.index(event.action),
-            numbers[key],
-            event.size,
-            event.time,
-            event.thread,
-            event.stream,
-            event.source,
-            event.label,
-            event.device,
-            event.process,
-            event.site,
-        )
+        merged.append(event)
+        merged.pointers[-1] = numbers[key]
     return merged

@@ -25,6 +25,66 @@ that makes no garbage (so no collector pass) still has its records written as th
 FREE_MARK = -1
 """The first field of a free's compact record, where a step's has its (non-negative) step number."""
 
+Names = tuple[str, str, str, int, int, int, int]
+"""(source, label, device, and the codes in the window's trace of those and of the site)."""
+
+
+class _ThreadNumbers(dict[int, int]):
+    """Thread ident -> its number in a window: a thread writing for the first time gets the next
+    number, 0, 1, 2... (looked up in C; only a new thread runs Python)."""
+
+    def __missing__(self, ident: int) -> int:
+        number = self[ident] = len(self)
+        return number
+
+
+class _NameCodes(dict[tuple[str, str, str, str], Names]):
+    """(source, label, device, site) -> its Names in one window's trace, coded at first use."""
+
+    def __init__(self, trace: Trace) -> None:
+        super().__init__()
+        self._code = trace.name_code
+
+    def __missing__(self, key: tuple[str, str, str, str]) -> Names:
+        source, label, device, site = key
+        code = self._code
+        names = self[key] = (source, label, device, code(source), code(label), code(device), code(site))
+        return names
+
+
+def _event_writer(trace: Trace) -> Callable[[int, int, int, float, int, Names], None]:
+    """The one way an event enters a window's trace: its action, pointer, size, time, thread and
+    names, appended to the columns that vary (streams and processes are written once, at the end).
+    A call per event costs a tenth to a quarter of a microsecond more than the appends written out
+    where each event is made (measured on allocate and free, and on the compact records' flush,
+    which runs outside a step loop's time); written once, the columns cannot go out of step."""
+    actions, pointers, sizes, times, threads = (
+        trace.actions.append,
+        trace.pointers.append,
+        trace.sizes.append,
+        trace.times.append,
+        trace.threads.append,
+    )
+    sources, labels, devices, sites = (
+        trace.sources.append,
+        trace.labels.append,
+        trace.devices.append,
+        trace.sites.append,
+    )
+
+    def write(action: int, pointer: int, size: int, when: float, thread: int, names: Names) -> None:
+        actions(action)
+        pointers(pointer)
+        sizes(size)
+        times(when)
+        threads(thread)
+        sources(names[3])
+        labels(names[4])
+        devices(names[5])
+        sites(names[6])
+
+    return write
+
 
 class TraceRecorder:
     """Collects the allocation events of one test window, from any thread, in the order they happen.
@@ -53,15 +113,13 @@ class TraceRecorder:
         self._lock = threading.RLock()  # a weak-reference callback freeing a buffer may run inside allocate
         self._ids = itertools.count(1)  # unique over the process: a buffer of an earlier window never matches
         self._pointer = 0  # the window's buffers are numbered 1, 2, 3... as they are written
-        self._threads: dict[int, int] = {}  # thread ident -> its number in this window
+        self._threads = _ThreadNumbers()
         self._trace: Trace | None = None
         # id -> (pointer, bytes, its names), or a tuple of those for a run's output over several
         # devices; allocated in this window
         self._live: dict[int, Any] = {}
-        self._names: dict[
-            tuple[str, str, str, str], tuple[str, str, str, int, int, int, int]
-        ] = {}  # (source, label, device, site) and their codes in the trace (the site's last)
-        self._columns: tuple[Callable[[Any], None], ...] = ()  # the appends of the window's columns that vary
+        self._names = _NameCodes(Trace())
+        self._write = _event_writer(Trace())  # each window's own, from begin()
         # compact records not yet in the columns, four values each, flat; one list for the recorder's
         # life, emptied when a window opens, so its `extend` may be bound once (`pending_extend`)
         self._pending: list[Any] = []
@@ -130,24 +188,11 @@ class TraceRecorder:
         """Open a window; events from before are forgotten."""
         with self._lock:
             trace = self._trace = Trace()
-            self._columns = tuple(
-                column.append
-                for column in (
-                    trace.actions,
-                    trace.pointers,
-                    trace.sizes,
-                    trace.times,
-                    trace.threads,
-                    trace.sources,
-                    trace.labels,
-                    trace.devices,
-                    trace.sites,
-                )
-            )
-            self._names = {}
+            self._write = _event_writer(trace)
+            self._names = _NameCodes(trace)
             self._live = {}
             self._pointer = 0
-            self._threads = {}
+            self._threads = _ThreadNumbers()
             self._pending.clear()  # frees recorded since the last window closed are of no window
             self._step_codes = {}
             self._mark = next(self._ids)
@@ -227,24 +272,10 @@ class TraceRecorder:
             if self._pending:
                 self._flush()
             buffer_id = next(self._ids)
-            names = self._names.get((source, label, device, site))
-            if names is None:
-                names = self._names_of(source, label, device, site)
+            names = self._names[source, label, device, site]
             pointer = self._pointer = self._pointer + 1
             self._live[buffer_id] = (pointer, size, names)
-            thread = self._threads.get(get_ident())
-            if thread is None:
-                thread = self._thread_number(get_ident())
-            actions, pointers, sizes, times, threads, sources, labels, devices, sites = self._columns
-            actions(ALLOCATE_CODE)
-            pointers(pointer)
-            sizes(size)
-            times(self._clock() - self._started)
-            threads(thread)
-            sources(names[3])
-            labels(names[4])
-            devices(names[5])
-            sites(names[6])
+            self._write(ALLOCATE_CODE, pointer, size, self._clock() - self._started, self._threads[get_ident()], names)
             return buffer_id
 
     def free(self, buffer_id: int) -> None:
@@ -257,30 +288,9 @@ class TraceRecorder:
             entry = self._live.pop(buffer_id, None)
             if entry is None or self._trace is None:
                 return
-            if type(entry[0]) is tuple:  # a step's output over several devices
-                when = self._clock() - self._started
-                thread = self._threads.get(get_ident())
-                if thread is None:
-                    thread = self._thread_number(get_ident())
-                for part in entry:
-                    self._write(FREE_CODE, part, when, thread)
-                return
-            pointer, size, names = entry
-            # the nine appends are written out here as in allocate, not shared: a call more per event
-            # is a tenth of a microsecond on the path every JAX run takes
-            thread = self._threads.get(get_ident())
-            if thread is None:
-                thread = self._thread_number(get_ident())
-            actions, pointers, sizes, times, threads, sources, labels, devices, sites = self._columns
-            actions(FREE_CODE)
-            pointers(pointer)
-            sizes(size)
-            times(self._clock() - self._started)
-            threads(thread)
-            sources(names[3])
-            labels(names[4])
-            devices(names[5])
-            sites(names[6])
+            when, thread, write = self._clock() - self._started, self._threads[get_ident()], self._write
+            for pointer, size, names in entry if type(entry[0]) is tuple else (entry,):  # a tuple: a step's shards
+                write(FREE_CODE, pointer, size, when, thread, names)
 
     def free_later(self, buffer_id: int) -> None:
         """`free`, recorded as one compact record (from a weak-reference callback, say): no lock,
@@ -296,44 +306,12 @@ class TraceRecorder:
             with self._lock:
                 self._flush()
 
-    def _names_of(
-        self, source: str, label: str, device: str, site: str = ""
-    ) -> tuple[str, str, str, int, int, int, int]:
-        trace = self._trace
-        assert trace is not None
-        names = self._names[(source, label, device, site)] = (
-            source,
-            label,
-            device,
-            trace.name_code(source),
-            trace.name_code(label),
-            trace.name_code(device),
-            trace.name_code(site),
-        )
-        return names
-
-    def _write(self, action: int, part: tuple[int, int, tuple[Any, ...]], when: float, thread: int) -> None:
-        pointer, size, names = part
-        actions, pointers, sizes, times, threads, sources, labels, devices, sites = self._columns
-        actions(action)
-        pointers(pointer)
-        sizes(size)
-        times(when)
-        threads(thread)
-        sources(names[3])
-        labels(names[4])
-        devices(names[5])
-        sites(names[6])
-
     def _codes_of(self, step: int) -> tuple[Any, Any]:
         """A step's output shards and temps with their names' codes in this window's trace."""
         outputs, temps, site = self._steps[step]
         names = self._names
         coded: tuple[Any, Any] = tuple(  # type: ignore[assignment]
-            tuple(
-                (size, names.get((source, label, device, site)) or self._names_of(source, label, device, site))
-                for size, source, label, device in kind
-            )
+            tuple((size, names[source, label, device, site]) for size, source, label, device in kind)
             for kind in (outputs, temps)
         )
         self._step_codes[step] = coded
@@ -369,39 +347,27 @@ class TraceRecorder:
             return
         records = pending[:]
         del pending[: len(records)]  # what a racing thread adds meanwhile stays for the next flush
-        actions, pointers, sizes, times, threads, sources, labels, devices, sites = self._columns
-        live, thread_of, step_codes, taken = self._live, self._threads, self._step_codes, self.steps_taken
+        write, live, thread_of, step_codes, taken = (
+            self._write,
+            self._live,
+            self._threads,
+            self._step_codes,
+            self.steps_taken,
+        )
         started, pointer = self._started, self._pointer
-        last_ident, thread = None, 0
         values = iter(records)
         for step, buffer_id, when, ident in zip(values, values, values, values):
+            when -= started
             if step < 0:  # a free (FREE_MARK)
                 entry = live.pop(buffer_id, None)
                 if entry is None:
                     continue  # not this window's: no event, and no thread numbered for it
-                if ident != last_ident:
-                    known = thread_of.get(ident)
-                    thread = self._thread_number(ident) if known is None else known
-                    last_ident = ident
-                when -= started
-                for part in entry if type(entry[0]) is tuple else (entry,):
-                    part_pointer, size, names = part
-                    actions(FREE_CODE)
-                    pointers(part_pointer)
-                    sizes(size)
-                    times(when)
-                    threads(thread)
-                    sources(names[3])
-                    labels(names[4])
-                    devices(names[5])
-                    sites(names[6])
+                thread = thread_of[ident]
+                for part_pointer, size, names in entry if type(entry[0]) is tuple else (entry,):
+                    write(FREE_CODE, part_pointer, size, when, thread, names)
                 continue
             # a step: its outputs, then its temps for the run
-            if ident != last_ident:
-                known = thread_of.get(ident)
-                thread = self._thread_number(ident) if known is None else known
-                last_ident = ident
-            when -= started
+            thread = thread_of[ident]
             taken[step] = taken.get(step, 0) + 1
             coded = step_codes.get(step)
             if coded is None:
@@ -411,42 +377,13 @@ class TraceRecorder:
             for size, names in outputs:
                 pointer += 1
                 parts.append((pointer, size, names))
-                actions(ALLOCATE_CODE)
-                pointers(pointer)
-                sizes(size)
-                times(when)
-                threads(thread)
-                sources(names[3])
-                labels(names[4])
-                devices(names[5])
-                sites(names[6])
+                write(ALLOCATE_CODE, pointer, size, when, thread, names)
             if parts:
                 live[buffer_id] = parts[0] if len(parts) == 1 else tuple(parts)
             first_temp = pointer + 1
             for size, names in temps:
                 pointer += 1
-                actions(ALLOCATE_CODE)
-                pointers(pointer)
-                sizes(size)
-                times(when)
-                threads(thread)
-                sources(names[3])
-                labels(names[4])
-                devices(names[5])
-                sites(names[6])
+                write(ALLOCATE_CODE, pointer, size, when, thread, names)
             for offset, (size, names) in enumerate(temps):
-                actions(FREE_CODE)
-                pointers(first_temp + offset)
-                sizes(size)
-                times(when)
-                threads(thread)
-                sources(names[3])
-                labels(names[4])
-                devices(names[5])
-                sites(names[6])
+                write(FREE_CODE, first_temp + offset, size, when, thread, names)
         self._pointer = pointer
-
-    def _thread_number(self, ident: int) -> int:
-        """A thread writing for the first time in this window gets the next number: 0, 1, 2..."""
-        number = self._threads[ident] = len(self._threads)
-        return number

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DevmemError
@@ -23,8 +24,10 @@ from ..model.frameworks import AllocatorSetup, setups_for
 from ..model.machine import MachineSpec
 from ..model.pool import Policy
 from ..model.tpu_devices import as_tpu_chips
+from ..model.tpu_replay import tpu_replay_policy
 from ..model.tpu_targets import tpu_spec
 from ..model.trace import Trace, csv_columns
+from ..options import OPTION, add_option
 from ..present.report import ReportFile, read_report
 from ..present.shard_merge import unique_records
 from ..present.text import terminal, terminal_lines
@@ -65,6 +68,39 @@ def add_format_arguments(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--format", choices=FORMATS, default=None, help=help)
     parser.add_argument("--json", action="store_true", help="Same as --format=json")
     parser.add_argument("--csv", action="store_true", help="Same as --format=csv")
+
+
+def add_setting(
+    parser: argparse.ArgumentParser, name: str, sentence: str, *, defaulted: bool = False, **more: object
+) -> None:
+    """The plugin's setting `name` (options.OPTION) as this command's `--NAME`, with the metavar,
+    kind and check of `--devmem-NAME`, around the command's own sentence, in which `{values}` stands
+    for what the setting allows and `{default}` for its default; `defaulted`: the setting's default
+    is the flag's too; `more` (default=, type=) goes to argparse."""
+    option = OPTION[name]
+    if defaulted:
+        more["default"] = option.default
+    add_option(
+        parser.add_argument,
+        option,
+        prefix="",
+        help=sentence.format(values=option.values, default=option.default),
+        **more,
+    )
+
+
+def add_replay_settings(
+    parser: argparse.ArgumentParser, mode_default: str, lead: str = "", device_default: str | None = None
+) -> None:
+    """`--mode`, `--fraction` and `--device`: the regime and the device a trace is replayed on
+    (`replay`, `plot`); `lead` opens each sentence ("For a trace: ")."""
+    for name, sentence, default in (
+        ("mode", f"the regime, {{values}} (default: {mode_default})", None),
+        ("fraction", "the fraction of the device, {values}", None),
+        ("device", "the device whose capacity to use, {values} (default: sim, 16 GiB)", device_default),
+    ):
+        text = lead + sentence
+        add_setting(parser, name, text[:1].upper() + text[1:], default=default)
 
 
 def output_format(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
@@ -287,3 +323,30 @@ def on_chips(trace: Trace, device_spec: str | None) -> Trace:
     """`trace` with its CPU devices named as the chips they stand for where `device_spec` is a TPU
     preset (model/tpu_devices.py: TensorFlow's events stay on the host); else as it is."""
     return as_tpu_chips(trace) if tpu_spec(device_spec) is not None else trace
+
+
+@dataclass(frozen=True)
+class TraceOnMachine:
+    """A trace file ready to replay: its regime (and a note on where it came from), its events (on a
+    TPU preset's chips), the machine and each framework's allocator there."""
+
+    policy: Policy
+    origin: str
+    trace: Trace
+    spec: MachineSpec
+    setups: dict[str, AllocatorSetup]
+
+
+def trace_on_machine(
+    path: Path, mode: str | None, fraction: str | None, device_spec: str | None, fallback_mode: str | None = None
+) -> TraceOnMachine:
+    """What `replay` and `plot` replay: the trace at `path` under the regime given, else the one its
+    name carries, else a TPU's own (compact: a TPU has one regime), else `fallback_mode` (None: an
+    InputError asking for --mode); on the device `device_spec` names (None: sim)."""
+    if mode is None and fraction is None and not TRACE_REGIME.search(path.stem):
+        mode = "compact" if tpu_spec(device_spec) is not None else fallback_mode
+    policy, origin = regime_of_trace(path, mode, fraction)
+    policy = tpu_replay_policy(device_spec, policy, mode, fraction)
+    trace = on_chips(read_trace(path), device_spec)
+    spec, setups = machine(device_spec or "sim", policy, unnamed_device(trace))
+    return TraceOnMachine(policy, origin, trace, spec, setups)

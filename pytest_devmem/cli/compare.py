@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..gate.compare import Key, Measured, verdicts
-from ..options import OPTION, add_option
+from ..options import OPTION
 from ..present.comparison import (
     COLUMNS,
     SORT_KEYS,
@@ -20,7 +20,17 @@ from ..present.comparison import (
 )
 from ..present.report import ReportFile, read_report
 from ..present.shard_merge import merge_reports, missing_shards
-from .common import InputError, add_format_arguments, from_report, is_report, load, output_format, print_text, warn
+from .common import (
+    InputError,
+    add_format_arguments,
+    add_setting,
+    from_report,
+    is_report,
+    load,
+    output_format,
+    print_text,
+    warn,
+)
 
 HELP = "Compare NEW against BASE; exit 1 when a test regressed or ran out of memory"
 
@@ -33,14 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         help="Baseline directory, baseline file or JSON report; or several JSON reports (CI shards), merged first",
     )
-    tolerance = OPTION["tolerance"]
-    add_option(
-        parser.add_argument,
-        tolerance,
-        prefix="",
-        help=f"Allowed change ({tolerance.values}); default {tolerance.default}",
-        default=tolerance.default,
-    )
+    add_setting(parser, "tolerance", "Allowed change ({values}); default {default}", defaulted=True)
     parser.add_argument("--all", action="store_true", help="Also list metrics within tolerance")
     parser.add_argument(
         "--device-class",

@@ -1,5 +1,5 @@
 """`devmem compilers install|show`: the deviceless GPU and TPU compilers, in a folder of their own
-matched to the installed JAX (capture/jax/compilers.py), so that no program but a sizing session
+matched to the installed JAX (capture/jax/compilers.py, installed by compilers_install.py), so that no program but a sizing session
 starts them."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..capture.jax import compilers
+from ..capture.jax import compilers, compilers_install
 from .common import print_text
 
 HELP = "Install (or show) the deviceless GPU and TPU compilers matching the installed JAX, outside the environment"
@@ -51,7 +51,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if extra and extra[0] == "--":
         extra = extra[1:]
     both = not args.gpu and not args.tpu
-    compilers.install(args.dir, gpu=args.gpu or both, tpu=args.tpu or both, force=args.force, pip_arguments=extra)
+    compilers_install.install(
+        args.dir, gpu=args.gpu or both, tpu=args.tpu or both, force=args.force, pip_arguments=extra
+    )
     return 0
 
 

@@ -10,10 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..gate.tolerance import parse_tolerance
-from ..options import OPTION, add_option
 from ..present import history
 from ..present.autosave import AUTOSAVE_DIR
-from .common import add_format_arguments, output_format, print_text
+from .common import add_format_arguments, add_setting, output_format, print_text
 
 HELP = "Line up reports of many commits: tests x commits, and the steps where a peak moved"
 
@@ -25,14 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="*",
         help=f"JSON reports, or directories holding them (default: {AUTOSAVE_DIR}/, where --devmem-autosave keeps every run's report)",
     )
-    tolerance = OPTION["tolerance"]
-    add_option(
-        parser.add_argument,
-        tolerance,
-        prefix="",
-        help=f"What counts as a move ({tolerance.values}); default {tolerance.default}",
-        default=tolerance.default,
-    )
+    add_setting(parser, "tolerance", "What counts as a move ({values}); default {default}", defaulted=True)
     parser.add_argument(
         "-o", "--output", type=Path, default=None, help="Also draw the tests that moved to FILE.png (needs matplotlib)"
     )

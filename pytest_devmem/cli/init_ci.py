@@ -20,9 +20,9 @@ from pathlib import Path
 from ..errors import InvalidSettingError
 from ..files import write_atomic
 from ..model.device import open_simulated
-from ..options import OPTION, add_option
+from ..options import OPTION
 from ..version import package_version
-from .common import InputError
+from .common import InputError, add_setting
 
 HELP = "Write the GitHub Actions workflows of a memory gate for your repository (.github/workflows/)"
 
@@ -125,19 +125,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=["tests"],
         help="The test paths the gate runs, as pytest takes them (default: tests)",
     )
-    add_option(
-        parser.add_argument,
-        OPTION["device"],
-        prefix="",
-        help=f"The device the gate measures on, of {OPTION['device'].values}: on a CI runner without a GPU, a simulated one (default: sim:16GiB); a GPU or TPU preset adds its compiler (devmem compilers install)",
+    add_setting(
+        parser,
+        "device",
+        "The device the gate measures on, of {values}: on a CI runner without a GPU, a simulated one (default: sim:16GiB); a GPU or TPU preset adds its compiler (devmem compilers install)",
         default="sim:16GiB",
     )
-    add_option(
-        parser.add_argument,
-        OPTION["mode"],
-        prefix="",
-        help=f"The regime: {OPTION['mode'].values} (default: prealloc; none on a TPU preset)",
-    )
+    add_setting(parser, "mode", "The regime: {values} (default: prealloc; none on a TPU preset)")
     parser.add_argument(
         "--install",
         default="-e .",

@@ -14,11 +14,10 @@ from ..files import write_atomic
 from ..gate.baseline import BaselineStore
 from ..gate.record import TestRecord
 from ..gate.refresh import Refresh, refresh_baselines
-from ..options import OPTION, add_option
 from ..present.report import ReportFile
 from ..present.shard_merge import merge_reports, missing_shards
 from ..present.text import terminal
-from .common import InputError, warn
+from .common import InputError, add_setting, warn
 
 HELP = "Merge JSON reports of CI shards into one; refresh baselines from them (--baselines)"
 
@@ -26,11 +25,10 @@ HELP = "Merge JSON reports of CI shards into one; refresh baselines from them (-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("reports", type=Path, nargs="+", help="JSON reports (--devmem-report=FILE.json), one per shard")
     parser.add_argument("-o", "--output", type=Path, default=None, help="Write the merged report to FILE.json")
-    add_option(
-        parser.add_argument,
-        OPTION["baselines"],
-        prefix="",
-        help="Also refresh the baseline files under DIR from the merged report, as one --devmem-update of the whole suite would",
+    add_setting(
+        parser,
+        "baselines",
+        "Also refresh the baseline files under DIR from the merged report, as one --devmem-update of the whole suite would",
         type=Path,
     )
     parser.add_argument(

@@ -9,23 +9,20 @@ from pathlib import Path
 from ..model.machine import run_machine
 from ..model.pool import Policy
 from ..model.timeline import TimelineView, build_view
-from ..model.tpu_replay import tpu_replay_policy
 from ..model.tpu_targets import tpu_spec
 from ..model.trace import TRACE_SUFFIXES
-from ..options import OPTION, add_option
 from ..present.plot import check_picture_path, write_plot
 from ..present.plot_parts import oom_caption
 from ..present.report import read_report
 from ..present.targets_plot import write_targets_plot
 from .common import (
-    TRACE_REGIME,
     InputError,
-    machine,
+    add_replay_settings,
     machine_of,
     on_chips,
     print_text,
     read_trace,
-    regime_of_trace,
+    trace_on_machine,
     unnamed_device,
 )
 
@@ -44,24 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--test", default=None, help="Part of the test id to draw (default: the record with the largest peak)"
     )
-    add_option(
-        parser.add_argument,
-        OPTION["mode"],
-        prefix="",
-        help=f"For a trace: the regime, {OPTION['mode'].values} (default: the one its name carries, else prealloc)",
-    )
-    add_option(
-        parser.add_argument,
-        OPTION["fraction"],
-        prefix="",
-        help=f"For a trace: the fraction, {OPTION['fraction'].values}",
-    )
-    add_option(
-        parser.add_argument,
-        OPTION["device"],
-        prefix="",
-        help=f"For a trace: the device whose capacity to use, {OPTION['device'].values} (default sim, 16 GiB)",
-    )
+    add_replay_settings(parser, "the one its name carries, else prealloc", lead="For a trace: ")
     parser.add_argument(
         "--targets",
         action="store_true",
@@ -87,19 +67,14 @@ def plot_input(
     """The picture to draw and its title: from a trace file (with the regime and device given), or
     from a JSON report's record (its regime and device; its trace written by --devmem-traces)."""
     if path.suffix.lower() in TRACE_SUFFIXES:  # a trace's CSV or Arrow file; else a JSON report
-        policy = (
-            regime_of_trace(path, mode, fraction)[0]
-            if mode or fraction or TRACE_REGIME.search(path.stem)
-            else Policy.of("compact")
-            if tpu_spec(device_spec)
-            else Policy.of("prealloc")
-        )
-        policy = tpu_replay_policy(device_spec, policy, mode, fraction)
-        trace = on_chips(read_trace(path), device_spec)
-        spec, setups = machine(device_spec or "sim", policy, unnamed_device(trace))
+        replay = trace_on_machine(path, mode, fraction, device_spec, fallback_mode="prealloc")
+        title = f"{path.name} under {replay.policy.label} on {replay.spec.name}"
         return build_view(
-            run_machine(trace, setups, spec, timeline=True), trace, policy.label, setups
-        ), f"{path.name} under {policy.label} on {spec.name}"
+            run_machine(replay.trace, replay.setups, replay.spec, timeline=True),
+            replay.trace,
+            replay.policy.label,
+            replay.setups,
+        ), title
     given = trace_only_flags(mode, fraction, device_spec)
     if given:
         raise InputError(

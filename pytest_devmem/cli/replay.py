@@ -10,25 +10,18 @@ from pathlib import Path
 from ..model.explain import oom_lines
 from ..model.machine import MachineRun, run_machine
 from ..model.regime import jax_fraction_variable
-from ..model.tpu_replay import tpu_replay_policy
-from ..model.tpu_targets import tpu_spec
 from ..model.trace import Trace
 from ..model.whatif import proven_fixes
-from ..options import OPTION, add_option
 from ..present.text import markdown, terminal
 from ..spreadsheet import csv_table
 from ..units import format_size
 from .common import (
-    TRACE_REGIME,
     add_format_arguments,
+    add_replay_settings,
     json_text,
-    machine,
-    on_chips,
     output_format,
     print_text,
-    read_trace,
-    regime_of_trace,
-    unnamed_device,
+    trace_on_machine,
 )
 
 HELP = "Replay a recorded trace (--devmem-traces) under a regime; exit 1 if it does not fit"
@@ -36,22 +29,7 @@ HELP = "Replay a recorded trace (--devmem-traces) under a regime; exit 1 if it d
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("trace", type=Path, help="Trace file (RMM-style CSV, or its Arrow IPC file)")
-    add_option(
-        parser.add_argument,
-        OPTION["mode"],
-        prefix="",
-        help=f"The regime: {OPTION['mode'].values} (default: the regime the trace's name carries, as --devmem-traces names it)",
-    )
-    add_option(
-        parser.add_argument, OPTION["fraction"], prefix="", help=f"Fraction of the device, {OPTION['fraction'].values}"
-    )
-    add_option(
-        parser.add_argument,
-        OPTION["device"],
-        prefix="",
-        help=f"Device whose capacity to use: {OPTION['device'].values} (default: sim, 16 GiB)",
-        default="sim",
-    )
+    add_replay_settings(parser, "the one the trace's name carries, as --devmem-traces names it", device_default="sim")
     add_format_arguments(parser, "A Markdown table (default), or JSON / CSV for tools")
 
 
@@ -161,18 +139,14 @@ class Replayed:
 def replay_trace(path: Path, mode: str | None, fraction: str | None, device_spec: str) -> Replayed:
     """What a regime makes of a recorded trace (RMM-style CSV) on the model of the machine. The same
     replay as the plugin's and `devmem plot`'s."""
-    if mode is None and fraction is None and tpu_spec(device_spec) is not None and not TRACE_REGIME.search(path.stem):
-        mode = "compact"  # a TPU has one regime: its runtime's (the trace's name says none)
-    policy, origin = regime_of_trace(path, mode, fraction)
-    policy = tpu_replay_policy(device_spec, policy, mode, fraction)
-    trace = on_chips(read_trace(path), device_spec)
-    spec, setups = machine(device_spec, policy, unnamed_device(trace))
+    replay = trace_on_machine(path, mode, fraction, device_spec)
+    trace, spec, setups = replay.trace, replay.spec, replay.setups
     run = run_machine(trace, setups, spec)
     oom = None
     if run.oom is not None:
         oom = run.oom.to_json()
         proven_fixes(trace, setups, spec, run, jax_fraction_variable()).record(oom)
-    return Replayed(path, policy.label, origin, spec.name, trace, run, oom)
+    return Replayed(path, replay.policy.label, replay.origin, spec.name, trace, run, oom)
 
 
 def replay_table(path: Path, mode: str | None, fraction: str | None, device_spec: str) -> tuple[str, bool]:

@@ -145,24 +145,18 @@ def _record_json(record: TestRecord, earlier: dict[str, object] | None, versions
 
 
 def _entry_json(entry: BaselineEntry) -> dict[str, object]:
-    data: dict[str, object] = {"device": entry.device, "metrics": entry.metrics, "versions": entry.versions}
-    if entry.reason:
-        data["reason"] = entry.reason
-    if entry.contributors:
-        data["contributors"] = entry.contributors
-    if entry.lines:
-        data["lines_at_peak"] = entry.lines
-    if entry.lines:
-        data["lines_at_peak"] = entry.lines
-    if entry.devices:
-        data["devices"] = entry.devices
-    if entry.profile:
-        data["profile"] = entry.profile
-    if entry.buffers:
-        data["buffers"] = {name: program.to_json() for name, program in sorted(entry.buffers.items())}
-    if entry.compiler_entries:
-        data["compiler_entries"] = list(entry.compiler_entries)
-    return data
+    """A stored entry as its file holds it again: its optional fields only where they say something."""
+    optional = {
+        "reason": entry.reason,
+        "contributors": entry.contributors,
+        "lines_at_peak": entry.lines,
+        "devices": entry.devices,
+        "profile": entry.profile,
+        "buffers": {name: program.to_json() for name, program in sorted(entry.buffers.items())},
+        "compiler_entries": list(entry.compiler_entries),
+    }
+    required = {"device": entry.device, "metrics": entry.metrics, "versions": entry.versions}
+    return {**required, **{name: value for name, value in optional.items() if value}}
 
 
 def render_file(device_class: str, stored: dict[tuple[str, str], dict[str, object]]) -> str:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..capture.sources.base import Reading
 from ..compile_store import is_key
-from ..json_fields import mapping, mappings, number, text, whole
+from ..json_fields import attributes, mapping, mappings, number, text, whole
 from ..model.buffers import ProgramBuffers
 from ..model.pool.policy import canonical_label
 
@@ -86,6 +86,10 @@ class BaselineEntry:
     compiler_entries: tuple[str, ...] = ()
     # per holder at the peak: the bytes each user's line made (model/buffers.py, lines_from_json)
     lines: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+RECORD_FIELDS = "test_id regime device device_class peak_bytes_in_use peak_bytes_reserved peak_bytes_requested fragmentation peak_device worst_fragmentation devices oom tolerance compile_target tpu outcome limit_bytes duration_s baseline sharing analysis trace failed_by_devmem failed_check compiles compiler_entries leaked_bytes sources"
+"""A TestRecord's fields in its JSON form, in order."""
 
 
 @dataclass
@@ -185,19 +189,16 @@ class TestRecord:
         if real_oom:
             oom = {**(oom or {}), "real": True, "error": real_oom}
         trace["notes"] = notes
+        nothing = 0 if run is not None else None  # a replay that served nothing: 0 B; no replay: no figure
         return cls(
             test_id=test_id,
             regime=regime,
             device=device,
             device_class=device_class,
-            peak_bytes_in_use=headline.peak_bytes_in_use if headline is not None else (0 if run is not None else None),
-            peak_bytes_reserved=headline.peak_bytes_reserved
-            if headline is not None
-            else (0 if run is not None else None),
+            peak_bytes_in_use=headline.peak_bytes_in_use if headline is not None else nothing,
+            peak_bytes_reserved=headline.peak_bytes_reserved if headline is not None else nothing,
             fragmentation=headline.fragmentation if headline is not None else None,
-            peak_bytes_requested=headline.peak_bytes_requested
-            if headline is not None
-            else (0 if run is not None else None),
+            peak_bytes_requested=headline.peak_bytes_requested if headline is not None else nothing,
             oom=oom,
             outcome=outcome,
             sources={reading.source: reading for reading in readings},
@@ -232,36 +233,17 @@ class TestRecord:
 
     def to_json(self) -> dict[str, object]:
         """Plain JSON data with a stable key order."""
-        return {
-            "test_id": self.test_id,
-            "regime": self.regime,
-            "device": self.device,
-            "device_class": self.device_class,
-            "peak_bytes_in_use": self.peak_bytes_in_use,
-            "peak_bytes_reserved": self.peak_bytes_reserved,
-            "peak_bytes_requested": self.peak_bytes_requested,
-            "fragmentation": self.fragmentation,
-            "peak_device": self.peak_device,
-            "worst_fragmentation": self.worst_fragmentation,
-            "devices": self.devices,
-            "oom": self.oom,
-            "tolerance": self.tolerance,
-            "compile_target": self.compile_target,
-            **({"tpu": self.tpu} if self.tpu is not None else {}),
-            "outcome": self.outcome,
-            "limit_bytes": self.limit_bytes,
-            "duration_s": round(self.duration_s, 6),
-            "baseline": self.baseline,
-            "sharing": self.sharing,
-            "analysis": self.analysis,
-            "trace": self.trace,
-            "failed_by_devmem": self.failed_by_devmem,
-            "failed_check": self.failed_check,
-            "compiles": self.compiles,
-            **({"compiler_entries": list(self.compiler_entries)} if self.compiler_entries else {}),
-            "leaked_bytes": self.leaked_bytes,
-            "sources": {name: reading.to_json() for name, reading in sorted(self.sources.items())},
-        }
+        data = attributes(self, RECORD_FIELDS)
+        data.update(
+            duration_s=round(self.duration_s, 6),
+            compiler_entries=list(self.compiler_entries),
+            sources={name: reading.to_json() for name, reading in sorted(self.sources.items())},
+        )
+        if self.tpu is None:  # a TPU's figures, and the compiler's entries, only where there are some
+            del data["tpu"]
+        if not self.compiler_entries:
+            del data["compiler_entries"]
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> TestRecord:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from ..json_fields import attributes
 from .record import TestRecord, kept_cpu_sizes
 
 FITS, OOM, FAILED, NOT_MEASURED = "fits", "oom", "failed", "not measured"
@@ -34,6 +35,10 @@ class Target:
     @classmethod
     def from_json(cls, data: dict[str, object]) -> Target:
         return cls(str(data["name"]), int(data["capacity_bytes"]), bool(data.get("session", False)))  # type: ignore[call-overload]
+
+
+RESULT_FIELDS = "test_id target regime status peak_bytes_in_use peak_bytes_reserved capacity_bytes peak_device devices oom_kind sized_by outcome reason"
+"""A TargetResult's fields its JSON form holds as they are, in order (then its row's regime)."""
 
 
 @dataclass(frozen=True)
@@ -124,11 +129,11 @@ class TargetResult:
         session_regime: str | None = None,
     ) -> TargetResult:
         return cls(
-            test_id=test_id,
-            target=target,
-            regime=regime,
-            status=NOT_MEASURED,
-            capacity_bytes=capacity,
+            test_id,
+            target,
+            regime,
+            NOT_MEASURED,
+            capacity,
             reason=reason,
             outcome=outcome,
             session_regime=session_regime or regime,
@@ -142,22 +147,7 @@ class TargetResult:
         return self.peak_bytes_in_use / self.capacity_bytes
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "test_id": self.test_id,
-            "target": self.target,
-            "regime": self.regime,
-            "status": self.status,
-            "peak_bytes_in_use": self.peak_bytes_in_use,
-            "peak_bytes_reserved": self.peak_bytes_reserved,
-            "capacity_bytes": self.capacity_bytes,
-            "peak_device": self.peak_device,
-            "devices": self.devices,
-            "oom_kind": self.oom_kind,
-            "sized_by": self.sized_by,
-            "outcome": self.outcome,
-            "reason": self.reason,
-            "session_regime": self.row_regime,
-        }
+        return {**attributes(self, RESULT_FIELDS), "session_regime": self.row_regime}
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> TargetResult:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from ..json_fields import attributes
 from ..units import format_size
 from .frameworks import AllocatorSetup
 from .machine import MachineRun, MachineSpec, MapSnapshot, contributor, run_machine
@@ -35,15 +36,7 @@ class Pin:
         )
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "allocator": self.allocator,
-            "owner": self.owner,
-            "size": self.size,
-            "event": self.event,
-            "offset": self.offset,
-            "free_before": self.free_before,
-            "free_after": self.free_after,
-        }
+        return attributes(self, "allocator owner size event offset free_before free_after")
 
 
 def pinning_buffers(snapshot: MapSnapshot | None, trace: Trace, top: int = TOP_PINS) -> list[Pin]:

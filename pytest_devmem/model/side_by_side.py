@@ -85,10 +85,6 @@ class SideBySide:
     def fits(self) -> bool:
         return self.run.oom is None
 
-    def failing_test(self) -> str | None:
-        oom = self.run.oom
-        return None if oom is None else self.tests[self.owner.get(oom.process, 0)]
-
 
 def check_side_by_side(
     tests: list[tuple[int, str, Trace]],

@@ -6,20 +6,18 @@ from __future__ import annotations
 
 import sys
 import warnings
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
 from ..capture.measurement import Captured, Measurement
 from ..files import path_in
-from ..gate.baseline import BaselineStore
 from ..gate.changes import buffers_of, lines_of
 from ..gate.marks import compiles_verdict, fragmentation_verdict, leak_verdict, limit_verdict
 from ..gate.record import TestRecord
 from ..gate.tolerance import parse_tolerance
 from ..gate.verdicts import baseline_verdict, oom_verdict, relative_to
-from ..model.device import Device
 from ..model.pool import Policy
 from ..model.profile import decode_profile
 from ..model.timeline import build_view
@@ -28,33 +26,25 @@ from ..present.buffers import html_lines_section, html_section
 from ..present.plot import write_plot
 from ..present.plot_parts import BaselineSide
 from ..present.text import terminal_lines
-from .compile_target import CompileTarget
 from .items import id_of_test, marked, oom_key, regime_of
 from .recording import allocator_setups, machine_spec, make_record
-from .settings import Settings
+from .session_parts import SessionParts
 from .trace_files import write_trace_files
 
 
-class Checks:
+@dataclass(eq=False)
+class Checks(SessionParts):
     """Turns a measured test's window into its record and its verdict."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        device: Device,
-        store: BaselineStore,
-        measurement: Measurement,
-        compile_target: CompileTarget,
-        start_dir: Path,
-        rootdir: Path | None = None,
-    ) -> None:
-        self.settings = settings
-        self.device = device
-        self.store = store
-        self.measurement = measurement
-        self.compile_target = compile_target
-        self.start_dir = start_dir
-        self.rootdir = rootdir
+    measurement: Measurement
+
+    @property
+    def start_dir(self) -> Path:
+        return self.config.invocation_params.dir
+
+    @property
+    def rootdir(self) -> Path:
+        return self.config.rootpath
 
     def record(self, item: pytest.Item, outcome: str, duration: float, captured: Captured) -> TestRecord:
         """The test's record, its trace written and analysed where the session asks."""

@@ -92,21 +92,19 @@ def resolve(
             None,
             f"{device.name} states a capacity, not a GPU: JAX's sizes are the CPU compile's (--devmem-compile-target=GPU, or a sim: GPU preset, sizes them for a GPU)",
         )
+
+    def cpu_sizes(note: str) -> CompileTarget:  # a preset's device class says its sizes are the CPU's
+        return CompileTarget("cpu", None, note, "-cpu-sizes" if preset is not None else "")
+
     if choice == "cpu":
-        suffix = "-cpu-sizes" if preset is not None else ""
-        return CompileTarget("cpu", None, f"JAX's sizes are the CPU compile's ({given})", suffix)
+        return cpu_sizes(f"JAX's sizes are the CPU compile's ({given})")
     name = str(preset if choice == "auto" else choice)
     natural = choice == "auto" or name == preset
     suffix = "" if natural else f"-{name}-sizes"
     tpu = tpu_spec(name)
     if tpu is not None:
         if tpu_compiler_problem is not None:
-            return CompileTarget(
-                "cpu",
-                None,
-                f"JAX's sizes stay the CPU compile's, not a {tpu.description}'s: {tpu_compiler_problem}",
-                "-cpu-sizes" if preset is not None else "",
-            )
+            return cpu_sizes(f"JAX's sizes stay the CPU compile's, not a {tpu.description}'s: {tpu_compiler_problem}")
         return CompileTarget(
             name,
             tpu,
@@ -115,12 +113,7 @@ def resolve(
         )
     spec = gpu_spec(name)  # that GPU as its data sheet has it: the model's devices keep their own capacity
     if compiler_problem is not None:
-        return CompileTarget(
-            "cpu",
-            None,
-            f"JAX's sizes stay the CPU compile's, not {name}'s: {compiler_problem}",
-            "-cpu-sizes" if preset is not None else "",
-        )
+        return cpu_sizes(f"JAX's sizes stay the CPU compile's, not {name}'s: {compiler_problem}")
     chosen = f" ({given})" if source else ""
     return CompileTarget(
         name,

@@ -207,26 +207,22 @@ def child_command(
         "--devmem-tolerance",
         settings.tolerance.spec,
     ]
-    if settings.update:
-        command.append("--devmem-update")  # the child compares without failing; only the parent writes
-    if settings.strict:
-        command.append("--devmem-strict")
-    if settings.frameworks:
-        command += ["--devmem-frameworks", ",".join(settings.frameworks)]
-    if settings.find_min_fraction:
-        command.append("--devmem-find-min-fraction")
-    if settings.what_if is not None:
-        command += ["--devmem-what-if", str(settings.what_if)]
-    if settings.cuda_context_bytes is not None:
-        command += ["--devmem-cuda-context", str(settings.cuda_context_bytes)]
-    if settings.limit is not None:
-        command += ["--devmem-limit", str(settings.limit)]
-    if settings.artifacts_dir is not None:
-        command += ["--devmem-artifacts", str(settings.artifacts_dir)]
-    if settings.max_leak is not None:
-        command += ["--devmem-max-leak", str(settings.max_leak)]
-    if settings.traces_dir is not None:
-        command += ["--devmem-traces", str(settings.traces_dir)]
+    switches = {
+        "--devmem-update": settings.update,  # the child compares without failing; only the parent writes
+        "--devmem-strict": settings.strict,
+        "--devmem-find-min-fraction": settings.find_min_fraction,
+    }
+    command += [flag for flag, on in switches.items() if on]
+    values = {
+        "--devmem-frameworks": ",".join(settings.frameworks) or None,
+        "--devmem-what-if": settings.what_if,
+        "--devmem-cuda-context": settings.cuda_context_bytes,
+        "--devmem-limit": settings.limit,
+        "--devmem-artifacts": settings.artifacts_dir,
+        "--devmem-max-leak": settings.max_leak,
+        "--devmem-traces": settings.traces_dir,
+    }
+    command += [word for flag, value in values.items() if value is not None for word in (flag, str(value))]
     return command + list(extra)
 
 
@@ -254,13 +250,28 @@ def run_in_children(
     applied its own regime; the child starts from those."""
     outcome = ChildOutcome()
     remaining = list(items)
+    environment = dict(config.stash.get(session_environment_key, os.environ))  # never what a test set since
+    restore(original_environment or {}, environment)  # the user's own values, not this process's regime
+    regime.apply(environment)
+    environment.update(extras.environment)
+    environment.pop("PYTEST_XDIST_WORKER", None)  # the child is no xdist worker: no second split
+    environment.pop("PYTEST_XDIST_WORKER_COUNT", None)
     with tempfile.TemporaryDirectory(prefix="devmem-child-") as scratch:
         while remaining:
             outcome.children_started += 1
-            attempt = Path(scratch) / f"child{outcome.children_started}"
-            events, returncode, output = _run_child(
-                config, regime, settings, remaining, attempt, original_environment, extras
+            stem = Path(scratch) / f"child{outcome.children_started}"
+            paths = sorted({os.path.relpath(item.path, config.invocation_params.dir) for item in remaining})
+            command = child_command(
+                config,
+                regime,
+                settings,
+                stem.with_suffix(".jsonl"),
+                stem.with_suffix(".nodes"),
+                paths,
+                extras.arguments,
+                extras.dropped,
             )
+            events, returncode, output = _run_child(config, remaining, stem, command, environment)
             started, finished = _apply_events(config, events, outcome)
             crashed = [item for item in remaining if item.nodeid in started and item.nodeid not in finished]
             for item in crashed:
@@ -275,26 +286,14 @@ def run_in_children(
 
 
 def _run_child(
-    config: pytest.Config,
-    regime: Regime,
-    settings: Settings,
-    items: Sequence[pytest.Item],
-    stem: Path,
-    original_environment: dict[str, str | None] | None,
-    extras: ChildExtras,
+    config: pytest.Config, items: Sequence[pytest.Item], stem: Path, command: list[str], environment: dict[str, str]
 ) -> tuple[list[dict[str, Any]], int, str]:
-    nodes, events_path, log_path = stem.with_suffix(".nodes"), stem.with_suffix(".jsonl"), stem.with_suffix(".log")
-    nodes.write_text(
+    """Run `command`, the child for `items` (their node ids in `stem`.nodes, its events in `stem`.jsonl,
+    its output in `stem`.log): the events it wrote, its exit status and the end of its output."""
+    events_path, log_path = stem.with_suffix(".jsonl"), stem.with_suffix(".log")
+    stem.with_suffix(".nodes").write_text(
         json.dumps([item.nodeid for item in items]), encoding="utf-8"
     )  # JSON: a node id may hold a line break or end in a space
-    paths = sorted({os.path.relpath(item.path, config.invocation_params.dir) for item in items})
-    command = child_command(config, regime, settings, events_path, nodes, paths, extras.arguments, extras.dropped)
-    environment = dict(config.stash.get(session_environment_key, os.environ))  # never what a test set since
-    restore(original_environment or {}, environment)  # the user's own values, not this process's regime
-    regime.apply(environment)
-    environment.update(extras.environment)
-    environment.pop("PYTEST_XDIST_WORKER", None)  # the child is no xdist worker: no second split
-    environment.pop("PYTEST_XDIST_WORKER_COUNT", None)
     with open(log_path, "w", encoding="utf-8") as log:
         completed = subprocess.run(
             command,

@@ -6,6 +6,7 @@ check, then the plain facts the terminal summary shows."""
 from __future__ import annotations
 
 import importlib.metadata
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,7 +21,7 @@ from ..gate.refresh import refresh_baselines
 from ..gate.stale import SuiteShape, stale_baselines
 from ..gate.targets import TargetResult, TargetTable
 from ..hardware.driver_info import driver_info
-from ..model.device import Device, DeviceKind
+from ..model.device import DeviceKind
 from ..model.side_by_side import SideBySide, check_side_by_side
 from ..present.autosave import autosave
 from ..present.report import benchmark_json, render
@@ -28,11 +29,10 @@ from ..present.summary import SummaryFacts
 from ..provenance import provenance
 from ..version import package_version
 from .checks import shown
-from .compile_target import CompileTarget
 from .environment import tensorflow_cpu_key
 from .recording import allocator_setups, machine_spec
 from .run_info import collect_run_info
-from .settings import Settings
+from .session_parts import SessionParts
 from .shard import shard_of
 from .targets import session_results, table_columns
 from .workers import LargestTests, gpu_count, plan_workers, workers_per_device
@@ -43,22 +43,12 @@ if TYPE_CHECKING:
     from ..model.trace import Trace
 
 
-class SessionResults:
+@dataclass(eq=False)
+class SessionResults(SessionParts):
     """What the session measured and stored; only the xdist controller (or a single process) writes."""
 
-    def __init__(
-        self,
-        config: pytest.Config,
-        settings: Settings,
-        device: Device,
-        store: BaselineStore,
-        compile_target: CompileTarget,
-    ) -> None:
-        self.config = config
-        self.settings = settings
-        self.device = device
-        self.store = store
-        self.compile_target = compile_target
+    def __post_init__(self) -> None:
+        config = self.config
         self.records: list[TestRecord] = []
         self.local: dict[str, TestRecord] = {}  # made in this process, waiting for their report: no JSON round trip
         self.unrecorded: dict[

@@ -76,9 +76,7 @@ class DevmemSession:
         self.measurement = Measurement(
             device, gpu_sizer(config, target, settings.cache_dir, store.directory / STORE_DIRECTORY)
         )
-        self.checks = Checks(
-            settings, device, store, self.measurement, target, config.invocation_params.dir, config.rootpath
-        )
+        self.checks = Checks(config, settings, device, store, target, self.measurement)
         self.results = SessionResults(config, settings, device, store, target)
         self.child_writer: ChildEventWriter | None = child[0] if child is not None else None
         self.child_nodes: set[str] = child[1] if child is not None else set()  # in a child: the tests it runs

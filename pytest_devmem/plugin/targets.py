@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,19 +25,15 @@ from ..hardware.devices import open_device
 from ..model.device import Device
 from ..model.regime import Regime
 from ..model.targets import regime_on_target
+from ..options import OPTION
 from .isolation import ChildExtras, ChildOutcome, run_in_children
 from .items import id_of_test, measured, regime_of
 from .settings import Settings
 
-CHILD_FLAGS_DROPPED = ("--devmem-strict", "--devmem-update", "--devmem-find-min-fraction", "--devmem-autosave")
-"""The session's flags a target's child does not take: it gates nothing and writes nothing."""
-CHILD_ENVIRONMENT = (
-    ("DEVMEM_STRICT", "0"),
-    ("DEVMEM_UPDATE", "0"),
-    ("DEVMEM_FIND_MIN_FRACTION", "0"),
-    ("DEVMEM_AUTOSAVE", "0"),
-)
-"""The same, where the user set them in the environment or the ini file (the environment wins over the ini)."""
+SWITCHED_OFF = tuple(OPTION[name] for name in ("strict", "update", "find-min-fraction", "autosave"))
+"""The session's switches a target's child runs without (it gates nothing and writes nothing): its
+settings have them off, its command line drops their flags, and its environment sets them to 0,
+where the user set them there or in the ini file (the environment wins over the ini)."""
 
 
 def table_columns(session_device: str, session_capacity: int, targets: Sequence[str]) -> list[Target]:
@@ -80,6 +77,7 @@ def rerun_on_targets(
     child processes started."""
     results: list[TargetResult] = []
     children = 0
+    switched_off: dict[str, Any] = {option.name.replace("-", "_"): False for option in SWITCHED_OFF}
     with tempfile.TemporaryDirectory(prefix="devmem-targets-") as scratch:
         for target, regime, group in rerun_groups(items, columns):
             where = Path(scratch) / f"target{children}"
@@ -87,13 +85,10 @@ def rerun_on_targets(
                 settings,
                 device_spec=target.name,
                 baselines=where / "baselines",
-                update=False,
-                strict=False,
-                find_min_fraction=False,
                 what_if=None,
                 traces_dir=None,
                 artifacts_dir=None,
-                autosave=False,
+                **switched_off,
             )
             arguments = ["--devmem-compile-target", "auto", *target_cache(config, target)]
             if settings.traces_dir is not None:  # the session's traces are its own: a target's go to scratch
@@ -102,8 +97,8 @@ def rerun_on_targets(
                 arguments += ["--devmem-artifacts", str(where / "artifacts")]
             extras = ChildExtras(
                 arguments=tuple(arguments),
-                dropped=CHILD_FLAGS_DROPPED,
-                environment=CHILD_ENVIRONMENT,
+                dropped=tuple(option.option for option in SWITCHED_OFF),
+                environment=tuple((option.env, "0") for option in SWITCHED_OFF),
             )
             outcome = run_in_children(config, regime, child_settings, group, original_environment, extras)
             children += outcome.children_started

@@ -12,16 +12,8 @@ from .text import markdown, markdown_code
 
 COLUMNS = ("test", "regime", "device", "metric", "baseline", "now", "delta", "verdict")
 """The Markdown table's columns, in their default order (`devmem compare --columns` picks and orders them)."""
-HEADINGS = {
-    "test": "test",
-    "regime": "regime",
-    "device": "device",
-    "metric": "metric",
-    "baseline": "baseline",
-    "now": "now",
-    "delta": "Δ",
-    "verdict": "verdict",
-}
+HEADINGS = {**{name: name for name in COLUMNS}, "delta": "Δ"}
+"""Each column's heading: its name, but for the delta's."""
 SORT_KEYS = ("status", "test", "delta", "percent", "now", "baseline")
 """`devmem compare --sort`: by status (failures first), by test id, or by a figure, largest first."""
 

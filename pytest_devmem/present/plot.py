@@ -75,7 +75,9 @@ def save_png(figure: Any, path: str | os.PathLike[str], dpi: int) -> None:
     write_atomic(path, buffer.getvalue())
 
 
-def render_png(view: TimelineView, path: str | os.PathLike[str], title: str) -> None:
+def pyplot() -> Any:
+    """matplotlib's pyplot, drawing off-screen; a ValueError saying what to install where the plot
+    extra is missing (every PNG: a test's picture, the targets' picture)."""
     try:
         import matplotlib  # the plot extra, optional
 
@@ -85,6 +87,11 @@ def render_png(view: TimelineView, path: str | os.PathLike[str], title: str) -> 
         raise ValueError(
             "a PNG needs matplotlib (pip install 'pytest-devmem[plot]'); an .html file needs nothing"
         ) from None
+    return plt
+
+
+def render_png(view: TimelineView, path: str | os.PathLike[str], title: str) -> None:
+    plt = pyplot()
     drawn = maps(view)
     heights = (
         [1.9, 1.0] * len(view.lanes)

@@ -51,10 +51,6 @@ def session_regime(report: ReportFile) -> str | None:
 Key = tuple[str, str, str]
 
 
-def record_key(record: dict[str, object]) -> Key:
-    return (str(record["test_id"]), canonical_label(str(record["regime"])), str(record["device_class"]))
-
-
 def figures(record: dict[str, object]) -> dict[str, object]:
     """What a record measured, as compared between reports: the headline figures, each device's,
     and whether (and how) it ran out of memory."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..files import write_atomic
 from ..gate.targets import FAILED, FITS, NOT_MEASURED, OOM, TargetResult, TargetTable
 from ..units import format_size
-from .plot import check_picture_path, save_png
+from .plot import check_picture_path, pyplot, save_png
 from .plot_parts import FREE_COLOUR, OOM_COLOUR
 from .targets import OTHER_REGIME, sized_by
 from .text import html_text, matplotlib_text
@@ -106,16 +106,9 @@ def write_targets_plot(table: TargetTable, path: str | os.PathLike[str], title: 
 def render_png(
     table: TargetTable, rows: list[tuple[str, str, dict[str, TargetResult]]], path: str | os.PathLike[str], title: str
 ) -> None:
-    try:
-        import matplotlib  # the plot extra, optional
+    plt = pyplot()
+    from matplotlib.patches import Patch, Rectangle  # the plot extra, there once pyplot() is
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.patches import Patch, Rectangle
-    except ImportError:
-        raise ValueError(
-            "a PNG needs matplotlib (pip install 'pytest-devmem[plot]'); an .html file needs nothing"
-        ) from None
     columns = len(table.targets)
     label_width = min(5.5, 0.3 + 0.06 * max(len(f"{t} [{r}]") for t, r, _ in rows))
     titles = [column_title(table, x) for x in range(columns)]

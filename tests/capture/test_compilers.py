@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_devmem.capture.jax import compilers
+from pytest_devmem.capture.jax import compilers, compilers_install
 from pytest_devmem.capture.jax.compilers import MANIFEST_NAME, CompilersError, Runtime
 from pytest_devmem.cli import main
 from pytest_devmem.plugin.compile_target import compilers_needed
@@ -141,8 +141,8 @@ def test_libtpu_is_the_version_jax_tpu_extra_pins() -> None:
     pinned = [
         r.split(";")[0].replace(" ", "") for r in importlib.metadata.requires("jax") or () if r.startswith("libtpu")
     ]
-    assert compilers.libtpu_requirement(RUNTIME) == pinned[0]
-    assert compilers.wanted_packages(RUNTIME, gpu=True, tpu=False) == [
+    assert compilers_install.libtpu_requirement(RUNTIME) == pinned[0]
+    assert compilers_install.wanted_packages(RUNTIME, gpu=True, tpu=False) == [
         f"jax-cuda12-pjrt=={RUNTIME.jaxlib}",
         f"jax-cuda12-plugin=={RUNTIME.jaxlib}",
     ]
@@ -194,7 +194,7 @@ def wheels(tmp_path: Path) -> Path:
     """The compilers of the installed jaxlib's version, as wheels of nothing, and an nvcc the plugin asks for."""
     directory = tmp_path / "wheels"
     directory.mkdir()
-    libtpu = compilers.libtpu_requirement(RUNTIME).split("==")[1].replace("*", "1")
+    libtpu = compilers_install.libtpu_requirement(RUNTIME).split("==")[1].replace("*", "1")
     wheel(directory, "jax-cuda12-pjrt", RUNTIME.jaxlib, "jax_plugins_fake")
     requires = ('nvidia-cuda-nvcc-cu12>=12.6.85; sys_platform == "linux" and extra == "with-cuda"',)
     wheel(directory, "jax-cuda12-plugin", RUNTIME.jaxlib, "jax_cuda12_plugin", requires)
@@ -216,7 +216,7 @@ def test_install_puts_the_versions_matching_jaxlib_in_the_folder_and_prints_them
     offline = ["--", "--no-index", "--find-links", str(wheels), "--quiet"]
     done = devmem("compilers", "install", "--dir", str(folder), *offline)
     assert done.returncode == 0, done.stderr
-    libtpu = compilers.libtpu_requirement(RUNTIME)
+    libtpu = compilers_install.libtpu_requirement(RUNTIME)
     assert (
         f"installing jax-cuda12-pjrt=={RUNTIME.jaxlib}, jax-cuda12-plugin=={RUNTIME.jaxlib} for jaxlib" in done.stdout
     )
@@ -257,7 +257,7 @@ def test_a_failed_install_leaves_the_folder_as_it_was(tmp_path: Path, capsys: py
         return 1
 
     with pytest.raises(CompilersError, match="pip could not install"):
-        compilers.install(folder, force=True, run_pip=failing_pip)
+        compilers_install.install(folder, force=True, run_pip=failing_pip)
     assert sorted(p.name for p in folder.iterdir()) == before
     assert [p.name for p in (tmp_path / "compilers").parent.iterdir()] == ["compilers"]
     assert calls[0][:4] == ["install", "--target", calls[0][2], "--no-deps"]

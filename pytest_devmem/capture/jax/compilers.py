@@ -20,6 +20,7 @@ writes a manifest of what it installed for which jaxlib and Python. A session th
 sys.path (`load`; the platform's subfolder only, so that a TPU session never starts the CUDA
 plugin) before JAX starts where it can (the plugin's first hook), else when its sizer is
 installed: then JAX, in that process only, finds the plugin and libtpu as if they were installed.
+Installing them is `compilers_install.py`'s.
 
 The folder: `--devmem-compilers` / `DEVMEM_COMPILERS`, else one in the user's cache keyed by the
 jaxlib version, the Python version and the machine (`default_directory`), so that another jaxlib
@@ -35,20 +36,16 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
-import json
 import os
 import platform
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import DevmemError, FileFormatError
-from ...files import read_json, write_atomic
+from ...files import read_json
 
 __all__ = [
     "COMMAND",
@@ -58,12 +55,10 @@ __all__ = [
     "Manifest",
     "chosen_directory",
     "default_directory",
-    "install",
     "load",
     "loaded",
     "problem",
     "read_manifest",
-    "wanted_packages",
 ]
 
 COMMAND = "devmem compilers install"
@@ -214,11 +209,11 @@ def installed_versions(directory: Path) -> dict[str, str]:
     for distribution in importlib.metadata.distributions(path=[str(directory)]):
         name = distribution.metadata["Name"]
         if name:
-            found[_normalised(name)] = distribution.version
+            found[normalised(name)] = distribution.version
     return found
 
 
-def _normalised(name: str) -> str:
+def normalised(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503
 
 
@@ -243,8 +238,8 @@ def check(directory: Path, runtime: Runtime, platform_name: str) -> Manifest:
         )
     present = installed_versions(directory / platform_name)
     for name in PLATFORMS[platform_name]:
-        if present.get(_normalised(name)) != manifest.packages[name]:
-            found = present.get(_normalised(name))
+        if present.get(normalised(name)) != manifest.packages[name]:
+            found = present.get(normalised(name))
             raise CompilersError(
                 f"{directory}: its manifest names {name} {manifest.packages[name]}, and {directory / platform_name} holds "
                 f"{name + ' ' + found if found else 'none'}: {_reinstall(directory)}"
@@ -357,131 +352,3 @@ def problem(platform_name: str) -> str | None:
     except CompilersError as exc:
         return f"{what} is not installed: {exc}"
     return None
-
-
-# -- installing ----------------------------------------------------------------------------
-
-
-def libtpu_requirement(runtime: Runtime) -> str:
-    """The libtpu that `jax[tpu]` of the installed jax pins (jax's own metadata: `libtpu==0.0.42.*;
-    extra == "tpu"` for jax 0.10.2)."""
-    for requirement in importlib.metadata.requires("jax") or ():
-        name, _, marker = requirement.partition(";")
-        if re.match(r"\s*libtpu\b", name) and re.search(r"extra\s*==\s*[\"']tpu[\"']", marker):
-            return name.strip().replace(" ", "")
-    raise CompilersError(
-        f"jax {runtime.jax}'s metadata names no libtpu for its tpu extra: cannot tell which to install"
-    )
-
-
-def nvcc_requirement(directory: Path) -> str:
-    """The nvidia-cuda-nvcc-cu12 that jax-cuda12-plugin's `with-cuda` extra asks for, as installed in `directory`."""
-    for distribution in importlib.metadata.distributions(path=[str(directory)]):
-        if _normalised(distribution.metadata["Name"] or "") != "jax-cuda12-plugin":
-            continue
-        for requirement in distribution.requires or ():
-            name, _, marker = requirement.partition(";")
-            if _normalised(re.split(r"[\s<>=!~\[(]", name.strip(), maxsplit=1)[0]) == NVCC_PACKAGE:
-                return name.strip().replace(" ", "")
-    return NVCC_PACKAGE
-
-
-def wanted_packages(runtime: Runtime, gpu: bool, tpu: bool) -> list[str]:
-    """The requirements of the first pip run: the compilers of the installed jaxlib's version."""
-    wanted = [f"{name}=={runtime.jaxlib}" for name in GPU_PACKAGES] if gpu else []
-    if tpu:
-        wanted.append(libtpu_requirement(runtime))
-    return wanted
-
-
-Runner = Callable[[Sequence[str]], int]
-
-
-def _run_pip(arguments: Sequence[str]) -> int:
-    return subprocess.call([sys.executable, "-m", "pip", *arguments])
-
-
-def install(
-    directory: str | os.PathLike[str] | None,
-    *,
-    gpu: bool = True,
-    tpu: bool = True,
-    force: bool = False,
-    pip_arguments: Sequence[str] = (),
-    run_pip: Runner = _run_pip,
-    say: Callable[[str], None] = print,
-) -> Manifest:
-    """Install the compilers matching the installed jaxlib into the folder (`pip install --target
-    --no-deps`, into a new folder beside it, then renamed into place, so that a failed install
-    leaves the old folder as it was), write its manifest, and return it. A folder that holds them
-    for this jaxlib already is kept; one for another jaxlib is refused, naming both versions,
-    unless `force`."""
-    runtime = Runtime.current()
-    folder = chosen_directory(directory, runtime)
-    platforms = [name for name, wanted in (("gpu", gpu), ("tpu", tpu)) if wanted]
-    if not platforms:
-        raise CompilersError("nothing to install: name --gpu, --tpu or neither (both)")
-    if not sys.platform.startswith("linux"):
-        raise CompilersError(f"the deviceless compilers are published for Linux only, and this is {sys.platform}")
-    if folder.exists() and not force:
-        try:
-            manifest = read_manifest(folder)
-        except CompilersError as exc:
-            raise CompilersError(f"{exc} (or name another --dir)") from None
-        if manifest is None and any(folder.iterdir()):
-            raise CompilersError(
-                f"{folder} exists and holds no compilers manifest: name an empty or new --dir, or remove it"
-            )
-        if manifest is not None:
-            for name in platforms:
-                check(folder, runtime, name)  # another jaxlib: refused, naming both versions
-            say(f"{folder} already holds the compilers for jaxlib {runtime.jaxlib}: {_listed(manifest)}")
-            return manifest
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    _readable_by_all(staging)
-    try:
-        packages: dict[str, str] = {}
-        for name in platforms:
-            target = staging / name
-            base = ["install", "--target", str(target), "--no-deps", "--disable-pip-version-check", *pip_arguments]
-            wanted = wanted_packages(runtime, gpu=name == "gpu", tpu=name == "tpu")
-            if name == "gpu":
-                say(f"installing {', '.join(wanted)} for jaxlib {runtime.jaxlib} into {folder / name}")
-                if run_pip([*base, *wanted]) != 0:
-                    raise CompilersError(f"pip could not install {', '.join(wanted)} (its output is above)")
-                wanted = [nvcc_requirement(target)]
-                say(f"installing {wanted[0]} (what jax-cuda12-plugin {runtime.jaxlib} asks for) into {folder / name}")
-            else:
-                say(f"installing {', '.join(wanted)} (what jax[tpu] {runtime.jax} pins) into {folder / name}")
-            if run_pip([*base, *wanted]) != 0:
-                raise CompilersError(f"pip could not install {', '.join(wanted)} (its output is above)")
-            present = installed_versions(target)
-            packages.update({package: present[_normalised(package)] for package in PLATFORMS[name]})
-        manifest = Manifest(runtime.jaxlib, runtime.python, runtime.machine, packages)
-        write_atomic(staging / MANIFEST_NAME, json.dumps(manifest.to_json(), indent=2) + "\n")
-        if folder.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", dir=folder.parent))
-            os.replace(folder, old / folder.name)
-            os.replace(staging, folder)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, folder)
-    except KeyError as exc:
-        raise CompilersError(f"pip reported success but installed no {exc.args[0]} into {staging}") from None
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    say(f"installed into {folder}: {_listed(manifest)}")
-    return manifest
-
-
-def _readable_by_all(directory: Path) -> None:
-    """A new folder as a mkdir would make it (mkdtemp makes it the user's alone): the umask's mode."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(directory, 0o777 & ~umask)
-
-
-def _listed(manifest: Manifest) -> str:
-    return ", ".join(f"{name} {version}" for name, version in sorted(manifest.packages.items()))

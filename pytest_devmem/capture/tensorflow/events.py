@@ -22,7 +22,6 @@ from .xspace import AllocatorEvent
 SOURCE = "tensorflow"
 NO_OP = "(no op)"
 _GPU_ALLOCATOR = re.compile(r"^(?:GPU_(\d+)_bfc|gpu_async_(\d+))$")
-CPU_BFC = "bfc_cpu_allocator_for_gpu"  # TensorFlow's CPU BFC, so named (process_state.cc) on every machine
 ONEDNN_CPU = "mklcpu"  # oneDNN's CPU allocator: traces only its large allocations
 
 

@@ -8,6 +8,7 @@ from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ...json_fields import attributes
 from ..device import DEFAULT_COMPUTE_CAPABILITY
 from ..frameworks import context_bytes_for
 
@@ -125,15 +126,9 @@ class DeviceFigures:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "device": self.device,
-            "peak_bytes_in_use": self.peak_bytes_in_use,
-            "peak_bytes_reserved": self.peak_bytes_reserved,
-            "peak_bytes_requested": self.peak_bytes_requested,
+            **attributes(self, "device peak_bytes_in_use peak_bytes_reserved peak_bytes_requested"),
             "peak_chunk_bytes": self.peak_bytes_in_use,  # the same figure, under the name reports gave it first
-            "fragmentation": self.fragmentation,
-            "worst_fragmentation": self.worst_fragmentation,
-            "worst_fragmentation_event": self.worst_fragmentation_event,
-            "context_bytes": self.context_bytes,
+            **attributes(self, "fragmentation worst_fragmentation worst_fragmentation_event context_bytes"),
             "allocators": [a.to_json() for a in self.allocators],
             "at_peak": self.at_peak,
         }
@@ -195,24 +190,11 @@ class OutOfMemory:
         return self.pool_bytes - self.in_use
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "kind": self.kind,
-            "event": self.event,
-            "device": self.device,
-            "allocator": self.allocator,
-            "label": self.label,
-            "requested": self.requested,
-            "rounded": self.rounded,
-            "in_use": self.in_use,
-            "pool_bytes": self.pool_bytes,
-            "largest_free_block": self.largest_free_block,
-            "limit": self.limit,
-            "device_free": self.device_free,
-            "capacity": self.capacity,
-            "device_in_use": self.device_in_use,
-            "held_by_others": self.held_by_others,
-            "fragmentation": self.fragmentation,
-        }
+        return attributes(
+            self,
+            "kind event device allocator label requested rounded in_use pool_bytes largest_free_block limit "
+            "device_free capacity device_in_use held_by_others fragmentation",
+        )
 
 
 @dataclass(frozen=True)

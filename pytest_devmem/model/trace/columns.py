@@ -67,21 +67,7 @@ class TraceColumns:
     files (CSV and Arrow IPC).
     """
 
-    __slots__ = (
-        "actions",
-        "pointers",
-        "sizes",
-        "times",
-        "threads",
-        "streams",
-        "sources",
-        "labels",
-        "devices",
-        "processes",
-        "sites",
-        "names",
-        "_name_index",
-    )
+    __slots__ = ("actions", *NUMBER_COLUMNS, "names", "_name_index")
 
     def __init__(self, events: Iterable[TraceEvent] = ()) -> None:
         self.actions = bytearray()
