@@ -35,7 +35,7 @@ LANES_BY_COLUMN_FROM = 20_000
 
 def _lanes_by_column(trace: Trace) -> tuple[list[tuple[int, int, int]], object] | None:
     try:
-        from ..trace.by_column import lanes_by_column  # numpy: optional (the fast-traces and fast-model extras)
+        from ..trace.by_column import lanes_by_column  # numpy: imported only where a long trace needs it
     except ImportError:
         return None
     return lanes_by_column(trace.devices, trace.processes, trace.sources)
@@ -43,7 +43,7 @@ def _lanes_by_column(trace: Trace) -> tuple[list[tuple[int, int, int]], object] 
 
 def _take(codes: list[int], indices: Any) -> list[int]:
     """codes[i] for each i of `indices` (a numpy array), as a list."""
-    import numpy as np  # numpy: optional (the fast-traces and fast-model extras)
+    import numpy as np  # numpy: imported only where a long trace needs it
 
     return np.asarray(codes, dtype=np.int64)[indices].tolist()
 
