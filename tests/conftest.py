@@ -3,24 +3,25 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
+from installed_libraries import keep_installed_libraries_imported
+
+# the one module of the plugin's that its inner runs import lazily: imported here, it outlives
+# pytester's restores, and so does its cached machine id (each report's provenance)
+from pytest_devmem import provenance  # noqa: F401
+from pytest_devmem.capture.jax import compilers
+from pytest_devmem.hardware.devices import cuda_device_count
+
+pytest_plugins = ["pytester"]
+
 # Bytecode caches on for this suite and every process it starts (pytester's subprocesses, the plugin's
 # children, the benchmarks' sessions): where PYTHONDONTWRITEBYTECODE is set, as some CI images set it,
 # each of those processes would compile, and rewrite the asserts of, the plugin's modules from source
 # again (measured in a fresh clone: tests/plugin/test_plugin_isolation.py took 28-29 s of CPU with it
-# set, 15-17 s without). Git ignores __pycache__. Set before anything below imports the plugin.
+# set, 15-17 s without). Git ignores __pycache__.
+# The test modules this process imports from here on write theirs too.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
-
-import pytest  # noqa: E402
-from installed_libraries import keep_installed_libraries_imported  # noqa: E402
-
-# the one module of the plugin's that its inner runs import lazily: imported here, it outlives
-# pytester's restores, and so does its cached machine id (each report's provenance)
-from pytest_devmem import provenance  # noqa: E402, F401
-from pytest_devmem.capture.jax import compilers  # noqa: E402
-from pytest_devmem.hardware.devices import cuda_device_count  # noqa: E402
-
-pytest_plugins = ["pytester"]
 
 # This suite sizes for GPUs and TPUs in its own process (GpuSizer and TpuSizer, in-process pytester
 # runs under a GPU or TPU preset): their compilers go on its sys.path from their folder (`devmem
