@@ -10,24 +10,18 @@ table (run `python -m benchmarks.targets --quick` for a check of that one).
 
 from __future__ import annotations
 
+import importlib
 import sys
 
-from . import bench_machine, bench_plugin, bench_pool, bench_steps, bench_tensorflow, bench_tpu, targets
+from . import QUICK_ARGUMENTS, bench_pool, targets
 
 if __name__ == "__main__":
     arguments = sys.argv[1:]
     quick = "--quick" in arguments
     status = bench_pool.main(arguments)
-    print()
-    status = status or bench_machine.main(["--quick"] if quick else [])
-    print()
-    status = status or bench_plugin.main(["--tests", "20", "--repeat", "1"] if quick else [])
-    print()
-    status = status or bench_steps.main(["--quick"] if quick else [])
-    print()
-    status = status or bench_tensorflow.main(["--quick"] if quick else [])
-    print()
-    status = status or bench_tpu.main(["--quick", "--suite", "examples"] if quick else [])
+    for name, quick_arguments in QUICK_ARGUMENTS.items():
+        print()
+        status = status or importlib.import_module(f"benchmarks.{name}").main(list(quick_arguments) if quick else [])
     if not quick:
         print()
         status = status or targets.main([])

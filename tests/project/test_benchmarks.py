@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import bench_tpu
+from benchmarks import QUICK_ARGUMENTS, bench_tpu
 from benchmarks.reference import FirstFitPool
 from benchmarks.workloads import training_loop
 from pytest_devmem.model.pool import replay
@@ -16,34 +16,19 @@ from pytest_devmem.model.pool import replay
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def quick_run(module: str, *arguments: str) -> str:
-    """One benchmark's output, run as `python -m benchmarks` runs it with `--quick`."""
+def quick_run(module: str) -> str:
+    """One benchmark's output, run with the arguments `python -m benchmarks --quick` gives it."""
+    arguments = QUICK_ARGUMENTS.get(module, ("--quick",))  # the pool's: the command's own flags
     command = [sys.executable, "-m", f"benchmarks.{module}", *arguments]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stdout
 
 
-# `python -m benchmarks --quick` runs these six one after the other (benchmarks/__main__.py); here each
-# is a test of its own, so that a parallel run spreads them (together they took 83 s of one worker)
-
-
-def test_the_quick_run_runs_each_benchmark_with_the_arguments_tested_here() -> None:
-    main = (ROOT / "benchmarks" / "__main__.py").read_text()
-    for call in QUICK_CALLS.values():
-        assert call in main, call
-
-
-QUICK_CALLS = {
-    "bench_pool": "bench_pool.main(arguments)",
-    "bench_machine": 'bench_machine.main(["--quick"] if quick else [])',
-    "bench_plugin": 'bench_plugin.main(["--tests", "20", "--repeat", "1"] if quick else [])',
-    "bench_steps": 'bench_steps.main(["--quick"] if quick else [])',
-    "bench_tensorflow": 'bench_tensorflow.main(["--quick"] if quick else [])',
-    "bench_tpu": 'bench_tpu.main(["--quick", "--suite", "examples"] if quick else [])',
-}
+# `python -m benchmarks --quick` runs these one after the other (benchmarks/__main__.py); here each is
+# a test of its own, so that a parallel run spreads them (together they took 83 s of one worker)
 
 
 def test_the_pool_benchmark_prints_each_trace_under_each_policy() -> None:
-    lines = quick_run("bench_pool", "--quick").splitlines()
+    lines = quick_run("bench_pool").splitlines()
     assert "ops/s" in lines[1] and "held/live" in lines[1]
     for trace in ("many-small", "mixed-small-huge", "training-loop"):
         policies = [line.split()[2] for line in lines if line.startswith(trace)]
@@ -51,7 +36,7 @@ def test_the_pool_benchmark_prints_each_trace_under_each_policy() -> None:
 
 
 def test_the_machine_benchmark_prints_its_rows_and_the_traces_memory() -> None:
-    lines = quick_run("bench_machine", "--quick").splitlines()
+    lines = quick_run("bench_machine").splitlines()
     assert lines[0].startswith("model of the machine") and "events/s" in lines[1] and "vs pool" in lines[1]
     rows = {line.split()[0]: line.split() for line in lines[2:7]}
     assert list(rows) == ["jax-step-loop", "many-small", "mixed-small-huge", "training-loop", "sharded-steps"]
@@ -61,14 +46,14 @@ def test_the_machine_benchmark_prints_its_rows_and_the_traces_memory() -> None:
 
 
 def test_the_plugin_benchmark_prints_each_configuration_off_and_on() -> None:
-    lines = quick_run("bench_plugin", "--tests", "20", "--repeat", "1").splitlines()
+    lines = quick_run("bench_plugin").splitlines()
     rows = [line.split("ms ", 1)[1].split("  ")[0] for line in lines if " ms " in line]
     assert rows == ["off", "on (prealloc, in-process)"] * (len(rows) // 2) and rows, lines
 
 
 @pytest.mark.slow  # jitted step loops, plugin off and on
 def test_the_steps_benchmark_prints_the_loop_off_and_with_traces_written() -> None:
-    output = quick_run("bench_steps", "--quick")
+    output = quick_run("bench_steps")
     assert "capture cost per executable run:" in output and "bytes held per event" in output
     steps = [line.split()[0] for line in output.splitlines() if line.startswith(("off ", "on, traces written "))]
     assert steps == ["off", "on,"], output
@@ -76,7 +61,7 @@ def test_the_steps_benchmark_prints_the_loop_off_and_with_traces_written() -> No
 
 @pytest.mark.slow  # TensorFlow sessions, plugin off and on
 def test_the_tensorflow_benchmark_prints_the_capture_per_test() -> None:
-    output = quick_run("bench_tensorflow", "--quick")
+    output = quick_run("bench_tensorflow")
     assert output.startswith(("TensorFlow suite: 4 tests", "TensorFlow is not installed")), output
     if output.startswith("TensorFlow suite"):
         assert "on (prealloc, in-process)" in output and "TensorFlow capture per test" in output
@@ -84,7 +69,7 @@ def test_the_tensorflow_benchmark_prints_the_capture_per_test() -> None:
 
 @pytest.mark.slow  # the examples sized by the CPU and by the TPU, cold
 def test_the_tpu_benchmark_prints_both_sizings_against_the_cold_target() -> None:
-    output = quick_run("bench_tpu", "--quick", "--suite", "examples")
+    output = quick_run("bench_tpu")
     if "TPU sizing benchmark skipped" in output:
         return  # libtpu's folder is missing: the line names `devmem compilers install`
     assert "sized by the CPU" in output and "sized by the TPU v5e" in output
