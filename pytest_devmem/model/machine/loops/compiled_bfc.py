@@ -130,7 +130,7 @@ def replay_compiled(replay: Replay) -> int:
     end = len(actions)
     if int(requested.max()) >= LARGEST_VALUE:
         return replay_lanes(replay)
-    requested = requested.astype(np.int64)
+    requested = requested.view(np.int64)  # the same values (all under LARGEST_VALUE), no copy
     codes = replay.lane_codes
     lanes = np.zeros(end, dtype=np.int64) if codes is None else np.asarray(codes, dtype=np.int64)
     slots, slot_lanes, slot_pointers, *table = _slots.slots_of_pairs(pointers, lanes)

@@ -25,11 +25,11 @@ def slots_of_pairs(pointers: Array, lanes: Array) -> tuple[Array, ...]:
         size *= 2
     mask = size - 1
     keys = np.zeros(size, dtype=np.uint64)
-    key_lanes = np.zeros(size, dtype=np.int64)
-    values = np.full(size, -1, dtype=np.int64)
-    slots = np.empty(len(pointers), dtype=np.int64)
+    key_lanes = np.zeros(size, dtype=np.int32)  # lanes and slots are fewer than 2**31: half the memory of int64
+    values = np.full(size, -1, dtype=np.int32)
+    slots = np.empty(len(pointers), dtype=np.int32)
     first_pointers = np.empty(len(pointers), dtype=np.uint64)
-    first_lanes = np.empty(len(pointers), dtype=np.int64)
+    first_lanes = np.empty(len(pointers), dtype=np.int32)
     count = 0
     for index in range(len(pointers)):
         pointer, lane = pointers[index], lanes[index]
@@ -41,14 +41,14 @@ def slots_of_pairs(pointers: Array, lanes: Array) -> tuple[Array, ...]:
             first_pointers[count], first_lanes[count] = pointer, lane
             count += 1
         slots[index] = values[position]
-    return slots, first_lanes[:count], first_pointers[:count], keys, key_lanes, values
+    return slots, first_lanes[:count].copy(), first_pointers[:count].copy(), keys, key_lanes, values  # copies: the rest freed
 
 
 @numba.njit(cache=True)
 def slots_for_pairs(pointers: Array, lanes: Array, keys: Array, key_lanes: Array, values: Array) -> Array:
     """The slots of (lane, pointer) pairs of the trace, looked up in the table `slots_of_pairs` made."""
     mask = len(keys) - 1
-    slots = np.empty(len(pointers), dtype=np.int64)
+    slots = np.empty(len(pointers), dtype=np.int32)
     for index in range(len(pointers)):
         pointer, lane = pointers[index], lanes[index]
         position = _hash(pointer, lane, mask)
