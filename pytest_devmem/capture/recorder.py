@@ -239,12 +239,6 @@ class TraceRecorder:
                         held[label or owner] = held.get(label or owner, 0) + size
         return held
 
-    def elapsed(self) -> float | None:
-        """Seconds since the window opened, on the events' clock; None outside a window or while paused."""
-        if self._trace is None or self._paused:
-            return None
-        return self._clock() - self._started
-
     @contextmanager
     def paused(self) -> Iterator[None]:
         """Record nothing inside (a fixture shared with other tests is set up here, say)."""

@@ -23,6 +23,7 @@ outside HBM) and their padded bytes beside the logical ones.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Iterable, Iterator
@@ -32,7 +33,7 @@ from typing import Any
 from ...model.buffers import PeakBuffer, ProgramBuffers
 from .hlo_proto import Instruction, Program, ProtoError, read_hlo_proto, read_program
 
-__all__ = ["buffers_at_peak", "dump_options", "from_executable", "program_buffers", "read_dump"]
+__all__ = ["buffers_at_peak", "dump_options", "from_executable", "in_jax", "program_buffers", "read_dump"]
 
 ALLOC, FREE, SHARE_WITH = 0, 1, 2
 """HeapSimulatorTrace.Event.Kind (xla/service/hlo.proto)."""
@@ -246,20 +247,20 @@ def _fused(program: Program, fusion: Instruction) -> Iterator[Instruction]:
 def user_line(program: Program, frame_id: int) -> str:
     """`file:line` of the innermost frame in the user's code (not JAX's own); "" where none is known."""
     for file, line in program.frame_chain(frame_id):
-        if not _in_jax(file):
+        if not in_jax(file):
             return f"{file}:{line}"
     return ""
 
 
-def _jax_directories() -> tuple[str, ...]:
-    found = []
-    for name in ("jax", "jaxlib"):
-        module = sys.modules.get(name)
-        location = getattr(module, "__file__", None)
-        if location:
-            found.append(os.path.dirname(location) + os.sep)
-    return tuple(found)
+_JAX_FOLDERS: tuple[str, ...] = ()
+_resolved = functools.lru_cache(maxsize=4096)(os.path.realpath)
 
 
-def _in_jax(file: str) -> bool:
-    return any(file.startswith(directory) for directory in _jax_directories())
+def in_jax(file: str) -> bool:
+    """Whether `file` belongs to JAX's own packages (jax, jaxlib), as imported here: never the user's
+    line. Both sides are compared resolved, so a symlinked environment names the same files."""
+    global _JAX_FOLDERS
+    if not _JAX_FOLDERS:  # read once JAX is imported
+        locations = (getattr(sys.modules.get(name), "__file__", None) for name in ("jax", "jaxlib"))
+        _JAX_FOLDERS = tuple(os.path.dirname(os.path.realpath(path)) + os.sep for path in locations if path)
+    return bool(file) and _resolved(file).startswith(_JAX_FOLDERS)
