@@ -35,11 +35,11 @@ def run_suite(cache_dir: str, target: str, functions: int) -> dict[str, object]:
     import jax.numpy as jnp
 
     from pytest_devmem.capture.jax import JaxCapture
-    from pytest_devmem.capture.jax.gpu_compile import GpuSizer, cuda_compiler_problem
+    from pytest_devmem.capture.jax.gpu_compile import GpuSizer
     from pytest_devmem.capture.recorder import TraceRecorder
     from pytest_devmem.model.gpu_targets import gpu_spec
 
-    problem = cuda_compiler_problem()
+    problem = compilers.problem("gpu")
     if problem is not None:
         return {"problem": problem}
     sizer = GpuSizer(gpu_spec(target), cache_dir)

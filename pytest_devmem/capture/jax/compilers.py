@@ -40,7 +40,7 @@ import os
 import platform
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,14 +49,17 @@ from ...files import read_json
 
 __all__ = [
     "COMMAND",
+    "CUDA_MAJORS",
     "ENVIRONMENT_VARIABLE",
     "PLATFORMS",
     "CompilersError",
     "Manifest",
     "chosen_directory",
     "default_directory",
+    "installed_cuda_major",
     "load",
     "loaded",
+    "plugin_modules",
     "problem",
     "read_manifest",
 ]
@@ -71,9 +74,23 @@ MANIFEST_NAME = "devmem-compilers.json"
 MANIFEST_FORMAT = 1
 MAX_MANIFEST_BYTES = 64 * 1024  # a manifest names a few packages (some 300 bytes)
 
-GPU_PACKAGES = ("jax-cuda12-pjrt", "jax-cuda12-plugin")
-"""XLA:GPU's compiler (the PJRT plugin, module `jax_plugins.xla_cuda12`) and the handlers of the CUDA
-kernels it calls (module `jax_cuda12_plugin`): both at the jaxlib's own version."""
+CUDA_MAJORS = ("13", "12")
+"""The CUDA majors JAX publishes its GPU compiler for, the newest first: `jax-cudaNN-pjrt` holds
+XLA:GPU's compiler (module `jax_plugins.xla_cudaNN`), `jax-cudaNN-plugin` registers the handlers of
+the CUDA kernels it calls (cuSOLVER, cuFFT..., module `jax_cudaNN_plugin`). The first major whose
+two modules can be imported is the one used; `install` puts CUDA 12's in the folder."""
+
+
+def plugin_modules(major: str) -> tuple[tuple[str, str], tuple[str, str]]:
+    """(package, module) of the PJRT plugin and of the kernels' handlers for one CUDA major."""
+    return (f"jax-cuda{major}-pjrt", f"jax_plugins.xla_cuda{major}"), (
+        f"jax-cuda{major}-plugin",
+        f"jax_cuda{major}_plugin",
+    )
+
+
+GPU_PACKAGES = tuple(package for package, _ in plugin_modules("12"))
+"""What `install` puts in the folder for a GPU: both at the jaxlib's own version."""
 NVCC_PACKAGE = "nvidia-cuda-nvcc-cu12"
 """ptxas and libdevice, which XLA:GPU runs to compile its kernels; the version the plugin's
 `with-cuda` extra asks for."""
@@ -267,14 +284,18 @@ _after_jax: set[str] = set()
 WHAT = {"gpu": "the CUDA compiler for JAX", "tpu": "the TPU compiler for JAX (libtpu)"}
 
 
-MODULES: Mapping[str, tuple[str, ...]] = {"gpu": ("jax_plugins.xla_cuda12", "jax_cuda12_plugin"), "tpu": ("libtpu",)}
-"""The modules JAX imports of each platform's compiler."""
-
-
 def _origins(platform_name: str) -> list[str] | None:
-    """Where the platform's modules would be imported from here; None where one cannot be."""
+    """Where the platform's compiler's modules would be imported from here (a GPU's: those of
+    `installed_cuda_major`); None where they cannot be."""
+    if platform_name == "tpu":
+        return _found(("libtpu",))
+    major = installed_cuda_major()
+    return _found([module for _, module in plugin_modules(major)]) if major is not None else None
+
+
+def _found(modules: Sequence[str]) -> list[str] | None:
     places = []
-    for module in MODULES[platform_name]:
+    for module in modules:
         try:
             spec = importlib.util.find_spec(module)
         except (ImportError, ValueError):
@@ -283,6 +304,15 @@ def _origins(platform_name: str) -> list[str] | None:
             return None
         places.extend([spec.origin] if spec.origin else list(spec.submodule_search_locations or ()))
     return places
+
+
+def installed_cuda_major() -> str | None:
+    """The CUDA major whose compiler's modules can both be imported here (`CUDA_MAJORS`): installed in
+    the environment, or loaded from the folder; or None."""
+    for major in CUDA_MAJORS:
+        if _found([module for _, module in plugin_modules(major)]) is not None:
+            return major
+    return None
 
 
 def in_environment(platform_name: str) -> bool:

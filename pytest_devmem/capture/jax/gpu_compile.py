@@ -29,31 +29,13 @@ from ...model.buffers import ProgramBuffers
 from ...model.device import PRESETS
 from ...model.gpu_targets import GpuSpec
 from ...units import format_size
-from . import lowering
+from . import compilers, lowering
 from .buffers import dump_options, read_dump
-from .cuda_plugin import (
-    CUDA_MAJORS,
-    cuda_compiler_problem,
-    cuda_topology,
-    environment_for_deviceless_compile,
-    explain,
-    installed_cuda_major,
-    load_cuda_compiler,
-    plugin_modules,
-)
-from .lowering import compiling_for_target
+from .cuda_plugin import cuda_topology, explain
 from .size_cache import SizeCache
 from .sizes import ExecutableSizes, SizerError, Unavailable
 
-__all__ = [
-    "ExecutableSizes",
-    "GpuSizer",
-    "Unavailable",
-    "compiling_for_target",
-    "cuda_compiler_problem",
-    "environment_for_deviceless_compile",
-    "load_cuda_compiler",
-]
+__all__ = ["GpuSizer", "compile_with_buffers"]
 
 
 class GpuSizer(SizeCache):
@@ -64,8 +46,8 @@ class GpuSizer(SizeCache):
     @property
     def VERSION_MODULES(self) -> tuple[str, ...]:  # noqa: N802 - the TPU sizer's is a class constant
         """Modules whose versions key the disk cache: a new compiler gives new sizes."""
-        major = installed_cuda_major() or CUDA_MAJORS[-1]
-        return ("jaxlib", *(module + ".version" for _, module in plugin_modules(major)))
+        major = compilers.installed_cuda_major() or compilers.CUDA_MAJORS[-1]
+        return ("jaxlib", *(module + ".version" for _, module in compilers.plugin_modules(major)))
 
     def __init__(
         self,
@@ -116,7 +98,7 @@ class GpuSizer(SizeCache):
 
     def _compiler_problem(self) -> str | None:
         """Why the target's compiler cannot be used here, or None once it is loaded."""
-        return load_cuda_compiler()
+        return compilers.load("gpu")
 
     def uninstall(self) -> None:
         if self.installed:

@@ -32,21 +32,10 @@ from ...model.tpu_targets import TpuSpec
 from . import compilers, lowering
 from .gpu_compile import GpuSizer
 from .sizes import SizerError, Unavailable, first_line
-from .tpu_plugin import QUIET_LIBTPU, environment_for_libtpu, quiet_libtpu, tpu_compiler_problem, tpu_present
+from .tpu_plugin import quiet_libtpu
 from .tpu_results import NoTopology, NoTopologyError, Refused, SizingCosts, parse_refusal
 
-__all__ = [
-    "QUIET_LIBTPU",
-    "NoTopology",
-    "Refused",
-    "SizingCosts",
-    "TpuSizer",
-    "environment_for_libtpu",
-    "parse_refusal",
-    "quiet_libtpu",
-    "tpu_compiler_problem",
-    "tpu_present",
-]
+__all__ = ["TpuSizer", "dense_bytes"]
 
 ARRAY_CACHE_FORMAT = 1
 
