@@ -1,34 +1,19 @@
 """The deviceless GPU and TPU compilers in a folder of their own, matched to the installed JAX, and
-loaded only by a process that sizes for a GPU or a TPU.
+loaded only by a process that sizes for a GPU or a TPU (why, and what the folder holds:
+docs/gpu-figures.md, "The compilers outside your environment").
 
-JAX starts every PJRT plugin it can import: at each process's first backend, `discover_pjrt_plugins`
-(jax/_src/xla_bridge.py) imports every module of the `jax_plugins` namespace package on sys.path
-and every `jax_plugins` entry point of the installed distributions, and calls its `initialize()`;
-and it starts a TPU backend (priority 300) from whatever `import libtpu` finds
-(jax/_src/cloud_tpu_init.py, `get_tpu_library_path`; the TPU_LIBRARY_PATH variable comes first).
-Installed into the user's environment, XLA:GPU's compiler (jax-cuda12-pjrt) and libtpu are started
-in every program that imports JAX: on a machine without a GPU the CUDA plugin prints its failed
-check of the CUDA libraries (a 30-line traceback) and libtpu its INVALID_ARGUMENT lines about worker
-hostnames, and their pins (`jax-cuda12-pjrt==` the jaxlib version) hold the user's JAX back.
-
-So they live in a folder no program's sys.path holds: `devmem compilers install` runs pip's
-`--target` there with `--no-deps`, for exactly the versions the installed jaxlib goes with
-(`jax-cuda12-pjrt` and `jax-cuda12-plugin` of the jaxlib's version, the nvidia-cuda-nvcc-cu12 that
-plugin's `with-cuda` extra asks for: ptxas and libdevice, and the libtpu that `jax[tpu]` of the
-installed jax pins, read from jax's own metadata), one subfolder per platform (`gpu/`, `tpu/`), and
-writes a manifest of what it installed for which jaxlib and Python. A session that sizes for a GPU or TPU appends the folder to its own
-sys.path (`load`; the platform's subfolder only, so that a TPU session never starts the CUDA
-plugin) before JAX starts where it can (the plugin's first hook), else when its sizer is
-installed: then JAX, in that process only, finds the plugin and libtpu as if they were installed.
-Installing them is `compilers_install.py`'s.
-
-The folder: `--devmem-compilers` / `DEVMEM_COMPILERS`, else one in the user's cache keyed by the
-jaxlib version, the Python version and the machine (`default_directory`), so that another jaxlib
-looks in another folder. A folder's manifest is checked before it is believed: a regular file of
-JSON, each field of its type, made for this jaxlib and Python (a folder for another is refused,
-naming both versions), and each package it names present in the folder at that version.
-Compilers installed in the environment itself (jax[cuda12] on a GPU machine) are used as before.
-Imports no framework.
+JAX starts every PJRT plugin it can import (`discover_pjrt_plugins`, jax/_src/xla_bridge.py) and a
+TPU backend from whatever `import libtpu` finds (`get_tpu_library_path`, jax/_src/cloud_tpu_init.py),
+in every program: so the compilers live in a folder no program's sys.path holds, one subfolder per
+platform (`gpu/`, `tpu/`) with a manifest of what was installed for which jaxlib and Python
+(installing them is `compilers_install.py`'s). A session that sizes for a GPU or TPU appends that
+platform's subfolder to its own sys.path (`load`) before JAX starts where it can (the plugin's first
+hook), else when its sizer is installed. The folder: `--devmem-compilers` / `DEVMEM_COMPILERS`, else
+one in the user's cache keyed by the jaxlib version, the Python version and the machine
+(`default_directory`). Its manifest is checked before it is believed: a regular file of JSON, each
+field of its type, made for this jaxlib and Python (a folder for another is refused, naming both
+versions), and each package it names present in the folder at that version. Compilers installed in
+the environment itself (jax[cuda12] on a GPU machine) are used as they are. Imports no framework.
 """
 
 from __future__ import annotations

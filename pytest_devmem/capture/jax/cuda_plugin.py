@@ -1,12 +1,8 @@
 """XLA:GPU's compiler on a machine without a GPU: what the environment needs before JAX starts so that
-its CUDA plugin (compilers.py says which is importable) registers, its deviceless topology, and its
-refusals in words a user can act on.
-
-JAX 0.10 compiles for a GPU that is not present ("deviceless" ahead-of-time compilation) once the CUDA
-plugin is installed beside the CPU jaxlib (or loaded from the compilers' folder, compilers.py):
-`jax.experimental.topologies.get_topology_desc(platform="cuda", target_config=...)` gives compile-only
-devices of the GPU that the target config describes (`model.gpu_targets`). The GPU sizer
-(gpu_compile.py) compiles on them. Imports no framework.
+its CUDA plugin (compilers.py says which is importable) registers, its deviceless topology
+(`jax.experimental.topologies.get_topology_desc(platform="cuda", target_config=...)`: compile-only
+devices of the GPU that the target config describes, `model.gpu_targets`, on which the GPU sizer
+compiles), and its refusals in words a user can act on. Imports no framework.
 """
 
 from __future__ import annotations

@@ -8,10 +8,7 @@ needs before JAX starts). Each executable's jaxpr is lowered again for that many
 (`lowering`: a sharded executable keeps its mesh and specs, on GPUs) and compiled on the
 compile-only client; its sizes are XLA's memory analysis of that compile, per device.
 
-Results are cached (size_cache.py) per executable; under a key made of the GPU module's text, the
-target config, the jaxlib and plugin versions and XLA_FLAGS for the session (another executable of
-the same module, in a later test, compiles nothing); and on disk under that key (when given a
-folder: a rerun of an unchanged suite compiles nothing). An executable that
+Results are cached per program, for the session and on disk (size_cache.py). An executable that
 cannot be compiled this way gets an `Unavailable` with the reason (no plugin, host callbacks, a
 custom call with no CUDA handler...), and keeps its CPU sizes. JAX is imported lazily.
 """
