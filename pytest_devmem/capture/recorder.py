@@ -141,11 +141,6 @@ class TraceRecorder:
         return self._trace is not None and not self._paused
 
     @property
-    def started_at(self) -> float:
-        """The window's start on the recorder's clock: events' times count from it."""
-        return self._started
-
-    @property
     def ended_at(self) -> float:
         """When the last window closed, in seconds from its start."""
         return self._ended
