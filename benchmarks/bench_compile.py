@@ -48,7 +48,7 @@ def run_suite(cache_dir: str, target: str, functions: int) -> dict[str, object]:
     if not capture.install():
         return {"problem": capture.note}
     if not sizer.installed:
-        return {"problem": capture.sizing_note or sizer.note}
+        return {"problem": sizer.note}
     recorder.begin()
     capture.begin()
     started = time.perf_counter()

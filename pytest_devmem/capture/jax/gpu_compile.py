@@ -216,6 +216,10 @@ class GpuSizer(SizeCache):
             raise SizerError(self._problem) from None
         return topologies
 
+    def padded_sizes(self) -> dict[int, set[int]]:
+        """A GPU lays arrays out dense: no tiled size stands for another (the TPU sizer's has them)."""
+        return {}
+
     def counts(self) -> dict[str, float | int]:
         """How many programs this process compiled for the target and in how long, and how many
         sizes came from the entries beside the baselines and from the caches on disk: the summary's."""
