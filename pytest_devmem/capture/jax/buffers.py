@@ -32,6 +32,7 @@ from typing import Any
 
 from ...model.buffers import PeakBuffer, ProgramBuffers
 from .hlo_proto import Instruction, Program, ProtoError, read_hlo_proto, read_program
+from .sizes import ExecutableSizes
 
 __all__ = ["buffers_at_peak", "dump_options", "from_executable", "in_jax", "program_buffers", "read_dump"]
 
@@ -71,12 +72,13 @@ def from_executable(xla_executable: Any) -> ProgramBuffers:
 
 def program_buffers(xla_executable: Any, sized: Any = None) -> tuple[ProgramBuffers | None, str]:
     """(the buffers at the executable's peak, or None; why not): those of the compile that sized it
-    (`sized`, a GPU or TPU sizer's result, which read them from its compile), else the executable's own."""
+    (`sized`, a GPU or TPU sizer's result, which read them from its compile; a refusal states none),
+    else the executable's own."""
+    if isinstance(sized, ExecutableSizes) and sized.buffers is not None:
+        return sized.buffers, ""
     if sized is not None:
-        found = getattr(sized, "buffers", None)
-        if isinstance(found, ProgramBuffers):
-            return found, ""
-        return None, str(getattr(sized, "buffers_note", "") or "the target's compile stated no buffers")
+        note = sized.buffers_note if isinstance(sized, ExecutableSizes) else ""
+        return None, note or "the target's compile stated no buffers"
     try:
         return from_executable(xla_executable), ""
     except Exception as exc:  # noqa: BLE001 - a backend or jaxlib that states no buffer assignment

@@ -20,6 +20,7 @@ from ...model.buffers import ProgramBuffers
 from ...model.executables import ARGUMENT_SUFFIX, TEMP_SUFFIX
 from .buffers import in_jax, program_buffers
 from .shards import Shards, device_label
+from .sizes import ExecutableSizes
 
 STEP_CACHE_LIMIT = 4096
 """Steps kept by their output's identity before the cache starts again (executables' outputs
@@ -123,14 +124,14 @@ def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
     raises: NotRunnable | None = None
     if sizer is not None:
         sizes = sizer.sizes_for(executable)
-        if hasattr(sizes, "temp_bytes"):
-            temp, sized_for, sized_key = int(sizes.temp_bytes), str(sizes.target), str(sizes.key)
+        if isinstance(sizes, ExecutableSizes):
+            temp, sized_for, sized_key = sizes.temp_bytes, sizes.target, sizes.key
         elif isinstance(sizes, NotRunnable):  # it never runs there, nor here: its call raises
             raises, refused, note = sizes, sizes.refusal(), sizes.note()
             if refused is not None:  # the target's compiler refused it for memory: no temp of its own
                 sized_for, temp = str(refused.get("target")), 0
-        else:
-            note = str(getattr(sizes, "reason", "not compiled for the GPU target"))
+        else:  # Unavailable: it keeps the CPU compile's sizes
+            note = sizes.reason
     tokens = len(getattr(executable, "ordered_effects", ()) or ())  # effect tokens lead inputs and outputs
     header = _module_header(xla_executable)
     aliases, donors = parse_donations(header)
