@@ -35,11 +35,11 @@ def run_suite(cache_dir: str, target: str, functions: int) -> dict[str, object]:
     import jax.numpy as jnp
 
     from pytest_devmem.capture.jax import JaxCapture
-    from pytest_devmem.capture.jax.gpu_compile import GpuSizer, cuda_compiler_problem
+    from pytest_devmem.capture.jax.gpu_compile import GpuSizer
     from pytest_devmem.capture.recorder import TraceRecorder
     from pytest_devmem.model.gpu_targets import gpu_spec
 
-    problem = cuda_compiler_problem()
+    problem = compilers.problem("gpu")
     if problem is not None:
         return {"problem": problem}
     sizer = GpuSizer(gpu_spec(target), cache_dir)
@@ -48,7 +48,7 @@ def run_suite(cache_dir: str, target: str, functions: int) -> dict[str, object]:
     if not capture.install():
         return {"problem": capture.note}
     if not sizer.installed:
-        return {"problem": capture.sizing_note or sizer.note}
+        return {"problem": sizer.note}
     recorder.begin()
     capture.begin()
     started = time.perf_counter()

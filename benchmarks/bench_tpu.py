@@ -191,9 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     repeat = 1 if args.quick else args.repeat
-    from pytest_devmem.capture.jax.tpu_compile import tpu_compiler_problem  # imports no framework
+    from pytest_devmem.capture.jax import compilers  # imports no framework
 
-    problem = tpu_compiler_problem()  # the sessions it runs load libtpu from the compilers' folder
+    problem = compilers.problem("tpu")  # the sessions it runs load libtpu from the compilers' folder
     if problem is not None:
         print(f"TPU sizing benchmark skipped: {problem}")
         return 0

@@ -81,7 +81,7 @@ class Client:
         if count not in self.devices:
             from jax.experimental import topologies  # type: ignore[import-not-found]
 
-            from pytest_devmem.capture.jax.tpu_compile import quiet_libtpu
+            from pytest_devmem.capture.jax.tpu_plugin import quiet_libtpu
 
             wanted = self.spec.topology_for(count)
             with quiet_libtpu():

@@ -51,16 +51,17 @@ def targets() -> dict[str, Callable[[int], list[Any]] | str]:
     """Column name -> devices of that target for N chips, or why it is not available here."""
     import jax
 
-    from pytest_devmem.capture.jax.gpu_compile import GpuSizer, cuda_compiler_problem
-    from pytest_devmem.capture.jax.tpu_compile import TpuSizer, tpu_compiler_problem
+    from pytest_devmem.capture.jax import compilers
+    from pytest_devmem.capture.jax.gpu_compile import GpuSizer
+    from pytest_devmem.capture.jax.tpu_compile import TpuSizer
     from pytest_devmem.model.gpu_targets import GPU_SPECS
     from pytest_devmem.model.tpu_targets import TPU_SPECS
 
     found: dict[str, Callable[[int], list[Any]] | str] = {"CPU": lambda n: jax.devices("cpu")[:n]}
-    problem = cuda_compiler_problem()
+    problem = compilers.problem("gpu")
     found["H100"] = problem or GpuSizer(GPU_SPECS["H100-80GB"])._target_devices
     for preset in ("TPU-v5e", "TPU-v5p", "TPU-v4", "TPU-v6e"):
-        problem = tpu_compiler_problem()
+        problem = compilers.problem("tpu")
         found[preset.removeprefix("TPU-")] = problem or TpuSizer(TPU_SPECS[preset])._target_devices
     return found
 
@@ -84,11 +85,11 @@ def quiet_start() -> None:
 
     for platform in compilers.PLATFORMS:
         compilers.load(platform)
-    from pytest_devmem.capture.jax.gpu_compile import cuda_compiler_problem, environment_for_deviceless_compile
-    from pytest_devmem.capture.jax.tpu_compile import environment_for_libtpu
+    from pytest_devmem.capture.jax.cuda_plugin import environment_for_deviceless_compile
+    from pytest_devmem.capture.jax.tpu_plugin import environment_for_libtpu
 
     os.environ.update(environment_for_libtpu(os.environ))
-    if cuda_compiler_problem() is None:
+    if compilers.problem("gpu") is None:
         os.environ.update(environment_for_deviceless_compile(os.environ, gpu_present=False))
 
 
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet_start()
     import jax.numpy as jnp
 
-    from pytest_devmem.capture.jax.tpu_compile import quiet_libtpu
+    from pytest_devmem.capture.jax.tpu_plugin import quiet_libtpu
 
     with quiet_libtpu():
         columns = targets()

@@ -9,12 +9,11 @@ from typing import Any
 
 import pytest
 
-from pytest_devmem.capture.jax.gpu_compile import cuda_compiler_problem
-from pytest_devmem.capture.jax.tpu_compile import tpu_compiler_problem
+from pytest_devmem.capture.jax import compilers
 from pytest_devmem.capture.patches import Patches
 
-GPU_COMPILER_PROBLEM = cuda_compiler_problem()
-TPU_COMPILER_PROBLEM = tpu_compiler_problem()
+GPU_COMPILER_PROBLEM = compilers.problem("gpu")
+TPU_COMPILER_PROBLEM = compilers.problem("tpu")
 
 needs_compiler = pytest.mark.skipif(
     GPU_COMPILER_PROBLEM is not None, reason=f"needs XLA:GPU's compiler: {GPU_COMPILER_PROBLEM}"

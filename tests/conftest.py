@@ -79,7 +79,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     loading = {item.path for item in items if "tensorflow_loaded" in getattr(item, "fixturenames", ())}
     items.sort(key=lambda item: item.path in loading)
     if any(item.get_closest_marker("tpu") for item in items):
-        from pytest_devmem.capture.jax.tpu_compile import tpu_present
+        from pytest_devmem.capture.jax.tpu_plugin import tpu_present
 
         if not tpu_present():
             skip_tpu = pytest.mark.skip(reason="needs a TPU (libtpu and its chips); none found on this machine")

@@ -1,24 +1,33 @@
 """Measuring one test at a time: the trace recorder, the framework captures and the raw sources,
-bracketed around the test; what they saw comes out as one trace and the raw readings. No pytest here."""
+bracketed around the test; what they saw comes out as one trace (the captures' streams merged in time
+order, `merge`) and the raw readings. No pytest here.
+
+A process the test forks is in no capture of this one: a child made by `os.fork` (or multiprocessing's
+`fork` start method) runs on with copies of the hooks, writing into its own copy of the recorder, which
+is never read. Its memory is not measured, and a window that saw a fork says so rather than recording
+the child's work as nothing. Forks are counted by `os.register_at_fork` (CPython calls `before` in the
+parent ahead of every `os.fork`); a process started by `subprocess` or multiprocessing's `spawn` is a
+new program, not a fork, and is not counted.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import functools
 import gc
+import os
 import sys
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..model.device import Device, DeviceKind
 from ..model.framework_rules import BY_SOURCE, JAX, TENSORFLOW
-from ..model.trace import Trace
+from ..model.trace import ALLOCATE, Trace, TraceEvent
 from . import TraceRecorder
-from .forks import fork_note, forks
 from .framework import FrameworkCapture
 from .imports import on_import
-from .interleave import merge
 from .jax import JaxCapture, jax_backend_started
 from .sources import Reading, Sampler, Source
 from .sources.jax import JaxSource
@@ -26,6 +35,42 @@ from .sources.nvml import NvmlSource
 from .sources.pool import PoolSource
 from .sources.tensorflow import TensorFlowSource
 from .tensorflow import TensorFlowCapture
+
+_forks = 0
+
+
+def _count_fork() -> None:
+    global _forks
+    _forks += 1
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(before=_count_fork)
+
+
+def merge(*streams: Trace | Iterable[TraceEvent]) -> Trace:
+    """The streams' events in time order (stable: equal times keep stream order), with buffer ids
+    renumbered 1, 2, 3... across streams in allocation order, so ids never collide. One non-empty
+    stream that is a Trace comes back as it is (the recorder numbered it already)."""
+    listed = [stream if isinstance(stream, Trace) else list(stream) for stream in streams]
+    present = [stream for stream in listed if len(stream)]
+    if len(present) == 1 and isinstance(present[0], Trace):
+        return present[0]
+    tagged = [
+        (event.time, index, position, event)
+        for index, stream in enumerate(present)
+        for position, event in enumerate(stream)
+    ]
+    tagged.sort(key=lambda item: item[:3])
+    numbers: dict[tuple[int, int], int] = {}
+    merged = Trace()
+    for _, index, _, event in tagged:
+        key = (index, event.pointer)
+        if event.action == ALLOCATE or key not in numbers:
+            numbers[key] = len(numbers) + 1
+        merged.append(event)
+        merged.pointers[-1] = numbers[key]
+    return merged
 
 
 def _tensorflow_kept(readings: list[Reading]) -> dict[str, int]:
@@ -48,15 +93,12 @@ class Captured:
     compiled: list[str] | None = None  # executables JAX compiled during the test; None where JAX is not traced
     kept: dict[str, int] | None = None  # what the frameworks still hold that the test allocated; None: not checked
     runs: dict[str, int] = field(default_factory=dict)  # JAX executables run in the test, by name
-    sizes: dict[str, dict[str, object]] = field(
-        default_factory=dict
-    )  # per executable: whose compile sized it, where not the CPU's
-    needed: dict[str, int] | None = (
-        None  # per function, the executables the test needed, compiled or cached (JaxCapture.needed)
-    )
-    functions: dict[str, dict[str, object]] = field(
-        default_factory=dict
-    )  # per function run: its executables' shapes, where it is defined (JaxCapture.functions)
+    # per executable: whose compile sized it, where not the CPU's
+    sizes: dict[str, dict[str, object]] = field(default_factory=dict)
+    # per function, the executables the test needed, compiled or cached (JaxWindow.needed)
+    needed: dict[str, int] | None = None
+    # per function run: its executables' shapes, where it is defined (JaxWindow.functions)
+    functions: dict[str, dict[str, object]] = field(default_factory=dict)
     buffers: dict[str, dict[str, object]] = field(default_factory=dict)  # per executable: its buffers at its peak
     padded_sizes: dict[int, set[int]] = field(default_factory=dict)  # a TPU's tiled shard size -> its dense sizes
     # the target compiler's entries its executables and arrays were sized by, by cache key (compile_store.py)
@@ -88,7 +130,7 @@ class Measurement:
             self.sources.insert(0, NvmlSource(self.sampler, device.index, uuid=device.uuid))
         self._watching = False
         self._warned_platform = False
-        self._forks_before = 0  # this process's forks when the window opened (forks.py)
+        self._forks_before = 0  # this process's forks when the window opened
 
     def watch_frameworks(self) -> None:
         """Hook each framework now if it is imported, else the moment it is (a test body may import it)."""
@@ -115,7 +157,7 @@ class Measurement:
         gc.freeze()
         for source in self.sources:  # first: what they ask the frameworks is no activity of the test's
             source.start()
-        self._forks_before = forks()
+        self._forks_before = _forks
         self.recorder.begin()
         for capture in self.captures.values():
             capture.begin()
@@ -147,8 +189,11 @@ class Measurement:
             notes.append(self.jax_capture.note or "JAX is imported but its allocations could not be traced")
         if self.jax_capture.window.failure:
             notes.append(self.jax_capture.window.failure)
-        if forks() > self._forks_before:  # a forked child's memory is in no capture here
-            notes.append(fork_note(forks() - self._forks_before))
+        if _forks > self._forks_before:  # a forked child's memory is in no capture here
+            notes.append(
+                f"the test forked {_forks - self._forks_before} child process(es) (os.fork, or multiprocessing's 'fork' "
+                "start method): what they allocated is not captured; only this process's memory is in the trace"
+            )
         sizer = self.jax_capture.sizer
         for problem in sizer.take_cache_problems() if sizer is not None else ():  # a bad cache entry: a miss
             notes.append(problem)

@@ -141,11 +141,6 @@ class TraceRecorder:
         return self._trace is not None and not self._paused
 
     @property
-    def started_at(self) -> float:
-        """The window's start on the recorder's clock: events' times count from it."""
-        return self._started
-
-    @property
     def ended_at(self) -> float:
         """When the last window closed, in seconds from its start."""
         return self._ended
@@ -238,12 +233,6 @@ class TraceRecorder:
                     if owner == source:
                         held[label or owner] = held.get(label or owner, 0) + size
         return held
-
-    def elapsed(self) -> float | None:
-        """Seconds since the window opened, on the events' clock; None outside a window or while paused."""
-        if self._trace is None or self._paused:
-            return None
-        return self._clock() - self._started
 
     @contextmanager
     def paused(self) -> Iterator[None]:

@@ -14,19 +14,12 @@ import threading
 from typing import Protocol
 
 from ..errors import DeviceError, InvalidFreeError, InvalidSettingError
-from ..model.device import (
-    DEVICE_ALIGNMENT,
-    DEVICE_SPEC_HELP,
-    Device,
-    DeviceKind,
-    SimulatedDevice,
-    open_simulated,
-)
+from ..model.device import DEVICE_ALIGNMENT, DEVICE_SPEC_HELP, Device, DeviceKind, SimulatedDevice, open_simulated
 from ..model.tpu_targets import TpuSpec
 from ..units import format_size, round_up
 from .cuda_driver import LibCuda
 
-__all__ = ["DEVICE_SPEC_HELP", "CudaDevice", "CudaDriver", "cuda_device_count", "open_device"]
+__all__ = ["CudaDevice", "CudaDriver", "cuda_device_count", "open_device"]
 
 
 class CudaDriver(Protocol):

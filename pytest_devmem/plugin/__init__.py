@@ -12,8 +12,7 @@ from collections.abc import Generator
 import pytest
 
 from .. import hookspec
-from ..capture.jax.cuda_plugin import cuda_compiler_problem
-from ..capture.jax.tpu_plugin import tpu_compiler_problem
+from ..capture.jax import compilers
 from ..errors import DevmemError
 from ..gate.baseline import BaselineStore
 from ..gate.baseline_files import BaselineFormatError
@@ -110,7 +109,11 @@ def compile_target(settings: Settings, device: Device) -> CompileTarget:
     """Whose compile sizes JAX's executables this session; the device class says so where the sizes
     are not the device's own (so a baseline of one compile's sizes is never compared with another's)."""
     target = resolve_compile_target(
-        settings.compile_target, device, cuda_compiler_problem(), tpu_compiler_problem(), settings.compile_target_source
+        settings.compile_target,
+        device,
+        compilers.problem("gpu"),
+        compilers.problem("tpu"),
+        settings.compile_target_source,
     )
     if target.class_suffix and device.kind.simulated:
         device.class_suffix = target.class_suffix

@@ -14,7 +14,7 @@ from collections.abc import Mapping, MutableMapping
 import pytest
 
 from ..capture.jax import compilers  # imports no framework
-from ..capture.jax.cuda_plugin import environment_for_deviceless_compile, installed_cuda_major
+from ..capture.jax.cuda_plugin import environment_for_deviceless_compile
 from ..capture.jax.tpu_plugin import environment_for_libtpu
 
 # None of these imports a framework: JAX and TensorFlow must start after this module has set their variables.
@@ -85,7 +85,7 @@ def prepare_deviceless_compile() -> dict[str, str | None]:
     a TPU: what keeps its start quiet and off the real TPU's lock (capture/jax/tpu_plugin.py). The
     previous values, to put back."""
     wanted = environment_for_libtpu(os.environ)
-    if installed_cuda_major() is not None:
+    if compilers.installed_cuda_major() is not None:
         wanted.update(environment_for_deviceless_compile(os.environ, gpu_count() > 0))
     previous = {name: os.environ.get(name) for name in wanted}
     os.environ.update(wanted)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..capture.fixture_pool import RecordingPool
-from ..capture.jax.backend import jax_backend_started
+from ..capture.jax import jax_backend_started
 from ..capture.measurement import Measurement
 from ..compile_store import STORE_DIRECTORY
 from ..gate.baseline import BaselineStore

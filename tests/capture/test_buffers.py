@@ -131,7 +131,8 @@ def test_the_reading_matches_xlas_generated_protobuf_classes(jax_loaded: Any) ->
 @pytest.mark.slow  # a deviceless XLA:GPU compile
 @needs_compiler
 def test_a_gpu_compile_states_the_wide_buffer_and_its_line(jax_loaded: Any) -> None:
-    from pytest_devmem.capture.jax.gpu_compile import ExecutableSizes, GpuSizer
+    from pytest_devmem.capture.jax.gpu_compile import GpuSizer
+    from pytest_devmem.capture.jax.sizes import ExecutableSizes
     from pytest_devmem.model.gpu_targets import gpu_spec
 
     sizer = GpuSizer(gpu_spec("H100-80GB"))
@@ -152,7 +153,7 @@ def test_a_gpu_compile_states_the_wide_buffer_and_its_line(jax_loaded: Any) -> N
 def test_a_tpu_compile_states_its_buffers_memory_spaces_and_padding(jax_loaded: Any) -> None:
     import jax.numpy as jnp
 
-    from pytest_devmem.capture.jax.gpu_compile import ExecutableSizes
+    from pytest_devmem.capture.jax.sizes import ExecutableSizes
     from pytest_devmem.capture.jax.tpu_compile import TpuSizer
     from pytest_devmem.model.tpu_targets import tpu_spec
 

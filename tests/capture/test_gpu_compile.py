@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 from compilers import GPU_COMPILER_PROBLEM, executable_of, needs_compiler
 
-from pytest_devmem.capture.jax import gpu_compile
-from pytest_devmem.capture.jax.gpu_compile import ExecutableSizes, GpuSizer, Unavailable
+from pytest_devmem.capture.jax import cuda_plugin, lowering
+from pytest_devmem.capture.jax.gpu_compile import GpuSizer
+from pytest_devmem.capture.jax.sizes import ExecutableSizes, Unavailable
 from pytest_devmem.errors import InvalidSettingError
 from pytest_devmem.model.device import DEFAULT_COMPUTE_CAPABILITY, PRESETS
 from pytest_devmem.model.gpu_targets import CAPABILITY_LIMITS, DEFAULT_TARGET, GPU_SPECS, gpu_spec
@@ -86,16 +87,16 @@ def test_without_the_compiler_the_sizer_says_how_to_install_it(jax_loaded: Any) 
     assert not sizer.install()
     assert "devmem compilers install" in sizer.note
     assert sizer.sizes_for(object()) == Unavailable(sizer.note)
-    assert gpu_compile.environment_for_deviceless_compile({}, gpu_present=False) == {}
+    assert cuda_plugin.environment_for_deviceless_compile({}, gpu_present=False) == {}
 
 
 @needs_compiler
 def test_environment_lets_the_plugin_register_only_where_nobody_chose() -> None:
-    assert gpu_compile.environment_for_deviceless_compile({}, gpu_present=False) == {
+    assert cuda_plugin.environment_for_deviceless_compile({}, gpu_present=False) == {
         "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1"
     }
-    assert gpu_compile.environment_for_deviceless_compile({"JAX_PLATFORMS": "cpu"}, gpu_present=False) == {}
-    assert gpu_compile.environment_for_deviceless_compile({}, gpu_present=True) == {}
+    assert cuda_plugin.environment_for_deviceless_compile({"JAX_PLATFORMS": "cpu"}, gpu_present=False) == {}
+    assert cuda_plugin.environment_for_deviceless_compile({}, gpu_present=True) == {}
 
 
 # -- compiling for a GPU ----------------------------------------------------------------------
@@ -189,7 +190,7 @@ def test_the_sizer_compiles_nothing_the_test_would_count(h100: GpuSizer) -> None
 
     def listen(event: str, duration_secs: float, **details: str | int) -> None:
         if event == "/jax/core/compile/backend_compile_duration":
-            events.append(gpu_compile.compiling_for_target())
+            events.append(lowering.compiling_for_target())
 
     x = jnp.ones(8)
     jax.monitoring.register_event_duration_secs_listener(listen)

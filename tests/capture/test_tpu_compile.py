@@ -15,12 +15,9 @@ from typing import Any
 import pytest
 from compilers import executable_of, needs_libtpu
 
-from pytest_devmem.capture.jax.tpu_compile import (
-    QUIET_LIBTPU,
-    TpuSizer,
-    parse_refusal,
-    quiet_libtpu,
-)
+from pytest_devmem.capture.jax.tpu_compile import TpuSizer
+from pytest_devmem.capture.jax.tpu_plugin import QUIET_LIBTPU, quiet_libtpu
+from pytest_devmem.capture.jax.tpu_results import parse_refusal
 from pytest_devmem.errors import InvalidSettingError
 from pytest_devmem.hardware.devices import open_device
 from pytest_devmem.model.tpu_targets import TPU_SPECS, tpu_spec
@@ -145,7 +142,7 @@ def test_libtpu_forms_each_count_as_that_many_chips_one_device_each(jax_loaded: 
 def test_a_count_libtpu_cannot_form_is_a_program_that_raises_naming_the_counts(jax_loaded: Any) -> None:
     """Never CPU sizes under a TPU's name: a program on a count libtpu forms no topology of is a
     `NoTopology`, whose error names the counts allowed."""
-    from pytest_devmem.capture.jax.tpu_compile import NoTopology
+    from pytest_devmem.capture.jax.tpu_results import NoTopology
 
     sizer = TpuSizer(TPU_SPECS["TPU-v5e"])
     assert sizer.install()
@@ -375,7 +372,7 @@ def test_libtpu_starts_without_a_word_on_a_machine_without_a_tpu(pytester: pytes
     pytester.makepyfile(
         probe="""
         from jax.experimental import topologies
-        from pytest_devmem.capture.jax.tpu_compile import quiet_libtpu
+        from pytest_devmem.capture.jax.tpu_plugin import quiet_libtpu
         with quiet_libtpu():
             print(len(topologies.get_topology_desc(topology_name="v5e:2x2", platform="tpu").devices))
         """
@@ -839,7 +836,7 @@ def test_a_marker_naming_another_tpu_regime_runs_in_a_child_under_the_tpu_preset
 def test_libtpus_settings_keep_what_the_user_set_and_are_put_back(monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    from pytest_devmem.capture.jax.tpu_compile import environment_for_libtpu, tpu_present
+    from pytest_devmem.capture.jax.tpu_plugin import environment_for_libtpu, tpu_present
 
     assert not tpu_present()  # this machine: no TPU chip
     monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "10.0.0.2")

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from pytest_devmem.capture import TraceRecorder
-from pytest_devmem.capture.interleave import merge
 from pytest_devmem.capture.jax import JaxCapture
+from pytest_devmem.capture.measurement import merge
 from pytest_devmem.model.trace import Trace
 
 

@@ -13,7 +13,7 @@ def test_fraction_marker_runs_in_a_child_with_the_jax_variable_set_before_jax_st
         """
         import os
         import pytest
-        from pytest_devmem.capture.jax.backend import jax_backend_started
+        from pytest_devmem.capture.jax import jax_backend_started
 
         @pytest.mark.devmem(fraction=.5)
         def test_child():

@@ -6,14 +6,24 @@ C++ fast path's post-hook (`capture`, `post_hook`), reads each executable's size
 (`executables`), places each array's shards on their devices (`shards`) and frees an allocation when
 the last array holding it goes (`holdings`). For a GPU or TPU target, each executable is lowered again
 (`lowering`) and compiled deviceless for that target (`gpu_compile`, `tpu_compile`), so its sizes are
-that compiler's. `backend` says whether JAX has started without importing it. Nothing here imports JAX
-until it is imported by the tests.
+that compiler's. Nothing here imports JAX until it is imported by the tests.
 """
 
 from __future__ import annotations
 
-from .backend import jax_backend_started
+import sys
+
 from .capture import SOURCE, TESTED_JAX, JaxCapture
 from .window import JaxWindow
 
 __all__ = ["SOURCE", "TESTED_JAX", "JaxCapture", "JaxWindow", "jax_backend_started"]
+
+
+def jax_backend_started() -> bool:
+    """True once JAX has created a backend in this process, read from `sys.modules` without importing
+    JAX: after that, its memory settings no longer change, and a capture may ask it for its devices
+    without starting it."""
+    if "jax" not in sys.modules:
+        return False
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    return bool(getattr(bridge, "_backends", None))

@@ -23,6 +23,7 @@ outside HBM) and their padded bytes beside the logical ones.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Iterable, Iterator
@@ -31,8 +32,9 @@ from typing import Any
 
 from ...model.buffers import PeakBuffer, ProgramBuffers
 from .hlo_proto import Instruction, Program, ProtoError, read_hlo_proto, read_program
+from .sizes import ExecutableSizes
 
-__all__ = ["buffers_at_peak", "dump_options", "from_executable", "program_buffers", "read_dump"]
+__all__ = ["buffers_at_peak", "dump_options", "from_executable", "in_jax", "program_buffers", "read_dump"]
 
 ALLOC, FREE, SHARE_WITH = 0, 1, 2
 """HeapSimulatorTrace.Event.Kind (xla/service/hlo.proto)."""
@@ -70,12 +72,13 @@ def from_executable(xla_executable: Any) -> ProgramBuffers:
 
 def program_buffers(xla_executable: Any, sized: Any = None) -> tuple[ProgramBuffers | None, str]:
     """(the buffers at the executable's peak, or None; why not): those of the compile that sized it
-    (`sized`, a GPU or TPU sizer's result, which read them from its compile), else the executable's own."""
+    (`sized`, a GPU or TPU sizer's result, which read them from its compile; a refusal states none),
+    else the executable's own."""
+    if isinstance(sized, ExecutableSizes) and sized.buffers is not None:
+        return sized.buffers, ""
     if sized is not None:
-        found = getattr(sized, "buffers", None)
-        if isinstance(found, ProgramBuffers):
-            return found, ""
-        return None, str(getattr(sized, "buffers_note", "") or "the target's compile stated no buffers")
+        note = sized.buffers_note if isinstance(sized, ExecutableSizes) else ""
+        return None, note or "the target's compile stated no buffers"
     try:
         return from_executable(xla_executable), ""
     except Exception as exc:  # noqa: BLE001 - a backend or jaxlib that states no buffer assignment
@@ -246,20 +249,20 @@ def _fused(program: Program, fusion: Instruction) -> Iterator[Instruction]:
 def user_line(program: Program, frame_id: int) -> str:
     """`file:line` of the innermost frame in the user's code (not JAX's own); "" where none is known."""
     for file, line in program.frame_chain(frame_id):
-        if not _in_jax(file):
+        if not in_jax(file):
             return f"{file}:{line}"
     return ""
 
 
-def _jax_directories() -> tuple[str, ...]:
-    found = []
-    for name in ("jax", "jaxlib"):
-        module = sys.modules.get(name)
-        location = getattr(module, "__file__", None)
-        if location:
-            found.append(os.path.dirname(location) + os.sep)
-    return tuple(found)
+_JAX_FOLDERS: tuple[str, ...] = ()
+_resolved = functools.lru_cache(maxsize=4096)(os.path.realpath)
 
 
-def _in_jax(file: str) -> bool:
-    return any(file.startswith(directory) for directory in _jax_directories())
+def in_jax(file: str) -> bool:
+    """Whether `file` belongs to JAX's own packages (jax, jaxlib), as imported here: never the user's
+    line. Both sides are compared resolved, so a symlinked environment names the same files."""
+    global _JAX_FOLDERS
+    if not _JAX_FOLDERS:  # read once JAX is imported
+        locations = (getattr(sys.modules.get(name), "__file__", None) for name in ("jax", "jaxlib"))
+        _JAX_FOLDERS = tuple(os.path.dirname(os.path.realpath(path)) + os.sep for path in locations if path)
+    return bool(file) and _resolved(file).startswith(_JAX_FOLDERS)

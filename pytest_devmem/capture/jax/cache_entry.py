@@ -71,8 +71,3 @@ def writable(entry: Mapping[str, int], largest: int) -> bool:
         for name, value in entry.items()
         if not isinstance(value, (dict, list))  # a kept field (buffers): its own reader checks it
     )
-
-
-def describe(problem: BadEntry) -> str:
-    """What a session says of a bad entry: the file, the problem, and what was done instead."""
-    return f"{problem}; not believed: compiled again, and the entry written anew"

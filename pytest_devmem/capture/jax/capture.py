@@ -49,7 +49,6 @@ class JaxCapture(RunRecording):
         temp bytes; None keeps the CPU compile's."""
         self._recorder = recorder
         self.sizer = sizer
-        self.sizing_note = ""  # why the sizer could not be installed, if it could not
         self._holdings = Holdings(recorder, self._fail)
         self._executables = Executables(lambda: None)
         self._shards = ShardSizes()
@@ -138,8 +137,8 @@ class JaxCapture(RunRecording):
         self._array_type = array_type
         self._jax_array = jax_module.Array
         self._flatten = lambda tree: dispatch_registry.flatten(tree, None)[0]  # as the fast path flattens
-        if self.sizer is not None and not self.sizer.install():
-            self.sizing_note = self.sizer.note
+        if self.sizer is not None:
+            self.sizer.install()  # where it cannot be, its `note` says why and the CPU's sizes stand
         self._executables = Executables(cache.clear_all, self.installed_sizer)
         self._shards = ShardSizes(getattr(self.installed_sizer, "shard_bytes", None))
         self._donate_input = getattr(getattr(xla_client, "ArrayCopySemantics", None), "DONATE_INPUT", None)
@@ -220,8 +219,7 @@ class JaxCapture(RunRecording):
     def padded_sizes(self) -> dict[int, set[int]]:
         """A TPU sizer's tiled shard sizes and the dense sizes they stand for (tpu_compile.py); empty elsewhere."""
         sizer = self.installed_sizer
-        padded = getattr(sizer, "padded_sizes", None)
-        return padded() if callable(padded) else {}
+        return sizer.padded_sizes() if sizer is not None else {}
 
     def _fail(self, exc: Exception) -> None:
         self._failed = True

@@ -1,34 +1,19 @@
 """The deviceless GPU and TPU compilers in a folder of their own, matched to the installed JAX, and
-loaded only by a process that sizes for a GPU or a TPU.
+loaded only by a process that sizes for a GPU or a TPU (why, and what the folder holds:
+docs/gpu-figures.md, "The compilers outside your environment").
 
-JAX starts every PJRT plugin it can import: at each process's first backend, `discover_pjrt_plugins`
-(jax/_src/xla_bridge.py) imports every module of the `jax_plugins` namespace package on sys.path
-and every `jax_plugins` entry point of the installed distributions, and calls its `initialize()`;
-and it starts a TPU backend (priority 300) from whatever `import libtpu` finds
-(jax/_src/cloud_tpu_init.py, `get_tpu_library_path`; the TPU_LIBRARY_PATH variable comes first).
-Installed into the user's environment, XLA:GPU's compiler (jax-cuda12-pjrt) and libtpu are started
-in every program that imports JAX: on a machine without a GPU the CUDA plugin prints its failed
-check of the CUDA libraries (a 30-line traceback) and libtpu its INVALID_ARGUMENT lines about worker
-hostnames, and their pins (`jax-cuda12-pjrt==` the jaxlib version) hold the user's JAX back.
-
-So they live in a folder no program's sys.path holds: `devmem compilers install` runs pip's
-`--target` there with `--no-deps`, for exactly the versions the installed jaxlib goes with
-(`jax-cuda12-pjrt` and `jax-cuda12-plugin` of the jaxlib's version, the nvidia-cuda-nvcc-cu12 that
-plugin's `with-cuda` extra asks for: ptxas and libdevice, and the libtpu that `jax[tpu]` of the
-installed jax pins, read from jax's own metadata), one subfolder per platform (`gpu/`, `tpu/`), and
-writes a manifest of what it installed for which jaxlib and Python. A session that sizes for a GPU or TPU appends the folder to its own
-sys.path (`load`; the platform's subfolder only, so that a TPU session never starts the CUDA
-plugin) before JAX starts where it can (the plugin's first hook), else when its sizer is
-installed: then JAX, in that process only, finds the plugin and libtpu as if they were installed.
-Installing them is `compilers_install.py`'s.
-
-The folder: `--devmem-compilers` / `DEVMEM_COMPILERS`, else one in the user's cache keyed by the
-jaxlib version, the Python version and the machine (`default_directory`), so that another jaxlib
-looks in another folder. A folder's manifest is checked before it is believed: a regular file of
-JSON, each field of its type, made for this jaxlib and Python (a folder for another is refused,
-naming both versions), and each package it names present in the folder at that version.
-Compilers installed in the environment itself (jax[cuda12] on a GPU machine) are used as before.
-Imports no framework.
+JAX starts every PJRT plugin it can import (`discover_pjrt_plugins`, jax/_src/xla_bridge.py) and a
+TPU backend from whatever `import libtpu` finds (`get_tpu_library_path`, jax/_src/cloud_tpu_init.py),
+in every program: so the compilers live in a folder no program's sys.path holds, one subfolder per
+platform (`gpu/`, `tpu/`) with a manifest of what was installed for which jaxlib and Python
+(installing them is `compilers_install.py`'s). A session that sizes for a GPU or TPU appends that
+platform's subfolder to its own sys.path (`load`) before JAX starts where it can (the plugin's first
+hook), else when its sizer is installed. The folder: `--devmem-compilers` / `DEVMEM_COMPILERS`, else
+one in the user's cache keyed by the jaxlib version, the Python version and the machine
+(`default_directory`). Its manifest is checked before it is believed: a regular file of JSON, each
+field of its type, made for this jaxlib and Python (a folder for another is refused, naming both
+versions), and each package it names present in the folder at that version. Compilers installed in
+the environment itself (jax[cuda12] on a GPU machine) are used as they are. Imports no framework.
 """
 
 from __future__ import annotations
@@ -40,7 +25,7 @@ import os
 import platform
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,14 +34,17 @@ from ...files import read_json
 
 __all__ = [
     "COMMAND",
+    "CUDA_MAJORS",
     "ENVIRONMENT_VARIABLE",
     "PLATFORMS",
     "CompilersError",
     "Manifest",
     "chosen_directory",
     "default_directory",
+    "installed_cuda_major",
     "load",
     "loaded",
+    "plugin_modules",
     "problem",
     "read_manifest",
 ]
@@ -71,9 +59,23 @@ MANIFEST_NAME = "devmem-compilers.json"
 MANIFEST_FORMAT = 1
 MAX_MANIFEST_BYTES = 64 * 1024  # a manifest names a few packages (some 300 bytes)
 
-GPU_PACKAGES = ("jax-cuda12-pjrt", "jax-cuda12-plugin")
-"""XLA:GPU's compiler (the PJRT plugin, module `jax_plugins.xla_cuda12`) and the handlers of the CUDA
-kernels it calls (module `jax_cuda12_plugin`): both at the jaxlib's own version."""
+CUDA_MAJORS = ("13", "12")
+"""The CUDA majors JAX publishes its GPU compiler for, the newest first: `jax-cudaNN-pjrt` holds
+XLA:GPU's compiler (module `jax_plugins.xla_cudaNN`), `jax-cudaNN-plugin` registers the handlers of
+the CUDA kernels it calls (cuSOLVER, cuFFT..., module `jax_cudaNN_plugin`). The first major whose
+two modules can be imported is the one used; `install` puts CUDA 12's in the folder."""
+
+
+def plugin_modules(major: str) -> tuple[tuple[str, str], tuple[str, str]]:
+    """(package, module) of the PJRT plugin and of the kernels' handlers for one CUDA major."""
+    return (f"jax-cuda{major}-pjrt", f"jax_plugins.xla_cuda{major}"), (
+        f"jax-cuda{major}-plugin",
+        f"jax_cuda{major}_plugin",
+    )
+
+
+GPU_PACKAGES = tuple(package for package, _ in plugin_modules("12"))
+"""What `install` puts in the folder for a GPU: both at the jaxlib's own version."""
 NVCC_PACKAGE = "nvidia-cuda-nvcc-cu12"
 """ptxas and libdevice, which XLA:GPU runs to compile its kernels; the version the plugin's
 `with-cuda` extra asks for."""
@@ -267,14 +269,18 @@ _after_jax: set[str] = set()
 WHAT = {"gpu": "the CUDA compiler for JAX", "tpu": "the TPU compiler for JAX (libtpu)"}
 
 
-MODULES: Mapping[str, tuple[str, ...]] = {"gpu": ("jax_plugins.xla_cuda12", "jax_cuda12_plugin"), "tpu": ("libtpu",)}
-"""The modules JAX imports of each platform's compiler."""
-
-
 def _origins(platform_name: str) -> list[str] | None:
-    """Where the platform's modules would be imported from here; None where one cannot be."""
+    """Where the platform's compiler's modules would be imported from here (a GPU's: those of
+    `installed_cuda_major`); None where they cannot be."""
+    if platform_name == "tpu":
+        return _found(("libtpu",))
+    major = installed_cuda_major()
+    return _found([module for _, module in plugin_modules(major)]) if major is not None else None
+
+
+def _found(modules: Sequence[str]) -> list[str] | None:
     places = []
-    for module in MODULES[platform_name]:
+    for module in modules:
         try:
             spec = importlib.util.find_spec(module)
         except (ImportError, ValueError):
@@ -283,6 +289,15 @@ def _origins(platform_name: str) -> list[str] | None:
             return None
         places.extend([spec.origin] if spec.origin else list(spec.submodule_search_locations or ()))
     return places
+
+
+def installed_cuda_major() -> str | None:
+    """The CUDA major whose compiler's modules can both be imported here (`CUDA_MAJORS`): installed in
+    the environment, or loaded from the folder; or None."""
+    for major in CUDA_MAJORS:
+        if _found([module for _, module in plugin_modules(major)]) is not None:
+            return major
+    return None
 
 
 def in_environment(platform_name: str) -> bool:

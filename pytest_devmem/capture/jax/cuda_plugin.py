@@ -1,18 +1,13 @@
-"""XLA:GPU's compiler on a machine without a GPU: which CUDA plugin is importable, what the environment
-needs before JAX starts so that it registers, its deviceless topology, and its refusals in words a user
-can act on.
-
-JAX 0.10 compiles for a GPU that is not present ("deviceless" ahead-of-time compilation) once the CUDA
-plugin is installed beside the CPU jaxlib (or loaded from the compilers' folder, compilers.py):
-`jax.experimental.topologies.get_topology_desc(platform="cuda", target_config=...)` gives compile-only
-devices of the GPU that the target config describes (`model.gpu_targets`). The GPU sizer
-(gpu_compile.py) compiles on them. Imports no framework.
+"""XLA:GPU's compiler on a machine without a GPU: what the environment needs before JAX starts so that
+its CUDA plugin (compilers.py says which is importable) registers, its deviceless topology
+(`jax.experimental.topologies.get_topology_desc(platform="cuda", target_config=...)`: compile-only
+devices of the GPU that the target config describes, `model.gpu_targets`, on which the GPU sizer
+compiles), and its refusals in words a user can act on. Imports no framework.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -20,63 +15,7 @@ from typing import Any
 from . import compilers
 from .sizes import SizerError, first_line
 
-__all__ = [
-    "CUDA_MAJORS",
-    "cuda_compiler_problem",
-    "cuda_topology",
-    "environment_for_deviceless_compile",
-    "explain",
-    "installed_cuda_major",
-    "load_cuda_compiler",
-    "plugin_modules",
-]
-
-CUDA_MAJORS = ("13", "12")
-"""The CUDA majors JAX publishes its GPU compiler for, the newest first: `jax-cudaNN-pjrt` holds
-XLA:GPU's compiler (module `jax_plugins.xla_cudaNN`), `jax-cudaNN-plugin` registers the handlers of
-the CUDA kernels it calls (cuSOLVER, cuFFT..., module `jax_cudaNN_plugin`). The first major whose
-two packages are installed is the one used; `devmem compilers install` installs CUDA 12's, in a
-folder of their own that a sizing process loads (compilers.py)."""
-
-
-def plugin_modules(major: str) -> tuple[tuple[str, str], tuple[str, str]]:
-    """(package, module) of the PJRT plugin and of the kernels' handlers for one CUDA major."""
-    return (f"jax-cuda{major}-pjrt", f"jax_plugins.xla_cuda{major}"), (
-        f"jax-cuda{major}-plugin",
-        f"jax_cuda{major}_plugin",
-    )
-
-
-def _module_found(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def installed_cuda_major() -> str | None:
-    """The CUDA major whose compiler packages can both be imported here (`CUDA_MAJORS`): installed
-    in the environment, or loaded from the compilers' folder; or None."""
-    for major in CUDA_MAJORS:
-        if all(_module_found(module) for _, module in plugin_modules(major)):
-            return major
-    return None
-
-
-def cuda_compiler_problem() -> str | None:
-    """Why XLA:GPU's compiler cannot be used here, or None: it can be imported, or loaded from the
-    compilers' folder (compilers.py, whose messages name `devmem compilers install`). Imports no framework."""
-    if installed_cuda_major() is not None:
-        return None
-    return compilers.problem("gpu")
-
-
-def load_cuda_compiler() -> str | None:
-    """XLA:GPU's compiler made importable in this process (from the compilers' folder where the
-    environment has none); None once it is, else why not."""
-    if installed_cuda_major() is not None:
-        return None
-    return compilers.load("gpu") or (None if installed_cuda_major() is not None else cuda_compiler_problem())
+__all__ = ["cuda_topology", "environment_for_deviceless_compile", "explain"]
 
 
 def environment_for_deviceless_compile(environ: Mapping[str, str], gpu_present: bool) -> dict[str, str]:
@@ -90,7 +29,7 @@ def environment_for_deviceless_compile(environ: Mapping[str, str], gpu_present: 
     plugin cannot be imported (neither installed nor loaded from the compilers' folder: JAX will not
     find it).
     """
-    if gpu_present or installed_cuda_major() is None:
+    if gpu_present or compilers.installed_cuda_major() is None:
         return {}
     if "JAX_PLATFORMS" in environ or "JAX_SKIP_CUDA_CONSTRAINTS_CHECK" in environ:
         return {}
@@ -119,7 +58,8 @@ def cuda_topology(topologies: Any, config: str, count: int) -> Any:
 
 def _register_cuda_plugin() -> None:
     try:
-        plugin = importlib.import_module(plugin_modules(installed_cuda_major() or CUDA_MAJORS[-1])[0][1])
+        major = compilers.installed_cuda_major() or compilers.CUDA_MAJORS[-1]
+        plugin = importlib.import_module(compilers.plugin_modules(major)[0][1])
     except ImportError:
         return
     before = os.environ.get("JAX_SKIP_CUDA_CONSTRAINTS_CHECK")

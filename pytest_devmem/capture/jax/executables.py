@@ -10,9 +10,7 @@ aliases where shapes match and to `buffer_donor` entries that XLA may alias whil
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,8 +18,9 @@ from typing import Any
 
 from ...model.buffers import ProgramBuffers
 from ...model.executables import ARGUMENT_SUFFIX, TEMP_SUFFIX
-from .buffers import program_buffers
+from .buffers import in_jax, program_buffers
 from .shards import Shards, device_label
+from .sizes import ExecutableSizes
 
 STEP_CACHE_LIMIT = 4096
 """Steps kept by their output's identity before the cache starts again (executables' outputs
@@ -106,24 +105,12 @@ def source_of(executable: Any) -> str:
         return ""
 
 
-_JAX_FOLDERS: tuple[str, ...] | None = None
-
-
 def defined_by_jax(defined_in: str) -> bool:
     """Whether "name at file:line" names a file of JAX's own packages (jax, jaxlib): JAX's eager
     operations run as jitted functions of its own (`jax._src.dispatch.xla_primitive_callable`, and
     `jnp`/`jax.random` helpers such as `_normal`), compiled once per shape."""
-    global _JAX_FOLDERS
-    if not _JAX_FOLDERS:  # read once JAX is imported
-        folders = []
-        for name in ("jax", "jaxlib"):
-            path = getattr(sys.modules.get(name), "__file__", None)
-            if path:
-                folders.append(os.path.dirname(os.path.realpath(path)) + os.sep)
-        _JAX_FOLDERS = tuple(folders)
     _, _, place = defined_in.rpartition(" at ")
-    path = os.path.realpath(place.rsplit(":", 1)[0]) if place else ""
-    return bool(path) and path.startswith(_JAX_FOLDERS)
+    return in_jax(place.rsplit(":", 1)[0])
 
 
 def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
@@ -137,14 +124,14 @@ def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
     raises: NotRunnable | None = None
     if sizer is not None:
         sizes = sizer.sizes_for(executable)
-        if hasattr(sizes, "temp_bytes"):
-            temp, sized_for, sized_key = int(sizes.temp_bytes), str(sizes.target), str(sizes.key)
+        if isinstance(sizes, ExecutableSizes):
+            temp, sized_for, sized_key = sizes.temp_bytes, sizes.target, sizes.key
         elif isinstance(sizes, NotRunnable):  # it never runs there, nor here: its call raises
             raises, refused, note = sizes, sizes.refusal(), sizes.note()
             if refused is not None:  # the target's compiler refused it for memory: no temp of its own
                 sized_for, temp = str(refused.get("target")), 0
-        else:
-            note = str(getattr(sizes, "reason", "not compiled for the GPU target"))
+        else:  # Unavailable: it keeps the CPU compile's sizes
+            note = sizes.reason
     tokens = len(getattr(executable, "ordered_effects", ()) or ())  # effect tokens lead inputs and outputs
     header = _module_header(xla_executable)
     aliases, donors = parse_donations(header)

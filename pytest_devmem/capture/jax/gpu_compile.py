@@ -8,10 +8,7 @@ needs before JAX starts). Each executable's jaxpr is lowered again for that many
 (`lowering`: a sharded executable keeps its mesh and specs, on GPUs) and compiled on the
 compile-only client; its sizes are XLA's memory analysis of that compile, per device.
 
-Results are cached (size_cache.py) per executable; under a key made of the GPU module's text, the
-target config, the jaxlib and plugin versions and XLA_FLAGS for the session (another executable of
-the same module, in a later test, compiles nothing); and on disk under that key (when given a
-folder: a rerun of an unchanged suite compiles nothing). An executable that
+Results are cached per program, for the session and on disk (size_cache.py). An executable that
 cannot be compiled this way gets an `Unavailable` with the reason (no plugin, host callbacks, a
 custom call with no CUDA handler...), and keeps its CPU sizes. JAX is imported lazily.
 """
@@ -29,31 +26,13 @@ from ...model.buffers import ProgramBuffers
 from ...model.device import PRESETS
 from ...model.gpu_targets import GpuSpec
 from ...units import format_size
-from . import lowering
+from . import compilers, lowering
 from .buffers import dump_options, read_dump
-from .cuda_plugin import (
-    CUDA_MAJORS,
-    cuda_compiler_problem,
-    cuda_topology,
-    environment_for_deviceless_compile,
-    explain,
-    installed_cuda_major,
-    load_cuda_compiler,
-    plugin_modules,
-)
-from .lowering import compiling_for_target
+from .cuda_plugin import cuda_topology, explain
 from .size_cache import SizeCache
 from .sizes import ExecutableSizes, SizerError, Unavailable
 
-__all__ = [
-    "ExecutableSizes",
-    "GpuSizer",
-    "Unavailable",
-    "compiling_for_target",
-    "cuda_compiler_problem",
-    "environment_for_deviceless_compile",
-    "load_cuda_compiler",
-]
+__all__ = ["GpuSizer", "compile_with_buffers"]
 
 
 class GpuSizer(SizeCache):
@@ -64,8 +43,8 @@ class GpuSizer(SizeCache):
     @property
     def VERSION_MODULES(self) -> tuple[str, ...]:  # noqa: N802 - the TPU sizer's is a class constant
         """Modules whose versions key the disk cache: a new compiler gives new sizes."""
-        major = installed_cuda_major() or CUDA_MAJORS[-1]
-        return ("jaxlib", *(module + ".version" for _, module in plugin_modules(major)))
+        major = compilers.installed_cuda_major() or compilers.CUDA_MAJORS[-1]
+        return ("jaxlib", *(module + ".version" for _, module in compilers.plugin_modules(major)))
 
     def __init__(
         self,
@@ -116,7 +95,7 @@ class GpuSizer(SizeCache):
 
     def _compiler_problem(self) -> str | None:
         """Why the target's compiler cannot be used here, or None once it is loaded."""
-        return load_cuda_compiler()
+        return compilers.load("gpu")
 
     def uninstall(self) -> None:
         if self.installed:
@@ -236,6 +215,10 @@ class GpuSizer(SizeCache):
             self._problem = f"jax.experimental.topologies could not be imported ({exc})"
             raise SizerError(self._problem) from None
         return topologies
+
+    def padded_sizes(self) -> dict[int, set[int]]:
+        """A GPU lays arrays out dense: no tiled size stands for another (the TPU sizer's has them)."""
+        return {}
 
     def counts(self) -> dict[str, float | int]:
         """How many programs this process compiled for the target and in how long, and how many

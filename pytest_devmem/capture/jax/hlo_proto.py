@@ -191,9 +191,8 @@ class Program:
     buffers: dict[int, LogicalBuffer] = field(default_factory=dict)
     aliases: dict[int, list[int]] = field(default_factory=dict)  # buffer -> instructions it also appears at
     allocations: list[Allocation] = field(default_factory=list)
-    traces: list[list[tuple[int, int, int]]] = field(
-        default_factory=list
-    )  # heap simulations: (kind, buffer, shared with)
+    # heap simulations: (kind, buffer, shared with)
+    traces: list[list[tuple[int, int, int]]] = field(default_factory=list)
     _by_computation: dict[int, list[Instruction]] = field(default_factory=dict, repr=False)
 
     def in_computation(self, computation: int) -> list[Instruction]:

@@ -69,9 +69,6 @@ class Holdings:
         self.owners: set[Owner] = set()  # the owners of live arrays: held here, so their callbacks run
         self.collected_callback = self._collected_callback()  # one function for every weak reference
 
-    def __len__(self) -> int:
-        return len(self.owners)
-
     def owner_of(self, array: Any) -> Owner | None:
         """The owner this capture gave `array`, found among its weak references; None if none."""
         callback = self.collected_callback

@@ -150,9 +150,8 @@ class SizeCache:
             target=self.target, compile_seconds=0.0, source="disk cache", key=key, **sizes, **buffers
         )
         self.disk_hits += 1
-        self._by_module[key] = dataclasses.replace(
-            found, source="cache"
-        )  # later in the session: the session's own cache
+        # later in the session: the session's own cache
+        self._by_module[key] = dataclasses.replace(found, source="cache")
         return found
 
     def _write_cache(self, key: str | None, sizes: ExecutableSizes) -> None:
@@ -184,7 +183,7 @@ class SizeCache:
                     directory / f"{key}.json", sizes, self.memory_per_device, devices, kept=(BUFFERS_FIELD,)
                 )
             except cache_entry.BadEntry as exc:
-                self.cache_problems.append(cache_entry.describe(exc))
+                self.cache_problems.append(f"{exc}; not believed: compiled again, and the entry written anew")
                 continue
             if data is None:
                 continue

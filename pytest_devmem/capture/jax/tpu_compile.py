@@ -32,21 +32,10 @@ from ...model.tpu_targets import TpuSpec
 from . import compilers, lowering
 from .gpu_compile import GpuSizer
 from .sizes import SizerError, Unavailable, first_line
-from .tpu_plugin import QUIET_LIBTPU, environment_for_libtpu, quiet_libtpu, tpu_compiler_problem, tpu_present
+from .tpu_plugin import quiet_libtpu
 from .tpu_results import NoTopology, NoTopologyError, Refused, SizingCosts, parse_refusal
 
-__all__ = [
-    "QUIET_LIBTPU",
-    "NoTopology",
-    "Refused",
-    "SizingCosts",
-    "TpuSizer",
-    "environment_for_libtpu",
-    "parse_refusal",
-    "quiet_libtpu",
-    "tpu_compiler_problem",
-    "tpu_present",
-]
+__all__ = ["TpuSizer", "dense_bytes"]
 
 ARRAY_CACHE_FORMAT = 1
 
@@ -310,10 +299,10 @@ class TpuSizer(GpuSizer):
         disk_key = self._array_cache_key(key)
         with self._lock:
             self._array_keys[key] = disk_key
-        cached = self._read_array_cache(disk_key)
+        cached = self._read_entry(disk_key, (ARRAY_FIELD,))  # checked as every entry is (cache_entry.py)
         if cached is not None:
             self.costs.arrays_from_disk += 1
-            return cached
+            return int(cached[ARRAY_FIELD])
         try:
             import jax  # JAX: imported only where it runs
             from jax.sharding import SingleDeviceSharding
@@ -330,7 +319,7 @@ class TpuSizer(GpuSizer):
             size = int(stats.argument_size_in_bytes)  # type: ignore[union-attr]
         except Exception:
             return None
-        self._write_array_cache(disk_key, size)
+        self._write_entry(disk_key, {ARRAY_FIELD: size})
         return size
 
     def _array_cache_key(self, key: tuple[tuple[int, ...], str]) -> str:
@@ -338,13 +327,6 @@ class TpuSizer(GpuSizer):
             f"array:{ARRAY_CACHE_FORMAT}\0{self._software_versions()}\0{self._target_text()}\0{key}".encode()
         )
         return digest.hexdigest()
-
-    def _read_array_cache(self, key: str | None) -> int | None:
-        entry = self._read_entry(key, (ARRAY_FIELD,))  # checked as every entry is (cache_entry.py)
-        return entry[ARRAY_FIELD] if entry is not None else None
-
-    def _write_array_cache(self, key: str, size: int) -> None:
-        self._write_entry(key, {ARRAY_FIELD: size})
 
 
 def dense_bytes(shape: tuple[int, ...], dtype: str) -> int | None:

@@ -1,4 +1,4 @@
-"""libtpu on a machine without a TPU: whether it can be used, whether a TPU is present, and what it reads
+"""libtpu on a machine without a TPU: whether a TPU is present, and what it reads
 at start-up, set only while it starts here.
 
 libtpu, where no TPU is present, logs the accelerator type and worker hostnames it cannot find, and
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from . import compilers
 
-__all__ = ["QUIET_LIBTPU", "environment_for_libtpu", "quiet_libtpu", "tpu_compiler_problem", "tpu_present"]
+__all__ = ["QUIET_LIBTPU", "environment_for_libtpu", "quiet_libtpu", "tpu_present"]
 
 QUIET_LIBTPU: Mapping[str, str] = {
     # several processes (xdist workers, a child per regime) may each load libtpu to compile: the
@@ -36,13 +36,6 @@ QUIET_LIBTPU: Mapping[str, str] = {
 without a TPU, and only where the user set none of them. The compile target is named by the
 topology (`v5p:2x2x1`...), not by TPU_ACCELERATOR_TYPE: the sizes of every generation were checked
 with it set (tests/capture/test_tpu_compile.py)."""
-
-
-def tpu_compiler_problem() -> str | None:
-    """Why XLA:TPU's compiler (libtpu) cannot be used here, or None: it can be imported, or loaded
-    from the compilers' folder (compilers.py, whose messages name `devmem compilers install`).
-    Imports no framework."""
-    return compilers.problem("tpu")
 
 
 def environment_for_libtpu(environ: Mapping[str, str]) -> dict[str, str]:

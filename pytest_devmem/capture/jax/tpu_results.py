@@ -37,9 +37,6 @@ class Refused(NotRunnable):
     available: int | None  # the HBM it said is available
     text: str = field(default="", repr=False, compare=False)  # the compiler's whole message
 
-    def to_json(self) -> dict[str, object]:
-        return {"target": self.target, "message": self.message, "needed": self.needed, "available": self.available}
-
     def error(self) -> Exception:
         """What the program's call raises: the compiler's error, as JAX raises a failed compile for a
         TPU (`jax.errors.JaxRuntimeError`, "RESOURCE_EXHAUSTED: ..."), before the program would run."""
@@ -48,7 +45,7 @@ class Refused(NotRunnable):
         return jax.errors.JaxRuntimeError(self.text or self.message)
 
     def refusal(self) -> dict[str, object]:
-        return self.to_json()
+        return {"target": self.target, "message": self.message, "needed": self.needed, "available": self.available}
 
 
 @dataclass(frozen=True)

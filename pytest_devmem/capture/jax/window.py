@@ -19,9 +19,8 @@ class JaxWindow:
     executables: dict[str, int] = field(default_factory=dict)  # name -> runs
     temp_unknown: set[str] = field(default_factory=set)  # executables whose memory analysis failed
     compiled: list[str] = field(default_factory=list)  # executables XLA compiled in the window, by name
-    used: dict[str, dict[int, ExecutablePlan]] = field(
-        default_factory=dict
-    )  # name -> the distinct executables run (compiled here or found in a cache), by id
+    # name -> the distinct executables run (compiled here or found in a cache), by id
+    used: dict[str, dict[int, ExecutablePlan]] = field(default_factory=dict)
     failure: str = ""  # the capture's own error, if one stopped it: the trace is then incomplete
 
     def needed(self) -> dict[str, int]:

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..jax.backend import jax_backend_started
+from ..jax import jax_backend_started
 from .base import Reading, unavailable
 
 StatsReader = Callable[[], "tuple[str, dict[str, Any] | None] | None"]

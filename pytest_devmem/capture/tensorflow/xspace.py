@@ -84,8 +84,8 @@ _EAGER = "EagerLocalExecute: "
 def caller_name(event_name: str) -> str | None:
     """What an enclosing event says about who ran the code inside it, or None: a function (or an
     op) called eagerly, a stage of a tf.data pipeline, host data made a tensor."""
-    if event_name.startswith("EagerLocalExecute: "):
-        return function_name(event_name[len("EagerLocalExecute: ") :])
+    if event_name.startswith(_EAGER):
+        return function_name(event_name[len(_EAGER) :])
     if event_name.startswith("Iterator::"):
         stage = event_name.rsplit("::", 1)[-1]
         return "tf.data " + stage.split("[", 1)[0]
