@@ -1,11 +1,12 @@
 """The session's results: every test's record (made here, in a worker or in a child), the tests
 skipped at setup, what the xdist workers sent, and, at the end, what is written (baselines, the
-report, the benchmark JSON, the autosaved report), stale baselines and the workers' side-by-side
-check, then the plain facts the terminal summary shows."""
+report with the run's shard, the benchmark JSON, the autosaved report), stale baselines and the
+workers' side-by-side check, then the plain facts the terminal summary shows."""
 
 from __future__ import annotations
 
 import importlib.metadata
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,8 +33,7 @@ from .checks import shown
 from .environment import tensorflow_cpu_key
 from .recording import allocator_setups, machine_spec
 from .run_info import collect_run_info
-from .session_parts import SessionParts
-from .shard import shard_of
+from .settings import SessionParts
 from .targets import session_results, table_columns
 from .workers import LargestTests, gpu_count, plan_workers, workers_per_device
 
@@ -338,3 +338,27 @@ class SessionResults(SessionParts):
             compiler_store=shown(self.store.directory / STORE_DIRECTORY, start),
             store_update=self.store_update,
         )
+
+
+SHARD_OPTIONS = (("pytest-split", "splits", "group", 1), ("pytest-shard", "num_shards", "shard_id", 0))
+"""(plugin, option dest of the number of shards, option dest of this shard, the first shard's number)."""
+
+
+def ci_run() -> str | None:
+    """The CI run every shard of one pipeline shares: GitHub Actions' run id and attempt, or GitLab's pipeline id."""
+    if os.environ.get("GITHUB_RUN_ID"):
+        return f"{os.environ['GITHUB_RUN_ID']}-{os.environ.get('GITHUB_RUN_ATTEMPT', '1')}"
+    return os.environ.get("CI_PIPELINE_ID") or None
+
+
+def shard_of(config: pytest.Config) -> dict[str, object] | None:
+    """Which shard of a split suite this session ran, for the report: `{"plugin", "group", "groups",
+    "run"}` when a shard plugin (pytest-split's `--splits N --group K`, pytest-shard's `--num-shards N
+    --shard-id K`) chose its part of the suite (`group` counts from 1), else None. `devmem merge` and
+    `devmem history` put such CI jobs' reports back together."""
+    for plugin, total_name, index_name, first in SHARD_OPTIONS:
+        total = config.getoption(total_name, default=None)
+        index = config.getoption(index_name, default=None)
+        if isinstance(total, int) and isinstance(index, int) and total > 1:
+            return {"plugin": plugin, "group": index - first + 1, "groups": total, "run": ci_run()}
+    return None

@@ -14,19 +14,19 @@ from pathlib import Path
 import pytest
 
 from ..errors import DevmemError
+from ..gate.baseline import BaselineStore
 from ..gate.marks import normalize_frameworks, parse_max_fragmentation
 from ..gate.tolerance import Tolerance, parse_tolerance
+from ..model.device import Device
 from ..model.regime import GPU_ONLY_MODES, TPU_RUNTIME, Regime, on_tpu
 from ..model.targets import parse_targets
 from ..model.tpu_targets import TpuSpec, tpu_min_fraction_refusal, tpu_regime_refusal, tpu_spec
 from ..options import OPTIONS, Option, add_option
 from ..present.report import REPORT_FORMATS
 from ..units import parse_size
+from .compile_target import CompileTarget
 from .items import DEFAULT_REGIME
 from .workers import WorkerPlan, gpu_count, plan_workers, worker_index
-
-__all__ = ["OPTIONS", "PLUGIN_NAME", "Option", "Settings", "add_options", "load_settings"]
-"""`Option` and `OPTIONS` are defined in `options.py`, which the devmem command shares; they stay importable here."""
 
 PLUGIN_NAME = "devmem-manager"
 """The name the session object is registered under (`config.pluginmanager.get_plugin(PLUGIN_NAME)`)."""
@@ -179,6 +179,19 @@ class Settings:
     @property
     def traces_needed(self) -> bool:
         return self.find_min_fraction or self.what_if is not None
+
+
+@dataclass(eq=False)
+class SessionParts:
+    """What a session decides once, before any test, and each of its parts reads: pytest's config,
+    the settings, the device, the baseline store and the compile target (`DevmemSession` builds
+    them; `Checks` and `SessionResults` are made of them)."""
+
+    config: pytest.Config
+    settings: Settings
+    device: Device
+    store: BaselineStore
+    compile_target: CompileTarget
 
 
 def load_settings(config: pytest.Config) -> Settings:
