@@ -29,7 +29,7 @@ from ..model.tpu_targets import tpu_spec
 from ..model.trace import Trace, csv_columns
 from ..options import OPTION, add_option
 from ..present.report import ReportFile, read_report
-from ..present.shard_merge import unique_records
+from ..present.shard_merge import oom_kind, unique_records
 from ..present.text import terminal, terminal_lines
 
 
@@ -177,21 +177,13 @@ def from_report(report: ReportFile) -> dict[Key, Measured]:
             if isinstance(at_peak, dict)
             else {}
         )
-        oom = record.get("oom")
-        kind = (
-            str(oom.get("kind") or ("real" if oom.get("real") else "yes"))
-            if isinstance(oom, dict)
-            else "real"
-            if oom is True
-            else None
-        )
         tolerance = record.get("tolerance")
         found[key] = Measured(
             metrics,
             {str(k): str(v) for k, v in versions.items()},
             contributors=contributors,
             devices=_report_devices(record.get("devices")),
-            oom=kind,
+            oom=oom_kind(record),
             tolerance=tolerance if isinstance(tolerance, str) else None,
             buffers=_report_buffers(trace),
             lines=_report_lines(trace),

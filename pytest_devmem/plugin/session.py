@@ -46,6 +46,7 @@ from .items import (
     prepare_item,
     refusal_raised_at,
     regime_key,
+    skip_text,
 )
 from .results import SessionResults
 from .settings import Settings
@@ -291,12 +292,7 @@ class DevmemSession:
             if hasattr(report, "wasxfail"):
                 why = f"xfailed: {report.wasxfail}" if report.wasxfail else "xfailed"
             else:
-                reason = (
-                    str(report.longrepr[2]).removeprefix("Skipped: ")
-                    if isinstance(report.longrepr, tuple)
-                    else "skipped"
-                )
-                why = f"skipped: {reason}"
+                why = skip_text(report)
             report.devmem_unrecorded = [  # type: ignore[attr-defined]
                 (item.stash.get(regime_key, None) or self.settings.default_regime).label,
                 why,

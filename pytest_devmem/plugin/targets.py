@@ -27,7 +27,7 @@ from ..model.regime import Regime
 from ..model.targets import regime_on_target
 from ..options import OPTION
 from .isolation import ChildExtras, ChildOutcome, run_in_children
-from .items import id_of_test, measured, regime_of
+from .items import id_of_test, measured, regime_of, skip_text
 from .settings import Settings
 
 SWITCHED_OFF = tuple(OPTION[name] for name in ("strict", "update", "find-min-fraction", "autosave"))
@@ -155,9 +155,7 @@ def why_not_measured(reports: Sequence[pytest.TestReport]) -> str:
     ran, or the child process that died."""
     for report in reports:
         if report.skipped:
-            longrepr = report.longrepr
-            reason = str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else "skipped"
-            return f"skipped: {reason.removeprefix('Skipped: ')}"
+            return skip_text(report)
         if report.failed:
             lines = [line.strip() for line in report.longreprtext.splitlines() if line.strip()]
             errors = [line.removeprefix("E").strip() for line in lines if line.startswith("E ")]

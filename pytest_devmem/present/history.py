@@ -20,7 +20,7 @@ from ..gate.tolerance import Tolerance, format_metric, format_metrics_apart
 from ..model.pool.policy import canonical_label
 from ..spreadsheet import csv_table
 from .autosave import AUTOSAVE_DIR
-from .plot import save_png
+from .plot import pyplot, save_png
 from .report import ReportFile, read_report
 from .shard_merge import MergeError, merge_reports, shard_run, unique_records
 from .text import markdown_code, markdown_rows, matplotlib_text
@@ -238,11 +238,8 @@ def check_trend_path(path: str | os.PathLike[str]) -> None:
 def draw_trend(table: Any, moved: list[Step], path: str | os.PathLike[str]) -> None:
     """The tests that moved, their peaks over the commits, as a PNG."""
     try:
-        import matplotlib  # the plot extra, optional
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+        plt = pyplot()
+    except ValueError:
         raise HistoryError("a trend picture needs matplotlib (pip install 'pytest-devmem[plot]')") from None
     check_trend_path(path)
 
