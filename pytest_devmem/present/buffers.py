@@ -12,16 +12,6 @@ from ..model.buffers import PeakBuffer, ProgramBuffers, line_text
 from ..units import format_size
 from .text import html_text, markdown, markdown_rows
 
-__all__ = [
-    "BufferRow",
-    "buffer_rows",
-    "html_lines_section",
-    "html_section",
-    "line_rows",
-    "markdown_lines_table",
-    "markdown_table",
-]
-
 
 @dataclass(frozen=True)
 class BufferRow:
