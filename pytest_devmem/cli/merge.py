@@ -14,10 +14,8 @@ from ..files import write_atomic
 from ..gate.baseline import BaselineStore
 from ..gate.record import TestRecord
 from ..gate.refresh import Refresh, refresh_baselines
-from ..present.report import ReportFile
-from ..present.shard_merge import merge_reports, missing_shards
 from ..present.text import terminal
-from .common import InputError, add_setting, warn
+from .common import InputError, add_setting, merged
 
 HELP = "Merge JSON reports of CI shards into one; refresh baselines from them (--baselines)"
 
@@ -56,15 +54,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         raise InputError(
             f"{baselines}: not a directory: --baselines names the directory of baseline files to refresh (such as baselines/; made when missing)"
         )
-    notes: list[str] = []
-    document = merge_reports(reports, notes, args.same_run)
-    for note in notes:
-        warn(note)
-    if not args.partial:  # a set with a group missing would refresh or gate only part of the suite
-        shown = Path(f"the merged set of {len(reports)} report(s)")
-        problem = missing_shards(ReportFile(shown, document["session"], document["records"]))  # type: ignore[arg-type]
-        if problem:
-            raise InputError(problem)
+    # a set with a group missing would refresh or gate only part of the suite
+    document = merged(reports, f"the merged set of {len(reports)} report(s)", args.same_run, args.partial)
     records = document["records"]
     assert isinstance(records, list)
     shards = document["session"]["merged_from"]  # type: ignore[index]

@@ -20,7 +20,7 @@ from ..gate.baseline_files import BaselineFormatError
 from ..gate.record import TestRecord
 from ..gate.refresh import refresh_baselines
 from ..gate.stale import SuiteShape, stale_baselines
-from ..gate.targets import TargetResult, TargetTable
+from ..gate.targets import TargetTable
 from ..hardware.driver_info import driver_info
 from ..model.device import DeviceKind
 from ..model.side_by_side import SideBySide, check_side_by_side
@@ -65,9 +65,7 @@ class SessionResults(SessionParts):
         self.baselines_written: list[str] = []
         self.write_problems: list[str] = []  # what the user asked to be stored and could not be
         self.autosaved: Path | None = None
-        self.target_results: list[TargetResult] = []  # --devmem-targets: the reruns, made here or sent by workers
-        self.target_children = 0
-        self.targets_skipped = ""  # why the tests were not run on the other targets
+        self.reruns = TargetTable()  # --devmem-targets: the reruns' rows, made here or sent by workers
         self.targets: TargetTable | None = None  # at the end: the session's device and each target, every test
         # the target compiler's entries the records' sizes came from, by key: for the store beside the baselines
         self.compiler_entries: dict[str, dict[str, object]] = {}
@@ -110,24 +108,21 @@ class SessionResults(SessionParts):
             )
         targets = sent.get("targets")
         if isinstance(targets, dict):
-            self.target_results += [
-                TargetResult.from_json(entry) for entry in targets.get("results") or [] if isinstance(entry, dict)
-            ]
-            children = targets.get("children")
-            self.target_children += children if isinstance(children, int) else 0
-            self.targets_skipped = self.targets_skipped or str(targets.get("skipped") or "")
+            self.add_reruns(TargetTable.from_json(targets))
+
+    def add_reruns(self, reruns: TargetTable) -> None:
+        """Rows of the targets table from the reruns of this process or of a worker, with the child
+        processes they started and why they did not run, where they did not."""
+        self.reruns.add(reruns.results)
+        self.reruns.children += reruns.children
+        self.reruns.skipped = self.reruns.skipped or reruns.skipped
 
     def worker_output(self, largest: LargestTests | None) -> dict[str, object]:
         """What an xdist worker sends its controller, which alone writes."""
-        targets = {
-            "results": [r.to_json() for r in self.target_results],
-            "children": self.target_children,
-            "skipped": self.targets_skipped,
-        }
         return {
             "stale": stale_baselines(self.store.entries(), self.shape),
             "largest": largest.to_json() if largest is not None else [],
-            "targets": targets,
+            "targets": self.reruns.to_json(),
             "compile_counts": self.compile_counts,
         }
 
@@ -140,13 +135,13 @@ class SessionResults(SessionParts):
         columns = table_columns(self.device.name, self.device.capacity, self.settings.targets)
         table = TargetTable(
             columns,
-            session_results(self.records, self.device.name, self.device.capacity) + self.target_results,
-            self.target_children,
-            self.targets_skipped,
+            session_results(self.records, self.device.name, self.device.capacity) + self.reruns.results,
+            self.reruns.children,
+            self.reruns.skipped,
         )
         table.sort()
         table.fill_missing(
-            self.targets_skipped or "no result came back from the target's run (the xdist worker that ran it crashed?)"
+            self.reruns.skipped or "no result came back from the target's run (the xdist worker that ran it crashed?)"
         )
         return table
 

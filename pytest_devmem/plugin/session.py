@@ -375,13 +375,9 @@ class DevmemSession:
             return
         if self.settings.targets and self.target_items:  # --devmem-targets: this process's measured tests, again
             interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
-            results, children, skipped = rerun_measured(
-                self.config, self.settings, self.device, self.target_items, self.regime_env, interrupted
+            self.results.add_reruns(
+                rerun_measured(self.config, self.settings, self.device, self.target_items, self.regime_env, interrupted)
             )
-            self.results.target_results += results
-            self.results.target_children += children
-            if skipped:
-                self.results.targets_skipped = skipped
         self.results.compile_counts = sizer_counts(self.measurement)
         if self.is_xdist_worker:  # only the controller writes: every record reaches it
             self.config.workeroutput["devmem"] = self.results.worker_output(self.largest)  # type: ignore[attr-defined]

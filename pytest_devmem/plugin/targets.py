@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from ..gate.record import TestRecord
-from ..gate.targets import Target, TargetResult
+from ..gate.targets import Target, TargetResult, TargetTable
 from ..hardware.devices import open_device
 from ..model.device import Device
 from ..model.regime import Regime
@@ -178,12 +178,12 @@ def rerun_measured(
     items: Sequence[pytest.Item],
     original_environment: dict[str, str | None] | None,
     interrupted: bool,
-) -> tuple[list[TargetResult], int, str]:
+) -> TargetTable:
     """--devmem-targets: the measured tests this process ran (`items`), once more on each other
     target, said on the terminal first: their rows, the child processes started, and why they did
-    not run ("" where they did)."""
+    not run ("" where they did), as a table without its targets (the session's results add them)."""
     if interrupted:
-        return [], 0, "the session was interrupted: the tests were not run on the other targets"
+        return TargetTable(skipped="the session was interrupted: the tests were not run on the other targets")
     columns = table_columns(device.name, device.capacity, settings.targets)
     reruns = [target.name for target in columns if not target.session]
     reporter = config.pluginmanager.get_plugin("terminalreporter")
@@ -194,4 +194,4 @@ def rerun_measured(
             f"devmem: running {len(items)} measured test(s) again on {len(reruns)} other target(s): {', '.join(reruns)} (--devmem-targets)"
         )
     results, children = rerun_on_targets(config, settings, items, columns, original_environment)
-    return results, children, ""
+    return TargetTable([], results, children)
