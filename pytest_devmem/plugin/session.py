@@ -46,6 +46,7 @@ from .items import (
     prepare_item,
     refusal_raised_at,
     regime_key,
+    regime_of,
     skip_text,
 )
 from .results import SessionResults
@@ -293,10 +294,7 @@ class DevmemSession:
                 why = f"xfailed: {report.wasxfail}" if report.wasxfail else "xfailed"
             else:
                 why = skip_text(report)
-            report.devmem_unrecorded = [  # type: ignore[attr-defined]
-                (item.stash.get(regime_key, None) or self.settings.default_regime).label,
-                why,
-            ]
+            report.devmem_unrecorded = [regime_of(item, self.settings.default_regime).label, why]  # type: ignore[attr-defined]
             if call.when == "call":
                 if captured_key in item.stash:
                     del item.stash[captured_key]
