@@ -31,6 +31,11 @@ class CompileTarget:
     class_suffix: str = ""  # added to the device class where the sizes are not the device's own
 
     @property
+    def said(self) -> bool:
+        """Whether the header and the summary name it: where the sizes are not the device's own."""
+        return self.spec is not None or bool(self.class_suffix)
+
+    @property
     def platform(self) -> str:
         return "tpu" if isinstance(self.spec, TpuSpec) else "gpu" if self.spec is not None else "cpu"
 

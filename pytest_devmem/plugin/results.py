@@ -324,9 +324,7 @@ class SessionResults(SessionParts):
             write_problems=self.write_problems,
             report=shown(report, start) if report is not None and report_written else None,
             autosaved=shown(self.autosaved, start) if self.autosaved is not None else None,
-            compile_note=self.compile_target.note
-            if self.compile_target.spec is not None or self.compile_target.class_suffix
-            else "",
+            compile_note=self.compile_target.note if self.compile_target.said else "",
             tensorflow_problem=tensorflow_problem,
             targets=self.targets,
             compile_counts=self.session_counts(),

@@ -132,7 +132,7 @@ class DevmemSession:
             lines.append(
                 f"devmem: {self.settings.tpu.description}: HBM on demand, defragmented when an allocation does not fit (regime compact); JAX's XLA_PYTHON_CLIENT_* settings do not apply"
             )
-        if self.compile_target.spec is not None or self.compile_target.class_suffix:
+        if self.compile_target.said:
             lines.append(f"devmem: {self.compile_target.note}")
         if self.tensorflow_cpu is not None and tensorflow_installed():
             lines.append(f"devmem: {self.tensorflow_cpu.describe()}")
