@@ -53,7 +53,7 @@ def _space(buffer: PeakBuffer) -> str:
 def markdown_table(title: str, programs: Mapping[str, ProgramBuffers]) -> str:
     """A test's buffers at each program's peak, as `devmem show` lists them."""
     header = ("program", "buffer", "op", "line", "bytes", "padding", "memory")
-    rows = [
+    rows: list[tuple[str, ...]] = [
         (
             row.program,
             row.buffer.shape,

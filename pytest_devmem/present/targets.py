@@ -147,8 +147,8 @@ def markdown_section(table: TargetTable) -> str:
     notes = other_regime_notes(table)
     if notes:
         lines += [""] + [f"{markdown(line)}  " for line in notes]
-    header = ("test", "regime", "target", "regime there", "capacity (bytes)", "peak in use (bytes)")
-    header += ("peak reserved (bytes)", "verdict", "sized by", "note")
+    header = ["test", "regime", "target", "regime there", "capacity (bytes)", "peak in use (bytes)"]
+    header += ["peak reserved (bytes)", "verdict", "sized by", "note"]
     rows = [
         (
             r.test_id,
