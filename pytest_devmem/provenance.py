@@ -15,32 +15,21 @@ from pathlib import Path
 
 
 def _git(directory: Path, *args: str) -> str | None:
+    """What a git command printed (stripped); None where git is missing, fails or is not in a work tree."""
     try:
         completed = subprocess.run(
-            ["git", *args], cwd=directory, capture_output=True, text=True, timeout=5, check=False
+            ["git", *args], cwd=directory, capture_output=True, text=True, timeout=10, check=False
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    return completed.stdout.strip() or None if completed.returncode == 0 else None
+    return completed.stdout.strip() if completed.returncode == 0 else None
 
 
 def work_tree_dirty(directory: Path) -> bool | None:
     """Whether tracked files differ from the commit (untracked files do not count, as in
     `git describe --dirty`, which pytest-benchmark uses); None outside a git work tree."""
-    try:
-        completed = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=directory,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if completed.returncode != 0:
-        return None
-    return bool(completed.stdout.strip())
+    changes = _git(directory, "status", "--porcelain", "--untracked-files=no")
+    return None if changes is None else bool(changes)
 
 
 @functools.cache
@@ -65,12 +54,15 @@ def provenance(
     `time` (UTC), the machine (`machine_id`, `os`, `python`, and from `driver` the NVIDIA
     `driver_version` and the `cuda_version` it supports, None where unknown), and
     `environment_hash`: equal hashes mean the same versions on the same class of device."""
-    commit = os.environ.get("GITHUB_SHA") or os.environ.get("CI_COMMIT_SHA") or _git(directory, "rev-parse", "HEAD")
+    commit = (
+        os.environ.get("GITHUB_SHA") or os.environ.get("CI_COMMIT_SHA") or _git(directory, "rev-parse", "HEAD") or None
+    )
     branch = (
         os.environ.get("GITHUB_HEAD_REF")
         or os.environ.get("GITHUB_REF_NAME")
         or os.environ.get("CI_COMMIT_REF_NAME")
         or _git(directory, "rev-parse", "--abbrev-ref", "HEAD")
+        or None
     )
     environment = json.dumps({"versions": versions, "device_class": device_class}, sort_keys=True)
     driver = driver or {}

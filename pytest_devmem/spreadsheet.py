@@ -44,7 +44,7 @@ def csv_text(cell: str) -> str:
 
 
 class CsvWriter:
-    """csv.writer's `writerow`/`writerows` with `\n` line ends, a cell holding a CR quoted."""
+    """csv.writer's `writerow` with `\n` line ends, a cell holding a CR quoted."""
 
     def __init__(self, out: TextIO) -> None:
         self._out = out
@@ -62,10 +62,6 @@ class CsvWriter:
         self._quoting.writerow(cells)
         self._out.write(self._buffer.getvalue()[:-2] + "\n")
 
-    def writerows(self, rows: Iterable[Iterable[object]]) -> None:
-        for row in rows:
-            self.writerow(row)
-
 
 def csv_writer(out: TextIO) -> CsvWriter:
     return CsvWriter(out)
@@ -76,7 +72,7 @@ def csv_table(header: Iterable[str], rows: Iterable[Iterable[object]]) -> str:
     other cell passes through `csv_cell`."""
     out = io.StringIO()
     writer = csv_writer(out)
-    writer.writerow(list(header))
+    writer.writerow([csv_cell(cell) for cell in header])
     for row in rows:
         writer.writerow(["" if cell is None else csv_cell(cell) for cell in row])
     return out.getvalue()

@@ -1,19 +1,9 @@
 """The `devmem` command: compare two sets of measurements, list baselines, replay and draw traces.
 
-    devmem compare BASE NEW... [--tolerance SPEC] [--all] [--partial] [--device-class C | --all-classes] [--sort KEY] [--columns A,B]   exit 1 when anything regressed
-    devmem merge REPORT... -o MERGED.json [--baselines DIR] [--same-run] [--partial]   one report from CI shards' reports
-    devmem show [DIR]
-    devmem replay TRACE [--mode M] [--fraction F] [--device D]   exit 1 when the trace does not fit
-    devmem convert TRACE OUTPUT   a trace's CSV as its Arrow IPC file (.arrow), or back
-    devmem plot REPORT|TRACE -o FILE.png|FILE.html [--test ID]
-    devmem plot REPORT --targets -o FILE.png|FILE.html [--test ID]   every test on every target
-    devmem history [REPORT...|DIR] [--tolerance SPEC] [-o trend.png]   exit 1 when a test moved (default: .devmem/)
-    devmem init-ci [TESTS...] [--device D] [--install ARGS] [--force]   the workflows of a gate, in .github/workflows/
-    devmem compilers install [--dir DIR] [--gpu] [--tpu] [--force] [-- PIP_ARGS]   the deviceless compilers, outside the environment
-    devmem compilers show [--dir DIR]
-    devmem --version
+Each command's usage is its parser's (`devmem COMMAND --help`, and docs/reference/cli.md, generated
+from `build_parser()`).
 
-BASE and NEW are each a JSON report (`--devmem-report=FILE.json`), a baseline directory, or one
+`devmem compare BASE NEW...`: each a JSON report (`--devmem-report=FILE.json`), a baseline directory, or one
 baseline file; several NEW reports (CI shards) are merged first, as `devmem merge` does. Measurements
 are matched by (test id, regime, device class); a simulated device, a GPU model and a CPU backend are
 different classes and never compared. Exit status: 0 no regression, 1 regression, 2 bad input.

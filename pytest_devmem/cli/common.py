@@ -9,6 +9,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from ..model.tpu_targets import tpu_spec
 from ..model.trace import Trace, csv_columns
 from ..options import OPTION, add_option
 from ..present.report import ReportFile, read_report
-from ..present.shard_merge import unique_records
+from ..present.shard_merge import merge_reports, missing_shards, oom_kind, unique_records
 from ..present.text import terminal, terminal_lines
 
 
@@ -152,6 +153,21 @@ def _from_baseline(entries: list[BaselineEntry]) -> dict[Key, Measured]:
     }
 
 
+def merged(paths: Sequence[Path], shown: str, same_run: bool = False, partial: bool = False) -> dict[str, object]:
+    """Several JSON reports (CI shards) merged into one report's document (present/shard_merge.py),
+    each warning said; an InputError where the set is part of a split suite without all its groups
+    and `partial` does not say so (the other groups' tests would pass as merely "missing").
+    `shown` names the set in that error."""
+    notes: list[str] = []
+    document = merge_reports(paths, notes, same_run)
+    for note in notes:
+        warn(note)
+    problem = None if partial else missing_shards(ReportFile(Path(shown), document["session"], document["records"]))  # type: ignore[arg-type]
+    if problem:
+        raise InputError(problem)
+    return document
+
+
 def from_report(report: ReportFile) -> dict[Key, Measured]:
     """One Measured per record of a report (read and checked by read_report)."""
     if not report.records:
@@ -177,21 +193,13 @@ def from_report(report: ReportFile) -> dict[Key, Measured]:
             if isinstance(at_peak, dict)
             else {}
         )
-        oom = record.get("oom")
-        kind = (
-            str(oom.get("kind") or ("real" if oom.get("real") else "yes"))
-            if isinstance(oom, dict)
-            else "real"
-            if oom is True
-            else None
-        )
         tolerance = record.get("tolerance")
         found[key] = Measured(
             metrics,
             {str(k): str(v) for k, v in versions.items()},
             contributors=contributors,
             devices=_report_devices(record.get("devices")),
-            oom=kind,
+            oom=oom_kind(record),
             tolerance=tolerance if isinstance(tolerance, str) else None,
             buffers=_report_buffers(trace),
             lines=_report_lines(trace),

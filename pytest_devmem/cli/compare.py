@@ -19,7 +19,7 @@ from ..present.comparison import (
     sort_verdicts,
 )
 from ..present.report import ReportFile, read_report
-from ..present.shard_merge import merge_reports, missing_shards
+from ..present.shard_merge import missing_shards
 from .common import (
     InputError,
     add_format_arguments,
@@ -27,9 +27,9 @@ from .common import (
     from_report,
     is_report,
     load,
+    merged,
     output_format,
     print_text,
-    warn,
 )
 
 HELP = "Compare NEW against BASE; exit 1 when a test regressed or ran out of memory"
@@ -121,18 +121,9 @@ def load_new(paths: Sequence[Path], partial: bool = False) -> dict[Key, Measured
             if problem:
                 raise InputError(problem)
         return found
-    notes: list[str] = []
-    merged = merge_reports(paths, notes)
-    for note in notes:
-        warn(note)
-    shown = Path(
-        f"{len(paths)} merged reports ({', '.join(str(p) for p in paths[:3])}{', ...' if len(paths) > 3 else ''})"
-    )
-    report = ReportFile(shown, merged["session"], merged["records"])  # type: ignore[arg-type]
-    problem = None if partial else missing_shards(report)
-    if problem:
-        raise InputError(problem)
-    return from_report(report)
+    shown = f"{len(paths)} merged reports ({', '.join(str(p) for p in paths[:3])}{', ...' if len(paths) > 3 else ''})"
+    document = merged(paths, shown, partial=partial)
+    return from_report(ReportFile(Path(shown), document["session"], document["records"]))  # type: ignore[arg-type]
 
 
 def select_classes(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 from ..gate.tolerance import parse_tolerance
@@ -32,14 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    return history_command(args.inputs, args.tolerance, args.output, output_format(parser, args))
-
-
-def history_command(inputs: Sequence[Path], tolerance_spec: str, output: Path | None, shown: str = "markdown") -> int:
-    tolerance = parse_tolerance(tolerance_spec)  # the --tolerance option's own parser (options.py)
+    shown, output = output_format(parser, args), args.output
+    tolerance = parse_tolerance(args.tolerance)  # the --tolerance option's own parser (options.py)
     if output is not None:
         history.check_trend_path(output)  # before any work or output
-    frame = history.load_frame(history.report_files(inputs))
+    frame = history.load_frame(history.report_files(args.inputs))
     table = history.pivot(frame)
     moved = history.steps(table, tolerance)
     classes = history.device_classes(frame)

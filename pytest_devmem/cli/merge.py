@@ -7,17 +7,15 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from ..files import write_atomic
 from ..gate.baseline import BaselineStore
 from ..gate.record import TestRecord
 from ..gate.refresh import Refresh, refresh_baselines
-from ..present.report import ReportFile
-from ..present.shard_merge import merge_reports, missing_shards
 from ..present.text import terminal
-from .common import InputError, add_setting, warn
+from .common import InputError, add_setting, merged
 
 HELP = "Merge JSON reports of CI shards into one; refresh baselines from them (--baselines)"
 
@@ -44,15 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    return merge_command(args.reports, args.output, args.baselines, args.same_run, args.partial)
-
-
-def merge_command(
-    reports: Sequence[Path], output: Path | None, baselines: Path | None, same_run: bool = False, partial: bool = False
-) -> int:
-    """`devmem merge`: one report from several; with `baselines`, those files refreshed from it as
-    one `--devmem-update` of the whole suite would write them. Everything is checked before
-    anything is written."""
+    """One report from several; with `--baselines`, those files refreshed from it as one
+    `--devmem-update` of the whole suite would write them. Everything is checked before anything is
+    written."""
+    reports, output, baselines = args.reports, args.output, args.baselines
     if output is None and baselines is None:
         raise InputError("nothing to write: give -o MERGED.json, --baselines DIR, or both")
     if output is not None and output.suffix.lower() != ".json":
@@ -61,15 +54,8 @@ def merge_command(
         raise InputError(
             f"{baselines}: not a directory: --baselines names the directory of baseline files to refresh (such as baselines/; made when missing)"
         )
-    notes: list[str] = []
-    document = merge_reports(reports, notes, same_run)
-    for note in notes:
-        warn(note)
-    if not partial:  # a set with a group missing would refresh or gate only part of the suite
-        shown = Path(f"the merged set of {len(reports)} report(s)")
-        problem = missing_shards(ReportFile(shown, document["session"], document["records"]))  # type: ignore[arg-type]
-        if problem:
-            raise InputError(problem)
+    # a set with a group missing would refresh or gate only part of the suite
+    document = merged(reports, f"the merged set of {len(reports)} report(s)", args.same_run, args.partial)
     records = document["records"]
     assert isinstance(records, list)
     shards = document["session"]["merged_from"]  # type: ignore[index]
@@ -121,15 +107,11 @@ def _read_bytes(path: Path) -> bytes | None:
         return None
 
 
-def baselines_from_report(document: dict[str, object], directory: Path) -> Refresh:
-    """Baseline files under `directory` refreshed from a (merged) report's records, by the same
-    rule and into the same bytes as `--devmem-update` on the session that wrote the report."""
-    return prepare_baselines(document, directory)()
-
-
 def prepare_baselines(document: dict[str, object], directory: Path) -> Callable[[], Refresh]:
-    """The refresh `baselines_from_report` makes, checked and with the stored files read (an
-    InputError or BaselineFormatError now, before anything is written); calling it writes."""
+    """Baseline files under `directory` refreshed from a (merged) report's records, by the same rule
+    and into the same bytes as `--devmem-update` on the session that wrote the report: the refresh,
+    checked and with the stored files read (an InputError or BaselineFormatError now, before
+    anything is written); calling it writes."""
     session = document["session"]
     assert isinstance(session, dict)
     device_class, versions = session.get("device_class"), session.get("versions")

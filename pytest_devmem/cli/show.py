@@ -10,7 +10,7 @@ from ..gate.compare import Key, Measured
 from ..gate.tolerance import METRICS, format_metric
 from ..options import OPTION
 from ..present.buffers import markdown_lines_table, markdown_table
-from ..present.text import markdown
+from ..present.text import markdown_rows
 from ..spreadsheet import csv_table
 from .common import add_format_arguments, json_text, load, output_format, print_text
 
@@ -18,6 +18,8 @@ HELP = "List stored baselines"
 
 SHOWN_VERSIONS = ("jax", "tensorflow", "tensorflow-cpu", "pytest-devmem")
 """The versions the Markdown table names (JSON and CSV keep every one)."""
+SHOWN_METRICS = ("peak_bytes_in_use", "peak_bytes_reserved", "fragmentation")
+"""The figures the Markdown table shows (JSON and CSV keep every one)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,18 +42,18 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def show_table(measurements: dict[Key, Measured]) -> str:
-    lines = [
-        "| test | regime | device | peak in use | peak reserved | fragmentation | versions |",
-        "|---|---|---|---|---|---|---|",
+    header = ("test", "regime", "device", "peak in use", "peak reserved", "fragmentation", "versions")
+    rows = [
+        (
+            test_id,
+            regime,
+            device_class,
+            *(format_metric(name, m.metrics.get(name)) for name in SHOWN_METRICS),
+            ", ".join(f"{name} {version}" for name, version in sorted(m.versions.items()) if name in SHOWN_VERSIONS),
+        )
+        for (test_id, regime, device_class), m in sorted(measurements.items())
     ]
-    for (test_id, regime, device_class), m in sorted(measurements.items()):
-        versions = ", ".join(
-            f"{name} {version}" for name, version in sorted(m.versions.items()) if name in SHOWN_VERSIONS
-        )
-        lines.append(
-            f"| {markdown(test_id)} | {markdown(regime)} | {markdown(device_class)} | {format_metric('peak_bytes_in_use', m.metrics.get('peak_bytes_in_use'))} | "
-            f"{format_metric('peak_bytes_reserved', m.metrics.get('peak_bytes_reserved'))} | {format_metric('fragmentation', m.metrics.get('fragmentation'))} | {markdown(versions)} |"
-        )
+    lines = markdown_rows(header, rows)
     tables = [
         table
         for (test_id, regime, device_class), m in sorted(measurements.items())

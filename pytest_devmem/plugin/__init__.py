@@ -26,11 +26,8 @@ from .disabled import DisabledSession
 from .environment import conflicts_key, early_env_key, prepare, prepare_late, restore_all, tensorflow_cpu_key
 from .fixture import DevmemFixture
 from .isolation import open_child_channel
-from .items import DEFAULT_REGIME
 from .session import DevmemSession
 from .settings import PLUGIN_NAME, Settings, add_options, load_settings
-
-__all__ = ["DEFAULT_REGIME", "PLUGIN_NAME", "DevmemFixture", "DevmemSession", "devmem"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -19,21 +19,6 @@ from ..capture.measurement import Measurement
 from ..model.device import Device, DeviceKind
 from ..model.gpu_targets import GPU_SPECS, GpuSpec, gpu_spec
 from ..model.tpu_targets import TpuSpec, tpu_spec
-from ..options import COMPILE_TARGET_CHOICES as CHOICES
-from ..options import COMPILE_TARGET_HELP as HELP
-from ..options import parse_compile_target
-
-__all__ = [
-    "CHOICES",
-    "HELP",
-    "CompileTarget",
-    "compilers_needed",
-    "gpu_sizer",
-    "parse_compile_target",
-    "resolve",
-    "sizer_counts",
-]
-"""The setting's choices, help and parser are `options.py`'s (shared with the devmem command); kept importable here."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +29,11 @@ class CompileTarget:
     spec: GpuSpec | TpuSpec | None  # the device to compile for; None: the executables' own sizes
     note: str  # why it is this one, for the summary and the report
     class_suffix: str = ""  # added to the device class where the sizes are not the device's own
+
+    @property
+    def said(self) -> bool:
+        """Whether the header and the summary name it: where the sizes are not the device's own."""
+        return self.spec is not None or bool(self.class_suffix)
 
     @property
     def platform(self) -> str:

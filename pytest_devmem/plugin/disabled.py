@@ -11,7 +11,7 @@ import pytest
 from ..model.device import open_simulated
 from ..model.pool import make_pool
 from .fixture import DevmemFixture
-from .items import DEFAULT_REGIME, mark_key, prepare_item, regime_of
+from .items import mark_key, prepare_item, regime_of
 
 
 class DisabledSession:
@@ -35,5 +35,5 @@ class DisabledSession:
             raise pytest.UsageError(spec)
 
     def make_fixture(self, item: pytest.Item) -> DevmemFixture:
-        regime = regime_of(item) or DEFAULT_REGIME
+        regime = regime_of(item)
         return DevmemFixture(regime, make_pool(self.device, regime.policy), self.device)

@@ -25,7 +25,7 @@ from typing import IO, Any
 import pytest
 
 from ..errors import FileFormatError
-from ..files import read_text
+from ..files import read_json
 from ..model.regime import Regime
 from .environment import restore, session_environment_key
 from .settings import Settings
@@ -61,13 +61,9 @@ def open_child_channel(config: pytest.Config) -> tuple[ChildEventWriter, set[str
     if not output or not nodes:
         raise pytest.UsageError(CHILD_OPTIONS_ERROR)
     try:
-        text = read_text(nodes, "list of tests for a child process", MAX_NODES_BYTES)
+        _, nodes_given = read_json(nodes, "list of tests for a child process", MAX_NODES_BYTES)
     except FileFormatError as exc:
         raise pytest.UsageError(f"invalid --devmem-child-nodes: {exc} ({CHILD_OPTIONS_ERROR})") from None
-    try:
-        nodes_given = json.loads(text)
-    except json.JSONDecodeError:
-        nodes_given = None
     if not isinstance(nodes_given, list) or not all(isinstance(node, str) for node in nodes_given):
         raise pytest.UsageError(
             f"invalid --devmem-child-nodes: {nodes}: not a JSON list of node ids ({CHILD_OPTIONS_ERROR})"

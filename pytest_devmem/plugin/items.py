@@ -98,6 +98,13 @@ def id_of_test(nodeid: str, path: str) -> str:
     return path.replace(os.sep, "/") + nodeid
 
 
+def skip_text(report: pytest.TestReport) -> str:
+    """`skipped: REASON` for a skipped test's report, its reason as pytest's skip gave it."""
+    longrepr = report.longrepr
+    reason = str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else "skipped"
+    return f"skipped: {reason.removeprefix('Skipped: ')}"
+
+
 def out_of_memory_text(exc: BaseException) -> str | None:
     """The first line of our pool's OOM, or of a framework's (XLA's RESOURCE_EXHAUSTED, TensorFlow's
     ResourceExhaustedError); None for any other error."""

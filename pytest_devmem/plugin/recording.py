@@ -12,6 +12,7 @@ from ..capture.measurement import Captured, Measurement
 from ..files import frames_from
 from ..gate.changes import buffers_of
 from ..gate.record import KEPT_CPU_SIZES, TestRecord
+from ..json_fields import mappings, whole
 from ..model.device import Device
 from ..model.executables import executable_summary
 from ..model.fragmentation import pinning_buffers
@@ -156,9 +157,9 @@ def describe_tpu(record: TestRecord, description: str, captured: Captured, trace
     bytes the TPU runtime's defragmentation moved, a program the TPU compiler refused (an
     out-of-memory result of kind capacity, with the compiler's figures), and TensorFlow's figures
     for what they are."""
-    allocators = [a for d in record.devices or [] for a in _listed(d.get("allocators")) if isinstance(a, dict)]
-    moved = sum(int(a.get("moved_bytes", 0)) for a in allocators)
-    compactions = sum(int(a.get("compactions", 0)) for a in allocators)
+    allocators = [a for d in record.devices or [] for a in mappings(d, "allocators") or []]
+    moved = sum(whole(a, "moved_bytes") or 0 for a in allocators)
+    compactions = sum(whole(a, "compactions") or 0 for a in allocators)
     sized = record.compile_target if record.compile_target not in (None, "cpu") else None
     record.tpu = {
         "target": description,
@@ -210,10 +211,6 @@ def with_files_from(root: Path | None, found: dict[str, object]) -> dict[str, ob
         at = buffer.get("at") if isinstance(buffer, dict) else None
         shown.append({**buffer, "at": frames_from(root, at)} if isinstance(at, str) and at else buffer)
     return {**found, "buffers": shown}
-
-
-def _listed(value: object) -> list[object]:
-    return value if isinstance(value, list) else []
 
 
 def add_pins(record: TestRecord, run: MachineRun, trace: Trace) -> None:

@@ -1,11 +1,12 @@
 """The session's results: every test's record (made here, in a worker or in a child), the tests
 skipped at setup, what the xdist workers sent, and, at the end, what is written (baselines, the
-report, the benchmark JSON, the autosaved report), stale baselines and the workers' side-by-side
-check, then the plain facts the terminal summary shows."""
+report with the run's shard, the benchmark JSON, the autosaved report), stale baselines and the
+workers' side-by-side check, then the plain facts the terminal summary shows."""
 
 from __future__ import annotations
 
 import importlib.metadata
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,7 +20,7 @@ from ..gate.baseline_files import BaselineFormatError
 from ..gate.record import TestRecord
 from ..gate.refresh import refresh_baselines
 from ..gate.stale import SuiteShape, stale_baselines
-from ..gate.targets import TargetResult, TargetTable
+from ..gate.targets import TargetTable
 from ..hardware.driver_info import driver_info
 from ..model.device import DeviceKind
 from ..model.side_by_side import SideBySide, check_side_by_side
@@ -32,8 +33,7 @@ from .checks import shown
 from .environment import tensorflow_cpu_key
 from .recording import allocator_setups, machine_spec
 from .run_info import collect_run_info
-from .session_parts import SessionParts
-from .shard import shard_of
+from .settings import SessionParts
 from .targets import session_results, table_columns
 from .workers import LargestTests, gpu_count, plan_workers, workers_per_device
 
@@ -65,9 +65,7 @@ class SessionResults(SessionParts):
         self.baselines_written: list[str] = []
         self.write_problems: list[str] = []  # what the user asked to be stored and could not be
         self.autosaved: Path | None = None
-        self.target_results: list[TargetResult] = []  # --devmem-targets: the reruns, made here or sent by workers
-        self.target_children = 0
-        self.targets_skipped = ""  # why the tests were not run on the other targets
+        self.reruns = TargetTable()  # --devmem-targets: the reruns' rows, made here or sent by workers
         self.targets: TargetTable | None = None  # at the end: the session's device and each target, every test
         # the target compiler's entries the records' sizes came from, by key: for the store beside the baselines
         self.compiler_entries: dict[str, dict[str, object]] = {}
@@ -110,24 +108,21 @@ class SessionResults(SessionParts):
             )
         targets = sent.get("targets")
         if isinstance(targets, dict):
-            self.target_results += [
-                TargetResult.from_json(entry) for entry in targets.get("results") or [] if isinstance(entry, dict)
-            ]
-            children = targets.get("children")
-            self.target_children += children if isinstance(children, int) else 0
-            self.targets_skipped = self.targets_skipped or str(targets.get("skipped") or "")
+            self.add_reruns(TargetTable.from_json(targets))
+
+    def add_reruns(self, reruns: TargetTable) -> None:
+        """Rows of the targets table from the reruns of this process or of a worker, with the child
+        processes they started and why they did not run, where they did not."""
+        self.reruns.add(reruns.results)
+        self.reruns.children += reruns.children
+        self.reruns.skipped = self.reruns.skipped or reruns.skipped
 
     def worker_output(self, largest: LargestTests | None) -> dict[str, object]:
         """What an xdist worker sends its controller, which alone writes."""
-        targets = {
-            "results": [r.to_json() for r in self.target_results],
-            "children": self.target_children,
-            "skipped": self.targets_skipped,
-        }
         return {
             "stale": stale_baselines(self.store.entries(), self.shape),
             "largest": largest.to_json() if largest is not None else [],
-            "targets": targets,
+            "targets": self.reruns.to_json(),
             "compile_counts": self.compile_counts,
         }
 
@@ -140,13 +135,13 @@ class SessionResults(SessionParts):
         columns = table_columns(self.device.name, self.device.capacity, self.settings.targets)
         table = TargetTable(
             columns,
-            session_results(self.records, self.device.name, self.device.capacity) + self.target_results,
-            self.target_children,
-            self.targets_skipped,
+            session_results(self.records, self.device.name, self.device.capacity) + self.reruns.results,
+            self.reruns.children,
+            self.reruns.skipped,
         )
         table.sort()
         table.fill_missing(
-            self.targets_skipped or "no result came back from the target's run (the xdist worker that ran it crashed?)"
+            self.reruns.skipped or "no result came back from the target's run (the xdist worker that ran it crashed?)"
         )
         return table
 
@@ -329,12 +324,34 @@ class SessionResults(SessionParts):
             write_problems=self.write_problems,
             report=shown(report, start) if report is not None and report_written else None,
             autosaved=shown(self.autosaved, start) if self.autosaved is not None else None,
-            compile_note=self.compile_target.note
-            if self.compile_target.spec is not None or self.compile_target.class_suffix
-            else "",
+            compile_note=self.compile_target.note if self.compile_target.said else "",
             tensorflow_problem=tensorflow_problem,
             targets=self.targets,
             compile_counts=self.session_counts(),
             compiler_store=shown(self.store.directory / STORE_DIRECTORY, start),
             store_update=self.store_update,
         )
+
+
+SHARD_OPTIONS = (("pytest-split", "splits", "group", 1), ("pytest-shard", "num_shards", "shard_id", 0))
+"""(plugin, option dest of the number of shards, option dest of this shard, the first shard's number)."""
+
+
+def ci_run() -> str | None:
+    """The CI run every shard of one pipeline shares: GitHub Actions' run id and attempt, or GitLab's pipeline id."""
+    if os.environ.get("GITHUB_RUN_ID"):
+        return f"{os.environ['GITHUB_RUN_ID']}-{os.environ.get('GITHUB_RUN_ATTEMPT', '1')}"
+    return os.environ.get("CI_PIPELINE_ID") or None
+
+
+def shard_of(config: pytest.Config) -> dict[str, object] | None:
+    """Which shard of a split suite this session ran, for the report: `{"plugin", "group", "groups",
+    "run"}` when a shard plugin (pytest-split's `--splits N --group K`, pytest-shard's `--num-shards N
+    --shard-id K`) chose its part of the suite (`group` counts from 1), else None. `devmem merge` and
+    `devmem history` put such CI jobs' reports back together."""
+    for plugin, total_name, index_name, first in SHARD_OPTIONS:
+        total = config.getoption(total_name, default=None)
+        index = config.getoption(index_name, default=None)
+        if isinstance(total, int) and isinstance(index, int) and total > 1:
+            return {"plugin": plugin, "group": index - first + 1, "groups": total, "run": ci_run()}
+    return None

@@ -46,6 +46,8 @@ from .items import (
     prepare_item,
     refusal_raised_at,
     regime_key,
+    regime_of,
+    skip_text,
 )
 from .results import SessionResults
 from .settings import Settings
@@ -130,7 +132,7 @@ class DevmemSession:
             lines.append(
                 f"devmem: {self.settings.tpu.description}: HBM on demand, defragmented when an allocation does not fit (regime compact); JAX's XLA_PYTHON_CLIENT_* settings do not apply"
             )
-        if self.compile_target.spec is not None or self.compile_target.class_suffix:
+        if self.compile_target.said:
             lines.append(f"devmem: {self.compile_target.note}")
         if self.tensorflow_cpu is not None and tensorflow_installed():
             lines.append(f"devmem: {self.tensorflow_cpu.describe()}")
@@ -291,16 +293,8 @@ class DevmemSession:
             if hasattr(report, "wasxfail"):
                 why = f"xfailed: {report.wasxfail}" if report.wasxfail else "xfailed"
             else:
-                reason = (
-                    str(report.longrepr[2]).removeprefix("Skipped: ")
-                    if isinstance(report.longrepr, tuple)
-                    else "skipped"
-                )
-                why = f"skipped: {reason}"
-            report.devmem_unrecorded = [  # type: ignore[attr-defined]
-                (item.stash.get(regime_key, None) or self.settings.default_regime).label,
-                why,
-            ]
+                why = skip_text(report)
+            report.devmem_unrecorded = [regime_of(item, self.settings.default_regime).label, why]  # type: ignore[attr-defined]
             if call.when == "call":
                 if captured_key in item.stash:
                     del item.stash[captured_key]
@@ -379,13 +373,9 @@ class DevmemSession:
             return
         if self.settings.targets and self.target_items:  # --devmem-targets: this process's measured tests, again
             interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
-            results, children, skipped = rerun_measured(
-                self.config, self.settings, self.device, self.target_items, self.regime_env, interrupted
+            self.results.add_reruns(
+                rerun_measured(self.config, self.settings, self.device, self.target_items, self.regime_env, interrupted)
             )
-            self.results.target_results += results
-            self.results.target_children += children
-            if skipped:
-                self.results.targets_skipped = skipped
         self.results.compile_counts = sizer_counts(self.measurement)
         if self.is_xdist_worker:  # only the controller writes: every record reaches it
             self.config.workeroutput["devmem"] = self.results.worker_output(self.largest)  # type: ignore[attr-defined]

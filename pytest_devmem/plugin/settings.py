@@ -10,23 +10,26 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
 from ..errors import DevmemError
+from ..gate.baseline import BaselineStore
 from ..gate.marks import normalize_frameworks, parse_max_fragmentation
 from ..gate.tolerance import Tolerance, parse_tolerance
+from ..model.device import Device
 from ..model.regime import GPU_ONLY_MODES, TPU_RUNTIME, Regime, on_tpu
 from ..model.targets import parse_targets
 from ..model.tpu_targets import TpuSpec, tpu_min_fraction_refusal, tpu_regime_refusal, tpu_spec
-from ..options import OPTIONS, Option, add_option
+from ..options import OPTION, OPTIONS, Option, add_option
 from ..present.report import REPORT_FORMATS
 from ..units import parse_size
+from .compile_target import CompileTarget
 from .items import DEFAULT_REGIME
 from .workers import WorkerPlan, gpu_count, plan_workers, worker_index
 
-__all__ = ["OPTIONS", "PLUGIN_NAME", "Option", "Settings", "add_options", "load_settings"]
-"""`Option` and `OPTIONS` are defined in `options.py`, which the devmem command shares; they stay importable here."""
+T = TypeVar("T")
 
 PLUGIN_NAME = "devmem-manager"
 """The name the session object is registered under (`config.pluginmanager.get_plugin(PLUGIN_NAME)`)."""
@@ -91,13 +94,14 @@ MEASURING_OUTPUTS = ("update", "report", "strict", "targets")
 def _given(config: pytest.Config, option: Option) -> str | None:
     """Where a setting that asks for something was given (a switch turned on, a value), or None."""
     value, where = raw_value(config, option)
-    if value is None or (option.flag and not _checked(config, option, parse_flag)):
+    if value is None or (option.flag and not _flag(config, option.name)):
         return None
     return where if where == option.option else f"{option.option} ({where})"
 
 
-def _checked(config: pytest.Config, option: Option, parse: Callable[[str], object]) -> object:
-    value, where = raw_value(config, option)
+def _checked(config: pytest.Config, name: str, parse: Callable[[str], T]) -> T | None:
+    """The setting `name` as `parse` makes it (None where it is unset); a usage error naming where it came from."""
+    value, where = raw_value(config, OPTION[name])
     if value is None:
         return None
     try:
@@ -106,9 +110,13 @@ def _checked(config: pytest.Config, option: Option, parse: Callable[[str], objec
         raise pytest.UsageError(f"{exc} (from {where})") from None
 
 
-def _parsed(config: pytest.Config, option: Option) -> object:
+def _parsed(config: pytest.Config, name: str) -> Any:
     """The setting checked by its own parser (`options.py`), the one the devmem command runs too."""
-    return _checked(config, option, option.parsed)
+    return _checked(config, name, OPTION[name].parsed)
+
+
+def _flag(config: pytest.Config, name: str) -> bool:
+    return bool(_checked(config, name, parse_flag))
 
 
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
@@ -181,102 +189,95 @@ class Settings:
         return self.find_min_fraction or self.what_if is not None
 
 
+@dataclass(eq=False)
+class SessionParts:
+    """What a session decides once, before any test, and each of its parts reads: pytest's config,
+    the settings, the device, the baseline store and the compile target (`DevmemSession` builds
+    them; `Checks` and `SessionResults` are made of them)."""
+
+    config: pytest.Config
+    settings: Settings
+    device: Device
+    store: BaselineStore
+    compile_target: CompileTarget
+
+
 def load_settings(config: pytest.Config) -> Settings:
     """Read and validate every setting; pytest.UsageError on the first bad one."""
-    options = {option.name: option for option in OPTIONS}
-    disable, only = _disable_and_only(config, options)
-    regime, fraction, device_spec, device_from, tpu = _regime_and_device(config, options)
-    report_path = _path_setting(config, options["report"], "report file", directory=False, suffixes=REPORT_FORMATS)
-    baselines = _path_setting(
-        config,
-        options["baselines"],
-        "baselines directory",
-        directory=True,
-        default=config.rootpath / str(options["baselines"].default),
-    )
-    tolerance = _parsed(config, options["tolerance"]) or parse_tolerance(str(options["tolerance"].default))
-    frameworks = _checked(config, options["frameworks"], parse_frameworks) or ()
-    what_if = _checked(config, options["what-if"], _positive_size)
-    cuda_context = _checked(config, options["cuda-context"], _size_or_zero)
-    limit = _checked(config, options["limit"], _positive_size)
-    max_leak = _checked(config, options["max-leak"], _size_or_zero)
-    max_fragmentation = _checked(config, options["max-fragmentation"], parse_max_fragmentation)
-    compile_target = _parsed(config, options["compile-target"])
-    compile_target_source = _setting_text(config, options["compile-target"], compile_target)
-    artifacts_dir = _path_setting(config, options["artifacts"], "artifacts directory", directory=True)
-    cache_dir = _path_setting(config, options["cache-dir"], "cache directory", directory=True)
-    compilers_dir = _path_setting(config, options["compilers"], "compilers directory", directory=True)
-    benchmark_path = _path_setting(config, options["benchmark-json"], "benchmark JSON file", directory=False)
-    traces_dir = _path_setting(config, options["traces"], "traces directory", directory=True)
-    plan = _worker_plan(config, regime, fraction is not None, device_spec, tpu)
+    disable, only = _disable_and_only(config)
+    regime, fraction, device_spec, device_from, tpu = _regime_and_device(config)
+    compile_target = _parsed(config, "compile-target")
     return Settings(
         regime=regime,
         device_spec=device_spec,
         device_from=device_from,
-        report_path=report_path,
-        baselines=baselines,  # type: ignore[arg-type]  # it has a default
-        update=bool(_checked(config, options["update"], parse_flag)),
-        tolerance=tolerance,  # type: ignore[arg-type]
-        strict=bool(_checked(config, options["strict"], parse_flag)),
-        frameworks=frameworks,  # type: ignore[arg-type]
-        find_min_fraction=bool(_checked(config, options["find-min-fraction"], parse_flag)),
-        what_if=what_if,  # type: ignore[arg-type]
-        traces_dir=traces_dir,
-        limit=limit,  # type: ignore[arg-type]
-        max_leak=max_leak,  # type: ignore[arg-type]
-        max_fragmentation=max_fragmentation,  # type: ignore[arg-type]
-        compile_target=compile_target,  # type: ignore[arg-type]
-        compile_target_source=compile_target_source,
-        benchmark_json=benchmark_path,
-        artifacts_dir=artifacts_dir,
-        cache_dir=cache_dir,
-        compilers_dir=compilers_dir,
-        cuda_context_bytes=cuda_context,  # type: ignore[arg-type]
+        report_path=_path_setting(config, "report", "report file", directory=False, suffixes=REPORT_FORMATS),
+        baselines=_path_setting(
+            config,
+            "baselines",
+            "baselines directory",
+            directory=True,
+            default=config.rootpath / str(OPTION["baselines"].default),
+        ),  # type: ignore[arg-type]  # it has a default
+        tolerance=_parsed(config, "tolerance") or parse_tolerance(str(OPTION["tolerance"].default)),
+        frameworks=_checked(config, "frameworks", parse_frameworks) or (),
+        what_if=_checked(config, "what-if", _positive_size),
+        cuda_context_bytes=_checked(config, "cuda-context", _size_or_zero),
+        limit=_checked(config, "limit", _positive_size),
+        max_leak=_checked(config, "max-leak", _size_or_zero),
+        max_fragmentation=_checked(config, "max-fragmentation", parse_max_fragmentation),
+        compile_target=compile_target,
+        compile_target_source=_setting_text(config, OPTION["compile-target"], compile_target),
+        artifacts_dir=_path_setting(config, "artifacts", "artifacts directory", directory=True),
+        cache_dir=_path_setting(config, "cache-dir", "cache directory", directory=True),
+        compilers_dir=_path_setting(config, "compilers", "compilers directory", directory=True),
+        benchmark_json=_path_setting(config, "benchmark-json", "benchmark JSON file", directory=False),
+        traces_dir=_path_setting(config, "traces", "traces directory", directory=True),
+        worker_plan=_worker_plan(config, regime, fraction is not None, device_spec, tpu),
+        update=_flag(config, "update"),
+        strict=_flag(config, "strict"),
+        find_min_fraction=_flag(config, "find-min-fraction"),
+        autosave=_flag(config, "autosave"),
+        targets=_checked(config, "targets", parse_targets) or (),
         fraction_chosen=fraction is not None,
-        worker_plan=plan,
-        autosave=bool(_checked(config, options["autosave"], parse_flag)),
-        targets=_checked(config, options["targets"], parse_targets) or (),  # type: ignore[arg-type]
         tpu=tpu,
         disable=disable,
         only=only,
     )
 
 
-def _disable_and_only(config: pytest.Config, options: dict[str, Option]) -> tuple[bool, bool]:
+def _disable_and_only(config: pytest.Config) -> tuple[bool, bool]:
     """--devmem-disable and --devmem-only; a usage error where they contradict each other, or where
     --devmem-disable comes with an output that measures."""
-    disable = bool(_checked(config, options["disable"], parse_flag))
-    only = bool(_checked(config, options["only"], parse_flag))
+    disable, only = _flag(config, "disable"), _flag(config, "only")
     if disable and only:
         raise pytest.UsageError(
-            f"{options['disable'].option} and {options['only'].option} contradict each other: one measures nothing, the other runs only what is measured (as pytest-benchmark's --benchmark-disable and --benchmark-only)"
+            f"{OPTION['disable'].option} and {OPTION['only'].option} contradict each other: one measures nothing, the other runs only what is measured (as pytest-benchmark's --benchmark-disable and --benchmark-only)"
         )
     if disable:
-        refused = [where for name in MEASURING_OUTPUTS if (where := _given(config, options[name])) is not None]
+        refused = [where for name in MEASURING_OUTPUTS if (where := _given(config, OPTION[name])) is not None]
         if refused:
             raise pytest.UsageError(
-                f"{options['disable'].option} measures nothing, so {' and '.join(refused)} would have nothing to "
+                f"{OPTION['disable'].option} measures nothing, so {' and '.join(refused)} would have nothing to "
                 "write, check or run: drop one or the other (as --devmem-disable with --devmem-only)"
             )
     return disable, only
 
 
-def _regime_and_device(
-    config: pytest.Config, options: dict[str, Option]
-) -> tuple[Regime | None, float | None, str, str, TpuSpec | None]:
+def _regime_and_device(config: pytest.Config) -> tuple[Regime | None, float | None, str, str, TpuSpec | None]:
     """The session's regime (None: each test's own, or the default), the fraction given, the device
     (and where it was given) and the TPU it stands for; on a TPU preset the TPU runtime's regime, or a
     usage error for a regime or a search that only a GPU has."""
-    mode = _parsed(config, options["mode"])
-    fraction = _parsed(config, options["fraction"])
+    mode = _parsed(config, "mode")
+    fraction = _parsed(config, "fraction")
     regime = None
     if mode is not None or fraction is not None:
         try:
-            regime = Regime.of(mode or "fraction", fraction)  # type: ignore[arg-type]
+            regime = Regime.of(mode or "fraction", fraction)
         except DevmemError as exc:
-            raise pytest.UsageError(f"{exc} (from {options['mode'].option} and {options['fraction'].option})") from None
-    device_spec, device_from = raw_value(config, options["device"])
-    device_spec = device_spec or str(options["device"].default)
+            raise pytest.UsageError(f"{exc} (from {OPTION['mode'].option} and {OPTION['fraction'].option})") from None
+    device_spec, device_from = raw_value(config, OPTION["device"])
+    device_spec = device_spec or str(OPTION["device"].default)
     tpu = tpu_spec(device_spec)
     if tpu is not None and regime is not None:
         if (
@@ -288,12 +289,12 @@ def _regime_and_device(
                 else f"--devmem-mode={regime.label}"
             )
             raise pytest.UsageError(
-                f"{tpu_regime_refusal(tpu, asked)} (from {options['mode'].option} and {options['fraction'].option}, device {device_spec})"
+                f"{tpu_regime_refusal(tpu, asked)} (from {OPTION['mode'].option} and {OPTION['fraction'].option}, device {device_spec})"
             )
         regime = on_tpu(regime)
-    if tpu is not None and _checked(config, options["find-min-fraction"], parse_flag):
+    if tpu is not None and _flag(config, "find-min-fraction"):
         raise pytest.UsageError(f"{tpu_min_fraction_refusal(tpu)} (device {device_spec})")
-    return regime, fraction, device_spec, device_from, tpu  # type: ignore[return-value]
+    return regime, fraction, device_spec, device_from, tpu
 
 
 def _worker_plan(
@@ -324,7 +325,7 @@ def parse_frameworks(value: str) -> tuple[str, ...]:
 
 def _path_setting(
     config: pytest.Config,
-    option: Option,
+    name: str,
     what: str,
     *,
     directory: bool,
@@ -334,7 +335,7 @@ def _path_setting(
     """A file or directory setting, made absolute against where pytest was started (`default` when
     unset). A usage error, naming the value and where it came from, when it has the wrong
     extension, is a directory where a file is written (or the reverse), or is a path the OS refuses."""
-    text, where = raw_value(config, option)
+    text, where = raw_value(config, OPTION[name])
     if not text:
         if default is None:
             return None

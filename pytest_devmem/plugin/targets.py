@@ -20,14 +20,14 @@ from typing import Any
 import pytest
 
 from ..gate.record import TestRecord
-from ..gate.targets import Target, TargetResult
+from ..gate.targets import Target, TargetResult, TargetTable
 from ..hardware.devices import open_device
 from ..model.device import Device
 from ..model.regime import Regime
 from ..model.targets import regime_on_target
 from ..options import OPTION
 from .isolation import ChildExtras, ChildOutcome, run_in_children
-from .items import id_of_test, measured, regime_of
+from .items import id_of_test, measured, regime_of, skip_text
 from .settings import Settings
 
 SWITCHED_OFF = tuple(OPTION[name] for name in ("strict", "update", "find-min-fraction", "autosave"))
@@ -155,9 +155,7 @@ def why_not_measured(reports: Sequence[pytest.TestReport]) -> str:
     ran, or the child process that died."""
     for report in reports:
         if report.skipped:
-            longrepr = report.longrepr
-            reason = str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else "skipped"
-            return f"skipped: {reason.removeprefix('Skipped: ')}"
+            return skip_text(report)
         if report.failed:
             lines = [line.strip() for line in report.longreprtext.splitlines() if line.strip()]
             errors = [line.removeprefix("E").strip() for line in lines if line.startswith("E ")]
@@ -180,12 +178,12 @@ def rerun_measured(
     items: Sequence[pytest.Item],
     original_environment: dict[str, str | None] | None,
     interrupted: bool,
-) -> tuple[list[TargetResult], int, str]:
+) -> TargetTable:
     """--devmem-targets: the measured tests this process ran (`items`), once more on each other
     target, said on the terminal first: their rows, the child processes started, and why they did
-    not run ("" where they did)."""
+    not run ("" where they did), as a table without its targets (the session's results add them)."""
     if interrupted:
-        return [], 0, "the session was interrupted: the tests were not run on the other targets"
+        return TargetTable(skipped="the session was interrupted: the tests were not run on the other targets")
     columns = table_columns(device.name, device.capacity, settings.targets)
     reruns = [target.name for target in columns if not target.session]
     reporter = config.pluginmanager.get_plugin("terminalreporter")
@@ -196,4 +194,4 @@ def rerun_measured(
             f"devmem: running {len(items)} measured test(s) again on {len(reruns)} other target(s): {', '.join(reruns)} (--devmem-targets)"
         )
     results, children = rerun_on_targets(config, settings, items, columns, original_environment)
-    return results, children, ""
+    return TargetTable([], results, children)

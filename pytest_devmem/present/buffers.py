@@ -10,17 +10,7 @@ from pathlib import Path
 
 from ..model.buffers import PeakBuffer, ProgramBuffers, line_text
 from ..units import format_size
-from .text import html_text, markdown
-
-__all__ = [
-    "BufferRow",
-    "buffer_rows",
-    "html_lines_section",
-    "html_section",
-    "line_rows",
-    "markdown_lines_table",
-    "markdown_table",
-]
+from .text import html_text, markdown, markdown_rows
 
 
 @dataclass(frozen=True)
@@ -62,22 +52,25 @@ def _space(buffer: PeakBuffer) -> str:
 
 def markdown_table(title: str, programs: Mapping[str, ProgramBuffers]) -> str:
     """A test's buffers at each program's peak, as `devmem show` lists them."""
-    lines = [
-        f"\n**{markdown(title)}**: buffers at each program's peak\n",
-        "| program | buffer | op | line | bytes | padding | memory |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for row in buffer_rows(programs):
-        buffer = row.buffer
-        padding = format_size(buffer.padding) if buffer.padding else ""
-        lines.append(
-            f"| {markdown(row.program)} | {markdown(buffer.shape)} | {markdown(buffer.op)} | {markdown(buffer.at or '(not known)')} | "
-            f"{format_size(buffer.bytes)} | {padding} | {_space(buffer)} |"
+    header = ("program", "buffer", "op", "line", "bytes", "padding", "memory")
+    rows: list[tuple[str, ...]] = [
+        (
+            row.program,
+            row.buffer.shape,
+            row.buffer.op,
+            row.buffer.at or "(not known)",
+            format_size(row.buffer.bytes),
+            format_size(row.buffer.padding) if row.buffer.padding else "",
+            _space(row.buffer),
         )
-    for name, program in sorted(programs.items()):
-        if program.more:
-            lines.append(f"| {markdown(name)} | {program.more} more, smaller |  |  |  |  |  |")
-    return "\n".join(lines) + "\n"
+        for row in buffer_rows(programs)
+    ]
+    rows += [
+        (name, f"{program.more} more, smaller", *[""] * 5) for name, program in sorted(programs.items()) if program.more
+    ]
+    return (
+        "\n".join([f"\n**{markdown(title)}**: buffers at each program's peak\n", *markdown_rows(header, rows)]) + "\n"
+    )
 
 
 def line_rows(
@@ -96,14 +89,9 @@ def line_rows(
 
 def markdown_lines_table(title: str, lines: Mapping[str, Mapping[str, int]]) -> str:
     """A test's arrays held at its peak, by holder and the user's line that made them, as `devmem show` lists them."""
-    rows = [
-        f"\n**{markdown(title)}**: arrays held at the peak, by the line that made them\n",
-        "| held by | line | bytes |",
-        "|---|---|---|",
-    ]
-    for holder, site, _, size in line_rows(lines):
-        rows.append(f"| {markdown(holder)} | {markdown(line_text(site))} | {format_size(size or 0)} |")
-    return "\n".join(rows) + "\n"
+    rows = [(holder, line_text(site), format_size(size or 0)) for holder, site, _, size in line_rows(lines)]
+    title_line = f"\n**{markdown(title)}**: arrays held at the peak, by the line that made them\n"
+    return "\n".join([title_line, *markdown_rows(("held by", "line", "bytes"), rows)]) + "\n"
 
 
 def html_lines_section(

@@ -8,7 +8,7 @@ import json
 from ..gate.compare import FAILING, ORDER, TestVerdict, counts
 from ..gate.tolerance import format_metric
 from ..spreadsheet import csv_table
-from .text import markdown, markdown_code
+from .text import markdown, markdown_code, markdown_rows
 
 COLUMNS = ("test", "regime", "device", "metric", "baseline", "now", "delta", "verdict")
 """The Markdown table's columns, in their default order (`devmem compare --columns` picks and orders them)."""
@@ -174,7 +174,7 @@ def compare_markdown(
             "",
         ]
     if rows:
-        lines += ["| " + " | ".join(HEADINGS[c] for c in columns) + " |", "|" + "---|" * len(columns)]
+        table = []
         for row in rows:
             metric = str(row["metric"])
             name = metric.split(" on ")[0]
@@ -199,7 +199,8 @@ def compare_markdown(
                 "delta": shown_delta,
                 "verdict": verdict,
             }
-            lines.append("| " + " | ".join(markdown(str(cells[c])) for c in columns) + " |")
+            table.append([str(cells[c]) for c in columns])
+        lines += markdown_rows([HEADINGS[c] for c in columns], table)
     elif tally:
         lines.append("Every compared test is within tolerance.")
     growth = [

@@ -20,11 +20,10 @@ from ..gate.tolerance import Tolerance, format_metric, format_metrics_apart
 from ..model.pool.policy import canonical_label
 from ..spreadsheet import csv_table
 from .autosave import AUTOSAVE_DIR
-from .plot import save_png
+from .plot import pyplot, save_png
 from .report import ReportFile, read_report
 from .shard_merge import MergeError, merge_reports, shard_run, unique_records
-from .text import markdown as markdown_text
-from .text import markdown_code, matplotlib_text
+from .text import markdown_code, markdown_rows, matplotlib_text
 
 METRIC = "peak_bytes_in_use"
 
@@ -181,14 +180,14 @@ def markdown(table: Any, moved: list[Step], tolerance: Tolerance, last: int = 8,
     if not moved:
         lines.append("No test's peak moved beyond the tolerance.")
         return "\n".join(lines) + "\n"
-    lines += ["| test | step |", "|---|---|"]
-    lines += [f"| {markdown_text(step.test)} | {markdown_text(step.text)} |" for step in moved]
+    lines += markdown_rows(("test", "step"), [(step.test, step.text) for step in moved])
     shown = commits[-last:]
-    lines += ["", "| test | " + " | ".join(markdown_text(c) for c in shown) + " |", "|---|" + "---|" * len(shown)]
+    peaks = []
     for test in dict.fromkeys(step.test for step in moved):
         row = table.loc[test]
         cells = ["—" if row[c] != row[c] else format_metric(METRIC, row[c]) for c in shown]  # NaN: not measured there
-        lines.append(f"| {markdown_text(test)} | " + " | ".join(cells) + " |")
+        peaks.append((test, *cells))
+    lines += ["", *markdown_rows(("test", *map(str, shown)), peaks)]
     return "\n".join(lines) + "\n"
 
 
@@ -239,11 +238,8 @@ def check_trend_path(path: str | os.PathLike[str]) -> None:
 def draw_trend(table: Any, moved: list[Step], path: str | os.PathLike[str]) -> None:
     """The tests that moved, their peaks over the commits, as a PNG."""
     try:
-        import matplotlib  # the plot extra, optional
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+        plt = pyplot()
+    except ValueError:
         raise HistoryError("a trend picture needs matplotlib (pip install 'pytest-devmem[plot]')") from None
     check_trend_path(path)
 

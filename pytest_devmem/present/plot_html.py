@@ -255,9 +255,7 @@ def _fragmentation_svg(view: TimelineView, last: int) -> str:
     ]
     for i, lane in enumerate(view.lanes):
         xs, ys = steps(lane.events, lane.fragmentation, last)
-        points = " ".join(
-            f"{LEFT + (x / max(1, last)) * WIDTH:.1f},{5 + height - y * height:.1f}" for x, y in zip(xs, ys)
-        )
+        points = _svg_points(xs, ys, last, 1.0, 5, height)
         parts.append(
             f"<polyline fill='none' stroke='{PALETTE[i % len(PALETTE)]}' points='{points}'><title>{html_text(lane.device)}</title></polyline>"
         )
@@ -314,7 +312,7 @@ def render_html(
             + "</noscript>"
         )
     if baseline is not None and head is not None:
-        parts.append(_baseline_html(baseline, head, shared_top or 0))
+        parts.append(_baseline_html(baseline, head))
     parts.append(_fragmentation_svg(view, last))
     if head is not None:
         parts.append(
@@ -337,7 +335,7 @@ def render_html(
     return "\n".join(parts) + "\n"
 
 
-def _baseline_html(baseline: BaselineSide, head: DeviceLane, top_value: int) -> str:
+def _baseline_html(baseline: BaselineSide, head: DeviceLane) -> str:
     """The baseline beside the run: its memory over its own events on the run's in-use scale, and who
     held the memory at each peak."""
     parts = [

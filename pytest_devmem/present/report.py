@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 from collections.abc import Iterable, Sequence
@@ -17,10 +16,10 @@ from ..gate.targets import TargetTable
 from ..gate.tolerance import METRICS, parse_tolerance
 from ..json_fields import mappings, number, whole
 from ..model.explain import oom_summary
-from ..spreadsheet import csv_cell, csv_writer
+from ..spreadsheet import csv_table
 from ..units import format_size
-from .targets import csv_cells, csv_header, markdown_section
-from .text import markdown, terminal
+from .targets import aligned, csv_cells, csv_header, markdown_section
+from .text import markdown, markdown_rows, terminal
 
 REPORT_FORMATS = (".json", ".csv", ".md")
 FORMAT = "pytest-devmem-report"
@@ -159,16 +158,11 @@ def capped(items: Sequence[str], everything: bool, limit: int = 10, separator: s
 
 def terminal_table(records: Sequence[TestRecord]) -> list[str]:
     """Aligned text lines for the terminal summary."""
-    rows = [COLUMNS, *(tuple(terminal(cell) for cell in row) for row in table_rows(records))]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    return aligned([COLUMNS, *(tuple(terminal(cell) for cell in row) for row in table_rows(records))])
 
 
 def markdown_table(records: Sequence[TestRecord]) -> str:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for row in table_rows(records):
-        lines.append("| " + " | ".join(markdown(cell) for cell in row) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(markdown_rows(COLUMNS, table_rows(records))) + "\n"
 
 
 def csv_text(records: Sequence[TestRecord], targets: TargetTable | None = None) -> str:
@@ -176,57 +170,34 @@ def csv_text(records: Sequence[TestRecord], targets: TargetTable | None = None) 
     `sources`: the raw sources that measured, as the JSON record's `sources`; `allocators`: whose
     allocations the trace holds, as the terminal table's column. Columns are added at the end: with
     --devmem-targets, each target's status, figures and compile (`sim:T4 peak_bytes_in_use`, ...)."""
-    out = io.StringIO()
-    writer = csv_writer(out)
     extra = csv_header(targets.targets) if targets is not None else []
-    writer.writerow(
-        [
-            csv_cell(cell)
-            for cell in (
-                "test_id",
-                "regime",
-                "device",
-                "device_class",
-                "peak_bytes_in_use",
-                "peak_bytes_reserved",
-                "fragmentation",
-                "oom",
-                "outcome",
-                "limit_bytes",
-                "duration_s",
-                "sources",
-                "allocators",
-                "peak_device",
-                "devices",
-                *extra,
+    header = ["test_id", "regime", "device", "device_class", "peak_bytes_in_use", "peak_bytes_reserved"]
+    header += ["fragmentation", "oom", "outcome", "limit_bytes", "duration_s", "sources", "allocators"]
+    header += ["peak_device", "devices", *extra]
+    return csv_table(
+        header,
+        (
+            (
+                r.test_id,
+                r.regime,
+                r.device,
+                r.device_class,
+                r.peak_bytes_in_use,
+                r.peak_bytes_reserved,
+                None if r.fragmentation is None else f"{r.fragmentation:.6f}",
+                oom_summary(r.oom) if r.oom else "",
+                r.outcome,
+                r.limit_bytes,
+                f"{r.duration_s:.6f}",
+                ";".join(r.measured_by),
+                ";".join(allocators(r)),
+                r.peak_device or "",
+                r.device_count,
+                *(csv_cells(targets, r.test_id, r.regime) if targets is not None else []),
             )
-        ]
+            for r in records
+        ),
     )
-    for r in records:
-        writer.writerow(
-            [
-                csv_cell(cell)
-                for cell in (  # no cell a spreadsheet would run
-                    r.test_id,
-                    r.regime,
-                    r.device,
-                    r.device_class,
-                    "" if r.peak_bytes_in_use is None else r.peak_bytes_in_use,
-                    "" if r.peak_bytes_reserved is None else r.peak_bytes_reserved,
-                    "" if r.fragmentation is None else f"{r.fragmentation:.6f}",
-                    oom_summary(r.oom) if r.oom else "",
-                    r.outcome,
-                    "" if r.limit_bytes is None else r.limit_bytes,
-                    f"{r.duration_s:.6f}",
-                    ";".join(r.measured_by),
-                    ";".join(allocators(r)),
-                    r.peak_device or "",
-                    r.device_count,
-                    *(csv_cells(targets, r.test_id, r.regime) if targets is not None else []),
-                )
-            ]
-        )
-    return out.getvalue()
 
 
 def json_text(
@@ -281,10 +252,7 @@ def render(
         return csv_text(records, targets)
     if suffix == ".md":
         header = f"# Device memory report\n\nDevice: {markdown(str(session.get('device', 'n/a')))}. Measured tests: {len(records)}.\n\n"
-        if targets is None:
-            return header + markdown_table(records)
-
-        return header + markdown_table(records) + markdown_section(targets)
+        return header + markdown_table(records) + (markdown_section(targets) if targets is not None else "")
     raise ValueError(f"unknown report format {suffix or '(none)'!r} for {path}: use one of {', '.join(REPORT_FORMATS)}")
 
 

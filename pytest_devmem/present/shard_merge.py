@@ -61,13 +61,17 @@ def figures(record: dict[str, object]) -> dict[str, object]:
             if isinstance(device, dict):
                 for name in METRICS:
                     found[f"{name} on {device.get('device')}"] = device.get(name)
-    oom = record.get("oom")
-    found["oom"] = (
-        (oom.get("kind") or ("real" if oom.get("real") else "yes"))
-        if isinstance(oom, dict)
-        else ("real" if oom is True else None)
-    )
+    found["oom"] = oom_kind(record)
     return found
+
+
+def oom_kind(record: dict[str, object]) -> str | None:
+    """How a report's record ran out of memory: its kind, `real` (the framework's own error, as a
+    version 1 report's `true` says too), `yes` (an older record's, of no kind), or None."""
+    oom = record.get("oom")
+    if isinstance(oom, dict):
+        return str(oom.get("kind") or ("real" if oom.get("real") else "yes"))
+    return "real" if oom is True else None
 
 
 def _difference(first: dict[str, object], second: dict[str, object]) -> str:

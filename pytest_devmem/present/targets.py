@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from ..gate.targets import FAILED, FITS, NOT_MEASURED, OOM, Target, TargetResult, TargetTable
 from ..units import format_size
-from .text import markdown
+from .text import markdown, markdown_rows
 
 ROWS_SHOWN = 20
 """Tests the terminal shows without -v: those that do not fit (or were not measured) somewhere first."""
@@ -78,33 +78,44 @@ def marked_cell(result: TargetResult | None) -> str:
     return text + OTHER_REGIME if result is not None and result.other_regime else text
 
 
+def other_regimes(table: TargetTable, target: str) -> list[str]:
+    """The regimes `target` ran some test under that are not the test's row's (a TPU's own), sorted."""
+    return sorted({r.regime for r in table.results if r.target == target and r.other_regime})
+
+
 def other_regime_notes(table: TargetTable) -> list[str]:
     """What `*` means, per target that ran some test under another regime than its row's."""
-    lines = []
-    for target in table.targets:
-        regimes = sorted({r.regime for r in table.results if r.target == target.name and r.other_regime})
-        if regimes:
-            lines.append(
-                f"{OTHER_REGIME} {target.name}: run under {', '.join(regimes)} (that target's regime), not the row's"
-            )
-    return lines
+    return [
+        f"{OTHER_REGIME} {target.name}: run under {', '.join(regimes)} (that target's regime), not the row's"
+        for target in table.targets
+        if (regimes := other_regimes(table, target.name))
+    ]
+
+
+Row = tuple[str, str, dict[str, TargetResult]]
+"""A test's row of the table: its id, the regime the session ran it under, its cell per target."""
+
+
+def ranked_rows(table: TargetTable, limit: int | None, test: str | None = None) -> tuple[list[Row], int]:
+    """The rows whose test id contains `test` (every row: None), in the table's order; where there
+    are more than `limit`, the `limit` that matter most (those that do not fit or were not measured
+    somewhere first, then the largest); and how many are left out."""
+    rows = [row for row in table.rows() if test is None or test in row[0]]
+    if limit is None or len(rows) <= limit:
+        return rows, 0
+
+    def key(row: Row) -> tuple[int, int]:
+        cells = row[2].values()
+        return (0 if any(c.status != FITS for c in cells) else 1, -max((c.peak_bytes_in_use or 0) for c in cells))
+
+    kept = {(t, r) for t, r, _ in sorted(rows, key=key)[:limit]}
+    return [row for row in rows if (row[0], row[1]) in kept], len(rows) - len(kept)
 
 
 def pivot_rows(table: TargetTable, everything: bool = True) -> tuple[list[tuple[str, ...]], int]:
-    """The header and a row per test (under the regime the session ran it under), a cell per target; without `everything`, at most
-    ROWS_SHOWN rows, those that do not fit or were not measured somewhere first; and how many are hidden."""
-    rows = table.rows()
-    hidden = 0
-    if not everything and len(rows) > ROWS_SHOWN:
-
-        def key(row: tuple[str, str, dict[str, TargetResult]]) -> tuple[int, int]:
-            cells = row[2].values()
-            trouble = any(c.status != FITS for c in cells)
-            return (0 if trouble else 1, -max((c.peak_bytes_in_use or 0) for c in cells))
-
-        kept = {(test, regime) for test, regime, _ in sorted(rows, key=key)[:ROWS_SHOWN]}
-        hidden = len(rows) - len(kept)
-        rows = [row for row in rows if (row[0], row[1]) in kept]
+    """The header and a row per test (under the regime the session ran it under), a cell per target;
+    without `everything`, at most ROWS_SHOWN rows (`ranked_rows`); and how many are hidden."""
+    rows, hidden = ranked_rows(table, None if everything else ROWS_SHOWN)
     header = ("test", "regime", *(target.name for target in table.targets))
     body = [
         (test, regime, *(marked_cell(cells.get(target.name)) for target in table.targets))
@@ -113,7 +124,8 @@ def pivot_rows(table: TargetTable, everything: bool = True) -> tuple[list[tuple[
     return [header, *body], hidden
 
 
-def aligned(rows: Sequence[tuple[str, ...]]) -> list[str]:
+def aligned(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Rows of text cells as lines, each column as wide as its widest cell."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
 
@@ -131,19 +143,14 @@ def markdown_section(table: TargetTable) -> str:
     if table.skipped:
         lines.append(f"- {markdown(table.skipped)}")
     grid, _ = pivot_rows(table)
-    lines += ["", "| " + " | ".join(markdown(cell) for cell in grid[0]) + " |", "|" + "---|" * len(grid[0])]
-    lines += ["| " + " | ".join(markdown(cell) for cell in row) + " |" for row in grid[1:]]
+    lines += ["", *markdown_rows(grid[0], grid[1:])]
     notes = other_regime_notes(table)
     if notes:
         lines += [""] + [f"{markdown(line)}  " for line in notes]
-    lines += [
-        "",
-        "| test | regime | target | regime there | capacity (bytes) | peak in use (bytes) | peak reserved (bytes) | verdict | sized by | note |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in table.results:
-        verdict = f"OOM ({r.oom_kind})" if r.status == OOM else r.status
-        cells = (
+    header = ["test", "regime", "target", "regime there", "capacity (bytes)", "peak in use (bytes)"]
+    header += ["peak reserved (bytes)", "verdict", "sized by", "note"]
+    rows = [
+        (
             r.test_id,
             r.row_regime,
             r.target,
@@ -151,12 +158,13 @@ def markdown_section(table: TargetTable) -> str:
             str(r.capacity_bytes),
             _bytes(r.peak_bytes_in_use),
             _bytes(r.peak_bytes_reserved),
-            verdict,
+            f"OOM ({r.oom_kind})" if r.status == OOM else r.status,
             r.sized_by or "no JAX",
             r.reason or "",
         )
-        lines.append("| " + " | ".join(markdown(cell) for cell in cells) + " |")
-    return "\n".join(lines) + "\n"
+        for r in table.results
+    ]
+    return "\n".join([*lines, "", *markdown_rows(header, rows)]) + "\n"
 
 
 def _bytes(value: int | None) -> str:

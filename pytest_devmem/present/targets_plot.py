@@ -15,7 +15,7 @@ from ..gate.targets import FAILED, FITS, NOT_MEASURED, OOM, TargetResult, Target
 from ..units import format_size
 from .plot import check_picture_path, pyplot, save_png
 from .plot_parts import FREE_COLOUR, OOM_COLOUR
-from .targets import OTHER_REGIME, sized_by
+from .targets import OTHER_REGIME, Row, other_regimes, ranked_rows, sized_by
 from .text import html_text, matplotlib_text
 
 ROWS_DRAWN = 60
@@ -59,22 +59,6 @@ def _cell_lines(result: TargetResult) -> tuple[str, str]:
     return peak, f"{share:.1%} of capacity" if share is not None else ""
 
 
-def drawn_rows(
-    table: TargetTable, test: str | None = None
-) -> tuple[list[tuple[str, str, dict[str, TargetResult]]], int]:
-    """The rows to draw (matching `test`, at most ROWS_DRAWN) and how many matching rows are left out."""
-    rows = [row for row in table.rows() if test is None or test in row[0]]
-    if len(rows) <= ROWS_DRAWN:
-        return rows, 0
-
-    def key(row: tuple[str, str, dict[str, TargetResult]]) -> tuple[int, int]:
-        cells = row[2].values()
-        return (0 if any(c.status != FITS for c in cells) else 1, -max((c.peak_bytes_in_use or 0) for c in cells))
-
-    kept = {(t, r) for t, r, _ in sorted(rows, key=key)[:ROWS_DRAWN]}
-    return [row for row in rows if (row[0], row[1]) in kept], len(rows) - len(kept)
-
-
 def column_title(table: TargetTable, index: int) -> tuple[str, ...]:
     """A column's name, capacity per device, the compile that sized JAX's executables there, and
     the regime it ran tests under where that is not their row's (never silently another regime)."""
@@ -85,14 +69,14 @@ def column_title(table: TargetTable, index: int) -> tuple[str, ...]:
         f"{format_size(target.capacity_bytes)} per device",
         f"sized by {sized_by(table, target.name)}",
     )
-    others = sorted({r.regime for r in table.results if r.target == target.name and r.other_regime})
+    others = other_regimes(table, target.name)
     return title + ((f"{OTHER_REGIME} run under {', '.join(others)}",) if others else ())
 
 
 def write_targets_plot(table: TargetTable, path: str | os.PathLike[str], title: str, test: str | None = None) -> None:
     """The picture at `path` (.png or .html); ValueError when there is nothing to draw or it cannot be drawn."""
     check_picture_path(path)
-    rows, hidden = drawn_rows(table, test)
+    rows, hidden = ranked_rows(table, ROWS_DRAWN, test)
     if not rows:
         raise ValueError(f"no test{f' matching {test!r}' if test else ''} in the report's targets table")
     if hidden:
@@ -103,9 +87,7 @@ def write_targets_plot(table: TargetTable, path: str | os.PathLike[str], title: 
         write_atomic(path, render_html(table, rows, title))
 
 
-def render_png(
-    table: TargetTable, rows: list[tuple[str, str, dict[str, TargetResult]]], path: str | os.PathLike[str], title: str
-) -> None:
+def render_png(table: TargetTable, rows: list[Row], path: str | os.PathLike[str], title: str) -> None:
     plt = pyplot()
     from matplotlib.patches import Patch, Rectangle  # the plot extra, there once pyplot() is
 
@@ -166,7 +148,7 @@ def render_png(
     save_png(figure, path, dpi=110)
 
 
-def render_html(table: TargetTable, rows: list[tuple[str, str, dict[str, TargetResult]]], title: str) -> str:
+def render_html(table: TargetTable, rows: list[Row], title: str) -> str:
     """One HTML page: the same grid as a table, each cell's figures in bytes in its tooltip."""
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import html
 import re
+from collections.abc import Iterable, Sequence
 
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 """Control characters (C0, DEL, C1: terminal escapes, BEL, a carriage return that rewrites a line),
@@ -39,6 +40,15 @@ def markdown(text: str) -> str:
     """Text for Markdown, in a table cell or a sentence: a pipe cannot split a row nor a line break
     end it (and start a heading), no raw HTML, entity, code span, emphasis or link forms."""
     return terminal(text.translate(_MARKDOWN).replace("](", "\\]("))
+
+
+def markdown_rows(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """A Markdown table's lines: the header, its rule, then one line per row, every cell through `markdown`."""
+    return [_markdown_row(header), "|" + "---|" * len(header), *(_markdown_row(row) for row in rows)]
+
+
+def _markdown_row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(markdown(cell) for cell in cells) + " |"
 
 
 def html_text(text: str) -> str:

@@ -366,7 +366,7 @@ def test_short(devmem):
 
 
 def test_the_plugin_writes_a_long_traces_arrow_file_beside_its_csv(pytester: pytest.Pytester) -> None:
-    from pytest_devmem.plugin.trace_files import ARROW_FROM
+    from pytest_devmem.plugin.checks import ARROW_FROM
 
     assert ARROW_FROM <= 22_000
     pytester.makepyfile(test_traces=LONG_AND_SHORT)
@@ -390,7 +390,7 @@ def test_the_plugin_writes_a_long_traces_arrow_file_beside_its_csv(pytester: pyt
 
 
 def test_a_rerun_whose_trace_is_short_leaves_no_arrow_file_of_the_earlier_run(tmp_path: Path) -> None:
-    from pytest_devmem.plugin.trace_files import ARROW_FROM, write_trace_files
+    from pytest_devmem.plugin.checks import ARROW_FROM, write_trace_files
 
     csv_path = tmp_path / "test_x.py__test_a[prealloc].csv"
     assert write_trace_files(recorded(ARROW_FROM), csv_path) == csv_path.with_suffix(".arrow")
@@ -408,7 +408,7 @@ def test_a_tests_trace_files_are_written_whole_without_a_sync_to_disk(
     import os
 
     from pytest_devmem import files
-    from pytest_devmem.plugin.trace_files import ARROW_FROM, write_trace_files
+    from pytest_devmem.plugin.checks import ARROW_FROM, write_trace_files
 
     synced: list[int] = []
     monkeypatch.setattr(files.os, "fsync", lambda descriptor: synced.append(descriptor))

@@ -10,7 +10,8 @@ import pytest
 from compilers import needs_compiler
 
 from pytest_devmem.hardware.devices import open_device
-from pytest_devmem.plugin.compile_target import parse_compile_target, resolve
+from pytest_devmem.options import parse_compile_target
+from pytest_devmem.plugin.compile_target import resolve
 from pytest_devmem.units import GiB, MiB
 
 ATTENTION = """

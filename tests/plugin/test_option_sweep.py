@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_devmem.plugin.settings import OPTIONS
+from pytest_devmem.options import OPTIONS
 
 BAD_VALUES = ["", "-1", "0", "nan", "inf", "1e309", "ünïcødé☃", "x" * 5000]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_devmem.gate.marks import MARK_ARGUMENTS, MARK_KEYS
-from pytest_devmem.plugin.settings import OPTIONS
+from pytest_devmem.options import OPTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 
