@@ -81,8 +81,7 @@ class TargetResult:
         not measured: skipped part-way, or nothing traced (in the capture's words). `why`: what the
         test's reports there say, for a test skipped or failed there. `session_regime`: the regime
         the session ran it under (the record's own for the session's device)."""
-        found = (record.trace or {}).get("notes")
-        notes = [str(note) for note in found] if isinstance(found, list) else []
+        notes = list(record.trace.notes) if record.trace is not None else []
         kept_cpu = kept_cpu_sizes(record)
         common = {
             "test_id": record.test_id,
