@@ -36,8 +36,8 @@ def headline_peak(figures: Mapping[str, object]) -> int | None:
     """A record's or baseline's peak for a trend or a "measured?" question: what the allocator
     counted, or, in a file written before it was kept (`requested_peak_only`), the requested bytes."""
     for name in ("peak_bytes_in_use", "peak_bytes_requested"):
-        value = figures.get(name)
-        if isinstance(value, int) and not isinstance(value, bool):
+        value = whole(figures, name)
+        if value is not None:
             return value
     return None
 
@@ -58,10 +58,6 @@ def compiler_keys(value: object) -> list[str]:
     """The compiler entries' keys in a record's or baseline's `compiler_entries`, sorted; anything
     that is not a key is left out (a damaged list names no entry, so the store keeps none for it)."""
     return sorted({key for key in value if is_key(key)}) if isinstance(value, list) else []
-
-
-def _figure(value: object) -> float | int | None:
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 @dataclass(frozen=True)
@@ -93,7 +89,7 @@ def _counts(data: Mapping[str, object], key: str) -> dict[str, int] | None:
     found = mapping(data, key)
     if found is None:
         return None
-    return {str(name): size for name, size in found.items() if isinstance(size, int) and not isinstance(size, bool)}
+    return {str(name): size for name in found if (size := whole(found, name)) is not None}
 
 
 def _lines(value: object) -> dict[str, dict[str, int]] | None:
@@ -349,7 +345,7 @@ class TestRecord:
         """Each device's gated figures, by device name (empty for a one-device test: the headline is its figures)."""
         if not self.devices or len(self.devices) < 2:
             return {}
-        return {str(d.get("device")): {name: _figure(d.get(name)) for name in DEVICE_METRICS} for d in self.devices}
+        return {str(d.get("device")): {name: number(d, name) for name in DEVICE_METRICS} for d in self.devices}
 
     def to_json(self) -> dict[str, object]:
         """Plain JSON data with a stable key order."""

@@ -24,16 +24,6 @@ from .framework_rules import (
 from .pool.policy import DEFAULT_PREALLOC_FRACTION, Mode, Policy
 from .tpu_targets import tpu_regime_refusal, tpu_spec
 
-__all__ = [
-    "DEPRECATED_FRACTION_VARIABLE",
-    "FRACTION_VARIABLE",
-    "FRAMEWORK_VARIABLES",
-    "TPU_RUNTIME",
-    "Regime",
-    "on_tpu",
-    "tpu_replay_policy",
-]
-
 
 @functools.cache
 def jax_fraction_variable() -> str:
