@@ -1,6 +1,4 @@
-"""The model of the machine: a test's trace replayed over its devices, each with its processes' CUDA
-contexts and one allocator per framework, as a real machine allocates. Every figure, timeline,
-contributor list and picture of a test comes from this one replay. No pytest, no frameworks here.
+"""The replay of a test's trace on the machine (the package's docstring says what the machine is).
 
 Per device (each device the trace names gets the spec's capacity; JAX's device k and TensorFlow's
 device k are one device, as GPU k is for both), in time order:
