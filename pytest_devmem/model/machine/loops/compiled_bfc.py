@@ -18,6 +18,8 @@ from __future__ import annotations
 import importlib
 import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ...pool import BFCPool
@@ -85,7 +87,7 @@ def suits(replay: Replay) -> bool:
     the compiled loop loaded (`LOADED_FROM_EVENTS`)."""
     global _events_before_loading
     trace, machine = replay.trace, replay.machine
-    if replay.recorded is not None or not len(trace) or len(trace) < COMPILED_FROM_EVENTS:
+    if replay.recorded is not None or _python_only or not len(trace) or len(trace) < COMPILED_FROM_EVENTS:
         return False
     names = trace.names
     if (
@@ -99,6 +101,21 @@ def suits(replay: Replay) -> bool:
         if _events_before_loading < LOADED_FROM_EVENTS:
             return False
     return available()
+
+
+_python_only = False
+
+
+@contextmanager
+def python_only() -> Iterator[None]:
+    """Within it, the Python loop runs every replay (what a machine without numba runs): the
+    benchmarks' reference."""
+    global _python_only
+    before, _python_only = _python_only, True
+    try:
+        yield
+    finally:
+        _python_only = before
 
 
 def replay_compiled(replay: Replay) -> int:
