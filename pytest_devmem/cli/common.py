@@ -24,8 +24,8 @@ from ..model.buffers import ProgramBuffers, lines_from_json
 from ..model.frameworks import AllocatorSetup, setups_for
 from ..model.machine import MachineSpec
 from ..model.pool import Policy
+from ..model.regime import tpu_replay_policy
 from ..model.tpu_devices import as_tpu_chips
-from ..model.tpu_replay import tpu_replay_policy
 from ..model.tpu_targets import tpu_spec
 from ..model.trace import Trace, csv_columns
 from ..options import OPTION, add_option

@@ -134,7 +134,7 @@ def _record_json(record: TestRecord, earlier: dict[str, object] | None, versions
     buffers = buffers_at_peak_of(record)
     if buffers:
         data["buffers"] = {name: program.to_json() for name, program in sorted(buffers.items())}
-    profile = (record.trace or {}).get("profile")
+    profile: object = record.trace.profile if record.trace is not None else None
     if earlier is not None and earlier.get("profile") and earlier.get("metrics") == metrics_of(record):
         profile = earlier[
             "profile"

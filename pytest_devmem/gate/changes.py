@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..model.buffers import ProgramBuffers, describe_growth, describe_lines, lines_from_json, programs_from_json
+from ..model.buffers import ProgramBuffers, describe_growth, describe_lines, programs_from_json
 from ..model.executables import TEMP_SUFFIX
 from ..units import format_size
 from .record import BaselineEntry, TestRecord
@@ -242,16 +242,12 @@ def what_grew(before: dict[str, int], now: dict[str, int], top: int = 3) -> list
 
 def contributors_of(record: TestRecord) -> dict[str, int]:
     """Who held the memory at the record's peak (from its replayed trace)."""
-    at_peak = (record.trace or {}).get("at_peak")
-    return {str(name): int(size) for name, size in at_peak.items()} if isinstance(at_peak, dict) else {}
+    return dict(record.trace.at_peak or {}) if record.trace is not None else {}
 
 
 def lines_of(record: TestRecord) -> dict[str, dict[str, int]]:
     """Per holder at the record's peak, the bytes each user's line made (an unreadable entry: none)."""
-    try:
-        return lines_from_json((record.trace or {}).get("lines_at_peak", {}))
-    except ValueError:
-        return {}
+    return dict(record.trace.lines_at_peak or {}) if record.trace is not None else {}
 
 
 _NOT_LISTED = "not among the baseline's largest"
@@ -266,8 +262,8 @@ def program_of_temp(name: str) -> str | None:
 
 def buffers_of(record: TestRecord) -> dict[str, ProgramBuffers]:
     """Each program's buffers at its peak, as the record holds them (an unreadable entry is left out)."""
-    found = (record.trace or {}).get("buffers")
-    if not isinstance(found, dict):
+    found = record.trace.buffers if record.trace is not None else None
+    if found is None:
         return {}
     programs = {}
     for name, entry in found.items():

@@ -4,6 +4,7 @@ improved, every device's figures), so the pull-request table and the job agree. 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -124,7 +125,5 @@ def _compare(key: Key, before: Measured, now: Measured, spec: str) -> Comparison
 
 
 def counts(found: list[TestVerdict]) -> dict[str, int]:
-    tally: dict[str, int] = {}
-    for verdict in found:
-        tally[verdict.status] = tally.get(verdict.status, 0) + 1
+    tally = Counter(verdict.status for verdict in found)
     return {status: tally[status] for status in ORDER if status in tally}

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 from ..capture.sources.base import Reading
 from ..compile_store import is_key
 from ..json_fields import attributes, mapping, mappings, number, text, whole
-from ..model.buffers import ProgramBuffers
+from ..model.buffers import ProgramBuffers, lines_from_json
 from ..model.pool.policy import canonical_label
+from ..model.whatif import WhatIf
 
 if TYPE_CHECKING:
     from ..model.machine import MachineRun
@@ -24,8 +25,7 @@ KEPT_CPU_SIZES = "kept the CPU compile's sizes"
 
 def kept_cpu_sizes(record: TestRecord) -> list[str]:
     """The record's trace notes that say some of its executables kept the CPU compile's sizes."""
-    found = (record.trace or {}).get("notes")
-    return [str(note) for note in found if KEPT_CPU_SIZES in str(note)] if isinstance(found, list) else []
+    return [note for note in record.trace.notes if KEPT_CPU_SIZES in note] if record.trace is not None else []
 
 
 DEVICE_METRICS = ("peak_bytes_in_use", "peak_bytes_reserved", "fragmentation", "peak_bytes_requested")
@@ -36,8 +36,8 @@ def headline_peak(figures: Mapping[str, object]) -> int | None:
     """A record's or baseline's peak for a trend or a "measured?" question: what the allocator
     counted, or, in a file written before it was kept (`requested_peak_only`), the requested bytes."""
     for name in ("peak_bytes_in_use", "peak_bytes_requested"):
-        value = figures.get(name)
-        if isinstance(value, int) and not isinstance(value, bool):
+        value = whole(figures, name)
+        if value is not None:
             return value
     return None
 
@@ -58,10 +58,6 @@ def compiler_keys(value: object) -> list[str]:
     """The compiler entries' keys in a record's or baseline's `compiler_entries`, sorted; anything
     that is not a key is left out (a damaged list names no entry, so the store keeps none for it)."""
     return sorted({key for key in value if is_key(key)}) if isinstance(value, list) else []
-
-
-def _figure(value: object) -> float | int | None:
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 @dataclass(frozen=True)
@@ -86,6 +82,133 @@ class BaselineEntry:
     compiler_entries: tuple[str, ...] = ()
     # per holder at the peak: the bytes each user's line made (model/buffers.py, lines_from_json)
     lines: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def _counts(data: Mapping[str, object], key: str) -> dict[str, int] | None:
+    """`data[key]` where it is an object: its whole-number values by name, else None."""
+    found = mapping(data, key)
+    if found is None:
+        return None
+    return {str(name): size for name in found if (size := whole(found, name)) is not None}
+
+
+def _lines(value: object) -> dict[str, dict[str, int]] | None:
+    """Lines at the peak as a report holds them, checked (model/buffers.lines_from_json); None where unreadable."""
+    try:
+        return lines_from_json(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _texts(data: Mapping[str, object], key: str) -> list[str] | None:
+    """`data[key]` where it is a list: its items as text, else None."""
+    found = data.get(key)
+    return [str(item) for item in found] if isinstance(found, list) else None
+
+
+TRACE_FIELDS = (
+    "events by_source order at_peak lines_at_peak notes profile kept executables buffers compiled needed functions file"
+)
+"""A TraceFacts' fields in its JSON form (the record's "trace"), in order; `events` and `notes` always, the
+others where the record has them."""
+
+
+@dataclass
+class TraceFacts:
+    """What a record keeps of its replayed trace beside its figures: the report's "trace". Fields
+    are filled as the test's record is made (plugin/recording.py) and None where it has none."""
+
+    events: int | None = None  # the events replayed; None: nothing was traced
+    by_source: Mapping[str, object] | None = None  # per source: allocations, peak of live data
+    order: list[str] | None = None  # the allocators in the order they started
+    at_peak: dict[str, int] | None = None  # who held the peak device's memory at its peak
+    lines_at_peak: dict[str, dict[str, int]] | None = None  # per holder, the bytes each user's line made
+    notes: list[str] = field(default_factory=list)  # what the capture could not see, in words
+    profile: Mapping[str, object] | None = None  # its memory over its events, in a few points (model/profile.py)
+    kept: dict[str, int] | None = None  # what the frameworks still hold of the test's memory
+    executables: Mapping[str, object] | None = None  # per executable: allocated per run, as sized
+    buffers: Mapping[str, object] | None = None  # per program: its buffers at its peak (model/buffers.py's JSON form)
+    compiled: list[str] | None = None  # the executables JAX compiled during the test
+    needed: dict[str, int] | None = None  # per function, the executables it needed, compiled or cached
+    functions: Mapping[str, object] | None = None  # per function run: its executables' shapes, where it is defined
+    file: str | None = None  # where --devmem-traces wrote the trace
+    earlier: dict[str, object] = field(default_factory=dict)  # an older report's other keys, kept as read
+
+    def to_json(self) -> dict[str, object]:
+        data = attributes(self, TRACE_FIELDS)
+        return {name: value for name, value in data.items() if value is not None or name == "events"} | self.earlier
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> TraceFacts:
+        """A report's "trace": each field of the type kept, else None; keys no longer written kept as read."""
+        found = cls(
+            events=whole(data, "events"),
+            by_source=mapping(data, "by_source"),
+            order=_texts(data, "order"),
+            at_peak=_counts(data, "at_peak"),
+            lines_at_peak=_lines(data.get("lines_at_peak")),
+            notes=_texts(data, "notes") or [],
+            profile=mapping(data, "profile"),
+            kept=_counts(data, "kept"),
+            executables=mapping(data, "executables"),
+            buffers=mapping(data, "buffers"),
+            compiled=_texts(data, "compiled"),
+            needed=_counts(data, "needed"),
+            functions=mapping(data, "functions"),
+            file=text(data, "file"),
+        )
+        found.earlier = {name: value for name, value in data.items() if name not in TRACE_FIELDS.split()}
+        return found
+
+
+@dataclass(frozen=True)
+class MinFraction:
+    """The smallest prealloc fraction the test's trace fits in (model/whatif.find_min_fraction)."""
+
+    value: float | None  # None: it does not fit even on the whole device
+    at_floor: bool | None = None  # the search stopped at its floor (None: a report older than the field)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The test's trace replayed again, when asked (--devmem-find-min-fraction, --devmem-what-if):
+    the report's "analysis"."""
+
+    trace_events: int | None
+    peak_live_bytes: int | None
+    min_fraction: MinFraction | None = None  # None: not asked
+    what_if: WhatIf | None = None  # on a device of the asked size; None: not asked
+
+    def to_json(self) -> dict[str, object]:
+        data: dict[str, object] = {"trace_events": self.trace_events, "peak_live_bytes": self.peak_live_bytes}
+        if self.min_fraction is not None:
+            data["min_fraction"] = self.min_fraction.value
+            if self.min_fraction.at_floor is not None:
+                data["min_fraction_at_floor"] = self.min_fraction.at_floor
+        if self.what_if is not None:
+            data["what_if"] = attributes(self.what_if, "capacity ok message")
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> Analysis:
+        """A report's "analysis": each part of the type kept, else not kept."""
+        floor = data.get("min_fraction_at_floor")
+        asked = mapping(data, "what_if") or {}
+        capacity, ok = whole(asked, "capacity"), asked.get("ok", True)
+        return cls(
+            trace_events=whole(data, "trace_events"),
+            peak_live_bytes=whole(data, "peak_live_bytes"),
+            min_fraction=(
+                MinFraction(number(data, "min_fraction"), floor if isinstance(floor, bool) else None)
+                if "min_fraction" in data
+                else None
+            ),
+            what_if=(
+                WhatIf(capacity, ok, text(asked, "message") or "")
+                if capacity is not None and isinstance(ok, bool)
+                else None
+            ),
+        )
 
 
 RECORD_FIELDS = "test_id regime device device_class peak_bytes_in_use peak_bytes_reserved peak_bytes_requested fragmentation peak_device worst_fragmentation devices oom tolerance compile_target tpu outcome limit_bytes duration_s baseline sharing analysis trace failed_by_devmem failed_check compiles compiler_entries leaked_bytes sources"
@@ -122,8 +245,8 @@ class TestRecord:
     duration_s: float = 0.0
     baseline: dict[str, object] | None = None  # the comparison with the stored baseline, when made
     sharing: dict[str, object] | None = None  # reports before per-device figures: frameworks on one device
-    analysis: dict[str, object] | None = None  # min_fraction / what_if from the test's trace, when asked
-    trace: dict[str, object] | None = None  # the replay: events, per-source figures, notes
+    analysis: Analysis | None = None  # the test's trace replayed again, when asked
+    trace: TraceFacts | None = None  # what the record keeps of its replayed trace
     failed_by_devmem: bool = False  # the test passed, and pytest-devmem's checks failed it
     # the first of pytest-devmem's checks that failed (gate/verdicts.CHECKS), whether or not the test failed by
     # itself too; None when every check passed (or a report older than the field)
@@ -164,23 +287,17 @@ class TestRecord:
     ) -> TestRecord:
         """A record whose figures are the machine's; with `run` None (nothing traced) they are None.
         `real_oom` is the out-of-memory error the test itself raised, if any."""
-        trace: dict[str, object]
+        trace = TraceFacts(notes=notes)
         oom: dict[str, object] | None = None
         devices = peak_device = headline = worst = None
-        if run is None:
-            trace = {"events": None}
-        else:
-            trace = {
-                "events": run.events,
-                "by_source": {name: figures.to_json() for name, figures in sorted(run.by_source.items())},
-                "order": run.order,
-            }
+        if run is not None:
+            trace.events, trace.order = run.events, run.order
+            trace.by_source = {name: figures.to_json() for name, figures in sorted(run.by_source.items())}
             top = run.headline
             if top is not None:
                 headline, peak_device = top, top.device
-                trace["at_peak"] = top.at_peak
-                if top.lines_at_peak:
-                    trace["lines_at_peak"] = top.lines_at_peak
+                trace.at_peak = top.at_peak
+                trace.lines_at_peak = top.lines_at_peak or None
             devices = [d.to_json() for d in run.devices]
             worsts = [d.worst_fragmentation for d in run.devices if d.worst_fragmentation is not None]
             worst = max(worsts) if worsts else None
@@ -188,7 +305,6 @@ class TestRecord:
                 oom = run.oom.to_json()
         if real_oom:
             oom = {**(oom or {}), "real": True, "error": real_oom}
-        trace["notes"] = notes
         nothing = 0 if run is not None else None  # a replay that served nothing: 0 B; no replay: no figure
         return cls(
             test_id=test_id,
@@ -229,12 +345,14 @@ class TestRecord:
         """Each device's gated figures, by device name (empty for a one-device test: the headline is its figures)."""
         if not self.devices or len(self.devices) < 2:
             return {}
-        return {str(d.get("device")): {name: _figure(d.get(name)) for name in DEVICE_METRICS} for d in self.devices}
+        return {str(d.get("device")): {name: number(d, name) for name in DEVICE_METRICS} for d in self.devices}
 
     def to_json(self) -> dict[str, object]:
         """Plain JSON data with a stable key order."""
         data = attributes(self, RECORD_FIELDS)
         data.update(
+            analysis=self.analysis.to_json() if self.analysis is not None else None,
+            trace=self.trace.to_json() if self.trace is not None else None,
             duration_s=round(self.duration_s, 6),
             compiler_entries=list(self.compiler_entries),
             sources={name: reading.to_json() for name, reading in sorted(self.sources.items())},
@@ -250,7 +368,7 @@ class TestRecord:
         """The record a report holds (checked against the report's schema before it is read): each
         field of the type the record keeps, or its absence (None) where the report has another."""
         sources = mapping(data, "sources") or {}
-        oom = data.get("oom")
+        oom, analysis, trace = data.get("oom"), data.get("analysis"), data.get("trace")
         if isinstance(oom, bool):  # reports before per-device figures said only yes or no
             oom = {"real": True} if oom else None
         return cls(
@@ -272,8 +390,8 @@ class TestRecord:
             duration_s=number(data, "duration_s") or 0.0,
             baseline=mapping(data, "baseline"),
             sharing=mapping(data, "sharing"),
-            analysis=mapping(data, "analysis"),
-            trace=mapping(data, "trace"),
+            analysis=Analysis.from_json(analysis) if isinstance(analysis, dict) else None,
+            trace=TraceFacts.from_json(trace) if isinstance(trace, dict) else None,
             failed_by_devmem=bool(data.get("failed_by_devmem", False)),
             failed_check=text(data, "failed_check"),
             compiles=whole(data, "compiles"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from ..json_fields import attributes
+from ..json_fields import attributes, text, whole
 from .record import TestRecord, kept_cpu_sizes
 
 FITS, OOM, FAILED, NOT_MEASURED = "fits", "oom", "failed", "not measured"
@@ -81,8 +81,7 @@ class TargetResult:
         not measured: skipped part-way, or nothing traced (in the capture's words). `why`: what the
         test's reports there say, for a test skipped or failed there. `session_regime`: the regime
         the session ran it under (the record's own for the session's device)."""
-        found = (record.trace or {}).get("notes")
-        notes = [str(note) for note in found] if isinstance(found, list) else []
+        notes = list(record.trace.notes) if record.trace is not None else []
         kept_cpu = kept_cpu_sizes(record)
         common = {
             "test_id": record.test_id,
@@ -151,14 +150,6 @@ class TargetResult:
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> TargetResult:
-        def text(name: str) -> str | None:
-            value = data.get(name)
-            return value if isinstance(value, str) else None
-
-        def size(name: str) -> int | None:
-            value = data.get(name)
-            return value if isinstance(value, int) and not isinstance(value, bool) else None
-
         status = str(data["status"])
         if status not in STATUSES:
             raise ValueError(f"invalid target status {status!r}: allowed are {', '.join(STATUSES)}")
@@ -167,16 +158,16 @@ class TargetResult:
             target=str(data["target"]),
             regime=str(data["regime"]),
             status=status,
-            capacity_bytes=size("capacity_bytes") or 0,
-            peak_bytes_in_use=size("peak_bytes_in_use"),
-            peak_bytes_reserved=size("peak_bytes_reserved"),
-            peak_device=text("peak_device"),
-            devices=size("devices") or 0,
-            oom_kind=text("oom_kind"),
-            sized_by=text("sized_by"),
-            outcome=text("outcome"),
-            reason=text("reason"),
-            session_regime=text("session_regime"),
+            capacity_bytes=whole(data, "capacity_bytes") or 0,
+            peak_bytes_in_use=whole(data, "peak_bytes_in_use"),
+            peak_bytes_reserved=whole(data, "peak_bytes_reserved"),
+            peak_device=text(data, "peak_device"),
+            devices=whole(data, "devices") or 0,
+            oom_kind=text(data, "oom_kind"),
+            sized_by=text(data, "sized_by"),
+            outcome=text(data, "outcome"),
+            reason=text(data, "reason"),
+            session_regime=text(data, "session_regime"),
         )
 
 

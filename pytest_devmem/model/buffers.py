@@ -201,13 +201,6 @@ def describe_growth(label: str, before: ProgramBuffers | None, now: ProgramBuffe
     return "; ".join(change.text() for change in buffer_changes(before, now, top))
 
 
-def largest_padding(programs: Mapping[str, ProgramBuffers], top: int = 3) -> list[tuple[str, PeakBuffer]]:
-    """The buffers that waste most bytes to padding, over all programs: (program, buffer), most first."""
-    wasted = [(name, buffer) for name, program in programs.items() for buffer in program.buffers if buffer.padding]
-    wasted.sort(key=lambda item: (-item[1].padding, item[0], item[1].key))
-    return wasted[:top]
-
-
 # -- the arrays held at the peak, by the user's line that made them ------------------------------
 
 TOP_LINES = 3

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from ..json_fields import attributes
 from ..units import format_size
 from .frameworks import AllocatorSetup
-from .machine import MachineRun, MachineSpec, MapSnapshot, contributor, run_machine
+from .machine import MachineRun, MachineSpec, MapSnapshot, allocator_name, contributor, run_machine
 from .trace import ALLOCATE_CODE, Trace
 
 TOP_PINS = 3
@@ -47,7 +47,7 @@ def pinning_buffers(snapshot: MapSnapshot | None, trace: Trace, top: int = TOP_P
     names = trace.names
     pins = []
     for pool in snapshot.pools:
-        allocator = pool.source if not pool.process else f"{pool.source} (process {pool.process})"
+        allocator = allocator_name(pool.source, pool.process)
         chunks = pool.chunks
         for i in range(1, len(chunks) - 1):
             before, chunk, after = chunks[i - 1], chunks[i], chunks[i + 1]

@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
+from ..errors import InvalidSettingError
 from .framework_rules import (
     DEPRECATED_FRACTION_VARIABLE,
     FRACTION_VARIABLE,
@@ -21,15 +22,7 @@ from .framework_rules import (
     RULES,
 )
 from .pool.policy import DEFAULT_PREALLOC_FRACTION, Mode, Policy
-
-__all__ = [
-    "DEPRECATED_FRACTION_VARIABLE",
-    "FRACTION_VARIABLE",
-    "FRAMEWORK_VARIABLES",
-    "TPU_RUNTIME",
-    "Regime",
-    "on_tpu",
-]
+from .tpu_targets import tpu_regime_refusal, tpu_spec
 
 
 @functools.cache
@@ -188,3 +181,25 @@ def _same_setting(name: str, value: str, regime_value: str | None, regime: Regim
     if name == "XLA_PYTHON_CLIENT_PREALLOCATE":
         return (value not in ("false", "False", "0")) == (regime_value not in ("false", None))
     return regime_value is not None and value.lower() == regime_value.lower()
+
+
+def tpu_replay_policy(
+    device_spec: str | None, policy: Policy, mode: str | None = None, fraction: str | None = None
+) -> Policy:
+    """The regime a recorded trace is replayed under on `device_spec`: on a TPU preset the TPU
+    runtime's (`compact` at its default is all usable HBM, as the plugin's `--devmem-mode=compact`
+    there), and a GPU regime or any fraction below all of HBM (given as `--mode`/`--fraction`, or
+    read from the trace's name) raises InvalidSettingError with the words of `tpu_regime_refusal`,
+    as the plugin refuses them on a TPU preset (`devmem replay`, `devmem plot`: the TPU runtime's
+    regime, never a GPU regime applied silently). Anything else is returned as given."""
+    spec = tpu_spec(device_spec)
+    if spec is None:
+        return policy
+    if policy.mode is Mode.COMPACT and fraction is None and policy.fraction == DEFAULT_PREALLOC_FRACTION:
+        return Policy(Mode.COMPACT, 1.0)  # compact at its default: all usable HBM, as the plugin's
+    if policy.mode in (Mode.PREALLOC, Mode.FRACTION, Mode.GROWTH) or policy.fraction != 1.0:
+        given = " ".join(f"--{name} {value}" for name, value in (("mode", mode), ("fraction", fraction)) if value)
+        asked = given or f"the regime {policy.label} (from the trace's name)"
+        refusal = tpu_regime_refusal(spec, asked).replace("--devmem-mode=compact", "--mode compact")
+        raise InvalidSettingError(refusal)
+    return policy

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from .fragmentation import pinning_buffers
 from .frameworks import AllocatorSetup
-from .machine import MachineRun, MapSnapshot, contributor, holders, maps_after
+from .machine import MachineRun, MapSnapshot, allocator_name, contributor, holders, maps_after
 from .trace import Trace
 
 MAX_POINTS = 2000
@@ -164,8 +164,7 @@ def pool_views(snapshot: MapSnapshot | None, trace: Trace) -> list[PoolView]:
             )
             for region, offset, size, event in pool.chunks
         ]
-        allocator = pool.source if not pool.process else f"{pool.source} (process {pool.process})"
-        views.append(PoolView(allocator, list(pool.regions), chunks))
+        views.append(PoolView(allocator_name(pool.source, pool.process), list(pool.regions), chunks))
     return views
 
 

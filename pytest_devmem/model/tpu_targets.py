@@ -211,16 +211,3 @@ def tpu_min_fraction_refusal(spec: TpuSpec, asked: str = "--devmem-find-min-frac
         "device); to see whether it fits a chip with less HBM, use --devmem-what-if=SIZE, which replays each test "
         "under the TPU runtime's regime (defragmenting) on a chip of SIZE. Leave --devmem-find-min-fraction out"
     )
-
-
-__all__ = [
-    "MAX_CHIPS_PER_HOST",
-    "MEASURED_WITH",
-    "MEGACORE",
-    "TPU_SPECS",
-    "TpuSpec",
-    "TpuTopology",
-    "tpu_min_fraction_refusal",
-    "tpu_regime_refusal",
-    "tpu_spec",
-]

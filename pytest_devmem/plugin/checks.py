@@ -15,7 +15,7 @@ from ..capture.measurement import Captured, Measurement
 from ..files import path_in, write_atomic
 from ..gate.changes import buffers_of, lines_of
 from ..gate.marks import compiles_verdict, fragmentation_verdict, leak_verdict, limit_verdict
-from ..gate.record import TestRecord
+from ..gate.record import Analysis, MinFraction, TestRecord
 from ..gate.tolerance import parse_tolerance
 from ..gate.verdicts import baseline_verdict, oom_verdict, relative_to
 from ..model.pool import Policy
@@ -132,7 +132,7 @@ class Checks(SessionParts):
             )
             return
         if record.trace is not None:
-            record.trace["file"] = str(path)
+            record.trace.file = str(path)
 
     def leave_artifacts(self, record: TestRecord) -> str:
         """With --devmem-artifacts=DIR: the failing test's trace and its picture there; the lines that say where."""
@@ -183,15 +183,13 @@ class Checks(SessionParts):
         trace = record.trace_events
         setups = allocator_setups(policy, self.device)
         spec = machine_spec(self.device, self.settings.cuda_context_bytes)
-        analysis: dict[str, object] = {"trace_events": len(trace), "peak_live_bytes": trace.peak_live_bytes()}
+        smallest = answer = None
         if self.settings.find_min_fraction:
-            smallest = find_min_fraction(trace, setups, spec)
-            analysis["min_fraction"] = smallest
-            analysis["min_fraction_at_floor"] = smallest == MIN_FRACTION_FLOOR  # "0.01 or less": the search stops there
+            found = find_min_fraction(trace, setups, spec)
+            smallest = MinFraction(found, found == MIN_FRACTION_FLOOR)  # "0.01 or less": the search stops there
         if self.settings.what_if is not None:
             answer = what_if(trace, setups, replace(spec, capacity=self.settings.what_if))
-            analysis["what_if"] = {"capacity": answer.capacity, "ok": answer.ok, "message": answer.message}
-        record.analysis = analysis
+        record.analysis = Analysis(len(trace), trace.peak_live_bytes(), smallest, answer)
 
 
 def shown(path: object, start_dir: Path) -> str:

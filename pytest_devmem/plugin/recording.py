@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from ..capture.measurement import Captured, Measurement
 from ..files import frames_from
 from ..gate.changes import buffers_of
-from ..gate.record import KEPT_CPU_SIZES, TestRecord
+from ..gate.record import KEPT_CPU_SIZES, TestRecord, TraceFacts
 from ..json_fields import mappings, whole
 from ..model.device import Device
 from ..model.executables import executable_summary
@@ -88,7 +88,7 @@ def make_record(
     )
     record.trace_events = trace  # kept in memory for --devmem-traces and trace analyses
     if run is not None and record.trace is not None and record.peak_device is not None:
-        record.trace["profile"] = in_use_profile(trace, record.peak_device, spec.default_device)  # kept in its baseline
+        record.trace.profile = in_use_profile(trace, record.peak_device, spec.default_device)  # kept in its baseline
     if run is not None:
         add_pins(record, run, trace)
     if run is not None and run.oom is not None and record.oom is not None:
@@ -96,7 +96,7 @@ def make_record(
     if captured.kept is not None:
         record.leaked_bytes = sum(captured.kept.values())
         if record.trace is not None:
-            record.trace["kept"] = captured.kept
+            record.trace.kept = captured.kept
     record.compile_target = compile_target
     record.compiler_entries = sorted(captured.compiler_entries)
     if record.trace is not None:
@@ -115,17 +115,15 @@ def make_record(
         # before it); the compiles that happened in this process beside it
         record.compiles = sum(captured.needed.values()) if captured.needed else len(captured.compiled)
         if record.trace is not None:
-            record.trace["compiled"] = captured.compiled
+            record.trace.compiled = captured.compiled
             if captured.needed:
-                record.trace["needed"] = captured.needed
+                record.trace.needed = captured.needed
             if captured.functions:
-                record.trace["functions"] = captured.functions
+                record.trace.functions = captured.functions
     return record
 
 
-def add_executables(
-    facts: dict[str, object], captured: Captured, trace: Trace, notes: list[str], root: Path | None
-) -> None:
+def add_executables(facts: TraceFacts, captured: Captured, trace: Trace, notes: list[str], root: Path | None) -> None:
     """What the test's executables allocated per run, as sized (a note for those kept at the CPU's
     sizes), the buffers each held at its peak, and the lines that made what the test held at its
     peak, their files named from `root`, into the record's trace facts."""
@@ -133,7 +131,7 @@ def add_executables(
         executables = executable_summary(trace, captured.runs)
         for name, sized in captured.sizes.items():
             executables.get(name, {}).update(sized)  # type: ignore[arg-type]
-        facts["executables"] = executables
+        facts.executables = executables
         kept = {name: str(sized["note"]) for name, sized in captured.sizes.items() if sized.get("note")}
         if kept:
             notes.append(
@@ -141,12 +139,10 @@ def add_executables(
                 + "; ".join(f"{name} ({why})" for name, why in sorted(kept.items()))
             )
     if captured.buffers:
-        facts["buffers"] = {name: with_files_from(root, found) for name, found in sorted(captured.buffers.items())}
-    lines = facts.get("lines_at_peak")
-    if root is not None and isinstance(
-        lines, dict
-    ):  # the lines that made what was held, named as the buffers' files are
-        facts["lines_at_peak"] = {
+        facts.buffers = {name: with_files_from(root, found) for name, found in sorted(captured.buffers.items())}
+    lines = facts.lines_at_peak
+    if root is not None and lines is not None:  # the lines that made what was held, named as the buffers' files are
+        facts.lines_at_peak = {
             name: {frames_from(root, site) if site else site: size for site, size in held.items()}
             for name, held in lines.items()
         }

@@ -45,8 +45,7 @@ def _fraction(value: float | None) -> str:
 
 def allocators(record: TestRecord) -> list[str]:
     """Whose allocations the test's trace holds (jax, tensorflow, pool), sorted."""
-    by_source = (record.trace or {}).get("by_source")
-    return sorted(by_source) if isinstance(by_source, dict) else []
+    return sorted(record.trace.by_source or {}) if record.trace is not None else []
 
 
 def _fragmentation(record: TestRecord) -> str:
@@ -75,7 +74,7 @@ def _saw_memory(record: TestRecord) -> str:
     names = allocators(record)
     if names:
         return ", ".join(_allocator_names(record, names))
-    return "not traced" if (record.trace or {}).get("events") is None else "none"
+    return "not traced" if record.trace is None or record.trace.events is None else "none"
 
 
 def _peak(record: TestRecord) -> str:

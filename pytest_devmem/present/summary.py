@@ -212,19 +212,17 @@ class SessionSummary:
         if facts.find_min_fraction:
             self.line(f"smallest prealloc fraction that passes (traces replayed on {facts.device}):")
             for r in records:
-                if r.analysis is not None and "min_fraction" in r.analysis:
-                    self.line(f"  {r.test_id} [{r.regime}]: " + min_fraction_text(r.analysis["min_fraction"]))  # type: ignore[arg-type]
+                if r.analysis is not None and r.analysis.min_fraction is not None:
+                    self.line(f"  {r.test_id} [{r.regime}]: " + min_fraction_text(r.analysis.min_fraction.value))
         if facts.what_if is not None:
             size = format_size(facts.what_if)
-            answers = [
-                (r, r.analysis["what_if"]) for r in records if r.analysis is not None and "what_if" in r.analysis
-            ]
-            failing = [(r, answer) for r, answer in answers if isinstance(answer, dict) and not answer.get("ok", True)]
+            answers = [(r, r.analysis.what_if) for r in records if r.analysis is not None and r.analysis.what_if]
+            failing = [(r, answer) for r, answer in answers if not answer.ok]
             self.line(
                 f"what if the device had {size}: {len(failing)} of {len(answers)} replayed test(s) would run out of memory"
             )
             for r, answer in failing:
-                self.line(f"  {r.test_id} [{r.regime}]: {answer['message']}")
+                self.line(f"  {r.test_id} [{r.regime}]: {answer.message}")
 
     def baselines(self) -> None:
         facts, everything = self.facts, self.everything

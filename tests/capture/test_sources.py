@@ -239,7 +239,7 @@ def test_record_figures_come_from_the_machine_and_the_raw_sources_stay_beside() 
         ("pool", 2 * 2**20),
     ]  # type: ignore[index]
     assert record.sources["nvml"].peak_bytes_in_use == 64 * 2**20  # raw, for validating the replay
-    assert record.trace is not None and record.trace["by_source"] == {
+    assert record.trace is not None and record.trace.by_source == {
         "jax": {"allocations": 1, "peak_live_bytes": 3 * 2**20},
         "pool": {"allocations": 1, "peak_live_bytes": 1000},
     }

@@ -951,8 +951,7 @@ def test_the_tpu_compile_starts_beside_jaxs_own_and_a_run_waits_only_for_its_siz
 
 def test_a_trace_replayed_on_a_tpu_preset_takes_the_tpu_runtimes_regime_and_refuses_a_gpu_one() -> None:
     from pytest_devmem.model.pool.policy import Policy
-    from pytest_devmem.model.regime import TPU_RUNTIME
-    from pytest_devmem.model.tpu_replay import tpu_replay_policy
+    from pytest_devmem.model.regime import TPU_RUNTIME, tpu_replay_policy
 
     assert tpu_replay_policy("sim:TPU-v5e", Policy.of("compact")).label == TPU_RUNTIME.label == "compact(fraction=1)"
     assert tpu_replay_policy("sim:tpu-v6e", Policy.of("ondemand")) == Policy.of("ondemand")

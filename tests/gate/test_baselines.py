@@ -12,7 +12,7 @@ import pytest
 from pytest_devmem.gate.baseline import BaselineStore
 from pytest_devmem.gate.baseline_files import read_file
 from pytest_devmem.gate.changes import compare
-from pytest_devmem.gate.record import TestRecord
+from pytest_devmem.gate.record import TestRecord, TraceFacts
 from pytest_devmem.gate.tolerance import parse_tolerance
 from pytest_devmem.units import MiB
 
@@ -581,7 +581,7 @@ def test_a_refresh_with_the_same_figures_keeps_the_stored_profile(tmp_path: Path
         record = TestRecord(
             "test_m.py::test_a", "prealloc", "sim:16GiB", "sim-16GiB", peak, 12 * 2**30, 0.0, None, "passed"
         )
-        record.trace = {"profile": {"device": "cpu:0", "events": events, "in_use": f"0:0 {events - 1}:{peak}"}}
+        record.trace = TraceFacts(profile={"device": "cpu:0", "events": events, "in_use": f"0:0 {events - 1}:{peak}"})
         return record
 
     (path,), _ = store.write([measured(8 * MiB, 100)], {})

@@ -7,7 +7,8 @@ import pytest
 from pytest_devmem.errors import OutOfMemoryError
 from pytest_devmem.model.device import SimulatedDevice
 from pytest_devmem.model.pool import BFCPool, Policy, bin_for_size, rounded_bytes
-from pytest_devmem.model.pool.bfc import BACKOFF_FACTOR, NUM_BINS
+from pytest_devmem.model.pool.bfc import BACKOFF_FACTOR
+from pytest_devmem.model.pool.chunk_table import NUM_BINS
 from pytest_devmem.units import GiB, KiB, MiB
 
 

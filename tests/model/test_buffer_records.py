@@ -10,7 +10,6 @@ from pytest_devmem.model.buffers import (
     ProgramBuffers,
     buffer_changes,
     describe_growth,
-    largest_padding,
     programs_from_json,
 )
 from pytest_devmem.units import KiB, MiB
@@ -77,13 +76,6 @@ def test_a_buffer_that_grew_says_from_what_and_the_largest_growth_comes_first() 
         "f32[256,512] dot_general at mymodel.py:4 (512.00 KiB → 2.00 MiB)",
     ]
     assert buffer_changes(ProgramBuffers((WIDE,)), ProgramBuffers((WIDE,))) == []  # nothing grew
-
-
-def test_the_buffers_that_waste_most_to_padding_come_first() -> None:
-    small = PeakBuffer(2048, "f32[8,3]", "add", "a.py:1", logical_bytes=96)
-    large = PeakBuffer(4096, "f32[8,130]", "mul", "a.py:2", logical_bytes=4160 - 1024)
-    found = largest_padding({"jit(f)": ProgramBuffers((small, WIDE)), "jit(g)": ProgramBuffers((large,))})
-    assert [(name, buffer.op) for name, buffer in found] == [("jit(f)", "add"), ("jit(g)", "mul")]
 
 
 def test_lines_at_the_peak_are_checked_as_a_baselines_must_be() -> None:

@@ -13,7 +13,7 @@ import pytest
 from pytest_devmem.capture.sources.base import Reading
 from pytest_devmem.cli import main
 from pytest_devmem.gate.baseline_files import read_file
-from pytest_devmem.gate.record import TestRecord
+from pytest_devmem.gate.record import TestRecord, TraceFacts
 from pytest_devmem.model.pool import Policy
 from pytest_devmem.model.pool.policy import canonical_label
 from pytest_devmem.present.report import COLUMNS, csv_text, terminal_table
@@ -53,7 +53,7 @@ def record_measured_by_nvml_with_jax_in_the_trace() -> TestRecord:
         "nvml": Reading("nvml", True, peak_bytes_in_use=9 * MiB),
         "jax": Reading("jax", False, note="no statistics"),
     }
-    record.trace = {"events": 4, "by_source": {"jax": {"peak_live_bytes": 8 * MiB}, "pool": {"peak_live_bytes": MiB}}}
+    record.trace = TraceFacts(4, {"jax": {"peak_live_bytes": 8 * MiB}, "pool": {"peak_live_bytes": MiB}})
     return record
 
 

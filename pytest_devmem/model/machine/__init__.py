@@ -30,6 +30,7 @@ from .results import (
     PoolMap,
     SourceFigures,
     Timeline,
+    allocator_name,
 )
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "TPU_RUNTIME_NAME",
     "SourceFigures",
     "Timeline",
+    "allocator_name",
     "contributor",
     "device_order",
     "holders",

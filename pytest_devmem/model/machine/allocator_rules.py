@@ -11,7 +11,7 @@ from ..frameworks import AllocatorSetup, tensorflow_growth_pool, tensorflow_memo
 from ..pool import BFCPool, OnDemandPool, Policy
 from ..pool.compacting import CompactingPool
 from .device_state import AllocatorState, DeviceState, is_runtime
-from .results import DEFAULT_SOURCE, MachineSpec, OutOfMemory
+from .results import DEFAULT_SOURCE, MachineSpec, OutOfMemory, allocator_name
 
 
 class AllocatorRules:
@@ -69,7 +69,7 @@ class AllocatorRules:
             if device.held > device.peak_held:
                 device.peak_held = device.held
             started.append((device.code, allocator))
-        order.append(source if not process else f"{source} (process {process})")
+        order.append(allocator_name(source, process))
         return started
 
     def _pool(self, setup: AllocatorSetup, device: DeviceState, allocator: AllocatorState) -> BFCPool | OnDemandPool:

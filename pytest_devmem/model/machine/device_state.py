@@ -15,7 +15,7 @@ from ..pool.chunk_table import SIZE_SHIFT, ChunkTable
 from ..pool.compacting import CompactingPool
 from ..tpu_devices import TPU_PLATFORM
 from .maps import pool_maps
-from .results import MapSnapshot
+from .results import MapSnapshot, allocator_name
 
 
 class AllocatorState:
@@ -61,7 +61,7 @@ class AllocatorState:
 
     @property
     def name(self) -> str:
-        return self.source if not self.process else f"{self.source} (process {self.process})"
+        return allocator_name(self.source, self.process)
 
     @property
     def owner(self) -> tuple[str, int]:

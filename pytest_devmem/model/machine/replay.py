@@ -1,6 +1,4 @@
-"""The model of the machine: a test's trace replayed over its devices, each with its processes' CUDA
-contexts and one allocator per framework, as a real machine allocates. Every figure, timeline,
-contributor list and picture of a test comes from this one replay. No pytest, no frameworks here.
+"""The replay of a test's trace on the machine (the package's docstring says what the machine is).
 
 Per device (each device the trace names gets the spec's capacity; JAX's device k and TensorFlow's
 device k are one device, as GPU k is for both), in time order:
@@ -178,21 +176,27 @@ def run_machine(
     return Machine(spec, setups).run(trace, timeline=timeline, stop_on_oom=stop_on_oom)
 
 
-def _runtime_figures(device: DeviceState, members: list[AllocatorState]) -> AllocatorFigures:
-    """A chip's TPU runtime allocator, once for all the sources of its process (each source's own
-    peak is the record's by_source): what its first source's start took, its moves of every source's
-    buffers. Its peak in use is the chip's where it is the chip's only allocator (always, but for
-    several processes on one chip, which a TPU's runtime refuses; then the sum of its sources' peaks)."""
+def _allocator_figures(device: DeviceState, members: list[AllocatorState]) -> AllocatorFigures:
+    """One allocator's figures. A chip's TPU runtime allocator comes once for all the sources of its
+    process (each source's own peak is the record's by_source): what its first source's start took,
+    its moves of every source's buffers. Its peak in use is the chip's where it is the chip's only
+    allocator (always, but for several processes on one chip, which a TPU's runtime refuses; then
+    the sum of its sources' peaks)."""
     first, pool = members[0], members[0].pool
-    alone = len(members) == len(device.allocators)
+    if first.runtime:
+        alone = len(members) == len(device.allocators)
+        name, setup = TPU_RUNTIME_NAME, tpu_runtime_description(dict.fromkeys(a.source for a in members))
+        peak = device.peak_in_use if alone else sum(a.peak_in_use for a in members)
+    else:
+        name, setup, peak = first.source, first.setup.describe(), first.peak_in_use
     return AllocatorFigures(
-        TPU_RUNTIME_NAME,
+        name,
         first.process,
-        tpu_runtime_description(dict.fromkeys(a.source for a in members)),
+        setup,
         first.limit,
         first.asked,
         first.took,
-        device.peak_in_use if alone else sum(a.peak_in_use for a in members),
+        peak,
         first.peak_held,
         getattr(pool, "moved_bytes", 0),
         getattr(pool, "compactions", 0),
@@ -202,28 +206,10 @@ def _runtime_figures(device: DeviceState, members: list[AllocatorState]) -> Allo
 def _device_figures(
     device: DeviceState, snapshot: MapSnapshot | None, trace: Trace, spec: MachineSpec
 ) -> DeviceFigures:
-    runtimes: dict[int, list[AllocatorState]] = {}
+    members: dict[int, list[AllocatorState]] = {}  # a TPU runtime's sources share its pool: one allocator
     for a in device.allocators:
-        if a.runtime:
-            runtimes.setdefault(id(a.pool), []).append(a)
-    allocators = tuple(
-        _runtime_figures(device, runtimes[id(a.pool)])
-        if a.runtime
-        else AllocatorFigures(
-            a.source,
-            a.process,
-            a.setup.describe(),
-            a.limit,
-            a.asked,
-            a.took,
-            a.peak_in_use,
-            a.peak_held,
-            getattr(a.pool, "moved_bytes", 0),
-            getattr(a.pool, "compactions", 0),
-        )
-        for a in device.allocators
-        if not a.runtime or runtimes[id(a.pool)][0] is a
-    )
+        members.setdefault(id(a.pool) if a.runtime else id(a), []).append(a)
+    allocators = tuple(_allocator_figures(device, found) for found in members.values())
     at_peak = holders(snapshot, trace) if snapshot is not None and snapshot.event == device.peak_event else {}
     lines = lines_at_peak(snapshot, trace, at_peak) if at_peak else {}
     return DeviceFigures(

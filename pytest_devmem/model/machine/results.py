@@ -26,6 +26,12 @@ DEFAULT_SOURCE = "pool"
 """The allocator of events that name none (an RMM log, say): the regime's own pool."""
 
 
+def allocator_name(source: str, process: int) -> str:
+    """An allocator as every figure, map and picture names it: its source, with its process where
+    that is not the test's own (0)."""
+    return source if not process else f"{source} (process {process})"
+
+
 @dataclass(frozen=True)
 class MachineSpec:
     """The machine a trace is replayed on: every device has `capacity` bytes."""
@@ -85,7 +91,7 @@ class AllocatorFigures:
 
     @property
     def name(self) -> str:
-        return self.source if not self.process else f"{self.source} (process {self.process})"
+        return allocator_name(self.source, self.process)
 
     def to_json(self) -> dict[str, object]:
         data: dict[str, object] = {
@@ -183,7 +189,7 @@ class OutOfMemory:
 
     @property
     def allocator(self) -> str:
-        return self.source if not self.process else f"{self.source} (process {self.process})"
+        return allocator_name(self.source, self.process)
 
     @property
     def pool_free(self) -> int:

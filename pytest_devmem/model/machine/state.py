@@ -30,14 +30,12 @@ __all__ = ["AllocatorState", "DeviceState", "Replay"]
 # -- the lanes ----------------------------------------------------------------------------------
 
 LANES_BY_COLUMN_FROM = 20_000
-"""Traces of this many events or more find their lanes by column (numpy), where numpy is installed."""
+"""Traces of this many events or more find their lanes by column (numpy)."""
 
 
 def _lanes_by_column(trace: Trace) -> tuple[list[tuple[int, int, int]], object] | None:
-    try:
-        from ..trace.by_column import lanes_by_column  # numpy: imported only where a long trace needs it
-    except ImportError:
-        return None
+    from ..trace.by_column import lanes_by_column  # numpy: imported only where a long trace needs it
+
     return lanes_by_column(trace.devices, trace.processes, trace.sources)
 
 

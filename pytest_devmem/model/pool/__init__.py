@@ -6,7 +6,8 @@ from __future__ import annotations
 from ..device import Device
 from ..trace import Trace, TraceEvent
 from .base import STAT_KEYS, Pool
-from .bfc import BFCPool, bin_for_size, rounded_bytes
+from .bfc import BFCPool, rounded_bytes
+from .chunk_table import bin_for_size
 from .compacting import CompactingPool
 from .ondemand import OnDemandPool
 from .policy import DEFAULT_PREALLOC_FRACTION, Mode, Policy, parse_fraction, parse_mode

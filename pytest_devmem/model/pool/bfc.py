@@ -32,17 +32,10 @@ from ..device import Device
 from .base import PoolCounters, checked_size
 from .chunk_table import (  # the table's layout, read here and by the loops
     ADDRESS_MASK,
-    CHUNK_BATCH,
-    CHUNK_BITS,
     CHUNK_MASK,
-    MIN_ALLOCATION_BITS,
     MIN_ALLOCATION_SIZE,
-    NO_CHUNK,
-    NUM_BINS,
     SIZE_SHIFT,
     ChunkTable,
-    bin_for_size,
-    bin_lower_bound,
 )
 from .inspect_bfc import check_invariants, memory_map
 from .policy import Policy
@@ -59,25 +52,6 @@ def xla_pool_bytes(capacity: int, fraction: float) -> int:
     XLA does (XLA_POOL_GRANULE), never past the device itself."""
     return min(capacity, round_up(int(capacity * fraction), XLA_POOL_GRANULE))
 
-
-__all__ = [
-    "ADDRESS_MASK",
-    "BACKOFF_FACTOR",
-    "CHUNK_BATCH",
-    "CHUNK_BITS",
-    "CHUNK_MASK",
-    "DEFAULT_MAX_INTERNAL_FRAGMENTATION",
-    "INITIAL_GROWTH_REGION",
-    "MIN_ALLOCATION_BITS",
-    "MIN_ALLOCATION_SIZE",
-    "NO_CHUNK",
-    "NUM_BINS",
-    "SIZE_SHIFT",
-    "BFCPool",
-    "bin_for_size",
-    "bin_lower_bound",
-    "rounded_bytes",
-]
 
 INITIAL_GROWTH_REGION = 2 * 2**20  # 2 MiB, as XLA with allow_growth
 DEFAULT_MAX_INTERNAL_FRAGMENTATION = 128 * 2**20

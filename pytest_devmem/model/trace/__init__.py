@@ -5,8 +5,8 @@ The text form is RMM's memory-event log (csv_file.py), so a trace recorded here 
 REPLAY_BENCHMARK and an RMM log replays here; it is read by column where pyarrow is installed
 (csv_columns.py). The columnar form, an Arrow IPC file of the same columns (arrow_file.py), reads
 some ten times faster. `Trace.read` and `Trace.read_csv` take either form, told apart by the
-file's first bytes (format.py). Figures of long traces are computed by column where numpy is
-installed (by_column.py). No pytest, no frameworks.
+file's first bytes (format.py). Figures of long traces are computed by column (numpy,
+by_column.py). No pytest, no frameworks.
 
 `Trace` is the one name the rest of the package uses; the package's modules import one another
 one way: format, then columns, then the two forms, then this.

@@ -192,27 +192,21 @@ class TraceColumns:
     def device_names(self) -> list[str]:
         """The devices the events name, in the order they first appear."""
         if len(self.devices) >= BY_COLUMN_FROM:
-            try:
-                from .by_column import first_appearances  # numpy: optional, and kept out of the start-up of `devmem`
-            except ImportError:
-                pass
-            else:
-                found = first_appearances(self.devices)
-                if found is not None:
-                    return [self.names[code] for code in found]
+            from .by_column import first_appearances  # numpy: kept out of the start-up of `devmem`
+
+            found = first_appearances(self.devices)
+            if found is not None:
+                return [self.names[code] for code in found]
         seen = dict.fromkeys(self.devices)
         return [self.names[code] for code in seen]
 
     def peak_live_bytes(self) -> int:
         """Highest sum of requested bytes live at once: what any allocator must hold at least.
-        By column with numpy where it is installed, for long traces (a million events in some 0.03 s
-        rather than 0.1 s)."""
+        By column with numpy for long traces (a million events in some 0.03 s rather than 0.1 s)."""
         if len(self.actions) < BY_COLUMN_FROM:
             return self._peak_live_bytes_by_event()
-        try:
-            from .by_column import peak_live_bytes  # numpy: optional, and kept out of the start-up of `devmem`
-        except ImportError:
-            return self._peak_live_bytes_by_event()
+        from .by_column import peak_live_bytes  # numpy: kept out of the start-up of `devmem`
+
         peak = peak_live_bytes(self.actions, self.pointers, self.sizes)
         return self._peak_live_bytes_by_event() if peak is None else peak
 
@@ -292,7 +286,7 @@ class TraceColumns:
         indices: range | list[int] = range(len(self.actions))
         if len(self.actions) >= BY_COLUMN_FROM:
             try:
-                from .by_column import first_unpaired  # numpy: optional, and kept out of the start-up of `devmem`
+                from .by_column import first_unpaired  # numpy: kept out of the start-up of `devmem`; the tests hide it
             except ImportError:
                 first_unpaired = None  # type: ignore[assignment]
             if first_unpaired is not None:

@@ -23,7 +23,7 @@ READ_ACTIONS = {"allocate": ALLOCATE, "free": FREE, "deallocate": FREE, "allocat
 TRACE_SUFFIXES = (".csv", ".arrow", ".feather")
 """The names a trace file ends with: its CSV, or its Arrow IPC file (arrow_file.py; Feather v2 is one)."""
 BY_COLUMN_FROM = 20_000
-"""Traces of this many events or more compute their figures by column (numpy), where it is installed."""
+"""Traces of this many events or more compute their figures by column (numpy)."""
 
 DEVICE_NAME = re.compile(r"[a-z][a-z0-9_]{0,15}:(0|[1-9][0-9]{0,5})")
 """A device as the captures name it: JAX's platform and id (`cpu:2`, `gpu:0`), TensorFlow's alike."""

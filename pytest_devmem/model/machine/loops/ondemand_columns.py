@@ -34,10 +34,8 @@ def replay_ondemand_columns(replay: Replay) -> int | None:
         return None
     if not all(not machine.is_bfc(names[source]) for _, _, source in replay.lane_keys):
         return None
-    try:
-        import numpy as np
-    except ImportError:
-        return None
+    import numpy as np
+
     actions = np.frombuffer(trace.actions, dtype=np.uint8)
     if (actions > 2).any():
         return None
