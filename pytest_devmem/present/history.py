@@ -22,7 +22,7 @@ from ..spreadsheet import csv_table
 from .autosave import AUTOSAVE_DIR
 from .plot import pyplot, save_png
 from .report import ReportFile, read_report
-from .shard_merge import MergeError, merge_reports, shard_run, unique_records
+from .shard_merge import merge_reports, shard_run, unique_records
 from .text import markdown_code, markdown_rows, matplotlib_text
 
 METRIC = "peak_bytes_in_use"
@@ -82,10 +82,7 @@ def runs(files: Sequence[Path]) -> list[tuple[Path, ReportFile]]:
         report = read_report(path)
         key: object = shard_run(report.session)
         if key is None:
-            try:
-                records = list(unique_records(report).values())  # a test twice: the rule compare and merge follow
-            except MergeError as exc:
-                raise HistoryError(str(exc)) from None
+            records = list(unique_records(report).values())  # a test twice: the rule compare and merge follow
             found.append((path, ReportFile(report.path, report.session, records), None))
             continue
         if key not in shards:

@@ -22,7 +22,7 @@ from ..errors import DevmemError
 from ..gate.targets import TargetTable
 from ..gate.tolerance import METRICS, format_metrics_apart
 from ..model.pool.policy import canonical_label
-from .report import FORMAT, ReportFile, ReportFormatError
+from .report import FORMAT, ReportFile
 from .report import read_report as read_checked
 
 
@@ -31,12 +31,9 @@ class MergeError(DevmemError, ValueError):
 
 
 def read_report(path: Path) -> ReportFile:
-    """A JSON report read by the one report reader, every record naming its test, regime and device
-    class (what a merge matches records by); MergeError otherwise."""
-    try:
-        checked = read_checked(path)
-    except ReportFormatError as exc:
-        raise MergeError(str(exc)) from None
+    """A JSON report read by the one report reader (its FileFormatError), every record naming its
+    test, regime and device class (what a merge matches records by); MergeError otherwise."""
+    checked = read_checked(path)
     for index, record in enumerate(checked.records):
         if not all(isinstance(record.get(name), str) for name in ("test_id", "regime", "device_class")):
             raise MergeError(f"{path}: record {index} lacks test_id, regime or device_class (as text)")
