@@ -25,9 +25,8 @@ from ..errors import DevmemError
 from ..version import package_version
 from . import compare, compilers, convert, history, init_ci, merge, plot, replay, show
 from .common import InputError, error
-from .replay import replay_table
 
-__all__ = ["COMMANDS", "InputError", "build_parser", "main", "replay_table"]
+__all__ = ["COMMANDS", "InputError", "build_parser", "main"]
 
 COMMANDS: dict[str, ModuleType] = {
     "compare": compare,
