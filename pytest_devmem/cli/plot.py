@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..errors import InputError
 from ..json_fields import whole
 from ..model.machine import run_machine
 from ..model.pool import Policy
@@ -17,7 +18,6 @@ from ..present.plot_parts import oom_caption
 from ..present.report import read_report
 from ..present.targets_plot import write_targets_plot
 from .common import (
-    InputError,
     add_replay_settings,
     machine_of,
     on_chips,
