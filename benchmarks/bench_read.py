@@ -131,7 +131,8 @@ def replay_seconds(path: Path, repeat: int, by_row: bool = False) -> float:
 def replay_times(path: Path, repeat: int, by_row: bool = False) -> tuple[float, float]:
     """(wall seconds, CPU seconds of the process, all its threads) of the fastest of `repeat` runs
     of `replay_seconds`: CPU time is what a machine busy with other work inflates least."""
-    from pytest_devmem.cli import common, replay_table
+    from pytest_devmem.cli import common
+    from pytest_devmem.cli.replay import replay_trace
     from pytest_devmem.model.trace import csv_columns as trace_arrow
 
     available, note_from = trace_arrow.available, common.SLOW_READ_BYTES
@@ -143,7 +144,7 @@ def replay_times(path: Path, repeat: int, by_row: bool = False) -> tuple[float, 
         for _ in range(repeat):
             gc.collect()
             start, start_cpu = time.perf_counter(), time.process_time()
-            replay_table(path, "prealloc", None, "sim:80GiB")
+            replay_trace(path, "prealloc", None, "sim:80GiB").markdown()
             best = min(best, (time.perf_counter() - start, time.process_time() - start_cpu))
     finally:
         trace_arrow.available = available  # type: ignore[assignment]

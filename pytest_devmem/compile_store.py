@@ -32,18 +32,6 @@ from typing import Any
 from .errors import FileFormatError
 from .files import ensure_directory, frames_from, read_text, write_atomic
 
-__all__ = [
-    "ARRAY_FIELD",
-    "EXECUTABLE_FIELDS",
-    "STORE_DIRECTORY",
-    "StoreUpdate",
-    "entry_problem",
-    "is_key",
-    "read_entry",
-    "render_entry",
-    "update_store",
-]
-
 STORE_DIRECTORY = ".compiled"
 """The store's folder in a device class's baselines directory."""
 ENTRY_LIMIT = 1 << 20

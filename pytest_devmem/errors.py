@@ -28,6 +28,12 @@ class FileFormatError(DevmemError, ValueError):
     message names the file, the line where there is one, and the problem."""
 
 
+class InputError(DevmemError, ValueError):
+    """What the devmem command was given and cannot use (a path that is neither a report nor
+    baselines, reports that cannot be merged or lined up, a trace without its regime); the message
+    names the file and what is wrong."""
+
+
 class DeviceError(DevmemError, RuntimeError):
     """The device backend itself failed (CUDA driver error, missing library)."""
 

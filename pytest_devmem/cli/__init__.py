@@ -21,13 +21,12 @@ import argparse
 from collections.abc import Sequence
 from types import ModuleType
 
-from ..errors import DevmemError
+from ..errors import DevmemError, InputError
 from ..version import package_version
 from . import compare, compilers, convert, history, init_ci, merge, plot, replay, show
-from .common import InputError, error
-from .replay import replay_table
+from .common import error
 
-__all__ = ["COMMANDS", "InputError", "build_parser", "main", "replay_table"]
+__all__ = ["COMMANDS", "InputError", "build_parser", "main"]
 
 COMMANDS: dict[str, ModuleType] = {
     "compare": compare,

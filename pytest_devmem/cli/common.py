@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import DevmemError
+from ..errors import InputError
 from ..files import read_json
 from ..gate.baseline_files import read_directory, read_file
 from ..gate.compare import Key, Measured
@@ -32,11 +32,6 @@ from ..options import OPTION, add_option
 from ..present.report import ReportFile, read_report
 from ..present.shard_merge import merge_reports, missing_shards, oom_kind, unique_records
 from ..present.text import terminal, terminal_lines
-
-
-class InputError(DevmemError, ValueError):
-    """An input path that is neither a report nor baselines."""
-
 
 # -- output ------------------------------------------------------------------------------------------------------
 

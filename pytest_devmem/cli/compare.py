@@ -7,6 +7,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..errors import InputError
 from ..gate.compare import Key, Measured, verdicts
 from ..options import OPTION
 from ..present.comparison import (
@@ -21,7 +22,6 @@ from ..present.comparison import (
 from ..present.report import ReportFile, read_report
 from ..present.shard_merge import missing_shards
 from .common import (
-    InputError,
     add_format_arguments,
     add_setting,
     from_report,

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from ..errors import InvalidSettingError
+from ..errors import InputError, InvalidSettingError
 from ..files import write_atomic
 from ..model.device import open_simulated
 from ..options import OPTION
 from ..version import package_version
-from .common import InputError, add_setting
+from .common import add_setting
 
 HELP = "Write the GitHub Actions workflows of a memory gate for your repository (.github/workflows/)"
 

@@ -10,12 +10,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from ..errors import InputError
 from ..files import write_atomic
 from ..gate.baseline import BaselineStore
 from ..gate.record import TestRecord
 from ..gate.refresh import Refresh, refresh_baselines
 from ..present.text import terminal
-from .common import InputError, add_setting, merged
+from .common import add_setting, merged
 
 HELP = "Merge JSON reports of CI shards into one; refresh baselines from them (--baselines)"
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..errors import InputError
+from ..json_fields import whole
 from ..model.machine import run_machine
 from ..model.pool import Policy
 from ..model.timeline import TimelineView, build_view
@@ -16,7 +18,6 @@ from ..present.plot_parts import oom_caption
 from ..present.report import read_report
 from ..present.targets_plot import write_targets_plot
 from .common import (
-    InputError,
     add_replay_settings,
     machine_of,
     on_chips,
@@ -90,27 +91,22 @@ def plot_input(
         raise InputError(
             f"{path}: no record{which} has a trace file: run pytest with --devmem-traces=DIR and --devmem-report"
         )
-    record = max(traced, key=_peak_of)  # several match: the largest, as without --test
+    record = max(
+        traced, key=lambda r: whole(r, "peak_bytes_in_use") or 0
+    )  # several match: the largest, as without --test
     session = report.session
-    capacity = session.get("device_capacity_bytes")
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
+    capacity = whole(session, "device_capacity_bytes")
+    if capacity is None or capacity <= 0:
         raise InputError(f"{path}: the session's device_capacity_bytes is missing or not a positive number")
     device_name = str(session.get("device", "device"))
     trace = on_chips(read_trace(Path(record["trace"]["file"])), device_name)  # type: ignore[index]
     policy = Policy.from_label(str(record.get("regime", "prealloc")))
     capability = session.get("device_compute_capability")
+    major = capability[0] if isinstance(capability, list) and capability else None
+    if isinstance(major, bool) or not isinstance(major, int):
+        major = None
     spec, setups = machine_of(
-        capacity,
-        device_name,
-        capability[0]
-        if isinstance(capability, list)
-        and capability
-        and isinstance(capability[0], int)
-        and not isinstance(capability[0], bool)
-        else None,
-        policy,
-        unnamed_device(trace),
-        tpu=tpu_spec(device_name) is not None,
+        capacity, device_name, major, policy, unnamed_device(trace), tpu=tpu_spec(device_name) is not None
     )
     return build_view(
         run_machine(trace, setups, spec, timeline=True), trace, policy.label, setups
@@ -157,8 +153,3 @@ def plot_targets(
     )
     print_text(f"wrote {output}\n")
     return 0
-
-
-def _peak_of(record: dict[str, object]) -> int:
-    peak = record.get("peak_bytes_in_use")
-    return peak if isinstance(peak, int) else 0

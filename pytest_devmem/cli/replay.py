@@ -147,9 +147,3 @@ def replay_trace(path: Path, mode: str | None, fraction: str | None, device_spec
         oom = run.oom.to_json()
         proven_fixes(trace, setups, spec, run, jax_fraction_variable()).record(oom)
     return Replayed(path, replay.policy.label, replay.origin, spec.name, trace, run, oom)
-
-
-def replay_table(path: Path, mode: str | None, fraction: str | None, device_spec: str) -> tuple[str, bool]:
-    """The replay as Markdown, and whether the trace fitted."""
-    replayed = replay_trace(path, mode, fraction, device_spec)
-    return replayed.markdown(), replayed.fits

@@ -24,10 +24,9 @@ from .compile_target import CompileTarget
 from .compile_target import resolve as resolve_compile_target
 from .disabled import DisabledSession
 from .environment import conflicts_key, early_env_key, prepare, prepare_late, restore_all, tensorflow_cpu_key
-from .fixture import DevmemFixture
 from .isolation import open_child_channel
 from .session import DevmemSession
-from .settings import PLUGIN_NAME, Settings, add_options, load_settings
+from .settings import PLUGIN_NAME, DevmemFixture, Settings, add_options, load_settings
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

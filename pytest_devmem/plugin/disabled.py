@@ -10,8 +10,8 @@ import pytest
 
 from ..model.device import open_simulated
 from ..model.pool import make_pool
-from .fixture import DevmemFixture
 from .items import mark_key, prepare_item, regime_of
+from .settings import DevmemFixture
 
 
 class DisabledSession:

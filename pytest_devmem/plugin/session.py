@@ -33,7 +33,6 @@ from .environment import (
     tensorflow_cpu_key,
     tensorflow_installed,
 )
-from .fixture import DevmemFixture
 from .isolation import ChildEventWriter, ChildOutcome, replay_from_children
 from .items import (
     captured_key,
@@ -50,7 +49,7 @@ from .items import (
     skip_text,
 )
 from .results import SessionResults
-from .settings import Settings
+from .settings import DevmemFixture, Settings
 from .targets import rerun_measured
 from .workers import LargestTests
 from .xdist import controller_plan, ignore_shutdown_interrupt_in_jax_gc, worker_count

@@ -19,6 +19,7 @@ from ..gate.baseline import BaselineStore
 from ..gate.marks import normalize_frameworks, parse_max_fragmentation
 from ..gate.tolerance import Tolerance, parse_tolerance
 from ..model.device import Device
+from ..model.pool.base import Pool
 from ..model.regime import GPU_ONLY_MODES, TPU_RUNTIME, Regime, on_tpu
 from ..model.targets import parse_targets
 from ..model.tpu_targets import TpuSpec, tpu_min_fraction_refusal, tpu_regime_refusal, tpu_spec
@@ -200,6 +201,16 @@ class SessionParts:
     device: Device
     store: BaselineStore
     compile_target: CompileTarget
+
+
+@dataclass
+class DevmemFixture:
+    """What the `devmem` fixture (`plugin/__init__.py`) gives a test: its regime, its pool on the
+    session's device."""
+
+    regime: Regime  # prealloc where neither --devmem-mode nor the marker names one
+    pool: Pool
+    device: Device
 
 
 def load_settings(config: pytest.Config) -> Settings:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import DevmemError
+from ..errors import InputError
 from ..gate.record import headline_peak
 from ..gate.tolerance import Tolerance, format_metric, format_metrics_apart
 from ..model.pool.policy import canonical_label
@@ -22,14 +22,10 @@ from ..spreadsheet import csv_table
 from .autosave import AUTOSAVE_DIR
 from .plot import pyplot, save_png
 from .report import ReportFile, read_report
-from .shard_merge import MergeError, merge_reports, shard_run, unique_records
+from .shard_merge import merge_reports, shard_run, unique_records
 from .text import markdown_code, markdown_rows, matplotlib_text
 
 METRIC = "peak_bytes_in_use"
-
-
-class HistoryError(DevmemError, ValueError):
-    """Reports that cannot be lined up; the message names the file."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +51,7 @@ def report_files(inputs: Sequence[Path]) -> list[Path]:
     those --devmem-autosave kept in .devmem/ here."""
     if not inputs:
         if not Path(AUTOSAVE_DIR).is_dir():
-            raise HistoryError(
+            raise InputError(
                 f"no reports: name JSON reports (--devmem-report=FILE.json) or directories that hold them, or run pytest with --devmem-autosave to keep every run's report in {AUTOSAVE_DIR}/"
             )
         inputs = [Path(AUTOSAVE_DIR)]
@@ -66,9 +62,9 @@ def report_files(inputs: Sequence[Path]) -> list[Path]:
         elif os.path.lexists(path):
             files.append(path)  # read_report says what is wrong with it, if anything
         else:
-            raise HistoryError(f"{path}: no such file or directory")
+            raise InputError(f"{path}: no such file or directory")
     if not files:
-        raise HistoryError("no reports: name JSON reports (--devmem-report=FILE.json) or directories that hold them")
+        raise InputError("no reports: name JSON reports (--devmem-report=FILE.json) or directories that hold them")
     return files
 
 
@@ -82,10 +78,7 @@ def runs(files: Sequence[Path]) -> list[tuple[Path, ReportFile]]:
         report = read_report(path)
         key: object = shard_run(report.session)
         if key is None:
-            try:
-                records = list(unique_records(report).values())  # a test twice: the rule compare and merge follow
-            except MergeError as exc:
-                raise HistoryError(str(exc)) from None
+            records = list(unique_records(report).values())  # a test twice: the rule compare and merge follow
             found.append((path, ReportFile(report.path, report.session, records), None))
             continue
         if key not in shards:
@@ -106,7 +99,7 @@ def load_frame(files: Sequence[Path]) -> Any:
     try:
         import pandas as pd  # the history extra, optional
     except ImportError:
-        raise HistoryError("devmem history needs pandas (pip install pandas)") from None
+        raise InputError("devmem history needs pandas (pip install pandas)") from None
 
     rows = []
     for index, (path, report) in enumerate(runs(files)):
@@ -128,7 +121,7 @@ def load_frame(files: Sequence[Path]) -> Any:
                 }
             )
     if not rows:
-        raise HistoryError("the reports hold no measured test")
+        raise InputError("the reports hold no measured test")
     frame = pd.DataFrame(rows)
     if frame["device_class"].nunique() > 1:  # one series per device class: never a step from one to another
         frame["test"] = frame["test"] + " on " + frame["device_class"]
@@ -228,11 +221,11 @@ def history_csv(table: Any, moved: list[Step]) -> str:
 
 
 def check_trend_path(path: str | os.PathLike[str]) -> None:
-    """HistoryError, before any work, when `path` cannot take the trend picture."""
+    """InputError, before any work, when `path` cannot take the trend picture."""
     if Path(path).suffix.lower() != ".png":
-        raise HistoryError(f"cannot draw {os.fspath(path)!r}: the trend picture is a .png")
+        raise InputError(f"cannot draw {os.fspath(path)!r}: the trend picture is a .png")
     if os.path.isdir(path):
-        raise HistoryError(f"cannot draw {os.fspath(path)!r}: it is a directory")
+        raise InputError(f"cannot draw {os.fspath(path)!r}: it is a directory")
 
 
 def draw_trend(table: Any, moved: list[Step], path: str | os.PathLike[str]) -> None:
@@ -240,7 +233,7 @@ def draw_trend(table: Any, moved: list[Step], path: str | os.PathLike[str]) -> N
     try:
         plt = pyplot()
     except ValueError:
-        raise HistoryError("a trend picture needs matplotlib (pip install 'pytest-devmem[plot]')") from None
+        raise InputError("a trend picture needs matplotlib (pip install 'pytest-devmem[plot]')") from None
     check_trend_path(path)
 
     figure, axes = plt.subplots(figsize=(10, 5))

@@ -258,10 +258,6 @@ def render(
 # -- reading --------------------------------------------------------------------------------
 
 
-class ReportFormatError(FileFormatError):
-    """A file given as a JSON report that is not one; the message names the file, line and record."""
-
-
 @dataclass(frozen=True)
 class ReportFile:
     """A JSON report as read: its session and its records, each checked for what readers rely on;
@@ -281,26 +277,23 @@ UNRECORDED_RULE = '"unrecorded" must be a list of objects with test_id, regime, 
 def read_report(path: str | os.PathLike[str]) -> ReportFile:
     """The one reader of JSON reports (`devmem compare`, `plot`, `history`): a regular file of UTF-8
     JSON with this format and a readable version, a session object and a list of records whose
-    ids are text and whose figures are numbers of bytes (or a fraction) or null. ReportFormatError
+    ids are text and whose figures are numbers of bytes (or a fraction) or null. FileFormatError
     naming the file, the line and the record otherwise."""
-    try:
-        text, document = read_json(path, "pytest-devmem JSON report")
-    except FileFormatError as exc:
-        raise ReportFormatError(str(exc)) from None
+    text, document = read_json(path, "pytest-devmem JSON report")
     shown = os.fspath(path)
     if not isinstance(document, dict) or not isinstance(document.get("records"), list) or "session" not in document:
-        raise ReportFormatError(
+        raise FileFormatError(
             f'{shown}:1: not a pytest-devmem JSON report (--devmem-report=FILE.json): it needs "session" and a list of "records"'
         )
     if "format" in document and (document.get("format") != FORMAT or document.get("version") not in READABLE_VERSIONS):
-        raise ReportFormatError(
+        raise FileFormatError(
             f"{shown}: a {str(document.get('format'))[:60]!r} version {str(document.get('version'))[:20]!r} report; this devmem reads {FORMAT!r} versions {', '.join(map(str, READABLE_VERSIONS))}"
         )
     session = document["session"]
     if not isinstance(session, dict):
-        raise ReportFormatError(f'{shown}: "session" must be an object, not {type(session).__name__}')
+        raise FileFormatError(f'{shown}: "session" must be an object, not {type(session).__name__}')
     if not isinstance(session.get("versions", {}), dict):
-        raise ReportFormatError(f'{shown}: "session"."versions" must be an object')
+        raise FileFormatError(f'{shown}: "session"."versions" must be an object')
     records = document["records"]
     for index, record in enumerate(records):
         problem = _record_problem(record)
@@ -308,14 +301,14 @@ def read_report(path: str | os.PathLike[str]) -> ReportFile:
             test_id = record.get("test_id") if isinstance(record, dict) else None
             named = f" ({test_id[:200]!r})" if isinstance(test_id, str) else ""
             line = _line_of(text, json.dumps(test_id)) if isinstance(test_id, str) else 1
-            raise ReportFormatError(f"{shown}:{line}: record {index}{named}: {problem}")
+            raise FileFormatError(f"{shown}:{line}: record {index}{named}: {problem}")
     unrecorded = document.get("unrecorded", [])
     if not isinstance(unrecorded, list) or not all(
         isinstance(entry, dict)
         and all(isinstance(entry.get(name), str) for name in ("test_id", "regime", "device", "reason"))
         for entry in unrecorded
     ):
-        raise ReportFormatError(f"{shown}:{_line_of(text, json.dumps('unrecorded'))}: {UNRECORDED_RULE}")
+        raise FileFormatError(f"{shown}:{_line_of(text, json.dumps('unrecorded'))}: {UNRECORDED_RULE}")
     version = document.get("version", 1)
     if version != VERSION:  # its peak was the requested bytes: read as such, on the record and on each device
         records = [_requested_peak_only(record) for record in records]
@@ -324,7 +317,7 @@ def read_report(path: str | os.PathLike[str]) -> ReportFile:
         try:
             targets = TargetTable.from_json(document["targets"])
         except ValueError as exc:
-            raise ReportFormatError(f"{shown}:{_line_of(text, json.dumps('targets'))}: {exc}") from None
+            raise FileFormatError(f"{shown}:{_line_of(text, json.dumps('targets'))}: {exc}") from None
     return ReportFile(Path(path), session, records, version if version in READABLE_VERSIONS else 1, unrecorded, targets)
 
 

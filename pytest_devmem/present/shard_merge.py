@@ -18,28 +18,21 @@ import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import DevmemError
+from ..errors import InputError
 from ..gate.targets import TargetTable
 from ..gate.tolerance import METRICS, format_metrics_apart
 from ..model.pool.policy import canonical_label
-from .report import FORMAT, ReportFile, ReportFormatError
+from .report import FORMAT, ReportFile
 from .report import read_report as read_checked
 
 
-class MergeError(DevmemError, ValueError):
-    """Reports that cannot be one report; the message names the reports and what differs."""
-
-
 def read_report(path: Path) -> ReportFile:
-    """A JSON report read by the one report reader, every record naming its test, regime and device
-    class (what a merge matches records by); MergeError otherwise."""
-    try:
-        checked = read_checked(path)
-    except ReportFormatError as exc:
-        raise MergeError(str(exc)) from None
+    """A JSON report read by the one report reader (its FileFormatError), every record naming its
+    test, regime and device class (what a merge matches records by); InputError otherwise."""
+    checked = read_checked(path)
     for index, record in enumerate(checked.records):
         if not all(isinstance(record.get(name), str) for name in ("test_id", "regime", "device_class")):
-            raise MergeError(f"{path}: record {index} lacks test_id, regime or device_class (as text)")
+            raise InputError(f"{path}: record {index} lacks test_id, regime or device_class (as text)")
     return checked
 
 
@@ -91,7 +84,7 @@ def _difference(first: dict[str, object], second: dict[str, object]) -> str:
 def unique_records(report: ReportFile) -> dict[Key, dict[str, object]]:
     """A report's records by (test id, regime, device class). A test held twice with the same
     figures is kept once; with different figures, which copy counts cannot be told (the verdict
-    would depend on the order of the records), so it is a MergeError naming the test. `devmem
+    would depend on the order of the records), so it is a InputError naming the test. `devmem
     compare`, `merge` and `history` read a report's records through this one rule."""
     found: dict[Key, dict[str, object]] = {}
     for record in report.records:
@@ -102,7 +95,7 @@ def unique_records(report: ReportFile) -> dict[Key, dict[str, object]]:
         )
         known = found.setdefault(key, record)
         if known is not record and figures(known) != figures(record):
-            raise MergeError(
+            raise InputError(
                 f"{report.path}: test {key[0]!r} [{key[1]}] on {key[2]} is in the report twice, with different figures "
                 f"({_difference(figures(known), figures(record))}): which one counts cannot be told; a report holds each test once "
                 "(a rerun plugin ran it twice, or two reports were joined by hand? merge reports with devmem merge)"
@@ -187,9 +180,9 @@ def _mixed(first: ReportFile, other: ReportFile) -> list[str]:
 
 
 def _check_alike(reports: Sequence[ReportFile], same_run: bool = False) -> list[str]:
-    """MergeError for reports that cannot be one report (format version, device class, session
+    """InputError for reports that cannot be one report (format version, device class, session
     regime, shards of different splits); the warnings for reports of different runs or versions,
-    a MergeError too with `same_run`."""
+    a InputError too with `same_run`."""
     first = reports[0]
     notes: list[str] = []
     splits = {
@@ -200,36 +193,36 @@ def _check_alike(reports: Sequence[ReportFile], same_run: bool = False) -> list[
     }
     if len(splits) > 1:
         (one, shard_one), (two, shard_two) = list(splits.values())[:2]
-        raise MergeError(
+        raise InputError(
             f"{one.path} is a shard of a split into {_split(shard_one)} and {two.path} of a split into {_split(shard_two)}: "
             "shards of different splits never make one suite; merge the reports of one split"
         )
     for other in reports[1:]:
         if other.version != first.version:
-            raise MergeError(
+            raise InputError(
                 f"{first.path} is a version {first.version} report and {other.path} a version {other.version} one: merge reports written by one pytest-devmem (rerun the older shards)"
             )
         classes = (first.session.get("device_class"), other.session.get("device_class"))
         if classes[0] != classes[1]:
-            raise MergeError(
+            raise InputError(
                 f"{first.path} measured on device class {classes[0]!r} and {other.path} on {classes[1]!r}: figures of different devices are never one report (run every shard with the same --devmem-device)"
             )
         if session_regime(other) != session_regime(first):
             shown = [regime or "none (marked tests only)" for regime in (session_regime(first), session_regime(other))]
-            raise MergeError(
+            raise InputError(
                 f"{first.path} ran under session regime {shown[0]} and {other.path} under {shown[1]}: run every shard with the same --devmem-mode and --devmem-fraction"
             )
         notes += _mixed(first, other)
     if notes and same_run:
-        raise MergeError("; ".join(notes) + ": --same-run asks for the shards of one run, measured alike")
+        raise InputError("; ".join(notes) + ": --same-run asks for the shards of one run, measured alike")
     return notes
 
 
 def merge_reports(paths: Sequence[Path], notes: list[str] | None = None, same_run: bool = False) -> dict[str, object]:
-    """One report document from several (see the module's docstring); MergeError when they cannot
+    """One report document from several (see the module's docstring); InputError when they cannot
     be one. What differs between their runs without stopping the merge is added to `notes`."""
     if not paths:
-        raise MergeError("no reports to merge")
+        raise InputError("no reports to merge")
     unique = sorted({str(path): path for path in paths}.items())
     reports = [read_report(path) for _, path in unique]
     said = _check_alike(reports, same_run)
@@ -244,7 +237,7 @@ def merge_reports(paths: Sequence[Path], notes: list[str] | None = None, same_ru
                 continue
             before, where = known
             if figures(before) != figures(record):
-                raise MergeError(
+                raise InputError(
                     f"test {key[0]!r} [{key[1]}] on {key[2]} was measured in {where} and in {report.path} with different figures "
                     f"({_difference(figures(before), figures(record))}): a test belongs to one shard; check the shard split (--splits/--group) and merge the reports of one run"
                 )
@@ -278,7 +271,7 @@ def merged_targets(reports: Sequence[ReportFile]) -> TargetTable | None:
         theirs = [target.name for target in report.targets.targets] if report.targets is not None else None
         if theirs != names:
             shown = ", ".join(theirs) if theirs is not None else "no --devmem-targets"
-            raise MergeError(
+            raise InputError(
                 f"{first_path} ran on targets {', '.join(names)} and {report.path} on {shown}: run every shard with the same --devmem-targets"
             )
     merged = TargetTable(
