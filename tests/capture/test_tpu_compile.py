@@ -1007,7 +1007,7 @@ def test_two_jit_objects_of_one_program_compile_once_for_the_tpu(jax_loaded: Any
     import jax.numpy as jnp
     from jax._src.interpreters import pxla
 
-    from pytest_devmem.capture.patches import Patches
+    from pytest_devmem.capture.framework import Patches
 
     def first_step(a: Any) -> Any:
         return jnp.tanh(a @ a.T).sum(axis=0)
