@@ -322,7 +322,7 @@ class TpuSizer(GpuSizer):
         disk_key = self._array_cache_key(key)
         with self._lock:
             self._array_keys[key] = disk_key
-        cached = self._read_entry(disk_key, (ARRAY_FIELD,))  # checked as every entry is (cache_entry.py)
+        cached = self._read_entry(disk_key, (ARRAY_FIELD,))  # checked as every entry is (size_cache.read_entry)
         if cached is not None:
             self.costs.arrays_from_disk += 1
             return int(cached[ARRAY_FIELD])
