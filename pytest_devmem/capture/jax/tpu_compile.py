@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import math
 import os
 import threading
 import time
@@ -361,10 +362,7 @@ def dense_bytes(shape: tuple[int, ...], dtype: str) -> int | None:
         itemsize = np.dtype(dtype).itemsize
     except Exception:  # noqa: BLE001 - a dtype numpy does not name (JAX's own: float8 kinds)
         return None
-    count = 1
-    for dimension in shape:
-        count *= int(dimension)
-    return count * itemsize
+    return math.prod(int(dimension) for dimension in shape) * itemsize
 
 
 _ELSEWHERE = object()
