@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from pytest_devmem.capture.framework import Patches
 from pytest_devmem.capture.jax import compilers
-from pytest_devmem.capture.patches import Patches
 
 GPU_COMPILER_PROBLEM = compilers.problem("gpu")
 TPU_COMPILER_PROBLEM = compilers.problem("tpu")

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from compilers import executable_of, needs_compiler, needs_libtpu
 
-from pytest_devmem.capture.jax.cache_entry import MAX_ENTRY_BYTES, BadEntry, read_entry, writable
 from pytest_devmem.capture.jax.gpu_compile import GpuSizer
+from pytest_devmem.capture.jax.size_cache import MAX_ENTRY_BYTES, BadEntry, read_entry, writable
 from pytest_devmem.capture.jax.sizes import ExecutableSizes
 from pytest_devmem.capture.jax.tpu_compile import TpuSizer
 from pytest_devmem.model.gpu_targets import gpu_spec

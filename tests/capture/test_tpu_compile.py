@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from compilers import executable_of, needs_libtpu
 
+from pytest_devmem.capture.jax.sizes import parse_refusal
 from pytest_devmem.capture.jax.tpu_compile import TpuSizer
 from pytest_devmem.capture.jax.tpu_plugin import QUIET_LIBTPU, quiet_libtpu
-from pytest_devmem.capture.jax.tpu_results import parse_refusal
 from pytest_devmem.errors import InvalidSettingError
 from pytest_devmem.hardware.devices import open_device
 from pytest_devmem.model.tpu_targets import TPU_SPECS, tpu_spec
@@ -142,7 +142,7 @@ def test_libtpu_forms_each_count_as_that_many_chips_one_device_each(jax_loaded: 
 def test_a_count_libtpu_cannot_form_is_a_program_that_raises_naming_the_counts(jax_loaded: Any) -> None:
     """Never CPU sizes under a TPU's name: a program on a count libtpu forms no topology of is a
     `NoTopology`, whose error names the counts allowed."""
-    from pytest_devmem.capture.jax.tpu_results import NoTopology
+    from pytest_devmem.capture.jax.sizes import NoTopology
 
     sizer = TpuSizer(TPU_SPECS["TPU-v5e"])
     assert sizer.install()
@@ -1006,7 +1006,7 @@ def test_two_jit_objects_of_one_program_compile_once_for_the_tpu(jax_loaded: Any
     import jax.numpy as jnp
     from jax._src.interpreters import pxla
 
-    from pytest_devmem.capture.patches import Patches
+    from pytest_devmem.capture.framework import Patches
 
     def first_step(a: Any) -> Any:
         return jnp.tanh(a @ a.T).sum(axis=0)

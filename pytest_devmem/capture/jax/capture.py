@@ -23,7 +23,7 @@ from threading import get_ident
 from typing import Any
 
 from ..call_sites import CallSites
-from ..patches import Patches
+from ..framework import Patches
 from ..recorder import FLUSH_CHECK, TraceRecorder
 from .executables import ExecutablePlan, Executables, source_of
 from .holdings import Holdings, Owner

@@ -20,7 +20,7 @@ from ...model.buffers import ProgramBuffers
 from ...model.executables import ARGUMENT_SUFFIX, TEMP_SUFFIX
 from .buffers import in_jax, program_buffers
 from .shards import Shards, device_label
-from .sizes import ExecutableSizes
+from .sizes import ExecutableSizes, NotRunnable
 
 STEP_CACHE_LIMIT = 4096
 """Steps kept by their output's identity before the cache starts again (executables' outputs
@@ -28,22 +28,6 @@ reuse their aval and sharding objects run after run)."""
 _ALIAS_ENTRY = re.compile(r"\{([\d,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}")
 _DONOR_ENTRY = re.compile(r"\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}\s*\)")
 _LAYOUT = re.compile(r"\{[^{}]*\}|/\*[^*]*\*/")  # a shape's layout in HLO text (`{1,0}`, `{1,0:T(8,128)}`), a comment
-
-
-class NotRunnable:
-    """A sizer's answer for a program its target cannot run (the TPU compiler refused it, or no
-    topology has its devices): the program's call raises `error()` instead of running, as there."""
-
-    def error(self) -> Exception:
-        raise NotImplementedError
-
-    def refusal(self) -> dict[str, object] | None:
-        """The compiler's refusal for memory, with its figures, for the record; None for another reason."""
-        return None
-
-    def note(self) -> str:
-        """Why, where it is no refusal for memory."""
-        return ""
 
 
 @dataclass(eq=False)

@@ -5,12 +5,13 @@ buffer assignment (`BufferAssignmentProto`: logical buffers, allocations, heap s
 jaxlib gives both as bytes (`HloModule.as_serialized_hlo_module_proto()`, and
 `CompiledMemoryStats.serialized_buffer_assignment_proto` on the CPU), and XLA's dump writes them together
 as an `HloProto` (`xla_dump_hlo_as_proto`). Only the fields named below are read, by their numbers in
-xla/service/hlo.proto and xla/xla_data.proto; tests/capture/test_hlo_proto.py holds this reading to the
+xla/service/hlo.proto and xla/xla_data.proto; tests/capture/test_buffers.py holds this reading to the
 generated classes of those files (TensorFlow's copy) on real programs. Bad bytes raise `ProtoError`.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 __all__ = ["Allocation", "Instruction", "LogicalBuffer", "Program", "ProtoError", "read_hlo_proto", "read_program"]
@@ -147,10 +148,7 @@ class Shape:
         width = PRIMITIVE_TYPES.get(self.element_type, ("", 0))[1]
         if not width:
             return None
-        count = 1
-        for dimension in self.dimensions:
-            count *= dimension
-        return count * width
+        return math.prod(self.dimensions) * width
 
 
 def _shape(found: Fields) -> Shape:

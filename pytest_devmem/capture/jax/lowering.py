@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ..patches import Patches
+from ..framework import Patches
 
 _state = threading.local()
 

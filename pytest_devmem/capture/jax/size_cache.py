@@ -5,8 +5,19 @@ lowering has it, or what JAX lowered for its own devices with its jaxpr), the ta
 versions, XLA_FLAGS and the device count: another executable of the same module, in a later test,
 compiles nothing; and on disk under that key, when given a folder: a rerun of an unchanged suite
 compiles nothing. Entries are written atomically, so xdist workers sharing the folder never read half
-of one; each read back is checked before it is believed (cache_entry.py). The entries stored beside
-the baselines (compile_store.py) are read last and never written here. Imports no framework.
+of one. The entries stored beside the baselines (compile_store.py) are read last and never written
+here. Imports no framework.
+
+Each entry read back (pytest's cache, `--devmem-cache-dir`, beside the baselines) is checked before
+it is believed (`read_entry`): a cache is a file anyone may have written: a hand edit, another
+version, a disk that failed, a hostile checkout. An entry is believed only when it is a small regular
+file (never a FIFO, which would hang the session, nor a device or a link to one, which would be read
+without end) holding a JSON object whose every size is a whole number of bytes, not negative, not a
+boolean and at most what one device of the target holds (units.byte_count_problem), and whose device
+count is the one the program was compiled for. Anything else is a miss: the program is compiled
+again, the entry written anew, and the problem, naming the file, is warned about; a figure never
+comes from it. A compile that states more than a device holds (a program that cannot run there) is
+not written (`writable`), so that it is never a bad entry the next time.
 """
 
 from __future__ import annotations
@@ -18,17 +29,18 @@ import json
 import os
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ...compile_store import EXECUTABLE_FIELDS
-from ...files import write_atomic
+from ...errors import FileFormatError
+from ...files import read_json, write_atomic
 from ...model.buffers import ProgramBuffers
-from . import cache_entry
+from ...units import KiB, byte_count_problem
 from .sizes import ExecutableSizes
 
-__all__ = ["BUFFERS_FIELD", "CACHE_FORMAT", "SizeCache", "cached_buffers"]
+__all__ = ["BUFFERS_FIELD", "CACHE_FORMAT", "BadEntry", "SizeCache", "cached_buffers", "read_entry", "writable"]
 
 CACHE_FORMAT = 2
 """Bumped when what a disk-cache entry holds, or how its key is made, changes."""
@@ -37,10 +49,15 @@ _MODULE_NAME = re.compile(r"^module @[\w$.\-]+", re.MULTILINE)
 """The module's name (`module @jit_step`), the jit object's: left out of what names a program, which
 is sized alike under any name."""
 
-_CACHED_FIELDS = EXECUTABLE_FIELDS  # the device count, then the sizes: the fields of the store's entries too
-_CACHED_SIZES = tuple(name for name in EXECUTABLE_FIELDS if name != cache_entry.DEVICES)
 BUFFERS_FIELD = "buffers"
 """A cache entry's buffers at the program's peak (model/buffers.py's JSON); entries written before it have none."""
+MAX_ENTRY_BYTES = 64 * KiB
+"""An entry holds a few numbers (some 200 bytes): a larger file is not one, and is not read."""
+
+DEVICES = "devices"
+"""The field that counts the devices a program was compiled for: a count, not a size."""
+_CACHED_FIELDS = EXECUTABLE_FIELDS  # the device count, then the sizes: the fields of the store's entries too
+_CACHED_SIZES = tuple(name for name in EXECUTABLE_FIELDS if name != DEVICES)
 
 
 class SizeCache:
@@ -81,7 +98,7 @@ class SizeCache:
         self._lock = threading.RLock()
         self._by_module: dict[str, ExecutableSizes] = {}  # the same computation jitted again (another test's closure)
         self._versions = ""
-        self.cache_problems: list[str] = []  # disk-cache entries not believed, each naming its file (cache_entry.py)
+        self.cache_problems: list[str] = []  # disk-cache entries not believed, each naming its file
 
     def _target_text(self) -> str:
         """The target as the disk cache's key names it."""
@@ -169,7 +186,7 @@ class SizeCache:
         return tuple(directory for directory in (self.cache_dir, self.user_cache_dir) if directory is not None)
 
     def _read_entry(self, key: str | None, sizes: tuple[str, ...], devices: int | None = None) -> dict[str, Any] | None:
-        """The entry stored under `key`, checked (cache_entry.py: `sizes` in bytes, with `devices`
+        """The entry stored under `key`, checked (`read_entry`: `sizes` in bytes, with `devices`
         that device count): the project's, else the user's, else the one beside the baselines
         (compile_store.py; either then copied into the project's, so that a CI job that keeps only
         the project's cache keeps it). None where none holds one that can be believed; each that
@@ -179,10 +196,10 @@ class SizeCache:
         places = (*self._cache_dirs(), *((self.store_dir,) if self.store_dir is not None else ()))
         for directory in places:
             try:
-                data = cache_entry.read_entry(
+                data = read_entry(
                     directory / f"{key}.json", sizes, self.memory_per_device, devices, kept=(BUFFERS_FIELD,)
                 )
-            except cache_entry.BadEntry as exc:
+            except BadEntry as exc:
                 self.cache_problems.append(f"{exc}; not believed: compiled again, and the entry written anew")
                 continue
             if data is None:
@@ -201,7 +218,7 @@ class SizeCache:
     def _write_entry(self, key: str | None, entry: Mapping[str, Any], only: Path | None = None) -> None:
         """`entry` under `key` in each cache directory (or `only` that one), written atomically (xdist
         workers, and other projects' sessions in the user's cache, may share it)."""
-        if key is None or not cache_entry.writable(entry, self.memory_per_device):
+        if key is None or not writable(entry, self.memory_per_device):
             return  # sizes beyond a device: compiled again each time, never a bad entry to warn about
         if only is None:
             self._entries[key] = dict(entry)
@@ -241,3 +258,47 @@ def cached_buffers(entry: Mapping[str, Any]) -> dict[str, Any]:
         return {"buffers": ProgramBuffers.from_json(stored)}
     except ValueError as exc:
         return {"buffers_note": f"the cache entry's buffers are unreadable ({exc})"}
+
+
+class BadEntry(Exception):
+    """An entry that is there and cannot be believed; the message names the file and why."""
+
+
+def read_entry(
+    path: Path, sizes: Iterable[str], largest: int, devices: int | None = None, kept: Iterable[str] = ()
+) -> dict[str, object] | None:
+    """The entry at `path`: its `sizes` (each a number of bytes at most `largest`) and, with
+    `devices`, its device count, which must be that; None where there is no file; BadEntry where
+    there is one that is not such an entry. The `kept` fields it holds come back as they are, for
+    their own reader to check (a program's buffers: model/buffers.py)."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        _, data = read_json(path, "cache entry of compiled sizes", MAX_ENTRY_BYTES)
+    except FileFormatError as exc:
+        raise BadEntry(str(exc)) from None
+    if not isinstance(data, dict):
+        raise BadEntry(f"{path}: not a JSON object")
+    entry: dict[str, object] = {name: data[name] for name in kept if name in data}
+    for name in sizes:
+        if name not in data:
+            raise BadEntry(f"{path}: no {name!r}")
+        problem = byte_count_problem(data[name], largest, "one device of the target")
+        if problem is not None:
+            raise BadEntry(f"{path}: {name!r}: {problem}")
+        entry[name] = data[name]
+    if devices is not None:
+        count = data.get(DEVICES)
+        if isinstance(count, bool) or not isinstance(count, int) or count != devices:
+            raise BadEntry(f"{path}: {DEVICES!r} is {count!r}, where the program was compiled for {devices}")
+        entry[DEVICES] = devices
+    return entry
+
+
+def writable(entry: Mapping[str, int], largest: int) -> bool:
+    """Whether `entry` (sizes a compile stated) would pass read_entry's checks: only such is written."""
+    return all(
+        name == DEVICES or byte_count_problem(value, largest) is None
+        for name, value in entry.items()
+        if not isinstance(value, (dict, list))  # a kept field (buffers): its own reader checks it
+    )

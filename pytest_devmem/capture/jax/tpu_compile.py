@@ -12,7 +12,7 @@ compile. An array's size is that compiler's too: the argument size of a program 
 chip, per (shard shape, dtype), cached; never a padding rule written by hand.
 
 A refusal for HBM is a `Refused`, a device count libtpu forms no topology of a `NoTopology`
-(tpu_results.py); libtpu starts quietly and off a real TPU's lock (tpu_plugin.py). JAX is imported
+(sizes.py); libtpu starts quietly and off a real TPU's lock (tpu_plugin.py). JAX is imported
 lazily.
 """
 
@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import math
 import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...compile_store import ARRAY_FIELD
@@ -31,13 +33,35 @@ from ...errors import InvalidSettingError
 from ...model.tpu_targets import TpuSpec
 from . import compilers, lowering
 from .gpu_compile import GpuSizer
-from .sizes import SizerError, Unavailable, first_line
+from .sizes import NoTopology, NoTopologyError, Refused, SizerError, Unavailable, first_line, parse_refusal
 from .tpu_plugin import quiet_libtpu
-from .tpu_results import NoTopology, NoTopologyError, Refused, SizingCosts, parse_refusal
 
-__all__ = ["TpuSizer", "dense_bytes"]
+__all__ = ["SizingCosts", "TpuSizer", "dense_bytes"]
 
 ARRAY_CACHE_FORMAT = 1
+
+
+@dataclass
+class SizingCosts:
+    """Where a session's TPU sizing spent its time, measured: what a cold run pays beyond the CPU's
+    own compiles (benchmarks/bench_tpu.py prints it)."""
+
+    client_start_seconds: float = 0.0  # loading libtpu and starting its compile-only client (first topology)
+    topologies: int = 0  # topologies made after the first (2x2, 2x4...)
+    topology_seconds: float = 0.0
+    executables_compiled: int = 0  # lowered again and compiled by XLA:TPU
+    executable_seconds: float = 0.0  # lowering and compiling
+    executable_lowering_seconds: float = 0.0  # of which JAX's lowering for the TPU (Python)
+    executables_from_disk: int = 0
+    executables_from_session: int = 0  # the same program (module text and jaxpr) compiled earlier in the session
+    arrays_compiled: int = 0  # (shard shape, dtype) sized by the compile of a program that holds one
+    array_seconds: float = 0.0
+    arrays_from_disk: int = 0
+    entries_from_store: int = 0  # of those from disk (executables and arrays): stored beside the baselines
+    compiled: list[tuple[str, int, float]] = field(default_factory=list)  # (executable, devices, seconds)
+
+    def to_json(self) -> dict[str, float | int]:
+        return {name: round(value, 4) if isinstance(value, float) else value for name, value in vars(self).items()}
 
 
 class TpuSizer(GpuSizer):
@@ -299,7 +323,7 @@ class TpuSizer(GpuSizer):
         disk_key = self._array_cache_key(key)
         with self._lock:
             self._array_keys[key] = disk_key
-        cached = self._read_entry(disk_key, (ARRAY_FIELD,))  # checked as every entry is (cache_entry.py)
+        cached = self._read_entry(disk_key, (ARRAY_FIELD,))  # checked as every entry is (size_cache.read_entry)
         if cached is not None:
             self.costs.arrays_from_disk += 1
             return int(cached[ARRAY_FIELD])
@@ -338,10 +362,7 @@ def dense_bytes(shape: tuple[int, ...], dtype: str) -> int | None:
         itemsize = np.dtype(dtype).itemsize
     except Exception:  # noqa: BLE001 - a dtype numpy does not name (JAX's own: float8 kinds)
         return None
-    count = 1
-    for dimension in shape:
-        count *= int(dimension)
-    return count * itemsize
+    return math.prod(int(dimension) for dimension in shape) * itemsize
 
 
 _ELSEWHERE = object()

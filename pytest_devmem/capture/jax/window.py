@@ -4,6 +4,7 @@ peak. The same in any test order. Imports no framework."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from .executables import ExecutablePlan, defined_by_jax
@@ -28,10 +29,7 @@ class JaxWindow:
         in it or found in a cache, which depends on what ran before in the process), or, where more,
         the compiles it made (an executable compiled and never run). The same in any test order."""
         needed = {name: len(plans) for name, plans in self.used.items()}
-        compiled: dict[str, int] = {}
-        for name in self.compiled:
-            compiled[name] = compiled.get(name, 0) + 1
-        for name, count in compiled.items():
+        for name, count in Counter(self.compiled).items():
             needed[name] = max(needed.get(name, 0), count)
         return dict(sorted(needed.items()))
 

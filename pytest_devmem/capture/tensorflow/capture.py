@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ...model.trace import ALLOCATE_CODE, Trace
-from ..patches import Patches
+from ..framework import Patches
 from ..recorder import TraceRecorder
 from ..sources.base import Reading
 from .conversion import copy_arrays_off_aligned

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..patches import Patches
+from ..framework import Patches
 
 ALIGNMENT = 64  # the largest EIGEN_MAX_ALIGN_BYTES (AVX-512); 16 past it is 16-aligned, not 32- or 64-aligned
 OFFSET = 16
