@@ -94,14 +94,9 @@ class AllocatorFigures:
         return allocator_name(self.source, self.process)
 
     def to_json(self) -> dict[str, object]:
-        data: dict[str, object] = {
+        data = {
             "allocator": self.name,
-            "setup": self.setup,
-            "limit": self.limit,
-            "asked": self.asked,
-            "took": self.took,
-            "peak_bytes_in_use": self.peak_bytes_in_use,
-            "peak_bytes_reserved": self.peak_bytes_reserved,
+            **attributes(self, "setup limit asked took peak_bytes_in_use peak_bytes_reserved"),
         }
         if self.compactions:
             data.update(moved_bytes=self.moved_bytes, compactions=self.compactions)
