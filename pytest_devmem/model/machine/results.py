@@ -145,6 +145,17 @@ class PoolMap:
     regions: tuple[int, ...]
     chunks: tuple[tuple[int, int, int, int], ...]
 
+    @classmethod
+    def on_demand(cls, source: str, process: int, buffers: list[tuple[int, int]]) -> PoolMap:
+        """An on-demand pool's map: each buffer, (size, event) in `buffers`, a region of its own."""
+        ordered = sorted(buffers)
+        return cls(
+            source,
+            process,
+            tuple(size for size, _ in ordered),
+            tuple((i, 0, *buffer) for i, buffer in enumerate(ordered)),
+        )
+
 
 @dataclass(frozen=True)
 class MapSnapshot:

@@ -155,15 +155,8 @@ def replay_ondemand_columns(replay: Replay) -> int | None:
             at_peak = positions[
                 (positions <= peak_position) & (freed_at[positions] > peak_position) & allocation[positions]
             ]
-            ordered = sorted(zip(rounded[at_peak].tolist(), kept[at_peak].tolist()))
-            pools.append(
-                PoolMap(
-                    allocator.source,
-                    allocator.process,
-                    tuple(size for size, _ in ordered),
-                    tuple((i, 0, size, index) for i, (size, index) in enumerate(ordered)),
-                )
-            )
+            buffers = list(zip(rounded[at_peak].tolist(), kept[at_peak].tolist()))
+            pools.append(PoolMap.on_demand(allocator.source, allocator.process, buffers))
         replay.snapshots[device.name] = MapSnapshot(device.name, device.peak_event, tuple(pools))
     return count - 1
 
