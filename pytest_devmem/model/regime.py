@@ -196,8 +196,8 @@ def tpu_replay_policy(
     if spec is None:
         return policy
     if policy.mode is Mode.COMPACT and fraction is None and policy.fraction == DEFAULT_PREALLOC_FRACTION:
-        return Policy(Mode.COMPACT, 1.0)  # compact at its default: all usable HBM, as the plugin's
-    if policy.mode in (Mode.PREALLOC, Mode.FRACTION, Mode.GROWTH) or policy.fraction != 1.0:
+        return TPU_RUNTIME.policy  # compact at its default: all usable HBM, as the plugin's
+    if policy.mode in GPU_ONLY_MODES or policy.fraction != 1.0:
         given = " ".join(f"--{name} {value}" for name, value in (("mode", mode), ("fraction", fraction)) if value)
         asked = given or f"the regime {policy.label} (from the trace's name)"
         refusal = tpu_regime_refusal(spec, asked).replace("--devmem-mode=compact", "--mode compact")

@@ -4,7 +4,7 @@ memory in a map. The copies the maps are made from (`Checkpoint`, `Promise`) are
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..buffers import TOP_LINES
@@ -36,15 +36,7 @@ def pool_maps(
                 )
             maps.append(PoolMap(source, process, tuple(size for _, size in pool.regions()), tuple(chunks)))
         elif isinstance(pool, OnDemandPool):  # each buffer its own allocation from the device
-            ordered = sorted((pool.allocated_size(handle), index) for handle, index in born.items())
-            maps.append(
-                PoolMap(
-                    source,
-                    process,
-                    tuple(size for size, _ in ordered),
-                    tuple((i, 0, size, index) for i, (size, index) in enumerate(ordered)),
-                )
-            )
+            maps.append(PoolMap.on_demand(source, process, [(pool.allocated_size(h), i) for h, i in born.items()]))
     return tuple(maps)
 
 
@@ -64,12 +56,8 @@ def holders(snapshot: MapSnapshot | None, trace: Trace, top: int | None = TOP_CO
     if snapshot is None:
         return {}
     held: dict[str, int] = {}
-    names = trace.names
-    for pool in snapshot.pools:
-        for _, _, _, index in pool.chunks:
-            if index >= 0:
-                name = contributor(names[trace.sources[index]], names[trace.labels[index]])
-                held[name] = held.get(name, 0) + trace.sizes[index]
+    for name, index in _held(snapshot, trace):
+        held[name] = held.get(name, 0) + trace.sizes[index]
     ranked = sorted(held.items(), key=lambda item: (-item[1], item[0]))
     return dict(ranked if top is None else ranked[:top])
 
@@ -84,17 +72,21 @@ def lines_at_peak(
         return {}
     wanted = set(names)
     held: dict[str, dict[str, int]] = {}
-    texts = trace.names
-    for pool in snapshot.pools:
-        for _, _, _, index in pool.chunks:
-            if index < 0:
-                continue
-            name = contributor(texts[trace.sources[index]], texts[trace.labels[index]])
-            if name in wanted:
-                lines = held.setdefault(name, {})
-                site = texts[trace.sites[index]]
-                lines[site] = lines.get(site, 0) + trace.sizes[index]
+    for name, index in _held(snapshot, trace):
+        if name in wanted:
+            lines = held.setdefault(name, {})
+            site = trace.names[trace.sites[index]]
+            lines[site] = lines.get(site, 0) + trace.sizes[index]
     return {
         name: dict(sorted(lines.items(), key=lambda item: (-item[1], item[0]))[:top])
         for name, lines in sorted(held.items())
     }
+
+
+def _held(snapshot: MapSnapshot, trace: Trace) -> Iterator[tuple[str, int]]:
+    """Each buffer live in `snapshot`: its contributor and the event that allocated it."""
+    names = trace.names
+    for pool in snapshot.pools:
+        for _, _, _, index in pool.chunks:
+            if index >= 0:
+                yield contributor(names[trace.sources[index]], names[trace.labels[index]]), index

@@ -94,14 +94,9 @@ class AllocatorFigures:
         return allocator_name(self.source, self.process)
 
     def to_json(self) -> dict[str, object]:
-        data: dict[str, object] = {
+        data = {
             "allocator": self.name,
-            "setup": self.setup,
-            "limit": self.limit,
-            "asked": self.asked,
-            "took": self.took,
-            "peak_bytes_in_use": self.peak_bytes_in_use,
-            "peak_bytes_reserved": self.peak_bytes_reserved,
+            **attributes(self, "setup limit asked took peak_bytes_in_use peak_bytes_reserved"),
         }
         if self.compactions:
             data.update(moved_bytes=self.moved_bytes, compactions=self.compactions)
@@ -149,6 +144,17 @@ class PoolMap:
     process: int
     regions: tuple[int, ...]
     chunks: tuple[tuple[int, int, int, int], ...]
+
+    @classmethod
+    def on_demand(cls, source: str, process: int, buffers: list[tuple[int, int]]) -> PoolMap:
+        """An on-demand pool's map: each buffer, (size, event) in `buffers`, a region of its own."""
+        ordered = sorted(buffers)
+        return cls(
+            source,
+            process,
+            tuple(size for size, _ in ordered),
+            tuple((i, 0, *buffer) for i, buffer in enumerate(ordered)),
+        )
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,23 @@ import numpy as np
 from .format import ALLOCATE_CODE, FREE_CODE
 
 
+def pairs_by_column(
+    allocation: np.ndarray, pointers: np.ndarray, lanes: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each free matched to its allocation, by column: the events' order by lane and pointer, each
+    (lane, pointer)'s events in trace order (a stable sort; by pointer alone where `lanes` is None),
+    and in that order whether each event follows an allocation of its own lane and pointer (a free
+    then frees that allocation; an allocation then takes a pointer still live)."""
+    order = np.argsort(pointers, kind="stable") if lanes is None else np.lexsort((pointers, lanes))
+    sorted_pointers = pointers[order]
+    follows = np.zeros(len(order), dtype=bool)
+    follows[1:] = (sorted_pointers[1:] == sorted_pointers[:-1]) & allocation[order][:-1]
+    if lanes is not None:
+        sorted_lanes = lanes[order]
+        follows[1:] &= sorted_lanes[1:] == sorted_lanes[:-1]
+    return order, follows
+
+
 def peak_live_bytes(actions: bytearray, pointers: array[int], sizes: array[int]) -> int | None:
     """The highest sum of requested bytes live at once, exactly as `Trace.peak_live_bytes` counts
     it event by event: an allocation adds its size (and its pointer now names it); a free takes
@@ -25,16 +42,10 @@ def peak_live_bytes(actions: bytearray, pointers: array[int], sizes: array[int])
     if int(size_values.max()) >= 2**63 // count or int(size_values.min()) < 0:
         return None
     kinds = codes[kept]
-    order = np.argsort(
-        np.frombuffer(pointers, dtype=np.uint64)[kept], kind="stable"
-    )  # each pointer's events, in trace order
-    pointer_sorted, kind_sorted, size_sorted = (
-        np.frombuffer(pointers, dtype=np.uint64)[kept][order],
-        kinds[order],
-        size_values[order],
+    order, after_own_allocation = pairs_by_column(
+        kinds == ALLOCATE_CODE, np.frombuffer(pointers, dtype=np.uint64)[kept]
     )
-    after_own_allocation = np.zeros(count, dtype=bool)
-    after_own_allocation[1:] = (pointer_sorted[1:] == pointer_sorted[:-1]) & (kind_sorted[:-1] == ALLOCATE_CODE)
+    kind_sorted, size_sorted = kinds[order], size_values[order]
     taken = np.zeros(count, dtype=np.int64)
     taken[1:] = size_sorted[:-1]
     change_sorted = np.where(kind_sorted == ALLOCATE_CODE, size_sorted, np.where(after_own_allocation, -taken, 0))
@@ -98,19 +109,11 @@ def first_unpaired(
     lanes = lanes_by_column(devices, processes, sources)
     if lanes is None:
         return None
-    lane = lanes[1][kept]
-    pointer = np.frombuffer(pointers, dtype=np.uint64)[kept]
-    order = np.lexsort((kept, pointer, lane))  # each (lane, pointer)'s events, in trace order
-    lane, pointer, kind, size = (
-        lane[order],
-        pointer[order],
-        codes[kept][order],
-        np.frombuffer(sizes, dtype=np.int64)[kept][order],
+    kind = codes[kept]
+    order, after_allocation = pairs_by_column(
+        kind == ALLOCATE_CODE, np.frombuffer(pointers, dtype=np.uint64)[kept], lanes[1][kept]
     )
-    same = np.zeros(len(order), dtype=bool)
-    same[1:] = (lane[1:] == lane[:-1]) & (pointer[1:] == pointer[:-1])
-    after_allocation = np.zeros(len(order), dtype=bool)
-    after_allocation[1:] = same[1:] & (kind[:-1] == ALLOCATE_CODE)
+    kind, size = kind[order], np.frombuffer(sizes, dtype=np.int64)[kept][order]
     held = np.zeros(len(order), dtype=np.int64)
     held[1:] = size[:-1]
     bad = np.where(

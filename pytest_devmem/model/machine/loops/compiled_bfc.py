@@ -184,18 +184,12 @@ class _State:
         np, k, replay = self.np, self.kernel, self.replay
         lanes, bins = replay.lanes, k.NUM_BINS
         self.started = started = [(lane, allocator) for lane, allocator in enumerate(lanes) if allocator is not None]
-        devices: list[Any] = []
-        device_index: dict[int, int] = {}
-        counts: list[list[int]] = []
-        counts_index: dict[int, int] = {}
+        # the started lanes' devices and sources' counts, each once, in the order their lanes come
+        devices = list({id(allocator.device): allocator.device for _, allocator in started}.values())
+        counts = list({id(allocator.counts): allocator.counts for _, allocator in started}.values())
+        device_index = {id(device): d for d, device in enumerate(devices)}
+        counts_index = {id(source): c for c, source in enumerate(counts)}
         pool_lane = {id(allocator.pool): lane for lane, allocator in started}
-        for _, allocator in started:
-            if id(allocator.device) not in device_index:
-                device_index[id(allocator.device)] = len(devices)
-                devices.append(allocator.device)
-            if id(allocator.counts) not in counts_index:
-                counts_index[id(allocator.counts)] = len(counts)
-                counts.append(allocator.counts)
         self.devices, self.counts = devices, counts
         pools = np.zeros((len(lanes), k.P_FIELDS), dtype=np.int64)
         tables = []

@@ -36,6 +36,8 @@ def replay_ondemand_columns(replay: Replay) -> int | None:
         return None
     import numpy as np
 
+    from ...trace.by_column import pairs_by_column  # numpy, as above
+
     actions = np.frombuffer(trace.actions, dtype=np.uint8)
     if (actions > 2).any():
         return None
@@ -54,13 +56,8 @@ def replay_ondemand_columns(replay: Replay) -> int | None:
         else np.asarray(replay.lane_codes, dtype=np.int64)[kept]
     )
 
-    # each free matched to its allocation: a lane's events of one pointer, in trace order
-    order = np.lexsort((pointers, lanes))
-    sorted_lanes, sorted_pointers, sorted_allocation = lanes[order], pointers[order], allocation[order]
-    follows_own = np.zeros(events, dtype=bool)
-    follows_own[1:] = (
-        (sorted_lanes[1:] == sorted_lanes[:-1]) & (sorted_pointers[1:] == sorted_pointers[:-1]) & sorted_allocation[:-1]
-    )
+    order, follows_own = pairs_by_column(allocation, pointers, lanes)  # each free matched to its allocation
+    sorted_allocation = allocation[order]
     if (~sorted_allocation & ~follows_own).any() or (sorted_allocation & follows_own).any():
         return None  # a free of a buffer not live on its lane, or a pointer allocated twice while live
     allocated_at = np.zeros(events, dtype=np.int64)  # for a free: the position of its allocation
@@ -158,15 +155,8 @@ def replay_ondemand_columns(replay: Replay) -> int | None:
             at_peak = positions[
                 (positions <= peak_position) & (freed_at[positions] > peak_position) & allocation[positions]
             ]
-            ordered = sorted(zip(rounded[at_peak].tolist(), kept[at_peak].tolist()))
-            pools.append(
-                PoolMap(
-                    allocator.source,
-                    allocator.process,
-                    tuple(size for size, _ in ordered),
-                    tuple((i, 0, size, index) for i, (size, index) in enumerate(ordered)),
-                )
-            )
+            buffers = list(zip(rounded[at_peak].tolist(), kept[at_peak].tolist()))
+            pools.append(PoolMap.on_demand(allocator.source, allocator.process, buffers))
         replay.snapshots[device.name] = MapSnapshot(device.name, device.peak_event, tuple(pools))
     return count - 1
 
