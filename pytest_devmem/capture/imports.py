@@ -55,6 +55,10 @@ def on_import(name: str, callback: Callable[[ModuleType], None]) -> None:
         sys.meta_path.insert(0, _finder)
 
 
-def forget(name: str) -> None:
-    """Drop the callbacks still waiting for `name`."""
-    _finder.callbacks.pop(name, None)
+def forget(name: str, callback: Callable[[ModuleType], None]) -> None:
+    """Drop `callback` if it is still waiting for `name`. Whoever registered one forgets it when it
+    closes: the callbacks outlive a pytest session (one process may run several, as pytester's
+    in-process runs do), and one left would run in a later session, on the import it waited for."""
+    waiting = _finder.callbacks.get(name, [])
+    if callback in waiting:
+        waiting.remove(callback)

@@ -18,7 +18,7 @@ import gc
 import os
 import sys
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +27,7 @@ from ..model.framework_rules import BY_SOURCE, JAX, TENSORFLOW
 from ..model.trace import ALLOCATE, Trace, TraceEvent
 from . import TraceRecorder
 from .framework import FrameworkCapture
-from .imports import on_import
+from .imports import forget, on_import
 from .jax import JaxCapture, jax_backend_started
 from .sources import Reading, Sampler, Source
 from .sources.jax import JaxSource
@@ -129,6 +129,7 @@ class Measurement:
         if device.kind is DeviceKind.CUDA and device.index is not None:  # NVML reads what its driver says
             self.sources.insert(0, NvmlSource(self.sampler, device.index, uuid=device.uuid))
         self._watching = False
+        self._waiting: list[tuple[str, Callable[[Any], None]]] = []  # import hooks, forgotten at close
         self._warned_platform = False
         self._forks_before = 0  # this process's forks when the window opened
 
@@ -137,7 +138,9 @@ class Measurement:
         if not self._watching:
             self._watching = True
             for source, capture in self.captures.items():
-                on_import(str(BY_SOURCE[source].module), functools.partial(_install, capture))
+                waiting = (str(BY_SOURCE[source].module), functools.partial(_install, capture))
+                self._waiting.append(waiting)
+                on_import(*waiting)
 
     def start(self, thaw: bool = False) -> None:
         """Open the test's window. `thaw`: first return what earlier windows froze to the collector
@@ -250,6 +253,8 @@ class Measurement:
 
     def close(self) -> None:
         gc.unfreeze()  # the process's collector as it was: nothing stays frozen after the session
+        while self._waiting:  # a framework first imported after this session installs nothing of it
+            forget(*self._waiting.pop())
         try:
             for source in self.sources:
                 source.close()

@@ -104,20 +104,35 @@ def test_at_equal_times_a_free_comes_before_the_allocation_that_reuses_its_addre
     ]
 
 
-def test_paused_spans_after_the_end_and_host_memory_beside_a_gpu_are_left_out() -> None:
+def test_paused_spans_and_host_memory_beside_a_gpu_are_left_out_and_what_falls_after_the_end_is_kept_at_it() -> None:
     events = [
         event(1_100_000_000, True, 0x1, 10, allocator="GPU_0_bfc", op="InPause"),  # at 0.6 s, inside the pause
         event(1_200_000_000, True, 0x2, 20, allocator="GPU_0_bfc", op="Kept"),
         event(1_250_000_000, True, 0x3, 30, allocator="gpu_host_bfc", op="Staging"),
         event(1_300_000_000, False, 0x1, allocator="GPU_0_bfc"),  # its free is not the window's either
         event(1_350_000_000, False, 0x3, allocator="gpu_host_bfc"),
-        event(9_000_000_000, True, 0x4, 40, allocator="GPU_0_bfc", op="After"),  # at 8.5 s, after the end
-        event(9_100_000_000, False, 0x2, allocator="GPU_0_bfc"),  # freed after the end: stays live
+        # at 8.5 s and 8.6 s, after the end at 5.0 s: the profiler stops after the window closes, when
+        # only the plugin runs, so this is the two clocks' disagreement: kept, at the window's end
+        event(9_000_000_000, True, 0x4, 40, allocator="GPU_0_bfc", op="After"),
+        event(9_100_000_000, False, 0x2, allocator="GPU_0_bfc"),
     ]
     converted = trace_events(events, CLOCK, end=5.0, tensorflow_has_gpu=True, paused=[(0.55, 0.65)])
-    assert shape(converted.events) == [("allocate", 1, 20, 0.7, "Kept")]
-    assert converted.events[0].device == "gpu:0"
+    assert shape(converted.events) == [
+        ("allocate", 1, 20, 0.7, "Kept"),
+        ("allocate", 2, 40, 5.0, "After"),
+        ("free", 1, 20, 5.0, "Kept"),
+    ]
+    assert {e.device for e in converted.events} == {"gpu:0"}
     assert converted.host_allocators == {"gpu_host_bfc"}
+
+
+def test_the_window_clock_pairs_the_wall_clock_with_the_closest_two_readings_of_the_windows() -> None:
+    """A pair read one after the other is off by however long the thread waited between the reads:
+    of a few tries, the one read in the least time, at the midpoint of its two window readings."""
+    window = iter([0.0, 0.020, 1.0, 1.000002, 2.0, 2.001])  # the first and last tries waited 20 ms and 1 ms
+    wall = iter([100, 200, 300])
+    clock = WindowClock.read(lambda: next(window), lambda: next(wall), tries=3)
+    assert clock == WindowClock(wall_ns=200, window_s=pytest.approx(1.000001))
 
 
 def test_the_recorder_keeps_its_pauses_and_its_end_for_captures_that_read_events_afterwards() -> None:
@@ -516,6 +531,33 @@ def test_a_test_with_its_own_profiler_session_gets_it_and_its_record_falls_back_
     assert [(e.action, e.label) for e in trace] == [("allocate", PEAK_LABEL)]
     after = records["test_after"]  # the next test is traced again
     assert after["trace"]["notes"] == [] and 8_000_000 <= after["peak_bytes_in_use"] < 8_100_000
+
+
+def test_a_capture_made_while_another_captures_patch_is_in_place_still_gets_the_profiler(
+    tensorflow_loaded: object,
+) -> None:
+    """A capture's patch of TensorFlow's profiler class names the class it wraps: a capture made while
+    one is in place (one left by a session that never closed) uses the class, not the patch."""
+    from tensorflow.python.profiler.internal import _pywrap_profiler
+
+    real = _pywrap_profiler.ProfilerSession
+    left = TensorFlowCapture(TraceRecorder())
+    later = TensorFlowCapture(TraceRecorder())
+    try:
+        assert left.install() and _pywrap_profiler.ProfilerSession is not real
+        assert later.install(), later.note
+        recorder = later._recorder
+        recorder.begin()
+        later.begin()
+        kept = tensorflow_loaded.ones((1024,))  # type: ignore[attr-defined]
+        recorder.end()
+        events, notes = later.end()
+        assert notes == [] and events is not None and 4096 in [e.size for e in events if e.action == "allocate"]
+        del kept
+    finally:
+        later.uninstall()
+        left.uninstall()
+    assert _pywrap_profiler.ProfilerSession is real
 
 
 def test_a_tensorflow_without_the_profiler_api_falls_back_to_the_peak(

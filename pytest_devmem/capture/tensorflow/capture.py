@@ -4,7 +4,6 @@ events made trace events; where the profiler cannot serve, the allocator's peak 
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -93,6 +92,7 @@ class TensorFlowCapture:
                 capture._problem = OWN_SESSION
             return original(*args, **kwargs)
 
+        ProfilerSession.__wrapped__ = original  # type: ignore[attr-defined]  # what a later ProfilerRun uses
         return ProfilerSession
 
     def _read_functions_before_they_go(self) -> None:
@@ -144,7 +144,7 @@ class TensorFlowCapture:
         except ProfilerUnavailable as exc:
             self._problem = str(exc)
             return
-        self._clock = WindowClock(time.time_ns(), self._recorder.now())
+        self._clock = WindowClock.read(self._recorder.now)
 
     def end(self, reading: Reading | None = None) -> TensorFlowWindow:
         """Close the window: its trace events, in time order on the recorder's clock, and notes."""

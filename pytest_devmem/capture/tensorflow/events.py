@@ -3,7 +3,9 @@
 Sizes are the bytes requested (the model of the machine rounds them as the allocator would). A
 deallocation frees the latest live allocation at its allocator and address; one without any (the
 buffer was allocated before the window, or while it was paused) is left out, and so is everything
-allocated while the window was paused or after it closed. Devices come from allocator names:
+allocated while the window was paused. The profiler runs from the window's opening until after it
+closes, when only the plugin runs, so an event the clocks place outside the window is kept at its
+edge. Devices come from allocator names:
 `GPU_<k>_bfc` (TensorFlow's GPU allocator, tensorflow/core/common_runtime/gpu/gpu_device.cc) is
 `gpu:<k>`; on a machine where TensorFlow has no GPU its CPU allocator is `cpu:0`; where it has one,
 its host allocators (pinned staging memory, `gpu_host_bfc`, and the CPU's) are not device memory
@@ -13,6 +15,7 @@ and are left out.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -51,6 +54,24 @@ class WindowClock:
     def seconds(self, time_ns: int) -> float:
         return self.window_s + (time_ns - self.wall_ns) / 1e9
 
+    @classmethod
+    def read(
+        cls, window_now: Callable[[], float], wall_ns: Callable[[], int] = time.time_ns, tries: int = 5
+    ) -> WindowClock:
+        """The wall clock read between two readings of the window's; of a few tries, the one whose
+        two readings are closest, paired with their midpoint. A single pair read one after the other
+        is off by however long the thread was held between them (another thread took the
+        interpreter, the machine was busy), and every event of the window with it."""
+        best: tuple[float, int, float] | None = None
+        for _ in range(tries):
+            before = window_now()
+            wall = wall_ns()
+            after = window_now()
+            if best is None or after - before < best[2] - best[0]:
+                best = (before, wall, after)
+        assert best is not None
+        return cls(best[1], (best[0] + best[2]) / 2)
+
 
 @dataclass
 class Converted:
@@ -84,14 +105,16 @@ def trace_events(
     threads: dict[int, int] = {}
     ordered = sorted(events, key=lambda event: (event.time_ns, event.allocate))
     for event in ordered:
-        time = max(0.0, clock.seconds(event.time_ns))
+        # the profiler runs from the window's start until after its end, when only the plugin runs: an
+        # event placed outside the window is the clocks' disagreement, and is kept at its edge
+        time = min(max(0.0, clock.seconds(event.time_ns)), end)
         key = (event.allocator, event.address)
         if event.allocate:
             device = allocator_device(event.allocator, tensorflow_has_gpu)
             if device is None:
                 converted.host_allocators.add(event.allocator)
                 continue
-            in_window = time <= end and not _paused(time, paused) and event.requested_bytes > 0
+            in_window = not _paused(time, paused) and event.requested_bytes > 0
             buffer_id = len(allocations) + 1 if in_window else 0
             live.setdefault(key, []).append(buffer_id)
             if not buffer_id:
@@ -110,7 +133,7 @@ def trace_events(
         if not stack:
             continue  # allocated before the window (or by a host allocator): not the window's
         buffer_id = stack.pop()
-        if not buffer_id or time > end:
+        if not buffer_id:
             continue
         size, name, device, site = allocations[buffer_id]
         thread = threads.setdefault(event.thread, len(threads))

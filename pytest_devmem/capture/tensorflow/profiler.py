@@ -19,6 +19,7 @@ thread writes there in that fraction of a millisecond.
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import tempfile
@@ -83,7 +84,8 @@ class ProfilerRun:
         except ImportError as exc:
             raise ProfilerUnavailable(f"TensorFlow's profiler could not be imported ({exc})") from None
         self.module = _pywrap_profiler
-        self.session_class = _pywrap_profiler.ProfilerSession  # kept: the module's name may be patched
+        # kept: the module's name may be patched; a capture's patch (capture.py) names the class it wraps
+        self.session_class = inspect.unwrap(_pywrap_profiler.ProfilerSession)
         missing = [name for name in ("start", "export_to_tb") if not hasattr(self.session_class, name)]
         if missing:
             raise ProfilerUnavailable(f"this TensorFlow's profiler session lacks {', '.join(missing)}")
