@@ -284,6 +284,58 @@ def test_what_jax_prints_as_its_backends_start_stays_in_the_tests_captured_outpu
     assert "BACKENDS STARTING" not in result.stdout.str() + result.stderr.str()
 
 
+def test_the_test_that_starts_jax_gets_the_record_of_any_other_when_a_plugin_logs_its_failure(
+    pytester: pytest.Pytester,
+) -> None:
+    """Where a plugin fails as JAX's backends start (the CUDA plugin without its libraries), JAX logs
+    the failure with its traceback (xla_bridge's `discover_pjrt_plugins`), in whichever test starts
+    them; pytest keeps the record, and its frames held that test's first array past its window. The
+    record keeps the traceback as text: printed the same, and both tests measured alike."""
+    pytest.importorskip("jax")
+    pytester.makeconftest(
+        """
+        import logging
+        import jax
+        from jax._src import xla_bridge
+
+        _backends = xla_bridge.backends
+
+        def failing_plugin_backends(*args, **kwargs):
+            if not xla_bridge._backends:  # as JAX logs a plugin's failure once, when its backends start
+                try:
+                    raise RuntimeError("the plugin's library could not be loaded")
+                except RuntimeError:
+                    logging.getLogger("jax._src.xla_bridge").exception(
+                        "Jax plugin configuration error: Exception when calling %s.initialize()", "a_plugin"
+                    )
+            return _backends(*args, **kwargs)
+
+        xla_bridge.backends = failing_plugin_backends
+        """
+    )
+    pytester.makepyfile(
+        """
+        import jax.numpy as jnp
+
+        def test_first(caplog):
+            x = jnp.ones((256, 256)).block_until_ready()
+            assert x.shape == (256, 256)
+            assert "Traceback" in caplog.text and "the plugin's library could not be loaded" in caplog.text
+
+        def test_second(caplog):
+            x = jnp.ones((256, 256)).block_until_ready()
+            assert x.shape == (256, 256)
+        """
+    )
+    result = pytester.runpytest_subprocess("--devmem-mode=prealloc", "-p", "no:cacheprovider", "--devmem-report=r.json")
+    result.assert_outcomes(passed=2)
+    first, second = (
+        (record["peak_bytes_in_use"], *(record["trace"][key] for key in ("events", "by_source", "at_peak", "profile")))
+        for record in json.loads((pytester.path / "r.json").read_text())["records"]
+    )
+    assert first == second  # the first compiled its programs, the second found them: the same allocations
+
+
 def test_a_worker_interrupted_in_jaxs_gc_callback_at_shutdown_prints_no_warning(pytester: pytest.Pytester) -> None:
     """execnet sends a worker still busy 5 s after the session ended a SIGINT; it lands in JAX's
     `_xla_gc_callback` more often than not (see ignore_shutdown_interrupt_in_jax_gc). Made to happen

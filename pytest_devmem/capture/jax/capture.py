@@ -17,6 +17,7 @@ rather than report a partial figure. Tested with JAX 0.10.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from threading import get_ident
@@ -25,6 +26,7 @@ from typing import Any
 from ..call_sites import CallSites
 from ..framework import Patches
 from ..recorder import FLUSH_CHECK, TraceRecorder
+from .backend_log import BACKENDS_LOGGER, KeptAsText
 from .executables import ExecutablePlan, Executables, source_of
 from .holdings import Holdings, Owner
 from .lowering import compiling_for_target
@@ -53,6 +55,7 @@ class JaxCapture(RunRecording):
         self._executables = Executables(lambda: None)
         self._shards = ShardSizes()
         self._patches = Patches()
+        self._backend_log = KeptAsText()  # JAX's backend-start log kept as text (backend_log.py)
         self._array_type: Any = type(None)  # jaxlib's ArrayImpl, once installed
         self._jax_array: Any = type(None)  # jax.Array: device values, never host transfers
         self._flatten: Callable[[Any], list[Any]] = lambda tree: [tree]
@@ -151,6 +154,7 @@ class JaxCapture(RunRecording):
         self._post_hook = self._fast_hook()
         slot.subscribe(self._post_hook)
         self._listen_to_compiles()
+        logging.getLogger(BACKENDS_LOGGER).addFilter(self._backend_log)
         cache.clear_all()  # fast-path entries made before the hooks name no executable the capture knows
         if self.installed_sizer is not None and hasattr(jax_module, "clear_caches"):
             # what JAX compiled before the sizer went in (at import, in a test nobody measured) would
@@ -163,6 +167,7 @@ class JaxCapture(RunRecording):
     def uninstall(self) -> None:
         """Put JAX's own functions back."""
         self._patches.restore()
+        logging.getLogger(BACKENDS_LOGGER).removeFilter(self._backend_log)
         if self.sizer is not None:
             self.sizer.uninstall()
         if self._post_hook is not None:  # subscribed: JAX is imported, and the slot made
