@@ -38,6 +38,20 @@ def mappings(data: Mapping[str, object], key: str) -> list[dict[str, object]] | 
     return [dict(item) for item in value if isinstance(item, dict)] if isinstance(value, list) else None
 
 
+def texts(data: Mapping[str, object], key: str) -> list[str] | None:
+    """`data[key]` where it is a list: its items as text, else None."""
+    value = data.get(key)
+    return [str(item) for item in value] if isinstance(value, list) else None
+
+
+def counts(data: Mapping[str, object], key: str) -> dict[str, int] | None:
+    """`data[key]` where it is an object: its whole-number values by name, else None."""
+    found = mapping(data, key)
+    if found is None:
+        return None
+    return {str(name): size for name in found if (size := whole(found, name)) is not None}
+
+
 def attributes(record: object, names: str) -> dict[str, object]:
     """`record`'s attributes `names` (space-separated), by name and in that order: a JSON form's
     fields that are the record's own as they are."""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..capture.sources.base import Reading
 from ..compile_store import is_key
-from ..json_fields import attributes, mapping, mappings, number, text, whole
+from ..json_fields import attributes, counts, mapping, mappings, number, text, texts, whole
 from ..model.buffers import ProgramBuffers, lines_from_json
 from ..model.pool.policy import canonical_label
 from ..model.whatif import WhatIf
@@ -84,26 +84,12 @@ class BaselineEntry:
     lines: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
-def _counts(data: Mapping[str, object], key: str) -> dict[str, int] | None:
-    """`data[key]` where it is an object: its whole-number values by name, else None."""
-    found = mapping(data, key)
-    if found is None:
-        return None
-    return {str(name): size for name in found if (size := whole(found, name)) is not None}
-
-
 def _lines(value: object) -> dict[str, dict[str, int]] | None:
     """Lines at the peak as a report holds them, checked (model/buffers.lines_from_json); None where unreadable."""
     try:
         return lines_from_json(value) if value is not None else None
     except ValueError:
         return None
-
-
-def _texts(data: Mapping[str, object], key: str) -> list[str] | None:
-    """`data[key]` where it is a list: its items as text, else None."""
-    found = data.get(key)
-    return [str(item) for item in found] if isinstance(found, list) else None
 
 
 TRACE_FIELDS = (
@@ -144,16 +130,16 @@ class TraceFacts:
         found = cls(
             events=whole(data, "events"),
             by_source=mapping(data, "by_source"),
-            order=_texts(data, "order"),
-            at_peak=_counts(data, "at_peak"),
+            order=texts(data, "order"),
+            at_peak=counts(data, "at_peak"),
             lines_at_peak=_lines(data.get("lines_at_peak")),
-            notes=_texts(data, "notes") or [],
+            notes=texts(data, "notes") or [],
             profile=mapping(data, "profile"),
-            kept=_counts(data, "kept"),
+            kept=counts(data, "kept"),
             executables=mapping(data, "executables"),
             buffers=mapping(data, "buffers"),
-            compiled=_texts(data, "compiled"),
-            needed=_counts(data, "needed"),
+            compiled=texts(data, "compiled"),
+            needed=counts(data, "needed"),
             functions=mapping(data, "functions"),
             file=text(data, "file"),
         )
