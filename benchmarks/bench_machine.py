@@ -155,19 +155,26 @@ def trace_bytes(trace: Trace) -> int:
     return sum(sys.getsizeof(column) for column in columns) + sum(sys.getsizeof(name) for name in trace.names)
 
 
-def measure_memory(events: int, capacity: int) -> dict[str, float | int | None]:
-    """Record and replay `events` events in this process; what each cost. Run it in a fresh one."""
+def measure_memory(events: int, capacity: int, kernel_first: bool = False) -> dict[str, float | int | None]:
+    """Record and replay `events` events in this process; what each cost. Run it in a fresh one.
+    With `kernel_first`, the compiled loop is loaded (numba and its kernel, once a process) by the
+    replay of a short trace before anything is measured, and what that took is `kernel_load_bytes`:
+    the replay's growth is then its own."""
+    spec, setups = MachineSpec(capacity, "sim"), setups_for(Policy.of("prealloc"), capacity)
+    loaded = None
+    if kernel_first and compiled_bfc.available():
+        start = peak_rss()
+        run_machine(record_steps(4 * compiled_bfc.COMPILED_FROM_EVENTS), setups, spec)
+        end = peak_rss()
+        loaded = None if start is None or end is None else end - start
     gc.collect()
     before = peak_rss()
     trace = record_steps(events)
     recorded = peak_rss()
-    spec, setups = MachineSpec(capacity, "sim"), setups_for(Policy.of("prealloc"), capacity)
     gc.collect()
-    gc.disable()
-    start = time.perf_counter()
+    start = time.perf_counter()  # the collector on, as in a session: numba's load makes garbage of its own
     run = run_machine(trace, setups, spec)
     seconds = time.perf_counter() - start
-    gc.enable()
     replayed = peak_rss()
     return {
         "events": len(trace),
@@ -176,12 +183,13 @@ def measure_memory(events: int, capacity: int) -> dict[str, float | int | None]:
         "replay_bytes": None if recorded is None or replayed is None else replayed - recorded,
         "replay_events_per_second": len(trace) / seconds,
         "peak_bytes_in_use": run.devices[0].peak_bytes_in_use if run.devices else 0,
+        "kernel_load_bytes": loaded,
     }
 
 
-def memory_in_fresh_process(events: int, capacity: int) -> dict[str, float | int | None]:
+def memory_in_fresh_process(events: int, capacity: int, kernel_first: bool = False) -> dict[str, float | int | None]:
     """`measure_memory` in a child process, so that its peak memory is this measurement's alone."""
-    code = f"import json; from benchmarks.bench_machine import measure_memory; print(json.dumps(measure_memory({events}, {capacity})))"
+    code = f"import json; from benchmarks.bench_machine import measure_memory; print(json.dumps(measure_memory({events}, {capacity}, {kernel_first})))"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -278,6 +286,13 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"  replay    {shown_bytes(memory['replay_bytes'], count)} peak RSS growth, {memory['replay_events_per_second']:,.0f} events/s"
     )
+    # the same with the compiled loop loaded first: the replay's own growth, and the load's
+    if compiled_bfc.available():
+        loaded = memory_in_fresh_process(events, capacity, kernel_first=True)
+        print(
+            f"  replay    {shown_bytes(loaded['replay_bytes'], count)} peak RSS growth, {loaded['replay_events_per_second']:,.0f} events/s,"
+            f" the compiled loop loaded before (its load: {shown_bytes(loaded['kernel_load_bytes'], 1).split(' (')[0]}, once a process)"
+        )
     return 0
 
 
