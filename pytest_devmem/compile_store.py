@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import FileFormatError
-from .files import ensure_directory, frames_from, read_text, write_atomic
+from .files import ensure_directory, frames_from, loads_json, read_text, write_atomic
 
 STORE_DIRECTORY = ".compiled"
 """The store's folder in a device class's baselines directory."""
@@ -81,7 +81,7 @@ def read_entry(path: Path) -> tuple[dict[str, Any] | None, str | None]:
         return None, None
     try:
         text = read_text(path, "entry of compiled sizes", ENTRY_LIMIT)
-        data = json.loads(text)
+        data: Any = loads_json(text)  # entry_problem checks what it holds
     except FileFormatError as exc:
         return None, str(exc)
     except json.JSONDecodeError as exc:

@@ -24,6 +24,7 @@ from ..model.buffers import ProgramBuffers, lines_from_json
 from ..model.frameworks import AllocatorSetup, setups_for
 from ..model.machine import MachineSpec
 from ..model.pool import Policy
+from ..model.pool.policy import canonical_label
 from ..model.regime import tpu_replay_policy
 from ..model.tpu_devices import as_tpu_chips
 from ..model.tpu_targets import tpu_spec
@@ -199,6 +200,11 @@ def from_report(report: ReportFile) -> dict[Key, Measured]:
             buffers=_report_buffers(trace),
             lines=_report_lines(trace),
         )
+    device_class = str(report.session.get("device_class", ""))
+    for entry in report.unrecorded if device_class else ():
+        # a test the session measured that ran and left no figures (skipped, xfailed): its reason, not "not run"
+        key = (str(entry["test_id"]), canonical_label(str(entry["regime"])), device_class)
+        found.setdefault(key, Measured({}, {str(k): str(v) for k, v in versions.items()}, reason=str(entry["reason"])))
     return found
 
 

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import InputError
+from ..gate.record import headline_peak
 from ..json_fields import whole
 from ..model.machine import run_machine
 from ..model.pool import Policy
@@ -54,9 +55,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     check_picture_path(args.output)  # before any work: a wrong extension, a directory in the way
     if args.targets:
         return plot_targets(args.input, args.output, args.test, args.mode, args.fraction, args.device)
-    timeline, title = plot_input(args.input, args.test, args.mode, args.fraction, args.device)
+    timeline, title, chosen = plot_input(args.input, args.test, args.mode, args.fraction, args.device)
     write_plot(timeline, args.output, title)
-    print_text(f"wrote {args.output}\n")
+    print_text(f"wrote {args.output}: {title}{f' ({chosen})' if chosen else ''}\n")
     if timeline.oom:  # said in words too, as the picture says it: a picture is not opened by a CI log
         print_text(f"{oom_caption(timeline)}\n")
     return 0
@@ -64,24 +65,31 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def plot_input(
     path: Path, test: str | None, mode: str | None, fraction: str | None, device_spec: str | None
-) -> tuple[TimelineView, str]:
-    """The picture to draw and its title: from a trace file (with the regime and device given), or
-    from a JSON report's record (its regime and device; its trace written by --devmem-traces)."""
+) -> tuple[TimelineView, str, str]:
+    """The picture to draw, its title, and why that record where several could be drawn: from a trace
+    file (with the regime and device given), or from a JSON report's record (its regime and device;
+    its trace written by --devmem-traces)."""
     if path.suffix.lower() in TRACE_SUFFIXES:  # a trace's CSV or Arrow file; else a JSON report
         replay = trace_on_machine(path, mode, fraction, device_spec, fallback_mode="prealloc")
         title = f"{path.name} under {replay.policy.label} on {replay.spec.name}"
-        return build_view(
-            run_machine(replay.trace, replay.setups, replay.spec, timeline=True),
-            replay.trace,
-            replay.policy.label,
-            replay.setups,
-        ), title
+        return (
+            build_view(
+                run_machine(replay.trace, replay.setups, replay.spec, timeline=True),
+                replay.trace,
+                replay.policy.label,
+                replay.setups,
+            ),
+            title,
+            "",
+        )
     given = trace_only_flags(mode, fraction, device_spec)
     if given:
         raise InputError(
             f"{path}: {given} only to a trace file (.csv, .arrow); a report's record is drawn under its own regime and device"
         )
     report = read_report(path)
+    if not report.records:
+        raise InputError(f"{path}: a report with no records (no test was measured): nothing to draw")
     records = [r for r in report.records if test is None or test in str(r["test_id"])]
     if not records:
         raise InputError(f"{path}: no record's test id contains {test!r}")
@@ -91,9 +99,7 @@ def plot_input(
         raise InputError(
             f"{path}: no record{which} has a trace file: run pytest with --devmem-traces=DIR and --devmem-report"
         )
-    record = max(
-        traced, key=lambda r: whole(r, "peak_bytes_in_use") or 0
-    )  # several match: the largest, as without --test
+    record = max(traced, key=lambda r: headline_peak(r) or 0)  # several match: the largest, as without --test
     session = report.session
     capacity = whole(session, "device_capacity_bytes")
     if capacity is None or capacity <= 0:
@@ -108,9 +114,15 @@ def plot_input(
     spec, setups = machine_of(
         capacity, device_name, major, policy, unnamed_device(trace), tpu=tpu_spec(device_name) is not None
     )
-    return build_view(
-        run_machine(trace, setups, spec, timeline=True), trace, policy.label, setups
-    ), f"{record['test_id']} under {policy.label} on {device_name}"
+    chosen = ""
+    if len(traced) > 1:
+        which = f"whose test id contains {test!r}" if test else "with a trace"
+        chosen = f"the largest peak of {len(traced)} records {which}; --test with more of an id draws another"
+    return (
+        build_view(run_machine(trace, setups, spec, timeline=True), trace, policy.label, setups),
+        f"{record['test_id']} under {policy.label} on {device_name}",
+        chosen,
+    )
 
 
 def trace_only_flags(mode: str | None, fraction: str | None, device_spec: str | None) -> str:

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from ..compile_store import STORE_DIRECTORY, is_key
-from ..errors import FileFormatError
+from ..errors import DevmemError, FileFormatError
 from ..files import file_name, read_json
 from ..model.buffers import lines_from_json, programs_from_json
-from ..model.pool.policy import canonical_label
+from ..model.pool.policy import Policy, canonical_label
 from ..model.profile import decode_profile
 from .record import BaselineEntry, compiler_keys, requested_peak_only
 from .tolerance import METRICS
@@ -174,8 +174,19 @@ def figure_problem(name: str, value: object) -> str | None:
         return f"{name} is {value!r}, not a finite number"
     if value < 0:
         return f"{name} is {value!r}: figures are never negative"
-    if name == "fragmentation" and value > 1:
-        return f"fragmentation is {value!r}: it lies between 0 and 1"
+    if name == "fragmentation":
+        return f"fragmentation is {value!r}: it lies between 0 and 1" if value > 1 else None
+    if isinstance(value, float) and not value.is_integer():
+        return f"{name} is {value!r}, not a whole number of bytes"
+    return None
+
+
+def regime_problem(label: str) -> str | None:
+    """Why a stored regime label names no regime (`prealloc`, `fraction=0.5`, `growth(fraction=0.5)`...), or None."""
+    try:
+        Policy.from_label(label)
+    except DevmemError as exc:
+        return f"regime {label!r} is none: {exc}"
     return None
 
 
@@ -200,6 +211,9 @@ def read_file(path: Path, device_class: str | None = None) -> list[BaselineEntry
         if not isinstance(regimes, dict):
             raise fail(f"record {test_id!r} must be an object of regimes", json.dumps(test_id))
         for stored_regime, data in regimes.items():
+            problem = regime_problem(stored_regime)
+            if problem:
+                raise fail(f"record {test_id!r} {problem}", json.dumps(stored_regime))
             regime = canonical_label(stored_regime)  # an older file's "default" is prealloc
             if regime != stored_regime and regime in regimes:
                 continue  # the record under its explicit name wins

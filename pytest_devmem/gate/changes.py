@@ -138,7 +138,7 @@ class Comparison:
 
 
 LEGACY_NOTE = (
-    "the baseline stores no allocator's count (baseline format 1, written by an earlier pytest-devmem), so its peak is "
+    "the baseline stores no allocator's count (written by an earlier pytest-devmem, or from its report), so its peak is "
     "compared as requested bytes; --devmem-update stores what the allocator counts"
 )
 

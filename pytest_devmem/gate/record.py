@@ -28,6 +28,10 @@ def kept_cpu_sizes(record: TestRecord) -> list[str]:
     return [note for note in record.trace.notes if KEPT_CPU_SIZES in note] if record.trace is not None else []
 
 
+OUTCOMES = ("passed", "failed", "skipped")
+"""A record's outcome: its test's call as pytest reported it (an xfail is skipped, an xpass passed),
+or failed by pytest-devmem's checks."""
+
 DEVICE_METRICS = ("peak_bytes_in_use", "peak_bytes_reserved", "fragmentation", "peak_bytes_requested")
 """A device's figures a baseline keeps, in the order they are written."""
 

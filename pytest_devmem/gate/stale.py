@@ -7,7 +7,8 @@ among them afterwards. So the session keeps, for every collector pytest expanded
 held (`SuiteShape`), and a baseline is stale only when that proves its test gone: its module (or
 class) was expanded and no longer holds it. A baseline whose module was not collected at all (a
 path not on the command line, `--ignore`, a module that failed to import, a class that was never
-expanded) cannot be judged and is never called stale.
+expanded) cannot be judged and is never called stale; nor can a module that collected no test at
+all (what `--lf` reports for each file it skips), until the file itself is deleted.
 """
 
 from __future__ import annotations

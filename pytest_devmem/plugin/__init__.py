@@ -26,7 +26,7 @@ from .disabled import DisabledSession
 from .environment import conflicts_key, early_env_key, prepare, prepare_late, restore_all, tensorflow_cpu_key
 from .isolation import open_child_channel
 from .session import DevmemSession
-from .settings import PLUGIN_NAME, DevmemFixture, Settings, add_options, load_settings
+from .settings import PLUGIN_NAME, DevmemFixture, Settings, add_options, check_on_device, load_settings
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -67,6 +67,7 @@ def pytest_configure(config: pytest.Config) -> None:
             device = open_device(settings.device_spec)
         except DevmemError as exc:
             raise pytest.UsageError(f"{exc} (from {settings.device_from})") from None
+        check_on_device(config, settings, device)
         target = compile_target(settings, device)
         mark_onednn(config, device)
         try:

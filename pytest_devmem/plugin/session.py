@@ -152,9 +152,12 @@ class DevmemSession:
         self, collector: pytest.Collector
     ) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
         """What each collector holds, as it collected it: the innermost wrapper, so before any
-        plugin filters the result (--lf does); selection (-k, node ids, shards) comes later."""
+        plugin filters the result (--lf does); selection (-k, node ids, shards) comes later. A file
+        that comes back holding nothing tells nothing: pytest's --lf hands back such a report, in
+        place of collecting it, for each file that held no failure (`LFPluginCollSkipfiles`,
+        _pytest/cacheprovider.py)."""
         report = yield
-        if report.passed:
+        if report.passed and (report.result or not isinstance(collector, pytest.File)):
             self.results.shape.expanded(collector.nodeid, [node.nodeid for node in report.result])
         return report
 

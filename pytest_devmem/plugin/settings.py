@@ -25,7 +25,7 @@ from ..model.targets import parse_targets
 from ..model.tpu_targets import TpuSpec, tpu_min_fraction_refusal, tpu_regime_refusal, tpu_spec
 from ..options import OPTION, OPTIONS, Option, add_option
 from ..present.report import REPORT_FORMATS
-from ..units import parse_size
+from ..units import format_size, parse_size
 from .compile_target import CompileTarget
 from .items import DEFAULT_REGIME
 from .workers import WorkerPlan, gpu_count, plan_workers, worker_index
@@ -255,6 +255,17 @@ def load_settings(config: pytest.Config) -> Settings:
         disable=disable,
         only=only,
     )
+
+
+def check_on_device(config: pytest.Config, settings: Settings, device: Device) -> None:
+    """What can only be checked against the session's device: a CUDA context takes part of the
+    device, at most all of it (where nothing is left, every allocation fails for capacity)."""
+    context = settings.cuda_context_bytes
+    if context is not None and context > device.capacity:
+        raise pytest.UsageError(
+            f"{_setting_text(config, OPTION['cuda-context'], format_size(context))} is more than the device "
+            f"{device.name} holds ({format_size(device.capacity)}): a CUDA context takes part of a device, at most all of it"
+        )
 
 
 def _disable_and_only(config: pytest.Config) -> tuple[bool, bool]:

@@ -117,6 +117,8 @@ def compare_rows(found: list[TestVerdict], show_all: bool, sort: str = "status")
             if verdict.status == "out of memory" and verdict.new is not None
             else verdict.comparison.reason
             if verdict.comparison is not None and verdict.comparison.reason
+            else verdict.new.reason  # why a test that ran has no figures (skipped, xfailed)
+            if verdict.new is not None
             else ""
         )
         rows.append(

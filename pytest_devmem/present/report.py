@@ -10,8 +10,8 @@ from pathlib import Path
 
 from ..errors import FileFormatError
 from ..files import read_json
-from ..gate.baseline_files import figure_problem
-from ..gate.record import TestRecord, requested_peak_only
+from ..gate.baseline_files import figure_problem, regime_problem
+from ..gate.record import OUTCOMES, TestRecord, requested_peak_only
 from ..gate.targets import TargetTable
 from ..gate.tolerance import METRICS, parse_tolerance
 from ..json_fields import mappings, number, whole
@@ -335,9 +335,13 @@ def _record_problem(record: object) -> str | None:
         return "not an object"
     if not isinstance(record.get("test_id"), str):
         return "test_id must be text"
-    for name in ("regime", "device_class"):
+    for name in ("regime", "device_class", "outcome"):
         if name in record and not isinstance(record[name], str):
             return f"{name} must be text"
+    if "regime" in record and (problem := regime_problem(record["regime"])):
+        return problem
+    if record.get("outcome") not in (*OUTCOMES, "", None):  # (none in reports older than the field)
+        return f"outcome is {record['outcome']!r}: one of {', '.join(map(repr, OUTCOMES))}"
     for name in METRICS:
         problem = figure_problem(name, record.get(name))
         if problem:

@@ -210,6 +210,23 @@ CORRUPT = {
         + "}}}\n  }\n}\n",
         "not usable JSON: Exceeds the limit",
     ),
+    # a hand merge that kept both sides: JSON's last value would win without a word, and decide the gate
+    "a test twice": (
+        CORRUPT_HEAD
+        + '    "test_workload.py::test_model": {"prealloc": {"metrics": {"peak_bytes_in_use": 4194304}}},\n'
+        + '    "test_workload.py::test_model": {"prealloc": {"metrics": {"peak_bytes_in_use": 83886080}}}\n  }\n}\n',
+        ':7: not usable JSON: the key "test_workload.py::test_model" is in one object twice; keep one of them',
+    ),
+    "fractional peak": (
+        CORRUPT_HEAD
+        + '    "test_workload.py::test_model": {"prealloc": {"metrics": {\n      "peak_bytes_in_use": 4195328.5}}}\n  }\n}\n',
+        ":7: record 'test_workload.py::test_model' metric peak_bytes_in_use is 4195328.5, not a whole number of bytes",
+    ),
+    "unknown regime": (
+        CORRUPT_HEAD
+        + '    "test_workload.py::test_model": {"turbo": {"metrics": {"peak_bytes_in_use": 4194304}}}\n  }\n}\n',
+        ":6: record 'test_workload.py::test_model' regime 'turbo' is none: unknown devmem mode 'turbo'",
+    ),
     "negative peak": (
         CORRUPT_HEAD
         + '    "test_workload.py::test_model": {"prealloc": {"metrics": {\n      "peak_bytes_in_use": -20971620}}}\n  }\n}\n',
@@ -530,6 +547,12 @@ def test_a_test_that_failed_or_was_skipped_at_update_says_why_later(
     stored = json.loads((pytester.path / "baselines" / "sim-16GiB" / "test_flaky.py.json").read_text())["records"]
     assert stored["test_flaky.py::test_flaky"]["prealloc"]["reason"] == "failed when the baselines were updated"
     assert stored["test_flaky.py::test_skipped"]["prealloc"]["reason"] == "skipped: needs the dataset"
+    from pytest_devmem.cli import main
+
+    run(pytester, "--devmem-report=still.json").assert_outcomes(failed=1, skipped=1)
+    assert main(["compare", str(pytester.path / "baselines"), str(pytester.path / "still.json")]) == 0
+    out = capsys.readouterr().out  # skipped again: it ran, with no figures and its reason, never "not run"
+    assert "⚠️ not measured: skipped: needs the dataset" in out and "not run" not in out
     monkeypatch.setenv("FLAKY_PASSES", "1")
     result = run(pytester, "--devmem-report=now.json")
     result.assert_outcomes(passed=2)
@@ -539,8 +562,6 @@ def test_a_test_that_failed_or_was_skipped_at_update_says_why_later(
             "*not baselined, and why*test_flaky.py::test_flaky ?prealloc?: failed when the baselines were updated*",
         ]
     )
-    from pytest_devmem.cli import main
-
     assert main(["compare", str(pytester.path / "baselines"), str(pytester.path / "now.json")]) == 0
     out = capsys.readouterr().out
     assert (
@@ -653,7 +674,7 @@ def test_a_version_1_baseline_is_compared_as_requested_bytes_until_it_is_refresh
     grown.stdout.fnmatch_lines(
         [
             "*peak_bytes_requested: baseline 400.00 MiB, now 700.00 MiB*",
-            "*the baseline stores no allocator's count (baseline format 1*compared as requested bytes*",
+            "*the baseline stores no allocator's count (written by an earlier pytest-devmem*compared as requested bytes*",
         ]
     )
     pytester.runpytest_inprocess("--devmem-device=sim:1GiB", "--devmem-update").assert_outcomes(passed=1)

@@ -32,6 +32,10 @@ def test_one():
             "invalid device 'tpu:0': allowed are auto, sim, sim:SIZE (e.g. sim:16GiB), sim:PRESET (H100-80GB, H200, A100-40GB, A100-80GB, L4, A10G, V100-16GB, T4, TPU-v4, TPU-v5e, TPU-v5p, TPU-v6e), cuda or cuda:N (from --devmem-device)",
         ),
         (["--devmem-device=sim:16G"], "ambiguous size '16G': write 16GiB (powers of 1024) or 16GB (powers of 1000)"),
+        (  # more than the device: a context takes part of it, at most all of it
+            ["--devmem-cuda-context=20GiB"],
+            "--devmem-cuda-context=20.00 GiB is more than the device sim:16GiB holds (16.00 GiB): a CUDA context takes part of a device, at most all of it",
+        ),
         (
             ["--devmem-report=out.xml"],
             "invalid devmem report file 'out.xml' (from --devmem-report): the extension must be one of .json, .csv, .md",

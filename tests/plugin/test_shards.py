@@ -489,11 +489,16 @@ def test_strict_in_a_shard_knows_the_whole_suite(
         result.stdout.fnmatch_lines(["*stale baselines*: test_beta.py::test_other ?prealloc?"])
 
 
-def test_strict_after_last_failed_still_knows_the_module(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_alpha=ALPHA + "\ndef test_fails():\n    assert False\n")
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist"])
+def test_strict_after_last_failed_still_knows_the_modules_it_ran_and_those_it_skipped(
+    pytester: pytest.Pytester, workers: list[str]
+) -> None:
+    # --lf skips each file that held no failure, reporting it collected with nothing in it
+    pytester.makepyfile(test_alpha=ALPHA + "\ndef test_fails():\n    assert False\n", test_beta=BETA)
     pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-update")
-    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-strict", "--lf")
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-strict", "--lf", *workers)
     result.assert_outcomes(failed=1)
+    assert workers or "skipped 1 file" in result.stdout.str()  # (each xdist worker collects for itself)
     assert "stale baselines" not in result.stdout.str()
 
 

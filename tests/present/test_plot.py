@@ -78,7 +78,7 @@ def test_an_out_of_memory_trace_is_drawn_and_said_as_one_and_replay_agrees(
     page = (tmp_path / "t.html").read_text()
     assert "out of memory at event 1: JAX asked 600.00 MiB on cpu:0" in page and "when it ran out of memory" in page
     said = capsys.readouterr().out.splitlines()  # the command says it too, not only "wrote t.html"
-    assert said[0] == f"wrote {tmp_path / 't.html'}" and said[1].startswith(
+    assert said[0] == f"wrote {tmp_path / 't.html'}: t.csv under prealloc on sim:1GiB" and said[1].startswith(
         "out of memory at event 1: JAX asked 600.00 MiB on cpu:0 ("
     )
 
@@ -143,6 +143,35 @@ def test_devmem_plot_says_what_is_missing(tmp_path: Path, capsys: pytest.Capture
     assert "--mode applies only to a trace file (.csv, .arrow)" in capsys.readouterr().err
     assert main(["plot", str(report), "--test", "nowhere", "-o", str(tmp_path / "x.html")]) == 2
     assert "no record's test id contains 'nowhere'" in capsys.readouterr().err
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"format": "pytest-devmem-report", "version": 1, "session": {}, "records": []}))
+    assert main(["plot", str(empty), "-o", str(tmp_path / "x.html")]) == 2
+    assert f"{empty}: a report with no records (no test was measured): nothing to draw" in capsys.readouterr().err
+
+
+def test_devmem_plot_says_which_record_it_drew_where_several_match(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_devmem.cli import main
+
+    trace = tmp_path / "t.csv"
+    Trace([TraceEvent("allocate", 1, MiB)]).write_csv(trace)
+    records = [
+        {"test_id": f"test_a[{n}]", "regime": "prealloc", "peak_bytes_in_use": n * MiB, "trace": {"file": str(trace)}}
+        for n in (1, 2)
+    ]
+    report = tmp_path / "r.json"
+    session = {"device": "sim:1GiB", "device_capacity_bytes": 2**30}
+    report.write_text(
+        json.dumps({"format": "pytest-devmem-report", "version": 1, "session": session, "records": records})
+    )
+    assert main(["plot", str(report), "--test", "test_a", "-o", str(tmp_path / "x.html")]) == 0
+    assert (
+        f"wrote {tmp_path / 'x.html'}: test_a[2] under prealloc on sim:1GiB (the largest peak of 2 records whose "
+        "test id contains 'test_a'; --test with more of an id draws another)"
+    ) in capsys.readouterr().out
+    assert main(["plot", str(report), "--test", "test_a[1]", "-o", str(tmp_path / "x.html")]) == 0
+    assert capsys.readouterr().out == f"wrote {tmp_path / 'x.html'}: test_a[1] under prealloc on sim:1GiB\n"
 
 
 def test_a_trace_with_no_events_is_drawn_as_png_and_html(matplotlib_loaded: object, tmp_path: Path) -> None:

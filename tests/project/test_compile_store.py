@@ -77,6 +77,10 @@ def test_reading_an_entry_checks_the_file_and_its_sizes(tmp_path: Path) -> None:
     nan.write_text('{"array_bytes": NaN}')
     assert read_entry(nan) == (None, f'{nan}: "array_bytes" is nan, not a whole number of bytes')
 
+    twice = tmp_path / "twice.json"  # a hand merge that kept both sides: which size is meant, nothing tells
+    twice.write_text('{"array_bytes": 2048, "array_bytes": 4096}')
+    assert read_entry(twice) == (None, f'{twice}: not usable JSON (the key "array_bytes" is in one object twice)')
+
     huge = tmp_path / "huge.json"
     huge.write_text('{"array_bytes": 1' + " " * ENTRY_LIMIT + "}")
     entry, problem = read_entry(huge)
