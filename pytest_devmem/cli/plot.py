@@ -41,7 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-o", "--output", type=Path, required=True, help="FILE.png (needs matplotlib) or FILE.html (self-contained)"
     )
     parser.add_argument(
-        "--test", default=None, help="Part of the test id to draw (default: the record with the largest peak)"
+        "--test",
+        default=None,
+        help="Part of the test id to draw (default: the record with the largest peak; where several match, the largest of them, and it says so)",
     )
     add_replay_settings(parser, "the one its name carries, else prealloc", lead="For a trace: ")
     parser.add_argument(
