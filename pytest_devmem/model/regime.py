@@ -200,6 +200,7 @@ def tpu_replay_policy(
     if policy.mode in GPU_ONLY_MODES or policy.fraction != 1.0:
         given = " ".join(f"--{name} {value}" for name, value in (("mode", mode), ("fraction", fraction)) if value)
         asked = given or f"the regime {policy.label} (from the trace's name)"
-        refusal = tpu_regime_refusal(spec, asked).replace("--devmem-mode=compact", "--mode compact")
-        raise InvalidSettingError(refusal)
+        raise InvalidSettingError(
+            tpu_regime_refusal(spec, asked, "Leave --mode and --fraction out, or use --mode compact")
+        )
     return policy

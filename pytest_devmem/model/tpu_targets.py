@@ -189,13 +189,16 @@ def tpu_spec(preset: object) -> TpuSpec | None:
     return next((spec for name, spec in TPU_SPECS.items() if name.lower() == text), None)
 
 
-def tpu_regime_refusal(spec: TpuSpec, asked: str) -> str:
-    """Why a GPU regime cannot apply to a TPU: what the TPU runtime does instead."""
+def tpu_regime_refusal(
+    spec: TpuSpec, asked: str, instead: str = "Leave the mode and fraction out, or use --devmem-mode=compact"
+) -> str:
+    """Why a GPU regime cannot apply to a TPU: what the TPU runtime does instead, and what to write
+    (`instead`: in the place the regime was asked for)."""
     return (
         f"{asked} is a GPU regime, and sim:{spec.preset} is a {spec.description}: JAX does not preallocate on a TPU and "
         "XLA_PYTHON_CLIENT_* do not apply there; the TPU runtime takes HBM on demand and defragments it when an "
         "allocation does not fit, which the `compact` regime models (the default on a TPU preset; `ondemand` models "
-        "no fragmentation at all). Leave the mode and fraction out, or use --devmem-mode=compact"
+        f"no fragmentation at all). {instead}"
     )
 
 

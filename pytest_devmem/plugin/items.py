@@ -37,7 +37,11 @@ def prepare_item(item: pytest.Item, session_regime: Regime | None, tpu: TpuSpec 
         and ((spec.fraction is not None and spec.fraction != 1.0) or spec.mode in GPU_ONLY_MODES)
     ):
         asked = f"@pytest.mark.devmem({', '.join(f'{k}={v!r}' for k, v in (('mode', spec.mode.value if spec.mode else None), ('fraction', spec.fraction)) if v is not None)})"
-        spec = tpu_regime_refusal(tpu, asked)
+        spec = tpu_regime_refusal(
+            tpu,
+            asked,
+            "Leave the marker's mode and fraction out (the marker wins over --devmem-mode), or use mode='compact' in it",
+        )
     item.stash[mark_key] = spec
     item.stash[measured_key] = session_regime is not None or bool(levels)
     try:

@@ -179,3 +179,87 @@ def test_each_allocation_is_on_its_device(
     step = record["trace"]["executables"]["jit(<lambda>)"]
     assert step["temp_bytes_per_device"] == temp and step["devices"] == 4  # XLA's figure, per device
     assert step["temp_bytes"] == 3 * 4 * temp  # the sum over its runs and devices, named as one
+
+
+PUTS = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+mesh = Mesh(np.array(jax.devices()), ("x",))
+
+
+def pointer(array, device=0):
+    return array.addressable_shards[device].data.unsafe_buffer_pointer()
+
+
+@pytest.fixture(scope="module")
+def table():
+    return jnp.ones((1024, 1024), jnp.float32)  # 4 MiB on cpu:0, made before the tests
+
+
+@pytest.fixture(scope="module")
+def weights():  # (one test donates it)
+    return jnp.ones((1024, 1024), jnp.float32)
+
+
+def test_replicating_keeps_the_array_on_its_own_device():
+    a = jnp.ones((1024, 1024), jnp.float32)
+    b = jax.device_put(a, NamedSharding(mesh, P()))
+    assert pointer(b) == pointer(a)  # JAX kept a's buffer as cpu:0's replica; cpu:1-3 got copies
+    del a  # b still holds it
+    c = jax.device_put(b, jax.devices()[0])
+    assert pointer(c) == pointer(b)  # gathered onto cpu:0: its replica itself
+    del b  # cpu:1-3 freed; c holds cpu:0's
+    c.block_until_ready()
+
+
+def test_a_fixtures_array_put_where_it_is_is_not_the_tests(table):
+    assert pointer(jax.device_put(table, jax.devices()[0])) == pointer(table)
+    assert pointer(jax.device_put(table)) == pointer(table)
+    replicated = jax.device_put(table, NamedSharding(mesh, P()))  # cpu:1-3's copies are the test's
+    assert pointer(replicated) == pointer(table)
+
+
+def test_a_donated_fixtures_array_is_not_the_tests(weights):
+    step = jax.jit(lambda w: w * 0.5, donate_argnums=0)
+    before = pointer(weights)
+    assert pointer(step(weights)) == before  # XLA aliased it: the output is the fixture's buffer
+"""
+
+
+def test_a_shard_jax_keeps_in_place_is_counted_once_and_a_fixtures_never(
+    jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """JAX keeps an array's buffer where it already holds the slice asked for (replicating a
+    one-device array keeps it as that device's replica; gathering a replica onto its device takes
+    it: jax/_src/array.py, `shard_device_array` and `shard_sharded_device_array_slow_path`), as the
+    buffer pointers asserted in the tests show: such a shard is the array's allocation, not a copy,
+    and where that array was made before the test (a fixture's), it is none of the test's memory."""
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+    pytester.makepyfile(test_puts=PUTS)
+    result = pytester.runpytest_subprocess(
+        "--devmem-mode=prealloc", "--devmem-traces=traces", "--devmem-report=r.json", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=3)
+    traces = pytester.path / "traces"
+    copies = Counter({(f"cpu:{k}", 4 * MiB): 1 for k in (1, 2, 3)})
+    replicating = trace_of(traces, "test_replicating")
+    assert allocations(replicating, "device_put") == copies
+    peaks = {
+        r["test_id"].split("::")[-1]: {d["device"]: d["peak_bytes_requested"] for d in r["devices"]}
+        for r in json.loads((pytester.path / "r.json").read_text())["records"]
+    }
+    # (cpu:0's 256 bytes more: jnp.ones's fill value, a scalar argument of its run)
+    assert peaks["test_replicating_keeps_the_array_on_its_own_device"] == {
+        "cpu:0": 4 * MiB + 256,
+        **{f"cpu:{k}": 4 * MiB for k in (1, 2, 3)},
+    }
+    held = {e.pointer for e in replicating if e.action == "allocate"} - {
+        e.pointer for e in replicating if e.action == "free"
+    }
+    assert not held  # the kept buffer freed once, when c, its last holder, went
+    assert allocations(trace_of(traces, "test_a_fixtures_array")) == copies
+    assert allocations(trace_of(traces, "test_a_donated_fixtures")) == Counter()

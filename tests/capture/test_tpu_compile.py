@@ -523,7 +523,12 @@ def test_a_markers_fraction_on_a_tpu_preset_errors_that_test(pytester: pytest.Py
     )
     result = pytester.runpytest_inprocess("--devmem-device=sim:TPU-v6e", "--devmem-report=r.json")
     result.assert_outcomes(passed=1, errors=1)
-    result.stdout.fnmatch_lines(["*devmem(fraction=0.5) is a GPU regime, and sim:TPU-v6e is a TPU v6e*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*devmem(fraction=0.5) is a GPU regime, and sim:TPU-v6e is a TPU v6e*Leave the marker's mode and "
+            "fraction out (the marker wins over --devmem-mode), or use mode='compact' in it*",
+        ]
+    )
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
     assert record["regime"] == "compact(fraction=1)"  # the TPU runtime's, not JAX's GPU default
 

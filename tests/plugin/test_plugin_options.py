@@ -276,6 +276,22 @@ def test_pool_oom_in_a_test_is_recorded(pytester: pytest.Pytester) -> None:
     assert record["oom"]["error"].startswith("OutOfMemoryError: out of device memory: asked 15.00 GiB")
 
 
+def test_a_pool_that_backed_off_beside_the_cuda_context_names_the_context_as_what_holds_the_rest(
+    pytester: pytest.Pytester,
+) -> None:
+    # 0.95 of 1 GiB does not fit beside the process's 128 MiB context: the preallocation backs off
+    # below the 880 MiB asked, while nothing but the context holds the device
+    pytester.makepyfile("def test_big(devmem):\n    devmem.pool.free(devmem.pool.alloc(880 * 2**20))\n")
+    result = pytester.runpytest_inprocess("--devmem-fraction=0.95", "--devmem-device=sim:1GiB")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*-- another tenant: another framework or process, or the CUDA context, holds the rest of the device*",
+            "*also held: CUDA context 128.00 MiB*",
+        ]
+    )
+
+
 @pytest.mark.parametrize(
     ("environ", "message"),
     [

@@ -60,6 +60,7 @@ class JaxCapture(RunRecording):
         self._jax_array: Any = type(None)  # jax.Array: device values, never host transfers
         self._flatten: Callable[[Any], list[Any]] = lambda tree: [tree]
         self._donate_input: Any = None
+        self._always_copy: Any = None
         self._compile_listener: Callable[..., None] | None = None
         self._post_hook: Callable[..., None] | None = None
         self.installed = False
@@ -144,7 +145,9 @@ class JaxCapture(RunRecording):
             self.sizer.install()  # where it cannot be, its `note` says why and the CPU's sizes stand
         self._executables = Executables(cache.clear_all, self.installed_sizer)
         self._shards = ShardSizes(getattr(self.installed_sizer, "shard_bytes", None))
-        self._donate_input = getattr(getattr(xla_client, "ArrayCopySemantics", None), "DONATE_INPUT", None)
+        semantics = getattr(xla_client, "ArrayCopySemantics", None)
+        self._donate_input = getattr(semantics, "DONATE_INPUT", None)
+        self._always_copy = getattr(semantics, "ALWAYS_COPY", None)
         self._patches.replace(pjit, "_get_fastpath_data", self._wrap_fastpath_data)
         self._patches.replace(pxla.ExecuteReplicated, "__call__", self._wrap_execute)
         if hasattr(getattr(pxla, "MeshExecutable", None), "create_cpp_call"):

@@ -4,7 +4,10 @@ An array holds the allocations of its buffers (one per shard) from the moment th
 made; a weak reference to it frees them when the last array holding them is collected, and
 `Array.delete` frees them at once (for every array sharing them: their buffers are deleted too). Two arrays hold the same allocations where JAX put one onto the
 placement it already had (the buffers are reused, not copied); a donated array hands its
-allocations to the output XLA aliased its buffers to.
+allocations to the output XLA aliased its buffers to. Where JAX kept some of an array's shards in
+place and copied the others (replicating a one-device array: its own device keeps its buffer), the
+new array holds those shards' allocations beside its own, each counted once more in `shared`, and
+a shared allocation is freed when the last of its holders is gone.
 
 No lock of its own: each step is one set operation or works on an array the caller holds (its
 weak reference cannot fire meanwhile), and the recorder locks its own state. Weak-reference
@@ -67,6 +70,7 @@ class Holdings:
         self._recorder = recorder
         self._on_error = on_error
         self.owners: set[Owner] = set()  # the owners of live arrays: held here, so their callbacks run
+        self.shared: dict[int, int] = {}  # an allocation in several Helds: how many beside the first
         self.collected_callback = self._collected_callback()  # one function for every weak reference
 
     def owner_of(self, array: Any) -> Owner | None:
@@ -94,6 +98,13 @@ class Holdings:
         owner = Owner(array, self.collected_callback)
         owner.held = new_held(ids, 1)
         self.owners.add(owner)
+
+    def hold_sharing(self, array: Any, shared: list[int], ids: list[int]) -> None:
+        """`array` holds allocations just made for it (`ids`) and allocations another array holds
+        too (`shared`: shards JAX kept in place)."""
+        for buffer_id in shared:
+            self.shared[buffer_id] = self.shared.get(buffer_id, 0) + 1
+        self.hold_new(array, [*shared, *ids])
 
     def hand_over(self, donor: Any) -> Held | None:
         """A donated array's allocations, taken from it for the output that reuses its buffers."""
@@ -129,7 +140,7 @@ class Holdings:
         """What runs when an array is gone: the `_drop` every run's output makes, inlined, its free
         added as the recorder's compact record, with everything bound here. It records in or out of a
         window: the recorder drops what no window recorded when the next one opens."""
-        discard, recorder, on_error = self.owners.discard, self._recorder, self._on_error
+        discard, recorder, on_error, shared = self.owners.discard, self._recorder, self._on_error, self.shared
         extend, clock = recorder.pending_extend, recorder.clock
 
         def collected(owner: Owner) -> None:
@@ -144,7 +155,8 @@ class Holdings:
                     if held.holders <= 0:
                         now, ident = clock(), get_ident()
                         for buffer_id in held.ids:
-                            extend((FREE_MARK, buffer_id, now, ident))
+                            if not shared or not _still_held(shared, buffer_id):
+                                extend((FREE_MARK, buffer_id, now, ident))
             except Exception as exc:  # runs inside the garbage collector: never raise there
                 on_error(exc)
 
@@ -157,6 +169,15 @@ class Holdings:
             return
         held.holders -= 1
         if held.holders <= 0:
-            free = self._recorder.free_later
+            free, shared = self._recorder.free_later, self.shared
             for buffer_id in held.ids:
-                free(buffer_id)
+                if not shared or not _still_held(shared, buffer_id):
+                    free(buffer_id)
+
+
+def _still_held(shared: dict[int, int], buffer_id: int) -> bool:
+    """Whether another Held still holds the allocation one Held let go of (one fewer does now)."""
+    others = shared.pop(buffer_id, 0)  # one step each: the garbage collector may run this meanwhile
+    if others > 1:
+        shared[buffer_id] = others - 1
+    return others > 0

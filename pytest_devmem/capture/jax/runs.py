@@ -21,7 +21,7 @@ from ..call_sites import CallSites
 from ..recorder import TraceRecorder
 from .executables import ExecutablePlan, Executables
 from .holdings import Holdings, Owner
-from .shards import ShardSizes, device_label, host_shards
+from .shards import ShardSizes, device_label, host_shards, kept_in_place
 from .window import JaxWindow
 
 SOURCE = "jax"
@@ -38,6 +38,7 @@ class RunRecording:
     _jax_array: Any
     _flatten: Callable[[Any], list[Any]]
     _donate_input: Any
+    _always_copy: Any
     _window: JaxWindow
     _failed: bool
     _executables: Executables
@@ -161,10 +162,11 @@ class RunRecording:
                     if plan.aliases[index] < len(parameters)
                     else None
                 )
-                held = holdings.hand_over(donor) if donor is not None and donor.is_deleted() else None
-                if held is not None:
-                    holdings.hold(output, held)
-                    continue
+                if donor is not None and donor.is_deleted():  # XLA aliased them: the output is the donor's buffer
+                    held = holdings.hand_over(donor)
+                    if held is not None:
+                        holdings.hold(output, held)
+                    continue  # (held by nothing: a buffer made before the test, as a fixture's, is not the test's)
             holdings.hold_new(
                 output, [allocate(size, SOURCE, label, device, site) for device, size in shards_of(output)]
             )
@@ -211,30 +213,54 @@ class RunRecording:
         self, values: Sequence[Any], copy_semantics: Sequence[Any], results: Sequence[Any], site: str = ""
     ) -> None:
         """Each result is a transfer of its own, made at `site`, except where it is the value itself,
-        shares the value's buffers (put onto the placement it had: JAX reuses them), or took them
-        over (donated)."""
-        holdings = self._holdings
+        took the value's buffers over (donated), or kept the value's shard in place on a device
+        (`kept_in_place`: put onto the placement it had, or replicated from the device it is on):
+        there it holds the value's allocation, or nothing new where the value was made before the
+        test (a fixture's array: its memory is not the test's)."""
+        holdings, allocate = self._holdings, self._recorder.allocate
         for position, result in enumerate(results):
             if not isinstance(result, self._array_type) or holdings.held_by(result) is not None:
                 continue
             source = self._device_array(values[position]) if position < len(values) else None
-            held = None
-            if source is not None and source is not result and holdings.held_by(source) is not None:
+            if source is result:
+                continue  # the value itself: held as it was, or made before the test
+            shards, kept, shared = self._shards.of(result), frozenset[str](), []
+            if source is not None:
                 copy = copy_semantics[position] if position < len(copy_semantics) else None
-                if source.is_deleted():
-                    held = holdings.hand_over(source) if copy is not None and copy == self._donate_input else None
-                elif source.sharding == result.sharding:
-                    held = holdings.held_by(source)
-            if held is None:
-                holdings.hold_new(
-                    result,
-                    [
-                        self._recorder.allocate(size, SOURCE, DEVICE_PUT, device, site)
-                        for device, size in self._shards.of(result)
-                    ],
-                )
-            else:
-                holdings.hold(result, held)
+                donated = source.is_deleted() and copy is not None and copy == self._donate_input
+                if donated:
+                    held = holdings.hand_over(source)
+                    if held is not None:
+                        holdings.hold(result, held)
+                        continue
+                if donated or (not source.is_deleted() and (copy is None or copy != self._always_copy)):
+                    kept = self._kept(source, result)  # donated: a value made before the test, taken over
+                    shared = [] if donated else self._shared_shards(source, kept)
+            made = [allocate(size, SOURCE, DEVICE_PUT, device, site) for device, size in shards if device not in kept]
+            if shared and not made and len(shared) == len(shards) and (held := holdings.held_by(source)) is not None:
+                holdings.hold(result, held)  # the same buffers: one Held, as JAX keeps one set
+            elif shared:
+                holdings.hold_sharing(result, shared, made)
+            elif made:
+                holdings.hold_new(result, made)
+
+    def _kept(self, source: Any, result: Any) -> frozenset[str]:
+        try:
+            return kept_in_place(source, result)
+        except Exception:  # a sharding this cannot read: every shard a copy, as the transfer it may be
+            return frozenset()
+
+    def _shared_shards(self, source: Any, kept: frozenset[str]) -> list[int]:
+        """The allocations of `source`'s shards on the devices in `kept`; all of them where one
+        allocation stands for all its shards (a run's output on JAX's fast path); none where the
+        capture never saw it made."""
+        held = self._holdings.held_by(source) if kept else None
+        if held is None:
+            return []
+        devices = [device for device, _ in self._shards.of(source)]
+        if len(devices) != len(held.ids):
+            return list(held.ids)
+        return [buffer_id for device, buffer_id in zip(devices, held.ids) if device in kept]
 
     def _wrap_delete(self, original: Callable[..., Any]) -> Callable[..., Any]:
         capture = self

@@ -48,6 +48,30 @@ def shards_of(
     return tuple(shards)
 
 
+def kept_in_place(source: Any, result: Any) -> frozenset[str]:
+    """The devices where `result`'s shard is the slice of the logical array that `source` already
+    holds on that device: JAX puts that buffer in place, not a copy (jax/_src/array.py: a fully
+    replicated target of a one-device array gets the array itself as each shard,
+    `shard_device_array`, which `batched_device_put` keeps on its own device; a resharded array takes
+    "a candidate buffer already on the correct device" holding the same slice,
+    `shard_sharded_device_array_slow_path`). The slices compared as JAX compares them
+    (`hashed_index`: each slice's start, stop and step)."""
+    shape = tuple(result.shape)
+    held = {
+        device_label(device): _slices(index)
+        for device, index in source.sharding.addressable_devices_indices_map(shape).items()
+    }
+    return frozenset(
+        label
+        for device, index in result.sharding.addressable_devices_indices_map(shape).items()
+        if held.get(label := device_label(device)) == _slices(index)
+    )
+
+
+def _slices(index: Any) -> tuple[Any, ...]:
+    return tuple((part.start, part.stop, part.step) if isinstance(part, slice) else part for part in index or ())
+
+
 def _extent(part: Any, size: int) -> int:
     if isinstance(part, slice):
         return len(range(*part.indices(size)))

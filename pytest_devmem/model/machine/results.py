@@ -16,7 +16,7 @@ KIND_TEXT = {
     "capacity": "capacity: the live data does not fit the device",
     "fragmentation": "fragmentation: enough bytes free in its pool, but no block that large",
     "limit": "its regime's limit is too low",
-    "tenant": "another tenant: another framework or process holds the rest of the device",
+    "tenant": "another tenant: another framework or process, or the CUDA context, holds the rest of the device",
 }
 """What each kind of out-of-memory means, in a few words."""
 FRAGMENTATION_STEP = 0.01
@@ -172,7 +172,8 @@ class OutOfMemory:
 
     `kind` says why, on the model: "capacity" (the live data and the contexts need more than the
     device), "fragmentation" (its pool had the bytes free, but no block that large), "limit" (its
-    regime's limit is below what it needs), "tenant" (another framework or process holds the rest).
+    regime's limit is below what it needs), "tenant" (another framework or process, or the CUDA context
+    beside a pool that preallocated what was left, holds the rest).
     """
 
     event: int
