@@ -123,7 +123,9 @@ def load_new(paths: Sequence[Path], partial: bool = False) -> dict[Key, Measured
         return found
     shown = f"{len(paths)} merged reports ({', '.join(str(p) for p in paths[:3])}{', ...' if len(paths) > 3 else ''})"
     document = merged(paths, shown, partial=partial)
-    return from_report(ReportFile(Path(shown), document["session"], document["records"]))  # type: ignore[arg-type]
+    return from_report(
+        ReportFile(Path(shown), document["session"], document["records"], unrecorded=document["unrecorded"])  # type: ignore[arg-type]
+    )
 
 
 def select_classes(
