@@ -34,7 +34,9 @@ def side_by_side(traces: list[Trace]) -> tuple[Trace, dict[int, int]]:
     workers are), every test at its own peak at the same moment: the worst moment their schedules
     could meet. Each test keeps its own pace; at equal times the earlier test's events come first.
     Also which test (its index in `traces`) each process of the result belongs to: the first
-    test's processes are numbered from 1, the next test's after them."""
+    test's processes are numbered from 1, the next test's after them. Each test's buffers are
+    numbered apart from the others' (a pointer names a buffer within its own process only: two
+    tests' recorders number theirs alike), so that no free is taken for another test's."""
     shifts = [peak_moment(trace) for trace in traces]
     moment = max(shifts, default=0.0)
     owner: dict[int, int] = {}
@@ -53,12 +55,13 @@ def side_by_side(traces: list[Trace]) -> tuple[Trace, dict[int, int]]:
             order.append((clock, number, index))
     order.sort()
     merged = Trace()
+    buffers: dict[tuple[int, int], int] = {}  # (test, its pointer) -> the merged trace's
     for time, number, index in order:
         trace = traces[number]
         names = trace.names
         merged.add(
             trace.actions[index],
-            trace.pointers[index],
+            buffers.setdefault((number, trace.pointers[index]), len(buffers) + 1),
             trace.sizes[index],
             time,
             trace.threads[index],

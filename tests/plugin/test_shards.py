@@ -544,6 +544,27 @@ def test_side_by_side_keeps_each_traces_own_order_where_its_clock_runs_back() ->
     assert run_machine(merged, setups, spec).oom is None  # and no InvalidFreeError
 
 
+def test_side_by_side_never_takes_one_tests_free_for_anothers_buffer() -> None:
+    """Each test's recorder numbers its buffers from 1: merged, test A's allocation of 0x3b came
+    right before test B's free of its own 0x3b, and the replay paired them (a temporary freed by the
+    next event), then met B's free of a buffer it no longer held: a session of xdist workers ended
+    in an InvalidFreeError, with no report."""
+    a = Trace()  # its peak (5,000 bytes) at t=1
+    a.add(ALLOCATE_CODE, 5, 5000, 1.0, source="jax")
+    a.add(FREE_CODE, 5, 5000, 1.02, source="jax")
+    a.add(ALLOCATE_CODE, 0x3B, 256, 1.05, source="jax")
+    a.add(FREE_CODE, 0x3B, 256, 5.0, source="jax")
+    b = Trace()  # its peak at t=0.5: shifted to t=1, its free of 0x3b comes right after A's allocation
+    b.add(ALLOCATE_CODE, 0x3B, 100, 0.0, source="jax")
+    b.add(ALLOCATE_CODE, 9, 4096, 0.5, source="jax")
+    b.add(FREE_CODE, 0x3B, 100, 0.6, source="jax")
+    b.add(FREE_CODE, 9, 4096, 2.0, source="jax")
+    merged, _ = side_by_side([a, b])
+    spec = MachineSpec(capacity=64 * MiB, context_bytes=0)
+    run = run_machine(merged, {"jax": AllocatorSetup("jax", "prealloc")}, spec)  # no InvalidFreeError
+    assert run.oom is None and run.devices[0].peak_bytes_requested == 5120 + 4096 + 256
+
+
 def test_trace_columns_travel_as_plain_data() -> None:
     trace = pool_trace([MiB, 2 * MiB], process=3)
     again = Trace.from_columns(json.loads(json.dumps(trace.to_columns())))
