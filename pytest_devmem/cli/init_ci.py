@@ -49,7 +49,7 @@ class Gate:
     measure_install: str = ""  # the measure job's command: the project and the plugin
     gate_install: str = ""  # the gate job's: the devmem command alone
     device: str = "sim:16GiB"
-    mode: str | None = "prealloc"  # None on a TPU preset: its regime is the TPU runtime's
+    mode: str = "prealloc"  # compact on a TPU preset: the TPU runtime's regime
     python: str = "3.11"
     branch: str = "main"
 
@@ -80,9 +80,9 @@ def gate_for_users(tests: Sequence[str], device: str, mode: str | None, install:
     tpu = compiler == "tpu"
     if mode is not None:
         OPTION["mode"].parsed(mode)  # an unknown regime named, with the allowed ones
-        if tpu:
+        if tpu and mode != "compact":
             raise InputError(
-                f"--mode {mode}: {device} is a TPU preset, whose regime is the TPU runtime's: leave --mode out"
+                f"--mode {mode}: {device} is a TPU preset, whose regime is the TPU runtime's (compact): leave --mode out"
             )
     plugin = f"pytest-devmem[ci]=={version}"
     measure_install = f"python -m pip install {install} {shlex.quote(plugin)}".replace("  ", " ")
@@ -93,7 +93,7 @@ def gate_for_users(tests: Sequence[str], device: str, mode: str | None, install:
         measure_install=measure_install,
         gate_install=f"python -m pip install {shlex.quote(f'pytest-devmem=={version}')}",
         device=device,
-        mode=None if tpu else (mode or "prealloc"),
+        mode="compact" if tpu else (mode or "prealloc"),  # a session with no mode measures marked tests only
         python=python,
         branch=branch,
     )
@@ -102,13 +102,13 @@ def gate_for_users(tests: Sequence[str], device: str, mode: str | None, install:
 def render(name: str, gate: Gate) -> str:
     """The workflow `name` (one of WORKFLOWS) filled in for `gate`."""
     text = resources.files(__package__).joinpath("templates").joinpath(name).read_text(encoding="utf-8")
-    device_args = (f"--devmem-mode={gate.mode} " if gate.mode else "") + f"--devmem-device={gate.device}"
+    device_args = f"--devmem-mode={gate.mode} --devmem-device={gate.device}"
     words = {
         "TESTS": " ".join(shlex.quote(path) for path in gate.tests),
         "MEASURE_INSTALL": gate.measure_install,
         "GATE_INSTALL": gate.gate_install,
         "DEVICE": device_args,
-        "DEVICE_NAME": f"{gate.device}, {gate.mode}" if gate.mode else gate.device,
+        "DEVICE_NAME": f"{gate.device}, {gate.mode}",
         "PYTHON": gate.python,
         "BRANCH": gate.branch,
         **{name: f"{commit} # {tag}" for name, (commit, tag) in ACTIONS.items()},
@@ -131,7 +131,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "The device the gate measures on, of {values}: on a CI runner without a GPU, a simulated one (default: sim:16GiB); a GPU or TPU preset adds its compiler (devmem compilers install)",
         default="sim:16GiB",
     )
-    add_setting(parser, "mode", "The regime: {values} (default: prealloc; none on a TPU preset)")
+    add_setting(parser, "mode", "The regime: {values} (default: prealloc; on a TPU preset compact, the TPU runtime's)")
     parser.add_argument(
         "--install",
         default="-e .",
@@ -167,7 +167,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     print(
         "Next: record the baselines (python -m pytest "
         + " ".join(gate.tests)
-        + f" {'--devmem-mode=' + gate.mode + ' ' if gate.mode else ''}--devmem-device={gate.device} --devmem-update),"
+        + f" --devmem-mode={gate.mode} --devmem-device={gate.device} --devmem-update),"
         " commit baselines/ and the workflows, and create the history branch once:"
         ' git switch --orphan gh-pages && git commit --allow-empty -m "benchmark history" && git push origin gh-pages'
     )

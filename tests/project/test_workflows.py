@@ -142,17 +142,17 @@ def test_the_template_installs_the_plugin_from_the_index_and_runs_the_users_test
     [
         ("sim:16GiB", "", "--devmem-mode=prealloc"),
         ("sim:H100-80GB", " && devmem compilers install --gpu", "--devmem-mode=prealloc"),
-        ("sim:TPU-v5e", " && devmem compilers install --tpu", None),
+        # the TPU runtime's regime, named: a session without a mode measures marked tests only
+        ("sim:TPU-v5e", " && devmem compilers install --tpu", "--devmem-mode=compact"),
     ],
 )
-def test_the_template_installs_the_compiler_its_device_needs(device: str, compilers: str, mode: str | None) -> None:
+def test_the_template_installs_the_compiler_its_device_needs(device: str, compilers: str, mode: str) -> None:
     """Outside the project's environment, matched to the JAX it installed: the project's own programs never start them."""
     from pytest_devmem import __version__
 
     text = render("devmem.yml", gate_for_users(["tests"], device, None, "-e .", "3.11", "main"))
     assert f"'pytest-devmem[ci]=={__version__}'{compilers}\n" in text
-    assert (mode in text) if mode else ("--devmem-mode" not in text.split("jobs:")[1])
-    assert f"--devmem-device={device}" in text
+    assert f"{mode} --devmem-device={device}" in text
 
 
 def test_the_workflows_run_the_suite_once_in_one_gate_sharded_in_one_place() -> None:
@@ -204,6 +204,19 @@ def test_init_ci_writes_both_workflows_and_never_replaces_one_unasked(
     assert main(["init-ci", "-d", str(tmp_path / "x"), "--device", "sim:TPU-v5e", "--mode", "prealloc"]) == 2
     assert "TPU runtime" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_a_tpu_gate_measures_every_test_as_its_next_step_says(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], pytester: pytest.Pytester
+) -> None:
+    """The printed update command and the workflow name the TPU runtime's regime: without a mode a
+    session measures marked tests only, and a suite with no marker would record, and gate, nothing."""
+    assert main(["init-ci", "tests", "-d", str(tmp_path / "w"), "--device", "sim:TPU-v5e"]) == 0
+    command = capsys.readouterr().out.split("python -m pytest ")[1].split(")")[0].split()
+    assert command == ["tests", "--devmem-mode=compact", "--devmem-device=sim:TPU-v5e", "--devmem-update"]
+    pytester.makepyfile(test_pool="def test_unmarked(devmem):\n    devmem.pool.alloc(2**20)\n")
+    pytester.runpytest_inprocess(*command[1:], "--devmem-report=r.json").assert_outcomes(passed=1)
+    assert len(json.loads((pytester.path / "r.json").read_text())["records"]) == 1
 
 
 def test_the_docs_show_the_template_as_init_ci_writes_it() -> None:
