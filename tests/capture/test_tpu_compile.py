@@ -420,6 +420,31 @@ def test_an_attention_step_records_the_v5e_compiles_temp_not_the_gpus_nor_the_cp
 
 
 @needs_libtpu
+def test_a_warning_of_the_tests_own_lowering_is_given_once_not_again_as_the_tpu_lowers_it(
+    jax_loaded: Any, pytester: pytest.Pytester
+) -> None:
+    """The program is lowered again for the TPU (lowering.py), and JAX's lowering warns where donated
+    buffers are not usable (jax/_src/interpreters/mlir.py): a test counting its warnings saw two."""
+    pytester.makepyfile(
+        test_warn="""
+        import warnings
+        import jax
+        import jax.numpy as jnp
+
+        def test_donation_warned_once():
+            step = jax.jit(lambda x, y: x + jnp.sum(y), donate_argnums=(0, 1))
+            with warnings.catch_warnings(record=True) as record:
+                warnings.simplefilter("always")
+                step(jnp.array(1.0), jnp.ones((10,))).block_until_ready()
+            assert [(w.filename.endswith("mlir.py"), "not usable" in str(w.message)) for w in record] == [(True, True)]
+        """
+    )
+    pytester.runpytest_inprocess(
+        "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "-W", "always"
+    ).assert_outcomes(passed=1)
+
+
+@needs_libtpu
 def test_small_arrays_take_their_tiled_size(jax_loaded: Any, pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_small="""
