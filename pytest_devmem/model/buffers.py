@@ -13,6 +13,7 @@ that a baseline stays small and a buffer absent from it reads "not among the bas
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -99,6 +100,10 @@ class ProgramBuffers:
             self.source,
             self.notes,
         )
+
+    def without_lines(self) -> ProgramBuffers:
+        """The same buffers with no user's line named (where the program's lines are not its own)."""
+        return dataclasses.replace(self, buffers=tuple(dataclasses.replace(b, at="") for b in self.buffers))
 
     def to_json(self) -> dict[str, object]:
         data: dict[str, object] = {

@@ -71,6 +71,59 @@ def test_the_schedules_peak_is_xlas_heap_simulation_on_the_same_program(jax_load
     }
 
 
+def test_no_frame_of_the_plugin_or_of_pythons_own_library_is_taken_for_the_users_line() -> None:
+    """A program lowered again for a GPU or TPU runs JAX's lowering rules in the plugin's worker
+    thread: the ops they make carry that call's frames (the plugin's lowering.py, concurrent.futures),
+    which a buffer named as its line."""
+    import threading
+
+    import pytest_devmem.capture.jax.lowering as lowering
+    from pytest_devmem.capture.jax.buffers import users_file
+
+    assert users_file(__file__) and users_file("tests/test_model.py")
+    assert not users_file(lowering.__file__) and not users_file(threading.__file__) and not users_file("")
+
+
+def test_a_jax_helpers_buffers_name_no_line_and_plans_of_one_name_are_taken_in_an_order_of_their_own() -> None:
+    """A helper of JAX's (`jit(_normal)`) is traced once per shape in a process: its lines are those
+    of whichever test called it first. And which of two plans of one name a record shows must not
+    follow which ran first on JAX's fast path."""
+    from pytest_devmem.capture.jax.executables import ExecutablePlan
+    from pytest_devmem.capture.jax.window import JaxWindow
+    from pytest_devmem.model.buffers import PeakBuffer
+
+    def plan(signature: str, defined_in: str) -> ExecutablePlan:
+        held = ProgramBuffers(
+            (PeakBuffer(256, "u32[2,2]", "threefry2x32", at="tests/test_other.py:9"),), peak_bytes=256
+        )
+        return ExecutablePlan(
+            "jit(_normal)",
+            ("cpu:0",),
+            (),
+            True,
+            {},
+            (),
+            (),
+            (),
+            signature=signature,
+            defined_in=defined_in,
+            buffers=held,
+        )
+
+    import jax._src.random as jax_random  # a file of JAX's own
+
+    helper = f"_normal at {jax_random.__file__}:100"
+    first, second = plan("u32[3,2]", helper), plan("u32[2,2]", helper)
+    one, other = (
+        JaxWindow(used={"jit(_normal)": {1: first, 2: second}}),
+        JaxWindow(used={"jit(_normal)": {2: second, 1: first}}),
+    )
+    assert one.buffers() == other.buffers() and one.sizes() == other.sizes()
+    assert one.buffers()["jit(_normal)"]["buffers"][0]["at"] == ""  # type: ignore[index]
+    mine = JaxWindow(used={"jit(_normal)": {1: plan("f32[2]", "_normal at tests/test_model.py:3")}})
+    assert mine.buffers()["jit(_normal)"]["buffers"][0]["at"] == "tests/test_other.py:9"  # type: ignore[index]
+
+
 def test_bad_bytes_are_refused_and_an_empty_dump_says_so(tmp_path: Path) -> None:
     with pytest.raises(ProtoError):
         fields(b"\x0a\x10abc")  # a field longer than the bytes left

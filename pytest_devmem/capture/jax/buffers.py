@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import sysconfig
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -226,10 +227,10 @@ def _lines_of(program: Program, instruction: Instruction) -> list[str]:
     """The user's `file:line`s of an instruction: its own, then (a fusion: XLA keeps one op's metadata
     for the whole fusion, a matmul fused with the concatenation feeding it, say) those of the ops fused
     into it, in order, each once."""
-    lines = [user_line(program, instruction.stack_frame_id) or instruction.source]
+    lines = [user_line(program, instruction.stack_frame_id) or _users_source(instruction)]
     if instruction.opcode == "fusion":
         for fused in _fused(program, instruction):
-            lines.append(user_line(program, fused.stack_frame_id) or fused.source)
+            lines.append(user_line(program, fused.stack_frame_id) or _users_source(fused))
     return list(dict.fromkeys(line for line in lines if line))[:LINES_SHOWN]
 
 
@@ -247,15 +248,36 @@ def _fused(program: Program, fusion: Instruction) -> Iterator[Instruction]:
 
 
 def user_line(program: Program, frame_id: int) -> str:
-    """`file:line` of the innermost frame in the user's code (not JAX's own); "" where none is known."""
+    """`file:line` of the innermost frame in the user's code (`users_file`); "" where none is known."""
     for file, line in program.frame_chain(frame_id):
-        if not in_jax(file):
+        if users_file(file):
             return f"{file}:{line}"
     return ""
 
 
+def _users_source(instruction: Instruction) -> str:
+    """The `file:line` XLA kept in an instruction's metadata, where it is the user's."""
+    return instruction.source if users_file(instruction.source.rpartition(":")[0]) else ""
+
+
 _JAX_FOLDERS: tuple[str, ...] = ()
+_NOT_USERS: tuple[str, ...] = ()
 _resolved = functools.lru_cache(maxsize=4096)(os.path.realpath)
+
+
+def users_file(file: str) -> bool:
+    """Whether a frame's file can be the user's line: none of JAX's (`in_jax`), of pytest-devmem's own
+    (lowering a program again for a GPU or TPU runs JAX's lowering rules, and the ops they make take
+    the frames of that call, in the plugin's worker) or of Python's standard library (that worker's
+    thread)."""
+    global _NOT_USERS
+    if not file or in_jax(file):
+        return False
+    if not _NOT_USERS:
+        paths = sysconfig.get_paths()
+        places = (os.path.dirname(os.path.dirname(os.path.dirname(__file__))), paths["stdlib"], paths["platstdlib"])
+        _NOT_USERS = tuple(os.path.realpath(place) + os.sep for place in places)
+    return not _resolved(file).startswith(_NOT_USERS)
 
 
 def in_jax(file: str) -> bool:

@@ -61,7 +61,7 @@ class JaxWindow:
         for label, used in self.used.items():
             # the plans this window ran, never the last one read under the name: two functions of one
             # name (`<lambda>`), one compiled earlier and found in JAX's cache, are each their own
-            plans = list(used.values())
+            plans = sorted(used.values(), key=_in_order)
             plan = next((p for p in plans if p.size_note or p.refused is not None), plans[0])
             found[label] = {
                 "sized_for": plan.sized_for,
@@ -76,6 +76,22 @@ class JaxWindow:
         largest kept), or why they are not known."""
         found: dict[str, dict[str, object]] = {}
         for label, used in self.used.items():  # the plans this window ran (see sizes)
-            plan = max(used.values(), key=lambda p: max((size for _, size in p.temps), default=0))
-            found[label] = plan.buffers.top().to_json() if plan.buffers is not None else {"unknown": plan.buffers_note}
+            plan = max(
+                sorted(used.values(), key=_in_order), key=lambda p: max((size for _, size in p.temps), default=0)
+            )
+            if plan.buffers is None:
+                found[label] = {"unknown": plan.buffers_note}
+                continue
+            buffers = plan.buffers.top()
+            if plan.defined_in and defined_by_jax(plan.defined_in):
+                # a helper of JAX's, compiled once per shape: its lines are those of the call that first
+                # traced it, in whichever test of the process that was
+                buffers = buffers.without_lines()
+            found[label] = buffers.to_json()
         return found
+
+
+def _in_order(plan: ExecutablePlan) -> tuple[str, str]:
+    """The plans of one name in an order of their own, not of the process's history (which ran first,
+    on JAX's fast path or not): by their parameters' shapes."""
+    return plan.signature, plan.sized_for
