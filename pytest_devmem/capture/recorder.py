@@ -11,7 +11,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ..model.executables import ARGUMENT_SUFFIX, TEMP_SUFFIX
 from ..model.trace import ALLOCATE_CODE, FREE_CODE, Trace
+
+RUNS_OWN = (TEMP_SUFFIX, ARGUMENT_SUFFIX)
+"""Labels of what a run frees as it ends (model/executables.py): no buffer a test let go of."""
 
 get_ident = threading.get_ident
 
@@ -84,6 +88,28 @@ def _event_writer(trace: Trace) -> Callable[[int, int, int, float, int, Names], 
         sites(names[6])
 
     return write
+
+
+def _last_frees_in_allocation_order(trace: Trace) -> None:
+    """The frees that close a window, with no allocation after them, in the order their buffers were
+    allocated (their pointers', numbered so): Python lets go of what a test held as it finishes in an
+    order that carries what ran before in the process (its collector's, its caches'), and a pool's
+    state between two such frees (its fragmentation, sampled per event) would carry it too. Their
+    times stay as they were; the pool's state after them is the same in any order. A run's own frees
+    (its temp buffers and transfers, freed as it ends) keep their place before them."""
+    actions, labels, names, end = trace.actions, trace.labels, trace.names, len(trace.actions)
+    start = end
+    while start > 0 and actions[start - 1] == FREE_CODE and not names[labels[start - 1]].endswith(RUNS_OWN):
+        start -= 1
+    if end - start < 2:
+        return
+    order = sorted(range(start, end), key=trace.pointers.__getitem__)
+    if order == list(range(start, end)):
+        return
+    for name in ("pointers", "sizes", "threads", "sources", "labels", "devices", "sites"):
+        column = getattr(trace, name)
+        if len(column) == end:
+            column[start:end] = type(column)(column.typecode, [column[index] for index in order])
 
 
 class TraceRecorder:
@@ -214,6 +240,7 @@ class TraceRecorder:
         events = len(trace.actions)  # every stream and process is 0: written once, here
         trace.streams = array("Q", bytes(8 * events))
         trace.processes = array("I", bytes(4 * events))
+        _last_frees_in_allocation_order(trace)
         return trace
 
     def mark(self) -> None:
