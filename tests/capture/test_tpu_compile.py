@@ -444,6 +444,20 @@ def test_a_warning_of_the_tests_own_lowering_is_given_once_not_again_as_the_tpu_
     ).assert_outcomes(passed=1)
 
 
+def test_the_padding_at_a_tests_peak_is_told_from_its_own_arrays_alone() -> None:
+    """Two shard shapes of different dense sizes may tile alike (one (8, 128) tile each): a tiled size
+    then stands for either, and its padding cannot be told. Which shapes count is the test's own,
+    never every shard sized in the process, or a test's padding would follow what ran before it."""
+    from pytest_devmem.capture.jax.tpu_compile import TpuSizer
+    from pytest_devmem.model.tpu_targets import tpu_spec
+
+    sizer = TpuSizer(tpu_spec("TPU-v5e"))
+    sizer._arrays = {((8, 3), "float32"): 4096, ((8, 5), "float32"): 4096, ((2,), "int8"): None}
+    assert sizer.padded_sizes([((8, 5), "float32")]) == {4096: {160}}  # alone: its padding known
+    assert sizer.padded_sizes([((8, 3), "float32"), ((8, 5), "float32")]) == {4096: {96, 160}}
+    assert sizer.padded_sizes([((2,), "int8"), ((4, 4), "float32")]) == {}  # unsized, never sized: none
+
+
 @needs_libtpu
 def test_small_arrays_take_their_tiled_size(jax_loaded: Any, pytester: pytest.Pytester) -> None:
     pytester.makepyfile(

@@ -32,7 +32,7 @@ from .holdings import Holdings, Owner
 from .lowering import compiling_for_target
 from .post_hook import post_hook_slot
 from .runs import SOURCE, RunRecording
-from .shards import ShardSizes
+from .shards import Asked, ShardSizes
 from .window import JaxWindow
 
 TESTED_JAX = "0.10"
@@ -69,6 +69,7 @@ class JaxCapture(RunRecording):
         self._window = JaxWindow()
         self._failed = False  # the window's capture stopped on its own error
         self._step_plans: list[ExecutablePlan] = []  # per step the recorder numbered: the plan it runs
+        self._step_asked: list[Asked] = []  # per step: the shard shapes its output's size was asked for
         self.call_sites = CallSites()  # the user's line of each call, by call site, for the process's life
 
     @property
@@ -88,6 +89,7 @@ class JaxCapture(RunRecording):
         )
         for step, runs in taken.items():
             plan = self._step_plans[step]
+            self._shards.asked.update(self._step_asked[step])  # sized once, in whichever window made the step
             merged.executables[plan.label] = merged.executables.get(plan.label, 0) + runs
             merged.used.setdefault(plan.label, {})[id(plan)] = plan
             if not plan.temp_known:
@@ -225,9 +227,10 @@ class JaxCapture(RunRecording):
         return sizer.stored_entries(sorted(keys), sorted(self._shards.asked))
 
     def padded_sizes(self) -> dict[int, set[int]]:
-        """A TPU sizer's tiled shard sizes and the dense sizes they stand for (tpu_compile.py); empty elsewhere."""
+        """A TPU sizer's tiled shard sizes and the dense sizes they stand for (tpu_compile.py), of the
+        shards this window's arrays asked for (never those of what else ran in the process); empty elsewhere."""
         sizer = self.installed_sizer
-        return sizer.padded_sizes() if sizer is not None else {}
+        return sizer.padded_sizes(self._shards.asked) if sizer is not None else {}
 
     def _fail(self, exc: Exception) -> None:
         self._failed = True

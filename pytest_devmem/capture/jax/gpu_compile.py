@@ -20,6 +20,7 @@ import os
 import tempfile
 import time
 import weakref
+from collections.abc import Iterable
 from typing import Any
 
 from ...model.buffers import ProgramBuffers
@@ -216,7 +217,7 @@ class GpuSizer(SizeCache):
             raise SizerError(self._problem) from None
         return topologies
 
-    def padded_sizes(self) -> dict[int, set[int]]:
+    def padded_sizes(self, asked: Iterable[tuple[tuple[int, ...], str]]) -> dict[int, set[int]]:
         """A GPU lays arrays out dense: no tiled size stands for another (the TPU sizer's has them)."""
         return {}
 

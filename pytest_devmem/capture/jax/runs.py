@@ -21,7 +21,7 @@ from ..call_sites import CallSites
 from ..recorder import TraceRecorder
 from .executables import ExecutablePlan, Executables
 from .holdings import Holdings, Owner
-from .shards import ShardSizes, device_label, host_shards, kept_in_place
+from .shards import Asked, ShardSizes, device_label, host_shards, kept_in_place
 from .window import JaxWindow
 
 SOURCE = "jax"
@@ -43,6 +43,7 @@ class RunRecording:
     _failed: bool
     _executables: Executables
     _step_plans: list[ExecutablePlan]
+    _step_asked: list[Asked]
     call_sites: CallSites
 
     def _fail(self, exc: Exception) -> None:
@@ -62,6 +63,7 @@ class RunRecording:
             temps = tuple((size, SOURCE, plan.temp_label, device) for device, size in plan.temps if size > 0)
             step = self._recorder.step(outputs, temps, site)
             self._step_plans.append(plan)
+            self._step_asked.append(self._shards.asked_of(output))
             assert len(self._step_plans) == step + 1
             known = self._executables.remember_step(aval, sharding, plan, step, site)
         buffer_id = next(self._recorder.ids)

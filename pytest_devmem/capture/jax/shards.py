@@ -114,6 +114,12 @@ class ShardSizes:
         self.asked.update(asked)
         return shards
 
+    def asked_of(self, array: Any) -> Asked:
+        """The (shard shape, dtype) pairs `size_of` sized for `array`'s shards (after `of`): what a
+        later run with the same output asks again, though it is not read again (a step's)."""
+        known = self._known.get((id(array.aval), id(array.sharding)))
+        return known[3] if known is not None else ()
+
 
 def host_shards(value: Any, size: int, sharding: Any) -> Shards:
     """A host value of `size` bytes transferred under `sharding`: each device's share of those bytes

@@ -24,6 +24,7 @@ import math
 import os
 import threading
 import time
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -287,12 +288,17 @@ class TpuSizer(GpuSizer):
 
     # -- arrays --------------------------------------------------------------------------------
 
-    def padded_sizes(self) -> dict[int, set[int]]:
-        """Each tiled size the compiler gave an array shard -> the dense sizes of the shards it gave it
-        to (one, unless shapes of different dense sizes tile alike): what tells padding in a trace."""
+    def padded_sizes(self, asked: Iterable[tuple[tuple[int, ...], str]]) -> dict[int, set[int]]:
+        """Each tiled size the compiler gave a shard of these (shape, dtype) -> the dense sizes of the
+        shards it gave it to (one, unless shapes of different dense sizes tile alike): what tells
+        padding in a trace."""
         found: dict[int, set[int]] = {}
         with self._lock:
-            arrays = list(self._arrays.items())
+            arrays = [
+                (key, self._arrays[key])
+                for key in {(tuple(shape), str(dtype)) for shape, dtype in asked}
+                if key in self._arrays
+            ]
         for (shape, dtype), size in arrays:
             dense = dense_bytes(shape, dtype)
             if size is not None and dense is not None:
