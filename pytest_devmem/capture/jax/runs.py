@@ -239,8 +239,9 @@ class RunRecording:
                     kept = self._kept(source, result)  # donated: a value made before the test, taken over
                     shared = [] if donated else self._shared_shards(source, kept)
             made = [allocate(size, SOURCE, DEVICE_PUT, device, site) for device, size in shards if device not in kept]
-            if shared and not made and len(shared) == len(shards) and (held := holdings.held_by(source)) is not None:
-                holdings.hold(result, held)  # the same buffers: one Held, as JAX keeps one set
+            held = holdings.held_by(source) if shared and not made else None
+            if held is not None and shared == list(held.ids):
+                holdings.hold(result, held)  # all of the value's buffers and no more: one Held, as JAX keeps one set
             elif shared:
                 holdings.hold_sharing(result, shared, made)
             elif made:
