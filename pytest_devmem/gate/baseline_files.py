@@ -186,7 +186,7 @@ def regime_problem(label: str) -> str | None:
     try:
         Policy.from_label(label)
     except DevmemError as exc:
-        return f"regime {label!r} is none: {exc}"
+        return f"regime {label!r} names none: {exc}"
     return None
 
 

@@ -225,7 +225,7 @@ CORRUPT = {
     "unknown regime": (
         CORRUPT_HEAD
         + '    "test_workload.py::test_model": {"turbo": {"metrics": {"peak_bytes_in_use": 4194304}}}\n  }\n}\n',
-        ":6: record 'test_workload.py::test_model' regime 'turbo' is none: unknown devmem mode 'turbo'",
+        ":6: record 'test_workload.py::test_model' regime 'turbo' names none: unknown devmem mode 'turbo'",
     ),
     "negative peak": (
         CORRUPT_HEAD

@@ -556,7 +556,7 @@ BAD_REPORTS: dict[str, tuple[dict[str, object], str]] = {
     "tolerance nonsense": ({"tolerance": "lots"}, "invalid devmem tolerance 'lots'"),
     "oom text": ({"oom": "yes"}, '"oom" must be an object'),
     "regime number": ({"regime": 3}, "regime must be text"),
-    "regime unknown": ({"regime": "turbo"}, "regime 'turbo' is none: unknown devmem mode 'turbo'"),
+    "regime unknown": ({"regime": "turbo"}, "regime 'turbo' names none: unknown devmem mode 'turbo'"),
     "peak fractional": ({"peak_bytes_in_use": 1.5}, "peak_bytes_in_use is 1.5, not a whole number of bytes"),
     "outcome unknown": ({"outcome": "exploded"}, "outcome is 'exploded': one of 'passed', 'failed', 'skipped'"),
 }
