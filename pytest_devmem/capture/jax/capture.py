@@ -59,8 +59,7 @@ class JaxCapture(RunRecording):
         self._array_type: Any = type(None)  # jaxlib's ArrayImpl, once installed
         self._jax_array: Any = type(None)  # jax.Array: device values, never host transfers
         self._flatten: Callable[[Any], list[Any]] = lambda tree: [tree]
-        self._donate_input: Any = None
-        self._always_copy: Any = None
+        self._donate_input = self._always_copy = None  # ArrayCopySemantics' (RunRecording declares them)
         self._compile_listener: Callable[..., None] | None = None
         self._post_hook: Callable[..., None] | None = None
         self.installed = False
@@ -227,8 +226,7 @@ class JaxCapture(RunRecording):
         return sizer.stored_entries(sorted(keys), sorted(self._shards.asked))
 
     def padded_sizes(self) -> dict[int, set[int]]:
-        """A TPU sizer's tiled shard sizes and the dense sizes they stand for (tpu_compile.py), of the
-        shards this window's arrays asked for (never those of what else ran in the process); empty elsewhere."""
+        """A TPU sizer's tiled shard sizes and the dense sizes they stand for, of this window's shards; empty elsewhere."""
         sizer = self.installed_sizer
         return sizer.padded_sizes(self._shards.asked) if sizer is not None else {}
 
