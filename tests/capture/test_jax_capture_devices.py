@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -109,21 +110,18 @@ def test_a_weight_jax_copies_to_the_other_devices_is_on_each_of_them(
     """An uncommitted 4 MiB weight used beside an input sharded over 4 devices (or by pmap with
     in_axes=None) is copied by JAX to devices 1-3 for the run (its buffer pointers show it; XLA's
     arguments hold it on every device): each of them holds the 4 MiB, not only device 0."""
-    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
-    pytester.makepyfile(test_copies=COPIES)
-    result = pytester.runpytest_subprocess("--devmem-mode=prealloc", "--devmem-traces=traces", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=2)
+    traces = run_on_four_devices(pytester, monkeypatch, "test_copies", COPIES, passed=2)
     for test in ("test_jit_copies", "test_pmap_copies"):
         copies = Counter(
             e.device
-            for e in trace_of(pytester.path / "traces", test)
+            for e in trace_of(traces, test)
             if e.action == "allocate" and e.label.endswith(" argument") and e.size == 4 * MiB
         )
         assert copies == {"cpu:1": 1, "cpu:2": 1, "cpu:3": 1}, test
 
 
-def trace_of(directory: object, test: str) -> Trace:
-    [path] = list(directory.glob(f"*{test}*.csv"))  # type: ignore[attr-defined]
+def trace_of(directory: Path, test: str) -> Trace:
+    [path] = list(directory.glob(f"*{test}*.csv"))
     return Trace.read_csv(path)
 
 
@@ -131,17 +129,25 @@ def allocations(trace: Trace, label: str | None = None) -> Counter[tuple[str, in
     return Counter((e.device, e.size) for e in trace if e.action == "allocate" and (label is None or e.label == label))
 
 
+def run_on_four_devices(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, name: str, suite: str, passed: int
+) -> Path:
+    """`suite` run under prealloc in a fresh process with 4 CPU devices (set before JAX starts), its
+    traces and report written; the traces' folder."""
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+    pytester.makepyfile(**{name: suite})
+    result = pytester.runpytest_subprocess(
+        "--devmem-mode=prealloc", "--devmem-traces=traces", "--devmem-report=r.json", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=passed)
+    return pytester.path / "traces"
+
+
 @pytest.mark.slow  # about 15 s: a sharded JAX suite in a fresh process
 def test_each_allocation_is_on_its_device(
     jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
-    pytester.makepyfile(test_devices=PER_DEVICE)
-    result = pytester.runpytest_subprocess(
-        "--devmem-mode=prealloc", "--devmem-traces=traces", "--devmem-report=r.json", "-p", "no:cacheprovider"
-    )
-    result.assert_outcomes(passed=5)
-    traces = pytester.path / "traces"
+    traces = run_on_four_devices(pytester, monkeypatch, "test_devices", PER_DEVICE, passed=5)
 
     assert allocations(trace_of(traces, "test_two_devices")) == Counter(
         {("cpu:1", 64 * MiB): 1, ("cpu:2", 64 * MiB): 1}
@@ -240,13 +246,7 @@ def test_a_shard_jax_keeps_in_place_is_counted_once_and_a_fixtures_never(
     it: jax/_src/array.py, `shard_device_array` and `shard_sharded_device_array_slow_path`), as the
     buffer pointers asserted in the tests show: such a shard is the array's allocation, not a copy,
     and where that array was made before the test (a fixture's), it is none of the test's memory."""
-    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
-    pytester.makepyfile(test_puts=PUTS)
-    result = pytester.runpytest_subprocess(
-        "--devmem-mode=prealloc", "--devmem-traces=traces", "--devmem-report=r.json", "-p", "no:cacheprovider"
-    )
-    result.assert_outcomes(passed=3)
-    traces = pytester.path / "traces"
+    traces = run_on_four_devices(pytester, monkeypatch, "test_puts", PUTS, passed=3)
     copies = Counter({(f"cpu:{k}", 4 * MiB): 1 for k in (1, 2, 3)})
     replicating = trace_of(traces, "test_replicating")
     assert allocations(replicating, "device_put") == copies + Counter({("cpu:1", 4 * MiB): 1})
