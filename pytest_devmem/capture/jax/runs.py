@@ -20,7 +20,7 @@ from typing import Any
 from ..call_sites import CallSites
 from ..recorder import TraceRecorder
 from .executables import ExecutablePlan, Executables
-from .holdings import Holdings, Owner
+from .holdings import Held, Holdings, Owner
 from .shards import Asked, ShardSizes, device_label, host_shards, kept_in_place
 from .window import JaxWindow
 
@@ -226,7 +226,7 @@ class RunRecording:
             source = self._device_array(values[position]) if position < len(values) else None
             if source is result:
                 continue  # the value itself: held as it was, or made before the test
-            shards, kept, shared = self._shards.of(result), frozenset[str](), []
+            shards, kept, shared, held = self._shards.of(result), frozenset[str](), [], None
             if source is not None:
                 copy = copy_semantics[position] if position < len(copy_semantics) else None
                 donated = source.is_deleted() and copy is not None and copy == self._donate_input
@@ -237,10 +237,10 @@ class RunRecording:
                         continue
                 if donated or (not source.is_deleted() and (copy is None or copy != self._always_copy)):
                     kept = self._kept(source, result)  # donated: a value made before the test, taken over
-                    shared = [] if donated else self._shared_shards(source, kept)
+                    held = None if donated or not kept else holdings.held_by(source)
+                    shared = self._shared_shards(source, held, kept) if held is not None else []
             made = [allocate(size, SOURCE, DEVICE_PUT, device, site) for device, size in shards if device not in kept]
-            held = holdings.held_by(source) if shared and not made else None
-            if held is not None and shared == list(held.ids):
+            if held is not None and not made and shared == list(held.ids):
                 holdings.hold(result, held)  # all of the value's buffers and no more: one Held, as JAX keeps one set
             elif shared:
                 holdings.hold_sharing(result, shared, made)
@@ -253,13 +253,9 @@ class RunRecording:
         except Exception:  # a sharding this cannot read: every shard a copy, as the transfer it may be
             return frozenset()
 
-    def _shared_shards(self, source: Any, kept: frozenset[str]) -> list[int]:
-        """The allocations of `source`'s shards on the devices in `kept`; all of them where one
-        allocation stands for all its shards (a run's output on JAX's fast path); none where the
-        capture never saw it made."""
-        held = self._holdings.held_by(source) if kept else None
-        if held is None:
-            return []
+    def _shared_shards(self, source: Any, held: Held, kept: frozenset[str]) -> list[int]:
+        """Of what `source` holds (`held`), the allocations of its shards on the devices in `kept`; all
+        of them where one allocation stands for all its shards (a run's output on JAX's fast path)."""
         devices = [device for device, _ in self._shards.of(source)]
         if len(devices) != len(held.ids):
             return list(held.ids)
