@@ -587,6 +587,64 @@ def test_named_bound_on_a_function_never_run(params):
     assert "jit(train_step)" not in result.stdout.str().split("_ test_step_compiled_for_three_batch_sizes _")[0]
 
 
+def test_max_compiles_counts_programs_so_a_function_wrapped_anew_needs_the_same_in_any_order(
+    jax_loaded: object, pytester: pytest.Pytester
+) -> None:
+    """`jax.pmap` wraps a function again in a cache of its own (`_cached_shard_map`, jax/_src/pmap.py)
+    and a class made per test hashes its instances alike, so a test meets an earlier test's executable
+    of its program, or of a program that runs alike with another constant, beside one compiled anew.
+    Counted by executable object, `test_method[1_1]` needed 2 after `[1_0]` and 1 alone; counted by
+    program, each needs 1 in both orders. A function wrapped anew in a loop compiles the same program
+    each time: 4, in both orders."""
+    pytester.makepyfile(
+        test_programs="""
+        import jax
+        import jax.numpy as jnp
+        import pytest
+
+        @pytest.mark.devmem(max_compiles=1)
+        @pytest.mark.parametrize("increment", [1, 1, 2])
+        def test_method(increment):
+            class Adder:
+                def __init__(self, inc):
+                    self.inc = inc
+
+                def __hash__(self):
+                    return hash(self.inc)
+
+                def __eq__(self, other):
+                    return isinstance(other, Adder) and other.inc == self.inc
+
+                def add(self, x):
+                    return x + self.inc
+
+            jax.pmap(Adder.add, static_broadcasted_argnums=0)(Adder(increment), jnp.ones((1, 4)))
+            jax.pmap(Adder.add, static_broadcasted_argnums=0)(Adder(increment), jnp.ones((1, 4)))
+
+        def make():
+            def scale(x):
+                return x * 2
+            return scale
+
+        @pytest.mark.devmem(max_compiles={"scale": 4})
+        def test_wrapped_anew_in_a_loop():
+            for _ in range(4):
+                jax.jit(make())(jnp.ones(8))
+        """
+    )
+    ids = [f"test_programs.py::test_method[{case}]" for case in ("1_0", "1_1", "2")]
+    loop = "test_programs.py::test_wrapped_anew_in_a_loop"
+    needed = []
+    for order in (ids, ids[::-1]):
+        result = pytester.runpytest_inprocess(*order, loop, "--devmem-mode=prealloc", "--devmem-report=r.json")
+        result.assert_outcomes(passed=4)
+        records = json.loads((pytester.path / "r.json").read_text())["records"]
+        needed.append({r["test_id"]: r["trace"]["needed"] for r in records})
+    assert needed[0] == needed[1]
+    own = {test: counts.get("jit(_fun)", counts.get("jit(scale)")) for test, counts in needed[0].items()}
+    assert own == {**{test: 1 for test in ids}, loop: 4}
+
+
 @pytest.mark.parametrize("value", [{}, {"step": -1}, {"step": True}, {1: 1}, {"": 1}, [1], 1.5])
 def test_a_bad_max_compiles_errors_the_test_naming_the_value(
     jax_loaded: object, pytester: pytest.Pytester, value: object

@@ -17,6 +17,7 @@ rather than report a partial figure. Tested with JAX 0.10.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -79,18 +80,18 @@ class JaxCapture(RunRecording):
         taken = self._recorder.steps_taken
         if not taken:
             return window
-        merged = JaxWindow(
-            dict(window.executables),
-            set(window.temp_unknown),
-            window.compiled,
-            {name: dict(plans) for name, plans in window.used.items()},
-            window.failure,
+        merged = dataclasses.replace(
+            window,
+            executables=dict(window.executables),
+            temp_unknown=set(window.temp_unknown),
+            used={name: dict(plans) for name, plans in window.used.items()},
+            fresh={key: set(ids) for key, ids in window.fresh.items()},
         )
         for step, runs in taken.items():
             plan = self._step_plans[step]
             self._shards.asked.update(self._step_asked[step])  # sized once, in whichever window made the step
             merged.executables[plan.label] = merged.executables.get(plan.label, 0) + runs
-            merged.used.setdefault(plan.label, {})[id(plan)] = plan
+            merged.ran(plan)
             if not plan.temp_known:
                 merged.temp_unknown.add(plan.label)
         return merged
@@ -210,7 +211,7 @@ class JaxCapture(RunRecording):
     # -- window -------------------------------------------------------------------------
 
     def begin(self) -> None:
-        self._window = JaxWindow()
+        self._window = JaxWindow(since=self._executables.read)
         self._failed = False
         self._recorder.steps_taken.clear()
         self._shards.asked.clear()
@@ -324,7 +325,7 @@ class JaxCapture(RunRecording):
                 self._recorder.free(transfer)
             if recording:  # a program the test needed, never run
                 self._window.executables.setdefault(plan.label, 0)
-                self._window.used.setdefault(plan.label, {})[id(plan)] = plan
+                self._window.ran(plan)
             raise plan.raises.error()
         try:
             outputs = original(executable, *args)

@@ -10,6 +10,7 @@ aliases where shapes match and to `buffer_donor` entries that XLA may alias whil
 
 from __future__ import annotations
 
+import hashlib
 import re
 import weakref
 from collections.abc import Callable, Sequence
@@ -54,6 +55,8 @@ class ExecutablePlan:
     buffers: ProgramBuffers | None = None  # the buffers at its peak, as the compile that sized it states them
     buffers_note: str = ""  # why they are not known
     sized_key: str = ""  # the key of the target compiler's entry its sizes came from (compile_store.py)
+    serial: int = -1  # the order in which the process first ran it (`Executables.plan`)
+    program: str = ""  # a digest of the compiled module's canonical text (no names, no metadata); "" where none
     runs_read_arguments: bool = field(init=False)  # donations to follow or host values to transfer
     temp_label: str = field(init=False)
     argument_label: str = field(init=False)
@@ -73,8 +76,9 @@ class ExecutablePlan:
         self.runs_read_arguments = bool(self.donated) or self.host_arguments
 
     def same_runs_as(self, other: ExecutablePlan) -> bool:
-        """Whether a run of either gives the same events (so either may stand for the other)."""
-        facts = ("label", "devices", "temps", "aliases", "donated", "kept", "arguments", "host_arguments")
+        """Whether a run of either gives the same events and is the same program (so either may stand
+        for the other: in the trace and in the programs a test needed)."""
+        facts = ("label", "program", "devices", "temps", "aliases", "donated", "kept", "arguments", "host_arguments")
         return all(getattr(self, name) == getattr(other, name) for name in facts) and all(
             a is b or a == b for a, b in zip(self.in_shardings, other.in_shardings)
         )
@@ -117,7 +121,8 @@ def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
         else:  # Unavailable: it keeps the CPU compile's sizes
             note = sizes.reason
     tokens = len(getattr(executable, "ordered_effects", ()) or ())  # effect tokens lead inputs and outputs
-    header = _module_header(xla_executable)
+    text = _module_text(xla_executable)
+    header = text.split("\n", 1)[0]
     aliases, donors = parse_donations(header)
     aliases = {
         output - tokens: parameter - tokens
@@ -145,6 +150,7 @@ def plan_of(executable: Any, sizer: Any = None) -> ExecutablePlan:
         buffers=buffers,
         buffers_note=buffers_note,
         sized_key=sized_key,
+        program=hashlib.sha256(text.encode()).hexdigest()[:32] if text else "",
     )
 
 
@@ -155,14 +161,18 @@ def _temp_size(xla_executable: Any) -> int | None:
         return None
 
 
-def _module_header(xla_executable: Any) -> str:
-    """The first line of the compiled module's HLO text ("" where the backend gives none)."""
+def _module_text(xla_executable: Any) -> str:
+    """The compiled module's HLO text as XLA prints it canonically: instructions numbered in order,
+    no metadata (source lines, op names), so that the same program compiled twice, or traced from
+    another caller, reads the same ("" where the backend gives none). Its first line is the module's
+    header (`HloPrintOptions.canonical`, xla/hlo/ir/hlo_print_options.h)."""
     try:
+        from jax._src.lib import hlo  # jaxlib._hlo, imported with jax
+
         modules = xla_executable.hlo_modules()
-        text = modules[0].to_string() if modules else ""
+        return modules[0].to_string(hlo.HloPrintOptions.canonical()) if modules else ""
     except Exception:
         return ""
-    return text.split("\n", 1)[0]
 
 
 def parse_signature(header: str) -> str:
@@ -227,6 +237,7 @@ class Executables:
         # the same by (id(aval), call site) alone, the last seen of each (its sharding checked by identity)
         self.by_aval: dict[tuple[int, str], tuple[Any, Any, ExecutablePlan, int, str]] = {}
         self.on_forget: Callable[[], None] = lambda: None  # told whenever `by_aval` is emptied or a step remembered
+        self.read = 0  # executables read so far: the next one's serial
 
     def plan(self, executable: Any) -> ExecutablePlan:
         """The plan of an ExecuteReplicated, read on first use."""
@@ -234,6 +245,7 @@ class Executables:
         if known is not None:
             return known
         plan = plan_of(executable, self.sizer)
+        plan.serial, self.read = self.read, self.read + 1
         key, plans = id(executable), self._plans
 
         def forget(_: object) -> None:

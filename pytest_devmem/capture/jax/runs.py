@@ -148,7 +148,7 @@ class RunRecording:
         )
         runs = self._window.executables
         runs[label] = runs.get(label, 0) + 1
-        self._window.used.setdefault(label, {})[id(plan)] = plan
+        self._window.ran(plan)
         if not plan.temp_known:
             self._window.temp_unknown.add(label)
         for index, output in enumerate(outputs):

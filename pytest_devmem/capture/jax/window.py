@@ -20,15 +20,30 @@ class JaxWindow:
     executables: dict[str, int] = field(default_factory=dict)  # name -> runs
     temp_unknown: set[str] = field(default_factory=set)  # executables whose memory analysis failed
     compiled: list[str] = field(default_factory=list)  # executables XLA compiled in the window, by name
-    # name -> the distinct executables run (compiled here or found in a cache), by id
-    used: dict[str, dict[int, ExecutablePlan]] = field(default_factory=dict)
+    # name -> the distinct programs run (compiled here or found in a cache), by `program_of`
+    used: dict[str, dict[object, ExecutablePlan]] = field(default_factory=dict)
     failure: str = ""  # the capture's own error, if one stopped it: the trace is then incomplete
+    since: int = 0  # the serial of the first executable read in the window (`Executables.plan`)
+    # (name, program) -> the executables of it first run in the window, by id: each one compiled for it
+    fresh: dict[tuple[str, object], set[int]] = field(default_factory=dict)
+
+    def ran(self, plan: ExecutablePlan) -> None:
+        """`plan` was needed in the window (run, or refused at its call)."""
+        program = program_of(plan)
+        self.used.setdefault(plan.label, {})[program] = plan
+        if plan.serial >= self.since:
+            self.fresh.setdefault((plan.label, program), set()).add(id(plan))
 
     def needed(self) -> dict[str, int]:
-        """Per function, the executables the window needed: each distinct executable it ran (compiled
-        in it or found in a cache, which depends on what ran before in the process), or, where more,
-        the compiles it made (an executable compiled and never run). The same in any test order."""
-        needed = {name: len(plans) for name, plans in self.used.items()}
+        """Per function, the executables the window needed: each distinct program it ran, compiled in
+        it or found in a cache (which depends on what ran before in the process), as often as the
+        window made a new executable of it (a function wrapped anew in a loop compiles the same
+        program again each time, in any order), or, where more, the compiles it made (an executable
+        compiled and never run). The same in any test order."""
+        needed = {
+            name: sum(max(1, len(self.fresh.get((name, program), ()))) for program in plans)
+            for name, plans in self.used.items()
+        }
         for name, count in Counter(self.compiled).items():
             needed[name] = max(needed.get(name, 0), count)
         return dict(sorted(needed.items()))
@@ -89,6 +104,14 @@ class JaxWindow:
                 buffers = buffers.without_lines()
             found[label] = buffers.to_json()
         return found
+
+
+def program_of(plan: ExecutablePlan) -> object:
+    """What makes an executable distinct: its compiled program, whichever executable object holds it
+    (a function wrapped again per call, as `jax.pmap` and equinox's `filter_pmap` do, compiles the
+    same program into a new object, and which of the objects a test meets depends on what ran
+    before it); the object itself where the backend gives no module text."""
+    return plan.program or id(plan)
 
 
 def _in_order(plan: ExecutablePlan) -> tuple[str, str]:
