@@ -55,7 +55,7 @@ class ExecutablePlan:
     buffers: ProgramBuffers | None = None  # the buffers at its peak, as the compile that sized it states them
     buffers_note: str = ""  # why they are not known
     sized_key: str = ""  # the key of the target compiler's entry its sizes came from (compile_store.py)
-    serial: int = -1  # the order in which the process first ran it (`Executables.plan`)
+    serial: int = -1  # the order in which the process first ran it (`Executables.plan`): its own number
     program: str = ""  # a digest of the compiled module's canonical text (no names, no metadata); "" where none
     runs_read_arguments: bool = field(init=False)  # donations to follow or host values to transfer
     temp_label: str = field(init=False)

@@ -24,7 +24,7 @@ class JaxWindow:
     used: dict[str, dict[object, ExecutablePlan]] = field(default_factory=dict)
     failure: str = ""  # the capture's own error, if one stopped it: the trace is then incomplete
     since: int = 0  # the serial of the first executable read in the window (`Executables.plan`)
-    # (name, program) -> the executables of it first run in the window, by id: each one compiled for it
+    # (name, program) -> the executables of it first run in the window, by serial: each one compiled for it
     fresh: dict[tuple[str, object], set[int]] = field(default_factory=dict)
 
     def ran(self, plan: ExecutablePlan) -> None:
@@ -32,7 +32,7 @@ class JaxWindow:
         program = program_of(plan)
         self.used.setdefault(plan.label, {})[program] = plan
         if plan.serial >= self.since:
-            self.fresh.setdefault((plan.label, program), set()).add(id(plan))
+            self.fresh.setdefault((plan.label, program), set()).add(plan.serial)
 
     def needed(self) -> dict[str, int]:
         """Per function, the executables the window needed: each distinct program it ran, compiled in
