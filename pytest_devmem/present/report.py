@@ -372,8 +372,30 @@ def _record_problem(record: object) -> str | None:
                 problem = figure_problem(name, device.get(name))
                 if problem:
                     return f"device {device['device'][:40]!r}: {problem}"
+        if problem := _headline_problem(record, devices):
+            return problem
     if record.get("oom") is not None and not isinstance(record.get("oom"), (dict, bool)):
         return '"oom" must be an object, true, false or null'
+    return None
+
+
+def _headline_problem(record: dict[str, object], devices: list[dict[str, object]]) -> str | None:
+    """Why a record's headline is not its peak device's figures (`TestRecord.from_run` takes them from
+    that device), or None: a hand edit of one and not the other would gate on a figure no device had."""
+    peak_device = record.get("peak_device")
+    if peak_device is None or not devices:
+        return None
+    named = [str(d["device"]) for d in devices]
+    if peak_device not in named:
+        shown = repr(peak_device)[:60]
+        return f'"peak_device" is {shown}: one of the record\'s devices ({", ".join(named[:8])})'
+    device = devices[named.index(str(peak_device))]
+    for name in METRICS:  # fragmentation included
+        if record.get(name) is not None and device.get(name) is not None and record[name] != device[name]:
+            return (
+                f"{name} is {record[name]!r} where its peak device {peak_device!r} has {device[name]!r}: "
+                "a record's headline figures are its peak device's"
+            )
     return None
 
 

@@ -559,6 +559,15 @@ BAD_REPORTS: dict[str, tuple[dict[str, object], str]] = {
     "regime unknown": ({"regime": "turbo"}, "regime 'turbo' names none: unknown devmem mode 'turbo'"),
     "peak fractional": ({"peak_bytes_in_use": 1.5}, "peak_bytes_in_use is 1.5, not a whole number of bytes"),
     "outcome unknown": ({"outcome": "exploded"}, "outcome is 'exploded': one of 'passed', 'failed', 'skipped'"),
+    # the headline is its peak device's figures (TestRecord.from_run): a hand edit of one of them alone
+    "headline edited alone": (
+        {"peak_device": "cpu:0", "devices": [{"device": "cpu:0", "peak_bytes_in_use": 4 * MiB}]},
+        "peak_bytes_in_use is 1048576 where its peak device 'cpu:0' has 4194304: a record's headline figures are its peak device's",
+    ),
+    "peak device none of them": (
+        {"peak_device": "cpu:3", "devices": [{"device": "cpu:0", "peak_bytes_in_use": MiB}]},
+        "\"peak_device\" is 'cpu:3': one of the record's devices (cpu:0)",
+    ),
 }
 
 
