@@ -265,3 +265,64 @@ def test_a_shard_jax_keeps_in_place_is_counted_once_and_a_fixtures_never(
     assert not held  # the kept buffer freed once, when c, its last holder, went
     assert allocations(trace_of(traces, "test_a_fixtures_array")) == copies
     assert allocations(trace_of(traces, "test_a_donated_fixtures")) == Counter()
+
+
+ASSEMBLED = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+MESH = Mesh(np.array(jax.devices()), ("data",))
+
+
+def test_zeros_like_a_replicated_array():
+    p = jax.device_put(np.ones((1024, 1024), np.float32), NamedSharding(MESH, P()))
+    z = jnp.zeros_like(p)  # an optimizer's state of replicated parameters
+    assert len(z.addressable_shards) == 4
+    jax.block_until_ready(z)
+
+
+def test_zeros_onto_rows():
+    z = jnp.zeros((1024, 1024), jnp.float32, device=NamedSharding(MESH, P("data")))
+    jax.block_until_ready(z)
+
+
+def test_an_array_made_from_a_callback():
+    data = np.ones((1024, 1024), np.float32)
+    x = jax.make_array_from_callback(data.shape, NamedSharding(MESH, P("data")), lambda index: data[index])
+    jax.block_until_ready(x)
+"""
+
+
+@pytest.mark.slow  # about 10 s: a sharded JAX suite in a fresh process
+def test_an_array_jax_assembles_per_device_is_counted_on_every_device(
+    jax_loaded: object, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`jax.make_array_from_callback` puts a value per device through `pxla.batched_device_put`, not
+    through `jax.device_put`; `lax.full` onto a concrete sharding (`jnp.zeros`, `ones`, `full` and
+    `*_like` of a sharded array) does so with a shard computed on the first device and taken from it
+    by `addressable_data(0)` (jax/_src/lax/lax.py `full`, jax/_src/array.py): that device keeps the
+    buffer, the others get copies. Not traced, a replicated optimizer state was missing from every
+    device's figure (8 MiB where 12)."""
+    traces = run_on_four_devices(pytester, monkeypatch, "test_assembled", ASSEMBLED, passed=3)
+    peaks = {
+        r["test_id"].split("::")[-1]: {d["device"]: d["peak_bytes_requested"] for d in r["devices"]}
+        for r in json.loads((pytester.path / "r.json").read_text())["records"]
+    }
+    expected = {
+        "test_zeros_like_a_replicated_array": 8 * MiB,  # p and its zeros, on each device
+        "test_zeros_onto_rows": MiB,
+        "test_an_array_made_from_a_callback": MiB,
+    }
+    for test, per_device in expected.items():
+        assert {device: peak - peak % MiB for device, peak in peaks[test].items()} == {
+            f"cpu:{k}": per_device for k in range(4)
+        }, (test, peaks[test])
+        assert peaks[test]["cpu:0"] - per_device < 4096, peaks[test]  # the fill value's scalars at most
+        trace = trace_of(traces, test)
+        held = {e.pointer for e in trace if e.action == "allocate"} - {e.pointer for e in trace if e.action == "free"}
+        assert not held, test  # the kept buffer freed once, when its last holder went
+    assert allocations(trace_of(traces, "test_zeros_onto_rows"), "device_put") == Counter(
+        {(f"cpu:{k}", MiB): 1 for k in (1, 2, 3)}
+    )

@@ -127,7 +127,9 @@ class JaxCapture(RunRecording):
                 ("pjit._get_fastpath_data", hasattr(pjit, "_get_fastpath_data")),
                 ("pxla.ExecuteReplicated.__call__", "__call__" in vars(getattr(pxla, "ExecuteReplicated", object))),
                 ("dispatch._batched_device_put_impl", hasattr(dispatch, "_batched_device_put_impl")),
+                ("pxla.batched_device_put", callable(getattr(pxla, "batched_device_put", None))),
                 ("ArrayImpl.delete", hasattr(array_type, "delete")),
+                ("ArrayImpl.addressable_data", hasattr(array_type, "addressable_data")),
                 ("api._post_hook_state", slot is not None),
                 ("PjitFunctionCache.clear_all", hasattr(cache, "clear_all")),
             )
@@ -155,7 +157,9 @@ class JaxCapture(RunRecording):
         if hasattr(getattr(pxla, "MeshExecutable", None), "create_cpp_call"):
             self._patches.replace(pxla.MeshExecutable, "create_cpp_call", self._wrap_compiled_call)
         self._patches.replace(dispatch, "_batched_device_put_impl", self._wrap_device_put)
+        self._patches.replace(pxla, "batched_device_put", self._wrap_sharded_put)
         self._patches.replace(array_type, "delete", self._wrap_delete)
+        self._patches.replace(array_type, "addressable_data", self._wrap_addressable_data)
         self._post_hook = self._fast_hook()
         slot.subscribe(self._post_hook)
         self._listen_to_compiles()
@@ -295,14 +299,6 @@ class JaxCapture(RunRecording):
             self._executables.remember(leaves[0].aval, leaves[0].sharding, plan)
 
     # -- runs ---------------------------------------------------------------------------
-
-    def _wrap_execute(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        capture = self
-
-        def __call__(executable: Any, *args: Any) -> Any:
-            return capture._execute(original, executable, args)
-
-        return __call__
 
     def _execute(self, original: Callable[..., Any], executable: Any, args: tuple[Any, ...]) -> Any:
         """Run the executable on the Python path; around it, record what XLA allocates for the run

@@ -4,7 +4,8 @@ sized from its shape, dtype and sharding) or handed a donated input's allocation
 them, one temp buffer of the executable's `temp_size_in_bytes` per device for the run, donated
 inputs that were not aliased freed after it, and host values (or device arrays on other devices)
 transferred for the run; per `jax.device_put`, each result a transfer of its own unless it shares
-or took over the value's buffers; per `Array.delete`, its allocation freed once no array holds it.
+or took over the value's buffers, and so per array JAX assembles from values per device
+(`make_array_from_callback`); per `Array.delete`, its allocation freed once no array holds it.
 Each allocation is made at the user's line of the call (`call_sites.py`).
 
 `RunRecording` is a part of `JaxCapture` (capture.py): the attributes it declares are the capture's.
@@ -13,6 +14,7 @@ Imports no framework."""
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from threading import get_ident
 from typing import Any
@@ -26,6 +28,12 @@ from .window import JaxWindow
 
 SOURCE = "jax"
 DEVICE_PUT = "device_put"
+
+
+class _Depth(threading.local):
+    """How many of the capture's own puts and runs this thread is inside (each records its transfers)."""
+
+    depth = 0
 
 
 class RunRecording:
@@ -46,8 +54,25 @@ class RunRecording:
     _step_asked: list[Asked]
     call_sites: CallSites
 
+    _inside = _Depth()
+
     def _fail(self, exc: Exception) -> None:
         raise NotImplementedError  # the capture's own (capture.py)
+
+    def _execute(self, original: Callable[..., Any], executable: Any, args: tuple[Any, ...]) -> Any:
+        raise NotImplementedError  # the capture's own (capture.py)
+
+    def _wrap_execute(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        capture, inside = self, self._inside
+
+        def __call__(executable: Any, *args: Any) -> Any:
+            inside.depth += 1  # the host values it transfers are the run's (`_transfer`)
+            try:
+                return capture._execute(original, executable, args)
+            finally:
+                inside.depth -= 1
+
+        return __call__
 
     def _record_step(self, plan: ExecutablePlan, output: Any, site: str) -> None:
         """`_record_run` for a run with one array out, nothing donated and no host values (its
@@ -200,7 +225,11 @@ class RunRecording:
         capture = self
 
         def batched_device_put(*values: Any, **kwargs: Any) -> Any:
-            results = original(*values, **kwargs)
+            capture._inside.depth += 1  # JAX's `pxla.batched_device_put` below it is this put
+            try:
+                results = original(*values, **kwargs)
+            finally:
+                capture._inside.depth -= 1
             if capture._recorder.recording and not capture._failed:
                 try:
                     site = capture.call_sites.site_of(sys._getframe(1))
@@ -246,6 +275,78 @@ class RunRecording:
                 holdings.hold_sharing(result, shared, made)
             elif made:
                 holdings.hold_new(result, made)
+
+    def _wrap_sharded_put(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """JAX's `pxla.batched_device_put`, where no put or run of the capture's called it: an array
+        JAX assembles from a value per device, as `jax.make_array_from_callback` does, and with it
+        `lax.full` onto a sharding (`jnp.zeros`, `ones`, `full` and `*_like` of a sharded array,
+        an optimizer's state: jax/_src/array.py, jax/_src/lax/lax.py)."""
+        capture = self
+
+        def batched_device_put(aval: Any, sharding: Any, values: Any, devices: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(aval, sharding, values, devices, *args, **kwargs)
+            if capture._inside.depth == 0 and capture._recorder.recording and not capture._failed:
+                try:
+                    site = capture.call_sites.site_of(sys._getframe(1))
+                    capture._after_sharded_put(list(zip(values, devices)), result, site)
+                except Exception as exc:
+                    capture._fail(exc)
+            return result
+
+        return batched_device_put
+
+    def _after_sharded_put(self, placed: list[tuple[Any, Any]], result: Any, site: str) -> None:
+        """`result`'s shard on each device a transfer of its own, made at `site`, except where its
+        value is a one-device array on that device: `batched_device_put` keeps that buffer as the
+        shard (jax/_src/interpreters/pxla.py; its buffer pointer is the shard's), which then shares
+        the value's allocation, or adds nothing where the value was made before the test."""
+        holdings = self._holdings
+        if not isinstance(result, self._array_type) or holdings.held_by(result) is not None:
+            return
+        on_device = {device_label(device): value for value, device in placed}
+        shared: list[int] = []
+        made: list[int] = []
+        for device, size in self._shards.of(result):
+            value = on_device.get(device)
+            if isinstance(value, self._array_type) and [device_label(d) for d in value.devices()] == [device]:
+                held = holdings.held_by(value)
+                shared.extend(held.ids if held is not None else ())
+                continue
+            made.append(self._recorder.allocate(size, SOURCE, DEVICE_PUT, device, site))
+        if shared:
+            holdings.hold_sharing(result, shared, made)
+        elif made:
+            holdings.hold_new(result, made)
+
+    def _wrap_addressable_data(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """`Array.addressable_data(i)`: a new array object around the buffer of the array's shard on
+        one device (cached on a replicated array: `_fully_replicated_shard`), which `lax.full` onto a
+        sharding hands to `make_array_from_callback` and then drops the array it came from. It
+        shares that shard's allocation, so the buffer is freed once neither holds it."""
+        capture = self
+
+        def addressable_data(array: Any, index: int) -> Any:
+            data = original(array, index)
+            if data is not array:
+                try:
+                    capture._hold_view(array, data)
+                except Exception as exc:
+                    capture._fail(exc)
+            return data
+
+        return addressable_data
+
+    def _hold_view(self, array: Any, view: Any) -> None:
+        holdings = self._holdings
+        held = holdings.held_by(array)
+        if held is None or holdings.held_by(view) is not None:
+            return
+        devices = [device for device, _ in self._shards.of(array)]
+        if len(devices) == len(held.ids):  # else one allocation stands for every shard: not one shard's
+            (device,) = [device_label(d) for d in view.devices()]
+            shared = [buffer_id for label, buffer_id in zip(devices, held.ids) if label == device][:1]
+            if shared:
+                holdings.hold_sharing(view, shared, [])
 
     def _kept(self, source: Any, result: Any) -> frozenset[str]:
         try:
