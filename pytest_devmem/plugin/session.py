@@ -394,6 +394,11 @@ class DevmemSession:
             isolated = {regime.label: outcome.children_started for regime, outcome in self.child_outcomes.items()}
             facts = results.facts(isolated, self.xdist_note, self.tensorflow_cpu)
             SessionSummary(facts, terminalreporter, everything=config.getoption("verbose", 0) > 0).write()
+        elif self.settings.update and not self.is_child and not self.is_xdist_worker:
+            why = "" if self.settings.regime is not None else " (without --devmem-mode only tests marked devmem are)"
+            terminalreporter.write_line(
+                f"pytest-devmem: --devmem-update wrote no baseline: no test was measured{why}", yellow=True
+            )
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self.is_xdist_worker:

@@ -102,6 +102,21 @@ def test_update_refreshes_only_the_tests_that_ran_and_keeps_the_rest(
     }
 
 
+def test_an_update_that_measured_nothing_says_so(pytester: pytest.Pytester) -> None:
+    """Without --devmem-mode only marked tests are measured: an update of an unmarked suite writes no
+    baseline, and says so rather than nothing at all."""
+    pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--devmem-update")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "pytest-devmem: --devmem-update wrote no baseline: no test was measured "
+            "(without --devmem-mode only tests marked devmem are)"
+        ]
+    )
+    assert not (pytester.path / "baselines").exists()
+
+
 @pytest.mark.parametrize(
     ("spec", "env_mib", "outcome"),
     [
