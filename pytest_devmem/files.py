@@ -14,6 +14,7 @@ given to pytest-devmem is opened, and the one way anything is written.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -22,6 +23,7 @@ import secrets
 import socket
 import stat
 import sys
+import sysconfig
 import time
 from pathlib import Path
 from typing import BinaryIO
@@ -189,19 +191,29 @@ def read_json(path: str | os.PathLike[str], what: str, limit: int | None = None)
 
 
 def frames_from(root: str | os.PathLike[str], frames: str) -> str:
-    """Stack frames (`"file:line, file:line"`, as XLA's buffers name them) with each file below `root`
-    named from there, so that what a checkout stores reads the same on every other; a file elsewhere
-    (a library's) keeps its absolute path."""
+    """Stack frames (`"file:line, file:line"`, as XLA's buffers name them) with each file of an
+    installed package named from the packages' folder (`optax/_src/alias.py:12`, wherever the
+    environment is) and each other file below `root` from there, so that what a checkout stores reads
+    the same on every other; a file elsewhere keeps its absolute path."""
     named = []
     for frame in frames.split(", "):
         file, separator, line = frame.rpartition(":")
         if separator and os.path.isabs(file):
-            try:
-                frame = f"{Path(file).relative_to(root).as_posix()}:{line}"
-            except ValueError:
-                pass
+            for folder in (*_installed_folders(), root):
+                try:
+                    frame = f"{Path(file).relative_to(folder).as_posix()}:{line}"
+                    break
+                except ValueError:
+                    pass
         named.append(frame)
     return ", ".join(named)
+
+
+@functools.cache
+def _installed_folders() -> tuple[str, ...]:
+    """The folders installed packages are imported from (`site-packages`), as this Python has them."""
+    paths = sysconfig.get_paths()
+    return tuple(dict.fromkeys(paths[key] for key in ("purelib", "platlib") if paths.get(key)))
 
 
 # -- writing --------------------------------------------------------------------------------

@@ -7,8 +7,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import sysconfig
+from pathlib import Path
 
 import pytest
+
+from pytest_devmem.files import frames_from
 
 KEEP = """
 import jax
@@ -131,3 +135,14 @@ def test_tensorflow_names_a_functions_ops_by_their_lines_and_an_eager_op_by_none
     assert lines["MatMul"] == {"": 262144}  # an eager op: TensorFlow records no line, none is guessed
     # a function local to the test, which the runtime removes when the test returns: read before it goes
     assert line("tf.concat([x, x]") in json.dumps(lines)
+
+
+def test_a_stored_line_reads_the_same_from_any_checkout_and_environment(tmp_path: Path) -> None:
+    """A line in an installed package (an optimizer's `zeros_like`) is named from the packages' folder,
+    a project's from the project's root: a baseline written from one checkout and virtual environment
+    reads the same from another's."""
+    installed = Path(sysconfig.get_paths()["purelib"])
+    frames = (
+        f"{installed / 'optax' / 'tree_utils' / '_tree_math.py'}:335, {tmp_path / 'tests' / 'test_m.py'}:7, /opt/x.py:3"
+    )
+    assert frames_from(tmp_path, frames) == "optax/tree_utils/_tree_math.py:335, tests/test_m.py:7, /opt/x.py:3"
