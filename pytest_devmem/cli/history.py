@@ -37,7 +37,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         history.check_trend_path(output)  # before any work or output
     frame = history.load_frame(history.report_files(args.inputs))
     table = history.pivot(frame)
-    moved = history.steps(table, tolerance)
+    moved = history.steps(table, tolerance, history.pivot(frame, history.OOM))
     classes = history.device_classes(frame)
     if shown == "json":
         print_text(history.history_json(table, moved, tolerance, classes))

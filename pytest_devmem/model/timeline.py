@@ -48,8 +48,9 @@ class DeviceLane:
     in_use: list[int] = field(default_factory=list)
     reserved: list[int] = field(default_factory=list)
     fragmentation: list[float] = field(default_factory=list)
-    peak_event: int = -1
-    peak_in_use: int = 0
+    peak_event: int = -1  # the event of its peak of live data (the lane's line), where `at_peak` is taken
+    peak_in_use: int = 0  # the chunks in use at their peak, as BFC counts them (the headline)
+    peak_live: int = 0  # the live data at `peak_event`, each request rounded as XLA rounds it
     peak_reserved: int = 0
     at_peak: dict[str, int] = field(default_factory=dict)  # who held the memory at the peak, largest first
     pools_at_peak: list[PoolView] = field(default_factory=list)
@@ -201,6 +202,7 @@ def build_view(
             figures.device,
             peak_event=figures.peak_event,
             peak_in_use=figures.peak_bytes_in_use,
+            peak_live=figures.peak_bytes_requested,
             peak_reserved=figures.peak_bytes_reserved,
             at_peak=holders(run.snapshots.get(figures.device), trace, top=None),
             pools_at_peak=pool_views(run.snapshots.get(figures.device), trace),

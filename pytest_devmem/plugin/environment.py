@@ -7,6 +7,7 @@ also take the regime through tf.config once it is imported (`configure_tensorflo
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from collections.abc import Mapping, MutableMapping
@@ -21,6 +22,7 @@ from ..capture.jax.tpu_plugin import environment_for_libtpu
 from ..capture.tensorflow.cpu_allocator import ONEDNN_VARIABLE, CpuAllocatorSetting, prepare_cpu_allocator
 from ..capture.tensorflow.cpu_allocator import VARIABLE as TF_CPU_BFC
 from ..capture.tensorflow.warmup import INTEROP_VARIABLE, ORDER_VARIABLE, prepare_interop, prepare_order
+from ..model.framework_rules import FRAMEWORK_VARIABLES
 from ..model.pool.policy import Mode
 from ..model.regime import Regime
 from .compile_target import compilers_needed
@@ -38,6 +40,32 @@ session_environment_key = pytest.StashKey["dict[str, str]"]()
 starts from, whatever a test set in os.environ meanwhile (`JAX_PLATFORMS=cuda` in one test must not
 reach the next test's child)."""
 order_key = pytest.StashKey[bool]()  # TF_DETERMINISTIC_ORDER was set by this session
+user_env_key = pytest.StashKey["Mapping[str, str | None]"]()  # what recording the user's variables replaced
+
+
+USER_ENVIRONMENT = "DEVMEM_USER_ENVIRONMENT"
+"""The framework variables as the user set them (JSON, name -> value or null), written by the first
+session that applies a regime: an xdist worker, or a child a marker's regime starts, inherits its
+controller's regime variables in its environment, and would take them for the user's (a
+`growth`-marked test in a `prealloc` session's worker kept `TF_FORCE_GPU_ALLOW_GROWTH=false`)."""
+
+
+def users_environment(environ: MutableMapping[str, str]) -> dict[str, str | None]:
+    """Put back in `environ` the user's framework variables a controlling session recorded
+    (`USER_ENVIRONMENT`), or record them there where none did; what this process set, to undo."""
+    recorded = environ.get(USER_ENVIRONMENT)
+    if recorded is not None:
+        try:
+            values = json.loads(recorded)
+        except ValueError:
+            values = None
+        if isinstance(values, dict) and all(
+            name in FRAMEWORK_VARIABLES and (value is None or isinstance(value, str)) for name, value in values.items()
+        ):
+            restore(values, environ)
+            return {}
+    environ[USER_ENVIRONMENT] = json.dumps({name: environ.get(name) for name in FRAMEWORK_VARIABLES})
+    return {USER_ENVIRONMENT: recorded}
 
 
 def prepare(config: pytest.Config, settings: Settings) -> None:
@@ -45,6 +73,7 @@ def prepare(config: pytest.Config, settings: Settings) -> None:
     on the config for `restore_all`. Contradicting JAX variables are kept for pytest_configure to
     refuse (with the regime left unapplied)."""
     if settings.regime is not None and settings.sets_framework_variables:
+        config.stash[user_env_key] = users_environment(os.environ)
         conflicts = settings.regime.conflicts(os.environ)
         config.stash[conflicts_key] = conflicts
         if conflicts:
@@ -114,6 +143,8 @@ def restore_frameworks(config: pytest.Config) -> None:
         restore({ORDER_VARIABLE: None})
     if deviceless_env_key in config.stash:
         restore(config.stash[deviceless_env_key])
+    if user_env_key in config.stash:
+        restore(config.stash[user_env_key])
 
 
 def restore_all(config: pytest.Config, regime_env: Mapping[str, str | None] | None) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import InputError
 from ..gate.record import headline_peak
 from ..gate.tolerance import Tolerance, format_metric, format_metrics_apart
+from ..model.explain import oom_summary
 from ..model.pool.policy import canonical_label
 from ..spreadsheet import csv_table
 from .autosave import AUTOSAVE_DIR
@@ -26,6 +27,7 @@ from .shard_merge import merge_reports, shard_run, unique_records
 from .text import markdown_code, markdown_rows, matplotlib_text
 
 METRIC = "peak_bytes_in_use"
+OOM = "out_of_memory"
 
 
 @dataclass(frozen=True)
@@ -37,9 +39,16 @@ class Step:
     commit: str
     before: float
     now: float
+    oom_before: str = ""  # the run before ran out of memory: its kind (`oom_summary`); "" where it did not
+    oom_now: str = ""
 
     @property
     def text(self) -> str:
+        if self.oom_before or self.oom_now:  # a peak cut short by an out-of-memory is no figure to step from or to
+            before, now = format_metrics_apart(METRIC, self.before, self.now)
+            before = f"out of memory: {self.oom_before}" if self.oom_before else before
+            now = f"out of memory: {self.oom_now}" if self.oom_now else now
+            return f"{before} → {now} at {self.commit}"
         change = self.now - self.before
         percent = f" ({change / self.before:+.1%})" if self.before else ""
         before, now = format_metrics_apart(METRIC, self.before, self.now)
@@ -118,6 +127,7 @@ def load_frame(files: Sequence[Path]) -> Any:
                     "device_class": str(record.get("device_class", "")),
                     "test": f"{record['test_id']} [{canonical_label(str(record.get('regime', 'prealloc')))}]",
                     METRIC: float(peak),
+                    OOM: oom_summary(oom) if isinstance(oom := record.get("oom"), dict) and oom else "",
                 }
             )
     if not rows:
@@ -133,23 +143,31 @@ def device_classes(frame: Any) -> list[str]:
     return sorted(str(name) for name in frame["device_class"].unique())
 
 
-def pivot(frame: Any) -> Any:
-    """Tests x commits (in time order), the peak in each cell."""
+def pivot(frame: Any, values: str = METRIC) -> Any:
+    """Tests x commits (in time order), the peak in each cell (or, with `values=OOM`, the kind of
+    out-of-memory the run ended in, "" where none)."""
     commits = list(dict.fromkeys(frame["commit"]))
-    table = frame.pivot_table(index="test", columns="commit", values=METRIC, aggfunc="last")
+    table = frame.pivot_table(index="test", columns="commit", values=values, aggfunc="last")
     return table.reindex(columns=commits)
 
 
-def steps(table: Any, tolerance: Tolerance) -> list[Step]:
-    """Each move of a test's peak between consecutive commits where it was measured, beyond the tolerance."""
+def steps(table: Any, tolerance: Tolerance, ooms: Any = None) -> list[Step]:
+    """Each move of a test's peak between consecutive commits where it was measured, beyond the
+    tolerance, and each run into or out of an out-of-memory (`ooms`, `pivot(frame, OOM)`)."""
     allowance = tolerance.allowances.get(METRIC)
     found = []
     for test, row in table.iterrows():
         measured = row.dropna()
+        kinds = ooms.loc[test] if ooms is not None else {}
         for (before_commit, before), (commit, now) in zip(measured.items(), list(measured.items())[1:]):
             room = allowance.allowed(before) if allowance is not None else 0.0
-            if abs(now - before) > room:
-                found.append(Step(str(test), str(before_commit), str(commit), float(before), float(now)))
+            oom_before, oom_now = (
+                kind if isinstance(kind := kinds.get(c), str) else "" for c in (before_commit, commit)
+            )
+            if abs(now - before) > room or oom_before != oom_now:
+                found.append(
+                    Step(str(test), str(before_commit), str(commit), float(before), float(now), oom_before, oom_now)
+                )
     return found
 
 
@@ -175,10 +193,16 @@ def markdown(table: Any, moved: list[Step], tolerance: Tolerance, last: int = 8,
         return "\n".join(lines) + "\n"
     lines += markdown_rows(("test", "step"), [(step.test, step.text) for step in moved])
     shown = commits[-last:]
+    ooms = {(s.test, s.before_commit): s.oom_before for s in moved} | {(s.test, s.commit): s.oom_now for s in moved}
     peaks = []
     for test in dict.fromkeys(step.test for step in moved):
         row = table.loc[test]
-        cells = ["—" if row[c] != row[c] else format_metric(METRIC, row[c]) for c in shown]  # NaN: not measured there
+        cells = [
+            "—"  # NaN: not measured there
+            if row[c] != row[c]
+            else ("out of memory" if ooms.get((test, c)) else format_metric(METRIC, row[c]))
+            for c in shown
+        ]
         peaks.append((test, *cells))
     lines += ["", *markdown_rows(("test", *map(str, shown)), peaks)]
     return "\n".join(lines) + "\n"
@@ -200,7 +224,15 @@ def history_json(table: Any, moved: list[Step], tolerance: Tolerance, classes: S
             for test, row in table.iterrows()
         },
         "moved": [
-            {"test": s.test, "before_commit": s.before_commit, "commit": s.commit, "before": s.before, "now": s.now}
+            {
+                "test": s.test,
+                "before_commit": s.before_commit,
+                "commit": s.commit,
+                "before": s.before,
+                "now": s.now,
+                **({"oom_before": s.oom_before} if s.oom_before else {}),
+                **({"oom_now": s.oom_now} if s.oom_now else {}),
+            }
             for s in moved
         ],
     }

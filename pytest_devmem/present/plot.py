@@ -139,7 +139,7 @@ def _png_lane(axis: object, held_axis: object, lane: DeviceLane, view: TimelineV
     ax.set_ylabel(f"{matplotlib_text(lane.device)}\nin use ({unit})", fontsize=8)  # type: ignore[attr-defined]
     ax.set_title(matplotlib_text(peak_text(lane)), fontsize=8, loc="left")  # type: ignore[attr-defined]  # above the panel: never over its line
     if lane.peak_event >= 0:
-        ax.plot([lane.peak_event], [lane.peak_in_use / size], "o", color=OOM_COLOUR, markersize=4)  # type: ignore[attr-defined]
+        ax.plot([lane.peak_event], [lane.peak_live / size], "o", color=OOM_COLOUR, markersize=4)  # type: ignore[attr-defined]
         ax.axvline(lane.peak_event, color=OOM_COLOUR, linewidth=0.6, linestyle=":")  # type: ignore[attr-defined]
     top_held = max(max(lane.reserved, default=0), top_in_use)
     held_unit, held_size = unit_of(top_held)

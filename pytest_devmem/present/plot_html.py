@@ -120,16 +120,16 @@ def _lane_svg(
     ]
     if lane.peak_event >= 0:
         x = _x(lane.peak_event, last)
-        y = top + LANE_HEIGHT - (lane.peak_in_use / in_use_scale) * LANE_HEIGHT
+        y = top + LANE_HEIGHT - (lane.peak_live / in_use_scale) * LANE_HEIGHT
         parts.append(
             f"<line x1='{x:.1f}' y1='{top}' x2='{x:.1f}' y2='{top + LANE_HEIGHT}' stroke='{OOM_COLOUR}' stroke-dasharray='2 3' stroke-width='0.8'/>"
         )
         parts.append(
-            f"<circle cx='{x:.1f}' cy='{y:.1f}' r='4' fill='{OOM_COLOUR}'><title>peak {format_size(lane.peak_in_use)} after event {lane.peak_event}</title></circle>"
+            f"<circle cx='{x:.1f}' cy='{y:.1f}' r='4' fill='{OOM_COLOUR}'><title>live data {format_size(lane.peak_live)} after event {lane.peak_event}</title></circle>"
         )
         anchor = "end" if lane.peak_event > last / 2 else "start"
         parts.append(
-            f"<text x='{x:.1f}' y='{top - 6:.1f}' font-size='11' fill='{OOM_COLOUR}' text-anchor='{anchor}'>peak {format_size(lane.peak_in_use)}</text>"
+            f"<text x='{x:.1f}' y='{top - 6:.1f}' font-size='11' fill='{OOM_COLOUR}' text-anchor='{anchor}'>live data {format_size(lane.peak_live)}</text>"
         )  # in the margin above the plot
     oom = view.oom
     if oom and oom.get("device") == lane.device:
@@ -228,7 +228,8 @@ def _devices_table(view: TimelineView) -> str:
     when every device held the same (a preallocated pool's 75% would dwarf the rest)."""
     held = {lane.peak_reserved for lane in view.lanes}
     rows = "".join(
-        f"<tr><td>{html_text(lane.device)}</td><td>{format_size(lane.peak_in_use)}</td><td>{lane.peak_event}</td>"
+        f"<tr><td>{html_text(lane.device)}</td><td>{format_size(lane.peak_in_use)}</td>"
+        f"<td>{format_size(lane.peak_live)}</td><td>{lane.peak_event}</td>"
         f"<td class='held'>{format_size(lane.peak_reserved)}</td></tr>"
         for lane in view.lanes
     )
@@ -240,7 +241,8 @@ def _devices_table(view: TimelineView) -> str:
     return (
         "<h3>Per device</h3>"
         f"<p>{same}<label><input type='checkbox' id='show-held'> show what each device held</label></p>"
-        "<table class='devices'><tr><th>device</th><th>peak in use</th><th>at event</th><th class='held'>held from the device</th></tr>"
+        "<table class='devices'><tr><th>device</th><th>peak in use (chunks)</th><th>peak of live data</th><th>at event</th>"
+        "<th class='held'>held from the device</th></tr>"
         f"{rows}</table>"
     )
 

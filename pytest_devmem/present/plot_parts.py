@@ -78,7 +78,12 @@ def maps(view: TimelineView) -> list[tuple[str, list[PoolView], set[int], list[s
     elif view.headline is not None:
         lane = view.headline
         drawn.append(
-            (f"memory map of {lane.device} at its peak (event {lane.peak_event})", lane.pools_at_peak, set(), [])
+            (
+                f"memory map of {lane.device} at its peak of live data (event {lane.peak_event})",
+                lane.pools_at_peak,
+                set(),
+                [],
+            )
         )
     for lane in view.lanes:
         shown = lane.map_fragmentation if lane.map_fragmentation is not None else lane.worst_fragmentation
@@ -140,6 +145,7 @@ def peak_text(lane: DeviceLane, holders: int = 3) -> str:
     if lane.peak_event < 0:
         return f"{lane.device}: nothing allocated"
     who = ", ".join(f"{name} {format_size(size)}" for name, size in list(lane.at_peak.items())[:holders])
-    return f"{lane.device}: peak in use {format_size(lane.peak_in_use)} at event {lane.peak_event}" + (
-        f" ({who})" if who else ""
-    )
+    peak = f"live data {format_size(lane.peak_live)} at event {lane.peak_event}"
+    if lane.peak_in_use != lane.peak_live:  # whole chunks: at their own moment, not the line's
+        peak = f"peak in use {format_size(lane.peak_in_use)} in chunks; {peak}"
+    return f"{lane.device}: {peak}" + (f" ({who})" if who else "")

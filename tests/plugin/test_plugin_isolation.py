@@ -198,6 +198,32 @@ def test_a_child_starts_from_the_users_variables_not_the_parents_regime(
     result.assert_outcomes(passed=2)
 
 
+def test_under_xdist_a_child_starts_from_the_users_variables_not_the_controllers_regime(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An xdist worker inherits the regime variables its controller set: a `growth`-marked test of a
+    `prealloc` session kept TF_FORCE_GPU_ALLOW_GROWTH=false as if the user had set it (TensorFlow then
+    took all but its reserve: a false out-of-memory verdict under -n 2 only). The user's own values
+    travel in DEVMEM_USER_ENVIRONMENT, and a TensorFlow variable the user set still wins."""
+    monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)
+    monkeypatch.delenv("DEVMEM_USER_ENVIRONMENT", raising=False)
+    monkeypatch.setenv("TF_GPU_ALLOCATOR", "cuda_malloc_async")
+    pytester.makepyfile(
+        """
+        import os, pytest
+        @pytest.mark.devmem(mode="growth")
+        def test_growth():
+            assert os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
+            assert os.environ["TF_GPU_ALLOCATOR"] == "cuda_malloc_async"  # the user's
+        def test_plain():
+            assert os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] == "false"
+        """
+    )
+    result = pytester.runpytest_inprocess("--devmem-mode=prealloc", "-n", "2")
+    result.assert_outcomes(passed=2)
+    assert "DEVMEM_USER_ENVIRONMENT" not in os.environ and "TF_FORCE_GPU_ALLOW_GROWTH" not in os.environ
+
+
 def test_what_a_test_sets_in_the_environment_never_reaches_a_later_tests_child(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

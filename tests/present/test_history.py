@@ -73,6 +73,30 @@ def test_history_of_three_commits_shows_the_test_that_moved(
     assert (pytester.path / "trend.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_a_run_out_of_memory_is_a_step_named_so_not_a_fall_of_the_peak(
+    pandas_loaded: object,
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The peak of a run that ran out of memory is where it stopped: `history` names the out of
+    memory (as `compare` does), never a -100% step, and a run back from one is a step too."""
+    pytester.makepyfile(test_model=MODEL)
+    reports = pytester.path / "reports"
+    for number, mib in enumerate(("8", str(64 * 1024), "8")):
+        monkeypatch.setenv("MODEL_MIB", mib)
+        pytester.runpytest_inprocess(
+            "--devmem-mode=prealloc", f"--devmem-report={reports}/r{number}.json", "-p", "no:cacheprovider"
+        )
+    capsys.readouterr()
+    assert main(["history", str(reports)]) == 1
+    out = capsys.readouterr().out
+    assert "| test_model.py::test_model [prealloc] | 8.00 MiB → out of memory: " in out and "r1 |" in out
+    assert "| test_model.py::test_model [prealloc] | out of memory: " in out and "→ 8.00 MiB at r2 |" in out
+    assert "%" not in out.split("| test | step |")[1].split("\n\n")[0]
+    assert "| 8.00 MiB | out of memory | 8.00 MiB |" in out
+
+
 def test_history_refuses_what_is_not_a_report(
     pandas_loaded: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

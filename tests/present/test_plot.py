@@ -15,6 +15,7 @@ from pytest_devmem.model.pool import Policy
 from pytest_devmem.model.timeline import build_view, thin
 from pytest_devmem.model.trace import Trace, TraceEvent
 from pytest_devmem.present.plot_html import render_html
+from pytest_devmem.present.plot_parts import peak_text
 from pytest_devmem.units import MiB
 
 
@@ -45,6 +46,26 @@ def test_the_view_follows_the_machine_and_names_the_holders_at_each_devices_peak
     assert (second.device, second.in_use, second.at_peak) == ("cpu:1", [MiB], {"pool": MiB})
 
 
+def test_a_lane_names_its_chunks_peak_apart_from_the_moment_of_its_live_data_peak() -> None:
+    """BFC counts whole chunks (a freed 6 MiB chunk handed whole to a 4 MiB request: `bfc_allocator.cc`
+    splits a chunk only where the rest is at least the request), so the peak in use can come later
+    than, and above, the peak of live data the lane draws: the title names each with what is true of
+    it, and the mark on the line is at the live data's figure, where the map is taken."""
+    trace = Trace(
+        [
+            TraceEvent("allocate", 1, 6 * MiB, source="jax", label="a", device="cpu:0"),
+            TraceEvent("allocate", 2, 4 * MiB, source="jax", label="b", device="cpu:0"),
+            TraceEvent("free", 1, 6 * MiB, source="jax", device="cpu:0"),
+            TraceEvent("allocate", 3, 4 * MiB, source="jax", label="c", device="cpu:0"),
+            TraceEvent("allocate", 4, 2 * MiB, source="jax", label="d", device="cpu:0"),
+        ]
+    )
+    (lane,) = view_of(trace, "prealloc").lanes
+    assert (lane.peak_in_use, lane.peak_live, lane.peak_event) == (12 * MiB, 10 * MiB, 1)
+    assert peak_text(lane).startswith("cpu:0: peak in use 12.00 MiB in chunks; live data 10.00 MiB at event 1 (")
+    assert max(lane.in_use) == lane.peak_live
+
+
 def test_a_long_trace_keeps_its_true_peak_when_thinned() -> None:
     """100,000 events of a 1 MiB buffer allocated and freed, and one 64 MiB spike in the middle:
     every picture must show the spike."""
@@ -58,7 +79,7 @@ def test_a_long_trace_keeps_its_true_peak_when_thinned() -> None:
     assert len(lane.in_use) <= 2100 and max(lane.in_use) == 64 * MiB == lane.peak_in_use
     assert lane.events[lane.in_use.index(64 * MiB)] == 2 * 31_337
     page = render_html(view, "spike")
-    assert "peak 64.00 MiB" in page and "64.00 MiB</text>" in page  # the scale's top is the spike
+    assert "live data 64.00 MiB" in page and "64.00 MiB</text>" in page  # the scale's top is the spike
     assert thin(list(range(10)), [0] * 10) == list(range(10))  # short series are drawn whole
 
 
@@ -243,7 +264,7 @@ def test_a_lane_draws_held_with_in_use_on_one_scale_and_numbers_its_events() -> 
     assert ">event</text>" in held_band and "text-anchor='middle'>0</text>" in held_band  # the x axis is numbered
     heading = html.split("<noscript><h3>", 1)[1]  # the lane as SVG, for a reader without scripts
     assert heading.startswith(
-        "cpu:0: peak in use 36.00 MiB at event 0 (jit(step) 36.00 MiB)"
+        "cpu:0: live data 36.00 MiB at event 0 (jit(step) 36.00 MiB)"
     )  # named above the lane, not over it
 
 
