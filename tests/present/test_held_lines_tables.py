@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_devmem.present.buffers import html_lines_section, line_rows, markdown_lines_table
+from pytest_devmem.model.buffers import PeakBuffer, ProgramBuffers
+from pytest_devmem.present.buffers import html_lines_section, line_rows, markdown_lines_table, markdown_table
 from pytest_devmem.units import KiB, MiB
 
 
@@ -26,3 +27,12 @@ def test_devmem_shows_each_holders_lines_largest_first() -> None:
     assert line_rows(lines) == [("jit(step)", "model.py:9", None, MiB), ("jit(step)", "model.py:3", None, KiB)]
     table = markdown_lines_table("test_a [ondemand, sim-16GiB]", lines)
     assert table.index("| jit(step) | model.py:9 | 1.00 MiB |") < table.index("| jit(step) | model.py:3 | 1.00 KiB |")
+
+
+def test_two_alike_buffers_of_a_program_are_two_rows() -> None:
+    """Two values of one shape, op and line live at a program's peak (jax.random's `_normal` holds two
+    `u32[512,64] add`): each is a row, never one hiding the other."""
+    add = PeakBuffer(131072, "u32[512,64]", "add", "src/model.py:8")
+    shown = markdown_table("t", {"jit(_normal)": ProgramBuffers((add, add, PeakBuffer(4, "u32[4]", "copy")), more=11)})
+    assert shown.count("| jit(_normal) | u32[512,64] | add | src/model.py:8 | 128.00 KiB |") == 2
+    assert "11 more, smaller" in shown
