@@ -93,3 +93,47 @@ def test_two_thousand_small_arrays_on_a_v5e_lose_most_of_their_bytes_to_tiles(
     assert padding["bytes"] == pytest.approx(3_904_000, rel=0.05)
     assert padding["unknown_bytes"] == 0 and padding["largest"][0]["name"] == "device_put (arrays)"
     assert record["peak_bytes_in_use"] >= padding["bytes"]
+
+
+SCORE = """
+import jax
+import jax.numpy as jnp
+{padding}
+@jax.jit
+def score(w, x):
+    h = jnp.tanh(x @ w)
+    return jnp.sum(h @ w.T, axis=1)
+"""
+
+
+@pytest.mark.slow  # deviceless XLA:GPU compiles
+@needs_compiler
+def test_a_program_sized_from_anothers_entry_never_names_the_others_lines(
+    jax_loaded: object, pytester: pytest.Pytester
+) -> None:
+    """The target compiler's entry of a program is keyed by its text without source lines, so the same
+    function in two files shares one; the buffers it keeps name the first file's lines. A program
+    whose own module has not those lines names none (never another file's, nor a line an edit moved)."""
+    pytester.makepyfile(heads=SCORE.format(padding=""), probe=SCORE.format(padding="# a probe\n# of the heads\n"))
+    pytester.makepyfile(
+        test_heads="""
+        import jax.numpy as jnp
+        import heads, probe
+
+        def test_head():
+            heads.score(jnp.ones((512, 2048)), jnp.ones((256, 512))).block_until_ready()
+
+        def test_probe():
+            probe.score(jnp.ones((512, 2048)), jnp.ones((256, 512))).block_until_ready()
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "--devmem-device=sim:A100-40GB", "--devmem-mode=ondemand", "--devmem-report=r.json", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=2)
+    lines = {
+        r["test_id"].split("::")[-1]: {b["at"] for b in r["trace"]["buffers"]["jit(score)"]["buffers"]}
+        for r in json.loads((pytester.path / "r.json").read_text())["records"]
+    }
+    assert lines["test_head"] and all(at.startswith("heads.py:") for at in lines["test_head"]), lines
+    assert not any("heads.py" in at for at in lines["test_probe"]), lines

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 import sysconfig
 from collections.abc import Iterable, Iterator
@@ -40,6 +41,7 @@ __all__ = ["buffers_at_peak", "dump_options", "from_executable", "in_jax", "prog
 ALLOC, FREE, SHARE_WITH = 0, 1, 2
 """HeapSimulatorTrace.Event.Kind (xla/service/hlo.proto)."""
 DUMPED_MODULE = "after_optimizations.hlo.pb"
+_LOCATION = re.compile(r"file_name_id=(\d+)\b.*?\bline=(\d+)\b")
 """How the name of XLA's dump of the optimized module and its buffer assignment ends
 (`cpu_after_optimizations.hlo.pb`, `after_optimizations.hlo.pb`...)."""
 HEAP_TRACE, SCHEDULE = "XLA's heap simulation", "the module's schedule"
@@ -76,6 +78,10 @@ def program_buffers(xla_executable: Any, sized: Any = None) -> tuple[ProgramBuff
     (`sized`, a GPU or TPU sizer's result, which read them from its compile; a refusal states none),
     else the executable's own."""
     if isinstance(sized, ExecutableSizes) and sized.buffers is not None:
+        if sized.source != "compiled" and not _lines_are_its_own(sized.buffers, xla_executable):
+            # a cache's entry is shared by programs that differ only in their source lines (the same
+            # function in two files, a file whose lines moved since): its lines are another's
+            return sized.buffers.without_lines(), ""
         return sized.buffers, ""
     if sized is not None:
         note = sized.buffers_note if isinstance(sized, ExecutableSizes) else ""
@@ -84,6 +90,42 @@ def program_buffers(xla_executable: Any, sized: Any = None) -> tuple[ProgramBuff
         return from_executable(xla_executable), ""
     except Exception as exc:  # noqa: BLE001 - a backend or jaxlib that states no buffer assignment
         return None, f"XLA stated no buffer assignment ({type(exc).__name__}: {str(exc)[:200]})"
+
+
+def _lines_are_its_own(buffers: ProgramBuffers, xla_executable: Any) -> bool:
+    """Whether every line `buffers` name is a source line of the executable's own module (its
+    `FileNames` and `FileLocations`, as XLA prints them); a line stored below the project's root
+    matches the same line of that file by its ending."""
+    named = {frame for buffer in buffers.buffers if buffer.at for frame in buffer.at.split(", ")}
+    if not named:
+        return True
+    try:
+        own = _source_lines(xla_executable.hlo_modules()[0].to_string())
+    except Exception:  # noqa: BLE001 - a backend that prints no module: no line can be checked
+        return False
+    return all(
+        any(path == file or path.endswith("/" + file) for path in own.get(line, ()))
+        for file, _, line in (frame.rpartition(":") for frame in named)
+    )
+
+
+def _source_lines(text: str) -> dict[str, set[str]]:
+    """line -> the files with a location at that line, from an HLO module's `FileNames` and
+    `FileLocations` tables (`1 "model.py"`, `1 {file_name_id=1 function_name_id=1 line=5 ...}`)."""
+    files: dict[str, str] = {}
+    lines: dict[str, set[str]] = {}
+    section = ""
+    for row in text.splitlines():
+        if row in ("FileNames", "FileLocations", "FunctionNames", "StackFrames"):
+            section = row
+        elif not row.strip() or row.startswith(("HloModule", "ENTRY", "%")):
+            section = "" if not row.strip() else section
+        elif section == "FileNames":
+            number, _, name = row.partition(" ")
+            files[number] = name.strip().strip('"')
+        elif section == "FileLocations" and (found := _LOCATION.search(row)):
+            lines.setdefault(found.group(2), set()).add(files.get(found.group(1), ""))
+    return lines
 
 
 def buffers_at_peak(program: Program) -> ProgramBuffers:
