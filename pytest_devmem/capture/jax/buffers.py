@@ -41,9 +41,10 @@ __all__ = ["buffers_at_peak", "dump_options", "from_executable", "in_jax", "prog
 ALLOC, FREE, SHARE_WITH = 0, 1, 2
 """HeapSimulatorTrace.Event.Kind (xla/service/hlo.proto)."""
 DUMPED_MODULE = "after_optimizations.hlo.pb"
-_LOCATION = re.compile(r"file_name_id=(\d+)\b.*?\bline=(\d+)\b")
 """How the name of XLA's dump of the optimized module and its buffer assignment ends
 (`cpu_after_optimizations.hlo.pb`, `after_optimizations.hlo.pb`...)."""
+_LOCATION = re.compile(r"file_name_id=(\d+)\b.*?\bline=(\d+)\b")
+"""A row of an HLO module's `FileLocations` table as XLA prints it: its file's number and its line."""
 HEAP_TRACE, SCHEDULE = "XLA's heap simulation", "the module's schedule"
 
 
@@ -118,8 +119,8 @@ def _source_lines(text: str) -> dict[str, set[str]]:
     for row in text.splitlines():
         if row in ("FileNames", "FileLocations", "FunctionNames", "StackFrames"):
             section = row
-        elif not row.strip() or row.startswith(("HloModule", "ENTRY", "%")):
-            section = "" if not row.strip() else section
+        elif not row.strip():  # a table ends at a blank row
+            section = ""
         elif section == "FileNames":
             number, _, name = row.partition(" ")
             files[number] = name.strip().strip('"')
