@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import sys
 import sysconfig
 from collections.abc import Iterable, Iterator
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ...model.buffers import PeakBuffer, ProgramBuffers
-from .hlo_proto import Instruction, Program, ProtoError, read_hlo_proto, read_program
+from .hlo_proto import Instruction, Program, ProtoError, read_hlo_proto, read_program, read_stack_frames
 from .sizes import ExecutableSizes
 
 __all__ = ["buffers_at_peak", "dump_options", "from_executable", "in_jax", "program_buffers", "read_dump"]
@@ -43,8 +42,6 @@ ALLOC, FREE, SHARE_WITH = 0, 1, 2
 DUMPED_MODULE = "after_optimizations.hlo.pb"
 """How the name of XLA's dump of the optimized module and its buffer assignment ends
 (`cpu_after_optimizations.hlo.pb`, `after_optimizations.hlo.pb`...)."""
-_LOCATION = re.compile(r"file_name_id=(\d+)\b.*?\bline=(\d+)\b")
-"""A row of an HLO module's `FileLocations` table as XLA prints it: its file's number and its line."""
 HEAP_TRACE, SCHEDULE = "XLA's heap simulation", "the module's schedule"
 
 
@@ -94,39 +91,24 @@ def program_buffers(xla_executable: Any, sized: Any = None) -> tuple[ProgramBuff
 
 
 def _lines_are_its_own(buffers: ProgramBuffers, xla_executable: Any) -> bool:
-    """Whether every line `buffers` name is a source line of the executable's own module (its
-    `FileNames` and `FileLocations`, as XLA prints them); a line stored below the project's root
-    matches the same line of that file by its ending."""
+    """Whether every line `buffers` name is a source line of the executable's own module (a location
+    of its stack-frame tables); a line stored below the project's root matches the same line of that
+    file by its ending."""
     named = {frame for buffer in buffers.buffers if buffer.at for frame in buffer.at.split(", ")}
     if not named:
         return True
     try:
-        own = _source_lines(xla_executable.hlo_modules()[0].to_string())
-    except Exception:  # noqa: BLE001 - a backend that prints no module: no line can be checked
+        program = read_stack_frames(xla_executable.hlo_modules()[0].as_serialized_hlo_module_proto())
+    except Exception:  # noqa: BLE001 - a backend that states no module: no line can be checked
         return False
+    own: dict[str, set[str]] = {}
+    for file_id, line in program.locations:
+        if 0 < file_id <= len(program.files):
+            own.setdefault(str(line), set()).add(program.files[file_id - 1])
     return all(
         any(path == file or path.endswith("/" + file) for path in own.get(line, ()))
         for file, _, line in (frame.rpartition(":") for frame in named)
     )
-
-
-def _source_lines(text: str) -> dict[str, set[str]]:
-    """line -> the files with a location at that line, from an HLO module's `FileNames` and
-    `FileLocations` tables (`1 "model.py"`, `1 {file_name_id=1 function_name_id=1 line=5 ...}`)."""
-    files: dict[str, str] = {}
-    lines: dict[str, set[str]] = {}
-    section = ""
-    for row in text.splitlines():
-        if row in ("FileNames", "FileLocations", "FunctionNames", "StackFrames"):
-            section = row
-        elif not row.strip():  # a table ends at a blank row
-            section = ""
-        elif section == "FileNames":
-            number, _, name = row.partition(" ")
-            files[number] = name.strip().strip('"')
-        elif section == "FileLocations" and (found := _LOCATION.search(row)):
-            lines.setdefault(found.group(2), set()).add(files.get(found.group(1), ""))
-    return lines
 
 
 def buffers_at_peak(program: Program) -> ProgramBuffers:

@@ -273,6 +273,18 @@ def _read_module(found: Fields, program: Program) -> None:
             program.instructions[instruction.id] = instruction
     for entry in _messages(_message(found, 7), 1):  # map<int64, InstructionSequence>: key 1, value 2
         program.sequences[_int(entry, 1)] = _ints(_message(entry, 2), 1)
+    _read_frames(found, program)
+
+
+def read_stack_frames(module: bytes) -> Program:
+    """An `HloModuleProto`'s stack-frame tables alone (files, locations, frames): its source lines,
+    without reading its instructions."""
+    program = Program()
+    _read_frames(fields(module), program)
+    return program
+
+
+def _read_frames(found: Fields, program: Program) -> None:
     frames = _message(found, 17)
     program.files = [value.decode("utf-8", "replace") for value in frames.get(1, ()) if isinstance(value, bytes)]
     program.locations = [(_int(item, 1), _int(item, 3)) for item in _messages(frames, 3)]
