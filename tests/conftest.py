@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import gc
+import itertools
 import os
 import sys
 
@@ -39,11 +41,29 @@ for _folder in {folder.parent for folder in compilers.loaded().values()}:
 keep_installed_libraries_imported()
 
 
+_pytester_tests = itertools.count()
+
+FULL_COLLECTION_EVERY = 20
+"""Before one test in this many that use pytester, the whole process is collected before it is
+frozen (`_lean_inner_runs`): what an inner run left as cyclic garbage and a later freeze kept is
+freed then, so this process's memory stays bounded."""
+
+
 @pytest.fixture(autouse=True)
 def _lean_inner_runs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Inner pytest runs (pytester) skip hypothesis's plugin, which costs ~0.5 s a run to import,
-    and never take this process's xdist worker variables for their own."""
+    never take this process's xdist worker variables for their own, and find what this process held
+    before them frozen."""
     if "pytester" in request.fixturenames:
+        # The plugin's first measured test of a session starts with a full collection (each test's
+        # collector counters start from zero), which scans all this process holds: JAX, TensorFlow and
+        # what every earlier test left, up to a third of a second, in each of some 500 in-process runs
+        # (127 s of a worker's 460 s, sampled with py-spy). What this process holds is frozen first,
+        # as a long-lived host would freeze it (gc.freeze's documented use), so that collection scans
+        # the inner run's own objects; the plugin thaws everything when its session ends.
+        if next(_pytester_tests) % FULL_COLLECTION_EVERY == 0:
+            gc.collect()
+        gc.freeze()
         request.getfixturevalue("pytester")  # it clears PYTEST_ADDOPTS when it starts
         monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:hypothesispytest")
         # when this suite itself runs under xdist, inner runs are not workers of it

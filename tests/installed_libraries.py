@@ -57,11 +57,29 @@ def is_installed_library(module: ModuleType | None) -> bool:
     return any(_in_library_dir(place) for place in places)
 
 
+_installed_modules: dict[str, ModuleType] = {}
+"""The modules `is_installed_library` said yes to, by name: a restore asks it of every module in
+`sys.modules` (thousands, once JAX and TensorFlow are loaded), hundreds of times in a run of this
+suite, and the answer holds while the name holds the same module. The tests' own modules are asked
+afresh (not kept here: a restore drops them)."""
+
+
+def _installed(name: str, module: ModuleType | None) -> bool:
+    if module is None:
+        return False
+    if _installed_modules.get(name) is module:
+        return True
+    if not is_installed_library(module):
+        return False
+    _installed_modules[name] = module
+    return True
+
+
 class LibraryKeepingSnapshot(pytester.SysModulesSnapshot):
     """pytester's snapshot of `sys.modules`, whose restore keeps the installed libraries imported since."""
 
     def restore(self) -> None:
-        imported = {name: module for name, module in sys.modules.items() if is_installed_library(module)}
+        imported = {name: module for name, module in list(sys.modules.items()) if _installed(name, module)}
         super().restore()
         for name, module in imported.items():
             sys.modules.setdefault(name, module)

@@ -136,7 +136,7 @@ def test_bad_bytes_are_refused_and_an_empty_dump_says_so(tmp_path: Path) -> None
 @pytest.mark.skipif(
     importlib.util.find_spec("tensorflow") is None, reason="TensorFlow's copy of XLA's hlo.proto is not installed"
 )
-def test_the_reading_matches_xlas_generated_protobuf_classes(jax_loaded: Any) -> None:
+def test_the_reading_matches_xlas_generated_protobuf_classes(jax_loaded: Any, tensorflow_loaded: Any) -> None:
     from tensorflow.compiler.xla.service import hlo_pb2
 
     xla_executable = executable_of(step, *inputs()).xla_executable
