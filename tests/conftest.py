@@ -4,6 +4,7 @@ import gc
 import itertools
 import os
 import sys
+from typing import Any
 
 import pytest
 from installed_libraries import keep_installed_libraries_imported
@@ -43,10 +44,11 @@ keep_installed_libraries_imported()
 
 _pytester_tests = itertools.count()
 
-FULL_COLLECTION_EVERY = 20
+FULL_COLLECTION_EVERY = 50
 """Before one test in this many that use pytester, the whole process is collected before it is
 frozen (`_lean_inner_runs`): what an inner run left as cyclic garbage and a later freeze kept is
-freed then, so this process's memory stays bounded."""
+freed then, so this process's memory stays bounded (a full collection takes half a second once
+TensorFlow is loaded)."""
 
 
 @pytest.fixture(autouse=True)
@@ -57,14 +59,20 @@ def _lean_inner_runs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
     if "pytester" in request.fixturenames:
         # The plugin's first measured test of a session starts with a full collection (each test's
         # collector counters start from zero), which scans all this process holds: JAX, TensorFlow and
-        # what every earlier test left, up to a third of a second, in each of some 500 in-process runs
-        # (127 s of a worker's 460 s, sampled with py-spy). What this process holds is frozen first,
-        # as a long-lived host would freeze it (gc.freeze's documented use), so that collection scans
-        # the inner run's own objects; the plugin thaws everything when its session ends.
+        # what every earlier test left, up to half a second, in each of some 600 in-process runs
+        # (127 s of a worker's 460 s, sampled with py-spy). What this process holds is frozen before
+        # each run, as a long-lived host would freeze it (gc.freeze's documented use), so that
+        # collection scans the run's own objects; the plugin thaws everything when its session ends.
         if next(_pytester_tests) % FULL_COLLECTION_EVERY == 0:
             gc.collect()
-        gc.freeze()
-        request.getfixturevalue("pytester")  # it clears PYTEST_ADDOPTS when it starts
+        pytester: pytest.Pytester = request.getfixturevalue("pytester")  # it clears PYTEST_ADDOPTS when it starts
+        inline_run = pytester.inline_run
+
+        def frozen_inline_run(*args: Any, **kwargs: Any) -> pytest.HookRecorder:
+            gc.freeze()
+            return inline_run(*args, **kwargs)
+
+        monkeypatch.setattr(pytester, "inline_run", frozen_inline_run)
         monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:hypothesispytest")
         # when this suite itself runs under xdist, inner runs are not workers of it
         monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
