@@ -91,6 +91,38 @@ class BaselineStore:
             pass  # reported above, or by the next session's load
         return written, problems
 
+    def remove(self, keys: Iterable[tuple[str, str]]) -> tuple[list[Path], list[str]]:
+        """Remove the entries of these (test id, regime) from their files (a file left with none is
+        deleted): the files changed, and a line for each that could not be, as `write` says them."""
+        by_file: dict[Path, set[tuple[str, str]]] = {}
+        for test_id, regime in keys:
+            by_file.setdefault(self.path_for(test_id), set()).add((test_id, regime))
+        changed, problems = [], []
+        for path, gone in sorted(by_file.items()):
+            try:
+                with _locked(path.parent):
+                    if not os.path.lexists(path):
+                        continue
+                    stored = {(e.test_id, e.regime): _entry_json(e) for e in read_file(path, self.device_class)}
+                    kept = {key: value for key, value in stored.items() if key not in gone}
+                    if len(kept) == len(stored):
+                        continue
+                    if kept:
+                        write_atomic(path, render_file(self.device_class, kept), within=self.root)
+                    else:
+                        path.unlink()
+            except BaselineFormatError as exc:
+                problems.append(str(exc))
+            except OSError as exc:
+                problems.append(f"{path}: {exc.strerror or exc}")
+            else:
+                changed.append(path)
+        try:
+            self.load()
+        except (BaselineFormatError, OSError):
+            pass  # reported above, or by the next session's load
+        return changed, problems
+
     def _write_file(
         self, path: Path, group: list[TestRecord | tuple[str, str, str, str]], versions: dict[str, str]
     ) -> None:

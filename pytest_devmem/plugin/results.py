@@ -63,6 +63,7 @@ class SessionResults(SessionParts):
         self.largest_from_workers: list[tuple[int, str, Trace]] = []
         self.side_by_side: SideBySide | None = None
         self.baselines_written: list[str] = []
+        self.stale_removed: list[str] = []  # by --devmem-update: "test id [regime]"
         self.write_problems: list[str] = []  # what the user asked to be stored and could not be
         self.autosaved: Path | None = None
         self.reruns = TargetTable()  # --devmem-targets: the reruns' rows, made here or sent by workers
@@ -161,8 +162,11 @@ class SessionResults(SessionParts):
             refresh = refresh_baselines(self.store, self.records, info["versions"], self.unrecorded)  # type: ignore[arg-type]
             self.baselines_written = [str(path) for path in refresh.written]
             self.write_problems += [f"baseline not written: {problem}" for problem in refresh.problems]
+            self.remove_stale()
             self.update_store()
-        self.stale = sorted(set(stale_baselines(self.store.entries(), self.shape)) | self.stale_from_workers)
+        self.stale = sorted(
+            set(stale_baselines(self.store.entries(), self.shape)) | (self.stale_from_workers - set(self.stale_removed))
+        )
         failed = bool(self.stale and self.settings.strict)
         self.side_by_side = self.check_side_by_side()
         failed = failed or (self.side_by_side is not None and not self.side_by_side.fits)
@@ -187,6 +191,20 @@ class SessionResults(SessionParts):
             session.exitstatus = (
                 pytest.ExitCode.TESTS_FAILED
             )  # what the user asked to be stored is not, or strict found stale ones
+
+    def remove_stale(self) -> None:
+        """--devmem-update: the baselines of tests the collected suite proves gone are removed, as
+        syrupy's --snapshot-update removes unused snapshots (a test that was not selected is never
+        stale: gate/stale.py); a file that cannot be changed is named and keeps them."""
+        stale = set(stale_baselines(self.store.entries(), self.shape)) | self.stale_from_workers
+        keys: dict[str, tuple[str, str]] = {}
+        for name in stale:  # "test id [regime]"
+            test_id, _, regime = name.removesuffix("]").rpartition(" [")
+            keys[name] = (test_id, regime)
+        changed, problems = self.store.remove(keys.values())
+        self.write_problems += [f"stale baseline not removed: {problem}" for problem in problems]
+        files = set(changed)
+        self.stale_removed = sorted(name for name, key in keys.items() if self.store.path_for(key[0]) in files)
 
     def update_store(self) -> None:
         """--devmem-update: the compilers' entries the stored baselines name, beside them; those no
@@ -321,6 +339,7 @@ class SessionResults(SessionParts):
             side_by_side=self.side_by_side,
             baselines_written=[shown(path, start) for path in self.baselines_written],
             stale=self.stale,
+            stale_removed=self.stale_removed,
             write_problems=self.write_problems,
             report=shown(report, start) if report is not None and report_written else None,
             autosaved=shown(self.autosaved, start) if self.autosaved is not None else None,

@@ -36,6 +36,7 @@ class SummaryFacts:
     side_by_side: SideBySide | None = None
     baselines_written: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
+    stale_removed: list[str] = field(default_factory=list)  # by --devmem-update
     write_problems: list[str] = field(default_factory=list)
     report: str | None = None  # where the report was written
     autosaved: str | None = None
@@ -263,11 +264,15 @@ class SessionSummary:
                 f"compiler entries stored in {facts.compiler_store}: {len(update.written)} written, "
                 f"{len(update.removed)} removed (no stored baseline names them), {update.kept} in all"
             )
+        if facts.stale_removed:
+            self.line(
+                "stale baselines removed, for tests that no longer exist: " + capped(facts.stale_removed, everything)
+            )
         if facts.stale:
             verdict = (
                 "failing the session (--devmem-strict)"
                 if facts.strict
-                else "delete them or run with --devmem-strict to fail"
+                else "--devmem-update removes them; --devmem-strict fails the session"
             )
             self.line(
                 f"stale baselines, for tests that no longer exist ({verdict}): " + capped(facts.stale, everything)

@@ -381,7 +381,33 @@ def test_strict_fails_new_tests_and_stale_baselines(pytester: pytest.Pytester) -
     )
     lenient = run(pytester, "-k", "layers")
     assert lenient.ret == pytest.ExitCode.OK
-    lenient.stdout.fnmatch_lines(["*stale baselines*delete them or run with --devmem-strict*"])
+    lenient.stdout.fnmatch_lines(["*stale baselines*--devmem-update removes them; --devmem-strict fails the session*"])
+
+
+def test_an_update_removes_the_baselines_of_tests_that_are_gone_and_keeps_those_not_selected(
+    pytester: pytest.Pytester,
+) -> None:
+    """A renamed test's old baseline went on failing every `--devmem-strict` run, and no command
+    removed it: an update removes it, as syrupy's --snapshot-update removes unused snapshots. A
+    test that exists but was not selected keeps its baseline; a file left with none is deleted."""
+    pytester.makepyfile(test_workload=WORKLOAD, test_gone="def test_gone(devmem):\n    devmem.pool.alloc(1024)\n")
+    run(pytester, "--devmem-update").assert_outcomes(passed=4)
+    gone_file = baseline_file(pytester).with_name("test_gone.py.json")
+    assert gone_file.is_file()
+    (pytester.path / "test_gone.py").unlink()
+    pytester.makepyfile(test_workload=WORKLOAD.replace("def test_model", "def test_renamed"))
+    result = run(pytester, "--devmem-update", "-k", "renamed")  # the two layers tests are not selected
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*stale baselines removed, for tests that no longer exist: test_gone.py::test_gone ?prealloc?, test_workload.py::test_model ?prealloc?*"
+        ]
+    )
+    assert not gone_file.exists()
+    stored = {e.test_id for e in BaselineStore(pytester.path / "baselines", "sim-16GiB").load().entries()}
+    assert stored == {f"test_workload.py::{name}" for name in ("test_renamed", "test_layers[1]", "test_layers[2]")}
+    strict = run(pytester, "--devmem-strict")
+    assert strict.ret == pytest.ExitCode.OK and "stale" not in strict.stdout.str()
 
 
 def test_xdist_writes_every_baseline_once_and_loses_nothing(pytester: pytest.Pytester) -> None:
