@@ -50,7 +50,15 @@ class MetricChange:
 
     def describe(self) -> str:
         baseline, now = format_metrics_apart(self.metric, self.baseline, self.now)
-        return f"{self.name}: baseline {baseline}, now {now}, delta {self.delta_text}, allowed ±{self.allowed}"
+        delta = self.delta_text
+        if (
+            self.delta is not None
+            and "bytes" in self.metric
+            and format_metric(self.metric, abs(self.delta)) in self.allowed
+        ):
+            # rounded, the delta reads as the allowance it is just past (+1.00 MiB against 1.00 MiB)
+            delta += f", {'+' if self.delta >= 0 else '-'}{abs(int(self.delta)):,} B"
+        return f"{self.name}: baseline {baseline}, now {now}, delta {delta}, allowed ±{self.allowed}"
 
 
 @dataclass

@@ -64,6 +64,7 @@ class SessionResults(SessionParts):
         self.side_by_side: SideBySide | None = None
         self.baselines_written: list[str] = []
         self.stale_removed: list[str] = []  # by --devmem-update: "test id [regime]"
+        self.not_refreshed: list[tuple[str, str, str]] = []  # by --devmem-update: (test id, regime, why)
         self.write_problems: list[str] = []  # what the user asked to be stored and could not be
         self.autosaved: Path | None = None
         self.reruns = TargetTable()  # --devmem-targets: the reruns' rows, made here or sent by workers
@@ -161,6 +162,7 @@ class SessionResults(SessionParts):
         if self.settings.update:
             refresh = refresh_baselines(self.store, self.records, info["versions"], self.unrecorded)  # type: ignore[arg-type]
             self.baselines_written = [str(path) for path in refresh.written]
+            self.not_refreshed = refresh.left_out
             self.write_problems += [f"baseline not written: {problem}" for problem in refresh.problems]
             self.remove_stale()
             self.update_store()
@@ -340,6 +342,7 @@ class SessionResults(SessionParts):
             baselines_written=[shown(path, start) for path in self.baselines_written],
             stale=self.stale,
             stale_removed=self.stale_removed,
+            not_refreshed=self.not_refreshed,
             write_problems=self.write_problems,
             report=shown(report, start) if report is not None and report_written else None,
             autosaved=shown(self.autosaved, start) if self.autosaved is not None else None,

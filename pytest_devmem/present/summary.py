@@ -37,6 +37,9 @@ class SummaryFacts:
     baselines_written: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
     stale_removed: list[str] = field(default_factory=list)  # by --devmem-update
+    not_refreshed: list[tuple[str, str, str]] = field(
+        default_factory=list
+    )  # by --devmem-update: (test id, regime, why)
     write_problems: list[str] = field(default_factory=list)
     report: str | None = None  # where the report was written
     autosaved: str | None = None
@@ -257,6 +260,15 @@ class SessionSummary:
             self.line(
                 f"baselines written: {len(facts.baselines_written)} file(s): "
                 + capped(facts.baselines_written, everything)
+            )
+        if facts.not_refreshed:
+            self.line(
+                "not refreshed (each keeps the baseline it had, or is stored with why it has none): "
+                + capped(
+                    [f"{test_id} [{regime}]: {why}" for test_id, regime, why in facts.not_refreshed],
+                    everything,
+                    separator="; ",
+                )
             )
         update = facts.store_update
         if update is not None and (update.written or update.removed or update.kept):

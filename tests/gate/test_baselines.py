@@ -422,15 +422,16 @@ def test_xdist_writes_every_baseline_once_and_loses_nothing(pytester: pytest.Pyt
         @pytest.mark.parametrize("n", range(20))
         def test_many(devmem, n):
             devmem.pool.alloc((n + 1) * 2**20)
-        """
+        """,
+        test_other="def test_kept(devmem):\n    devmem.pool.alloc(123)\n",  # not selected: never stale
     )
-    result = run(pytester, "-n", "2", "--devmem-update")
+    result = run(pytester, "-n", "2", "--devmem-update", "-k", "many")
     result.assert_outcomes(passed=20)
     records = json.loads(baseline_file(pytester).read_text())["records"]
     assert len(records) == 20
     assert records["test_workload.py::test_many[19]"]["prealloc"]["metrics"]["peak_bytes_in_use"] == 20 * MiB
     assert [e.test_id for e in read_file(other)] == ["test_other.py::test_kept"]
-    rerun = run(pytester, "-n", "2")
+    rerun = run(pytester, "-n", "2", "-k", "many")
     rerun.assert_outcomes(passed=20)
     rerun.stdout.fnmatch_lines(["*baselines (*): 20 ok*"])
 
@@ -471,6 +472,20 @@ def test_default_tolerance_has_a_floor_and_never_fails_a_percentage_of_zero(
 
     entry = BaselineEntry("t", "prealloc", {"peak_bytes_in_use": baseline}, "sim:16GiB", {}, Path("b.json"))
     assert compare(entry, "t", "prealloc", {"peak_bytes_in_use": now}, parse_tolerance(spec)).status == status
+
+
+def test_a_regression_just_past_the_floor_says_its_delta_in_bytes() -> None:
+    """Rounded, +1 MiB and 256 B read as "+1.00 MiB" against "allowed ±10% or 1.00 MiB": a failure
+    that reads like a pass. Where the rounded delta reads as the allowance, its bytes follow."""
+    from pytest_devmem.gate.record import BaselineEntry
+
+    entry = BaselineEntry("t", "prealloc", {"peak_bytes_in_use": 8 * MiB}, "sim:16GiB", {}, Path("b.json"))
+    tolerance = parse_tolerance("10%,1MiB")
+    just_past = compare(entry, "t", "prealloc", {"peak_bytes_in_use": 9 * MiB + 256}, tolerance)
+    assert just_past.status == "regressed"
+    assert "delta +1.00 MiB (+12.5%), +1,048,832 B, allowed ±10% or 1.00 MiB" in just_past.changes[0].describe()
+    far = compare(entry, "t", "prealloc", {"peak_bytes_in_use": 16 * MiB}, tolerance).changes[0].describe()
+    assert "delta +8.00 MiB (+100.0%), allowed" in far  # nothing to tell apart: no bytes
 
 
 def test_what_grew_compares_contributors_and_says_when_the_baseline_named_none() -> None:
@@ -613,6 +628,16 @@ def test_a_test_that_failed_or_was_skipped_at_update_says_why_later(
     run(pytester, "--devmem-update").assert_outcomes(passed=2)  # once they pass, real baselines replace the reasons
     stored = json.loads((pytester.path / "baselines" / "sim-16GiB" / "test_flaky.py.json").read_text())["records"]
     assert "reason" not in stored["test_flaky.py::test_flaky"]["prealloc"]
+    # failing again at an update, it keeps the baseline it has, and the update says so (it said only
+    # "baselines written: 1 file(s)", as if the file now held this run's figures)
+    monkeypatch.delenv("FLAKY_PASSES")
+    again = run(pytester, "--devmem-update")
+    again.assert_outcomes(failed=1, skipped=1)
+    again.stdout.fnmatch_lines(
+        ["*not refreshed (each keeps the baseline it had*test_flaky.py::test_flaky ?prealloc?: failed by itself*"]
+    )
+    kept = json.loads((pytester.path / "baselines" / "sim-16GiB" / "test_flaky.py.json").read_text())["records"]
+    assert kept["test_flaky.py::test_flaky"] == stored["test_flaky.py::test_flaky"]
 
 
 def test_a_report_name_the_file_system_refuses_is_a_usage_error(pytester: pytest.Pytester) -> None:
