@@ -102,7 +102,7 @@ OPTIONS = (
     ),
     Option(
         "update",
-        "Write or refresh the baselines of the tests that ran (and only those); no test fails for a change.",
+        "Write or refresh the baselines of the tests that ran (and only those), and remove those of tests the collected suite no longer has; no test fails for a change.",
         flag=True,
     ),
     Option(

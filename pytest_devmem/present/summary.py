@@ -37,9 +37,8 @@ class SummaryFacts:
     baselines_written: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
     stale_removed: list[str] = field(default_factory=list)  # by --devmem-update
-    not_refreshed: list[tuple[str, str, str]] = field(
-        default_factory=list
-    )  # by --devmem-update: (test id, regime, why)
+    # by --devmem-update: (test id, regime, why)
+    not_refreshed: list[tuple[str, str, str]] = field(default_factory=list)
     write_problems: list[str] = field(default_factory=list)
     report: str | None = None  # where the report was written
     autosaved: str | None = None
