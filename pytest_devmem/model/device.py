@@ -215,8 +215,18 @@ def open_simulated(spec: str = "sim") -> SimulatedDevice:
             ) from None
         if capacity <= 0:
             raise InvalidSettingError(f"invalid device {spec!r}: the capacity must be more than 0 bytes")
+        if capacity > MAX_SIMULATED_CAPACITY:
+            raise InvalidSettingError(
+                f"invalid device {spec!r}: the capacity must be at most 256TiB (a device's addresses, as the "
+                "pool orders its chunks, fit in 64 bits)"
+            )
         return SimulatedDevice(capacity)
     raise InvalidSettingError(f"invalid device {spec!r}: allowed are {DEVICE_SPEC_HELP}")
+
+
+MAX_SIMULATED_CAPACITY = 256 * 2**40
+"""The largest `sim:SIZE`: far beyond any device, and well inside the 64-bit addresses the pool hands
+out from its base (a larger one failed deep in the replay, as an INTERNALERROR)."""
 
 
 def _compact_size(nbytes: int) -> str:

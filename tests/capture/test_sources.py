@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -272,3 +273,14 @@ def test_real_nvml_sees_jax_preallocate_75_percent(tmp_path) -> None:
     ).stdout.split()
     total, used = int(output[-2]), int(output[-1])
     assert 0.70 * total < used < 0.80 * total
+
+
+def test_the_tensorflow_source_states_no_reserved_figure_since_tensorflow_gives_none(tensorflow_loaded: Any) -> None:
+    """get_memory_info has `current` and `peak` only; the source stated its peak in use as its reserved
+    bytes too, a figure shown as measured that was not (the allocator held whole regions beyond it)."""
+    source = TensorFlowSource()
+    source.start()
+    kept = tensorflow_loaded.ones((256, 1024))
+    reading = source.stop()
+    assert reading.peak_bytes_reserved is None, reading
+    assert int(kept.shape[0]) == 256

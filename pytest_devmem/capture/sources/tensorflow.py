@@ -61,8 +61,7 @@ class TensorFlowSource:
             self.name,
             True,
             note,
-            peak_bytes_in_use=peak,
-            peak_bytes_reserved=peak,
+            peak_bytes_in_use=peak,  # get_memory_info has `current` and `peak` only: nothing reserved is stated
             figures={
                 "device": device,
                 "current_bytes": int(info["current"]),
