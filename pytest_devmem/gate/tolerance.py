@@ -113,8 +113,6 @@ def parse_tolerance(spec: str) -> Tolerance:
                 absolute=known.absolute if known.absolute is not None else allowance.absolute,
             )
         allowances[metric] = allowance
-    if "peak_bytes_in_use" not in allowances:  # a gate added on another figure never drops the peak's
-        allowances["peak_bytes_in_use"] = parse_tolerance(DEFAULT_TOLERANCE).allowances["peak_bytes_in_use"]
     floor = float(parse_size(DEFAULT_FLOOR))
     for metric, allowance in allowances.items():
         if metric in BYTE_METRICS and allowance.absolute is None:  # a percentage alone keeps the floor
