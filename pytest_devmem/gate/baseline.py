@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from ..files import TEMPORARY_SUFFIX, ensure_directory, temporary_prefix, write_atomic
@@ -75,21 +75,7 @@ class BaselineStore:
             by_file.setdefault(self.path_for(record.test_id), []).append(record)
         for (test_id, regime), (device, reason) in sorted((unrecorded or {}).items()):
             by_file.setdefault(self.path_for(test_id), []).append((test_id, regime, device, reason))
-        written, problems = [], []
-        for path, group in sorted(by_file.items()):
-            try:
-                self._write_file(path, group, versions)
-            except BaselineFormatError as exc:
-                problems.append(str(exc))
-            except OSError as exc:
-                problems.append(f"{path}: {exc.strerror or exc}")
-            else:
-                written.append(path)
-        try:
-            self.load()
-        except (BaselineFormatError, OSError):
-            pass  # reported above, or by the next session's load
-        return written, problems
+        return self._each_file(by_file, lambda path: self._write_file(path, by_file[path], versions))
 
     def remove(self, keys: Iterable[tuple[str, str]]) -> tuple[list[Path], list[str]]:
         """Remove the entries of these (test id, regime) from their files (a file left with none is
@@ -97,35 +83,45 @@ class BaselineStore:
         by_file: dict[Path, set[tuple[str, str]]] = {}
         for test_id, regime in keys:
             by_file.setdefault(self.path_for(test_id), set()).add((test_id, regime))
+        return self._each_file(by_file, lambda path: self._remove_from_file(path, by_file[path]))
+
+    def _each_file(self, paths: Iterable[Path], change: Callable[[Path], bool]) -> tuple[list[Path], list[str]]:
+        """`change` each file (True where it changed it), one file's failure never stopping the others:
+        the files changed and a line for each that could not be; then the store is read again."""
         changed, problems = [], []
-        for path, gone in sorted(by_file.items()):
+        for path in sorted(paths):
             try:
-                with _locked(path.parent):
-                    if not os.path.lexists(path):
-                        continue
-                    stored = {(e.test_id, e.regime): _entry_json(e) for e in read_file(path, self.device_class)}
-                    kept = {key: value for key, value in stored.items() if key not in gone}
-                    if len(kept) == len(stored):
-                        continue
-                    if kept:
-                        write_atomic(path, render_file(self.device_class, kept), within=self.root)
-                    else:
-                        path.unlink()
+                done = change(path)
             except BaselineFormatError as exc:
                 problems.append(str(exc))
             except OSError as exc:
                 problems.append(f"{path}: {exc.strerror or exc}")
             else:
-                changed.append(path)
+                if done:
+                    changed.append(path)
         try:
             self.load()
         except (BaselineFormatError, OSError):
             pass  # reported above, or by the next session's load
         return changed, problems
 
+    def _remove_from_file(self, path: Path, gone: set[tuple[str, str]]) -> bool:
+        with _locked(path.parent):
+            if not os.path.lexists(path):
+                return False
+            stored = {(e.test_id, e.regime): _entry_json(e) for e in read_file(path, self.device_class)}
+            kept = {key: value for key, value in stored.items() if key not in gone}
+            if len(kept) == len(stored):
+                return False
+            if kept:
+                write_atomic(path, render_file(self.device_class, kept), within=self.root)
+            else:
+                path.unlink()
+            return True
+
     def _write_file(
         self, path: Path, group: list[TestRecord | tuple[str, str, str, str]], versions: dict[str, str]
-    ) -> None:
+    ) -> bool:
         ensure_directory(path.parent, within=self.root)  # a linked directory in the way is refused, never followed
         with _locked(path.parent):
             for stale in path.parent.glob(temporary_prefix(path) + "*" + TEMPORARY_SUFFIX):
@@ -150,6 +146,7 @@ class BaselineStore:
                         "versions": versions,
                     }
             write_atomic(path, render_file(self.device_class, stored), within=self.root)
+        return True
 
 
 def _record_json(record: TestRecord, earlier: dict[str, object] | None, versions: dict[str, str]) -> dict[str, object]:
