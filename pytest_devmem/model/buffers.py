@@ -101,6 +101,16 @@ class ProgramBuffers:
             self.notes,
         )
 
+    def keyed(self) -> dict[tuple[tuple[str, str, str, int], int], PeakBuffer]:
+        """Its buffers by their key and which of that key they are: two alike (two `u32[512,64] add`
+        of one line) are two, the first matched with another run's first."""
+        seen: dict[tuple[str, str, str, int], int] = {}
+        keyed = {}
+        for buffer in self.buffers:
+            seen[buffer.key] = seen.get(buffer.key, -1) + 1
+            keyed[(buffer.key, seen[buffer.key])] = buffer
+        return keyed
+
     def without_lines(self) -> ProgramBuffers:
         """The same buffers with no user's line named (where the program's lines are not its own)."""
         return dataclasses.replace(self, buffers=tuple(dataclasses.replace(b, at="") for b in self.buffers))
@@ -186,13 +196,13 @@ def buffer_changes(before: ProgramBuffers | None, now: ProgramBuffers, top: int 
     """The buffers at the peak now that are new or larger than at the baseline's peak, most growth
     first; with no baseline list, the largest now (each "not among the baseline's largest"). Only
     those in the device's main memory (memory space 0), which the program's temp figure counts."""
-    known = {buffer.key: buffer.bytes for buffer in before.buffers} if before is not None else {}
+    known = {key: buffer.bytes for key, buffer in before.keyed().items()} if before is not None else {}
     complete = before is not None and before.more == 0
     changes = []
-    for buffer in now.buffers:
+    for key, buffer in now.keyed().items():
         if buffer.memory_space:
             continue
-        was = known.get(buffer.key)
+        was = known.get(key)
         if was is None or buffer.bytes > was:
             changes.append(BufferChange(buffer, was, complete))
     changes.sort(key=lambda change: (-(change.buffer.bytes - (change.before or 0)), change.buffer.key))

@@ -4,7 +4,7 @@ each line a link to its file). Takes plain data (model/buffers.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,8 +30,8 @@ def buffer_rows(
     by program, then largest first."""
     rows = []
     for program in sorted(set(now) | set(before or {})):
-        current = _keyed(now[program].buffers) if program in now else {}
-        earlier = _keyed((before or {})[program].buffers) if program in (before or {}) else {}
+        current = now[program].keyed() if program in now else {}
+        earlier = (before or {})[program].keyed() if program in (before or {}) else {}
         for key in dict.fromkeys([*current, *earlier]):
             shown = current.get(key) or earlier[key]
             rows.append(
@@ -44,17 +44,6 @@ def buffer_rows(
             )
     rows.sort(key=lambda row: (row.program, -max(row.now or 0, row.before or 0), row.buffer.key))
     return rows
-
-
-def _keyed(buffers: Sequence[PeakBuffer]) -> dict[tuple[tuple[str, str, str, int], int], PeakBuffer]:
-    """Buffers by their key and which of that key they are: two alike (two `u32[512,64] add` of one
-    line) are two rows, the first matched with the baseline's first."""
-    seen: dict[tuple[str, str, str, int], int] = {}
-    keyed = {}
-    for buffer in buffers:
-        seen[buffer.key] = seen.get(buffer.key, -1) + 1
-        keyed[(buffer.key, seen[buffer.key])] = buffer
-    return keyed
 
 
 def _space(buffer: PeakBuffer) -> str:
