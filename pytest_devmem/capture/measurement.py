@@ -24,7 +24,7 @@ from typing import Any
 
 from ..model.device import Device, DeviceKind
 from ..model.framework_rules import BY_SOURCE, JAX, TENSORFLOW
-from ..model.trace import ALLOCATE, Trace, TraceEvent
+from ..model.trace import ALLOCATE, START, Trace, TraceEvent
 from . import TraceRecorder
 from .framework import FrameworkCapture
 from .imports import forget, on_import
@@ -35,6 +35,9 @@ from .sources.nvml import NvmlSource
 from .sources.pool import PoolSource
 from .sources.tensorflow import TensorFlowSource
 from .tensorflow import TensorFlowCapture
+
+STARTED_BEFORE = "started by a shared fixture"
+"""The label of a `start` event: the allocator a fixture the test shares with others started."""
 
 _forks = 0
 
@@ -103,6 +106,12 @@ class Captured:
     padded_sizes: dict[int, set[int]] = field(default_factory=dict)  # a TPU's tiled shard size -> its dense sizes
     # the target compiler's entries its executables and arrays were sized by, by cache key (compile_store.py)
     compiler_entries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # per owner of a pause of this window (a shared fixture set up in it): the allocators it started,
+    # (source, device, bytes of the first allocation), in order (`TraceRecorder.started_by`)
+    started_by: dict[object, list[tuple[str, str, int]]] = field(default_factory=dict)
+    # the allocators started before the test, in order, as `started_by` gives them: by the shared
+    # fixtures it uses, whichever test set them up (the caller says; a `start` event each, first)
+    started: list[tuple[str, str, int]] = field(default_factory=list)
 
 
 def _install(capture: FrameworkCapture, module: object) -> None:
@@ -225,6 +234,7 @@ class Measurement:
             window.buffers() if installed else {},
             self.jax_capture.padded_sizes(),
             self.jax_capture.window_compiler_entries() if self.jax_capture.installed else {},
+            self.recorder.started_by(),
         )
 
     def jax_platform_problem(self) -> str | None:
@@ -245,10 +255,16 @@ class Measurement:
         )
 
     def trace_of(self, captured: Captured) -> tuple[Trace, list[str], bool]:
-        """The test's one trace, every capture's events merged on one clock; the notes that go with
-        it (what could not be traced, and why); and whether a framework ran but nothing traced it."""
+        """The test's one trace, every capture's events merged on one clock, after a `start` event
+        for each allocator started before it (`Captured.started`); the notes that go with it (what
+        could not be traced, and why); and whether a framework ran but nothing traced it."""
         trace = merge(captured.events, captured.tensorflow_events or Trace())
         traced_nothing = (not len(trace) and bool(captured.notes)) or captured.tensorflow_events is None
+        if captured.started:
+            trace = trace.after(
+                TraceEvent(START, 0, size, source=source, label=STARTED_BEFORE, device=device)
+                for source, device, size in captured.started
+            )
         return trace, list(captured.notes), traced_nothing
 
     def close(self) -> None:

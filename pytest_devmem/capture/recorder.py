@@ -161,6 +161,12 @@ class TraceRecorder:
         self._ended = 0.0
         self._pause_began = 0.0
         self._pauses: list[tuple[float, float]] = []  # (from, to) of each pause of this window, on its clock
+        # the owners of the pauses open now, innermost last, each with when its pause began; and, per
+        # owner's pause of this window, (from, to, owner)
+        self._owners: list[tuple[object, float]] = []
+        self._owned: list[tuple[float, float, object]] = []
+        self.noting = False  # inside an owner's pause of an open window: `note` what allocates
+        self._noted: list[tuple[float, object, str, str, int]] = []  # (when, owner, source, device, bytes)
 
     @property
     def recording(self) -> bool:
@@ -219,6 +225,7 @@ class TraceRecorder:
             self._mark = next(self._ids)
             self._paused = 0
             self._pauses = []
+            self._owners, self._owned, self._noted, self.noting = [], [], [], False
             self._started = self._clock()
             self.step_record = self.pending_extend
             if self._after_collection not in gc.callbacks:
@@ -237,6 +244,8 @@ class TraceRecorder:
             self._ended = self._clock() - self._started
             if self._paused:  # closed inside a pause: it lasted to the end
                 self._pauses.append((self._pause_began, self._ended))
+            self._owned.extend((began, self._ended, owner) for owner, began in self._owners)
+            self.noting = False
         events = len(trace.actions)  # every stream and process is 0: written once, here
         trace.streams = array("Q", bytes(8 * events))
         trace.processes = array("I", bytes(4 * events))
@@ -262,21 +271,58 @@ class TraceRecorder:
         return held
 
     @contextmanager
-    def paused(self) -> Iterator[None]:
-        """Record nothing inside (a fixture shared with other tests is set up here, say)."""
+    def paused(self, owner: object = None) -> Iterator[None]:
+        """Record nothing inside (a fixture shared with other tests is set up here, say). With an
+        `owner` (that fixture), each framework that allocates inside is noted for it, on each
+        device, with its first allocation's bytes (`note`, `started_by`): the allocator it
+        started is there for every test that uses the owner, whichever set it up."""
         with self._lock:
             self._paused += 1
             self.step_record = None
+            owned = owner is not None and self._trace is not None
+            now = self._clock() - self._started if self._paused == 1 or owned else 0.0
             if self._paused == 1:
-                self._pause_began = self._clock() - self._started
+                self._pause_began = now
+            if owned:
+                self._owners.append((owner, now))
+                self.noting = True
         try:
             yield
         finally:
             with self._lock:
                 self._paused -= 1
-                if self._paused == 0 and self._trace is not None:
-                    self._pauses.append((self._pause_began, self._clock() - self._started))
+                closes = self._paused == 0 and self._trace is not None
+                owned = owner is not None and bool(self._owners) and self._owners[-1][0] is owner
+                now = self._clock() - self._started if closes or owned else 0.0
+                if owned:
+                    self._owned.append((self._owners.pop()[1], now, owner))
+                    self.noting = bool(self._owners)
+                if closes:
+                    self._pauses.append((self._pause_began, now))
                     self.step_record = self.pending_extend
+
+    def note(self, source: str, device: str, size: int) -> None:
+        """`source` allocated `size` bytes on `device` inside the innermost owner's pause open now."""
+        with self._lock:
+            if self.noting and self._owners:
+                self._noted.append((self._clock() - self._started, self._owners[-1][0], source, device, size))
+
+    def note_at(self, time: float, source: str, device: str, size: int) -> None:
+        """`note`, for an allocation at `time` (seconds on the window's clock) read after the fact:
+        the owner is that of the innermost owner's pause of the last window that spans it."""
+        with self._lock:
+            spans = [span for span in self._owned if span[0] <= time <= span[1]]
+            if spans:
+                self._noted.append((time, max(spans, key=lambda span: span[0])[2], source, device, size))
+
+    def started_by(self) -> dict[object, list[tuple[str, str, int]]]:
+        """Per owner paused in the last window: (source, device, bytes of its first allocation)
+        of each allocator that allocated inside, in the order they first did."""
+        with self._lock:
+            started: dict[object, dict[tuple[str, str], int]] = {}
+            for _, owner, source, device, size in sorted(self._noted, key=lambda noted: noted[0]):
+                started.setdefault(owner, {}).setdefault((source, device), size)
+            return {owner: [(*key, size) for key, size in firsts.items()] for owner, firsts in started.items()}
 
     def allocate(self, size: int, source: str, label: str = "", device: str = "", site: str = "") -> int:
         """Record an allocation of `size` bytes by `source` on `device`, made at `site` (the user's

@@ -50,6 +50,7 @@ from .items import (
 )
 from .results import SessionResults
 from .settings import DevmemFixture, Settings
+from .shared_fixtures import SharedFixtureStarts
 from .targets import rerun_measured
 from .workers import LargestTests
 from .xdist import controller_plan, ignore_shutdown_interrupt_in_jax_gc, worker_count
@@ -89,6 +90,7 @@ class DevmemSession:
         self._tensorflow_configured = False
         self._frozen_in: str | None = None  # the module whose first measured test last thawed the collector
         self._shared_fixture_finished = False  # a fixture wider than a test was torn down since the last thaw
+        self.shared_fixtures = SharedFixtureStarts()
         self.regime_env: dict[str, str | None] | None = config.stash.get(
             early_env_key, None
         )  # what the regime replaced
@@ -251,7 +253,7 @@ class DevmemSession:
         try:
             return (yield)
         except BaseException:  # no call phase will stop the measurement: stop it here
-            self.measurement.stop()
+            self.shared_fixtures.learn(self.measurement.stop().started_by)
             raise
 
     @pytest.hookimpl(wrapper=True)
@@ -262,7 +264,7 @@ class DevmemSession:
         none of them, so it stays out of the trace (test order must not change a test's figures)."""
         if fixturedef.scope == "function" or not self.measurement.recorder.recording:
             return (yield)
-        with self.measurement.recorder.paused():
+        with self.measurement.recorder.paused(fixturedef):  # the allocators it starts: shared_fixtures.py
             return (yield)
 
     def pytest_fixture_post_finalizer(self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> None:
@@ -280,7 +282,11 @@ class DevmemSession:
             item.stash[oom_key] = out_of_memory_text(exc)
             raise
         finally:
-            item.stash[captured_key] = self.measurement.stop(check_leaks=self.checks.max_leak(item) is not None)
+            captured = item.stash[captured_key] = self.measurement.stop(
+                check_leaks=self.checks.max_leak(item) is not None
+            )
+            self.shared_fixtures.learn(captured.started_by)
+            captured.started = self.shared_fixtures.of(item)
 
     # -- its record and its verdict ---------------------------------------------------------
 

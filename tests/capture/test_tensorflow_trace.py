@@ -124,6 +124,37 @@ def test_paused_spans_and_host_memory_beside_a_gpu_are_left_out_and_what_falls_a
     ]
     assert {e.device for e in converted.events} == {"gpu:0"}
     assert converted.host_allocators == {"gpu_host_bfc"}
+    assert converted.paused == [(pytest.approx(0.6), "gpu:0", 10)]  # what a shared fixture started, for the recorder
+
+
+def test_a_shared_fixtures_pause_notes_each_allocator_that_allocated_inside_for_that_fixture() -> None:
+    """What a fixture shared by several tests allocates is no test's, but the allocator it started
+    stays (plugin/shared_fixtures.py): per owner of a pause, each (source, device) with the bytes
+    of its first allocation, in the order they first allocated, read live (JAX's capture) or after
+    the window from its time (TensorFlow's profiler); a pause without an owner notes nothing."""
+    ticks = iter(float(t) for t in range(100))
+    recorder = TraceRecorder(clock=lambda: next(ticks))
+    outer, inner = object(), object()
+    recorder.begin()  # 0
+    with recorder.paused():  # 1 .. 2: the plugin's own work
+        recorder.note("jax", "cpu:0", 64)
+    with recorder.paused(outer):  # 3 .. 8
+        recorder.note("jax", "cpu:1", 128)  # 4
+        with recorder.paused(inner):  # 5 .. 7: a fixture the outer one asked for
+            recorder.note("jax", "cpu:1", 256)  # 6
+        assert recorder.noting
+    assert not recorder.noting
+    recorder.note("jax", "cpu:0", 512)  # no pause: the test's own, recorded as such
+    recorder.end()
+    recorder.note_at(3.5, "tensorflow", "cpu:0", 1024)  # before JAX's first in the outer fixture
+    recorder.note_at(6.5, "tensorflow", "cpu:0", 2048)  # inside both: the inner one's
+    recorder.note_at(9.5, "tensorflow", "cpu:0", 4096)  # in no owner's pause
+    assert recorder.started_by() == {
+        outer: [("tensorflow", "cpu:0", 1024), ("jax", "cpu:1", 128)],
+        inner: [("jax", "cpu:1", 256), ("tensorflow", "cpu:0", 2048)],
+    }
+    recorder.begin()
+    assert recorder.started_by() == {}  # each window's own
 
 
 def test_the_window_clock_pairs_the_wall_clock_with_the_closest_two_readings_of_the_windows() -> None:
@@ -496,6 +527,51 @@ def test_tensorflow_and_jax_events_keep_their_real_order(
     records = {r["test_id"].split("::")[-1]: r for r in json.loads((pytester.path / "r.json").read_text())["records"]}
     # TensorFlow's 64 MiB is given back before JAX's 64 MiB: the two never stack
     assert 64 * MiB <= records["test_tensorflow_temporary_then_jax"]["peak_bytes_in_use"] < 66 * MiB
+
+
+SHARED_PIPELINE = """
+import jax.numpy as jnp
+import pytest
+import tensorflow as tf
+
+@pytest.fixture(scope="module")
+def pipeline():
+    return tf.data.Dataset.from_tensor_slices(tf.ones((1024, 256))).batch(32)  # TensorFlow's first allocation
+
+def test_a(pipeline):
+    assert jnp.ones((128, 1024, 1024)).shape[0] == 128  # 512 MiB in JAX
+
+def test_b(pipeline):
+    assert jnp.ones((128, 1024, 1024)).shape[0] == 128
+"""
+
+
+def test_a_framework_a_shared_fixture_started_holds_its_share_in_every_test_that_uses_it_in_any_order(
+    jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester
+) -> None:
+    """TensorFlow, first started in a module-scoped fixture, takes most of the device (its default);
+    the fixture's memory is no test's, but TensorFlow's allocator stays, so each test's 512 MiB JAX
+    step finds the device held: the tenant out of memory it is on a GPU, for the test that set the
+    fixture up and for the one after it, alone, in either order (plugin/shared_fixtures.py)."""
+    pytester.makepyfile(test_shared=SHARED_PIPELINE)
+    selections = {
+        "both": [],
+        "b alone": ["test_shared.py::test_b"],
+        "reversed": ["test_shared.py::test_b", "test_shared.py::test_a"],
+    }
+    seen: dict[str, tuple[object, ...]] = {}
+    for name, selection in selections.items():
+        report = f"{name.replace(' ', '_')}.json"
+        pytester.runpytest_inprocess(
+            "--devmem-mode=prealloc", "--devmem-device=sim:2GiB", f"--devmem-report={report}", *selection
+        )
+        for record in json.loads((pytester.path / report).read_text())["records"]:
+            test = record["test_id"].split("::")[-1]
+            figures = (record["oom"]["kind"], record["peak_bytes_reserved"], record["devices"][0]["allocators"])
+            assert seen.setdefault(test, figures) == figures, (name, test)
+    assert set(seen) == {"test_a", "test_b"}
+    assert {figures[0] for figures in seen.values()} == {"tenant"}
+    assert [a["allocator"] for a in seen["test_b"][2]] == ["tensorflow", "jax"]  # TensorFlow's, started first
 
 
 OWN_PROFILER = """

@@ -465,3 +465,95 @@ def test_many_small_buffers_freed_in_any_order_replay_compiled_as_the_first_loop
     """Hundreds of small buffers freed in random order: many free chunks in several bins, best fit
     often found in a bin above the request's."""
     assert_same_replay(build(ops, [("", 0, "jax")]), policy, GiB)
+
+
+# -- allocators started before the trace (a shared fixture's: plugin/shared_fixtures.py) -----------
+
+
+def held_figures(run: MachineRun) -> list[tuple[object, ...]]:
+    """What each device and allocator held, and took when it started: what a `start` decides."""
+    return [
+        (
+            device.device,
+            device.peak_bytes_reserved,
+            [(a.source, a.process, a.limit, a.asked, a.took, a.peak_bytes_reserved) for a in device.allocators],
+        )
+        for device in run.devices
+    ]
+
+
+def assert_start_is_a_first_allocation_made_before(
+    ops: list[tuple[int, int, int, int]], lanes: list[tuple[str, int, str]], started: int, size: int, policy: Policy
+) -> None:
+    """A `start` of an allocator leaves the machine as its first allocation of `size` bytes, made
+    and freed before the trace, leaves it: what each allocator and device holds and took, the
+    order they started, whether and how the trace runs out of memory; none of it in use."""
+    body = build(ops, lanes)
+    firsts = [lanes[i % len(lanes)] for i in range(started)]
+    starts, made = Trace(), Trace()
+    for pointer, (device, process, source) in enumerate(dict.fromkeys(firsts), start=1):
+        starts.add(3, 0, size, source=source, device=device, process=process)
+        made.add(0, 10**9 + pointer, size, source=source, device=device, process=process)
+        made.add(1, 10**9 + pointer, size, source=source, device=device, process=process)
+    setups, spec = setups_for(policy, GiB), MachineSpec(GiB, "sim")
+    with_start = outcome(Machine(spec, setups), body.after(starts), False, False)
+    with_first = outcome(Machine(spec, setups), body.after(made), False, False)
+    assert isinstance(with_start, MachineRun) and isinstance(with_first, MachineRun)
+    if with_first.oom is not None and with_first.oom.event < len(made):
+        return  # a first allocation the device could not serve: the fixture that made it never ran so
+    assert held_figures(with_start) == held_figures(with_first)
+    assert with_start.order == with_first.order
+    assert (with_start.oom is None) == (with_first.oom is None)
+    if with_start.oom is not None and with_first.oom is not None:
+        assert (with_start.oom.kind, with_start.oom.source, with_start.oom.event + len(starts)) == (
+            with_first.oom.kind,
+            with_first.oom.source,
+            with_first.oom.event,
+        )
+    without = Machine(spec, setups).run(body, stop_on_oom=False)
+    if with_start.oom is None and without.oom is None:  # nothing in use that the trace did not allocate
+        alone = {d.device: d.peak_bytes_requested for d in without.devices}
+        assert {d.device: d.peak_bytes_requested for d in with_start.devices} == {
+            d.device: alone.get(d.device, 0) for d in with_start.devices
+        }
+
+
+starts = given(  # every kind of operation but a free on another lane, which no allocator pairs
+    ops=st.lists(
+        st.tuples(st.integers(0, 5), st.integers(0, 5), st.sampled_from(SIZES), st.integers(0, 10**6)), max_size=160
+    ),
+    lanes=st.lists(st.sampled_from(LANES), min_size=1, max_size=4, unique=True),
+    started=st.integers(1, 3),
+    size=st.sampled_from([1, 4 * KiB, 3 * MiB, 200 * MiB]),
+    policy=st.sampled_from(
+        [
+            Policy.of("prealloc"),
+            Policy.of("fraction", 0.3),
+            Policy.of("growth"),
+            Policy.of("compact"),
+            Policy.of("fraction", 0.97),
+        ]
+    ),
+)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@starts
+def test_an_allocator_started_before_the_trace_holds_what_its_first_allocation_took(
+    ops: list[tuple[int, int, int, int]], lanes: list[tuple[str, int, str]], started: int, size: int, policy: Policy
+) -> None:
+    assert_start_is_a_first_allocation_made_before(ops, lanes, started, size, policy)
+
+
+@compiled
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@starts
+def test_an_allocator_started_before_the_trace_holds_the_same_in_the_compiled_loop(
+    every_trace_compiled: None,
+    ops: list[tuple[int, int, int, int]],
+    lanes: list[tuple[str, int, str]],
+    started: int,
+    size: int,
+    policy: Policy,
+) -> None:
+    assert_start_is_a_first_allocation_made_before(ops, lanes, started, size, policy)

@@ -6,8 +6,10 @@ import pytest
 
 from pytest_devmem.errors import InvalidFreeError, OutOfMemoryError
 from pytest_devmem.model.device import SimulatedDevice
+from pytest_devmem.model.frameworks import setups_for
+from pytest_devmem.model.machine import MachineSpec, run_machine
 from pytest_devmem.model.pool import Policy, Trace, TraceEvent, TracingPool, make_pool, replay
-from pytest_devmem.model.trace import ALLOCATE, ALLOCATE_FAILURE, FREE, TraceFormatError
+from pytest_devmem.model.trace import ALLOCATE, ALLOCATE_FAILURE, FREE, START, TraceFormatError
 from pytest_devmem.units import GiB, MiB
 
 
@@ -49,6 +51,25 @@ def test_trace_round_trips_through_rmm_csv(tmp_path: Path) -> None:
     again = Trace.read_csv(path)
     assert [(e.action, e.pointer, e.size) for e in again] == [(e.action, e.pointer, e.size) for e in trace]
     assert [e.time for e in again] == pytest.approx([e.time for e in trace], abs=1e-6)
+
+
+def test_an_allocator_started_before_the_trace_is_a_start_event_in_both_files(tmp_path: Path) -> None:
+    """A `start` (what a shared fixture started: capture/measurement.py) is read back from the CSV
+    and the Arrow file as written, and replays as the allocator it started, holding nothing."""
+    trace = Trace([TraceEvent(ALLOCATE, 1, MiB, source="jax", device="gpu:0")]).after(
+        [TraceEvent(START, 0, 4096, source="tensorflow", label="started by a shared fixture", device="gpu:0")]
+    )
+    trace.write_csv(tmp_path / "t.csv")
+    trace.write_arrow(tmp_path / "t.arrow")
+    for name in ("t.csv", "t.arrow"):
+        again = Trace.read(tmp_path / name)
+        assert [(e.action, e.source, e.size, e.device) for e in again] == [
+            (START, "tensorflow", 4096, "gpu:0"),
+            (ALLOCATE, "jax", MiB, "gpu:0"),
+        ]
+        assert again.pairing_problem() is None
+    run = run_machine(trace, setups_for(Policy.of("ondemand"), GiB), MachineSpec(GiB, default_device="gpu:0"))
+    assert run.order == ["tensorflow", "jax"] and run.devices[0].peak_bytes_reserved == MiB  # nothing held on demand
 
 
 def test_reads_rmm_logs_with_deallocate_and_clock_times(tmp_path: Path) -> None:

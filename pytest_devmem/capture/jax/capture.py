@@ -334,6 +334,8 @@ class JaxCapture(RunRecording):
             self._learn(plan, args, parameters, leaves)
             if recording:
                 self._record_run(plan, parameters, leaves, transfers, site)
+            elif self._recorder.noting:
+                self._note(leaves)
         except Exception as exc:
             if recording:
                 self._fail(exc)
@@ -346,7 +348,7 @@ class JaxCapture(RunRecording):
         and instruction offset; where another executable or line ran last, the call site's line
         from `call_sites` and a dictionary look-up), one compact record and a weak reference to its
         output kept in a set, everything it needs bound here; anything else goes on to `_on_fast_run`."""
-        recorder, steps = self._recorder, self._executables.by_aval
+        recorder, steps, capture, note = self._recorder, self._executables.by_aval, self, self._note
         array_type, slow = self._array_type, self._on_fast_run
         keep, collected = self._holdings.owners.add, self._holdings.collected_callback
         ids, clock, flush_if_long, fail = recorder.ids, recorder.clock, recorder.flush_if_long, self._fail
@@ -369,8 +371,10 @@ class JaxCapture(RunRecording):
         def post_hook(function: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any) -> None:
             nonlocal last
             record = recorder.step_record
-            if record is None:
-                return  # no window open, or paused
+            if record is None:  # no window open, or paused
+                if recorder.noting:
+                    note((outputs,) if type(outputs) is array_type else capture._flatten(outputs))
+                return
             # `steps` holds only runs that read no arguments, and is emptied (and the last run
             # forgotten) when a plan learns that its runs do, and when the capture fails
             if type(outputs) is array_type:

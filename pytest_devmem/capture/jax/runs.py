@@ -23,7 +23,7 @@ from ..call_sites import CallSites
 from ..recorder import TraceRecorder
 from .executables import ExecutablePlan, Executables
 from .holdings import Held, Holdings, Owner
-from .shards import Asked, ShardSizes, device_label, host_shards, kept_in_place
+from .shards import Asked, ShardSizes, device_label, host_shards, kept_in_place, shards_of
 from .window import JaxWindow
 
 SOURCE = "jax"
@@ -209,6 +209,15 @@ class RunRecording:
         for transfer in transfers:
             self._recorder.free(transfer)
 
+    def _note(self, values: Sequence[Any]) -> None:
+        """Inside a shared fixture's pause (`TraceRecorder.noting`): each device the arrays among
+        `values` are on, with its shard's dense bytes, noted as where JAX allocated for that fixture."""
+        for value in values:
+            if isinstance(value, self._array_type):
+                aval = value.aval
+                for device, size in shards_of(aval.shape, aval.dtype.itemsize, value.sharding):
+                    self._recorder.note(SOURCE, device, size)
+
     def _device_array(self, value: Any) -> Any:
         """The ArrayImpl behind a parameter (a PRNG key array wraps one); None for anything else."""
         if type(value) is self._array_type:
@@ -236,6 +245,8 @@ class RunRecording:
                     capture._after_device_put(values, kwargs.get("copy_semantics") or (), results, site)
                 except Exception as exc:
                     capture._fail(exc)
+            elif capture._recorder.noting:
+                capture._note(results)
             return results
 
         return batched_device_put
@@ -291,6 +302,8 @@ class RunRecording:
                     capture._after_sharded_put(list(zip(values, devices)), result, site)
                 except Exception as exc:
                     capture._fail(exc)
+            elif capture._inside.depth == 0 and capture._recorder.noting:
+                capture._note([result])
             return result
 
         return batched_device_put

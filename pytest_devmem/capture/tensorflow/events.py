@@ -81,6 +81,8 @@ class Converted:
     host_allocators: set[str] = field(default_factory=set)  # left out: host memory beside a GPU
     allocators: set[str] = field(default_factory=set)  # every allocator that allocated in the window
     origins: list[AllocatorEvent] = field(default_factory=list)  # the allocator event behind each trace event
+    # (time, device, bytes) of each allocation made while the window was paused (a shared fixture's)
+    paused: list[tuple[float, str, int]] = field(default_factory=list)
 
 
 def _paused(time: float, spans: Sequence[tuple[float, float]]) -> bool:
@@ -114,7 +116,10 @@ def trace_events(
             if device is None:
                 converted.host_allocators.add(event.allocator)
                 continue
-            in_window = not _paused(time, paused) and event.requested_bytes > 0
+            was_paused = _paused(time, paused)
+            if was_paused and event.requested_bytes > 0:
+                converted.paused.append((time, device, event.requested_bytes))
+            in_window = not was_paused and event.requested_bytes > 0
             buffer_id = len(allocations) + 1 if in_window else 0
             live.setdefault(key, []).append(buffer_id)
             if not buffer_id:

@@ -27,11 +27,12 @@ moment its live data peaked.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 
 from ...errors import OutOfMemoryError
 from ..frameworks import AllocatorSetup, tpu_runtime_description
-from ..trace import ALLOCATE_CODE, FREE_CODE, Trace
+from ..trace import ALLOCATE_CODE, FAILURE_CODE, START_CODE, Trace
 from .allocator_rules import AllocatorRules
 from .device_state import TPU_RUNTIME_NAME, AllocatorState, Checkpoint, DeviceState, Promise, snapshot_of
 from .loops import replay_compiled, replay_lanes, replay_ondemand_columns, suits
@@ -124,13 +125,18 @@ def advance(replay: Replay, device: DeviceState, checkpoint: Checkpoint, upto: i
     skipped = replay.skipped
     for index in range(checkpoint.upto, upto):
         action = actions[index]
-        if action > FREE_CODE or index in skipped:
+        if action == FAILURE_CODE or index in skipped:
             continue
         lane = 0 if codes is None else codes[index]
         slot = position.get(lane)
         if slot is None:
             continue
         pool, handles, pointer = checkpoint.pools[slot], checkpoint.handles[slot], pointers[index]
+        if action == START_CODE:  # the region its first allocation took (loops/any_lanes.py `started`)
+            if sizes[index] > 0:
+                with contextlib.suppress(OutOfMemoryError):
+                    pool.free(pool.alloc(sizes[index]))
+            continue
         if action == ALLOCATE_CODE:
             size = sizes[index]
             if size <= 0:  # only ever a temporary the loop skipped (it fails otherwise)

@@ -229,6 +229,17 @@ class TraceColumns:
 
     # -- plain data (between processes) -----------------------------------------------------
 
+    def after(self: _T, head: Iterable[TraceEvent]) -> _T:
+        """`head`'s events, then this trace's (its columns copied as they are)."""
+        trace = type(self)()
+        trace.names, trace._name_index = list(self.names), dict(self._name_index)
+        for event in head:
+            trace.append(event)
+        trace.actions += self.actions
+        for name in NUMBER_COLUMNS:
+            getattr(trace, name).extend(getattr(self, name))
+        return trace
+
     def to_columns(self) -> dict[str, list[object]]:
         """The columns as plain lists (JSON, or what pytest-xdist sends from a worker)."""
         return {

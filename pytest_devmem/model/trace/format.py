@@ -14,11 +14,20 @@ SITE_HEADER = (*HEADER, "Site")
 """HEADER and the user's line that made each event's buffer: written where any event has one."""
 HEADERS = (SITE_HEADER, HEADER, SOURCE_HEADER, RMM_HEADER)
 """The headers a trace file may have."""
-ALLOCATE, FREE, ALLOCATE_FAILURE = "allocate", "free", "allocate failure"
-ACTIONS = (ALLOCATE, FREE, ALLOCATE_FAILURE)
-"""An event's action is stored as its index here: 0 allocate, 1 free, 2 allocate failure."""
-ALLOCATE_CODE, FREE_CODE, FAILURE_CODE = 0, 1, 2
-READ_ACTIONS = {"allocate": ALLOCATE, "free": FREE, "deallocate": FREE, "allocate failure": ALLOCATE_FAILURE}
+ALLOCATE, FREE, ALLOCATE_FAILURE, START = "allocate", "free", "allocate failure", "start"
+ACTIONS = (ALLOCATE, FREE, ALLOCATE_FAILURE, START)
+"""An event's action is stored as its index here: 0 allocate, 1 free, 2 allocate failure, 3 start.
+A `start` says the source's allocator on that device was started, and had made its first allocation
+(of the event's size), before the trace began: what a fixture shared by several tests started, whose
+own buffers are no test's. It holds nothing; the allocator holds what starting took."""
+ALLOCATE_CODE, FREE_CODE, FAILURE_CODE, START_CODE = 0, 1, 2, 3
+READ_ACTIONS = {
+    "allocate": ALLOCATE,
+    "free": FREE,
+    "deallocate": FREE,
+    "allocate failure": ALLOCATE_FAILURE,
+    "start": START,
+}
 """The Action texts a trace file may hold (RMM's older `free` and its `deallocate` alike), and the action each is."""
 TRACE_SUFFIXES = (".csv", ".arrow", ".feather")
 """The names a trace file ends with: its CSV, or its Arrow IPC file (arrow_file.py; Feather v2 is one)."""

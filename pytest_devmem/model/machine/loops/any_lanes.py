@@ -40,6 +40,9 @@ def replay_lanes(replay: Replay, first: int = 0, stop: int | None = None) -> int
         allocator = lanes[lane]
         if allocator is None:
             allocator = replay.start(lane)
+        if action == 3:  # started before the trace: what its first allocation took, nothing in use
+            started(allocator, size)
+            continue
         device = allocator.device
         pool = allocator.pool
         assert pool is not None
@@ -163,6 +166,26 @@ def allocated(allocator: AllocatorState, in_use: int, held: int, rounded: int, i
         device.peak_event = index
         device.pending = True
         device.fragmentation_at_peak = device.fragmentation()
+
+
+def started(allocator: AllocatorState, size: int) -> None:
+    """The allocator's first allocation, of `size` bytes, made and freed before the trace began (a
+    `start` event): the region its pool took then stays held, as its framework keeps it; nothing is
+    in use. Where the pool cannot serve it, the allocator holds what starting took."""
+    device, pool = allocator.device, allocator.pool
+    assert pool is not None
+    held = pool.pool_bytes + pool.bytes_reserved
+    if size > 0:
+        try:
+            pool.free(pool.alloc(size))
+        except OutOfMemoryError:
+            pass
+    grew = pool.pool_bytes + pool.bytes_reserved - held
+    if grew:
+        device.held += grew
+        allocator.took = allocator.took or held + grew
+        allocator.peak_held = max(allocator.peak_held, held + grew)
+        device.peak_held = max(device.peak_held, device.held)
 
 
 def sampled(device: DeviceState, fragmentation: float, index: int, step: float) -> None:
