@@ -128,9 +128,9 @@ def _parse_amount(spec: str, metric: str, amount: str) -> Allowance:
         except ValueError:
             raise ValueError(f"{problem} is not a percentage such as '10%'") from None
         if not math.isfinite(value) or value < 0:
-            raise ValueError(f"{problem}: a percentage must be 0 or more")
+            raise ValueError(f"{problem}: a percentage must be a finite number, 0 or more")
         return Allowance(relative=value / 100)
-    if _UNIT_RE.search(amount):
+    if _UNIT_RE.search(amount) and amount.strip().lstrip("+-").lower() not in ("nan", "inf", "infinity"):
         if metric not in BYTE_METRICS:
             raise ValueError(
                 f"{problem}: a byte size only fits {', '.join(BYTE_METRICS)}; use a number or a percentage"
@@ -148,5 +148,5 @@ def _parse_amount(spec: str, metric: str, amount: str) -> Allowance:
             f"{problem}: a number without a unit is ambiguous for a byte metric; write {amount}% for a share of the baseline, or a size such as {amount}MiB or {amount}B"
         )
     if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{problem}: must be 0 or more")
+        raise ValueError(f"{problem}: must be a finite number, 0 or more")
     return Allowance(absolute=value)

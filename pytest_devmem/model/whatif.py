@@ -193,8 +193,19 @@ def proven_fixes(
                 found.append(f"{defragmentation.text()}, as TPU runtimes defragment (JAX on GPUs does not)")
     tensorflow = present.get("tensorflow")
     if tensorflow is not None:
-        if tensorflow.mode in ("default", "limit"):
-            attempt(TENSORFLOW.growth_fix, {**setups, "tensorflow": replace(tensorflow, mode="growth")})
+        if tensorflow.mode in ("default", "limit"):  # its variable wins over the regime's limit (frameworks.py)
+            attempt(TENSORFLOW.growth_fix, {**setups, "tensorflow": replace(tensorflow, mode="growth", limit=None)})
+        if tensorflow.mode == "limit" and oom.source == "tensorflow" and oom.kind == "limit":
+            # the regime's fraction is TensorFlow's memory limit (and JAX's fraction): the smallest that fits
+            def limit_fits(hundredths: int) -> bool:
+                candidate = _with_fraction(setups, ("jax", "pool"), hundredths / 100)
+                candidate["tensorflow"] = replace(tensorflow, limit=int(spec.capacity * hundredths / 100))
+                return fits(trace, candidate, spec)
+
+            higher = _search(limit_fits, (tensorflow.limit or 0) * 100 // spec.capacity + 1, 100, smallest=True)
+            tried.append("raise the regime's fraction")
+            if higher is not None:
+                found.append(_fraction_fix("tensorflow", higher / 100, fraction_variable))
         if len(present) > 1:
             attempt(
                 'hide the GPU from TensorFlow (tf.config.set_visible_devices([], "GPU"))',

@@ -352,6 +352,7 @@ class SessionResults(SessionParts):
             compile_counts=self.session_counts(),
             compiler_store=shown(self.store.directory / STORE_DIRECTORY, start),
             store_update=self.store_update,
+            gated=tuple(self.settings.tolerance.allowances),
         )
 
 

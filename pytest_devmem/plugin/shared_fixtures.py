@@ -34,18 +34,16 @@ class SharedFixtureStarts:
             known.extend(entry for entry in started if (entry[0], entry[1]) not in seen)
 
     def of(self, item: pytest.Item) -> Started:
-        """The allocators started before `item` by the shared fixtures it uses, in the order pytest
-        sets its fixtures up (widest scope first), each kept once."""
+        """The allocators started before `item` by the shared fixtures it used, each kept once, in
+        the order its fixtures were ready (pytest's request keeps them so, `_fixture_defs`: those
+        it names and those it asked for with `request.getfixturevalue`); read after its call."""
         if not self._by_fixture:
             return []
-        info = getattr(item, "_fixtureinfo", None)  # a Function's; other items use no fixtures
-        if info is None:
-            return []
+        used = getattr(getattr(item, "_request", None), "_fixture_defs", None) or {}  # a Function's
         started: Started = []
         seen: set[tuple[str, str]] = set()
-        for name in info.names_closure:
-            definitions = info.name2fixturedefs.get(name) or ()
-            for source, device, size in self._by_fixture.get(definitions[-1], ()) if definitions else ():
+        for fixture in list(used.values()):
+            for source, device, size in self._by_fixture.get(fixture, ()):
                 if (source, device) not in seen:
                     seen.add((source, device))
                     started.append((source, device, size))

@@ -49,6 +49,7 @@ class SummaryFacts:
     compile_counts: dict[str, float | int] | None = None
     compiler_store: str = ""  # where the compilers' entries are stored beside the baselines
     store_update: StoreUpdate | None = None  # what --devmem-update did to that store
+    gated: tuple[str, ...] = ("peak_bytes_in_use",)  # the metrics the session's tolerance compares
 
 
 PROBLEMS_SHOWN = 10
@@ -236,6 +237,11 @@ class SessionSummary:
                 statuses.setdefault(str(record.baseline["status"]), []).append(f"{record.test_id} [{record.regime}]")
         counts = ", ".join(f"{len(ids)} {status}" for status, ids in sorted(statuses.items()))
         self.line(f"baselines ({facts.baselines_directory}): {counts or 'none compared'}")
+        if statuses and "peak_bytes_in_use" not in facts.gated:  # a spec gates exactly what it names
+            self.line(
+                f"compared: {', '.join(facts.gated)} only, as --devmem-tolerance names; "
+                "peak_bytes_in_use is not compared (name it too to gate it)"
+            )
         if statuses.get("improved") and not updating:
             self.line(
                 "improved beyond tolerance (refresh with --devmem-update): "

@@ -76,7 +76,8 @@ def test_nvml_sampler_catches_a_short_peak() -> None:
     sampler.pause()
     reading = source.stop()
     assert reading.available and reading.note == ""
-    assert reading.peak_bytes_in_use == 6 * GiB
+    assert reading.peak_bytes_reserved == 6 * GiB  # what the driver gave the process: held, not "in use"
+    assert reading.peak_bytes_in_use is None  # what its allocators handed out of it: NVML cannot see
     assert reading.figures["process_used_peak_bytes"] == 6 * GiB
     assert reading.figures["device_used_peak_bytes"] == 7 * GiB
     assert reading.figures["device_total_bytes"] == 80 * GiB
@@ -93,8 +94,8 @@ def test_nvml_finds_the_gpu_by_uuid_not_by_cuda_ordinal() -> None:
     for source in (visible_three, by_ordinal):
         source.start()
     nvml.mine = 2 * GiB  # the work happens on physical GPU 0
-    assert visible_three.stop().peak_bytes_in_use == 0  # physical GPU 3, rightly idle
-    assert by_ordinal.stop().peak_bytes_in_use == 2 * GiB
+    assert visible_three.stop().peak_bytes_reserved == 0  # physical GPU 3, rightly idle
+    assert by_ordinal.stop().peak_bytes_reserved == 2 * GiB
 
 
 def test_nvml_falls_back_to_device_figures_without_per_process_data() -> None:
@@ -104,7 +105,7 @@ def test_nvml_falls_back_to_device_figures_without_per_process_data() -> None:
     source.start()
     nvml.mine = 2 * GiB
     reading = source.stop()
-    assert reading.peak_bytes_in_use == 2 * GiB
+    assert reading.peak_bytes_reserved == 2 * GiB
     assert "no per-process figure" in reading.note
     sampler.close()
 
@@ -223,7 +224,7 @@ def test_record_figures_come_from_the_machine_and_the_raw_sources_stay_beside() 
         ]
     )
     run = run_machine(trace, setups_for(Policy.of("growth"), 2**30), MachineSpec(2**30, "sim:1GiB"))
-    nvml = Reading("nvml", True, peak_bytes_in_use=64 * 2**20, peak_bytes_reserved=64 * 2**20)
+    nvml = Reading("nvml", True, peak_bytes_reserved=64 * 2**20)
     record = TestRecord.from_run("t", "growth", "sim:1GiB", "sim-1GiB", run, [nvml], notes=[], outcome="passed")
     # live data: 3 MiB and 1000 B (rounded to 1 KiB) at once; each framework grows its own pool:
     # JAX's first region doubles to 4 MiB for the 3 MiB request, the devmem pool's is 2 MiB. The
@@ -239,7 +240,7 @@ def test_record_figures_come_from_the_machine_and_the_raw_sources_stay_beside() 
         ("jax", 4 * 2**20),
         ("pool", 2 * 2**20),
     ]  # type: ignore[index]
-    assert record.sources["nvml"].peak_bytes_in_use == 64 * 2**20  # raw, for validating the replay
+    assert record.sources["nvml"].peak_bytes_reserved == 64 * 2**20  # raw, for validating the replay
     assert record.trace is not None and record.trace.by_source == {
         "jax": {"allocations": 1, "peak_live_bytes": 3 * 2**20},
         "pool": {"allocations": 1, "peak_live_bytes": 1000},

@@ -543,6 +543,10 @@ def test_a(pipeline):
 
 def test_b(pipeline):
     assert jnp.ones((128, 1024, 1024)).shape[0] == 128
+
+def test_c(request):
+    request.getfixturevalue("pipeline")  # asked for, not named
+    assert jnp.ones((128, 1024, 1024)).shape[0] == 128
 """
 
 
@@ -552,12 +556,13 @@ def test_a_framework_a_shared_fixture_started_holds_its_share_in_every_test_that
     """TensorFlow, first started in a module-scoped fixture, takes most of the device (its default);
     the fixture's memory is no test's, but TensorFlow's allocator stays, so each test's 512 MiB JAX
     step finds the device held: the tenant out of memory it is on a GPU, for the test that set the
-    fixture up and for the one after it, alone, in either order (plugin/shared_fixtures.py)."""
+    fixture up and for those after it, one that asks for it by name too, alone or in any order
+    (plugin/shared_fixtures.py)."""
     pytester.makepyfile(test_shared=SHARED_PIPELINE)
     selections = {
-        "both": [],
-        "b alone": ["test_shared.py::test_b"],
-        "reversed": ["test_shared.py::test_b", "test_shared.py::test_a"],
+        "all": [],
+        "c alone": ["test_shared.py::test_c"],
+        "reversed": ["test_shared.py::test_c", "test_shared.py::test_b", "test_shared.py::test_a"],
     }
     seen: dict[str, tuple[object, ...]] = {}
     for name, selection in selections.items():
@@ -569,7 +574,7 @@ def test_a_framework_a_shared_fixture_started_holds_its_share_in_every_test_that
             test = record["test_id"].split("::")[-1]
             figures = (record["oom"]["kind"], record["peak_bytes_reserved"], record["devices"][0]["allocators"])
             assert seen.setdefault(test, figures) == figures, (name, test)
-    assert set(seen) == {"test_a", "test_b"}
+    assert set(seen) == {"test_a", "test_b", "test_c"}
     assert {figures[0] for figures in seen.values()} == {"tenant"}
     assert [a["allocator"] for a in seen["test_b"][2]] == ["tensorflow", "jax"]  # TensorFlow's, started first
 

@@ -166,7 +166,9 @@ def test_marker_tolerance_overrides_the_session(pytester: pytest.Pytester, monke
             "unknown metric 'speed'; metrics: peak_bytes_in_use, peak_bytes_reserved, peak_bytes_requested, fragmentation",
         ),
         ("fragmentation:64MiB", "a byte size only fits peak_bytes_in_use, peak_bytes_reserved"),
-        ("-5%", "a percentage must be 0 or more"),
+        ("-5%", "a percentage must be a finite number, 0 or more"),
+        ("inf%", "'inf%' for peak_bytes_in_use: a percentage must be a finite number, 0 or more"),
+        ("fragmentation:nan", "'nan' for fragmentation: must be a finite number, 0 or more"),
         ("5%,peak_bytes_in_use:6%", "peak_bytes_in_use is given two relative amounts"),
         ("16G", "ambiguous size '16G'"),
         (

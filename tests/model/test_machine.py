@@ -131,6 +131,23 @@ def test_tensorflow_first_starves_jax_and_the_fixes_are_proven() -> None:
     assert run(trace, 4 * GiB, environ={"TF_FORCE_GPU_ALLOW_GROWTH": "true"}).fits
 
 
+def test_tensorflow_over_a_regimes_small_fraction_is_fixed_by_growth_or_the_fraction_that_fits() -> None:
+    """Under a fraction regime TensorFlow's memory limit is the fraction of the device (frameworks.py);
+    TF_FORCE_GPU_ALLOW_GROWTH=true wins over that limit, so it fits, and so does the smallest fraction
+    that holds the test, both replayed: never "none found" where a larger fraction fits."""
+    trace = events(("allocate", 1, 64 * MiB, "tensorflow", "cpu:0"))
+    policy = Policy.of("fraction", 0.001)
+    result = run(trace, 16 * GiB, policy)
+    assert result.oom is not None and (result.oom.kind, result.oom.source) == ("limit", "tensorflow")
+    fixes = proven_fixes(trace, setups_for(policy, 16 * GiB), machine(16 * GiB), result)
+    assert fixes.settings == [
+        "set TF_FORCE_GPU_ALLOW_GROWTH=true",
+        "run it under fraction 0.01 (marker devmem(fraction=0.01) or --devmem-fraction=0.01)",
+    ]
+    assert run(trace, 16 * GiB, policy, environ={"TF_FORCE_GPU_ALLOW_GROWTH": "true"}).fits
+    assert run(trace, 16 * GiB, Policy.of("fraction", 0.01)).fits
+
+
 def test_jax_first_with_a_small_tensorflow_step_fits() -> None:
     trace = events(("allocate", 1, 2 * GiB, "jax", "cpu:0"), ("allocate", 2, 16 * MiB, "tensorflow", "cpu:0"))
     result = run(trace, 4 * GiB)

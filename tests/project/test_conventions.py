@@ -50,7 +50,7 @@ def record_measured_by_nvml_with_jax_in_the_trace() -> TestRecord:
         "t.py::test_x", "prealloc", "cuda:0 (GPU)", "cuda-GPU", 8 * MiB, 12 * 1024 * MiB, 0.0, False, "passed"
     )
     record.sources = {
-        "nvml": Reading("nvml", True, peak_bytes_in_use=9 * MiB),
+        "nvml": Reading("nvml", True, peak_bytes_reserved=9 * MiB),
         "jax": Reading("jax", False, note="no statistics"),
     }
     record.trace = TraceFacts(4, {"jax": {"peak_live_bytes": 8 * MiB}, "pool": {"peak_live_bytes": MiB}})

@@ -110,7 +110,9 @@ class NvmlSource:
         else:
             peak = self._device_peak - self._device_start
             note = "NVML gave no per-process figure here; device-wide use is reported"
-        return Reading(self.name, True, note, peak_bytes_in_use=peak, peak_bytes_reserved=peak, figures=figures)
+        # what the driver gave the process (its allocators' regions and its CUDA context): memory held
+        # from the device, reserved; NVML cannot see what an allocator handed out of it, so no "in use"
+        return Reading(self.name, True, note, peak_bytes_reserved=peak, figures=figures)
 
     def close(self) -> None:
         if self.available:
