@@ -109,6 +109,8 @@ class Captured:
     # per owner of a pause of this window (a shared fixture set up in it): the allocators it started,
     # (source, device, bytes of the first allocation), in order (`TraceRecorder.started_by`)
     started_by: dict[object, list[tuple[str, str, int]]] = field(default_factory=dict)
+    # per such owner: the target compiler's entries it needed (the programs it ran), by cache key
+    needed_by: dict[object, dict[str, dict[str, Any]]] = field(default_factory=dict)
     # the allocators started before the test, in order, as `started_by` gives them: by the shared
     # fixtures it uses, whichever test set them up (the caller says; a `start` event each, first)
     started: list[tuple[str, str, int]] = field(default_factory=list)
@@ -235,6 +237,7 @@ class Measurement:
             self.jax_capture.padded_sizes(),
             self.jax_capture.window_compiler_entries() if self.jax_capture.installed else {},
             self.recorder.started_by(),
+            {owner: self.jax_capture.compiler_entries(keys) for owner, keys in self.recorder.entries_by().items()},
         )
 
     def jax_platform_problem(self) -> str | None:

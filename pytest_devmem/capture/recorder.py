@@ -167,6 +167,7 @@ class TraceRecorder:
         self._owned: list[tuple[float, float, object]] = []
         self.noting = False  # inside an owner's pause of an open window: `note` what allocates
         self._noted: list[tuple[float, object, str, str, int]] = []  # (when, owner, source, device, bytes)
+        self._entries: dict[object, dict[str, None]] = {}  # owner -> the compiler entries it needed, in order
 
     @property
     def recording(self) -> bool:
@@ -225,7 +226,7 @@ class TraceRecorder:
             self._mark = next(self._ids)
             self._paused = 0
             self._pauses = []
-            self._owners, self._owned, self._noted, self.noting = [], [], [], False
+            self._owners, self._owned, self._noted, self._entries, self.noting = [], [], [], {}, False
             self._started = self._clock()
             self.step_record = self.pending_extend
             if self._after_collection not in gc.callbacks:
@@ -306,6 +307,18 @@ class TraceRecorder:
         with self._lock:
             if self.noting and self._owners:
                 self._noted.append((self._clock() - self._started, self._owners[-1][0], source, device, size))
+
+    def note_entry(self, key: str) -> None:
+        """The innermost owner's pause open now needed the target compiler's entry `key` (a program
+        a shared fixture ran, sized for the target): kept with the owner (`entries_by`)."""
+        with self._lock:
+            if self.noting and self._owners:
+                self._entries.setdefault(self._owners[-1][0], {})[key] = None
+
+    def entries_by(self) -> dict[object, list[str]]:
+        """Per owner paused in the last window: the compiler entries `note_entry` noted, in order."""
+        with self._lock:
+            return {owner: list(keys) for owner, keys in self._entries.items()}
 
     def note_at(self, time: float, source: str, device: str, size: int) -> None:
         """`note`, for an allocation at `time` (seconds on the window's clock) read after the fact:

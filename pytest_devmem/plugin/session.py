@@ -50,7 +50,7 @@ from .items import (
 )
 from .results import SessionResults
 from .settings import DevmemFixture, Settings
-from .shared_fixtures import SharedFixtureStarts
+from .shared_fixtures import SharedFixtures
 from .targets import rerun_measured
 from .workers import LargestTests
 from .xdist import controller_plan, ignore_shutdown_interrupt_in_jax_gc, worker_count
@@ -90,7 +90,7 @@ class DevmemSession:
         self._tensorflow_configured = False
         self._frozen_in: str | None = None  # the module whose first measured test last thawed the collector
         self._shared_fixture_finished = False  # a fixture wider than a test was torn down since the last thaw
-        self.shared_fixtures = SharedFixtureStarts()
+        self.shared_fixtures = SharedFixtures()
         self.regime_env: dict[str, str | None] | None = config.stash.get(
             early_env_key, None
         )  # what the regime replaced
@@ -253,7 +253,8 @@ class DevmemSession:
         try:
             return (yield)
         except BaseException:  # no call phase will stop the measurement: stop it here
-            self.shared_fixtures.learn(self.measurement.stop().started_by)
+            stopped = self.measurement.stop()
+            self.shared_fixtures.learn(stopped.started_by, stopped.needed_by)
             raise
 
     @pytest.hookimpl(wrapper=True)
@@ -285,8 +286,9 @@ class DevmemSession:
             captured = item.stash[captured_key] = self.measurement.stop(
                 check_leaks=self.checks.max_leak(item) is not None
             )
-            self.shared_fixtures.learn(captured.started_by)
-            captured.started = self.shared_fixtures.of(item)
+            self.shared_fixtures.learn(captured.started_by, captured.needed_by)
+            captured.started = self.shared_fixtures.started(item)
+            captured.compiler_entries.update(self.shared_fixtures.entries(item))
 
     # -- its record and its verdict ---------------------------------------------------------
 

@@ -102,6 +102,84 @@ def test_an_update_stores_the_entries_and_a_fresh_clone_compiles_nothing(
     result.stdout.fnmatch_lines([f"*{damaged}: *-1*not believed: compiled again*", "*1 ok*"])
 
 
+SHARDED = """
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+@jax.jit
+def train_step(weights, batch):
+    return weights - 0.1 * jax.grad(lambda w: jnp.mean(jnp.tanh(batch @ w) ** 2))(weights)
+
+def test_sharded_step():
+    mesh = Mesh(jax.devices()[:2], ("data",))
+    batch = jax.device_put(jnp.ones((256, 128)), NamedSharding(mesh, PartitionSpec("data", None)))
+    weights = jax.device_put(jnp.full((128, 128), 0.01), NamedSharding(mesh, PartitionSpec()))
+    for _ in range(2):
+        weights = train_step(weights, batch)
+    assert weights.shape == (128, 128)
+"""
+TWO_DEVICES = 'import os\nos.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"\n'
+
+
+@needs_libtpu
+def test_a_step_compiled_twice_for_two_placements_of_one_cpu_program_is_stored_twice(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The weights come back from the first step placed as its output, not as they were put: JAX
+    compiles the step again, one program for the CPU, two for the TPU. Both entries are named by the
+    record and stored, so a fresh clone compiles nothing (it compiled the second each time)."""
+    pytester.makeconftest(TWO_DEVICES)
+    pytester.makepyfile(test_sharded=SHARDED)
+    update = pytester.runpytest_subprocess(*OPTIONS, "--devmem-update")
+    update.assert_outcomes(passed=1)
+    keys = stored(pytester.path)
+    assert keys == named(pytester.path)
+    fresh = clone(pytester, monkeypatch, "sharded-clone")
+    result = pytester.runpytest_subprocess(*OPTIONS, str(fresh / "test_sharded.py"))
+    result.assert_outcomes(passed=1)
+    assert counts(result) == (0, len(keys))
+
+
+FIXTURE_PROGRAM = """
+import jax
+import jax.numpy as jnp
+import pytest
+
+@jax.jit
+def init(key):
+    return jax.random.normal(key, (64, 128))
+
+@pytest.fixture(scope="module")
+def params():
+    return init(jax.random.key(0))  # a program the fixture runs: its memory is no test's
+
+def test_a(params):
+    assert (params * 2.0).shape == (64, 128)
+
+def test_b(params):
+    assert (params + 1.0).shape == (64, 128)
+"""
+
+
+@needs_libtpu
+def test_the_programs_a_shared_fixture_ran_are_stored_and_a_fresh_clone_compiles_none(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module-scoped fixture's program is sized for the target when it runs, in whichever test
+    set the fixture up; each test that uses the fixture names its entries (plugin/shared_fixtures.py),
+    so the update keeps them, the same in any order, and a fresh clone, even one test alone,
+    compiles nothing."""
+    pytester.makepyfile(test_fixture=FIXTURE_PROGRAM)
+    pytester.runpytest_subprocess(*OPTIONS, "--devmem-update").assert_outcomes(passed=2)
+    keys = stored(pytester.path)
+    assert keys == named(pytester.path)
+    fresh = clone(pytester, monkeypatch, "fixture-clone")
+    result = pytester.runpytest_subprocess(*OPTIONS, str(fresh / "test_fixture.py") + "::test_b")
+    result.assert_outcomes(passed=1)
+    assert counts(result)[0] == 0
+
+
 @needs_libtpu
 def test_a_changed_program_compiles_alone_and_its_old_entry_goes(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch

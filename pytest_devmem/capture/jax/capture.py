@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from threading import get_ident
 from typing import Any
 
@@ -86,6 +86,7 @@ class JaxCapture(RunRecording):
             temp_unknown=set(window.temp_unknown),
             used={name: dict(plans) for name, plans in window.used.items()},
             fresh={key: set(ids) for key, ids in window.fresh.items()},
+            sized_keys=set(window.sized_keys),
         )
         for step, runs in taken.items():
             plan = self._step_plans[step]
@@ -227,8 +228,12 @@ class JaxCapture(RunRecording):
         sizer = self.installed_sizer
         if sizer is None:
             return {}
-        keys = {plan.sized_key for plans in self.window.used.values() for plan in plans.values() if plan.sized_key}
-        return sizer.stored_entries(sorted(keys), sorted(self._shards.asked))
+        return sizer.stored_entries(sorted(self.window.sized_keys), sorted(self._shards.asked))
+
+    def compiler_entries(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The target compiler's entries under `keys` (as `window_compiler_entries` gives a window's)."""
+        sizer = self.installed_sizer
+        return sizer.stored_entries(sorted(keys)) if sizer is not None else {}
 
     def padded_sizes(self) -> dict[int, set[int]]:
         """A TPU sizer's tiled shard sizes and the dense sizes they stand for, of this window's shards; empty elsewhere."""
@@ -335,7 +340,7 @@ class JaxCapture(RunRecording):
             if recording:
                 self._record_run(plan, parameters, leaves, transfers, site)
             elif self._recorder.noting:
-                self._note(leaves)
+                self._note(leaves, plan)
         except Exception as exc:
             if recording:
                 self._fail(exc)

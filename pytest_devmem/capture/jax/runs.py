@@ -209,14 +209,20 @@ class RunRecording:
         for transfer in transfers:
             self._recorder.free(transfer)
 
-    def _note(self, values: Sequence[Any]) -> None:
+    def _note(self, values: Sequence[Any], plan: ExecutablePlan | None = None) -> None:
         """Inside a shared fixture's pause (`TraceRecorder.noting`): each device the arrays among
-        `values` are on, with its shard's dense bytes, noted as where JAX allocated for that fixture."""
-        for value in values:
-            if isinstance(value, self._array_type):
-                aval = value.aval
-                for device, size in shards_of(aval.shape, aval.dtype.itemsize, value.sharding):
-                    self._recorder.note(SOURCE, device, size)
+        `values` are on, with its shard's dense bytes, noted as where JAX allocated for that fixture;
+        and the target compiler's entry that sized the run that made them (`plan`'s, or that of the
+        executable the first of them names), as what the fixture needed."""
+        arrays = [value for value in values if isinstance(value, self._array_type)]
+        for value in arrays:
+            aval = value.aval
+            for device, size in shards_of(aval.shape, aval.dtype.itemsize, value.sharding):
+                self._recorder.note(SOURCE, device, size)
+        if plan is None and arrays:
+            plan = self._executables.named_by(arrays[0])
+        if plan is not None and plan.sized_key:
+            self._recorder.note_entry(plan.sized_key)
 
     def _device_array(self, value: Any) -> Any:
         """The ArrayImpl behind a parameter (a PRNG key array wraps one); None for anything else."""

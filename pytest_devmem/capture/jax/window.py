@@ -26,11 +26,16 @@ class JaxWindow:
     since: int = 0  # the serial of the first executable read in the window (`Executables.plan`)
     # (name, program) -> the executables of it first run in the window, by serial: each one compiled for it
     fresh: dict[tuple[str, object], set[int]] = field(default_factory=dict)
+    # the keys of the target compiler's entries that sized the plans needed, every one: two executables
+    # of one CPU program (arguments placed otherwise) are one program in `used`, not for the target
+    sized_keys: set[str] = field(default_factory=set)
 
     def ran(self, plan: ExecutablePlan) -> None:
         """`plan` was needed in the window (run, or refused at its call)."""
         program = program_of(plan)
         self.used.setdefault(plan.label, {})[program] = plan
+        if plan.sized_key:
+            self.sized_keys.add(plan.sized_key)
         if plan.serial >= self.since:
             self.fresh.setdefault((plan.label, program), set()).add(plan.serial)
 
