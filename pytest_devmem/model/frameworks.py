@@ -124,20 +124,29 @@ def tpu_runtime_description(sources: Iterable[str]) -> str:
     return f"the TPU runtime's: all usable HBM, defragmented when an allocation does not fit; used by {names}"
 
 
+def tensorflow_fraction_limit(capacity: int, fraction: float) -> int:
+    """TensorFlow's memory limit under a `fraction` regime, as the plugin sets it on a GPU: a logical
+    device's `memory_limit`, which is whole MiB (plugin/environment.py, `LogicalDeviceConfiguration`)."""
+    return int(capacity * fraction) // MiB * MiB
+
+
 def tensorflow_setup(policy: Policy, capacity: int, environ: Mapping[str, str] | None = None) -> AllocatorSetup:
     """TensorFlow's allocator under a regime, where TensorFlow's own variables win (the plugin keeps
     a variable the user set): cuda_malloc_async, allow_growth (gpu_device.cc matches "true"
     exactly), else the regime's mapping (prealloc: its default; fraction: a memory limit of
-    fraction x capacity; growth; ondemand)."""
+    fraction x capacity, in whole MiB; growth; ondemand). The fraction's limit holds under
+    allow_growth too: the plugin sets it on TensorFlow's devices whatever the variables say, and
+    TensorFlow then grows up to it."""
     env = environ or {}
     collect = env.get("TF_ENABLE_GPU_GARBAGE_COLLECTION", "true") != "false"
     allocator, growth = env.get("TF_GPU_ALLOCATOR"), env.get("TF_FORCE_GPU_ALLOW_GROWTH")
+    limit = tensorflow_fraction_limit(capacity, policy.fraction) if policy.mode is Mode.FRACTION else None
     if allocator == "cuda_malloc_async" or (allocator is None and growth is None and policy.mode is Mode.ONDEMAND):
         return AllocatorSetup("tensorflow", "ondemand", collect=collect)
     if growth == "true" or (growth is None and policy.mode is Mode.GROWTH):
-        return AllocatorSetup("tensorflow", "growth", collect=collect)
-    if policy.mode is Mode.FRACTION:
-        return AllocatorSetup("tensorflow", "limit", limit=int(capacity * policy.fraction), collect=collect)
+        return AllocatorSetup("tensorflow", "growth", limit=limit, collect=collect)
+    if limit is not None:
+        return AllocatorSetup("tensorflow", "limit", limit=limit, collect=collect)
     return AllocatorSetup("tensorflow", "default", collect=collect)
 
 

@@ -21,6 +21,7 @@ from .framework_rules import (
     JAX,
     RULES,
 )
+from .frameworks import tensorflow_fraction_limit
 from .pool.policy import DEFAULT_PREALLOC_FRACTION, Mode, Policy
 from .tpu_targets import tpu_regime_refusal, tpu_spec
 
@@ -123,7 +124,7 @@ class Regime:
     def tensorflow_memory_limit(self, capacity: int) -> int | None:
         """Bytes TensorFlow's GPU memory should be limited to: only under `fraction`; else None."""
         if self.mode is Mode.FRACTION:
-            return int(capacity * self.fraction)
+            return tensorflow_fraction_limit(capacity, self.fraction)
         return None
 
     def apply(self, environ: MutableMapping[str, str] | None = None) -> dict[str, str | None]:

@@ -193,8 +193,8 @@ def proven_fixes(
                 found.append(f"{defragmentation.text()}, as TPU runtimes defragment (JAX on GPUs does not)")
     tensorflow = present.get("tensorflow")
     if tensorflow is not None:
-        if tensorflow.mode in ("default", "limit"):  # its variable wins over the regime's limit (frameworks.py)
-            attempt(TENSORFLOW.growth_fix, {**setups, "tensorflow": replace(tensorflow, mode="growth", limit=None)})
+        if tensorflow.mode in ("default", "limit"):  # growing up to the same limit (frameworks.py)
+            attempt(TENSORFLOW.growth_fix, {**setups, "tensorflow": replace(tensorflow, mode="growth")})
         if tensorflow.mode == "limit" and oom.source == "tensorflow" and oom.kind == "limit":
             # the regime's fraction is TensorFlow's memory limit (and JAX's fraction): the smallest that fits
             def limit_fits(hundredths: int) -> bool:

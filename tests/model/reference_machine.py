@@ -363,8 +363,8 @@ class ReferenceMachine:
     def _pool(self, setup: AllocatorSetup, device: _Device, allocator: _Allocator) -> BFCPool | OnDemandPool:
         sim, capacity = device.device, self.spec.capacity
         if setup.kind == "tensorflow":
-            if setup.mode == "limit":
-                limit = setup.limit or 0
+            if setup.mode == "limit" or (setup.mode == "growth" and setup.limit is not None):
+                limit = setup.limit or 0  # the regime's fraction, under allow_growth too
             else:
                 limit = tensorflow_memory_limit(sim.free_bytes(), self.spec.compute_capability, self.spec.environ)
             allocator.limit = limit
@@ -400,7 +400,18 @@ class ReferenceMachine:
             kind = "capacity"
         elif figures.pool_bytes - figures.bytes_in_use >= figures.rounded:
             kind = "fragmentation"
-        elif figures.bytes_in_use + figures.rounded > allocator.limit:
+        elif figures.bytes_in_use + figures.rounded > allocator.limit and not (
+            # TensorFlow's limit, taken from what was free, cut by another tenant: it fit alone
+            allocator.setup.kind == "tensorflow"
+            and allocator.setup.mode in ("default", "growth")
+            and allocator.setup.limit is None
+            and not allocator.setup.host
+            and any(not name.startswith("CUDA context") for name in others)
+            and figures.bytes_in_use + figures.rounded
+            <= tensorflow_memory_limit(
+                self.spec.capacity - (self.spec.context or 0), self.spec.compute_capability, self.spec.environ
+            )
+        ):
             kind = "limit"
         else:
             kind = "tenant"

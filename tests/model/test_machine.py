@@ -131,20 +131,20 @@ def test_tensorflow_first_starves_jax_and_the_fixes_are_proven() -> None:
     assert run(trace, 4 * GiB, environ={"TF_FORCE_GPU_ALLOW_GROWTH": "true"}).fits
 
 
-def test_tensorflow_over_a_regimes_small_fraction_is_fixed_by_growth_or_the_fraction_that_fits() -> None:
-    """Under a fraction regime TensorFlow's memory limit is the fraction of the device (frameworks.py);
-    TF_FORCE_GPU_ALLOW_GROWTH=true wins over that limit, so it fits, and so does the smallest fraction
-    that holds the test, both replayed: never "none found" where a larger fraction fits."""
+def test_tensorflow_over_a_regimes_small_fraction_is_fixed_by_the_fraction_that_fits() -> None:
+    """Under a fraction regime TensorFlow's memory limit is the fraction of the device in whole MiB,
+    the logical device's `memory_limit` the plugin sets (frameworks.py); it holds under
+    TF_FORCE_GPU_ALLOW_GROWTH=true too (TensorFlow grows up to it), so growth is no fix here; the
+    smallest fraction that holds the test is, replayed: never "none found" where one fits."""
     trace = events(("allocate", 1, 64 * MiB, "tensorflow", "cpu:0"))
     policy = Policy.of("fraction", 0.001)
     result = run(trace, 16 * GiB, policy)
     assert result.oom is not None and (result.oom.kind, result.oom.source) == ("limit", "tensorflow")
+    assert result.devices[0].allocators[0].limit == 16 * MiB  # 16.38 MiB, as whole MiB
     fixes = proven_fixes(trace, setups_for(policy, 16 * GiB), machine(16 * GiB), result)
-    assert fixes.settings == [
-        "set TF_FORCE_GPU_ALLOW_GROWTH=true",
-        "run it under fraction 0.01 (marker devmem(fraction=0.01) or --devmem-fraction=0.01)",
-    ]
-    assert run(trace, 16 * GiB, policy, environ={"TF_FORCE_GPU_ALLOW_GROWTH": "true"}).fits
+    assert fixes.settings == ["run it under fraction 0.01 (marker devmem(fraction=0.01) or --devmem-fraction=0.01)"]
+    growing = run(trace, 16 * GiB, policy, environ={"TF_FORCE_GPU_ALLOW_GROWTH": "true"})
+    assert growing.oom is not None and growing.devices[0].allocators[0].limit == 16 * MiB
     assert run(trace, 16 * GiB, Policy.of("fraction", 0.01)).fits
 
 
@@ -154,6 +154,19 @@ def test_jax_first_with_a_small_tensorflow_step_fits() -> None:
     assert result.fits and result.order == ["jax", "tensorflow"]
     # JAX took 3 GiB of 4 and the context 512 MiB: 512 MiB free, under 2 GiB, so TensorFlow keeps 225 MiB
     assert result.devices[0].allocators[1].limit == 512 * MiB - 225 * MiB
+
+
+def test_tensorflow_starved_by_jax_is_another_tenants_failure_not_its_limit() -> None:
+    """TensorFlow's limit is what JAX left free when it started, less its reserve: 2 GiB less the
+    256 MiB context and JAX's 1.5 GiB leaves 256 MiB, less 225 MiB, 31 MiB. Its 64 MiB would have
+    fit on the device alone, so the kind is `tenant` (JAX holds the rest), as with the frameworks
+    the other way round; a TensorFlow alone over its limit stays `limit`."""
+    trace = events(("allocate", 1, GiB, "jax", "cpu:0"), ("allocate", 2, 64 * MiB, "tensorflow", "cpu:0"))
+    result = run(trace, 2 * GiB)
+    assert result.oom is not None and (result.oom.kind, result.oom.source) == ("tenant", "tensorflow")
+    assert result.devices[0].allocators[1].limit == 31 * MiB
+    alone = run(events(("allocate", 1, 1600 * MiB, "tensorflow", "cpu:0")), 2 * GiB)  # over its 1567 MiB
+    assert alone.oom is not None and alone.oom.kind == "limit"
 
 
 def test_a_framework_fails_only_at_an_allocation_that_cannot_be_served() -> None:

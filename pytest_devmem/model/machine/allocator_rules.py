@@ -99,6 +99,21 @@ class AllocatorRules:
             pool.preallocate()  # at client creation; backs off when the device has less
         return pool
 
+    def _limited_by_others(self, allocator: AllocatorState, needed: int, others: Mapping[str, int]) -> bool:
+        """Whether `allocator`'s limit was too low for `needed` only because another tenant held the
+        device when it started: TensorFlow's GPU allocator with no limit set takes what is free then,
+        less its reserve (`tensorflow_memory_limit`), and would have had room for `needed` on the
+        device alone (its process's CUDA context apart)."""
+        setup = allocator.setup
+        if setup.kind != "tensorflow" or setup.host or setup.limit is not None or setup.mode == "ondemand":
+            return False
+        if not any(not name.startswith("CUDA context") for name in others):
+            return False
+        alone = tensorflow_memory_limit(
+            self.spec.capacity - (self.spec.context or 0), self.spec.compute_capability, self.spec.environ
+        )
+        return needed <= alone
+
     def _out_of_memory(self, error: OutOfMemoryError, allocator: AllocatorState, index: int, label: str) -> OutOfMemory:
         figures, device = error.figures, allocator.device
         others = {
@@ -117,7 +132,9 @@ class AllocatorRules:
             kind = "capacity"
         elif figures.pool_bytes - figures.bytes_in_use >= figures.rounded:
             kind = "fragmentation"
-        elif figures.bytes_in_use + figures.rounded > allocator.limit:
+        elif figures.bytes_in_use + figures.rounded > allocator.limit and not self._limited_by_others(
+            allocator, figures.bytes_in_use + figures.rounded, others
+        ):
             kind = "limit"
         else:
             kind = "tenant"
