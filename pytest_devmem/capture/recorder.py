@@ -6,8 +6,9 @@ import gc
 import itertools
 import threading
 import time
+import weakref
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -166,8 +167,12 @@ class TraceRecorder:
         self._owners: list[tuple[object, float]] = []
         self._owned: list[tuple[float, float, object]] = []
         self.noting = False  # inside an owner's pause of an open window: `note` what allocates
-        self._noted: list[tuple[float, object, str, str, int]] = []  # (when, owner, source, device, bytes)
-        self._entries: dict[object, dict[str, None]] = {}  # owner -> the compiler entries it needed, in order
+        # (when, owner, source, device, bytes, still held: a weak reference to the value that holds
+        # them, or whether they were never freed)
+        self._noted: list[tuple[float, object, str, str, int, Any]] = []
+        self._noted_values: set[tuple[int, int]] = set()  # (id of the owner, id of a value) noted already
+        # owner -> the compiler entries it needed, in order: a program's key, or an array shard's (shape, dtype)
+        self._entries: dict[object, dict[Any, None]] = {}
 
     @property
     def recording(self) -> bool:
@@ -227,6 +232,7 @@ class TraceRecorder:
             self._paused = 0
             self._pauses = []
             self._owners, self._owned, self._noted, self._entries, self.noting = [], [], [], {}, False
+            self._noted_values = set()
             self._started = self._clock()
             self.step_record = self.pending_extend
             if self._after_collection not in gc.callbacks:
@@ -302,40 +308,59 @@ class TraceRecorder:
                     self._pauses.append((self._pause_began, now))
                     self.step_record = self.pending_extend
 
-    def note(self, source: str, device: str, size: int) -> None:
-        """`source` allocated `size` bytes on `device` inside the innermost owner's pause open now."""
+    def note(self, source: str, value: Any, shards: Iterable[tuple[str, int]]) -> None:
+        """`source` allocated `value`'s `shards` (device, bytes) inside the innermost owner's pause
+        open now: its allocator on each of those devices started there, and holds the bytes for as
+        long as `value` lives (a weak reference to it is kept). A value noted again adds nothing."""
         with self._lock:
-            if self.noting and self._owners:
-                self._noted.append((self._clock() - self._started, self._owners[-1][0], source, device, size))
+            if not (self.noting and self._owners):
+                return
+            owner = self._owners[-1][0]
+            if (id(owner), id(value)) in self._noted_values:
+                return
+            self._noted_values.add((id(owner), id(value)))
+            try:
+                alive: Any = weakref.ref(value)
+            except TypeError:  # no weak reference to it: held while the window lasts
+                alive = True
+            now = self._clock() - self._started
+            for device, size in shards:
+                self._noted.append((now, owner, source, device, size, alive))
 
-    def note_entry(self, key: str) -> None:
+    def note_entry(self, key: Any) -> None:
         """The innermost owner's pause open now needed the target compiler's entry `key` (a program
-        a shared fixture ran, sized for the target): kept with the owner (`entries_by`)."""
+        a shared fixture ran, by its cache key, or an array shard it sized, by (shape, dtype)): kept
+        with the owner (`entries_by`)."""
         with self._lock:
             if self.noting and self._owners:
                 self._entries.setdefault(self._owners[-1][0], {})[key] = None
 
-    def entries_by(self) -> dict[object, list[str]]:
+    def entries_by(self) -> dict[object, list[Any]]:
         """Per owner paused in the last window: the compiler entries `note_entry` noted, in order."""
         with self._lock:
             return {owner: list(keys) for owner, keys in self._entries.items()}
 
-    def note_at(self, time: float, source: str, device: str, size: int) -> None:
-        """`note`, for an allocation at `time` (seconds on the window's clock) read after the fact:
-        the owner is that of the innermost owner's pause of the last window that spans it."""
+    def note_at(self, time: float, source: str, device: str, size: int, kept: bool) -> None:
+        """`note`, for an allocation of `size` bytes at `time` (seconds on the window's clock) read
+        after the fact, `kept` where nothing freed it in the window: the owner is that of the
+        innermost owner's pause of the last window that spans it."""
         with self._lock:
             spans = [span for span in self._owned if span[0] <= time <= span[1]]
             if spans:
-                self._noted.append((time, max(spans, key=lambda span: span[0])[2], source, device, size))
+                owner = max(spans, key=lambda span: span[0])[2]
+                self._noted.append((time, owner, source, device, size, kept))
 
     def started_by(self) -> dict[object, list[tuple[str, str, int]]]:
-        """Per owner paused in the last window: (source, device, bytes of its first allocation)
-        of each allocator that allocated inside, in the order they first did."""
+        """Per owner paused in the last window: each allocator that allocated inside, in the order
+        they first did, with the bytes it still holds of what it allocated there: (source, device,
+        bytes)."""
         with self._lock:
             started: dict[object, dict[tuple[str, str], int]] = {}
-            for _, owner, source, device, size in sorted(self._noted, key=lambda noted: noted[0]):
-                started.setdefault(owner, {}).setdefault((source, device), size)
-            return {owner: [(*key, size) for key, size in firsts.items()] for owner, firsts in started.items()}
+            for _, owner, source, device, size, alive in sorted(self._noted, key=lambda noted: noted[0]):
+                held = started.setdefault(owner, {})
+                still = alive if isinstance(alive, bool) else alive() is not None
+                held[source, device] = held.get((source, device), 0) + (size if still else 0)
+            return {owner: [(*key, size) for key, size in held.items()] for owner, held in started.items()}
 
     def allocate(self, size: int, source: str, label: str = "", device: str = "", site: str = "") -> int:
         """Record an allocation of `size` bytes by `source` on `device`, made at `site` (the user's

@@ -75,7 +75,13 @@ def oom_lines(
         else "nothing else"
     )
     lines.append(
-        f"  {oom.get('device')} ({_size(oom.get('capacity'))}): {_size(oom.get('device_in_use'))} of live data, {_size(oom.get('device_free'))} free; also held: {held}"
+        f"  {oom.get('device')} ({_size(oom.get('capacity'))}): {_size(oom.get('device_in_use'))} of live data"
+        + (
+            f" and {_size(kept)} a shared fixture keeps"
+            if isinstance(kept := oom.get("kept_before"), int) and kept
+            else ""
+        )
+        + f", {_size(oom.get('device_free'))} free; also held: {held}"
     )
     pinning = oom.get("pinning")
     if isinstance(pinning, list):

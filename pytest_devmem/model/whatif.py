@@ -239,7 +239,7 @@ def _why_none(kind: str, run: MachineRun, spec: MachineSpec, tried: list[str]) -
         contexts = {k: v for k, v in oom.held_by_others.items() if k.startswith("CUDA context")}
         with_contexts = "".join(f" and the {k} {format_size(v)}" for k, v in contexts.items() if v)
         return (
-            f"on {oom.device} the live data would be {format_size(oom.device_in_use + oom.rounded)}{with_contexts}, "
+            f"on {oom.device} the live data would be {format_size(oom.device_in_use + oom.kept_before + oom.rounded)}{with_contexts}, "
             f"more than the device's {format_size(spec.capacity)} under any setting; "
             "use a larger device, smaller batches, or free buffers earlier."
         )

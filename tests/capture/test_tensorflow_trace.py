@@ -124,34 +124,44 @@ def test_paused_spans_and_host_memory_beside_a_gpu_are_left_out_and_what_falls_a
     ]
     assert {e.device for e in converted.events} == {"gpu:0"}
     assert converted.host_allocators == {"gpu_host_bfc"}
-    assert converted.paused == [(pytest.approx(0.6), "gpu:0", 10)]  # what a shared fixture started, for the recorder
+    # what a shared fixture started, for the recorder: freed in the window, so no longer held
+    assert converted.paused == [(pytest.approx(0.6), "gpu:0", 10, False)]
 
 
-def test_a_shared_fixtures_pause_notes_each_allocator_that_allocated_inside_for_that_fixture() -> None:
+class Value:
+    """A value a framework allocated for (weakly referenced, as arrays are)."""
+
+
+def test_a_shared_fixtures_pause_notes_each_allocator_that_allocated_inside_and_what_it_holds() -> None:
     """What a fixture shared by several tests allocates is no test's, but the allocator it started
-    stays (plugin/shared_fixtures.py): per owner of a pause, each (source, device) with the bytes
-    of its first allocation, in the order they first allocated, read live (JAX's capture) or after
-    the window from its time (TensorFlow's profiler); a pause without an owner notes nothing."""
+    stays, holding what the fixture keeps (plugin/shared_fixtures.py): per owner of a pause, each
+    (source, device) in the order they first allocated, with the bytes still held, read live (JAX's
+    capture: held while the value lives) or after the window from its time (TensorFlow's profiler:
+    held where nothing freed it); a pause without an owner notes nothing."""
     ticks = iter(float(t) for t in range(100))
     recorder = TraceRecorder(clock=lambda: next(ticks))
     outer, inner = object(), object()
+    kept, dropped = Value(), Value()
     recorder.begin()  # 0
     with recorder.paused():  # 1 .. 2: the plugin's own work
-        recorder.note("jax", "cpu:0", 64)
+        recorder.note("jax", kept, [("cpu:0", 64)])
     with recorder.paused(outer):  # 3 .. 8
-        recorder.note("jax", "cpu:1", 128)  # 4
+        recorder.note("jax", kept, [("cpu:1", 128), ("cpu:0", 32)])  # 4
+        recorder.note("jax", kept, [("cpu:1", 128)])  # the same value again: nothing more
         with recorder.paused(inner):  # 5 .. 7: a fixture the outer one asked for
-            recorder.note("jax", "cpu:1", 256)  # 6
+            recorder.note("jax", dropped, [("cpu:1", 256)])  # 6
         assert recorder.noting
     assert not recorder.noting
-    recorder.note("jax", "cpu:0", 512)  # no pause: the test's own, recorded as such
+    recorder.note("jax", kept, [("cpu:0", 512)])  # no pause: the test's own, recorded as such
     recorder.end()
-    recorder.note_at(3.5, "tensorflow", "cpu:0", 1024)  # before JAX's first in the outer fixture
-    recorder.note_at(6.5, "tensorflow", "cpu:0", 2048)  # inside both: the inner one's
-    recorder.note_at(9.5, "tensorflow", "cpu:0", 4096)  # in no owner's pause
+    del dropped
+    recorder.note_at(3.5, "tensorflow", "cpu:0", 1024, True)  # before JAX's first in the outer fixture
+    recorder.note_at(3.6, "tensorflow", "cpu:0", 8, False)  # freed in the window: not held
+    recorder.note_at(6.5, "tensorflow", "cpu:0", 2048, True)  # inside both: the inner one's
+    recorder.note_at(9.5, "tensorflow", "cpu:0", 4096, True)  # in no owner's pause
     assert recorder.started_by() == {
-        outer: [("tensorflow", "cpu:0", 1024), ("jax", "cpu:1", 128)],
-        inner: [("jax", "cpu:1", 256), ("tensorflow", "cpu:0", 2048)],
+        outer: [("tensorflow", "cpu:0", 1024), ("jax", "cpu:1", 128), ("jax", "cpu:0", 32)],
+        inner: [("jax", "cpu:1", 0), ("tensorflow", "cpu:0", 2048)],
     }
     recorder.begin()
     assert recorder.started_by() == {}  # each window's own

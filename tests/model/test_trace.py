@@ -54,10 +54,11 @@ def test_trace_round_trips_through_rmm_csv(tmp_path: Path) -> None:
 
 
 def test_an_allocator_started_before_the_trace_is_a_start_event_in_both_files(tmp_path: Path) -> None:
-    """A `start` (what a shared fixture started: capture/measurement.py) is read back from the CSV
-    and the Arrow file as written, and replays as the allocator it started, holding nothing."""
+    """A `start` (what a shared fixture started and keeps: capture/measurement.py) is read back from
+    the CSV and the Arrow file as written, and replays as the allocator it started, holding the
+    fixture's bytes, which are in no figure of the trace's own (in use, contributors at the peak)."""
     trace = Trace([TraceEvent(ALLOCATE, 1, MiB, source="jax", device="gpu:0")]).after(
-        [TraceEvent(START, 0, 4096, source="tensorflow", label="started by a shared fixture", device="gpu:0")]
+        [TraceEvent(START, 0, 4096, source="tensorflow", label="a shared fixture's buffers", device="gpu:0")]
     )
     trace.write_csv(tmp_path / "t.csv")
     trace.write_arrow(tmp_path / "t.arrow")
@@ -69,7 +70,9 @@ def test_an_allocator_started_before_the_trace_is_a_start_event_in_both_files(tm
         ]
         assert again.pairing_problem() is None
     run = run_machine(trace, setups_for(Policy.of("ondemand"), GiB), MachineSpec(GiB, default_device="gpu:0"))
-    assert run.order == ["tensorflow", "jax"] and run.devices[0].peak_bytes_reserved == MiB  # nothing held on demand
+    device = run.devices[0]
+    assert run.order == ["tensorflow", "jax"] and device.peak_bytes_reserved == MiB + 4096  # on demand: as held
+    assert device.peak_bytes_in_use == device.peak_bytes_requested == MiB and device.at_peak == {"jax": MiB}
 
 
 def test_reads_rmm_logs_with_deallocate_and_clock_times(tmp_path: Path) -> None:

@@ -185,8 +185,8 @@ class TensorFlowCapture:
             paused=self._recorder.paused_spans,
             site_of=self._op_lines.site,
         )
-        for time, device, size in converted.paused:  # a shared fixture's: the allocator it started
-            self._recorder.note_at(time, SOURCE, device, size)
+        for time, device, size, kept in converted.paused:  # a shared fixture's: the allocator it started
+            self._recorder.note_at(time, SOURCE, device, size, kept)
         notes = []
         if converted.host_allocators:
             notes.append(

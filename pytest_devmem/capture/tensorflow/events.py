@@ -81,8 +81,9 @@ class Converted:
     host_allocators: set[str] = field(default_factory=set)  # left out: host memory beside a GPU
     allocators: set[str] = field(default_factory=set)  # every allocator that allocated in the window
     origins: list[AllocatorEvent] = field(default_factory=list)  # the allocator event behind each trace event
-    # (time, device, bytes) of each allocation made while the window was paused (a shared fixture's)
-    paused: list[tuple[float, str, int]] = field(default_factory=list)
+    # (time, device, bytes, kept: not freed in the window) of each allocation made while the window
+    # was paused (a shared fixture's)
+    paused: list[tuple[float, str, int, bool]] = field(default_factory=list)
 
 
 def _paused(time: float, spans: Sequence[tuple[float, float]]) -> bool:
@@ -117,8 +118,10 @@ def trace_events(
                 converted.host_allocators.add(event.allocator)
                 continue
             was_paused = _paused(time, paused)
-            if was_paused and event.requested_bytes > 0:
-                converted.paused.append((time, device, event.requested_bytes))
+            if was_paused and event.requested_bytes > 0:  # numbered -1, -2...: its free marks it
+                converted.paused.append((time, device, event.requested_bytes, True))
+                live.setdefault(key, []).append(-len(converted.paused))
+                continue
             in_window = not was_paused and event.requested_bytes > 0
             buffer_id = len(allocations) + 1 if in_window else 0
             live.setdefault(key, []).append(buffer_id)
@@ -138,6 +141,9 @@ def trace_events(
         if not stack:
             continue  # allocated before the window (or by a host allocator): not the window's
         buffer_id = stack.pop()
+        if buffer_id < 0:  # a paused allocation's free: not kept
+            converted.paused[-buffer_id - 1] = (*converted.paused[-buffer_id - 1][:3], False)
+            continue
         if not buffer_id:
             continue
         size, name, device, site = allocations[buffer_id]

@@ -127,7 +127,8 @@ class AllocatorRules:
             others["CUDA context" + ("s" if len(device.contexts) > 1 else "")] = contexts
         pool = allocator.pool
         fragmentation = pool._fragmentation() if isinstance(pool, BFCPool) else 0.0
-        needed = device.in_use + figures.rounded + contexts  # live data, rounded as the pools round it
+        # live data, rounded as the pools round it, with what a shared fixture keeps there
+        needed = device.in_use + device.kept_before + figures.rounded + contexts
         if needed > self.spec.capacity:
             kind = "capacity"
         elif figures.pool_bytes - figures.bytes_in_use >= figures.rounded:
@@ -156,4 +157,5 @@ class AllocatorRules:
             held_by_others=others,
             kind=kind,
             fragmentation=fragmentation,
+            kept_before=device.kept_before,
         )

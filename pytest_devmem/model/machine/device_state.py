@@ -101,6 +101,7 @@ class DeviceState:
         "in_use",
         "held",
         "chunks",
+        "kept_before",
         "peak_in_use",
         "peak_held",
         "peak_chunks",
@@ -125,6 +126,7 @@ class DeviceState:
         self.allocators: list[AllocatorState] = []
         self.contexts: set[int] = set()
         self.in_use = self.held = self.chunks = 0  # live data (rounded requests), held from the device, in chunks
+        self.kept_before = 0  # live data from before the trace (a shared fixture's buffers): not the trace's
         self.peak_in_use = self.peak_held = self.peak_chunks = 0
         self.peak_event = -1
         self.fragmentation_at_peak: float | None = None

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..buffers import TOP_LINES
 from ..pool import BFCPool, OnDemandPool
-from ..trace import Trace
+from ..trace import START_CODE, Trace
 from .results import MapSnapshot, PoolMap
 
 
@@ -84,9 +84,10 @@ def lines_at_peak(
 
 
 def _held(snapshot: MapSnapshot, trace: Trace) -> Iterator[tuple[str, int]]:
-    """Each buffer live in `snapshot`: its contributor and the event that allocated it."""
-    names = trace.names
+    """Each buffer of the trace's live in `snapshot`: its contributor and the event that allocated
+    it (what a `start` holds, a shared fixture's, is no contributor of the trace's)."""
+    names, actions = trace.names, trace.actions
     for pool in snapshot.pools:
         for _, _, _, index in pool.chunks:
-            if index >= 0:
+            if index >= 0 and actions[index] != START_CODE:
                 yield contributor(names[trace.sources[index]], names[trace.labels[index]]), index

@@ -132,10 +132,13 @@ def advance(replay: Replay, device: DeviceState, checkpoint: Checkpoint, upto: i
         if slot is None:
             continue
         pool, handles, pointer = checkpoint.pools[slot], checkpoint.handles[slot], pointers[index]
-        if action == START_CODE:  # the region its first allocation took (loops/any_lanes.py `started`)
-            if sizes[index] > 0:
-                with contextlib.suppress(OutOfMemoryError):
-                    pool.free(pool.alloc(sizes[index]))
+        if action == START_CODE:  # what it held before the trace, as loops/any_lanes.py `started` has it
+            with contextlib.suppress(OutOfMemoryError):
+                handle = pool.alloc(max(sizes[index], 1))
+                if sizes[index] > 0:
+                    handles[0] = (handle, index)
+                else:
+                    pool.free(handle)
             continue
         if action == ALLOCATE_CODE:
             size = sizes[index]

@@ -193,6 +193,7 @@ class OutOfMemory:
     held_by_others: dict[str, int]  # the other allocators and the contexts on that device
     kind: str
     fragmentation: float  # of the failing allocator's pool, then
+    kept_before: int = 0  # live data on that device from before the trace (a shared fixture's), not in `device_in_use`
 
     @property
     def allocator(self) -> str:
@@ -203,11 +204,14 @@ class OutOfMemory:
         return self.pool_bytes - self.in_use
 
     def to_json(self) -> dict[str, object]:
-        return attributes(
+        data = attributes(
             self,
             "kind event device allocator label requested rounded in_use pool_bytes largest_free_block limit "
             "device_free capacity device_in_use held_by_others fragmentation",
         )
+        if self.kept_before:
+            data["kept_before"] = self.kept_before
+        return data
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ HEADERS = (SITE_HEADER, HEADER, SOURCE_HEADER, RMM_HEADER)
 ALLOCATE, FREE, ALLOCATE_FAILURE, START = "allocate", "free", "allocate failure", "start"
 ACTIONS = (ALLOCATE, FREE, ALLOCATE_FAILURE, START)
 """An event's action is stored as its index here: 0 allocate, 1 free, 2 allocate failure, 3 start.
-A `start` says the source's allocator on that device was started, and had made its first allocation
-(of the event's size), before the trace began: what a fixture shared by several tests started, whose
-own buffers are no test's. It holds nothing; the allocator holds what starting took."""
+A `start` says the source's allocator on that device was started before the trace began, holding
+the event's size in live buffers that are not the trace's: what a fixture shared by several tests
+started, and the buffers it keeps. They count for what fits, not in the trace's figures."""
 ALLOCATE_CODE, FREE_CODE, FAILURE_CODE, START_CODE = 0, 1, 2, 3
 READ_ACTIONS = {
     "allocate": ALLOCATE,

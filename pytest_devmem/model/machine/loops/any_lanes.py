@@ -40,8 +40,8 @@ def replay_lanes(replay: Replay, first: int = 0, stop: int | None = None) -> int
         allocator = lanes[lane]
         if allocator is None:
             allocator = replay.start(lane)
-        if action == 3:  # started before the trace: what its first allocation took, nothing in use
-            started(allocator, size)
+        if action == 3:  # started before the trace, holding what is not the trace's
+            started(allocator, size, index)
             continue
         device = allocator.device
         pool = allocator.pool
@@ -168,18 +168,25 @@ def allocated(allocator: AllocatorState, in_use: int, held: int, rounded: int, i
         device.fragmentation_at_peak = device.fragmentation()
 
 
-def started(allocator: AllocatorState, size: int) -> None:
-    """The allocator's first allocation, of `size` bytes, made and freed before the trace began (a
-    `start` event): the region its pool took then stays held, as its framework keeps it; nothing is
-    in use. Where the pool cannot serve it, the allocator holds what starting took."""
+def started(allocator: AllocatorState, size: int, index: int) -> None:
+    """The allocator started before the trace (a `start` event at `index`), holding `size` bytes in
+    use that are not the trace's (a shared fixture's live buffers): its pool serves them first, as
+    one allocation the trace never frees, and holds what that took; they count for what fits, not
+    in the trace's figures (in use, requested), which are its own. Where `size` is 0, its first
+    allocation is the smallest (256 bytes), freed: the pool holds what starting took. Where the pool
+    cannot serve them, it holds what starting took."""
     device, pool = allocator.device, allocator.pool
     assert pool is not None
     held = pool.pool_bytes + pool.bytes_reserved
-    if size > 0:
-        try:
-            pool.free(pool.alloc(size))
-        except OutOfMemoryError:
-            pass
+    try:
+        handle = pool.alloc(max(size, 1))
+    except OutOfMemoryError:
+        handle = None
+    if handle is not None and size > 0:
+        allocator.handles[0] = (handle, index)  # pointer 0: no event of the trace frees it
+        device.kept_before += (size + 255) & ~255
+    elif handle is not None:
+        pool.free(handle)
     grew = pool.pool_bytes + pool.bytes_reserved - held
     if grew:
         device.held += grew
