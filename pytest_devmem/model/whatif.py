@@ -195,8 +195,8 @@ def proven_fixes(
     if tensorflow is not None:
         if tensorflow.mode in ("default", "limit"):  # growing up to the same limit (frameworks.py)
             attempt(TENSORFLOW.growth_fix, {**setups, "tensorflow": replace(tensorflow, mode="growth")})
-        if tensorflow.mode == "limit" and oom.source == "tensorflow" and oom.kind == "limit":
-            # the regime's fraction is TensorFlow's memory limit (and JAX's fraction): the smallest that fits
+        if tensorflow.limit is not None and not tensorflow.host and oom.source == "tensorflow" and oom.kind == "limit":
+            # the regime's fraction is TensorFlow's memory limit, growing or not (and JAX's fraction): the smallest that fits
             def limit_fits(hundredths: int) -> bool:
                 candidate = _with_fraction(setups, ("jax", "pool"), hundredths / 100)
                 candidate["tensorflow"] = replace(tensorflow, limit=int(spec.capacity * hundredths / 100))

@@ -143,8 +143,12 @@ def test_tensorflow_over_a_regimes_small_fraction_is_fixed_by_the_fraction_that_
     assert result.devices[0].allocators[0].limit == 16 * MiB  # 16.38 MiB, as whole MiB
     fixes = proven_fixes(trace, setups_for(policy, 16 * GiB), machine(16 * GiB), result)
     assert fixes.settings == ["run it under fraction 0.01 (marker devmem(fraction=0.01) or --devmem-fraction=0.01)"]
-    growing = run(trace, 16 * GiB, policy, environ={"TF_FORCE_GPU_ALLOW_GROWTH": "true"})
+    growth = {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    growing = run(trace, 16 * GiB, policy, environ=growth)
     assert growing.oom is not None and growing.devices[0].allocators[0].limit == 16 * MiB
+    assert proven_fixes(trace, setups_for(policy, 16 * GiB, growth), machine(16 * GiB), growing).settings == [
+        "run it under fraction 0.01 (marker devmem(fraction=0.01) or --devmem-fraction=0.01)"
+    ]
     assert run(trace, 16 * GiB, Policy.of("fraction", 0.01)).fits
 
 
