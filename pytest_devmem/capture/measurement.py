@@ -237,8 +237,11 @@ class Measurement:
             window.buffers() if installed else {},
             self.jax_capture.padded_sizes(),
             self.jax_capture.window_compiler_entries() if self.jax_capture.installed else {},
-            self.recorder.started_by(),
-            {owner: self.jax_capture.compiler_entries(keys) for owner, keys in self.recorder.entries_by().items()},
+            self.recorder.fixtures.started_by(),
+            {
+                owner: self.jax_capture.compiler_entries(keys)
+                for owner, keys in self.recorder.fixtures.entries_by().items()
+            },
         )
 
     def jax_platform_problem(self) -> str | None:

@@ -6,14 +6,14 @@ import gc
 import itertools
 import threading
 import time
-import weakref
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from ..model.executables import ARGUMENT_SUFFIX, TEMP_SUFFIX
 from ..model.trace import ALLOCATE_CODE, FREE_CODE, Trace
+from .fixture_notes import FixtureNotes
 
 RUNS_OWN = (TEMP_SUFFIX, ARGUMENT_SUFFIX)
 """Labels of what a run frees as it ends (model/executables.py): no buffer a test let go of."""
@@ -162,17 +162,7 @@ class TraceRecorder:
         self._ended = 0.0
         self._pause_began = 0.0
         self._pauses: list[tuple[float, float]] = []  # (from, to) of each pause of this window, on its clock
-        # the owners of the pauses open now, innermost last, each with when its pause began; and, per
-        # owner's pause of this window, (from, to, owner)
-        self._owners: list[tuple[object, float]] = []
-        self._owned: list[tuple[float, float, object]] = []
-        self.noting = False  # inside an owner's pause of an open window: `note` what allocates
-        # (when, owner, source, device, bytes, still held: a weak reference to the value that holds
-        # them, or whether they were never freed)
-        self._noted: list[tuple[float, object, str, str, int, Any]] = []
-        self._noted_values: set[tuple[int, int]] = set()  # (id of the owner, id of a value) noted already
-        # owner -> the compiler entries it needed, in order: a program's key, or an array shard's (shape, dtype)
-        self._entries: dict[object, dict[Any, None]] = {}
+        self.fixtures = FixtureNotes(self.now)  # what shared fixtures allocated in the pauses they own
 
     @property
     def recording(self) -> bool:
@@ -231,8 +221,7 @@ class TraceRecorder:
             self._mark = next(self._ids)
             self._paused = 0
             self._pauses = []
-            self._owners, self._owned, self._noted, self._entries, self.noting = [], [], [], {}, False
-            self._noted_values = set()
+            self.fixtures.clear()
             self._started = self._clock()
             self.step_record = self.pending_extend
             if self._after_collection not in gc.callbacks:
@@ -251,8 +240,7 @@ class TraceRecorder:
             self._ended = self._clock() - self._started
             if self._paused:  # closed inside a pause: it lasted to the end
                 self._pauses.append((self._pause_began, self._ended))
-            self._owned.extend((began, self._ended, owner) for owner, began in self._owners)
-            self.noting = False
+            self.fixtures.end(self._ended)
         events = len(trace.actions)  # every stream and process is 0: written once, here
         trace.streams = array("Q", bytes(8 * events))
         trace.processes = array("I", bytes(4 * events))
@@ -280,9 +268,8 @@ class TraceRecorder:
     @contextmanager
     def paused(self, owner: object = None) -> Iterator[None]:
         """Record nothing inside (a fixture shared with other tests is set up here, say). With an
-        `owner` (that fixture), each framework that allocates inside is noted for it, on each
-        device, with its first allocation's bytes (`note`, `started_by`): the allocator it
-        started is there for every test that uses the owner, whichever set it up."""
+        `owner` (that fixture), what the frameworks allocate inside is noted for it (`fixtures`):
+        the allocators it started, and what it keeps, are there for every test that uses it."""
         with self._lock:
             self._paused += 1
             self.step_record = None
@@ -291,76 +278,19 @@ class TraceRecorder:
             if self._paused == 1:
                 self._pause_began = now
             if owned:
-                self._owners.append((owner, now))
-                self.noting = True
+                self.fixtures.open(owner, now)
         try:
             yield
         finally:
             with self._lock:
                 self._paused -= 1
                 closes = self._paused == 0 and self._trace is not None
-                owned = owner is not None and bool(self._owners) and self._owners[-1][0] is owner
                 now = self._clock() - self._started if closes or owned else 0.0
                 if owned:
-                    self._owned.append((self._owners.pop()[1], now, owner))
-                    self.noting = bool(self._owners)
+                    self.fixtures.close(owner, now)
                 if closes:
                     self._pauses.append((self._pause_began, now))
                     self.step_record = self.pending_extend
-
-    def note(self, source: str, value: Any, shards: Iterable[tuple[str, int]]) -> None:
-        """`source` allocated `value`'s `shards` (device, bytes) inside the innermost owner's pause
-        open now: its allocator on each of those devices started there, and holds the bytes for as
-        long as `value` lives (a weak reference to it is kept). A value noted again adds nothing."""
-        with self._lock:
-            if not (self.noting and self._owners):
-                return
-            owner = self._owners[-1][0]
-            if (id(owner), id(value)) in self._noted_values:
-                return
-            self._noted_values.add((id(owner), id(value)))
-            try:
-                alive: Any = weakref.ref(value)
-            except TypeError:  # no weak reference to it: held while the window lasts
-                alive = True
-            now = self._clock() - self._started
-            for device, size in shards:
-                self._noted.append((now, owner, source, device, size, alive))
-
-    def note_entry(self, key: Any) -> None:
-        """The innermost owner's pause open now needed the target compiler's entry `key` (a program
-        a shared fixture ran, by its cache key, or an array shard it sized, by (shape, dtype)): kept
-        with the owner (`entries_by`)."""
-        with self._lock:
-            if self.noting and self._owners:
-                self._entries.setdefault(self._owners[-1][0], {})[key] = None
-
-    def entries_by(self) -> dict[object, list[Any]]:
-        """Per owner paused in the last window: the compiler entries `note_entry` noted, in order."""
-        with self._lock:
-            return {owner: list(keys) for owner, keys in self._entries.items()}
-
-    def note_at(self, time: float, source: str, device: str, size: int, kept: bool) -> None:
-        """`note`, for an allocation of `size` bytes at `time` (seconds on the window's clock) read
-        after the fact, `kept` where nothing freed it in the window: the owner is that of the
-        innermost owner's pause of the last window that spans it."""
-        with self._lock:
-            spans = [span for span in self._owned if span[0] <= time <= span[1]]
-            if spans:
-                owner = max(spans, key=lambda span: span[0])[2]
-                self._noted.append((time, owner, source, device, size, kept))
-
-    def started_by(self) -> dict[object, list[tuple[str, str, int]]]:
-        """Per owner paused in the last window: each allocator that allocated inside, in the order
-        they first did, with the bytes it still holds of what it allocated there: (source, device,
-        bytes)."""
-        with self._lock:
-            started: dict[object, dict[tuple[str, str], int]] = {}
-            for _, owner, source, device, size, alive in sorted(self._noted, key=lambda noted: noted[0]):
-                held = started.setdefault(owner, {})
-                still = alive if isinstance(alive, bool) else alive() is not None
-                held[source, device] = held.get((source, device), 0) + (size if still else 0)
-            return {owner: [(*key, size) for key, size in held.items()] for owner, held in started.items()}
 
     def allocate(self, size: int, source: str, label: str = "", device: str = "", site: str = "") -> int:
         """Record an allocation of `size` bytes by `source` on `device`, made at `site` (the user's

@@ -142,29 +142,30 @@ def test_a_shared_fixtures_pause_notes_each_allocator_that_allocated_inside_and_
     recorder = TraceRecorder(clock=lambda: next(ticks))
     outer, inner = object(), object()
     kept, dropped = Value(), Value()
+    notes = recorder.fixtures
     recorder.begin()  # 0
     with recorder.paused():  # 1 .. 2: the plugin's own work
-        recorder.note("jax", kept, [("cpu:0", 64)])
+        notes.note("jax", kept, [("cpu:0", 64)])
     with recorder.paused(outer):  # 3 .. 8
-        recorder.note("jax", kept, [("cpu:1", 128), ("cpu:0", 32)])  # 4
-        recorder.note("jax", kept, [("cpu:1", 128)])  # the same value again: nothing more
+        notes.note("jax", kept, [("cpu:1", 128), ("cpu:0", 32)])  # 4
+        notes.note("jax", kept, [("cpu:1", 128)])  # the same value again: nothing more
         with recorder.paused(inner):  # 5 .. 7: a fixture the outer one asked for
-            recorder.note("jax", dropped, [("cpu:1", 256)])  # 6
-        assert recorder.noting
-    assert not recorder.noting
-    recorder.note("jax", kept, [("cpu:0", 512)])  # no pause: the test's own, recorded as such
+            notes.note("jax", dropped, [("cpu:1", 256)])  # 6
+        assert notes.noting
+    assert not notes.noting
+    notes.note("jax", kept, [("cpu:0", 512)])  # no pause: the test's own, recorded as such
     recorder.end()
     del dropped
-    recorder.note_at(3.5, "tensorflow", "cpu:0", 1024, True)  # before JAX's first in the outer fixture
-    recorder.note_at(3.6, "tensorflow", "cpu:0", 8, False)  # freed in the window: not held
-    recorder.note_at(6.5, "tensorflow", "cpu:0", 2048, True)  # inside both: the inner one's
-    recorder.note_at(9.5, "tensorflow", "cpu:0", 4096, True)  # in no owner's pause
-    assert recorder.started_by() == {
+    notes.note_at(3.5, "tensorflow", "cpu:0", 1024, True)  # before JAX's first in the outer fixture
+    notes.note_at(3.6, "tensorflow", "cpu:0", 8, False)  # freed in the window: not held
+    notes.note_at(6.5, "tensorflow", "cpu:0", 2048, True)  # inside both: the inner one's
+    notes.note_at(9.5, "tensorflow", "cpu:0", 4096, True)  # in no owner's pause
+    assert notes.started_by() == {
         outer: [("tensorflow", "cpu:0", 1024), ("jax", "cpu:1", 128), ("jax", "cpu:0", 32)],
         inner: [("jax", "cpu:1", 0), ("tensorflow", "cpu:0", 2048)],
     }
     recorder.begin()
-    assert recorder.started_by() == {}  # each window's own
+    assert notes.started_by() == {}  # each window's own
 
 
 def test_the_window_clock_pairs_the_wall_clock_with_the_closest_two_readings_of_the_windows() -> None:

@@ -17,7 +17,6 @@ rather than report a partial figure. Tested with JAX 0.10.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -76,26 +75,12 @@ class JaxCapture(RunRecording):
     def window(self) -> JaxWindow:
         """What the capture saw since `begin`: the runs the recorder took as compact steps counted
         in, as far as it has written them (all of them once its window closed)."""
-        window = self._window
         taken = self._recorder.steps_taken
         if not taken:
-            return window
-        merged = dataclasses.replace(
-            window,
-            executables=dict(window.executables),
-            temp_unknown=set(window.temp_unknown),
-            used={name: dict(plans) for name, plans in window.used.items()},
-            fresh={key: set(ids) for key, ids in window.fresh.items()},
-            sized_keys=set(window.sized_keys),
-        )
-        for step, runs in taken.items():
-            plan = self._step_plans[step]
+            return self._window
+        for step in taken:
             self._shards.asked.update(self._step_asked[step])  # sized once, in whichever window made the step
-            merged.executables[plan.label] = merged.executables.get(plan.label, 0) + runs
-            merged.ran(plan)
-            if not plan.temp_known:
-                merged.temp_unknown.add(plan.label)
-        return merged
+        return self._window.with_runs((self._step_plans[step], runs) for step, runs in taken.items())
 
     # -- installing ---------------------------------------------------------------------
 
@@ -344,7 +329,7 @@ class JaxCapture(RunRecording):
             self._learn(plan, args, parameters, leaves)
             if recording:
                 self._record_run(plan, parameters, leaves, transfers, site)
-            elif self._recorder.noting:
+            elif self._recorder.fixtures.noting:
                 self._note(leaves, plan)
         except Exception as exc:
             if recording:
@@ -359,6 +344,7 @@ class JaxCapture(RunRecording):
         from `call_sites` and a dictionary look-up), one compact record and a weak reference to its
         output kept in a set, everything it needs bound here; anything else goes on to `_on_fast_run`."""
         recorder, steps, capture, note = self._recorder, self._executables.by_aval, self, self._note
+        fixtures = recorder.fixtures
         array_type, slow = self._array_type, self._on_fast_run
         keep, collected = self._holdings.owners.add, self._holdings.collected_callback
         ids, clock, flush_if_long, fail = recorder.ids, recorder.clock, recorder.flush_if_long, self._fail
@@ -382,7 +368,7 @@ class JaxCapture(RunRecording):
             nonlocal last
             record = recorder.step_record
             if record is None:  # no window open, or paused
-                if recorder.noting:
+                if fixtures.noting:
                     note((outputs,) if type(outputs) is array_type else capture._flatten(outputs))
                 return
             # `steps` holds only runs that read no arguments, and is emptied (and the last run

@@ -215,7 +215,7 @@ class RunRecording:
         and the target compiler's entry that sized the run that made them (`plan`'s, or that of the
         executable the first of them names), as what the fixture needed."""
         arrays = [value for value in values if isinstance(value, self._array_type)]
-        target, note_entry = self._shards.size_of, self._recorder.note_entry
+        target, note_entry = self._shards.size_of, self._recorder.fixtures.note_entry
 
         def size_of(extents: tuple[int, ...], dtype: Any) -> int | None:  # the shapes asked, as entries needed
             note_entry((tuple(extents), str(dtype)))
@@ -224,11 +224,11 @@ class RunRecording:
         for value in arrays:
             aval = value.aval
             shards = shards_of(aval.shape, aval.dtype.itemsize, value.sharding, size_of, aval.dtype)
-            self._recorder.note(SOURCE, value, shards)
+            self._recorder.fixtures.note(SOURCE, value, shards)
         if plan is None and arrays:
             plan = self._executables.named_by(arrays[0])
         if plan is not None and plan.sized_key:
-            self._recorder.note_entry(plan.sized_key)
+            self._recorder.fixtures.note_entry(plan.sized_key)
 
     def _device_array(self, value: Any) -> Any:
         """The ArrayImpl behind a parameter (a PRNG key array wraps one); None for anything else."""
@@ -257,7 +257,7 @@ class RunRecording:
                     capture._after_device_put(values, kwargs.get("copy_semantics") or (), results, site)
                 except Exception as exc:
                     capture._fail(exc)
-            elif capture._recorder.noting:
+            elif capture._recorder.fixtures.noting:
                 capture._note(results)
             return results
 
@@ -314,7 +314,7 @@ class RunRecording:
                     capture._after_sharded_put(list(zip(values, devices)), result, site)
                 except Exception as exc:
                     capture._fail(exc)
-            elif capture._inside.depth == 0 and capture._recorder.noting:
+            elif capture._inside.depth == 0 and capture._recorder.fixtures.noting:
                 capture._note([result])
             return result
 

@@ -4,7 +4,9 @@ peak. The same in any test order. Imports no framework."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .executables import ExecutablePlan, defined_by_jax
@@ -38,6 +40,24 @@ class JaxWindow:
             self.sized_keys.add(plan.sized_key)
         if plan.serial >= self.since:
             self.fresh.setdefault((plan.label, program), set()).add(plan.serial)
+
+    def with_runs(self, runs: Iterable[tuple[ExecutablePlan, int]]) -> JaxWindow:
+        """A copy of this window with so many more runs of each plan (the compact steps the recorder
+        took, which it counts apart)."""
+        merged = dataclasses.replace(
+            self,
+            executables=dict(self.executables),
+            temp_unknown=set(self.temp_unknown),
+            used={name: dict(plans) for name, plans in self.used.items()},
+            fresh={key: set(ids) for key, ids in self.fresh.items()},
+            sized_keys=set(self.sized_keys),
+        )
+        for plan, count in runs:
+            merged.executables[plan.label] = merged.executables.get(plan.label, 0) + count
+            merged.ran(plan)
+            if not plan.temp_known:
+                merged.temp_unknown.add(plan.label)
+        return merged
 
     def needed(self) -> dict[str, int]:
         """Per function, the executables the window needed: each distinct program it ran, compiled in

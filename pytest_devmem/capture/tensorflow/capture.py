@@ -186,7 +186,7 @@ class TensorFlowCapture:
             site_of=self._op_lines.site,
         )
         for time, device, size, kept in converted.paused:  # a shared fixture's: the allocator it started
-            self._recorder.note_at(time, SOURCE, device, size, kept)
+            self._recorder.fixtures.note_at(time, SOURCE, device, size, kept)
         notes = []
         if converted.host_allocators:
             notes.append(

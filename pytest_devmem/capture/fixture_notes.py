@@ -1,0 +1,107 @@
+"""What the fixtures shared by several tests allocated while the recorder was paused for them: per
+fixture (the pause's owner), each framework's allocator that allocated inside, in the order they
+first did, with the bytes it still holds of that; and the target compiler's entries the fixture
+needed. The recorder keeps one (`TraceRecorder.fixtures`) and opens and closes an owner around each
+such pause; the captures note what they see (live, or read after the window from its time); the
+plugin carries it to every test that uses the fixture (plugin/shared_fixtures.py). No pytest here."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+Started = list[tuple[str, str, int]]
+"""(source, device, bytes still held) of each allocator a fixture started, in order."""
+
+
+class FixtureNotes:
+    """One window's notes, by owner; `now` is the window's clock (seconds since it opened)."""
+
+    def __init__(self, now: Callable[[], float]) -> None:
+        self._now = now
+        self._lock = threading.Lock()
+        self.noting = False  # an owner's pause is open in an open window: `note` what allocates
+        self._owners: list[tuple[object, float]] = []  # the owners open now, innermost last, with when they opened
+        self._owned: list[tuple[float, float, object]] = []  # (from, to, owner) of each owner's pause
+        # (when, owner, source, device, bytes, still held: a weak reference to the value that holds
+        # them, or whether they were never freed)
+        self._noted: list[tuple[float, object, str, str, int, Any]] = []
+        self._noted_values: set[tuple[int, int]] = set()  # (id of the owner, id of a value) noted already
+        # owner -> the compiler entries it needed, in order: a program's key, or an array shard's (shape, dtype)
+        self._entries: dict[object, dict[Any, None]] = {}
+
+    def clear(self) -> None:
+        """A new window: nothing noted."""
+        with self._lock:
+            self._owners, self._owned, self._noted, self._noted_values, self._entries = [], [], [], set(), {}
+            self.noting = False
+
+    def open(self, owner: object, when: float) -> None:
+        with self._lock:
+            self._owners.append((owner, when))
+            self.noting = True
+
+    def close(self, owner: object, when: float) -> None:
+        """`owner`'s pause ended at `when` (the innermost open one, or nothing happens)."""
+        with self._lock:
+            if self._owners and self._owners[-1][0] is owner:
+                self._owned.append((self._owners.pop()[1], when, owner))
+                self.noting = bool(self._owners)
+
+    def end(self, when: float) -> None:
+        """The window closed at `when`: the pauses still open lasted to it."""
+        with self._lock:
+            self._owned.extend((began, when, owner) for owner, began in self._owners)
+            self._owners, self.noting = [], False
+
+    def note(self, source: str, value: Any, shards: Iterable[tuple[str, int]]) -> None:
+        """`source` allocated `value`'s `shards` (device, bytes) inside the innermost owner's pause
+        open now: its allocator on each of those devices started there, and holds the bytes for as
+        long as `value` lives (a weak reference to it is kept). A value noted again adds nothing."""
+        with self._lock:
+            if not self._owners:
+                return
+            owner = self._owners[-1][0]
+            if (id(owner), id(value)) in self._noted_values:
+                return
+            self._noted_values.add((id(owner), id(value)))
+            try:
+                alive: Any = weakref.ref(value)
+            except TypeError:  # no weak reference to it: held while the window lasts
+                alive = True
+            now = self._now()
+            self._noted.extend((now, owner, source, device, size, alive) for device, size in shards)
+
+    def note_at(self, time: float, source: str, device: str, size: int, kept: bool) -> None:
+        """`note`, for an allocation of `size` bytes at `time` (on the window's clock) read after the
+        window, `kept` where nothing freed it in the window: the owner is that of the innermost
+        owner's pause that spans it."""
+        with self._lock:
+            spans = [span for span in self._owned if span[0] <= time <= span[1]]
+            if spans:
+                self._noted.append((time, max(spans, key=lambda span: span[0])[2], source, device, size, kept))
+
+    def note_entry(self, key: Any) -> None:
+        """The innermost owner's pause open now needed the target compiler's entry `key` (a program
+        it ran, by its cache key, or an array shard it sized, by (shape, dtype))."""
+        with self._lock:
+            if self._owners:
+                self._entries.setdefault(self._owners[-1][0], {})[key] = None
+
+    def started_by(self) -> dict[object, Started]:
+        """Per owner: each allocator that allocated inside its pause, in the order they first did,
+        with the bytes it still holds of what it allocated there."""
+        with self._lock:
+            started: dict[object, dict[tuple[str, str], int]] = {}
+            for _, owner, source, device, size, alive in sorted(self._noted, key=lambda noted: noted[0]):
+                held = started.setdefault(owner, {})
+                still = alive if isinstance(alive, bool) else alive() is not None
+                held[source, device] = held.get((source, device), 0) + (size if still else 0)
+            return {owner: [(*key, size) for key, size in held.items()] for owner, held in started.items()}
+
+    def entries_by(self) -> dict[object, list[Any]]:
+        """Per owner: the compiler entries `note_entry` noted, in order."""
+        with self._lock:
+            return {owner: list(keys) for owner, keys in self._entries.items()}
