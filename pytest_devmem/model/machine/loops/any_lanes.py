@@ -149,14 +149,7 @@ def allocated(allocator: AllocatorState, in_use: int, held: int, rounded: int, i
         device.peak_chunks = device.chunks
     grew = pool.pool_bytes + pool.bytes_reserved - held
     if grew:
-        device.held += grew
-        now_held = held + grew
-        if not allocator.took:
-            allocator.took = now_held
-        if now_held > allocator.peak_held:
-            allocator.peak_held = now_held
-        if device.held > device.peak_held:
-            device.peak_held = device.held
+        took_more(allocator, held, grew)
     allocator.in_use += rounded
     if allocator.in_use > allocator.peak_in_use:
         allocator.peak_in_use = allocator.in_use
@@ -189,10 +182,21 @@ def started(allocator: AllocatorState, size: int, index: int) -> None:
         pool.free(handle)
     grew = pool.pool_bytes + pool.bytes_reserved - held
     if grew:
-        device.held += grew
-        allocator.took = allocator.took or held + grew
-        allocator.peak_held = max(allocator.peak_held, held + grew)
-        device.peak_held = max(device.peak_held, device.held)
+        took_more(allocator, held, grew)
+
+
+def took_more(allocator: AllocatorState, held: int, grew: int) -> None:
+    """The allocator's pool, which held `held` bytes, took `grew` more from its device: what it took
+    at its first allocation, and the allocator's and the device's peaks of what they held."""
+    device = allocator.device
+    device.held += grew
+    now_held = held + grew
+    if not allocator.took:
+        allocator.took = now_held
+    if now_held > allocator.peak_held:
+        allocator.peak_held = now_held
+    if device.held > device.peak_held:
+        device.peak_held = device.held
 
 
 def sampled(device: DeviceState, fragmentation: float, index: int, step: float) -> None:
