@@ -26,7 +26,8 @@ class FixtureNotes:
         self._owners: list[tuple[object, float]] = []  # the owners open now, innermost last, with when they opened
         self._owned: list[tuple[float, float, object]] = []  # (from, to, owner) of each owner's pause
         # (when, owner, source, device, bytes, still held: a weak reference to the value that holds
-        # them, or whether they were never freed)
+        # them while its owner's pause is open, then whether it lived when it closed; or whether
+        # nothing freed them inside a pause)
         self._noted: list[tuple[float, object, str, str, int, Any]] = []
         self._noted_values: set[tuple[int, int]] = set()  # (id of the owner, id of a value) noted already
         # owner -> the compiler entries it needed, in order: a program's key, or an array shard's (shape, dtype)
@@ -44,11 +45,16 @@ class FixtureNotes:
             self.noting = True
 
     def close(self, owner: object, when: float) -> None:
-        """`owner`'s pause ended at `when` (the innermost open one, or nothing happens)."""
+        """`owner`'s pause ended at `when` (the innermost open one, or nothing happens): what it
+        keeps is what lives now, whatever a test does with it later (donates it, deletes it)."""
         with self._lock:
             if self._owners and self._owners[-1][0] is owner:
                 self._owned.append((self._owners.pop()[1], when, owner))
                 self.noting = bool(self._owners)
+                self._noted = [
+                    (*noted[:5], noted[5]() is not None) if noted[1] is owner and callable(noted[5]) else noted
+                    for noted in self._noted
+                ]
 
     def end(self, when: float) -> None:
         """The window closed at `when`: the pauses still open lasted to it."""
@@ -58,8 +64,9 @@ class FixtureNotes:
 
     def note(self, source: str, value: Any, shards: Iterable[tuple[str, int]]) -> None:
         """`source` allocated `value`'s `shards` (device, bytes) inside the innermost owner's pause
-        open now: its allocator on each of those devices started there, and holds the bytes for as
-        long as `value` lives (a weak reference to it is kept). A value noted again adds nothing."""
+        open now: its allocator on each of those devices started there, and holds the bytes where
+        `value` still lives when the pause ends (a weak reference to it is kept until then). A value
+        noted again adds nothing."""
         with self._lock:
             if not self._owners:
                 return
@@ -76,7 +83,7 @@ class FixtureNotes:
 
     def note_at(self, time: float, source: str, device: str, size: int, kept: bool) -> None:
         """`note`, for an allocation of `size` bytes at `time` (on the window's clock) read after the
-        window, `kept` where nothing freed it in the window: the owner is that of the innermost
+        window, `kept` where nothing freed it inside a pause: the owner is that of the innermost
         owner's pause that spans it."""
         with self._lock:
             spans = [span for span in self._owned if span[0] <= time <= span[1]]

@@ -1,15 +1,15 @@
-"""What a fixture shared by several tests started and needed, carried to every test that uses it.
+"""What a fixture shared by several tests started, keeps and needed, carried to every test that uses it.
 
 A module- or session-scoped fixture is set up by whichever test first needs it, and what it allocates
 belongs to none of them (session.py pauses the recorder around it). The allocator its framework
-started there does not go away with that: TensorFlow's, which takes most of a GPU with its first
-allocation, holds it through every later test, so a JAX step in a test that uses the fixture meets a
-device TensorFlow already holds. Each test is replayed as if it ran alone, so it starts, before its
-own events, the allocators that the shared fixtures it used started (`start` events, in the order
-its fixtures were ready, each fixture's in the order they first allocated), whichever test set them
-up: the same trace in every selection and order. So too the target compiler's entries for the
-programs such a fixture ran: every test that uses it names them, so `--devmem-update` keeps them
-beside the baselines and a fresh clone compiles none of them."""
+started there does not go away with that, nor do the buffers it keeps: TensorFlow's allocator, which
+takes most of a GPU with its first allocation, holds it through every later test, and a module's
+parameters stay in JAX's pool. Each test is replayed as if it ran alone, so its trace starts with
+the allocators the shared fixtures it used started, each holding what the fixture keeps there
+(`start` events, in the order its fixtures were ready, each fixture's in the order they first
+allocated), whichever test set them up: the same trace in every selection and order. So too the
+target compiler's entries for the programs such a fixture ran: every test that uses it names them,
+so `--devmem-update` keeps them beside the baselines and a fresh clone compiles none of them."""
 
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ from typing import Any
 
 import pytest
 
-Started = list[tuple[str, str, int]]
-"""(source, device, bytes of its first allocation) of each allocator started, in order."""
+from ..capture.fixture_notes import Started
 
 
 @dataclass

@@ -124,8 +124,9 @@ def test_paused_spans_and_host_memory_beside_a_gpu_are_left_out_and_what_falls_a
     ]
     assert {e.device for e in converted.events} == {"gpu:0"}
     assert converted.host_allocators == {"gpu_host_bfc"}
-    # what a shared fixture started, for the recorder: freed in the window, so no longer held
-    assert converted.paused == [(pytest.approx(0.6), "gpu:0", 10, False)]
+    # what a shared fixture started and kept, for the recorder: freed after its pause (by the test), so
+    # kept when the fixture was ready, as in a run where another test set it up
+    assert converted.paused == [(pytest.approx(0.6), "gpu:0", 10, True)]
 
 
 class Value:
@@ -135,9 +136,9 @@ class Value:
 def test_a_shared_fixtures_pause_notes_each_allocator_that_allocated_inside_and_what_it_holds() -> None:
     """What a fixture shared by several tests allocates is no test's, but the allocator it started
     stays, holding what the fixture keeps (plugin/shared_fixtures.py): per owner of a pause, each
-    (source, device) in the order they first allocated, with the bytes still held, read live (JAX's
-    capture: held while the value lives) or after the window from its time (TensorFlow's profiler:
-    held where nothing freed it); a pause without an owner notes nothing."""
+    (source, device) in the order they first allocated, with the bytes still held when the pause
+    ended, read live (JAX's capture: the values alive then) or after the window from its time
+    (TensorFlow's profiler: no free inside a pause); a pause without an owner notes nothing."""
     ticks = iter(float(t) for t in range(100))
     recorder = TraceRecorder(clock=lambda: next(ticks))
     outer, inner = object(), object()
@@ -151,13 +152,14 @@ def test_a_shared_fixtures_pause_notes_each_allocator_that_allocated_inside_and_
         notes.note("jax", kept, [("cpu:1", 128)])  # the same value again: nothing more
         with recorder.paused(inner):  # 5 .. 7: a fixture the outer one asked for
             notes.note("jax", dropped, [("cpu:1", 256)])  # 6
+            del dropped  # gone before the fixture was ready: not kept
         assert notes.noting
     assert not notes.noting
     notes.note("jax", kept, [("cpu:0", 512)])  # no pause: the test's own, recorded as such
     recorder.end()
-    del dropped
+    del kept  # after the fixture was ready (a test donated it): still what the fixture kept
     notes.note_at(3.5, "tensorflow", "cpu:0", 1024, True)  # before JAX's first in the outer fixture
-    notes.note_at(3.6, "tensorflow", "cpu:0", 8, False)  # freed in the window: not held
+    notes.note_at(3.6, "tensorflow", "cpu:0", 8, False)  # freed inside its pause: not kept
     notes.note_at(6.5, "tensorflow", "cpu:0", 2048, True)  # inside both: the inner one's
     notes.note_at(9.5, "tensorflow", "cpu:0", 4096, True)  # in no owner's pause
     assert notes.started_by() == {

@@ -81,8 +81,8 @@ class Converted:
     host_allocators: set[str] = field(default_factory=set)  # left out: host memory beside a GPU
     allocators: set[str] = field(default_factory=set)  # every allocator that allocated in the window
     origins: list[AllocatorEvent] = field(default_factory=list)  # the allocator event behind each trace event
-    # (time, device, bytes, kept: not freed in the window) of each allocation made while the window
-    # was paused (a shared fixture's)
+    # (time, device, bytes, kept: not freed inside a pause) of each allocation made while the window
+    # was paused (a shared fixture's: what it keeps, whatever the test does with it later)
     paused: list[tuple[float, str, int, bool]] = field(default_factory=list)
 
 
@@ -141,8 +141,9 @@ def trace_events(
         if not stack:
             continue  # allocated before the window (or by a host allocator): not the window's
         buffer_id = stack.pop()
-        if buffer_id < 0:  # a paused allocation's free: not kept
-            converted.paused[-buffer_id - 1] = (*converted.paused[-buffer_id - 1][:3], False)
+        if buffer_id < 0:  # a paused allocation's free: not kept where freed inside a pause (its fixture's)
+            if _paused(time, paused):
+                converted.paused[-buffer_id - 1] = (*converted.paused[-buffer_id - 1][:3], False)
             continue
         if not buffer_id:
             continue
