@@ -400,7 +400,12 @@ class ReferenceMachine:
             kind = "capacity"
         elif figures.pool_bytes - figures.bytes_in_use >= figures.rounded:
             kind = "fragmentation"
-        elif figures.bytes_in_use + figures.rounded > allocator.limit and not (
+        elif (
+            figures.bytes_in_use + figures.rounded > allocator.limit
+            or (
+                figures.pool_bytes + figures.rounded > allocator.limit and device.device.free_bytes() >= figures.rounded
+            )
+        ) and not (
             # TensorFlow's limit, taken from what was free, cut by another tenant: it fit alone
             allocator.setup.kind == "tensorflow"
             and allocator.setup.mode in ("default", "growth")

@@ -173,6 +173,16 @@ def test_tensorflow_starved_by_jax_is_another_tenants_failure_not_its_limit() ->
     assert alone.oom is not None and alone.oom.kind == "limit"
 
 
+def test_a_growing_pool_that_cannot_take_another_region_within_its_limit_fails_on_its_limit() -> None:
+    """TensorFlow growing on a 2 GiB device (limit 2 GiB less the 256 MiB context and the 225 MiB
+    reserve, 1567 MiB): a 768 MiB buffer takes a 1 GiB region; the next 768 MiB is under the limit in
+    bytes, but no region that large fits in what the limit leaves (bfc_allocator.cc Extend), while the
+    device has room: its limit stops it, not another tenant."""
+    trace = events(("allocate", 1, 768 * MiB, "tensorflow", "cpu:0"), ("allocate", 2, 768 * MiB, "tensorflow", "cpu:0"))
+    result = run(trace, 2 * GiB, Policy.of("growth"))
+    assert result.oom is not None and (result.oom.kind, result.oom.pool_bytes) == ("limit", GiB)
+
+
 def test_a_framework_fails_only_at_an_allocation_that_cannot_be_served() -> None:
     one_at_a_time = events(
         ("allocate", 1, GiB, "jax", "cpu:0"), ("free", 1, GiB, "jax", "cpu:0"), ("allocate", 2, GiB, "jax", "cpu:0")

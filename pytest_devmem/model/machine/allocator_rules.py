@@ -5,6 +5,7 @@ serve says."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from ...errors import OutOfMemoryError
 from ..frameworks import AllocatorSetup, tensorflow_growth_pool, tensorflow_memory_limit
@@ -99,6 +100,16 @@ class AllocatorRules:
             pool.preallocate()  # at client creation; backs off when the device has less
         return pool
 
+    @staticmethod
+    def _over_limit(allocator: AllocatorState, figures: Any, device: DeviceState) -> bool:
+        """Whether the allocator's limit is what stops it: what it has in use and the request are over
+        it, or its pool cannot take another region that large within it where the device has room
+        (a growing pool's regions are whole: bfc_allocator.cc Extend takes at most the limit less
+        what it holds)."""
+        if figures.bytes_in_use + figures.rounded > allocator.limit:
+            return True
+        return figures.pool_bytes + figures.rounded > allocator.limit and device.device.free_bytes() >= figures.rounded
+
     def _limited_by_others(self, allocator: AllocatorState, needed: int, others: Mapping[str, int]) -> bool:
         """Whether `allocator`'s limit was too low for `needed` only because another tenant held the
         device when it started: TensorFlow's GPU allocator with no limit set takes what is free then,
@@ -133,7 +144,7 @@ class AllocatorRules:
             kind = "capacity"
         elif figures.pool_bytes - figures.bytes_in_use >= figures.rounded:
             kind = "fragmentation"
-        elif figures.bytes_in_use + figures.rounded > allocator.limit and not self._limited_by_others(
+        elif self._over_limit(allocator, figures, device) and not self._limited_by_others(
             allocator, figures.bytes_in_use + figures.rounded, others
         ):
             kind = "limit"
