@@ -122,25 +122,6 @@ def test_sharded_step():
 TWO_DEVICES = 'import os\nos.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"\n'
 
 
-@needs_libtpu
-def test_a_step_compiled_twice_for_two_placements_of_one_cpu_program_is_stored_twice(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The weights come back from the first step placed as its output, not as they were put: JAX
-    compiles the step again, one program for the CPU, two for the TPU. Both entries are named by the
-    record and stored, so a fresh clone compiles nothing (it compiled the second each time)."""
-    pytester.makeconftest(TWO_DEVICES)
-    pytester.makepyfile(test_sharded=SHARDED)
-    update = pytester.runpytest_subprocess(*OPTIONS, "--devmem-update")
-    update.assert_outcomes(passed=1)
-    keys = stored(pytester.path)
-    assert keys == named(pytester.path)
-    fresh = clone(pytester, monkeypatch, "sharded-clone")
-    result = pytester.runpytest_subprocess(*OPTIONS, str(fresh / "test_sharded.py"))
-    result.assert_outcomes(passed=1)
-    assert counts(result) == (0, len(keys))
-
-
 FIXTURE_PROGRAM = """
 import jax
 import jax.numpy as jnp
@@ -163,20 +144,25 @@ def test_b(params):
 
 
 @needs_libtpu
-def test_the_programs_a_shared_fixture_ran_are_stored_and_a_fresh_clone_compiles_none(
+def test_every_program_a_test_needed_is_stored_and_a_fresh_clone_compiles_none(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A module-scoped fixture's program is sized for the target when it runs, in whichever test
-    set the fixture up; each test that uses the fixture names its entries (plugin/shared_fixtures.py),
-    so the update keeps them, the same in any order, and a fresh clone, even one test alone,
-    compiles nothing."""
-    pytester.makepyfile(test_fixture=FIXTURE_PROGRAM)
-    pytester.runpytest_subprocess(*OPTIONS, "--devmem-update").assert_outcomes(passed=2)
+    """Two kinds of program a record named none of, so a fresh clone compiled them every time:
+    a step JAX compiled again for its weights placed as the first step's output (one program for
+    the CPU, two for the TPU: both are named), and what a module-scoped fixture ran, in whichever
+    test set it up (each test that uses the fixture names its entries: plugin/shared_fixtures.py).
+    The update stores them all, the same in any order; a fresh clone, even one test alone, compiles
+    nothing."""
+    pytester.makeconftest(TWO_DEVICES)
+    pytester.makepyfile(test_sharded=SHARDED, test_fixture=FIXTURE_PROGRAM)
+    pytester.runpytest_subprocess(*OPTIONS, "--devmem-update").assert_outcomes(passed=3)
     keys = stored(pytester.path)
     assert keys == named(pytester.path)
-    fresh = clone(pytester, monkeypatch, "fixture-clone")
-    result = pytester.runpytest_subprocess(*OPTIONS, str(fresh / "test_fixture.py") + "::test_b")
-    result.assert_outcomes(passed=1)
+    fresh = clone(pytester, monkeypatch, "fresh-clone")
+    result = pytester.runpytest_subprocess(
+        *OPTIONS, str(fresh / "test_sharded.py"), str(fresh / "test_fixture.py") + "::test_b"
+    )
+    result.assert_outcomes(passed=2)
     assert counts(result)[0] == 0
 
 
