@@ -250,51 +250,6 @@ def test_a_module_scoped_fixture_is_nobodys_memory(jax_loaded: object, pytester:
     assert 2 * 2**20 <= figures["test_a"][0] < 4 * 2**20  # the 1 MiB batch and product; never the 4 MiB weights
 
 
-KEPT_BY_A_FIXTURE = """
-import jax.numpy as jnp
-import pytest
-
-@pytest.fixture(scope="{scope}")
-def params():
-    return jnp.ones((100, 1024, 1024)).block_until_ready()  # 400 MiB, kept
-
-def test_step(params):
-    jnp.ones((100, 1024, 1024)).block_until_ready()  # 400 MiB more: 800 MiB of JAX's 768 MiB
-
-def test_small(params):
-    jnp.ones((16, 1024, 1024)).block_until_ready()  # 64 MiB more: fits
-"""
-
-
-def test_what_a_module_scoped_fixture_keeps_counts_for_what_fits_as_a_function_scoped_ones_does(
-    jax_loaded: object, pytester: pytest.Pytester
-) -> None:
-    """JAX's pool on a 1 GiB device is 768 MiB; a step of 400 MiB beside 400 MiB of parameters does
-    not fit, whether the parameters are the test's (function scope) or a module's: the module's are
-    in no figure of the test's, but they are in the pool (a `start` holding them), alone or after
-    the test that set them up. The step that fits is measured without them."""
-    verdicts = {}
-    for scope in ("function", "module"):
-        pytester.makepyfile(test_kept=KEPT_BY_A_FIXTURE.format(scope=scope))
-        for selection in ([], ["test_kept.py::test_step"]):
-            report = f"{scope}{len(selection)}.json"
-            pytester.runpytest_inprocess(
-                "--devmem-mode=prealloc", "--devmem-device=sim:1GiB", f"--devmem-report={report}", *selection
-            )
-            for record in json.loads((pytester.path / report).read_text())["records"]:
-                verdicts[scope, len(selection), record["test_id"].split("::")[-1]] = (
-                    (record["oom"] or {}).get("kind"),
-                    record["peak_bytes_in_use"],
-                    (record["oom"] or {}).get("kept_before", 0),
-                )
-    assert verdicts["function", 0, "test_step"][0] == verdicts["module", 0, "test_step"][0] == "limit"
-    assert verdicts["module", 0, "test_step"] == verdicts["module", 1, "test_step"]  # set up by it, or alone
-    assert verdicts["module", 0, "test_step"][2] == 400 * 2**20  # what the fixture keeps, said
-    kind, small, kept = verdicts["module", 0, "test_small"]
-    assert kind is None and kept == 0 and 64 * 2**20 <= small < 65 * 2**20  # its own: the fixture's in no figure
-    assert verdicts["function", 0, "test_small"][1] == small + 400 * 2**20  # the parameters are its memory there
-
-
 def test_tensorflow_allocations_enter_the_trace_as_requested(
     tensorflow_loaded: object, pytester: pytest.Pytester
 ) -> None:

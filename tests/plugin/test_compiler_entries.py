@@ -158,7 +158,7 @@ def test_every_program_a_test_needed_is_stored_and_a_fresh_clone_compiles_none(
     pytester.runpytest_subprocess(*OPTIONS, "--devmem-update").assert_outcomes(passed=3)
     keys = stored(pytester.path)
     assert keys == named(pytester.path)
-    fresh = clone(pytester, monkeypatch, "fresh-clone")
+    fresh = clone(pytester, monkeypatch, "every-program-clone")
     result = pytester.runpytest_subprocess(
         *OPTIONS, str(fresh / "test_sharded.py"), str(fresh / "test_fixture.py") + "::test_b"
     )

@@ -42,6 +42,11 @@ def replay_lanes(replay: Replay, first: int = 0, stop: int | None = None) -> int
             allocator = replay.start(lane)
         if action == 3:  # started before the trace, holding what is not the trace's
             started(allocator, size, index)
+            if recorded is not None:  # a moment of the timeline as every event is
+                recorded.devices.append(allocator.device.code)
+                recorded.in_use.append(allocator.device.in_use)
+                recorded.reserved.append(allocator.device.held)
+                recorded.fragmentation.append(allocator.device.sampled)
             continue
         device = allocator.device
         pool = allocator.pool
