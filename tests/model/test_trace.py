@@ -58,7 +58,10 @@ def test_an_allocator_started_before_the_trace_is_a_start_event_in_both_files(tm
     the CSV and the Arrow file as written, and replays as the allocator it started, holding the
     fixture's bytes, which are in no figure of the trace's own (in use, contributors at the peak)."""
     trace = Trace([TraceEvent(ALLOCATE, 1, MiB, source="jax", device="gpu:0")]).after(
-        [TraceEvent(START, 0, 4096, source="tensorflow", label="a shared fixture's buffers", device="gpu:0")]
+        [
+            TraceEvent(START, 0, 4096, source="tensorflow", label="a shared fixture's buffers", device="gpu:0"),
+            TraceEvent(START, 0, 0, source="pool", device="gpu:0"),  # a start holding nothing: the plugin's
+        ]
     )
     trace.write_csv(tmp_path / "t.csv")
     trace.write_arrow(tmp_path / "t.arrow")
@@ -66,12 +69,13 @@ def test_an_allocator_started_before_the_trace_is_a_start_event_in_both_files(tm
         again = Trace.read(tmp_path / name)
         assert [(e.action, e.source, e.size, e.device) for e in again] == [
             (START, "tensorflow", 4096, "gpu:0"),
+            (START, "pool", 0, "gpu:0"),
             (ALLOCATE, "jax", MiB, "gpu:0"),
         ]
         assert again.pairing_problem() is None
     run = run_machine(trace, setups_for(Policy.of("ondemand"), GiB), MachineSpec(GiB, default_device="gpu:0"))
     device = run.devices[0]
-    assert run.order == ["tensorflow", "jax"] and device.peak_bytes_reserved == MiB + 4096  # on demand: as held
+    assert run.order == ["tensorflow", "pool", "jax"] and device.peak_bytes_reserved == MiB + 4096  # on demand: as held
     assert device.peak_bytes_in_use == device.peak_bytes_requested == MiB and device.at_peak == {"jax": MiB}
 
 

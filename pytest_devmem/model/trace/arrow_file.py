@@ -43,6 +43,7 @@ from .format import (
     HEADERS,
     READ_ACTIONS,
     SITE_HEADER,
+    START_CODE,
     TraceFormatError,
     is_arrow_stream,
     not_a_device,
@@ -259,9 +260,10 @@ class _Columns(Generic[_T]):
             ("Process", trace.processes),
         ):
             values = self._integers(columns.get(name), name, rows, shown, np, pa)
-            if name == "Size" and not (values > 0).all():
+            sized = (values > 0) | (codes == START_CODE)  # a start may hold nothing
+            if name == "Size" and not sized.all():
                 raise TraceFormatError(
-                    f"{shown}: a Size of 0 or less at event {start + int(np.argmin(values > 0)) + 1}: every event has a size above 0"
+                    f"{shown}: a Size of 0 or less at event {start + int(np.argmin(sized)) + 1}: every event but a start has a size above 0"
                 )
             memoryview(target).cast("B")[start * target.itemsize : end * target.itemsize] = values.view(np.uint8)
         times = numbers(columns["Time"], np).astype(np.float64, copy=False)

@@ -30,6 +30,7 @@ from .format import (
     RMM_HEADER,
     SITE_HEADER,
     SOURCE_HEADER,
+    START,
     TraceFormatError,
     is_arrow_form,
     not_a_device,
@@ -203,7 +204,7 @@ def _add_row(trace: TraceColumns, path: object, line: int, row: list[str], width
         raise TraceFormatError(f"{where}: {str(exc)[:200]}") from None
     pointer_value, size_value, thread_value, stream_value, process_value = values
     if (
-        size_value <= 0
+        (size_value <= 0 and not (size_value == 0 and READ_ACTIONS[action] == START))  # a start may hold nothing
         or any(not 0 <= value < _LARGEST for value in (pointer_value, size_value, thread_value, stream_value))
         or not 0 <= process_value < 2**32
     ):
