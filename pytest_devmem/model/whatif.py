@@ -12,7 +12,7 @@ from ..units import format_size
 from .explain import allocator_name
 from .fragmentation import Defragmentation, Pin, defragment, long_lived_first, pinning_buffers
 from .framework_rules import BY_SOURCE, FRACTION_VARIABLE, TENSORFLOW, display_name
-from .frameworks import AllocatorSetup
+from .frameworks import AllocatorSetup, tensorflow_fraction_limit
 from .machine import KIND_TEXT, MachineRun, MachineSpec, run_machine
 from .trace import Trace
 
@@ -199,7 +199,9 @@ def proven_fixes(
             # the regime's fraction is TensorFlow's memory limit, growing or not (and JAX's fraction): the smallest that fits
             def limit_fits(hundredths: int) -> bool:
                 candidate = _with_fraction(setups, ("jax", "pool"), hundredths / 100)
-                candidate["tensorflow"] = replace(tensorflow, limit=int(spec.capacity * hundredths / 100))
+                candidate["tensorflow"] = replace(
+                    tensorflow, limit=tensorflow_fraction_limit(spec.capacity, hundredths / 100)
+                )
                 return fits(trace, candidate, spec)
 
             higher = _search(limit_fits, (tensorflow.limit or 0) * 100 // spec.capacity + 1, 100, smallest=True)
