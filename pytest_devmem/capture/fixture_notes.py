@@ -30,8 +30,7 @@ class FixtureNotes:
         # nothing freed them inside a pause)
         self._noted: list[tuple[float, object, str, str, int, Any]] = []
         self._noted_values: set[tuple[int, int]] = set()  # (id of the owner, id of a value) noted already
-        # owner -> the compiler entries it needed, in order: a program's key, or an array shard's (shape, dtype)
-        self._entries: dict[object, dict[Any, None]] = {}
+        self._entries: dict[object, dict[str, None]] = {}  # owner -> the programs' compiler entries it needed
 
     def clear(self) -> None:
         """A new window: nothing noted."""
@@ -90,9 +89,9 @@ class FixtureNotes:
             if spans:
                 self._noted.append((time, max(spans, key=lambda span: span[0])[2], source, device, size, kept))
 
-    def note_entry(self, key: Any) -> None:
-        """The innermost owner's pause open now needed the target compiler's entry `key` (a program
-        it ran, by its cache key, or an array shard it sized, by (shape, dtype))."""
+    def note_entry(self, key: str) -> None:
+        """The innermost owner's pause open now needed the target compiler's entry `key` (of a
+        program it ran)."""
         with self._lock:
             if self._owners:
                 self._entries.setdefault(self._owners[-1][0], {})[key] = None
@@ -108,7 +107,7 @@ class FixtureNotes:
                 held[source, device] = held.get((source, device), 0) + (size if still else 0)
             return {owner: [(*key, size) for key, size in held.items()] for owner, held in started.items()}
 
-    def entries_by(self) -> dict[object, list[Any]]:
+    def entries_by(self) -> dict[object, list[str]]:
         """Per owner: the compiler entries `note_entry` noted, in order."""
         with self._lock:
             return {owner: list(keys) for owner, keys in self._entries.items()}
