@@ -98,3 +98,9 @@ class SuiteShape:
 def stale_baselines(entries: Iterable[BaselineEntry], shape: SuiteShape) -> list[str]:
     """`test id [regime]` of each stored entry whose test the collected suite proves gone, sorted."""
     return sorted(f"{entry.test_id} [{entry.regime}]" for entry in entries if shape.exists(entry.test_id) is False)
+
+
+def stale_key(name: str) -> tuple[str, str]:
+    """(test id, regime) of a name `stale_baselines` gave (a worker sends the names)."""
+    test_id, _, regime = name.removesuffix("]").rpartition(" [")
+    return test_id, regime

@@ -19,7 +19,7 @@ from ..gate.baseline import BaselineStore
 from ..gate.baseline_files import BaselineFormatError
 from ..gate.record import TestRecord
 from ..gate.refresh import refresh_baselines
-from ..gate.stale import SuiteShape, stale_baselines
+from ..gate.stale import SuiteShape, stale_baselines, stale_key
 from ..gate.targets import TargetTable
 from ..hardware.driver_info import driver_info
 from ..model.device import DeviceKind
@@ -199,10 +199,7 @@ class SessionResults(SessionParts):
         syrupy's --snapshot-update removes unused snapshots (a test that was not selected is never
         stale: gate/stale.py); a file that cannot be changed is named and keeps them."""
         stale = set(stale_baselines(self.store.entries(), self.shape)) | self.stale_from_workers
-        keys: dict[str, tuple[str, str]] = {}
-        for name in stale:  # "test id [regime]"
-            test_id, _, regime = name.removesuffix("]").rpartition(" [")
-            keys[name] = (test_id, regime)
+        keys = {name: stale_key(name) for name in stale}
         changed, problems = self.store.remove(keys.values())
         self.write_problems += [f"stale baseline not removed: {problem}" for problem in problems]
         files = set(changed)
