@@ -36,9 +36,8 @@ from .sources.pool import PoolSource
 from .sources.tensorflow import TensorFlowSource
 from .tensorflow import TensorFlowCapture
 
-STARTED_BEFORE = "a shared fixture's buffers"
-"""The label of a `start` event: an allocator a fixture the test shares with others started, and
-the buffers the fixture keeps there."""
+STARTED_BEFORE = "started by a shared fixture"
+"""The label of a `start` event: an allocator a fixture the test shares with others started."""
 
 _forks = 0
 

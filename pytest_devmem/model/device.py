@@ -189,6 +189,11 @@ DEVICE_SPEC_HELP = (
 """Every device a session may name (`--devmem-device`); `auto` and `cuda:N` are opened by `hardware/`."""
 
 
+MAX_SIMULATED_CAPACITY = 256 * 2**40
+"""The largest `sim:SIZE`: far beyond any device, and well inside the 64-bit addresses the pool hands
+out from its base (a larger one failed deep in the replay, as an INTERNALERROR)."""
+
+
 def open_simulated(spec: str = "sim") -> SimulatedDevice:
     """Build the simulated device a spec names: `sim`, `sim:SIZE`, `sim:PRESET` (a GPU or a TPU).
 
@@ -217,16 +222,11 @@ def open_simulated(spec: str = "sim") -> SimulatedDevice:
             raise InvalidSettingError(f"invalid device {spec!r}: the capacity must be more than 0 bytes")
         if capacity > MAX_SIMULATED_CAPACITY:
             raise InvalidSettingError(
-                f"invalid device {spec!r}: the capacity must be at most 256TiB (a device's addresses, as the "
-                "pool orders its chunks, fit in 64 bits)"
+                f"invalid device {spec!r}: the capacity must be at most {_compact_size(MAX_SIMULATED_CAPACITY)} "
+                "(a device's addresses, as the pool orders its chunks, fit in 64 bits)"
             )
         return SimulatedDevice(capacity)
     raise InvalidSettingError(f"invalid device {spec!r}: allowed are {DEVICE_SPEC_HELP}")
-
-
-MAX_SIMULATED_CAPACITY = 256 * 2**40
-"""The largest `sim:SIZE`: far beyond any device, and well inside the 64-bit addresses the pool hands
-out from its base (a larger one failed deep in the replay, as an INTERNALERROR)."""
 
 
 def _compact_size(nbytes: int) -> str:
