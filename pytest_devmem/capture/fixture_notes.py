@@ -1,7 +1,7 @@
 """What the fixtures shared by several tests allocated while the recorder was paused for them: per
-fixture (the pause's owner), each framework's allocator that allocated inside, in the order they
-first did, with the bytes it still holds of that; and the target compiler's entries the fixture
-needed. The recorder keeps one (`TraceRecorder.fixtures`) and opens and closes an owner around each
+fixture (the pause's owner), each framework's allocator that allocated inside and each buffer it
+still holds of that, in the order they were allocated; and the target compiler's entries the
+fixture needed. The recorder keeps one (`TraceRecorder.fixtures`) and opens and closes an owner around each
 such pause; the captures note what they see (live, or read after the window from its time); the
 plugin carries it to every test that uses the fixture (plugin/shared_fixtures.py). No pytest here."""
 
@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 Started = list[tuple[str, str, int]]
-"""(source, device, bytes still held) of each allocator a fixture started, in order."""
+"""(source, device, bytes) in the order allocated: a buffer a fixture keeps (the bytes it holds), or
+where none is kept, the allocator it started (0 bytes), once."""
 
 
 class FixtureNotes:
@@ -29,13 +30,15 @@ class FixtureNotes:
         # them while its owner's pause is open, then whether it lived when it closed; or whether
         # nothing freed them inside a pause)
         self._noted: list[tuple[float, object, str, str, int, Any]] = []
-        self._noted_values: set[tuple[int, int]] = set()  # (id of the owner, id of a value) noted already
-        self._entries: dict[object, dict[str, None]] = {}  # owner -> the programs' compiler entries it needed
+        # (id of the owner, id of a value) -> the value's weak reference: noted already, where it still names that value
+        self._noted_values: dict[tuple[int, int], Any] = {}
+        # owner -> the compiler entries it needed, in order: a program's key, or an array shard's (shape, dtype)
+        self._entries: dict[object, dict[Any, None]] = {}
 
     def clear(self) -> None:
         """A new window: nothing noted."""
         with self._lock:
-            self._owners, self._owned, self._noted, self._noted_values, self._entries = [], [], [], set(), {}
+            self._owners, self._owned, self._noted, self._noted_values, self._entries = [], [], [], {}, {}
             self.noting = False
 
     def open(self, owner: object, when: float) -> None:
@@ -65,18 +68,20 @@ class FixtureNotes:
         """`source` allocated `value`'s `shards` (device, bytes) inside the innermost owner's pause
         open now: its allocator on each of those devices started there, and holds the bytes where
         `value` still lives when the pause ends (a weak reference to it is kept until then). A value
-        noted again adds nothing."""
+        noted again adds nothing; a new value at the address of one that died is another value
+        (`jax.random.normal(key, shape) * 0.02` frees the first array before the second is made)."""
         with self._lock:
             if not self._owners:
                 return
             owner = self._owners[-1][0]
-            if (id(owner), id(value)) in self._noted_values:
+            seen = self._noted_values.get((id(owner), id(value)))
+            if seen is not None and (seen is True or seen() is value):
                 return
-            self._noted_values.add((id(owner), id(value)))
             try:
                 alive: Any = weakref.ref(value)
             except TypeError:  # no weak reference to it: held while the window lasts
                 alive = True
+            self._noted_values[id(owner), id(value)] = alive
             now = self._now()
             self._noted.extend((now, owner, source, device, size, alive) for device, size in shards)
 
@@ -89,25 +94,29 @@ class FixtureNotes:
             if spans:
                 self._noted.append((time, max(spans, key=lambda span: span[0])[2], source, device, size, kept))
 
-    def note_entry(self, key: str) -> None:
-        """The innermost owner's pause open now needed the target compiler's entry `key` (of a
-        program it ran)."""
+    def note_entry(self, key: Any) -> None:
+        """The innermost owner's pause open now needed the target compiler's entry `key` (a program
+        it ran, by its cache key, or an array shard it sized, by (shape, dtype))."""
         with self._lock:
             if self._owners:
                 self._entries.setdefault(self._owners[-1][0], {})[key] = None
 
     def started_by(self) -> dict[object, Started]:
-        """Per owner: each allocator that allocated inside its pause, in the order they first did,
-        with the bytes it still holds of what it allocated there."""
+        """Per owner, in the order allocated inside its pause: each buffer still held of what was
+        allocated there (its own entry: a pool serves each as its own chunk), and each allocator
+        whose first allocation there is not held (0 bytes, where it started)."""
         with self._lock:
-            started: dict[object, dict[tuple[str, str], int]] = {}
+            started: dict[object, Started] = {}
             for _, owner, source, device, size, alive in sorted(self._noted, key=lambda noted: noted[0]):
-                held = started.setdefault(owner, {})
-                still = alive if isinstance(alive, bool) else alive() is not None
-                held[source, device] = held.get((source, device), 0) + (size if still else 0)
-            return {owner: [(*key, size) for key, size in held.items()] for owner, held in started.items()}
+                entries = started.setdefault(owner, [])
+                if alive if isinstance(alive, bool) else alive() is not None:
+                    entries.append((source, device, size))
+                elif all((source, device) != (s, d) for s, d, _ in entries):
+                    entries.append((source, device, 0))
+            return started
 
-    def entries_by(self) -> dict[object, list[str]]:
+    def entries_by(self) -> dict[object, list[Any]]:
         """Per owner: the compiler entries `note_entry` noted, in order."""
         with self._lock:
             return {owner: list(keys) for owner, keys in self._entries.items()}
+

@@ -37,7 +37,12 @@ from .sources.tensorflow import TensorFlowSource
 from .tensorflow import TensorFlowCapture
 
 STARTED_BEFORE = "started by a shared fixture"
-"""The label of a `start` event: an allocator a fixture the test shares with others started."""
+"""The label of a `start` event of an allocator a fixture the test shares with others started."""
+KEPT_BEFORE = "kept by shared fixture"
+"""The label of a `start` event holding a buffer such a fixture keeps, before the fixture's name."""
+FIRST_KEPT_POINTER = 2**64 - 1
+"""The pointer of the first `start` event, the next one below it...: above every address and id a
+capture records (JAX's ids count up from 1, TensorFlow's are addresses), so none is met again."""
 
 _forks = 0
 
@@ -106,14 +111,14 @@ class Captured:
     padded_sizes: dict[int, set[int]] = field(default_factory=dict)  # a TPU's tiled shard size -> its dense sizes
     # the target compiler's entries its executables and arrays were sized by, by cache key (compile_store.py)
     compiler_entries: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # per owner of a pause of this window (a shared fixture set up in it): the allocators it started,
-    # (source, device, bytes of the first allocation), in order (`TraceRecorder.started_by`)
+    # per owner of a pause of this window (a shared fixture set up in it): the allocators it started
+    # and the buffers it keeps, (source, device, bytes), in order (`FixtureNotes.started_by`)
     started_by: dict[object, list[tuple[str, str, int]]] = field(default_factory=dict)
     # per such owner: the target compiler's entries it needed (the programs it ran), by cache key
     needed_by: dict[object, dict[str, dict[str, Any]]] = field(default_factory=dict)
-    # the allocators started before the test, in order, as `started_by` gives them: by the shared
-    # fixtures it uses, whichever test set them up (the caller says; a `start` event each, first)
-    started: list[tuple[str, str, int]] = field(default_factory=list)
+    # what the shared fixtures it uses started and keep, whichever test set them up, in order:
+    # (source, device, bytes, the fixture's name) (the caller says; a `start` event each, first)
+    started: list[tuple[str, str, int, str]] = field(default_factory=list)
 
 
 def _install(capture: FrameworkCapture, module: object) -> None:
@@ -262,14 +267,21 @@ class Measurement:
 
     def trace_of(self, captured: Captured) -> tuple[Trace, list[str], bool]:
         """The test's one trace, every capture's events merged on one clock, after a `start` event
-        for each allocator started before it (`Captured.started`); the notes that go with it (what
+        for each allocator started and each buffer kept before it (`Captured.started`); the notes that go with it (what
         could not be traced, and why); and whether a framework ran but nothing traced it."""
         trace = merge(captured.events, captured.tensorflow_events or Trace())
         traced_nothing = (not len(trace) and bool(captured.notes)) or captured.tensorflow_events is None
         if captured.started:
             trace = trace.after(
-                TraceEvent(START, 0, size, source=source, label=STARTED_BEFORE, device=device)
-                for source, device, size in captured.started
+                TraceEvent(
+                    START,
+                    FIRST_KEPT_POINTER - index,
+                    size,
+                    source=source,
+                    label=f"{KEPT_BEFORE} {fixture}" if size else STARTED_BEFORE,
+                    device=device,
+                )
+                for index, (source, device, size, fixture) in enumerate(captured.started)
             )
         return trace, list(captured.notes), traced_nothing
 

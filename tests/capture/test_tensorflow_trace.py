@@ -135,9 +135,9 @@ class Value:
 
 def test_a_shared_fixtures_pause_notes_each_allocator_that_allocated_inside_and_what_it_holds() -> None:
     """What a fixture shared by several tests allocates is no test's, but the allocator it started
-    stays, holding what the fixture keeps (plugin/shared_fixtures.py): per owner of a pause, each
-    (source, device) in the order they first allocated, with the bytes still held when the pause
-    ended, read live (JAX's capture: the values alive then) or after the window from its time
+    stays, holding what the fixture keeps (plugin/shared_fixtures.py): per owner of a pause, in the
+    order allocated, each buffer still held when the pause ended (its own entry) and each (source,
+    device) whose first allocation there was not (0 bytes), read live (JAX's capture: the values alive then) or after the window from its time
     (TensorFlow's profiler: no free inside a pause); a pause without an owner notes nothing."""
     ticks = iter(float(t) for t in range(100))
     recorder = TraceRecorder(clock=lambda: next(ticks))
@@ -160,10 +160,11 @@ def test_a_shared_fixtures_pause_notes_each_allocator_that_allocated_inside_and_
     del kept  # after the fixture was ready (a test donated it): still what the fixture kept
     notes.note_at(3.5, "tensorflow", "cpu:0", 1024, True)  # before JAX's first in the outer fixture
     notes.note_at(3.6, "tensorflow", "cpu:0", 8, False)  # freed inside its pause: not kept
+    notes.note_at(3.7, "tensorflow", "cpu:0", 512, True)  # a second buffer kept there: its own entry
     notes.note_at(6.5, "tensorflow", "cpu:0", 2048, True)  # inside both: the inner one's
     notes.note_at(9.5, "tensorflow", "cpu:0", 4096, True)  # in no owner's pause
     assert notes.started_by() == {
-        outer: [("tensorflow", "cpu:0", 1024), ("jax", "cpu:1", 128), ("jax", "cpu:0", 32)],
+        outer: [("tensorflow", "cpu:0", 1024), ("tensorflow", "cpu:0", 512), ("jax", "cpu:1", 128), ("jax", "cpu:0", 32)],
         inner: [("jax", "cpu:1", 0), ("tensorflow", "cpu:0", 2048)],
     }
     recorder.begin()

@@ -250,6 +250,117 @@ def test_a_module_scoped_fixture_is_nobodys_memory(jax_loaded: object, pytester:
     assert 2 * 2**20 <= figures["test_a"][0] < 4 * 2**20  # the 1 MiB batch and product; never the 4 MiB weights
 
 
+KEPT_BY_A_FIXTURE = """
+import jax.numpy as jnp
+import pytest
+
+@pytest.fixture(scope="{scope}")
+def params():
+    return jnp.ones((100, 1024, 1024)).block_until_ready()  # 400 MiB, kept
+
+def test_step(params):
+    jnp.ones((100, 1024, 1024)).block_until_ready()  # 400 MiB more: 800 MiB of JAX's 768 MiB
+
+def test_small(params):
+    jnp.ones((16, 1024, 1024)).block_until_ready()  # 64 MiB more: fits
+"""
+
+
+def test_what_a_module_scoped_fixture_keeps_counts_for_what_fits_as_a_function_scoped_ones_does(
+    jax_loaded: object, pytester: pytest.Pytester
+) -> None:
+    """JAX's pool on a 1 GiB device is 768 MiB; a step of 400 MiB beside 400 MiB of parameters does
+    not fit, whether the parameters are the test's (function scope) or a module's: the module's are
+    in no figure of the test's, but they are in the pool (a `start` holding them), alone or after
+    the test that set them up. The step that fits is measured without them."""
+    verdicts = {}
+    for scope in ("function", "module"):
+        pytester.makepyfile(test_kept=KEPT_BY_A_FIXTURE.format(scope=scope))
+        for selection in ([], ["test_kept.py::test_step"]):
+            report = f"{scope}{len(selection)}.json"
+            pytester.runpytest_inprocess(
+                "--devmem-mode=prealloc", "--devmem-device=sim:1GiB", f"--devmem-report={report}", *selection
+            )
+            for record in json.loads((pytester.path / report).read_text())["records"]:
+                verdicts[scope, len(selection), record["test_id"].split("::")[-1]] = (
+                    (record["oom"] or {}).get("kind"),
+                    record["peak_bytes_in_use"],
+                    (record["oom"] or {}).get("kept_before", 0),
+                )
+    assert verdicts["function", 0, "test_step"][0] == verdicts["module", 0, "test_step"][0] == "limit"
+    assert verdicts["module", 0, "test_step"] == verdicts["module", 1, "test_step"]  # set up by it, or alone
+    assert verdicts["module", 0, "test_step"][2] == 400 * 2**20  # what the fixture keeps, said
+    kind, small, kept = verdicts["module", 0, "test_small"]
+    assert kind is None and kept == 0 and 64 * 2**20 <= small < 65 * 2**20  # its own: the fixture's in no figure
+    assert verdicts["function", 0, "test_small"][1] == small + 400 * 2**20  # the parameters are its memory there
+
+
+KEPT_BY_SEVERAL_FIXTURES = """
+import jax
+import jax.numpy as jnp
+import pytest
+
+@pytest.fixture(scope="module")
+def weights():
+    return jnp.ones((1024, 1024))  # 4 MiB
+
+@pytest.fixture(scope="session")
+def cache():
+    return jnp.ones((3, 1024, 1024)), jnp.ones((3, 1024, 1024))  # two buffers of 12 MiB
+
+@pytest.fixture(scope="module", params=[1, 8], ids=["small", "large"])
+def table(request):
+    return jnp.ones((request.param, 1024, 1024))  # 4 or 32 MiB
+
+@pytest.fixture(scope="module")
+def params():
+    key = jax.random.PRNGKey(0)
+    return jax.random.normal(key, (2, 1024, 1024)) * 0.02  # 8 MiB: the array normal made is gone
+
+def test_two(weights, cache):
+    (weights * 2).block_until_ready()
+
+def test_step(table):
+    (table * 2).block_until_ready()
+
+def test_random(params, request):
+    request.getfixturevalue("weights")
+    (params * 2).block_until_ready()
+"""
+
+
+def test_every_buffer_each_shared_fixture_keeps_is_in_the_pool_of_every_test_that_uses_it_in_any_selection(
+    jax_loaded: object, pytester: pytest.Pytester
+) -> None:
+    """Each buffer a shared fixture keeps is a `start` of its own (a pool serves each as its own
+    chunk), for every fixture a test uses (two on one allocator: both), of the parameter the test
+    has (`test_step[large]` keeps the large table under `-k large` as in the whole run, and under
+    xdist), including arrays made from arrays the fixture dropped (`jax.random.normal(...) * 0.02`),
+    in the order its fixtures were ready; the same in every selection and order."""
+    pytester.makepyfile(test_kept=KEPT_BY_SEVERAL_FIXTURES)
+    selections = {
+        "all": [],
+        "large": ["-k", "large"],
+        "reversed": [f"test_kept.py::{name}" for name in ("test_random", "test_step[large]", "test_step[small]", "test_two")],
+        "xdist": ["-n", "2"],
+    }
+    kept: dict[str, list[tuple[str, int, str]]] = {}
+    for name, selection in selections.items():
+        pytester.runpytest_inprocess(
+            "--devmem-mode=growth", f"--devmem-traces={name}", *selection
+        ).assert_outcomes(passed=4 if name != "large" else 1)
+        for path in (pytester.path / name).glob("*.csv"):
+            test = path.name.split("[growth]")[0].split("_", 2)[-1]
+            starts = [(e.action, e.size, e.label) for e in Trace.read_csv(path) if e.action == "start" and e.size]
+            assert kept.setdefault(test, starts) == starts, (name, test)
+    mib = 2**20
+    assert [size for _, size, _ in kept["test_two"]] == [12 * mib, 12 * mib, 4 * mib]  # the session's first
+    assert [label for _, _, label in kept["test_two"]][1:] == ["kept by shared fixture cache", "kept by shared fixture weights"]
+    assert [size for _, size, _ in kept["test_step[large]"]] == [32 * mib]
+    assert [size for _, size, _ in kept["test_step[small]"]] == [4 * mib]
+    assert [size for _, size, _ in kept["test_random"]] == [8 * mib, 4 * mib]
+
+
 def test_tensorflow_allocations_enter_the_trace_as_requested(
     tensorflow_loaded: object, pytester: pytest.Pytester
 ) -> None:

@@ -215,11 +215,15 @@ class JaxCapture(RunRecording):
             return {}
         return sizer.stored_entries(sorted(self.window.sized_keys), sorted(self._shards.asked))
 
-    def compiler_entries(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """The target compiler's entries under these programs' cache keys, as `window_compiler_entries`
-        gives a window's."""
+    def compiler_entries(self, keys: Iterable[Any]) -> dict[str, dict[str, Any]]:
+        """The target compiler's entries of `keys`, programs' cache keys and array shards' (shape,
+        dtype), as `window_compiler_entries` gives a window's."""
         sizer = self.installed_sizer
-        return sizer.stored_entries(sorted(keys)) if sizer is not None else {}
+        if sizer is None:
+            return {}
+        keys = list(keys)
+        programs = sorted(key for key in keys if isinstance(key, str))
+        return sizer.stored_entries(programs, sorted(key for key in keys if not isinstance(key, str)))
 
     def padded_sizes(self) -> dict[int, set[int]]:
         """A TPU sizer's tiled shard sizes and the dense sizes they stand for, of this window's shards; empty elsewhere."""

@@ -211,14 +211,20 @@ class RunRecording:
 
     def _note(self, values: Sequence[Any], plan: ExecutablePlan | None = None) -> None:
         """Inside a shared fixture's pause (`FixtureNotes.noting`): the arrays among `values`, each
-        shard's device and dense bytes, noted as where JAX allocated for that fixture (the devices
-        start its allocators; the bytes are not carried: plugin/shared_fixtures.py, so the target's
-        compiler is not asked to size them); and the target compiler's entry that sized the run that
-        made them (`plan`'s, or that of the executable the first of them names), as what it needed."""
+        shard's device and bytes (as the target sizes them), noted as what JAX holds for that fixture;
+        and the target compiler's entry that sized the run that made them (`plan`'s, or that of the
+        executable the first of them names), as what the fixture needed."""
         arrays = [value for value in values if isinstance(value, self._array_type)]
+        target, note_entry = self._shards.size_of, self._recorder.fixtures.note_entry
+
+        def size_of(extents: tuple[int, ...], dtype: Any) -> int | None:  # the shapes asked, as entries needed
+            note_entry((tuple(extents), str(dtype)))
+            return target(extents, dtype) if target is not None else None
+
         for value in arrays:
             aval = value.aval
-            self._recorder.fixtures.note(SOURCE, value, shards_of(aval.shape, aval.dtype.itemsize, value.sharding))
+            shards = shards_of(aval.shape, aval.dtype.itemsize, value.sharding, size_of, aval.dtype)
+            self._recorder.fixtures.note(SOURCE, value, shards)
         if plan is None and arrays:
             plan = self._executables.named_by(arrays[0])
         if plan is not None and plan.sized_key:

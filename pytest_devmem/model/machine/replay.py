@@ -136,7 +136,7 @@ def advance(replay: Replay, device: DeviceState, checkpoint: Checkpoint, upto: i
             with contextlib.suppress(OutOfMemoryError):
                 handle = pool.alloc(max(sizes[index], 1))
                 if sizes[index] > 0:
-                    handles[0] = (handle, index)
+                    handles[pointer] = (handle, index)
                 else:
                     pool.free(handle)
             continue

@@ -41,7 +41,13 @@ def replay_lanes(replay: Replay, first: int = 0, stop: int | None = None) -> int
         if allocator is None:
             allocator = replay.start(lane)
         if action == 3:  # started before the trace, holding what is not the trace's
-            started(allocator, size, index)
+            try:
+                started(allocator, size, index, pointer)
+            except OutOfMemoryError as error:  # a buffer a shared fixture keeps: its setup fails there
+                if replay.oom is None:
+                    replay.fail(error, allocator, index)
+                if stop_on_oom:
+                    break
             if recorded is not None:  # a moment of the timeline as every event is
                 recorded.devices.append(allocator.device.code)
                 recorded.in_use.append(allocator.device.in_use)
@@ -166,24 +172,22 @@ def allocated(allocator: AllocatorState, in_use: int, held: int, rounded: int, i
         device.fragmentation_at_peak = device.fragmentation()
 
 
-def started(allocator: AllocatorState, size: int, index: int) -> None:
+def started(allocator: AllocatorState, size: int, index: int, pointer: int) -> None:
     """The allocator started before the trace (a `start` event at `index`), holding `size` bytes in
-    use that are not the trace's (a shared fixture's live buffers): its pool serves them first, as
-    one allocation the trace never frees, and holds what that took; they count for what fits, not
-    in the trace's figures (in use, requested), which are its own. Where `size` is 0, its first
-    allocation is the smallest (256 bytes), freed: the pool holds what starting took. Where the pool
-    cannot serve them, it holds what starting took."""
+    use that are not the trace's (a buffer a shared fixture keeps, each its own event): its pool
+    serves them as an allocation at `pointer` that the trace never frees, and holds what that took;
+    they count for what fits, not in the trace's figures (in use, requested), which are its own.
+    Where `size` is 0, its first allocation is the smallest (256 bytes), freed: the pool holds what
+    starting took. OutOfMemoryError where the pool cannot serve it (the fixture's setup fails on the
+    device)."""
     device, pool = allocator.device, allocator.pool
     assert pool is not None
     held = pool.pool_bytes + pool.bytes_reserved
-    try:
-        handle = pool.alloc(max(size, 1))
-    except OutOfMemoryError:
-        handle = None
-    if handle is not None and size > 0:
-        allocator.handles[0] = (handle, index)  # pointer 0: no event of the trace frees it
+    handle = pool.alloc(max(size, 1))
+    if size > 0:
+        allocator.handles[pointer] = (handle, index)  # no event of the trace frees it
         device.kept_before += (size + 255) & ~255
-    elif handle is not None:
+    else:
         pool.free(handle)
     grew = pool.pool_bytes + pool.bytes_reserved - held
     if grew:
