@@ -18,8 +18,9 @@ ALLOCATE, FREE, ALLOCATE_FAILURE, START = "allocate", "free", "allocate failure"
 ACTIONS = (ALLOCATE, FREE, ALLOCATE_FAILURE, START)
 """An event's action is stored as its index here: 0 allocate, 1 free, 2 allocate failure, 3 start.
 A `start` says the source's allocator on that device was started before the trace began, holding
-the event's size in live buffers that are not the trace's: what a fixture shared by several tests
-started, and the buffers it keeps. They count for what fits, not in the trace's figures."""
+the event's size in a live buffer that is not the trace's (at the event's pointer; 0 bytes: none):
+what a fixture shared by several tests started, and each buffer it keeps. They count for what fits,
+not in the trace's figures."""
 ALLOCATE_CODE, FREE_CODE, FAILURE_CODE, START_CODE = 0, 1, 2, 3
 READ_ACTIONS = {
     "allocate": ALLOCATE,
