@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--test",
         default=None,
-        help="Part of the test id to draw (default: the record with the largest peak; where several match, the largest of them, and it says so)",
+        help="The test id to draw, or part of it (default: the record with the largest peak; where several contain it and none is it, the largest of them, and it says so)",
     )
     add_replay_settings(parser, "the one its name carries, else prealloc", lead="For a trace: ")
     parser.add_argument(
@@ -93,6 +93,7 @@ def plot_input(
     if not report.records:
         raise InputError(f"{path}: a report with no records (no test was measured): nothing to draw")
     records = [r for r in report.records if test is None or test in str(r["test_id"])]
+    records = [r for r in records if str(r["test_id"]) == test] or records  # a whole id draws that test's
     if not records:
         raise InputError(f"{path}: no record's test id contains {test!r}")
     traced = [r for r in records if isinstance(r.get("trace"), dict) and isinstance(r["trace"].get("file"), str)]  # type: ignore[attr-defined]

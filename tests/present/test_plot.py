@@ -181,18 +181,21 @@ def test_devmem_plot_says_which_record_it_drew_where_several_match(
         {"test_id": f"test_a[{n}]", "regime": "prealloc", "peak_bytes_in_use": n * MiB, "trace": {"file": str(trace)}}
         for n in (1, 2)
     ]
+    records.append({**records[1], "test_id": "test_a", "peak_bytes_in_use": MiB})  # an id inside the others
     report = tmp_path / "r.json"
     session = {"device": "sim:1GiB", "device_capacity_bytes": 2**30}
     report.write_text(
         json.dumps({"format": "pytest-devmem-report", "version": 1, "session": session, "records": records})
     )
-    assert main(["plot", str(report), "--test", "test_a", "-o", str(tmp_path / "x.html")]) == 0
+    assert main(["plot", str(report), "--test", "test_", "-o", str(tmp_path / "x.html")]) == 0
     assert (
-        f"wrote {tmp_path / 'x.html'}: test_a[2] under prealloc on sim:1GiB (the largest peak of 2 records whose "
-        "test id contains 'test_a'; --test with more of an id draws another)"
+        f"wrote {tmp_path / 'x.html'}: test_a[2] under prealloc on sim:1GiB (the largest peak of 3 records whose "
+        "test id contains 'test_'; --test with more of an id draws another)"
     ) in capsys.readouterr().out
     assert main(["plot", str(report), "--test", "test_a[1]", "-o", str(tmp_path / "x.html")]) == 0
     assert capsys.readouterr().out == f"wrote {tmp_path / 'x.html'}: test_a[1] under prealloc on sim:1GiB\n"
+    assert main(["plot", str(report), "--test", "test_a", "-o", str(tmp_path / "x.html")]) == 0  # all of its id
+    assert capsys.readouterr().out == f"wrote {tmp_path / 'x.html'}: test_a under prealloc on sim:1GiB\n"
 
 
 def test_a_trace_with_no_events_is_drawn_as_png_and_html(matplotlib_loaded: object, tmp_path: Path) -> None:
