@@ -6,6 +6,9 @@ and one picture is drawn by the tool in every build, so the site cannot drift fr
   environment variables from `options.OPTIONS`, the marker's arguments from `gate/marks.MARK_ARGUMENTS`;
 - `<!-- generated: schema NAME -->`: the fields of `docs/NAME.schema.json`;
 - `<!-- generated: changelog -->`: CHANGELOG.md;
+- the reference pages (docs/reference/) hold what was generated, up to `<!-- end generated -->`, so
+  that they read whole where Markdown is shown as it is (GitHub): `python scripts/mkdocs_hooks.py`
+  makes them again, and a test fails where one is out of date;
 - `pictures/built/out-of-memory.png` and `.html`: a pool that runs out of memory with enough bytes
   free, replayed on the model of the machine and drawn by `devmem plot`'s renderers (no framework
   needed, well under a second). The pictures of real JAX and TensorFlow runs are committed under
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import tempfile
@@ -26,11 +30,27 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's package, whatever is installed
 
 _BUILT = tempfile.TemporaryDirectory(prefix="devmem-docs-")
-MARKER = re.compile(r"<!-- generated: (\w+)(?: (\w+))? -->")
+MARKER = re.compile(r"<!-- generated: (\w+)(?: (\w+))? -->(?:\n.*?\n<!-- end generated -->)?", re.DOTALL)
+"""A generated part: its marker, and what was generated there before where the page holds it (the
+reference pages do, so that they read whole where Markdown is shown as it is: `write_references`)."""
+REFERENCE_PAGES = ROOT / "docs" / "reference"
 
 
 def cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def usage_of(parser: argparse.ArgumentParser, width: int = 88) -> str:
+    """The parser's usage, wrapped at `width` whatever the terminal (argparse reads COLUMNS)."""
+    before = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(width)
+    try:
+        return parser.format_usage().replace("usage: ", "").strip()
+    finally:
+        if before is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = before
 
 
 def cli_reference() -> str:
@@ -47,7 +67,7 @@ def cli_reference() -> str:
             cell(helps.get(name) or ""),
             "",
             "```",
-            sub.format_usage().replace("usage: ", "").strip(),
+            usage_of(sub),
             "```",
             "",
         ]
@@ -145,14 +165,36 @@ def changelog() -> str:
 GENERATORS = {"cli": cli_reference, "options": options_reference, "marker": marker_reference, "changelog": changelog}
 
 
-def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    def generated(match: re.Match[str]) -> str:
-        kind, argument = match.group(1), match.group(2)
-        if kind == "schema":
-            return schema_reference(argument)
-        return GENERATORS[kind]()
+def generated(match: re.Match[str]) -> str:
+    """What a marker stands for, made now."""
+    kind, argument = match.group(1), match.group(2)
+    if kind == "schema":
+        return schema_reference(argument)
+    return GENERATORS[kind]()
 
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     return MARKER.sub(generated, markdown)
+
+
+def with_references(markdown: str) -> str:
+    """`markdown` with each generated part made now, between its marker and an end marker."""
+    return MARKER.sub(
+        lambda match: f"{match.group(0).split(chr(10))[0]}\n{generated(match)}\n<!-- end generated -->", markdown
+    )
+
+
+def write_references() -> list[Path]:
+    """Each reference page with its generated parts made now (`python scripts/mkdocs_hooks.py`):
+    the pages that changed."""
+    changed = []
+    for page in sorted(REFERENCE_PAGES.glob("*.md")):
+        text = page.read_text()
+        made = with_references(text)
+        if made != text:
+            page.write_text(made)
+            changed.append(page)
+    return changed
 
 
 def built_pictures(directory: Path) -> list[str]:
@@ -191,3 +233,8 @@ def on_files(files: Any, config: Any) -> Any:
     for path in built_pictures(directory):
         files.append(File(path, str(directory), config["site_dir"], config["use_directory_urls"]))
     return files
+
+
+if __name__ == "__main__":
+    for written in write_references():
+        print(f"wrote {written.relative_to(ROOT)}")

@@ -119,4 +119,3 @@ class FixtureNotes:
         """Per owner: the compiler entries `note_entry` noted, in order."""
         with self._lock:
             return {owner: list(keys) for owner, keys in self._entries.items()}
-

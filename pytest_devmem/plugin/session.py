@@ -265,7 +265,9 @@ class DevmemSession:
         none of them, so it stays out of the trace (test order must not change a test's figures)."""
         if fixturedef.scope == "function" or not self.measurement.recorder.recording:
             return (yield)
-        with self.measurement.recorder.paused(owner_of(fixturedef, request)):  # what it starts and keeps: shared_fixtures.py
+        with self.measurement.recorder.paused(
+            owner_of(fixturedef, request)
+        ):  # what it starts and keeps: shared_fixtures.py
             return (yield)
 
     def pytest_fixture_post_finalizer(self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> None:

@@ -54,7 +54,9 @@ class SharedFixtures:
         for owner in {*started_by, *needed_by}:
             if isinstance(owner, tuple):  # an owner_of; the recorder's other pauses have none
                 self._by_fixture[owner] = _Fixture(
-                    str(getattr(owner[0], "argname", "")), list(started_by.get(owner, [])), dict(needed_by.get(owner, {}))
+                    str(getattr(owner[0], "argname", "")),
+                    list(started_by.get(owner, [])),
+                    dict(needed_by.get(owner, {})),
                 )
 
     def started(self, item: pytest.Item) -> list[tuple[str, str, int, str]]:

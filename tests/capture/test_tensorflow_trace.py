@@ -164,7 +164,12 @@ def test_a_shared_fixtures_pause_notes_each_allocator_that_allocated_inside_and_
     notes.note_at(6.5, "tensorflow", "cpu:0", 2048, True)  # inside both: the inner one's
     notes.note_at(9.5, "tensorflow", "cpu:0", 4096, True)  # in no owner's pause
     assert notes.started_by() == {
-        outer: [("tensorflow", "cpu:0", 1024), ("tensorflow", "cpu:0", 512), ("jax", "cpu:1", 128), ("jax", "cpu:0", 32)],
+        outer: [
+            ("tensorflow", "cpu:0", 1024),
+            ("tensorflow", "cpu:0", 512),
+            ("jax", "cpu:1", 128),
+            ("jax", "cpu:0", 32),
+        ],
         inner: [("jax", "cpu:1", 0), ("tensorflow", "cpu:0", 2048)],
     }
     recorder.begin()

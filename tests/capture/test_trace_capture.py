@@ -341,21 +341,26 @@ def test_every_buffer_each_shared_fixture_keeps_is_in_the_pool_of_every_test_tha
     selections = {
         "all": [],
         "large": ["-k", "large"],
-        "reversed": [f"test_kept.py::{name}" for name in ("test_random", "test_step[large]", "test_step[small]", "test_two")],
+        "reversed": [
+            f"test_kept.py::{name}" for name in ("test_random", "test_step[large]", "test_step[small]", "test_two")
+        ],
         "xdist": ["-n", "2"],
     }
     kept: dict[str, list[tuple[str, int, str]]] = {}
     for name, selection in selections.items():
-        pytester.runpytest_inprocess(
-            "--devmem-mode=growth", f"--devmem-traces={name}", *selection
-        ).assert_outcomes(passed=4 if name != "large" else 1)
+        pytester.runpytest_inprocess("--devmem-mode=growth", f"--devmem-traces={name}", *selection).assert_outcomes(
+            passed=4 if name != "large" else 1
+        )
         for path in (pytester.path / name).glob("*.csv"):
             test = path.name.split("[growth]")[0].split("_", 2)[-1]
             starts = [(e.action, e.size, e.label) for e in Trace.read_csv(path) if e.action == "start" and e.size]
             assert kept.setdefault(test, starts) == starts, (name, test)
     mib = 2**20
     assert [size for _, size, _ in kept["test_two"]] == [12 * mib, 12 * mib, 4 * mib]  # the session's first
-    assert [label for _, _, label in kept["test_two"]][1:] == ["kept by shared fixture cache", "kept by shared fixture weights"]
+    assert [label for _, _, label in kept["test_two"]][1:] == [
+        "kept by shared fixture cache",
+        "kept by shared fixture weights",
+    ]
     assert [size for _, size, _ in kept["test_step[large]"]] == [32 * mib]
     assert [size for _, size, _ in kept["test_step[small]"]] == [4 * mib]
     assert [size for _, size, _ in kept["test_random"]] == [8 * mib, 4 * mib]
