@@ -50,7 +50,7 @@ from .items import (
 )
 from .results import SessionResults
 from .settings import DevmemFixture, Settings
-from .shared_fixtures import SharedFixtures, owner_of
+from .shared_fixtures import FixtureSetup, SharedFixtures
 from .targets import rerun_measured
 from .workers import LargestTests
 from .xdist import controller_plan, ignore_shutdown_interrupt_in_jax_gc, worker_count
@@ -265,9 +265,7 @@ class DevmemSession:
         none of them, so it stays out of the trace (test order must not change a test's figures)."""
         if fixturedef.scope == "function" or not self.measurement.recorder.recording:
             return (yield)
-        with self.measurement.recorder.paused(
-            owner_of(fixturedef, request)
-        ):  # what it starts and keeps: shared_fixtures.py
+        with self.measurement.recorder.paused(FixtureSetup.of(fixturedef, request)):  # what it starts and keeps
             return (yield)
 
     def pytest_fixture_post_finalizer(self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> None:

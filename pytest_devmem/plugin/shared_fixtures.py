@@ -20,18 +20,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from _pytest.fixtures import SubRequest  # the request a fixture's setup gets: its parameter's index
 
 from ..capture.fixture_notes import Started
 
-Owner = tuple[Any, int]
-"""A shared fixture as its pause's owner: its definition (pytest's FixtureDef) and the index of its
-parameter (0 where it has none)."""
 
+@dataclass(frozen=True)
+class FixtureSetup:
+    """A shared fixture as its setup's pause's owner: its definition and the index of its parameter
+    (0 where it has none), as pytest caches one value per both."""
 
-def owner_of(fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> Owner:
-    """The owner of `fixturedef`'s setup for `request` (pytest's SubRequest, whose `param_index` is
-    the parameter's; 0 where it has none)."""
-    return fixturedef, int(getattr(request, "param_index", 0))
+    fixturedef: pytest.FixtureDef[Any]
+    param_index: int
+
+    @classmethod
+    def of(cls, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> FixtureSetup:
+        """The setup of `fixturedef` for `request` (a SubRequest in `pytest_fixture_setup`)."""
+        return cls(fixturedef, request.param_index if isinstance(request, SubRequest) else 0)
 
 
 @dataclass
@@ -46,18 +51,15 @@ class SharedFixtures:
     window that set it up noted it."""
 
     def __init__(self) -> None:
-        self._by_fixture: dict[Owner, _Fixture] = {}
+        self._by_fixture: dict[FixtureSetup, _Fixture] = {}
 
     def learn(self, started_by: dict[object, Started], needed_by: dict[object, dict[str, dict[str, Any]]]) -> None:
         """What the fixtures set up in one window started, keep and needed (`Captured.started_by`,
         `needed_by`), in place of what an earlier setup of the same noted."""
         for owner in {*started_by, *needed_by}:
-            if isinstance(owner, tuple):  # an owner_of; the recorder's other pauses have none
-                self._by_fixture[owner] = _Fixture(
-                    str(getattr(owner[0], "argname", "")),
-                    list(started_by.get(owner, [])),
-                    dict(needed_by.get(owner, {})),
-                )
+            if isinstance(owner, FixtureSetup):  # the recorder's other pauses have no owner
+                started, needed = list(started_by.get(owner, [])), dict(needed_by.get(owner, {}))
+                self._by_fixture[owner] = _Fixture(owner.fixturedef.argname, started, needed)
 
     def started(self, item: pytest.Item) -> list[tuple[str, str, int, str]]:
         """(source, device, bytes, fixture) of what the shared fixtures `item` used started and keep,
@@ -81,9 +83,10 @@ class SharedFixtures:
         request keeps them so, `_fixture_defs`: those it names and those it asked for with
         `request.getfixturevalue`), each with the parameter `item` has (its `callspec`); read after
         its call."""
-        if not self._by_fixture:
+        if not self._by_fixture or not isinstance(item, pytest.Function):
             return []
-        used = getattr(getattr(item, "_request", None), "_fixture_defs", None) or {}  # a Function's
-        indices = getattr(getattr(item, "callspec", None), "indices", {})
-        owners = [(fixture, int(indices.get(fixture.argname, 0))) for fixture in list(used.values())]
-        return [self._by_fixture[owner] for owner in owners if owner in self._by_fixture]
+        indices = item.callspec.indices if hasattr(item, "callspec") else {}  # a parametrized test's only
+        setups = [
+            FixtureSetup(fixture, indices.get(fixture.argname, 0)) for fixture in item._request._fixture_defs.values()
+        ]
+        return [self._by_fixture[setup] for setup in setups if setup in self._by_fixture]
