@@ -295,14 +295,18 @@ def test_what_a_module_scoped_fixture_keeps_counts_for_what_fits_as_a_function_s
     assert verdicts["function", 0, "test_small"][1] == small + 400 * 2**20  # the parameters are its memory there
 
 
-KEPT_BY_SEVERAL_FIXTURES = """
-import jax
+SHARED_WEIGHTS = """
 import jax.numpy as jnp
 import pytest
 
 @pytest.fixture(scope="module")
 def weights():
     return jnp.ones((1024, 1024))  # 4 MiB
+"""
+KEPT_BY_SEVERAL_FIXTURES = """
+import jax
+import jax.numpy as jnp
+import pytest
 
 @pytest.fixture(scope="session")
 def cache():
@@ -323,9 +327,24 @@ def test_two(weights, cache):
 def test_step(table):
     (table * 2).block_until_ready()
 
+@pytest.mark.parametrize("table", [8], indirect=True)
+def test_indirect(table):  # the large table's parameter at another index: pytest gives it the large one
+    (table * 2).block_until_ready()
+
 def test_random(params, request):
     request.getfixturevalue("weights")
     (params * 2).block_until_ready()
+"""
+OVERRIDDEN = """
+import jax.numpy as jnp
+import pytest
+
+@pytest.fixture(scope="module")
+def weights(weights):  # overrides the conftest's and asks for it: both are kept
+    return weights, jnp.ones((512, 1024))  # 2 MiB more
+
+def test_overridden(weights):
+    (weights[1] * 2).block_until_ready()
 """
 
 
@@ -333,37 +352,39 @@ def test_every_buffer_each_shared_fixture_keeps_is_in_the_pool_of_every_test_tha
     jax_loaded: object, pytester: pytest.Pytester
 ) -> None:
     """Each buffer a shared fixture keeps is a `start` of its own (a pool serves each as its own
-    chunk), for every fixture a test uses (two on one allocator: both), of the parameter the test
-    has (`test_step[large]` keeps the large table under `-k large` as in the whole run, and under
-    xdist), including arrays made from arrays the fixture dropped (`jax.random.normal(...) * 0.02`),
-    in the order its fixtures were ready; the same in every selection and order."""
-    pytester.makepyfile(test_kept=KEPT_BY_SEVERAL_FIXTURES)
+    chunk), for every fixture a test uses (two on one allocator: both; an overriding one and the
+    one it asks for by its own name: both), of the parameter the test has (`test_step[large]` keeps
+    the large table under `-k large` as in the whole run, as does a test given the same parameter
+    indirectly, which pytest serves with the same setup), including arrays made from arrays the
+    fixture dropped (`jax.random.normal(...) * 0.02`), in the order its fixtures were ready; the
+    same in every selection and order, and under xdist."""
+    pytester.makeconftest(SHARED_WEIGHTS)
+    pytester.makepyfile(test_kept=KEPT_BY_SEVERAL_FIXTURES, test_overridden=OVERRIDDEN)
+    tests = ("test_random", "test_step[large]", "test_step[small]", "test_two", "test_indirect[8]")
     selections = {
-        "all": [],
-        "large": ["-k", "large"],
-        "reversed": [
-            f"test_kept.py::{name}" for name in ("test_random", "test_step[large]", "test_step[small]", "test_two")
-        ],
-        "xdist": ["-n", "2"],
+        "all": ([], 6),
+        "large": (["-k", "large or indirect or overridden"], 3),
+        "reversed": (["test_overridden.py", *(f"test_kept.py::{name}" for name in tests)], 6),
+        "xdist": (["-n", "2"], 6),
     }
-    kept: dict[str, list[tuple[str, int, str]]] = {}
-    for name, selection in selections.items():
-        pytester.runpytest_inprocess("--devmem-mode=growth", f"--devmem-traces={name}", *selection).assert_outcomes(
-            passed=4 if name != "large" else 1
-        )
+    kept: dict[str, list[tuple[int, str]]] = {}
+    for name, (selection, passed) in selections.items():
+        result = pytester.runpytest_inprocess("--devmem-mode=growth", f"--devmem-traces={name}", *selection)
+        result.assert_outcomes(passed=passed)
         for path in (pytester.path / name).glob("*.csv"):
             test = path.name.split("[growth]")[0].split("_", 2)[-1]
-            starts = [(e.action, e.size, e.label) for e in Trace.read_csv(path) if e.action == "start" and e.size]
+            starts = [(e.size, e.label) for e in Trace.read_csv(path) if e.action == "start" and e.size]
             assert kept.setdefault(test, starts) == starts, (name, test)
     mib = 2**20
-    assert [size for _, size, _ in kept["test_two"]] == [12 * mib, 12 * mib, 4 * mib]  # the session's first
-    assert [label for _, _, label in kept["test_two"]][1:] == [
-        "kept by shared fixture cache",
-        "kept by shared fixture weights",
-    ]
-    assert [size for _, size, _ in kept["test_step[large]"]] == [32 * mib]
-    assert [size for _, size, _ in kept["test_step[small]"]] == [4 * mib]
-    assert [size for _, size, _ in kept["test_random"]] == [8 * mib, 4 * mib]
+
+    def held(test: str) -> list[tuple[int, str]]:
+        return [(size // mib, label.removeprefix("kept by shared fixture ")) for size, label in kept[test]]
+
+    assert held("test_two") == [(12, "cache"), (12, "cache"), (4, "weights")]  # the session's first
+    assert held("test_step[large]") == held("test_indirect[8]") == [(32, "table")]
+    assert held("test_step[small]") == [(4, "table")]
+    assert held("test_random") == [(8, "params"), (4, "weights")]
+    assert held("test_overridden") == [(4, "weights"), (2, "weights")]
 
 
 def test_tensorflow_allocations_enter_the_trace_as_requested(
