@@ -54,7 +54,7 @@ class FixtureNotes:
                 self._owned.append((self._owners.pop()[1], when, owner))
                 self.noting = bool(self._owners)
                 self._noted = [
-                    (*noted[:5], noted[5]() is not None) if noted[1] is owner and callable(noted[5]) else noted
+                    (*noted[:5], noted[5]()) if noted[1] is owner and callable(noted[5]) else noted
                     for noted in self._noted
                 ]
 
@@ -64,10 +64,13 @@ class FixtureNotes:
             self._owned.extend((began, when, owner) for owner, began in self._owners)
             self._owners, self.noting = [], False
 
-    def note(self, source: str, value: Any, shards: Iterable[tuple[str, int]]) -> None:
+    def note(
+        self, source: str, value: Any, shards: Iterable[tuple[str, int]], deleted: Callable[[Any], bool] | None = None
+    ) -> None:
         """`source` allocated `value`'s `shards` (device, bytes) inside the innermost owner's pause
         open now: its allocator on each of those devices started there, and holds the bytes where
-        `value` still lives when the pause ends (a weak reference to it is kept until then). A value
+        `value` still lives when the pause ends (a weak reference to it is kept until then), and is
+        not `deleted` (its buffers given to another: a donated JAX array). A value
         noted again adds nothing; a new value at the address of one that died is another value
         (`jax.random.normal(key, shape) * 0.02` frees the first array before the second is made)."""
         with self._lock:
@@ -77,11 +80,14 @@ class FixtureNotes:
             seen = self._noted_values.get((id(owner), id(value)))
             if seen is not None and (seen is True or seen() is value):
                 return
+            alive: Any = True  # no weak reference to it: held while the window lasts
             try:
-                alive: Any = weakref.ref(value)
-            except TypeError:  # no weak reference to it: held while the window lasts
-                alive = True
-            self._noted_values[id(owner), id(value)] = alive
+                reference = weakref.ref(value)
+            except TypeError:
+                reference = None
+            if reference is not None:
+                alive = lambda: (held := reference()) is not None and not (deleted and deleted(held))  # noqa: E731
+            self._noted_values[id(owner), id(value)] = reference or True
             now = self._now()
             self._noted.extend((now, owner, source, device, size, alive) for device, size in shards)
 
@@ -109,7 +115,7 @@ class FixtureNotes:
             started: dict[object, Started] = {}
             for _, owner, source, device, size, alive in sorted(self._noted, key=lambda noted: noted[0]):
                 entries = started.setdefault(owner, [])
-                if alive if isinstance(alive, bool) else alive() is not None:
+                if alive if isinstance(alive, bool) else alive():
                     entries.append((source, device, size))
                 elif all((source, device) != (s, d) for s, d, _ in entries):
                     entries.append((source, device, 0))

@@ -38,8 +38,9 @@ from .tensorflow import TensorFlowCapture
 
 STARTED_BEFORE = "started by a shared fixture"
 """The label of a `start` event of an allocator a fixture the test shares with others started."""
-KEPT_BEFORE = "kept by shared fixture"
-"""The label of a `start` event holding a buffer such a fixture keeps, before the fixture's name."""
+KEPT_BEFORE = "what shared fixture {} keeps"
+"""The label of a `start` event holding a buffer such a fixture keeps, the fixture's name in it (an
+out of memory there reads "could not allocate 1.00 GiB for what shared fixture params keeps")."""
 FIRST_KEPT_POINTER = 2**64 - 1
 """The pointer of the first `start` event, the next one below it...: above every address and id a
 capture records (JAX's ids count up from 1, TensorFlow's are addresses), so none is met again."""
@@ -278,7 +279,7 @@ class Measurement:
                     FIRST_KEPT_POINTER - index,
                     size,
                     source=source,
-                    label=f"{KEPT_BEFORE} {fixture}" if size else STARTED_BEFORE,
+                    label=KEPT_BEFORE.format(fixture) if size else STARTED_BEFORE,
                     device=device,
                 )
                 for index, (source, device, size, fixture) in enumerate(captured.started)

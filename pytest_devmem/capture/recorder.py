@@ -169,6 +169,11 @@ class TraceRecorder:
         return self._trace is not None and not self._paused
 
     @property
+    def window_open(self) -> bool:
+        """A window is open, recording or paused."""
+        return self._trace is not None
+
+    @property
     def ended_at(self) -> float:
         """When the last window closed, in seconds from its start."""
         return self._ended

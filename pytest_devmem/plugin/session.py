@@ -262,8 +262,9 @@ class DevmemSession:
         self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
     ) -> Generator[None, object, object]:
         """A fixture shared by several tests is set up by whichever runs first: its memory belongs to
-        none of them, so it stays out of the trace (test order must not change a test's figures)."""
-        if fixturedef.scope == "function" or not self.measurement.recorder.recording:
+        none of them, so it stays out of the trace (test order must not change a test's figures). One
+        set up inside another's setup (asked for in its body with `request.getfixturevalue`) is its own."""
+        if fixturedef.scope == "function" or not self.measurement.recorder.window_open:
             return (yield)
         with self.measurement.recorder.paused(FixtureSetup.of(fixturedef, request)):  # what it starts and keeps
             return (yield)

@@ -334,6 +334,39 @@ def test_indirect(table):  # the large table's parameter at another index: pytes
 def test_random(params, request):
     request.getfixturevalue("weights")
     (params * 2).block_until_ready()
+
+@pytest.fixture(scope="module")
+def emb():
+    return jnp.ones((5, 1024, 1024))  # 20 MiB
+
+@pytest.fixture(scope="module")
+def head(request):
+    request.getfixturevalue("emb")  # set up inside head's setup: still emb's own
+    return jnp.zeros((256, 1024))  # 1 MiB
+
+@pytest.fixture(scope="module")
+def placed(cache):
+    return jax.device_put(cache[0], cache[0].sharding)  # put where it is: cache's own buffer
+
+@pytest.fixture(scope="module")
+def raw():
+    return jnp.ones((2, 1024, 1024))  # 8 MiB
+
+@pytest.fixture(scope="module")
+def trained(raw):
+    return jax.jit(lambda p: p * 2, donate_argnums=0)(raw)  # raw's buffer, which XLA aliased
+
+def test_head(head):
+    (head + 1).block_until_ready()
+
+def test_emb(emb):
+    (emb + 1).block_until_ready()
+
+def test_placed(placed):
+    (placed + 1).block_until_ready()
+
+def test_trained(trained):
+    (trained + 1).block_until_ready()
 """
 OVERRIDDEN = """
 import jax.numpy as jnp
@@ -356,16 +389,18 @@ def test_every_buffer_each_shared_fixture_keeps_is_in_the_pool_of_every_test_tha
     one it asks for by its own name: both), of the parameter the test has (`test_step[large]` keeps
     the large table under `-k large` as in the whole run, as does a test given the same parameter
     indirectly, which pytest serves with the same setup), including arrays made from arrays the
-    fixture dropped (`jax.random.normal(...) * 0.02`), in the order its fixtures were ready; the
-    same in every selection and order, and under xdist."""
+    fixture dropped (`jax.random.normal(...) * 0.02`) and those of a fixture another asked for in its
+    body, in the order its fixtures were ready; a buffer two fixtures hold (a put that kept it, a
+    donated step's aliased output) once; the same in every selection and order, and under xdist."""
     pytester.makeconftest(SHARED_WEIGHTS)
     pytester.makepyfile(test_kept=KEPT_BY_SEVERAL_FIXTURES, test_overridden=OVERRIDDEN)
-    tests = ("test_random", "test_step[large]", "test_step[small]", "test_two", "test_indirect[8]")
+    tests = ("test_trained", "test_placed", "test_emb", "test_head", "test_random", "test_step[large]")
+    tests += ("test_step[small]", "test_two", "test_indirect[8]")
     selections = {
-        "all": ([], 6),
-        "large": (["-k", "large or indirect or overridden"], 3),
-        "reversed": (["test_overridden.py", *(f"test_kept.py::{name}" for name in tests)], 6),
-        "xdist": (["-n", "2"], 6),
+        "all": ([], 10),
+        "large": (["-k", "large or indirect or overridden or emb"], 4),
+        "reversed": (["test_overridden.py", *(f"test_kept.py::{name}" for name in tests)], 10),
+        "xdist": (["-n", "2"], 10),
     }
     kept: dict[str, list[tuple[int, str]]] = {}
     for name, (selection, passed) in selections.items():
@@ -378,13 +413,16 @@ def test_every_buffer_each_shared_fixture_keeps_is_in_the_pool_of_every_test_tha
     mib = 2**20
 
     def held(test: str) -> list[tuple[int, str]]:
-        return [(size // mib, label.removeprefix("kept by shared fixture ")) for size, label in kept[test]]
+        return [(size // mib, label.split()[3]) for size, label in kept[test]]  # what shared fixture NAME keeps
 
     assert held("test_two") == [(12, "cache"), (12, "cache"), (4, "weights")]  # the session's first
     assert held("test_step[large]") == held("test_indirect[8]") == [(32, "table")]
     assert held("test_step[small]") == [(4, "table")]
     assert held("test_random") == [(8, "params"), (4, "weights")]
     assert held("test_overridden") == [(4, "weights"), (2, "weights")]
+    assert held("test_head") == [(20, "emb"), (1, "head")] and held("test_emb") == [(20, "emb")]
+    assert held("test_placed") == [(12, "cache"), (12, "cache")]  # the put kept cache's buffer: once
+    assert held("test_trained") == [(8, "raw")]  # the step's output is raw's buffer: once
 
 
 def test_tensorflow_allocations_enter_the_trace_as_requested(

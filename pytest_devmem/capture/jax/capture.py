@@ -330,7 +330,7 @@ class JaxCapture(RunRecording):
             if recording:
                 self._record_run(plan, parameters, leaves, transfers, site)
             elif self._recorder.fixtures.noting:
-                self._note(leaves, plan)
+                self._note(leaves, plan, parameters)
         except Exception as exc:
             if recording:
                 self._fail(exc)
@@ -343,7 +343,7 @@ class JaxCapture(RunRecording):
         and instruction offset; where another executable or line ran last, the call site's line
         from `call_sites` and a dictionary look-up), one compact record and a weak reference to its
         output kept in a set, everything it needs bound here; anything else goes on to `_on_fast_run`."""
-        recorder, steps, capture, note = self._recorder, self._executables.by_aval, self, self._note
+        recorder, steps, note = self._recorder, self._executables.by_aval, self._note_fast
         fixtures = recorder.fixtures
         array_type, slow = self._array_type, self._on_fast_run
         keep, collected = self._holdings.owners.add, self._holdings.collected_callback
@@ -369,7 +369,7 @@ class JaxCapture(RunRecording):
             record = recorder.step_record
             if record is None:  # no window open, or paused
                 if fixtures.noting:
-                    note((outputs,) if type(outputs) is array_type else capture._flatten(outputs))
+                    note(function, args, kwargs, outputs)
                 return
             # `steps` holds only runs that read no arguments, and is emptied (and the last run
             # forgotten) when a plan learns that its runs do, and when the capture fails

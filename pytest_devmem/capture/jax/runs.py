@@ -209,12 +209,32 @@ class RunRecording:
         for transfer in transfers:
             self._recorder.free(transfer)
 
-    def _note(self, values: Sequence[Any], plan: ExecutablePlan | None = None) -> None:
+    def _note(
+        self,
+        values: Sequence[Any],
+        plan: ExecutablePlan | None = None,
+        parameters: Sequence[Any] | None = None,
+        kept: frozenset[str] = frozenset(),
+    ) -> None:
         """Inside a shared fixture's pause (`FixtureNotes.noting`): the arrays among `values`, each
         shard's device and bytes (as the target sizes them), noted as what JAX holds for that fixture;
         and the target compiler's entry that sized the run that made them (`plan`'s, or that of the
-        executable the first of them names), as what the fixture needed."""
-        arrays = [value for value in values if isinstance(value, self._array_type)]
+        executable the first of them names), as what the fixture needed. Not noted, as the buffers
+        whoever made them holds: an output of `plan`'s run that XLA aliased to a donated one of its
+        `parameters`, and a shard on a device in `kept` (a put that kept its value's shard there)."""
+        if plan is None and values and isinstance(values[0], self._array_type):
+            plan = self._executables.named_by(values[0])
+        given = parameters or ()
+        aliased = {
+            output
+            for output, position in (plan.aliases.items() if plan is not None else ())
+            if position < len(given)
+            and (donor := self._device_array(given[position])) is not None
+            and donor.is_deleted()
+        }
+        arrays = [
+            value for index, value in enumerate(values) if isinstance(value, self._array_type) and index not in aliased
+        ]
         target, note_entry = self._shards.size_of, self._recorder.fixtures.note_entry
 
         def size_of(extents: tuple[int, ...], dtype: Any) -> int | None:  # the shapes asked, as entries needed
@@ -224,11 +244,19 @@ class RunRecording:
         for value in arrays:
             aval = value.aval
             shards = shards_of(aval.shape, aval.dtype.itemsize, value.sharding, size_of, aval.dtype)
-            self._recorder.fixtures.note(SOURCE, value, shards)
-        if plan is None and arrays:
-            plan = self._executables.named_by(arrays[0])
+            self._recorder.fixtures.note(SOURCE, value, [shard for shard in shards if shard[0] not in kept], _deleted)
         if plan is not None and plan.sized_key:
             self._recorder.fixtures.note_entry(plan.sized_key)
+
+    def _note_fast(self, function: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any) -> None:
+        """`_note` for a run on JAX's fast path, its parameters read where its plan aliases any."""
+        try:
+            leaves = [outputs] if type(outputs) is self._array_type else self._flatten(outputs)
+            plan = self._executables.named_by(leaves[0]) if leaves else None
+            aliases = plan is not None and bool(plan.aliases)
+            self._note(leaves, plan, self._fast_parameters(plan, function, args, kwargs) if aliases else None)  # type: ignore[arg-type]
+        except Exception as exc:  # inside JAX's call: a fault of the capture's never reaches the fixture
+            self._fail(exc)
 
     def _device_array(self, value: Any) -> Any:
         """The ArrayImpl behind a parameter (a PRNG key array wraps one); None for anything else."""
@@ -258,7 +286,12 @@ class RunRecording:
                 except Exception as exc:
                     capture._fail(exc)
             elif capture._recorder.fixtures.noting:
-                capture._note(results)
+                for position, result in enumerate(results):
+                    source = capture._device_array(values[position]) if position < len(values) else None
+                    if source is not result:  # the value itself: noted where it was made
+                        copy = (kwargs.get("copy_semantics") or ())[position : position + 1]
+                        copied = source is None or bool(copy) and copy[0] == capture._always_copy
+                        capture._note([result], kept=frozenset() if copied else capture._kept(source, result))
             return results
 
         return batched_device_put
@@ -399,3 +432,8 @@ class RunRecording:
             return result
 
         return delete
+
+
+def _deleted(array: Any) -> bool:
+    """Whether a JAX array was deleted (donated: its buffers another's now)."""
+    return bool(array.is_deleted())
