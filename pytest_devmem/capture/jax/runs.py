@@ -249,12 +249,15 @@ class RunRecording:
             self._recorder.fixtures.note_entry(plan.sized_key)
 
     def _note_fast(self, function: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any) -> None:
-        """`_note` for a run on JAX's fast path, its parameters read where its plan aliases any."""
+        """`_note` for a run on JAX's fast path, its parameters read where its plan aliases any (and
+        its runs' arguments are known)."""
         try:
             leaves = [outputs] if type(outputs) is self._array_type else self._flatten(outputs)
             plan = self._executables.named_by(leaves[0]) if leaves else None
-            aliases = plan is not None and bool(plan.aliases)
-            self._note(leaves, plan, self._fast_parameters(plan, function, args, kwargs) if aliases else None)  # type: ignore[arg-type]
+            parameters = None
+            if plan is not None and plan.aliases and plan.arguments >= 0:
+                parameters = self._fast_parameters(plan, function, args, kwargs)
+            self._note(leaves, plan, parameters)
         except Exception as exc:  # inside JAX's call: a fault of the capture's never reaches the fixture
             self._fail(exc)
 
