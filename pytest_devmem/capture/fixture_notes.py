@@ -1,9 +1,10 @@
 """What the fixtures shared by several tests allocated while the recorder was paused for them: per
 fixture (the pause's owner), each framework's allocator that allocated inside and each buffer it
 still holds of that, in the order they were allocated; and the target compiler's entries the
-fixture needed. The recorder keeps one (`TraceRecorder.fixtures`) and opens and closes an owner around each
-such pause; the captures note what they see (live, or read after the window from its time); the
-plugin carries it to every test that uses the fixture (plugin/shared_fixtures.py). No pytest here."""
+fixture needed. The recorder keeps one (`TraceRecorder.fixtures`) and opens and closes an owner
+around each such pause; the captures note what they see (live, or read after the window from its
+time); the plugin carries it to every test that uses the fixture (plugin/shared_fixtures.py). No
+pytest here."""
 
 from __future__ import annotations
 
@@ -70,8 +71,8 @@ class FixtureNotes:
         """`source` allocated `value`'s `shards` (device, bytes) inside the innermost owner's pause
         open now: its allocator on each of those devices started there, and holds the bytes where
         `value` still lives when the pause ends (a weak reference to it is kept until then), and is
-        not `deleted` (its buffers given to another: a donated JAX array). A value
-        noted again adds nothing; a new value at the address of one that died is another value
+        not `deleted` (its buffers given to another: a donated JAX array). A value noted again adds
+        nothing; a new value at the address of one that died is another value
         (`jax.random.normal(key, shape) * 0.02` frees the first array before the second is made)."""
         with self._lock:
             if not self._owners:

@@ -268,8 +268,9 @@ class Measurement:
 
     def trace_of(self, captured: Captured) -> tuple[Trace, list[str], bool]:
         """The test's one trace, every capture's events merged on one clock, after a `start` event
-        for each allocator started and each buffer kept before it (`Captured.started`); the notes that go with it (what
-        could not be traced, and why); and whether a framework ran but nothing traced it."""
+        for each allocator started and each buffer kept before it (`Captured.started`); the notes
+        that go with it (what could not be traced, and why); and whether a framework ran but nothing
+        traced it."""
         trace = merge(captured.events, captured.tensorflow_events or Trace())
         traced_nothing = (not len(trace) and bool(captured.notes)) or captured.tensorflow_events is None
         if captured.started:

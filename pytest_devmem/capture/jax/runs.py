@@ -289,12 +289,12 @@ class RunRecording:
                 except Exception as exc:
                     capture._fail(exc)
             elif capture._recorder.fixtures.noting:
+                copies = kwargs.get("copy_semantics") or ()
                 for position, result in enumerate(results):
                     source = capture._device_array(values[position]) if position < len(values) else None
                     if source is not result:  # the value itself: noted where it was made
-                        copy = (kwargs.get("copy_semantics") or ())[position : position + 1]
-                        copied = source is None or bool(copy) and copy[0] == capture._always_copy
-                        capture._note([result], kept=frozenset() if copied else capture._kept(source, result))
+                        copy = copies[position] if position < len(copies) else None
+                        capture._note([result], kept=capture._kept_shards(source, result, copy))
             return results
 
         return batched_device_put
@@ -317,16 +317,15 @@ class RunRecording:
             shards, kept, shared, held = self._shards.of(result), frozenset[str](), [], None
             if source is not None:
                 copy = copy_semantics[position] if position < len(copy_semantics) else None
-                donated = source.is_deleted() and copy is not None and copy == self._donate_input
+                donated = self._donated(source, copy)
                 if donated:
                     held = holdings.hand_over(source)
                     if held is not None:
                         holdings.hold(result, held)
                         continue
-                if donated or (not source.is_deleted() and (copy is None or copy != self._always_copy)):
-                    kept = self._kept(source, result)  # donated: a value made before the test, taken over
-                    held = None if donated or not kept else holdings.held_by(source)
-                    shared = self._shared_shards(source, held, kept) if held is not None else []
+                kept = self._kept_shards(source, result, copy)  # donated: a value made before the test, taken over
+                held = None if donated or not kept else holdings.held_by(source)
+                shared = self._shared_shards(source, held, kept) if held is not None else []
             made = [allocate(size, SOURCE, DEVICE_PUT, device, site) for device, size in shards if device not in kept]
             if held is not None and not made and shared == list(held.ids):
                 holdings.hold(result, held)  # all of the value's buffers and no more: one Held, as JAX keeps one set
@@ -409,7 +408,15 @@ class RunRecording:
             if shared:
                 holdings.hold_sharing(view, shared, [])
 
-    def _kept(self, source: Any, result: Any) -> frozenset[str]:
+    def _donated(self, source: Any, copy: Any) -> bool:
+        """Whether a put with `copy` semantics took `source`'s buffers over (JAX deleted it)."""
+        return bool(source.is_deleted()) and copy is not None and copy == self._donate_input
+
+    def _kept_shards(self, source: Any, result: Any, copy: Any) -> frozenset[str]:
+        """The devices on which a put of `source` (None: a host value) with `copy` semantics kept its
+        shard as `result`'s: none where it copies, or where `source` was deleted and not given to it."""
+        if source is None or not (self._donated(source, copy) or not source.is_deleted() and copy != self._always_copy):
+            return frozenset()
         try:
             return kept_in_place(source, result)
         except Exception:  # a sharding this cannot read: every shard a copy, as the transfer it may be
