@@ -31,8 +31,9 @@ class FixtureNotes:
         # them while its owner's pause is open, then whether it lived when it closed; or whether
         # nothing freed them inside a pause)
         self._noted: list[tuple[float, object, str, str, int, Any]] = []
-        # (id of the owner, id of a value) -> the value's weak reference: noted already, where it still names that value
-        self._noted_values: dict[tuple[int, int], Any] = {}
+        # (id of the owner, id of a value) -> (the value's weak reference: noted already, where it still
+        # names that value; the holders of what it holds)
+        self._noted_values: dict[tuple[int, int], tuple[Any, Any]] = {}
         # owner -> the compiler entries it needed, in order: a program's key, or an array shard's (shape, dtype)
         self._entries: dict[object, dict[Any, None]] = {}
 
@@ -78,19 +79,45 @@ class FixtureNotes:
             if not self._owners:
                 return
             owner = self._owners[-1][0]
-            seen = self._noted_values.get((id(owner), id(value)))
-            if seen is not None and (seen is True or seen() is value):
+            if self._seen(owner, value) is not None:
                 return
             alive: Any = True  # no weak reference to it: held while the window lasts
             try:
-                reference = weakref.ref(value)
+                reference: Any = weakref.ref(value)
+                alive = _Holders(reference, deleted)
             except TypeError:
-                reference = None
-            if reference is not None:
-                alive = lambda: (held := reference()) is not None and not (deleted and deleted(held))  # noqa: E731
-            self._noted_values[id(owner), id(value)] = reference or True
+                reference = True
+            self._noted_values[id(owner), id(value)] = (reference, alive)
             now = self._now()
             self._noted.extend((now, owner, source, device, size, alive) for device, size in shards)
+
+    def share(self, value: Any, holder: Any) -> bool:
+        """`value` holds buffers `holder` held (a donated run's aliased output, a put that kept a shard
+        in place): where `holder` was noted inside the innermost owner's pause open now, they are kept
+        while either lives; False where it was not (they are whoever made them's, or no fixture's)."""
+        with self._lock:
+            if not self._owners:
+                return False
+            owner = self._owners[-1][0]
+            holders = self._seen(owner, holder)
+            if holders is None:
+                return False
+            if isinstance(holders, _Holders):
+                try:
+                    reference = weakref.ref(value)
+                except TypeError:
+                    return True
+                holders.references.append(reference)
+                self._noted_values[id(owner), id(value)] = (reference, holders)
+            return True
+
+    def _seen(self, owner: object, value: Any) -> Any:
+        """The holders of what `value` holds, where `owner`'s pause noted it; None where it did not
+        (a new value at the address of one that died is another value)."""
+        seen = self._noted_values.get((id(owner), id(value)))
+        if seen is None or not (seen[0] is True or seen[0]() is value):
+            return None
+        return seen[1]
 
     def note_at(self, time: float, source: str, device: str, size: int, kept: bool) -> None:
         """`note`, for an allocation of `size` bytes at `time` (on the window's clock) read after the
@@ -126,3 +153,16 @@ class FixtureNotes:
         """Per owner: the compiler entries `note_entry` noted, in order."""
         with self._lock:
             return {owner: list(keys) for owner, keys in self._entries.items()}
+
+
+class _Holders:
+    """The values that hold what a note holds: kept while any of them lives and is not `deleted`."""
+
+    __slots__ = ("deleted", "references")
+
+    def __init__(self, reference: Any, deleted: Callable[[Any], bool] | None) -> None:
+        self.references, self.deleted = [reference], deleted
+
+    def __call__(self) -> bool:
+        deleted = self.deleted
+        return any((held := r()) is not None and not (deleted and deleted(held)) for r in self.references)

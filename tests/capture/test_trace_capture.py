@@ -356,8 +356,20 @@ def raw():
 def trained(raw):
     return jax.jit(lambda p: p * 2, donate_argnums=0)(raw)  # raw's buffer, which XLA aliased
 
+@pytest.fixture(scope="module")
+def chained():
+    step = jax.jit(lambda p: p * 2, donate_argnums=0)
+    p = jnp.ones((1024, 1024))  # 4 MiB, handed from step to step
+    for _ in range(3):
+        p = step(p)
+    p2 = jnp.ones((512, 1024))  # 2 MiB, put onto itself with its buffer given over
+    return p, jax.device_put(p2, p2.sharding, donate=True)
+
 def test_head(head):
     (head + 1).block_until_ready()
+
+def test_chained(chained):
+    (chained[0] + 1).block_until_ready()
 
 def test_emb(emb):
     (emb + 1).block_until_ready()
@@ -391,16 +403,17 @@ def test_every_buffer_each_shared_fixture_keeps_is_in_the_pool_of_every_test_tha
     indirectly, which pytest serves with the same setup), including arrays made from arrays the
     fixture dropped (`jax.random.normal(...) * 0.02`) and those of a fixture another asked for in its
     body, in the order its fixtures were ready; a buffer two fixtures hold (a put that kept it, a
-    donated step's aliased output) once; the same in every selection and order, and under xdist."""
+    donated step's aliased output) once, and one handed on inside a fixture (donated steps, a
+    donating put) once; the same in every selection and order, and under xdist."""
     pytester.makeconftest(SHARED_WEIGHTS)
     pytester.makepyfile(test_kept=KEPT_BY_SEVERAL_FIXTURES, test_overridden=OVERRIDDEN)
-    tests = ("test_trained", "test_placed", "test_emb", "test_head", "test_random", "test_step[large]")
+    tests = ("test_chained", "test_trained", "test_placed", "test_emb", "test_head", "test_random", "test_step[large]")
     tests += ("test_step[small]", "test_two", "test_indirect[8]")
     selections = {
-        "all": ([], 10),
+        "all": ([], 11),
         "large": (["-k", "large or indirect or overridden or emb"], 4),
-        "reversed": (["test_overridden.py", *(f"test_kept.py::{name}" for name in tests)], 10),
-        "xdist": (["-n", "2"], 10),
+        "reversed": (["test_overridden.py", *(f"test_kept.py::{name}" for name in tests)], 11),
+        "xdist": (["-n", "2"], 11),
     }
     kept: dict[str, list[tuple[int, str]]] = {}
     for name, (selection, passed) in selections.items():
@@ -423,6 +436,7 @@ def test_every_buffer_each_shared_fixture_keeps_is_in_the_pool_of_every_test_tha
     assert held("test_head") == [(20, "emb"), (1, "head")] and held("test_emb") == [(20, "emb")]
     assert held("test_placed") == [(12, "cache"), (12, "cache")]  # the put kept cache's buffer: once
     assert held("test_trained") == [(8, "raw")]  # the step's output is raw's buffer: once
+    assert held("test_chained") == [(4, "chained"), (2, "chained")]  # given over inside one fixture: kept once
 
 
 def test_tensorflow_allocations_enter_the_trace_as_requested(

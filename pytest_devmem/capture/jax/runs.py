@@ -23,7 +23,7 @@ from ..call_sites import CallSites
 from ..recorder import TraceRecorder
 from .executables import ExecutablePlan, Executables
 from .holdings import Held, Holdings, Owner
-from .shards import Asked, ShardSizes, device_label, host_shards, kept_in_place, shards_of
+from .shards import Asked, ShardSizes, device_label, host_shards, kept_by_put, put_took_over, shards_of
 from .window import JaxWindow
 
 SOURCE = "jax"
@@ -219,34 +219,34 @@ class RunRecording:
         """Inside a shared fixture's pause (`FixtureNotes.noting`): the arrays among `values`, each
         shard's device and bytes (as the target sizes them), noted as what JAX holds for that fixture;
         and the target compiler's entry that sized the run that made them (`plan`'s, or that of the
-        executable the first of them names), as what the fixture needed. Not noted, as the buffers
-        whoever made them holds: an output of `plan`'s run that XLA aliased to a donated one of its
-        `parameters`, and a shard on a device in `kept` (a put that kept its value's shard there)."""
+        executable the first of them names), as what the fixture needed. An output of `plan`'s run
+        that XLA aliased to a donated one of its `parameters`, and a shard on a device in `kept` (a
+        put that kept its value's shard there), hold what the donor or the value held: another
+        holder of it where this fixture made it (`FixtureNotes.share`), else nothing new."""
         if plan is None and values and isinstance(values[0], self._array_type):
             plan = self._executables.named_by(values[0])
-        given = parameters or ()
+        given, fixtures, target = parameters or (), self._recorder.fixtures, self._shards.size_of
         aliased = {
-            output
+            output: donor
             for output, position in (plan.aliases.items() if plan is not None else ())
             if position < len(given)
             and (donor := self._device_array(given[position])) is not None
             and donor.is_deleted()
         }
-        arrays = [
-            value for index, value in enumerate(values) if isinstance(value, self._array_type) and index not in aliased
-        ]
-        target, note_entry = self._shards.size_of, self._recorder.fixtures.note_entry
 
         def size_of(extents: tuple[int, ...], dtype: Any) -> int | None:  # the shapes asked, as entries needed
-            note_entry((tuple(extents), str(dtype)))
+            fixtures.note_entry((tuple(extents), str(dtype)))
             return target(extents, dtype) if target is not None else None
 
-        for value in arrays:
-            aval = value.aval
-            shards = shards_of(aval.shape, aval.dtype.itemsize, value.sharding, size_of, aval.dtype)
-            self._recorder.fixtures.note(SOURCE, value, [shard for shard in shards if shard[0] not in kept], _deleted)
+        for index, value in enumerate(values):
+            if index in aliased:
+                fixtures.share(value, aliased[index])
+            elif isinstance(value, self._array_type):
+                aval = value.aval
+                shards = shards_of(aval.shape, aval.dtype.itemsize, value.sharding, size_of, aval.dtype)
+                fixtures.note(SOURCE, value, [shard for shard in shards if shard[0] not in kept], _deleted)
         if plan is not None and plan.sized_key:
-            self._recorder.fixtures.note_entry(plan.sized_key)
+            fixtures.note_entry(plan.sized_key)
 
     def _note_fast(self, function: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any) -> None:
         """`_note` for a run on JAX's fast path, its parameters read where its plan aliases any (and
@@ -294,7 +294,10 @@ class RunRecording:
                     source = capture._device_array(values[position]) if position < len(values) else None
                     if source is not result:  # the value itself: noted where it was made
                         copy = copies[position] if position < len(copies) else None
-                        capture._note([result], kept=capture._kept_shards(source, result, copy))
+                        kept = kept_by_put(source, result, copy, capture._donate_input, capture._always_copy)
+                        capture._note([result], kept=kept)
+                        if kept:
+                            capture._recorder.fixtures.share(result, source)
             return results
 
         return batched_device_put
@@ -317,13 +320,13 @@ class RunRecording:
             shards, kept, shared, held = self._shards.of(result), frozenset[str](), [], None
             if source is not None:
                 copy = copy_semantics[position] if position < len(copy_semantics) else None
-                donated = self._donated(source, copy)
+                donated = put_took_over(source, copy, self._donate_input)
                 if donated:
                     held = holdings.hand_over(source)
                     if held is not None:
                         holdings.hold(result, held)
                         continue
-                kept = self._kept_shards(source, result, copy)  # donated: a value made before the test, taken over
+                kept = kept_by_put(source, result, copy, self._donate_input, self._always_copy)  # donated: taken over
                 held = None if donated or not kept else holdings.held_by(source)
                 shared = self._shared_shards(source, held, kept) if held is not None else []
             made = [allocate(size, SOURCE, DEVICE_PUT, device, site) for device, size in shards if device not in kept]
@@ -407,20 +410,6 @@ class RunRecording:
             shared = [buffer_id for label, buffer_id in zip(devices, held.ids) if label == device][:1]
             if shared:
                 holdings.hold_sharing(view, shared, [])
-
-    def _donated(self, source: Any, copy: Any) -> bool:
-        """Whether a put with `copy` semantics took `source`'s buffers over (JAX deleted it)."""
-        return bool(source.is_deleted()) and copy is not None and copy == self._donate_input
-
-    def _kept_shards(self, source: Any, result: Any, copy: Any) -> frozenset[str]:
-        """The devices on which a put of `source` (None: a host value) with `copy` semantics kept its
-        shard as `result`'s: none where it copies, or where `source` was deleted and not given to it."""
-        if source is None or not (self._donated(source, copy) or not source.is_deleted() and copy != self._always_copy):
-            return frozenset()
-        try:
-            return kept_in_place(source, result)
-        except Exception:  # a sharding this cannot read: every shard a copy, as the transfer it may be
-            return frozenset()
 
     def _shared_shards(self, source: Any, held: Held, kept: frozenset[str]) -> list[int]:
         """Of what `source` holds (`held`), the allocations of its shards on the devices in `kept`; all

@@ -48,6 +48,24 @@ def shards_of(
     return tuple(shards)
 
 
+def put_took_over(source: Any, copy: Any, donate: Any) -> bool:
+    """Whether a put with `copy` semantics took `source`'s buffers over (`donate`, JAX's
+    `ArrayCopySemantics.DONATE_INPUT`: JAX deleted it)."""
+    return bool(source.is_deleted()) and copy is not None and copy == donate
+
+
+def kept_by_put(source: Any, result: Any, copy: Any, donate: Any, always_copy: Any) -> frozenset[str]:
+    """The devices on which a put of `source` (None: a host value) with `copy` semantics kept its
+    shard as `result`'s (`kept_in_place`): none where it copies (`always_copy`), or where `source`
+    was deleted and not `donate`d to it."""
+    if source is None or not (put_took_over(source, copy, donate) or not source.is_deleted() and copy != always_copy):
+        return frozenset()
+    try:
+        return kept_in_place(source, result)
+    except Exception:  # a sharding this cannot read: every shard a copy, as the transfer it may be
+        return frozenset()
+
+
 def kept_in_place(source: Any, result: Any) -> frozenset[str]:
     """The devices where `result`'s shard is the slice of the logical array that `source` already
     holds on that device: JAX puts that buffer in place, not a copy (jax/_src/array.py: a fully
