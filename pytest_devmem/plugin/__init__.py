@@ -11,7 +11,7 @@ from collections.abc import Generator
 
 import pytest
 
-from .. import hookspec
+from .. import hookspec, supported
 from ..capture.jax import compilers
 from ..errors import DevmemError
 from ..gate.baseline import BaselineStore
@@ -57,6 +57,9 @@ def pytest_configure(config: pytest.Config) -> None:
         if settings.disable:
             config.pluginmanager.register(DisabledSession(), PLUGIN_NAME)
             return
+        refused = supported.problems()
+        if refused:
+            raise pytest.UsageError("; ".join(refused))
         if settings.regime is not None and settings.sets_framework_variables:
             conflicts = config.stash.get(conflicts_key, None)
             if conflicts is None:  # the plugin came too late for the early check: the environment is still the user's

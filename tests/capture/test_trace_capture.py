@@ -20,11 +20,11 @@ def shape(events: Any) -> list[tuple[str, int, int, str]]:
 
 
 def test_installed_jax_is_hooked_not_left_to_a_fallback(capture: tuple[TraceRecorder, JaxCapture]) -> None:
-    from pytest_devmem.capture.jax import TESTED_JAX
+    from pytest_devmem.supported import JAX
 
     _, jax_capture = capture
     assert jax_capture.installed and jax_capture.note == ""
-    assert jax_capture.version.startswith(TESTED_JAX + ".")  # the supported range, pinned in the test extra
+    assert JAX.problem(jax_capture.version) is None  # every release the matrix runs this on is in the range
 
 
 def test_a_jax_without_a_hook_is_not_traced_and_says_so(jax_loaded: object, monkeypatch: pytest.MonkeyPatch) -> None:

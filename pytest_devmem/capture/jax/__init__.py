@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import sys
 
-from .capture import SOURCE, TESTED_JAX, JaxCapture
+from . import internals
+from .capture import SOURCE, JaxCapture
 from .window import JaxWindow
 
-__all__ = ["SOURCE", "TESTED_JAX", "JaxCapture", "JaxWindow", "jax_backend_started"]
+__all__ = ["SOURCE", "JaxCapture", "JaxWindow", "jax_backend_started"]
 
 
 def jax_backend_started() -> bool:
     """True once JAX has created a backend in this process, read from `sys.modules` without importing
     JAX: after that, its memory settings no longer change, and a capture may ask it for its devices
     without starting it."""
-    if "jax" not in sys.modules:
-        return False
-    bridge = sys.modules.get("jax._src.xla_bridge")
-    return bool(getattr(bridge, "_backends", None))
+    return "jax" in sys.modules and internals.backend_started()

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import logging
 
-BACKENDS_LOGGER = "jax._src.xla_bridge"
-
 
 class KeptAsText(logging.Filter):
     """A record's exception as text: printed as before, its frames not held. Each capture adds its
-    own to JAX's backend logger (`BACKENDS_LOGGER`) while it is installed."""
+    own to JAX's backend logger (`internals.BACKENDS_LOGGER`) while it is installed."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.exc_info and record.exc_info[0] is not None:

@@ -23,10 +23,12 @@ from collections.abc import Callable, Iterable, Sequence
 from threading import get_ident
 from typing import Any
 
+from ...supported import SUPPORTED_JAX
 from ..call_sites import CallSites
 from ..framework import Patches
 from ..recorder import FLUSH_CHECK, TraceRecorder
-from .backend_log import BACKENDS_LOGGER, KeptAsText
+from . import internals
+from .backend_log import KeptAsText
 from .executables import ExecutablePlan, Executables, source_of
 from .holdings import Holdings, Owner
 from .lowering import compiling_for_target
@@ -35,8 +37,6 @@ from .runs import SOURCE, RunRecording
 from .shards import Asked, ShardSizes
 from .window import JaxWindow
 
-TESTED_JAX = "0.10"
-"""The JAX minor version these hooks were written against and are tested with."""
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 """The monitoring event JAX records once per executable XLA compiles (jax._src.dispatch)."""
 
@@ -96,16 +96,15 @@ class JaxCapture(RunRecording):
             return True
         try:
             import jax as jax_module
-            from jax._src import dispatch, pjit
-            from jax._src.interpreters import pxla
-            from jax._src.lib import _jax, xla_client
-            from jax._src.tree_util import dispatch_registry
+
+            internal = internals.dispatch()
         except ImportError as exc:
             self.note = f"JAX's dispatch internals could not be imported ({exc}): JAX allocations are not traced"
             return False
         self.version = str(getattr(jax_module, "__version__", ""))
+        dispatch, pjit, pxla, xla_client = internal.dispatch, internal.pjit, internal.pxla, internal.xla_client
         array_type = getattr(xla_client, "ArrayImpl", None)
-        cache = getattr(_jax, "PjitFunctionCache", None)
+        cache = getattr(internal.lib, "PjitFunctionCache", None)
         slot = post_hook_slot()
         missing = [
             name
@@ -123,14 +122,14 @@ class JaxCapture(RunRecording):
         ]
         if missing:
             self.note = (
-                f"JAX {self.version} lacks {', '.join(missing)} (pytest-devmem's hooks are tested with JAX {TESTED_JAX}): "
+                f"JAX {self.version} lacks {', '.join(missing)} (pytest-devmem's hooks are tested with JAX {SUPPORTED_JAX}): "
                 "JAX allocations are not traced"
             )
             return False
         assert slot is not None and cache is not None
         self._array_type = array_type
         self._jax_array = jax_module.Array
-        self._flatten = lambda tree: dispatch_registry.flatten(tree, None)[0]  # as the fast path flattens
+        self._flatten = internal.flatten  # as the fast path flattens
         if self.sizer is not None:
             self.sizer.install()  # where it cannot be, its `note` says why and the CPU's sizes stand
         self._executables = Executables(cache.clear_all, self.installed_sizer)
@@ -149,7 +148,7 @@ class JaxCapture(RunRecording):
         self._post_hook = self._fast_hook()
         slot.subscribe(self._post_hook)
         self._listen_to_compiles()
-        logging.getLogger(BACKENDS_LOGGER).addFilter(self._backend_log)
+        logging.getLogger(internals.BACKENDS_LOGGER).addFilter(self._backend_log)
         cache.clear_all()  # fast-path entries made before the hooks name no executable the capture knows
         if self.installed_sizer is not None and hasattr(jax_module, "clear_caches"):
             # what JAX compiled before the sizer went in (at import, in a test nobody measured) would
@@ -162,7 +161,7 @@ class JaxCapture(RunRecording):
     def uninstall(self) -> None:
         """Put JAX's own functions back."""
         self._patches.restore()
-        logging.getLogger(BACKENDS_LOGGER).removeFilter(self._backend_log)
+        logging.getLogger(internals.BACKENDS_LOGGER).removeFilter(self._backend_log)
         if self.sizer is not None:
             self.sizer.uninstall()
         if self._post_hook is not None:  # subscribed: JAX is imported, and the slot made
@@ -172,9 +171,9 @@ class JaxCapture(RunRecording):
             self._post_hook = None
         if self._compile_listener is not None:
             try:
-                from jax._src import monitoring
+                import jax.monitoring
 
-                monitoring.unregister_event_duration_listener(self._compile_listener)
+                jax.monitoring.unregister_event_duration_listener(self._compile_listener)
             except (ImportError, AttributeError, AssertionError, ValueError):
                 pass
             self._compile_listener = None

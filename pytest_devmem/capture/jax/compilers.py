@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ...errors import DevmemError, FileFormatError
 from ...files import read_json
+from . import internals
 
 __all__ = [
     "COMMAND",
@@ -329,7 +330,7 @@ def load(platform_name: str, directory: str | os.PathLike[str] | None = None) ->
     except CompilersError as exc:
         _problems[platform_name] = f"{WHAT[platform_name]} is not installed: {exc}"
         return _problems[platform_name]
-    if "jax._src.lib" in sys.modules:
+    if internals.jaxlib_loaded():
         _after_jax.add(platform_name)
     place = str(folder / platform_name)
     if place not in sys.path:

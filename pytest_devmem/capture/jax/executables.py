@@ -19,6 +19,7 @@ from typing import Any
 
 from ...model.buffers import ProgramBuffers
 from ...model.executables import ARGUMENT_SUFFIX, TEMP_SUFFIX
+from . import internals
 from .buffers import in_jax, program_buffers
 from .shards import Shards, device_label
 from .sizes import ExecutableSizes, NotRunnable
@@ -87,10 +88,7 @@ class ExecutablePlan:
 def source_of(executable: Any) -> str:
     """Where a `pxla.MeshExecutable`'s function is defined, "name at file:line" as JAX's debug info
     has it (`_all_args_info.debug_info.func_src_info`, jax/_src/interpreters/pxla.py); "" where not."""
-    try:
-        return str(executable._all_args_info.debug_info.func_src_info or "")
-    except Exception:
-        return ""
+    return internals.function_source(executable)
 
 
 def defined_by_jax(defined_in: str) -> bool:
@@ -167,10 +165,8 @@ def _module_text(xla_executable: Any) -> str:
     another caller, reads the same ("" where the backend gives none). Its first line is the module's
     header (`HloPrintOptions.canonical`, xla/hlo/ir/hlo_print_options.h)."""
     try:
-        from jax._src.lib import hlo  # jaxlib._hlo, imported with jax
-
         modules = xla_executable.hlo_modules()
-        return modules[0].to_string(hlo.HloPrintOptions.canonical()) if modules else ""
+        return modules[0].to_string(internals.canonical_print_options()) if modules else ""
     except Exception:
         return ""
 

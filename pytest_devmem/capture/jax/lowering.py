@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import sys
 import threading
 import warnings
 import weakref
@@ -26,7 +25,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from ...supported import SUPPORTED_JAX
 from ..framework import Patches
+from . import internals
 
 _state = threading.local()
 
@@ -81,10 +82,11 @@ class LoweringHooks:
                 self._users += 1
                 return True
             try:
-                from jax._src.interpreters import pxla  # JAX: imported only where it runs
+                hooked = internals.lowering()
             except ImportError as exc:
                 self.note = f"JAX's lowering internals could not be imported ({exc})"
                 return False
+            pxla = hooked.pxla
             missing = [
                 name
                 for name, present in (
@@ -98,19 +100,21 @@ class LoweringHooks:
                 if not present
             ]
             if missing:
-                self.note = f"this JAX lacks {', '.join(missing)} (tested with JAX 0.10)"
+                self.note = f"this JAX lacks {', '.join(missing)} (tested with JAX {SUPPORTED_JAX})"
                 return False
             self.lower = pxla.lower_sharding_computation
             self._signature = inspect.signature(self.lower)
             if "closed_jaxpr" not in self._signature.parameters:
-                self.note = "this JAX's lower_sharding_computation takes no closed_jaxpr (tested with JAX 0.10)"
+                self.note = (
+                    f"this JAX's lower_sharding_computation takes no closed_jaxpr (tested with JAX {SUPPORTED_JAX})"
+                )
                 return False
             self._patches.replace(pxla, "lower_sharding_computation", self._wrap_lower)
             self._patches.replace(pxla.MeshComputation, "compile", self._wrap_compile)
-            compiler: Any = sys.modules.get("jax._src.compiler")  # imported with jax
+            compiler: Any = hooked.compiler
             if callable(getattr(compiler, "_get_cache_key", None)):
                 self._patches.replace(compiler, "_get_cache_key", _no_persistent_cache_when_retargeting)
-            mlir: Any = sys.modules.get("jax._src.interpreters.mlir")  # imported with jax
+            mlir: Any = hooked.mlir
             if getattr(mlir, "warnings", None) is warnings:
                 self._patches.replace(mlir, "warnings", WarningsUnlessRetargeting)
             self._users = 1
@@ -194,9 +198,7 @@ class LoweringHooks:
         if recipe.source:
             return
         try:
-            from jax._src.interpreters import mlir  # JAX: imported only where it runs
-
-            recipe.source = mlir.module_to_string(computation.stablehlo(), enable_debug_info=False)
+            recipe.source = internals.module_text(computation)
         except Exception:  # unnamed: a sizer lowers it again to name it
             recipe.source = ""
 
@@ -253,15 +255,13 @@ class DeviceMap:
     """Rewrites shardings, meshes, devices and jaxprs from one set of devices to another."""
 
     def __init__(self, mapping: dict[Any, Any]) -> None:
-        from jax._src import core  # JAX: imported only where it runs
-        from jax._src.lib import xla_client
-        from jax._src.sharding_impls import GSPMDSharding
-        from jax.sharding import Mesh, NamedSharding, Sharding, SingleDeviceSharding
+        from jax.sharding import Mesh, NamedSharding, Sharding, SingleDeviceSharding  # JAX: only where it runs
 
+        types = internals.sharding_types()
         self.mapping = mapping
-        self._core = core
-        self._device_type = xla_client.Device
-        self._mesh, self._named, self._single, self._gspmd = Mesh, NamedSharding, SingleDeviceSharding, GSPMDSharding
+        self._closed_jaxpr, self._jaxpr = internals.jaxpr_types()
+        self._device_type = types.device
+        self._mesh, self._named, self._single, self._gspmd = Mesh, NamedSharding, SingleDeviceSharding, types.gspmd
         self._sharding_base = Sharding
         self._seen: dict[int, Any] = {}
 
@@ -283,7 +283,6 @@ class DeviceMap:
         return result
 
     def _value(self, value: Any) -> Any:
-        core = self._core
         if isinstance(value, self._device_type):
             return self.device(value)
         if isinstance(value, self._single):
@@ -311,11 +310,12 @@ class DeviceMap:
             return self._mesh(devices, value.axis_names, axis_types=value.axis_types)
         if isinstance(value, self._sharding_base):
             raise NotMappable(f"the computation holds a {type(value).__name__}, which cannot be moved to other devices")
-        if isinstance(value, core.ClosedJaxpr) and value.jaxpr is not value:
+        closed = self._closed_jaxpr
+        if closed is not None and isinstance(value, closed) and value.jaxpr is not value:
             # JAX 0.11 made ClosedJaxpr and Jaxpr one class, whose `.jaxpr` is itself: the Jaxpr branch below
             jaxpr = self.value(value.jaxpr)
-            return value if jaxpr is value.jaxpr else core.ClosedJaxpr(jaxpr, value.consts)
-        if isinstance(value, core.Jaxpr):
+            return value if jaxpr is value.jaxpr else closed(jaxpr, value.consts)
+        if isinstance(value, self._jaxpr):
             eqns = [self._equation(eqn) for eqn in value.eqns]
             if all(new is old for new, old in zip(eqns, value.eqns)):
                 return value
@@ -338,8 +338,9 @@ def lower_for(recipe: Recipe, devices: list[Any]) -> Any:
     """JAX's lowering of the recipe's jaxpr again, with `devices` (of another platform) where its own
     devices were: the i-th device of its assignment becomes `devices[i]`. Returns JAX's
     MeshComputation; raises NotMappable where something inside names a device it cannot move."""
-    from jax._src.sharding_impls import UnspecifiedValue  # JAX: imported only where it runs
-    from jax.sharding import SingleDeviceSharding
+    from jax.sharding import SingleDeviceSharding  # JAX: imported only where it runs
+
+    UnspecifiedValue = internals.sharding_types().unspecified
 
     if len(devices) != len(recipe.devices):
         raise NotMappable(f"the executable runs on {len(recipe.devices)} device(s), not {len(devices)}")

@@ -22,6 +22,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from . import internals
+
 PostHook = Callable[[Any, tuple[Any, ...], dict[str, Any], Any], None]
 
 
@@ -52,7 +54,7 @@ class PostHookSlot:
         self._real = api._post_hook_state
         self.jax_global: Any = self._real.get_global()
         self.jax_local = threading.local()
-        self._unset = _unset_marker()
+        self._unset = internals.unset_marker()
         self._subscribers: list[PostHook] = []
 
     def subscribe(self, hook: PostHook) -> None:
@@ -100,16 +102,6 @@ class PostHookSlot:
         return chained
 
 
-def _unset_marker() -> Any:
-    """The value a JAX config state's `get_local()` returns where the thread set none (jax/_src/config.py:
-    `config_ext.unset`); None where this JAX has no such marker."""
-    try:
-        from jax._src import config  # JAX: imported only where it runs
-    except ImportError:
-        return None
-    return getattr(getattr(config, "config_ext", None), "unset", None)
-
-
 _slot: PostHookSlot | None = None
 
 
@@ -118,7 +110,7 @@ def post_hook_slot() -> PostHookSlot | None:
     global _slot
     if _slot is None:
         try:
-            from jax._src import api  # JAX: imported only where it runs
+            api = internals.post_hook_module()
         except ImportError:
             return None
         state = getattr(api, "_post_hook_state", None)

@@ -38,6 +38,7 @@ from ...errors import FileFormatError
 from ...files import read_json, write_atomic
 from ...model.buffers import ProgramBuffers
 from ...units import KiB, byte_count_problem
+from . import internals
 from .sizes import ExecutableSizes
 
 __all__ = ["BUFFERS_FIELD", "CACHE_FORMAT", "BadEntry", "SizeCache", "cached_buffers", "read_entry", "writable"]
@@ -133,9 +134,7 @@ class SizeCache:
 
     def _cache_key(self, computation: Any, devices: int) -> str | None:
         try:
-            from jax._src.interpreters import mlir  # JAX: imported only where it runs
-
-            text = mlir.module_to_string(computation.stablehlo(), enable_debug_info=False)
+            text = internals.module_text(computation)
         except Exception:
             return None
         return self._digest(devices, "lowered", _MODULE_NAME.sub("module @program", text, count=1))

@@ -32,7 +32,7 @@ from typing import Any
 from ...compile_store import ARRAY_FIELD
 from ...errors import InvalidSettingError
 from ...model.tpu_targets import TpuSpec
-from . import compilers, lowering
+from . import compilers, internals, lowering
 from .gpu_compile import GpuSizer
 from .sizes import NoTopology, NoTopologyError, Refused, SizerError, Unavailable, first_line, parse_refusal
 from .tpu_plugin import quiet_libtpu
@@ -378,12 +378,7 @@ _ELSEWHERE = object()
 def _trace_context() -> object:
     """JAX's trace context in this thread (the thread-local settings that tracing and lowering
     read), or None where this JAX has none to compare."""
-    try:
-        from jax._src import config  # JAX: imported only where it runs
-
-        return config.trace_context()
-    except Exception:
-        return None
+    return internals.trace_context()
 
 
 _beside: TpuSizer | None = None

@@ -11,13 +11,10 @@ plugin's environment (`environment_for_libtpu`) sets it before JAX starts. Impor
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
-import sys
 from collections.abc import Mapping
-from pathlib import Path
 
-from . import compilers
+from . import compilers, internals
 
 __all__ = ["QUIET_LIBTPU", "environment_for_libtpu", "quiet_libtpu", "tpu_present"]
 
@@ -60,23 +57,12 @@ def tpu_present() -> bool:
     that asking imports no JAX before the session has set what JAX reads). Once per process."""
     if not any(os.path.exists(path) for path in TPU_DEVICE_PATHS):
         return False  # no TPU driver's device files: no PCI scan (slow on a busy machine) needed
-    module = sys.modules.get("jax._src.hardware_utils")
+    try:
+        module = internals.hardware_utils()
+    except Exception:
+        return False
     if module is None:
-        try:
-            spec = importlib.util.find_spec("jax")
-            locations = list(spec.submodule_search_locations or []) if spec is not None else []
-            path = Path(locations[0]) / "_src" / "hardware_utils.py" if locations else None
-            loaded = (
-                importlib.util.spec_from_file_location("_devmem_jax_hardware_utils", path)
-                if path is not None and path.is_file()
-                else None
-            )
-            if loaded is None or loaded.loader is None:
-                return False
-            module = importlib.util.module_from_spec(loaded)
-            loaded.loader.exec_module(module)
-        except Exception:
-            return False
+        return False
     try:
         return int(module.num_available_tpu_chips_and_device_id()[0]) > 0
     except Exception:
