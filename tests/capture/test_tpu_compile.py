@@ -477,6 +477,36 @@ def test_small_arrays_take_their_tiled_size(jax_loaded: Any, pytester: pytest.Py
 
 
 @needs_libtpu
+def test_a_numpy_argument_is_copied_into_hbm_at_the_size_a_put_of_it_takes(
+    jax_loaded: Any, pytester: pytest.Pytester
+) -> None:
+    """A TPU copies a host argument into HBM in its tiled layout, as `device_put` does: the same bytes
+    for both, libtpu's f32[20000,9] (1,286,144 B), not the 720,000 B NumPy holds."""
+    pytester.makepyfile(
+        test_host="""
+        import jax, numpy as np
+
+        F = jax.jit(lambda v: v.sum())
+
+        def test_numpy():
+            F(np.ones((20000, 9), np.float32)).block_until_ready()
+
+        def test_float64_numpy():
+            F(np.ones((20000, 9))).block_until_ready()  # float32 on the device without x64
+
+        def test_put():
+            F(jax.device_put(np.ones((20000, 9), np.float32))).block_until_ready()
+        """
+    )
+    pytester.runpytest_inprocess(
+        "--devmem-device=sim:TPU-v5e", "--devmem-report=r.json", "--devmem-mode=compact"
+    ).assert_outcomes(passed=3)
+    records = json.loads((pytester.path / "r.json").read_text())["records"]
+    peaks = {r["test_id"].rpartition("::")[2]: r["peak_bytes_in_use"] for r in records}
+    assert peaks["test_numpy"] == peaks["test_float64_numpy"] == peaks["test_put"] == 1_286_144 + 512
+
+
+@needs_libtpu
 @pytest.mark.parametrize(
     ("preset", "used", "topology", "options"),
     [

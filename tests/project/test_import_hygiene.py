@@ -225,3 +225,20 @@ def test_no_module_reads_a_pools_private_attributes() -> None:
         }
     assert found - KNOWN_PRIVATE_READS == set()
     assert KNOWN_PRIVATE_READS - found == set(), "a known private read is gone: remove it from KNOWN_PRIVATE_READS"
+
+
+def test_only_the_internals_module_reaches_jax_private_modules() -> None:
+    """JAX's private modules change between releases: one module reaches them (docs/compatibility.md),
+    so a new release is one file to read. An import of `jax._src`, or its name looked up in
+    `sys.modules`, anywhere else fails here."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [node.value] if isinstance(node, ast.Constant) and isinstance(node.value, str) else []
+            found += [
+                f"{path.relative_to(PACKAGE)}: {n}" for n in names if n == "jax._src" or n.startswith("jax._src.")
+            ]
+    assert [f for f in found if not f.startswith("capture/jax/internals.py")] == []
+    assert found, "the internals module names no jax._src module: the test looks at nothing"

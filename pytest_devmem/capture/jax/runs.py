@@ -23,7 +23,7 @@ from ..call_sites import CallSites
 from ..recorder import TraceRecorder
 from .executables import ExecutablePlan, Executables
 from .holdings import Held, Holdings, Owner
-from .shards import Asked, ShardSizes, device_label, host_shards, kept_by_put, put_took_over, shards_of
+from .shards import Asked, ShardSizes, device_label, kept_by_put, put_took_over, shards_of
 from .window import JaxWindow
 
 SOURCE = "jax"
@@ -129,7 +129,7 @@ class RunRecording:
             return ()
         try:
             have = {device_label(device) for device in value.sharding.device_set}
-            wanted = host_shards(value, int(value.nbytes), plan.in_shardings[position])
+            wanted = self._shards.copied(value, plan.in_shardings[position])
         except Exception:  # a value or sharding this cannot read: no copy assumed
             return ()
         return tuple((device, size) for device, size in wanted if device not in have)
@@ -143,12 +143,11 @@ class RunRecording:
                 for device, part in self._copies(plan, position, value):
                     transfers.append(self._recorder.allocate(part, SOURCE, plan.argument_label, device, site))
                 continue
-            size = int(value.nbytes)
             sharding = plan.in_shardings[position] if position < len(plan.in_shardings) else None
             shards = (
-                host_shards(value, size, sharding)
+                self._shards.copied(value, sharding)
                 if sharding is not None
-                else ((plan.devices[0] if plan.devices else "", size),)
+                else ((plan.devices[0] if plan.devices else "", int(value.nbytes)),)
             )
             for device, part in shards:
                 transfers.append(self._recorder.allocate(part, SOURCE, plan.argument_label, device, site))

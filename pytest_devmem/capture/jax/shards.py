@@ -117,33 +117,43 @@ class ShardSizes:
                 self.asked.update(known[3])
             return known[2]
         asked: list[tuple[tuple[int, ...], str]] = []
-        size_of = self.size_of
-        if size_of is not None:
-            target = size_of
-
-            def size_of(extents: tuple[int, ...], dtype: Any) -> int | None:
-                asked.append((tuple(extents), str(dtype)))
-                return target(extents, dtype)
-
-        shards = shards_of(aval.shape, aval.dtype.itemsize, sharding, size_of, aval.dtype)
+        shards = shards_of(aval.shape, aval.dtype.itemsize, sharding, self._asking(asked), aval.dtype)
         if len(self._known) >= CACHE_LIMIT:
             self._known.clear()
         self._known[key] = (aval, sharding, shards, tuple(asked))  # held: the ids stay theirs while cached
         self.asked.update(asked)
         return shards
 
+    def copied(self, value: Any, sharding: Any) -> Shards:
+        """A value a run copies to devices under `sharding` (a NumPy array, or a JAX array not on
+        them): each shard sized as a put of its shape and dtype is, in the target's layout.
+        The dtype is JAX's for the value (`jax.dtypes.canonicalize_dtype`: float64 without x64 is
+        float32), which is what the copy holds."""
+        shape = tuple(getattr(value, "shape", ()))
+        if not math.prod(shape):
+            return ()
+        from jax import dtypes  # JAX: imported only where it runs
+
+        dtype = dtypes.canonicalize_dtype(value.dtype)
+        asked: list[tuple[tuple[int, ...], str]] = []
+        shards = shards_of(shape, dtype.itemsize, sharding, self._asking(asked), dtype)
+        self.asked.update(asked)
+        return shards
+
+    def _asking(self, asked: list[tuple[tuple[int, ...], str]]) -> ShardSize | None:
+        """`size_of`, noting each (shard shape, dtype) it is asked in `asked`."""
+        target = self.size_of
+        if target is None:
+            return None
+
+        def size_of(extents: tuple[int, ...], dtype: Any) -> int | None:
+            asked.append((tuple(extents), str(dtype)))
+            return target(extents, dtype)
+
+        return size_of
+
     def asked_of(self, array: Any) -> Asked:
         """The (shard shape, dtype) pairs `size_of` sized for `array`'s shards (after `of`): what a
         later run with the same output asks again, though it is not read again (a step's)."""
         known = self._known.get((id(array.aval), id(array.sharding)))
         return known[3] if known is not None else ()
-
-
-def host_shards(value: Any, size: int, sharding: Any) -> Shards:
-    """A host value of `size` bytes transferred under `sharding`: each device's share of those bytes
-    (all of them on each device where the sharding replicates)."""
-    shape = tuple(getattr(value, "shape", ()))
-    elements = math.prod(shape)
-    if not elements:
-        return ()
-    return tuple((device, share * size // elements) for device, share in shards_of(shape, 1, sharding))
