@@ -37,12 +37,12 @@ class Supported:
         )
 
 
-JAX = Supported("jax", ("jax",), "0.8.0", "0.12.1", "0.8.0 to 0.12.0.1")
+JAX = Supported("jax", ("jax",), "0.8", "0.12.1", "0.8.0 to 0.12.0.1")
 TENSORFLOW = Supported(
     "tensorflow",
     ("tensorflow", "tensorflow-cpu", "tensorflow-macos", "tensorflow-intel"),
-    "2.16.0",
-    "2.22.0",
+    "2.16",
+    "2.22",
     "2.16 to 2.21",
 )
 PACKAGES = (JAX, TENSORFLOW)  # jaxlib: JAX refuses a jaxlib not its own at import

@@ -68,3 +68,21 @@ def test_every_readme_link_works_on_the_index_page() -> None:
         ):
             if target.startswith(prefix):
                 assert (ROOT / target.removeprefix(prefix).split("#")[0]).exists(), target
+
+
+def test_the_declared_ranges_are_the_ones_a_session_accepts() -> None:
+    """The extras, the Python requirement and the classifiers say pytest_devmem/supported.py's range."""
+    from packaging.requirements import Requirement
+
+    from pytest_devmem import supported
+
+    meta = project()["project"]
+    assert meta["requires-python"] == ">={}.{}".format(*supported.PYTHON_LOW)
+    pythons = {c.rpartition(" :: ")[2] for c in meta["classifiers"] if re.fullmatch(r".*Python :: 3\.\d+", c)}
+    low, below = supported.PYTHON_LOW[1], supported.PYTHON_BELOW[1]
+    assert pythons == {f"3.{minor}" for minor in range(low, below)}
+    extras = meta["optional-dependencies"]
+    declared = [Requirement(r) for r in extras["jax"] + extras["tensorflow"] + extras["tensorflow-cpu"]]
+    for requirement in declared:
+        package = supported.JAX if requirement.name == "jax" else supported.TENSORFLOW
+        assert str(requirement.specifier) == f"<{package.below},>={package.low}", requirement
