@@ -88,15 +88,13 @@ def installed_as(direct_url: str | None, version: str) -> str:
             url += f"#subdirectory={data['subdirectory']}"
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(f"this copy of {PLUGIN}'s direct_url.json cannot be read ({exc}): name {ANY_SPEC}") from None
-    return plugin_requirement(
-        f"{PLUGIN} @ {url}", f"this copy of {PLUGIN} (installed from {url}, its direct_url.json says)"
-    )
+    return plugin_requirement(f"{PLUGIN} @ {url}", f"this copy of {PLUGIN}, as its direct_url.json says,")
 
 
-def plugin_requirement(spec: str, given: str | None = None) -> str:
+def plugin_requirement(spec: str, source: str = "--plugin-spec") -> str:
     """`spec` (a requirement naming the plugin, or a URL of it) as one a runner can install."""
-    given = given or f"--plugin-spec {spec!r}"
-    checked(given, spec, "how a runner installs the plugin")
+    given = f"{source} {spec!r}"
+    checked(source, spec, "how a runner installs the plugin")
     try:
         requirement = Requirement(spec if re.match(r"[\w+.-]+://", spec) is None else f"{PLUGIN} @ {spec}")
     except InvalidRequirement as exc:
