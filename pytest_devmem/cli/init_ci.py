@@ -1,8 +1,9 @@
 """`devmem init-ci [TESTS...]`: the GitHub Actions workflows of a memory gate for your repository,
 written as files you commit and edit: `devmem.yml` (measure, gate, refresh preview, history) and
 `devmem-comment.yml` (the pull request's comment, from a `workflow_run` that never runs the pull
-request's code). The plugin is installed from the package index, pinned to this version, with the
-extras the device needs; every action is pinned to a commit, with its release in a comment.
+request's code). A runner installs the plugin as this copy was installed (PEP 610), or as
+`--plugin-spec` says; every action is pinned to a commit, with its release in a comment. Every value
+given is checked before it is written, so the file parses to what was meant.
 
 The workflows are the package's templates (`templates/*.yml`) with a few words filled in; this
 repository's own `.github/workflows/devmem.yml` is the same template, filled in for its examples."""
@@ -10,18 +11,24 @@ repository's own `.github/workflows/devmem.yml` is the same template, filled in 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import json
 import os
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from urllib.parse import urlsplit
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from ..errors import InputError, InvalidSettingError
 from ..files import write_atomic
 from ..model.device import open_simulated
 from ..options import OPTION
-from ..version import package_version
 from .common import add_setting
 
 HELP = "Write the GitHub Actions workflows of a memory gate for your repository (.github/workflows/)"
@@ -33,6 +40,7 @@ ACTIONS = {
     "DOWNLOAD_ARTIFACT": ("d3f86a106a0bac45b974a628896c90dbdf5c8093", "v4.3.0"),
     "GITHUB_SCRIPT": ("f28e40c7f34bde8b3046d885e986cb6290c5673b", "v7.1.0"),
     "BENCHMARK_ACTION": ("a60cea5bc7b49e15c1f58f411161f99e0df48372", "v1.22.0"),
+    "CACHE": ("0057852bfaa89a56745cba8c7296529d2fc39830", "v4.3.0"),
 }
 """Each action the workflows use: the commit its release tag points at (read from the action's own
 repository), and the tag, written beside the pin. A pin by tag can be moved; a commit cannot."""
@@ -52,6 +60,72 @@ class Gate:
     mode: str = "prealloc"  # compact on a TPU preset: the TPU runtime's regime
     python: str = "3.11"
     branch: str = "main"
+    compiler: str | None = None  # `gpu` or `tpu`: installed, and kept in the Actions cache
+
+
+PLUGIN = "pytest-devmem"
+ANY_SPEC = f"--plugin-spec, e.g. 'git+https://github.com/OWNER/{PLUGIN}@COMMIT' (a commit a runner can fetch) or '{PLUGIN}==X' (a release)"
+
+
+def checked(option: str, value: str, allowed: str, pattern: str = ".*") -> str:
+    """`value` as a workflow may hold it: printable, no `${{ }}` (GitHub expands it in `run:`), of `pattern`."""
+    if not value.isprintable() or "${{" in value or not re.fullmatch(pattern, value):
+        raise InputError(f"{option} {value!r}: {allowed} (printable, no ${{{{ }}}})")
+    return value
+
+
+def installed_as(direct_url: str | None, version: str) -> str:
+    """The requirement that installs this copy again, read from its PEP 610 `direct_url.json`: none
+    means an index; a VCS URL is pinned to the commit. A copy from this machine is refused."""
+    if direct_url is None:
+        return f"{PLUGIN}=={version}"
+    try:
+        data = json.loads(direct_url)
+        url = data["url"]
+        if "vcs_info" in data:
+            url = f"{data['vcs_info']['vcs']}+{url}@{data['vcs_info']['commit_id']}"
+        if "subdirectory" in data:
+            url += f"#subdirectory={data['subdirectory']}"
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"this copy of {PLUGIN}'s direct_url.json cannot be read ({exc}): name {ANY_SPEC}") from None
+    return plugin_requirement(f"{PLUGIN} @ {url}", f"this copy of {PLUGIN}, as its direct_url.json says,")
+
+
+def plugin_requirement(spec: str, source: str = "--plugin-spec") -> str:
+    """`spec` (a requirement naming the plugin, or a URL of it) as one a runner can install."""
+    given = f"{source} {spec!r}"
+    checked(source, spec, "how a runner installs the plugin")
+    try:
+        requirement = Requirement(spec if re.match(r"[\w+.-]+://", spec) is None else f"{PLUGIN} @ {spec}")
+    except InvalidRequirement as exc:
+        raise InputError(f"{given}: not a requirement ({exc}); name {ANY_SPEC}") from None
+    if canonicalize_name(requirement.name) != PLUGIN:
+        raise InputError(f"{given}: names {requirement.name}, not {PLUGIN}; name {ANY_SPEC}")
+    if requirement.url is not None and urlsplit(requirement.url).scheme.split("+")[-1] in ("file", ""):
+        raise InputError(f"{given}: a folder or file on this machine, which a runner cannot reach; name {ANY_SPEC}")
+    return str(requirement)
+
+
+def this_copy() -> str:
+    """How this copy of the plugin was installed, as a requirement a runner can install."""
+    try:
+        distribution = importlib.metadata.distribution(PLUGIN)
+    except importlib.metadata.PackageNotFoundError:
+        raise InputError(f"{PLUGIN} is not installed here (run from its source?): name {ANY_SPEC}") from None
+    return installed_as(distribution.read_text("direct_url.json"), distribution.version)
+
+
+def pip_words(install: str) -> str:
+    """`--install` as shell words for pip, each quoted: no shell operator, no comment."""
+    allowed = "pip's arguments, quoted as a shell would (e.g. \"-e '.[test]'\"); add a step for another command"
+    checked("--install", install, allowed)
+    try:
+        words = shlex.split(install)
+    except ValueError as exc:
+        raise InputError(f"--install {install!r}: {exc}: {allowed}") from None
+    if any(word in ("&&", "||", ";", "|", "&") or word.startswith("#") for word in words):
+        raise InputError(f"--install {install!r}: {allowed}")
+    return " ".join(shlex.quote(word) for word in words)
 
 
 def compiler_for(device: str) -> str | None:
@@ -70,12 +144,20 @@ def compiler_for(device: str) -> str | None:
     return "gpu" if simulated.preset is not None else None
 
 
-def gate_for_users(tests: Sequence[str], device: str, mode: str | None, install: str, python: str, branch: str) -> Gate:
+def gate_for_users(
+    tests: Sequence[str],
+    device: str,
+    mode: str | None,
+    install: str,
+    python: str,
+    branch: str,
+    plugin: str | None = None,
+) -> Gate:
     """The gate of a user's repository: its project installed by `install` (pip's arguments), the
-    plugin from the index, pinned to this version, with pytest-split (`ci`) to shard; on a GPU or TPU
-    preset, that device's compiler installed by `devmem compilers install`, outside the environment
-    and matched to the JAX the project installed."""
-    version = package_version()
+    plugin as `plugin` says (else as this copy was installed), with pytest-split (`ci`) to shard; on
+    a GPU or TPU preset, that device's compiler, installed outside the environment by `devmem
+    compilers install`, matched to the JAX the project installed."""
+    checked("--device", device, "sim:SIZE (e.g. sim:16GiB) or sim:PRESET", r"[\w:.+-]+")
     compiler = compiler_for(device)
     tpu = compiler == "tpu"
     if mode is not None:
@@ -84,29 +166,37 @@ def gate_for_users(tests: Sequence[str], device: str, mode: str | None, install:
             raise InputError(
                 f"--mode {mode}: {device} is a TPU preset, whose regime is the TPU runtime's (compact): leave --mode out"
             )
-    plugin = f"pytest-devmem[ci]=={version}"
-    measure_install = f"python -m pip install {install} {shlex.quote(plugin)}".replace("  ", " ")
-    if compiler is not None:
-        measure_install += f" && devmem compilers install --{compiler}"
+    for path in tests:
+        checked("test path", path, "a test path as pytest takes it, not an option", r"[^-].*")
+    checked("--python", python, "a Python version as actions/setup-python takes it (e.g. 3.12, pypy3.10)", r"[\w.+*-]+")
+    checked("--branch", branch, "a branch name: letters, digits and . _ / - (e.g. main)", r"\w[\w./-]*")
+    requirement = Requirement(this_copy() if plugin is None else plugin_requirement(plugin))
+    pip = f"python -m pip install {pip_words(install)} ".replace("  ", " ")
+    gate_install = f"python -m pip install {shlex.quote(str(requirement))}"
+    requirement.extras |= {"ci"}
     return Gate(
         tests=tuple(tests) or ("tests",),
-        measure_install=measure_install,
-        gate_install=f"python -m pip install {shlex.quote(f'pytest-devmem=={version}')}",
+        measure_install=pip + shlex.quote(str(requirement)),
+        gate_install=gate_install,
         device=device,
         mode="compact" if tpu else (mode or "prealloc"),  # a session with no mode measures marked tests only
         python=python,
         branch=branch,
+        compiler=compiler,
     )
 
 
 def render(name: str, gate: Gate) -> str:
     """The workflow `name` (one of WORKFLOWS) filled in for `gate`."""
     text = resources.files(__package__).joinpath("templates").joinpath(name).read_text(encoding="utf-8")
+    text = re.sub(r"^ *#if compiler\n(.*?)^ *#end compiler\n", r"\1" if gate.compiler else "", text, flags=re.M | re.S)
     device_args = f"--devmem-mode={gate.mode} --devmem-device={gate.device}"
     words = {
         "TESTS": " ".join(shlex.quote(path) for path in gate.tests),
-        "MEASURE_INSTALL": gate.measure_install,
-        "GATE_INSTALL": gate.gate_install,
+        "MEASURE_INSTALL": json.dumps(gate.measure_install),  # YAML's double-quoted form: no ` #` comment, no `: `
+        "GATE_INSTALL": json.dumps(gate.gate_install),
+        "COMPILER_NAME": (gate.compiler or "").upper(),
+        "COMPILER": gate.compiler or "",
         "DEVICE": device_args,
         "DEVICE_NAME": f"{gate.device}, {gate.mode}",
         "PYTHON": gate.python,
@@ -147,11 +237,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=Path(".github/workflows"),
         help="Where to write devmem.yml and devmem-comment.yml (default: .github/workflows)",
     )
+    parser.add_argument(
+        "--plugin-spec",
+        metavar="SPEC",
+        help=f"How a runner installs {PLUGIN}: a requirement or URL pip takes, e.g. 'git+https://github.com/OWNER/{PLUGIN}@COMMIT' (default: as this copy was installed, per its direct_url.json)",
+    )
     parser.add_argument("--force", action="store_true", help="Replace workflow files of those names")
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    gate = gate_for_users(args.tests, args.device, args.mode, args.install, args.python, args.branch)
+    gate = gate_for_users(args.tests, args.device, args.mode, args.install, args.python, args.branch, args.plugin_spec)
     paths = [args.directory / name for name in WORKFLOWS]
     if not args.force:
         there = [str(path) for path in paths if os.path.lexists(path)]
@@ -165,10 +260,10 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         write_atomic(path, text)
         print(f"wrote {path}")
     print(
-        "Next: record the baselines (python -m pytest "
-        + " ".join(gate.tests)
-        + f" --devmem-mode={gate.mode} --devmem-device={gate.device} --devmem-update),"
-        " commit baselines/ and the workflows, and create the history branch once:"
+        "Next: record the baselines, and the test durations pytest-split balances the parts by (python -m pytest "
+        + " ".join(shlex.quote(path) for path in gate.tests)
+        + f" --devmem-mode={gate.mode} --devmem-device={gate.device} --devmem-update --store-durations),"
+        " commit baselines/, .test_durations and the workflows, and create the history branch once:"
         ' git switch --orphan gh-pages && git commit --allow-empty -m "benchmark history" && git push origin gh-pages'
     )
     return 0

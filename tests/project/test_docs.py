@@ -5,6 +5,9 @@ warnings as errors."""
 from __future__ import annotations
 
 import importlib.util
+import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -74,20 +77,48 @@ def test_every_page_in_the_docs_folder_is_in_the_navigation_or_left_for_others()
     assert present - listed == set() and listed - present == set()
 
 
-@pytest.mark.slow
-def test_the_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
+def build(root: Path, site: Path) -> tuple[int, list[str]]:
+    """`mkdocs build --strict` of the site at `root`: its exit status and every warning it logged.
+    Never `--quiet`: under it MkDocs drops warnings before strict mode counts them, and exits 0."""
     pytest.importorskip("mkdocs")
     pytest.importorskip("material")
-    result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(tmp_path / "site")],
-        cwd=ROOT,
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=root,
         capture_output=True,
         text=True,
+        env={
+            **os.environ,
+            "NO_MKDOCS_2_WARNING": "1",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        },
     )
-    assert result.returncode == 0, result.stderr
+    output = done.stdout + done.stderr
+    return done.returncode, [line for line in output.splitlines() if re.match(r"(WARNING|ERROR) +-|Aborted", line)]
+
+
+@pytest.mark.slow
+def test_the_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
+    code, warnings = build(ROOT, tmp_path / "site")
+    assert (code, warnings) == (0, [])
     built = tmp_path / "site"
     assert (built / "pictures" / "built" / "out-of-memory.png").stat().st_size > 0  # drawn in the build
     assert "--devmem-only" in (built / "reference" / "options" / "index.html").read_text()
+
+
+@pytest.mark.slow
+def test_a_link_to_an_anchor_no_page_has_fails_the_build(tmp_path: Path) -> None:
+    """The check above, on a copy of the site with one broken anchor: it must see it."""
+    copy = tmp_path / "copy"
+    shutil.copytree(ROOT / "docs", copy / "docs")
+    (copy / "scripts").mkdir()
+    for name in ("mkdocs.yml", "CHANGELOG.md", "scripts/mkdocs_hooks.py"):
+        shutil.copy(ROOT / name, copy / name)
+    page = copy / "docs" / "ci.md"
+    page.write_text(page.read_text() + "\nSee [the gate](#no-such-heading).\n")
+    code, warnings = build(copy, tmp_path / "site")
+    assert code != 0
+    assert any("'#no-such-heading'" in line and "ci.md" in line for line in warnings), warnings
 
 
 def test_the_tpu_page_holds_the_presets_table_the_tool_prints() -> None:
