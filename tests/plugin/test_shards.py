@@ -321,7 +321,7 @@ def test_a_test_measured_in_two_reports_with_different_figures_is_an_error_namin
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda d: d["session"].update(device_class="sim-80GiB"), "device class 'sim-16GiB'"),
+        (lambda d: d["session"].update(device_class="sim-80GiB", device="sim:80GiB"), "device class 'sim-16GiB'"),
         (lambda d: d["session"].update(regime="growth"), "session regime prealloc"),
         (lambda d: d.update(version=1), "version 3 report"),
     ],
