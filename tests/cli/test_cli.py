@@ -529,3 +529,20 @@ def test_a_device_class_is_a_plain_name_made_from_its_device_wherever_it_is_read
         assert main(["merge", str(report), "--baselines", str(baselines)]) == 2
         assert f"device class {device_class!r}" in capsys.readouterr().err
     assert sorted(tmp_path.rglob("*")) == before  # nothing written, inside the baselines or beside them
+
+
+def test_ctrl_c_before_a_merge_writes_anything_is_a_clean_exit_130(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pytest_devmem.cli.merge as merge
+
+    report = write_report(tmp_path / "r.json", [record("test_a", MiB)])
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt  # Ctrl-C while the reports are read, before any file is written
+
+    monkeypatch.setattr(merge, "merged", interrupted)
+    assert main(["merge", str(report), "--baselines", str(tmp_path / "baselines")]) == 130
+    error = capsys.readouterr().err
+    assert "Traceback" not in error and "KeyboardInterrupt" not in error
+    assert "devmem: interrupted (Ctrl-C)" in error and not (tmp_path / "baselines").exists()
