@@ -255,7 +255,7 @@ def device_class_problem(device_class: object, device: object = None) -> str | N
     base = class_of(device) if isinstance(device, str) else None
     if base is not None and device_class not in (base + suffix for suffix in CLASS_SUFFIXES):
         suffixes = " or ".join(CLASS_SUFFIXES[1:3])
-        return f"device class {shown} is not made from its device {device[:80]!r} ({base}, or with {suffixes})"
+        return f"device class {shown} is not made from its device {str(device)[:80]!r} ({base}, or with {suffixes})"
     return None
 
 
