@@ -989,8 +989,10 @@ def test_a_test_that_starts_processes_says_their_memory_is_not_captured_whatever
 
         def test_does_not(devmem):
             devmem.pool.free(devmem.pool.alloc(2**20))
+            import probe  # its import runs a probe, as TensorFlow's runs `uname -p` (platform.processor)
         """
     )
+    pytester.makepyfile(probe="import subprocess, sys\n\nsubprocess.run([sys.executable, '-c', 'pass'], check=True)\n")
     result = pytester.runpytest_inprocess("--devmem-mode=ondemand", "--devmem-report=r.json", "-p", "no:randomly")
     result.assert_outcomes(passed=5)
     notes = {
