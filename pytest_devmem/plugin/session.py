@@ -361,11 +361,10 @@ class DevmemSession:
             self.child_writer.report(report)
         if report.when == "setup" and hasattr(report, "devmem_regime"):
             self.results.started[report.nodeid] = str(report.devmem_regime)
-        if (
-            report.when == "???" and report.nodeid in self.results.started
-        ):  # xdist: its worker crashed (handle_crashitem)
+        crashed = report.when == "???" and self.results.started.get(report.nodeid)  # xdist's handle_crashitem
+        if crashed:
             why = f"its xdist worker crashed ({report.longrepr}): no figures came back"
-            report.devmem_unrecorded = [self.results.started[report.nodeid], why]  # type: ignore[attr-defined]
+            report.devmem_unrecorded = [crashed, why]  # type: ignore[attr-defined]
         unrecorded = getattr(report, "devmem_unrecorded", None)
         if isinstance(unrecorded, list) and len(unrecorded) == 2:  # from here, a worker or a child
             self.results.unrecorded[(id_of_test(report.nodeid, report.location[0]), str(unrecorded[0]))] = (

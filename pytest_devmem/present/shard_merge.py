@@ -200,6 +200,12 @@ def _check_alike(reports: Sequence[ReportFile], same_run: bool = False) -> list[
     notes: list[str] = []
     shards = [(report, shard) for report in reports for shard in shards_of(report) if shard is not None]
     splits = {(str(shard.get("groups")), str(shard.get("plugin"))): (report, shard) for report, shard in shards}
+    if len(splits) > 1:
+        (one, shard_one), (two, shard_two) = list(splits.values())[:2]
+        raise InputError(
+            f"{one.path} is a shard of a split into {_split(shard_one)} and {two.path} of a split into {_split(shard_two)}: "
+            "shards of different splits never make one suite; merge the reports of one split"
+        )
     held = {shard["group"]: report for report, shard in shards}
     for report, shard in shards:
         if held[shard["group"]] is not report:  # a rerun's report stands for the job it reran: merge one
@@ -207,12 +213,6 @@ def _check_alike(reports: Sequence[ReportFile], same_run: bool = False) -> list[
                 f"{held[shard['group']].path} and {report.path} are both the shard group {shard['group']} of "
                 f"{shard['groups']}: each group once (merge the report of one run of each shard's job)"
             )
-    if len(splits) > 1:
-        (one, shard_one), (two, shard_two) = list(splits.values())[:2]
-        raise InputError(
-            f"{one.path} is a shard of a split into {_split(shard_one)} and {two.path} of a split into {_split(shard_two)}: "
-            "shards of different splits never make one suite; merge the reports of one split"
-        )
     for other in reports[1:]:
         if other.version != first.version:
             raise InputError(
