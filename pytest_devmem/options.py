@@ -186,7 +186,7 @@ OPTIONS = (
     ),
     Option(
         "disable",
-        "Measure nothing: the tests run as without the plugin, its markers stay valid and the devmem fixture still gives a pool (unmeasured); nothing is compared or written (with --devmem-update, -report, -strict or -targets: a usage error). As pytest-benchmark's --benchmark-disable.",
+        "Measure nothing: the tests run as without the plugin, its markers stay valid and the devmem fixture still gives a pool (unmeasured); nothing is compared or written (with --devmem-update, -report, -strict, -targets, -benchmark-json, -autosave, -traces, -artifacts, -what-if or -find-min-fraction: a usage error). As pytest-benchmark's --benchmark-disable.",
         flag=True,
     ),
     Option(

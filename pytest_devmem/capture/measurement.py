@@ -2,12 +2,13 @@
 bracketed around the test; what they saw comes out as one trace (the captures' streams merged in time
 order, `merge`) and the raw readings. No pytest here.
 
-A process the test forks is in no capture of this one: a child made by `os.fork` (or multiprocessing's
-`fork` start method) runs on with copies of the hooks, writing into its own copy of the recorder, which
-is never read. Its memory is not measured, and a window that saw a fork says so rather than recording
-the child's work as nothing. Forks are counted by `os.register_at_fork` (CPython calls `before` in the
-parent ahead of every `os.fork`); a process started by `subprocess` or multiprocessing's `spawn` is a
-new program, not a fork, and is not counted.
+A process the test starts is in no capture of this one: a child made by `os.fork` (or multiprocessing's
+`fork` start method) writes into its own copy of the recorder, which is never read; one started by
+`subprocess` or multiprocessing's `spawn` or `forkserver` is a new program. Their memory is not
+measured, and a window that saw one says so rather than recording the child's work as nothing. Forks
+are counted by `os.register_at_fork` (CPython calls `before` in the parent ahead of every `os.fork`).
+The others are counted by `subprocess.Popen` and multiprocessing's `Process.start`, wrapped once
+(a forkserver's child is forked by the server, so no hook of this process sees it).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import multiprocessing.process
 import os
+import subprocess
 import sys
 import warnings
 from collections.abc import Callable, Iterable
@@ -55,6 +58,31 @@ def _count_fork() -> None:
 
 if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
     os.register_at_fork(before=_count_fork)
+
+_started = 0
+
+
+def _counting(start: Callable[..., None]) -> Callable[..., None]:
+    """`start`, counting each process it starts that is not a fork (a fork counted itself). A probe
+    run by an import (TensorFlow's runs `uname -p`) is not counted: which test imports first varies."""
+
+    @functools.wraps(start)
+    def counted(*args: Any, **kwargs: Any) -> None:
+        global _started
+        forks = _forks
+        start(*args, **kwargs)
+        frame: Any = sys._getframe(1)
+        while frame is not None and not frame.f_code.co_filename.startswith("<frozen importlib"):
+            frame = frame.f_back
+        _started += _forks == forks and frame is None
+
+    counted.devmem_counts = True  # type: ignore[attr-defined]
+    return counted
+
+
+for _owner, _name in ((subprocess.Popen, "__init__"), (multiprocessing.process.BaseProcess, "start")):
+    if not hasattr(getattr(_owner, _name), "devmem_counts"):  # once, even if this module is loaded again
+        setattr(_owner, _name, _counting(getattr(_owner, _name)))
 
 
 def merge(*streams: Trace | Iterable[TraceEvent]) -> Trace:
@@ -148,7 +176,7 @@ class Measurement:
         self._watching = False
         self._waiting: list[tuple[str, Callable[[Any], None]]] = []  # import hooks, forgotten at close
         self._warned_platform = False
-        self._forks_before = 0  # this process's forks when the window opened
+        self._children_before = (0, 0)  # this process's forks and started processes when the window opened
 
     def watch_frameworks(self) -> None:
         """Hook each framework now if it is imported, else the moment it is (a test body may import it)."""
@@ -177,7 +205,7 @@ class Measurement:
         gc.freeze()
         for source in self.sources:  # first: what they ask the frameworks is no activity of the test's
             source.start()
-        self._forks_before = _forks
+        self._children_before = (_forks, _started)
         self.recorder.begin()
         for capture in self.captures.values():
             capture.begin()
@@ -209,11 +237,18 @@ class Measurement:
             notes.append(self.jax_capture.note or "JAX is imported but its allocations could not be traced")
         if self.jax_capture.window.failure:
             notes.append(self.jax_capture.window.failure)
-        if _forks > self._forks_before:  # a forked child's memory is in no capture here
-            notes.append(
-                f"the test forked {_forks - self._forks_before} child process(es) (os.fork, or multiprocessing's 'fork' "
-                "start method): what they allocated is not captured; only this process's memory is in the trace"
-            )
+        for count, how in (
+            (_forks - self._children_before[0], "forked {} child process(es) (os.fork, or multiprocessing's 'fork'"),
+            (
+                _started - self._children_before[1],
+                "started {} process(es) (subprocess, or multiprocessing's 'spawn' or 'forkserver'",
+            ),
+        ):
+            if count:  # a child's memory is in no capture here
+                notes.append(
+                    f"the test {how.format(count)} start method): what they allocated is not captured; "
+                    "only this process's memory is in the trace"
+                )
         sizer = self.jax_capture.sizer
         for problem in sizer.take_cache_problems() if sizer is not None else ():  # a bad cache entry: a miss
             notes.append(problem)

@@ -18,6 +18,7 @@ never imports pytest or the plugin.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from types import ModuleType
 
@@ -63,4 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # an output that cannot be written: a directory in the way, no room, no permission
         where = f"{exc.filename}: " if exc.filename else ""
         error(f"cannot write {where}{exc.strerror or exc}")
+    except KeyboardInterrupt:  # (merge says which files it refreshed before one came; each file is whole)
+        print("devmem: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130  # as a shell reports a command ended by SIGINT
     return 2

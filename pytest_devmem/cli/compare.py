@@ -116,9 +116,9 @@ def load_new(paths: Sequence[Path], partial: bool = False) -> dict[Key, Measured
     `partial` says so (the other groups' tests would pass as merely "missing")."""
     if len(paths) == 1:
         found = load(paths[0])
-        if not partial and not paths[0].is_dir() and is_report(paths[0]):
-            problem = missing_shards(read_report(paths[0]))
-            if problem:
+        if not paths[0].is_dir() and is_report(paths[0]):
+            problem = missing_shards(read_report(paths[0]))  # (a shard that cannot be true, even partial)
+            if problem and not partial:
                 raise InputError(problem)
         return found
     shown = f"{len(paths)} merged reports ({', '.join(str(p) for p in paths[:3])}{', ...' if len(paths) > 3 else ''})"
@@ -136,11 +136,11 @@ def select_classes(
     classes instead, `all_classes` keeps every one. Also how many of BASE's entries were left out,
     per class, so the table can say so."""
     if wanted:
-        known = {key[2] for key in base} | {key[2] for key in new}
-        unknown = [name for name in wanted if name not in known]
-        if unknown:
+        measured = {key[2] for key in new}
+        unknown = [name for name in wanted if name not in measured]
+        if unknown:  # its baselines would all pass as "not run"
             raise InputError(
-                f"--device-class {unknown[0]!r}: neither BASE nor NEW holds it; they hold {', '.join(sorted(known)) or 'nothing'}"
+                f"--device-class {unknown[0]!r}: NEW measured nothing of it; NEW holds {', '.join(sorted(measured)) or 'nothing'}"
             )
         keep = set(wanted)
     elif all_classes:

@@ -16,7 +16,9 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from ..errors import InputError
 from ..files import TEMPORARY_SUFFIX, ensure_directory, temporary_prefix, write_atomic
+from ..model.device import device_class_problem
 from ..model.profile import decode_profile
 from .baseline_files import FORMAT, VERSION, BaselineFormatError, read_directory, read_file, relative_path
 from .changes import buffers_at_peak_of, contributors_of, lines_of, metrics_of
@@ -28,6 +30,8 @@ class BaselineStore:
     """The baselines of one device class under `root`."""
 
     def __init__(self, root: Path, device_class: str) -> None:
+        if problem := device_class_problem(device_class):  # a folder of the root, never a path beyond it
+            raise InputError(f"{root}: {problem}")
         self.root = Path(root)
         self.device_class = device_class
         self.directory = self.root / device_class

@@ -20,6 +20,7 @@ from ..compile_store import STORE_DIRECTORY, is_key
 from ..errors import DevmemError, FileFormatError
 from ..files import file_name, read_json
 from ..model.buffers import lines_from_json, programs_from_json
+from ..model.device import device_class_problem
 from ..model.pool.policy import Policy, canonical_label
 from ..model.profile import decode_profile
 from .record import BaselineEntry, compiler_keys, requested_peak_only
@@ -232,6 +233,8 @@ def _checked_header(document: object, device_class: str | None, fail: _Fail) -> 
             f"baseline format version {version!r} is not supported (this pytest-devmem reads versions {', '.join(map(str, READABLE_VERSIONS))})",
             '"version"',
         )
+    if "device_class" in document and (problem := device_class_problem(document["device_class"])):
+        raise fail(problem, '"device_class"')
     if device_class is not None and document.get("device_class") != device_class:
         raise fail(
             f"holds device class {document.get('device_class')!r} but sits in the directory of {device_class!r}",
@@ -258,6 +261,8 @@ def _entry(
     metrics = _figures(test_id, data["metrics"], fail, per_device=False)
     if version == 1:
         metrics = requested_peak_only(metrics)
+    if device_class and (problem := device_class_problem(device_class, data.get("device"))):
+        raise fail(f"record {test_id!r} {problem}", needle)
     reason = data.get("reason", "")
     if not isinstance(reason, str):
         raise fail(f'record {test_id!r} "reason" must be text', needle)

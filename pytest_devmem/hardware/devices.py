@@ -14,7 +14,15 @@ import threading
 from typing import Protocol
 
 from ..errors import DeviceError, InvalidFreeError, InvalidSettingError
-from ..model.device import DEVICE_ALIGNMENT, DEVICE_SPEC_HELP, Device, DeviceKind, SimulatedDevice, open_simulated
+from ..model.device import (
+    DEVICE_ALIGNMENT,
+    DEVICE_SPEC_HELP,
+    Device,
+    DeviceKind,
+    SimulatedDevice,
+    class_of,
+    open_simulated,
+)
 from ..model.tpu_targets import TpuSpec
 from ..units import format_size, round_up
 from .cuda_driver import LibCuda
@@ -63,7 +71,7 @@ class CudaDevice:
 
     @property
     def device_class(self) -> str:
-        return "cuda-" + re.sub(r"[^A-Za-z0-9]+", "-", self.model).strip("-")
+        return str(class_of(self.name))
 
     def try_allocate(self, nbytes: int) -> int | None:
         size = round_up(nbytes, DEVICE_ALIGNMENT)

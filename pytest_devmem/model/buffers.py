@@ -23,6 +23,11 @@ TOP_BUFFERS = 5
 """Buffers kept per program in a record and its baseline, largest first."""
 
 
+def _one_line(text: str) -> str:
+    """Stored text kept on its line: a line break read back would start a line of a message."""
+    return text.replace("\n", "\\n")
+
+
 @dataclass(frozen=True)
 class PeakBuffer:
     """One value live at its program's peak."""
@@ -48,7 +53,7 @@ class PeakBuffer:
         """`f32[4096,512] sort at model.py:6`."""
         where = f" at {self.at}" if self.at else ""
         space = f" in memory space {self.memory_space}" if self.memory_space else ""
-        return f"{self.shape} {self.op}{where}{space}"
+        return _one_line(f"{self.shape} {self.op}{where}{space}")
 
     def to_json(self) -> dict[str, object]:
         data: dict[str, object] = {"bytes": self.bytes, "shape": self.shape, "op": self.op, "at": self.at}
@@ -269,5 +274,5 @@ def describe_lines(before: Mapping[str, int] | None, now: Mapping[str, int] | No
             change = f"new, {format_size(size)}"
         else:
             change = f"not among the baseline's largest, {format_size(size)}"
-        parts.append(f"{'made at ' + site if site else LINE_UNKNOWN} ({change})")
+        parts.append(f"{'made at ' + _one_line(site) if site else LINE_UNKNOWN} ({change})")
     return ", ".join(parts)

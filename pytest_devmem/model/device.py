@@ -8,6 +8,7 @@ capacity is spent, as `cuMemAlloc` does with CUDA_ERROR_OUT_OF_MEMORY.
 from __future__ import annotations
 
 import enum
+import re
 import threading
 from typing import Protocol, runtime_checkable
 
@@ -227,6 +228,35 @@ def open_simulated(spec: str = "sim") -> SimulatedDevice:
             )
         return SimulatedDevice(capacity)
     raise InvalidSettingError(f"invalid device {spec!r}: allowed are {DEVICE_SPEC_HELP}")
+
+
+CLASS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+CLASS_SUFFIXES = ("", "-cpu-sizes", "-onednn", "-cpu-sizes-onednn")
+"""What a session adds to its device's class where the figures are not the device's own kind's."""
+
+
+def class_of(device: str) -> str | None:
+    """The class a device's name gives, before any suffix (`sim:T4`: `sim-T4`); None if unknown."""
+    if device.startswith("sim:"):
+        return "sim-" + device[4:]
+    if device.startswith("cuda:") and device.endswith(")") and " (" in device:
+        return "cuda-" + re.sub(r"[^A-Za-z0-9]+", "-", device[device.index(" (") + 2 : -1]).strip("-")
+    return None
+
+
+def device_class_problem(device_class: object, device: object = None) -> str | None:
+    """Why a device class read from a file cannot be believed, or None.
+
+    A class names a folder of the baselines, so it is a plain name. It is made from its device's
+    name, so a class edited apart from its device is caught."""
+    shown = repr(device_class)[:80]
+    if not isinstance(device_class, str) or not CLASS_NAME.fullmatch(device_class):
+        return f"device class {shown} is not a plain name (letters, digits, '.', '_', '-'; first a letter or digit)"
+    base = class_of(device) if isinstance(device, str) else None
+    if base is not None and device_class not in (base + suffix for suffix in CLASS_SUFFIXES):
+        suffixes = " or ".join(CLASS_SUFFIXES[1:3])
+        return f"device class {shown} is not made from its device {str(device)[:80]!r} ({base}, or with {suffixes})"
+    return None
 
 
 def _compact_size(nbytes: int) -> str:

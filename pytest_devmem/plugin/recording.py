@@ -5,6 +5,7 @@ fixes an out-of-memory result gets (each replayed), and what the capture noted. 
 from __future__ import annotations
 
 import os
+from array import array
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,6 +69,10 @@ def make_record(
     """The test's record: its trace replayed once on the machine under `policy`. `root`: the
     project's folder, from which the buffers' source files are named."""
     trace, notes, traced_nothing = measurement.trace_of(captured)
+    if root is not None:  # every file:line named from the project, in the trace as in the record
+        sites = {code: trace.name_code(frames_from(root, trace.names[code])) for code in set(trace.sites)}
+        if any(code != named for code, named in sites.items()):
+            trace.sites = array(trace.sites.typecode, map(sites.__getitem__, trace.sites))
     if device.tpu is not None:  # each CPU device stands for a chip: named as one
         trace = as_tpu_chips(trace)
     spec = machine_spec(device, context_bytes)
@@ -126,7 +131,7 @@ def make_record(
 def add_executables(facts: TraceFacts, captured: Captured, trace: Trace, notes: list[str], root: Path | None) -> None:
     """What the test's executables allocated per run, as sized (a note for those kept at the CPU's
     sizes), the buffers each held at its peak, and the lines that made what the test held at its
-    peak, their files named from `root`, into the record's trace facts."""
+    peak, into the record's trace facts."""
     if captured.runs:
         executables = executable_summary(trace, captured.runs)
         for name, sized in captured.sizes.items():
@@ -140,12 +145,6 @@ def add_executables(facts: TraceFacts, captured: Captured, trace: Trace, notes: 
             )
     if captured.buffers:
         facts.buffers = {name: with_files_from(root, found) for name, found in sorted(captured.buffers.items())}
-    lines = facts.lines_at_peak
-    if root is not None and lines is not None:  # the lines that made what was held, named as the buffers' files are
-        facts.lines_at_peak = {
-            name: {frames_from(root, site) if site else site: size for site, size in held.items()}
-            for name, held in lines.items()
-        }
 
 
 def describe_tpu(record: TestRecord, description: str, captured: Captured, trace: Trace, notes: list[str]) -> None:

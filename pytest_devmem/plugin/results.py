@@ -53,7 +53,8 @@ class SessionResults(SessionParts):
         self.local: dict[str, TestRecord] = {}  # made in this process, waiting for their report: no JSON round trip
         self.unrecorded: dict[
             tuple[str, str], tuple[str, str]
-        ] = {}  # skipped at setup: (test, regime) -> (device, why)
+        ] = {}  # skipped at setup, or crashed its xdist worker: (test, regime) -> (device, why)
+        self.started: dict[str, str] = {}  # xdist controller: each measured test set up, by node id: its regime
         self.shape = SuiteShape(
             config.rootpath
         )  # what pytest collected, before any selection, and the disk: for stale baselines

@@ -2,7 +2,7 @@
 made plain JSON before it is believed.
 
 A hook is the project's code: it may raise, or store what JSON cannot hold. Whatever it does, the
-session's measurements are kept (baselines, the report): a hook that raises, or a value that is a
+session's measurements are kept (baselines, the report): a hook that raises (`sys.exit` too), or a value that is a
 cycle, has a key that is not text or a number, or is a number too long to write, is an error naming
 the hook and what it stored, and the session fails at its end as when a file cannot be written. A
 value JSON has no form for but text has (a path, a date) is stored as its text; NaN and the
@@ -36,8 +36,11 @@ def collect_run_info(config: pytest.Config) -> tuple[dict[str, object], list[str
     problems: list[str] = []
     try:
         config.hook.pytest_devmem_update_run_info(config=config, run_info=run_info)
-    except Exception as exc:  # the project's code: its error is reported, the measurements kept
-        problems.append(f"{HOOK} raised {type(exc).__name__}: {_first_line(exc)}; run_info is kept as it stood")
+    except (Exception, SystemExit) as exc:  # the project's code: its error is reported, the measurements kept
+        what = f"raised {type(exc).__name__}: {_first_line(exc)}"
+        if isinstance(exc, SystemExit):  # a hook's exit is no reason to lose the session's figures
+            what = f"called sys.exit({exc.code!r}), which does not end the session"
+        problems.append(f"{HOOK} {what}; run_info is kept as it stood")
     if not isinstance(run_info, dict):  # the hook cannot rebind it, but guard the type anyway
         return {}, problems
     plain: dict[str, object] = {}

@@ -310,6 +310,8 @@ class DevmemSession:
                 if captured_key in item.stash:
                     del item.stash[captured_key]
                 return report
+        if call.when == "setup" and self.is_xdist_worker and measured(item):  # if its worker crashes, the regime
+            report.devmem_regime = regime_of(item, self.settings.default_regime).label  # type: ignore[attr-defined]
         if call.when != "call" or not measured(item):
             return report
         captured = item.stash.get(captured_key, None)
@@ -357,6 +359,12 @@ class DevmemSession:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.child_writer is not None:
             self.child_writer.report(report)
+        if report.when == "setup" and hasattr(report, "devmem_regime"):
+            self.results.started[report.nodeid] = str(report.devmem_regime)
+        crashed = report.when == "???" and self.results.started.get(report.nodeid)  # xdist's handle_crashitem
+        if crashed:
+            why = f"its xdist worker crashed ({report.longrepr}): no figures came back"
+            report.devmem_unrecorded = [crashed, why]  # type: ignore[attr-defined]
         unrecorded = getattr(report, "devmem_unrecorded", None)
         if isinstance(unrecorded, list) and len(unrecorded) == 2:  # from here, a worker or a child
             self.results.unrecorded[(id_of_test(report.nodeid, report.location[0]), str(unrecorded[0]))] = (

@@ -88,8 +88,13 @@ def _setting_text(config: pytest.Config, option: Option, value: object) -> str:
     return ""
 
 
-MEASURING_OUTPUTS = ("update", "report", "strict", "targets")
-"""Settings that ask for what only a measuring session gives: refused with --devmem-disable."""
+MEASURING_OUTPUTS = (
+    *("update", "report", "strict", "targets", "benchmark-json", "autosave"),
+    *("traces", "artifacts", "what-if", "find-min-fraction"),
+)
+"""Settings that ask for what only a measuring session gives: refused with --devmem-disable, as
+pytest-benchmark refuses --benchmark-disable with --benchmark-only (a CI that asked for its
+benchmark JSON fails, rather than pass with its history lost)."""
 
 
 def _given(config: pytest.Config, option: Option) -> str | None:

@@ -15,6 +15,7 @@ from ..gate.record import OUTCOMES, TestRecord, requested_peak_only
 from ..gate.targets import TargetTable
 from ..gate.tolerance import METRICS, parse_tolerance
 from ..json_fields import mappings, number, whole
+from ..model.device import device_class_problem
 from ..model.explain import oom_summary
 from ..spreadsheet import csv_table
 from ..units import format_size
@@ -292,6 +293,8 @@ def read_report(path: str | os.PathLike[str]) -> ReportFile:
     session = document["session"]
     if not isinstance(session, dict):
         raise FileFormatError(f'{shown}: "session" must be an object, not {type(session).__name__}')
+    if "device_class" in session and (problem := device_class_problem(session["device_class"], session.get("device"))):
+        raise FileFormatError(f"{shown}:{_line_of(text, json.dumps('device_class'))}: session: {problem}")
     if not isinstance(session.get("versions", {}), dict):
         raise FileFormatError(f'{shown}: "session"."versions" must be an object')
     records = document["records"]
@@ -339,6 +342,8 @@ def _record_problem(record: object) -> str | None:
         if name in record and not isinstance(record[name], str):
             return f"{name} must be text"
     if "regime" in record and (problem := regime_problem(record["regime"])):
+        return problem
+    if "device_class" in record and (problem := device_class_problem(record["device_class"], record.get("device"))):
         return problem
     if record.get("outcome") not in (*OUTCOMES, "", None):  # (none in reports older than the field)
         return f"outcome is {record['outcome']!r}: one of {', '.join(map(repr, OUTCOMES))}"

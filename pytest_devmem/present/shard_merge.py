@@ -104,15 +104,28 @@ def unique_records(report: ReportFile) -> dict[Key, dict[str, object]]:
 
 
 def shards_of(report: ReportFile) -> list[dict[str, object] | None]:
-    """The shard each part of a report ran (`None`: a whole run): its own, or a merged report's parts'."""
+    """The shard each part of a report ran (`None`: a whole run): its own, or a merged report's parts'.
+    InputError for a shard that cannot be true: group K of N is 1 <= K <= N, N >= 2, each K once."""
     merged = report.session.get("merged_from")
-    if isinstance(merged, list):
-        return [
-            part.get("shard") if isinstance(part, dict) and isinstance(part.get("shard"), dict) else None
-            for part in merged
-        ]
-    shard = report.session.get("shard")
-    return [shard if isinstance(shard, dict) else None]
+    parts = (
+        [part.get("shard") if isinstance(part, dict) else None for part in merged]
+        if isinstance(merged, list)
+        else [report.session.get("shard")]
+    )
+    seen: list[object] = []
+    for shard in parts:
+        if shard is None:
+            continue
+        group, groups = (shard.get("group"), shard.get("groups")) if isinstance(shard, dict) else (None, None)
+        twice = type(group) is int and group in seen
+        if type(group) is not int or type(groups) is not int or not 1 <= group <= groups or groups < 2 or twice:
+            shown = f"group {str(group)[:20]} of {str(groups)[:20]}" + (" twice" if twice else "")
+            raise InputError(
+                f"{report.path}: its shard is {shown}: a shard is group K of N, 1 <= K <= N, N >= 2, "
+                "each group once (pytest-split's --group K --splits N); check the shard's report"
+            )
+        seen.append(group)
+    return parts  # type: ignore[return-value]  # each a shard object or None
 
 
 def _split(shard: dict[str, object]) -> str:
@@ -185,18 +198,21 @@ def _check_alike(reports: Sequence[ReportFile], same_run: bool = False) -> list[
     a InputError too with `same_run`."""
     first = reports[0]
     notes: list[str] = []
-    splits = {
-        (str(shard.get("groups")), str(shard.get("plugin"))): (report, shard)
-        for report in reports
-        for shard in shards_of(report)
-        if shard is not None
-    }
+    shards = [(report, shard) for report in reports for shard in shards_of(report) if shard is not None]
+    splits = {(str(shard.get("groups")), str(shard.get("plugin"))): (report, shard) for report, shard in shards}
     if len(splits) > 1:
         (one, shard_one), (two, shard_two) = list(splits.values())[:2]
         raise InputError(
             f"{one.path} is a shard of a split into {_split(shard_one)} and {two.path} of a split into {_split(shard_two)}: "
             "shards of different splits never make one suite; merge the reports of one split"
         )
+    held = {shard["group"]: report for report, shard in shards}
+    for report, shard in shards:
+        if held[shard["group"]] is not report:  # a rerun's report stands for the job it reran: merge one
+            raise InputError(
+                f"{held[shard['group']].path} and {report.path} are both the shard group {shard['group']} of "
+                f"{shard['groups']}: each group once (merge the report of one run of each shard's job)"
+            )
     for other in reports[1:]:
         if other.version != first.version:
             raise InputError(

@@ -964,3 +964,46 @@ def test_a_test_that_forks_says_its_childs_memory_is_not_captured(pytester: pyte
         for note in records["test_forks"]["trace"]["notes"]
     )
     assert not any("forked" in note for note in records["test_does_not"]["trace"].get("notes", []))
+
+
+def test_a_test_that_starts_processes_says_their_memory_is_not_captured_whatever_ran_before(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        """
+        import multiprocessing
+        import os
+        import subprocess
+        import sys
+
+        import pytest
+
+        @pytest.mark.parametrize("method", ["spawn", "forkserver", "forkserver again"])
+        def test_multiprocessing(devmem, method):
+            child = multiprocessing.get_context(method.split()[0]).Process(target=os.getpid)
+            child.start()
+            child.join()
+
+        def test_subprocess(devmem):
+            subprocess.run([sys.executable, "-c", "pass"], check=True)
+
+        def test_does_not(devmem):
+            devmem.pool.free(devmem.pool.alloc(2**20))
+            import probe  # its import runs a probe, as TensorFlow's runs `uname -p` (platform.processor)
+        """
+    )
+    pytester.makepyfile(probe="import subprocess, sys\n\nsubprocess.run([sys.executable, '-c', 'pass'], check=True)\n")
+    result = pytester.runpytest_inprocess("--devmem-mode=ondemand", "--devmem-report=r.json", "-p", "no:randomly")
+    result.assert_outcomes(passed=5)
+    notes = {
+        r["test_id"].split("::")[1]: r["trace"].get("notes", [])
+        for r in json.loads((pytester.path / "r.json").read_text())["records"]
+    }
+    for name in (
+        "test_multiprocessing[spawn]",
+        "test_multiprocessing[forkserver]",
+        "test_multiprocessing[forkserver again]",
+        "test_subprocess",
+    ):
+        assert any("started 1 process(es)" in note and "not captured" in note for note in notes[name]), (name, notes)
+    assert not any("process(es)" in note for note in notes["test_does_not"])

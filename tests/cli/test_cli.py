@@ -21,7 +21,7 @@ def record(
     return TestRecord(
         f"tests/test_m.py::{test}",
         regime,
-        "sim:16GiB",
+        f"sim:{device_class[4:]}" if device_class.startswith("sim-") else f"cuda:0 ({device_class[5:]})",
         device_class,
         peak,
         12 * 1024 * MiB,
@@ -102,13 +102,9 @@ def test_compare_on_baselines_of_two_classes_reports_only_the_measured_one(
     assert "Not compared: baselines of device classes this run did not measure: `cuda-NVIDIA-H100-80GB-HBM3` (3)" in out
     assert main(["compare", str(base), str(new), "--all-classes"]) == 0
     assert capsys.readouterr().out.startswith("### Device memory: 2 ok, 3 missing")
-    assert main(["compare", str(base), str(new), "--device-class", "cuda-NVIDIA-H100-80GB-HBM3"]) == 0
-    assert capsys.readouterr().out.startswith("### Device memory: 3 missing")
-    assert main(["compare", str(base), str(new), "--device-class", "sim-80GiB"]) == 2
-    assert (
-        "--device-class 'sim-80GiB': neither BASE nor NEW holds it; they hold cuda-NVIDIA-H100-80GB-HBM3, sim-16GiB"
-        in capsys.readouterr().err
-    )
+    for picked in ("cuda-NVIDIA-H100-80GB-HBM3", "sim-80GiB"):  # never "3 missing" and a pass
+        assert main(["compare", str(base), str(new), "--device-class", picked]) == 2
+        assert f"--device-class {picked!r}: NEW measured nothing of it; NEW holds sim-16GiB" in capsys.readouterr().err
     assert main(["compare", str(base), str(new), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["not_compared_classes"] == {"cuda-NVIDIA-H100-80GB-HBM3": 3}
 
@@ -492,3 +488,61 @@ def test_ctrl_c_during_a_merges_refresh_names_the_files_refreshed_and_leaves_no_
     assert "devmem: interrupted: 1 baseline file(s) refreshed before it, each whole" in error
     assert f"  refreshed: {calls[0]}" in error
     assert [p.name for p in (tmp_path / "baselines").rglob("*.json")] == [Path(str(calls[0])).name]
+
+
+@pytest.mark.parametrize(
+    ("where", "device_class"),
+    [
+        ("session", "."),
+        ("session", ".."),
+        ("session", "a/b"),
+        ("session", "sim-16GiB/.compiled"),
+        ("session", "sim-32GiB"),  # a plain name, but not the class of the session's device
+        ("records", "sim-32GiB"),  # every record edited: each would be "new" against the baselines
+        ("baseline", "sim-32GiB"),  # a baseline file's class edited and the file moved with it
+    ],
+)
+def test_a_device_class_is_a_plain_name_made_from_its_device_wherever_it_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str, device_class: str
+) -> None:
+    baselines = write_baselines(tmp_path / "work" / "baselines", [record("test_a", MiB)])
+    records = [record("test_a", MiB).to_json()]
+    session = {"device": "sim:16GiB", "device_class": "sim-16GiB", "versions": {"pytest-devmem": "0.1.0"}}
+    if where == "session":
+        session["device_class"] = device_class
+    elif where == "records":
+        records[0]["device_class"] = device_class
+    else:
+        stored = baselines / "sim-16GiB" / "tests" / "test_m.py.json"
+        document = json.loads(stored.read_text())
+        (baselines / device_class / "tests").mkdir(parents=True)
+        (baselines / device_class / "tests" / "test_m.py.json").write_text(
+            json.dumps({**document, "device_class": device_class})
+        )
+        shutil.rmtree(baselines / "sim-16GiB")
+    report = tmp_path / "work" / "r.json"
+    report.write_text(json.dumps({"session": session, "records": records}))
+    before = sorted(tmp_path.rglob("*"))
+    assert main(["compare", str(baselines), str(report)]) == 2
+    assert f"device class {device_class!r}" in capsys.readouterr().err
+    if where != "baseline":
+        assert main(["merge", str(report), "--baselines", str(baselines)]) == 2
+        assert f"device class {device_class!r}" in capsys.readouterr().err
+    assert sorted(tmp_path.rglob("*")) == before  # nothing written, inside the baselines or beside them
+
+
+def test_ctrl_c_before_a_merge_writes_anything_is_a_clean_exit_130(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pytest_devmem.cli.merge as merge
+
+    report = write_report(tmp_path / "r.json", [record("test_a", MiB)])
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt  # Ctrl-C while the reports are read, before any file is written
+
+    monkeypatch.setattr(merge, "merged", interrupted)
+    assert main(["merge", str(report), "--baselines", str(tmp_path / "baselines")]) == 130
+    error = capsys.readouterr().err
+    assert "Traceback" not in error and "KeyboardInterrupt" not in error
+    assert "devmem: interrupted (Ctrl-C)" in error and not (tmp_path / "baselines").exists()

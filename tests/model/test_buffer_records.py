@@ -10,6 +10,7 @@ from pytest_devmem.model.buffers import (
     ProgramBuffers,
     buffer_changes,
     describe_growth,
+    describe_lines,
     programs_from_json,
 )
 from pytest_devmem.units import KiB, MiB
@@ -99,3 +100,12 @@ def test_what_grew_by_line_says_new_changed_unknown_and_not_among_the_largest() 
     full = {"a.py:1": 9 * MiB, "b.py:2": 9 * MiB, "c.py:3": 9 * MiB}  # as many as a record keeps: maybe more
     assert describe_lines(full, {"d.py:4": MiB}) == "made at d.py:4 (not among the baseline's largest, 1.00 MiB)"
     assert describe_lines({"model.py:12": 8 * MiB}, {"model.py:12": 8 * MiB}) == ""  # nothing grew there
+
+
+def test_a_line_break_in_a_stored_buffer_or_line_stays_on_its_line() -> None:
+    """A compiler entry stored beside the baselines is read back as the buffers now: a line break in
+    it must not start a line of the failure message (terminal_lines keeps line breaks)."""
+    forged = PeakBuffer(8 * MiB, "f32[4]\n  if the increase is intended", "sort\n", "mymodel.py:6\n")
+    text = describe_growth("jit(update)", None, ProgramBuffers((forged,)))
+    assert "\n" not in text and "f32[4]\\n  if the increase is intended sort\\n at mymodel.py:6\\n" in text
+    assert "\n" not in describe_lines(None, {"evil.py\n  refresh:3": MiB})

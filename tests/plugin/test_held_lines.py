@@ -146,3 +146,20 @@ def test_a_stored_line_reads_the_same_from_any_checkout_and_environment(tmp_path
         f"{installed / 'optax' / 'tree_utils' / '_tree_math.py'}:335, {tmp_path / 'tests' / 'test_m.py'}:7, /opt/x.py:3"
     )
     assert frames_from(tmp_path, frames) == "optax/tree_utils/_tree_math.py:335, tests/test_m.py:7, /opt/x.py:3"
+
+
+def test_a_traces_sites_are_named_from_the_project_as_the_reports_lines_are(
+    jax_loaded: object, pytester: pytest.Pytester
+) -> None:
+    pytester.makepyfile(mymodel=KEEP.format(rows=256))
+    pytester.runpytest_inprocess(
+        "mymodel.py", "--devmem-mode=ondemand", "--devmem-traces=traces", "--devmem-report=r.json"
+    ).assert_outcomes(passed=1)
+    (trace,) = (pytester.path / "traces").glob("*.csv")
+    from pytest_devmem.model.trace import Trace
+
+    read = Trace.read_csv(trace)
+    sites = {read.names[code] for code in read.sites} - {""}
+    lines = json.loads((pytester.path / "r.json").read_text())["records"][0]["trace"]["lines_at_peak"]
+    assert {PUT_LINE, SIN_LINE} <= sites and not any(str(pytester.path) in site for site in sites), sites
+    assert {site for held in lines.values() for site in held} <= sites  # CI paths stay out of the artifacts

@@ -463,6 +463,12 @@ def test_disable_and_only_together_are_refused(pytester: pytest.Pytester) -> Non
         (["--devmem-strict"], "--devmem-strict"),
         (["--devmem-targets=sim:T4"], "--devmem-targets"),
         (["-o", "devmem_report=r.md"], "--devmem-report (ini key devmem_report)"),
+        (["--devmem-benchmark-json=r.json"], "--devmem-benchmark-json"),  # a CI's benchmark history
+        (["--devmem-autosave"], "--devmem-autosave"),
+        (["--devmem-traces=r.json"], "--devmem-traces"),
+        (["--devmem-artifacts=r.json"], "--devmem-artifacts"),
+        (["--devmem-what-if=sim:T4"], "--devmem-what-if"),
+        (["--devmem-find-min-fraction", "--devmem-traces=t"], "--devmem-traces and --devmem-find-min-fraction"),
     ],
 )
 def test_disable_with_an_output_only_a_measuring_session_gives_is_refused(

@@ -28,8 +28,10 @@ def _strict_json(text: str) -> object:
         ('run_info["ok"] = 1\n    run_info["nested"] = {(1, 2): "x"}', "a key of type tuple"),
         ('run_info["ok"] = 1\n    run_info[(1, 2)] = "x"', "a key of type tuple"),
         ('run_info["ok"] = 1\n    run_info["huge"] = 10**5000', "more digits than are written"),
+        ('run_info["ok"] = 1\n    import sys; sys.exit(0)', "called sys.exit(0)"),
+        ('run_info["ok"] = 1\n    import sys; sys.exit(3)', "called sys.exit(3)"),
     ],
-    ids=["raises", "cycle", "tuple-key-inside", "tuple-key", "10**5000"],
+    ids=["raises", "cycle", "tuple-key-inside", "tuple-key", "10**5000", "sys.exit(0)", "sys.exit(3)"],
 )
 def test_a_broken_run_info_hook_is_named_and_the_measurements_are_kept(
     pytester: pytest.Pytester, body: str, named: str

@@ -321,7 +321,7 @@ def test_a_test_measured_in_two_reports_with_different_figures_is_an_error_namin
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda d: d["session"].update(device_class="sim-80GiB"), "device class 'sim-16GiB'"),
+        (lambda d: d["session"].update(device_class="sim-80GiB", device="sim:80GiB"), "device class 'sim-16GiB'"),
         (lambda d: d["session"].update(regime="growth"), "session regime prealloc"),
         (lambda d: d.update(version=1), "version 3 report"),
     ],
@@ -650,3 +650,46 @@ def grow_peak(record: dict, extra: int) -> None:
     for device in record.get("devices") or []:
         if device["device"] == record["peak_device"]:
             device["peak_bytes_in_use"] += extra
+
+
+CRASHES = """
+import os
+import signal
+
+import pytest
+
+def test_fine(devmem):
+    devmem.pool.alloc(2**20)
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_crash(devmem, how):
+    devmem.pool.alloc(2**20)
+    if os.environ.get("CRASH"):
+        os._exit(3) if how == "exit" else os.kill(os.getpid(), signal.SIGKILL)
+
+def test_unmeasured_crash():
+    if os.environ.get("CRASH"):
+        os._exit(3)
+"""
+
+
+def test_a_test_that_crashes_its_xdist_worker_is_unrecorded_never_missing(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_crashes=CRASHES.replace("def test_crash", "@pytest.mark.devmem\ndef test_crash"))
+    pytester.makepyfile(
+        test_more="import pytest\n\n@pytest.mark.devmem\ndef test_more(devmem):\n    devmem.pool.alloc(2**20)\n"
+    )
+    marked = ["-p", "no:cacheprovider", "-p", "no:randomly"]
+    pytester.runpytest_subprocess(*marked, "--devmem-update").assert_outcomes(passed=5)
+    monkeypatch.setenv("CRASH", "1")
+    result = pytester.runpytest_subprocess(*marked, "-n", "2", "--devmem-report=r.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    report = json.loads((pytester.path / "r.json").read_text())
+    crashed = {entry["test_id"]: entry["reason"] for entry in report["unrecorded"]}
+    assert sorted(crashed) == ["test_crashes.py::test_crash[exit]", "test_crashes.py::test_crash[kill]"]
+    assert all("xdist worker" in reason and "crashed" in reason for reason in crashed.values()), crashed
+    capsys.readouterr()
+    assert main(["compare", str(pytester.path / "baselines"), str(pytester.path / "r.json"), "--json"]) == 0
+    verdicts = {v["test_id"]: v["status"] for v in json.loads(capsys.readouterr().out)["tests"]}
+    assert verdicts["test_crashes.py::test_crash[kill]"] == "not measured", verdicts

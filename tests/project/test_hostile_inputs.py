@@ -746,7 +746,7 @@ def test_commands_print_no_raw_control_character_nor_break_a_table(
         record = {
             "test_id": test_id,
             "regime": "prealloc",
-            "device_class": f"sim{NASTY}",
+            "device_class": "sim-1GiB",  # a device class is a plain name (one with NASTY is refused below)
             "peak_bytes_in_use": peak,
             "trace": {"file": str(trace), "at_peak": {NASTY: peak}},
         }
@@ -776,6 +776,10 @@ def test_commands_print_no_raw_control_character_nor_break_a_table(
         ["replay", str(trace), "--mode", "prealloc", "--device", "sim:1GiB"],
         ["history", str(base), str(new)],
     ]
+    nasty_class = tmp_path / "class.json"
+    nasty_class.write_text(base.read_text().replace('"sim-1GiB"', json.dumps(f"sim{NASTY}")))
+    assert main(["compare", str(base), str(nasty_class)]) == 2
+    assert "is not a plain name" in (err := capsys.readouterr().err) and not RAW_CONTROL.search(err)
     for command in commands:
         main(command)
         out, err = capsys.readouterr()

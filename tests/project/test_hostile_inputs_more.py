@@ -334,8 +334,42 @@ def test_a_shard_that_describes_itself_oddly_is_judged_without_a_crash_or_a_hang
         assert main(command) in (0, 1, 2), command
         out, error = capsys.readouterr()
         assert "Traceback" not in error and len(out) + len(error) < 20_000, command
-    proper = isinstance(shard.get("groups"), int) and not isinstance(shard.get("groups"), bool) and shard["groups"] >= 2  # type: ignore[operator]
-    assert main(["compare", str(base), str(one)]) == (2 if proper else 0)
+    assert main(["compare", str(base), str(one)]) == 2  # group 1 of 10**18 lacks the others; the rest cannot be true
+    assert main(["compare", str(base), str(one), "--partial"]) == (0 if shard.get("groups") == 10**18 else 2)
+
+
+@pytest.mark.parametrize(
+    "groups",
+    [[(3, 2)], [(0, 2)], [(1, 2), (1, 2)], [(1, 1)], [(1, 2), (2, 2), (2, 2)]],
+    ids=["group 3 of 2", "group 0", "a group twice", "group 1 of 1", "a group twice of all"],
+)
+def test_shards_that_cannot_be_true_never_merge_not_even_partial(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], groups: list[tuple[int, int]]
+) -> None:
+    base = write_report(tmp_path / "base.json", [record(f"t.py::test_{n}", MiB) for n in range(len(groups))])
+    shards = [
+        str(write_report(tmp_path / f"s{n}.json", [record(f"t.py::test_{n}", MiB)], split_of(group, total)))
+        for n, (group, total) in enumerate(groups)
+    ]
+    for command in (
+        ["compare", str(base), *shards, "--partial"],
+        ["merge", *shards, "--partial", "-o", str(tmp_path / "m.json")],
+    ):
+        assert main(command) == 2, command
+        error = capsys.readouterr().err
+        assert "shard" in error and f"group {groups[-1][0]}" in error, (command, error)
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_compare_device_class_that_the_run_did_not_measure_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gpu = {"device": "sim:T4", "device_class": "sim-T4"}
+    base = write_report(tmp_path / "base.json", [record("t.py::test_a", MiB), record("t.py::test_a", MiB, **gpu)])
+    new = write_report(tmp_path / "new.json", [record("t.py::test_a", MiB)])
+    assert main(["compare", str(base), str(new), "--device-class", "sim-T4"]) == 2
+    error = capsys.readouterr().err
+    assert "--device-class 'sim-T4'" in error and "measured nothing" in error and "sim-16GiB" in error
 
 
 def test_shards_of_different_splits_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
