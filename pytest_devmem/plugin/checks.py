@@ -27,7 +27,7 @@ from ..present.buffers import html_lines_section, html_section
 from ..present.plot import write_plot
 from ..present.plot_parts import BaselineSide
 from ..present.text import terminal_lines
-from .items import id_of_test, marked, oom_key, regime_of
+from .items import id_of_test, marked, not_applied_key, oom_key, regime_of
 from .recording import allocator_setups, machine_spec, make_record
 from .settings import SessionParts
 
@@ -66,6 +66,8 @@ class Checks(SessionParts):
             compile_target=self.compile_target.label if "jax" in sys.modules else None,
             root=self.rootdir,
         )
+        if record.tpu is not None and item.stash.get(not_applied_key, None):
+            record.tpu["marker_not_applied"] = item.stash[not_applied_key]
         self.write_trace(record)
         self.analyse(record, regime.policy)
         return record
