@@ -302,12 +302,12 @@ def leak_verdict(kept: dict[str, int] | None, max_leak: int | None) -> str | Non
     )
 
 
-def limit_verdict(peak_bytes: int | None, limit: int | None) -> str | None:
-    """The failure message when a test's peak exceeds its limit, else None."""
+def limit_verdict(peak_bytes: int | None, limit: int | None, held: str = "") -> str | None:
+    """The failure message when a test's peak exceeds its limit, else None; `held` names who held the peak."""
     if limit is None or peak_bytes is None or peak_bytes <= limit:
         return None
     over = peak_bytes - limit
     return (
         f"device memory limit exceeded: peak {format_size(peak_bytes)} ({peak_bytes} bytes) > "
-        f"limit {format_size(limit)} ({limit} bytes), over by {format_size(over)} ({over / limit:.1%})"
+        f"limit {format_size(limit)} ({limit} bytes), over by {format_size(over)} ({over / limit:.1%}){held}"
     )

@@ -17,7 +17,7 @@ from ..gate.changes import buffers_of, lines_of
 from ..gate.marks import compiles_verdict, fragmentation_verdict, leak_verdict, limit_verdict
 from ..gate.record import Analysis, MinFraction, TestRecord
 from ..gate.tolerance import parse_tolerance
-from ..gate.verdicts import baseline_verdict, oom_verdict, relative_to
+from ..gate.verdicts import baseline_verdict, largest_at_peak, oom_verdict, relative_to
 from ..model.pool import Policy
 from ..model.profile import decode_profile
 from ..model.timeline import build_view
@@ -81,7 +81,7 @@ class Checks(SessionParts):
         None. Every check records what it found, and the baseline is always compared."""
         spec = marked(item)
         failures: list[tuple[str, str | None]] = [("out of memory", oom_verdict(record))]
-        failures.append(("limit", limit_verdict(record.peak_bytes_in_use, record.limit_bytes)))
+        failures.append(("limit", limit_verdict(record.peak_bytes_in_use, record.limit_bytes, largest_at_peak(record))))
         if spec is not None:
             failures.append(("compiles", compiles_verdict(captured.needed, spec.max_compiles, captured.functions)))
         failures.append(("leak", leak_verdict(captured.kept, self.max_leak(item))))
