@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ..model.buffers import ProgramBuffers, buffer_changes, describe_lines
+from ..model.buffers import SMALL_SHARE, ProgramBuffers, buffer_changes, describe_lines
 from ..model.explain import oom_message
 from ..units import format_size
 from .baseline import BaselineStore
@@ -36,8 +36,10 @@ def oom_verdict(record: TestRecord) -> str | None:
 
 def largest_at_peak(record: TestRecord, when: str = "", top: int = 3) -> str:
     """`\n  largest at the peak: jit(step) temp 16.00 MiB: f32[4096,1024] tile at model.py:16 (16.00 MiB)`:
-    who held most at the peak, named down to the buffer or line as a regression names what grew."""
-    held = sorted(contributors_of(record).items(), key=lambda item: (-item[1], item[0]))[:top]
+    who held most at the peak (each at least SMALL_SHARE of it), named down to the buffer or line as a
+    regression names what grew."""
+    held = sorted(contributors_of(record).items(), key=lambda item: (-item[1], item[0]))
+    held = [item for item in held if item[1] >= SMALL_SHARE * sum(size for _, size in held)][:top]
     buffers, lines = buffers_of(record), lines_of(record)
     parts = [
         f"{name} {format_size(size)}" + (f": {inside}" if (inside := _inside(name, buffers, lines)) else "")
@@ -50,6 +52,7 @@ def _inside(name: str, buffers: dict[str, ProgramBuffers], lines: dict[str, dict
     """The largest buffers of a program's temp, else the lines that made a holder; "" where neither is known."""
     program = buffers.get(program_of_temp(name) or "")
     changes = buffer_changes(None, program) if program is not None else []
+    changes = [change for change in changes if change.buffer.bytes >= SMALL_SHARE * changes[0].buffer.bytes]
     inside = "; ".join(f"{change.buffer.text()} ({format_size(change.buffer.bytes)})" for change in changes)
     return inside or describe_lines(None, lines.get(name))
 
