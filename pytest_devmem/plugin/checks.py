@@ -19,7 +19,6 @@ from ..gate.record import Analysis, MinFraction, TestRecord
 from ..gate.tolerance import parse_tolerance
 from ..gate.verdicts import baseline_verdict, largest_at_peak, oom_verdict, relative_to
 from ..model.pool import Policy
-from ..model.profile import decode_profile
 from ..model.timeline import build_view
 from ..model.trace import BY_COLUMN_FROM, Trace, arrow_file
 from ..model.whatif import MIN_FRACTION_FLOOR, find_min_fraction, what_if
@@ -150,13 +149,7 @@ class Checks(SessionParts):
             baseline = None
             if entry is not None:
                 file = str(entry.path) if self.rootdir is None else relative_to(str(entry.path), self.rootdir)
-                peak = entry.metrics.get("peak_bytes_in_use")
-                baseline = BaselineSide(
-                    file,
-                    int(peak) if isinstance(peak, (int, float)) else None,
-                    entry.contributors,
-                    decode_profile(entry.profile),
-                )
+                baseline = BaselineSide.of(file, entry.metrics, entry.contributors, entry.profile)
             write_plot(
                 build_view(
                     record.run,
