@@ -51,6 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--baselines",
         type=Path,
         default=None,
+        metavar="DIR",
         help="For a report drawn as HTML: draw the test's baseline from this directory over its run, as a failure's artifact does",
     )
     add_replay_settings(parser, "the one its name carries, else prealloc", lead="For a trace: ")
