@@ -74,7 +74,7 @@ class MarkSpec:
             f"a GPU regime, and {target} runs the TPU runtime's (HBM on demand, defragmented: compact); "
             "JAX does not preallocate on a TPU"
         )
-        kept = replace(self, **{key: None for key, out in left.items() if out})
+        kept = replace(self, mode=None if gpu_mode else self.mode, fraction=None if left["fraction"] else self.fraction)
         return kept, {key: why for key, out in left.items() if out}
 
 
