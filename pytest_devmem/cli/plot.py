@@ -1,5 +1,6 @@
-"""`devmem plot REPORT|TRACE -o FILE.png|FILE.html [--test ID]`: a test's memory over its events and
-the pools' map at its peak; with `--targets`, a report's targets table (every test on every target)."""
+"""`devmem plot REPORT|TRACE -o FILE.png|FILE.html [--test ID] [--baselines DIR]`: a test's memory over
+its events and the pools' map at its peak, its baseline over it in HTML as a failure's artifact has
+it; with `--targets`, a report's targets table (every test on every target)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import InputError
+from ..gate.baseline import BaselineStore
 from ..gate.record import headline_peak
 from ..json_fields import whole
 from ..model.machine import run_machine
@@ -15,7 +17,7 @@ from ..model.timeline import TimelineView, build_view
 from ..model.tpu_targets import tpu_spec
 from ..model.trace import TRACE_SUFFIXES
 from ..present.plot import check_picture_path, write_plot
-from ..present.plot_parts import oom_caption
+from ..present.plot_parts import BaselineSide, oom_caption
 from ..present.report import read_report
 from ..present.targets_plot import write_targets_plot
 from .common import (
@@ -45,6 +47,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="The test id to draw, or part of it (default: the record with the largest peak; where several contain it and none is it, the largest of them, and it says so)",
     )
+    parser.add_argument(
+        "--baselines",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="For a report drawn as HTML: draw the test's baseline from this directory over its run, as a failure's artifact does",
+    )
     add_replay_settings(parser, "the one its name carries, else prealloc", lead="For a trace: ")
     parser.add_argument(
         "--targets",
@@ -57,18 +66,34 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     check_picture_path(args.output)  # before any work: a wrong extension, a directory in the way
     if args.targets:
         return plot_targets(args.input, args.output, args.test, args.mode, args.fraction, args.device)
-    timeline, title, chosen = plot_input(args.input, args.test, args.mode, args.fraction, args.device)
-    write_plot(timeline, args.output, title)
+    timeline, title, chosen, record = plot_input(args.input, args.test, args.mode, args.fraction, args.device)
+    write_plot(timeline, args.output, title, baseline_of(record, args.baselines, args.output))
     print_text(f"wrote {args.output}: {title}{f' ({chosen})' if chosen else ''}\n")
     if timeline.oom:  # said in words too, as the picture says it: a picture is not opened by a CI log
         print_text(f"{oom_caption(timeline)}\n")
     return 0
 
 
+def baseline_of(record: dict[str, object] | None, directory: Path | None, output: Path) -> BaselineSide | None:
+    """The drawn record's baseline in `directory` (`--baselines`), as a failure's artifact shows it."""
+    if directory is None:
+        return None
+    if record is None or output.suffix.lower() == ".png":
+        raise InputError("--baselines draws a report's record as HTML (-o FILE.html), not a trace or a PNG")
+    store = BaselineStore(directory, str(record["device_class"])).load()
+    entry = store.get(str(record["test_id"]), str(record["regime"]))
+    if entry is None:
+        raise InputError(
+            f"no baseline of {record['test_id']} under regime {record['regime']} in {store.directory}: record one with --devmem-update"
+        )
+    return BaselineSide.of(str(entry.path), entry.metrics, entry.contributors, entry.profile)
+
+
 def plot_input(
     path: Path, test: str | None, mode: str | None, fraction: str | None, device_spec: str | None
-) -> tuple[TimelineView, str, str]:
-    """The picture to draw, its title, and why that record where several could be drawn: from a trace
+) -> tuple[TimelineView, str, str, dict[str, object] | None]:
+    """The picture to draw, its title, why that record where several could be drawn, and the record
+    (None for a trace): from a trace
     file (with the regime and device given), or from a JSON report's record (its regime and device;
     its trace written by --devmem-traces)."""
     if path.suffix.lower() in TRACE_SUFFIXES:  # a trace's CSV or Arrow file; else a JSON report
@@ -83,6 +108,7 @@ def plot_input(
             ),
             title,
             "",
+            None,
         )
     given = trace_only_flags(mode, fraction, device_spec)
     if given:
@@ -125,6 +151,7 @@ def plot_input(
         build_view(run_machine(trace, setups, spec, timeline=True), trace, policy.label, setups),
         f"{record['test_id']} under {policy.label} on {device_name}",
         chosen,
+        record,
     )
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..gate.changes import REQUESTED
 from ..gate.compare import Key, Measured
 from ..gate.tolerance import METRICS, format_metric
 from ..options import OPTION
-from ..present.buffers import markdown_lines_table, markdown_table
+from ..present.buffers import Hidden, markdown_lines_table, markdown_table, worth_reading
 from ..present.text import markdown_rows
 from ..spreadsheet import csv_table
 from .common import add_format_arguments, json_text, load, output_format, print_text
@@ -31,17 +32,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=Path(str(default)),
         help=f"Baseline directory (default: {default})",
     )
+    parser.add_argument(
+        "--all", action="store_true", help="Also list JAX's own programs and rows under 1%% of a test's peak"
+    )
     add_format_arguments(parser, "A Markdown table (default), or JSON / CSV for tools")
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     output = output_format(parser, args)  # before any work
     measurements = load(args.directory)
-    print_text({"json": show_json, "csv": show_csv}.get(output, show_table)(measurements))
+    if output in ("json", "csv"):
+        print_text({"json": show_json, "csv": show_csv}[output](measurements))
+    else:
+        print_text(show_table(measurements, everything=args.all))
     return 0
 
 
-def show_table(measurements: dict[Key, Measured]) -> str:
+def show_table(measurements: dict[Key, Measured], everything: bool = False) -> str:
+    """The baselines' figures, then each test's buffers and held lines worth reading (all with `everything`)."""
     header = ("test", "regime", "device", "peak in use", "peak reserved", "fragmentation", "versions")
     rows = [
         (
@@ -54,18 +62,19 @@ def show_table(measurements: dict[Key, Measured]) -> str:
         for (test_id, regime, device_class), m in sorted(measurements.items())
     ]
     lines = markdown_rows(header, rows)
-    tables = [
-        table
-        for (test_id, regime, device_class), m in sorted(measurements.items())
-        for table in (
-            markdown_table(f"{test_id} [{regime}, {device_class}]", m.buffers)
-            if any(program.buffers for program in m.buffers.values())
-            else "",
-            markdown_lines_table(f"{test_id} [{regime}, {device_class}]", m.lines) if m.lines else "",
-        )
-        if table
-    ]
-    return "\n".join(lines) + "\n" + "".join(tables)
+    tables, hidden = [], Hidden()
+    for (test_id, regime, device_class), m in sorted(measurements.items()):
+        programs, held = (m.buffers, m.lines) if everything else worth_reading(m.buffers, m.lines, peak(m), hidden)
+        title = f"{test_id} [{regime}, {device_class}]"
+        if any(program.buffers for program in programs.values()):
+            tables.append(markdown_table(title, programs))
+        if held:
+            tables.append(markdown_lines_table(title, held))
+    return "\n".join(lines) + "\n" + "".join(tables) + ("\n" + hidden.text() if hidden.text() else "")
+
+
+def peak(m: Measured) -> float | None:
+    return m.metrics.get("peak_bytes_in_use") or m.metrics.get(REQUESTED)
 
 
 def show_json(measurements: dict[Key, Measured]) -> str:

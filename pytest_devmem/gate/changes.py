@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..model.buffers import ProgramBuffers, describe_growth, describe_lines, programs_from_json
+from ..model.buffers import SMALL_SHARE, ProgramBuffers, describe_growth, describe_lines, programs_from_json
 from ..model.executables import TEMP_SUFFIX
 from ..units import format_size
 from .record import BaselineEntry, TestRecord
@@ -73,6 +73,7 @@ class Comparison:
     reason: str = ""  # with "not baselined": why the stored entry holds no figures
     grew: list[tuple[str, int | None, int]] = field(default_factory=list)  # (who, bytes at the baseline's peak, now)
     baseline_named_contributors: bool = True  # False: `grew` lists the largest now, with nothing to compare
+    grew_hidden: int = 0  # holders that grew by less than SMALL_SHARE of the peak, left out of `grew`
     # of the programs whose temp grew: the buffers at their peak, now and at the baseline's
     buffers: dict[str, ProgramBuffers] = field(default_factory=dict)
     baseline_buffers: dict[str, ProgramBuffers] = field(default_factory=dict)
@@ -83,13 +84,21 @@ class Comparison:
     def growth_text(self) -> str:
         """`jit(layer) temp 2.00 MiB -> 32.00 MiB: f32[4096,512] sort at model.py:6 (new, 8.00 MiB), ...`:
         what held more at the peak than at the baseline's, and in a program's temp, which buffers."""
+        smaller = (
+            f", and {self.grew_hidden} that grew by less than {SMALL_SHARE:.0%} of the peak" if self.grew_hidden else ""
+        )
         if not self.baseline_named_contributors:
-            return "(the baseline names no one to compare with) largest now: " + ", ".join(
-                f"{name} {format_size(now)}{self._inside(name)}" for name, _, now in self.grew
+            return (
+                "(the baseline names no one to compare with) largest now: "
+                + ", ".join(f"{name} {format_size(now)}{self._inside(name)}" for name, _, now in self.grew)
+                + smaller
             )
-        return ", ".join(
-            f"{name} {format_size(before) if before is not None else _NOT_LISTED} → {format_size(now)}{self._inside(name)}"
-            for name, before, now in self.grew
+        return (
+            ", ".join(
+                f"{name} {format_size(before) if before is not None else _NOT_LISTED} → {format_size(now)}{self._inside(name)}"
+                for name, before, now in self.grew
+            )
+            + smaller
         )
 
     def _inside(self, name: str) -> str:
@@ -205,7 +214,7 @@ def compare(
         status = "unmeasured"
     else:
         status = "ok"
-    grew = what_grew(entry.contributors, contributors or {}) if status == "regressed" else []
+    grew, grew_hidden = what_grew(entry.contributors, contributors or {}) if status == "regressed" else ([], 0)
     grown = {program_of_temp(name) for name, _, _ in grew} - {None}
     names_grown = {name for name, _, _ in grew}
     return Comparison(
@@ -215,6 +224,7 @@ def compare(
         changes,
         str(entry.path),
         grew=grew,
+        grew_hidden=grew_hidden,
         baseline_named_contributors=bool(entry.contributors),
         buffers={name: found for name, found in (buffers or {}).items() if name in grown},
         baseline_buffers={name: found for name, found in entry.buffers.items() if name in grown},
@@ -241,11 +251,16 @@ def _changes(
     return changes
 
 
-def what_grew(before: dict[str, int], now: dict[str, int], top: int = 3) -> list[tuple[str, int | None, int]]:
-    """The contributors at the peak that hold more now than at the baseline's peak, most growth first."""
+def what_grew(
+    before: dict[str, int], now: dict[str, int], top: int = 3
+) -> tuple[list[tuple[str, int | None, int]], int]:
+    """The contributors at the peak that hold more now than at the baseline's peak, most growth
+    first, and how many more grew by less than SMALL_SHARE of the peak now (left out)."""
     grown = [(name, before.get(name), size) for name, size in now.items() if size > before.get(name, 0)]
     grown.sort(key=lambda item: (-(item[2] - (item[1] or 0)), item[0]))
-    return grown[:top]
+    floor = SMALL_SHARE * sum(now.values())
+    large = [item for item in grown if item[2] - (item[1] or 0) >= floor] or grown[:1]
+    return large[:top], len(grown) - len(large[:top])
 
 
 def contributors_of(record: TestRecord) -> dict[str, int]:

@@ -7,12 +7,12 @@ plugin raises in that test's setup, so one bad marker errors one test, not the s
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import DevmemError
 from ..model.framework_rules import MARKER_NAMES
 from ..model.pool.policy import Mode, parse_fraction, parse_mode
-from ..model.regime import Regime
+from ..model.regime import GPU_ONLY_MODES, Regime
 from ..units import format_size, parse_size, shown_value
 from .tolerance import parse_tolerance
 
@@ -62,6 +62,20 @@ class MarkSpec:
             return session
         mode = self.mode or (session.mode if session is not None else Mode.FRACTION)
         return Regime.of(mode, self.fraction)
+
+    def on_tpu(self, target: str) -> tuple[MarkSpec, dict[str, str]]:
+        """This spec as a TPU preset runs it, and why each key it left out does not apply.
+
+        A GPU regime (mode, fraction) has no meaning on a TPU, so one suite gates both targets.
+        """
+        gpu_mode = self.mode in GPU_ONLY_MODES
+        left = {"mode": gpu_mode, "fraction": self.fraction is not None and (gpu_mode or self.fraction != 1.0)}
+        why = (
+            f"a GPU regime, and {target} runs the TPU runtime's (HBM on demand, defragmented: compact); "
+            "JAX does not preallocate on a TPU"
+        )
+        kept = replace(self, mode=None if gpu_mode else self.mode, fraction=None if left["fraction"] else self.fraction)
+        return kept, {key: why for key, out in left.items() if out}
 
 
 MarkArguments = tuple[tuple[object, ...], Mapping[str, object]]
@@ -288,12 +302,12 @@ def leak_verdict(kept: dict[str, int] | None, max_leak: int | None) -> str | Non
     )
 
 
-def limit_verdict(peak_bytes: int | None, limit: int | None) -> str | None:
-    """The failure message when a test's peak exceeds its limit, else None."""
+def limit_verdict(peak_bytes: int | None, limit: int | None, held: str = "") -> str | None:
+    """The failure message when a test's peak exceeds its limit, else None; `held` names who held the peak."""
     if limit is None or peak_bytes is None or peak_bytes <= limit:
         return None
     over = peak_bytes - limit
     return (
         f"device memory limit exceeded: peak {format_size(peak_bytes)} ({peak_bytes} bytes) > "
-        f"limit {format_size(limit)} ({limit} bytes), over by {format_size(over)} ({over / limit:.1%})"
+        f"limit {format_size(limit)} ({limit} bytes), over by {format_size(over)} ({over / limit:.1%}){held}"
     )

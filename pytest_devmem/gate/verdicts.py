@@ -7,9 +7,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from ..model.buffers import SMALL_SHARE, ProgramBuffers, buffer_changes, describe_lines
 from ..model.explain import oom_message
+from ..units import format_size
 from .baseline import BaselineStore
-from .changes import buffers_of, compare, contributors_of, lines_of, metrics_of
+from .changes import buffers_of, compare, contributors_of, lines_of, metrics_of, program_of_temp
 from .record import TestRecord
 from .tolerance import Tolerance
 
@@ -25,8 +27,34 @@ def oom_verdict(record: TestRecord) -> str | None:
     regime, or it raised a real out-of-memory error (on a GPU), with what the model says of it."""
     if not record.oom:
         return None
+    text = oom_message(record.oom, record.devices, record.regime, record.device)
+    label = str(record.oom.get("label", ""))
+    asked = _inside(label, buffers_of(record), {}) if label else ""
+    text += f"\n  the {label} it asked for: {asked}" if asked else ""
+    return text + largest_at_peak(record, " before it ran out")
 
-    return oom_message(record.oom, record.devices, record.regime, record.device)
+
+def largest_at_peak(record: TestRecord, when: str = "", top: int = 3) -> str:
+    """`\n  largest at the peak: jit(step) temp 16.00 MiB: f32[4096,1024] tile at model.py:16 (16.00 MiB)`:
+    who held most at the peak (each at least SMALL_SHARE of it), named down to the buffer or line as a
+    regression names what grew."""
+    held = sorted(contributors_of(record).items(), key=lambda item: (-item[1], item[0]))
+    held = [item for item in held if item[1] >= SMALL_SHARE * sum(size for _, size in held)][:top]
+    buffers, lines = buffers_of(record), lines_of(record)
+    parts = [
+        f"{name} {format_size(size)}" + (f": {inside}" if (inside := _inside(name, buffers, lines)) else "")
+        for name, size in held
+    ]
+    return f"\n  largest at the peak{when}: {', '.join(parts)}" if parts else ""
+
+
+def _inside(name: str, buffers: dict[str, ProgramBuffers], lines: dict[str, dict[str, int]]) -> str:
+    """The largest buffers of a program's temp, else the lines that made a holder; "" where neither is known."""
+    program = buffers.get(program_of_temp(name) or "")
+    changes = buffer_changes(None, program) if program is not None else []
+    changes = [change for change in changes if change.buffer.bytes >= SMALL_SHARE * changes[0].buffer.bytes]
+    inside = "; ".join(f"{change.buffer.text()} ({format_size(change.buffer.bytes)})" for change in changes)
+    return inside or describe_lines(None, lines.get(name))
 
 
 def relative_to(path: str, rootdir: Path) -> str:

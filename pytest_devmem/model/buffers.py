@@ -225,6 +225,8 @@ def describe_growth(label: str, before: ProgramBuffers | None, now: ProgramBuffe
 
 TOP_LINES = 3
 """Lines kept per holder at the peak (model/machine/maps.py): a baseline that lists fewer listed them all."""
+SMALL_SHARE = 0.01
+"""Holders and lines under this share of a test's peak are left out of what a person reads first."""
 LINE_UNKNOWN = "line unknown"
 """How a holder's bytes whose line the capture could not name read (never a guessed line)."""
 

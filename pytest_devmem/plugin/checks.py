@@ -17,9 +17,8 @@ from ..gate.changes import buffers_of, lines_of
 from ..gate.marks import compiles_verdict, fragmentation_verdict, leak_verdict, limit_verdict
 from ..gate.record import Analysis, MinFraction, TestRecord
 from ..gate.tolerance import parse_tolerance
-from ..gate.verdicts import baseline_verdict, oom_verdict, relative_to
+from ..gate.verdicts import baseline_verdict, largest_at_peak, oom_verdict, relative_to
 from ..model.pool import Policy
-from ..model.profile import decode_profile
 from ..model.timeline import build_view
 from ..model.trace import BY_COLUMN_FROM, Trace, arrow_file
 from ..model.whatif import MIN_FRACTION_FLOOR, find_min_fraction, what_if
@@ -27,7 +26,7 @@ from ..present.buffers import html_lines_section, html_section
 from ..present.plot import write_plot
 from ..present.plot_parts import BaselineSide
 from ..present.text import terminal_lines
-from .items import id_of_test, marked, oom_key, regime_of
+from .items import id_of_test, marked, not_applied_key, oom_key, regime_of
 from .recording import allocator_setups, machine_spec, make_record
 from .settings import SessionParts
 
@@ -66,6 +65,8 @@ class Checks(SessionParts):
             compile_target=self.compile_target.label if "jax" in sys.modules else None,
             root=self.rootdir,
         )
+        if record.tpu is not None and item.stash.get(not_applied_key, None):
+            record.tpu["marker_not_applied"] = item.stash[not_applied_key]
         self.write_trace(record)
         self.analyse(record, regime.policy)
         return record
@@ -79,7 +80,7 @@ class Checks(SessionParts):
         None. Every check records what it found, and the baseline is always compared."""
         spec = marked(item)
         failures: list[tuple[str, str | None]] = [("out of memory", oom_verdict(record))]
-        failures.append(("limit", limit_verdict(record.peak_bytes_in_use, record.limit_bytes)))
+        failures.append(("limit", limit_verdict(record.peak_bytes_in_use, record.limit_bytes, largest_at_peak(record))))
         if spec is not None:
             failures.append(("compiles", compiles_verdict(captured.needed, spec.max_compiles, captured.functions)))
         failures.append(("leak", leak_verdict(captured.kept, self.max_leak(item))))
@@ -148,13 +149,7 @@ class Checks(SessionParts):
             baseline = None
             if entry is not None:
                 file = str(entry.path) if self.rootdir is None else relative_to(str(entry.path), self.rootdir)
-                peak = entry.metrics.get("peak_bytes_in_use")
-                baseline = BaselineSide(
-                    file,
-                    int(peak) if isinstance(peak, (int, float)) else None,
-                    entry.contributors,
-                    decode_profile(entry.profile),
-                )
+                baseline = BaselineSide.of(file, entry.metrics, entry.contributors, entry.profile)
             write_plot(
                 build_view(
                     record.run,

@@ -11,8 +11,8 @@ import pytest
 from ..capture.measurement import Captured
 from ..errors import DevmemError, OutOfMemoryError
 from ..gate.marks import MARK_NAME, MarkArguments, MarkSpec, combine_marks, parse_mark
-from ..model.regime import GPU_ONLY_MODES, Regime, on_tpu
-from ..model.tpu_targets import TpuSpec, tpu_regime_refusal
+from ..model.regime import Regime, on_tpu
+from ..model.tpu_targets import TpuSpec
 
 DEFAULT_REGIME = Regime.of("prealloc")
 """A measured test's regime when neither --devmem-mode nor its marker names one: JAX's and
@@ -22,26 +22,20 @@ mark_key = pytest.StashKey["MarkSpec | str | None"]()  # the marker's spec, or w
 regime_key = pytest.StashKey["Regime | None"]()
 measured_key = pytest.StashKey[bool]()
 captured_key = pytest.StashKey[Captured]()
-oom_key = pytest.StashKey["str | None"]()  # the out-of-memory error the test raised, as text
+oom_key = pytest.StashKey["str | None"]()
+not_applied_key = pytest.StashKey[
+    dict[str, str]
+]()  # the marker's keys the target has no use for, and why  # the out-of-memory error the test raised, as text
 
 
 def prepare_item(item: pytest.Item, session_regime: Regime | None, tpu: TpuSpec | None = None) -> Regime | None:
     """Read the item's marker once: its spec (or the error to raise in its setup), whether it is
-    measured, its regime. On a TPU preset a marker's GPU regime is that test's error."""
+    measured, its regime. On a TPU preset a marker's GPU regime is left out, with why."""
     levels = mark_levels(item)
     combined = combine_marks(levels) if levels else None
     spec = parse_mark(*combined) if isinstance(combined, tuple) else combined
-    if (
-        tpu is not None
-        and isinstance(spec, MarkSpec)
-        and ((spec.fraction is not None and spec.fraction != 1.0) or spec.mode in GPU_ONLY_MODES)
-    ):
-        asked = f"@pytest.mark.devmem({', '.join(f'{k}={v!r}' for k, v in (('mode', spec.mode.value if spec.mode else None), ('fraction', spec.fraction)) if v is not None)})"
-        spec = tpu_regime_refusal(
-            tpu,
-            asked,
-            "Leave the marker's mode and fraction out (the marker wins over --devmem-mode), or use mode='compact' in it",
-        )
+    if tpu is not None and isinstance(spec, MarkSpec):
+        spec, item.stash[not_applied_key] = spec.on_tpu(f"sim:{tpu.preset}")
     item.stash[mark_key] = spec
     item.stash[measured_key] = session_regime is not None or bool(levels)
     try:

@@ -5,10 +5,10 @@ each line a link to its file). Takes plain data (model/buffers.py)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..model.buffers import PeakBuffer, ProgramBuffers, line_text
+from ..model.buffers import SMALL_SHARE, PeakBuffer, ProgramBuffers, line_text
 from ..units import format_size
 from .text import html_text, markdown, markdown_rows
 
@@ -44,6 +44,41 @@ def buffer_rows(
             )
     rows.sort(key=lambda row: (row.program, -max(row.now or 0, row.before or 0), row.buffer.key))
     return rows
+
+
+@dataclass
+class Hidden:
+    """What a listing left out by default, counted so that it can say so."""
+
+    programs: int = 0  # JAX's own: none of their buffers names a line of the user's
+    rows: int = 0  # held-at-peak lines under SMALL_SHARE of the test's peak
+
+    def text(self) -> str:
+        """`hidden: 2 program(s) of JAX's own ...; --all shows them`, or "" where nothing was."""
+        if not self.programs and not self.rows:
+            return ""
+        return (
+            f"hidden: {self.programs} program(s) of JAX's own (no buffer of theirs names a line of yours) and "
+            f"{self.rows} held line(s) under {SMALL_SHARE:.0%} of a test's peak; --all shows them\n"
+        )
+
+
+def worth_reading(
+    programs: Mapping[str, ProgramBuffers], lines: Mapping[str, Mapping[str, int]], peak: float | None, hidden: Hidden
+) -> tuple[dict[str, ProgramBuffers], dict[str, dict[str, int]]]:
+    """A test's buffers and held lines less JAX's own programs and rows under SMALL_SHARE of its
+    peak (a program's small buffers join its "more, smaller"), counted in `hidden`."""
+    floor = SMALL_SHARE * (peak or 0)
+    kept = {}
+    for name, program in programs.items():
+        if program.buffers and not any(buffer.at for buffer in program.buffers):
+            hidden.programs += 1
+            continue
+        large = tuple(buffer for buffer in program.buffers if buffer.bytes >= floor)
+        kept[name] = replace(program, buffers=large, more=program.more + len(program.buffers) - len(large))
+    held = {holder: {site: size for site, size in sites.items() if size >= floor} for holder, sites in lines.items()}
+    hidden.rows += sum(map(len, lines.values())) - sum(map(len, held.values()))
+    return kept, {holder: sites for holder, sites in held.items() if sites}
 
 
 def _space(buffer: PeakBuffer) -> str:

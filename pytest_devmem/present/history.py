@@ -1,4 +1,4 @@
-"""Memory over many commits: reports lined up by time, tests x commits, and the steps where a
+"""Memory over many commits: reports lined up by git's ancestry (else by time), tests x commits, and the steps where a
 test's peak moved beyond the tolerance. pandas (imported here only) does the table work;
 matplotlib (only for `-o trend.png`) draws the tests that moved. No pytest here.
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,7 +109,7 @@ def load_frame(files: Sequence[Path]) -> Any:
     try:
         import pandas as pd  # the history extra, optional
     except ImportError:
-        raise InputError("devmem history needs pandas (pip install pandas)") from None
+        raise InputError("devmem history needs pandas (pip install 'pytest-devmem[history]')") from None
 
     rows = []
     for index, (path, report) in enumerate(runs(files)):
@@ -124,6 +125,7 @@ def load_frame(files: Sequence[Path]) -> Any:
                     "order": index,
                     "time": time,
                     "commit": commit,
+                    "sha": str(session.get("commit") or ""),
                     "device_class": str(record.get("device_class", "")),
                     "test": f"{record['test_id']} [{canonical_label(str(record.get('regime', 'prealloc')))}]",
                     METRIC: float(peak),
@@ -135,7 +137,40 @@ def load_frame(files: Sequence[Path]) -> Any:
     frame = pd.DataFrame(rows)
     if frame["device_class"].nunique() > 1:  # one series per device class: never a step from one to another
         frame["test"] = frame["test"] + " on " + frame["device_class"]
-    return frame.sort_values(["time", "order"], kind="stable")
+    placed = git_order(list(dict.fromkeys(frame["sha"])))
+    frame["place"] = frame["sha"].map(placed) if isinstance(placed, dict) else 0
+    frame = frame.sort_values(["place", "time", "order"], kind="stable")
+    frame.attrs["order"] = GIT_ORDER if isinstance(placed, dict) else placed
+    return frame
+
+
+GIT_ORDER = "git"
+"""The frame's `order` where git placed every commit; else `run time: WHY`."""
+
+
+def git_order(commits: Sequence[str]) -> dict[str, int] | str:
+    """Each commit's place in git's ancestry here, parents first; else why run time orders them."""
+    if "" in commits:
+        return "run time: a report carries no commit"
+    try:
+        known = subprocess.run(
+            ["git", "cat-file", "--batch-check"], input="\n".join(commits), capture_output=True, text=True, timeout=60
+        )
+        missing = [line.split()[0] for line in known.stdout.splitlines() if line.endswith(" missing")]
+        if known.returncode or missing:
+            why = f"does not know commit {missing[0][:12]}" if missing else f"says {known.stderr.strip()[:200]}"
+            return f"run time: git {why} here (run devmem history in the clone that holds the commits)"
+        listed = subprocess.run(
+            ["git", "rev-list", "--topo-order", "--reverse", *commits, "--"], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"run time: git could not be run ({exc})"
+    places = {sha: place for place, sha in enumerate(listed.stdout.split())}
+    return (
+        {commit: places[commit] for commit in commits}
+        if all(c in places for c in commits)
+        else "run time: git could not order the commits"
+    )
 
 
 def device_classes(frame: Any) -> list[str]:
@@ -144,7 +179,7 @@ def device_classes(frame: Any) -> list[str]:
 
 
 def pivot(frame: Any, values: str = METRIC) -> Any:
-    """Tests x commits (in time order), the peak in each cell (or, with `values=OOM`, the kind of
+    """Tests x commits (in the frame's order), the peak in each cell (or, with `values=OOM`, the kind of
     out-of-memory the run ended in, "" where none)."""
     commits = list(dict.fromkeys(frame["commit"]))
     table = frame.pivot_table(index="test", columns="commit", values=values, aggfunc="last")
@@ -171,13 +206,23 @@ def steps(table: Any, tolerance: Tolerance, ooms: Any = None) -> list[Step]:
     return found
 
 
-def markdown(table: Any, moved: list[Step], tolerance: Tolerance, last: int = 8, classes: Sequence[str] = ()) -> str:
+def markdown(
+    table: Any,
+    moved: list[Step],
+    tolerance: Tolerance,
+    last: int = 8,
+    classes: Sequence[str] = (),
+    order: str = GIT_ORDER,
+) -> str:
     """For a job summary: what moved, then the peaks of the tests that moved over the last commits."""
     commits = list(table.columns)
     lines = [
         f"### Device memory history: {len(commits)} commit(s), {len(table)} test(s), {len({s.test for s in moved})} moved",
         "",
         f"Tolerance: `{tolerance.spec}`.",
+        "Commits in git's order (each after its parents)."
+        if order == GIT_ORDER
+        else f"Commits in run-time order, not git's: {order.removeprefix('run time: ')}.",
     ]
     if len(classes) == 1:
         lines.append(f"Device class: {markdown_code(classes[0])}.")
@@ -208,8 +253,10 @@ def markdown(table: Any, moved: list[Step], tolerance: Tolerance, last: int = 8,
     return "\n".join(lines) + "\n"
 
 
-def history_json(table: Any, moved: list[Step], tolerance: Tolerance, classes: Sequence[str] = ()) -> str:
-    """For tools: the commits in time order, each test's peak per commit (None where it was not
+def history_json(
+    table: Any, moved: list[Step], tolerance: Tolerance, classes: Sequence[str] = (), order: str = GIT_ORDER
+) -> str:
+    """For tools: the commits in order (`order`: git's, or run time and why), each test's peak per commit (None where it was not
     measured), and the steps that moved beyond the tolerance."""
     commits = [str(c) for c in table.columns]
     document = {
@@ -218,6 +265,7 @@ def history_json(table: Any, moved: list[Step], tolerance: Tolerance, classes: S
         "metric": METRIC,
         "tolerance": tolerance.spec,
         "device_classes": list(classes),
+        "order": order,
         "commits": commits,
         "tests": {
             str(test): {c: (None if row[c] != row[c] else row[c]) for c in table.columns}  # NaN: not measured there

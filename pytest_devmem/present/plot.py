@@ -18,10 +18,12 @@ from ..units import MiB, format_size
 from .plot_html import render_html
 from .plot_parts import (
     FREE_COLOUR,
+    LIVE_DATA,
     MAP_SHOWN,
     OOM_COLOUR,
     PALETTE,
     BaselineSide,
+    binary_step,
     map_chunks,
     map_extent,
     maps,
@@ -129,14 +131,17 @@ def render_png(view: TimelineView, path: str | os.PathLike[str], title: str) -> 
 def _png_lane(axis: object, held_axis: object, lane: DeviceLane, view: TimelineView, last: int) -> None:
     """Two panels, each on one scale: in use alone (its own detail), then held from the device with
     in use under it on the same scale, so in use is never drawn above what holds it."""
+    from matplotlib.ticker import MultipleLocator  # the plot extra, loaded by pyplot()
+
     ax, hx = axis, held_axis
     top_in_use = max(lane.in_use, default=0)
     unit, size = unit_of(top_in_use)
     xs, ys = steps(lane.events, [b / size for b in lane.in_use], last)
-    ax.plot(xs, ys, color=PALETTE[0], linewidth=1.2, label="in use")  # type: ignore[attr-defined]
+    ax.plot(xs, ys, color=PALETTE[0], linewidth=1.2, label=LIVE_DATA)  # type: ignore[attr-defined]
+    ax.yaxis.set_major_locator(MultipleLocator(binary_step(top_in_use) / size))  # type: ignore[attr-defined]
     ax.set_ylim(0, (top_in_use / size or 1) * 1.15)  # type: ignore[attr-defined]
     ax.set_xlim(0, max(1, last))  # type: ignore[attr-defined]
-    ax.set_ylabel(f"{matplotlib_text(lane.device)}\nin use ({unit})", fontsize=8)  # type: ignore[attr-defined]
+    ax.set_ylabel(f"{matplotlib_text(lane.device)}\nlive data ({unit})", fontsize=8)  # type: ignore[attr-defined]
     ax.set_title(matplotlib_text(peak_text(lane)), fontsize=8, loc="left")  # type: ignore[attr-defined]  # above the panel: never over its line
     if lane.peak_event >= 0:
         ax.plot([lane.peak_event], [lane.peak_live / size], "o", color=OOM_COLOUR, markersize=4)  # type: ignore[attr-defined]
@@ -146,7 +151,8 @@ def _png_lane(axis: object, held_axis: object, lane: DeviceLane, view: TimelineV
     rx, ry = steps(lane.events, [b / held_size for b in lane.reserved], last)
     hx.fill_between(rx, ry, color="#cccccc", step=None, label="held from the device")  # type: ignore[attr-defined]
     ix, iy = steps(lane.events, [b / held_size for b in lane.in_use], last)
-    hx.plot(ix, iy, color=PALETTE[0], linewidth=1.0, label="in use")  # type: ignore[attr-defined]
+    hx.plot(ix, iy, color=PALETTE[0], linewidth=1.0, label=LIVE_DATA)  # type: ignore[attr-defined]
+    hx.yaxis.set_major_locator(MultipleLocator(binary_step(top_held) / held_size))  # type: ignore[attr-defined]
     hx.set_ylim(0, (top_held / held_size or 1) * 1.1)  # type: ignore[attr-defined]
     hx.set_xlim(0, max(1, last))  # type: ignore[attr-defined]
     hx.set_ylabel(f"held ({held_unit})", fontsize=8)  # type: ignore[attr-defined]

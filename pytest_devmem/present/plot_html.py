@@ -11,10 +11,12 @@ from ..model.timeline import DeviceLane, PoolView, TimelineView
 from ..units import format_size
 from .plot_parts import (
     BASELINE_COLOUR,
+    LIVE_DATA,
     MAP_SHOWN,
     OOM_COLOUR,
     PALETTE,
     BaselineSide,
+    binary_step,
     map_chunks,
     map_extent,
     maps,
@@ -62,13 +64,13 @@ def _band(
 
 
 def _y_ticks(top: float, height: float, scale: float, largest: int) -> str:
-    """0, half and the top value of a band, in the band's one unit."""
+    """A band's byte axis in binary steps (0, 8, 16 MiB), in the band's one unit."""
     unit, size = unit_of(largest)
     parts = []
-    for value in (0.0, largest / 2, float(largest)):
+    for value in range(0, int(scale) + 1, binary_step(largest)):
         y = top + height - (value / scale) * height
         parts.append(
-            f"<line x1='{LEFT - 4}' y1='{y:.1f}' x2='{LEFT}' y2='{y:.1f}' stroke='#666'/><text x='{LEFT - 6}' y='{y + 4:.1f}' font-size='10' text-anchor='end'>{value / size:.3g} {unit}</text>"
+            f"<line x1='{LEFT - 4}' y1='{y:.1f}' x2='{LEFT}' y2='{y:.1f}' stroke='#666'/><text x='{LEFT - 6}' y='{y + 4:.1f}' font-size='10' text-anchor='end'>{value / size:.4g} {unit}</text>"
         )
     return "".join(parts)
 
@@ -106,12 +108,12 @@ def _lane_svg(
     parts = [
         f"<h3>{html_text(peak_text(lane, holders=5))}</h3>",
         f"<svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH + LEFT + 20:.0f}' height='{axis_top + 36:.0f}' role='img' aria-label='bytes in use and held on {html_text(lane.device)} over the events'>",
-        f"<text x='{LEFT}' y='{top - 6:.0f}' font-size='11'>in use, on its own scale</text>",
+        f"<text x='{LEFT}' y='{top - 6:.0f}' font-size='11'>{LIVE_DATA}, on its own scale</text>",
         f"<rect x='{LEFT}' y='{top}' width='{WIDTH:.0f}' height='{LANE_HEIGHT:.0f}' fill='none' stroke='#ccc'/>",
         _band(lane.in_use, lane.events, last, top, LANE_HEIGHT, in_use_scale, PALETTE[0]),
         _baseline_band(baseline, last, top, in_use_scale),
         _y_ticks(top, LANE_HEIGHT, in_use_scale, largest),
-        f"<text x='{LEFT}' y='{held_top - 6:.0f}' font-size='11' fill='#555'>held from the device (grey, at most {format_size(lane.peak_reserved)}) with in use (blue) on one scale</text>",
+        f"<text x='{LEFT}' y='{held_top - 6:.0f}' font-size='11' fill='#555'>held from the device (grey, at most {format_size(lane.peak_reserved)}) with live data (blue) on one scale</text>",
         f"<rect x='{LEFT}' y='{held_top}' width='{WIDTH:.0f}' height='{HELD_HEIGHT:.0f}' fill='none' stroke='#ccc'/>",
         _band(lane.reserved, lane.events, last, held_top, HELD_HEIGHT, held_scale, "#cccccc", fill=True),
         _band(lane.in_use, lane.events, last, held_top, HELD_HEIGHT, held_scale, PALETTE[0]),
@@ -150,18 +152,20 @@ def _baseline_band(baseline: tuple[str, int, list[int], list[int]] | None, last:
     return band.replace("stroke-width='1.5'", "stroke-width='1.5' stroke-dasharray='5 3'", 1)
 
 
-def _chart_data(
-    lane: DeviceLane, last: int, baseline: tuple[str, int, list[int], list[int]] | None
-) -> dict[str, object]:
-    """One lane's interactive chart (uPlot's aligned data): in use, held from the device (drawn when
-    asked: a preallocated pool would flatten in use), and the baseline's in use over it."""
+def _chart_data(lane: DeviceLane, last: int, baseline: BaselineSide | None) -> dict[str, object]:
+    """One lane's interactive chart (uPlot's aligned data): live data, held from the device (drawn when
+    asked: a preallocated pool would flatten it), and the baseline's live data over it."""
     run = dict(zip(lane.events, zip(lane.in_use, lane.reserved)))
     if lane.events and last not in run:
         run[last] = run[lane.events[-1]]  # a value holds until the next event: to the last one
-    stored = dict(zip(baseline[2], baseline[3])) if baseline is not None else {}
-    xs = sorted(set(run) | set(stored))
+    stored = baseline.profile if baseline is not None else None
+    xs = sorted(set(run) | set(stored[2] if stored is not None else ()))
     series = [
-        {"label": "in use", "colour": PALETTE[0], "values": [run[x][0] if x in run else None for x in xs]},
+        {
+            "label": f"{LIVE_DATA}; the gated peak in use counts whole chunks: {format_size(lane.peak_in_use)}",
+            "colour": PALETTE[0],
+            "values": [run[x][0] if x in run else None for x in xs],
+        },
         {
             "label": f"held from the device (at most {format_size(lane.peak_reserved)}; click to draw)",
             "colour": "#999999",
@@ -170,13 +174,13 @@ def _chart_data(
             "values": [run[x][1] if x in run else None for x in xs],
         },
     ]
-    if baseline is not None:
+    if baseline is not None and stored is not None:
         series.append(
             {
-                "label": f"baseline in use (its own {baseline[1]} events)",
+                "label": f"baseline's live data (its {stored[1]} events, {len(stored[2])} stored points, each held to the next)",
                 "colour": BASELINE_COLOUR,
                 "dash": [6, 4],
-                "values": [stored.get(x) for x in xs],
+                "values": baseline.held_at(xs),
             }
         )
     return {"title": f"{lane.device}: bytes over the events", "x": xs, "series": series}
@@ -197,6 +201,8 @@ CHART_SCRIPT = """
     return (i ? v.toFixed(2) : v.toFixed(0)) + " " + units[i];
   }
   var steps = uPlot.paths.stepped({ align: 1 });
+  var BINARY = [];  // the byte axis steps in powers of two: 8, 16, 32 MiB
+  for (var p = 0; p < 53; p++) BINARY.push(Math.pow(2, p));
   document.querySelectorAll("script.devmem-chart").forEach(function (node) {
     var data = JSON.parse(node.textContent);
     var series = [{ label: "event" }];
@@ -210,7 +216,7 @@ CHART_SCRIPT = """
     new uPlot({
       title: data.title, width: Math.min(1000, document.body.clientWidth - 40), height: 280,
       scales: { x: { time: false } },
-      axes: [{ label: "event" }, { size: 90, values: function (u, vals) { return vals.map(size); } }],
+      axes: [{ label: "event" }, { size: 90, incrs: BINARY, values: function (u, vals) { return vals.map(size); } }],
       cursor: { drag: { x: true, y: false } },
       series: series
     }, [data.x].concat(data.series.map(function (s) { return s.values; })), box);
@@ -307,7 +313,7 @@ def render_html(
         )
     for lane in view.lanes:
         lane_overlay = overlay if lane is head else None
-        parts.append(_chart_html(_chart_data(lane, last, lane_overlay)))
+        parts.append(_chart_html(_chart_data(lane, last, baseline if lane_overlay is not None else None)))
         parts.append(
             "<noscript>"
             + _lane_svg(lane, view, last, shared_top if lane is head else None, lane_overlay)
@@ -346,7 +352,7 @@ def _baseline_html(baseline: BaselineSide, head: DeviceLane) -> str:
     if baseline.profile is not None:
         device, events = baseline.profile[0], baseline.profile[1]
         parts.append(
-            f"<p>{html_text(device)} at the baseline: bytes in use over its {events} event{'s' if events != 1 else ''}, drawn dashed over this run's line above, on its scale.</p>"
+            f"<p>{html_text(device)} at the baseline: its live data over its {events} event{'s' if events != 1 else ''}, drawn dashed over this run's line above, on its scale.</p>"
         )
     else:
         parts.append(

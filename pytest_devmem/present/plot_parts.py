@@ -4,11 +4,13 @@ failure's run, and the step line every lane is drawn as."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from bisect import bisect_right
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from ..model.explain import allocator_name
 from ..model.machine import KIND_TEXT
+from ..model.profile import decode_profile
 from ..model.timeline import Chunk, DeviceLane, PoolView, TimelineView
 from ..units import MiB, format_size
 
@@ -17,6 +19,8 @@ FREE_COLOUR = "#dddddd"
 OOM_COLOUR = "#d62728"
 BASELINE_COLOUR = "#444444"
 MAP_SHOWN = "the part of each region up to its last chunk in use"
+LIVE_DATA = "live data (each request rounded to 256 B)"
+"""What a lane's line draws; the gated peak in use counts the allocator's whole chunks."""
 
 
 def owner_colours(view: TimelineView) -> dict[str, str]:
@@ -103,6 +107,23 @@ class BaselineSide:
     contributors: dict[str, int]
     profile: tuple[str, int, list[int], list[int]] | None
 
+    @classmethod
+    def of(
+        cls, file: str, metrics: Mapping[str, object], contributors: dict[str, int], profile: object
+    ) -> BaselineSide:
+        """From a stored baseline entry's plain fields (its profile decoded, None where unreadable)."""
+        peak = metrics.get("peak_bytes_in_use")
+        return cls(file, int(peak) if isinstance(peak, (int, float)) else None, contributors, decode_profile(profile))
+
+    def held_at(self, xs: list[int]) -> list[int | None]:
+        """Its live data at each event of `xs`: each stored point held to the next, as its stepped
+        line draws it; None beyond its own events."""
+        if self.profile is None or not self.profile[2]:
+            return [None] * len(xs)
+        _, events, stored, values = self.profile
+        end = max(events - 1, stored[-1])
+        return [values[bisect_right(stored, x) - 1] if stored[0] <= x <= end else None for x in xs]
+
 
 def steps(xs: list[int], ys: list[float], last: int) -> tuple[list[float], list[float]]:
     """A step line through (x, y): each value holds until the next point, the last to `last`."""
@@ -128,6 +149,14 @@ def unit_of(largest: float) -> tuple[str, float]:
     if largest >= MiB or largest == 0:
         return "MiB", float(MiB)
     return "KiB", 1024.0
+
+
+def binary_step(largest: float, count: int = 4) -> int:
+    """The power of two that cuts `largest` bytes into at most `count` steps: 8 MiB for 21 MiB."""
+    step = 1
+    while step * count < largest:
+        step *= 2
+    return step
 
 
 def nice_ticks(last: int, count: int = 8) -> list[int]:

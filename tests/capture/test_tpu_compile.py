@@ -576,30 +576,35 @@ def test_a_gpu_regime_on_a_tpu_preset_is_refused_naming_the_tpu(pytester: pytest
     assert "is a TPU v5e" in text and "JAX does not preallocate on a TPU" in text and "defragments" in text
 
 
-def test_a_markers_fraction_on_a_tpu_preset_errors_that_test(pytester: pytest.Pytester) -> None:
+def test_a_markers_gpu_regime_on_a_tpu_preset_is_left_out_with_why_and_its_limit_still_applies(
+    pytester: pytest.Pytester,
+) -> None:
+    """One suite gated on GPU and TPU presets alike (the README's `fraction=0.5`): under a TPU preset the
+    test runs under the TPU runtime's regime, the record says which keys did not apply and why."""
     pytester.makepyfile(
         """
         import pytest
 
         @pytest.mark.devmem(fraction=0.5)
-        def test_gpu_regime():
-            pass
+        def test_gpu_regime(devmem):
+            devmem.pool.alloc(1 << 20)
 
-        @pytest.mark.devmem
-        def test_default():
-            pass
+        @pytest.mark.devmem(mode="prealloc", fraction=0.5, limit="64KiB")
+        def test_gpu_regime_over_its_limit(devmem):
+            devmem.pool.alloc(1 << 20)
         """
     )
     result = pytester.runpytest_inprocess("--devmem-device=sim:TPU-v6e", "--devmem-report=r.json")
-    result.assert_outcomes(passed=1, errors=1)
-    result.stdout.fnmatch_lines(
-        [
-            "*devmem(fraction=0.5) is a GPU regime, and sim:TPU-v6e is a TPU v6e*Leave the marker's mode and "
-            "fraction out (the marker wins over --devmem-mode), or use mode='compact' in it*",
-        ]
-    )
-    record = json.loads((pytester.path / "r.json").read_text())["records"][0]
-    assert record["regime"] == "compact(fraction=1)"  # the TPU runtime's, not JAX's GPU default
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*device memory limit exceeded*"])
+    records = {r["test_id"].split("::")[-1]: r for r in json.loads((pytester.path / "r.json").read_text())["records"]}
+    for name, keys in (("test_gpu_regime", ["fraction"]), ("test_gpu_regime_over_its_limit", ["mode", "fraction"])):
+        record = records[name]
+        assert record["regime"] == "compact(fraction=1)"  # the TPU runtime's, not JAX's GPU default
+        assert record["peak_bytes_in_use"] >= 1 << 20
+        not_applied = record["tpu"]["marker_not_applied"]
+        assert list(not_applied) == keys
+        assert "a GPU regime, and sim:TPU-v6e runs the TPU runtime's" in not_applied["fraction"]
 
 
 @needs_libtpu

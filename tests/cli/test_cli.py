@@ -546,3 +546,41 @@ def test_ctrl_c_before_a_merge_writes_anything_is_a_clean_exit_130(
     error = capsys.readouterr().err
     assert "Traceback" not in error and "KeyboardInterrupt" not in error
     assert "devmem: interrupted (Ctrl-C)" in error and not (tmp_path / "baselines").exists()
+
+
+RANDOM_STEP = """
+import jax, jax.numpy as jnp
+
+def wide(x, w):
+    big = jnp.concatenate([x @ w] * 8, axis=0)
+    return jnp.tanh(big).sum()
+
+def test_step():
+    key = jax.random.PRNGKey(0)
+    x = jax.random.normal(key, (1024, 512))
+    w = jax.random.uniform(key, (512, 512))
+    jax.jit(wide)(x, w).block_until_ready()
+"""
+
+
+def test_show_hides_jaxs_own_programs_and_small_rows_unless_all(
+    jax_loaded: object, pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """jax.random's programs name no line of the user's (`(not known)`), and 8-byte holders are noise:
+    hidden by default, counted, and shown with --all."""
+    pytester.makepyfile(mymodel=RANDOM_STEP)
+    pytester.runpytest_inprocess("mymodel.py", "--devmem-mode=ondemand", "--devmem-update").assert_outcomes(passed=1)
+    capsys.readouterr()
+    assert main(["show", "baselines"]) == 0
+    quiet = capsys.readouterr().out
+    assert main(["show", "baselines", "--all"]) == 0
+    everything = capsys.readouterr().out
+    assert "| jit(_normal) | u32[1024,512]" in everything and "(not known)" in everything
+    assert "jit(_normal) |" not in quiet.split("buffers at each program's peak")[1].split("arrays held")[0]
+    assert "| jit(wide) | f32[8192,512]" in quiet and "(not known)" not in quiet
+    assert "| jit(_threefry_seed) | mymodel.py:8 | 8 B |" in everything and "8 B |" not in quiet
+    assert "| jit(_normal) | mymodel.py:9 | 2.00 MiB |" in quiet  # the user's line of a JAX helper's output stays
+    hidden = quiet.strip().splitlines()[-1]
+    assert hidden.startswith("hidden: 2 program(s) of JAX's own") and "--all shows them" in hidden
+    assert len(quiet.splitlines()) < len(everything.splitlines()) - 10
+    assert "hidden" not in everything

@@ -513,6 +513,9 @@ def test_what_grew_compares_contributors_and_says_when_the_baseline_named_none()
         unnamed, "t", "prealloc", now, tolerance, {"jit(step) temp": 40 * MiB, "Conv2D": 24 * MiB}
     ).growth_text()
     assert text == "(the baseline names no one to compare with) largest now: jit(step) temp 40.00 MiB, Conv2D 24.00 MiB"
+    helpers = {"jit(step) temp": 40 * MiB, "jit(_normal)": 40 * 1024, "jit(_uniform)": 40 * 1024}
+    text = compare(named, "t", "prealloc", now, tolerance, helpers).growth_text()
+    assert text == "jit(step) temp 8.00 MiB → 40.00 MiB, and 2 that grew by less than 1% of the peak"
 
 
 def test_default_tolerance_is_ten_percent_or_one_mebibyte() -> None:

@@ -566,3 +566,47 @@ def test_an_allocator_started_before_the_trace_holds_the_same_in_the_compiled_lo
     policy: Policy,
 ) -> None:
     assert_start_is_a_first_allocation_made_before(ops, lanes, kept, policy)
+
+
+HIDDEN_NUMBA = """
+import json, random, sys
+sys.modules["numba"] = None  # not installed: `import numba` raises ImportError (the base install)
+from pytest_devmem.model.frameworks import setups_for
+from pytest_devmem.model.machine import Machine, MachineSpec
+from pytest_devmem.model.machine.loops import compiled_bfc
+from pytest_devmem.model.pool import Policy
+from pytest_devmem.model.trace import Trace
+
+compiled_bfc.COMPILED_FROM_EVENTS = compiled_bfc.LOADED_FROM_EVENTS = 0
+trace, rng, live = Trace(), random.Random(5), []
+for pointer in range(1, 3001):
+    live.append((pointer, rng.choice([256, 4096, 300 * 1024, 5 * 2**20])))
+    trace.add(0, *live[-1], source="jax", label="x")
+    if rng.random() < 0.6:
+        trace.add(1, *live.pop(rng.randrange(len(live))), source="jax")
+run = Machine(MachineSpec(2**30, "sim"), setups_for(Policy.of("prealloc"), 2**30)).run(trace)
+print(json.dumps({"available": compiled_bfc.available(), "numba": "numba" in sys.modules and sys.modules["numba"] is not None,
+                  "devices": [d.to_json() for d in run.devices]}))
+"""
+
+
+@compiled
+def test_without_numba_the_python_loop_replays_what_the_compiled_loop_does(
+    every_trace_compiled: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """numba is the `fast-model` extra: where it cannot be imported the event loop (the reference form)
+    runs every trace, with the figures the compiled loop gives where it can (which the `test` extra installs)."""
+    import json
+    import subprocess
+    import sys
+
+    hidden = subprocess.run([sys.executable, "-c", HIDDEN_NUMBA], capture_output=True, text=True, check=True)
+    without = json.loads(hidden.stdout.strip().splitlines()[-1])
+    assert without["available"] is False and without["numba"] is False
+    ran, loop = [], replay_module.replay_compiled
+    monkeypatch.setattr(replay_module, "replay_compiled", lambda replay: ran.append(1) or loop(replay))
+    namespace: dict[str, Any] = {}
+    script = HIDDEN_NUMBA.replace('sys.modules["numba"] = None', "pass").replace("print(json.dumps(", "result = ((")
+    exec(compile(script, "with_numba", "exec"), namespace)
+    assert namespace["result"]["available"] is True and ran  # here numba imports: the compiled loop ran
+    assert namespace["result"]["devices"] == without["devices"]

@@ -137,3 +137,27 @@ def test_a_program_sized_from_anothers_entry_never_names_the_others_lines(
     }
     assert lines["test_head"] and all(at.startswith("heads.py:") for at in lines["test_head"]), lines
     assert not any("heads.py" in at for at in lines["test_probe"]), lines
+
+
+@pytest.mark.parametrize(
+    ("options", "headline"),
+    [
+        (("--devmem-limit=4MiB",), "device memory limit exceeded"),
+        (("--devmem-device=sim:6MiB",), "out of device memory"),
+    ],
+)
+def test_a_limit_or_oom_failure_names_the_largest_holders_at_the_peak_by_line(
+    jax_loaded: object, pytester: pytest.Pytester, options: tuple[str, ...], headline: str
+) -> None:
+    """As a regression names what grew: the limit's (memray lists stacks on its limit failure) and an OOM's."""
+    pytester.makepyfile(mymodel=STEP.format(width=16))
+    result = pytester.runpytest_inprocess("mymodel.py", "--devmem-mode=ondemand", *options)
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    assert headline in text
+    named = text.split("largest at the peak")[1].split("\n")[0]
+    if "out of" in headline:  # the peak before it: the step's inputs; the temp it asked for, by its buffers
+        assert named.startswith(" before it ran out: jit(broadcast_in_dim) 1.50 MiB: made at mymodel.py:10")
+        named = text.split("the jit(update) temp it asked for:")[1].split("\n")[0]
+    assert "f32[4096,512]" in named and WIDE_LINE in named
+    assert "(8.00 MiB)" in named and "new" not in named and "baseline" not in named

@@ -65,7 +65,7 @@ def test_history_of_three_commits_shows_the_test_that_moved(
         and len(session["environment_hash"]) == 16
     )
     capsys.readouterr()  # the runs' own output
-    assert main(["history", str(reports), "-o", str(pytester.path / "trend.png")]) == 1  # a test moved
+    assert main(["history", str(reports), "-o", str(pytester.path / "trend.png"), "--fail-on-move"]) == 1  # a test moved
     out = capsys.readouterr().out
     assert out.startswith("### Device memory history: 3 commit(s), 2 test(s), 1 moved")
     assert f"| test_model.py::test_model [prealloc] | 8.00 MiB → 24.00 MiB (+200.0%) at {commits[2][:12]} |" in out
@@ -89,7 +89,7 @@ def test_a_run_out_of_memory_is_a_step_named_so_not_a_fall_of_the_peak(
             "--devmem-mode=prealloc", f"--devmem-report={reports}/r{number}.json", "-p", "no:cacheprovider"
         )
     capsys.readouterr()
-    assert main(["history", str(reports)]) == 1
+    assert main(["history", str(reports), "--fail-on-move"]) == 1
     out = capsys.readouterr().out
     assert "| test_model.py::test_model [prealloc] | 8.00 MiB → out of memory: " in out and "r1 |" in out
     assert "| test_model.py::test_model [prealloc] | out of memory: " in out and "→ 8.00 MiB at r2 |" in out
@@ -196,7 +196,7 @@ def test_history_without_arguments_reads_the_autosaved_reports(
             MODEL + "\n# work in progress\n"
         )  # the next run is of a dirty tree
     capsys.readouterr()
-    assert main(["history"]) == 1  # pytester runs in its directory: .devmem/ is here
+    assert main(["history", "--fail-on-move"]) == 1  # pytester runs in its directory: .devmem/ is here
     out = capsys.readouterr().out
     assert "2 commit(s), 2 test(s), 1 moved" in out  # the dirty run is a column of its own
     assert " (dirty) |" in out
@@ -237,7 +237,7 @@ def test_history_never_lines_up_different_device_classes(
         "Device classes: `cuda-NVIDIA-H100-80GB-HBM3`, `sim-16GiB` (each test is lined up within its own class)." in out
     )
     report_on(tmp_path / "d.json", "cuda-NVIDIA-H100-80GB-HBM3", 8000 * 2**20, "d" * 40, "2026-11-23T10:00:00+00:00")
-    assert main(["history", str(tmp_path)]) == 1
+    assert main(["history", str(tmp_path), "--fail-on-move"]) == 1
     assert (
         "| t.py::test_x [prealloc] on cuda-NVIDIA-H100-80GB-HBM3 | 3.91 GiB → 7.81 GiB (+100.0%) at dddddddddddd |"
         in capsys.readouterr().out
@@ -260,7 +260,7 @@ def test_history_prints_json_and_csv_for_tools(
 
     report_on(tmp_path / "a.json", "sim-16GiB", 100 * 2**20, "a" * 40, "2026-11-20T10:00:00+00:00")
     report_on(tmp_path / "b.json", "sim-16GiB", 200 * 2**20, "b" * 40, "2026-11-21T10:00:00+00:00")
-    assert main(["history", str(tmp_path), "--json"]) == 1
+    assert main(["history", str(tmp_path), "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["format"] == "pytest-devmem-history" and document["commits"] == ["a" * 12, "b" * 12]
     assert document["tests"]["t.py::test_x [prealloc]"] == {"a" * 12: 100 * 2**20, "b" * 12: 200 * 2**20}
@@ -273,9 +273,46 @@ def test_history_prints_json_and_csv_for_tools(
             "now": 200 * 2**20,
         }
     ]
-    assert main(["history", str(tmp_path), "--format", "csv"]) == 1
+    assert main(["history", str(tmp_path), "--format", "csv"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert [(r["commit"], float(r["peak_bytes_in_use"]), r["moved"]) for r in rows] == [
         ("a" * 12, 100 * 2**20, "False"),
         ("b" * 12, 200 * 2**20, "True"),
     ]
+
+
+def test_history_orders_by_git_ancestry_not_run_time_and_exits_0_unless_asked(
+    pandas_loaded: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pull request's report fed before a later main report: run time would read its regression as an
+    improvement; git's ancestry puts main's commit first."""
+    (tmp_path / "model.txt").write_text("main")
+    base = git_repository(tmp_path, monkeypatch)
+    (tmp_path / "change.txt").write_text("grown")
+    commit_all(tmp_path, "the pull request")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    report_on(reports / "pr.json", "sim-16GiB", 200 * 2**20, head, "2026-11-20T10:00:00+00:00")
+    report_on(reports / "main.json", "sim-16GiB", 100 * 2**20, base, "2026-11-21T10:00:00+00:00")
+    monkeypatch.chdir(tmp_path)
+    assert main(["history", str(reports)]) == 0  # a move is reported, not failed, unless asked
+    out = capsys.readouterr().out
+    assert f"100.00 MiB → 200.00 MiB (+100.0%) at {head[:12]}" in out
+    assert "Commits in git's order (each after its parents)." in out
+    assert main(["history", str(reports), "--fail-on-move"]) == 1
+    capsys.readouterr()
+    (reports / "main.json").write_text((reports / "main.json").read_text().replace(base, "f" * 40))  # unknown here
+    assert main(["history", str(reports), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["order"].startswith("run time: git does not know commit ffffffffffff here")
+    assert document["moved"][0]["now"] == 100 * 2**20  # by time: the PR first
+
+
+def test_history_without_pandas_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report_on(tmp_path / "a.json", "sim-16GiB", 100 * 2**20, "a" * 40, "2026-11-20T10:00:00+00:00")
+    monkeypatch.setitem(__import__("sys").modules, "pandas", None)  # hidden: its import raises ImportError
+    assert main(["history", str(tmp_path)]) == 2
+    assert "pip install 'pytest-devmem[history]'" in capsys.readouterr().err

@@ -262,8 +262,8 @@ def test_a_lane_draws_held_with_in_use_on_one_scale_and_numbers_its_events() -> 
     held_top = min(_svg_ys(held_band, "polygon"))
     in_use_top = min(_svg_ys(held_band, "polyline"))
     assert in_use_top > held_top  # lower on the page: less than what is held
-    in_use_band = html.split("in use, on its own scale", 1)[1].split("held from the device (grey", 1)[0]
-    assert "36 MiB</text>" in in_use_band and "12 GiB</text>" in held_band  # each band's axis in its one unit
+    in_use_band = html.split("on its own scale", 1)[1].split("held from the device (grey", 1)[0]
+    assert "32 MiB</text>" in in_use_band and "12 GiB</text>" in held_band  # each band's axis in its one unit
     assert ">event</text>" in held_band and "text-anchor='middle'>0</text>" in held_band  # the x axis is numbered
     heading = html.split("<noscript><h3>", 1)[1]  # the lane as SVG, for a reader without scripts
     assert heading.startswith(
@@ -291,7 +291,7 @@ def test_the_failure_artifact_shows_the_baseline_beside_the_run(
         "<h2>Baseline beside this run</h2><p>baselines/sim-16GiB/test_layer.py.json: peak in use 8.00 MiB; this run: 16.00 MiB on cpu:0.</p>"
         in html
     )
-    assert "cpu:0 at the baseline: bytes in use over its 1 event, drawn dashed over this run's line above" in html
+    assert "cpu:0 at the baseline: its live data over its 1 event, drawn dashed over this run's line above" in html
     assert "<tr><td>pool</td><td>8.00 MiB</td><td>16.00 MiB</td></tr>" in html  # the holders at both peaks
     # the baseline is a series of the run's own chart, not a panel of its own
     (chart,) = [
@@ -300,8 +300,9 @@ def test_the_failure_artifact_shows_the_baseline_beside_the_run(
         if "devmem-chart'>" in part
     ]
     by_label = {series["label"].split(" (")[0]: series["values"] for series in chart["series"]}
-    assert max(v for v in by_label["in use"] if v is not None) == 16 * MiB
-    assert max(v for v in by_label["baseline in use"] if v is not None) == 8 * MiB
+    assert max(v for v in by_label["live data"] if v is not None) == 16 * MiB
+    assert "the gated peak in use counts whole chunks: 16.00 MiB" in chart["series"][0]["label"]
+    assert by_label["baseline's live data"] == [8 * MiB]  # a value at every event, to hover (0:0 then 0:8 MiB)
     assert chart["series"][1]["show"] is False  # held from the device: drawn on request, never dwarfing in use
     svg = html.split("<noscript>", 1)[1].split("</noscript>", 1)[0]
     assert "stroke='#444444' stroke-width='1.5' stroke-dasharray='5 3'" in svg  # and over the SVG lane too
@@ -358,3 +359,61 @@ def test_devmem_plot_of_an_emoji_test_id_warns_of_no_missing_glyph_and_shows_its
         assert main(["plot", str(trace), "--mode", "growth", "-o", str(tmp_path / "e.png")]) == 0
     assert "Warning" not in capsys.readouterr().err
     assert matplotlib_text("test_x[\U0001f525-ünï] $5") == "test_x[\\U0001f525-ünï] \\$5"  # DejaVu Sans has ü, ï
+
+
+def test_the_baseline_hovers_at_every_event_and_the_y_axis_counts_in_binary_steps() -> None:
+    """The stored profile is a few points of the baseline's live data: the chart holds each until the
+    next (as its stepped line draws it), so hovering any event of the baseline shows a value; the byte
+    axis steps in powers of two (8, 16, 32 MiB), never decimal 10 MB steps labelled MiB."""
+    from pytest_devmem.present.plot_parts import BaselineSide, binary_step
+
+    trace = Trace()
+    for step in range(40):
+        trace.add(0, step + 1, (step % 7 + 1) * 3 * MiB, source="jax", label="x", device="cpu:0")
+        trace.add(1, step + 1, (step % 7 + 1) * 3 * MiB, source="jax", device="cpu:0")
+    stored = BaselineSide("b.json", 21 * MiB, {}, ("cpu:0", 80, [0, 10, 41, 60], [0, 6 * MiB, 21 * MiB, 3 * MiB]))
+    html = render_html(view_of(trace, "ondemand"), "t", stored)
+    chart = json.loads(html.split("class='devmem-chart'>", 1)[1].split("</script>", 1)[0])
+    baseline = dict(zip(chart["x"], chart["series"][-1]["values"]))
+    assert [baseline[x] for x in (0, 9, 10, 40, 41, 59, 60, 79)] == [
+        0,
+        0,
+        6 * MiB,
+        6 * MiB,
+        21 * MiB,
+        21 * MiB,
+        3 * MiB,
+        3 * MiB,
+    ]
+    assert "(its 80 events, 4 stored points, each held to the next)" in chart["series"][-1]["label"]
+    assert "incrs: BINARY" in html and "Math.pow(2" in html
+    assert binary_step(21 * MiB) == 8 * MiB and binary_step(20 * 10**6) == 8 * MiB and binary_step(0) == 1
+    svg = html.split("<noscript>", 1)[1].split("held from the device (grey", 1)[0]
+    assert ">8 MiB</text>" in svg and ">16 MiB</text>" in svg and "9.54" not in svg
+
+
+def test_devmem_plot_overlays_the_baseline_as_the_failure_artifact_does(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_devmem.cli import main
+
+    pytester.makepyfile(
+        test_layer="import os\n\ndef test_layer(devmem):\n    devmem.pool.alloc(int(os.environ['LAYER_MIB']) * 2**20)\n"
+    )
+    monkeypatch.setenv("LAYER_MIB", "8")
+    pytester.runpytest_inprocess("--devmem-mode=prealloc", "--devmem-update").assert_outcomes(passed=1)
+    monkeypatch.setenv("LAYER_MIB", "16")
+    pytester.runpytest_inprocess(
+        "--devmem-mode=prealloc", "--devmem-traces=traces", "--devmem-report=r.json"
+    ).assert_outcomes(failed=1)
+    page = pytester.path / "layer.html"
+    assert main(["plot", "r.json", "-o", str(page), "--baselines", "baselines"]) == 0
+    html = page.read_text()
+    assert "<h2>Baseline beside this run</h2><p>baselines/sim-16GiB/test_layer.py.json: peak in use 8.00 MiB" in html
+    assert "baseline's live data" in html
+    capsys.readouterr()
+    assert main(["plot", "r.json", "-o", str(page), "--baselines", "elsewhere"]) == 2
+    assert (
+        "no baseline of test_layer.py::test_layer under regime prealloc in elsewhere/sim-16GiB"
+        in capsys.readouterr().err
+    )

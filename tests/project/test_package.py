@@ -86,3 +86,14 @@ def test_the_declared_ranges_are_the_ones_a_session_accepts() -> None:
     for requirement in declared:
         package = supported.JAX if requirement.name == "jax" else supported.TENSORFLOW
         assert str(requirement.specifier) == f"<{package.below},>={package.low}", requirement
+
+
+def test_numba_is_the_fast_model_extra_which_the_test_extras_install() -> None:
+    """The base install pulls no numba nor llvmlite (numba lags new Python releases); the Python loop is
+    the reference form, and the suite, installing the extra, tests both."""
+    metadata = project()["project"]
+    assert not [need for need in metadata["dependencies"] if need.startswith(("numba", "llvmlite"))]
+    extras = metadata["optional-dependencies"]
+    assert [need for need in extras["fast-model"] if need.startswith("numba")] == ["numba>=0.60"]
+    assert "pytest-devmem[fast-model]" in extras["test-tools"]  # the GPU runner's tools and `test` (through them)
+    assert "pytest-devmem[test-tools,tensorflow-cpu]" in extras["test"]
