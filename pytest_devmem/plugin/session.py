@@ -91,6 +91,7 @@ class DevmemSession:
         self._frozen_in: str | None = None  # the module whose first measured test last thawed the collector
         self._shared_fixture_finished = False  # a fixture wider than a test was torn down since the last thaw
         self.shared_fixtures = SharedFixtures()
+        self._measured_fixtures: set[str] = set()  # the fixtures the measured tests use
         self.regime_env: dict[str, str | None] | None = config.stash.get(
             early_env_key, None
         )  # what the regime replaced
@@ -188,6 +189,9 @@ class DevmemSession:
             if unmeasured:
                 config.hook.pytest_deselected(items=unmeasured)
                 items[:] = [item for item in items if measured(item)]
+        self._measured_fixtures = {
+            name for item in items if measured(item) for name in getattr(item, "fixturenames", ())
+        }
         if any(measured(item) for item in items):
             # before any test runs: a test's figures must not depend on whether the tests before it
             # were measured (what JAX compiled, or left set on its thread, before the hooks went in)
@@ -263,11 +267,20 @@ class DevmemSession:
     ) -> Generator[None, object, object]:
         """A fixture shared by several tests is set up by whichever runs first: its memory belongs to
         none of them, so it stays out of the trace (test order must not change a test's figures). One
-        set up inside another's setup (asked for in its body with `request.getfixturevalue`) is its own."""
-        if fixturedef.scope == "function" or not self.measurement.recorder.window_open:
+        set up inside another's setup (asked for in its body with `request.getfixturevalue`) is its own.
+        An unmeasured test's setup of one a measured test uses is seen in a window of its own."""
+        unmeasured = not self.measurement.recorder.window_open
+        if fixturedef.scope == "function" or (unmeasured and fixturedef.argname not in self._measured_fixtures):
             return (yield)
-        with self.measurement.recorder.paused(FixtureSetup.of(fixturedef, request)):  # what it starts and keeps
-            return (yield)
+        if unmeasured:
+            self.measurement.start()
+        try:
+            with self.measurement.recorder.paused(FixtureSetup.of(fixturedef, request)):  # what it starts and keeps
+                return (yield)
+        finally:
+            if unmeasured:
+                stopped = self.measurement.stop()
+                self.shared_fixtures.learn(stopped.started_by, stopped.needed_by)
 
     def pytest_fixture_post_finalizer(self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> None:
         if fixturedef.scope != "function" and not library_class_fixture(fixturedef, request):

@@ -295,6 +295,35 @@ def test_what_a_module_scoped_fixture_keeps_counts_for_what_fits_as_a_function_s
     assert verdicts["function", 0, "test_small"][1] == small + 400 * 2**20  # the parameters are its memory there
 
 
+SET_UP_UNMEASURED = """
+import jax.numpy as jnp
+import pytest
+
+@pytest.fixture(scope="module")
+def table():
+    return jnp.ones((64, 2**20))  # 256 MiB, kept
+
+def test_reads_table(table):  # unmarked: runs first, sets the table up
+    assert table.shape == (64, 2**20)
+
+@pytest.mark.devmem
+def test_step(table):
+    jnp.ones((144, 2**20)).block_until_ready()  # 576 MiB beside the table's 256: not in 768 MiB
+"""
+
+
+def test_a_shared_fixture_an_unmeasured_test_set_up_is_kept_in_every_selection(
+    jax_loaded: object, pytester: pytest.Pytester
+) -> None:
+    """Issue 53.1: a measured test keeps what a module fixture holds when an unmarked test set it
+    up (its setup is seen all the same), so the verdict is the one of measuring all, or of it alone."""
+    pytester.makepyfile(test_unmeasured=SET_UP_UNMEASURED)
+    for selection in (["--devmem-mode=prealloc"], [], ["test_unmeasured.py::test_step"]):
+        result = pytester.runpytest_inprocess("--devmem-device=sim:1GiB", "-p", "no:randomly", *selection)
+        result.assert_outcomes(passed=1 if "--devmem-mode=prealloc" in selection or not selection else 0, failed=1)
+        result.stdout.fnmatch_lines(["*JAX could not allocate 576.00 MiB*"])
+
+
 SHARED_WEIGHTS = """
 import jax.numpy as jnp
 import pytest
