@@ -256,9 +256,12 @@ class DevmemSession:
             self._shared_fixture_finished = False
         try:
             return (yield)
-        except BaseException:  # no call phase will stop the measurement: stop it here
+        except BaseException as exc:  # no call phase will stop the measurement: stop it here
             stopped = self.measurement.stop()
             self.shared_fixtures.learn(stopped.started_by, stopped.needed_by)
+            if isinstance(refused := getattr(exc, "devmem_sizes", None), dict):  # a fixture's call the target refused
+                stopped.sizes.update(refused)
+                item.stash[captured_key] = stopped  # recorded as that out of memory
             raise
 
     @pytest.hookimpl(wrapper=True)
@@ -323,7 +326,7 @@ class DevmemSession:
                 if captured_key in item.stash:
                     del item.stash[captured_key]
                 return report
-        if call.when != "call" or not measured(item):
+        if call.when not in ("call", "setup") or not measured(item):
             return report
         captured = item.stash.get(captured_key, None)
         if captured is None:  # a subtest's report, made while the test still runs: one test, one record
@@ -376,7 +379,7 @@ class DevmemSession:
                 self.device.name,
                 str(unrecorded[1]),
             )
-        if report.when == "call":
+        if report.when == "call" or report.failed:  # a setup that failed has one where a fixture ran out of memory
             self.results.add(report.nodeid, getattr(report, "devmem_record", None))
             self.results.add_compiler_entries(getattr(report, "devmem_compiler_entries", None))
 

@@ -1106,3 +1106,51 @@ def test_a_program_lowered_under_the_tests_own_jax_settings_is_sized_in_the_test
     finally:
         sizer.uninstall()
     assert threads == [threading.current_thread().name] and sizes.source == "compiled"  # type: ignore[union-attr]
+
+
+@needs_libtpu
+def test_a_program_the_tpu_compiler_refuses_in_a_fixture_is_the_out_of_memory_of_every_test_using_it(
+    jax_loaded: Any, pytester: pytest.Pytester
+) -> None:
+    """Issue 53.6: a fixture (of a test, or shared by a module's) that calls a program the compiler
+    refuses raises the refusal in setup; each test that uses it is recorded as that out of memory at
+    compile time, raised at the fixture's call, never an unrecorded error inside the plugin."""
+    pytester.makepyfile(
+        test_fixture="""
+import jax
+import jax.numpy as jnp
+import pytest
+
+big = jax.jit(lambda x: jnp.broadcast_to(x, (5, 2**30)) + 1.0)  # 20 GiB out, on a chip of 15.75G
+
+@pytest.fixture
+def per_test():
+    return big(jnp.ones(()))
+
+@pytest.fixture(scope="module")
+def shared():
+    return big(jnp.ones(()))
+
+def test_function(per_test):
+    pass
+
+def test_module_a(shared):
+    pass
+
+def test_module_b(shared):
+    pass
+"""
+    )
+    result = pytester.runpytest_subprocess(
+        "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json", timeout=300
+    )
+    result.assert_outcomes(errors=3)
+    result.stdout.fnmatch_lines(
+        ["*out of device memory at compile time on sim:TPU-v5e*", "*raised at the call in test_fixture.py:9"]
+    )
+    assert "raise plan.raises.error()" not in result.stdout.str()
+    report = json.loads((pytester.path / "r.json").read_text())
+    records = {r["test_id"].split("::")[-1]: r for r in report["records"]}
+    assert set(records) == {"test_function", "test_module_a", "test_module_b"}, report.get("unrecorded")
+    for record in records.values():
+        assert record["oom"]["kind"] == "capacity" and record["oom"]["compile_time"] is True, record["oom"]
