@@ -13,7 +13,7 @@ from ..files import frames_from
 from ..gate.changes import buffers_of
 from ..gate.record import KEPT_CPU_SIZES, TestRecord, TraceFacts
 from ..json_fields import mappings, whole
-from ..model.device import Device
+from ..model.device import Device, DeviceKind
 from ..model.executables import executable_summary
 from ..model.fragmentation import pinning_buffers
 from ..model.frameworks import AllocatorSetup, setups_for
@@ -87,6 +87,9 @@ def make_record(
         duration_s=duration_s,
     )
     record.trace_events = trace  # kept in memory for --devmem-traces and trace analyses
+    if real_oom and record.oom is not None and "kind" not in record.oom and device.kind is not DeviceKind.CUDA:
+        # the model fit it and a simulated device's CPU ran it: the host ran out, not the device
+        record.oom["host"] = True
     if run is not None and record.trace is not None and record.peak_device is not None:
         record.trace.profile = in_use_profile(trace, record.peak_device, spec.default_device)  # kept in its baseline
     if run is not None:

@@ -1154,3 +1154,36 @@ def test_module_b(shared):
     assert set(records) == {"test_function", "test_module_a", "test_module_b"}, report.get("unrecorded")
     for record in records.values():
         assert record["oom"]["kind"] == "capacity" and record["oom"]["compile_time"] is True, record["oom"]
+
+
+@needs_libtpu
+def test_the_host_running_out_is_said_to_be_the_hosts_not_the_chips(jax_loaded: Any, pytester: pytest.Pytester) -> None:
+    """Issue 53.4: a 19.53 GiB output the v4 compile accepts (30.75G) is run on the CPU, whose host
+    runs out (here an address space limited to 4 GiB above what the run holds at its start): the
+    record says the host ran out, not the chip, and what to do."""
+    pytester.makeconftest(
+        """
+import resource
+
+def pytest_configure(config):
+    with open("/proc/self/status") as status:
+        held = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize"))
+    resource.setrlimit(resource.RLIMIT_AS, (held + 4 * 2**30, resource.RLIM_INFINITY))
+"""
+    )
+    pytester.makepyfile(
+        test_host="import jax.numpy as jnp\n\ndef test_big():\n    jnp.ones((20000, 2**18)).block_until_ready()\n"
+    )
+    result = pytester.runpytest_subprocess(
+        "--devmem-device=sim:TPU-v4", "--devmem-mode=compact", "--devmem-report=r.json", timeout=300
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*out of host memory, not sim:TPU-v4's: the CPU that runs the test could not allocate*20971520000 bytes*",
+            "*smaller shapes in the test, or a runner with more memory*",
+        ]
+    )
+    assert "out of device memory for real" not in result.stdout.str()
+    record = json.loads((pytester.path / "r.json").read_text())["records"][0]
+    assert record["oom"]["host"] is True and "kind" not in record["oom"]
