@@ -44,7 +44,12 @@ def oom_lines(
     if "kind" not in oom and oom.get("host"):  # the CPU that stands for the device could not run the test
         return [
             f"out of host memory, not {machine}'s: the CPU that runs the test could not allocate what it asked: {oom.get('error')}",
-            f"  {machine} is simulated on this host: the model of it (its compiler's sizes, where it sized them) fit what ran",
+            f"  {machine} is simulated on this host: the model of it fit what ran"
+            + (
+                f", and the {oom['sized_for']} compiler accepted {oom['label']} (it refuses a program the chip cannot hold)"
+                if oom.get("label")
+                else ""
+            ),
             "  fix: smaller shapes in the test, or a runner with more memory",
         ]
     if "kind" not in oom:  # only a real error, the model fitted (or nothing was traced)

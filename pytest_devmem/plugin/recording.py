@@ -90,6 +90,9 @@ def make_record(
     if real_oom and record.oom is not None and "kind" not in record.oom and device.kind is not DeviceKind.CUDA:
         # the model fit it and a simulated device's CPU ran it: the host ran out, not the device
         record.oom["host"] = True
+        failed = next((name for name, runs in captured.runs.items() if not runs), "")  # the call it ran out in
+        if str(captured.sizes.get(failed, {}).get("sized_for", "cpu")) != "cpu":  # the target's compiler took it
+            record.oom.update(label=failed, sized_for=captured.sizes[failed]["sized_for"])
     if run is not None and record.trace is not None and record.peak_device is not None:
         record.trace.profile = in_use_profile(trace, record.peak_device, spec.default_device)  # kept in its baseline
     if run is not None:

@@ -1181,9 +1181,11 @@ def pytest_configure(config):
     result.stdout.fnmatch_lines(
         [
             "*out of host memory, not sim:TPU-v4's: the CPU that runs the test could not allocate*20971520000 bytes*",
+            "*the model of it fit what ran, and the TPU-v4 compiler accepted jit(broadcast_in_dim)*",
             "*smaller shapes in the test, or a runner with more memory*",
         ]
     )
     assert "out of device memory for real" not in result.stdout.str()
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
     assert record["oom"]["host"] is True and "kind" not in record["oom"]
+    assert record["trace"]["executables"]["jit(broadcast_in_dim)"]["sized_for"] == "TPU-v4"  # needed, never run

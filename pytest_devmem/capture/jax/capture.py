@@ -325,6 +325,9 @@ class JaxCapture(RunRecording):
         except BaseException:
             for transfer in transfers:  # the run failed: what it was given is gone with it
                 self._recorder.free(transfer)
+            if recording:  # a program the test needed, never run here (the host could not, say)
+                self._window.executables.setdefault(plan.label, 0)
+                self._window.ran(plan)
             raise
         try:
             leaves = self._flatten(list(outputs))
