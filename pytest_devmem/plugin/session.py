@@ -78,6 +78,7 @@ class DevmemSession:
         self.measurement = Measurement(
             device, gpu_sizer(config, target, settings.cache_dir, store.directory / STORE_DIRECTORY)
         )
+        self.measurement.jax_capture.call_sites.root = os.path.join(str(config.rootpath), "")  # the user's lines
         self.checks = Checks(config, settings, device, store, target, self.measurement)
         self.results = SessionResults(config, settings, device, store, target)
         self.child_writer: ChildEventWriter | None = child[0] if child is not None else None
