@@ -689,7 +689,7 @@ def test_a_function_retraced_on_every_call_is_caught_by_max_compiles(
             "*jit(scale) (scale at *test_a_function_retraced_on_every_call_is_caught_by_max_compiles.py:5): 4 executables, max_compiles=1",
         ]
     )
-    assert "\n    (f32[8])->f32[8]\n    (f32[16])->f32[16]\n" in result.stdout.str()
+    assert "\n    (f32[8])->f32[8]\n    then x f32[8] → f32[16]\n    then x f32[16] → f32[24]\n" in result.stdout.str()
     records = {r["test_id"].split("::")[-1]: r for r in json.loads((pytester.path / "r.json").read_text())["records"]}
     assert records["test_stable"]["trace"]["needed"]["jit(scale)"] == 1 and records["test_stable"]["compiles"] >= 1
     assert (
@@ -795,7 +795,7 @@ def test_named_bound_on_a_function_never_run(params):
             "*jit(train_step) (train_step at *.py:21): 3 executables, max_compiles=1",
         ]
     )
-    assert "f32[16,64], f32[16,10])->" in result.stdout.str()
+    assert "    then x f32[8,64] → f32[16,64], y f32[8,10] → f32[16,10]\n" in result.stdout.str()  # what differs
     result.stdout.fnmatch_lines(
         ["*jit(broadcast_in_dim) (broadcast_in_dim at *dispatch.py:*): * executables, max_compiles=1"]
     )
@@ -993,3 +993,60 @@ def test_a_test_that_forks_says_its_childs_memory_is_not_captured(pytester: pyte
         for note in records["test_forks"]["trace"]["notes"]
     )
     assert not any("forked" in note for note in records["test_does_not"]["trace"].get("notes", []))
+
+
+BOUND_STEP = """
+import jax
+import jax.numpy as jnp
+import pytest
+
+
+def _step(params, x, scale):
+    return jax.tree_util.tree_map(lambda p: p * scale, params), x.sum()
+
+
+train_step = jax.jit(_step, static_argnums=2)
+PARAMS = {f"layer{i}": {"w": jnp.ones((64, 64)), "b": jnp.ones((64,))} for i in range(12)}
+
+
+@pytest.mark.devmem(max_compiles={"train_step": 1})
+def test_batches():
+    for n in (16, 8):
+        train_step(PARAMS, jnp.ones((n, 64)), 2.0)
+
+
+@pytest.mark.devmem(max_compiles={"train_step": 1})
+def test_scales():
+    for scale in (2.0, 3.0):
+        train_step(PARAMS, jnp.ones((8, 64)), scale)
+
+
+@pytest.mark.devmem(max_compiles={"trian_step": 1})
+def test_typo():
+    train_step(PARAMS, jnp.ones((8, 64)), 2.0)
+"""
+
+
+def test_max_compiles_accepts_the_bound_name_and_shows_what_differs(
+    jax_loaded: object, pytester: pytest.Pytester
+) -> None:
+    """Issue 53.8: `train_step = jax.jit(_step)` is bounded by `max_compiles={"train_step": 1}`; a step
+    over a tree of 25 parameters compiled twice names the argument that changed and its two shapes
+    (its signatures are longer than a line), or says a static argument did; the record keeps the
+    whole signatures; a name that matches nothing lists those that would."""
+    pytester.makepyfile(test_bound=BOUND_STEP)
+    result = pytester.runpytest_inprocess("--devmem-mode=ondemand", "--devmem-report=r.json", "-p", "no:randomly")
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "*jit(_step) (_step at *test_bound.py:6): 2 executables, max_compiles=1",
+            "    then x f32[8,64] → f32[16,64]",
+            "*jit(_step) (_step at *test_bound.py:6): 2 executables, max_compiles=1",
+            "    then the same parameters: a static argument's value, or a value the function closes over, differs",
+            "*max_compiles names 'trian_step', which the test did not run (it ran: *; names that match: *_step, *train_step)",
+        ]
+    )
+    records = {r["test_id"].split("::")[-1]: r for r in json.loads((pytester.path / "r.json").read_text())["records"]}
+    step = records["test_batches"]["trace"]["functions"]["jit(_step)"]
+    assert [len(signature) > 300 and signature.endswith("f32[])") for signature in step["signatures"]] == [True] * 2
+    assert step["arguments"][0] == "params['layer0']['b']" and step["arguments"][-1] == "x"

@@ -51,6 +51,7 @@ class ExecutablePlan:
     refused: dict[str, object] | None = None  # the target's compiler refused it for memory: its message and figures
     signature: str = ""  # its parameters' shapes as XLA compiled them, e.g. "f32[128,784], s32[]"
     defined_in: str = ""  # the traced function, "name at file:line" (JAX's debug info); "" where not known
+    argument_names: tuple[str, ...] = ()  # its parameters' paths, "params['w']" (JAX's debug info); () where not known
     raises: NotRunnable | None = None  # the target cannot run it: its call raises this instead of running
     buffers: ProgramBuffers | None = None  # the buffers at its peak, as the compile that sized it states them
     buffers_note: str = ""  # why they are not known
@@ -91,6 +92,16 @@ def source_of(executable: Any) -> str:
         return str(executable._all_args_info.debug_info.func_src_info or "")
     except Exception:
         return ""
+
+
+def argument_names_of(executable: Any) -> tuple[str, ...]:
+    """The paths of a `pxla.MeshExecutable`'s parameters, "params['w']", as JAX's debug info names
+    the arguments it kept (`_all_args_info.debug_info.arg_names`, `_kept_var_idx`); () where not."""
+    try:
+        names = executable._all_args_info.debug_info.arg_names
+        return tuple(str(names[index]) for index in sorted(executable._kept_var_idx))
+    except Exception:
+        return ()
 
 
 def defined_by_jax(defined_in: str) -> bool:
