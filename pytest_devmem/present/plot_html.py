@@ -142,7 +142,7 @@ def _lane_svg(
 
 
 def _baseline_band(baseline: tuple[str, int, list[int], list[int]] | None, last: int, top: float, scale: float) -> str:
-    """The baseline's bytes in use over its own events, dashed, over the run's in-use line."""
+    """The baseline's live data over its own events, dashed, over the run's in-use line."""
     if baseline is None:
         return ""
     _, events, xs, ys = baseline
@@ -154,7 +154,7 @@ def _chart_data(
     lane: DeviceLane, last: int, baseline: tuple[str, int, list[int], list[int]] | None
 ) -> dict[str, object]:
     """One lane's interactive chart (uPlot's aligned data): in use, held from the device (drawn when
-    asked: a preallocated pool would flatten in use), and the baseline's in use over it."""
+    asked: a preallocated pool would flatten in use), and the baseline's live data over it."""
     run = dict(zip(lane.events, zip(lane.in_use, lane.reserved)))
     if lane.events and last not in run:
         run[last] = run[lane.events[-1]]  # a value holds until the next event: to the last one
@@ -173,7 +173,7 @@ def _chart_data(
     if baseline is not None:
         series.append(
             {
-                "label": f"baseline in use (its own {baseline[1]} events)",
+                "label": f"baseline live data (its own {baseline[1]} events; requests, not the allocator's chunks)",
                 "colour": BASELINE_COLOUR,
                 "dash": [6, 4],
                 "values": [stored.get(x) for x in xs],
@@ -346,7 +346,7 @@ def _baseline_html(baseline: BaselineSide, head: DeviceLane) -> str:
     if baseline.profile is not None:
         device, events = baseline.profile[0], baseline.profile[1]
         parts.append(
-            f"<p>{html_text(device)} at the baseline: bytes in use over its {events} event{'s' if events != 1 else ''}, drawn dashed over this run's line above, on its scale.</p>"
+            f"<p>{html_text(device)} at the baseline: its live data (each request rounded to 256 B, not the allocator's chunks) over its {events} event{'s' if events != 1 else ''}, drawn dashed over this run's in-use line above, on its scale.</p>"
         )
     else:
         parts.append(

@@ -291,7 +291,10 @@ def test_the_failure_artifact_shows_the_baseline_beside_the_run(
         "<h2>Baseline beside this run</h2><p>baselines/sim-16GiB/test_layer.py.json: peak in use 8.00 MiB; this run: 16.00 MiB on cpu:0.</p>"
         in html
     )
-    assert "cpu:0 at the baseline: bytes in use over its 1 event, drawn dashed over this run's line above" in html
+    assert (  # issue 53.9: the stored profile is live data (requests rounded to 256 B), not the allocator's count
+        "cpu:0 at the baseline: its live data (each request rounded to 256 B, not the allocator's chunks) over its 1 event, drawn dashed over this run's in-use line above"
+        in html
+    )
     assert "<tr><td>pool</td><td>8.00 MiB</td><td>16.00 MiB</td></tr>" in html  # the holders at both peaks
     # the baseline is a series of the run's own chart, not a panel of its own
     (chart,) = [
@@ -301,7 +304,7 @@ def test_the_failure_artifact_shows_the_baseline_beside_the_run(
     ]
     by_label = {series["label"].split(" (")[0]: series["values"] for series in chart["series"]}
     assert max(v for v in by_label["in use"] if v is not None) == 16 * MiB
-    assert max(v for v in by_label["baseline in use"] if v is not None) == 8 * MiB
+    assert max(v for v in by_label["baseline live data"] if v is not None) == 8 * MiB
     assert chart["series"][1]["show"] is False  # held from the device: drawn on request, never dwarfing in use
     svg = html.split("<noscript>", 1)[1].split("</noscript>", 1)[0]
     assert "stroke='#444444' stroke-width='1.5' stroke-dasharray='5 3'" in svg  # and over the SVG lane too
