@@ -831,6 +831,11 @@ def test_a_session_keeps_its_sizes_in_the_users_cache_where_devmem_cache_dir_nam
     )
     result.assert_outcomes(passed=1)
     assert list((pytester.path / "user-cache" / "devmem-tpu-sizes").glob("*.json"))  # without pytest's cache
+    again = pytester.runpytest_subprocess(
+        "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "-p", "no:cacheprovider"
+    )  # issue 53.9: what it read back came from the user's cache, never said to be pytest's
+    again.stdout.fnmatch_lines(["JAX sizes: 0 program(s) compiled for the target*, [1-9]* from user-cache"])
+    assert "pytest's cache" not in again.stdout.str()
 
 
 def test_a_users_cache_that_cannot_be_a_directory_is_a_usage_error_naming_it(
