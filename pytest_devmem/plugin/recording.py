@@ -4,7 +4,9 @@ fixes an out-of-memory result gets (each replayed), and what the capture noted. 
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +26,7 @@ from ..model.profile import in_use_profile
 from ..model.regime import jax_fraction_variable
 from ..model.tpu_devices import as_tpu_chips
 from ..model.whatif import proven_fixes
+from ..units import format_size
 
 if TYPE_CHECKING:
     from ..model.machine import MachineRun
@@ -195,11 +198,24 @@ def describe_tpu(record: TestRecord, description: str, captured: Captured, trace
             "label": name,
             "device": description,
             "allocator": "jax",
-            "requested": refusal.get("needed"),  # as the compiler printed them (two decimals)
+            "requested": exact_outputs(refusal.get("needed"), captured.functions.get(name, {}).get("signatures")),
             "capacity": refusal.get("available"),
             "error": refusal.get("message"),
         }
         record.oom = {key: value for key, value in oom.items() if value is not None}
+
+
+def exact_outputs(needed: object, signatures: object) -> object:
+    """The refused program's outputs' bytes where the compiler's figure (two decimals, as libtpu
+    prints sizes: 19.53G for 20,971,520,000 B) is theirs rounded; its figure otherwise."""
+    for signature in signatures if isinstance(signatures, list) else ():
+        shapes = re.findall(r"([a-z]+(\d*)\w*)\[([\d,]*)\]", str(signature).rpartition(")->")[2])
+        exact = sum(
+            max(int(bits or 8) // 8, 1) * math.prod(map(int, filter(None, dims.split(",")))) for _, bits, dims in shapes
+        )
+        if isinstance(needed, int) and exact and format_size(exact) == format_size(needed):
+            return exact
+    return needed
 
 
 def with_files_from(root: Path | None, found: dict[str, object]) -> dict[str, object]:

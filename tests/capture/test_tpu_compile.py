@@ -1194,3 +1194,26 @@ def pytest_configure(config):
     record = json.loads((pytester.path / "r.json").read_text())["records"][0]
     assert record["oom"]["host"] is True and "kind" not in record["oom"]
     assert record["trace"]["executables"]["jit(broadcast_in_dim)"]["sized_for"] == "TPU-v4"  # needed, never run
+
+
+@needs_libtpu
+def test_a_refusals_requested_bytes_are_the_outputs_exact_bytes_where_the_compilers_figure_rounds_them(
+    jax_loaded: Any, pytester: pytest.Pytester
+) -> None:
+    """Issue 53.9: libtpu prints 19.53G for an output of 20,971,520,000 B; the record keeps the exact
+    bytes, not 20,970,177,823 read back from the two decimals."""
+    pytester.makepyfile(
+        test_out="""
+import jax
+import jax.numpy as jnp
+
+def test_big():
+    jax.jit(lambda x: jnp.broadcast_to(x, (20000, 2**18)) + 1.0)(jnp.ones(()))
+"""
+    )
+    result = pytester.runpytest_subprocess(
+        "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json", timeout=300
+    )
+    result.assert_outcomes(failed=1)
+    oom = json.loads((pytester.path / "r.json").read_text())["records"][0]["oom"]
+    assert oom["compile_time"] is True and oom["requested"] == 20000 * 2**18 * 4, oom
