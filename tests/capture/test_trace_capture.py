@@ -1050,3 +1050,37 @@ def test_max_compiles_accepts_the_bound_name_and_shows_what_differs(
     step = records["test_batches"]["trace"]["functions"]["jit(_step)"]
     assert [len(signature) > 300 and signature.endswith("f32[])") for signature in step["signatures"]] == [True] * 2
     assert step["arguments"][0] == "params['layer0']['b']" and step["arguments"][-1] == "x"
+
+
+HELPERS = """
+import jax.numpy as jnp
+
+
+def test_first():
+    jnp.ones((16, 8)).block_until_ready()
+    jnp.ones((8, 8)).block_until_ready()
+
+
+def test_helpers():
+    jnp.zeros((8, 8)).block_until_ready()
+    jnp.ones((16, 8)).block_until_ready()
+    jnp.ones((24, 8)).block_until_ready()
+"""
+
+
+def test_an_eager_helpers_signatures_read_the_same_whatever_ran_before(
+    jax_loaded: object, pytester: pytest.Pytester
+) -> None:
+    """Issue 53.9: JAX's helpers compiled by an earlier test run on its fast path; the list of their
+    shapes is in one order of their own (sizes as numbers), alone or after that test."""
+    pytester.makepyfile(test_helpers=HELPERS)
+    found = []
+    for selection in (["test_helpers.py::test_helpers"], ["test_helpers.py"]):
+        report = f"r{len(found)}.json"
+        pytester.runpytest_inprocess(
+            "--devmem-mode=ondemand", f"--devmem-report={report}", "-p", "no:randomly", *selection
+        )
+        records = {r["test_id"]: r for r in json.loads((pytester.path / report).read_text())["records"]}
+        found.append(records["test_helpers.py::test_helpers"]["trace"]["functions"])
+    assert found[0] == found[1]
+    assert found[0]["jit(broadcast_in_dim)"]["signatures"] == [f"(f32[])->f32[{n},8]" for n in (8, 16, 24)]
