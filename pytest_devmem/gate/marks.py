@@ -285,12 +285,14 @@ def _differences(before: str, after: str, arguments: object) -> str:
     """What differs between two executables' signatures: each parameter that changed, by its path
     (or position) and its two shapes; or that a static argument or closed-over value did."""
     names = arguments if isinstance(arguments, list) else []
+    (before, _, was), (after, _, static) = before.partition(" with "), after.partition(" with ")
     old, new = _parameters(before), _parameters(after)
     changed = [
         f"{names[i] if i < len(names) and names[i] else f'parameter {i}'} {a or 'none'} → {b or 'none'}"
         for i, (a, b) in enumerate(itertools.zip_longest(old, new))
         if a != b
     ]
+    changed += [f"static {was or 'none'} → {static or 'none'}"] if was != static else []
     if changed:
         return ", ".join(changed)
     return "the same parameters: a static argument's value, or a value the function closes over, differs"

@@ -27,7 +27,7 @@ from ..call_sites import CallSites
 from ..framework import Patches
 from ..recorder import FLUSH_CHECK, TraceRecorder
 from .backend_log import BACKENDS_LOGGER, KeptAsText
-from .executables import ExecutablePlan, Executables, argument_names_of, source_of
+from .executables import ExecutablePlan, Executables, argument_names_of, source_of, static_arguments
 from .holdings import Holdings, Owner
 from .lowering import compiling_for_target
 from .post_hook import post_hook_slot
@@ -250,6 +250,7 @@ class JaxCapture(RunRecording):
                 return None
             if plan is not None and not plan.defined_in:  # the run just made: its function, from JAX's debug info
                 plan.defined_in, plan.argument_names = source_of(executable), argument_names_of(executable)
+                plan.static = static_arguments(sys._getframe(1))  # the call that compiled it: pjit's cache miss
             if data is None:
                 return None
             try:

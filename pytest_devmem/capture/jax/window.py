@@ -73,7 +73,8 @@ class JaxWindow:
 
     def functions(self) -> dict[str, dict[str, object]]:
         """Per function the window ran (by executable name, "jit(step)"): the parameters' shapes of
-        each distinct executable it needed (`signatures`, whole, sizes in numeric order), their paths
+        each distinct executable it needed (`signatures`, whole, sizes in numeric order, then " with
+        scale=2.0", the static arguments of the call that compiled it), their paths
         (`arguments`, "params['w']", where JAX's debug info names them), where it is defined
         (`defined_in`, "step at model.py:12"; "" where not known) and whether JAX itself defined it
         (`by_jax`: its eager helpers, `jnp.zeros`' `broadcast_in_dim` and the like, compiled once per
@@ -83,7 +84,10 @@ class JaxWindow:
             defined_in = next((plan.defined_in for plan in plans.values() if plan.defined_in), "")
             arguments = next((plan.argument_names for plan in plans.values() if plan.argument_names), ())
             found[name] = {
-                "signatures": sorted((plan.signature for plan in plans.values()), key=_numeric),
+                "signatures": sorted(
+                    (plan.signature + (f" with {plan.static}" if plan.static else "") for plan in plans.values()),
+                    key=_numeric,
+                ),
                 **({"arguments": list(arguments)} if arguments else {}),
                 "defined_in": defined_in,
                 "by_jax": bool(defined_in) and defined_by_jax(defined_in),
