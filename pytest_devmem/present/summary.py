@@ -213,7 +213,8 @@ class SessionSummary:
         failed = [r for r in records if r.oom]
         if failed:
             kinds = capped([f"{r.test_id} ({oom_summary(r.oom)})" for r in failed], self.everything)
-            self.line(f"out of device memory: {len(failed)} test(s): {kinds}", red=True)
+            memory = "device or host" if any(r.oom.get("host") for r in failed) else "device"  # type: ignore[union-attr]
+            self.line(f"out of {memory} memory: {len(failed)} test(s): {kinds}", red=True)
         if facts.find_min_fraction:
             self.line(f"smallest prealloc fraction that passes (traces replayed on {facts.device}):")
             for r in records:
