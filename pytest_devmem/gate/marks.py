@@ -211,7 +211,7 @@ def compiles_verdict(
     needed: dict[str, int] | None,
     max_compiles: int | dict[str, int] | None,
     functions: dict[str, dict[str, object]] | None = None,
-    bound: Mapping[str, str] | None = None,
+    aliases: Mapping[str, str] | None = None,
 ) -> str | None:
     """The failure when the test needs more executables of one jitted function than its marker
     allows: a function compiled again for new shapes, dtypes or static arguments. Counted as what the
@@ -222,7 +222,7 @@ def compiles_verdict(
     `by_jax`: `jnp.zeros`' `broadcast_in_dim`, `jax.random.normal`'s `_normal`), which JAX compiles
     once per shape, do not count. `max_compiles={"step": 1}` bounds the functions it names (by
     name, `step`, as JAX names the executable, `jit(step)`, or by the name the user bound it to,
-    `train_step = jax.jit(_step)`: `bound` maps those to the function's), JAX's own included, and
+    `train_step = jax.jit(_step)`: `aliases` maps those to the function's), JAX's own included, and
     fails where the test ran no function of that name. The message names each function, the shapes
     of its first executable and what differs in each next one."""
     if max_compiles is None or needed is None:
@@ -232,7 +232,7 @@ def compiles_verdict(
         bounds: dict[str, int] = {}
         missing = []
         for key, limit in max_compiles.items():
-            names = (key, (bound or {}).get(key))
+            names = (key, (aliases or {}).get(key))
             matched = [name for name in needed if name in names or _function_name(name) in names]
             if not matched:
                 missing.append(key)
@@ -240,7 +240,7 @@ def compiles_verdict(
         if missing:
             ran = ", ".join(needed) or "none"
             usable = sorted(
-                {*map(_function_name, needed), *(k for k, v in (bound or {}).items() if f"jit({v})" in needed)}
+                {*map(_function_name, needed), *(k for k, v in (aliases or {}).items() if f"jit({v})" in needed)}
             )
             return (
                 f"max_compiles names {', '.join(map(repr, missing))}, which the test did not run (it ran: {ran}; "

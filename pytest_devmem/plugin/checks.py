@@ -81,9 +81,9 @@ class Checks(SessionParts):
         failures: list[tuple[str, str | None]] = [("out of memory", oom_verdict(record))]
         failures.append(("limit", limit_verdict(record.peak_bytes_in_use, record.limit_bytes)))
         if spec is not None:
-            bound = bound_names(item) if isinstance(spec.max_compiles, dict) else {}
+            aliases = bound_names(item) if isinstance(spec.max_compiles, dict) else {}
             failures.append(
-                ("compiles", compiles_verdict(captured.needed, spec.max_compiles, captured.functions, bound))
+                ("compiles", compiles_verdict(captured.needed, spec.max_compiles, captured.functions, aliases))
             )
         failures.append(("leak", leak_verdict(captured.kept, self.max_leak(item))))
         if spec is not None and spec.max_fragmentation_off:  # max_fragmentation=None: no bound for this test
