@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from ..model.buffers import SMALL_SHARE, ProgramBuffers, describe_growth, describe_lines, programs_from_json
 from ..model.executables import TEMP_SUFFIX
+from ..model.machine.maps import TOP_CONTRIBUTORS
 from ..units import format_size
 from .record import BaselineEntry, TestRecord
 from .tolerance import Tolerance, format_metric, format_metrics_apart
@@ -94,12 +95,19 @@ class Comparison:
                 + smaller
             )
         return (
-            ", ".join(
-                f"{name} {format_size(before) if before is not None else _NOT_LISTED} → {format_size(now)}{self._inside(name)}"
-                for name, before, now in self.grew
-            )
+            ", ".join(f"{self._paired(name, before, now)}{self._inside(name)}" for name, before, now in self.grew)
             + smaller
         )
+
+    def _paired(self, name: str, before: int | None, now: int) -> str:
+        """`jit(step) temp 8.00 MiB → 40.00 MiB`; not paired where the holder's lines now share none
+        with the baseline's (one name, another call: two different matmuls)."""
+        was, made = set(self.baseline_lines.get(name, ())) - {""}, set(self.lines.get(name, ())) - {""}
+        if before is not None and was and made and not was & made:
+            return (
+                f"{name} {format_size(now)}, not the baseline's {format_size(before)} made at {', '.join(sorted(was))}"
+            )
+        return f"{name} {format_size(before) if before is not None else _NOT_LISTED} → {format_size(now)}"
 
     def _inside(self, name: str) -> str:
         """`: f32[4096,512] sort at model.py:6 (new, 8.00 MiB)` for a program's temp; for arrays,
@@ -214,7 +222,11 @@ def compare(
         status = "unmeasured"
     else:
         status = "ok"
-    grew, grew_hidden = what_grew(entry.contributors, contributors or {}) if status == "regressed" else ([], 0)
+    listed = entry.contributors
+    held = {f"{name}{TEMP_SUFFIX}": 0 for name, program in entry.buffers.items() if not program.peak_bytes}
+    held.update(listed)  # with each temp the baseline's buffers say was 0 B
+    smallest = min(listed.values()) if len(listed) >= TOP_CONTRIBUTORS else None  # None: it listed every holder
+    grew, grew_hidden = what_grew(held, contributors or {}, smallest=smallest) if status == "regressed" else ([], 0)
     grown = {program_of_temp(name) for name, _, _ in grew} - {None}
     names_grown = {name for name, _, _ in grew}
     return Comparison(
@@ -252,11 +264,17 @@ def _changes(
 
 
 def what_grew(
-    before: dict[str, int], now: dict[str, int], top: int = 3
+    before: dict[str, int], now: dict[str, int], top: int = 3, smallest: int | None = None
 ) -> tuple[list[tuple[str, int | None, int]], int]:
-    """The contributors at the peak that hold more now than at the baseline's peak, most growth
-    first, and how many more grew by less than SMALL_SHARE of the peak now (left out)."""
-    grown = [(name, before.get(name), size) for name, size in now.items() if size > before.get(name, 0)]
+    """The contributors at the peak that hold more now than at the baseline's peak, most growth first,
+    and how many more grew by less than SMALL_SHARE of the peak now (left out). One the baseline does
+    not list held 0 B there where it listed every holder (`smallest` None), else at most `smallest`,
+    the least it lists (its bytes there not known): it grew only if it holds more."""
+    grown = [
+        (name, before.get(name, None if smallest is not None else 0), size)
+        for name, size in now.items()
+        if size > before.get(name, smallest or 0)
+    ]
     grown.sort(key=lambda item: (-(item[2] - (item[1] or 0)), item[0]))
     floor = SMALL_SHARE * sum(now.values())
     large = [item for item in grown if item[2] - (item[1] or 0) >= floor] or grown[:1]

@@ -6,6 +6,7 @@ plugin raises in that test's setup, so one bad marker errors one test, not the s
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -224,6 +225,7 @@ def compiles_verdict(
     needed: dict[str, int] | None,
     max_compiles: int | dict[str, int] | None,
     functions: dict[str, dict[str, object]] | None = None,
+    aliases: Mapping[str, str] | None = None,
 ) -> str | None:
     """The failure when the test needs more executables of one jitted function than its marker
     allows: a function compiled again for new shapes, dtypes or static arguments. Counted as what the
@@ -233,23 +235,31 @@ def compiles_verdict(
     `max_compiles=N` bounds each of the test's own functions: JAX's eager helpers (`functions`'
     `by_jax`: `jnp.zeros`' `broadcast_in_dim`, `jax.random.normal`'s `_normal`), which JAX compiles
     once per shape, do not count. `max_compiles={"step": 1}` bounds the functions it names (by
-    name, `step`, or as JAX names the executable, `jit(step)`), JAX's own included, and fails where
-    the test ran no function of that name. The message names each function and the shapes of each
-    executable it needed."""
+    name, `step`, as JAX names the executable, `jit(step)`, or by the name the user bound it to,
+    `train_step = jax.jit(_step)`: `aliases` maps those to the function's), JAX's own included, and
+    fails where the test ran no function of that name. The message names each function, the shapes
+    of its first executable and what differs in each next one."""
     if max_compiles is None or needed is None:
         return None
     functions = functions or {}
     if isinstance(max_compiles, dict):
         bounds: dict[str, int] = {}
         missing = []
-        for key, bound in max_compiles.items():
-            matched = [name for name in needed if key in (name, _function_name(name))]
+        for key, limit in max_compiles.items():
+            names = (key, (aliases or {}).get(key))
+            matched = [name for name in needed if name in names or _function_name(name) in names]
             if not matched:
                 missing.append(key)
-            bounds.update(dict.fromkeys(matched, bound))
+            bounds.update(dict.fromkeys(matched, limit))
         if missing:
             ran = ", ".join(needed) or "none"
-            return f"max_compiles names {', '.join(map(repr, missing))}, which the test did not run (it ran: {ran})"
+            usable = sorted(
+                {*map(_function_name, needed), *(k for k, v in (aliases or {}).items() if f"jit({v})" in needed)}
+            )
+            return (
+                f"max_compiles names {', '.join(map(repr, missing))}, which the test did not run (it ran: {ran}; "
+                f"names that match: {', '.join(usable) or 'none'})"
+            )
     else:
         bounds = {name: max_compiles for name in needed if not functions.get(name, {}).get("by_jax")}
     over = sorted(
@@ -264,9 +274,11 @@ def compiles_verdict(
     for name, count, bound in over:
         where = functions.get(name, {}).get("defined_in")
         lines.append(f"  {name}{f' ({where})' if where else ''}: {count} executables, max_compiles={bound}")
-        signatures = functions.get(name, {}).get("signatures")
-        if isinstance(signatures, list):
-            lines += [f"    {signature}" for signature in signatures[:MAX_SIGNATURES_SHOWN]]
+        signatures, arguments = functions.get(name, {}).get("signatures"), functions.get(name, {}).get("arguments")
+        if isinstance(signatures, list) and signatures:
+            shown = signatures[:MAX_SIGNATURES_SHOWN]
+            lines.append(f"    {_cut(shown[0])}")
+            lines += [f"    then {_differences(a, b, arguments)}" for a, b in zip(shown, shown[1:])]
             if len(signatures) > MAX_SIGNATURES_SHOWN:
                 lines.append(f"    ... and {len(signatures) - MAX_SIGNATURES_SHOWN} more")
     lines.append(
@@ -277,6 +289,41 @@ def compiles_verdict(
 
 MAX_SIGNATURES_SHOWN = 8
 """Executables of one function whose parameters a max_compiles failure lists."""
+
+
+def _cut(signature: str, characters: int = 200) -> str:
+    return signature if len(signature) <= characters else signature[:characters] + "..."
+
+
+def _differences(before: str, after: str, arguments: object) -> str:
+    """What differs between two executables' signatures: each parameter that changed, by its path
+    (or position) and its two shapes; or that a static argument or closed-over value did."""
+    names = arguments if isinstance(arguments, list) else []
+    (before, _, was), (after, _, static) = before.partition(" with "), after.partition(" with ")
+    old, new = _parameters(before), _parameters(after)
+    changed = [
+        f"{names[i] if i < len(names) and names[i] else f'parameter {i}'} {a or 'none'} → {b or 'none'}"
+        for i, (a, b) in enumerate(itertools.zip_longest(old, new))
+        if a != b
+    ]
+    changed += [f"static {was or 'none'} → {static or 'none'}"] if was != static else []
+    if changed:
+        return ", ".join(changed)
+    return "the same parameters: a static argument's value, or a value the function closes over, differs"
+
+
+def _parameters(signature: str) -> list[str]:
+    """The parameters of "(f32[4,3], (s32[], f32[2]))->f32[4]", split at the commas between them."""
+    text, depth, parts, start = signature.split(")->")[0].removeprefix("("), 0, [], 0
+    for index, character in enumerate(text):
+        if character in "([":
+            depth += 1
+        elif character in ")]":
+            depth -= 1
+        elif character == "," and depth == 0:
+            parts.append(text[start:index].strip())
+            start = index + 1
+    return [*parts, text[start:].strip()] if text.strip() else parts
 
 
 def _function_name(executable: str) -> str:

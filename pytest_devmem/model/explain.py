@@ -41,6 +41,17 @@ def oom_lines(
             f"  it needs {_size(oom.get('requested'))} of HBM, {_size(oom.get('capacity'))} is available (the compiler's figures)",
             f"  the compiler said: {oom.get('error')}",
         ]
+    if "kind" not in oom and oom.get("host"):  # the CPU that stands for the device could not run the test
+        return [
+            f"out of host memory, not {machine}'s: the CPU that runs the test could not allocate what it asked: {oom.get('error')}",
+            f"  {machine} is simulated on this host: the model of it fit what ran"
+            + (
+                f", and the {oom['sized_for']} compiler accepted {oom['label']} (it refuses a program the chip cannot hold)"
+                if oom.get("label")
+                else ""
+            ),
+            "  fix: smaller shapes in the test, or a runner with more memory",
+        ]
     if "kind" not in oom:  # only a real error, the model fitted (or nothing was traced)
         return [
             f"out of device memory for real under regime {regime} on {machine}: {oom.get('error', 'the test raised an out-of-memory error')}"
@@ -125,7 +136,7 @@ def oom_summary(oom: Mapping[str, object] | None) -> str:
     failure...), or `real` for an error the test raised."""
     if not oom:
         return "no"
-    kind = str(oom.get("kind") or ("real" if oom.get("real") else "yes"))
+    kind = str(oom.get("kind") or ("host" if oom.get("host") else "real" if oom.get("real") else "yes"))
     fragmentation = oom.get("fragmentation")
     if kind == "fragmentation" and isinstance(fragmentation, (int, float)):
         kind += f" {fragmentation:.2f}"

@@ -1,5 +1,6 @@
-"""A test's memory over its events in a few points, small enough to keep in its baseline: the bytes
-in use on one device (requests rounded to 256 bytes, as XLA rounds them) after each event, thinned
+"""A test's memory over its events in a few points, small enough to keep in its baseline: its live
+data on one device (requests rounded to 256 bytes, as XLA rounds them; not the allocator's chunks,
+though stored as `in_use`) after each event, thinned
 to at most PROFILE_POINTS points without losing the peak. A failure's picture draws the baseline's
 profile beside the run's timeline. Stored as one line of text (`event:bytes` pairs), so a baseline
 file still reads and diffs line by line. No pytest here."""
@@ -13,7 +14,7 @@ PROFILE_POINTS = 32
 
 
 def in_use_profile(trace: Trace, device: str, default_device: str = "cpu:0") -> dict[str, object]:
-    """`{"device", "events", "in_use"}`: `device`'s bytes in use after each of the trace's events
+    """`{"device", "events", "in_use"}`: `device`'s live data after each of the trace's events
     that touch it (events that name no device are on `default_device`), thinned."""
     names = trace.names
     codes = {code for code in set(trace.devices) if (names[code] or default_device) == device}

@@ -82,7 +82,10 @@ class Checks(SessionParts):
         failures: list[tuple[str, str | None]] = [("out of memory", oom_verdict(record))]
         failures.append(("limit", limit_verdict(record.peak_bytes_in_use, record.limit_bytes, largest_at_peak(record))))
         if spec is not None:
-            failures.append(("compiles", compiles_verdict(captured.needed, spec.max_compiles, captured.functions)))
+            aliases = bound_names(item) if isinstance(spec.max_compiles, dict) else {}
+            failures.append(
+                ("compiles", compiles_verdict(captured.needed, spec.max_compiles, captured.functions, aliases))
+            )
         failures.append(("leak", leak_verdict(captured.kept, self.max_leak(item))))
         if spec is not None and spec.max_fragmentation_off:  # max_fragmentation=None: no bound for this test
             bound = None
@@ -216,3 +219,17 @@ def write_trace_files(trace: Trace, csv_path: Path) -> Path | None:
             return arrow_path
     arrow_path.unlink(missing_ok=True)  # an earlier run's, which would replay as this one's
     return None
+
+
+def bound_names(item: pytest.Item) -> dict[str, str]:
+    """The names the test's module binds wrapped functions to, with each function's own name
+    (`train_step = jax.jit(_step)`: JAX names its executable `jit(_step)`)."""
+    found = {}
+    for name, value in list(getattr(getattr(item, "module", None), "__dict__", {}).items()):
+        try:
+            wrapped = getattr(getattr(value, "__wrapped__", None), "__name__", None)
+        except Exception:  # an object whose attributes raise (a lazy module): no function of the test's
+            continue
+        if isinstance(wrapped, str) and wrapped != name:
+            found[name] = wrapped
+    return found

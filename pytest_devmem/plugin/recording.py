@@ -4,7 +4,9 @@ fixes an out-of-memory result gets (each replayed), and what the capture noted. 
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from array import array
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,7 +16,7 @@ from ..files import frames_from
 from ..gate.changes import buffers_of
 from ..gate.record import KEPT_CPU_SIZES, TestRecord, TraceFacts
 from ..json_fields import mappings, whole
-from ..model.device import Device
+from ..model.device import Device, DeviceKind
 from ..model.executables import executable_summary
 from ..model.fragmentation import pinning_buffers
 from ..model.frameworks import AllocatorSetup, setups_for
@@ -25,6 +27,7 @@ from ..model.profile import in_use_profile
 from ..model.regime import jax_fraction_variable
 from ..model.tpu_devices import as_tpu_chips
 from ..model.whatif import proven_fixes
+from ..units import format_size
 
 if TYPE_CHECKING:
     from ..model.machine import MachineRun
@@ -92,6 +95,12 @@ def make_record(
         duration_s=duration_s,
     )
     record.trace_events = trace  # kept in memory for --devmem-traces and trace analyses
+    if real_oom and record.oom is not None and "kind" not in record.oom and device.kind is not DeviceKind.CUDA:
+        # the model fit it and a simulated device's CPU ran it: the host ran out, not the device
+        record.oom["host"] = True
+        failed = next((name for name, runs in captured.runs.items() if not runs), "")  # the call it ran out in
+        if str(captured.sizes.get(failed, {}).get("sized_for", "cpu")) != "cpu":  # the target's compiler took it
+            record.oom.update(label=failed, sized_for=captured.sizes[failed]["sized_for"])
     if run is not None and record.trace is not None and record.peak_device is not None:
         record.trace.profile = in_use_profile(trace, record.peak_device, spec.default_device)  # kept in its baseline
     if run is not None:
@@ -188,11 +197,24 @@ def describe_tpu(record: TestRecord, description: str, captured: Captured, trace
             "label": name,
             "device": description,
             "allocator": "jax",
-            "requested": refusal.get("needed"),  # as the compiler printed them (two decimals)
+            "requested": exact_outputs(refusal.get("needed"), captured.functions.get(name, {}).get("signatures")),
             "capacity": refusal.get("available"),
             "error": refusal.get("message"),
         }
         record.oom = {key: value for key, value in oom.items() if value is not None}
+
+
+def exact_outputs(needed: object, signatures: object) -> object:
+    """The refused program's outputs' bytes where the compiler's figure (two decimals, as libtpu
+    prints sizes: 19.53G for 20,971,520,000 B) is theirs rounded; its figure otherwise."""
+    for signature in signatures if isinstance(signatures, list) else ():
+        shapes = re.findall(r"([a-z]+(\d*)\w*)\[([\d,]*)\]", str(signature).rpartition(")->")[2])
+        exact = sum(
+            max(int(bits or 8) // 8, 1) * math.prod(map(int, filter(None, dims.split(",")))) for _, bits, dims in shapes
+        )
+        if isinstance(needed, int) and exact and format_size(exact) == format_size(needed):
+            return exact
+    return needed
 
 
 def with_files_from(root: Path | None, found: dict[str, object]) -> dict[str, object]:

@@ -349,6 +349,11 @@ class SessionResults(SessionParts):
             targets=self.targets,
             compile_counts=self.session_counts(),
             compiler_store=shown(self.store.directory / STORE_DIRECTORY, start),
+            compile_caches=" or ".join(
+                (["pytest's cache"] if getattr(self.config, "cache", None) is not None else [])
+                + ([shown(self.settings.cache_dir, start)] if self.settings.cache_dir is not None else [])
+            )
+            or "a disk cache (none here)",
             store_update=self.store_update,
             gated=tuple(self.settings.tolerance.allowances),
         )

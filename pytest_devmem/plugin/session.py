@@ -78,6 +78,7 @@ class DevmemSession:
         self.measurement = Measurement(
             device, gpu_sizer(config, target, settings.cache_dir, store.directory / STORE_DIRECTORY)
         )
+        self.measurement.jax_capture.call_sites.root = os.path.join(str(config.rootpath), "")  # the user's lines
         self.checks = Checks(config, settings, device, store, target, self.measurement)
         self.results = SessionResults(config, settings, device, store, target)
         self.child_writer: ChildEventWriter | None = child[0] if child is not None else None
@@ -91,6 +92,7 @@ class DevmemSession:
         self._frozen_in: str | None = None  # the module whose first measured test last thawed the collector
         self._shared_fixture_finished = False  # a fixture wider than a test was torn down since the last thaw
         self.shared_fixtures = SharedFixtures()
+        self._measured_fixtures: set[str] = set()  # the fixtures the measured tests use
         self.regime_env: dict[str, str | None] | None = config.stash.get(
             early_env_key, None
         )  # what the regime replaced
@@ -188,6 +190,9 @@ class DevmemSession:
             if unmeasured:
                 config.hook.pytest_deselected(items=unmeasured)
                 items[:] = [item for item in items if measured(item)]
+        self._measured_fixtures = {
+            name for item in items if measured(item) for name in getattr(item, "fixturenames", ())
+        }
         if any(measured(item) for item in items):
             # before any test runs: a test's figures must not depend on whether the tests before it
             # were measured (what JAX compiled, or left set on its thread, before the hooks went in)
@@ -252,9 +257,12 @@ class DevmemSession:
             self._shared_fixture_finished = False
         try:
             return (yield)
-        except BaseException:  # no call phase will stop the measurement: stop it here
+        except BaseException as exc:  # no call phase will stop the measurement: stop it here
             stopped = self.measurement.stop()
             self.shared_fixtures.learn(stopped.started_by, stopped.needed_by)
+            if isinstance(refused := getattr(exc, "devmem_sizes", None), dict):  # a fixture's call the target refused
+                stopped.sizes.update(refused)
+                item.stash[captured_key] = stopped  # recorded as that out of memory
             raise
 
     @pytest.hookimpl(wrapper=True)
@@ -263,11 +271,20 @@ class DevmemSession:
     ) -> Generator[None, object, object]:
         """A fixture shared by several tests is set up by whichever runs first: its memory belongs to
         none of them, so it stays out of the trace (test order must not change a test's figures). One
-        set up inside another's setup (asked for in its body with `request.getfixturevalue`) is its own."""
-        if fixturedef.scope == "function" or not self.measurement.recorder.window_open:
+        set up inside another's setup (asked for in its body with `request.getfixturevalue`) is its own.
+        An unmeasured test's setup of one a measured test uses is seen in a window of its own."""
+        unmeasured = not self.measurement.recorder.window_open
+        if fixturedef.scope == "function" or (unmeasured and fixturedef.argname not in self._measured_fixtures):
             return (yield)
-        with self.measurement.recorder.paused(FixtureSetup.of(fixturedef, request)):  # what it starts and keeps
-            return (yield)
+        if unmeasured:
+            self.measurement.start()
+        try:
+            with self.measurement.recorder.paused(FixtureSetup.of(fixturedef, request)):  # what it starts and keeps
+                return (yield)
+        finally:
+            if unmeasured:
+                stopped = self.measurement.stop()
+                self.shared_fixtures.learn(stopped.started_by, stopped.needed_by)
 
     def pytest_fixture_post_finalizer(self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> None:
         if fixturedef.scope != "function" and not library_class_fixture(fixturedef, request):
@@ -312,7 +329,7 @@ class DevmemSession:
                 return report
         if call.when == "setup" and self.is_xdist_worker and measured(item):  # if its worker crashes, the regime
             report.devmem_regime = regime_of(item, self.settings.default_regime).label  # type: ignore[attr-defined]
-        if call.when != "call" or not measured(item):
+        if call.when not in ("call", "setup") or not measured(item):
             return report
         captured = item.stash.get(captured_key, None)
         if captured is None:  # a subtest's report, made while the test still runs: one test, one record
@@ -371,7 +388,7 @@ class DevmemSession:
                 self.device.name,
                 str(unrecorded[1]),
             )
-        if report.when == "call":
+        if report.when == "call" or report.failed:  # a setup that failed has one where a fixture ran out of memory
             self.results.add(report.nodeid, getattr(report, "devmem_record", None))
             self.results.add_compiler_entries(getattr(report, "devmem_compiler_entries", None))
 

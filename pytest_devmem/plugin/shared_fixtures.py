@@ -7,8 +7,8 @@ allocator, which takes most of a GPU with its first allocation, holds it through
 and a module's parameters stay in JAX's pool. Each test is replayed as if it ran alone, so its trace
 starts with what the shared fixtures it used started and keep (`start` events, in the order its
 fixtures were ready, each fixture's in the order it allocated them: a buffer each, where a pool
-serves each as its own chunk), whichever test set them up: the same trace in every selection and
-order. A fixture is known per definition and parameter, as pytest reuses one (`test_step[large]`
+serves each as its own chunk), whichever test set them up, measured or not: the same trace in every
+selection and order. A fixture is known per definition and parameter, as pytest reuses one (`test_step[large]`
 keeps the large one's buffers, under `-k large` as in the whole run, as does a test given that
 parameter indirectly); set up again (a module-scoped one, per module), its latest setup is the one
 the test used; one that overrides another and asks for it by its own name keeps both's. So too the

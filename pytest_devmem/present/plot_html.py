@@ -144,7 +144,7 @@ def _lane_svg(
 
 
 def _baseline_band(baseline: tuple[str, int, list[int], list[int]] | None, last: int, top: float, scale: float) -> str:
-    """The baseline's bytes in use over its own events, dashed, over the run's in-use line."""
+    """The baseline's live data over its own events, dashed, over the run's in-use line."""
     if baseline is None:
         return ""
     _, events, xs, ys = baseline

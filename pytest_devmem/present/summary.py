@@ -48,6 +48,7 @@ class SummaryFacts:
     # the GPU or TPU sizer's: compiled, seconds, from_store, from_cache (None: no sizer sized anything)
     compile_counts: dict[str, float | int] | None = None
     compiler_store: str = ""  # where the compilers' entries are stored beside the baselines
+    compile_caches: str = "pytest's cache"  # the disk caches the sizers read: pytest's, --devmem-cache-dir
     store_update: StoreUpdate | None = None  # what --devmem-update did to that store
     gated: tuple[str, ...] = ("peak_bytes_in_use",)  # the metrics the session's tolerance compares
 
@@ -88,7 +89,7 @@ class SessionSummary:
                 self.line(
                     f"JAX sizes: {counts.get('compiled', 0)} program(s) compiled for the target in "
                     f"{float(counts.get('seconds', 0)):.2f} s; {counts.get('from_store', 0)} from the compiler entries "
-                    f"stored in {facts.compiler_store}, {counts.get('from_cache', 0)} from pytest's cache"
+                    f"stored in {facts.compiler_store}, {counts.get('from_cache', 0)} from {facts.compile_caches}"
                 )
             kept = [r.test_id for r in facts.records if kept_cpu_sizes(r)]
             if kept:
@@ -212,7 +213,8 @@ class SessionSummary:
         failed = [r for r in records if r.oom]
         if failed:
             kinds = capped([f"{r.test_id} ({oom_summary(r.oom)})" for r in failed], self.everything)
-            self.line(f"out of device memory: {len(failed)} test(s): {kinds}", red=True)
+            memory = "device or host" if any(r.oom.get("host") for r in failed) else "device"  # type: ignore[union-attr]
+            self.line(f"out of {memory} memory: {len(failed)} test(s): {kinds}", red=True)
         if facts.find_min_fraction:
             self.line(f"smallest prealloc fraction that passes (traces replayed on {facts.device}):")
             for r in records:

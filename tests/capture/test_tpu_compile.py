@@ -866,6 +866,11 @@ def test_a_session_keeps_its_sizes_in_the_users_cache_where_devmem_cache_dir_nam
     )
     result.assert_outcomes(passed=1)
     assert list((pytester.path / "user-cache" / "devmem-tpu-sizes").glob("*.json"))  # without pytest's cache
+    again = pytester.runpytest_subprocess(
+        "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "-p", "no:cacheprovider"
+    )  # issue 53.9: what it read back came from the user's cache, never said to be pytest's
+    again.stdout.fnmatch_lines(["JAX sizes: 0 program(s) compiled for the target*, [1-9]* from user-cache"])
+    assert "pytest's cache" not in again.stdout.str()
 
 
 def test_a_users_cache_that_cannot_be_a_directory_is_a_usage_error_naming_it(
@@ -1141,3 +1146,110 @@ def test_a_program_lowered_under_the_tests_own_jax_settings_is_sized_in_the_test
     finally:
         sizer.uninstall()
     assert threads == [threading.current_thread().name] and sizes.source == "compiled"  # type: ignore[union-attr]
+
+
+@needs_libtpu
+def test_a_program_the_tpu_compiler_refuses_in_a_fixture_is_the_out_of_memory_of_every_test_using_it(
+    jax_loaded: Any, pytester: pytest.Pytester
+) -> None:
+    """Issue 53.6: a fixture (of a test, or shared by a module's) that calls a program the compiler
+    refuses raises the refusal in setup; each test that uses it is recorded as that out of memory at
+    compile time, raised at the fixture's call, never an unrecorded error inside the plugin."""
+    pytester.makepyfile(
+        test_fixture="""
+import jax
+import jax.numpy as jnp
+import pytest
+
+big = jax.jit(lambda x: jnp.broadcast_to(x, (5, 2**30)) + 1.0)  # 20 GiB out, on a chip of 15.75G
+
+@pytest.fixture
+def per_test():
+    return big(jnp.ones(()))
+
+@pytest.fixture(scope="module")
+def shared():
+    return big(jnp.ones(()))
+
+def test_function(per_test):
+    pass
+
+def test_module_a(shared):
+    pass
+
+def test_module_b(shared):
+    pass
+"""
+    )
+    result = pytester.runpytest_subprocess(
+        "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json", timeout=300
+    )
+    result.assert_outcomes(errors=3)
+    result.stdout.fnmatch_lines(
+        ["*out of device memory at compile time on sim:TPU-v5e*", "*raised at the call in test_fixture.py:9"]
+    )
+    assert "raise plan.raises.error()" not in result.stdout.str()
+    report = json.loads((pytester.path / "r.json").read_text())
+    records = {r["test_id"].split("::")[-1]: r for r in report["records"]}
+    assert set(records) == {"test_function", "test_module_a", "test_module_b"}, report.get("unrecorded")
+    for record in records.values():
+        assert record["oom"]["kind"] == "capacity" and record["oom"]["compile_time"] is True, record["oom"]
+
+
+@needs_libtpu
+def test_the_host_running_out_is_said_to_be_the_hosts_not_the_chips(jax_loaded: Any, pytester: pytest.Pytester) -> None:
+    """Issue 53.4: a 19.53 GiB output the v4 compile accepts (30.75G) is run on the CPU, whose host
+    runs out (here an address space limited to 4 GiB above what the run holds at its start): the
+    record says the host ran out, not the chip, and what to do."""
+    pytester.makeconftest(
+        """
+import resource
+
+def pytest_configure(config):
+    with open("/proc/self/status") as status:
+        held = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize"))
+    resource.setrlimit(resource.RLIMIT_AS, (held + 4 * 2**30, resource.RLIM_INFINITY))
+"""
+    )
+    pytester.makepyfile(
+        test_host="import jax.numpy as jnp\n\ndef test_big():\n    jnp.ones((20000, 2**18)).block_until_ready()\n"
+    )
+    result = pytester.runpytest_subprocess(
+        "--devmem-device=sim:TPU-v4", "--devmem-mode=compact", "--devmem-report=r.json", timeout=300
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*out of host memory, not sim:TPU-v4's: the CPU that runs the test could not allocate*20971520000 bytes*",
+            "*the model of it fit what ran, and the TPU-v4 compiler accepted jit(broadcast_in_dim)*",
+            "*smaller shapes in the test, or a runner with more memory*",
+            "out of device or host memory: 1 test(s): test_host.py::test_big (host)",
+        ]
+    )
+    assert "out of device memory for real" not in result.stdout.str()
+    record = json.loads((pytester.path / "r.json").read_text())["records"][0]
+    assert record["oom"]["host"] is True and "kind" not in record["oom"]
+    assert record["trace"]["executables"]["jit(broadcast_in_dim)"]["sized_for"] == "TPU-v4"  # needed, never run
+
+
+@needs_libtpu
+def test_a_refusals_requested_bytes_are_the_outputs_exact_bytes_where_the_compilers_figure_rounds_them(
+    jax_loaded: Any, pytester: pytest.Pytester
+) -> None:
+    """Issue 53.9: libtpu prints 19.53G for an output of 20,971,520,000 B; the record keeps the exact
+    bytes, not 20,970,177,823 read back from the two decimals."""
+    pytester.makepyfile(
+        test_out="""
+import jax
+import jax.numpy as jnp
+
+def test_big():
+    jax.jit(lambda x: jnp.broadcast_to(x, (20000, 2**18)) + 1.0)(jnp.ones(()))
+"""
+    )
+    result = pytester.runpytest_subprocess(
+        "--devmem-device=sim:TPU-v5e", "--devmem-mode=compact", "--devmem-report=r.json", timeout=300
+    )
+    result.assert_outcomes(failed=1)
+    oom = json.loads((pytester.path / "r.json").read_text())["records"][0]["oom"]
+    assert oom["compile_time"] is True and oom["requested"] == 20000 * 2**18 * 4, oom

@@ -295,6 +295,35 @@ def test_what_a_module_scoped_fixture_keeps_counts_for_what_fits_as_a_function_s
     assert verdicts["function", 0, "test_small"][1] == small + 400 * 2**20  # the parameters are its memory there
 
 
+SET_UP_UNMEASURED = """
+import jax.numpy as jnp
+import pytest
+
+@pytest.fixture(scope="module")
+def table():
+    return jnp.ones((64, 2**20))  # 256 MiB, kept
+
+def test_reads_table(table):  # unmarked: runs first, sets the table up
+    assert table.shape == (64, 2**20)
+
+@pytest.mark.devmem
+def test_step(table):
+    jnp.ones((144, 2**20)).block_until_ready()  # 576 MiB beside the table's 256: not in 768 MiB
+"""
+
+
+def test_a_shared_fixture_an_unmeasured_test_set_up_is_kept_in_every_selection(
+    jax_loaded: object, pytester: pytest.Pytester
+) -> None:
+    """Issue 53.1: a measured test keeps what a module fixture holds when an unmarked test set it
+    up (its setup is seen all the same), so the verdict is the one of measuring all, or of it alone."""
+    pytester.makepyfile(test_unmeasured=SET_UP_UNMEASURED)
+    for selection in (["--devmem-mode=prealloc"], [], ["test_unmeasured.py::test_step"]):
+        result = pytester.runpytest_inprocess("--devmem-device=sim:1GiB", "-p", "no:randomly", *selection)
+        result.assert_outcomes(passed=1 if "--devmem-mode=prealloc" in selection or not selection else 0, failed=1)
+        result.stdout.fnmatch_lines(["*JAX could not allocate 576.00 MiB*"])
+
+
 SHARED_WEIGHTS = """
 import jax.numpy as jnp
 import pytest
@@ -660,7 +689,7 @@ def test_a_function_retraced_on_every_call_is_caught_by_max_compiles(
             "*jit(scale) (scale at *test_a_function_retraced_on_every_call_is_caught_by_max_compiles.py:5): 4 executables, max_compiles=1",
         ]
     )
-    assert "\n    (f32[8])->f32[8]\n    (f32[16])->f32[16]\n" in result.stdout.str()
+    assert "\n    (f32[8])->f32[8]\n    then x f32[8] → f32[16]\n    then x f32[16] → f32[24]\n" in result.stdout.str()
     records = {r["test_id"].split("::")[-1]: r for r in json.loads((pytester.path / "r.json").read_text())["records"]}
     assert records["test_stable"]["trace"]["needed"]["jit(scale)"] == 1 and records["test_stable"]["compiles"] >= 1
     assert (
@@ -766,7 +795,7 @@ def test_named_bound_on_a_function_never_run(params):
             "*jit(train_step) (train_step at *.py:21): 3 executables, max_compiles=1",
         ]
     )
-    assert "f32[16,64], f32[16,10])->" in result.stdout.str()
+    assert "    then x f32[8,64] → f32[16,64], y f32[8,10] → f32[16,10]\n" in result.stdout.str()  # what differs
     result.stdout.fnmatch_lines(
         ["*jit(broadcast_in_dim) (broadcast_in_dim at *dispatch.py:*): * executables, max_compiles=1"]
     )
@@ -1007,3 +1036,96 @@ def test_a_test_that_starts_processes_says_their_memory_is_not_captured_whatever
     ):
         assert any("started 1 process(es)" in note and "not captured" in note for note in notes[name]), (name, notes)
     assert not any("process(es)" in note for note in notes["test_does_not"])
+
+
+BOUND_STEP = """
+import jax
+import jax.numpy as jnp
+import pytest
+
+
+def _step(params, x, scale):
+    return jax.tree_util.tree_map(lambda p: p * scale, params), x.sum()
+
+
+train_step = jax.jit(_step, static_argnums=2)
+PARAMS = {f"layer{i}": {"w": jnp.ones((64, 64)), "b": jnp.ones((64,))} for i in range(12)}
+
+
+@pytest.mark.devmem(max_compiles={"train_step": 1})
+def test_batches():
+    for n in (16, 8):
+        train_step(PARAMS, jnp.ones((n, 64)), 2.0)
+
+
+@pytest.mark.devmem(max_compiles={"train_step": 1})
+def test_scales():
+    for scale in (2.0, 3.0):
+        train_step(PARAMS, jnp.ones((8, 64)), scale)
+
+
+@pytest.mark.devmem(max_compiles={"trian_step": 1})
+def test_typo():
+    train_step(PARAMS, jnp.ones((8, 64)), 2.0)
+"""
+
+
+def test_max_compiles_accepts_the_bound_name_and_shows_what_differs(
+    jax_loaded: object, pytester: pytest.Pytester
+) -> None:
+    """Issue 53.8: `train_step = jax.jit(_step)` is bounded by `max_compiles={"train_step": 1}`; a step
+    over a tree of 25 parameters compiled twice names the argument that changed and its two shapes
+    (its signatures are longer than a line), or says a static argument did; the record keeps the
+    whole signatures; a name that matches nothing lists those that would."""
+    pytester.makepyfile(test_bound=BOUND_STEP)
+    result = pytester.runpytest_inprocess("--devmem-mode=ondemand", "--devmem-report=r.json", "-p", "no:randomly")
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "*jit(_step) (_step at *test_bound.py:6): 2 executables, max_compiles=1",
+            "    then x f32[8,64] → f32[16,64]",
+            "*jit(_step) (_step at *test_bound.py:6): 2 executables, max_compiles=1",
+            "    then static scale=2.0 → scale=3.0",
+            "*max_compiles names 'trian_step', which the test did not run (it ran: *; names that match: *_step, *train_step)",
+        ]
+    )
+    records = {r["test_id"].split("::")[-1]: r for r in json.loads((pytester.path / "r.json").read_text())["records"]}
+    step = records["test_batches"]["trace"]["functions"]["jit(_step)"]
+    assert [
+        len(signature) > 300 and signature.endswith("f32[]) with scale=2.0") for signature in step["signatures"]
+    ] == [True] * 2
+    assert step["arguments"][0] == "params['layer0']['b']" and step["arguments"][-1] == "x"
+
+
+HELPERS = """
+import jax.numpy as jnp
+
+
+def test_first():
+    jnp.ones((16, 8)).block_until_ready()
+    jnp.ones((8, 8)).block_until_ready()
+
+
+def test_helpers():
+    jnp.zeros((8, 8)).block_until_ready()
+    jnp.ones((16, 8)).block_until_ready()
+    jnp.ones((24, 8)).block_until_ready()
+"""
+
+
+def test_an_eager_helpers_signatures_read_the_same_whatever_ran_before(
+    jax_loaded: object, pytester: pytest.Pytester
+) -> None:
+    """Issue 53.9: JAX's helpers compiled by an earlier test run on its fast path; the list of their
+    shapes is in one order of their own (sizes as numbers), alone or after that test."""
+    pytester.makepyfile(test_helpers=HELPERS)
+    found = []
+    for selection in (["test_helpers.py::test_helpers"], ["test_helpers.py"]):
+        report = f"r{len(found)}.json"
+        pytester.runpytest_inprocess(
+            "--devmem-mode=ondemand", f"--devmem-report={report}", "-p", "no:randomly", *selection
+        )
+        records = {r["test_id"]: r for r in json.loads((pytester.path / report).read_text())["records"]}
+        found.append(records["test_helpers.py::test_helpers"]["trace"]["functions"])
+    assert found[0] == found[1]
+    assert found[0]["jit(broadcast_in_dim)"]["signatures"] == [f"(f32[])->f32[{n},8]" for n in (8, 16, 24)]

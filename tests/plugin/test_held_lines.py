@@ -88,7 +88,64 @@ def test_a_holder_absent_from_the_baseline_names_its_line_not_a_guess(
     result = pytester.runpytest_inprocess("mymodel.py", "--devmem-mode=ondemand")
     result.assert_outcomes(failed=1)
     grew = result.stdout.str().split("what grew at the peak:")[1].split("\n")[0]
-    assert "jit(add) not among the baseline's largest → 4.00 MiB: made at mymodel.py:6 (4.00 MiB)" in grew
+    assert "jit(add) 0 B → 4.00 MiB: made at mymodel.py:6 (4.00 MiB)" in grew  # the baseline listed every holder
+
+
+WRAPS_JIT = """
+import functools
+import os
+
+import jax
+{register}
+
+def jit(function):  # a library's jit, as Flax's nnx.jit wraps jax.jit
+    compiled = jax.jit(function)
+
+    @functools.wraps(function)
+    def call(*args):
+        return compiled(*args)
+
+    return call
+
+
+def scale(x):  # an eager op inside the library, as Flax's layers run them
+    return x * 3.0
+"""
+REGISTERS = "from jax._src import source_info_util\n\nsource_info_util.register_exclusion(os.path.dirname(__file__))"
+USES_A_LIBRARY = """
+import jax.numpy as jnp
+import {library}
+
+step = {library}.jit(lambda x: x * 2.0)
+
+
+def test_step():
+    x = jnp.ones((256, 1024))
+    y = step(x)
+    z = {library}.scale(x)
+    assert y.shape == z.shape
+"""
+
+
+def test_a_librarys_wrapped_jit_names_the_users_call_not_the_library(
+    jax_loaded: object, pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Issue 53.7: a library inside the project that registers its files for JAX to skip (as Flax
+    does), and one installed outside the project that does not: each step's and eager op's line is
+    the test's call."""
+    outside = tmp_path_factory.mktemp("installed")
+    (outside / "outlib.py").write_text(WRAPS_JIT.format(register=""))
+    pytester.mkpydir("inlib").joinpath("__init__.py").write_text(WRAPS_JIT.format(register=REGISTERS))
+    pytester.makeconftest(f"import sys\nsys.path.insert(0, {str(outside)!r})")
+    for library in ("inlib", "outlib"):
+        pytester.makepyfile(**{f"test_{library}": USES_A_LIBRARY.format(library=library)})
+    result = pytester.runpytest_inprocess("--devmem-mode=ondemand", "--devmem-report=r.json")
+    result.assert_outcomes(passed=2)
+    for record in json.loads((pytester.path / "r.json").read_text())["records"]:
+        test = record["test_id"].split("::")[0]
+        lines = record["trace"]["lines_at_peak"]
+        assert lines["jit(<lambda>)"] == {f"{test}:9": 2**20}, lines
+        assert lines["jit(multiply)"] == {f"{test}:10": 2**20}, lines
 
 
 TF_STEP = """

@@ -65,7 +65,9 @@ def test_history_of_three_commits_shows_the_test_that_moved(
         and len(session["environment_hash"]) == 16
     )
     capsys.readouterr()  # the runs' own output
-    assert main(["history", str(reports), "-o", str(pytester.path / "trend.png"), "--fail-on-move"]) == 1  # a test moved
+    assert (
+        main(["history", str(reports), "-o", str(pytester.path / "trend.png"), "--fail-on-move"]) == 1
+    )  # a test moved
     out = capsys.readouterr().out
     assert out.startswith("### Device memory history: 3 commit(s), 2 test(s), 1 moved")
     assert f"| test_model.py::test_model [prealloc] | 8.00 MiB → 24.00 MiB (+200.0%) at {commits[2][:12]} |" in out

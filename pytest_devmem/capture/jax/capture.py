@@ -29,7 +29,7 @@ from ..framework import Patches
 from ..recorder import FLUSH_CHECK, TraceRecorder
 from . import internals
 from .backend_log import KeptAsText
-from .executables import ExecutablePlan, Executables, source_of
+from .executables import ExecutablePlan, Executables, argument_names_of, source_of, static_arguments
 from .holdings import Holdings, Owner
 from .lowering import compiling_for_target
 from .post_hook import post_hook_slot
@@ -248,7 +248,8 @@ class JaxCapture(RunRecording):
             except Exception:
                 return None
             if plan is not None and not plan.defined_in:  # the run just made: its function, from JAX's debug info
-                plan.defined_in = source_of(executable)
+                plan.defined_in, plan.argument_names = source_of(executable), argument_names_of(executable)
+                plan.static = static_arguments(sys._getframe(1))  # the call that compiled it: pjit's cache miss
             if data is None:
                 return None
             try:
@@ -316,12 +317,17 @@ class JaxCapture(RunRecording):
             if recording:  # a program the test needed, never run
                 self._window.executables.setdefault(plan.label, 0)
                 self._window.ran(plan)
-            raise plan.raises.error()
+            error = plan.raises.error()  # with its record's entry: pytest raises it again for each test of a fixture's
+            error.devmem_sizes = {plan.label: {"sized_for": plan.sized_for, "refused": plan.refused}}  # type: ignore[attr-defined]
+            raise error
         try:
             outputs = original(executable, *args)
         except BaseException:
             for transfer in transfers:  # the run failed: what it was given is gone with it
                 self._recorder.free(transfer)
+            if recording:  # a program the test needed, never run here (the host could not, say)
+                self._window.executables.setdefault(plan.label, 0)
+                self._window.ran(plan)
             raise
         try:
             leaves = self._flatten(list(outputs))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import reprlib
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,8 @@ class ExecutablePlan:
     refused: dict[str, object] | None = None  # the target's compiler refused it for memory: its message and figures
     signature: str = ""  # its parameters' shapes as XLA compiled them, e.g. "f32[128,784], s32[]"
     defined_in: str = ""  # the traced function, "name at file:line" (JAX's debug info); "" where not known
+    argument_names: tuple[str, ...] = ()  # its parameters' paths, "params['w']" (JAX's debug info); () where not known
+    static: str = ""  # the static arguments of the call that compiled it, "scale=2.0"; "" where none or not known
     raises: NotRunnable | None = None  # the target cannot run it: its call raises this instead of running
     buffers: ProgramBuffers | None = None  # the buffers at its peak, as the compile that sized it states them
     buffers_note: str = ""  # why they are not known
@@ -89,6 +92,33 @@ def source_of(executable: Any) -> str:
     """Where a `pxla.MeshExecutable`'s function is defined, "name at file:line" as JAX's debug info
     has it (`_all_args_info.debug_info.func_src_info`, jax/_src/interpreters/pxla.py); "" where not."""
     return internals.function_source(executable)
+
+
+def argument_names_of(executable: Any) -> tuple[str, ...]:
+    """The paths of a `pxla.MeshExecutable`'s parameters, "params['w']", as JAX's debug info names
+    the arguments it kept (`_all_args_info.debug_info.arg_names`, `_kept_var_idx`); () where not."""
+    try:
+        names = executable._all_args_info.debug_info.arg_names
+        return tuple(str(names[index]) for index in sorted(executable._kept_var_idx))
+    except Exception:
+        return ()
+
+
+def static_arguments(caller: Any) -> str:
+    """`scale=2.0`: the static arguments of the jit call that compiled an executable, read from the
+    frame of pjit's `cache_miss` that asks for its fast path's data; "" where none or not known."""
+    # JAX internal: jax/_src/pjit.py cache_miss's args, kwargs and jit_info.static_argnums/static_argnames, tested on JAX 0.10
+    try:
+        scope = caller.f_locals
+        info, args, kwargs = scope["jit_info"], scope["args"], scope["kwargs"]
+        names = list(info.fun_signature.parameters) if info.fun_signature is not None else []
+        found = [
+            (names[i] if i < len(names) else f"argument {i}", args[i]) for i in info.static_argnums if i < len(args)
+        ]
+        found += [(name, kwargs[name]) for name in info.static_argnames if name in kwargs]
+        return ", ".join(f"{name}={reprlib.repr(value)}" for name, value in found)
+    except Exception:
+        return ""
 
 
 def defined_by_jax(defined_in: str) -> bool:

@@ -5,14 +5,12 @@ peak. The same in any test order. Imports no framework."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .executables import ExecutablePlan, defined_by_jax
-
-SIGNATURE_CHARACTERS = 200
-"""How much of an executable's parameter shapes a record keeps (a step over a large pytree has hundreds)."""
 
 
 @dataclass
@@ -75,20 +73,22 @@ class JaxWindow:
 
     def functions(self) -> dict[str, dict[str, object]]:
         """Per function the window ran (by executable name, "jit(step)"): the parameters' shapes of
-        each distinct executable it needed (`signatures`), where it is defined (`defined_in`, "step at
-        model.py:12", from JAX's debug info; "" where not known) and whether JAX itself defined it
+        each distinct executable it needed (`signatures`, whole, sizes in numeric order, then " with
+        scale=2.0", the static arguments of the call that compiled it), their paths
+        (`arguments`, "params['w']", where JAX's debug info names them), where it is defined
+        (`defined_in`, "step at model.py:12"; "" where not known) and whether JAX itself defined it
         (`by_jax`: its eager helpers, `jnp.zeros`' `broadcast_in_dim` and the like, compiled once per
         shape). The same in any test order, as `needed`."""
         found: dict[str, dict[str, object]] = {}
         for name, plans in sorted(self.used.items()):
             defined_in = next((plan.defined_in for plan in plans.values() if plan.defined_in), "")
+            arguments = next((plan.argument_names for plan in plans.values() if plan.argument_names), ())
             found[name] = {
-                "signatures": [  # in the order the test first ran them
-                    plan.signature
-                    if len(plan.signature) <= SIGNATURE_CHARACTERS
-                    else plan.signature[:SIGNATURE_CHARACTERS] + "..."
-                    for plan in plans.values()
-                ],
+                "signatures": sorted(
+                    (plan.signature + (f" with {plan.static}" if plan.static else "") for plan in plans.values()),
+                    key=_numeric,
+                ),
+                **({"arguments": list(arguments)} if arguments else {}),
                 "defined_in": defined_in,
                 "by_jax": bool(defined_in) and defined_by_jax(defined_in),
             }
@@ -143,3 +143,8 @@ def _in_order(plan: ExecutablePlan) -> tuple[str, str]:
     """The plans of one name in an order of their own, not of the process's history (which ran first,
     on JAX's fast path or not): by their parameters' shapes."""
     return plan.signature, plan.sized_for
+
+
+def _numeric(signature: str) -> list[tuple[int, str]]:
+    """A signature's sort key with its sizes as numbers: f32[8] before f32[16]."""
+    return [(int(part), "") if part.isdigit() else (-1, part) for part in re.split(r"(\d+)", signature)]
