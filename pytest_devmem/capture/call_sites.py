@@ -58,9 +58,9 @@ def _standard_library() -> tuple[str, tuple[str, ...]]:
 
 def _excluded_for_jax() -> tuple[str, ...]:
     """The paths libraries registered for JAX's source lines to skip, besides the standard library."""
-    # JAX internal: source_info_util._exclude_paths (register_exclusion's list), tested on JAX 0.10
-    registered = getattr(sys.modules.get("jax._src.source_info_util"), "_exclude_paths", None)
-    return tuple(path for path in registered or () if path and path != sysconfig.get_path("stdlib"))
+    from .jax import internals  # here, not above: capture/jax imports this module
+
+    return tuple(path for path in internals.excluded_paths() if path and path != sysconfig.get_path("stdlib"))
 
 
 def is_user_file(filename: str) -> bool:

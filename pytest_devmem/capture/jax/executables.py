@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import reprlib
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -95,30 +94,13 @@ def source_of(executable: Any) -> str:
 
 
 def argument_names_of(executable: Any) -> tuple[str, ...]:
-    """The paths of a `pxla.MeshExecutable`'s parameters, "params['w']", as JAX's debug info names
-    the arguments it kept (`_all_args_info.debug_info.arg_names`, `_kept_var_idx`); () where not."""
-    try:
-        names = executable._all_args_info.debug_info.arg_names
-        return tuple(str(names[index]) for index in sorted(executable._kept_var_idx))
-    except Exception:
-        return ()
+    """The paths of an executable's parameters, "params['w']", as JAX's debug info names them."""
+    return internals.argument_names(executable)
 
 
 def static_arguments(caller: Any) -> str:
-    """`scale=2.0`: the static arguments of the jit call that compiled an executable, read from the
-    frame of pjit's `cache_miss` that asks for its fast path's data; "" where none or not known."""
-    # JAX internal: jax/_src/pjit.py cache_miss's args, kwargs and jit_info.static_argnums/static_argnames, tested on JAX 0.10
-    try:
-        scope = caller.f_locals
-        info, args, kwargs = scope["jit_info"], scope["args"], scope["kwargs"]
-        names = list(info.fun_signature.parameters) if info.fun_signature is not None else []
-        found = [
-            (names[i] if i < len(names) else f"argument {i}", args[i]) for i in info.static_argnums if i < len(args)
-        ]
-        found += [(name, kwargs[name]) for name in info.static_argnames if name in kwargs]
-        return ", ".join(f"{name}={reprlib.repr(value)}" for name, value in found)
-    except Exception:
-        return ""
+    """`scale=2.0`: the static arguments of the jit call that compiled an executable."""
+    return internals.static_arguments(caller)
 
 
 def defined_by_jax(defined_in: str) -> bool:

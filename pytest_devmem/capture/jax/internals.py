@@ -13,6 +13,7 @@ releases are refused at session start (pytest_devmem/supported.py).
 from __future__ import annotations
 
 import importlib.util
+import reprlib
 import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -109,6 +110,37 @@ def function_source(executable: Any) -> str:
         return str(executable._all_args_info.debug_info.func_src_info or "")
     except Exception:
         return ""
+
+
+def argument_names(executable: Any) -> tuple[str, ...]:
+    """A `MeshExecutable`'s kept parameters' paths, "params['w']" (`debug_info.arg_names`,
+    `_kept_var_idx`); () where not known."""
+    try:
+        names = executable._all_args_info.debug_info.arg_names
+        return tuple(str(names[index]) for index in sorted(executable._kept_var_idx))
+    except Exception:
+        return ()
+
+
+def static_arguments(caller: Any) -> str:
+    """`scale=2.0`: the static arguments of the jit call whose `cache_miss` frame (jax/_src/pjit.py)
+    is `caller`, from its `jit_info`, `args` and `kwargs`; "" where none or not known."""
+    try:
+        scope = caller.f_locals
+        info, args, kwargs = scope["jit_info"], scope["args"], scope["kwargs"]
+        names = list(info.fun_signature.parameters) if info.fun_signature is not None else []
+        found = [
+            (names[i] if i < len(names) else f"argument {i}", args[i]) for i in info.static_argnums if i < len(args)
+        ]
+        found += [(name, kwargs[name]) for name in info.static_argnames if name in kwargs]
+        return ", ".join(f"{name}={reprlib.repr(value)}" for name, value in found)
+    except Exception:
+        return ""
+
+
+def excluded_paths() -> tuple[str, ...]:
+    """The paths libraries registered for JAX's source lines to skip (`register_exclusion`)."""
+    return tuple(getattr(sys.modules.get("jax._src.source_info_util"), "_exclude_paths", None) or ())
 
 
 def canonical_print_options() -> Any:
