@@ -37,7 +37,7 @@ class Supported:
         )
 
 
-JAX = Supported("jax", ("jax",), "0.8", "0.12.1", "0.8.0 to 0.12.0.1")
+JAX = Supported("jax", ("jax",), "0.10", "0.12.1", "0.10.0 to 0.12.0.1")
 TENSORFLOW = Supported(
     "tensorflow",
     ("tensorflow", "tensorflow-cpu", "tensorflow-macos", "tensorflow-intel"),

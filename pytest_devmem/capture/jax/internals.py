@@ -5,9 +5,8 @@ post-hook; its lowering, to compile a program again for a GPU or TPU; a few type
 function here. A function raises ImportError or returns None where a release lacks it, and its
 caller says so in a note. A new JAX release is this file to read.
 
-Tested on JAX 0.8.3, 0.9.2, 0.10.2, 0.11.2 and 0.12.0.1 (docs/compatibility.md, scripts/compat.py).
-Before 0.8.0 the post-hook was `jax_jit.global_state().post_hook`, not a config state, so those
-releases are refused at session start (pytest_devmem/supported.py).
+Tested on JAX 0.10.0, 0.10.2, 0.11.2 and 0.12.0.1 (docs/compatibility.md, scripts/compat.py).
+Older releases are refused at session start (pytest_devmem/supported.py; the docs say why).
 """
 
 from __future__ import annotations
@@ -20,11 +19,11 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 BACKENDS_LOGGER = "jax._src.xla_bridge"
-"""The logger JAX's backend start writes to (`discover_pjrt_plugins`); 0.8 to 0.12."""
+"""The logger JAX's backend start writes to (`discover_pjrt_plugins`); 0.10 to 0.12."""
 
 
 def dispatch() -> SimpleNamespace:
-    """The dispatch modules the capture hooks, 0.8 to 0.12: `dispatch._batched_device_put_impl`,
+    """The dispatch modules the capture hooks, 0.10 to 0.12: `dispatch._batched_device_put_impl`,
     `pjit._get_fastpath_data`, `pxla.ExecuteReplicated`, `pxla.batched_device_put`,
     `_jax.PjitFunctionCache`, `xla_client.ArrayImpl`, the fast path's tree flattening.
     ImportError where a module is gone."""
@@ -45,7 +44,7 @@ def dispatch() -> SimpleNamespace:
 
 
 def post_hook_module() -> Any:
-    """`jax._src.api`, which holds the fast path's `_post_hook_state` (a config state since 0.8.0)."""
+    """`jax._src.api`, which holds the fast path's `_post_hook_state` (a config state since JAX 0.8)."""
     from jax._src import api
 
     return api
@@ -72,7 +71,7 @@ def trace_context() -> object:
 
 def lowering() -> SimpleNamespace:
     """What the sizers hook to lower a program again: `pxla.lower_sharding_computation`,
-    `pxla.MeshComputation.compile`, the persistent cache's key and MLIR's warnings (0.8 to 0.12)."""
+    `pxla.MeshComputation.compile`, the persistent cache's key and MLIR's warnings (0.10 to 0.12)."""
     from jax._src.interpreters import pxla
 
     return SimpleNamespace(
