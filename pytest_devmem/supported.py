@@ -23,11 +23,12 @@ class Supported:
     shown: str
 
     def problem(self, installed: str) -> str | None:
-        """Why `installed` is refused, or None where it is in the range."""
-        from packaging.version import InvalidVersion, Version  # packaging: pytest's own dependency
+        """Why `installed` is refused, or None where it is in the range. Releases compare by their
+        numbers alone: 0.12.1rc1 and 0.12.1.dev1 are 0.12.1's, outside; a local build is its release's."""
+        from packaging.version import InvalidVersion, Version
 
         try:
-            if Version(self.low) <= Version(installed) < Version(self.below):
+            if Version(self.low).release <= Version(installed).release < Version(self.below).release:
                 return None
         except InvalidVersion:
             pass
