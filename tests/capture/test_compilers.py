@@ -389,3 +389,22 @@ def test_a_session_without_the_compiler_says_which_command_installs_it(
             f"run `devmem compilers install --dir {stale} --force`*"
         ]
     )
+
+
+@pytest.mark.skipif(LIBTPU_IN_ENVIRONMENT, reason="libtpu is installed in this environment itself: no folder is loaded")
+def test_a_damaged_libtpu_under_a_fine_manifest_keeps_the_cpu_sizes_class(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    folder = folder_for(tmp_path / "compilers")
+    (folder / "tpu" / "libtpu" / "__init__.py").unlink()  # libtpu/ gone, its dist-info and the manifest kept
+    pytester.makepyfile("import jax.numpy as jnp\n\ndef test_one(devmem):\n    jnp.ones(8).block_until_ready()\n")
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--devmem-device=sim:TPU-v5e",
+        f"--devmem-compilers={folder}",
+        "--devmem-mode=compact",
+        "--devmem-update",
+    )
+    result.stdout.fnmatch_lines(["*not a TPU v5e's*libtpu 0.0.42.1 is damaged*__init__.py is missing*"])
+    assert [p.name for p in (pytester.path / "baselines").iterdir()] == ["sim-TPU-v5e-cpu-sizes"]
