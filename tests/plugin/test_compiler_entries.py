@@ -228,3 +228,59 @@ def test_a_gpu_presets_deviceless_compiles_are_stored_the_same_way(
     result = pytester.runpytest_subprocess(*options, str(fresh / "test_step.py"))
     result.assert_outcomes(passed=1)
     assert counts(result) == (0, len(keys))
+
+
+SORTED = """
+import jax
+import jax.numpy as jnp
+
+@jax.jit
+def top(x):
+    return jnp.sort(jnp.tanh(x) * 2, axis=0)[:8]
+
+def test_top():
+    jax.block_until_ready(top(jnp.ones((2048, 512))))
+"""
+
+
+def entries_of(root: Path) -> dict[str, dict[str, object]]:
+    return {path.name: json.loads(path.read_text()) for path in (root / STORE).glob("*.json")}
+
+
+@needs_libtpu
+def test_plausible_but_wrong_entries_are_misses_and_the_figure_stays_true(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry whose temp is below its own buffers' peak, two entries' contents swapped, and an
+    array's entry below the array's dense bytes (0, 1): each names what it sizes, and is checked."""
+    pytester.makepyfile(test_top=SORTED)
+    clean = pytester.runpytest_subprocess(*OPTIONS, "--devmem-update", "--devmem-report=clean.json")
+    clean.assert_outcomes(passed=1)
+    fresh = clone(pytester, monkeypatch, "wrong-entries-clone")
+    entries = entries_of(fresh)
+    programs = sorted(name for name, entry in entries.items() if "temp_bytes" in entry)
+    arrays = sorted(name for name, entry in entries.items() if "array_bytes" in entry and entry["shape"])
+    with_temp = next(name for name in programs if entries[name]["temp_bytes"])
+    others = [name for name in programs if name != with_temp][:2]
+    attacked = {
+        with_temp: {**entries[with_temp], "temp_bytes": 256},
+        arrays[0]: {**entries[arrays[0]], "array_bytes": 1},
+    }
+    attacked.update({others[0]: entries[others[1]], others[1]: entries[others[0]]})  # swapped
+    for name, entry in attacked.items():
+        (fresh / STORE / name).write_text(json.dumps(entry))
+    result = pytester.runpytest_subprocess(*OPTIONS, "-W", "always", "--devmem-report=attacked.json")
+    result.assert_outcomes(passed=1)
+    peaks = [
+        json.loads((root / report).read_text())["records"][0]["peak_bytes_in_use"]
+        for root, report in ((pytester.path, "clean.json"), (fresh, "attacked.json"))
+    ]
+    assert peaks[0] == peaks[1]
+    assert counts(result)[0] == len(attacked)  # each compiled again
+    result.stdout.fnmatch_lines_random(
+        [
+            f"*{with_temp}: 'temp_bytes' is 256, less than the * bytes its buffers at the peak hold*not believed*",
+            f"*{arrays[0]}: 'array_bytes': 1 bytes, less than the array's * dense bytes*",
+            f"*{others[0]}: 'fingerprint' is '{others[1][:-5]}', not '{others[0][:-5]}'*",
+        ]
+    )

@@ -54,6 +54,8 @@ BUFFERS_FIELD = "buffers"
 MAX_ENTRY_BYTES = 64 * KiB
 """An entry holds a few numbers (some 200 bytes): a larger file is not one, and is not read."""
 
+FINGERPRINT = "fingerprint"
+"""An entry's own key: what it was compiled from (the program or array, compiler, target, flags)."""
 DEVICES = "devices"
 """The field that counts the devices a program was compiled for: a count, not a size."""
 _CACHED_FIELDS = EXECUTABLE_FIELDS  # the device count, then the sizes: the fields of the store's entries too
@@ -185,9 +187,11 @@ class SizeCache:
         """Where entries are kept: the project's cache first, then the user's."""
         return tuple(directory for directory in (self.cache_dir, self.user_cache_dir) if directory is not None)
 
-    def _read_entry(self, key: str | None, sizes: tuple[str, ...], devices: int | None = None) -> dict[str, Any] | None:
+    def _read_entry(
+        self, key: str | None, sizes: tuple[str, ...], devices: int | None = None, least: int = 0, **about: Any
+    ) -> dict[str, Any] | None:
         """The entry stored under `key`, checked (`read_entry`: `sizes` in bytes, with `devices`
-        that device count): the project's, else the user's, else the one beside the baselines
+        that device count, naming this key, target and `about`): the project's, else the user's, else the one beside the baselines
         (compile_store.py; either then copied into the project's, so that a CI job that keeps only
         the project's cache keeps it). None where none holds one that can be believed; each that
         cannot is in `cache_problems`."""
@@ -197,7 +201,13 @@ class SizeCache:
         for directory in places:
             try:
                 data = read_entry(
-                    directory / f"{key}.json", sizes, self.memory_per_device, devices, kept=(BUFFERS_FIELD,)
+                    directory / f"{key}.json",
+                    sizes,
+                    self.memory_per_device,
+                    devices,
+                    kept=(BUFFERS_FIELD,),
+                    about={**self._about(key), **about},
+                    least=least,
                 )
             except BadEntry as exc:
                 self.cache_problems.append(f"{exc}; not believed: compiled again, and the entry written anew")
@@ -220,6 +230,7 @@ class SizeCache:
         workers, and other projects' sessions in the user's cache, may share it)."""
         if key is None or not writable(entry, self.memory_per_device):
             return  # sizes beyond a device: compiled again each time, never a bad entry to warn about
+        entry = {**entry, **self._about(key)}
         if only is None:
             self._entries[key] = dict(entry)
         text = json.dumps(dict(entry), sort_keys=True)
@@ -231,6 +242,11 @@ class SizeCache:
                 write_atomic(directory / f"{key}.json", text, durable=False)
             except OSError:
                 pass  # a cache that cannot be written only costs a compile next time
+
+    def _about(self, key: str) -> dict[str, str]:
+        """What an entry says of itself: what it sizes and for which target, so that one moved or
+        swapped to another key is a miss."""
+        return {FINGERPRINT: key, "target": self.target}
 
     def take_cache_problems(self) -> list[str]:
         """The disk-cache entries not believed since the last call, each naming its file."""
@@ -265,12 +281,19 @@ class BadEntry(Exception):
 
 
 def read_entry(
-    path: Path, sizes: Iterable[str], largest: int, devices: int | None = None, kept: Iterable[str] = ()
+    path: Path,
+    sizes: Iterable[str],
+    largest: int,
+    devices: int | None = None,
+    kept: Iterable[str] = (),
+    about: Mapping[str, object] | None = None,
+    least: int = 0,
 ) -> dict[str, object] | None:
-    """The entry at `path`: its `sizes` (each a number of bytes at most `largest`) and, with
-    `devices`, its device count, which must be that; None where there is no file; BadEntry where
-    there is one that is not such an entry. The `kept` fields it holds come back as they are, for
-    their own reader to check (a program's buffers: model/buffers.py)."""
+    """The entry at `path`: its `sizes` (each a number of bytes from `least` to `largest`) and,
+    with `devices`, its device count, which must be that; None where there is no file; BadEntry
+    where there is one that is not such an entry, or whose `about` fields (what it sizes) differ.
+    An executable's sizes must agree with each other and its buffers. The `kept` fields it holds
+    come back as they are, for their own reader to check (a program's buffers: model/buffers.py)."""
     if not os.path.lexists(path):
         return None
     try:
@@ -284,9 +307,18 @@ def read_entry(
         if name not in data:
             raise BadEntry(f"{path}: no {name!r}")
         problem = byte_count_problem(data[name], largest, "one device of the target")
+        if problem is None and data[name] < least:
+            problem = f"{data[name]} bytes, less than the array's {least} dense bytes: a chip never holds fewer"
         if problem is not None:
             raise BadEntry(f"{path}: {name!r}: {problem}")
         entry[name] = data[name]
+    for name, value in (about or {}).items():
+        if data.get(name) != value:
+            raise BadEntry(f"{path}: {name!r} is {data.get(name)!r}, not {value!r}: another's entry, or an old one")
+        entry[name] = value
+    problem = _disagreement(entry)
+    if problem is not None:
+        raise BadEntry(f"{path}: {problem}")
     if devices is not None:
         count = data.get(DEVICES)
         if isinstance(count, bool) or not isinstance(count, int) or count != devices:
@@ -295,10 +327,25 @@ def read_entry(
     return entry
 
 
+def _disagreement(entry: Mapping[str, Any]) -> str | None:
+    """Why an executable's sizes cannot all be true together, or None: an aliased output reuses a
+    donated argument (JAX's memory analysis counts it in both), and the buffers live at the peak
+    in the device's memory lie in the temp allocation."""
+    alias, outputs, arguments = (entry.get(name, 0) for name in ("alias_bytes", "output_bytes", "argument_bytes"))
+    if alias > min(outputs, arguments):
+        return "'alias_bytes' is more than its outputs' or its arguments' bytes, which hold the aliased ones"
+    buffers, temp = cached_buffers(entry).get("buffers"), entry.get("temp_bytes")
+    if buffers is None or temp is None:
+        return None
+    arrays = [b.bytes for b in buffers.buffers if not b.memory_space and "tuple" not in b.shape]
+    least = max([*arrays, buffers.peak_bytes if temp else 0])  # (a TPU's tuple tables lie outside a temp of 0)
+    return f"'temp_bytes' is {temp}, less than the {least} bytes its buffers at the peak hold" if least > temp else None
+
+
 def writable(entry: Mapping[str, int], largest: int) -> bool:
     """Whether `entry` (sizes a compile stated) would pass read_entry's checks: only such is written."""
     return all(
         name == DEVICES or byte_count_problem(value, largest) is None
         for name, value in entry.items()
-        if not isinstance(value, (dict, list))  # a kept field (buffers): its own reader checks it
+        if not isinstance(value, (dict, list, str))  # a kept field (buffers) or what it sizes: checked on reading
     )

@@ -329,7 +329,8 @@ class TpuSizer(GpuSizer):
         disk_key = self._array_cache_key(key)
         with self._lock:
             self._array_keys[key] = disk_key
-        cached = self._read_entry(disk_key, (ARRAY_FIELD,))  # checked as every entry is (size_cache.read_entry)
+        about: dict[str, Any] = {"shape": list(shape), "dtype": key[1]}  # what the entry says it sizes
+        cached = self._read_entry(disk_key, (ARRAY_FIELD,), least=dense_bytes(shape, key[1]) or 0, **about)
         if cached is not None:
             self.costs.arrays_from_disk += 1
             return int(cached[ARRAY_FIELD])
@@ -349,7 +350,7 @@ class TpuSizer(GpuSizer):
             size = int(stats.argument_size_in_bytes)  # type: ignore[union-attr]
         except Exception:
             return None
-        self._write_entry(disk_key, {ARRAY_FIELD: size})
+        self._write_entry(disk_key, {ARRAY_FIELD: size, **about})
         return size
 
     def _array_cache_key(self, key: tuple[tuple[int, ...], str]) -> str:
