@@ -54,6 +54,8 @@ BUFFERS_FIELD = "buffers"
 MAX_ENTRY_BYTES = 64 * KiB
 """An entry holds a few numbers (some 200 bytes): a larger file is not one, and is not read."""
 
+UNCOUNTED_SCALARS = 64 * KiB
+"""XLA:TPU leaves some scalars (a 512-byte tile each) out of a program's temp: a temp of 0 holds them."""
 FINGERPRINT = "fingerprint"
 """An entry's own key: what it was compiled from (the program or array, compiler, target, flags)."""
 DEVICES = "devices"
@@ -330,16 +332,14 @@ def read_entry(
 def _disagreement(entry: Mapping[str, Any]) -> str | None:
     """Why an executable's sizes cannot all be true together, or None: an aliased output reuses a
     donated argument (JAX's memory analysis counts it in both), and the buffers live at the peak
-    in the device's memory lie in the temp allocation."""
+    in the device's memory lie in the temp allocation (but for a few scalars)."""
     alias, outputs, arguments = (entry.get(name, 0) for name in ("alias_bytes", "output_bytes", "argument_bytes"))
     if alias > min(outputs, arguments):
         return "'alias_bytes' is more than its outputs' or its arguments' bytes, which hold the aliased ones"
     buffers, temp = cached_buffers(entry).get("buffers"), entry.get("temp_bytes")
-    if buffers is None or temp is None:
+    if buffers is None or temp is None or buffers.peak_bytes <= temp + UNCOUNTED_SCALARS:
         return None
-    arrays = [b.bytes for b in buffers.buffers if not b.memory_space and "tuple" not in b.shape]
-    least = max([*arrays, buffers.peak_bytes if temp else 0])  # (a TPU's tuple tables lie outside a temp of 0)
-    return f"'temp_bytes' is {temp}, less than the {least} bytes its buffers at the peak hold" if least > temp else None
+    return f"'temp_bytes' is {temp}, less than the {buffers.peak_bytes} bytes its buffers at the peak hold"
 
 
 def writable(entry: Mapping[str, int], largest: int) -> bool:
