@@ -128,18 +128,20 @@ def test_an_entry_whose_values_a_user_could_not_give_is_refused(tmp_path: Path, 
 def test_an_entry_that_names_another_or_cannot_be_true_is_refused(tmp_path: Path) -> None:
     entry, about = tmp_path / "key.json", {"fingerprint": "a" * 64, "target": "TPU-v5e"}
     peak = {"buffers": {"buffers": [], "peak_bytes": 4 * MiB}}
+    sizes = (*SIZES, "argument_bytes", "alias_bytes")
+    good = {**GOOD, "argument_bytes": 0, "alias_bytes": 0}
     for data, problem in [
-        ({**GOOD, **about, "fingerprint": "b" * 64}, f"'fingerprint' is '{'b' * 64}', not '{'a' * 64}'"),
-        ({**GOOD, **about, "target": "TPU-v4"}, "'target' is 'TPU-v4', not 'TPU-v5e'"),
-        ({**GOOD}, "'fingerprint' is None"),  # written before entries named what they size
-        ({**GOOD, **about, "temp_bytes": 256, **peak}, "'temp_bytes' is 256, less than the 4194304 bytes"),
-        ({**GOOD, **about, "alias_bytes": 1, "argument_bytes": 0}, "'alias_bytes' is more than"),
+        ({**good, **about, "fingerprint": "b" * 64}, f"'fingerprint' is '{'b' * 64}', not '{'a' * 64}'"),
+        ({**good, **about, "target": "TPU-v4"}, "'target' is 'TPU-v4', not 'TPU-v5e'"),
+        (good, "'fingerprint' is None"),  # written before entries named what they size
+        ({**good, **about, "temp_bytes": 256, **peak}, "'temp_bytes' is 256, less than the 4194304 bytes"),
+        ({**good, **about, "alias_bytes": 1}, "'alias_bytes' is more than"),
     ]:
         entry.write_text(json.dumps(data))
         with pytest.raises(BadEntry, match=re.escape(problem)):
-            read_entry(entry, SIZES, 80 * GiB, devices=1, kept=("buffers",), about=about)
-    entry.write_text(json.dumps({**GOOD, **about, **peak}))
-    assert read_entry(entry, SIZES, 80 * GiB, devices=1, about=about) == {**GOOD, **about}
+            read_entry(entry, sizes, 80 * GiB, devices=1, kept=("buffers",), about=about)
+    entry.write_text(json.dumps({**good, **about, **peak}))
+    assert read_entry(entry, sizes, 80 * GiB, devices=1, about=about) == {**good, **about}
     for size in (0, 1):  # a chip never holds fewer bytes than the array's dense size
         entry.write_text(json.dumps({"array_bytes": size}))
         with pytest.raises(BadEntry, match=f"{size} bytes, less than the array's 2048 dense bytes"):
