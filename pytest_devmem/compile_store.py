@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,21 +110,28 @@ class StoreUpdate:
     kept: int = 0  # entries the store holds after the refresh
 
 
-def portable_entry(entry: Mapping[str, Any], project: Path | None) -> dict[str, Any]:
+def portable_entry(
+    entry: Mapping[str, Any], project: Path | None, frames: Callable[[str], str] | None = None
+) -> dict[str, Any]:
     """`entry` with each stack frame its buffers name (`"at": "file:line, file:line"`) that lies
     below `project` (the rootdir) named from there, as a baseline names it: an entry written on one
-    checkout reads the same on every other."""
+    checkout reads the same on every other. `frames`: another way to name them."""
     buffers = entry.get("buffers")
     listed = buffers.get("buffers") if isinstance(buffers, dict) else None
-    if project is None or not isinstance(listed, list):
+    if (project is None and frames is None) or not isinstance(listed, list):
         return dict(entry)
     shown = []
     for buffer in listed:
         at = buffer.get("at") if isinstance(buffer, dict) else None
         if isinstance(at, str) and at:
-            buffer = {**buffer, "at": frames_from(project, at)}
+            buffer = {**buffer, "at": frames(at) if frames else frames_from(project, at)}  # type: ignore[arg-type]
         shown.append(buffer)
     return {**entry, "buffers": {**buffers, "buffers": shown}}  # type: ignore[dict-item]
+
+
+def _figures(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """An entry less its frames' paths, which differ between checkouts, not between compiles."""
+    return portable_entry(entry, None, lambda at: "")
 
 
 def update_store(
@@ -138,8 +145,8 @@ def update_store(
         names (`named`) to `directory`, each checked, and remove the files of entries none names (a file
     not named as an entry is the user's, and stays). `root`:
         the baselines directory, which no write leaves; `project`: the rootdir, from which the files of
-    the entries' stack frames are named (`portable_entry`). An entry already stored with the same text is not
-        written again."""
+    the entries' stack frames are named (`portable_entry`). An entry already stored with the same
+        figures is not written again."""
     update = StoreUpdate()
     if os.path.islink(directory):  # never written nor pruned through a link (baselines are not either)
         update.problems.append(f"{directory}: a link: put the directory itself there")
@@ -151,8 +158,9 @@ def update_store(
         if entry_problem(entry) is not None:
             continue  # never stored: the sizer checked it already, so only a damaged report sends one
         path = directory / f"{key}.json"
-        if key in present and read_entry(path)[0] is not None:
-            continue  # the same program and compiler: the same figures (only a frame's path may differ)
+        stored = read_entry(path)[0] if key in present else None
+        if stored is not None and _figures(stored) == _figures(entry):
+            continue  # the same figures: only a frame's path may differ (a wrong or partial one is written anew)
         try:
             ensure_directory(directory, within=root)
             write_atomic(path, render_entry(portable_entry(entry, project)), within=root, durable=False)

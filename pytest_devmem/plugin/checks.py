@@ -111,6 +111,14 @@ class Checks(SessionParts):
         if first is None:
             return None
         record.failed_check = first[0]  # which one: a refresh takes the figures of a baseline failure alone
+        sizer = self.measurement.jax_capture.installed_sizer
+        read = (
+            [relative_to(str(path), self.rootdir) for path in sizer.entry_files(captured.compiler_entries)]
+            if sizer
+            else []
+        )
+        if read:  # a figure from a file, not a compile: which file, in case it is a wrong one
+            first = (first[0], f"{first[1]}\n  sized by stored compiler entries, not compiled: {', '.join(read[:3])}")
         return terminal_lines(first[1])  # it quotes test ids, labels and baseline fields
 
     def write_trace(self, record: TestRecord) -> None:

@@ -158,9 +158,11 @@ def test_a_missing_entry_is_a_plain_miss_and_a_directory_or_a_large_file_is_refu
         read_entry(tmp_path / "large.json", SIZES, GiB)
 
 
-def test_sizes_beyond_a_device_are_never_written() -> None:
-    assert writable({"devices": 8, "temp_bytes": 80 * GiB}, 80 * GiB)
-    assert not writable({"devices": 1, "temp_bytes": TiB}, 80 * GiB)
+def test_sizes_beyond_a_device_or_a_program_without_its_buffers_are_never_written() -> None:
+    buffers = {"buffers": {"buffers": []}}
+    assert writable({"devices": 8, "temp_bytes": 80 * GiB, **buffers}, 80 * GiB)
+    assert not writable({"devices": 1, "temp_bytes": TiB, **buffers}, 80 * GiB)
+    assert not writable({"devices": 1, "temp_bytes": GiB}, 80 * GiB)  # read back, it would be a miss
 
 
 # -- the sizers: a bad entry is a miss -------------------------------------------------------------

@@ -284,3 +284,55 @@ def test_plausible_but_wrong_entries_are_misses_and_the_figure_stays_true(
             f"*{others[0]}: 'fingerprint' is '{others[1][:-5]}', not '{others[0][:-5]}'*",
         ]
     )
+
+
+@needs_libtpu
+def test_a_refresh_writes_anew_what_it_did_not_believe(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry with another device count, or without its buffers (its compile's dump unread): a
+    miss, compiled again, and `--devmem-update` stores what the compiler said in its place."""
+    pytester.makepyfile(test_top=SORTED)
+    pytester.runpytest_subprocess(*OPTIONS, "--devmem-update").assert_outcomes(passed=1)
+    fresh = clone(pytester, monkeypatch, "repair-clone")
+    before = entries_of(fresh)
+    programs = sorted(name for name, entry in before.items() if "temp_bytes" in entry)
+    wrong = {programs[0]: {**before[programs[0]], "devices": 2}}
+    wrong[programs[1]] = {k: v for k, v in before[programs[1]].items() if k != "buffers"}
+    for name, entry in wrong.items():
+        (fresh / STORE / name).write_text(json.dumps(entry))
+    result = pytester.runpytest_subprocess(*OPTIONS, "-W", "always", "--devmem-update")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines_random(
+        [f"*{programs[0]}: 'devices' is 2, where the program was compiled for 1*", f"*{programs[1]}: no 'buffers'*"]
+    )
+    assert counts(result)[0] == 2 and entries_of(fresh) == before
+    result.stdout.fnmatch_lines([f"compiler entries stored in {STORE}: 2 written, 0 removed *"])
+
+
+@needs_libtpu
+def test_a_figure_from_a_stored_entry_names_its_file_and_a_linked_store_is_not_read(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_top=SORTED)
+    pytester.runpytest_subprocess(*OPTIONS, "--devmem-update").assert_outcomes(passed=1)
+    fresh = clone(pytester, monkeypatch, "large-clone")
+    entries = entries_of(fresh)
+    name = next(name for name, entry in entries.items() if entry.get("temp_bytes"))
+    huge = {**entries[name], "temp_bytes": 14 << 30}  # below the chip's 15.75 GiB: believable, and fails the test
+    huge["buffers"] = {**entries[name]["buffers"], "peak_bytes": 14 << 30}  # type: ignore[dict-item]
+    (fresh / STORE / name).write_text(json.dumps(huge))
+    result = pytester.runpytest_subprocess(*OPTIONS)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*now 14.0* GiB*", f"*sized by stored compiler entries, not compiled: {STORE / name}*"]
+    )
+
+    elsewhere = fresh.parent / "elsewhere"
+    (fresh / STORE).rename(elsewhere)
+    (fresh / STORE).symlink_to(elsewhere, target_is_directory=True)
+    shutil.rmtree(fresh / ".pytest_cache")
+    result = pytester.runpytest_subprocess(*OPTIONS, "-W", "always")
+    result.assert_outcomes(passed=1)  # compiled: the 14 GiB behind the link is not read
+    assert counts(result)[1] == 0
+    result.stdout.fnmatch_lines([f"*{STORE}: a link, whose entries are not read*"])

@@ -103,6 +103,12 @@ class SizeCache:
         self._by_module: dict[str, ExecutableSizes] = {}  # the same computation jitted again (another test's closure)
         self._versions = ""
         self.cache_problems: list[str] = []  # disk-cache entries not believed, each naming its file
+        self._read_from: dict[str, Path] = {}  # entries read, not compiled: the file each came from
+        if self.store_dir is not None and self.store_dir.is_symlink():  # as the baselines: never read through a link
+            self.cache_problems.append(
+                f"{self.store_dir}: a link, whose entries are not read: put the directory itself there"
+            )
+            self.store_dir = None
 
     def _target_text(self) -> str:
         """The target as the disk cache's key names it."""
@@ -207,7 +213,7 @@ class SizeCache:
                     sizes,
                     self.memory_per_device,
                     devices,
-                    kept=(BUFFERS_FIELD,),
+                    kept=(BUFFERS_FIELD,) if devices is not None else (),  # an executable's
                     about={**self._about(key), **about},
                     least=least,
                 )
@@ -224,6 +230,7 @@ class SizeCache:
                 if self.cache_dir is not None:
                     self._write_entry(key, data, only=self.cache_dir)
             self._entries[key] = data
+            self._read_from[key] = directory / f"{key}.json"
             return data
         return None
 
@@ -249,6 +256,14 @@ class SizeCache:
         """What an entry says of itself: what it sizes and for which target, so that one moved or
         swapped to another key is a miss."""
         return {FINGERPRINT: key, "target": self.target}
+
+    def entry_files(self, keys: Iterable[str]) -> list[Path]:
+        """The files these entries were read from (not compiled), the largest sizes first."""
+        with self._lock:
+            read = [
+                (max(map(_size, self._entries[k].values())), self._read_from[k]) for k in keys if k in self._read_from
+            ]
+        return [path for _, path in sorted(read, key=lambda item: -item[0])]
 
     def take_cache_problems(self) -> list[str]:
         """The disk-cache entries not believed since the last call, each naming its file."""
@@ -294,8 +309,8 @@ def read_entry(
     """The entry at `path`: its `sizes` (each a number of bytes from `least` to `largest`) and,
     with `devices`, its device count, which must be that; None where there is no file; BadEntry
     where there is one that is not such an entry, or whose `about` fields (what it sizes) differ.
-    An executable's sizes must agree with each other and its buffers. The `kept` fields it holds
-    come back as they are, for their own reader to check (a program's buffers: model/buffers.py)."""
+    An executable's sizes must agree with each other and its buffers. The `kept` fields it must
+    hold come back as they are, for their own reader to check (a program's buffers: model/buffers.py)."""
     if not os.path.lexists(path):
         return None
     try:
@@ -321,6 +336,9 @@ def read_entry(
     problem = _disagreement(entry)
     if problem is not None:
         raise BadEntry(f"{path}: {problem}")
+    for name in kept:
+        if entry.get(name) is None:  # its compile's dump could not be read then: compiled again, and kept
+            raise BadEntry(f"{path}: no {name!r}")
     if devices is not None:
         count = data.get(DEVICES)
         if isinstance(count, bool) or not isinstance(count, int) or count != devices:
@@ -342,9 +360,14 @@ def _disagreement(entry: Mapping[str, Any]) -> str | None:
     return f"'temp_bytes' is {temp}, less than the {buffers.peak_bytes} bytes its buffers at the peak hold"
 
 
+def _size(value: object) -> int:
+    return value if isinstance(value, int) else 0
+
+
 def writable(entry: Mapping[str, int], largest: int) -> bool:
-    """Whether `entry` (sizes a compile stated) would pass read_entry's checks: only such is written."""
-    return all(
+    """Whether `entry` (sizes a compile stated) would pass read_entry's checks: only such is written.
+    An executable's holds its buffers (an entry without is read as a miss)."""
+    return (DEVICES not in entry or entry.get(BUFFERS_FIELD) is not None) and all(
         name == DEVICES or byte_count_problem(value, largest) is None
         for name, value in entry.items()
         if not isinstance(value, (dict, list, str))  # a kept field (buffers) or what it sizes: checked on reading
