@@ -24,12 +24,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import FileFormatError
+from .errors import DevmemError, FileFormatError
 from .files import ensure_directory, frames_from, loads_json, read_text, write_atomic
 
 STORE_DIRECTORY = ".compiled"
@@ -42,6 +43,8 @@ EXECUTABLE_FIELDS = ("devices", "temp_bytes", "output_bytes", "argument_bytes", 
 """An executable's entry: XLA's memory analysis of its compile for the target, per device."""
 ARRAY_FIELD = "array_bytes"
 """An array shape's entry: the bytes one chip holds for it in the target's layout."""
+CONTRADICTED = "an entry the compiler contradicts"
+"""What a test's note says of a distrusted entry (--devmem-verify-entries) that differs from the compile."""
 _KEY = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -108,6 +111,31 @@ class StoreUpdate:
     removed: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     kept: int = 0  # entries the store holds after the refresh
+
+
+def git_revision(text: str) -> str:
+    """A git revision to compare the store with (a branch, tag or commit); ValueError where it is
+    none git would take as such (empty, an option, or spaces)."""
+    if not text or text.startswith("-") or any(character.isspace() or ord(character) < 32 for character in text):
+        raise ValueError(f"{text!r} is not a git revision: name a branch, tag or commit (e.g. origin/main)")
+    return text
+
+
+def changed_entries(directory: Path, revision: str) -> set[str]:
+    """The keys of the entries in `directory` that git `revision` does not hold as they are: those a
+    pull request adds or edits. DevmemError where git cannot tell."""
+    if not directory.is_dir():
+        return set()
+    names: list[str] = []
+    for command in (["diff", "--name-only", "--no-renames", revision, "--", "."], ["ls-files", "--others", "--", "."]):
+        try:
+            done = subprocess.run(["git", *command], cwd=directory, capture_output=True, text=True, check=False)
+        except OSError as exc:
+            raise DevmemError(f"git could not be run in {directory}: {exc.strerror or exc}") from None
+        if done.returncode != 0:
+            raise DevmemError(f"git {command[0]} {revision} in {directory}: {done.stderr.strip()[:300]}")
+        names += done.stdout.splitlines()
+    return {Path(name).stem for name in names if is_key(Path(name).stem)}
 
 
 def portable_entry(

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ..capture.measurement import Captured, Measurement
+from ..compile_store import CONTRADICTED
 from ..files import path_in, write_atomic
 from ..gate.changes import buffers_of, lines_of
 from ..gate.marks import compiles_verdict, fragmentation_verdict, leak_verdict, limit_verdict
@@ -78,7 +79,11 @@ class Checks(SessionParts):
         """pytest-devmem's checks in order; the first failure's text (escaped for the terminal), or
         None. Every check records what it found, and the baseline is always compared."""
         spec = marked(item)
-        failures: list[tuple[str, str | None]] = [("out of memory", oom_verdict(record))]
+        contradicted = next((note for note in captured.notes if CONTRADICTED in note), None)
+        failures: list[tuple[str, str | None]] = [
+            ("compiler entry", contradicted),
+            ("out of memory", oom_verdict(record)),
+        ]
         failures.append(("limit", limit_verdict(record.peak_bytes_in_use, record.limit_bytes)))
         if spec is not None:
             failures.append(("compiles", compiles_verdict(captured.needed, spec.max_compiles, captured.functions)))

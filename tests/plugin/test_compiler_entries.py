@@ -336,3 +336,40 @@ def test_a_figure_from_a_stored_entry_names_its_file_and_a_linked_store_is_not_r
     result.assert_outcomes(passed=1)  # compiled: the 14 GiB behind the link is not read
     assert counts(result)[1] == 0
     result.stdout.fnmatch_lines([f"*{STORE}: a link, whose entries are not read*"])
+
+
+def git(root: Path, *arguments: str) -> str:
+    import subprocess
+
+    command = ["git", "-c", "user.email=ci@example.com", "-c", "user.name=ci", *arguments]
+    return subprocess.run(command, cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+
+
+@needs_libtpu
+def test_ci_compiles_again_the_entries_a_pull_request_edits_and_fails_on_a_mismatch(
+    pytester: pytest.Pytester,
+) -> None:
+    """A temp edited to a value its buffers allow is believed, but not under --devmem-verify-entries=BASE:
+    the entries that differ from BASE's are compiled again, and the test they contradict fails."""
+    pytester.makepyfile(test_top=SORTED)
+    pytester.runpytest_subprocess(*OPTIONS, "--devmem-update").assert_outcomes(passed=1)
+    git(pytester.path, "init", "-q")
+    git(pytester.path, "add", "-A")
+    git(pytester.path, "commit", "-qm", "base")
+    base = git(pytester.path, "rev-parse", "HEAD")
+    entries = entries_of(pytester.path)
+    name = next(name for name, entry in entries.items() if entry.get("temp_bytes"))
+    edited = entries[name]["buffers"]["peak_bytes"]  # type: ignore[index]  # plausible: what its buffers hold
+    (pytester.path / STORE / name).write_text(json.dumps({**entries[name], "temp_bytes": edited}))
+    shutil.rmtree(pytester.path / ".pytest_cache")
+
+    verified = pytester.runpytest_subprocess(*OPTIONS, f"--devmem-verify-entries={base}")
+    verified.assert_outcomes(failed=1)
+    verified.stdout.fnmatch_lines(
+        [
+            f"*{STORE / name}: an entry the compiler contradicts: temp_bytes {edited} stored, {entries[name]['temp_bytes']} compiled*"
+        ]
+    )
+    assert counts(verified)[0] == 1  # that entry's program alone
+    refused = pytester.runpytest_subprocess(*OPTIONS, "--devmem-verify-entries=--output=x")
+    refused.stderr.fnmatch_lines(["*'--output=x' is not a git revision*"])

@@ -33,7 +33,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ...compile_store import EXECUTABLE_FIELDS
+from ...compile_store import ARRAY_FIELD, CONTRADICTED, EXECUTABLE_FIELDS
+from ...compile_store import read_entry as read_stored
 from ...errors import FileFormatError
 from ...files import read_json, write_atomic
 from ...model.buffers import ProgramBuffers
@@ -104,6 +105,7 @@ class SizeCache:
         self._versions = ""
         self.cache_problems: list[str] = []  # disk-cache entries not believed, each naming its file
         self._read_from: dict[str, Path] = {}  # entries read, not compiled: the file each came from
+        self.distrusted: set[str] = set()  # stored entries never read, but held to what the compiler says
         if self.store_dir is not None and self.store_dir.is_symlink():  # as the baselines: never read through a link
             self.cache_problems.append(
                 f"{self.store_dir}: a link, whose entries are not read: put the directory itself there"
@@ -203,7 +205,7 @@ class SizeCache:
         (compile_store.py; either then copied into the project's, so that a CI job that keeps only
         the project's cache keeps it). None where none holds one that can be believed; each that
         cannot is in `cache_problems`."""
-        if key is None:
+        if key is None or key in self.distrusted:
             return None
         places = (*self._cache_dirs(), *((self.store_dir,) if self.store_dir is not None else ()))
         for directory in places:
@@ -237,6 +239,8 @@ class SizeCache:
     def _write_entry(self, key: str | None, entry: Mapping[str, Any], only: Path | None = None) -> None:
         """`entry` under `key` in each cache directory (or `only` that one), written atomically (xdist
         workers, and other projects' sessions in the user's cache, may share it)."""
+        if key is not None and key in self.distrusted and only is None and self.store_dir is not None:
+            self._verify(self.store_dir / f"{key}.json", entry)
         if key is None or not writable(entry, self.memory_per_device):
             return  # sizes beyond a device: compiled again each time, never a bad entry to warn about
         entry = {**entry, **self._about(key)}
@@ -251,6 +255,18 @@ class SizeCache:
                 write_atomic(directory / f"{key}.json", text, durable=False)
             except OSError:
                 pass  # a cache that cannot be written only costs a compile next time
+
+    def _verify(self, path: Path, entry: Mapping[str, Any]) -> None:
+        """A distrusted stored entry held to what the compiler said: a problem naming the file where they differ."""
+        stored, why = read_stored(path)
+        differ = [
+            name
+            for name in (*EXECUTABLE_FIELDS, ARRAY_FIELD)
+            if name in entry and (stored or {}).get(name) != entry[name]
+        ]
+        if why or (stored is not None and differ):
+            said = ", ".join(f"{name} {(stored or {}).get(name)!r} stored, {entry[name]!r} compiled" for name in differ)
+            self.cache_problems.append(f"{path}: {CONTRADICTED}: {why or said}")
 
     def _about(self, key: str) -> dict[str, str]:
         """What an entry says of itself: what it sizes and for which target, so that one moved or
