@@ -16,7 +16,7 @@ refreshed. The folder's name begins with a dot, which no test module's folder in
 Every entry is checked before it is believed, wherever it is read from (the store, pytest's cache,
 the user's --devmem-cache-dir): `entry_problem` says what is wrong with one, `read_entry` is the one
 way a file is read. A bad entry is a miss: the program is compiled again, with a warning naming the
-file.
+file. `--devmem-verify-entries=REF` believes none that git REF does not hold (`changed_entries`).
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ it is believed (`read_entry`): a cache is a file anyone may have written: a hand
 version, a disk that failed, a hostile checkout. An entry is believed only when it is a small regular
 file (never a FIFO, which would hang the session, nor a device or a link to one, which would be read
 without end) holding a JSON object whose every size is a whole number of bytes, not negative, not a
-boolean and at most what one device of the target holds (units.byte_count_problem), and whose device
-count is the one the program was compiled for. Anything else is a miss: the program is compiled
+boolean and at most what one device of the target holds (units.byte_count_problem), whose device
+count is the one the program was compiled for, which names what it sizes (its key, the target, an
+array's shape and dtype), and whose sizes agree (`_disagreement`). Anything else is a miss: the program is compiled
 again, the entry written anew, and the problem, naming the file, is warned about; a figure never
 comes from it. A compile that states more than a device holds (a program that cannot run there) is
 not written (`writable`), so that it is never a bad entry the next time.
