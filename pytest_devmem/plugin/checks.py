@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ..capture.jax.sizes import UNUSABLE
 from ..capture.measurement import Captured, Measurement
 from ..compile_store import CONTRADICTED
 from ..files import path_in, write_atomic
@@ -80,10 +81,14 @@ class Checks(SessionParts):
         None. Every check records what it found, and the baseline is always compared."""
         spec = marked(item)
         contradicted = next((note for note in captured.notes if CONTRADICTED in note), None)
-        failures: list[tuple[str, str | None]] = [
-            ("compiler entry", contradicted),
-            ("out of memory", oom_verdict(record)),
-        ]
+        unusable = None
+        if record.trace is not None and any(UNUSABLE in note for note in record.trace.notes):  # never a CPU figure
+            unusable = (  # under a TPU's device class
+                f"{UNUSABLE}, so JAX's executables kept the CPU compile's sizes (the record's notes say why), which are "
+                f"not {record.device_class}'s: `devmem compilers install --force`, or --devmem-compile-target=cpu"
+            )
+        failures: list[tuple[str, str | None]] = [("compiler entry", contradicted), ("compile target", unusable)]
+        failures.append(("out of memory", oom_verdict(record)))
         failures.append(("limit", limit_verdict(record.peak_bytes_in_use, record.limit_bytes)))
         if spec is not None:
             failures.append(("compiles", compiles_verdict(captured.needed, spec.max_compiles, captured.functions)))

@@ -408,3 +408,28 @@ def test_a_damaged_libtpu_under_a_fine_manifest_keeps_the_cpu_sizes_class(
     )
     result.stdout.fnmatch_lines(["*not a TPU v5e's*libtpu 0.0.42.1 is damaged*__init__.py is missing*"])
     assert [p.name for p in (pytester.path / "baselines").iterdir()] == ["sim-TPU-v5e-cpu-sizes"]
+
+
+@pytest.mark.skipif(LIBTPU_IN_ENVIRONMENT, reason="libtpu is installed in this environment itself: no folder is loaded")
+def test_a_libtpu_that_cannot_start_under_a_fine_folder_stores_no_cpu_figures_as_a_tpus(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    folder = folder_for(tmp_path / "compilers")  # every file pip listed is there: a libtpu that starts no compiler
+    pytester.makepyfile("import jax.numpy as jnp\n\ndef test_one(devmem):\n    (jnp.ones(8) * 2).block_until_ready()\n")
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--devmem-device=sim:TPU-v5e",
+        f"--devmem-compilers={folder}",
+        "--devmem-mode=compact",
+        "--devmem-update",
+        "-W",
+        "ignore::UserWarning",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*the target's compiler could not start, so JAX's executables kept the CPU compile's*"]
+    )
+    [stored] = [json.loads(path.read_text()) for path in (pytester.path / "baselines" / "sim-TPU-v5e").glob("*.json")]
+    metrics = [entry["metrics"] for regimes in stored["records"].values() for entry in regimes.values()]
+    assert metrics and all(figures["peak_bytes_in_use"] is None for figures in metrics)

@@ -34,7 +34,7 @@ from ...errors import InvalidSettingError
 from ...model.tpu_targets import TpuSpec
 from . import compilers, lowering
 from .gpu_compile import GpuSizer
-from .sizes import NoTopology, NoTopologyError, Refused, SizerError, Unavailable, first_line, parse_refusal
+from .sizes import UNUSABLE, NoTopology, NoTopologyError, Refused, SizerError, Unavailable, first_line, parse_refusal
 from .tpu_plugin import quiet_libtpu
 
 __all__ = ["SizingCosts", "TpuSizer", "dense_bytes"]
@@ -272,7 +272,7 @@ class TpuSizer(GpuSizer):
                 topology = topologies.get_topology_desc(topology_name=wanted.name, platform="tpu", **wanted.options())
         except Exception as exc:
             if count == 1:  # no chip at all: the compiler itself cannot be used here
-                raise SizerError(f"libtpu gives no {wanted.name} topology ({first_line(exc)})") from None
+                raise SizerError(f"{UNUSABLE}: libtpu gives no {wanted.name} topology ({first_line(exc)})") from None
             raise NoTopologyError(spec.no_topology(count, f"libtpu refused {wanted.name}: {first_line(exc)}")) from None
         seconds = time.perf_counter() - started
         if self._topologies:
