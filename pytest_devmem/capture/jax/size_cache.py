@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ...compile_store import ARRAY_FIELD, CONTRADICTED, EXECUTABLE_FIELDS
+from ...compile_store import CONTRADICTED, EXECUTABLE_FIELDS
 from ...compile_store import read_entry as read_stored
 from ...errors import FileFormatError
 from ...files import read_json, write_atomic
@@ -260,14 +260,10 @@ class SizeCache:
     def _verify(self, path: Path, entry: Mapping[str, Any]) -> None:
         """A distrusted stored entry held to what the compiler said: a problem naming the file where they differ."""
         stored, why = read_stored(path)
-        differ = [
-            name
-            for name in (*EXECUTABLE_FIELDS, ARRAY_FIELD)
-            if name in entry and (stored or {}).get(name) != entry[name]
-        ]
-        if why or (stored is not None and differ):
-            said = ", ".join(f"{name} {(stored or {}).get(name)!r} stored, {entry[name]!r} compiled" for name in differ)
-            self.cache_problems.append(f"{path}: {CONTRADICTED}: {why or said}")
+        stored = {n: v for n, v in (stored or {}).items() if isinstance(v, int)}  # its figures (not frames' paths)
+        said = [f"{n} {stored.get(n)!r} stored, {v!r} compiled" for n, v in entry.items() if stored.get(n, v) != v]
+        if why or said:
+            self.cache_problems.append(f"{path}: {CONTRADICTED}: {why or ', '.join(said)}")
 
     def _about(self, key: str) -> dict[str, str]:
         """What an entry says of itself: what it sizes and for which target, so that one moved or
@@ -277,10 +273,12 @@ class SizeCache:
     def entry_files(self, keys: Iterable[str]) -> list[Path]:
         """The files these entries were read from (not compiled), the largest sizes first."""
         with self._lock:
-            read = [
-                (max(map(_size, self._entries[k].values())), self._read_from[k]) for k in keys if k in self._read_from
-            ]
-        return [path for _, path in sorted(read, key=lambda item: -item[0])]
+            read = {
+                self._read_from[k]: max(v for v in self._entries[k].values() if isinstance(v, int))
+                for k in keys
+                if k in self._read_from
+            }
+        return sorted(read, key=lambda path: -read[path])
 
     def take_cache_problems(self) -> list[str]:
         """The disk-cache entries not believed since the last call, each naming its file."""
@@ -375,10 +373,6 @@ def _disagreement(entry: Mapping[str, Any]) -> str | None:
     if buffers is None or temp is None or buffers.peak_bytes <= temp + UNCOUNTED_SCALARS:
         return None
     return f"'temp_bytes' is {temp}, less than the {buffers.peak_bytes} bytes its buffers at the peak hold"
-
-
-def _size(value: object) -> int:
-    return value if isinstance(value, int) else 0
 
 
 def writable(entry: Mapping[str, int], largest: int) -> bool:
