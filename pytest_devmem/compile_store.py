@@ -16,7 +16,7 @@ refreshed. The folder's name begins with a dot, which no test module's folder in
 Every entry is checked before it is believed, wherever it is read from (the store, pytest's cache,
 the user's --devmem-cache-dir): `entry_problem` says what is wrong with one, `read_entry` is the one
 way a file is read. A bad entry is a miss: the program is compiled again, with a warning naming the
-file.
+file. `--devmem-verify-entries=REF` believes none that git REF does not hold (`changed_entries`).
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+import subprocess
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import FileFormatError
+from .errors import DevmemError, FileFormatError
 from .files import ensure_directory, frames_from, loads_json, read_text, write_atomic
 
 STORE_DIRECTORY = ".compiled"
@@ -42,6 +43,8 @@ EXECUTABLE_FIELDS = ("devices", "temp_bytes", "output_bytes", "argument_bytes", 
 """An executable's entry: XLA's memory analysis of its compile for the target, per device."""
 ARRAY_FIELD = "array_bytes"
 """An array shape's entry: the bytes one chip holds for it in the target's layout."""
+CONTRADICTED = "an entry the compiler contradicts"
+"""What a test's note says of a distrusted entry (--devmem-verify-entries) that differs from the compile."""
 _KEY = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -110,21 +113,53 @@ class StoreUpdate:
     kept: int = 0  # entries the store holds after the refresh
 
 
-def portable_entry(entry: Mapping[str, Any], project: Path | None) -> dict[str, Any]:
+def git_revision(text: str) -> str:
+    """A git revision to compare the store with (a branch, tag or commit); ValueError where it is
+    none git would take as such (empty, an option, or spaces)."""
+    if not text or text.startswith("-") or any(character.isspace() or ord(character) < 32 for character in text):
+        raise ValueError(f"{text!r} is not a git revision: name a branch, tag or commit (e.g. origin/main)")
+    return text
+
+
+def changed_entries(directory: Path, revision: str) -> set[str]:
+    """The keys of the entries in `directory` that git `revision` does not hold as they are: those a
+    pull request adds or edits. DevmemError where git cannot tell."""
+    if not directory.is_dir():
+        return set()
+    names: list[str] = []
+    for command in (["diff", "--name-only", "--no-renames", revision, "--", "."], ["ls-files", "--others", "--", "."]):
+        try:
+            done = subprocess.run(["git", *command], cwd=directory, capture_output=True, text=True, check=False)
+        except OSError as exc:
+            raise DevmemError(f"git could not be run in {directory}: {exc.strerror or exc}") from None
+        if done.returncode != 0:
+            raise DevmemError(f"git {command[0]} {revision} in {directory}: {done.stderr.strip()[:300]}")
+        names += done.stdout.splitlines()
+    return {Path(name).stem for name in names if is_key(Path(name).stem)}
+
+
+def portable_entry(
+    entry: Mapping[str, Any], project: Path | None, frames: Callable[[str], str] | None = None
+) -> dict[str, Any]:
     """`entry` with each stack frame its buffers name (`"at": "file:line, file:line"`) that lies
     below `project` (the rootdir) named from there, as a baseline names it: an entry written on one
-    checkout reads the same on every other."""
+    checkout reads the same on every other. `frames`: another way to name them."""
     buffers = entry.get("buffers")
     listed = buffers.get("buffers") if isinstance(buffers, dict) else None
-    if project is None or not isinstance(listed, list):
+    if (project is None and frames is None) or not isinstance(listed, list):
         return dict(entry)
     shown = []
     for buffer in listed:
         at = buffer.get("at") if isinstance(buffer, dict) else None
         if isinstance(at, str) and at:
-            buffer = {**buffer, "at": frames_from(project, at)}
+            buffer = {**buffer, "at": frames(at) if frames else frames_from(project, at)}  # type: ignore[arg-type]
         shown.append(buffer)
     return {**entry, "buffers": {**buffers, "buffers": shown}}  # type: ignore[dict-item]
+
+
+def _figures(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """An entry less its frames' paths, which differ between checkouts, not between compiles."""
+    return portable_entry(entry, None, lambda at: "")
 
 
 def update_store(
@@ -138,8 +173,8 @@ def update_store(
         names (`named`) to `directory`, each checked, and remove the files of entries none names (a file
     not named as an entry is the user's, and stays). `root`:
         the baselines directory, which no write leaves; `project`: the rootdir, from which the files of
-    the entries' stack frames are named (`portable_entry`). An entry already stored with the same text is not
-        written again."""
+    the entries' stack frames are named (`portable_entry`). An entry already stored with the same
+        figures is not written again."""
     update = StoreUpdate()
     if os.path.islink(directory):  # never written nor pruned through a link (baselines are not either)
         update.problems.append(f"{directory}: a link: put the directory itself there")
@@ -151,8 +186,9 @@ def update_store(
         if entry_problem(entry) is not None:
             continue  # never stored: the sizer checked it already, so only a damaged report sends one
         path = directory / f"{key}.json"
-        if key in present and read_entry(path)[0] is not None:
-            continue  # the same program and compiler: the same figures (only a frame's path may differ)
+        stored = read_entry(path)[0] if key in present else None
+        if stored is not None and _figures(stored) == _figures(entry):
+            continue  # the same figures: only a frame's path may differ (a wrong or partial one is written anew)
         try:
             ensure_directory(directory, within=root)
             write_atomic(path, render_entry(portable_entry(entry, project)), within=root, durable=False)

@@ -134,6 +134,11 @@ OPTIONS = (
         "DIR",
     ),
     Option(
+        "verify-entries",
+        "Distrust the compiler entries beside the baselines that git REF does not hold as they are (those a pull request adds or edits; REF e.g. origin/main): compile their programs again, and fail each test whose entry the compiler contradicts.",
+        "REF",
+    ),
+    Option(
         "compilers",
         "The folder that holds the deviceless GPU and TPU compilers (devmem compilers install --dir DIR), loaded by a session that sizes for a GPU or TPU preset and by no other program. Default: the user's cache, one folder per jaxlib version (~/.cache/pytest-devmem/compilers/jaxlib-VERSION-pyX.Y-MACHINE).",
         "DIR",

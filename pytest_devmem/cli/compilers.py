@@ -35,7 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     install.add_argument("--tpu", action="store_true", help="XLA:TPU's compiler only (libtpu); neither flag: both")
     install.add_argument(
-        "--force", action="store_true", help="Replace a folder that holds the compilers of another jaxlib version"
+        "--force",
+        action="store_true",
+        help="Replace the compilers the folder's manifest names (another jaxlib's, or damaged); nothing else in it",
     )
     install.add_argument(
         "pip_arguments",

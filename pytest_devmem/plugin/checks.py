@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from ..capture.jax.sizes import UNUSABLE
 from ..capture.measurement import Captured, Measurement
+from ..compile_store import CONTRADICTED
 from ..files import path_in, write_atomic
 from ..gate.changes import buffers_of, lines_of
 from ..gate.marks import compiles_verdict, fragmentation_verdict, leak_verdict, limit_verdict
@@ -79,7 +81,15 @@ class Checks(SessionParts):
         """pytest-devmem's checks in order; the first failure's text (escaped for the terminal), or
         None. Every check records what it found, and the baseline is always compared."""
         spec = marked(item)
-        failures: list[tuple[str, str | None]] = [("out of memory", oom_verdict(record))]
+        contradicted = next((note for note in captured.notes if CONTRADICTED in note), None)
+        unusable = None
+        if record.trace is not None and any(UNUSABLE in note for note in record.trace.notes):  # never a CPU figure
+            unusable = (  # under a TPU's device class
+                f"{UNUSABLE}, so JAX's executables kept the CPU compile's sizes (the record's notes say why), which are "
+                f"not {record.device_class}'s: `devmem compilers install --force`, or --devmem-compile-target=cpu"
+            )
+        failures: list[tuple[str, str | None]] = [("compiler entry", contradicted), ("compile target", unusable)]
+        failures.append(("out of memory", oom_verdict(record)))
         failures.append(("limit", limit_verdict(record.peak_bytes_in_use, record.limit_bytes, largest_at_peak(record))))
         if spec is not None:
             aliases = bound_names(item) if isinstance(spec.max_compiles, dict) else {}
@@ -115,6 +125,14 @@ class Checks(SessionParts):
         if first is None:
             return None
         record.failed_check = first[0]  # which one: a refresh takes the figures of a baseline failure alone
+        sizer = self.measurement.jax_capture.installed_sizer
+        read = (
+            [relative_to(str(path), self.rootdir) for path in sizer.entry_files(captured.compiler_entries)]
+            if sizer
+            else []
+        )
+        if read:  # a figure from a file, not a compile: which file, in case it is a wrong one
+            first = (first[0], f"{first[1]}\n  sized by stored compiler entries, not compiled: {', '.join(read[:3])}")
         return terminal_lines(first[1])  # it quotes test ids, labels and baseline fields
 
     def write_trace(self, record: TestRecord) -> None:

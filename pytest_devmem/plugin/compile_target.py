@@ -16,6 +16,8 @@ import pytest
 from ..capture.jax.gpu_compile import GpuSizer
 from ..capture.jax.tpu_compile import TpuSizer
 from ..capture.measurement import Measurement
+from ..compile_store import changed_entries
+from ..errors import DevmemError
 from ..model.device import Device, DeviceKind
 from ..model.gpu_targets import GPU_SPECS, GpuSpec, gpu_spec
 from ..model.tpu_targets import TpuSpec, tpu_spec
@@ -123,12 +125,16 @@ def sizer_counts(measurement: Measurement) -> dict[str, float | int] | None:
 
 
 def gpu_sizer(
-    config: pytest.Config, target: CompileTarget, user_cache: Path | None = None, store: Path | None = None
+    config: pytest.Config,
+    target: CompileTarget,
+    user_cache: Path | None = None,
+    store: Path | None = None,
+    verify: str | None = None,
 ) -> object | None:
     """The GPU or TPU sizer for the session's compile target, its results cached on disk in pytest's
     cache directory where there is one, and in `user_cache` (--devmem-cache-dir) where it is given,
-    and read from the entries stored beside the baselines (`store`, compile_store.py); None where JAX
-    keeps its own sizes."""
+    and read from the entries stored beside the baselines (`store`, compile_store.py), but those git
+    revision `verify` does not hold; None where JAX keeps its own sizes."""
     if target.spec is None:
         return None
 
@@ -142,8 +148,14 @@ def gpu_sizer(
             directory = None
     user_directory = user_cache_directory(user_cache, name) if user_cache is not None else None
     if isinstance(target.spec, TpuSpec):
-        return TpuSizer(target.spec, directory, beside=True, user_cache_dir=user_directory, store_dir=store)
-    return GpuSizer(target.spec, directory, user_cache_dir=user_directory, store_dir=store)
+        sizer: GpuSizer = TpuSizer(target.spec, directory, beside=True, user_cache_dir=user_directory, store_dir=store)
+    else:
+        sizer = GpuSizer(target.spec, directory, user_cache_dir=user_directory, store_dir=store)
+    try:
+        sizer.distrusted = changed_entries(store, verify) if store is not None and verify else set()
+    except DevmemError as exc:
+        raise pytest.UsageError(f"invalid --devmem-verify-entries: {exc}") from None
+    return sizer
 
 
 def user_cache_directory(root: Path, name: str) -> Path:

@@ -76,7 +76,8 @@ class DevmemSession:
         self.device = device
         self.compile_target = target
         self.measurement = Measurement(
-            device, gpu_sizer(config, target, settings.cache_dir, store.directory / STORE_DIRECTORY)
+            device,
+            gpu_sizer(config, target, settings.cache_dir, store.directory / STORE_DIRECTORY, settings.verify_entries),
         )
         self.measurement.jax_capture.call_sites.root = os.path.join(str(config.rootpath), "")  # the user's lines
         self.checks = Checks(config, settings, device, store, target, self.measurement)

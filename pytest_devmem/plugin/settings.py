@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from ..compile_store import git_revision
 from ..errors import DevmemError
 from ..gate.baseline import BaselineStore
 from ..gate.marks import normalize_frameworks, parse_max_fragmentation
@@ -161,6 +162,7 @@ class Settings:
     benchmark_json: Path | None = None
     artifacts_dir: Path | None = None
     cache_dir: Path | None = None  # the user's own cache of deviceless compiles' sizes, beside the project's
+    verify_entries: str | None = None  # the git revision whose stored compiler entries are believed (compile_store.py)
     compilers_dir: Path | None = None  # the deviceless compilers' folder; None: DEVMEM_COMPILERS's or the default
     cuda_context_bytes: int | None = None  # None: the model's default for the device's capacity
     fraction_chosen: bool = False
@@ -246,6 +248,7 @@ def load_settings(config: pytest.Config) -> Settings:
         compile_target_source=_setting_text(config, OPTION["compile-target"], compile_target),
         artifacts_dir=_path_setting(config, "artifacts", "artifacts directory", directory=True),
         cache_dir=_path_setting(config, "cache-dir", "cache directory", directory=True),
+        verify_entries=_checked(config, "verify-entries", git_revision),
         compilers_dir=_path_setting(config, "compilers", "compilers directory", directory=True),
         benchmark_json=_path_setting(config, "benchmark-json", "benchmark JSON file", directory=False),
         traces_dir=_path_setting(config, "traces", "traces directory", directory=True),

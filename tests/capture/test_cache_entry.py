@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,29 @@ def test_an_entry_whose_values_a_user_could_not_give_is_refused(tmp_path: Path, 
     assert str(raised.value).startswith(str(entry)) and problem in str(raised.value)
 
 
+def test_an_entry_that_names_another_or_cannot_be_true_is_refused(tmp_path: Path) -> None:
+    entry, about = tmp_path / "key.json", {"fingerprint": "a" * 64, "target": "TPU-v5e"}
+    peak = {"buffers": {"buffers": [], "peak_bytes": 4 * MiB}}
+    sizes = (*SIZES, "argument_bytes", "alias_bytes")
+    good = {**GOOD, "argument_bytes": 0, "alias_bytes": 0}
+    for data, problem in [
+        ({**good, **about, "fingerprint": "b" * 64}, f"'fingerprint' is '{'b' * 64}', not '{'a' * 64}'"),
+        ({**good, **about, "target": "TPU-v4"}, "'target' is 'TPU-v4', not 'TPU-v5e'"),
+        (good, "'fingerprint' is None"),  # written before entries named what they size
+        ({**good, **about, "temp_bytes": 256, **peak}, "'temp_bytes' is 256, less than the 4194304 bytes"),
+        ({**good, **about, "alias_bytes": 1}, "'alias_bytes' is more than"),
+    ]:
+        entry.write_text(json.dumps(data))
+        with pytest.raises(BadEntry, match=re.escape(problem)):
+            read_entry(entry, sizes, 80 * GiB, devices=1, kept=("buffers",), about=about)
+    entry.write_text(json.dumps({**good, **about, **peak}))
+    assert read_entry(entry, sizes, 80 * GiB, devices=1, about=about) == {**good, **about}
+    for size in (0, 1):  # a chip never holds fewer bytes than the array's dense size
+        entry.write_text(json.dumps({"array_bytes": size}))
+        with pytest.raises(BadEntry, match=f"{size} bytes, less than the array's 2048 dense bytes"):
+            read_entry(entry, ("array_bytes",), 80 * GiB, least=2048)
+
+
 def test_a_missing_entry_is_a_plain_miss_and_a_directory_or_a_large_file_is_refused(tmp_path: Path) -> None:
     assert read_entry(tmp_path / "absent.json", SIZES, GiB) is None
     (tmp_path / "dir.json").mkdir()
@@ -134,9 +158,11 @@ def test_a_missing_entry_is_a_plain_miss_and_a_directory_or_a_large_file_is_refu
         read_entry(tmp_path / "large.json", SIZES, GiB)
 
 
-def test_sizes_beyond_a_device_are_never_written() -> None:
-    assert writable({"devices": 8, "temp_bytes": 80 * GiB}, 80 * GiB)
-    assert not writable({"devices": 1, "temp_bytes": TiB}, 80 * GiB)
+def test_sizes_beyond_a_device_or_a_program_without_its_buffers_are_never_written() -> None:
+    buffers = {"buffers": {"buffers": []}}
+    assert writable({"devices": 8, "temp_bytes": 80 * GiB, **buffers}, 80 * GiB)
+    assert not writable({"devices": 1, "temp_bytes": TiB, **buffers}, 80 * GiB)
+    assert not writable({"devices": 1, "temp_bytes": GiB}, 80 * GiB)  # read back, it would be a miss
 
 
 # -- the sizers: a bad entry is a miss -------------------------------------------------------------

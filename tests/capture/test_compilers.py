@@ -9,6 +9,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -26,7 +27,8 @@ PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 def dist_info(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> None:
-    """What pip leaves of an installed distribution that importlib.metadata reads: its METADATA."""
+    """What pip leaves of an installed distribution that importlib.metadata reads: its METADATA, and
+    its RECORD of the files it installed (libtpu's module)."""
     info = folder / f"{name.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True)
     lines = [
@@ -36,6 +38,12 @@ def dist_info(folder: Path, name: str, version: str, requires: tuple[str, ...] =
         *(f"Requires-Dist: {r}" for r in requires),
     ]
     (info / "METADATA").write_text("\n".join(lines) + "\n")
+    files = ["libtpu/__init__.py"] if name == "libtpu" else []
+    for file in files:
+        (folder / file).parent.mkdir(exist_ok=True)
+        (folder / file).write_text("# a module\n")
+    record = [f"{file},sha256=x,{(folder / file).stat().st_size}" for file in [f"{info.name}/METADATA", *files]]
+    (info / "RECORD").write_text("\n".join([*record, f"{info.name}/RECORD,,"]) + "\n")
 
 
 def folder_for(path: Path, jaxlib: str = RUNTIME.jaxlib, packages: dict[str, str] | None = None) -> Path:
@@ -269,6 +277,74 @@ def test_a_folder_that_is_not_the_compilers_is_never_installed_over(tmp_path: Pa
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
+def fake_pip(arguments: list[str]) -> int:
+    """pip install --target: each requirement's metadata (and RECORD) in the target, as pip leaves them."""
+    target = Path(arguments[arguments.index("--target") + 1])
+    for requirement in arguments[arguments.index("--disable-pip-version-check") + 1 :]:
+        name, _, version = requirement.partition("==")
+        dist_info(target, name, version.replace("*", "1") or "12.9.86")
+    return 0
+
+
+def test_force_replaces_only_what_the_manifest_says_it_installed(tmp_path: Path) -> None:
+    folder = folder_for(tmp_path / "compilers", jaxlib="0.9.0")
+    (folder / "notes.txt").write_text("mine")
+    (folder / "mine").mkdir()
+    (folder / "gpu" / "kept.txt").write_text("in the tool's folder: replaced with it")
+    compilers_install.install(folder, force=True, run_pip=fake_pip, say=lambda line: None)
+    assert (folder / "notes.txt").read_text() == "mine" and (folder / "mine").is_dir()
+    assert not (folder / "gpu" / "kept.txt").exists()
+    assert compilers.check(folder, RUNTIME, "tpu").jaxlib == RUNTIME.jaxlib
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["compilers"]  # no staging folder left
+
+
+def test_a_folder_the_manifest_does_not_name_is_never_replaced(tmp_path: Path) -> None:
+    folder = folder_for(tmp_path / "compilers", packages={"libtpu": "0.0.42.1"})
+    (folder / "gpu").mkdir()
+    (folder / "gpu" / "notes.txt").write_text("mine")
+    for force in (False, True):
+        with pytest.raises(CompilersError, match=f"{folder / 'gpu'} is not what devmem compilers install put there"):
+            compilers_install.install(folder, gpu=True, tpu=False, force=force, run_pip=fake_pip)
+    assert (folder / "gpu" / "notes.txt").read_text() == "mine"
+
+
+def test_the_gpu_compilers_go_beside_the_tpus_without_force(tmp_path: Path) -> None:
+    folder = folder_for(tmp_path / "compilers", packages={"libtpu": "0.0.42.1"})
+    before = (folder / "tpu" / "libtpu" / "__init__.py").stat().st_ino
+    manifest = compilers_install.install(folder, gpu=True, tpu=False, run_pip=fake_pip, say=lambda line: None)
+    assert set(manifest.packages) == {*compilers.PLATFORMS["gpu"], "libtpu"}
+    assert (folder / "tpu" / "libtpu" / "__init__.py").stat().st_ino == before  # the TPU's left as it was
+    for name in compilers.PLATFORMS:
+        compilers.check(folder, RUNTIME, name)
+
+
+def test_a_damaged_manifest_advises_nothing_that_deletes_the_users_files(tmp_path: Path) -> None:
+    folder = folder_for(tmp_path / "compilers")
+    (folder / "notes.txt").write_text("mine")
+    (folder / MANIFEST_NAME).write_text("{")
+    for force in (False, True):
+        with pytest.raises(CompilersError) as refused:
+            compilers_install.install(folder, force=force, run_pip=fake_pip)
+        assert f"remove {folder / MANIFEST_NAME} and the folders gpu and tpu beside it" in str(refused.value)
+    for name in (MANIFEST_NAME, "gpu", "tpu"):  # as the message says
+        shutil.rmtree(folder / name) if (folder / name).is_dir() else (folder / name).unlink()
+    compilers_install.install(folder, force=True, run_pip=fake_pip, say=lambda line: None)
+    assert (folder / "notes.txt").read_text() == "mine"
+
+
+def test_a_package_whose_files_are_gone_or_cut_is_not_called_fine(tmp_path: Path) -> None:
+    folder = folder_for(tmp_path / "compilers")
+    (folder / "tpu" / "libtpu" / "__init__.py").write_text("#")  # cut short: another size than pip's RECORD
+    with pytest.raises(CompilersError, match=r"libtpu 0.0.42.1 is damaged: .*__init__.py holds 1 bytes, not 11"):
+        compilers.check(folder, RUNTIME, "tpu")
+    shutil.rmtree(folder / "tpu" / "libtpu")
+    with pytest.raises(CompilersError, match=r"libtpu 0.0.42.1 is damaged: .*__init__.py is missing.*--force"):
+        compilers_install.install(folder, tpu=True, gpu=False, run_pip=fake_pip)
+    assert main(["compilers", "show", "--dir", str(folder)]) == 0  # the GPU's are fine
+    compilers_install.install(folder, tpu=True, gpu=False, force=True, run_pip=fake_pip, say=lambda line: None)
+    compilers.check(folder, RUNTIME, "tpu")
+
+
 # -- loading ---------------------------------------------------------------------------------
 
 LIBTPU_IN_ENVIRONMENT = compilers.in_environment("tpu") and "tpu" not in compilers.loaded()
@@ -280,8 +356,6 @@ def test_a_session_puts_the_folder_on_its_path_only_where_it_sizes_for_that_devi
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
     folder = folder_for(tmp_path / "compilers")
-    (folder / "tpu" / "libtpu").mkdir()
-    (folder / "tpu" / "libtpu" / "__init__.py").write_text("")
     pytester.makepyfile(
         f"""
         import sys
@@ -315,3 +389,47 @@ def test_a_session_without_the_compiler_says_which_command_installs_it(
             f"run `devmem compilers install --dir {stale} --force`*"
         ]
     )
+
+
+@pytest.mark.skipif(LIBTPU_IN_ENVIRONMENT, reason="libtpu is installed in this environment itself: no folder is loaded")
+def test_a_damaged_libtpu_under_a_fine_manifest_keeps_the_cpu_sizes_class(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    folder = folder_for(tmp_path / "compilers")
+    (folder / "tpu" / "libtpu" / "__init__.py").unlink()  # libtpu/ gone, its dist-info and the manifest kept
+    pytester.makepyfile("import jax.numpy as jnp\n\ndef test_one(devmem):\n    jnp.ones(8).block_until_ready()\n")
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--devmem-device=sim:TPU-v5e",
+        f"--devmem-compilers={folder}",
+        "--devmem-mode=compact",
+        "--devmem-update",
+    )
+    result.stdout.fnmatch_lines(["*not a TPU v5e's*libtpu 0.0.42.1 is damaged*__init__.py is missing*"])
+    assert [p.name for p in (pytester.path / "baselines").iterdir()] == ["sim-TPU-v5e-cpu-sizes"]
+
+
+@pytest.mark.skipif(LIBTPU_IN_ENVIRONMENT, reason="libtpu is installed in this environment itself: no folder is loaded")
+def test_a_libtpu_that_cannot_start_under_a_fine_folder_stores_no_cpu_figures_as_a_tpus(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    folder = folder_for(tmp_path / "compilers")  # every file pip listed is there: a libtpu that starts no compiler
+    pytester.makepyfile("import jax.numpy as jnp\n\ndef test_one(devmem):\n    (jnp.ones(8) * 2).block_until_ready()\n")
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--devmem-device=sim:TPU-v5e",
+        f"--devmem-compilers={folder}",
+        "--devmem-mode=compact",
+        "--devmem-update",
+        "-W",
+        "ignore::UserWarning",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*the target's compiler could not start, so JAX's executables kept the CPU compile's*"]
+    )
+    [stored] = [json.loads(path.read_text()) for path in (pytester.path / "baselines" / "sim-TPU-v5e").glob("*.json")]
+    metrics = [entry["metrics"] for regimes in stored["records"].values() for entry in regimes.values()]
+    assert metrics and all(figures["peak_bytes_in_use"] is None for figures in metrics)

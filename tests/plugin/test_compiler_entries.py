@@ -228,3 +228,148 @@ def test_a_gpu_presets_deviceless_compiles_are_stored_the_same_way(
     result = pytester.runpytest_subprocess(*options, str(fresh / "test_step.py"))
     result.assert_outcomes(passed=1)
     assert counts(result) == (0, len(keys))
+
+
+SORTED = """
+import jax
+import jax.numpy as jnp
+
+@jax.jit
+def top(x):
+    return jnp.sort(jnp.tanh(x) * 2, axis=0)[:8]
+
+def test_top():
+    jax.block_until_ready(top(jnp.ones((2048, 512))))
+"""
+
+
+def entries_of(root: Path) -> dict[str, dict[str, object]]:
+    return {path.name: json.loads(path.read_text()) for path in (root / STORE).glob("*.json")}
+
+
+@needs_libtpu
+def test_plausible_but_wrong_entries_are_misses_and_the_figure_stays_true(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry whose temp is below its own buffers' peak, two entries' contents swapped, and an
+    array's entry below the array's dense bytes (0, 1): each names what it sizes, and is checked."""
+    pytester.makepyfile(test_top=SORTED)
+    clean = pytester.runpytest_subprocess(*OPTIONS, "--devmem-update", "--devmem-report=clean.json")
+    clean.assert_outcomes(passed=1)
+    fresh = clone(pytester, monkeypatch, "wrong-entries-clone")
+    entries = entries_of(fresh)
+    programs = sorted(name for name, entry in entries.items() if "temp_bytes" in entry)
+    arrays = sorted(name for name, entry in entries.items() if "array_bytes" in entry and entry["shape"])
+    with_temp = next(name for name in programs if entries[name]["temp_bytes"])
+    others = [name for name in programs if name != with_temp][:2]
+    attacked = {
+        with_temp: {**entries[with_temp], "temp_bytes": 256},
+        arrays[0]: {**entries[arrays[0]], "array_bytes": 1},
+    }
+    attacked.update({others[0]: entries[others[1]], others[1]: entries[others[0]]})  # swapped
+    for name, entry in attacked.items():
+        (fresh / STORE / name).write_text(json.dumps(entry))
+    result = pytester.runpytest_subprocess(*OPTIONS, "-W", "always", "--devmem-report=attacked.json")
+    result.assert_outcomes(passed=1)
+    peaks = [
+        json.loads((root / report).read_text())["records"][0]["peak_bytes_in_use"]
+        for root, report in ((pytester.path, "clean.json"), (fresh, "attacked.json"))
+    ]
+    assert peaks[0] == peaks[1]
+    assert counts(result)[0] == len(attacked)  # each compiled again
+    result.stdout.fnmatch_lines_random(
+        [
+            f"*{with_temp}: 'temp_bytes' is 256, less than the * bytes its buffers at the peak hold*not believed*",
+            f"*{arrays[0]}: 'array_bytes': 1 bytes, less than the array's * dense bytes*",
+            f"*{others[0]}: 'fingerprint' is '{others[1][:-5]}', not '{others[0][:-5]}'*",
+        ]
+    )
+
+
+@needs_libtpu
+def test_a_refresh_writes_anew_what_it_did_not_believe(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry with another device count, or without its buffers (its compile's dump unread): a
+    miss, compiled again, and `--devmem-update` stores what the compiler said in its place."""
+    pytester.makepyfile(test_top=SORTED)
+    pytester.runpytest_subprocess(*OPTIONS, "--devmem-update").assert_outcomes(passed=1)
+    fresh = clone(pytester, monkeypatch, "repair-clone")
+    before = entries_of(fresh)
+    programs = sorted(name for name, entry in before.items() if "temp_bytes" in entry)
+    wrong = {programs[0]: {**before[programs[0]], "devices": 2}}
+    wrong[programs[1]] = {k: v for k, v in before[programs[1]].items() if k != "buffers"}
+    for name, entry in wrong.items():
+        (fresh / STORE / name).write_text(json.dumps(entry))
+    result = pytester.runpytest_subprocess(*OPTIONS, "-W", "always", "--devmem-update")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines_random(
+        [f"*{programs[0]}: 'devices' is 2, where the program was compiled for 1*", f"*{programs[1]}: no 'buffers'*"]
+    )
+    assert counts(result)[0] == 2 and entries_of(fresh) == before
+    result.stdout.fnmatch_lines([f"compiler entries stored in {STORE}: 2 written, 0 removed *"])
+
+
+@needs_libtpu
+def test_a_figure_from_a_stored_entry_names_its_file_and_a_linked_store_is_not_read(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_top=SORTED)
+    pytester.runpytest_subprocess(*OPTIONS, "--devmem-update").assert_outcomes(passed=1)
+    fresh = clone(pytester, monkeypatch, "large-clone")
+    entries = entries_of(fresh)
+    name = next(name for name, entry in entries.items() if entry.get("temp_bytes"))
+    huge = {**entries[name], "temp_bytes": 14 << 30}  # below the chip's 15.75 GiB: believable, and fails the test
+    huge["buffers"] = {**entries[name]["buffers"], "peak_bytes": 14 << 30}  # type: ignore[dict-item]
+    (fresh / STORE / name).write_text(json.dumps(huge))
+    result = pytester.runpytest_subprocess(*OPTIONS)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*now 14.0* GiB*", f"*sized by stored compiler entries, not compiled: {STORE / name}*"]
+    )
+
+    elsewhere = fresh.parent / "elsewhere"
+    (fresh / STORE).rename(elsewhere)
+    (fresh / STORE).symlink_to(elsewhere, target_is_directory=True)
+    shutil.rmtree(fresh / ".pytest_cache")
+    result = pytester.runpytest_subprocess(*OPTIONS, "-W", "always")
+    result.assert_outcomes(passed=1)  # compiled: the 14 GiB behind the link is not read
+    assert counts(result)[1] == 0
+    result.stdout.fnmatch_lines([f"*{STORE}: a link, whose entries are not read*"])
+
+
+def git(root: Path, *arguments: str) -> str:
+    import subprocess
+
+    command = ["git", "-c", "user.email=ci@example.com", "-c", "user.name=ci", *arguments]
+    return subprocess.run(command, cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+
+
+@needs_libtpu
+def test_ci_compiles_again_the_entries_a_pull_request_edits_and_fails_on_a_mismatch(
+    pytester: pytest.Pytester,
+) -> None:
+    """A temp edited to a value its buffers allow is believed, but not under --devmem-verify-entries=BASE:
+    the entries that differ from BASE's are compiled again, and the test they contradict fails."""
+    pytester.makepyfile(test_top=SORTED)
+    pytester.runpytest_subprocess(*OPTIONS, "--devmem-update").assert_outcomes(passed=1)
+    git(pytester.path, "init", "-q")
+    git(pytester.path, "add", "-A")
+    git(pytester.path, "commit", "-qm", "base")
+    base = git(pytester.path, "rev-parse", "HEAD")
+    entries = entries_of(pytester.path)
+    name = next(name for name, entry in entries.items() if entry.get("temp_bytes"))
+    edited = entries[name]["buffers"]["peak_bytes"]  # type: ignore[index]  # plausible: what its buffers hold
+    (pytester.path / STORE / name).write_text(json.dumps({**entries[name], "temp_bytes": edited}))
+    shutil.rmtree(pytester.path / ".pytest_cache")
+
+    verified = pytester.runpytest_subprocess(*OPTIONS, f"--devmem-verify-entries={base}")
+    verified.assert_outcomes(failed=1)
+    verified.stdout.fnmatch_lines(
+        [
+            f"*{STORE / name}: an entry the compiler contradicts: temp_bytes {edited} stored, {entries[name]['temp_bytes']} compiled*"
+        ]
+    )
+    assert counts(verified)[0] == 1  # that entry's program alone
+    refused = pytester.runpytest_subprocess(*OPTIONS, "--devmem-verify-entries=--output=x")
+    refused.stderr.fnmatch_lines(["*'--output=x' is not a git revision*"])

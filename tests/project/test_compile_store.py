@@ -109,14 +109,16 @@ def test_a_refresh_writes_the_named_entries_and_removes_those_no_baseline_names(
     assert sorted(path.name for path in store.iterdir()) == [f"{KEY_B}.json", f"{KEY_C}.json", "notes.json"]
 
 
-def test_a_stored_entry_is_never_written_again_and_a_bad_one_is_replaced(tmp_path: Path) -> None:
+def test_a_stored_entry_is_never_written_again_and_a_bad_or_wrong_one_is_replaced(tmp_path: Path) -> None:
     store = tmp_path / "class" / STORE_DIRECTORY
-    update_store(store, {KEY_A: EXECUTABLE}, [KEY_A], tmp_path)
-    other_checkout = {**EXECUTABLE, "buffers": {"buffers": [], "source": "another checkout's frames"}}
+    frames = {"buffers": {"buffers": [{"bytes": 512, "op": "dot", "shape": "f32[8]", "at": "/ci/x.py:3"}]}}
+    update_store(store, {KEY_A: {**EXECUTABLE, **frames}}, [KEY_A], tmp_path)
+    other_checkout = {**EXECUTABLE, "buffers": {"buffers": [{**frames["buffers"]["buffers"][0], "at": "/home/x.py:3"}]}}
     assert update_store(store, {KEY_A: other_checkout}, [KEY_A], tmp_path).written == []  # no churn in review
-    (store / f"{KEY_A}.json").write_text("{")
-    assert update_store(store, {KEY_A: EXECUTABLE}, [KEY_A], tmp_path).written == [KEY_A]
-    assert read_entry(store / f"{KEY_A}.json") == (EXECUTABLE, None)
+    for stored in ("{", render_entry({**EXECUTABLE, "devices": 2}), render_entry(EXECUTABLE)):  # bad, wrong, partial
+        (store / f"{KEY_A}.json").write_text(stored)
+        assert update_store(store, {KEY_A: {**EXECUTABLE, **frames}}, [KEY_A], tmp_path).written == [KEY_A]
+        assert read_entry(store / f"{KEY_A}.json") == ({**EXECUTABLE, **frames}, None)
 
 
 def test_an_entry_a_damaged_report_sends_is_never_stored(tmp_path: Path) -> None:

@@ -127,6 +127,10 @@ class Manifest:
     machine: str
     packages: dict[str, str] = field(default_factory=dict)  # distribution name -> version
 
+    @property
+    def key(self) -> str:
+        return Runtime("", self.jaxlib, self.python, self.machine).key
+
     def to_json(self) -> dict[str, object]:
         return {
             "format": MANIFEST_FORMAT,
@@ -172,13 +176,15 @@ def read_manifest(directory: Path) -> Manifest | None:
     path = directory / MANIFEST_NAME
     if not os.path.lexists(path):
         return None
+    # what it described cannot be told from the user's own files: nothing is replaced until it is gone
+    fix = f"remove {path} and the folders {' and '.join(PLATFORMS)} beside it, then run `{COMMAND} --dir {directory} --force`"
     try:
         _, data = read_json(path, "compilers manifest", MAX_MANIFEST_BYTES)
     except FileFormatError as exc:
-        raise CompilersError(f"{exc}; {_reinstall(directory)}") from None
+        raise CompilersError(f"{exc}; {fix}") from None
 
     def bad(what: str) -> CompilersError:
-        return CompilersError(f"{path}: not a pytest-devmem compilers manifest ({what}); {_reinstall(directory)}")
+        return CompilersError(f"{path}: not a pytest-devmem compilers manifest ({what}); {fix}")
 
     if not isinstance(data, dict):
         raise bad(f"a JSON {type(data).__name__}, not an object")
@@ -206,13 +212,13 @@ def read_manifest(directory: Path) -> Manifest | None:
 _VERSION_TEXT = re.compile(r"[A-Za-z0-9_.+!\-]{1,64}")
 
 
-def installed_versions(directory: Path) -> dict[str, str]:
-    """The distributions pip installed in the folder, by normalised name, as their metadata states them."""
+def installed_distributions(directory: Path) -> dict[str, importlib.metadata.Distribution]:
+    """The distributions pip installed in the folder, by normalised name."""
     found = {}
     for distribution in importlib.metadata.distributions(path=[str(directory)]):
         name = distribution.metadata["Name"]
         if name:
-            found[normalised(name)] = distribution.version
+            found[normalised(name)] = distribution
     return found
 
 
@@ -239,15 +245,29 @@ def check(directory: Path, runtime: Runtime, platform_name: str) -> Manifest:
             f"{directory} holds no {', '.join(missing)} (installed: {', '.join(manifest.packages)}): "
             f"run `{COMMAND}{_dir_flag(directory, runtime)} --force`"
         )
-    present = installed_versions(directory / platform_name)
+    present = installed_distributions(directory / platform_name)
     for name in PLATFORMS[platform_name]:
-        if present.get(normalised(name)) != manifest.packages[name]:
-            found = present.get(normalised(name))
+        found = present.get(normalised(name))
+        if found is None or found.version != manifest.packages[name]:
             raise CompilersError(
                 f"{directory}: its manifest names {name} {manifest.packages[name]}, and {directory / platform_name} holds "
-                f"{name + ' ' + found if found else 'none'}: {_reinstall(directory)}"
+                f"{name + ' ' + found.version if found else 'none'}: {_reinstall(directory)}"
             )
+        damaged = _damaged(found)
+        if damaged is not None:
+            raise CompilersError(f"{directory}: {name} {found.version} is damaged: {damaged}: {_reinstall(directory)}")
     return manifest
+
+
+def _damaged(distribution: importlib.metadata.Distribution) -> str | None:
+    """The first file pip's RECORD lists for `distribution` that is gone or of another size."""
+    for file in distribution.files or ():
+        if file.size is not None:
+            path = Path(str(file.locate()))
+            size = path.stat().st_size if path.is_file() else None
+            if size != file.size:
+                return f"{path} {'is missing' if size is None else f'holds {size} bytes, not {file.size}'}"
+    return None if distribution.files is not None else "pip's RECORD of its files is missing"
 
 
 def _dir_flag(directory: Path, runtime: Runtime) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ...files import write_atomic
 from .compilers import (
+    COMMAND,
     GPU_PACKAGES,
     MANIFEST_NAME,
     NVCC_PACKAGE,
@@ -27,7 +28,7 @@ from .compilers import (
     Runtime,
     check,
     chosen_directory,
-    installed_versions,
+    installed_distributions,
     normalised,
     read_manifest,
 )
@@ -85,10 +86,10 @@ def install(
     say: Callable[[str], None] = print,
 ) -> Manifest:
     """Install the compilers matching the installed jaxlib into the folder (`pip install --target
-    --no-deps`, into a new folder beside it, then renamed into place, so that a failed install
-    leaves the old folder as it was), write its manifest, and return it. A folder that holds them
-    for this jaxlib already is kept; one for another jaxlib is refused, naming both versions,
-    unless `force`."""
+    --no-deps` into a folder beside it, each platform's subfolder then renamed into place, so that a
+    failed install leaves the folder as it was), write its manifest, and return it. A platform held
+    for this jaxlib already is kept, and another added beside it. `force` replaces what the manifest
+    names (another jaxlib's, or damaged); nothing else in the folder is ever replaced."""
     runtime = Runtime.current()
     folder = chosen_directory(directory, runtime)
     platforms = [name for name, wanted in (("gpu", gpu), ("tpu", tpu)) if wanted]
@@ -96,23 +97,33 @@ def install(
         raise CompilersError("nothing to install: name --gpu, --tpu or neither (both)")
     if not sys.platform.startswith("linux"):
         raise CompilersError(f"the deviceless compilers are published for Linux only, and this is {sys.platform}")
-    if folder.exists() and not force:
-        try:
-            manifest = read_manifest(folder)
-        except CompilersError as exc:
-            raise CompilersError(f"{exc} (or name another --dir)") from None
-        if manifest is None and any(folder.iterdir()):
-            raise CompilersError(
-                f"{folder} exists and holds no compilers manifest: name an empty or new --dir, or remove it"
-            )
-        if manifest is not None:
-            for name in platforms:
-                check(folder, runtime, name)  # another jaxlib: refused, naming both versions
+    manifest = read_manifest(folder) if folder.exists() else None  # a damaged one: refused, saying what to remove
+    if manifest is None and not force and folder.exists() and any(folder.iterdir()):
+        raise CompilersError(
+            f"{folder} exists and holds no compilers manifest: name an empty or new --dir "
+            "(or --force: the compilers then go beside what it holds, which is kept)"
+        )
+    ours = [name for name in PLATFORMS if manifest is not None and set(PLATFORMS[name]) & set(manifest.packages)]
+    same = manifest is not None and manifest.key == runtime.key
+    if manifest is not None and not force:
+        for name in [name for name in platforms if name in ours] or ([] if same else platforms[:1]):
+            check(folder, runtime, name)  # another jaxlib, or damaged: refused, naming what --force replaces
+        platforms = [name for name in platforms if name not in ours]
+        if not platforms:
             say(f"{folder} already holds the compilers for jaxlib {runtime.jaxlib}: {_listed(manifest)}")
             return manifest
+    for name in platforms:
+        if os.path.lexists(folder / name) and name not in ours:
+            raise CompilersError(
+                f"{folder / name} is not what {COMMAND} put there (no manifest of its names it): move it away, or name another --dir"
+            )
+    kept = {
+        p: v
+        for p, v in (manifest.packages if manifest and same else {}).items()
+        if not any(p in PLATFORMS[n] for n in platforms)
+    }
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    _readable_by_all(staging)
     try:
         packages: dict[str, str] = {}
         for name in platforms:
@@ -129,31 +140,24 @@ def install(
                 say(f"installing {', '.join(wanted)} (what jax[tpu] {runtime.jax} pins) into {folder / name}")
             if run_pip([*base, *wanted]) != 0:
                 raise CompilersError(f"pip could not install {', '.join(wanted)} (its output is above)")
-            present = installed_versions(target)
-            packages.update({package: present[normalised(package)] for package in PLATFORMS[name]})
-        manifest = Manifest(runtime.jaxlib, runtime.python, runtime.machine, packages)
-        write_atomic(staging / MANIFEST_NAME, json.dumps(manifest.to_json(), indent=2) + "\n")
-        if folder.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", dir=folder.parent))
-            os.replace(folder, old / folder.name)
-            os.replace(staging, folder)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, folder)
+            present = installed_distributions(target)
+            packages.update({package: present[normalised(package)].version for package in PLATFORMS[name]})
+        manifest = Manifest(runtime.jaxlib, runtime.python, runtime.machine, {**kept, **packages})
+        folder.mkdir(exist_ok=True)
+        old = staging / ".old"
+        old.mkdir()
+        for name in [*platforms, *(name for name in ours if name not in platforms and not same)]:
+            if os.path.lexists(folder / name):  # the manifest names it: the tool's own
+                os.replace(folder / name, old / name)
+            if name in platforms:
+                os.replace(staging / name, folder / name)
+        write_atomic(folder / MANIFEST_NAME, json.dumps(manifest.to_json(), indent=2) + "\n")
     except KeyError as exc:
         raise CompilersError(f"pip reported success but installed no {exc.args[0]} into {staging}") from None
     finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)
     say(f"installed into {folder}: {_listed(manifest)}")
     return manifest
-
-
-def _readable_by_all(directory: Path) -> None:
-    """A new folder as a mkdir would make it (mkdtemp makes it the user's alone): the umask's mode."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(directory, 0o777 & ~umask)
 
 
 def _listed(manifest: Manifest) -> str:

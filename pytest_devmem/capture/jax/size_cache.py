@@ -13,8 +13,9 @@ it is believed (`read_entry`): a cache is a file anyone may have written: a hand
 version, a disk that failed, a hostile checkout. An entry is believed only when it is a small regular
 file (never a FIFO, which would hang the session, nor a device or a link to one, which would be read
 without end) holding a JSON object whose every size is a whole number of bytes, not negative, not a
-boolean and at most what one device of the target holds (units.byte_count_problem), and whose device
-count is the one the program was compiled for. Anything else is a miss: the program is compiled
+boolean and at most what one device of the target holds (units.byte_count_problem), whose device
+count is the one the program was compiled for, which names what it sizes (its key, the target, an
+array's shape and dtype), and whose sizes agree (`_disagreement`). Anything else is a miss: the program is compiled
 again, the entry written anew, and the problem, naming the file, is warned about; a figure never
 comes from it. A compile that states more than a device holds (a program that cannot run there) is
 not written (`writable`), so that it is never a bad entry the next time.
@@ -33,7 +34,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ...compile_store import EXECUTABLE_FIELDS
+from ...compile_store import CONTRADICTED, EXECUTABLE_FIELDS
+from ...compile_store import read_entry as read_stored
 from ...errors import FileFormatError
 from ...files import read_json, write_atomic
 from ...model.buffers import ProgramBuffers
@@ -55,6 +57,10 @@ BUFFERS_FIELD = "buffers"
 MAX_ENTRY_BYTES = 64 * KiB
 """An entry holds a few numbers (some 200 bytes): a larger file is not one, and is not read."""
 
+UNCOUNTED_SCALARS = 64 * KiB
+"""XLA:TPU leaves some scalars (a 512-byte tile each) out of a program's temp: a temp of 0 holds them."""
+FINGERPRINT = "fingerprint"
+"""An entry's own key: what it was compiled from (the program or array, compiler, target, flags)."""
 DEVICES = "devices"
 """The field that counts the devices a program was compiled for: a count, not a size."""
 _CACHED_FIELDS = EXECUTABLE_FIELDS  # the device count, then the sizes: the fields of the store's entries too
@@ -100,6 +106,13 @@ class SizeCache:
         self._by_module: dict[str, ExecutableSizes] = {}  # the same computation jitted again (another test's closure)
         self._versions = ""
         self.cache_problems: list[str] = []  # disk-cache entries not believed, each naming its file
+        self._read_from: dict[str, Path] = {}  # entries read, not compiled: the file each came from
+        self.distrusted: set[str] = set()  # stored entries never read, but held to what the compiler says
+        if self.store_dir is not None and self.store_dir.is_symlink():  # as the baselines: never read through a link
+            self.cache_problems.append(
+                f"{self.store_dir}: a link, whose entries are not read: put the directory itself there"
+            )
+            self.store_dir = None
 
     def _target_text(self) -> str:
         """The target as the disk cache's key names it."""
@@ -184,19 +197,27 @@ class SizeCache:
         """Where entries are kept: the project's cache first, then the user's."""
         return tuple(directory for directory in (self.cache_dir, self.user_cache_dir) if directory is not None)
 
-    def _read_entry(self, key: str | None, sizes: tuple[str, ...], devices: int | None = None) -> dict[str, Any] | None:
+    def _read_entry(
+        self, key: str | None, sizes: tuple[str, ...], devices: int | None = None, least: int = 0, **about: Any
+    ) -> dict[str, Any] | None:
         """The entry stored under `key`, checked (`read_entry`: `sizes` in bytes, with `devices`
-        that device count): the project's, else the user's, else the one beside the baselines
+        that device count, naming this key, target and `about`): the project's, else the user's, else the one beside the baselines
         (compile_store.py; either then copied into the project's, so that a CI job that keeps only
         the project's cache keeps it). None where none holds one that can be believed; each that
         cannot is in `cache_problems`."""
-        if key is None:
+        if key is None or key in self.distrusted:
             return None
         places = (*self._cache_dirs(), *((self.store_dir,) if self.store_dir is not None else ()))
         for directory in places:
             try:
                 data = read_entry(
-                    directory / f"{key}.json", sizes, self.memory_per_device, devices, kept=(BUFFERS_FIELD,)
+                    directory / f"{key}.json",
+                    sizes,
+                    self.memory_per_device,
+                    devices,
+                    kept=(BUFFERS_FIELD,) if devices is not None else (),  # an executable's
+                    about={**self._about(key), **about},
+                    least=least,
                 )
             except BadEntry as exc:
                 self.cache_problems.append(f"{exc}; not believed: compiled again, and the entry written anew")
@@ -211,14 +232,18 @@ class SizeCache:
                 if self.cache_dir is not None:
                     self._write_entry(key, data, only=self.cache_dir)
             self._entries[key] = data
+            self._read_from[key] = directory / f"{key}.json"
             return data
         return None
 
     def _write_entry(self, key: str | None, entry: Mapping[str, Any], only: Path | None = None) -> None:
         """`entry` under `key` in each cache directory (or `only` that one), written atomically (xdist
         workers, and other projects' sessions in the user's cache, may share it)."""
+        if key is not None and key in self.distrusted and only is None and self.store_dir is not None:
+            self._verify(self.store_dir / f"{key}.json", entry)
         if key is None or not writable(entry, self.memory_per_device):
             return  # sizes beyond a device: compiled again each time, never a bad entry to warn about
+        entry = {**entry, **self._about(key)}
         if only is None:
             self._entries[key] = dict(entry)
         text = json.dumps(dict(entry), sort_keys=True)
@@ -230,6 +255,29 @@ class SizeCache:
                 write_atomic(directory / f"{key}.json", text, durable=False)
             except OSError:
                 pass  # a cache that cannot be written only costs a compile next time
+
+    def _verify(self, path: Path, entry: Mapping[str, Any]) -> None:
+        """A distrusted stored entry held to what the compiler said: a problem naming the file where they differ."""
+        stored, why = read_stored(path)
+        stored = {n: v for n, v in (stored or {}).items() if isinstance(v, int)}  # its figures (not frames' paths)
+        said = [f"{n} {stored.get(n)!r} stored, {v!r} compiled" for n, v in entry.items() if stored.get(n, v) != v]
+        if why or said:
+            self.cache_problems.append(f"{path}: {CONTRADICTED}: {why or ', '.join(said)}")
+
+    def _about(self, key: str) -> dict[str, str]:
+        """What an entry says of itself: what it sizes and for which target, so that one moved or
+        swapped to another key is a miss."""
+        return {FINGERPRINT: key, "target": self.target}
+
+    def entry_files(self, keys: Iterable[str]) -> list[Path]:
+        """The files these entries were read from (not compiled), the largest sizes first."""
+        with self._lock:
+            read = {
+                self._read_from[k]: max(v for v in self._entries[k].values() if isinstance(v, int))
+                for k in keys
+                if k in self._read_from
+            }
+        return sorted(read, key=lambda path: -read[path])
 
     def take_cache_problems(self) -> list[str]:
         """The disk-cache entries not believed since the last call, each naming its file."""
@@ -264,12 +312,19 @@ class BadEntry(Exception):
 
 
 def read_entry(
-    path: Path, sizes: Iterable[str], largest: int, devices: int | None = None, kept: Iterable[str] = ()
+    path: Path,
+    sizes: Iterable[str],
+    largest: int,
+    devices: int | None = None,
+    kept: Iterable[str] = (),
+    about: Mapping[str, object] | None = None,
+    least: int = 0,
 ) -> dict[str, object] | None:
-    """The entry at `path`: its `sizes` (each a number of bytes at most `largest`) and, with
-    `devices`, its device count, which must be that; None where there is no file; BadEntry where
-    there is one that is not such an entry. The `kept` fields it holds come back as they are, for
-    their own reader to check (a program's buffers: model/buffers.py)."""
+    """The entry at `path`: its `sizes` (each a number of bytes from `least` to `largest`) and,
+    with `devices`, its device count, which must be that; None where there is no file; BadEntry
+    where there is one that is not such an entry, or whose `about` fields (what it sizes) differ.
+    An executable's sizes must agree with each other and its buffers. The `kept` fields it must
+    hold come back as they are, for their own reader to check (a program's buffers: model/buffers.py)."""
     if not os.path.lexists(path):
         return None
     try:
@@ -283,9 +338,21 @@ def read_entry(
         if name not in data:
             raise BadEntry(f"{path}: no {name!r}")
         problem = byte_count_problem(data[name], largest, "one device of the target")
+        if problem is None and data[name] < least:
+            problem = f"{data[name]} bytes, less than the array's {least} dense bytes: a chip never holds fewer"
         if problem is not None:
             raise BadEntry(f"{path}: {name!r}: {problem}")
         entry[name] = data[name]
+    for name, value in (about or {}).items():
+        if data.get(name) != value:
+            raise BadEntry(f"{path}: {name!r} is {data.get(name)!r}, not {value!r}: another's entry, or an old one")
+        entry[name] = value
+    problem = _disagreement(entry)
+    if problem is not None:
+        raise BadEntry(f"{path}: {problem}")
+    for name in kept:
+        if entry.get(name) is None:  # its compile's dump could not be read then: compiled again, and kept
+            raise BadEntry(f"{path}: no {name!r}")
     if devices is not None:
         count = data.get(DEVICES)
         if isinstance(count, bool) or not isinstance(count, int) or count != devices:
@@ -294,10 +361,24 @@ def read_entry(
     return entry
 
 
+def _disagreement(entry: Mapping[str, Any]) -> str | None:
+    """Why an executable's sizes cannot all be true together, or None: an aliased output reuses a
+    donated argument (JAX's memory analysis counts it in both), and the buffers live at the peak
+    in the device's memory lie in the temp allocation (but for a few scalars)."""
+    alias, outputs, arguments = (entry.get(name, 0) for name in ("alias_bytes", "output_bytes", "argument_bytes"))
+    if alias > min(outputs, arguments):
+        return "'alias_bytes' is more than its outputs' or its arguments' bytes, which hold the aliased ones"
+    buffers, temp = cached_buffers(entry).get("buffers"), entry.get("temp_bytes")
+    if buffers is None or temp is None or buffers.peak_bytes <= temp + UNCOUNTED_SCALARS:
+        return None
+    return f"'temp_bytes' is {temp}, less than the {buffers.peak_bytes} bytes its buffers at the peak hold"
+
+
 def writable(entry: Mapping[str, int], largest: int) -> bool:
-    """Whether `entry` (sizes a compile stated) would pass read_entry's checks: only such is written."""
-    return all(
+    """Whether `entry` (sizes a compile stated) would pass read_entry's checks: only such is written.
+    An executable's holds its buffers (an entry without is read as a miss)."""
+    return (DEVICES not in entry or entry.get(BUFFERS_FIELD) is not None) and all(
         name == DEVICES or byte_count_problem(value, largest) is None
         for name, value in entry.items()
-        if not isinstance(value, (dict, list))  # a kept field (buffers): its own reader checks it
+        if not isinstance(value, (dict, list, str))  # a kept field (buffers) or what it sizes: checked on reading
     )

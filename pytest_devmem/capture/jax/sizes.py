@@ -31,6 +31,7 @@ __all__ = [
     "NotRunnable",
     "Refused",
     "SizerError",
+    "UNUSABLE",
     "Unavailable",
     "first_line",
     "parse_refusal",
@@ -69,6 +70,10 @@ class Unavailable:
 
 class SizerError(Exception):
     """The target cannot be compiled for at all here; the message says why."""
+
+
+UNUSABLE = "the target's compiler could not start"
+"""Words of a reason that no program of the session can be sized for the target (a broken libtpu)."""
 
 
 def first_line(exc: BaseException) -> str:

@@ -34,7 +34,7 @@ from ...errors import InvalidSettingError
 from ...model.tpu_targets import TpuSpec
 from . import compilers, internals, lowering
 from .gpu_compile import GpuSizer
-from .sizes import NoTopology, NoTopologyError, Refused, SizerError, Unavailable, first_line, parse_refusal
+from .sizes import UNUSABLE, NoTopology, NoTopologyError, Refused, SizerError, Unavailable, first_line, parse_refusal
 from .tpu_plugin import quiet_libtpu
 
 __all__ = ["SizingCosts", "TpuSizer", "dense_bytes"]
@@ -272,7 +272,7 @@ class TpuSizer(GpuSizer):
                 topology = topologies.get_topology_desc(topology_name=wanted.name, platform="tpu", **wanted.options())
         except Exception as exc:
             if count == 1:  # no chip at all: the compiler itself cannot be used here
-                raise SizerError(f"libtpu gives no {wanted.name} topology ({first_line(exc)})") from None
+                raise SizerError(f"{UNUSABLE}: libtpu gives no {wanted.name} topology ({first_line(exc)})") from None
             raise NoTopologyError(spec.no_topology(count, f"libtpu refused {wanted.name}: {first_line(exc)}")) from None
         seconds = time.perf_counter() - started
         if self._topologies:
@@ -329,7 +329,8 @@ class TpuSizer(GpuSizer):
         disk_key = self._array_cache_key(key)
         with self._lock:
             self._array_keys[key] = disk_key
-        cached = self._read_entry(disk_key, (ARRAY_FIELD,))  # checked as every entry is (size_cache.read_entry)
+        about: dict[str, Any] = {"shape": list(shape), "dtype": key[1]}  # what the entry says it sizes
+        cached = self._read_entry(disk_key, (ARRAY_FIELD,), least=dense_bytes(shape, key[1]) or 0, **about)
         if cached is not None:
             self.costs.arrays_from_disk += 1
             return int(cached[ARRAY_FIELD])
@@ -349,7 +350,7 @@ class TpuSizer(GpuSizer):
             size = int(stats.argument_size_in_bytes)  # type: ignore[union-attr]
         except Exception:
             return None
-        self._write_entry(disk_key, {ARRAY_FIELD: size})
+        self._write_entry(disk_key, {ARRAY_FIELD: size, **about})
         return size
 
     def _array_cache_key(self, key: tuple[tuple[int, ...], str]) -> str:
