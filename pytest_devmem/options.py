@@ -135,7 +135,7 @@ OPTIONS = (
     ),
     Option(
         "verify-entries",
-        "Distrust the compiler entries beside the baselines that git REF does not hold as they are (those a pull request adds or edits; REF e.g. origin/main): compile their programs again, and fail each test whose entry the compiler contradicts.",
+        "Distrust the compiler entries beside the baselines that git REF does not hold as they are (those a pull request adds or edits; REF e.g. origin/main): compile their programs again, and fail each test whose entry the compiler contradicts. Empty: off (as a workflow sets it on pushes).",
         "REF",
     ),
     Option(

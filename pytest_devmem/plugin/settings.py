@@ -248,7 +248,7 @@ def load_settings(config: pytest.Config) -> Settings:
         compile_target_source=_setting_text(config, OPTION["compile-target"], compile_target),
         artifacts_dir=_path_setting(config, "artifacts", "artifacts directory", directory=True),
         cache_dir=_path_setting(config, "cache-dir", "cache directory", directory=True),
-        verify_entries=_checked(config, "verify-entries", git_revision),
+        verify_entries=_checked(config, "verify-entries", lambda text: git_revision(text) if text else None),
         compilers_dir=_path_setting(config, "compilers", "compilers directory", directory=True),
         benchmark_json=_path_setting(config, "benchmark-json", "benchmark JSON file", directory=False),
         traces_dir=_path_setting(config, "traces", "traces directory", directory=True),

@@ -798,3 +798,20 @@ def test_the_gate_its_refresh_preview_and_the_history_run_in_order_on_a_git_repo
     assert done.returncode == 0 and "baseline written" in done.stdout
     refused = benchmark_action_history(workspace, benchmark, 3)
     assert refused[-1].returncode != 0 and "would be overwritten" in refused[-1].stderr
+
+
+def test_a_preset_workflow_compiles_again_the_entries_a_pull_request_adds_or_edits() -> None:
+    """The base branch is fetched and named on pull requests alone; on a push the setting is empty, off."""
+
+    def measure_steps(device: str) -> list[dict]:
+        gate = gate_for_users(["tests"], device, None, "-e .", "3.11", "main", AT_A_COMMIT)
+        return yaml.safe_load(render("devmem.yml", gate))["jobs"]["measure"]["steps"]  # type: ignore[no-any-return]
+
+    measure = measure_steps("sim:TPU-v5e")
+    assert measure[0]["with"]["fetch-depth"] == 0
+    run = next(step for step in measure if step.get("name") == "Run the suite with the gate")
+    assert run["env"]["DEVMEM_VERIFY_ENTRIES"] == (
+        "${{ github.event_name == 'pull_request' && format('origin/{0}', github.base_ref) || '' }}"
+    )
+    plain = measure_steps("sim:16GiB")
+    assert "fetch-depth" not in plain[0]["with"] and "env" not in plain[-2]
