@@ -5,7 +5,7 @@ post-hook; its lowering, to compile a program again for a GPU or TPU; a few type
 function here. A function raises ImportError or returns None where a release lacks it, and its
 caller says so in a note. A new JAX release is this file to read.
 
-Tested on JAX 0.10.0, 0.10.2, 0.11.2 and 0.12.0.1 (docs/compatibility.md, scripts/compat.py).
+Tested on JAX 0.9.0, 0.9.2, 0.10.0, 0.10.2, 0.11.2 and 0.12.0.1 (docs/compatibility.md, scripts/compat.py).
 Older releases are refused at session start (pytest_devmem/supported.py; the docs say why).
 """
 
@@ -19,11 +19,11 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 BACKENDS_LOGGER = "jax._src.xla_bridge"
-"""The logger JAX's backend start writes to (`discover_pjrt_plugins`); 0.10 to 0.12."""
+"""The logger JAX's backend start writes to (`discover_pjrt_plugins`); 0.9 to 0.12."""
 
 
 def dispatch() -> SimpleNamespace:
-    """The dispatch modules the capture hooks, 0.10 to 0.12: `dispatch._batched_device_put_impl`,
+    """The dispatch modules the capture hooks, 0.9 to 0.12: `dispatch._batched_device_put_impl`,
     `pjit._get_fastpath_data`, `pxla.ExecuteReplicated`, `pxla.batched_device_put`,
     `_jax.PjitFunctionCache`, `xla_client.ArrayImpl`, the fast path's tree flattening.
     ImportError where a module is gone."""
@@ -71,7 +71,7 @@ def trace_context() -> object:
 
 def lowering() -> SimpleNamespace:
     """What the sizers hook to lower a program again: `pxla.lower_sharding_computation`,
-    `pxla.MeshComputation.compile`, the persistent cache's key and MLIR's warnings (0.10 to 0.12)."""
+    `pxla.MeshComputation.compile`, the persistent cache's key and MLIR's warnings (0.9 to 0.12)."""
     from jax._src.interpreters import pxla
 
     return SimpleNamespace(
@@ -143,10 +143,11 @@ def excluded_paths() -> tuple[str, ...]:
 
 
 def canonical_print_options() -> Any:
-    """XLA's canonical HLO print options (`jax._src.lib.hlo`)."""
-    from jax._src.lib import hlo
+    """XLA's canonical HLO print options: `jax._src.lib.hlo` from 0.10.2, `_jax` before it."""
+    from jax._src import lib
 
-    return hlo.HloPrintOptions.canonical()
+    module = getattr(lib, "hlo", None) or lib._jax
+    return module.HloPrintOptions.canonical()
 
 
 def backend_started() -> bool:
