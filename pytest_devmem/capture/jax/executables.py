@@ -175,10 +175,12 @@ def _module_text(xla_executable: Any) -> str:
     """The compiled module's HLO text as XLA prints it canonically: instructions numbered in order,
     no metadata (source lines, op names), so that the same program compiled twice, or traced from
     another caller, reads the same ("" where the backend gives none). Its first line is the module's
-    header (`HloPrintOptions.canonical`, xla/hlo/ir/hlo_print_options.h)."""
+    header (`HloPrintOptions.canonical`, xla/hlo/ir/hlo_print_options.h). The options raise where
+    a JAX release moved them: the donations the text holds are never lost without a word."""
+    options = internals.canonical_print_options()
     try:
         modules = xla_executable.hlo_modules()
-        return modules[0].to_string(internals.canonical_print_options()) if modules else ""
+        return modules[0].to_string(options) if modules else ""
     except Exception:
         return ""
 
