@@ -88,7 +88,7 @@ def module_text(computation: Any) -> str:
     return str(mlir.module_to_string(computation.stablehlo(), enable_debug_info=False))
 
 
-def jaxpr_types() -> tuple[type | None, type]:
+def jaxpr_types() -> tuple[Any, Any]:
     """`core.ClosedJaxpr` (None from 0.12 on: one class with `Jaxpr` since 0.11) and `core.Jaxpr`."""
     from jax._src import core
 

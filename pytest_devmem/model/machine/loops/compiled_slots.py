@@ -12,7 +12,7 @@ Array = np.ndarray
 @numba.njit(cache=True, inline="always")
 def _hash(pointer: np.uint64, lane: int, mask: int) -> int:
     h = ((pointer + np.uint64(lane) * np.uint64(0xBF58476D1CE4E5B9)) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
-    return np.int64(h) & mask
+    return int(np.int64(h) & mask)
 
 
 @numba.njit(cache=True)
