@@ -5,6 +5,7 @@ graph's ops in one order (TF_DETERMINISTIC_ORDER=1, set unless the user set it).
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,94 @@ def test_a_small_numpy_array_made_a_tensor_is_always_one_allocation(
             row for row in csv.DictReader(lines) if row["Action"] == "allocate" and row["Label"] == "tf.constant"
         ]
     assert [int(row["Size"]) for row in constants] == [8] * 4, Path(trace).read_text()
+
+
+FUNCTIONS_CONFTEST = """
+import os
+
+
+def pytest_collection_modifyitems(session, config, items):
+    if os.environ.get("DEVMEM_TEST_REVERSE") == "1":
+        items.reverse()
+"""
+
+FUNCTIONS = """
+import tensorflow as tf
+
+
+@tf.function
+def step(x):
+    return tf.reduce_sum(tf.matmul(x, x) * 2.0)
+
+
+@tf.function
+def shift(x):
+    return tf.nn.relu(x * 3.0 + tf.ones((256, 256)))  # Grappler folds tf.ones into one 256 KiB constant
+
+
+def test_tf_a():
+    v = tf.Variable(tf.zeros([25 * 2**20]))
+    x = tf.random.normal([1024, 1024], seed=1)
+    step(x)
+    shift(x[:256, :256])
+
+
+def test_tf_b():
+    x = tf.ones([1024, 1024])
+    step(x)
+    tf.nn.relu(tf.matmul(x, x))
+
+
+def test_tf_c():
+    @tf.function
+    def local(x):  # made, traced and called in this test alone
+        return tf.reduce_mean(x * 0.5)
+
+    local(tf.ones((64, 64)))
+    shift(tf.ones((256, 256)))
+"""
+
+
+def _records(pytester: pytest.Pytester, name: str, *args: str, reverse: bool = False) -> dict[str, object]:
+    """Each test's record and its trace's events, from one fresh session. Left out: the test's duration,
+    the trace file's folder, each event's time and the raw sources (TensorFlow's current bytes count
+    what the whole process holds)."""
+    traces = pytester.path / f"traces-{name}"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DEVMEM_TEST_REVERSE", "1" if reverse else "0")
+        result = pytester.runpytest_subprocess(
+            "--devmem-mode=prealloc",
+            "-p",
+            "no:cacheprovider",
+            f"--devmem-report={name}.json",
+            f"--devmem-traces={traces}",
+            *args,
+        )
+    result.assert_outcomes(passed=3)
+    found: dict[str, object] = {}
+    for record in json.loads((pytester.path / f"{name}.json").read_text())["records"]:
+        del record["sources"], record["duration_s"], record["trace"]["file"]
+        found[record["test_id"]] = record
+    for trace in traces.glob("*.csv"):
+        with trace.open() as lines:
+            found[trace.name] = [{k: v for k, v in row.items() if k != "Time"} for row in csv.DictReader(lines)]
+    return found
+
+
+@pytest.mark.slow  # three fresh sessions, each starting TensorFlow
+def test_tf_functions_first_called_in_any_test_give_the_same_records_in_any_order(
+    tensorflow_loaded: object, pytester: pytest.Pytester
+) -> None:
+    """A tf.function's first call traces it, lets Grappler fold its constants on a CPU device of its
+    own (grappler/optimizers/evaluation_utils.cc) and builds its kernels, whose constants it keeps:
+    none of that is in the trace of whichever test called it first."""
+    pytester.makeconftest(FUNCTIONS_CONFTEST)
+    pytester.makepyfile(test_functions=FUNCTIONS)
+    forward = _records(pytester, "forward")
+    assert forward == _records(pytester, "reversed", reverse=True)
+    assert forward == _records(pytester, "workers", "-n", "2")
+    record = forward["test_functions.py::test_tf_b"]
+    assert isinstance(record, dict) and record["peak_bytes_in_use"] == 12582912  # three 4 MiB tensors
+    assert any(
+        "kernels of shift, step hold" in note for note in forward["test_functions.py::test_tf_a"]["trace"]["notes"]
+    )

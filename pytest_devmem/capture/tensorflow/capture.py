@@ -188,6 +188,11 @@ class TensorFlowCapture:
         for time, device, size, kept in converted.paused:  # a shared fixture's: the allocator it started
             self._recorder.fixtures.note_at(time, SOURCE, device, size, kept)
         notes = []
+        if profile.functions:  # whichever test called them first: named here, in every test that calls them
+            notes.append(
+                f"the kernels of {', '.join(sorted(profile.functions))} hold constants made at the first call in the process "
+                "(on a GPU, in its memory while the function lives): not in the trace, nor is the host's work of that call"
+            )
         if converted.host_allocators:
             notes.append(
                 f"TensorFlow's host allocations ({', '.join(sorted(converted.host_allocators))}) are host memory beside its GPU: not in the trace"

@@ -9,7 +9,7 @@ edge. Devices come from allocator names:
 `GPU_<k>_bfc` (TensorFlow's GPU allocator, tensorflow/core/common_runtime/gpu/gpu_device.cc) is
 `gpu:<k>`; on a machine where TensorFlow has no GPU its CPU allocator is `cpu:0`; where it has one,
 its host allocators (pinned staging memory, `gpu_host_bfc`, and the CPU's) are not device memory
-and are left out.
+and are left out. So is what a tf.function's first call makes outside its run (`xspace.FIRST_CALL`).
 """
 
 from __future__ import annotations
@@ -116,6 +116,9 @@ def trace_events(
             device = allocator_device(event.allocator, tensorflow_has_gpu)
             if device is None:
                 converted.host_allocators.add(event.allocator)
+                continue
+            if event.first_call:  # a tf.function's first call in the process, outside its run (xspace.FIRST_CALL)
+                live.setdefault(key, []).append(0)
                 continue
             was_paused = _paused(time, paused)
             if was_paused and event.requested_bytes > 0:  # numbered -1, -2...: its free marks it

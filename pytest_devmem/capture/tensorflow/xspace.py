@@ -46,6 +46,7 @@ class AllocatorEvent(NamedTuple):
     thread: int = 0  # the index of the thread's line in the profile
     stats: AllocatorStats | None = None  # the allocator's figures after the call, when asked for
     runtime_function: str = ""  # the op's function as the runtime names it (`__inference_step_219`), "" when unknown
+    first_call: bool = False  # made by a tf.function's first call, outside its run (FIRST_CALL)
 
 
 class AllocatorStats(NamedTuple):
@@ -64,6 +65,7 @@ class Profile:
     events: list[AllocatorEvent] = field(default_factory=list)
     host_events: int = 0  # every event TensorFlow recorded on the host: 0 means it did nothing
     start_ns: int | None = None  # the session's start on TensorFlow's clock, when the profile says
+    functions: set[str] = field(default_factory=set)  # the tf.functions called eagerly, by their authors' names
 
 
 def function_name(name: str) -> str:
@@ -115,7 +117,21 @@ def _start_ns(space: Any) -> int | None:
     return None
 
 
-_ALLOCATION, _DEALLOCATION, _RUN, _CALLER, _STEP = 1, 2, 3, 4, 5  # what an event is to the reader
+_ALLOCATION, _DEALLOCATION, _RUN, _CALLER, _STEP, _PHASE = 1, 2, 3, 4, 5, 6  # what an event is to the reader
+_RUNNING, _FIRST_CALL, _KERNELS = 1, 2, 3  # what the innermost enclosing event says the code inside it does
+_PHASES = {
+    "tf.function-graph_building": _FIRST_CALL,
+    "KernelAndDeviceFunc::Run": _KERNELS,  # a tf.function's kernels are built here, run in FunctionRun's steps; an eager op runs here
+    "EagerKernelExecute": _RUNNING,
+    "EagerCopyToDevice": _RUNNING,
+}
+FIRST_CALL = """What a tf.function's first call in a process makes outside its run is left out of every trace.
+Tracing infers shapes from constants made on the host (`EvaluateConstantTensor`, common_runtime/
+eval_const_tensor.cc). Instantiating optimises the graph: Grappler evaluates constants on a CPU
+device of its own (`DeviceSimple`, grappler/optimizers/evaluation_utils.cc), host memory beside a
+GPU. Building its kernels makes each `Const` kernel's tensor (`ConstantOp`, kernels/constant_op.cc),
+on a GPU in its memory, held while the function lives: once per process, so in whichever test ran
+first. The record names such functions instead (`capture.py`)."""
 _STEP_SCOPES = ("ExecutorState::Process", "ExecutorDoneCallback")  # events that run one step, with its id
 
 
@@ -135,6 +151,7 @@ class _Pending(NamedTuple):
     scope: int
     step_inside: bool
     stats: AllocatorStats | None
+    first_call: bool
 
 
 def read_profile(space: Any, start_ns: int | None = None, *, with_stats: bool = False) -> Profile:
@@ -170,8 +187,10 @@ def read_profile(space: Any, start_ns: int | None = None, *, with_stats: bool = 
                 event.thread,
                 event.stats,
                 graph,
+                event.first_call,
             )
         )
+    profile.functions = {function_name(name) for name in run_functions.values() if name}
     return profile
 
 
@@ -191,6 +210,8 @@ def _event_roles(plane: Any) -> tuple[dict[int, int], dict[int, str], dict[int, 
             roles[key] = _RUN
         elif name in _STEP_SCOPES:
             roles[key] = _STEP
+        elif name in _PHASES:
+            roles[key] = _PHASE
         elif (caller := caller_name(name)) is not None:
             roles[key], callers[key], runtime[key] = _CALLER, caller, runtime_name(name)
     return roles, callers, runtime
@@ -213,14 +234,15 @@ def _read_plane(
     figures = {key: name for key, name in stat_names.items() if name in ALLOCATOR_STATS} if with_stats else {}
     step_stat = next((key for key, name in wanted.items() if name == "id"), None)
     roles, callers, runtime = _event_roles(plane)
+    phases = {key: _PHASES[meta.name] for key, meta in plane.event_metadata.items() if roles.get(key) == _PHASE}
     for thread, line in enumerate(plane.lines):
         events = line.events
         profile.host_events += len(events)
         base = line.timestamp_ns
         if base < _ABSOLUTE_NS:
             base += profile.start_ns or 0
-        # enclosing callers and steps: (end, caller, step id, the caller's runtime name); popped lazily
-        stack: list[tuple[int, str, int, str]] = []
+        # enclosing callers, steps and phases: (end, caller, step id, the caller's runtime name, phase); popped lazily
+        stack: list[tuple[int, str, int, str, int]] = []
         last_start = -1
         for event in events:
             role = roles.get(event.metadata_id)
@@ -233,11 +255,13 @@ def _read_plane(
             while stack and stack[-1][0] <= start:
                 stack.pop()
             if role == _CALLER:
-                if event.duration_ps > 0:
-                    stack.append((start + event.duration_ps, callers[event.metadata_id], 0, runtime[event.metadata_id]))
+                if event.duration_ps > 0:  # a function's eager call: its first call's work, until its kernels execute
+                    function = runtime[event.metadata_id]
+                    phase = _FIRST_CALL if function else _RUNNING
+                    stack.append((start + event.duration_ps, callers[event.metadata_id], 0, function, phase))
                 continue
-            if role == _STEP:
-                if event.duration_ps > 0 and step_stat is not None:
+            if role == _STEP or role == _PHASE:
+                if event.duration_ps > 0:
                     scope = next(
                         (
                             stat.int64_value or stat.uint64_value
@@ -246,11 +270,16 @@ def _read_plane(
                         ),
                         0,
                     )
-                    stack.append((start + event.duration_ps, "", scope, ""))
+                    phase = phases.get(event.metadata_id, _RUNNING)
+                    if phase == _KERNELS:  # a tf.function's (the innermost caller runs one), or an eager op's
+                        phase = (
+                            _FIRST_CALL if next((entry[3] for entry in reversed(stack) if entry[1]), "") else _RUNNING
+                        )
+                    stack.append((start + event.duration_ps, "", scope if role == _STEP else 0, "", phase))
                 continue
             caller, scope, step_inside = "", 0, False  # the innermost caller and step, and which is inside
             function_id = ""
-            for _, name, step_id, runtime_id in reversed(stack):
+            for _, name, step_id, runtime_id, _ in reversed(stack):
                 if name and not caller:
                     caller, function_id = name, runtime_id
                 elif step_id and not scope:
@@ -263,6 +292,8 @@ def _read_plane(
                     if run is not None:
                         run_callers[run.int64_value or run.uint64_value] = caller
                         run_functions[run.int64_value or run.uint64_value] = function_id
+                if event.duration_ps > 0:
+                    stack.append((start + event.duration_ps, "", 0, "", _RUNNING))
                 continue
             allocator, op, requested, address, step = _wanted_stats(event, wanted, stat_names)
             stats = _allocator_stats(event, figures) if figures else None
@@ -280,6 +311,7 @@ def _read_plane(
                     scope,
                     step_inside,
                     stats,
+                    bool(stack) and stack[-1][4] == _FIRST_CALL,
                 )
             )
 
