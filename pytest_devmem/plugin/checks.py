@@ -27,6 +27,7 @@ from ..present.buffers import html_lines_section, html_section
 from ..present.plot import write_plot
 from ..present.plot_parts import BaselineSide
 from ..present.text import terminal_lines
+from ..units import format_size
 from .items import id_of_test, marked, oom_key, regime_of
 from .recording import allocator_setups, machine_spec, make_record
 from .settings import SessionParts
@@ -79,7 +80,11 @@ class Checks(SessionParts):
         None. Every check records what it found, and the baseline is always compared."""
         spec = marked(item)
         failures: list[tuple[str, str | None]] = [("out of memory", oom_verdict(record))]
-        failures.append(("limit", limit_verdict(record.peak_bytes_in_use, record.limit_bytes)))
+        failures.append(("limit", limit_verdict(record.chip_peak_bytes_in_use, record.limit_bytes)))
+        if record.limit_bytes is not None and record.host_peak and record.trace is not None:
+            record.trace.notes.append(
+                f"the limit {format_size(record.limit_bytes)} judges a chip's memory: the peak here is the host's (TensorFlow's CPU allocator), not judged"
+            )
         if spec is not None:
             failures.append(("compiles", compiles_verdict(captured.needed, spec.max_compiles, captured.functions)))
         failures.append(("leak", leak_verdict(captured.kept, self.max_leak(item))))
