@@ -30,7 +30,7 @@ from .framework import FrameworkCapture
 from .imports import forget, on_import
 from .jax import JaxCapture, jax_backend_started
 from .sources import Reading, Sampler, Source
-from .sources.jax import JaxSource
+from .sources.jax import JaxSource, ran_nothing
 from .sources.nvml import NvmlSource
 from .sources.pool import PoolSource
 from .sources.tensorflow import TensorFlowSource
@@ -193,6 +193,8 @@ class Measurement:
             kept = self.recorder.held_since_mark("jax")
         events = self.recorder.end()
         readings = [source.stop() for source in self.sources]
+        if self.jax_capture.installed and not any(events.names[code] == "jax" for code in set(events.sources)):
+            readings = [ran_nothing() if reading.source == "jax" else reading for reading in readings]
         tensorflow_events, tensorflow_notes = self.tensorflow_capture.end(
             next((r for r in readings if r.source == "tensorflow"), None)
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -157,3 +158,61 @@ def test_tf_functions_first_called_in_any_test_give_the_same_records_in_any_orde
     assert any(
         "kernels of shift, step hold" in note for note in forward["test_functions.py::test_tf_a"]["trace"]["notes"]
     )
+
+
+@pytest.mark.slow  # two fresh sessions, each starting JAX and TensorFlow
+def test_a_tensorflow_tests_jax_source_says_the_same_whether_jax_ran_before_it(
+    jax_loaded: object, tensorflow_loaded: object, pytester: pytest.Pytester
+) -> None:
+    pytester.makepyfile(
+        test_a_jax="import jax.numpy as jnp\n\ndef test_jax():\n    assert float(jnp.ones(4).sum()) == 4\n",
+        test_b_tf="import tensorflow as tf\n\ndef test_tf():\n    assert float(tf.reduce_sum(tf.ones(4))) == 4\n",
+    )
+
+    def jax_source(*selection: str) -> object:
+        result = pytester.runpytest_subprocess("--devmem-mode=prealloc", "--devmem-report=r.json", *selection)
+        assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+        records = json.loads((pytester.path / "r.json").read_text())["records"]
+        return next(r["sources"]["jax"] for r in records if r["test_id"] == "test_b_tf.py::test_tf")
+
+    alone = jax_source("test_b_tf.py")
+    assert alone == jax_source("test_a_jax.py", "test_b_tf.py")
+    assert alone == {"available": False, "unused": True, "note": "JAX ran nothing in this test"}
+
+
+@pytest.mark.slow  # real TensorFlow's profiler
+@pytest.mark.parametrize("options", [{}, {"constant_folding": False}, {"disable_meta_optimizer": True}])
+def test_a_tf_functions_first_call_is_its_later_calls_once_its_first_call_work_is_left_out(
+    tensorflow_loaded: Any, options: dict[str, bool]
+) -> None:
+    """With Grappler's constant folding on, off (the executor folds as it builds the kernels,
+    common_runtime/constant_folding.cc) and with Grappler off."""
+    from collections import Counter
+
+    from pytest_devmem.capture.tensorflow.profiler import ProfilerRun
+    from pytest_devmem.capture.tensorflow.xspace import read_profile
+
+    tf = tensorflow_loaded
+    saved = tf.config.optimizer.get_experimental_options()
+    tf.config.optimizer.set_experimental_options(options)
+    profiler = ProfilerRun()
+    try:
+
+        @tf.function
+        def shift(x: Any) -> Any:
+            return tf.reduce_sum(tf.nn.relu(tf.matmul(x, x) * 3.0 + tf.ones((64, 64))))
+
+        x = tf.ones((64, 64))
+        calls = []
+        for _ in range(2):
+            profiler.start()
+            shift(x)
+            calls.append(read_profile(profiler.stop()).events)
+    finally:
+        profiler.close()
+        tf.config.optimizer.set_experimental_options(
+            {"constant_folding": True, "disable_meta_optimizer": False, **saved}
+        )
+    first, later = ([(e.allocate, e.op, e.requested_bytes) for e in events if not e.first_call] for events in calls)
+    assert Counter(first) == Counter(later) and any(e.first_call for e in calls[0])
+    assert not any(e.first_call for e in calls[1])

@@ -129,7 +129,8 @@ FIRST_CALL = """What a tf.function's first call in a process makes outside its r
 Tracing infers shapes from constants made on the host (`EvaluateConstantTensor`, common_runtime/
 eval_const_tensor.cc). Instantiating optimises the graph: Grappler evaluates constants on a CPU
 device of its own (`DeviceSimple`, grappler/optimizers/evaluation_utils.cc), host memory beside a
-GPU. Building its kernels makes each `Const` kernel's tensor (`ConstantOp`, kernels/constant_op.cc),
+GPU; so does the executor's own folding as the kernels are built (`ConstantFold`, common_runtime/
+constant_folding.cc), where Grappler's is off. Building its kernels makes each `Const` kernel's tensor (`ConstantOp`, kernels/constant_op.cc),
 on a GPU in its memory, held while the function lives: once per process, so in whichever test ran
 first. The record names such functions instead (`capture.py`)."""
 _STEP_SCOPES = ("ExecutorState::Process", "ExecutorDoneCallback")  # events that run one step, with its id
@@ -271,7 +272,11 @@ def _read_plane(
                         0,
                     )
                     phase = phases.get(event.metadata_id, _RUNNING)
-                    if phase == _KERNELS:  # a tf.function's (the innermost caller runs one), or an eager op's
+                    if (
+                        role == _STEP and stack and stack[-1][4] == _FIRST_CALL
+                    ):  # constants folded as its kernels are built
+                        phase = _FIRST_CALL
+                    elif phase == _KERNELS:  # a tf.function's (the innermost caller runs one), or an eager op's
                         phase = (
                             _FIRST_CALL if next((entry[3] for entry in reversed(stack) if entry[1]), "") else _RUNNING
                         )
