@@ -87,6 +87,14 @@ def step(x):
     return tf.reduce_sum(tf.matmul(x, x) * 2.0)
 
 
+SCALAR = tf.ones(())
+
+
+@tf.function
+def same(x):  # allocates nothing when it runs
+    return x
+
+
 @tf.function
 def shift(x):
     return tf.nn.relu(x * 3.0 + tf.ones((256, 256)))  # Grappler folds tf.ones into one 256 KiB constant
@@ -97,6 +105,7 @@ def test_tf_a():
     x = tf.random.normal([1024, 1024], seed=1)
     step(x)
     shift(x[:256, :256])
+    same(SCALAR)
 
 
 def test_tf_b():
@@ -112,6 +121,10 @@ def test_tf_c():
 
     local(tf.ones((64, 64)))
     shift(tf.ones((256, 256)))
+
+
+def test_tf_d():  # its window holds no allocation but when it calls same first
+    same(SCALAR)
 """
 
 
@@ -130,7 +143,7 @@ def _records(pytester: pytest.Pytester, name: str, *args: str, reverse: bool = F
             f"--devmem-traces={traces}",
             *args,
         )
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=4)
     found: dict[str, object] = {}
     for record in json.loads((pytester.path / f"{name}.json").read_text())["records"]:
         del record["sources"], record["duration_s"], record["trace"]["file"]
@@ -156,8 +169,9 @@ def test_tf_functions_first_called_in_any_test_give_the_same_records_in_any_orde
     record = forward["test_functions.py::test_tf_b"]
     assert isinstance(record, dict) and record["peak_bytes_in_use"] == 12582912  # three 4 MiB tensors
     assert any(
-        "kernels of shift, step hold" in note for note in forward["test_functions.py::test_tf_a"]["trace"]["notes"]
+        "kernels of same, shift, step hold" in note for note in forward["test_functions.py::test_tf_a"]["trace"]["notes"]
     )
+    assert forward["test_functions.py::test_tf_d"]["trace"]["events"] == 0
 
 
 @pytest.mark.slow  # two fresh sessions, each starting JAX and TensorFlow

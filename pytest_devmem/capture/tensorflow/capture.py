@@ -188,7 +188,7 @@ class TensorFlowCapture:
         for time, device, size, kept in converted.paused:  # a shared fixture's: the allocator it started
             self._recorder.fixtures.note_at(time, SOURCE, device, size, kept)
         notes = []
-        if profile.functions:  # whichever test called them first: named here, in every test that calls them
+        if profile.functions and len(converted.events):  # a note beside no event marks a test unmeasured
             notes.append(
                 f"the kernels of {', '.join(sorted(profile.functions))} hold constants made at the first call in the process "
                 "(on a GPU, in its memory while the function lives): not in the trace, nor is the host's work of that call"
