@@ -82,11 +82,14 @@ def merge(*streams: Trace | Iterable[TraceEvent]) -> Trace:
     return merged
 
 
-def _tensorflow_kept(readings: list[Reading]) -> dict[str, int]:
-    """TensorFlow's allocator holding more after the test than before it (its current bytes)."""
+def _tensorflow_kept(readings: list[Reading], first_calls: int) -> dict[str, int]:
+    """TensorFlow's allocator holding more after the test than before it (its current bytes), less
+    what its tf.functions' first calls keep, whichever test called them first."""
     for reading in readings:
         if reading.source == "tensorflow" and reading.available:
-            kept = int(reading.figures.get("current_bytes", 0)) - int(reading.figures.get("start_bytes", 0))
+            kept = (
+                int(reading.figures.get("current_bytes", 0)) - int(reading.figures.get("start_bytes", 0)) - first_calls
+            )
             return {"tensorflow": kept} if kept > 0 else {}
     return {}
 
@@ -199,7 +202,7 @@ class Measurement:
             next((r for r in readings if r.source == "tensorflow"), None)
         )
         if kept is not None:
-            kept.update(_tensorflow_kept(readings))
+            kept.update(_tensorflow_kept(readings, self.tensorflow_capture.first_calls_kept))
         notes = []
         platform_problem = self.jax_platform_problem()
         if platform_problem:

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 HOST_PLANE = "/host:CPU"
 ENVIRONMENT_PLANE = "Task Environment"
 ALLOCATION, DEALLOCATION = "MemoryAllocation", "MemoryDeallocation"
-_WANTED_STATS = ("allocator_name", "requested_bytes", "addr", "tf_op", "id")
+_WANTED_STATS = ("allocator_name", "requested_bytes", "addr", "tf_op", "id", "allocation_bytes")
 ALLOCATOR_STATS = ("bytes_allocated", "peak_bytes_in_use", "fragmentation", "allocation_bytes")
 """The allocator's own figures after each call (`AddTraceMe`): bytes in use, peak, fragmentation (its
 `GetFragmentation`, written with six significant digits, NaN when nothing is free) and the chunk's size."""
@@ -47,6 +47,7 @@ class AllocatorEvent(NamedTuple):
     stats: AllocatorStats | None = None  # the allocator's figures after the call, when asked for
     runtime_function: str = ""  # the op's function as the runtime names it (`__inference_step_219`), "" when unknown
     first_call: bool = False  # made by a tf.function's first call, outside its run (FIRST_CALL)
+    chunk_bytes: int = 0  # the allocator's chunk for it (0: not stated)
 
 
 class AllocatorStats(NamedTuple):
@@ -153,6 +154,7 @@ class _Pending(NamedTuple):
     step_inside: bool
     stats: AllocatorStats | None
     first_call: bool
+    chunk: int
 
 
 def read_profile(space: Any, start_ns: int | None = None, *, with_stats: bool = False) -> Profile:
@@ -189,6 +191,7 @@ def read_profile(space: Any, start_ns: int | None = None, *, with_stats: bool = 
                 event.stats,
                 graph,
                 event.first_call,
+                event.chunk,
             )
         )
     profile.functions = {function_name(name) for name in run_functions.values() if name}
@@ -300,7 +303,7 @@ def _read_plane(
                 if event.duration_ps > 0:
                     stack.append((start + event.duration_ps, "", 0, "", _RUNNING))
                 continue
-            allocator, op, requested, address, step = _wanted_stats(event, wanted, stat_names)
+            allocator, op, requested, address, step, chunk = _wanted_stats(event, wanted, stat_names)
             stats = _allocator_stats(event, figures) if figures else None
             pending.append(
                 _Pending(
@@ -317,14 +320,17 @@ def _read_plane(
                     step_inside,
                     stats,
                     bool(stack) and stack[-1][4] == _FIRST_CALL,
+                    chunk,
                 )
             )
 
 
-def _wanted_stats(event: Any, wanted: dict[int, str], stat_names: dict[int, str]) -> tuple[str, str, int, int, int]:
-    """An allocator event's allocator, op, requested bytes, address and step id, its other statistics
-    left unread."""
-    allocator, op, requested, address, step, found = "", "", 0, 0, 0, 0
+def _wanted_stats(
+    event: Any, wanted: dict[int, str], stat_names: dict[int, str]
+) -> tuple[str, str, int, int, int, int]:
+    """An allocator event's allocator, op, requested bytes, address, step id and chunk's bytes, its
+    other statistics left unread."""
+    allocator, op, requested, address, step, chunk, found = "", "", 0, 0, 0, 0, 0
     for stat in event.stats:
         name = wanted.get(stat.metadata_id)
         if name is None:
@@ -337,12 +343,14 @@ def _wanted_stats(event: Any, wanted: dict[int, str], stat_names: dict[int, str]
             requested = stat.int64_value or stat.uint64_value
         elif name == "addr":
             address = stat.uint64_value or stat.int64_value
+        elif name == "allocation_bytes":
+            chunk = stat.int64_value or stat.uint64_value
         else:
             step = stat.int64_value or stat.uint64_value
         found += 1
         if found == len(_WANTED_STATS):
             break
-    return allocator, op, requested, address, step
+    return allocator, op, requested, address, step, chunk
 
 
 def _allocator_stats(event: Any, figures: dict[int, str]) -> AllocatorStats:
