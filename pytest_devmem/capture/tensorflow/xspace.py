@@ -122,18 +122,19 @@ _ALLOCATION, _DEALLOCATION, _RUN, _CALLER, _STEP, _PHASE = 1, 2, 3, 4, 5, 6  # w
 _RUNNING, _FIRST_CALL, _KERNELS = 1, 2, 3  # what the innermost enclosing event says the code inside it does
 _PHASES = {
     "tf.function-graph_building": _FIRST_CALL,
-    "KernelAndDeviceFunc::Run": _KERNELS,  # a tf.function's kernels are built here, run in FunctionRun's steps; an eager op runs here
+    "KernelAndDeviceFunc::Run": _KERNELS,  # builds a tf.function's kernels (they run in FunctionRun); runs an eager op
     "EagerKernelExecute": _RUNNING,
     "EagerCopyToDevice": _RUNNING,
 }
-FIRST_CALL = """What a tf.function's first call in a process makes outside its run is left out of every trace.
+FIRST_CALL = """What a tf.function's first call in a process makes outside its run: in no trace.
 Tracing infers shapes from constants made on the host (`EvaluateConstantTensor`, common_runtime/
 eval_const_tensor.cc). Instantiating optimises the graph: Grappler evaluates constants on a CPU
 device of its own (`DeviceSimple`, grappler/optimizers/evaluation_utils.cc), host memory beside a
-GPU; so does the executor's own folding as the kernels are built (`ConstantFold`, common_runtime/
-constant_folding.cc), where Grappler's is off. Building its kernels makes each `Const` kernel's tensor (`ConstantOp`, kernels/constant_op.cc),
-on a GPU in its memory, held while the function lives: once per process, so in whichever test ran
-first. The record names such functions instead (`capture.py`)."""
+GPU. With Grappler's folding off, the executor folds them as it builds the kernels
+(`ConstantFold`, common_runtime/constant_folding.cc). Each `Const` kernel keeps its tensor
+(`ConstantOp`, kernels/constant_op.cc), on a GPU in its memory, while the function lives. All of it
+happens once per process, in whichever test called the function first: the record names the
+functions instead (`capture.py`)."""
 _STEP_SCOPES = ("ExecutorState::Process", "ExecutorDoneCallback")  # events that run one step, with its id
 
 
@@ -266,24 +267,23 @@ def _read_plane(
                 continue
             if role == _STEP or role == _PHASE:
                 if event.duration_ps > 0:
-                    scope = next(
-                        (
-                            stat.int64_value or stat.uint64_value
-                            for stat in event.stats
-                            if stat.metadata_id == step_stat
-                        ),
-                        0,
-                    )
                     phase = phases.get(event.metadata_id, _RUNNING)
-                    if (
-                        role == _STEP and stack and stack[-1][4] == _FIRST_CALL
-                    ):  # constants folded as its kernels are built
-                        phase = _FIRST_CALL
-                    elif phase == _KERNELS:  # a tf.function's (the innermost caller runs one), or an eager op's
-                        phase = (
-                            _FIRST_CALL if next((entry[3] for entry in reversed(stack) if entry[1]), "") else _RUNNING
+                    if phase == _KERNELS:  # a tf.function's when its innermost caller runs one, else an eager op's
+                        function = next((entry[3] for entry in reversed(stack) if entry[1]), "")
+                        phase = _FIRST_CALL if function else _RUNNING
+                    elif role == _STEP and stack and stack[-1][4] == _FIRST_CALL:
+                        phase = _FIRST_CALL  # the executor folding constants as it builds the kernels
+                    scope = 0
+                    if role == _STEP:
+                        scope = next(
+                            (
+                                stat.int64_value or stat.uint64_value
+                                for stat in event.stats
+                                if stat.metadata_id == step_stat
+                            ),
+                            0,
                         )
-                    stack.append((start + event.duration_ps, "", scope if role == _STEP else 0, "", phase))
+                    stack.append((start + event.duration_ps, "", scope, "", phase))
                 continue
             caller, scope, step_inside = "", 0, False  # the innermost caller and step, and which is inside
             function_id = ""
