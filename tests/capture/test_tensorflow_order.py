@@ -170,7 +170,8 @@ def test_tf_functions_first_called_in_any_test_give_the_same_records_in_any_orde
     record = forward["test_functions.py::test_tf_b"]
     assert isinstance(record, dict) and record["peak_bytes_in_use"] == 12582912  # three 4 MiB tensors
     assert any(
-        "kernels of same, shift, step hold" in note for note in forward["test_functions.py::test_tf_a"]["trace"]["notes"]
+        "kernels of same, shift, step hold" in note
+        for note in forward["test_functions.py::test_tf_a"]["trace"]["notes"]
     )
     assert forward["test_functions.py::test_tf_d"]["trace"]["events"] == 0
 
