@@ -232,3 +232,35 @@ def test_a_tf_functions_first_call_is_its_later_calls_once_its_first_call_work_i
     first, later = ([(e.allocate, e.op, e.requested_bytes) for e in events if not e.first_call] for events in calls)
     assert Counter(first) == Counter(later) and any(e.first_call for e in calls[0])
     assert not any(e.first_call for e in calls[1])
+
+
+@pytest.mark.slow  # real TensorFlow's profiler
+def test_a_variable_made_by_a_tf_functions_first_trace_keeps_its_initial_buffer_in_the_trace(
+    tensorflow_loaded: Any,
+) -> None:
+    """Its initializer runs once, in a function of its own whose folded constant becomes the variable's
+    buffer (`initialize_variables`, polymorphic_function.py): no first-call work of a shared function."""
+    from pytest_devmem.capture.tensorflow.profiler import ProfilerRun
+    from pytest_devmem.capture.tensorflow.xspace import read_profile
+
+    tf = tensorflow_loaded
+
+    class Slots(tf.Module):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            self.slot = None
+
+        @tf.function
+        def __call__(self, x: Any) -> Any:
+            if self.slot is None:
+                self.slot = tf.Variable(tf.zeros((64, 64)))
+            return self.slot.assign_add(x)
+
+    profiler = ProfilerRun()
+    try:
+        profiler.start()
+        Slots()(tf.ones((64, 64)))
+        events = read_profile(profiler.stop()).events
+    finally:
+        profiler.close()
+    kept = [(e.op, e.requested_bytes) for e in events if e.allocate and not e.first_call and e.requested_bytes > 64]
+    assert ("zeros", 64 * 64 * 4) in kept, kept

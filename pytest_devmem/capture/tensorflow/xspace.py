@@ -135,6 +135,11 @@ GPU. With Grappler's folding off, the executor folds them as it builds the kerne
 (`ConstantOp`, kernels/constant_op.cc), on a GPU in its memory, while the function lives. All of it
 happens once per process, in whichever test called the function first: the record names the
 functions instead (`capture.py`)."""
+_INITIALIZER = "initialize_variables"
+"""The function TensorFlow makes to run the initializers a tf.function's first trace lifted out
+(`_initialize_uninitialized_variables`, eager/polymorphic_function/polymorphic_function.py). It is
+made and run once, in the test that makes the variables, and its constants become their buffers
+(Keras's optimizer slots: `Initializer/zeros`): its kernels' constants stay in the trace."""
 _STEP_SCOPES = ("ExecutorState::Process", "ExecutorDoneCallback")  # events that run one step, with its id
 
 
@@ -270,7 +275,7 @@ def _read_plane(
                     phase = phases.get(event.metadata_id, _RUNNING)
                     if phase == _KERNELS:  # a tf.function's when its innermost caller runs one, else an eager op's
                         function = next((entry[3] for entry in reversed(stack) if entry[1]), "")
-                        phase = _FIRST_CALL if function else _RUNNING
+                        phase = _FIRST_CALL if function and function_name(function) != _INITIALIZER else _RUNNING
                     elif role == _STEP and stack and stack[-1][4] == _FIRST_CALL:
                         phase = _FIRST_CALL  # the executor folding constants as it builds the kernels
                     scope = 0
