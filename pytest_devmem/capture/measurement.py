@@ -196,7 +196,8 @@ class Measurement:
             kept = self.recorder.held_since_mark("jax")
         events = self.recorder.end()
         readings = [source.stop() for source in self.sources]
-        if self.jax_capture.installed and not any(events.names[code] == "jax" for code in set(events.sources)):
+        jax_ran = any(events.names[code] == "jax" for code in set(events.sources)) or self.jax_capture.window.failure
+        if self.jax_capture.installed and not jax_ran:  # JAX's counters hold what earlier tests left
             readings = [ran_nothing() if reading.source == "jax" else reading for reading in readings]
         tensorflow_events, tensorflow_notes = self.tensorflow_capture.end(
             next((r for r in readings if r.source == "tensorflow"), None)

@@ -193,7 +193,7 @@ class TensorFlowCapture:
         notes = []
         if profile.functions and len(converted.events):  # a note beside no event marks a test unmeasured
             notes.append(
-                f"the kernels of {', '.join(sorted(profile.functions))} hold constants made at the first call in the process "
+                f"the kernels of {', '.join(sorted(profile.functions))} hold any constants made at their first call in the process "
                 "(on a GPU, in its memory while the function lives): not in the trace, nor is the host's work of that call"
             )
         if converted.host_allocators:
