@@ -127,8 +127,8 @@ _PHASES = {
     "EagerCopyToDevice": _RUNNING,
 }
 FIRST_CALL = """What a tf.function's first call in a process makes outside its run: in no trace.
-Tracing infers shapes from constants made on the host (`EvaluateConstantTensor`, common_runtime/
-eval_const_tensor.cc). Instantiating optimises the graph: Grappler evaluates constants on a CPU
+Tracing keeps on the host the small constants it infers shapes from (`ShapeRefiner`'s cache,
+common_runtime/shape_refiner.h; `EvaluateConstantTensor`, eval_const_tensor.cc). Instantiating optimises the graph: Grappler evaluates constants on a CPU
 device of its own (`DeviceSimple`, grappler/optimizers/evaluation_utils.cc), host memory beside a
 GPU. With Grappler's folding off, the executor folds them as it builds the kernels
 (`ConstantFold`, common_runtime/constant_folding.cc). Each `Const` kernel keeps its tensor
