@@ -323,6 +323,20 @@ class TestRecord:
         return [name for name, reading in self.sources.items() if reading.available]
 
     @property
+    def chip_peak_bytes_in_use(self) -> int | None:
+        """The peak a limit judges: under a TPU preset the chips' highest, None where no chip held
+        any (TensorFlow's CPU allocator is the host's); elsewhere the headline."""
+        if self.tpu is None:
+            return self.peak_bytes_in_use
+        chips = [d.get("peak_bytes_in_use") for d in self.devices or () if not str(d.get("device")).startswith("cpu:")]
+        return max((int(peak) for peak in chips if isinstance(peak, int)), default=None)
+
+    @property
+    def host_peak(self) -> bool:
+        """The headline is the host's: TensorFlow's CPU allocator under a TPU preset, never a chip's."""
+        return self.tpu is not None and str(self.peak_device or "").startswith("cpu:")
+
+    @property
     def out_of_memory(self) -> bool:
         """It ran out of memory: in the replay on the model, or for real."""
         return self.oom is not None

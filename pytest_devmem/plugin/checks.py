@@ -28,6 +28,7 @@ from ..present.buffers import html_lines_section, html_section
 from ..present.plot import write_plot
 from ..present.plot_parts import BaselineSide
 from ..present.text import terminal_lines
+from ..units import format_size
 from .items import id_of_test, marked, not_applied_key, oom_key, regime_of
 from .recording import allocator_setups, machine_spec, make_record
 from .settings import SessionParts
@@ -90,7 +91,13 @@ class Checks(SessionParts):
             )
         failures: list[tuple[str, str | None]] = [("compiler entry", contradicted), ("compile target", unusable)]
         failures.append(("out of memory", oom_verdict(record)))
-        failures.append(("limit", limit_verdict(record.peak_bytes_in_use, record.limit_bytes, largest_at_peak(record))))
+        failures.append(
+            ("limit", limit_verdict(record.chip_peak_bytes_in_use, record.limit_bytes, largest_at_peak(record)))
+        )
+        if record.limit_bytes is not None and record.host_peak and record.trace is not None:
+            record.trace.notes.append(
+                f"the limit {format_size(record.limit_bytes)} judges a chip's memory: the peak here is the host's (TensorFlow's CPU allocator), not judged"
+            )
         if spec is not None:
             aliases = bound_names(item) if isinstance(spec.max_compiles, dict) else {}
             failures.append(

@@ -1,10 +1,12 @@
 """Every selection gives the same record: the project of `benchmarks/bench_selection.py` (a JAX
 model module with a module-level jit, params built in a fixture, an unmarked test that runs the same
-programs first, JAX's eager helpers, `max_compiles` tests, TensorFlow tests, JAX and TensorFlow in
-one test, the fixture's pool, a step sharded over four devices) with every test measured and with
-only the marked ones measured (no `--devmem-mode`), where a marked test after an unmeasured one once
-lost most of its figure. The benchmark runs the other seven selections (reversed, two pytest-split
-shards, `-n 2`, three tests alone): `python -m benchmarks.bench_selection`."""
+programs first, JAX's eager helpers, `max_compiles` tests, TensorFlow tests sharing a tf.function,
+JAX and TensorFlow in one test, the fixture's pool, a step sharded over four devices) with every
+test measured and with only the marked ones measured (no `--devmem-mode`), where a marked test
+after an unmeasured one once lost most of its figure. The benchmark runs the other seven selections
+(reversed, two pytest-split shards, `-n 2`, three tests alone): `python -m
+benchmarks.bench_selection`. TensorFlow's tf.functions in any order and under `-n 2`:
+tests/capture/test_tensorflow_order.py."""
 
 from __future__ import annotations
 

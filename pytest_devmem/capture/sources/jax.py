@@ -37,6 +37,11 @@ def read_jax_stats() -> tuple[str, dict[str, Any] | None] | None:
         return None
 
 
+def ran_nothing() -> Reading:
+    """The reading of a test that ran no JAX: the same whether JAX ran before it or not."""
+    return unavailable("jax", "JAX ran nothing in this test", unused=True)
+
+
 class JaxSource:
     """Bytes in use and peak from JAX's allocator on its first device, over one test."""
 

@@ -55,6 +55,7 @@ class TensorFlowCapture:
         self._op_lines = OpLines()  # each tf.function op's Python line, read once per function and window
         self._reading_lines = False  # from a window's start until its events are converted
         self.note = ""
+        self.first_calls_kept = 0  # the window's tf.functions' first calls still hold: no leak of the test's
 
     # -- the process -------------------------------------------------------------------------
 
@@ -124,6 +125,7 @@ class TensorFlowCapture:
     # -- one window ----------------------------------------------------------------------------
 
     def begin(self) -> None:
+        self.first_calls_kept = 0
         self._in_window = True
         self._reading_lines = True
         self._problem = None
@@ -185,9 +187,15 @@ class TensorFlowCapture:
             paused=self._recorder.paused_spans,
             site_of=self._op_lines.site,
         )
+        self.first_calls_kept = converted.first_calls_kept
         for time, device, size, kept in converted.paused:  # a shared fixture's: the allocator it started
             self._recorder.fixtures.note_at(time, SOURCE, device, size, kept)
         notes = []
+        if profile.functions and len(converted.events):  # a note beside no event marks a test unmeasured
+            notes.append(
+                f"the kernels of {', '.join(sorted(profile.functions))} hold any constants made at their first call in the process "
+                "(on a GPU, in its memory while the function lives): not in the trace, nor is the host's work of that call"
+            )
         if converted.host_allocators:
             notes.append(
                 f"TensorFlow's host allocations ({', '.join(sorted(converted.host_allocators))}) are host memory beside its GPU: not in the trace"

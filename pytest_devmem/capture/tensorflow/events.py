@@ -9,7 +9,7 @@ edge. Devices come from allocator names:
 `GPU_<k>_bfc` (TensorFlow's GPU allocator, tensorflow/core/common_runtime/gpu/gpu_device.cc) is
 `gpu:<k>`; on a machine where TensorFlow has no GPU its CPU allocator is `cpu:0`; where it has one,
 its host allocators (pinned staging memory, `gpu_host_bfc`, and the CPU's) are not device memory
-and are left out.
+and are left out. So is what a tf.function's first call makes outside its run (`xspace.FIRST_CALL`).
 """
 
 from __future__ import annotations
@@ -84,6 +84,7 @@ class Converted:
     # (time, device, bytes, kept: not freed inside a pause) of each allocation made while the window
     # was paused (a shared fixture's: what it keeps, whatever the test does with it later)
     paused: list[tuple[float, str, int, bool]] = field(default_factory=list)
+    first_calls_kept: int = 0  # chunk bytes of a tf.function's first call not freed in the window
 
 
 def _paused(time: float, spans: Sequence[tuple[float, float]]) -> bool:
@@ -106,6 +107,7 @@ def trace_events(
     live: dict[tuple[str, int], list[int]] = {}  # (allocator, address) -> ids, latest last; 0: not the window's
     allocations: dict[int, tuple[int, str, str, str]] = {}  # id -> (bytes, label, device, site)
     threads: dict[int, int] = {}
+    first_calls: dict[tuple[str, int], int] = {}  # (allocator, address) -> chunk bytes of first-call allocations live
     ordered = sorted(events, key=lambda event: (event.time_ns, event.allocate))
     for event in ordered:
         # the profiler runs from the window's start until after its end, when only the plugin runs: an
@@ -116,6 +118,10 @@ def trace_events(
             device = allocator_device(event.allocator, tensorflow_has_gpu)
             if device is None:
                 converted.host_allocators.add(event.allocator)
+                continue
+            if event.first_call:  # a tf.function's first call in the process, outside its run (xspace.FIRST_CALL)
+                live.setdefault(key, []).append(0)
+                first_calls[key] = event.chunk_bytes
                 continue
             was_paused = _paused(time, paused)
             if was_paused and event.requested_bytes > 0:  # numbered -1, -2...: its free marks it
@@ -141,6 +147,7 @@ def trace_events(
         if not stack:
             continue  # allocated before the window (or by a host allocator): not the window's
         buffer_id = stack.pop()
+        first_calls.pop(key, None)
         if buffer_id < 0:  # a paused allocation's free: not kept where freed inside a pause (its fixture's)
             if _paused(time, paused):
                 converted.paused[-buffer_id - 1] = (*converted.paused[-buffer_id - 1][:3], False)
@@ -151,4 +158,5 @@ def trace_events(
         thread = threads.setdefault(event.thread, len(threads))
         converted.events.add(FREE_CODE, buffer_id, size, time, thread, 0, SOURCE, name, device, 0, site)
         converted.origins.append(event)
+    converted.first_calls_kept = sum(first_calls.values())
     return converted

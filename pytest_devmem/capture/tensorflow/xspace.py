@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 HOST_PLANE = "/host:CPU"
 ENVIRONMENT_PLANE = "Task Environment"
 ALLOCATION, DEALLOCATION = "MemoryAllocation", "MemoryDeallocation"
-_WANTED_STATS = ("allocator_name", "requested_bytes", "addr", "tf_op", "id")
+_WANTED_STATS = ("allocator_name", "requested_bytes", "addr", "tf_op", "id", "allocation_bytes")
 ALLOCATOR_STATS = ("bytes_allocated", "peak_bytes_in_use", "fragmentation", "allocation_bytes")
 """The allocator's own figures after each call (`AddTraceMe`): bytes in use, peak, fragmentation (its
 `GetFragmentation`, written with six significant digits, NaN when nothing is free) and the chunk's size."""
@@ -46,6 +46,8 @@ class AllocatorEvent(NamedTuple):
     thread: int = 0  # the index of the thread's line in the profile
     stats: AllocatorStats | None = None  # the allocator's figures after the call, when asked for
     runtime_function: str = ""  # the op's function as the runtime names it (`__inference_step_219`), "" when unknown
+    first_call: bool = False  # made by a tf.function's first call, outside its run (FIRST_CALL)
+    chunk_bytes: int = 0  # the allocator's chunk for it (0: not stated)
 
 
 class AllocatorStats(NamedTuple):
@@ -64,6 +66,7 @@ class Profile:
     events: list[AllocatorEvent] = field(default_factory=list)
     host_events: int = 0  # every event TensorFlow recorded on the host: 0 means it did nothing
     start_ns: int | None = None  # the session's start on TensorFlow's clock, when the profile says
+    functions: set[str] = field(default_factory=set)  # the tf.functions called eagerly, by their authors' names
 
 
 def function_name(name: str) -> str:
@@ -115,7 +118,28 @@ def _start_ns(space: Any) -> int | None:
     return None
 
 
-_ALLOCATION, _DEALLOCATION, _RUN, _CALLER, _STEP = 1, 2, 3, 4, 5  # what an event is to the reader
+_ALLOCATION, _DEALLOCATION, _RUN, _CALLER, _STEP, _PHASE = 1, 2, 3, 4, 5, 6  # what an event is to the reader
+_RUNNING, _FIRST_CALL, _KERNELS = 1, 2, 3  # what the innermost enclosing event says the code inside it does
+_PHASES = {
+    "tf.function-graph_building": _FIRST_CALL,
+    "KernelAndDeviceFunc::Run": _KERNELS,  # builds a tf.function's kernels (they run in FunctionRun); runs an eager op
+    "EagerKernelExecute": _RUNNING,
+    "EagerCopyToDevice": _RUNNING,
+}
+FIRST_CALL = """What a tf.function's first call in a process makes outside its run: in no trace.
+Tracing keeps on the host the small constants it infers shapes from (`ShapeRefiner`'s cache,
+common_runtime/shape_refiner.h; `EvaluateConstantTensor`, eval_const_tensor.cc). Instantiating optimises the graph: Grappler evaluates constants on a CPU
+device of its own (`DeviceSimple`, grappler/optimizers/evaluation_utils.cc), host memory beside a
+GPU. With Grappler's folding off, the executor folds them as it builds the kernels
+(`ConstantFold`, common_runtime/constant_folding.cc). Each `Const` kernel keeps its tensor
+(`ConstantOp`, kernels/constant_op.cc), on a GPU in its memory, while the function lives. All of it
+happens once per process, in whichever test called the function first: the record names the
+functions instead (`capture.py`)."""
+_INITIALIZER = "initialize_variables"
+"""The function TensorFlow makes to run the initializers a tf.function's first trace lifted out
+(`_initialize_uninitialized_variables`, eager/polymorphic_function/polymorphic_function.py). It is
+made and run once, in the test that makes the variables, and its constants become their buffers
+(Keras's optimizer slots: `Initializer/zeros`): its kernels' constants stay in the trace."""
 _STEP_SCOPES = ("ExecutorState::Process", "ExecutorDoneCallback")  # events that run one step, with its id
 
 
@@ -135,6 +159,8 @@ class _Pending(NamedTuple):
     scope: int
     step_inside: bool
     stats: AllocatorStats | None
+    first_call: bool
+    chunk: int
 
 
 def read_profile(space: Any, start_ns: int | None = None, *, with_stats: bool = False) -> Profile:
@@ -170,8 +196,11 @@ def read_profile(space: Any, start_ns: int | None = None, *, with_stats: bool = 
                 event.thread,
                 event.stats,
                 graph,
+                event.first_call,
+                event.chunk,
             )
         )
+    profile.functions = {function_name(name) for name in run_functions.values() if name}
     return profile
 
 
@@ -191,6 +220,8 @@ def _event_roles(plane: Any) -> tuple[dict[int, int], dict[int, str], dict[int, 
             roles[key] = _RUN
         elif name in _STEP_SCOPES:
             roles[key] = _STEP
+        elif name in _PHASES:
+            roles[key] = _PHASE
         elif (caller := caller_name(name)) is not None:
             roles[key], callers[key], runtime[key] = _CALLER, caller, runtime_name(name)
     return roles, callers, runtime
@@ -213,14 +244,15 @@ def _read_plane(
     figures = {key: name for key, name in stat_names.items() if name in ALLOCATOR_STATS} if with_stats else {}
     step_stat = next((key for key, name in wanted.items() if name == "id"), None)
     roles, callers, runtime = _event_roles(plane)
+    phases = {key: _PHASES[meta.name] for key, meta in plane.event_metadata.items() if roles.get(key) == _PHASE}
     for thread, line in enumerate(plane.lines):
         events = line.events
         profile.host_events += len(events)
         base = line.timestamp_ns
         if base < _ABSOLUTE_NS:
             base += profile.start_ns or 0
-        # enclosing callers and steps: (end, caller, step id, the caller's runtime name); popped lazily
-        stack: list[tuple[int, str, int, str]] = []
+        # enclosing callers, steps and phases: (end, caller, step id, the caller's runtime name, phase); popped lazily
+        stack: list[tuple[int, str, int, str, int]] = []
         last_start = -1
         for event in events:
             role = roles.get(event.metadata_id)
@@ -233,24 +265,34 @@ def _read_plane(
             while stack and stack[-1][0] <= start:
                 stack.pop()
             if role == _CALLER:
-                if event.duration_ps > 0:
-                    stack.append((start + event.duration_ps, callers[event.metadata_id], 0, runtime[event.metadata_id]))
+                if event.duration_ps > 0:  # a function's eager call: its first call's work, until its kernels execute
+                    function = runtime[event.metadata_id]
+                    phase = _FIRST_CALL if function else _RUNNING
+                    stack.append((start + event.duration_ps, callers[event.metadata_id], 0, function, phase))
                 continue
-            if role == _STEP:
-                if event.duration_ps > 0 and step_stat is not None:
-                    scope = next(
-                        (
-                            stat.int64_value or stat.uint64_value
-                            for stat in event.stats
-                            if stat.metadata_id == step_stat
-                        ),
-                        0,
-                    )
-                    stack.append((start + event.duration_ps, "", scope, ""))
+            if role == _STEP or role == _PHASE:
+                if event.duration_ps > 0:
+                    phase = phases.get(event.metadata_id, _RUNNING)
+                    if phase == _KERNELS:  # a tf.function's when its innermost caller runs one, else an eager op's
+                        function = next((entry[3] for entry in reversed(stack) if entry[1]), "")
+                        phase = _FIRST_CALL if function and function_name(function) != _INITIALIZER else _RUNNING
+                    elif role == _STEP and stack and stack[-1][4] == _FIRST_CALL:
+                        phase = _FIRST_CALL  # the executor folding constants as it builds the kernels
+                    scope = 0
+                    if role == _STEP:
+                        scope = next(
+                            (
+                                stat.int64_value or stat.uint64_value
+                                for stat in event.stats
+                                if stat.metadata_id == step_stat
+                            ),
+                            0,
+                        )
+                    stack.append((start + event.duration_ps, "", scope, "", phase))
                 continue
             caller, scope, step_inside = "", 0, False  # the innermost caller and step, and which is inside
             function_id = ""
-            for _, name, step_id, runtime_id in reversed(stack):
+            for _, name, step_id, runtime_id, _ in reversed(stack):
                 if name and not caller:
                     caller, function_id = name, runtime_id
                 elif step_id and not scope:
@@ -263,8 +305,10 @@ def _read_plane(
                     if run is not None:
                         run_callers[run.int64_value or run.uint64_value] = caller
                         run_functions[run.int64_value or run.uint64_value] = function_id
+                if event.duration_ps > 0:
+                    stack.append((start + event.duration_ps, "", 0, "", _RUNNING))
                 continue
-            allocator, op, requested, address, step = _wanted_stats(event, wanted, stat_names)
+            allocator, op, requested, address, step, chunk = _wanted_stats(event, wanted, stat_names)
             stats = _allocator_stats(event, figures) if figures else None
             pending.append(
                 _Pending(
@@ -280,14 +324,18 @@ def _read_plane(
                     scope,
                     step_inside,
                     stats,
+                    bool(stack) and stack[-1][4] == _FIRST_CALL,
+                    chunk,
                 )
             )
 
 
-def _wanted_stats(event: Any, wanted: dict[int, str], stat_names: dict[int, str]) -> tuple[str, str, int, int, int]:
-    """An allocator event's allocator, op, requested bytes, address and step id, its other statistics
-    left unread."""
-    allocator, op, requested, address, step, found = "", "", 0, 0, 0, 0
+def _wanted_stats(
+    event: Any, wanted: dict[int, str], stat_names: dict[int, str]
+) -> tuple[str, str, int, int, int, int]:
+    """An allocator event's allocator, op, requested bytes, address, step id and chunk's bytes, its
+    other statistics left unread."""
+    allocator, op, requested, address, step, chunk, found = "", "", 0, 0, 0, 0, 0
     for stat in event.stats:
         name = wanted.get(stat.metadata_id)
         if name is None:
@@ -300,12 +348,14 @@ def _wanted_stats(event: Any, wanted: dict[int, str], stat_names: dict[int, str]
             requested = stat.int64_value or stat.uint64_value
         elif name == "addr":
             address = stat.uint64_value or stat.int64_value
+        elif name == "allocation_bytes":
+            chunk = stat.int64_value or stat.uint64_value
         else:
             step = stat.int64_value or stat.uint64_value
         found += 1
         if found == len(_WANTED_STATS):
             break
-    return allocator, op, requested, address, step
+    return allocator, op, requested, address, step, chunk
 
 
 def _allocator_stats(event: Any, figures: dict[int, str]) -> AllocatorStats:
