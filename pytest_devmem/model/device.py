@@ -231,8 +231,11 @@ def open_simulated(spec: str = "sim") -> SimulatedDevice:
 
 
 CLASS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-CLASS_SUFFIXES = ("", "-cpu-sizes", "-onednn", "-cpu-sizes-onednn")
-"""What a session adds to its device's class where the figures are not the device's own kind's."""
+def class_suffixes() -> str:
+    """What a session may add to its device's class where the figures are not the device's own
+    kind's, as a pattern: the CPU's or another preset's sizes (`--devmem-compile-target`), oneDNN."""
+    presets = "|".join(re.escape(name) for name in sorted({*PRESETS, *TPU_SPECS}, key=len, reverse=True))
+    return rf"(?:-cpu-sizes|-(?:{presets})-sizes)?(?:-onednn)?"
 
 
 def class_of(device: str) -> str | None:
@@ -253,9 +256,11 @@ def device_class_problem(device_class: object, device: object = None) -> str | N
     if not isinstance(device_class, str) or not CLASS_NAME.fullmatch(device_class):
         return f"device class {shown} is not a plain name (letters, digits, '.', '_', '-'; first a letter or digit)"
     base = class_of(device) if isinstance(device, str) else None
-    if base is not None and device_class not in (base + suffix for suffix in CLASS_SUFFIXES):
-        suffixes = " or ".join(CLASS_SUFFIXES[1:3])
-        return f"device class {shown} is not made from its device {str(device)[:80]!r} ({base}, or with {suffixes})"
+    if base is not None and not re.fullmatch(re.escape(base) + class_suffixes(), device_class):
+        return (
+            f"device class {shown} is not made from its device {str(device)[:80]!r} "
+            f"({base}, or with -cpu-sizes, -PRESET-sizes or -onednn)"
+        )
     return None
 
 

@@ -187,3 +187,19 @@ def test_real_gpu_native_compile_and_the_deviceless_compile_for_its_preset_size_
     assert records["deviceless"]["compile_target"] == presets[0]  # sized by the deviceless compile, not the CPU's
     native, deviceless = (records[name]["peak_bytes_in_use"] for name in ("native", "deviceless"))
     assert abs(native - deviceless) <= 0.1 * native, (native, deviceless)
+
+
+def test_baselines_under_another_targets_sizes_are_read_back_by_the_next_session(pytester: pytest.Pytester) -> None:
+    """`--devmem-compile-target=TPU-v5p` on sim:16GiB writes the class sim-16GiB-TPU-v5p-sizes; a device
+    class checked against its device (hostile inputs, round five) still takes that suffix."""
+    from pytest_devmem.model.device import device_class_problem
+
+    pytester.makepyfile("def test_a(devmem):\n    devmem.pool.free(devmem.pool.alloc(2**20))\n")
+    options = ["--devmem-mode=ondemand", "--devmem-compile-target=TPU-v5p", "-p", "no:cacheprovider"]
+    pytester.runpytest_subprocess(*options, "--devmem-update").assert_outcomes(passed=1)
+    assert [path.name for path in (pytester.path / "baselines").iterdir()] == ["sim-16GiB-TPU-v5p-sizes"]
+    again = pytester.runpytest_subprocess(*options)
+    again.assert_outcomes(passed=1)
+    again.stdout.fnmatch_lines(["*1 ok*"])
+    assert device_class_problem("sim-16GiB-H100-80GB-sizes-onednn", "sim:16GiB") is None
+    assert device_class_problem("sim-16GiB-evil-sizes", "sim:16GiB") is not None
