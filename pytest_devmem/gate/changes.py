@@ -278,7 +278,7 @@ def what_grew(
     grown.sort(key=lambda item: (-(item[2] - (item[1] or 0)), item[0]))
     floor = SMALL_SHARE * sum(now.values())
     large = [item for item in grown if item[2] - (item[1] or 0) >= floor] or grown[:1]
-    return large[:top], len(grown) - len(large[:top])
+    return large[:top], len(grown) - len(large)
 
 
 def contributors_of(record: TestRecord) -> dict[str, int]:

@@ -881,3 +881,14 @@ def test_a_baselines_lines_at_the_peak_are_read_back_and_a_bad_entry_names_the_f
     path.write_text(json.dumps({**document, "records": {"test_model.py::test_a": {"ondemand": record}}}))
     with pytest.raises(FileFormatError, match=r"test_model\.py\.json.*lines_at_peak"):
         read_file(path)
+
+
+def test_what_grew_counts_as_small_only_holders_that_grew_by_less_than_the_share() -> None:
+    """Five holders that each grew by a fifth of the peak: three listed, none called small."""
+    from pytest_devmem.gate.changes import what_grew
+
+    now = {name: 20 for name in "abcde"}
+    listed, small = what_grew({}, now)
+    assert len(listed) == 3 and small == 0
+    listed, small = what_grew({}, {**now, "tiny": 0 + 1}, top=3)
+    assert small == 1
