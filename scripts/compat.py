@@ -87,15 +87,21 @@ def python_for(version: str) -> str:
             return f"python{version}"
     except OSError:
         pass
-    pyenv = subprocess.run(["pyenv", "root"], capture_output=True, text=True).stdout.strip()
-    matches = sorted(Path(pyenv, "versions").glob(f"{version}.*/bin/python")) if pyenv else []
+    try:
+        pyenv = subprocess.run(["pyenv", "root"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        pyenv = ""
+    found = Path(pyenv, "versions").glob(f"{version}.*/bin/python") if pyenv else ()
+    numbered = [path for path in found if path.parent.parent.name.replace(".", "").isdigit()]  # not 3.13.0t
+    matches = sorted(numbered, key=lambda path: [int(part) for part in path.parent.parent.name.split(".")])
     if not matches:
         raise SystemExit(f"no Python {version}: install it (pyenv install {version}) or put python{version} on PATH")
     return str(matches[-1])
 
 
 def run(command: list[str], cwd: Path = ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, env={**os.environ, **(env or {})})
+    own = {name: value for name, value in os.environ.items() if not name.startswith("DEVMEM_")}  # the row's defaults
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, env={**own, **(env or {})})
 
 
 def build(row: Row, root: Path, tests: bool, gpu: bool) -> tuple[Path, str]:
@@ -144,9 +150,13 @@ REFERENCE: dict[str, dict[str, dict]] = {}
 """The first row's records by check and test id: what another row's are held to where a baseline moved."""
 
 
+def notes_of(record: dict) -> list[str]:
+    return (record.get("trace") or {}).get("notes") or []
+
+
 def compiled_sizes(record: dict) -> dict[str, tuple[int, int]]:
     """Each executable's (temp, output) bytes as its compiler stated them."""
-    found = record.get("trace", {}).get("executables", {})
+    found = (record.get("trace") or {}).get("executables") or {}
     return {label: (sizes.get("temp_bytes", 0), sizes.get("output_bytes", 0)) for label, sizes in found.items()}
 
 
@@ -155,7 +165,7 @@ def baseline_verdict(check: str, code: int, output: str, report: dict) -> str:
     this release's compiler stated other sizes for the same executables than the first row's did."""
     records = report.get("records", [])
     last = output.strip().splitlines()[-1] if output.strip() else ""
-    kept = [r["test_id"] for r in records if any("kept the CPU compile's sizes" in n for n in r["trace"]["notes"])]
+    kept = [r["test_id"] for r in records if any("kept the CPU compile's sizes" in n for n in notes_of(r))]
     if not records:
         return f"FAILED (exit {code}): {last}"
     if kept:
@@ -174,8 +184,9 @@ def baseline_verdict(check: str, code: int, output: str, report: dict) -> str:
             f"{record['test_id'].rpartition('::')[2]} {record['peak_bytes_in_use'] / 2**20:.2f} MiB: this XLA "
             f"states {label} temp {now[label][0] / 2**20:.2f} MiB (first row {then[label][0] / 2**20:.2f} MiB)"
         )
-    if code and not moved:
-        return f"FAILED (exit {code}): {last}"
+    failed = [r["test_id"] for r in records if r.get("outcome") == "failed" and r not in moved]
+    if code and (failed or not moved):
+        return f"FAILED (exit {code}): {', '.join(failed) or last}"
     compared = [s for s in statuses if s not in ("new", None)]
     return f"{len(compared) - len(moved)} ok, {len(statuses) - len(compared)} new" + "".join(
         f"; {text}" for text in explained

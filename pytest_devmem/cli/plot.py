@@ -80,6 +80,8 @@ def baseline_of(record: dict[str, object] | None, directory: Path | None, output
         return None
     if record is None or output.suffix.lower() == ".png":
         raise InputError("--baselines draws a report's record as HTML (-o FILE.html), not a trace or a PNG")
+    if not record.get("device_class"):
+        raise InputError(f"the record of {record.get('test_id')} names no device class: its baseline cannot be found")
     store = BaselineStore(directory, str(record["device_class"])).load()
     entry = store.get(str(record["test_id"]), str(record["regime"]))
     if entry is None:
