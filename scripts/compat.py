@@ -155,9 +155,11 @@ def notes_of(record: dict) -> list[str]:
 
 
 def compiled_sizes(record: dict) -> dict[str, tuple[int, int]]:
-    """Each executable's (temp, output) bytes as its compiler stated them."""
+    """Each executable's (temp per device, output) bytes as its compiler stated them."""
     found = (record.get("trace") or {}).get("executables") or {}
-    return {label: (sizes.get("temp_bytes", 0), sizes.get("output_bytes", 0)) for label, sizes in found.items()}
+    return {
+        label: (sizes.get("temp_bytes_per_device", 0), sizes.get("output_bytes", 0)) for label, sizes in found.items()
+    }
 
 
 def baseline_verdict(check: str, code: int, output: str, report: dict) -> str:
@@ -182,7 +184,7 @@ def baseline_verdict(check: str, code: int, output: str, report: dict) -> str:
         label = differs[0]
         explained.append(
             f"{record['test_id'].rpartition('::')[2]} {record['peak_bytes_in_use'] / 2**20:.2f} MiB: this XLA "
-            f"states {label} temp {now[label][0] / 2**20:.2f} MiB (first row {then[label][0] / 2**20:.2f} MiB)"
+            f"states {label} temp {now[label][0] / 2**20:.2f} MiB a device (first row {then[label][0] / 2**20:.2f} MiB)"
         )
     failed = [r["test_id"] for r in records if r.get("outcome") == "failed" and r not in moved]
     if code and (failed or not moved):
