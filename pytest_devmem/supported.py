@@ -38,7 +38,7 @@ class Supported:
         )
 
 
-JAX = Supported("jax", ("jax",), "0.9", "0.12.1", "0.9.0 to 0.12.0.1")
+JAX = Supported("jax", ("jax",), "0.9.2", "0.12.1", "0.9.2 to 0.12.0.1")
 TENSORFLOW = Supported(
     "tensorflow",
     ("tensorflow", "tensorflow-cpu", "tensorflow-macos", "tensorflow-intel"),

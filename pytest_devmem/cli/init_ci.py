@@ -193,7 +193,8 @@ def render(name: str, gate: Gate) -> str:
     device_args = f"--devmem-mode={gate.mode} --devmem-device={gate.device}"
     words = {
         "TESTS": " ".join(shlex.quote(path) for path in gate.tests),
-        "MEASURE_INSTALL": json.dumps(gate.measure_install, ensure_ascii=False),  # YAML's double quotes: no ` #`, no `: `
+        # YAML's double-quoted form: no ` #` comment, no `: `
+        "MEASURE_INSTALL": json.dumps(gate.measure_install, ensure_ascii=False),
         "GATE_INSTALL": json.dumps(gate.gate_install, ensure_ascii=False),
         "COMPILER_NAME": (gate.compiler or "").upper(),
         "COMPILER": gate.compiler or "",

@@ -231,6 +231,8 @@ def open_simulated(spec: str = "sim") -> SimulatedDevice:
 
 
 CLASS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
 def class_suffixes() -> str:
     """What a session may add to its device's class where the figures are not the device's own
     kind's, as a pattern: the CPU's or another preset's sizes (`--devmem-compile-target`), oneDNN."""

@@ -412,9 +412,11 @@ def test_a_damaged_libtpu_under_a_fine_manifest_keeps_the_cpu_sizes_class(
 
 @pytest.mark.skipif(LIBTPU_IN_ENVIRONMENT, reason="libtpu is installed in this environment itself: no folder is loaded")
 def test_a_libtpu_that_cannot_start_under_a_fine_folder_stores_no_cpu_figures_as_a_tpus(
-    pytester: pytest.Pytester, tmp_path: Path
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     folder = folder_for(tmp_path / "compilers")  # every file pip listed is there: a libtpu that starts no compiler
+    # libtpu names itself in TPU_LIBRARY_PATH when a test of this process imports it; JAX would load that one
+    monkeypatch.delenv("TPU_LIBRARY_PATH", raising=False)
     pytester.makepyfile("import jax.numpy as jnp\n\ndef test_one(devmem):\n    (jnp.ones(8) * 2).block_until_ready()\n")
     result = pytester.runpytest_subprocess(
         "-p",

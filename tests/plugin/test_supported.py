@@ -1,6 +1,6 @@
 """A session outside the tested releases stops at start, naming what is installed and the range.
 
-The matrix (scripts/compat.py) runs the same refusal against real JAX 0.8.3, 0.6.2 and 0.4.38 in venvs
+The matrix (scripts/compat.py) runs the same refusal against real JAX 0.9.0, 0.8.3, 0.6.2 and 0.4.38 in venvs
 of their own; here a distribution's metadata ahead of the real one on the path stands for them.
 """
 
@@ -14,7 +14,8 @@ from pytest_devmem import supported
 @pytest.mark.parametrize(
     ("version", "in_range"),
     [
-        ("0.9.0", True),
+        ("0.9.2", True),
+        ("0.9.1", False),
         ("0.10.2", True),
         ("0.12.0.1", True),
         ("0.8.3", False),
@@ -33,8 +34,8 @@ def test_the_jax_range_is_the_tested_one(version: str, in_range: bool) -> None:
     problem = supported.JAX.problem(version)
     assert (problem is None) == in_range
     if problem:
-        assert f"jax {version} is installed" in problem and "0.9.0 to 0.12.0.1" in problem
-        assert "pip install 'jax>=0.9,<0.12.1'" in problem
+        assert f"jax {version} is installed" in problem and "0.9.2 to 0.12.0.1" in problem
+        assert "pip install 'jax>=0.9.2,<0.12.1'" in problem
 
 
 @pytest.mark.parametrize(("python", "refused"), [((3, 10), True), ((3, 11), False), ((3, 13), False), ((3, 14), True)])

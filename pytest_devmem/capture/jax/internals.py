@@ -5,7 +5,7 @@ post-hook; its lowering, to compile a program again for a GPU or TPU; a few type
 function here. A function raises ImportError or returns None where a release lacks it, and its
 caller says so in a note. A new JAX release is this file to read.
 
-Tested on JAX 0.9.0, 0.9.2, 0.10.0, 0.10.2, 0.11.2 and 0.12.0.1 (docs/compatibility.md, scripts/compat.py).
+Tested on JAX 0.9.2, 0.10.0, 0.10.2, 0.11.2 and 0.12.0.1 (docs/compatibility.md, scripts/compat.py).
 Older releases are refused at session start (pytest_devmem/supported.py; the docs say why).
 """
 
