@@ -228,7 +228,19 @@ def check(row: Row, venv: Path, tests: bool, gpu: bool) -> dict[str, str]:
             results["gpu"] = baseline_verdict("gpu", code, output, report)
     if tests:
         files = (JAX_TESTS if row.jax else ()) + (TF_TESTS if row.tensorflow else ())
-        done = run([str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", *files])
+        done = run(
+            [
+                str(venv / "bin" / "python"),
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-m",
+                "slow or not slow",
+                *files,
+            ]
+        )
         last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr.strip()[-200:]
         results["tests"] = last if done.returncode == 0 else f"FAILED: {last}"
     return results
