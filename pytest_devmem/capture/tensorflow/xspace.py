@@ -355,7 +355,8 @@ def _wanted_stats(
         found += 1
         if found == len(_WANTED_STATS):
             break
-    return allocator, op, requested, address, step, chunk
+    # TensorFlow 2.19 prints a missing op as "(null)" (tf.data's batch filled outside any op): none
+    return allocator, "" if op == "(null)" else op, requested, address, step, chunk
 
 
 def _allocator_stats(event: Any, figures: dict[int, str]) -> AllocatorStats:
