@@ -324,6 +324,19 @@ def test_a_profile_gives_each_allocation_its_op_function_and_time(tensorflow_loa
     ]
 
 
+def test_an_op_tensorflow_prints_as_null_is_no_op(tensorflow_loaded: object) -> None:
+    """TensorFlow 2.16 to 2.19 write `tf_op: "(null)"` for an allocation outside any op (a tf.data
+    batch filled in the executor's done callback): it takes its step's function, as no op does."""
+    space = make_space(tensorflow_loaded)
+    outside = next(
+        event for event in space.planes[1].lines[1].events if any(s.uint64_value == 0x30 for s in event.stats)
+    )
+    outside.stats.add(metadata_id=4, str_value="(null)")
+    outside.stats.add(metadata_id=5, int64_value=-42)
+    found = [(e.op, e.function) for e in read_profile(space).events if e.address == 0x30]
+    assert found == [("", "step")]
+
+
 # -- real TensorFlow, one process per oneDNN setting ---------------------------------------------
 
 WORK = """
