@@ -11,6 +11,7 @@ from array import array
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..capture.jax.hlo_proto import PRIMITIVE_TYPES
 from ..capture.measurement import Captured, Measurement
 from ..files import frames_from
 from ..gate.changes import buffers_of
@@ -204,14 +205,19 @@ def describe_tpu(record: TestRecord, description: str, captured: Captured, trace
         record.oom = {key: value for key, value in oom.items() if value is not None}
 
 
+ELEMENT_BYTES = dict(PRIMITIVE_TYPES.values())
+"""Bytes per element by the name XLA prints (0: not whole bytes, so no exact figure)."""
+
+
 def exact_outputs(needed: object, signatures: object) -> object:
     """The refused program's outputs' bytes where the compiler's figure (two decimals, as libtpu
     prints sizes: 19.53G for 20,971,520,000 B) is theirs rounded; its figure otherwise."""
     for signature in signatures if isinstance(signatures, list) else ():
-        shapes = re.findall(r"([a-z]+(\d*)\w*)\[([\d,]*)\]", str(signature).rpartition(")->")[2])
-        exact = sum(
-            max(int(bits or 8) // 8, 1) * math.prod(map(int, filter(None, dims.split(",")))) for _, bits, dims in shapes
-        )
+        shapes = re.findall(r"(\w+)\[([\d,]*)\]", str(signature).rpartition(")->")[2])
+        sizes = [
+            ELEMENT_BYTES.get(name, 0) * math.prod(map(int, filter(None, dims.split(",")))) for name, dims in shapes
+        ]
+        exact = sum(sizes) if all(sizes) else 0
         if isinstance(needed, int) and exact and format_size(exact) == format_size(needed):
             return exact
     return needed
