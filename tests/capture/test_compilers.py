@@ -391,34 +391,12 @@ def test_a_session_without_the_compiler_says_which_command_installs_it(
     )
 
 
-@pytest.mark.skipif(LIBTPU_IN_ENVIRONMENT, reason="libtpu is installed in this environment itself: no folder is loaded")
-def test_a_damaged_libtpu_under_a_fine_manifest_keeps_the_cpu_sizes_class(
-    pytester: pytest.Pytester, tmp_path: Path
-) -> None:
-    folder = folder_for(tmp_path / "compilers")
-    (folder / "tpu" / "libtpu" / "__init__.py").unlink()  # libtpu/ gone, its dist-info and the manifest kept
-    pytester.makepyfile("import jax.numpy as jnp\n\ndef test_one(devmem):\n    jnp.ones(8).block_until_ready()\n")
-    result = pytester.runpytest_subprocess(
-        "-p",
-        "no:cacheprovider",
-        "--devmem-device=sim:TPU-v5e",
-        f"--devmem-compilers={folder}",
-        "--devmem-mode=compact",
-        "--devmem-update",
-    )
-    result.stdout.fnmatch_lines(["*not a TPU v5e's*libtpu 0.0.42.1 is damaged*__init__.py is missing*"])
-    assert [p.name for p in (pytester.path / "baselines").iterdir()] == ["sim-TPU-v5e-cpu-sizes"]
-
-
-@pytest.mark.skipif(LIBTPU_IN_ENVIRONMENT, reason="libtpu is installed in this environment itself: no folder is loaded")
-def test_a_libtpu_that_cannot_start_under_a_fine_folder_stores_no_cpu_figures_as_a_tpus(
-    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    folder = folder_for(tmp_path / "compilers")  # every file pip listed is there: a libtpu that starts no compiler
+def tpu_session_with(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, folder: Path) -> pytest.RunResult:
+    """A TPU preset's session, updating its baselines, that loads libtpu from `folder` alone."""
     # libtpu names itself in TPU_LIBRARY_PATH when a test of this process imports it; JAX would load that one
     monkeypatch.delenv("TPU_LIBRARY_PATH", raising=False)
     pytester.makepyfile("import jax.numpy as jnp\n\ndef test_one(devmem):\n    (jnp.ones(8) * 2).block_until_ready()\n")
-    result = pytester.runpytest_subprocess(
+    return pytester.runpytest_subprocess(
         "-p",
         "no:cacheprovider",
         "--devmem-device=sim:TPU-v5e",
@@ -428,6 +406,25 @@ def test_a_libtpu_that_cannot_start_under_a_fine_folder_stores_no_cpu_figures_as
         "-W",
         "ignore::UserWarning",
     )
+
+
+@pytest.mark.skipif(LIBTPU_IN_ENVIRONMENT, reason="libtpu is installed in this environment itself: no folder is loaded")
+def test_a_damaged_libtpu_under_a_fine_manifest_keeps_the_cpu_sizes_class(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = folder_for(tmp_path / "compilers")
+    (folder / "tpu" / "libtpu" / "__init__.py").unlink()  # libtpu/ gone, its dist-info and the manifest kept
+    result = tpu_session_with(pytester, monkeypatch, folder)
+    result.stdout.fnmatch_lines(["*not a TPU v5e's*libtpu 0.0.42.1 is damaged*__init__.py is missing*"])
+    assert [p.name for p in (pytester.path / "baselines").iterdir()] == ["sim-TPU-v5e-cpu-sizes"]
+
+
+@pytest.mark.skipif(LIBTPU_IN_ENVIRONMENT, reason="libtpu is installed in this environment itself: no folder is loaded")
+def test_a_libtpu_that_cannot_start_under_a_fine_folder_stores_no_cpu_figures_as_a_tpus(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = folder_for(tmp_path / "compilers")  # every file pip listed is there: a libtpu that starts no compiler
+    result = tpu_session_with(pytester, monkeypatch, folder)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         ["*the target's compiler could not start, so JAX's executables kept the CPU compile's*"]
